@@ -1,0 +1,1 @@
+"""ultr_jax.simulation."""

@@ -1,0 +1,1 @@
+"""ultr_jax.train: training loop, sharding, checkpoints, results."""
