@@ -1,1 +1,50 @@
-"""ultr_jax.train: training loop, sharding, checkpoints, results."""
+"""ultr_jax.train: the training loop, sharding, checkpoints and results.
+
+>>> from ultr_jax.train import default_train_config
+>>> default_train_config().select_metric
+'ndcg@10'
+"""
+
+from ultr_jax.train.checkpoint import Checkpointer
+from ultr_jax.train.loop import (
+    DEFAULT_CUTOFFS,
+    FitResult,
+    default_train_config,
+    evaluate,
+    fit,
+    make_optimizer,
+)
+from ultr_jax.train.method import Method
+from ultr_jax.train.methods import available_methods, get_method, register
+from ultr_jax.train.results import atomic_write_text, markdown_table, summarize, write_results
+from ultr_jax.train.sharding import make_mesh, maybe_initialize_distributed
+
+__all__ = [
+    "Checkpointer",
+    "DEFAULT_CUTOFFS",
+    "FitResult",
+    "Method",
+    "atomic_write_text",
+    "available_methods",
+    "default_train_config",
+    "evaluate",
+    "fit",
+    "get_method",
+    "make_mesh",
+    "make_optimizer",
+    "markdown_table",
+    "maybe_initialize_distributed",
+    "register",
+    "summarize",
+    "write_results",
+]
+
+
+def train_and_evaluate(config, workdir):
+  """See :func:`ultr_jax.train.experiment.train_and_evaluate` (imported lazily)."""
+  from ultr_jax.train.experiment import train_and_evaluate as _run
+
+  return _run(config, workdir)
+
+
+__all__.append("train_and_evaluate")

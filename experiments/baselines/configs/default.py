@@ -1,0 +1,75 @@
+r"""Default config of the baselines study (PBM, eta = 1, synthetic data).
+
+  python experiments/baselines/main.py \
+      --config=experiments/baselines/configs/default.py --workdir=/tmp/baselines
+  # seconds-long variant used by the tests:
+  python experiments/baselines/main.py \
+      --config=experiments/baselines/configs/default.py:smoke --workdir=/tmp/smoke
+"""
+
+import ml_collections
+
+from ultr_jax.train import default_train_config
+
+METHODS = ("naive", "ips", "snips", "dla", "regression_em", "two_tower", "paird", "full_info")
+
+
+def get_config(arg: str = "") -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict()
+  config.seed = 0
+  config.num_seeds = 3
+
+  config.data = ml_collections.ConfigDict()
+  config.data.source = "synthetic"  # synthetic | svmlight | ultra
+  config.data.seed = 0
+  config.data.num_train = 1000
+  config.data.num_valid = 200
+  config.data.num_test = 200
+  config.data.list_size = 20
+  config.data.num_features = 32
+  config.data.train_path = ""
+  config.data.valid_path = ""
+  config.data.test_path = ""
+  config.data.path = ""
+  config.data.normalize = ""
+
+  # ULTRA protocol: a production ranker trained on 1% of labelled training
+  # queries; the top 10 of its ranking are displayed.
+  config.logging_policy = ml_collections.ConfigDict()
+  config.logging_policy.fraction = 0.01
+  config.logging_policy.seed = 0
+  config.logging_policy.steps = 500
+  config.logging_policy.top_k = 10
+
+  config.click_model = ml_collections.ConfigDict()
+  config.click_model.name = "pbm_table"  # ULTRA's eye-tracking table ** eta
+  config.click_model.eta = 1.0
+  config.click_model.eps = 0.1
+
+  config.methods = METHODS
+  config.method_configs = ml_collections.ConfigDict()
+  for name in METHODS:
+    config.method_configs[name] = ml_collections.ConfigDict({"ranker": "mlp", "hidden_sizes": (64, 32)})
+
+  config.train = default_train_config()
+  config.train.steps = 3000
+  config.train.batch_size = 64
+  config.train.learning_rate = 3e-3
+  config.train.eval_every = 250
+  config.train.patience = 0
+
+  if arg == "smoke":
+    config.num_seeds = 2
+    config.data.num_train = 64
+    config.data.num_valid = 16
+    config.data.num_test = 16
+    config.data.list_size = 12
+    config.data.num_features = 8
+    config.logging_policy.steps = 20
+    config.logging_policy.top_k = 6
+    config.train.steps = 20
+    config.train.batch_size = 16
+    config.train.eval_every = 10
+  elif arg:
+    raise ValueError(f"unknown config variant {arg!r} (expected '' or 'smoke')")
+  return config

@@ -1,0 +1,157 @@
+"""``train_and_evaluate``: the baselines study as a library function.
+
+Data (synthetic default or SVMlight / ULTRA files) -> logging policy trained
+on a small labelled fraction -> displayed top-k lists -> a click model
+simulating fresh sessions inside every training step -> every requested
+method trained over several seeds at once -> test metrics with intervals,
+learned-propensity quality, ``results.json`` / ``table.md`` / ``table.csv``.
+"""
+
+import os
+import sys
+import time
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from ultr_jax import data as data_lib
+from ultr_jax import simulation
+from ultr_jax.train import methods as methods_lib
+from ultr_jax.train.loop import evaluate, fit
+from ultr_jax.train.results import markdown_table, summarize, write_results
+
+__all__ = ["load_datasets", "prepare_logged_data", "true_position_propensities", "train_and_evaluate"]
+
+METRIC_COLUMNS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "err@10")
+
+
+def load_datasets(config: ml_collections.ConfigDict) -> tuple[Any, Any, Any]:
+  """(train, valid, test) ``RankingDataset``s named by ``config.data``.
+
+  ``config.data.source`` is ``"synthetic"`` (the embedded default,
+  deterministic from ``config.data.seed``), ``"svmlight"`` (``train_path``,
+  ``valid_path``, ``test_path``; LightGBM-style ``.query`` files are picked
+  up when present) or ``"ultra"`` (ULTRA-format directories).
+  """
+  d = config.data
+  if d.source == "synthetic":
+    splits = data_lib.make_synthetic(
+        num_train=d.num_train, num_valid=d.num_valid, num_test=d.num_test,
+        list_size=d.list_size, num_features=d.num_features, seed=d.seed)
+    return splits.train, splits.valid, splits.test
+  if d.source == "svmlight":
+    load = lambda p: data_lib.load_svmlight(p, num_features=d.get("num_features") or None)
+    train = load(d.train_path)
+    test = load(d.test_path)
+    if d.get("valid_path"):
+      valid = load(d.valid_path)
+    else:
+      train, valid = data_lib.train_valid_test_split(train, (0.8, 0.2, 0.0), seed=d.seed)[:2]
+    if d.get("normalize"):
+      train, valid, test = (data_lib.normalize_features(x, method=d.normalize) for x in (train, valid, test))
+    return train, valid, test
+  if d.source == "ultra":
+    return tuple(data_lib.load_ultra(os.path.join(d.path, split)) for split in ("train", "valid", "test"))
+  raise ValueError(f"unknown data source {d.source!r} (synthetic, svmlight, ultra)")
+
+
+def prepare_logged_data(train, valid, test, config: ml_collections.ConfigDict):
+  """Orders every list by a logging policy trained on a labelled fraction.
+
+  Returns the (train, valid, test) datasets with item ``i`` displayed at
+  position ``i``; train/valid lists are cut to the displayed top-k
+  (``config.logging_policy.top_k``), test lists keep every candidate.
+  """
+  lp = config.logging_policy
+  weights = simulation.train_logging_policy(train, fraction=lp.fraction, seed=lp.seed, steps=lp.steps)
+  ordered = []
+  for ds, top_k in ((train, lp.top_k), (valid, lp.top_k), (test, None)):
+    scores = simulation.logging_policy_scores(weights, ds)
+    ordered.append(simulation.apply_logging_policy(ds, scores, top_k=top_k))
+  return tuple(ordered)
+
+
+def true_position_propensities(click_fn, ds, key) -> np.ndarray:
+  """Mean true examination per displayed position (relative to position 1)."""
+  batch = jax.tree.map(jnp.asarray, ds.as_batch())
+  out = click_fn(key, batch)
+  exam = np.asarray(out["examination"], np.float64)
+  where = ds.where
+  per_pos = (exam * where).sum(0) / np.maximum(where.sum(0), 1)
+  return per_pos / per_pos[0]
+
+
+def _pearson(a: np.ndarray, b: np.ndarray) -> float:
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  if a.std() == 0 or b.std() == 0:
+    return float("nan")
+  return float(np.corrcoef(a, b)[0, 1])
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dict:
+  """Runs every method of ``config.methods`` and writes the comparison.
+
+  Returns the results mapping written to ``results.json``: method name ->
+  ``{"ndcg@1": mean, ..., "std": {...}, "ci90": {...}, "per_seed": {...}}``
+  plus ``"propensity_corr"`` for methods that learn position propensities,
+  and a ``"_meta"`` entry describing the run.
+  """
+  t_start = time.perf_counter()
+  train, valid, test = load_datasets(config)
+  train, valid, test = prepare_logged_data(train, valid, test, config)
+  click_fn = simulation.make_click_fn(config.click_model)
+  true_prop = true_position_propensities(click_fn, train.subset(np.arange(min(256, train.num_queries))),
+                                         jax.random.key(config.seed))
+  results: dict[str, Any] = {}
+  rows: dict[str, dict] = {}
+  for name in config.methods:
+    method_cfg = config.method_configs.get(name, ml_collections.ConfigDict())
+    method = methods_lib.get_method(name, method_cfg, num_features=train.num_features,
+                                    list_size=train.list_size)
+    fit_result = fit(method, train, valid, click_fn=click_fn, config=config.train,
+                     seeds=[config.seed + i for i in range(config.num_seeds)],
+                     workdir=workdir, name=name)
+    test_metrics = evaluate(method, fit_result.params, test)
+    entry: dict[str, Any] = {}
+    row: dict[str, Any] = {}
+    for metric in METRIC_COLUMNS:
+      summary = summarize(test_metrics[metric])
+      entry[metric] = summary["mean"]
+      entry.setdefault("std", {})[metric] = summary["std"]
+      entry.setdefault("ci90", {})[metric] = summary["ci90"]
+      entry.setdefault("per_seed", {})[metric] = np.asarray(test_metrics[metric]).tolist()
+      row[metric] = summary
+    if method.propensities is not None:
+      learned = np.asarray(jax.vmap(method.propensities)(fit_result.params, fit_result.extra))
+      corr = [_pearson(learned[s, : len(true_prop)], true_prop[: learned.shape[1]])
+              for s in range(learned.shape[0])]
+      summary = summarize(corr)
+      entry["propensity_corr"] = summary["mean"]
+      entry["std"]["propensity_corr"] = summary["std"]
+      entry["ci90"]["propensity_corr"] = summary["ci90"]
+      entry["learned_propensities"] = learned.mean(0).tolist()
+      row["propensity_corr"] = summary
+    else:
+      row["propensity_corr"] = "n/a"
+    entry["best_step"] = np.asarray(fit_result.best_step).tolist()
+    results[name] = entry
+    rows[name] = row
+  columns = [*METRIC_COLUMNS, "propensity_corr"]
+  results["_meta"] = {
+      "true_propensities": true_prop.tolist(),
+      "click_model": config.click_model.to_dict(),
+      "num_seeds": config.num_seeds,
+      "data": config.data.to_dict(),
+      "seconds": time.perf_counter() - t_start,
+  }
+  table = markdown_table(rows, columns)
+  table += (f"\n\nTest metrics, mean ± 90% t-interval half-width over {config.num_seeds} seeds; "
+            f"click model {config.click_model.name}.\n")
+  if workdir is not None:
+    write_results(workdir, results, table=table, rows=rows, columns=columns)
+  print(table, flush=True)
+  print(f"total time {time.perf_counter() - t_start:.1f}s", file=sys.stderr, flush=True)
+  return results

@@ -1,0 +1,402 @@
+"""The generic training loop: jitted, vmapped over seeds, sharded over queries.
+
+One loop trains every :class:`~ultr_jax.train.Method` (naive, IPS, DLA, LBD,
+CLD, SIF ...):
+
+* the training lists live on the device(s) once; each step gathers a
+  fixed-shape batch of query indices inside the jitted step, so nothing is
+  copied from the host per step and the step compiles exactly once;
+* clicks are simulated inside the step by ``click_fn(key, batch)`` (fresh
+  sessions every step, as in ULTRA's online simulation), or read from the
+  dataset when ``click_fn`` is None (logged clicks);
+* independent seeds run in lockstep under ``jax.vmap`` (different
+  initialisations, click draws and batch orders);
+* the batch's query axis is sharded over a ``jax.sharding.Mesh`` (data
+  parallel); parameters are replicated;
+* the best state on the validation metric is kept per seed, with optional
+  early stopping, and the whole state (every tower, the optimizer state,
+  the step, the RNG and the best-so-far state) is checkpointed with orbax
+  and resumed from the latest checkpoint.
+"""
+
+import dataclasses
+import functools
+import math
+import os
+import sys
+import time
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+
+from ultr_jax import metrics as metrics_lib
+from ultr_jax.data import RankingDataset
+from ultr_jax.train.checkpoint import Checkpointer
+from ultr_jax.train.method import Method
+from ultr_jax.train import sharding as sharding_lib
+
+__all__ = [
+    "default_train_config",
+    "make_optimizer",
+    "fit",
+    "evaluate",
+    "FitResult",
+    "DEFAULT_CUTOFFS",
+]
+
+DEFAULT_CUTOFFS = (1, 3, 5, 10)
+ClickFn = Callable[[jax.Array, Mapping[str, jax.Array]], Mapping[str, jax.Array]]
+
+
+def default_train_config() -> ml_collections.ConfigDict:
+  """Defaults of :func:`fit`; override any field in the config you pass."""
+  c = ml_collections.ConfigDict()
+  c.steps = 2000
+  c.batch_size = 64
+  c.optimizer = "adam"
+  c.learning_rate = 1e-3
+  c.grad_clip = 0.0  # global-norm clipping; 0 disables it.
+  c.eval_every = 200
+  c.patience = 0  # evaluations without improvement before stopping; 0 = never.
+  c.select_metric = "ndcg@10"
+  c.checkpoint_every = 0  # steps between checkpoints; 0 = at every evaluation.
+  c.max_to_keep = 2
+  c.eval_batch_size = 512
+  c.num_devices = 0  # devices in the data-parallel mesh; 0 = all.
+  c.data_seed = 0  # batch order (combined with each run's seed).
+  c.progress = True
+  return c
+
+
+def _with_defaults(config: Optional[ml_collections.ConfigDict]) -> ml_collections.ConfigDict:
+  merged = default_train_config()
+  if config is not None:
+    for key, value in config.items():
+      if key in merged:
+        merged[key] = value
+  return merged
+
+
+def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
+  """The optax optimizer named by ``config.optimizer`` (adam, adagrad, sgd, adamw).
+
+  >>> tx = make_optimizer(default_train_config())
+  >>> isinstance(tx, optax.GradientTransformation)
+  True
+  """
+  builders = {"adam": optax.adam, "adagrad": optax.adagrad, "sgd": optax.sgd, "adamw": optax.adamw}
+  if config.optimizer not in builders:
+    raise ValueError(f"unknown optimizer {config.optimizer!r}; one of {sorted(builders)}")
+  tx = builders[config.optimizer](config.learning_rate)
+  if config.get("grad_clip", 0.0):
+    tx = optax.chain(optax.clip_by_global_norm(config.grad_clip), tx)
+  return tx
+
+
+class FitResult(NamedTuple):
+  """What :func:`fit` returns. Arrays have a leading seed axis ``[S, ...]``."""
+
+  params: Any  # best-on-validation params per seed (final params without validation)
+  extra: Any  # the matching non-trained method state
+  history: list  # one dict per evaluation
+  best_step: np.ndarray  # int [S]
+  best_metric: np.ndarray  # float [S] (validation select_metric)
+  final_params: Any  # params at the last step
+
+
+# ----------------------------------------------------------------------------
+# Device-resident data and batch gathering.
+
+
+def _device_arrays(ds: RankingDataset, sharding) -> dict[str, jax.Array]:
+  arrays = {}
+  for k, v in ds.as_batch().items():
+    v = np.asarray(v)
+    if v.dtype == np.float64:
+      v = v.astype(np.float32)
+    elif v.dtype == np.int64:
+      v = v.astype(np.int32)
+    arrays[k] = jax.device_put(v, sharding)
+  return arrays
+
+
+def _gather(data: Mapping[str, jax.Array], idx: jax.Array) -> dict[str, jax.Array]:
+  """Rows ``idx`` of every array; ``idx < 0`` yields an all-masked query."""
+  valid = idx >= 0
+  safe = jnp.maximum(idx, 0)
+  batch = {k: jnp.take(v, safe, axis=0) for k, v in data.items()}
+  batch["where"] = batch["where"] & valid[..., None]
+  return batch
+
+
+def _batch_indices(num_queries: int, batch_size: int, step: int, seeds: Sequence[int],
+                   data_seed: int) -> np.ndarray:
+  """``int32[S, B]`` query indices of ``step``: a fresh permutation per epoch.
+
+  Deterministic in ``(data_seed, seed, step)``, so a resumed run sees the
+  same batches as an uninterrupted one. With fewer queries than the batch
+  size, the batch is padded with ``-1`` (all-masked queries).
+  """
+  out = np.full((len(seeds), batch_size), -1, np.int32)
+  per_step = min(batch_size, num_queries)
+  start = step * per_step
+  for s, seed in enumerate(seeds):
+    chunks, pos = [], start
+    while sum(len(c) for c in chunks) < per_step:
+      epoch, offset = divmod(pos, num_queries)
+      perm = np.random.default_rng([data_seed, int(seed), epoch]).permutation(num_queries)
+      take = perm[offset:offset + per_step - sum(len(c) for c in chunks)]
+      chunks.append(take)
+      pos += len(take)
+    out[s, :per_step] = np.concatenate(chunks)
+  return out
+
+
+# ----------------------------------------------------------------------------
+# Evaluation.
+
+
+def _metric_names(cutoffs: Sequence[int]) -> list[str]:
+  return [f"ndcg@{k}" for k in cutoffs] + ["err@10", "mrr", "map"]
+
+
+@functools.partial(jax.jit, static_argnames=("score_fn", "cutoffs"))
+def _eval_chunk(params, batch, *, score_fn, cutoffs):
+  scores = jax.vmap(score_fn, in_axes=(0, None))(params, batch)  # [S, C, L]
+  per_query = jax.vmap(
+      lambda s: metrics_lib.ranking_metrics(s, batch["labels"], where=batch["where"], cutoffs=cutoffs)
+  )(scores)
+  return per_query
+
+
+def evaluate(method: Method, params: Any, dataset: RankingDataset, *,
+             cutoffs: Sequence[int] = DEFAULT_CUTOFFS, batch_size: int = 512,
+             drop_no_relevant: bool = False) -> dict[str, np.ndarray]:
+  """Ranking metrics of ``method.score`` on ``dataset``, per seed.
+
+  Args:
+    method: the trained method.
+    params: its params with a leading seed axis ``[S, ...]``.
+    dataset: the lists to rank (labels are the graded relevance).
+    cutoffs: nDCG cutoffs.
+    batch_size: queries per jitted chunk (the last chunk is padded, so the
+      evaluation compiles once).
+    drop_no_relevant: if False (default), a query whose IDCG is 0 scores 0
+      and is averaged in (the ULTRA / identifiability convention); if True
+      such queries are left out of the mean.
+
+  Returns:
+    ``{"ndcg@1", ..., "err@10", "mrr", "map"}`` each a ``float64[S]`` array.
+  """
+  cutoffs = tuple(int(k) for k in cutoffs)
+  q = dataset.num_queries
+  chunk = max(1, min(batch_size, q))
+  sums, count = None, np.zeros((), np.float64)
+  labels_all, where_all = dataset.labels, dataset.where
+  has_rel = ((labels_all > 0) & where_all).any(-1)
+  counted_all = where_all.any(-1) & (has_rel if drop_no_relevant else True)
+  for start in range(0, q, chunk):
+    idx = np.arange(start, start + chunk)
+    idx = np.where(idx < q, idx, -1).astype(np.int32)
+    rows = np.maximum(idx, 0)
+    batch = dataset.as_batch(rows)
+    batch = {k: v for k, v in batch.items() if k != "qid"}
+    batch["where"] = batch["where"] & (idx >= 0)[:, None]
+    batch = jax.tree.map(jnp.asarray, batch)
+    per_query = jax.device_get(_eval_chunk(params, batch, score_fn=method.score, cutoffs=cutoffs))
+    counted = np.where(idx >= 0, counted_all[rows], False).astype(np.float64)  # [C]
+    part = {k: (np.asarray(v, np.float64) * counted).sum(-1) for k, v in per_query.items()}
+    sums = part if sums is None else {k: sums[k] + part[k] for k in sums}
+    count = count + counted.sum()
+  return {k: v / max(count, 1.0) for k, v in sums.items()}
+
+
+# ----------------------------------------------------------------------------
+# Training.
+
+
+def _tree_where(cond, new, old):
+  """Per-seed select: ``cond`` is ``bool[S]``; leaves have a leading seed axis."""
+  def sel(n, o):
+    c = cond.reshape(cond.shape + (1,) * (n.ndim - 1))
+    return jnp.where(c, n, o)
+  return jax.tree.map(sel, new, old)
+
+
+def fit(method: Method, train: RankingDataset, valid: Optional[RankingDataset] = None, *,
+        click_fn: Optional[ClickFn] = None, config: Optional[ml_collections.ConfigDict] = None,
+        seeds: Sequence[int] = (0,), workdir: Optional[str] = None,
+        name: Optional[str] = None) -> FitResult:
+  """Trains ``method`` on ``train`` for ``len(seeds)`` independent runs at once.
+
+  Args:
+    method: the method to train.
+    train: training lists (their extras travel into every batch).
+    valid: validation lists for model selection; None keeps the final state.
+    click_fn: ``click_fn(key, batch) -> dict`` merged into the batch inside
+      the jitted step (fresh clicks every step); None when ``train`` already
+      carries logged ``clicks``.
+    config: see :func:`default_train_config`.
+    seeds: one run per seed (vmapped): initialisation, clicks, batch order.
+    workdir: if given, checkpoints go to ``workdir/checkpoints/<name>`` and
+      training resumes from the latest one found there.
+    name: the run's name (default ``method.name``) for progress and paths.
+
+  Returns:
+    A :class:`FitResult`.
+  """
+  config = _with_defaults(config)
+  name = name or method.name
+  seeds = [int(s) for s in seeds]
+  num_seeds = len(seeds)
+  mesh = sharding_lib.make_mesh(config.num_devices or None)
+  batch_size = sharding_lib.round_up(int(config.batch_size), mesh.size)
+  rep = sharding_lib.replicated(mesh)
+  batch_sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, sharding_lib.DATA_AXIS))
+  tx = method.optimizer if method.optimizer is not None else make_optimizer(config)
+  data = _device_arrays(train, rep)
+  cutoffs = tuple(sorted(set(DEFAULT_CUTOFFS) | {10}))
+  select = config.select_metric
+
+  # --- Initial state -------------------------------------------------------
+  def init_state(seed_ids, idx):
+    batch = jax.vmap(lambda i: _gather(data, i))(idx)
+
+    def one(seed, b):
+      key = jax.random.key(seed)
+      init_key, run_key = jax.random.split(key)
+      params, extra = method.init(init_key, b)
+      return params, extra, tx.init(params), jax.random.key_data(run_key)
+
+    params, extra, opt_state, rng = jax.vmap(one)(seed_ids, batch)
+    return {
+        "params": params,
+        "extra": extra,
+        "opt_state": opt_state,
+        "rng": rng,
+        "step": jnp.zeros((), jnp.int32),
+        "best_params": params,
+        "best_extra": extra,
+        "best_metric": jnp.full((num_seeds,), -jnp.inf, jnp.float32),
+        "best_step": jnp.zeros((num_seeds,), jnp.int32),
+        "evals_since_best": jnp.zeros((num_seeds,), jnp.int32),
+    }
+
+  idx0 = jnp.asarray(_batch_indices(train.num_queries, batch_size, 0, seeds, config.data_seed))
+  state = jax.jit(init_state, out_shardings=rep)(jnp.asarray(seeds, jnp.uint32), idx0)
+
+  # --- The train step --------------------------------------------------------
+  def train_step(state, data, idx):
+    batch = jax.vmap(lambda i: _gather(data, i))(idx)  # [S, B, ...]
+    batch = jax.lax.with_sharding_constraint(batch, batch_sharding)
+
+    def one(params, extra, opt_state, rng, b):
+      key = jax.random.fold_in(jax.random.wrap_key_data(rng), state["step"])
+      click_key, loss_key = jax.random.split(key)
+      if click_fn is not None:
+        b = {**b, **click_fn(click_key, b)}
+      (loss, (aux, new_extra)), grads = jax.value_and_grad(method.loss, has_aux=True)(
+          params, extra, b, loss_key)
+      updates, opt_state = tx.update(grads, opt_state, params)
+      params = optax.apply_updates(params, updates)
+      return params, new_extra, opt_state, {"loss": loss, **aux}
+
+    params, extra, opt_state, step_metrics = jax.vmap(one)(
+        state["params"], state["extra"], state["opt_state"], state["rng"], batch)
+    new_state = {**state, "params": params, "extra": extra, "opt_state": opt_state,
+                 "step": state["step"] + 1}
+    return new_state, step_metrics
+
+  train_step = jax.jit(train_step, donate_argnums=(0,))
+
+  def update_best(state, metric):
+    improved = metric > state["best_metric"]
+    return {
+        **state,
+        "best_params": _tree_where(improved, state["params"], state["best_params"]),
+        "best_extra": _tree_where(improved, state["extra"], state["best_extra"]),
+        "best_metric": jnp.where(improved, metric, state["best_metric"]),
+        "best_step": jnp.where(improved, state["step"], state["best_step"]),
+        "evals_since_best": jnp.where(improved, 0, state["evals_since_best"] + 1),
+    }
+
+  update_best = jax.jit(update_best, donate_argnums=(0,))
+
+  # --- Resume ------------------------------------------------------------------
+  history: list[dict] = []
+  ckpt = None
+  if workdir is not None:
+    ckpt = Checkpointer(os.path.join(os.path.abspath(workdir), "checkpoints", name),
+                        max_to_keep=config.max_to_keep)
+    if ckpt.latest_step() is not None:
+      state, meta = ckpt.restore(state)
+      state = jax.device_put(state, rep)
+      history = list(meta.get("history", []))
+      if config.progress:
+        print(f"[{name}] resumed from step {int(state['step'])}", file=sys.stderr, flush=True)
+
+  # --- Loop --------------------------------------------------------------------
+  total = int(config.steps)
+  step = int(jax.device_get(state["step"]))
+  eval_every = max(1, int(config.eval_every))
+  ckpt_every = int(config.checkpoint_every) or eval_every
+  loss_acc, loss_n = None, 0
+  t0, s0 = time.perf_counter(), step
+
+  def do_eval(state):
+    if valid is None:
+      return state, None
+    m = evaluate(method, state["params"], valid, cutoffs=cutoffs, batch_size=config.eval_batch_size)
+    if select not in m:
+      raise ValueError(f"select_metric {select!r} not among {sorted(m)}")
+    state = update_best(state, jnp.asarray(m[select], jnp.float32))
+    return state, m
+
+  def save(state):
+    if ckpt is not None:
+      ckpt.save(int(jax.device_get(state["step"])), state, {"history": history})
+
+  while step < total:
+    idx = _batch_indices(train.num_queries, batch_size, step, seeds, config.data_seed)
+    state, sm = train_step(state, data, jnp.asarray(idx))
+    step += 1
+    loss_acc = sm if loss_acc is None else jax.tree.map(jnp.add, loss_acc, sm)
+    loss_n += 1
+    at_eval = step % eval_every == 0 or step == total
+    if at_eval:
+      state, m = do_eval(state)
+      means = jax.device_get(jax.tree.map(lambda v: v / loss_n, loss_acc))
+      record = {"step": step, **{f"train/{k}": np.asarray(v).tolist() for k, v in means.items()}}
+      if m is not None:
+        record.update({f"valid/{k}": np.asarray(v).tolist() for k, v in m.items()})
+      history.append(record)
+      loss_acc, loss_n = None, 0
+      if config.progress:
+        rate = (step - s0) / max(time.perf_counter() - t0, 1e-9)
+        msg = f"[{name}] step {step}/{total} loss {np.mean(means['loss']):.4f}"
+        if m is not None:
+          msg += f" valid {select} {np.mean(m[select]):.4f}"
+        print(msg + f" ({rate:.1f} steps/s)", file=sys.stderr, flush=True)
+    if step % ckpt_every == 0 or step == total:
+      save(state)
+    if at_eval and valid is not None and config.patience > 0:
+      if bool(np.all(jax.device_get(state["evals_since_best"]) >= config.patience)):
+        save(state)
+        break
+  if ckpt is not None:
+    ckpt.close()
+
+  state = jax.device_get(state)
+  if valid is None:
+    params, extra = state["params"], state["extra"]
+    best_step = np.full((num_seeds,), step, np.int64)
+    best_metric = np.full((num_seeds,), np.nan)
+  else:
+    params, extra = state["best_params"], state["best_extra"]
+    best_step, best_metric = np.asarray(state["best_step"]), np.asarray(state["best_metric"])
+  return FitResult(params=params, extra=extra, history=history, best_step=best_step,
+                   best_metric=best_metric, final_params=state["params"])

@@ -1,0 +1,155 @@
+"""Summaries over seeds and atomic results writing (JSON, Markdown, CSV)."""
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+__all__ = [
+    "summarize",
+    "atomic_write_text",
+    "write_results",
+    "markdown_table",
+]
+
+
+def summarize(values: Sequence[float], *, confidence: float = 0.9) -> dict[str, float]:
+  r"""Mean, sample standard deviation and t-interval half-width over seeds.
+
+  .. math::
+      \bar v \pm t_{(1+c)/2,\,n-1} \, s / \sqrt{n}
+
+  Args:
+    values: ``[num_seeds]`` per-seed values.
+    confidence: coverage of the interval (0.9 gives ``ci90``).
+
+  Returns:
+    ``{"mean", "std", "ci90"}`` (the last key is named after ``confidence``);
+    with one seed, ``std`` and the half-width are 0.
+
+  >>> s = summarize([0.5, 0.6, 0.7])
+  >>> round(s["mean"], 3), round(s["std"], 3), round(s["ci90"], 3)
+  (0.6, 0.1, 0.169)
+  """
+  v = np.asarray(values, dtype=np.float64).reshape(-1)
+  n = v.size
+  mean = float(v.mean()) if n else float("nan")
+  std = float(v.std(ddof=1)) if n > 1 else 0.0
+  half = float(scipy_stats.t.ppf(0.5 + confidence / 2, n - 1) * std / math.sqrt(n)) if n > 1 else 0.0
+  return {"mean": mean, "std": std, f"ci{int(round(confidence * 100))}": half}
+
+
+def atomic_write_text(path: str, text: str) -> None:
+  """Writes ``text`` to ``path`` atomically (temp file + ``os.replace``)."""
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+  try:
+    with os.fdopen(fd, "w") as f:
+      f.write(text)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+    raise
+
+
+def _jsonable(obj: Any) -> Any:
+  if isinstance(obj, Mapping):
+    return {str(k): _jsonable(v) for k, v in obj.items()}
+  if isinstance(obj, (list, tuple)):
+    return [_jsonable(v) for v in obj]
+  if isinstance(obj, np.ndarray):
+    return _jsonable(obj.tolist())
+  if isinstance(obj, (np.floating, float)):
+    f = float(obj)
+    return f if math.isfinite(f) else None
+  if isinstance(obj, (np.integer,)):
+    return int(obj)
+  if isinstance(obj, np.bool_):
+    return bool(obj)
+  return obj
+
+
+def markdown_table(rows: Mapping[str, Mapping[str, Any]], columns: Sequence[str], *,
+                   row_header: str = "method", precision: int = 4) -> str:
+  """Formats ``rows[name][column]`` as a Markdown table.
+
+  Cells may be numbers, ``{"mean", "std"}``/``{"mean", "ci90"}`` dicts
+  (printed as ``mean ± half-width``) or strings.
+
+  >>> print(markdown_table({"ips": {"ndcg@10": 0.71234}}, ["ndcg@10"]))
+  | method | ndcg@10 |
+  |---|---|
+  | ips | 0.7123 |
+  """
+  def cell(v):
+    if v is None:
+      return "–"
+    if isinstance(v, Mapping) and "mean" in v:
+      spread = v.get("ci90", v.get("std"))
+      if spread is None:
+        return f"{v['mean']:.{precision}f}"
+      return f"{v['mean']:.{precision}f} ± {spread:.{precision}f}"
+    if isinstance(v, (float, np.floating)):
+      return f"{float(v):.{precision}f}"
+    return str(v)
+
+  lines = [
+      "| " + " | ".join([row_header, *columns]) + " |",
+      "|" + "---|" * (len(columns) + 1),
+  ]
+  for name, row in rows.items():
+    lines.append("| " + " | ".join([name, *(cell(row.get(c)) for c in columns)]) + " |")
+  return "\n".join(lines)
+
+
+def _csv_table(rows: Mapping[str, Mapping[str, Any]], columns: Sequence[str], row_header: str) -> str:
+  out = io.StringIO()
+  writer = csv.writer(out)
+  header = [row_header]
+  for c in columns:
+    header += [c, f"{c}_std", f"{c}_ci90"]
+  writer.writerow(header)
+  for name, row in rows.items():
+    line = [name]
+    for c in columns:
+      v = row.get(c)
+      if isinstance(v, Mapping):
+        line += [v.get("mean"), v.get("std"), v.get("ci90")]
+      else:
+        line += [v, None, None]
+    writer.writerow(line)
+  return out.getvalue()
+
+
+def write_results(workdir: str, results: Mapping[str, Any], *, table: Optional[str] = None,
+                  rows: Optional[Mapping[str, Mapping[str, Any]]] = None,
+                  columns: Optional[Sequence[str]] = None, row_header: str = "method") -> None:
+  """Writes ``results.json`` (and ``table.md`` / ``table.csv``) atomically.
+
+  Args:
+    workdir: output directory (created if needed).
+    results: any JSON-able nested mapping (NumPy values are converted; NaN
+      and inf become ``null``).
+    table: Markdown text for ``table.md``; built from ``rows``/``columns``
+      when omitted and those are given.
+    rows, columns: a table to write as ``table.csv`` (and ``table.md``).
+    row_header: the first column's name.
+  """
+  atomic_write_text(os.path.join(workdir, "results.json"),
+                    json.dumps(_jsonable(results), indent=2, sort_keys=False) + "\n")
+  if table is None and rows is not None and columns is not None:
+    table = markdown_table(rows, columns, row_header=row_header)
+  if table is not None:
+    atomic_write_text(os.path.join(workdir, "table.md"), table.rstrip("\n") + "\n")
+  if rows is not None and columns is not None:
+    atomic_write_text(os.path.join(workdir, "table.csv"), _csv_table(rows, columns, row_header))
