@@ -1,0 +1,102 @@
+"""Training-step throughput of the generic loop against the machine's matmul peak.
+
+Runs, in one process:
+  1. the machine's float32 matmul peak (a jitted 2048^3 GEMM, best of several);
+  2. the jitted train step of ``ultr_jax.train.fit`` for a few methods (MLP
+     ranker, 3 seeds vmapped), timed as steps/s over the real loop, with the
+     step's FLOPs from XLA's cost analysis;
+and prints achieved FLOP/s as a fraction of the peak, plus queries/s.
+
+  python benchmarks/train_step.py [--steps 300] [--batch 256]
+"""
+
+import argparse
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+
+from ultr_jax import data as data_lib
+from ultr_jax import simulation
+from ultr_jax.train import default_train_config, fit, get_method
+from ultr_jax.train import loop as loop_lib
+
+
+def matmul_peak(n=2048, repeats=10):
+  a = jnp.ones((n, n), jnp.float32)
+  f = jax.jit(lambda x: x @ x)
+  f(a).block_until_ready()
+  best = np.inf
+  for _ in range(repeats):
+    t = time.perf_counter()
+    f(a).block_until_ready()
+    best = min(best, time.perf_counter() - t)
+  return 2 * n**3 / best
+
+
+def step_flops(method, tx, click_fn, batch, num_seeds):
+  """FLOPs of one vmapped loss+grad+update, from XLA's cost analysis."""
+
+  def one(params, extra, opt_state, key):
+    b = {**batch, **click_fn(key, batch)}
+    (loss, (aux, extra)), grads = jax.value_and_grad(method.loss, has_aux=True)(params, extra, b, key)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), extra, opt_state, loss
+
+  keys = jax.random.split(jax.random.key(0), num_seeds)
+  params, extra = jax.vmap(lambda k: method.init(k, batch))(keys)
+  opt_state = jax.vmap(tx.init)(params)
+  compiled = jax.jit(jax.vmap(one)).lower(params, extra, opt_state, keys).compile()
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  return float(cost.get("flops", float("nan")))
+
+
+def main():
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--steps", type=int, default=300)
+  parser.add_argument("--batch", type=int, default=256)
+  parser.add_argument("--seeds", type=int, default=3)
+  parser.add_argument("--methods", default="naive,ips,dla,two_tower")
+  args = parser.parse_args()
+
+  print(f"backend {jax.default_backend()}, devices {jax.device_count()}")
+  peak = matmul_peak()
+  print(f"matmul peak (float32 2048^3): {peak / 1e9:.1f} GFLOP/s")
+  splits = data_lib.make_synthetic(num_train=2000, num_valid=10, num_test=10, list_size=20,
+                                   num_features=136, seed=0)
+  train = splits.train
+  cfg = ml_collections.ConfigDict({"name": "pbm_table", "eta": 1.0, "eps": 0.1})
+  click_fn = simulation.make_click_fn(cfg)
+  config = default_train_config()
+  config.steps = args.steps
+  config.batch_size = args.batch
+  config.progress = False
+  config.num_devices = 1
+  batch = jax.tree.map(jnp.asarray, train.as_batch(np.arange(args.batch)))
+  batch.pop("qid", None)
+  print(f"{'method':<14} {'steps/s':>9} {'queries/s':>11} {'GFLOP/step':>11} {'GFLOP/s':>9} {'of peak':>8}")
+  for name in args.methods.split(","):
+    method = get_method(name, ml_collections.ConfigDict({"ranker": "mlp", "hidden_sizes": (256, 128)}),
+                        num_features=train.num_features, list_size=train.list_size)
+    flops = step_flops(method, loop_lib.make_optimizer(config), click_fn, batch, args.seeds)
+    # Each fit compiles its step once; the difference of a long and a short
+    # run cancels compilation and set-up, leaving the per-step cost.
+    times = []
+    for steps in (args.steps // 5, args.steps):
+      run = config.copy_and_resolve_references()
+      run.steps = run.eval_every = steps
+      t = time.perf_counter()
+      fit(method, train, None, click_fn=click_fn, config=run, seeds=range(args.seeds))
+      times.append(time.perf_counter() - t)
+    rate = (args.steps - args.steps // 5) / (times[1] - times[0])
+    achieved = flops * rate
+    print(f"{name:<14} {rate:9.1f} {rate * args.batch * args.seeds:11.0f} {flops / 1e9:11.4f} "
+          f"{achieved / 1e9:9.2f} {achieved / peak:8.2%}")
+
+
+if __name__ == "__main__":
+  main()
