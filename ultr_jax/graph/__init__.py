@@ -1,4 +1,13 @@
-"""ultr_jax.graph: identifiability graph, connectivity, intervention, merging."""
+"""ultr_jax.graph: identifiability graph, connectivity, intervention, merging.
+
+Chen et al., "Identifiability Matters" (ICML 2024): the IG check
+(Algorithm 1, :mod:`~ultr_jax.graph.connectivity`), node intervention
+(Algorithm 2, :mod:`~ultr_jax.graph.intervention`), node merging
+(Algorithm 3, :mod:`~ultr_jax.graph.merging`), the embedding fits of the
+fully synthetic study (:mod:`~ultr_jax.graph.embedding`), its data
+generator (:mod:`~ultr_jax.graph.synthetic`) and study driver
+(:mod:`~ultr_jax.graph.study`).
+"""
 
 from ultr_jax.graph.connectivity import (
     IdentifiabilityReport,
@@ -7,11 +16,55 @@ from ultr_jax.graph.connectivity import (
     factor_components,
     star_edges,
 )
+from ultr_jax.graph.embedding import (
+    fit_dla,
+    fit_no_debias,
+    fit_regression_em,
+    fit_two_tower,
+)
+from ultr_jax.graph.intervention import (
+    Intervention,
+    apply_interventions,
+    intervention_cost,
+    intervention_plan,
+    random_intervention_plan,
+)
+from ultr_jax.graph.merging import MergePlan, apply_merge, merge_plan
+from ultr_jax.graph.mst import UnionFind, prim_mst
+from ultr_jax.graph.records import (
+    bias_factor_ids,
+    bias_factor_names,
+    feature_vector_ids,
+    random_contexts,
+    read_svmlight_ranking,
+)
+from ultr_jax.graph.synthetic import DESIGN_GRAPHS, generate_design_dataset
 
 __all__ = [
+    "DESIGN_GRAPHS",
     "IdentifiabilityReport",
+    "Intervention",
+    "MergePlan",
+    "UnionFind",
+    "apply_interventions",
+    "apply_merge",
+    "bias_factor_ids",
+    "bias_factor_names",
     "check_identifiability",
     "connected_components",
     "factor_components",
+    "feature_vector_ids",
+    "fit_dla",
+    "fit_no_debias",
+    "fit_regression_em",
+    "fit_two_tower",
+    "generate_design_dataset",
+    "intervention_cost",
+    "intervention_plan",
+    "merge_plan",
+    "prim_mst",
+    "random_contexts",
+    "random_intervention_plan",
+    "read_svmlight_ranking",
     "star_edges",
 ]
