@@ -192,3 +192,125 @@ def run_method(
         method=method, num_docs=nd, num_factors=l, epochs=epochs,
         fit_kwargs=tuple(sorted(fit_kwargs.items())))
     return jax.tree.map(np.asarray, out)
+
+
+def summarise(metrics: dict) -> dict:
+  """``{name: {"mean", "std"}}`` over runs, for the scalar metrics.
+
+  >>> summarise({"mcc": np.array([0.5, 0.7]), "observation": np.ones((2, 3))})
+  {'mcc': {'mean': 0.6, 'std': 0.1}}
+  """
+  return {k: {"mean": round(float(np.mean(v)), 12), "std": round(float(np.std(v)), 12)}
+          for k, v in metrics.items() if np.ndim(v) == 1}
+
+
+def position_components(ds: RankingDataset):
+  """IG components over positions: ``(labels int[L], present bool[L], K)``.
+
+  >>> from ultr_jax.graph.synthetic import generate_design_dataset, DESIGN_GRAPHS
+  >>> ds = generate_design_dataset(DESIGN_GRAPHS[3], block_size=40,
+  ...                              num_queries=60, borrow=3)
+  >>> print(position_components(ds)[2])
+  3
+  """
+  from ultr_jax.graph.connectivity import check_identifiability
+  positions = ds.extras.get(
+      "positions", np.broadcast_to(np.arange(ds.list_size), ds.where.shape))
+  rep = check_identifiability(ds.doc_ids, positions, where=ds.where,
+                              num_factors=int(np.max(positions)) + 1)
+  return rep.labels, rep.present, rep.num_components
+
+
+def node_merging_canonical(ds: RankingDataset, pairs=None) -> np.ndarray:
+  r"""Merge map for position bias: Algorithm 3 with the position number as the
+  bias feature (paper C.3), or the given ``pairs`` of positions.
+
+  >>> from ultr_jax.graph.synthetic import generate_design_dataset, DESIGN_GRAPHS
+  >>> ds = generate_design_dataset(DESIGN_GRAPHS[2], block_size=40,
+  ...                              num_queries=60, borrow=3)
+  >>> node_merging_canonical(ds).tolist()
+  [0, 1, 2, 3, 3, 5, 6, 7, 8, 9]
+  """
+  from ultr_jax.graph.merging import merge_plan
+  from ultr_jax.graph.mst import UnionFind
+  labels, present, _ = position_components(ds)
+  if pairs is None:
+    return merge_plan(np.arange(labels.shape[0], dtype=np.float64), labels,
+                      present).canonical
+  uf = UnionFind(labels.shape[0])
+  for a, b in pairs:
+    uf.union(a, b)
+  return uf.canonical()
+
+
+def node_intervention_dataset(key, ds: RankingDataset, *, epochs: int,
+                              num_clicks: float = 1e6, random_cost=False,
+                              seed: int = 0, num_docs=None, **dla_kwargs):
+  r"""Algorithm 2 applied to ``ds``: estimates :math:`\hat r, \hat o` from one
+  DLA + node merging fit (paper C.3), the min-cost plan (or the random-cost
+  ablation), and the dataset with the swapped lists appended.
+
+  Returns ``(dataset, plan)``.
+  """
+  from ultr_jax.graph.intervention import (apply_interventions,
+                                           intervention_plan,
+                                           random_intervention_plan)
+  labels, present, k = position_components(ds)
+  if k == 1:
+    return ds, []
+  if random_cost:
+    plan = random_intervention_plan(np.random.default_rng(seed), ds.doc_ids,
+                                    ds.where, labels, present=present)
+  else:
+    m = run_method(key, ds, method="dla", runs=1, epochs=epochs,
+                   num_clicks=num_clicks, num_docs=num_docs,
+                   canonical=node_merging_canonical(ds), **dla_kwargs)
+    plan = intervention_plan(ds.doc_ids, ds.where, labels, m["relevance"][0],
+                             m["observation"][0], present=present)
+  return apply_interventions(ds, plan), plan
+
+
+TABLE1_METHODS = (("DLA", "dla"), ("Regression-EM", "regression_em"),
+                  ("Two-Tower", "two_tower"))
+
+
+def table1(key, ds: RankingDataset, *, runs: int, epochs: dict,
+           num_clicks: float = 1e6, method_kwargs: Optional[dict] = None,
+           num_docs=None, log=print) -> dict:
+  r"""Table 1: No debias, and each method raw, + node intervention and + node
+  merging, ``runs`` runs each.
+
+  Args:
+    key: PRNG key (the same run keys are used for every row).
+    ds: a dataset with position bias (the paper's K = 2).
+    runs: runs per row.
+    epochs: ``{"dla": ..., "regression_em": ..., "two_tower": ...}``.
+    num_clicks: impressions per record.
+    method_kwargs: extra fit arguments per method.
+
+  Returns:
+    ``{row name: metrics dict of float[runs] arrays}`` plus ``"_plan"``: the
+    intervention plan and ``"_canonical"``: the merge map.
+  """
+  method_kwargs = method_kwargs or {}
+  k_est, k_run = jax.random.split(key)
+  canonical = node_merging_canonical(ds)
+  ds_ni, plan = node_intervention_dataset(
+      k_est, ds, epochs=epochs["dla"], num_clicks=num_clicks,
+      num_docs=num_docs, **method_kwargs.get("dla", {}))
+  rows = {}
+  common = dict(runs=runs, num_clicks=num_clicks, num_docs=num_docs)
+  rows["No debias"] = run_method(k_run, ds, method="no_debias", epochs=1,
+                                 **common)
+  log("No debias done")
+  for name, method in TABLE1_METHODS:
+    kw = dict(epochs=epochs[method], **common, **method_kwargs.get(method, {}))
+    rows[name] = run_method(k_run, ds, method=method, **kw)
+    rows[f"{name} + node intervention"] = run_method(
+        k_run, ds_ni, method=method, **kw)
+    rows[f"{name} + node merging"] = run_method(
+        k_run, ds, method=method, canonical=canonical, **kw)
+    log(f"{name} rows done")
+  rows["_plan"] = plan
+  rows["_canonical"] = canonical
+  return rows
