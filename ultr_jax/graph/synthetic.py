@@ -51,8 +51,9 @@ def generate_design_dataset(
   Args:
     edges: design-graph edges between positions.
     seed: NumPy seed.
-    num_positions, block_size, num_queries, borrow: sizes (``num_queries >=
-      block_size + borrow * max_degree``).
+    num_positions, block_size, num_queries, borrow: sizes (``num_queries >
+      block_size``; a position borrows ``min(borrow, (num_queries -
+      block_size) // degree)`` documents from each neighbour).
     label_probs: distribution of the 5-level labels (default
       :data:`LABEL_PROBS`).
 
@@ -78,13 +79,15 @@ def generate_design_dataset(
   table = np.empty((num_queries, num_positions), np.int64)
   for p in range(num_positions):
     own = p * block_size + rng.permutation(block_size)
-    borrowed = [q * block_size + rng.integers(0, block_size, borrow)
-                for q in sorted(set(nbrs[p]))]
-    fill = num_queries - block_size - sum(len(b) for b in borrowed)
-    if fill < 0:
+    adj = sorted(set(nbrs[p]))
+    spare = num_queries - block_size
+    per = min(borrow, spare // max(len(adj), 1))
+    if adj and per < 1:
       raise ValueError(
-          f"num_queries={num_queries} < block_size + borrow * degree of"
-          f" position {p}")
+          f"num_queries={num_queries} leaves no slot of position {p} for its"
+          f" {len(adj)} neighbours (block_size={block_size})")
+    borrowed = [q * block_size + rng.integers(0, block_size, per) for q in adj]
+    fill = spare - per * len(adj)
     extra = p * block_size + rng.integers(0, block_size, fill)
     table[:, p] = rng.permutation(np.concatenate([own, *borrowed, extra]))
   # Remove repeated documents within a list by swapping with other rows.
