@@ -1,6 +1,17 @@
 """ultr_jax.data: loaders, caching, preprocessing, synthetic data, batching."""
 
 from ultr_jax.data.dataset import RankingDataset
+from ultr_jax.data.preprocessing import (NORMALIZATIONS, DatasetStats, NormalizerStats, drop_queries_without_relevant,
+                                         fit_normalizer, normalize_features, stats)
+from ultr_jax.data.splits import Splits, batches, concatenate, pad_queries, take_queries, train_valid_test_split
+from ultr_jax.data.svmlight import (SVMLightRows, default_cache_dir, load_svmlight, read_svmlight, rows_to_dataset,
+                                    write_svmlight)
+from ultr_jax.data.synthetic import DEFAULT_LABEL_FRACTIONS, make_synthetic
 from ultr_jax.data.ultra import load_ultra, read_ultra_features
 
-__all__ = ["load_ultra", "read_ultra_features", "RankingDataset"]
+__all__ = ["load_ultra", "read_ultra_features", "RankingDataset",
+           "NORMALIZATIONS", "DatasetStats", "NormalizerStats", "drop_queries_without_relevant", "fit_normalizer",
+           "normalize_features", "stats",
+           "Splits", "batches", "concatenate", "pad_queries", "take_queries", "train_valid_test_split",
+           "SVMLightRows", "default_cache_dir", "load_svmlight", "read_svmlight", "rows_to_dataset", "write_svmlight",
+           "DEFAULT_LABEL_FRACTIONS", "make_synthetic"]

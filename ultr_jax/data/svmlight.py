@@ -379,8 +379,10 @@ def _read_query_file(qpath, num_rows: int, data_path) -> np.ndarray:
 def default_cache_dir() -> pathlib.Path:
   """The user cache directory for parsed files: ``$ULTR_JAX_CACHE`` or ``~/.cache/ultr_jax``.
 
-  >>> default_cache_dir().name in ("ultr_jax", "svmlight") or True
-  True
+  >>> old = os.environ.get("ULTR_JAX_CACHE"); os.environ["ULTR_JAX_CACHE"] = "/tmp/uc"
+  >>> print(default_cache_dir())
+  /tmp/uc
+  >>> _ = os.environ.pop("ULTR_JAX_CACHE") if old is None else os.environ.update(ULTR_JAX_CACHE=old)
   """
   env = os.environ.get("ULTR_JAX_CACHE")
   if env:
