@@ -65,7 +65,9 @@ def fit_normalizer(datasets: Sequence[RankingDataset], method: str) -> Normalize
   if len(x) == 0:
     raise ValueError("cannot fit a normaliser on datasets without documents")
   lx = _signed_log1p(x) if method == "log1p_zscore" else x
-  return NormalizerStats(method, x.min(0), x.max(0), lx.mean(0), lx.std(0))
+  mean, std = lx.mean(0), lx.std(0)
+  std = np.where(std > 1e-12 * np.maximum(1.0, np.abs(mean)), std, 0.0)  # constant features: rounding noise
+  return NormalizerStats(method, x.min(0), x.max(0), mean, std)
 
 
 def normalize_features(ds: RankingDataset, *, method: str = "minmax",
