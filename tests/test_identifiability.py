@@ -397,3 +397,18 @@ def test_figure3b_and_4b_node_merging(shared_data):
                          canonical=study.node_merging_canonical(
                              ds, pairs=[(a, 4)]))
     assert abs(m["mcc"].mean() - target) < 0.01, a
+
+
+def test_context_study_end_to_end():
+  from ultr_jax.graph import context_study as cs
+  f, y, wh = cs.synthetic_letor(0, num_queries=100, num_docs=300)
+  w = np.random.default_rng(0).uniform(-1, 1, 10)
+  out = cs.context_study(jax.random.PRNGKey(0), f, y, wh, num_contexts=50,
+                         w=w, runs=1, two_tower_epochs=50, log=lambda *_: None)
+  k = out["report"]["num_components"]
+  assert k > 1 and out["merge_pairs"] == k - 1
+  for row in ("No debias", "DLA", "DLA + node merging", "Two-Tower",
+              "Two-Tower + node merging"):
+    assert np.isfinite(out[row]["mcc"]).all()
+  # the exact least-squares DLA fits the clicks closely with and without merging
+  assert out["DLA"]["click_mse"][0] < out["No debias"]["click_mse"][0]

@@ -27,7 +27,9 @@ import numpy as np
 from ml_collections import config_flags
 
 from ultr_jax.data import load_ultra
-from ultr_jax.graph import DESIGN_GRAPHS, generate_design_dataset, study
+from ultr_jax.graph import (DESIGN_GRAPHS, context_study,
+                            generate_design_dataset, read_svmlight_ranking,
+                            study)
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "configs/default.py[:smoke]", lock_config=True)
@@ -220,6 +222,39 @@ def main(argv):
   if cfg.figures:
     figs = figures(cfg, key, workdir)
     _write(os.path.join(workdir, "figures.json"), json.dumps(figs, indent=1))
+  if cfg.context.enabled:
+    _write(os.path.join(workdir, "context_results.json"),
+           json.dumps(context(cfg, key), indent=1))
+
+
+def context(cfg, key):
+  """Section 5.2 / spec 4.1.11: CPBM with random contexts, IG, merging."""
+  c = cfg.context
+  if c.svmlight:
+    features, labels, where, _ = read_svmlight_ranking(c.svmlight)
+  else:
+    features, labels, where = context_study.synthetic_letor(
+        cfg.seed, num_queries=c.num_queries, num_docs=c.num_docs)
+  root = cfg.data_root or os.path.dirname(cfg.data or "")
+  path = os.path.join(root, "click_model.json")
+  if root and os.path.exists(path):
+    with open(path) as fh:
+      w = np.asarray(json.load(fh)["w"])
+  else:
+    w = np.random.default_rng(cfg.seed).uniform(-1, 1, 10)
+  out = {}
+  for nc in c.num_contexts:
+    res = context_study.context_study(
+        key, features, labels, where, num_contexts=int(nc), w=w,
+        seed=cfg.seed, epochs=c.epochs, runs=c.runs,
+        two_tower_epochs=c.two_tower_epochs, log=logging.info)
+    out[f"contexts={nc}"] = {
+        "report": res.pop("report"), "merge_pairs": res.pop("merge_pairs"),
+        **{row: study.summarise(m) for row, m in res.items()}}
+    print(f"contexts={nc}:", {row: round(v["mcc"]["mean"], 4)
+                              for row, v in out[f"contexts={nc}"].items()
+                              if isinstance(v, dict) and "mcc" in v})
+  return out
 
 
 if __name__ == "__main__":

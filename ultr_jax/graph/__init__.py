@@ -9,6 +9,7 @@ generator (:mod:`~ultr_jax.graph.synthetic`) and study driver
 (:mod:`~ultr_jax.graph.study`).
 """
 
+from ultr_jax.graph import context_study, study  # noqa: F401  (modules)
 from ultr_jax.graph.connectivity import (
     IdentifiabilityReport,
     check_identifiability,

@@ -26,12 +26,22 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   # Generator sizes (the paper's).
   c.gen = ml_collections.ConfigDict(
       {"block_size": 1000, "num_queries": 1150, "borrow": 50})
+  # The context-dependent study (Section 5.2) on synthetic LETOR data (or an
+  # SVMlight file whose line order is the logged ranking).
+  c.context = ml_collections.ConfigDict({
+      "enabled": True, "svmlight": "", "num_contexts": (1, 20, 200, 1000),
+      "num_queries": 2000, "num_docs": 5000, "epochs": 100,
+      "two_tower_epochs": 2000, "runs": 1})
   if arg == "smoke":
     c.runs = 2
     c.epochs = ml_collections.ConfigDict(
         {"dla": 200, "regression_em": 200, "two_tower": 200})
     c.figure_epochs = 200
     c.click_grid = (1e4, 1e6)
+    c.context.num_contexts = (1, 50)
+    c.context.num_queries = 100
+    c.context.num_docs = 300
+    c.context.two_tower_epochs = 100
     c.gen = ml_collections.ConfigDict(
         {"block_size": 60, "num_queries": 100, "borrow": 5})
   elif arg:
