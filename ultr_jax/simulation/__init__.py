@@ -1,1 +1,71 @@
-"""ultr_jax.simulation."""
+"""ultr_jax.simulation: click models, examination probabilities, logging policy.
+
+* :mod:`~ultr_jax.simulation.probabilities`: relevance -> click probability
+  (ERR-style and binary) and examination models (PBM, eye-tracking table,
+  trust bias, context-dependent PBM, LBD's individual-level observation,
+  cascade/DCM marginals);
+* :mod:`~ultr_jax.simulation.click_models`: jittable samplers over
+  ``[..., list_size]`` and the config-driven :func:`make_click_fn`;
+* :mod:`~ultr_jax.simulation.logging_policy`: the ULTRA protocol's production
+  ranker (trained on 1% of labelled queries) and the host-side reordering.
+"""
+
+from ultr_jax.simulation.click_models import (
+    cascade,
+    click_models,
+    context_pbm,
+    dcm,
+    individual,
+    make_click_fn,
+    pbm,
+    pbm_table,
+    sample_clicks,
+    sample_dcm_clicks,
+    trust,
+)
+from ultr_jax.simulation.logging_policy import (
+    apply_logging_policy,
+    logging_policy_scores,
+    train_logging_policy,
+)
+from ultr_jax.simulation.probabilities import (
+    IDENTIFIABILITY_CONTEXT_W,
+    ULTRA_EXAM_TABLE,
+    binary_relevance_probability,
+    context_pbm_examination,
+    dcm_examination,
+    individual_examination,
+    make_context_vectors,
+    pbm_examination,
+    pbm_table_examination,
+    relevance_probability,
+    trust_bias_epsilons,
+)
+
+__all__ = [
+    "IDENTIFIABILITY_CONTEXT_W",
+    "ULTRA_EXAM_TABLE",
+    "apply_logging_policy",
+    "binary_relevance_probability",
+    "cascade",
+    "click_models",
+    "context_pbm",
+    "context_pbm_examination",
+    "dcm",
+    "dcm_examination",
+    "individual",
+    "individual_examination",
+    "logging_policy_scores",
+    "make_click_fn",
+    "make_context_vectors",
+    "pbm",
+    "pbm_examination",
+    "pbm_table",
+    "pbm_table_examination",
+    "relevance_probability",
+    "sample_clicks",
+    "sample_dcm_clicks",
+    "train_logging_policy",
+    "trust",
+    "trust_bias_epsilons",
+]
