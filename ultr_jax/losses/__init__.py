@@ -1,1 +1,43 @@
-"""ultr_jax.losses."""
+"""ultr_jax.losses: pure ULTR losses over ``[..., list_size]`` (rax convention).
+
+One module per family; append your family's import block and ``__all__``
+entries below (one block per module).
+"""
+
+__all__: list[str] = []
+
+from ultr_jax.losses.naive import naive_sigmoid_loss, naive_softmax_loss  # noqa: E402
+
+__all__ += ["naive_sigmoid_loss", "naive_softmax_loss"]
+
+from ultr_jax.losses.ips import (  # noqa: E402
+    ips_sigmoid_loss,
+    ips_softmax_loss,
+    ips_weights,
+    snips_sigmoid_loss,
+    snips_softmax_loss,
+    snips_weights,
+)
+
+__all__ += ["ips_sigmoid_loss", "ips_softmax_loss", "ips_weights", "snips_sigmoid_loss",
+            "snips_softmax_loss", "snips_weights"]
+
+from ultr_jax.losses.dla import dla_loss, dla_weights  # noqa: E402
+
+__all__ += ["dla_loss", "dla_weights"]
+
+from ultr_jax.losses.em import em_posteriors, em_propensity_update, regression_em_loss  # noqa: E402
+
+__all__ += ["em_posteriors", "em_propensity_update", "regression_em_loss"]
+
+from ultr_jax.losses.two_tower import two_tower_log_probs, two_tower_loss  # noqa: E402
+
+__all__ += ["two_tower_log_probs", "two_tower_loss"]
+
+from ultr_jax.losses.pairwise import (  # noqa: E402
+    click_pairs,
+    pairwise_debiasing_loss,
+    pairwise_debiasing_update,
+)
+
+__all__ += ["click_pairs", "pairwise_debiasing_loss", "pairwise_debiasing_update"]

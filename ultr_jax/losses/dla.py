@@ -1,0 +1,91 @@
+r"""Dual Learning Algorithm (DLA).
+
+Ai, Bi, Luo, Guo, Croft, "Unbiased Learning to Rank with Unbiased Propensity
+Estimation", SIGIR'18. A ranker :math:`s` and a propensity tower :math:`o`
+(one logit per displayed item, usually a free logit per position) are
+learned jointly with two symmetric listwise softmax losses:
+
+.. math::
+    \ell_R = -\sum_i c_i\,\frac{\theta_1}{\theta_i}\log\mathrm{softmax}(s)_i, \qquad
+    \ell_E = -\sum_i c_i\,\frac{\gamma_1}{\gamma_i}\log\mathrm{softmax}(o)_i,
+
+where :math:`\theta = \mathrm{softmax}(o)` and :math:`\gamma =
+\mathrm{softmax}(s)` over the valid items of the list. As in ULTRA's
+``DLA`` (``get_normalized_weights``), the weights are normalised to the
+list's first item (position 1), :math:`\theta_1/\theta_i = e^{o_1 - o_i}`
+(the softmax normaliser cancels; computed in log-space), clipped at
+``max_weight`` and stop-gradiented: :math:`\ell_R` trains only the ranker,
+:math:`\ell_E` only the propensity tower. The layout convention (item
+``i`` displayed at position ``i``) makes item 0 position 1.
+"""
+
+from typing import Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import rax
+
+from ultr_jax.losses import _utils
+
+__all__ = ["dla_weights", "dla_loss"]
+
+
+def dla_weights(logits: jax.Array, *, where: Optional[jax.Array] = None,
+                max_weight: Optional[float] = None) -> jax.Array:
+  r"""Stop-gradient inverse softmax-probability weights relative to item 0.
+
+  .. math::
+      w_i = \min\Big(\frac{\mathrm{softmax}(z)_1}{\mathrm{softmax}(z)_i}, w_{max}\Big)
+          = \min(e^{z_1 - z_i}, w_{max})
+
+  Args:
+    logits: ``[..., L]`` tower logits :math:`z`.
+    where: ``[..., L]`` bool mask (weights are 1 at padding).
+    max_weight: optional clip.
+
+  Returns:
+    ``[..., L]`` weights (1 at item 0).
+
+  >>> dla_weights(jnp.log(jnp.array([0.5, 0.25, 0.25]))).tolist()
+  [1.0, 2.0, 2.0]
+  """
+  where = _utils.as_where(where, logits.shape)
+  valid = where & where[..., :1]
+  diff = jnp.where(valid, logits[..., :1] - logits, 0.0)
+  log_w = _utils.clip_log_weights(diff, max_weight)
+  return jax.lax.stop_gradient(jnp.where(valid, jnp.exp(log_w), 1.0))
+
+
+def dla_loss(scores: jax.Array, observation_logits: jax.Array, clicks: jax.Array, *,
+             where: Optional[jax.Array] = None, max_weight: Optional[float] = None,
+             reduce_fn: Optional[Callable] = jnp.mean, return_parts: bool = False):
+  r"""DLA loss :math:`\ell_R + \ell_E` (see the module docstring).
+
+  Args:
+    scores: ``[..., L]`` ranker logits.
+    observation_logits: ``[..., L]`` propensity-tower logits of each item's
+      displayed position.
+    clicks: ``[..., L]`` clicks.
+    where: ``[..., L]`` bool mask.
+    max_weight: clip of both weight vectors (ULTRA's
+      ``max_propensity_weight``; None = no clip).
+    reduce_fn: reduction over lists (None: per-list ``[...]``).
+    return_parts: if True return ``(ranker_loss, propensity_loss)``.
+
+  Returns:
+    The summed loss (or both parts).
+
+  With uniform towers both parts are the naive softmax loss:
+
+  >>> z = jnp.zeros(2); c = jnp.array([1.0, 0.0])
+  >>> round(float(dla_loss(z, z, c)), 4)  # 2 log 2
+  1.3863
+  """
+  where = _utils.as_where(where, scores.shape)
+  prop_w = dla_weights(observation_logits, where=where, max_weight=max_weight)
+  rel_w = dla_weights(scores, where=where, max_weight=max_weight)
+  ranker = rax.softmax_loss(scores, clicks, where=where, weights=prop_w, reduce_fn=reduce_fn)
+  exam = rax.softmax_loss(observation_logits, clicks, where=where, weights=rel_w, reduce_fn=reduce_fn)
+  if return_parts:
+    return ranker, exam
+  return ranker + exam
