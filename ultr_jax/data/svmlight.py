@@ -36,7 +36,8 @@ PathLike = Union[str, os.PathLike]
 _CACHE_VERSION = 1
 _COMMENT_RE = re.compile(rb"[ \t]*#[^\n]*")
 _POW10 = 10.0 ** np.arange(23)
-_CHUNK = 1 << 18
+_CHUNK = 1 << 16
+_SWAR_CHUNK = 1 << 16
 
 
 class SVMLightRows(NamedTuple):
@@ -222,20 +223,25 @@ def _parse_numbers(buf: np.ndarray, s: np.ndarray, e: np.ndarray, integer: bool)
   lens = e - s
   short = lens <= 8
   slow = []
+  # Cache-sized chunks: small temporaries are reused by the allocator
+  # instead of page-faulting fresh memory for every whole-file intermediate.
   if short.all():
-    out[:], ok = _parse8(buf, e, lens, integer)
-    slow = np.flatnonzero(~ok)
+    for a in range(0, n, _SWAR_CHUNK):
+      out[a:a + _SWAR_CHUNK], ok = _parse8(buf, e[a:a + _SWAR_CHUNK], lens[a:a + _SWAR_CHUNK], integer)
+      slow.append(a + np.flatnonzero(~ok))
   else:
     si = np.flatnonzero(short)
-    out[si], ok = _parse8(buf, e[si], lens[si], integer)
-    slow = [si[~ok]]
+    for a in range(0, len(si), _SWAR_CHUNK):
+      c = si[a:a + _SWAR_CHUNK]
+      out[c], ok = _parse8(buf, e[c], lens[c], integer)
+      slow.append(c[~ok])
     wi = np.flatnonzero(~short & (lens <= 15))
     for a in range(0, len(wi), _CHUNK):
       w = wi[a:a + _CHUNK]
       out[w], ok = _parse_wide(buf, e[w], lens[w], 15, integer)
       slow.append(w[~ok])
     slow.append(np.flatnonzero(lens > 15))
-    slow = np.concatenate(slow)
+  slow = np.concatenate(slow)
   if len(slow):
     if integer:
       return None
