@@ -1,0 +1,237 @@
+r"""LBD and its ablations as :class:`~ultr_jax.train.Method`\ s (spec-lbd 2.1-2.8).
+
+Registered names (all share :class:`~ultr_jax.models.lbd.LBDTower` and
+:mod:`ultr_jax.losses.lbd`; only the defaults of ``(lam, t)`` differ):
+
+============  =====================  ============================================
+name          default ``(lam, t)``   meaning
+============  =====================  ============================================
+``unlimited`` ``(0, 0)``             individual-level two-tower, no constraint
+``lbd_lips``  ``(100, 0)``           Lipschitz decoupling only
+``lbd_ber``   ``(0, 0.1)``           Bernoulli decoupling only
+``lbd``       ``(100, 0.1)``         both (the repo's default setting)
+``lbd_grid``  ``lams``, ``ts`` lists G independent towers trained in lockstep
+============  =====================  ============================================
+
+Method config fields (all optional):
+
+* ``ranker``: ``"dnn"``/``"mlp"`` (trunk ``hidden_sizes``) or ``"linear"``
+  (LinearMulti: LayerNorm then one dense layer).
+* ``hidden_sizes``: default ``(512, 256, 128)``; ``layer_norm`` (True).
+* ``lam``, ``t``: GP weight on the authors' scale (B, T, n) = (256, 10, 10)
+  and Bernoulli drop probability. With ``rescale_lambda`` (default True) the
+  weight is rescaled to the batch's static shape (:func:`rescale_gp_weight`).
+* ``keep`` (0.1), ``gp_mode`` (``"code"`` | ``"paper"``), ``paper_transform``.
+* ``num_positions``: observation heads ``n`` (default ``list_size``).
+* ``obs_transform``: ``"free"`` (repo) or ``"neg_softplus"`` (A4:
+  :math:`s_{obs} = -\mathrm{softplus}(\cdot) \le 0`, so "observation = 1" is
+  the maximum, as the theory assumes).
+* ``optimizer``, ``learning_rate``, ``grad_clip``: if ``optimizer`` is set
+  the method carries its own optimizer (``lbd_grid`` always does: it clips
+  each member's gradient separately, so members stay independent).
+
+At inference only the relevance head ranks (:math:`s_{rel}`), so ``t``,
+``lam`` and the observation heads cannot change a ranking (spec 2.7).
+"""
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from ultr_jax.losses.lbd import bernoulli_click_logits, lbd_forward, rescale_gp_weight, softmax_click_loss
+from ultr_jax.models.lbd import LBDTower
+from ultr_jax.train.method import Method
+from ultr_jax.train.methods import register
+
+__all__ = ["make_lbd", "make_lbd_grid", "grid_member_params", "per_member_optimizer", "VARIANT_DEFAULTS"]
+
+VARIANT_DEFAULTS = {
+    "unlimited": (0.0, 0.0),
+    "lbd_lips": (100.0, 0.0),
+    "lbd_ber": (0.0, 0.1),
+    "lbd": (100.0, 0.1),
+}
+
+
+def _tower(config, list_size: int) -> LBDTower:
+  ranker = config.get("ranker", "dnn")
+  if ranker in ("linear", "linear_multi"):
+    hidden = ()
+  elif ranker in ("dnn", "mlp"):
+    hidden = tuple(int(h) for h in config.get("hidden_sizes", (512, 256, 128)))
+  else:
+    raise ValueError(f"lbd: unknown ranker {ranker!r} (dnn, mlp, linear)")
+  return LBDTower(num_positions=int(config.get("num_positions", 0) or list_size), hidden_sizes=hidden,
+                  layer_norm=bool(config.get("layer_norm", True)))
+
+
+def _optimizer(config):
+  name = config.get("optimizer", "")
+  if not name:
+    return None
+  builders = {"adam": optax.adam, "adagrad": optax.adagrad, "sgd": optax.sgd}
+  if name not in builders:
+    raise ValueError(f"lbd: unknown optimizer {name!r}; one of {sorted(builders)}")
+  tx = builders[name](float(config.get("learning_rate", 0.05)))
+  if config.get("grad_clip", 0.0):
+    tx = optax.chain(optax.clip_by_global_norm(float(config.grad_clip)), tx)
+  return tx
+
+
+def per_member_optimizer(tx: optax.GradientTransformation) -> optax.GradientTransformation:
+  """``tx`` applied independently to every slice of a leading member axis (vmapped init/update).
+
+  >>> tx = per_member_optimizer(optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(1.0)))
+  >>> g = {"w": jnp.array([[3.0, 4.0], [0.3, 0.4]])}
+  >>> u, _ = tx.update(g, tx.init(g))
+  >>> print(u["w"])   # each row clipped to norm 1 separately
+  [[-0.6 -0.8]
+   [-0.3 -0.4]]
+  """
+  def init(params):
+    return jax.vmap(tx.init)(params)
+
+  def update(updates, state, params=None):
+    if params is None:
+      return jax.vmap(lambda u, s: tx.update(u, s))(updates, state)
+    return jax.vmap(tx.update)(updates, state, params)
+
+  return optax.GradientTransformation(init, update)
+
+
+def _single_loss(tower, config, tparams, batch, key, lam, t):
+  """LBD objective of one tower; ``lam`` on the authors' scale, ``t`` the drop probability."""
+  features, where = batch["features"], batch["where"]
+  clicks = jnp.where(where, batch["clicks"], 0.0)
+  if config.get("rescale_lambda", True):
+    b, l = features.shape[-3], features.shape[-2]
+    lam = rescale_gp_weight(lam, batch_size=b, list_size=l, num_positions=tower.num_positions)
+  neg_softplus = config.get("obs_transform", "free") == "neg_softplus"
+
+  def tower_fn(x):
+    s_rel, s_obs = tower.apply(tparams, x)
+    return s_rel, (-jax.nn.softplus(s_obs) if neg_softplus else s_obs)
+
+  k_bern, k_drop = jax.random.split(key)
+  compute_gp = not (isinstance(lam, (int, float)) and lam == 0.0)
+  if compute_gp:
+    s_rel, s_obs, gp = lbd_forward(tower_fn, features, where=where, key=k_drop,
+                                   keep=float(config.get("keep", 0.1)), mode=config.get("gp_mode", "code"),
+                                   paper_transform=config.get("paper_transform", "exp"))
+  else:
+    s_rel, s_obs = tower_fn(features)
+    gp = jnp.zeros((), s_rel.dtype)
+  static_t0 = isinstance(t, (int, float)) and t == 0.0
+  logits, gamma = bernoulli_click_logits(s_rel, s_obs, positions=batch.get("positions"),
+                                         key=None if static_t0 else k_bern, t=t)
+  sv = softmax_click_loss(logits, clicks, where=where)
+  loss = sv + lam * gp
+  n_real = jnp.maximum(jnp.sum(where), 1)
+  metrics = {"sv": sv, "gp": gp, "gamma": jnp.sum(jnp.where(where, gamma, 0.0)) / n_real}
+  return loss, metrics
+
+
+def make_lbd(config: ml_collections.ConfigDict, *, num_features: int, list_size: int,
+             name: str = "lbd") -> Method:
+  r"""One LBD-family model with fixed ``(config.lam, config.t)`` (defaults per ``name``).
+
+  .. math::  \mathcal L = \mathcal L_{sv}(s_{rel} + \gamma\, s_{obs,p}) + \lambda\, \mathcal L_{gp}
+
+  >>> m = make_lbd(ml_collections.ConfigDict({"ranker": "linear"}), num_features=3, list_size=4)
+  >>> b = {"features": jnp.ones((2, 4, 3)), "where": jnp.ones((2, 4), bool), "clicks": jnp.eye(2, 4)}
+  >>> p, extra = m.init(jax.random.key(0), b)
+  >>> loss, (metrics, _) = m.loss(p, extra, b, jax.random.key(1))
+  >>> print(m.score(p, b).shape, bool(jnp.isfinite(loss)))
+  (2, 4) True
+  """
+  del num_features
+  lam0, t0 = VARIANT_DEFAULTS.get(name, VARIANT_DEFAULTS["lbd"])
+  lam = float(config.get("lam", lam0))
+  t = float(config.get("t", t0))
+  tower = _tower(config, list_size)
+
+  def init(key, batch):
+    return {"tower": tower.init(key, batch["features"][..., :1, :])}, {}
+
+  def loss(params, extra, batch, key):
+    value, metrics = _single_loss(tower, config, params["tower"], batch, key, lam, t)
+    return value, (metrics, extra)
+
+  def score(params, batch):
+    return tower.apply(params["tower"], batch["features"])[0]
+
+  return Method(name=name, init=init, loss=loss, score=score, optimizer=_optimizer(config))
+
+
+def make_lbd_grid(config: ml_collections.ConfigDict, *, num_features: int, list_size: int) -> Method:
+  r"""``G = len(config.lams)`` LBD towers with their own ``(lam_g, t_g)``, trained in one vmapped step.
+
+  The loss is :math:`\sum_g \mathcal L(\theta_g; \lambda_g, t_g)`, so each
+  member's gradient is its own; the optimizer (``config.optimizer``, default
+  AdaGrad 0.05 with clip 5) runs per member (:func:`per_member_optimizer`).
+  ``score`` ranks with member ``config.select`` (default 0); evaluate member
+  ``g`` with ``make_lbd``'s ``score`` on :func:`grid_member_params`.
+
+  >>> cfg = ml_collections.ConfigDict({"ranker": "linear", "lams": [0.0, 100.0], "ts": [0.0, 0.2]})
+  >>> m = make_lbd_grid(cfg, num_features=3, list_size=4)
+  >>> b = {"features": jnp.ones((2, 4, 3)), "where": jnp.ones((2, 4), bool), "clicks": jnp.eye(2, 4)}
+  >>> p, extra = m.init(jax.random.key(0), b)
+  >>> print(jax.tree.leaves(p)[0].shape[0], grid_member_params(p, 1)["tower"] is not None)
+  2 True
+  """
+  del num_features
+  lams = jnp.asarray([float(v) for v in config.lams], jnp.float32)
+  ts = jnp.asarray([float(v) for v in config.ts], jnp.float32)
+  if lams.shape != ts.shape or lams.ndim != 1 or lams.size == 0:
+    raise ValueError(f"lbd_grid: lams and ts must be equal-length non-empty lists, got {config.lams}, {config.ts}")
+  g = int(lams.size)
+  tower = _tower(config, list_size)
+  tx_cfg = ml_collections.ConfigDict({
+      "optimizer": config.get("optimizer", "adagrad") or "adagrad",
+      "learning_rate": config.get("learning_rate", 0.05),
+      "grad_clip": config.get("grad_clip", 5.0)})
+  tx = per_member_optimizer(_optimizer(tx_cfg))
+  select = int(config.get("select", 0))
+
+  def init(key, batch):
+    keys = jax.random.split(key, g)
+    return {"towers": jax.vmap(lambda k: tower.init(k, batch["features"][..., :1, :]))(keys)}, {}
+
+  def loss(params, extra, batch, key):
+    keys = jax.random.split(key, g)
+    values, metrics = jax.vmap(lambda p, k, lam, t: _single_loss(tower, config, p, batch, k, lam, t))(
+        params["towers"], keys, lams, ts)
+    return jnp.sum(values), ({k: jnp.mean(v) for k, v in metrics.items()}, extra)
+
+  def score(params, batch):
+    return tower.apply(jax.tree.map(lambda p: p[select], params["towers"]), batch["features"])[0]
+
+  return Method(name="lbd_grid", init=init, loss=loss, score=score, optimizer=tx)
+
+
+def grid_member_params(params: Any, member: int, *, seed_axis: bool = False) -> dict:
+  """The params of grid member ``member`` in the layout of :func:`make_lbd` (``{"tower": ...}``).
+
+  With ``seed_axis=True`` the leaves carry a leading seed axis ``[S, G, ...]``.
+
+  >>> p = {"towers": {"w": jnp.arange(6.0).reshape(3, 2)}}
+  >>> print(grid_member_params(p, 2)["tower"]["w"])
+  [4. 5.]
+  """
+  take = (lambda x: x[:, member]) if seed_axis else (lambda x: x[member])
+  return {"tower": jax.tree.map(take, params["towers"])}
+
+
+def _variant(name):
+  def factory(config, *, num_features, list_size):
+    return make_lbd(config, num_features=num_features, list_size=list_size, name=name)
+  factory.__name__ = f"make_{name}"
+  return factory
+
+
+for _name in VARIANT_DEFAULTS:
+  register(_name)(_variant(_name))
+register("lbd_grid")(make_lbd_grid)
