@@ -15,6 +15,7 @@ Parameters are plain pytrees (``module.init(key, x)["params"]``); a
 (2, 5)
 """
 
+import math
 from typing import Callable, Optional, Sequence
 
 import flax.linen as nn
@@ -261,9 +262,9 @@ def make_ranker(kind: str = "mlp", *, hidden_sizes: Sequence[int] = (512, 256, 1
 
 
 def num_params(params) -> int:
-  """Number of scalar parameters in a pytree.
+  """Number of scalar parameters in a pytree (arrays or ``jax.eval_shape`` output).
 
   >>> num_params({"a": jnp.ones((2, 3)), "b": jnp.ones(4)})
   10
   """
-  return int(sum(x.size for x in jax.tree.leaves(params)))
+  return int(sum(math.prod(x.shape) for x in jax.tree.leaves(params)))

@@ -1,0 +1,337 @@
+r"""The baseline ULTR methods as :class:`~ultr_jax.train.Method` factories.
+
+Registered names: ``naive``, ``ips``, ``snips``, ``dla``, ``regression_em``,
+``two_tower``, ``paird`` and ``full_info``. Every factory has the signature
+``factory(config, *, num_features, list_size) -> Method``; config fields
+(read with defaults, so an empty config works):
+
+===================  ==========================  ==========================================
+field                default                     meaning
+===================  ==========================  ==========================================
+``ranker``           ``"mlp"``                   ``"linear"`` or ``"mlp"`` relevance tower
+``hidden_sizes``     ``(512, 256, 128)``         MLP hidden sizes (ELU, LayerNorm)
+``activation``       ``"elu"``                   MLP activation
+``layer_norm``       ``True``                    LayerNorm in the MLP
+``dropout``          ``0.0``                     MLP dropout (rng derived from the loss key)
+``loss_type``        ``"listwise"``              naive/ips/snips: ``"listwise"`` (softmax)
+                                                 or ``"pointwise"`` (sigmoid)
+``propensity_clip``  ``0.0``                     propensities clipped below at this value,
+                                                 i.e. weights at ``1/propensity_clip``
+                                                 (0 = no clip); ips, snips, dla, paird
+``num_positions``    ``list_size``               size of learned propensity tables
+``em_step_size``     ``0.05``                    regression_em / paird running-average step
+``em_init``          ``0.9``                     regression_em initial propensities
+``pair_p``           ``1.0``                     paird regularisation exponent
+``two_tower_mode``   ``"additive"``              ``"additive"`` or ``"product"``
+===================  ==========================  ==========================================
+
+* ``ips`` / ``snips`` weight clicks by the batch's ``examination``: the
+  **oracle** propensities from the click simulator (an upper bound on what
+  a propensity estimate can give IPS).
+* ``dla``, ``regression_em``, ``two_tower`` and ``paird`` learn position
+  propensities; :attr:`Method.propensities` reports them as a
+  ``[num_positions]`` array normalised so that position 1 is 1.
+* ``score`` always ranks with the relevance tower only (no clicks, no
+  positions); ``full_info`` trains on the graded ``labels`` (the ceiling).
+* An item's position is ``batch["positions"]`` when present, else its index.
+
+>>> from ultr_jax.train import get_method
+>>> m = get_method("dla", {"ranker": "linear"}, num_features=3, list_size=4)
+>>> params, extra = m.init(jax.random.key(0), None)
+>>> batch = {"features": jnp.ones((2, 4, 3)), "where": jnp.ones((2, 4), bool),
+...          "clicks": jnp.array([[1.0, 0, 0, 0], [0, 1.0, 0, 0]])}
+>>> loss, (metrics, extra) = m.loss(params, extra, batch, jax.random.key(1))
+>>> round(float(loss), 4)  # both DLA parts start at log 4
+2.7726
+>>> m.propensities(params, extra).tolist()
+[1.0, 1.0, 1.0, 1.0]
+"""
+
+import jax
+import jax.numpy as jnp
+
+from ultr_jax import losses
+from ultr_jax import models
+from ultr_jax.train.method import Method
+from ultr_jax.train.methods import register
+
+__all__ = ["make_relevance_tower", "batch_positions"]
+
+
+def _get(config, name, default):
+  value = config.get(name, default) if config is not None else default
+  return default if value is None else value
+
+
+def make_relevance_tower(config):
+  """The relevance tower named by ``config.ranker`` (see the module table).
+
+  >>> make_relevance_tower({"ranker": "mlp", "hidden_sizes": (8, 4)}).hidden_sizes
+  (8, 4)
+  """
+  return models.make_ranker(
+      _get(config, "ranker", "mlp"),
+      hidden_sizes=tuple(_get(config, "hidden_sizes", (512, 256, 128))),
+      activation=_get(config, "activation", "elu"),
+      layer_norm=bool(_get(config, "layer_norm", True)),
+      dropout=float(_get(config, "dropout", 0.0)),
+  )
+
+
+def batch_positions(batch) -> jax.Array:
+  """``batch["positions"]``, or the item index when absent, ``int32[..., L]``.
+
+  >>> batch_positions({"where": jnp.ones((2, 3), bool)}).tolist()
+  [[0, 1, 2], [0, 1, 2]]
+  """
+  where = batch["where"]
+  if "positions" in batch and batch["positions"] is not None:
+    return jnp.asarray(batch["positions"], jnp.int32)
+  return jnp.broadcast_to(jnp.arange(where.shape[-1], dtype=jnp.int32), where.shape)
+
+
+def _max_weight(config):
+  clip = float(_get(config, "propensity_clip", 0.0))
+  if clip < 0 or clip > 1:
+    raise ValueError(f"propensity_clip must be in [0, 1], got {clip}")
+  return None if clip == 0 else 1.0 / clip
+
+
+class _Towers:
+  """Relevance tower (+ optional position tower) helpers shared by the factories."""
+
+  def __init__(self, config, num_features, list_size, with_bias: bool):
+    self.ranker = make_relevance_tower(config)
+    self.num_features = int(num_features)
+    self.num_positions = int(_get(config, "num_positions", list_size))
+    self.bias = models.PositionBias(num_positions=self.num_positions) if with_bias else None
+    self.dropout = float(_get(config, "dropout", 0.0))
+
+  def init(self, key):
+    rel_key, bias_key = jax.random.split(key)
+    x = jnp.zeros((1, 1, self.num_features), jnp.float32)
+    params = {"relevance": self.ranker.init(rel_key, x)["params"]}
+    if self.bias is not None:
+      params["bias"] = self.bias.init(bias_key, jnp.zeros((1, 1), jnp.int32))["params"]
+    return params
+
+  def relevance(self, params, batch, key=None):
+    """Training-mode relevance logits (dropout on when configured)."""
+    x = jnp.asarray(batch["features"], jnp.float32)
+    if key is not None and self.dropout > 0:
+      return self.ranker.apply({"params": params["relevance"]}, x, deterministic=False,
+                               rngs={"dropout": key})
+    return self.ranker.apply({"params": params["relevance"]}, x)
+
+  def score(self, params, batch):
+    return self.ranker.apply({"params": params["relevance"]}, jnp.asarray(batch["features"], jnp.float32))
+
+  def observation(self, params, positions):
+    return self.bias.apply({"params": params["bias"]}, positions)
+
+  def bias_table(self, params):
+    return params["bias"]["logits"]
+
+
+def _where(batch):
+  return jnp.asarray(batch["where"]).astype(bool)
+
+
+def _make(name, towers, loss, propensities=None):
+  return Method(name=name, init=lambda key, batch: (towers.init(key), {}), loss=loss,
+                score=towers.score, propensities=propensities)
+
+
+# ----------------------------------------------------------------------------
+# Naive, IPS, SNIPS, full information.
+
+
+def _click_method(name, config, num_features, list_size, weighting):
+  towers = _Towers(config, num_features, list_size, with_bias=False)
+  loss_type = _get(config, "loss_type", "listwise")
+  if loss_type not in ("listwise", "pointwise"):
+    raise ValueError(f"{name}: loss_type must be 'listwise' or 'pointwise', got {loss_type!r}")
+  max_weight = _max_weight(config)
+  listwise = loss_type == "listwise"
+  fns = {
+      ("naive", True): losses.naive_softmax_loss,
+      ("naive", False): losses.naive_sigmoid_loss,
+      ("ips", True): losses.ips_softmax_loss,
+      ("ips", False): losses.ips_sigmoid_loss,
+      ("snips", True): losses.snips_softmax_loss,
+      ("snips", False): losses.snips_sigmoid_loss,
+  }
+  fn = fns[(weighting, listwise)]
+
+  def loss(params, extra, batch, key):
+    where = _where(batch)
+    scores = towers.relevance(params, batch, key)
+    clicks = jnp.asarray(batch["clicks"], jnp.float32)
+    if weighting == "naive":
+      value = fn(scores, clicks, where=where)
+    else:
+      value = fn(scores, clicks, propensities=jnp.asarray(batch["examination"], jnp.float32),
+                 where=where, max_weight=max_weight)
+    return value, ({}, extra)
+
+  return _make(name, towers, loss)
+
+
+@register("naive")
+def naive(config, *, num_features: int, list_size: int) -> Method:
+  """Clicks as labels (listwise softmax or pointwise sigmoid)."""
+  return _click_method("naive", config, num_features, list_size, "naive")
+
+
+@register("ips")
+def ips(config, *, num_features: int, list_size: int) -> Method:
+  """IPS with the simulator's oracle ``examination`` as propensities."""
+  return _click_method("ips", config, num_features, list_size, "ips")
+
+
+@register("snips")
+def snips(config, *, num_features: int, list_size: int) -> Method:
+  """SNIPS (batch self-normalised) with the oracle ``examination``."""
+  return _click_method("snips", config, num_features, list_size, "snips")
+
+
+@register("full_info")
+def full_info(config, *, num_features: int, list_size: int) -> Method:
+  """Listwise softmax on the true graded labels (no clicks): the ceiling."""
+  towers = _Towers(config, num_features, list_size, with_bias=False)
+
+  def loss(params, extra, batch, key):
+    scores = towers.relevance(params, batch, key)
+    labels = jnp.asarray(batch["labels"], jnp.float32)
+    return losses.naive_softmax_loss(scores, labels, where=_where(batch)), ({}, extra)
+
+  return _make("full_info", towers, loss)
+
+
+# ----------------------------------------------------------------------------
+# DLA.
+
+
+def _relative(p):
+  return p / p[..., :1]
+
+
+@register("dla")
+def dla(config, *, num_features: int, list_size: int) -> Method:
+  """Dual Learning Algorithm (Ai et al. 2018) with a free logit per position."""
+  towers = _Towers(config, num_features, list_size, with_bias=True)
+  max_weight = _max_weight(config)
+
+  def loss(params, extra, batch, key):
+    where = _where(batch)
+    scores = towers.relevance(params, batch, key)
+    obs = towers.observation(params, batch_positions(batch))
+    ranker_loss, exam_loss = losses.dla_loss(scores, obs, jnp.asarray(batch["clicks"], jnp.float32),
+                                             where=where, max_weight=max_weight, return_parts=True)
+    return ranker_loss + exam_loss, ({"ranker_loss": ranker_loss, "propensity_loss": exam_loss}, extra)
+
+  def propensities(params, extra):
+    logits = towers.bias_table(params)
+    return jnp.exp(logits - logits[..., :1])
+
+  return _make("dla", towers, loss, propensities)
+
+
+# ----------------------------------------------------------------------------
+# Regression-EM.
+
+
+@register("regression_em")
+def regression_em(config, *, num_features: int, list_size: int) -> Method:
+  """Regression-EM (Wang et al. 2018): closed-form propensity M-step in ``extra``."""
+  towers = _Towers(config, num_features, list_size, with_bias=False)
+  step_size = float(_get(config, "em_step_size", 0.05))
+  init_value = float(_get(config, "em_init", 0.9))
+  if not 0.0 < init_value < 1.0:
+    raise ValueError(f"regression_em: em_init must be in (0, 1), got {init_value}")
+
+  def init(key, batch):
+    return towers.init(key), {"propensities": jnp.full((towers.num_positions,), init_value, jnp.float32)}
+
+  def loss(params, extra, batch, key):
+    where = _where(batch)
+    positions = jnp.clip(batch_positions(batch), 0, towers.num_positions - 1)
+    theta = extra["propensities"]
+    scores = towers.relevance(params, batch, key)
+    clicks = jnp.asarray(batch["clicks"], jnp.float32)
+    value = losses.regression_em_loss(scores, clicks, propensities=jnp.take(theta, positions), where=where)
+    new_theta = losses.em_propensity_update(theta, scores, clicks, positions, where=where,
+                                            step_size=step_size)
+    return value, ({}, {"propensities": new_theta})
+
+  def propensities(params, extra):
+    return _relative(extra["propensities"])
+
+  return Method(name="regression_em", init=init, loss=loss, score=towers.score,
+                propensities=propensities)
+
+
+# ----------------------------------------------------------------------------
+# Two-tower.
+
+
+@register("two_tower")
+def two_tower(config, *, num_features: int, list_size: int) -> Method:
+  """Relevance tower + position tower trained on clicks (additive or PBM product)."""
+  towers = _Towers(config, num_features, list_size, with_bias=True)
+  mode = _get(config, "two_tower_mode", "additive")
+  if mode not in ("additive", "product"):
+    raise ValueError(f"two_tower: two_tower_mode must be 'additive' or 'product', got {mode!r}")
+
+  def loss(params, extra, batch, key):
+    where = _where(batch)
+    scores = towers.relevance(params, batch, key)
+    obs = towers.observation(params, batch_positions(batch))
+    value = losses.two_tower_loss(scores, obs, jnp.asarray(batch["clicks"], jnp.float32),
+                                  where=where, mode=mode)
+    return value, ({}, extra)
+
+  def propensities(params, extra):
+    logits = towers.bias_table(params)
+    if mode == "product":
+      log_p = jax.nn.log_sigmoid(logits)
+    else:  # additive logits: the odds factor exp(o_k) (= propensity ratio for small CTRs)
+      log_p = logits
+    return jnp.exp(log_p - log_p[..., :1])
+
+  return _make("two_tower", towers, loss, propensities)
+
+
+# ----------------------------------------------------------------------------
+# Pairwise debiasing.
+
+
+@register("paird")
+def paird(config, *, num_features: int, list_size: int) -> Method:
+  """Pairwise debiasing / Unbiased LambdaMART's estimator (Hu et al. 2019)."""
+  towers = _Towers(config, num_features, list_size, with_bias=False)
+  step_size = float(_get(config, "em_step_size", 0.05))
+  p = float(_get(config, "pair_p", 1.0))
+  max_weight = _max_weight(config)
+
+  def init(key, batch):
+    ones = jnp.ones((towers.num_positions,), jnp.float32)
+    return towers.init(key), {"t_plus": ones, "t_minus": ones}
+
+  def loss(params, extra, batch, key):
+    where = _where(batch)
+    positions = jnp.clip(batch_positions(batch), 0, towers.num_positions - 1)
+    scores = towers.relevance(params, batch, key)
+    clicks = jnp.asarray(batch["clicks"], jnp.float32)
+    value = losses.pairwise_debiasing_loss(
+        scores, clicks, t_plus=jnp.take(extra["t_plus"], positions),
+        t_minus=jnp.take(extra["t_minus"], positions), where=where, max_weight=max_weight)
+    t_plus, t_minus = losses.pairwise_debiasing_update(
+        extra["t_plus"], extra["t_minus"], scores, clicks, positions, where=where,
+        step_size=step_size, p=p)
+    return value, ({}, {"t_plus": t_plus, "t_minus": t_minus})
+
+  def propensities(params, extra):
+    return _relative(extra["t_plus"])
+
+  return Method(name="paird", init=init, loss=loss, score=towers.score, propensities=propensities)
