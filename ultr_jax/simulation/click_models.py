@@ -530,5 +530,4 @@ def make_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict]:
       return model(key, attraction, crux_features, where=where, positions=positions, **kwargs)
     return model(key, attraction, where=where, positions=positions, **kwargs)
 
-  click_fn.config = cfg  # for introspection / logging
   return click_fn
