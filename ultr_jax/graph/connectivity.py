@@ -46,14 +46,14 @@ __all__ = [
 
 
 def _hook_round(f, s, d, num_nodes):
-  """One FastSV round: stochastic + aggressive hooking, then shortcutting."""
+  """One round: hook parents on the neighbours' grandparents, then shortcut
+  twice (``min(f, f[f])``, then one more pointer jump)."""
   gf = f[f]  # grandparents
-  gs, gd = gf[s], gf[d]
-  idx = jnp.concatenate([f[s], f[d], s, d])
-  val = jnp.concatenate([gd, gs, gd, gs])
+  idx = jnp.concatenate([f[s], f[d]])
+  val = jnp.concatenate([gf[d], gf[s]])
   hooked = jax.ops.segment_min(val, idx, num_segments=num_nodes)
   f_new = jnp.minimum(jnp.minimum(f, hooked), gf)
-  return f_new
+  return f_new[f_new]
 
 
 @functools.partial(jax.jit, static_argnames=("num_nodes", "max_iters"))
@@ -74,11 +74,15 @@ def connected_components(
 
   .. math::
       f_{f_u} \leftarrow \min(f_{f_u}, g_v), \quad
-      f_u \leftarrow \min(f_u, g_v), \quad
-      f \leftarrow \min(f, g),
+      f \leftarrow \min(f, g), \quad f \leftarrow f \circ f,
 
-  with ``jax.ops.segment_min``, until :math:`f` stops changing. At the fixed
-  point :math:`f_v` is the smallest node id of the component of :math:`v`.
+  (hooking with ``jax.ops.segment_min``, then two shortcuts) until :math:`f`
+  stops changing. Labels only decrease and stay in their component
+  (:math:`f_v \le v`); a fixed point is a forest of stars with
+  :math:`f_u = f_v` on every edge, so :math:`f_v` is the smallest node id of
+  the component of :math:`v`. (FastSV's extra "aggressive" hooking
+  :math:`f_u \leftarrow \min(f_u, g_v)` doubles the scatter work per round
+  and was slower here on both random and grid graphs.)
 
   Args:
     senders: ``int[E]`` edge endpoints in ``[0, num_nodes)`` (anything where
