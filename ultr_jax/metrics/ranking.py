@@ -120,7 +120,7 @@ def err(scores: Array, labels: Array, *, where: Optional[Array] = None,
   0.53125
   """
   scores = jnp.asarray(scores)
-  labels = jnp.asarray(labels, jnp.float32)
+  labels = jnp.asarray(labels, jnp.result_type(float))
   if where is None:
     where = jnp.ones(scores.shape, bool)
   ranks = rax.utils.ranks(scores, where=where, key=key)  # 1-based, masked items last
@@ -136,7 +136,7 @@ def err(scores: Array, labels: Array, *, where: Optional[Array] = None,
   log_keep = jnp.log1p(-r_sorted)  # R < 1 always, finite
   csum = jnp.cumsum(log_keep, axis=-1)
   exclusive = csum - log_keep
-  rank = jnp.arange(1, r.shape[-1] + 1, dtype=jnp.float32)
+  rank = jnp.arange(1, r.shape[-1] + 1, dtype=r.dtype)
   values = jnp.sum(r_sorted / rank * jnp.exp(exclusive), axis=-1)
   return _reduce(values, labels, where, drop_no_relevant, reduce_fn)
 
@@ -160,7 +160,7 @@ def mrr(scores: Array, labels: Array, *, where: Optional[Array] = None,
   >>> print(float(mrr(jnp.array([3., 2., 1.]), jnp.array([0., 0., 2.]))))
   0.3333333432674408
   """
-  binary = (jnp.asarray(labels) >= relevance_threshold).astype(jnp.float32)
+  binary = (jnp.asarray(labels) >= relevance_threshold).astype(jnp.result_type(float))
   values = rax.mrr_metric(scores, binary, where=where, topn=topn, key=key, reduce_fn=None)
   return _reduce(values, labels, where, drop_no_relevant, reduce_fn)
 
@@ -187,7 +187,7 @@ def average_precision(scores: Array, labels: Array, *, where: Optional[Array] = 
   >>> print(round(float(average_precision(jnp.array([4., 3., 2., 1.]), jnp.array([1., 0., 1., 0.]))), 4))
   0.8333
   """
-  binary = (jnp.asarray(labels) >= relevance_threshold).astype(jnp.float32)
+  binary = (jnp.asarray(labels) >= relevance_threshold).astype(jnp.result_type(float))
   values = rax.ap_metric(scores, binary, where=where, topn=topn, key=key, reduce_fn=None)
   return _reduce(values, labels, where, drop_no_relevant, reduce_fn)
 
