@@ -41,3 +41,22 @@ from ultr_jax.losses.pairwise import (  # noqa: E402
 )
 
 __all__ += ["click_pairs", "pairwise_debiasing_loss", "pairwise_debiasing_update"]
+
+from ultr_jax.losses.sif import (  # noqa: E402
+    bias_likelihood_loss,
+    binary_entropy,
+    cell_marginals,
+    conditional_mi_binary,
+    doubly_robust_risk,
+    dr_targets,
+    dual_ascent_update,
+    effective_sample_size,
+    ips_targets,
+    listwise_risk,
+    oracle_leakage,
+    project_within_cells,
+)
+
+__all__ += ["bias_likelihood_loss", "binary_entropy", "cell_marginals", "conditional_mi_binary",
+            "doubly_robust_risk", "dr_targets", "dual_ascent_update", "effective_sample_size",
+            "ips_targets", "listwise_risk", "oracle_leakage", "project_within_cells"]

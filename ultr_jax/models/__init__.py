@@ -36,3 +36,7 @@ __all__ += [
 from ultr_jax.models.lbd import LBDTower, glorot_bias_init  # noqa: E402
 
 __all__ += ["LBDTower", "glorot_bias_init"]
+
+from ultr_jax.models.sif import SIFBiasTower  # noqa: E402
+
+__all__ += ["SIFBiasTower"]

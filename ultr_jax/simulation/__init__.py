@@ -28,6 +28,11 @@ from ultr_jax.simulation.logging_policy import (
     logging_policy_scores,
     train_logging_policy,
 )
+from ultr_jax.simulation.position_trust import (
+    make_position_trust_click_fn,
+    position_trust,
+    sif_toy_dataset,
+)
 from ultr_jax.simulation.probabilities import (
     IDENTIFIABILITY_CONTEXT_W,
     ULTRA_EXAM_TABLE,
@@ -56,15 +61,18 @@ __all__ = [
     "individual",
     "individual_examination",
     "logging_policy_scores",
+    "make_position_trust_click_fn",
     "make_click_fn",
     "make_context_vectors",
     "pbm",
     "pbm_examination",
     "pbm_table",
     "pbm_table_examination",
+    "position_trust",
     "relevance_probability",
     "sample_clicks",
     "sample_dcm_clicks",
+    "sif_toy_dataset",
     "train_logging_policy",
     "trust",
     "trust_bias_epsilons",

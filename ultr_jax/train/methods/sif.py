@@ -1,0 +1,303 @@
+r"""SIF-ref (spec-sif 5) as :class:`~ultr_jax.train.Method` factories.
+
+Registered names (spec 5.8):
+
+====================  ===========  ===========  =============  =======
+name                  trust head   exposure u   channels       risk
+====================  ===========  ===========  =============  =======
+``sif_lambda0``       yes          learned      none           IPS
+``sif_exp``           yes          learned      {E}            IPS
+``sif_dec``           yes          learned      {D}            IPS
+``sif_full``          yes          learned      {E, D}         IPS
+``sif_dr``            yes          learned      {E, D}         DR
+``dr``                no           frozen 0     none           DR
+``sif_position``      no           learned      {E}            IPS  (Table I "SIF")
+``ips_trust_oracle``  oracle click propensity :math:`\pi^*(1+d^*)` (T6 "IPS-full")
+``ips_dpenalty``      oracle :math:`\pi^*` + D-penalty on the oracle trust score (T6)
+====================  ===========  ===========  =============  =======
+
+The SIF step (spec 5.7) minimises
+
+.. math::
+    \mathcal L = R_{LTR}(\theta) + L_{bias}(\phi) + 1\{DR\}\,L_{imp}(\psi)
+                 + \lambda_E \hat I_E + \lambda_D \hat I_D
+
+with gradient routing: :math:`R_{LTR} \to \theta` (propensities under
+stop-gradient), :math:`L_{bias} \to \phi` (ranker output frozen),
+:math:`\hat I_E \to (a, u)` only, :math:`\hat I_D \to \theta` only (through
+the scores; the trust head enters under stop-gradient). The multipliers
+and the leakage EMAs live in the method's ``extra`` state; with
+``dual=True`` they follow :func:`~ultr_jax.losses.dual_ascent_update`.
+
+Config fields (read with defaults; the ranker fields are those of
+:mod:`~ultr_jax.train.methods.baselines`): ``lambda_E`` (1.0), ``lambda_D``
+(10.0), ``dual`` (False), ``budget_E`` / ``budget_D`` (0.01 nats),
+``dual_eta`` (1.0), ``lambda_max`` (100), ``ema_decay`` (0.9),
+``estimator`` (``"entropy"``), ``k_top`` (3), ``gamma_D`` (1.0),
+``learn_gamma_D`` (False), ``tau`` (0.01), ``snips`` (False),
+``imputer_hidden`` ((32,)), ``score_key`` (``"logging_score"``; the batch
+entry with the standardised bias source z, zeros when absent),
+``num_positions`` (list size; the display cut-off K_disp), and
+``channels`` / ``risk`` / ``trust_head`` / ``exposure_slope`` overriding
+the table above.
+
+>>> from ultr_jax.train import get_method
+>>> m = get_method("sif_full", {"ranker": "linear"}, num_features=3, list_size=4)
+>>> params, extra = m.init(jax.random.key(0), None)
+>>> batch = {"features": jnp.ones((2, 4, 3)), "where": jnp.ones((2, 4), bool),
+...          "clicks": jnp.array([[1.0, 0, 0, 0], [0, 1.0, 0, 0]]),
+...          "logging_score": jnp.array([[1.0, 0.5, 0.0, -1.0], [0.3, 0.2, -0.1, -2.0]])}
+>>> loss, (metrics, extra) = m.loss(params, extra, batch, jax.random.key(1))
+>>> print(round(float(metrics["I_E"]), 6), round(float(extra["lambda_D"]), 1))
+0.0 10.0
+"""
+
+import jax
+import jax.numpy as jnp
+
+from ultr_jax import losses
+from ultr_jax import models
+from ultr_jax.train.method import Method
+from ultr_jax.train.methods import register
+from ultr_jax.train.methods.baselines import batch_positions, make_relevance_tower
+
+__all__ = ["make_sif_method", "with_leakage_diagnostics", "VARIANTS"]
+
+#: name -> (trust_head, exposure_slope, channels, risk)
+VARIANTS = {
+    "sif_lambda0": (True, True, (), "ips"),
+    "sif_exp": (True, True, ("E",), "ips"),
+    "sif_dec": (True, True, ("D",), "ips"),
+    "sif_full": (True, True, ("E", "D"), "ips"),
+    "sif_dr": (True, True, ("E", "D"), "dr"),
+    "dr": (False, False, (), "dr"),
+    "sif_position": (False, True, ("E",), "ips"),
+}
+
+
+def _get(config, name, default):
+  value = config.get(name, default) if config is not None else default
+  return default if value is None else value
+
+
+def _relevance(ranker, params, batch):
+  return ranker.apply({"params": params["relevance"]}, jnp.asarray(batch["features"], jnp.float32))
+
+
+def make_sif_method(name, config, *, num_features: int, list_size: int) -> Method:
+  """Builds a SIF-ref variant (``VARIANTS[name]`` defaults, overridable by config)."""
+  trust_head, slope, channels, risk = VARIANTS.get(name, VARIANTS["sif_full"])
+  trust_head = bool(_get(config, "trust_head", trust_head))
+  slope = bool(_get(config, "exposure_slope", slope))
+  channels = tuple(_get(config, "channels", channels))
+  risk = _get(config, "risk", risk)
+  if risk not in ("ips", "dr"):
+    raise ValueError(f"{name}: risk must be 'ips' or 'dr', got {risk!r}")
+  if set(channels) - {"E", "D"}:
+    raise ValueError(f"{name}: channels must be a subset of ('E', 'D'), got {channels!r}")
+  num_positions = int(_get(config, "num_positions", list_size))
+  k_top = min(int(_get(config, "k_top", 3)), num_positions)
+  tau = float(_get(config, "tau", 0.01))
+  estimator = _get(config, "estimator", "entropy")
+  score_key = _get(config, "score_key", "logging_score")
+  dual = bool(_get(config, "dual", False))
+  budgets = {"E": float(_get(config, "budget_E", 0.01)), "D": float(_get(config, "budget_D", 0.01))}
+  lam0 = {"E": float(_get(config, "lambda_E", 1.0)), "D": float(_get(config, "lambda_D", 10.0))}
+  if dual:
+    lam0 = {"E": float(_get(config, "lambda_E_init", 0.0)), "D": float(_get(config, "lambda_D_init", 0.0))}
+  dual_eta = float(_get(config, "dual_eta", 1.0))
+  lam_max = float(_get(config, "lambda_max", 100.0))
+  decay = float(_get(config, "ema_decay", 0.9))
+  snips = bool(_get(config, "snips", False))
+
+  ranker = make_relevance_tower(config)
+  bias = models.SIFBiasTower(num_positions=num_positions, k_top=k_top,
+                             gamma_d=float(_get(config, "gamma_D", 1.0)), trust_head=trust_head,
+                             learn_gamma_d=bool(_get(config, "learn_gamma_D", False)),
+                             exposure_slope=slope)
+  imputer = None
+  if risk == "dr":
+    imputer = models.make_ranker("mlp", hidden_sizes=tuple(_get(config, "imputer_hidden", (32,))),
+                                 activation="elu", layer_norm=False)
+
+  def init(key, batch):
+    kr, kb, ki = jax.random.split(key, 3)
+    x = jnp.zeros((1, 1, num_features), jnp.float32)
+    params = {"relevance": ranker.init(kr, x)["params"],
+              "bias": bias.init(kb, jnp.zeros((1, 1), jnp.int32), jnp.zeros((1, 1)))["params"]}
+    if imputer is not None:
+      params["imputer"] = imputer.init(ki, x)["params"]
+    extra = {"lambda_E": jnp.float32(lam0["E"]), "lambda_D": jnp.float32(lam0["D"]),
+             "ema_E": jnp.float32(0.0), "ema_D": jnp.float32(0.0), "steps": jnp.int32(0),
+             "exposure": jnp.ones((num_positions,), jnp.float32)}
+    return params, extra
+
+  def loss(params, extra, batch, key):
+    del key
+    sg = jax.lax.stop_gradient
+    where = jnp.asarray(batch["where"], bool)
+    pos = batch_positions(batch)
+    disp = where & (pos < num_positions)
+    top = disp & (pos < k_top)
+    clicks = jnp.where(where, jnp.asarray(batch["clicks"], jnp.float32), 0.0)
+    z = jnp.asarray(batch[score_key], jnp.float32) if score_key in batch else jnp.zeros(where.shape)
+    s = _relevance(ranker, params, batch)
+    out = bias.apply({"params": params["bias"]}, pos, z)
+    e, d, rho = out["exposure"], out["trust"], out["click_propensity"]
+    rhat = bias.apply({"params": params["bias"]}, s, method=models.SIFBiasTower.calibrate)
+    l_bias = losses.bias_likelihood_loss(clicks, rho * rhat, where=disp)
+    if risk == "dr":
+      m = jax.nn.sigmoid(imputer.apply({"params": params["imputer"]},
+                                       jnp.asarray(batch["features"], jnp.float32)))
+      l_imp = losses.bias_likelihood_loss(clicks, sg(rho) * m, where=disp)
+      targets = losses.dr_targets(clicks, rho, m, where=where, displayed=disp, tau=tau)
+      r_ltr = losses.listwise_risk(s, targets, where=where)
+    else:
+      l_imp = jnp.float32(0.0)
+      targets = losses.ips_targets(clicks, rho, where=disp, tau=tau)
+      r_ltr = losses.listwise_risk(s, targets, where=disp)
+      if snips:
+        clicked = disp & (clicks > 0)
+        w = 1.0 / jnp.maximum(sg(rho), tau)
+        n = jnp.sum(clicked)
+        mean_w = jnp.sum(jnp.where(clicked, w, 0.0)) / jnp.maximum(n, 1)
+        r_ltr = r_ltr / jnp.where(n > 0, mean_w, 1.0)
+    i_e = losses.conditional_mi_binary(e, pos, where=disp, num_cells=num_positions, estimator=estimator)
+    q = losses.project_within_cells(sg(d), s, pos, where=top, num_cells=k_top)
+    i_d = losses.conditional_mi_binary(q, pos, where=top, num_cells=k_top, estimator=estimator)
+    lam_e, lam_d = sg(extra["lambda_E"]), sg(extra["lambda_D"])
+    total = r_ltr + l_bias + l_imp
+    if "E" in channels:
+      total = total + lam_e * i_e
+    if "D" in channels:
+      total = total + lam_d * i_d
+    first = extra["steps"] == 0
+    new_extra = dict(extra)
+    for ch, value in (("E", i_e), ("D", i_d)):
+      if dual and ch in channels:
+        lam, ema = losses.dual_ascent_update(extra[f"lambda_{ch}"], extra[f"ema_{ch}"], value,
+                                             budget=budgets[ch], eta=dual_eta, lam_max=lam_max,
+                                             decay=decay, first=first)
+        new_extra[f"lambda_{ch}"] = lam
+      else:
+        ema = jnp.where(first, sg(value), decay * extra[f"ema_{ch}"] + (1 - decay) * sg(value))
+      new_extra[f"ema_{ch}"] = ema
+    marg = losses.cell_marginals(sg(e), pos, where=disp, num_cells=num_positions)
+    seen = losses.cell_marginals(jnp.ones_like(e), pos, where=disp, num_cells=num_positions) > 0
+    upd = jnp.where(first, marg, 0.99 * extra["exposure"] + 0.01 * marg)
+    new_extra["exposure"] = jnp.where(seen, upd, extra["exposure"])
+    new_extra["steps"] = extra["steps"] + 1
+    w = jnp.where(disp, 1.0 / jnp.maximum(sg(rho), tau), 0.0)
+    metrics = {"risk": r_ltr, "bias_loss": l_bias, "imputation_loss": l_imp, "I_E": i_e, "I_D": i_d,
+               "lambda_E": extra["lambda_E"], "lambda_D": extra["lambda_D"],
+               "ema_I_E": new_extra["ema_E"], "ema_I_D": new_extra["ema_D"],
+               "ess": losses.effective_sample_size(w, where=disp)}
+    return total, (metrics, new_extra)
+
+  def score(params, batch):
+    return _relevance(ranker, params, batch)
+
+  def propensities(params, extra):
+    return extra["exposure"] / extra["exposure"][..., :1]
+
+  return Method(name=name, init=init, loss=loss, score=score, propensities=propensities)
+
+
+def _register_variant(name):
+  @register(name)
+  def factory(config, *, num_features: int, list_size: int) -> Method:
+    return make_sif_method(name, config, num_features=num_features, list_size=list_size)
+
+  factory.__name__ = name
+  factory.__doc__ = f"SIF-ref variant {name!r}: (trust_head, exposure_slope, channels, risk) = {VARIANTS[name]}."
+  return factory
+
+
+for _name in VARIANTS:
+  _register_variant(_name)
+
+
+# ----------------------------------------------------------------------------
+# Oracle-propensity variants of the T6 toy.
+
+
+def _oracle_method(name, config, num_features, list_size, penalty):
+  ranker = make_relevance_tower(config)
+  tau = float(_get(config, "tau", 0.01))
+  k_top = int(_get(config, "k_top", 3))
+  lam_d = float(_get(config, "lambda_D", 10.0))
+  estimator = _get(config, "estimator", "variance")
+  prop_key = "examination" if penalty else "click_propensity"
+
+  def init(key, batch):
+    return {"relevance": ranker.init(key, jnp.zeros((1, 1, num_features)))["params"]}, {}
+
+  def loss(params, extra, batch, key):
+    del key
+    where = jnp.asarray(batch["where"], bool)
+    if prop_key not in batch:
+      raise ValueError(f"{name}: batch needs {prop_key!r} (use the position_trust click_fn)")
+    s = _relevance(ranker, params, batch)
+    targets = losses.ips_targets(jnp.asarray(batch["clicks"], jnp.float32), batch[prop_key],
+                                 where=where, tau=tau)
+    r_ltr = losses.listwise_risk(s, targets, where=where)
+    metrics = {"risk": r_ltr}
+    total = r_ltr
+    if penalty:
+      pos = batch_positions(batch)
+      top = where & (pos < k_top)
+      q = losses.project_within_cells(batch["trust_score"], s, pos, where=top, num_cells=k_top)
+      i_d = losses.conditional_mi_binary(q, pos, where=top, num_cells=k_top, estimator=estimator)
+      total = total + lam_d * i_d
+      metrics["I_D"] = i_d
+    return total, (metrics, extra)
+
+  return Method(name=name, init=init, loss=loss, score=lambda p, b: _relevance(ranker, p, b))
+
+
+@register("ips_trust_oracle")
+def ips_trust_oracle(config, *, num_features: int, list_size: int) -> Method:
+  r"""IPS with the oracle click propensity :math:`\pi^*(1 + d^*)` (T6's "IPS-full")."""
+  return _oracle_method("ips_trust_oracle", config, num_features, list_size, penalty=False)
+
+
+@register("ips_dpenalty")
+def ips_dpenalty(config, *, num_features: int, list_size: int) -> Method:
+  r"""IPS with oracle :math:`\pi^*` + ``lambda_D`` times the D-penalty on the oracle :math:`\sigma(\gamma z)` (T6)."""
+  return _oracle_method("ips_dpenalty", config, num_features, list_size, penalty=True)
+
+
+# ----------------------------------------------------------------------------
+# Diagnostics for any method.
+
+
+def with_leakage_diagnostics(method: Method, *, k_top: int = 3, num_labels: int = 5,
+                             oracle_key: str = "trust_score") -> Method:
+  r"""``method`` with two extra logged metrics, for comparing any method's leakage.
+
+  * ``oracle_I_D``: :func:`~ultr_jax.losses.oracle_leakage` of the method's
+    scores against the batch's oracle trust probability (``oracle_key``),
+    cells (position, label) over the top ``k_top`` positions (spec 6.4);
+  * ``ess_model``: the ESS of ``1 / propensities`` when the method reports
+    propensities.
+
+  The loss value and gradients are unchanged.
+  """
+
+  def loss(params, extra, batch, key):
+    value, (metrics, new_extra) = method.loss(params, extra, batch, key)
+    metrics = dict(metrics)
+    if oracle_key in batch and "labels" in batch:
+      s = jax.lax.stop_gradient(method.score(params, batch))
+      metrics["oracle_I_D"] = losses.oracle_leakage(
+          s, batch[oracle_key], batch_positions(batch), batch["labels"],
+          where=jnp.asarray(batch["where"], bool), k_top=k_top, num_labels=num_labels)
+    if method.propensities is not None:
+      p = jax.lax.stop_gradient(method.propensities(params, extra))
+      pos = jnp.clip(batch_positions(batch), 0, p.shape[-1] - 1)
+      w = 1.0 / jnp.maximum(jnp.take(p, pos), 1e-2)
+      metrics["ess_model"] = losses.effective_sample_size(w, where=jnp.asarray(batch["where"], bool))
+    return value, (metrics, new_extra)
+
+  return Method(name=method.name, init=method.init, loss=loss, score=method.score,
+                propensities=method.propensities, optimizer=method.optimizer)
