@@ -1,0 +1,418 @@
+"""Tests of the baseline ULTR losses: closed forms, NumPy references, invariants.
+
+The invariants (mask equals truncation, leading dims, vmap, all-masked,
+extreme scores, check_grads, compiles once) are parametrized over every loss
+in ``CASES``.
+"""
+
+import dataclasses
+import functools
+import math
+from typing import Callable, Optional
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import rax
+from jax import test_util as jtu
+
+from ultr_jax import losses
+
+# ----------------------------------------------------------------------------
+# Every loss as f(scores, clicks, aux, *, where, reduce_fn); aux is the second
+# per-item input (propensities, observation logits or t-ratios).
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+  name: str
+  fn: Callable  # fn(scores, clicks, aux, *, where, reduce_fn)
+  aux: str  # "prob": aux in (0.1, 1); "logit": any real
+  separable: bool = True  # sum over lists of per-list losses == batch sum
+  grad_aux: bool = False  # aux is trained by this loss
+  # frozen(s0, a0) -> fn(s, a) with every stop-gradient quantity fixed at (s0, a0);
+  # None when the stop-gradient parts do not depend on the differentiated inputs.
+  frozen: Optional[Callable] = None
+
+
+def _dla_frozen(s0, a0, clicks, where):
+  pw = losses.dla_weights(a0, where=where, max_weight=100.0)
+  rw = losses.dla_weights(s0, where=where, max_weight=100.0)
+  return lambda s, a: (rax.softmax_loss(s, clicks, where=where, weights=pw)
+                       + rax.softmax_loss(a, clicks, where=where, weights=rw))
+
+
+def _rem_frozen(s0, a0, clicks, where):
+  target = losses.em_posteriors(s0, a0, clicks, where=where)["relevance"]
+  return lambda s, a: rax.pointwise_sigmoid_loss(s, target, where=where)
+
+
+CASES = [
+    Case("naive_sigmoid", lambda s, c, a, **kw: losses.naive_sigmoid_loss(s, c, **kw), "prob"),
+    Case("naive_softmax", lambda s, c, a, **kw: losses.naive_softmax_loss(s, c, **kw), "prob"),
+    Case("ips_sigmoid", lambda s, c, a, **kw: losses.ips_sigmoid_loss(s, c, propensities=a, **kw), "prob"),
+    Case("ips_softmax", lambda s, c, a, **kw: losses.ips_softmax_loss(s, c, propensities=a, **kw), "prob"),
+    Case("snips_sigmoid", lambda s, c, a, **kw: losses.snips_sigmoid_loss(s, c, propensities=a, **kw),
+         "prob", separable=False),
+    Case("snips_softmax", lambda s, c, a, **kw: losses.snips_softmax_loss(s, c, propensities=a, **kw),
+         "prob", separable=False),
+    Case("dla", lambda s, c, a, **kw: losses.dla_loss(s, a, c, max_weight=100.0, **kw), "logit",
+         grad_aux=True, frozen=_dla_frozen),
+    Case("regression_em", lambda s, c, a, **kw: losses.regression_em_loss(s, c, propensities=a, **kw),
+         "prob", frozen=_rem_frozen),
+    Case("two_tower_additive", lambda s, c, a, **kw: losses.two_tower_loss(s, a, c, mode="additive", **kw),
+         "logit", grad_aux=True),
+    Case("two_tower_product", lambda s, c, a, **kw: losses.two_tower_loss(s, a, c, mode="product", **kw),
+         "logit", grad_aux=True),
+    Case("paird", lambda s, c, a, **kw: losses.pairwise_debiasing_loss(s, c, t_plus=a, t_minus=jnp.sqrt(a),
+                                                                       **kw), "prob"),
+]
+IDS = [c.name for c in CASES]
+
+
+def _data(key, shape, case, dtype=jnp.float32):
+  ks, kc, ka, kw = jax.random.split(key, 4)
+  scores = jax.random.normal(ks, shape, dtype)
+  clicks = jax.random.bernoulli(kc, 0.4, shape).astype(dtype)
+  if case.aux == "prob":
+    aux = jax.random.uniform(ka, shape, dtype, 0.1, 1.0)
+  else:
+    aux = jax.random.normal(ka, shape, dtype)
+  # Left-aligned lists with 3..L valid items (item 0 always valid).
+  lengths = jax.random.randint(kw, shape[:-1], 3, shape[-1] + 1)
+  where = jnp.arange(shape[-1]) < lengths[..., None]
+  return scores, clicks, aux, where
+
+
+# ----------------------------------------------------------------------------
+# Invariants, parametrized over every loss.
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_mask_equals_truncation(case):
+  s, c, a, _ = _data(jax.random.key(0), (5, 7), case)
+  where = jnp.broadcast_to(jnp.arange(7) < 5, (5, 7))
+  s_pad = s.at[:, 5:].set(1e4)  # garbage beyond the mask
+  c_pad = c.at[:, 5:].set(1.0)
+  masked = case.fn(s_pad, c_pad, a, where=where, reduce_fn=jnp.mean)
+  truncated = case.fn(s[:, :5], c[:, :5], a[:, :5], where=None, reduce_fn=jnp.mean)
+  np.testing.assert_allclose(masked, truncated, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_arbitrary_leading_dims(case):
+  s, c, a, w = _data(jax.random.key(1), (12, 6), case)
+  flat = case.fn(s, c, a, where=w, reduce_fn=jnp.mean)
+  for lead in [(3, 4), (2, 3, 2), (1, 12)]:
+    r = lambda x: x.reshape(*lead, 6)
+    np.testing.assert_allclose(case.fn(r(s), r(c), r(a), where=r(w), reduce_fn=jnp.mean), flat,
+                               rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_vmap_equals_loop_and_batch(case):
+  s, c, a, w = _data(jax.random.key(2), (3, 4, 6), case)
+  fn = lambda s, c, a, w: case.fn(s, c, a, where=w, reduce_fn=jnp.mean)
+  vmapped = jax.vmap(fn)(s, c, a, w)
+  looped = jnp.stack([fn(s[i], c[i], a[i], w[i]) for i in range(3)])
+  np.testing.assert_allclose(vmapped, looped, rtol=1e-5, atol=1e-6)
+  if case.separable:
+    total = lambda s, c, a, w: case.fn(s, c, a, where=w, reduce_fn=jnp.sum)
+    per_list = jax.vmap(total)(s.reshape(12, 6), c.reshape(12, 6), a.reshape(12, 6), w.reshape(12, 6))
+    np.testing.assert_allclose(per_list.sum(), total(s, c, a, w), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_reduce_fn_none_sums_to_sum(case):
+  s, c, a, w = _data(jax.random.key(3), (4, 6), case)
+  none = case.fn(s, c, a, where=w, reduce_fn=None)
+  np.testing.assert_allclose(none.sum(), case.fn(s, c, a, where=w, reduce_fn=jnp.sum), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_all_masked_gives_zero_loss_and_finite_zero_grads(case):
+  s, c, a, _ = _data(jax.random.key(4), (3, 5), case)
+  where = jnp.zeros((3, 5), bool)
+  fn = lambda s, a: case.fn(s, c, a, where=where, reduce_fn=jnp.mean)
+  assert float(fn(s, a)) == 0.0
+  gs, ga = jax.grad(fn, argnums=(0, 1))(s, a)
+  np.testing.assert_array_equal(gs, 0.0)
+  np.testing.assert_array_equal(ga, 0.0)
+  # One all-masked list among valid ones changes nothing.
+  s2, c2, a2, w2 = _data(jax.random.key(5), (3, 5), case)
+  w_mixed = w2.at[1].set(False)
+  keep = jnp.array([0, 2])
+  np.testing.assert_allclose(case.fn(s2, c2, a2, where=w_mixed, reduce_fn=jnp.mean),
+                             case.fn(s2[keep], c2[keep], a2[keep], where=w2[keep], reduce_fn=jnp.mean),
+                             rtol=1e-5)
+  g = jax.grad(lambda s: case.fn(s, c2, a2, where=w_mixed, reduce_fn=jnp.mean))(s2)
+  assert np.all(np.isfinite(g)) and np.all(g[1] == 0.0)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+@pytest.mark.parametrize("scale", [1e3, 1e30])
+def test_extreme_scores_are_finite(case, scale):
+  s, c, a, w = _data(jax.random.key(6), (4, 6), case)
+  s = jnp.sign(s) * scale
+  if case.aux == "logit":
+    a = jnp.sign(a) * scale
+  fn = lambda s, a: case.fn(s, c, a, where=w, reduce_fn=jnp.mean)
+  assert np.isfinite(float(fn(s, a)))
+  gs, ga = jax.grad(fn, argnums=(0, 1))(s, a)
+  assert np.all(np.isfinite(gs)) and np.all(np.isfinite(ga))
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_check_grads(case):
+  with jax.enable_x64(True):
+    s, c, a, w = _data(jax.random.key(7), (3, 5), case, dtype=jnp.float64)
+    fn = lambda s, a: case.fn(s, c, a, where=w, reduce_fn=jnp.mean)
+    ref = case.frozen(s, a, c, w) if case.frozen is not None else fn
+    if case.grad_aux:
+      jtu.check_grads(ref, (s, a), order=1, modes=("rev",))
+      got = jax.grad(fn, argnums=(0, 1))(s, a)
+      want = jax.grad(ref, argnums=(0, 1))(s, a)
+    else:
+      jtu.check_grads(lambda s: ref(s, a), (s,), order=1, modes=("rev",))
+      got, want = jax.grad(fn)(s, a), jax.grad(ref)(s, a)
+    chex.assert_trees_all_close(got, want, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_compiles_once(case):
+  chex.clear_trace_counter()
+
+  @jax.jit
+  @chex.assert_max_traces(n=1)
+  def step(s, c, a, w):
+    return jax.value_and_grad(lambda s: case.fn(s, c, a, where=w, reduce_fn=jnp.mean))(s)
+
+  for seed in range(3):
+    s, c, a, w = _data(jax.random.key(10 + seed), (4, 6), case)
+    step(s, c, a, w)
+
+
+# ----------------------------------------------------------------------------
+# Closed forms and NumPy references.
+
+sig = lambda z: 1.0 / (1.0 + np.exp(-np.asarray(z, np.float64)))
+log_softmax = lambda s: s - np.log(np.sum(np.exp(s)))
+
+
+def test_naive_losses_closed_form():
+  s, c = np.array([1.0, -0.5, 0.2]), np.array([1.0, 0.0, 1.0])
+  bce = -(c * np.log(sig(s)) + (1 - c) * np.log(sig(-s)))
+  np.testing.assert_allclose(losses.naive_sigmoid_loss(jnp.array(s), jnp.array(c)), bce.mean(), rtol=1e-6)
+  np.testing.assert_allclose(losses.naive_softmax_loss(jnp.array(s), jnp.array(c)),
+                             -(c * log_softmax(s)).sum(), rtol=1e-6)
+
+
+def test_ips_weights_clip_pad_and_stop_gradient():
+  p = jnp.array([1.0, 0.25, 0.01, 0.0])
+  where = jnp.array([True, True, True, False])
+  np.testing.assert_allclose(losses.ips_weights(p, where=where), [1.0, 4.0, 100.0, 1.0], rtol=1e-6)
+  np.testing.assert_allclose(losses.ips_weights(p, where=where, max_weight=10.0), [1.0, 4.0, 10.0, 1.0],
+                             rtol=1e-6)
+  g = jax.grad(lambda p: losses.ips_weights(p, where=where).sum())(p)
+  np.testing.assert_array_equal(g, 0.0)
+  with pytest.raises(ValueError, match="max_weight"):
+    losses.ips_weights(p, max_weight=0.0)
+
+
+@pytest.mark.parametrize("fn, ref", [
+    (losses.ips_sigmoid_loss, lambda s, g: np.mean(-(g * np.log(sig(s)) + (1 - g) * np.log(sig(-s))))),
+    (losses.ips_softmax_loss, lambda s, g: -(g * log_softmax(s)).sum()),
+])
+def test_ips_is_unbiased_under_pbm(fn, ref):
+  """Both IPS losses are linear in the clicks, so E_c[loss] = loss(E[c]) = loss on relevance."""
+  with jax.enable_x64(True):
+    s = np.array([0.3, -1.0, 2.0, 0.0])
+    gamma = np.array([0.9, 0.2, 0.6, 0.5])
+    theta = np.array([1.0, 0.5, 1 / 3, 0.25])
+    got = fn(jnp.array(s), jnp.array(theta * gamma), propensities=jnp.array(theta))
+    np.testing.assert_allclose(got, ref(s, gamma), rtol=1e-10)
+    # Exact expectation over every click vector (2^4 outcomes).
+    outcomes = np.array(np.meshgrid(*[[0, 1]] * 4, indexing="ij")).reshape(4, -1).T
+    probs = np.prod(np.where(outcomes == 1, theta * gamma, 1 - theta * gamma), axis=1)
+    vals = jax.vmap(lambda c: fn(jnp.array(s), c, propensities=jnp.array(theta)))(jnp.array(outcomes, float))
+    np.testing.assert_allclose(np.sum(probs * np.asarray(vals)), ref(s, gamma), rtol=1e-10)
+
+
+def test_snips_normalises_within_the_batch():
+  p = jnp.array([[1.0, 0.5, 0.2], [1.0, 0.5, 0.2]])
+  c = jnp.array([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])
+  w = losses.snips_weights(p, c)
+  np.testing.assert_allclose(jnp.sum(w * c), jnp.sum(c), rtol=1e-6)
+  ratio = np.asarray(w / losses.ips_weights(p))
+  np.testing.assert_allclose(ratio, ratio[0, 0], rtol=1e-6)  # one batch-wide factor
+  np.testing.assert_allclose(ratio[0, 0], 3.0 / (1 + 5 + 2), rtol=1e-6)
+  # No clicks: plain IPS weights.
+  np.testing.assert_allclose(losses.snips_weights(p, jnp.zeros_like(c)), losses.ips_weights(p))
+  s = jnp.array([[0.1, 0.2, -0.3], [1.0, 0.0, 0.5]])
+  np.testing.assert_allclose(losses.snips_softmax_loss(s, c, propensities=p),
+                             losses.naive_softmax_loss(s, c, weights=w), rtol=1e-6)
+
+
+def test_dla_closed_form_and_stop_gradients():
+  with jax.enable_x64(True):
+    s = np.array([0.5, 1.0, -1.0])
+    o = np.log(np.array([0.6, 0.3, 0.1]))
+    c = np.array([0.0, 1.0, 1.0])
+    theta = np.exp(log_softmax(o))
+    gamma = np.exp(log_softmax(s))
+    ranker = -(c * theta[0] / theta * log_softmax(s)).sum()
+    exam = -(c * gamma[0] / gamma * log_softmax(o)).sum()
+    r, e = losses.dla_loss(jnp.array(s), jnp.array(o), jnp.array(c), return_parts=True)
+    np.testing.assert_allclose([r, e], [ranker, exam], rtol=1e-10)
+    np.testing.assert_allclose(losses.dla_weights(jnp.array(o)), [1.0, 2.0, 6.0], rtol=1e-10)
+    np.testing.assert_allclose(losses.dla_weights(jnp.array(o), max_weight=3.0), [1.0, 2.0, 3.0])
+    # The ranker part trains only the ranker, the examination part only the tower.
+    g_r = jax.grad(lambda o: losses.dla_loss(jnp.array(s), o, jnp.array(c), return_parts=True)[0])(jnp.array(o))
+    g_e = jax.grad(lambda s: losses.dla_loss(s, jnp.array(o), jnp.array(c), return_parts=True)[1])(jnp.array(s))
+    np.testing.assert_array_equal(g_r, 0.0)
+    np.testing.assert_array_equal(g_e, 0.0)
+
+
+def test_dla_fixed_point_recovers_propensities():
+  """With the true relevance as the ranker, the exam loss is minimised at softmax(o) ∝ theta."""
+  with jax.enable_x64(True):
+    gamma = np.array([0.5, 0.2, 0.8, 0.4])
+    theta = np.array([1.0, 0.6, 0.3, 0.2])
+    s = jnp.log(jnp.array(gamma))
+    clicks = jnp.array(theta * gamma)  # expected clicks
+    grad = jax.grad(lambda o: losses.dla_loss(s, o, clicks))
+    o = jax.jit(lambda o: jax.lax.fori_loop(0, 2000, lambda _, o: o - 0.5 * grad(o), o))(jnp.zeros(4))
+    est = np.exp(o - o[0])
+    np.testing.assert_allclose(est, theta, rtol=1e-4)
+
+
+def test_em_posteriors_match_bayes_rule():
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(0)
+    s = rng.normal(size=(4, 6)) * 3
+    theta = rng.uniform(0.05, 0.95, size=(4, 6))
+    c = (rng.random((4, 6)) < 0.3).astype(float)
+    p = losses.em_posteriors(jnp.array(s), jnp.array(theta), jnp.array(c))
+    g = sig(s)
+    e1_c0 = theta * (1 - g) / (1 - theta * g)
+    r1_c0 = (1 - theta) * g / (1 - theta * g)
+    e0r0_c0 = (1 - theta) * (1 - g) / (1 - theta * g)
+    np.testing.assert_allclose(p["e1_c0"], e1_c0, rtol=1e-10)
+    np.testing.assert_allclose(p["r1_c0"], r1_c0, rtol=1e-10)
+    np.testing.assert_allclose(e1_c0 + r1_c0 + e0r0_c0, 1.0, rtol=1e-12)
+    np.testing.assert_allclose(p["relevance"], c + (1 - c) * r1_c0, rtol=1e-10)
+    np.testing.assert_allclose(p["examination"], c + (1 - c) * e1_c0, rtol=1e-10)
+    np.testing.assert_array_equal(p["e1r1"], c)
+    loss = losses.regression_em_loss(jnp.array(s), jnp.array(c), propensities=jnp.array(theta))
+    t = c + (1 - c) * r1_c0
+    np.testing.assert_allclose(loss, np.mean(-(t * np.log(g) + (1 - t) * np.log(1 - g))), rtol=1e-10)
+
+
+def test_em_propensity_update_reference_and_fixed_point():
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(1)
+    s = rng.normal(size=(8, 5))
+    c = (rng.random((8, 5)) < 0.4).astype(float)
+    pos = np.stack([rng.permutation(5) for _ in range(8)]) % 4  # K = 4, some positions shared
+    where = rng.random((8, 5)) < 0.8
+    theta = np.array([0.9, 0.7, 0.5, 0.3])
+    new = losses.em_propensity_update(jnp.array(theta), jnp.array(s), jnp.array(c), jnp.array(pos),
+                                      where=jnp.array(where), step_size=0.3)
+    g = sig(s)
+    th_i = theta[pos]
+    post = c + (1 - c) * th_i * (1 - g) / (1 - th_i * g)
+    ref = theta.copy()
+    for k in range(4):
+      m = where & (pos == k)
+      if m.any():
+        ref[k] = 0.7 * theta[k] + 0.3 * post[m].mean()
+    np.testing.assert_allclose(new, ref, rtol=1e-10)
+    # With the true relevance and expected clicks, the true propensities are a fixed point.
+    gamma = sig(s)
+    truth = np.array([1.0, 0.5, 0.33, 0.25]) * 0.99
+    exp_clicks = truth[pos] * gamma
+    fixed = losses.em_propensity_update(jnp.array(truth), jnp.array(s), jnp.array(exp_clicks),
+                                        jnp.array(pos), step_size=1.0)
+    np.testing.assert_allclose(fixed, truth, rtol=1e-10)
+
+
+def test_two_tower_closed_form():
+  with jax.enable_x64(True):
+    r, o, c = np.array([0.3, -2.0, 1.5]), np.array([1.0, -0.5, -3.0]), np.array([1.0, 0.0, 0.0])
+    p = sig(r + o)
+    np.testing.assert_allclose(losses.two_tower_loss(jnp.array(r), jnp.array(o), jnp.array(c)),
+                               np.mean(-(c * np.log(p) + (1 - c) * np.log(1 - p))), rtol=1e-10)
+    p = sig(r) * sig(o)
+    np.testing.assert_allclose(losses.two_tower_loss(jnp.array(r), jnp.array(o), jnp.array(c), mode="product"),
+                               np.mean(-(c * np.log(p) + (1 - c) * np.log(1 - p))), rtol=1e-10)
+  with pytest.raises(ValueError, match="mode"):
+    losses.two_tower_loss(jnp.zeros(2), jnp.zeros(2), jnp.zeros(2), mode="sum")
+
+
+def _pairwise_reference(s, c, tp, tm, where):
+  total, n = 0.0, 0
+  for i in range(len(s)):
+    for j in range(len(s)):
+      if where[i] and where[j] and c[i] > c[j]:
+        total += np.log1p(np.exp(-(s[i] - s[j]))) / (tp[i] * tm[j])
+        n += 1
+  return total, n
+
+
+def test_pairwise_debiasing_loss_reference():
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(2)
+    s = rng.normal(size=(3, 6))
+    c = (rng.random((3, 6)) < 0.4).astype(float)
+    tp, tm = rng.uniform(0.2, 1, (3, 6)), rng.uniform(0.2, 1, (3, 6))
+    where = np.arange(6) < np.array([[6], [4], [5]])
+    got = losses.pairwise_debiasing_loss(jnp.array(s), jnp.array(c), t_plus=jnp.array(tp),
+                                         t_minus=jnp.array(tm), where=jnp.array(where), reduce_fn=jnp.sum)
+    refs = [_pairwise_reference(s[q], c[q], tp[q], tm[q], where[q]) for q in range(3)]
+    np.testing.assert_allclose(got, sum(r[0] for r in refs), rtol=1e-10)
+    mean = losses.pairwise_debiasing_loss(jnp.array(s), jnp.array(c), t_plus=jnp.array(tp),
+                                          t_minus=jnp.array(tm), where=jnp.array(where))
+    np.testing.assert_allclose(mean, sum(r[0] for r in refs) / sum(r[1] for r in refs), rtol=1e-10)
+    assert int(losses.click_pairs(jnp.array(c), where=jnp.array(where)).sum()) == sum(r[1] for r in refs)
+
+
+def test_pairwise_debiasing_update_reference():
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(3)
+    q, l, k, p, alpha = 6, 5, 5, 1.0, 0.2
+    s = rng.normal(size=(q, l))
+    c = (rng.random((q, l)) < 0.4).astype(float)
+    c[:3, 0], c[3:, 0] = 1.0, 0.0  # position 1 is clicked in some lists, unclicked in others
+    c[:, 1], c[3:, 2] = 0.0, 1.0
+    pos = np.stack([np.arange(l)] * q)
+    tp0, tm0 = np.linspace(1, 0.5, k), np.linspace(1, 0.8, k)
+    tp, tm = losses.pairwise_debiasing_update(jnp.array(tp0), jnp.array(tm0), jnp.array(s), jnp.array(c),
+                                              jnp.array(pos), step_size=alpha, p=p)
+    plus, minus = np.zeros(k), np.zeros(k)
+    for b in range(q):
+      for i in range(l):
+        for j in range(l):
+          if c[b, i] > c[b, j]:
+            loss = np.log1p(np.exp(-(s[b, i] - s[b, j])))
+            plus[pos[b, i]] += loss / tm0[pos[b, j]]
+            minus[pos[b, j]] += loss / tp0[pos[b, i]]
+    ref_p, ref_m = tp0.copy(), tm0.copy()
+    for ref, mass in ((ref_p, plus), (ref_m, minus)):
+      base = mass[0]
+      for kk in range(k):
+        if mass[kk] > 0 and base > 0:
+          ref[kk] = (1 - alpha) * ref[kk] + alpha * (mass[kk] / base) ** (1 / (p + 1))
+    np.testing.assert_allclose(tp, ref_p, rtol=1e-10)
+    np.testing.assert_allclose(tm, ref_m, rtol=1e-10)
+    assert tp[0] == 1.0
+
+
+def test_log_space_helpers_are_finite_at_the_edges():
+  from ultr_jax.losses import _utils
+
+  x = jnp.array([0.0, -1e-8, -0.5, -20.0, -1e4])
+  out = _utils.log1mexp(x)
+  np.testing.assert_allclose(out[1:4], np.log(-np.expm1(np.array([-1e-8, -0.5, -20.0]))), rtol=1e-4)
+  assert out[0] == -jnp.inf and out[4] == 0.0
