@@ -24,8 +24,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-import rax
-
+from ultr_jax import metrics
 from ultr_jax.data.dataset import RankingDataset
 from ultr_jax.graph import embedding
 
@@ -88,20 +87,11 @@ def embedding_metrics(r_true_doc, r_pred_doc, doc_present, doc_ids, labels,
   >>> print(round(float(m["mcc"]), 3), float(m["ndcg@1"]), float(m["click_mse"]))
   1.0 1.0 0.0
   """
-  w = doc_present.astype(r_true_doc.dtype)
-  n = jnp.maximum(w.sum(), 1.0)
-  a = r_true_doc - jnp.sum(w * r_true_doc) / n
-  b = r_pred_doc - jnp.sum(w * r_pred_doc) / n
-  cov = jnp.sum(w * a * b)
-  den = jnp.sqrt(jnp.sum(w * a * a) * jnp.sum(w * b * b))
-  mcc = jnp.where(den > 0, cov / jnp.where(den > 0, den, 1.0), 0.0)
+  out = {"mcc": metrics.mcc(r_pred_doc, r_true_doc, where=doc_present)}
   scores = jnp.where(where, r_pred_doc[jnp.maximum(doc_ids, 0)], 0.0)
-  out = {"mcc": mcc}
   for k in NDCG_CUTOFFS:
-    out[f"ndcg@{k}"] = rax.ndcg_metric(scores, labels, where=where, topn=k)
-  wr = where.astype(ctr.dtype)
-  out["click_mse"] = jnp.sum(wr * (clicks_pred - ctr) ** 2) / jnp.maximum(
-      wr.sum(), 1.0)
+    out[f"ndcg@{k}"] = metrics.ndcg(scores, labels, where=where, topn=k)
+  out["click_mse"] = metrics.click_mse(clicks_pred, ctr, where=where)
   return out
 
 
