@@ -97,10 +97,11 @@ def sample_dcm_clicks(key: PRNGKey, attraction: Array, *, continuation: Array | 
   :math:`V_i \sim \mathrm{Bern}(\lambda_i)`, drawn for every item at once,
 
   .. math::
-      E_i = \mathbb{1}\Bigl[\sum_{j<i} A_j (1 - V_j) = 0\Bigr], \qquad C_i = E_i A_i
+      E_i = \mathbb{1}\Bigl[\sum_{j<i} A_j (1 - V_j) = 0\Bigr]
+          = \mathbb{1}[i \le \min\{j: A_j (1 - V_j) = 1\}], \qquad C_i = E_i A_i
 
   which is exact (the user stops at the first click without continuation)
-  and needs one cumulative sum instead of a loop over positions.
+  and needs one ``argmax`` reduction instead of a loop over positions.
 
   Args:
     key: PRNG key.
@@ -126,9 +127,12 @@ def sample_dcm_clicks(key: PRNGKey, attraction: Array, *, continuation: Array | 
     stop = attracted
   else:
     stop = attracted & ~(jax.random.uniform(k_v, shape) < jnp.asarray(continuation, jnp.float32))
-  stop_i = stop.astype(jnp.int32)
-  stops_before = jnp.cumsum(stop_i, axis=-1) - stop_i
-  return (attracted & (stops_before == 0)).astype(jnp.float32)
+  # The user leaves at the first stop: clicks are the attracted items up to and
+  # including it. argmax finds it in one reduction (cheaper than a cumsum,
+  # which XLA lowers to a reduce-window on CPU).
+  list_size = r.shape[-1]
+  first_stop = jnp.where(jnp.any(stop, axis=-1), jnp.argmax(stop, axis=-1), list_size)
+  return (attracted & (jnp.arange(list_size) <= first_stop[..., None])).astype(jnp.float32)
 
 
 # ----------------------------------------------------------------------------
