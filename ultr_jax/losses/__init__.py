@@ -42,6 +42,18 @@ from ultr_jax.losses.pairwise import (  # noqa: E402
 
 __all__ += ["click_pairs", "pairwise_debiasing_loss", "pairwise_debiasing_update"]
 
+from ultr_jax.losses.cld import (  # noqa: E402
+    borda_scores,
+    cld_log_cdf,
+    cld_loss,
+    cld_pair_loss,
+    heckman_loss,
+    inverse_mills_ratio,
+)
+
+__all__ += ["borda_scores", "cld_log_cdf", "cld_loss", "cld_pair_loss", "heckman_loss",
+            "inverse_mills_ratio"]
+
 from ultr_jax.losses.sif import (  # noqa: E402
     bias_likelihood_loss,
     binary_entropy,

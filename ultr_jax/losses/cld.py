@@ -1,0 +1,340 @@
+r"""CLD: causal likelihood decomposition for top-k position + selection bias.
+
+Zhao et al., "Unbiased Top-k Learning to Rank with Causal Likelihood
+Decomposition", SIGIR-AP'23 (spec ``spec-cld.md``). A logging ranker shows
+only its top ``k`` documents (``shown``, :math:`s_i = 1`); shown documents are
+examined with propensity :math:`\rho_i`; the rest are never clicked. CLD
+first removes position bias with the target :math:`y_i = c_i/\rho_i` and then
+removes selection bias with a Type-II Tobit (Heckman) likelihood over shown
+*and* unshown documents, fitting a ranker :math:`f_\beta` and a selection
+model :math:`f_\omega` jointly (Eq. 9). Documents are ranked by
+:math:`f_\beta` alone.
+
+All functions take ``[..., L]`` arrays with a bool ``where`` and reduce over
+**valid records of the whole batch** (spec 3.6: no per-list averaging), with
+optional per-item ``weights`` (e.g. the number of logged sessions of the
+query, which makes the aggregated form exactly equal to the per-session log,
+spec 3.4). An all-masked batch gives a loss of 0 and zero gradients.
+
+Functions:
+
+* :func:`cld_loss`: pointwise CLD (Eq. 9), probit or logit link, ``sq_weight``;
+* :func:`cld_pair_loss`: CLD\ :sup:`pair` (Eq. 12) over all ordered pairs of
+  each padded list, built with a pair mask;
+* :func:`heckman_loss`: Heckman\ :sup:`rank` (Ovaisi et al., WWW'20) as one
+  joint objective (probit selection stage + outcome stage on the inverse
+  Mills ratio of the stop-gradient selection index);
+* :func:`inverse_mills_ratio`, :func:`borda_scores` (RankAgg).
+"""
+
+from typing import Callable, Optional, Union
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import log_ndtr
+from jax.scipy.stats import norm
+
+from ultr_jax.losses import _utils
+
+__all__ = [
+    "cld_loss",
+    "cld_pair_loss",
+    "heckman_loss",
+    "inverse_mills_ratio",
+    "borda_scores",
+    "cld_log_cdf",
+]
+
+_LINKS = ("probit", "logit")
+
+
+def cld_log_cdf(z: jax.Array, link: str = "probit") -> jax.Array:
+  r"""Log of the selection link's CDF: :math:`\log\Phi(z)` (probit) or :math:`\log\sigma(z)` (logit).
+
+  Both are symmetric, so :math:`\log(1 - F(z)) = \log F(-z)`. The probit uses
+  :func:`jax.scipy.special.log_ndtr` (stable far into the left tail).
+
+  >>> print(round(float(cld_log_cdf(jnp.array(-40.0))), 2))
+  -804.61
+  """
+  if link == "probit":
+    return log_ndtr(z)
+  if link == "logit":
+    return jax.nn.log_sigmoid(z)
+  raise ValueError(f"link must be one of {_LINKS}, got {link!r}")
+
+
+def _weighted_reduce(values, where, weights, reduce_fn):
+  """Σ w v / Σ w over valid items (``jnp.mean``), Σ w v (``jnp.sum``) or per item (None)."""
+  w = jnp.where(where, 1.0 if weights is None else weights, 0.0)
+  v = jnp.where(where, values, 0.0) * w
+  if reduce_fn is None:
+    return v
+  total = jnp.sum(v)
+  if reduce_fn is jnp.sum:
+    return total
+  if reduce_fn is not jnp.mean:
+    raise ValueError("reduce_fn must be jnp.mean, jnp.sum or None")
+  den = jnp.sum(w)
+  return jnp.where(den > 0, total / jnp.where(den > 0, den, 1.0), 0.0)
+
+
+def cld_loss(rel_scores: jax.Array, sel_scores: jax.Array, clicks: jax.Array, *,
+             propensities: jax.Array, shown: jax.Array, where: Optional[jax.Array] = None,
+             weights: Optional[jax.Array] = None, gamma: float = 0.1, link: str = "probit",
+             sq_weight: float = 1.0, target: str = "sessions",
+             reduce_fn: Optional[Callable] = jnp.mean) -> jax.Array:
+  r"""Negative CLD log-likelihood (Eq. 9): a Type-II Tobit over shown and unshown records.
+
+  With :math:`y_i = c_i/\rho_i`, residual :math:`u_i = y_i - f_\beta(x_i)` and
+  link CDF :math:`F` (:math:`\Phi` in the paper, :math:`\sigma` in the
+  released code, A3):
+
+  .. math::
+      -\mathcal{L} = \sum_{s_i=1} \Big[\lambda_{sq}\, u_i^2
+          - \log F\Big(\tfrac{f_\omega(x_i) + \gamma u_i}{\sqrt{1-\gamma^2}}\Big)\Big]
+          - \sum_{s_i=0} \log\big(1 - F(f_\omega(x_i))\big)
+
+  normalised by the (weighted) number of valid records. ``sq_weight``
+  :math:`\lambda_{sq}` is 1 in the paper (A4); 1/2 is the exact Tobit-II
+  MLE. ``gamma`` is the fixed error correlation (not learned), :math:`|\gamma|<1`.
+
+  ``clicks`` may be 0/1 clicks of one session or a click-through rate
+  :math:`\bar c \in [0, 1]` over the query's sessions. With
+  ``target="sessions"`` (default, the repo's per-session records, A5) a
+  shown item contributes :math:`\bar c\,\ell(y = 1/\rho) + (1-\bar c)\,\ell(y = 0)`,
+  exactly the per-session sum divided by the number of sessions (spec 3.4;
+  pass that number as ``weights``); ``target="mean"`` uses the single record
+  :math:`y = \bar c/\rho`. Both coincide for 0/1 clicks.
+
+  The relevance scores of unshown items get exactly zero gradient; the
+  propensities are read only where shown (they may be 0 elsewhere).
+
+  Args:
+    rel_scores: ``[..., L]`` ranker scores :math:`f_\beta(x)`.
+    sel_scores: ``[..., L]`` selection index :math:`f_\omega(x)`.
+    clicks: ``[..., L]`` clicks or CTRs (ignored where not shown).
+    propensities: ``[..., L]`` :math:`\rho` at the displayed position.
+    shown: ``bool[..., L]`` selection indicator :math:`s` (top k).
+    where: ``bool[..., L]`` padding mask.
+    weights: optional ``[..., L]`` record weights (e.g. sessions per query).
+    gamma: error correlation :math:`\gamma`.
+    link: ``"probit"`` (paper) or ``"logit"`` (released code).
+    sq_weight: coefficient of the squared residual.
+    target: ``"sessions"`` or ``"mean"`` (see above).
+    reduce_fn: ``jnp.mean`` (weighted mean over valid records), ``jnp.sum``,
+      or None (per-item weighted values, 0 where masked).
+
+  Returns:
+    scalar loss (``[..., L]`` with ``reduce_fn=None``).
+
+  Spec 10.1 hand values (selected & clicked; not selected):
+
+  >>> one = jnp.ones(1)
+  >>> print(round(float(cld_loss(0.3 * one, 0.5 * one, one, propensities=0.5 * one,
+  ...                            shown=one > 0, gamma=0.2)), 5))
+  3.1077
+  >>> print(round(float(cld_loss(0.3 * one, 0.5 * one, 0 * one, propensities=0 * one,
+  ...                            shown=one < 0, gamma=0.2)), 5))
+  1.17591
+  """
+  if not abs(gamma) < 1.0:
+    raise ValueError(f"gamma must satisfy |gamma| < 1, got {gamma}")
+  if target not in ("sessions", "mean"):
+    raise ValueError(f"target must be 'sessions' or 'mean', got {target!r}")
+  rel_scores = jnp.asarray(rel_scores)
+  where = _utils.as_where(where, rel_scores.shape)
+  shown = jnp.asarray(shown).astype(bool)
+  sel = shown & where
+  unsel = ~shown & where
+  safe_prop = jnp.where(sel, propensities, 1.0)  # double where: rho may be 0 off the top k
+  inv_prop = jax.lax.stop_gradient(1.0 / safe_prop)
+  c = jax.lax.stop_gradient(jnp.where(sel, clicks, 0.0))
+  scale = 1.0 / jnp.sqrt(1.0 - gamma ** 2)
+
+  def ll_selected(y):
+    resid = y - rel_scores
+    z = (sel_scores + gamma * resid) * scale
+    return -sq_weight * jnp.square(resid) + cld_log_cdf(z, link)
+
+  if target == "mean":
+    ll_sel = ll_selected(c * inv_prop)
+  else:
+    ll_sel = c * ll_selected(inv_prop) + (1.0 - c) * ll_selected(jnp.zeros_like(inv_prop))
+  ll_unsel = cld_log_cdf(-sel_scores, link)
+  nll = -(jnp.where(sel, ll_sel, 0.0) + jnp.where(unsel, ll_unsel, 0.0))
+  return _weighted_reduce(nll, where, weights, reduce_fn)
+
+
+def cld_pair_loss(rel_scores: jax.Array, sel_scores: jax.Array, targets: jax.Array, *,
+                  shown: jax.Array, where: Optional[jax.Array] = None,
+                  weights: Optional[jax.Array] = None, bpr_weight: str = "ips_diff",
+                  sel_weight: float = 1.0, unobs_weight: Union[float, str] = "balanced",
+                  include_selected_ties: bool = False) -> jax.Array:
+  r"""Negative CLD\ :sup:`pair` objective (Eq. 12) over the ordered pairs of each list.
+
+  With :math:`\Delta_{ij} = f_\beta(x_i) - f_\beta(x_j)` and debiased targets
+  :math:`y = c/\rho`, observed pairs :math:`D_s = \{s_i = s_j = 1, y_i > y_j\}`
+  and unobserved pairs :math:`D_u = \{s_i = 0 \lor s_j = 0\}` (:math:`i \ne j`):
+
+  .. math::
+      -O = -\sum_{D_s} w_{ij}\log\sigma(\Delta_{ij})
+           - C\!\!\sum_{D_s \cup D_u}\!\! a_{ij} \sum_{m \in \{i,j\}}
+             \big[s_m \log\sigma(f_\omega(x_m) + \Delta_{ij})
+                  + (1 - s_m)\log\sigma(-f_\omega(x_m))\big]
+
+  divided by :math:`\sum a_{ij}`, where :math:`a_{ij} = 1` on :math:`D_s`
+  and ``unobs_weight`` on :math:`D_u`; :math:`w_{ij} = y_i - y_j`
+  (``bpr_weight="ips_diff"``, the released code, A8) or 1 (``"one"``, the
+  printed Eq. 12). The unshown term is :math:`\log(1 - \sigma(f_\omega))`
+  (A7). ``unobs_weight="balanced"`` sets it to :math:`|D_s|/|D_u|` within
+  the batch (the released code subsamples :math:`D_u` 1:1, A10).
+  ``include_selected_ties`` adds shown pairs with :math:`y_i \le y_j` to
+  :math:`D_u` (the repo's tag-0 pool). Pairs are built inside each padded
+  list with a pair mask (:math:`O(L^2)`, no loops). Pairs with both items
+  unshown send no gradient to :math:`f_\beta`.
+
+  Args:
+    rel_scores: ``[..., L]`` ranker scores.
+    sel_scores: ``[..., L]`` selection logits.
+    targets: ``[..., L]`` :math:`y = c/\rho` (0 where unshown or not clicked;
+      a CTR over :math:`\rho` for aggregated logs).
+    shown: ``bool[..., L]``.
+    where: ``bool[..., L]``.
+    weights: optional ``[..., L]`` item weights; the pair ``(i, j)`` gets
+      ``weights[i]`` (rax's convention; pass a per-list weight broadcast).
+    bpr_weight: ``"ips_diff"`` or ``"one"``.
+    sel_weight: :math:`C`, weight of the selection terms (A9).
+    unobs_weight: float or ``"balanced"``.
+    include_selected_ties: see above.
+
+  Returns:
+    scalar loss.
+
+  >>> f = jnp.array([1.0, 0.0, 0.0]); s = jnp.array([True, True, False])
+  >>> print(round(float(cld_pair_loss(f, jnp.zeros(3), jnp.array([2.0, 0.0, 0.0]), shown=s,
+  ...                                 unobs_weight=1.0)), 4))
+  1.4077
+  """
+  if bpr_weight not in ("ips_diff", "one"):
+    raise ValueError(f"bpr_weight must be 'ips_diff' or 'one', got {bpr_weight!r}")
+  rel_scores = jnp.asarray(rel_scores)
+  l = rel_scores.shape[-1]
+  where = _utils.as_where(where, rel_scores.shape)
+  s = jnp.asarray(shown).astype(bool) & where
+  y = jax.lax.stop_gradient(jnp.where(s, targets, 0.0))
+  valid = where[..., :, None] & where[..., None, :] & ~jnp.eye(l, dtype=bool)
+  both = s[..., :, None] & s[..., None, :]
+  yi, yj = y[..., :, None], y[..., None, :]
+  obs = valid & both & (yi > yj)
+  unobs = valid & ~both
+  if include_selected_ties:
+    unobs = unobs | (valid & both & ~(yi > yj))
+  item_w = jnp.ones_like(y) if weights is None else jnp.where(where, weights, 0.0)
+  pw = jnp.broadcast_to(item_w[..., :, None], valid.shape)
+  n_obs = jnp.sum(jnp.where(obs, pw, 0.0))
+  n_unobs = jnp.sum(jnp.where(unobs, pw, 0.0))
+  if isinstance(unobs_weight, str):
+    if unobs_weight != "balanced":
+      raise ValueError(f"unobs_weight must be a float or 'balanced', got {unobs_weight!r}")
+    u = jax.lax.stop_gradient(jnp.where(n_unobs > 0, n_obs / jnp.where(n_unobs > 0, n_unobs, 1.0), 0.0))
+  else:
+    u = float(unobs_weight)
+  delta = rel_scores[..., :, None] - rel_scores[..., None, :]
+  w = (yi - yj) if bpr_weight == "ips_diff" else jnp.ones_like(delta)
+  fo_i, fo_j = sel_scores[..., :, None], sel_scores[..., None, :]
+  si, sj = s[..., :, None], s[..., None, :]
+
+  def sel_term(shown_m, fo):
+    return jnp.where(shown_m, jax.nn.log_sigmoid(fo + delta), jax.nn.log_sigmoid(-fo))
+
+  a = pw * (jnp.where(obs, 1.0, 0.0) + jnp.where(unobs, u, 0.0))
+  bpr = jnp.where(obs, pw * w * jax.nn.log_sigmoid(delta), 0.0)
+  obj = bpr + sel_weight * jnp.where(obs | unobs, a * (sel_term(si, fo_i) + sel_term(sj, fo_j)), 0.0)
+  den = jnp.sum(a)
+  return jnp.where(den > 0, -jnp.sum(obj) / jnp.where(den > 0, den, 1.0), 0.0)
+
+
+def inverse_mills_ratio(z: jax.Array) -> jax.Array:
+  r"""Inverse Mills ratio :math:`\lambda(z) = \varphi(z)/\Phi(z)`, in log space.
+
+  .. math:: \lambda(z) = \exp\big(\log\varphi(z) - \log\Phi(z)\big) \approx -z \ (z \to -\infty)
+
+  >>> print(round(float(inverse_mills_ratio(jnp.array(0.0))), 5))
+  0.79788
+  """
+  return jnp.exp(norm.logpdf(z) - log_ndtr(z))
+
+
+def heckman_loss(rel_scores: jax.Array, sel_scores: jax.Array, clicks: jax.Array, *,
+                 mills_coef: jax.Array, shown: jax.Array, where: Optional[jax.Array] = None,
+                 weights: Optional[jax.Array] = None, outcome: str = "ls",
+                 return_parts: bool = False):
+  r"""Heckman\ :sup:`rank` (Ovaisi et al., WWW'20; spec 5, A28) as one joint objective.
+
+  Stage 1 is a probit of the selection :math:`s` on :math:`x` over every
+  record; stage 2 fits the click on the shown records with the inverse Mills
+  ratio :math:`\lambda_i = \lambda(\operatorname{sg}(f_\theta(x_i)))` as an
+  extra regressor (stop-gradient, so the joint optimum is the two-step
+  estimate):
+
+  .. math::
+      \ell = -\sum_i \big[s_i\log\Phi(f_\theta) + (1-s_i)\log\Phi(-f_\theta)\big]
+             + \sum_{s_i = 1} \big(c_i - f_\beta(x_i) - \beta_\lambda\lambda_i\big)^2
+
+  (``outcome="ls"``, the textbook second stage; ``"probit"`` uses the probit
+  likelihood of the CTR instead). No propensities: Heckman corrects selection
+  only. Rank by :math:`f_\beta` (the :math:`x` part). Each stage is
+  normalised by its (weighted) record count.
+
+  Args:
+    rel_scores: ``[..., L]`` :math:`f_\beta(x)`; sel_scores: ``[..., L]``
+      :math:`f_\theta(x)`; clicks: ``[..., L]`` clicks or CTRs;
+    mills_coef: scalar :math:`\beta_\lambda`; shown, where, weights: as
+      :func:`cld_loss`; outcome: ``"ls"`` or ``"probit"``;
+    return_parts: also return ``(selection, outcome)`` losses.
+
+  >>> one = jnp.ones(1)
+  >>> print(round(float(heckman_loss(0 * one, 0 * one, one, mills_coef=0.0, shown=one > 0)), 4))
+  1.6931
+  """
+  if outcome not in ("ls", "probit"):
+    raise ValueError(f"outcome must be 'ls' or 'probit', got {outcome!r}")
+  rel_scores = jnp.asarray(rel_scores)
+  where = _utils.as_where(where, rel_scores.shape)
+  s = jnp.asarray(shown).astype(bool) & where
+  sel_nll = -jnp.where(s, log_ndtr(sel_scores), log_ndtr(-sel_scores))
+  sel_part = _weighted_reduce(sel_nll, where, weights, jnp.mean)
+  lam = jax.lax.stop_gradient(inverse_mills_ratio(sel_scores))
+  pred = rel_scores + mills_coef * lam
+  c = jnp.where(s, clicks, 0.0)
+  if outcome == "ls":
+    out_nll = jnp.square(c - pred)
+  else:
+    out_nll = -(c * log_ndtr(pred) + (1.0 - c) * log_ndtr(-pred))
+  out_part = _weighted_reduce(out_nll, s, weights, jnp.mean)
+  total = sel_part + out_part
+  if return_parts:
+    return total, (sel_part, out_part)
+  return total
+
+
+def borda_scores(scores_a: jax.Array, scores_b: jax.Array, *,
+                 where: Optional[jax.Array] = None) -> jax.Array:
+  r"""RankAgg's Borda count of two rankings (spec 5, A29): :math:`2n - \mathrm{rank}_a - \mathrm{rank}_b`.
+
+  Ranks are 1-based within each list (descending score, ties by order of
+  appearance; :func:`rax.utils.ranks`), :math:`n` is the list's number of
+  valid items; higher is better. Masked items get 0.
+
+  >>> print(borda_scores(jnp.array([3.0, 2.0, 1.0]), jnp.array([1.0, 3.0, 2.0])))
+  [2. 3. 1.]
+  """
+  import rax
+
+  scores_a = jnp.asarray(scores_a)
+  where = _utils.as_where(where, scores_a.shape)
+  ra = rax.utils.ranks(scores_a, where=where).astype(jnp.float32)
+  rb = rax.utils.ranks(jnp.asarray(scores_b), where=where).astype(jnp.float32)
+  n = jnp.sum(where, axis=-1, keepdims=True).astype(jnp.float32)
+  return jnp.where(where, 2.0 * n - ra - rb, 0.0)
