@@ -18,7 +18,6 @@ lists that do not count) or its reduction over the lists that count.
 
 from typing import Callable, Optional, Sequence
 
-import jax
 import jax.numpy as jnp
 import rax
 

@@ -23,7 +23,7 @@ training loop calls inside its jitted step from an ``ml_collections`` config.
 """
 
 import functools
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp

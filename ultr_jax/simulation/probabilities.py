@@ -23,7 +23,6 @@ ambiguity A1). The binary variant (CLD 2.6) maps ``y >= threshold`` to
 
 from typing import Optional, Sequence
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
