@@ -1,0 +1,204 @@
+"""Tests of the baseline Methods: wiring, finiteness, and a tiny PBM problem."""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import pytest
+import rax
+
+from ultr_jax.train import Method, available_methods, get_method
+from ultr_jax.train.methods import baselines
+
+NAMES = ("naive", "ips", "snips", "dla", "regression_em", "two_tower", "paird", "full_info")
+LEARNS_PROPENSITIES = ("dla", "regression_em", "two_tower", "paird")
+Q, L, F = 6, 5, 4
+
+
+def _batch(seed=0, positions=True):
+  rng = np.random.default_rng(seed)
+  where = np.arange(L) < rng.integers(2, L + 1, size=(Q, 1))
+  where[3] = False  # one all-masked (padding) query
+  batch = {
+      "features": rng.normal(size=(Q, L, F)).astype(np.float32),
+      "where": where,
+      "labels": rng.integers(0, 5, size=(Q, L)).astype(np.float32),
+      "clicks": ((rng.random((Q, L)) < 0.4) & where).astype(np.float32),
+      "examination": np.broadcast_to(1.0 / (np.arange(L) + 1.0), (Q, L)).astype(np.float32),
+  }
+  if positions:
+    batch["positions"] = np.stack([rng.permutation(L) for _ in range(Q)]).astype(np.int32)
+  return jax.tree.map(jnp.asarray, batch)
+
+
+def _config(**kw):
+  return ml_collections.ConfigDict({"ranker": "mlp", "hidden_sizes": (8,), **kw})
+
+
+def test_every_baseline_is_registered():
+  assert set(NAMES) <= set(available_methods())
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("positions", [True, False])
+def test_loss_and_grads_are_finite(name, positions):
+  method = get_method(name, _config(dropout=0.1), num_features=F, list_size=L)
+  assert isinstance(method, Method) and method.name == name
+  batch = _batch(positions=positions)
+  params, extra = method.init(jax.random.key(0), batch)
+  step = jax.jit(jax.value_and_grad(method.loss, has_aux=True))
+  (loss, (metrics, new_extra)), grads = step(params, extra, batch, jax.random.key(1))
+  assert np.isfinite(float(loss))
+  assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
+  assert any(np.any(g != 0) for g in jax.tree.leaves(grads))
+  assert all(np.ndim(v) == 0 and np.isfinite(v) for v in jax.tree.leaves(metrics))
+  assert jax.tree.structure(new_extra) == jax.tree.structure(extra)
+  assert all(np.all(np.isfinite(v)) for v in jax.tree.leaves(new_extra))
+  # The all-masked query gets no gradient through the ranker's inputs.
+  g_feat = jax.grad(lambda x: method.loss(params, extra, {**batch, "features": x}, jax.random.key(1))[0])(
+      batch["features"])
+  np.testing.assert_array_equal(g_feat[3], 0.0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_score_uses_the_relevance_tower_only(name):
+  method = get_method(name, _config(), num_features=F, list_size=L)
+  batch = _batch()
+  params, extra = method.init(jax.random.key(0), None)
+  scores = method.score(params, batch)
+  assert scores.shape == (Q, L)
+  other = {**batch, "clicks": 1.0 - batch["clicks"], "positions": batch["positions"][:, ::-1]}
+  np.testing.assert_array_equal(method.score(params, other), scores)
+  np.testing.assert_array_equal(method.score(params, {"features": batch["features"]}), scores)
+  # Larger lists at evaluation (test lists keep every candidate).
+  assert method.score(params, {"features": jnp.ones((2, 3 * L, F))}).shape == (2, 3 * L)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_propensities_are_reported_relative_to_position_one(name):
+  method = get_method(name, _config(num_positions=7), num_features=F, list_size=L)
+  params, extra = method.init(jax.random.key(0), None)
+  if name not in LEARNS_PROPENSITIES:
+    assert method.propensities is None
+    return
+  batch = _batch()
+  for i in range(3):  # a few plain SGD steps so the estimates move
+    (_, (_, extra)), grads = jax.value_and_grad(method.loss, has_aux=True)(params, extra, batch,
+                                                                          jax.random.key(i))
+    params = jax.tree.map(lambda p, g: p - 0.5 * g, params, grads)
+  prop = np.asarray(method.propensities(params, extra))
+  assert prop.shape == (7,) and prop[0] == pytest.approx(1.0) and np.all(np.isfinite(prop))
+  assert not np.allclose(prop, 1.0)
+
+
+def test_linear_ranker_and_pointwise_configs():
+  batch = _batch()
+  for name in ("naive", "ips", "snips"):
+    m = get_method(name, _config(ranker="linear", loss_type="pointwise", propensity_clip=0.2),
+                   num_features=F, list_size=L)
+    params, extra = m.init(jax.random.key(0), None)
+    assert set(params) == {"relevance"}
+    assert params["relevance"]["out"]["kernel"].shape == (F, 1)
+    loss, _ = m.loss(params, extra, batch, jax.random.key(0))
+    assert np.isfinite(float(loss))
+  # An empty config works (LBD-sized MLP default).
+  m = get_method("naive", None, num_features=F, list_size=L)
+  params, _ = m.init(jax.random.key(0), None)
+  assert params["relevance"]["dense_0"]["kernel"].shape == (F, 512)
+
+
+def test_listwise_and_pointwise_losses_differ_and_ips_uses_examination():
+  batch = _batch()
+  lw = get_method("ips", _config(), num_features=F, list_size=L)
+  pw = get_method("ips", _config(loss_type="pointwise"), num_features=F, list_size=L)
+  params, extra = lw.init(jax.random.key(0), None)
+  a = lw.loss(params, extra, batch, jax.random.key(0))[0]
+  b = pw.loss(params, extra, batch, jax.random.key(0))[0]
+  assert float(a) != pytest.approx(float(b))
+  c = lw.loss(params, extra, {**batch, "examination": jnp.ones_like(batch["examination"])}, jax.random.key(0))[0]
+  naive = get_method("naive", _config(), num_features=F, list_size=L)
+  np.testing.assert_allclose(c, naive.loss(params, extra, batch, jax.random.key(0))[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("config, match", [
+    ({"loss_type": "pairwise"}, "loss_type"),
+    ({"propensity_clip": 2.0}, "propensity_clip"),
+    ({"ranker": "tree"}, "ranker"),
+])
+def test_bad_config_raises(config, match):
+  with pytest.raises(ValueError, match=match):
+    get_method("ips", ml_collections.ConfigDict(config), num_features=F, list_size=L)
+
+
+def test_bad_method_specific_config_raises():
+  with pytest.raises(ValueError, match="two_tower_mode"):
+    get_method("two_tower", ml_collections.ConfigDict({"two_tower_mode": "max"}), num_features=F, list_size=L)
+  with pytest.raises(ValueError, match="em_init"):
+    get_method("regression_em", ml_collections.ConfigDict({"em_init": 1.0}), num_features=F, list_size=L)
+
+
+def test_batch_positions_default_to_the_item_index():
+  pos = baselines.batch_positions({"where": jnp.ones((2, 3), bool)})
+  np.testing.assert_array_equal(pos, [[0, 1, 2], [0, 1, 2]])
+
+
+# ----------------------------------------------------------------------------
+# A tiny synthetic PBM problem: relevance sigma(2 x.w - 1), examination 1/(k+1)
+# (eta = 1), a noisy logging policy partly aligned with w, fixed clicks.
+
+
+def _pbm_problem(seed=0, num_queries=250, sessions=4, list_size=10, num_features=8):
+  rng = np.random.default_rng(seed)
+  x = rng.normal(size=(num_queries, list_size, num_features)).astype(np.float32)
+  w_true = rng.normal(size=num_features)
+  w_true /= np.linalg.norm(w_true)
+  u = rng.normal(size=num_features)
+  u -= (u @ w_true) * w_true
+  u /= np.linalg.norm(u)
+  w_log = 0.5 * w_true + np.sqrt(0.75) * u
+  x = np.repeat(x, sessions, axis=0)  # each query is shown several times ...
+  noisy = x @ w_log + rng.normal(size=x.shape[:2])  # ... in a noisy logging order
+  x = np.take_along_axis(x, np.argsort(-noisy, axis=-1)[..., None], axis=1)
+  gamma = 1.0 / (1.0 + np.exp(-(2.0 * (x @ w_true) - 1.0)))
+  theta = 1.0 / (np.arange(list_size) + 1.0)
+  where = np.ones(gamma.shape, bool)
+  where[::7, list_size - 3:] = False  # some padded lists
+  clicks = ((rng.random(gamma.shape) < theta * gamma) & where).astype(np.float32)
+  batch = {"features": x, "where": where, "clicks": clicks, "labels": gamma.astype(np.float32),
+           "examination": np.broadcast_to(theta, gamma.shape).astype(np.float32)}
+  return jax.tree.map(jnp.asarray, batch), theta
+
+
+def _train(name, batch, steps=800, learning_rate=0.05):
+  method = get_method(name, ml_collections.ConfigDict({"ranker": "linear"}),
+                      num_features=batch["features"].shape[-1], list_size=batch["where"].shape[-1])
+  params, extra = method.init(jax.random.key(0), batch)
+  tx = optax.adam(learning_rate)
+
+  @jax.jit
+  def run(params, extra):
+    def step(carry, key):
+      params, extra, opt_state = carry
+      (_, (_, extra)), grads = jax.value_and_grad(method.loss, has_aux=True)(params, extra, batch, key)
+      updates, opt_state = tx.update(grads, opt_state, params)
+      return (optax.apply_updates(params, updates), extra, opt_state), None
+
+    keys = jax.random.split(jax.random.key(1), steps)
+    return jax.lax.scan(step, (params, extra, tx.init(params)), keys)[0][:2]
+
+  params, extra = run(params, extra)
+  ndcg = float(rax.ndcg_metric(method.score(params, batch), batch["labels"], where=batch["where"]))
+  prop = None if method.propensities is None else np.asarray(method.propensities(params, extra))
+  return ndcg, prop
+
+
+def test_tiny_pbm_problem_recovers_propensities_and_ips_beats_naive():
+  batch, theta = _pbm_problem()
+  ndcg = {}
+  for name in ("naive", "ips", "dla", "regression_em"):
+    ndcg[name], prop = _train(name, batch)
+    if prop is not None:
+      corr = np.corrcoef(prop, theta)[0, 1]
+      assert corr > 0.9, (name, corr, prop)
+  assert ndcg["ips"] > ndcg["naive"], ndcg
