@@ -33,6 +33,12 @@ from ultr_jax.simulation.position_trust import (
     position_trust,
     sif_toy_dataset,
 )
+from ultr_jax.simulation.topk import (
+    simulate_topk_log,
+    topk_click_probability,
+    topk_log_dataset,
+    topk_selection_data,
+)
 from ultr_jax.simulation.probabilities import (
     IDENTIFIABILITY_CONTEXT_W,
     ULTRA_EXAM_TABLE,
@@ -48,6 +54,10 @@ from ultr_jax.simulation.probabilities import (
 )
 
 __all__ = [
+    "simulate_topk_log",
+    "topk_click_probability",
+    "topk_log_dataset",
+    "topk_selection_data",
     "IDENTIFIABILITY_CONTEXT_W",
     "ULTRA_EXAM_TABLE",
     "apply_logging_policy",
