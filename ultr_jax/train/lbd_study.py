@@ -1,0 +1,508 @@
+r"""The LBD study (spec-lbd 4.3, 4.8-4.11, 5.2): data, individual-level clicks, the eta sweep, effects.
+
+Pieces, each usable on its own:
+
+* :func:`make_lbd_synthetic`: the CPU default of spec 5.2 (``x ~ U[-1,1]^F``,
+  latent :math:`z = u^\top x + 0.5\sum_j \tanh(V_j^\top x)`, grades from
+  z-quantiles) with the true ``u``.
+* :func:`select_crux_features`: the ``k`` most relevance-predictive features
+  (offline stand-in for the paper's ExtraTrees importance).
+* :func:`make_individual_click_fn`: LBD's individual-level click model
+  :math:`P(C=1) = r(y)\, v_p^{\max(1 + w^\top x_{crux}, 0)}` with
+  :math:`w = \eta \cdot` the repo's base vector, on top of
+  :func:`ultr_jax.simulation.make_click_fn` (``"individual"``), with lists
+  without a click re-drawn (:func:`redraw_no_click`).
+* :func:`run_lbd_study`: for every eta, the baselines and the LBD family
+  (one vmapped :func:`~ultr_jax.train.methods.lbd.make_lbd_grid` per ranker
+  holding Unlimited, every LBD_Lips / LBD_Ber / LBD grid point and Click Data
+  on the LBD tower) through :func:`ultr_jax.train.fit`; (lambda, t) chosen on
+  validation nDCG@10; ``results.json``, the Table 1 analogue, the figures and
+  the effects E1-E5 with seed-level intervals.
+"""
+
+import json
+import os
+import sys
+import time
+from typing import Any, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from scipy import stats as scipy_stats
+
+from ultr_jax import simulation
+from ultr_jax.data import RankingDataset, Splits
+from ultr_jax.train.loop import evaluate, fit
+from ultr_jax.train.methods import get_method
+from ultr_jax.train.methods.lbd import grid_member_params, make_lbd, make_lbd_grid
+from ultr_jax.train.results import atomic_write_text, summarize, write_results
+
+__all__ = [
+    "LBD_BASE_W",
+    "YAHOO_CRUX",
+    "ISTELLA_CRUX",
+    "make_lbd_synthetic",
+    "select_crux_features",
+    "redraw_no_click",
+    "make_individual_click_fn",
+    "grid_members",
+    "select_on_validation",
+    "effects",
+    "run_lbd_study",
+]
+
+#: The repo's coupling vector at eta = 0.1, divided by eta (``w = eta * LBD_BASE_W``), spec 4.3.
+LBD_BASE_W = np.array([-1.0, -0.05692682, -0.32078125, -0.61167928, 0.63807999,
+                       1.0, 0.20537273, -0.61056782, 0.56496459, -0.15535264])
+#: The repo's crux indices (0-based) for Yahoo! and Istella-S (ExtraTrees importance).
+YAHOO_CRUX = (635, 374, 444, 593, 380, 15, 124, 448, 416, 479)
+ISTELLA_CRUX = (192, 188, 219, 5, 209, 194, 35, 211, 183, 212)
+
+METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "err@10")
+BASELINES = {"labeled_data": "full_info", "click_data": "naive", "ips": "ips", "dla": "dla",
+             "regression_em": "regression_em", "paird": "paird", "two_tower": "two_tower"}
+LBD_FAMILY = ("unlimited", "lbd_lips", "lbd_ber", "lbd")
+METHOD_ORDER = tuple(BASELINES) + LBD_FAMILY
+
+
+# ----------------------------------------------------------------------------------------------
+# Data and clicks.
+
+
+def make_lbd_synthetic(num_train: int = 3000, num_valid: int = 500, num_test: int = 500, *,
+                       list_size: int = 20, num_features: int = 50, num_linear: int = 15,
+                       num_tanh: int = 8, seed: int = 0,
+                       label_fractions: Sequence[float] = (0.50, 0.25, 0.15, 0.07, 0.03)
+                       ) -> tuple[Splits, np.ndarray]:
+  r"""The synthetic default of spec-lbd 5.2 and its true linear relevance weights ``u``.
+
+  .. math::
+      x \sim U[-1, 1]^F, \qquad z = u^\top x + 0.5 \sum_{j=1}^{8} \tanh(V_j^\top x),
+
+  with ``u`` sparse (``num_linear`` non-zero :math:`N(0, 1)` entries),
+  :math:`V_{jf} \sim N(0, 3/F)` (so :math:`V_j^\top x` has unit variance) and
+  grades ``0..4`` at the pooled z-quantiles ``label_fractions``
+  (about 50/25/15/7/3%). Deterministic in ``seed``; ``extras["true_score"]`` is ``z``.
+
+  Returns:
+    ``(Splits(train, valid, test), u float64[F])``.
+
+  >>> s, u = make_lbd_synthetic(40, 10, 10, num_features=20, seed=0)
+  >>> print(s.train.features.shape, int((u != 0).sum()), round(float((s.train.labels == 0).mean()), 1))
+  (40, 20, 20) 15 0.5
+  """
+  rng = np.random.default_rng(seed)
+  f = num_features
+  u = np.zeros(f)
+  u[rng.choice(f, size=min(num_linear, f), replace=False)] = rng.standard_normal(min(num_linear, f))
+  v = rng.standard_normal((num_tanh, f)) * np.sqrt(3.0 / f)
+  sizes = (num_train, num_valid, num_test)
+  q = sum(sizes)
+  x = rng.uniform(-1.0, 1.0, (q, list_size, f))
+  z = x @ u + 0.5 * np.tanh(x @ v.T).sum(-1)
+  thresholds = np.quantile(z, np.cumsum(label_fractions)[:-1])
+  labels = np.searchsorted(thresholds, z, side="right").astype(np.float32)
+  doc_ids = np.arange(q * list_size, dtype=np.int32).reshape(q, list_size)
+  full = RankingDataset(features=x.astype(np.float32), labels=labels, where=np.ones((q, list_size), bool),
+                        qid=np.arange(q, dtype=np.int64), doc_ids=doc_ids,
+                        extras={"true_score": z.astype(np.float32)})
+  bounds = np.cumsum((0,) + sizes)
+  return Splits(*(full.subset(np.arange(bounds[i], bounds[i + 1])) for i in range(3))), u
+
+
+def select_crux_features(dataset: RankingDataset, k: int = 10, *, l2: float = 1e-3) -> np.ndarray:
+  r"""The ``k`` features with the largest standardised ridge importance for the graded labels.
+
+  .. math::
+      \beta = \arg\min_\beta \lVert \tilde X \beta - (y - \bar y) \rVert^2 + l_2 N \lVert\beta\rVert^2,
+      \qquad \mathrm{imp}_f = |\beta_f|
+
+  on z-scored real documents :math:`\tilde X`. This is our offline,
+  dependency-free stand-in for the paper's ExtraTrees importance (its
+  settings are not given, A12); on the synthetic default it recovers the
+  largest :math:`|u_f|`.
+
+  Returns:
+    ``int64[k]`` feature indices, most important first.
+
+  >>> s, u = make_lbd_synthetic(200, 10, 10, num_features=30, seed=1)
+  >>> crux = select_crux_features(s.train, k=5)
+  >>> print(sorted(crux.tolist()) == sorted(np.argsort(-np.abs(u))[:5].tolist()))
+  True
+  """
+  x = dataset.features[dataset.where].astype(np.float64)
+  y = dataset.labels[dataset.where].astype(np.float64)
+  if k > x.shape[1]:
+    raise ValueError(f"select_crux_features: k={k} exceeds the {x.shape[1]} features")
+  sd = x.std(0)
+  xs = (x - x.mean(0)) / np.where(sd > 0, sd, 1.0)
+  n = xs.shape[0]
+  beta = np.linalg.solve(xs.T @ xs + l2 * n * np.eye(xs.shape[1]), xs.T @ (y - y.mean()))
+  imp = np.where(sd > 0, np.abs(beta), 0.0)
+  return np.argsort(-imp, kind="stable")[:k]
+
+
+def redraw_no_click(click_fn, *, max_draws: int = 100):
+  r"""Wraps ``click_fn`` so that a list without a click is re-simulated (up to ``max_draws`` times).
+
+  Each list's clicks follow :math:`P(c \mid c \neq 0)`, as the repo's
+  ``check_validation`` loop does (spec 2.9) except that the same list is
+  re-drawn rather than a new query (a fixed-shape batch); all-padding lists
+  are left alone. Jittable: a ``lax.while_loop`` over the whole batch.
+
+  >>> fn = lambda key, b: {"clicks": jax.random.bernoulli(key, 0.05, b["where"].shape).astype(jnp.float32)}
+  >>> out = redraw_no_click(fn)(jax.random.key(0), {"where": jnp.ones((64, 5), bool)})
+  >>> print(bool(jnp.all(out["clicks"].sum(-1) > 0)))
+  True
+  """
+  def wrapped(key, batch):
+    out = dict(click_fn(key, batch))
+    where = jnp.asarray(batch["where"], bool)
+    has_real = jnp.any(where, axis=-1)
+
+    def need(clicks):
+      return has_real & (jnp.sum(clicks, axis=-1) == 0)
+
+    def cond(state):
+      i, clicks = state
+      return (i < max_draws) & jnp.any(need(clicks))
+
+    def body(state):
+      i, clicks = state
+      new = click_fn(jax.random.fold_in(key, i + 1), batch)["clicks"]
+      return i + 1, jnp.where(need(clicks)[..., None], new, clicks)
+
+    _, out["clicks"] = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), out["clicks"]))
+    return out
+
+  return wrapped
+
+
+def make_individual_click_fn(crux_indices: Sequence[int], eta: float, *, base_w: Sequence[float] = LBD_BASE_W,
+                             eps: float = 0.1, redraw: bool = True, max_draws: int = 100):
+  r"""LBD's click simulator (spec 4.3): ``click_fn(key, batch) -> {"clicks", "examination", ...}``.
+
+  .. math::
+      P(C = 1 \mid x, p) = \Big(\epsilon + (1-\epsilon)\frac{2^y - 1}{15}\Big)\;
+      v_p^{\max\{1 + \eta\, w_0^\top x_{crux},\ 0\}}
+
+  with :math:`w_0` = ``base_w`` (the repo's vector over 0.1) and ``v`` the
+  eye-tracking table. ``eta = 0`` is ULTRA's PBM exactly.
+
+  >>> fn = make_individual_click_fn([0], 0.5, base_w=[1.0], redraw=False)
+  >>> out = fn(jax.random.key(0), {"labels": jnp.array([4.0, 0.0]), "where": jnp.ones(2, bool),
+  ...                              "features": jnp.array([[1.0], [-1.0]])})
+  >>> print(out["examination"])   # 0.68^1.5, 0.61^0.5
+  [0.5607449  0.78102493]
+  """
+  crux = [int(i) for i in crux_indices]
+  w = float(eta) * np.asarray(base_w, np.float64)
+  if w.shape != (len(crux),):
+    raise ValueError(f"make_individual_click_fn: base_w has {w.shape[0]} entries for {len(crux)} crux features")
+  fn = simulation.make_click_fn({"name": "individual", "crux_indices": crux, "w": w.tolist(), "eps": eps})
+  return redraw_no_click(fn, max_draws=max_draws) if redraw else fn
+
+
+# ----------------------------------------------------------------------------------------------
+# The (lambda, t) grid and its selection.
+
+
+def grid_members(lams: Sequence[float], ts: Sequence[float]) -> list[tuple[str, float, float]]:
+  """The LBD-family runs trained together: ``(variant, lam, t)`` (spec 2.8, A14).
+
+  >>> [m[0] for m in grid_members([100.0], [0.1])]
+  ['unlimited', 'lbd_lips', 'lbd_ber', 'lbd', 'click_data_lbd_tower']
+  """
+  out = [("unlimited", 0.0, 0.0)]
+  out += [("lbd_lips", float(lam), 0.0) for lam in lams]
+  out += [("lbd_ber", 0.0, float(t)) for t in ts]
+  out += [("lbd", float(lam), float(t)) for lam in lams for t in ts]
+  out.append(("click_data_lbd_tower", 0.0, 1.0))
+  return out
+
+
+def select_on_validation(members, valid_scores: np.ndarray) -> dict[str, int]:
+  """For every variant, the member index with the best mean validation score (first on ties).
+
+  >>> members = [("lbd", 1.0, 0.1), ("lbd", 100.0, 0.1), ("unlimited", 0.0, 0.0)]
+  >>> select_on_validation(members, np.array([0.5, 0.7, 0.6]))
+  {'lbd': 1, 'unlimited': 2}
+  """
+  best: dict[str, int] = {}
+  for i, (variant, _, _) in enumerate(members):
+    if variant not in best or valid_scores[i] > valid_scores[best[variant]]:
+      best[variant] = i
+  return best
+
+
+# ----------------------------------------------------------------------------------------------
+# Effects.
+
+
+def _paired(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
+  """Mean of ``a - b`` over seeds with its 90% t-interval half-width."""
+  d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+  s = summarize(d)
+  return {"diff": s["mean"], "ci90": s["ci90"]}
+
+
+def effects(results: dict, etas: Sequence[float], *, metric: str = "ndcg@10") -> dict:
+  """The spec's effects E1-E5 from ``results`` (per-seed values, paired over seeds).
+
+  A difference is "significant" when its 90% seed-level interval excludes 0.
+  """
+  def seeds(eta, ranker, method):
+    return results[_eta_key(eta)][f"{ranker}/{method}"][metric]["per_seed"]
+
+  rankers = [r for r in ("linear", "dnn") if f"{r}/lbd" in results[_eta_key(etas[0])]]
+  out: dict[str, Any] = {}
+  e1 = {}
+  for ranker in rankers:
+    e1[ranker] = {_eta_key(e): _paired(seeds(e, ranker, "lbd"), seeds(e, ranker, "unlimited"))
+                  for e in etas if e >= 0.1 - 1e-9}
+  holds = all(v["diff"] - v["ci90"] > 0 for r in e1.values() for v in r.values())
+  gap = {r: float(np.mean([v["diff"] for v in e1[r].values()])) if e1[r] else float("nan") for r in rankers}
+  out["E1"] = {"lbd_minus_unlimited": e1, "mean_gap": gap,
+               "holds_all_significant": bool(holds),
+               "linear_gap_larger": bool(gap.get("linear", np.nan) > gap.get("dnn", np.nan))}
+  e2 = {}
+  for ranker in rankers:
+    e2[ranker] = {name: _paired(seeds(0.0, ranker, "lbd"), seeds(0.0, ranker, name))
+                  for name in ("two_tower", "dla", "click_data")} if 0.0 in etas else {}
+    if 0.1 in etas:
+      e2[ranker]["eta=0.1/lbd_minus_dla"] = _paired(seeds(0.1, ranker, "lbd"), seeds(0.1, ranker, "dla"))
+  out["E2"] = e2
+  e3 = {}
+  top = max(etas)
+  for ranker in rankers:
+    curve = {name: [float(np.mean(seeds(e, ranker, name))) for e in etas]
+             for name in ("click_data", "two_tower", "unlimited", "lbd")}
+    at_top = {f"{name}_minus_click_data": _paired(seeds(top, ranker, name), seeds(top, ranker, "click_data"))
+              for name in ("two_tower", "unlimited", "lbd")}
+    lbd_ge_click = [_paired(seeds(e, ranker, "lbd"), seeds(e, ranker, "click_data")) for e in etas]
+    e3[ranker] = {"curves": curve, f"at_eta={top:g}": at_top,
+                  "two_tower_below_click_at_top": at_top["two_tower_minus_click_data"]["diff"] < 0,
+                  "unlimited_below_click_at_top": at_top["unlimited_minus_click_data"]["diff"] < 0,
+                  "lbd_not_significantly_below_click_at_every_eta":
+                      all(v["diff"] + v["ci90"] >= 0 for v in lbd_ge_click),
+                  "lbd_minus_click_data": lbd_ge_click}
+  out["E3"] = e3
+  e4 = {}
+  for ranker in rankers:
+    e4[ranker] = {_eta_key(e): {"lbd_minus_lips": _paired(seeds(e, ranker, "lbd"), seeds(e, ranker, "lbd_lips")),
+                                "lbd_minus_ber": _paired(seeds(e, ranker, "lbd"), seeds(e, ranker, "lbd_ber")),
+                                "lips_minus_ber": _paired(seeds(e, ranker, "lbd_lips"),
+                                                          seeds(e, ranker, "lbd_ber"))} for e in etas}
+  out["E4"] = e4
+  e5 = {}
+  for ranker in rankers:
+    sel = [results[_eta_key(e)]["selected"][ranker]["lbd"] for e in etas]
+    log_lam = [np.log10(max(s["lam"], 1e-12)) for s in sel]
+    t = [s["t"] for s in sel]
+    rho_lam = scipy_stats.spearmanr(etas, log_lam).statistic if len(set(log_lam)) > 1 else 0.0
+    rho_t = scipy_stats.spearmanr(etas, t).statistic if len(set(t)) > 1 else 0.0
+    e5[ranker] = {"selected": {_eta_key(e): s for e, s in zip(etas, sel)},
+                  "spearman_eta_log10_lambda": float(rho_lam), "spearman_eta_t": float(rho_t),
+                  "drift_as_paper": bool(rho_lam < 0 and rho_t > 0)}
+  out["E5"] = e5
+  return out
+
+
+def _eta_key(eta: float) -> str:
+  return f"eta={float(eta):g}"
+
+
+# ----------------------------------------------------------------------------------------------
+# The study.
+
+
+def _load(config):
+  d = config.data
+  if d.source == "synthetic":
+    splits, u = make_lbd_synthetic(d.num_train, d.num_valid, d.num_test, list_size=d.list_size,
+                                   num_features=d.num_features, seed=d.seed)
+    crux = np.argsort(-np.abs(u), kind="stable")[:len(LBD_BASE_W)]
+    return splits.train, splits.valid, splits.test, crux, "top-|u| of the synthetic relevance"
+  from ultr_jax.train.experiment import load_datasets  # svmlight / ultra
+  train, valid, test = load_datasets(config)
+  if d.get("crux_indices"):
+    return train, valid, test, np.asarray(d.crux_indices), "given"
+  return train, valid, test, select_crux_features(train, len(LBD_BASE_W)), "standardised ridge importance"
+
+
+def _summ(values) -> dict:
+  s = summarize(values)
+  return {"mean": s["mean"], "std": s["std"], "ci90": s["ci90"],
+          "per_seed": np.asarray(values, np.float64).tolist()}
+
+
+def _ranker_cfg(config, ranker) -> ml_collections.ConfigDict:
+  if ranker == "linear":
+    return ml_collections.ConfigDict({"ranker": "linear"})
+  return ml_collections.ConfigDict({"ranker": "mlp", "hidden_sizes": tuple(config.dnn_hidden_sizes)})
+
+
+def _train_cfg(config, ranker) -> ml_collections.ConfigDict:
+  t = ml_collections.ConfigDict(config.train.to_dict())
+  opt = config.optimizers[ranker]
+  t.optimizer, t.learning_rate, t.grad_clip = opt.optimizer, opt.learning_rate, opt.grad_clip
+  return t
+
+
+def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dict:
+  """Runs the eta sweep of ``config`` (see ``experiments/lbd/configs/default.py``) and writes its outputs.
+
+  Returns the ``results.json`` mapping: ``"eta=<v>"`` -> ``"<ranker>/<method>"`` -> metric ->
+  ``{"mean", "std", "ci90", "per_seed"}``, plus ``"selected"`` ((lambda, t) per ranker and variant)
+  and ``"grid"`` (validation/test nDCG@10 of every grid member) per eta; ``"_effects"`` and ``"_meta"``.
+  """
+  t_start = time.perf_counter()
+  train, valid, test, crux, crux_how = _load(config)
+  lp = config.logging_policy
+  weights = simulation.train_logging_policy(train, fraction=lp.fraction, seed=lp.seed, steps=lp.steps)
+  train, valid, test = (simulation.apply_logging_policy(ds, simulation.logging_policy_scores(weights, ds), top_k=k)
+                        for ds, k in ((train, lp.top_k), (valid, lp.top_k), (test, None)))
+  seeds = [int(config.seed) + i for i in range(int(config.num_seeds))]
+  members = grid_members(config.lams, config.ts)
+  etas = [float(e) for e in config.etas]
+  results: dict[str, Any] = {}
+  timings: dict[str, float] = {}
+  labeled_cache: dict[str, dict] = {}
+  for eta in etas:
+    click_fn = make_individual_click_fn(crux, eta, max_draws=int(config.max_redraws))
+    entry: dict[str, Any] = {"selected": {}, "grid": {}}
+    for ranker in config.rankers:
+      tcfg = _train_cfg(config, ranker)
+      rcfg = _ranker_cfg(config, ranker)
+      for name in config.baselines:
+        if name == "labeled_data" and ranker in labeled_cache:
+          entry[f"{ranker}/{name}"] = labeled_cache[ranker]
+          continue
+        t0 = time.perf_counter()
+        method = get_method(BASELINES[name], rcfg, num_features=train.num_features, list_size=train.list_size)
+        res = fit(method, train, None, click_fn=click_fn, config=tcfg, seeds=seeds,
+                  name=f"{name}[{ranker},eta={eta:g}]")
+        m = evaluate(method, res.params, test)
+        entry[f"{ranker}/{name}"] = {k: _summ(m[k]) for k in METRICS}
+        if name == "labeled_data":
+          labeled_cache[ranker] = entry[f"{ranker}/{name}"]
+        timings[f"{_eta_key(eta)}/{ranker}/{name}"] = time.perf_counter() - t0
+      # The LBD family: one vmapped grid.
+      t0 = time.perf_counter()
+      gcfg = ml_collections.ConfigDict({**rcfg.to_dict(), "lams": [m[1] for m in members],
+                                        "ts": [m[2] for m in members], "keep": config.keep,
+                                        "gp_mode": config.gp_mode, "optimizer": tcfg.optimizer,
+                                        "learning_rate": tcfg.learning_rate, "grad_clip": tcfg.grad_clip})
+      grid = make_lbd_grid(gcfg, num_features=train.num_features, list_size=train.list_size)
+      res = fit(grid, train, None, click_fn=click_fn, config=tcfg, seeds=seeds,
+                name=f"lbd_grid[{ranker},eta={eta:g}]")
+      single = make_lbd(rcfg, num_features=train.num_features, list_size=train.list_size)
+      valid_m, test_m = [], []
+      for g in range(len(members)):
+        p = grid_member_params(res.params, g, seed_axis=True)
+        valid_m.append(evaluate(single, p, valid))
+        test_m.append(evaluate(single, p, test))
+      vscore = np.array([np.mean(v[config.select_metric]) for v in valid_m])
+      chosen = select_on_validation(members, vscore)
+      for variant, g in chosen.items():
+        entry[f"{ranker}/{variant}"] = {k: _summ(test_m[g][k]) for k in METRICS}
+      entry["selected"][ranker] = {v: {"lam": members[g][1], "t": members[g][2]} for v, g in chosen.items()
+                                   if v in ("lbd", "lbd_lips", "lbd_ber")}
+      entry["grid"][ranker] = [{"variant": v, "lam": lam, "t": t, "valid": float(vscore[g]),
+                                "test": float(np.mean(test_m[g]["ndcg@10"]))}
+                               for g, (v, lam, t) in enumerate(members)]
+      timings[f"{_eta_key(eta)}/{ranker}/lbd_grid"] = time.perf_counter() - t0
+    results[_eta_key(eta)] = entry
+    print(f"[lbd study] eta={eta:g} done at {time.perf_counter() - t_start:.0f}s", file=sys.stderr, flush=True)
+  results["_effects"] = effects(results, etas)
+  results["_meta"] = {"crux_indices": np.asarray(crux).tolist(), "crux_selection": crux_how,
+                      "base_w": LBD_BASE_W.tolist(), "seeds": seeds, "members": members,
+                      "config": config.to_dict(), "timings": timings,
+                      "seconds": time.perf_counter() - t_start}
+  table = table_1(results, etas, config.table_eta)
+  print(table, flush=True)
+  print(json.dumps({k: results["_effects"][k] for k in ("E1", "E5")}, indent=1, default=float)[:4000],
+        flush=True)
+  if workdir is not None:
+    os.makedirs(workdir, exist_ok=True)
+    write_results(workdir, results, table=table)
+    plot_figures(results, etas, config, workdir)
+  print(f"total time {time.perf_counter() - t_start:.1f}s", file=sys.stderr, flush=True)
+  return results
+
+
+def table_1(results: dict, etas: Sequence[float], eta: float) -> str:
+  """The Table 1/4 analogue at ``eta``: nDCG@1/3/5/10 and ERR@10, mean ± 90% CI over seeds (Markdown)."""
+  key = _eta_key(eta if eta in etas else etas[min(1, len(etas) - 1)])
+  entry = results[key]
+  lines = [f"Table 1 analogue at {key} (test; mean ± 90% t-interval over seeds)", "",
+           "| ranker | method | " + " | ".join(METRICS) + " |", "|---|---|" + "---|" * len(METRICS)]
+  for ranker in ("dnn", "linear"):
+    for name in METHOD_ORDER:
+      k = f"{ranker}/{name}"
+      if k not in entry:
+        continue
+      cells = [f"{entry[k][m]['mean']:.4f} ± {entry[k][m]['ci90']:.4f}" for m in METRICS]
+      lines.append(f"| {ranker} | {name} | " + " | ".join(cells) + " |")
+  sel = entry.get("selected", {})
+  lines.append("")
+  lines.append("Selected (lambda, t) on validation: " + json.dumps(sel))
+  return "\n".join(lines) + "\n"
+
+
+def plot_figures(results: dict, etas: Sequence[float], config, workdir: str) -> list[str]:
+  """Figure 3(a)/(b) analogues (nDCG@10 against eta) and Figure 4 heat maps ((lambda, t) per eta), as PNGs."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  written = []
+
+  def save(fig, name):
+    path = os.path.join(workdir, name)
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    os.replace(tmp, path)
+    written.append(path)
+
+  for ranker in config.rankers:
+    for fig_name, names in (("fig3a", METHOD_ORDER), ("fig3b", ("click_data",) + LBD_FAMILY)):
+      fig, ax = plt.subplots(figsize=(6.5, 4.2))
+      for name in names:
+        if name == "labeled_data":
+          continue
+        k = f"{ranker}/{name}"
+        mean = np.array([results[_eta_key(e)][k]["ndcg@10"]["mean"] for e in etas])
+        ci = np.array([results[_eta_key(e)][k]["ndcg@10"]["ci90"] for e in etas])
+        style = "-" if name in LBD_FAMILY else "--"
+        ax.plot(etas, mean, style, marker="o", ms=3, label=name)
+        ax.fill_between(etas, mean - ci, mean + ci, alpha=0.15)
+      ax.set_xlabel("coupling level eta")
+      ax.set_ylabel("test nDCG@10")
+      ax.set_title(f"{fig_name} analogue ({ranker})")
+      ax.legend(fontsize=7, ncol=2)
+      save(fig, f"{fig_name}_{ranker}.png")
+    lams = [0.0] + [float(v) for v in config.lams]
+    ts = [0.0] + [float(v) for v in config.ts]
+    fig, axes = plt.subplots(1, len(etas), figsize=(2.6 * len(etas), 2.8), squeeze=False)
+    for ax, e in zip(axes[0], etas):
+      grid = results[_eta_key(e)]["grid"][ranker]
+      heat = np.full((len(lams), len(ts)), np.nan)
+      for row in grid:
+        if row["lam"] in lams and row["t"] in ts:
+          heat[lams.index(row["lam"]), ts.index(row["t"])] = row["valid"]
+      im = ax.imshow(heat, cmap="viridis", origin="lower", aspect="auto")
+      ax.set_xticks(range(len(ts)), [f"{t:g}" for t in ts], fontsize=6)
+      ax.set_yticks(range(len(lams)), [f"{lam:g}" for lam in lams], fontsize=6)
+      ax.set_xlabel("t", fontsize=7)
+      ax.set_ylabel("lambda", fontsize=7)
+      ax.set_title(f"eta={e:g}", fontsize=8)
+      sel = results[_eta_key(e)]["selected"][ranker]["lbd"]
+      ax.plot(ts.index(sel["t"]), lams.index(sel["lam"]), "r*", ms=8)
+      fig.colorbar(im, ax=ax, fraction=0.046)
+    fig.suptitle(f"Figure 4 analogue: validation nDCG@10 over (lambda, t), {ranker}; * = selected", fontsize=9)
+    save(fig, f"fig4_{ranker}.png")
+  return written
