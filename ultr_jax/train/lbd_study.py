@@ -180,16 +180,20 @@ def redraw_no_click(click_fn, *, max_draws: int = 100):
   return wrapped
 
 
-def make_individual_click_fn(crux_indices: Sequence[int], eta: float, *, base_w: Sequence[float] = LBD_BASE_W,
-                             eps: float = 0.1, redraw: bool = True, max_draws: int = 100):
+def make_individual_click_fn(crux_indices: Sequence[int], eta: Optional[float] = None, *,
+                             base_w: Sequence[float] = LBD_BASE_W, eps: float = 0.1, redraw: bool = True,
+                             max_draws: int = 100, w_key: str = "lbd_w"):
   r"""LBD's click simulator (spec 4.3): ``click_fn(key, batch) -> {"clicks", "examination", ...}``.
 
   .. math::
       P(C = 1 \mid x, p) = \Big(\epsilon + (1-\epsilon)\frac{2^y - 1}{15}\Big)\;
-      v_p^{\max\{1 + \eta\, w_0^\top x_{crux},\ 0\}}
+      v_p^{\max\{1 + w^\top x_{crux},\ 0\}}, \qquad w = \eta\, w_0
 
   with :math:`w_0` = ``base_w`` (the repo's vector over 0.1) and ``v`` the
-  eye-tracking table. ``eta = 0`` is ULTRA's PBM exactly.
+  eye-tracking table, through :func:`ultr_jax.simulation.individual`.
+  ``eta = 0`` is ULTRA's PBM exactly. With ``eta=None`` the coupling vector
+  is read from ``batch[w_key]`` (``[..., D]`` per list), so one compiled
+  training step serves every eta.
 
   >>> fn = make_individual_click_fn([0], 0.5, base_w=[1.0], redraw=False)
   >>> out = fn(jax.random.key(0), {"labels": jnp.array([4.0, 0.0]), "where": jnp.ones(2, bool),
@@ -197,12 +201,22 @@ def make_individual_click_fn(crux_indices: Sequence[int], eta: float, *, base_w:
   >>> print(out["examination"])   # 0.68^1.5, 0.61^0.5
   [0.5607449  0.78102493]
   """
-  crux = [int(i) for i in crux_indices]
-  w = float(eta) * np.asarray(base_w, np.float64)
-  if w.shape != (len(crux),):
-    raise ValueError(f"make_individual_click_fn: base_w has {w.shape[0]} entries for {len(crux)} crux features")
-  fn = simulation.make_click_fn({"name": "individual", "crux_indices": crux, "w": w.tolist(), "eps": eps})
-  return redraw_no_click(fn, max_draws=max_draws) if redraw else fn
+  crux = np.asarray([int(i) for i in crux_indices], np.int32)
+  w0 = np.asarray(base_w, np.float32)
+  if w0.shape != crux.shape:
+    raise ValueError(f"make_individual_click_fn: base_w has {w0.shape[0]} entries for {crux.size} crux features")
+  fixed_w = None if eta is None else jnp.asarray(float(eta) * w0, jnp.float32)
+
+  def click_fn(key, batch):
+    where = jnp.asarray(batch["where"], bool)
+    attraction = simulation.relevance_probability(batch["labels"], eps=eps)
+    w = fixed_w if fixed_w is not None else jnp.asarray(batch[w_key], jnp.float32)[..., None, :]
+    # sum_i w_i x_i as (w * x) @ 1, so w may differ per list.
+    scaled = jnp.asarray(batch["features"], jnp.float32)[..., crux] * w
+    return simulation.individual(key, attraction, scaled, jnp.ones(crux.size, jnp.float32), where=where,
+                                 positions=batch.get("positions"))
+
+  return redraw_no_click(click_fn, max_draws=max_draws) if redraw else click_fn
 
 
 # ----------------------------------------------------------------------------------------------
@@ -269,14 +283,17 @@ def effects(results: dict, etas: Sequence[float], *, metric: str = "ndcg@10") ->
                "linear_gap_larger": bool(gap.get("linear", np.nan) > gap.get("dnn", np.nan))}
   e2 = {}
   for ranker in rankers:
+    present = [n for n in ("two_tower", "dla", "click_data") if f"{ranker}/{n}" in results[_eta_key(etas[0])]]
     e2[ranker] = {name: _paired(seeds(0.0, ranker, "lbd"), seeds(0.0, ranker, name))
-                  for name in ("two_tower", "dla", "click_data")} if 0.0 in etas else {}
-    if 0.1 in etas:
+                  for name in present} if 0.0 in etas else {}
+    if 0.1 in etas and "dla" in present:
       e2[ranker]["eta=0.1/lbd_minus_dla"] = _paired(seeds(0.1, ranker, "lbd"), seeds(0.1, ranker, "dla"))
   out["E2"] = e2
   e3 = {}
   top = max(etas)
   for ranker in rankers:
+    if f"{ranker}/click_data" not in results[_eta_key(top)] or f"{ranker}/two_tower" not in results[_eta_key(top)]:
+      continue
     curve = {name: [float(np.mean(seeds(e, ranker, name))) for e in etas]
              for name in ("click_data", "two_tower", "unlimited", "lbd")}
     at_top = {f"{name}_minus_click_data": _paired(seeds(top, ranker, name), seeds(top, ranker, "click_data"))
@@ -370,8 +387,16 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
   results: dict[str, Any] = {}
   timings: dict[str, float] = {}
   labeled_cache: dict[str, dict] = {}
+  if config.get("compilation_cache_dir"):
+    # w travels in the data, so the steps of every eta share one HLO: compile once, reuse from the cache.
+    jax.config.update("jax_compilation_cache_dir", config.compilation_cache_dir)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+  click_fn = make_individual_click_fn(crux, None, max_draws=int(config.max_redraws))
+  base_train = train
   for eta in etas:
-    click_fn = make_individual_click_fn(crux, eta, max_draws=int(config.max_redraws))
+    train = base_train.with_extras(lbd_w=np.tile(np.float32(eta) * LBD_BASE_W.astype(np.float32),
+                                                 (base_train.num_queries, 1)))
     entry: dict[str, Any] = {"selected": {}, "grid": {}}
     for ranker in config.rankers:
       tcfg = _train_cfg(config, ranker)

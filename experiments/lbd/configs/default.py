@@ -52,6 +52,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config.etas = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
   config.table_eta = 0.1
   config.max_redraws = 100
+  config.compilation_cache_dir = "/tmp/ultr_jax_lbd_jit_cache"  # "" disables the persistent XLA cache
   config.rankers = ("linear", "dnn")
   config.dnn_hidden_sizes = (64, 32)
   config.baselines = BASELINES

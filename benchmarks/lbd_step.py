@@ -1,0 +1,82 @@
+r"""LBD training-step throughput and the double-backprop overhead, measured in one process.
+
+For each tower size, times one jitted optimizer step (B lists of L = 10 items, F features) of
+
+* ``naive``: the foundation's Click Data method (MLP ranker, one output, softmax loss);
+* ``unlimited``: the LBD tower (1 + n heads) without the penalty;
+* ``lbd``: the LBD tower with Bernoulli decoupling and the code-form gradient penalty
+  (double back-propagation through the input-gradient);
+* ``lbd_grid[21]``: the study's 21-member vmapped grid (per member),
+
+and prints steps/s and the ratio of LBD to the plain DNN step (goal <= 3x).
+
+  python benchmarks/lbd_step.py [--batch 256] [--features 50] [--reps 30]
+"""
+
+import argparse
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+
+from ultr_jax.train import get_method
+from ultr_jax.train.lbd_study import grid_members
+from ultr_jax.train.methods.lbd import make_lbd_grid
+
+
+def _time_step(method, batch, reps):
+  tx = method.optimizer or optax.chain(optax.clip_by_global_norm(5.0), optax.adagrad(0.05))
+  params, extra = method.init(jax.random.key(0), batch)
+  opt = tx.init(params)
+
+  @jax.jit
+  def step(params, opt, key):
+    (loss, _), g = jax.value_and_grad(method.loss, has_aux=True)(params, extra, batch, key)
+    u, opt = tx.update(g, opt, params)
+    return optax.apply_updates(params, u), opt, loss
+
+  params, opt, loss = step(params, opt, jax.random.key(0))
+  loss.block_until_ready()
+  times = []
+  for i in range(reps):
+    t0 = time.perf_counter()
+    params, opt, loss = step(params, opt, jax.random.key(i))
+    loss.block_until_ready()
+    times.append(time.perf_counter() - t0)
+  return float(np.median(times))
+
+
+def main():
+  ap = argparse.ArgumentParser()
+  ap.add_argument("--batch", type=int, default=256)
+  ap.add_argument("--features", type=int, default=50)
+  ap.add_argument("--reps", type=int, default=30)
+  args = ap.parse_args()
+  rng = np.random.default_rng(0)
+  b, l, f = args.batch, 10, args.features
+  batch = {"features": jnp.asarray(rng.uniform(-1, 1, (b, l, f)), jnp.float32),
+           "where": jnp.ones((b, l), bool),
+           "clicks": jnp.asarray(rng.random((b, l)) < 0.2, jnp.float32)}
+  print(f"devices: {jax.devices()}  B={b} L={l} F={f}")
+  for hidden in ((64, 32), (512, 256, 128)):
+    cfg = ml_collections.ConfigDict({"ranker": "mlp", "hidden_sizes": hidden})
+    rows = {}
+    for name in ("naive", "unlimited", "lbd"):
+      m = get_method(name, cfg, num_features=f, list_size=l)
+      rows[name] = _time_step(m, batch, args.reps)
+    members = grid_members([1.0, 100.0, 10000.0], [0.1, 0.2, 0.3, 0.4])
+    gcfg = ml_collections.ConfigDict({**cfg.to_dict(), "lams": [m[1] for m in members],
+                                      "ts": [m[2] for m in members]})
+    grid = make_lbd_grid(gcfg, num_features=f, list_size=l)
+    rows[f"lbd_grid[{len(members)}] per member"] = _time_step(grid, batch, max(3, args.reps // 5)) / len(members)
+    print(f"\nDNN hidden {hidden}:")
+    for name, t in rows.items():
+        print(f"  {name:28s} {1.0 / t:9.1f} steps/s   {t * 1e3:8.2f} ms/step   "
+              f"ratio to naive {t / rows['naive']:.2f}x   to unlimited {t / rows['unlimited']:.2f}x")
+
+
+if __name__ == "__main__":
+  main()
