@@ -1,0 +1,30 @@
+r"""SIF study: T6 (oracle mechanism) and T7/T8 (learned towers) on the toy of spec-sif 7.1.
+
+The logic lives in ``experiments/sif/study.py`` (importable, tested).
+
+  python experiments/sif/main.py --config=experiments/sif/configs/default.py --workdir=/tmp/sif
+  python experiments/sif/main.py --config=experiments/sif/configs/default.py:smoke --workdir=/tmp/s
+"""
+
+import os
+import sys
+
+from absl import app, flags
+from ml_collections import config_flags
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import study  # noqa: E402
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Path to a config file, e.g. configs/default.py[:smoke].", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results.json, table.md and figures.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+  del argv
+  study.run(_CONFIG.value, _WORKDIR.value)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,297 @@
+"""SIF study orchestration (spec-sif 7.1 T6/T7/T8; Tables I-III, Figures 2-5 analogues).
+
+Importable (the tests drive it with the ``smoke`` config); ``main.py`` only
+parses flags and calls :func:`run`.
+"""
+
+import json
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from ultr_jax import losses
+from ultr_jax.data import RankingDataset
+from ultr_jax.simulation import ULTRA_EXAM_TABLE, make_position_trust_click_fn, sif_toy_dataset
+from ultr_jax.train import (default_train_config, evaluate, fit, get_method, markdown_table,
+                            summarize, write_results)
+from ultr_jax.train.methods.sif import with_leakage_diagnostics
+
+METRICS = ("ndcg@3", "ndcg@5", "ndcg@10", "err@10")
+
+
+# ----------------------------------------------------------------------------
+# Data.
+
+
+def load_data(config):
+  """``(train, valid, test)`` RankingDatasets with a standardised ``logging_score`` extra."""
+  d = config.data
+  if d.source == "toy":
+    train, world = sif_toy_dataset(d.num_train, seed=d.seed, logging_corr=d.logging_corr)
+    valid, _ = sif_toy_dataset(d.num_valid, seed=d.seed + 1, params=world)
+    test, _ = sif_toy_dataset(d.num_test, seed=d.seed + 2, params=world)
+    return train, valid, test
+  if d.source == "svmlight":
+    from ultr_jax.data import load_svmlight  # noqa: PLC0415
+    from ultr_jax.simulation import (apply_logging_policy, logging_policy_scores,  # noqa: PLC0415
+                                     train_logging_policy)
+
+    sets = [load_svmlight(p) for p in (d.train_path, d.valid_path, d.test_path)]
+    w = train_logging_policy(sets[0], fraction=0.01, seed=d.seed)
+    out, stats = [], None
+    for ds in sets:
+      ds = apply_logging_policy(ds, logging_policy_scores(w, ds), top_k=d.list_size)
+      rs = np.where(ds.where, ds.features @ np.asarray(w, np.float32), 0.0)
+      if stats is None:  # global training-set statistics (spec 5.1)
+        stats = (rs[ds.where].mean(), rs[ds.where].std() + 1e-8)
+      out.append(ds.with_extras(logging_score=np.where(ds.where, (rs - stats[0]) / stats[1], 0.0)
+                                .astype(np.float32)))
+    return tuple(out)
+  raise ValueError(f"data.source: expected 'toy' or 'svmlight', got {d.source!r}")
+
+
+def _oracle_scores(test: RankingDataset, gamma: float) -> np.ndarray:
+  return 1.0 / (1.0 + np.exp(-gamma * test.extras["logging_score"]))
+
+
+def test_leakage(method, params, test: RankingDataset, *, gamma=1.0, k_top=3, by_label=True):
+  """Per-seed oracle-conditioned trust leakage (nats) of ``method``'s test scores."""
+  batch = jax.tree.map(jnp.asarray, {k: v for k, v in test.as_batch().items() if k != "qid"})
+  scores = jax.vmap(method.score, in_axes=(0, None))(params, batch)
+  pos = jnp.broadcast_to(jnp.arange(test.list_size), test.where.shape)
+  fn = lambda s: losses.oracle_leakage(s, jnp.asarray(_oracle_scores(test, gamma)), pos,
+                                       batch["labels"], where=batch["where"], k_top=k_top,
+                                       by_label=by_label)
+  return np.asarray(jax.vmap(fn)(scores), np.float64)
+
+
+def propensity_mae(method, params, extra, eta=1.0):
+  """Per-seed ``MAE_rel = mean_k |p_k/p_1 - pi_k/pi_1|`` against the PBM table (None if undefined)."""
+  if method.propensities is None:
+    return None
+  p = np.asarray(jax.vmap(method.propensities)(params, extra), np.float64)  # [S, K]
+  table = np.asarray(ULTRA_EXAM_TABLE, np.float64) ** eta
+  k = min(p.shape[-1], table.shape[0])
+  target = table[:k] / table[0]
+  return np.abs(p[:, :k] / p[:, :1] - target).mean(-1)
+
+
+def _train_config(config, overrides):
+  tc = default_train_config()
+  for k, v in config.train.items():
+    tc[k] = v
+  for k, v in overrides.items():
+    tc[k] = v
+  tc.progress = bool(config.get("progress", False))
+  return tc
+
+
+# ----------------------------------------------------------------------------
+# T6: oracle mechanism, population clicks.
+
+
+def run_t6(config, data, alpha):
+  """T6 at one alpha: naive, IPS-pos, IPS-full and IPS-pos + D-penalty over the lambda grid."""
+  train, valid, test = data
+  t6 = config.t6
+  click_fn = make_position_trust_click_fn({"alpha": alpha, "expected": True})
+  tc = _train_config(config, {"steps": t6.steps, "batch_size": train.num_queries, "optimizer": "sgd",
+                              "learning_rate": t6.learning_rate, "eval_every": t6.steps,
+                              "grad_clip": 0.0})
+  runs = [("naive", "naive", {}), ("ips_pos", "ips", {}), ("ips_full", "ips_trust_oracle", {})]
+  runs += [(f"ips_pos+D(lambda={lam:g})", "ips_dpenalty", {"lambda_D": float(lam)}) for lam in t6.lambdas]
+  rows = {}
+  for label, name, extra_cfg in runs:
+    mcfg = ml_collections.ConfigDict({"ranker": "linear", **extra_cfg})
+    m = get_method(name, mcfg, num_features=train.num_features, list_size=train.list_size)
+    res = fit(m, train, None, click_fn=click_fn, config=tc, seeds=tuple(range(t6.num_seeds)))
+    met = evaluate(m, res.params, test, cutoffs=(10,))
+    rows[label] = {"ndcg@10": summarize(met["ndcg@10"]),
+                   "leakage_(k,y)": summarize(test_leakage(m, res.params, test)),
+                   "leakage_(k)": summarize(test_leakage(m, res.params, test, by_label=False))}
+  return rows
+
+
+def t6_checks(rows):
+  """The T6 orderings as booleans (ordering, not digits)."""
+  g = lambda k, c="ndcg@10": rows[k][c]["mean"]
+  lam_rows = [k for k in rows if k.startswith("ips_pos+D")]
+  lams = [float(k.split("=")[1].rstrip(")")) for k in lam_rows]
+  best = max(lam_rows, key=lambda k: g(k))
+  largest = lam_rows[int(np.argmax(lams))]
+  moderate = [k for k, l in zip(lam_rows, lams) if 1 <= l <= 30]
+  leak = [g(k, "leakage_(k,y)") for k in lam_rows]
+  return {
+      "naive<ips_pos": g("naive") < g("ips_pos"),
+      "ips_pos<best_moderate_penalty": any(g(k) > g("ips_pos") for k in moderate),
+      "best_penalty_vs_ips_full": g(best) - g("ips_full"),
+      "leakage_falls_with_lambda": bool(leak[int(np.argmax(lams))] < leak[int(np.argmin(lams))]),
+      "too_large_lambda_below_ips_pos": g(largest) < g("ips_pos"),
+      "penalty_gain": max(g(k) for k in moderate) - g("ips_pos") if moderate else float("nan"),
+  }
+
+
+# ----------------------------------------------------------------------------
+# T7 / T8: learned towers, sampled clicks.
+
+
+def run_t7(config, data, setting, alpha):
+  """Every method of ``config.methods`` at one setting; returns (rows, histories)."""
+  train, valid, test = data
+  a = 0.0 if setting == "position" else alpha
+  click_fn = make_position_trust_click_fn({"alpha": a})
+  tc = _train_config(config, {})
+  rows, histories = {}, {}
+  for name in config.methods:
+    mcfg = ml_collections.ConfigDict(dict(config.ranker))
+    if name in config.method_configs:
+      mcfg.update(dict(config.method_configs[name]))
+    m = with_leakage_diagnostics(get_method(name, mcfg, num_features=train.num_features,
+                                            list_size=train.list_size), k_top=config.k_top)
+    t0 = time.perf_counter()
+    res = fit(m, train, valid, click_fn=click_fn, config=tc, seeds=tuple(range(config.num_seeds)))
+    met = evaluate(m, res.params, test, cutoffs=(3, 5, 10))
+    row = {k: summarize(met[k]) for k in METRICS}
+    row["leakage_d"] = summarize(test_leakage(m, res.params, test, k_top=config.k_top))
+    mae = propensity_mae(m, res.params, res.extra)
+    if mae is not None:
+      row["propensity_mae"] = summarize(mae)
+    row["seconds"] = time.perf_counter() - t0
+    rows[name] = row
+    histories[name] = res.history
+  return rows, histories
+
+
+def _curve(history, key):
+  steps = [h["step"] for h in history if f"train/{key}" in h]
+  vals = [np.mean(h[f"train/{key}"]) for h in history if f"train/{key}" in h]
+  return steps, vals
+
+
+def write_figures(workdir, t7, histories, key_setting):
+  """PNG analogues of Figures 2-5 from the T7 run at ``key_setting``."""
+  import matplotlib  # noqa: PLC0415
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # noqa: PLC0415
+
+  rows, hist = t7[key_setting], histories[key_setting]
+  paths = []
+
+  def save(fig, name):
+    path = os.path.join(workdir, name)
+    fig.tight_layout()
+    fig.savefig(path + ".tmp.png", dpi=100)
+    os.replace(path + ".tmp.png", path)
+    plt.close(fig)
+    paths.append(path)
+
+  fig, ax = plt.subplots(figsize=(6, 4))
+  ax2 = ax.twinx()
+  for name, style in (("sif_full", "-"), ("dla", "--")):
+    if name in hist:
+      ax.plot(*_curve(hist[name], "oracle_I_D"), style, label=f"leakage ({name})")
+      ax2.plot(*_curve(hist[name], "ess_model"), style, color="gray", label=f"ESS ({name})")
+  ax.set_xlabel("step"); ax.set_ylabel("oracle I_D (nats)"); ax2.set_ylabel("ESS per batch")
+  ax.legend(loc="upper left"); ax2.legend(loc="upper right")
+  ax.set_title(f"Fig. 2 analogue ({key_setting})")
+  save(fig, "fig2_leakage_ess.png")
+
+  names = [n for n in ("dla", "sif_full", "sif_dr", "sif_exp", "sif_dec") if n in rows and "propensity_mae" in rows[n]]
+  fig, ax = plt.subplots(figsize=(6, 4))
+  ax.bar(names, [rows[n]["propensity_mae"]["mean"] for n in names],
+         yerr=[rows[n]["propensity_mae"]["std"] for n in names])
+  ax.set_ylabel("exposure-propensity MAE_rel"); ax.set_title("Fig. 3 analogue")
+  save(fig, "fig3_propensity_mae.png")
+
+  names = [n for n in ("dla", "sif_exp", "sif_dec", "sif_full", "sif_dr") if n in rows]
+  fig, ax = plt.subplots(figsize=(6, 4))
+  ax.bar(names, [rows[n]["ndcg@10"]["mean"] for n in names], yerr=[rows[n]["ndcg@10"]["std"] for n in names])
+  lo = min(rows[n]["ndcg@10"]["mean"] for n in names)
+  ax.set_ylim(lo - 0.05, None); ax.set_ylabel("NDCG@10"); ax.set_title("Fig. 4 analogue")
+  save(fig, "fig4_ndcg_ablation.png")
+
+  fig, ax = plt.subplots(figsize=(6, 4))
+  for name in ("sif_full", "sif_dr", "dla", "sif_dec"):
+    if name in hist:
+      ax.plot(*_curve(hist[name], "oracle_I_D"), label=name)
+  ax.set_xlabel("step"); ax.set_ylabel("oracle I_D (nats)"); ax.legend(); ax.set_title("Fig. 5 analogue")
+  save(fig, "fig5_leakage_steps.png")
+  return paths
+
+
+def t7_checks(t7, histories, alpha_key, position_key):
+  """T7/T8 claims as numbers."""
+  out = {}
+  rows = t7.get(alpha_key, {})
+  if "sif_dec" in rows and "dla" in rows:
+    out["sif_dec_minus_dla_ndcg@10"] = rows["sif_dec"]["ndcg@10"]["mean"] - rows["dla"]["ndcg@10"]["mean"]
+  if "sif_exp" in rows and "dla" in rows:
+    out["sif_exp_mae"] = rows["sif_exp"]["propensity_mae"]["mean"]
+    out["dla_mae"] = rows["dla"]["propensity_mae"]["mean"]
+  hist = histories.get(alpha_key, {})
+  for name in ("sif_dec", "sif_full", "dla"):
+    if name in hist:
+      _, v = _curve(hist[name], "oracle_I_D")
+      if len(v) >= 2:
+        out[f"{name}_oracle_I_D_first_last"] = (float(v[0]), float(v[-1]))
+  prow = t7.get(position_key, {})
+  for name in ("dla", "sif_exp", "sif_position"):
+    if name in prow and "propensity_mae" in prow[name]:
+      out[f"position_only_{name}_mae"] = prow[name]["propensity_mae"]["mean"]
+  return out
+
+
+# ----------------------------------------------------------------------------
+# Everything.
+
+
+def run(config, workdir):
+  """Runs T6 and T7 as configured, prints tables, writes results.json, tables and figures."""
+  os.makedirs(workdir, exist_ok=True)
+  t_start = time.perf_counter()
+  data = load_data(config)
+  report = []
+  t6 = {}
+  if config.t6.enabled and config.data.source == "toy":
+    for alpha in config.t6.alphas:
+      rows = run_t6(config, data, alpha)
+      t6[f"alpha={alpha:g}"] = {"rows": rows, "checks": t6_checks(rows)}
+      table = markdown_table(rows, ["ndcg@10", "leakage_(k,y)", "leakage_(k)"], precision=4)
+      report.append(f"### T6 (oracle mechanism, population clicks), alpha = {alpha:g}\n\n{table}\n\n"
+                    f"checks: {json.dumps(t6_checks(rows), default=float)}\n")
+      print(report[-1], flush=True)
+  results, histories = {}, {}
+  settings = [("position", 0.0)] if config.position_setting else []
+  settings += [("trust", float(a)) for a in config.alphas]
+  for setting, alpha in settings:
+    key = f"setting={setting}/alpha={alpha:g}"
+    rows, hist = run_t7(config, data, setting, alpha)
+    results[key], histories[key] = rows, hist
+    cols = list(METRICS) + ["leakage_d", "propensity_mae"]
+    table = markdown_table({n: {c: r.get(c, "-") for c in cols} for n, r in rows.items()}, cols, precision=4)
+    title = "Table I analogue (position-only)" if setting == "position" else f"Table II/III analogue, alpha = {alpha:g}"
+    report.append(f"### {title} [{key}]\n\n{table}\n")
+    print(report[-1], flush=True)
+  if results:
+    t3 = {a: {n: results[f"setting=trust/alpha={a:g}"][n]["ndcg@10"] for n in
+              results[f"setting=trust/alpha={a:g}"]} for a in config.alphas}
+    table3 = markdown_table({n: {f"alpha={a:g}": t3[a][n] for a in config.alphas} for n in config.methods},
+                            [f"alpha={a:g}" for a in config.alphas], precision=4)
+    report.append(f"### Table III analogue (NDCG@10 by trust strength)\n\n{table3}\n")
+    print(report[-1], flush=True)
+  fig_key = f"setting=trust/alpha={config.figure_alpha:g}"
+  figures = write_figures(workdir, results, histories, fig_key) if fig_key in results else []
+  checks = t7_checks(results, histories, fig_key, "setting=position/alpha=0")
+  report.append(f"### T7/T8 checks\n\n{json.dumps(checks, default=float, indent=1)}\n")
+  print(report[-1], flush=True)
+  elapsed = time.perf_counter() - t_start
+  report.append(f"total wall time: {elapsed:.1f} s\n")
+  print(report[-1], flush=True)
+  payload = {**results, "t6": t6, "checks": checks, "seconds": elapsed,
+             "histories": {k: {n: h for n, h in v.items()} for k, v in histories.items()}}
+  write_results(workdir, payload, table="\n".join(report))
+  return payload, figures
