@@ -62,10 +62,12 @@ def em_posteriors(scores: jax.Array, propensities: jax.Array, clicks: jax.Array,
   where = _utils.as_where(where, scores.shape)
   s = jax.lax.stop_gradient(jnp.where(where, scores, 0.0))
   theta = jax.lax.stop_gradient(jnp.where(where, propensities, 0.5))
-  log_theta = jnp.log(jnp.clip(theta, _LOG_EPS, 1.0 - _LOG_EPS))
-  log_1m_theta = _utils.log1mexp(log_theta)
+  theta = jnp.clip(theta, _LOG_EPS, 1.0 - _LOG_EPS)
+  log_theta, log_1m_theta = jnp.log(theta), jnp.log1p(-theta)
   log_gamma, log_1m_gamma = jax.nn.log_sigmoid(s), jax.nn.log_sigmoid(-s)
-  log_no_click = _utils.log1mexp(log_theta + log_gamma)  # log(1 - theta * gamma)
+  # log(1 - theta * gamma) = log((1 - theta) + theta (1 - gamma)): a sum of
+  # positive terms, so no cancellation.
+  log_no_click = jnp.logaddexp(log_1m_theta, log_theta + log_1m_gamma)
   e1_c0 = jnp.exp(log_theta + log_1m_gamma - log_no_click)
   r1_c0 = jnp.exp(log_1m_theta + log_gamma - log_no_click)
   c = jnp.where(where, clicks, 0.0)

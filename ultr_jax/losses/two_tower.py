@@ -9,8 +9,8 @@ clicks; only :math:`r` is used for ranking.
   Yan et al., "Scale Calibration of Deep Ranking Models", KDD'22);
 * ``"product"``: :math:`P(C{=}1) = \sigma(r)\,\sigma(o)` (the PBM,
   Richardson et al. 2007; Wang et al. 2018), with
-  :math:`\log P(C{=}0) = \log(1 - e^{\log\sigma(r)+\log\sigma(o)})`
-  computed by ``log1mexp``.
+  :math:`\log P(C{=}0) = \log(\sigma(-r) + \sigma(r)\,\sigma(-o))`
+  (a sum of positive terms: no cancellation, exact at extreme logits).
 """
 
 from typing import Callable, Optional
@@ -35,8 +35,10 @@ def two_tower_log_probs(relevance_logits: jax.Array, observation_logits: jax.Arr
     z = relevance_logits + observation_logits
     return jax.nn.log_sigmoid(z), jax.nn.log_sigmoid(-z)
   if mode == "product":
-    log_p = jax.nn.log_sigmoid(relevance_logits) + jax.nn.log_sigmoid(observation_logits)
-    return log_p, _utils.log1mexp(jnp.minimum(log_p, -1e-7))
+    log_r, log_o = jax.nn.log_sigmoid(relevance_logits), jax.nn.log_sigmoid(observation_logits)
+    # 1 - sigma(r) sigma(o) = sigma(-r) + sigma(r) sigma(-o): positive terms, no cancellation.
+    log_n = jnp.logaddexp(jax.nn.log_sigmoid(-relevance_logits), log_r + jax.nn.log_sigmoid(-observation_logits))
+    return log_r + log_o, log_n
   raise ValueError(f"unknown two-tower mode {mode!r} (additive, product)")
 
 
