@@ -1,0 +1,242 @@
+r"""CLD methods (Zhao et al., SIGIR-AP'23) as :class:`~ultr_jax.train.Method` factories.
+
+Registered names: ``cld`` (linear pointwise CLD, Eq. 9), ``cld_n`` (neural
+ranker), ``cld_pair`` (CLD\ :sup:`pair`, Eq. 12, neural ranker), ``cld_pair_l``
+(linear ranker), ``heckman_rank`` (Ovaisi et al. 2020) and ``rank_agg``
+(Borda of an IPS ranker and Heckman\ :sup:`rank`).
+
+The batch carries a fixed top-k log (``click_fn=None``; see
+:func:`ultr_jax.simulation.simulate_topk_log`): ``shown`` (bool),
+``clicks`` (0/1 or CTR), ``examination`` (the propensities handed to the
+learner, read only where shown) and optionally per-query ``sessions``
+(record weights; the aggregated log then equals the per-session log).
+
+Config fields (read with defaults):
+
+==================  ======================  =======================================
+field               default                 meaning
+==================  ======================  =======================================
+``gamma``           ``0.1``                 Tobit error correlation (A14)
+``link``            ``"probit"``            ``"logit"`` for the released code (A3)
+``sq_weight``       ``1.0``                 squared-term coefficient (A4)
+``target``          ``"sessions"``          ``"mean"``: one record with y = CTR/rho
+``hidden_sizes``    ``(256, 128, 64)``      neural ranker (ELU, no LayerNorm)
+``dropout``         ``0.5``                 neural ranker dropout (training only)
+``bpr_weight``      ``"ips_diff"``          CLD-pair BPR weight (A8)
+``unobs_weight``    ``"balanced"``          CLD-pair weight of unshown pairs (A10)
+``sel_weight``      ``1.0``                 CLD-pair selection weight C (A9)
+``heckman_outcome`` ``"ls"``                Heckman stage 2: ``"ls"`` or ``"probit"``
+==================  ======================  =======================================
+
+``score`` ranks with the relevance tower only; the selection model is
+discarded at test time (spec 3.3).
+
+>>> from ultr_jax.train import get_method
+>>> m = get_method("cld", {}, num_features=3, list_size=4)
+>>> params, extra = m.init(jax.random.key(0), None)
+>>> batch = {"features": jnp.ones((1, 4, 3)), "where": jnp.ones((1, 4), bool),
+...          "shown": jnp.array([[True, True, False, False]]), "clicks": jnp.array([[1., 0, 0, 0]]),
+...          "examination": jnp.array([[1., .5, 0, 0]])}
+>>> loss, (aux, extra) = m.loss(params, extra, batch, jax.random.key(1))
+>>> print(bool(jnp.isfinite(loss)), m.score(params, batch).shape)
+True (1, 4)
+"""
+
+import jax
+import jax.numpy as jnp
+
+from ultr_jax import losses
+from ultr_jax import models
+from ultr_jax.train.method import Method
+from ultr_jax.train.methods import register
+
+__all__ = ["cld_towers"]
+
+
+def _get(config, name, default):
+  value = config.get(name, default) if config is not None else default
+  return default if value is None else value
+
+
+class _Tower:
+  """A flax ranker + its training-mode apply (dropout from the loss key)."""
+
+  def __init__(self, kind, config, num_features):
+    self.dropout = float(_get(config, "dropout", 0.5)) if kind == "mlp" else 0.0
+    self.module = models.make_ranker(kind, hidden_sizes=tuple(_get(config, "hidden_sizes", (256, 128, 64))),
+                                     activation=_get(config, "activation", "elu"),
+                                     layer_norm=bool(_get(config, "layer_norm", False)),
+                                     dropout=self.dropout)
+    self.num_features = int(num_features)
+
+  def init(self, key):
+    return self.module.init(key, jnp.zeros((1, 1, self.num_features), jnp.float32))["params"]
+
+  def apply(self, params, x, key=None):
+    if key is not None and self.dropout > 0:
+      return self.module.apply({"params": params}, x, deterministic=False, rngs={"dropout": key})
+    return self.module.apply({"params": params}, x)
+
+
+def cld_towers(config, *, num_features: int, ranker: str):
+  """The ``(relevance, selection)`` towers: ``ranker`` (linear/mlp) and a linear selection model (A27).
+
+  >>> rel, sel = cld_towers({}, num_features=3, ranker="mlp")
+  >>> rel.module.hidden_sizes, type(sel.module).__name__
+  ((256, 128, 64), 'LinearRanker')
+  """
+  return _Tower(ranker, config, num_features), _Tower("linear", config, num_features)
+
+
+def _features(batch):
+  return jnp.asarray(batch["features"], jnp.float32)
+
+
+def _log(batch):
+  where = jnp.asarray(batch["where"]).astype(bool)
+  shown = jnp.asarray(batch["shown"]).astype(bool) & where
+  clicks = jnp.asarray(batch["clicks"], jnp.float32)
+  rho = jnp.asarray(batch["examination"], jnp.float32)
+  weights = None
+  if "sessions" in batch:
+    weights = jnp.broadcast_to(jnp.asarray(batch["sessions"], jnp.float32)[..., None], where.shape)
+  return where, shown, clicks, rho, weights
+
+
+def _two_tower_method(name, config, num_features, ranker, loss_fn):
+  rel, sel = cld_towers(config, num_features=num_features, ranker=ranker)
+
+  def init(key, batch):
+    k1, k2 = jax.random.split(key)
+    return {"relevance": rel.init(k1), "selection": sel.init(k2)}, {}
+
+  def loss(params, extra, batch, key):
+    x = _features(batch)
+    f_beta = rel.apply(params["relevance"], x, key)
+    f_omega = sel.apply(params["selection"], x)
+    value, aux = loss_fn(params, f_beta, f_omega, batch)
+    return value, (aux, extra)
+
+  def score(params, batch):
+    return rel.apply(params["relevance"], _features(batch))
+
+  return Method(name=name, init=init, loss=loss, score=score)
+
+
+def _pointwise(name, config, num_features, ranker):
+  gamma = float(_get(config, "gamma", 0.1))
+  link = _get(config, "link", "probit")
+  sq_weight = float(_get(config, "sq_weight", 1.0))
+  target = _get(config, "target", "sessions")
+
+  def loss_fn(params, f_beta, f_omega, batch):
+    where, shown, clicks, rho, weights = _log(batch)
+    value = losses.cld_loss(f_beta, f_omega, clicks, propensities=rho, shown=shown, where=where,
+                            weights=weights, gamma=gamma, link=link, sq_weight=sq_weight, target=target)
+    return value, {}
+
+  return _two_tower_method(name, config, num_features, ranker, loss_fn)
+
+
+def _pairwise(name, config, num_features, ranker):
+  bpr_weight = _get(config, "bpr_weight", "ips_diff")
+  unobs_weight = _get(config, "unobs_weight", "balanced")
+  sel_weight = float(_get(config, "sel_weight", 1.0))
+  ties = bool(_get(config, "include_selected_ties", False))
+
+  def loss_fn(params, f_beta, f_omega, batch):
+    where, shown, clicks, rho, weights = _log(batch)
+    y = jnp.where(shown, clicks / jnp.where(shown, rho, 1.0), 0.0)
+    value = losses.cld_pair_loss(f_beta, f_omega, y, shown=shown, where=where, weights=weights,
+                                 bpr_weight=bpr_weight, sel_weight=sel_weight, unobs_weight=unobs_weight,
+                                 include_selected_ties=ties)
+    return value, {}
+
+  return _two_tower_method(name, config, num_features, ranker, loss_fn)
+
+
+@register("cld")
+def cld(config, *, num_features: int, list_size: int) -> Method:
+  """Pointwise CLD (Eq. 9) with a linear ranker and a linear selection model."""
+  return _pointwise("cld", config, num_features, _get(config, "ranker", "linear"))
+
+
+@register("cld_n")
+def cld_n(config, *, num_features: int, list_size: int) -> Method:
+  """CLD-N: pointwise CLD with the neural ranker (Table 3)."""
+  return _pointwise("cld_n", config, num_features, "mlp")
+
+
+@register("cld_pair")
+def cld_pair(config, *, num_features: int, list_size: int) -> Method:
+  """CLD-pair (Eq. 12): neural ranker, linear selection model."""
+  return _pairwise("cld_pair", config, num_features, _get(config, "ranker", "mlp"))
+
+
+@register("cld_pair_l")
+def cld_pair_l(config, *, num_features: int, list_size: int) -> Method:
+  """CLD-pair-L: CLD-pair with a linear ranker (Table 3)."""
+  return _pairwise("cld_pair_l", config, num_features, "linear")
+
+
+def _heckman_parts(config, num_features):
+  rel, sel = cld_towers(config, num_features=num_features, ranker="linear")
+  outcome = _get(config, "heckman_outcome", "ls")
+
+  def init(key):
+    k1, k2 = jax.random.split(key)
+    return {"relevance": rel.init(k1), "selection": sel.init(k2), "mills": jnp.zeros((), jnp.float32)}
+
+  def loss(params, batch):
+    where, shown, clicks, _, weights = _log(batch)
+    x = _features(batch)
+    total, (s_part, o_part) = losses.heckman_loss(
+        rel.apply(params["relevance"], x), sel.apply(params["selection"], x), clicks,
+        mills_coef=params["mills"], shown=shown, where=where, weights=weights, outcome=outcome,
+        return_parts=True)
+    return total, {"selection_loss": s_part, "outcome_loss": o_part}
+
+  def score(params, batch):
+    return rel.apply(params["relevance"], _features(batch))
+
+  return init, loss, score
+
+
+@register("heckman_rank")
+def heckman_rank(config, *, num_features: int, list_size: int) -> Method:
+  """Heckman-rank: probit selection stage + outcome on [x, inverse Mills ratio]; no propensities."""
+  init, loss, score = _heckman_parts(config, num_features)
+  return Method(name="heckman_rank", init=lambda key, batch: (init(key), {}),
+                loss=lambda p, e, b, k: (lambda v: (v[0], (v[1], e)))(loss(p, b)), score=score)
+
+
+@register("rank_agg")
+def rank_agg(config, *, num_features: int, list_size: int) -> Method:
+  r"""RankAgg: Borda count (A29) of a listwise-IPS ranker on the top-k records and Heckman-rank.
+
+  Both parts train jointly on disjoint parameters (``params["ips"]``,
+  ``params["heckman"]``); ``params["ips"]`` has the layout of the baseline
+  ``ips`` method (``{"relevance": ...}``), so already trained IPS and
+  Heckman-rank parameters can be combined without retraining.
+  """
+  ips = _Tower(_get(config, "ranker", "mlp"), config, num_features)
+  h_init, h_loss, h_score = _heckman_parts(config, num_features)
+
+  def init(key, batch):
+    k1, k2 = jax.random.split(key)
+    return {"ips": {"relevance": ips.init(k1)}, "heckman": h_init(k2)}, {}
+
+  def loss(params, extra, batch, key):
+    where, shown, clicks, rho, _ = _log(batch)
+    scores = ips.apply(params["ips"]["relevance"], _features(batch), key)
+    ips_loss = losses.ips_softmax_loss(scores, clicks, propensities=jnp.where(shown, rho, 1.0),
+                                       where=shown)
+    h, aux = h_loss(params["heckman"], batch)
+    return ips_loss + h, ({"ips_loss": ips_loss, **aux}, extra)
+
+  def score(params, batch):
+    where = jnp.asarray(batch["where"]).astype(bool)
+    a = ips.apply(params["ips"]["relevance"], _features(batch))
+    return losses.borda_scores(a, h_score(params["heckman"], batch), where=where)
+
+  return Method(name="rank_agg", init=init, loss=loss, score=score)
