@@ -98,7 +98,7 @@ def position_trust(key: PRNGKey, attraction: Array, logging_score: Array, *,
   return out
 
 
-_KEYS = {"alpha", "delta", "gamma", "eta", "eps", "eps_plus", "ymax", "table", "top_k",
+_KEYS = {"alpha", "alpha_key", "delta", "gamma", "eta", "eps", "eps_plus", "ymax", "table", "top_k",
          "num_sessions", "expected", "score_key", "name"}
 
 
@@ -109,7 +109,10 @@ def make_position_trust_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict
   (0.6), ``delta`` (0.3), ``gamma`` (1.0), ``eta`` (1.0), ``table``,
   relevance ``eps`` (0.1) / ``eps_plus`` (1.0) / ``ymax`` (4), ``top_k``,
   ``num_sessions``, ``expected`` (False) and ``score_key`` (the batch entry
-  holding the standardised logging score, default ``"logging_score"``).
+  holding the standardised logging score, default ``"logging_score"``) and
+  ``alpha_key``: when set and present in the batch, the per-query
+  ``batch[alpha_key]`` (``[...]``) overrides ``alpha``, so one compiled step
+  serves every trust strength.
 
   Raises:
     ValueError: on an unknown key, or (when called) a batch without
@@ -126,6 +129,7 @@ def make_position_trust_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict
   if unknown:
     raise ValueError(f"position_trust click_model: unknown keys {sorted(unknown)}")
   score_key = cfg.get("score_key", "logging_score")
+  alpha_key = cfg.get("alpha_key")
   kwargs = dict(alpha=float(cfg.get("alpha", 0.6)), delta=float(cfg.get("delta", 0.3)),
                 gamma=float(cfg.get("gamma", 1.0)), eta=float(cfg.get("eta", 1.0)),
                 expected=bool(cfg.get("expected", False)))
@@ -142,8 +146,11 @@ def make_position_trust_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict
       if k not in batch:
         raise ValueError(f"position_trust click_fn: batch needs {k!r}")
     attraction = P.relevance_probability(batch["labels"], **rel)
+    kw = dict(kwargs)
+    if alpha_key is not None and alpha_key in batch:
+      kw["alpha"] = jnp.asarray(batch[alpha_key], jnp.float32)[..., None]
     return position_trust(key, attraction, batch[score_key], where=jnp.asarray(batch["where"], bool),
-                          positions=batch.get("positions"), **kwargs)
+                          positions=batch.get("positions"), **kw)
 
   return jax.jit(click_fn)
 

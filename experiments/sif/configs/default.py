@@ -18,6 +18,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.num_seeds = 3
   c.progress = False
+  c.compilation_cache = "/tmp/ultr_jax_sif_xla_cache"  # persistent XLA cache ("" disables)
 
   c.data = ml_collections.ConfigDict()
   c.data.source = "toy"  # toy | svmlight
@@ -38,7 +39,6 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c.t6.lambdas = (1.0, 3.0, 10.0, 30.0, 100.0, 300.0)
   c.t6.steps = 3000
   c.t6.learning_rate = 0.5
-  c.t6.num_seeds = 1  # population clicks and full batches: seeds only change the init
 
   # T7/T8: learned towers, one sampled session per query per step.
   c.methods = METHODS
