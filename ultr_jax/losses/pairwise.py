@@ -19,7 +19,11 @@ losses, with :math:`p` the regularisation exponent (ULTRA ``regulation_p``
     t^-_k \propto \Big(\sum_{c_i > c_j,\, k_j = k}
         \frac{\ell_{ij}}{t^+_{k_i}}\Big)^{\frac{1}{p+1}},
 
-normalised so that :math:`t^\pm_1 = 1`. Pairs are all (clicked, unclicked)
+normalised so that :math:`t^\pm_1 = 1`. Unlike ULTRA (whose target for a
+position without pairs in the batch is 0, so its ratio decays towards 0 and
+its weight grows without bound), such a position keeps its value here. The
+ranker loss is the mean over valid pairs (ULTRA sums; a constant scale).
+Pairs are all (clicked, unclicked)
 pairs of valid items (both orders of display, as in the paper), built with
 an ``[..., L, L]`` mask (no Python loops).
 """
