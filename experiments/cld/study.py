@@ -43,10 +43,7 @@ def point_key(k, eta, noise, sessions, assumed_eta=None):
 
 
 def grid_points(config):
-  """The de-duplicated list of points: ``(key, params, methods, tags)``.
-
-  >>> import configs.default as d  # doctest: +SKIP
-  """
+  """The de-duplicated grid: ``{key: {"params", "methods", "tags"}}`` (tests in test_cld_methods.py)."""
   base = dict(config.table2)
   points = {}
 
