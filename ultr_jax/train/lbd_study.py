@@ -500,6 +500,8 @@ def plot_figures(results: dict, etas: Sequence[float], config, workdir: str) -> 
         if name == "labeled_data":
           continue
         k = f"{ranker}/{name}"
+        if k not in results[_eta_key(etas[0])]:
+          continue
         mean = np.array([results[_eta_key(e)][k]["ndcg@10"]["mean"] for e in etas])
         ci = np.array([results[_eta_key(e)][k]["ndcg@10"]["ci90"] for e in etas])
         style = "-" if name in LBD_FAMILY else "--"
