@@ -132,7 +132,6 @@ def test_grid_members_and_selection():
   assert members[chosen["unlimited"]] == ("unlimited", 0.0, 0.0)
 
 
-@pytest.mark.slow  # ~2-4 min of compiles on the shared 2-core machine
 def test_smoke_binary_writes_results(tmp_path):
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
