@@ -36,5 +36,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  jax.config.parse_flags_with_absl()
   app.run(main)

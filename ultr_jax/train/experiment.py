@@ -51,10 +51,12 @@ def load_datasets(config: ml_collections.ConfigDict) -> tuple[Any, Any, Any]:
     else:
       train, valid = data_lib.train_valid_test_split(train, (0.8, 0.2, 0.0), seed=d.seed)[:2]
     if d.get("normalize"):
-      train, valid, test = (data_lib.normalize_features(x, method=d.normalize) for x in (train, valid, test))
+      norm = data_lib.fit_normalizer([train], d.normalize)
+      train, valid, test = (data_lib.normalize_features(x, method=d.normalize, stats=norm)
+                            for x in (train, valid, test))
     return train, valid, test
   if d.source == "ultra":
-    return tuple(data_lib.load_ultra(os.path.join(d.path, split)) for split in ("train", "valid", "test"))
+    return tuple(data_lib.load_ultra(d.path, split, with_features=True) for split in ("train", "valid", "test"))
   raise ValueError(f"unknown data source {d.source!r} (synthetic, svmlight, ultra)")
 
 
