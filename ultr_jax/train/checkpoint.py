@@ -1,5 +1,6 @@
 """Orbax checkpointing of the whole training state (every tower, optimizer, step, RNG)."""
 
+import logging
 import os
 from typing import Any, Optional
 
@@ -7,6 +8,22 @@ import jax
 import orbax.checkpoint as ocp
 
 __all__ = ["Checkpointer"]
+
+
+class _DropOrbaxInfo(logging.Filter):
+  """Drops orbax's per-save INFO records (dozens per save); warnings pass."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return record.levelno > logging.INFO or f"{os.sep}orbax{os.sep}" not in record.pathname
+
+
+_ORBAX_FILTER = _DropOrbaxInfo()
+
+
+def _quiet_orbax() -> None:
+  logger = logging.getLogger("absl")
+  if _ORBAX_FILTER not in logger.filters:
+    logger.addFilter(_ORBAX_FILTER)
 
 
 class Checkpointer:
@@ -17,9 +34,12 @@ class Checkpointer:
   small JSON ``meta`` (training history, config) is stored beside it. Orbax
   writes each step to a temporary directory and renames it when complete,
   so an interrupted save never corrupts the latest good checkpoint.
+  Orbax's per-save INFO log records are dropped unless ``verbose=True``.
   """
 
-  def __init__(self, directory: str, *, max_to_keep: int = 2):
+  def __init__(self, directory: str, *, max_to_keep: int = 2, verbose: bool = False):
+    if not verbose:
+      _quiet_orbax()
     self.directory = os.path.abspath(directory)
     self._manager = ocp.CheckpointManager(
         self.directory,
