@@ -1,3 +1,51 @@
-"""ultr_jax: unbiased learning to rank in JAX."""
+"""ultr_jax: unbiased learning to rank in JAX.
+
+Subpackages (imported on first use, so ``import ultr_jax`` stays cheap):
+
+* :mod:`ultr_jax.data`: ``RankingDataset``, SVMlight/LETOR and ULTRA loaders,
+  preprocessing, the synthetic default, batching.
+* :mod:`ultr_jax.simulation`: click models and logging policies.
+* :mod:`ultr_jax.metrics`: ranking and click metrics.
+* :mod:`ultr_jax.losses`: debiasing losses and estimators (rax convention).
+* :mod:`ultr_jax.models`: flax linen towers.
+* :mod:`ultr_jax.graph`: identifiability graph, node intervention and merging.
+* :mod:`ultr_jax.train`: ``fit``, ``evaluate``, ``train_and_evaluate``, the
+  method registry, checkpoints and results.
+
+>>> import ultr_jax
+>>> sorted(ultr_jax.train.available_methods())[:3]
+['cld', 'cld_n', 'cld_pair']
+"""
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+_SUBPACKAGES = ("data", "graph", "losses", "metrics", "models", "simulation", "testing", "train", "types")
+
+# Shortcuts to the most used entry points: name -> submodule holding it.
+_SHORTCUTS = {
+    "RankingDataset": "data",
+    "check_identifiability": "graph",
+    "make_click_fn": "simulation",
+    "get_method": "train",
+    "available_methods": "train",
+    "fit": "train",
+    "evaluate": "train",
+    "train_and_evaluate": "train",
+}
+
+__all__ = ["__version__", *_SUBPACKAGES, *_SHORTCUTS]
+
+
+def __getattr__(name: str) -> Any:
+  if name in _SUBPACKAGES:
+    return importlib.import_module(f"ultr_jax.{name}")
+  if name in _SHORTCUTS:
+    return getattr(importlib.import_module(f"ultr_jax.{_SHORTCUTS[name]}"), name)
+  raise AttributeError(f"module 'ultr_jax' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+  return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,33 @@
+"""The README's synopsis runs and its commands name files that exist."""
+
+import os
+import re
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _readme():
+  with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+    return f.read()
+
+
+def test_synopsis_runs(capsys):
+  blocks = re.findall(r"```python\n(.*?)```", _readme(), re.S)
+  assert blocks, "README has no python synopsis"
+  exec(compile(blocks[0], "README.md:synopsis", "exec"), {})  # pylint: disable=exec-used
+  printed = capsys.readouterr().out.split("\n")
+  assert float(printed[-2]) == 1.0  # the ideal ordering's nDCG
+  assert np.isfinite(float(printed[-3]))
+
+
+def test_commands_name_existing_files():
+  commands = re.findall(r"```sh\n(.*?)```", _readme(), re.S)
+  assert len(commands) >= 2
+  for path in re.findall(r"(experiments/\S+?\.py)", "\n".join(commands)):
+    assert os.path.exists(os.path.join(ROOT, path)), path
+  # The test command is the one .ci/run runs.
+  with open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8") as f:
+    assert 'pip install -e ".[test]" && python -m pytest -n auto' in f.read()
+  assert 'pip install -e ".[test]" && python -m pytest -n auto' in commands[1]
