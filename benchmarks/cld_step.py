@@ -15,7 +15,6 @@ have no MLP, so their ratio is a lower bound).
 """
 
 import argparse
-import time
 
 import jax
 import jax.numpy as jnp
@@ -23,29 +22,12 @@ import ml_collections
 import numpy as np
 import optax
 
+from _timing import time_method_step
 from ultr_jax.train import get_method
 
 
 def _time_step(method, batch, reps):
-  tx = optax.adam(1e-3)
-  params, extra = method.init(jax.random.key(0), batch)
-  opt = tx.init(params)
-
-  @jax.jit
-  def step(params, opt, key):
-    (loss, _), g = jax.value_and_grad(method.loss, has_aux=True)(params, extra, batch, key)
-    u, opt = tx.update(g, opt, params)
-    return optax.apply_updates(params, u), opt, loss
-
-  params, opt, loss = step(params, opt, jax.random.key(0))
-  loss.block_until_ready()
-  times = []
-  for i in range(reps):
-    t0 = time.perf_counter()
-    params, opt, loss = step(params, opt, jax.random.key(i))
-    loss.block_until_ready()
-    times.append(time.perf_counter() - t0)
-  return float(np.median(times))
+  return time_method_step(method, batch, reps, tx=optax.adam(1e-3))
 
 
 def main():

@@ -14,7 +14,6 @@ and prints steps/s and the ratio of LBD to the plain DNN step (goal <= 3x).
 """
 
 import argparse
-import time
 
 import jax
 import jax.numpy as jnp
@@ -22,6 +21,7 @@ import ml_collections
 import numpy as np
 import optax
 
+from _timing import time_method_step
 from ultr_jax.train import get_method
 from ultr_jax.train.lbd_study import grid_members
 from ultr_jax.train.methods.lbd import make_lbd_grid
@@ -29,24 +29,7 @@ from ultr_jax.train.methods.lbd import make_lbd_grid
 
 def _time_step(method, batch, reps):
   tx = method.optimizer or optax.chain(optax.clip_by_global_norm(5.0), optax.adagrad(0.05))
-  params, extra = method.init(jax.random.key(0), batch)
-  opt = tx.init(params)
-
-  @jax.jit
-  def step(params, opt, key):
-    (loss, _), g = jax.value_and_grad(method.loss, has_aux=True)(params, extra, batch, key)
-    u, opt = tx.update(g, opt, params)
-    return optax.apply_updates(params, u), opt, loss
-
-  params, opt, loss = step(params, opt, jax.random.key(0))
-  loss.block_until_ready()
-  times = []
-  for i in range(reps):
-    t0 = time.perf_counter()
-    params, opt, loss = step(params, opt, jax.random.key(i))
-    loss.block_until_ready()
-    times.append(time.perf_counter() - t0)
-  return float(np.median(times))
+  return time_method_step(method, batch, reps, tx=tx)
 
 
 def main():
