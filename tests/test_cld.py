@@ -228,7 +228,6 @@ def _fit_linear_cld(x, y_clicks, rho, s, *, gamma, sq_weight):
 
   @jax.jit
   def vg(theta):
-    b, w = theta[:d], theta[d:]
     return jax.value_and_grad(lambda t: cld_loss(x @ t[:d], x @ t[d:], y_clicks, propensities=rho,
                                                  shown=s, gamma=gamma, sq_weight=sq_weight,
                                                  target="mean"))(theta)

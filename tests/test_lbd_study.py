@@ -9,7 +9,6 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 from ultr_jax import simulation
 from ultr_jax.train import lbd_study as S

@@ -6,8 +6,6 @@ in ``CASES``.
 """
 
 import dataclasses
-import functools
-import math
 from typing import Callable, Optional
 
 import chex

@@ -5,7 +5,6 @@ import os
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 import rax

@@ -11,7 +11,6 @@ to ``{method: {metric: {"mean", "std", "ci90"}}}``; ``orderings`` holds the
 acceptance comparisons as seed-level differences with 90% t-intervals.
 """
 
-import json
 import os
 import sys
 import time
@@ -23,7 +22,6 @@ import numpy as np
 from ultr_jax import data as data_lib
 from ultr_jax import simulation
 from ultr_jax.train import evaluate, fit, get_method, summarize, write_results
-from ultr_jax.train.results import atomic_write_text
 
 METRICS = ("ndcg@1", "ndcg@3", "map")
 ALL_METHODS = ("naive", "ips", "heckman_rank", "rank_agg", "cld", "cld_n", "cld_pair", "cld_pair_l", "oracle")

@@ -16,7 +16,7 @@ Parameters are plain pytrees (``module.init(key, x)["params"]``); a
 """
 
 import math
-from typing import Callable, Optional, Sequence
+from typing import Callable, Sequence
 
 import flax.linen as nn
 import jax

@@ -7,7 +7,6 @@ method trained over several seeds at once -> test metrics with intervals,
 learned-propensity quality, ``results.json`` / ``table.md`` / ``table.csv``.
 """
 
-import os
 import sys
 import time
 from typing import Any, Optional

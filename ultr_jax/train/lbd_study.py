@@ -37,7 +37,7 @@ from ultr_jax.data import RankingDataset, Splits
 from ultr_jax.train.loop import evaluate, fit
 from ultr_jax.train.methods import get_method
 from ultr_jax.train.methods.lbd import grid_member_params, make_lbd, make_lbd_grid
-from ultr_jax.train.results import atomic_write_text, summarize, write_results
+from ultr_jax.train.results import summarize, write_results
 
 __all__ = [
     "LBD_BASE_W",

@@ -19,9 +19,7 @@ CLD, SIF ...):
   and resumed from the latest checkpoint.
 """
 
-import dataclasses
 import functools
-import math
 import os
 import sys
 import time
