@@ -111,7 +111,8 @@ def test_t1_lambda0_is_click_data_and_obs_heads_get_no_gradient():
   p, extra = m.init(jax.random.key(0), b)
   (loss, _), grads = jax.jit(jax.value_and_grad(m.loss, has_aux=True))(p, extra, b, jax.random.key(1))
   naive = jax.jit(lambda p: L.softmax_click_loss(m.score(p, b), b["clicks"], where=b["where"]))(p)
-  assert float(loss) == float(naive)
+  # Same value up to float32 rounding (the two jitted graphs fuse differently).
+  np.testing.assert_allclose(float(loss), float(naive), rtol=1e-6)
   out = grads["tower"]["params"]["Dense_1"]
   np.testing.assert_array_equal(out["kernel"][:, 1:], 0.0)
   np.testing.assert_array_equal(out["bias"][1:], 0.0)
