@@ -162,13 +162,16 @@ def _metric_names(cutoffs: Sequence[int]) -> list[str]:
   return [f"ndcg@{k}" for k in cutoffs] + ["err@10", "mrr", "map"]
 
 
-@functools.partial(jax.jit, static_argnames=("score_fn", "cutoffs"))
-def _eval_chunk(params, batch, *, score_fn, cutoffs):
-  scores = jax.vmap(score_fn, in_axes=(0, None))(params, batch)  # [S, C, L]
-  per_query = jax.vmap(
-      lambda s: metrics_lib.ranking_metrics(s, batch["labels"], where=batch["where"], cutoffs=cutoffs)
-  )(scores)
-  return per_query
+@functools.partial(jax.jit, static_argnames=("score_fn",))
+def _score_chunk(params, batch, *, score_fn):
+  return jax.vmap(score_fn, in_axes=(0, None))(params, batch)  # [S, C, L]
+
+
+# Separate from the scores so that every method shares one compiled metrics
+# graph per chunk shape (the metrics' sorts dominate compile time).
+@functools.partial(jax.jit, static_argnames=("cutoffs",))
+def _metrics_chunk(scores, labels, where, *, cutoffs):
+  return jax.vmap(lambda s: metrics_lib.ranking_metrics(s, labels, where=where, cutoffs=cutoffs))(scores)
 
 
 def evaluate(method: Method, params: Any, dataset: RankingDataset, *,
@@ -205,7 +208,8 @@ def evaluate(method: Method, params: Any, dataset: RankingDataset, *,
     batch = {k: v for k, v in batch.items() if k != "qid"}
     batch["where"] = batch["where"] & (idx >= 0)[:, None]
     batch = jax.tree.map(jnp.asarray, batch)
-    per_query = jax.device_get(_eval_chunk(params, batch, score_fn=method.score, cutoffs=cutoffs))
+    scores = _score_chunk(params, batch, score_fn=method.score)
+    per_query = jax.device_get(_metrics_chunk(scores, batch["labels"], batch["where"], cutoffs=cutoffs))
     counted = np.where(idx >= 0, counted_all[rows], False).astype(np.float64)  # [C]
     part = {k: (np.asarray(v, np.float64) * counted).sum(-1) for k, v in per_query.items()}
     sums = part if sums is None else {k: sums[k] + part[k] for k in sums}
