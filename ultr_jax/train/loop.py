@@ -265,7 +265,7 @@ def fit(method: Method, train: RankingDataset, valid: Optional[RankingDataset] =
   select = config.select_metric
 
   # --- Initial state -------------------------------------------------------
-  def init_state(seed_ids, idx):
+  def init_state(seed_ids, data, idx):  # data is an argument, not a baked-in constant
     batch = jax.vmap(lambda i: _gather(data, i))(idx)
 
     def one(seed, b):
@@ -289,7 +289,7 @@ def fit(method: Method, train: RankingDataset, valid: Optional[RankingDataset] =
     }
 
   idx0 = jnp.asarray(_batch_indices(train.num_queries, batch_size, 0, seeds, config.data_seed))
-  state = jax.jit(init_state, out_shardings=rep)(jnp.asarray(seeds, jnp.uint32), idx0)
+  state = jax.jit(init_state, out_shardings=rep)(jnp.asarray(seeds, jnp.uint32), data, idx0)
 
   # --- The train step --------------------------------------------------------
   def train_step(state, data, idx):
