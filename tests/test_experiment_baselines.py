@@ -10,6 +10,8 @@ import sys
 import numpy as np
 import pytest
 
+from ultr_jax.testing import assert_matches_expected
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXPECTED_METHODS = ("naive", "ips", "snips", "dla", "regression_em", "two_tower", "paird", "full_info")
 METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "err@10")
@@ -60,3 +62,5 @@ def test_binary_smoke_run(tmp_path):
   assert sorted(os.listdir(tmp_path / "checkpoints")) == sorted(EXPECTED_METHODS)
   true_prop = np.asarray(results["_meta"]["true_propensities"])
   assert true_prop[0] == 1.0 and np.all(np.diff(true_prop) <= 0)
+  # The recorded numbers of this smoke config (expected_metrics/baselines_smoke.json).
+  assert_matches_expected(results, "baselines_smoke")

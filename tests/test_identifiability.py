@@ -18,7 +18,7 @@ from ultr_jax.graph import (DESIGN_GRAPHS, apply_interventions, apply_merge,
                             fit_two_tower, generate_design_dataset,
                             intervention_cost, intervention_plan, merge_plan,
                             prim_mst, random_intervention_plan, UnionFind)
-from ultr_jax.graph import study
+from ultr_jax.graph import embedding, study
 
 FITS = {"dla": fit_dla, "regression_em": fit_regression_em,
         "two_tower": fit_two_tower}
@@ -225,6 +225,101 @@ def test_fit_vmap_equals_loop_and_compiles_once(name):
       np.testing.assert_allclose(ob[i], oi, rtol=1e-9)
 
 
+def _mixed_records(seed=0, n_items=15, n_factors=5, n=60):
+  """Items with 0, 1 and several records, some duplicated, 8 padded slots."""
+  rng = np.random.default_rng(seed)
+  items = np.concatenate([np.arange(6), rng.integers(6, n_items - 2, n - 6),
+                          np.zeros(8, np.int64)])
+  factors = np.concatenate([rng.integers(0, n_factors - 1, n),
+                            np.full(8, n_factors - 1)])
+  where = np.arange(n + 8) < n
+  r = rng.uniform(0.1, 0.9, n_items)
+  o = rng.uniform(0.2, 1.0, n_factors)
+  ctr = np.where(where, r[items] * o[factors], 0.7)
+  return items, factors, where, ctr
+
+
+_VARIANTS = [("dla", {}), ("dla", {"o_update": "least_squares",
+                                  "init_obs": 1.0}),
+             ("regression_em", {}), ("regression_em", {"variant": "paper"}),
+             ("two_tower", {})]
+
+
+@pytest.mark.parametrize("name,kw", _VARIANTS)
+def test_fit_dense_layout_equals_segment_sum(name, kw):
+  """The host-built dense layout (concrete ids) and the one-record-per-row
+  segment_sum layout (ids traced under jit) give the same fit, including
+  items and factors without records."""
+  items, factors, where, ctr = _mixed_records()
+  args = dict(num_items=15, num_factors=5, epochs=200, **kw)
+  with jax.enable_x64(True):
+    key = jax.random.PRNGKey(3)
+    r1, o1 = FITS[name](key, items, factors, ctr, where=where, **args)
+    traced = jax.jit(lambda i, f, w: FITS[name](key, i, f, ctr, where=w,
+                                                **args))
+    r2, o2 = traced(items, factors, where)
+  lay = embedding.record_layout(items, factors, where, num_items=15,
+                                num_factors=5)
+  assert lay.single_rec is not None and lay.tier_rec  # both paths are used
+  np.testing.assert_allclose(r1, r2, rtol=1e-10, atol=1e-13)
+  np.testing.assert_allclose(o1, o2, rtol=1e-10, atol=1e-13)
+  assert np.isfinite(r1).all() and np.isfinite(o1).all()
+
+
+@pytest.mark.parametrize("name,kw", _VARIANTS)
+def test_fit_runs_equals_single_runs(name, kw):
+  items, factors, where, ctr = _mixed_records(1)
+  rng = np.random.default_rng(0)
+  ctrs = np.clip(ctr * rng.uniform(0.8, 1.2, (3, ctr.size)), 0, 1)
+  args = dict(num_items=15, num_factors=5, epochs=150, **kw)
+  with jax.enable_x64(True):
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    lay = embedding.record_layout(items, factors, where, num_items=15,
+                                  num_factors=5)
+    rb, ob = jax.jit(lambda k, c: embedding.fit_runs(
+        name, k, c, where=where, layout=lay, **args),
+                     compiler_options=embedding.COMPILER_OPTIONS)(keys, ctrs)
+    for i in range(3):
+      ri, oi = FITS[name](keys[i], items, factors, ctrs[i], where=where,
+                          **args)
+      np.testing.assert_allclose(rb[i], ri, rtol=1e-10, atol=1e-13)
+      np.testing.assert_allclose(ob[i], oi, rtol=1e-10, atol=1e-13)
+
+
+def test_iterate_exact_stop_equals_all_epochs():
+  """A map reaching a fixed point (and one in a 2-cycle) stops early with
+  the very state of running every epoch; a non-periodic one runs on."""
+  calls = []
+
+  def count(x):
+    calls.append(1)
+    return x
+
+  with jax.enable_x64(True):
+    fixed = lambda s: (jnp.floor(s[0] / 2), s[1])  # noqa: E731
+    cycle = lambda s: (s[0], -s[1])  # noqa: E731
+    drift = lambda s: (s[0] + 1.0, s[1])  # noqa: E731
+    s0 = (jnp.array([1e6, 37.0]), jnp.array([1.0, -2.0]))
+    for step, epochs in ((fixed, 1000), (cycle, 1001), (drift, 999)):
+      fast = jax.jit(lambda s: embedding._iterate(step, s, epochs))(s0)
+      slow = jax.jit(lambda s: embedding._iterate(
+          step, s, epochs, exact_stop=False))(s0)
+      want = s0
+      for _ in range(epochs):
+        want = step(want)
+      for a, b, c in zip(fast, slow, want):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, c)
+  # the early stop does skip blocks: a while loop that stops after the first
+  # unchanged block runs few iterations
+  n = []
+  jax.jit(lambda s: embedding._iterate(
+      lambda x: jax.debug.callback(lambda: n.append(1)) or x, s, 640))(
+          jnp.zeros(2))
+  jax.effects_barrier()
+  assert 0 < len(n) <= 128
+
+
 def _connected_records(seed):
   """Records whose IG over 4 factors is connected (every item at 2 factors)."""
   rng = np.random.default_rng(seed)
@@ -346,6 +441,8 @@ def test_main_smoke(tmp_path):
     assert set(res[row]) >= {"mcc", "ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10",
                              "click_mse"}
   assert (tmp_path / "table.md").exists() and (tmp_path / "fig4b.png").exists()
+  from ultr_jax.testing import assert_matches_expected
+  assert_matches_expected(res, "identifiability_smoke")
 
 
 # -------------------------------------------------------- paper (slow)

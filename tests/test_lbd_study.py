@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ultr_jax import simulation
+from ultr_jax.testing import assert_matches_expected
 from ultr_jax.train import lbd_study as S
 
 V = np.array([0.68, 0.61, 0.48, 0.34, 0.28, 0.20, 0.11, 0.10, 0.08, 0.06])
@@ -150,3 +151,4 @@ def test_smoke_binary_writes_results(tmp_path):
   assert "E1" in res["_effects"] and "E5" in res["_effects"]
   for name in ("fig3a_linear.png", "fig3b_linear.png", "fig4_linear.png", "table.md"):
     assert (tmp_path / name).exists()
+  assert_matches_expected(res, "lbd_smoke")  # expected_metrics/lbd_smoke.json

@@ -44,3 +44,5 @@ def test_smoke_binary(tmp_path):
   assert "propensity_mae" in res["setting=trust/alpha=0.6"]["dla"]
   for fig in ("fig2_leakage_ess.png", "fig3_propensity_mae.png", "fig4_ndcg_ablation.png", "fig5_leakage_steps.png"):
     assert (tmp_path / fig).stat().st_size > 1000
+  from ultr_jax.testing import assert_matches_expected  # noqa: PLC0415
+  assert_matches_expected(res, "sif_smoke")  # expected_metrics/sif_smoke.json

@@ -16,7 +16,8 @@ import pathlib
 import sys
 from typing import Any, Mapping, Optional
 
-__all__ = ["shared_data_dir", "lookup", "compare_to_expected", "load_expected"]
+__all__ = ["shared_data_dir", "lookup", "compare_to_expected", "load_expected", "expected_from_results",
+           "expected_metrics_path", "assert_matches_expected"]
 
 
 def shared_data_dir() -> Optional[pathlib.Path]:
@@ -55,13 +56,59 @@ def lookup(results: Mapping[str, Any], path: str) -> Any:
 
 
 def load_expected(path: str) -> dict:
-  """Reads an expected-metrics file, validating its fields."""
+  """Reads an expected-metrics file, validating its fields.
+
+  The file is JSON with
+
+  * ``"config"`` (required): the run it describes, e.g.
+    ``"experiments/baselines/configs/default.py:smoke"``;
+  * ``"metrics"`` (required): ``{path: value}`` with :func:`lookup` paths
+    (``"ips|ndcg@10"``) and finite numbers;
+  * ``"tolerance"``: one absolute tolerance or ``{"default": t, path: t}``
+    (all ``>= 0``; 0 when absent);
+  * optional free-text provenance: ``"command"``, ``"source"``,
+    ``"tolerance_rule"``, ``"notes"``.
+
+  Raises:
+    ValueError: naming the file and the field that is missing or malformed.
+  """
   with open(path) as f:
     expected = json.load(f)
   for field in ("config", "metrics"):
     if field not in expected:
       raise ValueError(f"{path}: missing field {field!r}")
+  metrics = expected["metrics"]
+  if not isinstance(metrics, Mapping) or not metrics:
+    raise ValueError(f"{path}: field 'metrics' must be a non-empty mapping of path -> number")
+  for key, value in metrics.items():
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+      raise ValueError(f"{path}: metrics[{key!r}] must be a finite number, got {value!r}")
+  tolerance = expected.get("tolerance", 0.0)
+  tols = tolerance.values() if isinstance(tolerance, Mapping) else [tolerance]
+  for t in tols:
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not t >= 0:
+      raise ValueError(f"{path}: field 'tolerance' must hold numbers >= 0, got {t!r}")
   return expected
+
+
+def expected_from_results(results: Mapping[str, Any], paths, *, config: str,
+                          tolerance: Any = 1e-3, **provenance: Any) -> dict:
+  """An expected-metrics mapping (the :func:`load_expected` format) from a run's results.
+
+  ``tolerance`` is a number, a ``{"default": t, path: t}`` mapping, or a
+  function ``tolerance(path) -> t`` (e.g. derived from the measured spread of
+  that metric over seeds).
+
+  >>> exp = expected_from_results({"ips": {"ndcg@10": 0.70}}, ["ips|ndcg@10"], config="c")
+  >>> exp["metrics"], exp["tolerance"]
+  ({'ips|ndcg@10': 0.7}, 0.001)
+  """
+  metrics = {p: float(lookup(results, p)) for p in paths}
+  if callable(tolerance):
+    tol: Any = {p: float(tolerance(p)) for p in paths}
+  else:
+    tol = tolerance
+  return {"config": config, **provenance, "metrics": metrics, "tolerance": tol}
 
 
 def compare_to_expected(results: Mapping[str, Any], expected: Mapping[str, Any]) -> list[str]:
@@ -95,6 +142,33 @@ def compare_to_expected(results: Mapping[str, Any], expected: Mapping[str, Any])
     elif abs(got - want) > tol:
       problems.append(f"{path}: got {got:.4f}, expected {want:.4f} ± {tol:.4f}")
   return problems
+
+
+def expected_metrics_path(name: str) -> pathlib.Path:
+  """``expected_metrics/<name>`` at the repository root (``name`` with or without ``.json``)."""
+  root = pathlib.Path(__file__).resolve().parent.parent
+  return root / "expected_metrics" / (name if name.endswith(".json") else name + ".json")
+
+
+def assert_matches_expected(results: Mapping[str, Any], expected: Any) -> None:
+  """Raises ``AssertionError`` listing every mismatch of ``results`` against ``expected``.
+
+  ``expected`` is a mapping or a path / name under ``expected_metrics/``.
+
+  >>> assert_matches_expected({"ips": {"ndcg@10": 0.60}},
+  ...                         {"config": "c", "metrics": {"ips|ndcg@10": 0.70}, "tolerance": 0.02})
+  Traceback (most recent call last):
+  ...
+  AssertionError: 1 of 1 metrics differ from c:
+  ips|ndcg@10: got 0.6000, expected 0.7000 ± 0.0200
+  """
+  if not isinstance(expected, Mapping):
+    path = pathlib.Path(expected)
+    expected = load_expected(str(path if path.exists() else expected_metrics_path(str(expected))))
+  problems = compare_to_expected(results, expected)
+  if problems:
+    raise AssertionError(f"{len(problems)} of {len(expected['metrics'])} metrics differ from "
+                         f"{expected['config']}:\n" + "\n".join(problems))
 
 
 def _main(argv: list[str]) -> int:

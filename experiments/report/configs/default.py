@@ -1,0 +1,111 @@
+r"""Config of the one-report study: every method under every simulated bias.
+
+  python experiments/report/main.py --config=experiments/report/configs/default.py --workdir=/tmp/report
+  # with SIF's channel ablations (sif_lambda0, sif_exp, sif_dec) too:
+  python experiments/report/main.py --config=experiments/report/configs/default.py:full --workdir=/tmp/report
+  # seconds-long variant used by the tests:
+  python experiments/report/main.py --config=experiments/report/configs/default.py:smoke --workdir=/tmp/rs
+
+Data and logging policy are the baselines study's (synthetic, 1% labelled logging ranker, top 10
+displayed). Each bias is a click model of ``ultr_jax.simulation`` (``click_model`` is passed to
+``make_click_fn``, or to ``make_position_trust_click_fn`` for ``position_trust``); ``selection="topk"``
+keeps every candidate in the training lists, of which the click model shows only the top ``top_k``.
+Any field can be overridden, e.g. ``--config.methods="('naive','dla')"`` or
+``--config.biases="('pbm','topk')"``.
+"""
+
+import ml_collections
+
+from ultr_jax.train import default_train_config
+
+# SIF-ref's main variants and the two oracle-propensity baselines of its T6 toy; the channel ablations
+# (SIF_ABLATIONS) join them in the ":full" variant (21 more trained cells, about 7 more minutes).
+SIF_VARIANTS = ("sif_full", "sif_dr", "dr", "sif_position", "ips_trust_oracle", "ips_dpenalty")
+SIF_ABLATIONS = ("sif_lambda0", "sif_exp", "sif_dec")
+METHODS = ("naive", "ips", "snips", "dla", "regression_em", "two_tower", "paird", "lbd", "cld", "cld_pair",
+           *SIF_VARIANTS, "full_info")
+ALL_METHODS = METHODS[:-1] + SIF_ABLATIONS + METHODS[-1:]
+BIASES = ("pbm", "trust", "position_trust", "dcm", "individual", "topk", "context_pbm")
+
+
+def _biases(top_k: int) -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.pbm = {"click_model": {"name": "pbm_table", "eta": 1.0, "eps": 0.1}}
+  c.trust = {"click_model": {"name": "trust", "eta": 1.0, "eps": 0.1}}
+  c.position_trust = {"click_model": {"name": "position_trust", "alpha": 0.6, "delta": 0.3, "gamma": 1.0,
+                                      "eta": 1.0, "eps": 0.1}}
+  c.dcm = {"click_model": {"name": "dcm", "continuation": 0.5, "eps": 0.1}}
+  # Individual-level observation (LBD): crux features picked by ridge importance, w = w_scale * LBD's w.
+  c.individual = {"click_model": {"name": "individual", "eta": 1.0, "eps": 0.1}, "num_crux": 5,
+                  "w_scale": 0.3}
+  c.topk = {"click_model": {"name": "pbm_table", "eta": 1.0, "eps": 0.1, "top_k": top_k},
+            "selection": "topk"}
+  c.context_pbm = {"click_model": {"name": "context_pbm", "eta": 1.0, "eps": 0.1, "num_contexts": 5}}
+  return c
+
+
+def get_config(arg: str = "") -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict()
+  config.seed = 0
+  config.num_seeds = 3
+
+  config.data = ml_collections.ConfigDict()
+  config.data.source = "synthetic"
+  config.data.seed = 0
+  config.data.num_train = 1000
+  config.data.num_valid = 200
+  config.data.num_test = 200
+  config.data.list_size = 20
+  config.data.num_features = 32
+
+  config.logging_policy = ml_collections.ConfigDict()
+  config.logging_policy.fraction = 0.01
+  config.logging_policy.seed = 0
+  config.logging_policy.steps = 500
+  config.logging_policy.top_k = 10
+
+  config.biases = BIASES
+  config.bias_configs = _biases(config.logging_policy.top_k)
+
+  config.methods = ALL_METHODS if arg == "full" else METHODS
+  config.method_configs = ml_collections.ConfigDict()
+  mlp = {"ranker": "mlp", "hidden_sizes": (64, 32)}
+  for name in ALL_METHODS:
+    config.method_configs[name] = ml_collections.ConfigDict(dict(mlp))
+  config.method_configs.cld = ml_collections.ConfigDict({"ranker": "linear"})  # CLD's linear ranker (Eq. 9)
+
+  config.train = default_train_config()
+  config.train.steps = 600
+  config.train.batch_size = 64
+  config.train.learning_rate = 3e-3
+  config.train.eval_every = 200
+  config.train.progress = False
+  # Keep each seed's best state on the validation nDCG@10 (False: the final state; saves compiles).
+  config.select_on_valid = True
+
+  if arg == "smoke":
+    # Compiles dominate (one train step per method x bias), so the smoke grid is small but has
+    # trained cells, both "n/a" reasons and the identifiability column; tests check the whole default
+    # grid's cells with ultr_jax.train.report.plan_cells, which only traces.
+    config.methods = ("naive", "cld", "ips_trust_oracle")
+    config.biases = ("pbm", "topk")
+    config.select_on_valid = False
+    config.num_seeds = 2
+    config.data.num_train = 48
+    config.data.num_valid = 12
+    config.data.num_test = 12
+    config.data.list_size = 8
+    config.data.num_features = 6
+    config.logging_policy.fraction = 0.1
+    config.logging_policy.steps = 10
+    config.logging_policy.top_k = 5
+    config.bias_configs = _biases(config.logging_policy.top_k)
+    for name in ALL_METHODS:
+      if name != "cld":
+        config.method_configs[name].hidden_sizes = (8,)
+    config.train.steps = 4
+    config.train.batch_size = 8
+    config.train.eval_every = 4
+  elif arg not in ("", "full"):
+    raise ValueError(f"unknown config variant {arg!r} (expected '', 'full' or 'smoke')")
+  return config

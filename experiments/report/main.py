@@ -1,0 +1,28 @@
+r"""One report: every ULTR method under every simulated bias, with the identifiability check beside it.
+
+This file is intentionally tiny: the logic lives in ``ultr_jax.train.report.run_report`` (tested).
+
+  python experiments/report/main.py --config=experiments/report/configs/default.py --workdir=/tmp/report
+  python experiments/report/main.py --config=experiments/report/configs/default.py:smoke --workdir=/tmp/rs
+
+Writes ``results.json``, ``table.md``, ``table.csv`` and ``heatmap.png`` to ``--workdir``.
+"""
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from ultr_jax.train import report
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Path to a config file, e.g. configs/default.py[:smoke].", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results.json, table.md/csv and heatmap.png.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+  del argv
+  report.run_report(_CONFIG.value, _WORKDIR.value)
+
+
+if __name__ == "__main__":
+  app.run(main)

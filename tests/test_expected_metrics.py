@@ -1,0 +1,114 @@
+"""The checked-in expected metrics (``expected_metrics/*.json``) and the comparison that uses them.
+
+The smoke runs themselves are compared where they already run (no smoke binary runs twice):
+``test_experiment_baselines.py`` (baselines), ``test_identifiability.py`` (identifiability),
+``test_lbd_study.py`` (LBD), ``test_sif_study.py`` (SIF, slow) and ``test_report.py`` (report);
+the CLD smoke binary runs here.
+"""
+
+import copy
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from ultr_jax.testing import (assert_matches_expected, compare_to_expected, expected_metrics_path,
+                              load_expected, lookup)
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+FILES = sorted((ROOT / "expected_metrics").glob("*.json"))
+REQUIRED = ("baselines_default", "baselines_smoke", "identifiability_smoke", "lbd_smoke", "cld_smoke",
+            "sif_smoke", "report_smoke")
+
+
+def _nested(metrics: dict) -> dict:
+  """A results mapping whose ``lookup`` of every path gives ``metrics[path]``."""
+  out: dict = {}
+  for path, value in metrics.items():
+    node = out
+    *parents, leaf = path.split("|")
+    for key in parents:
+      node = node.setdefault(key, {})
+    node[leaf] = {"mean": value, "std": 0.0}
+  return out
+
+
+def test_every_binary_config_has_an_expected_file():
+  names = {f.stem for f in FILES}
+  assert set(REQUIRED) <= names, sorted(set(REQUIRED) - names)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
+def test_expected_file_is_valid_and_matches_itself(path):
+  expected = load_expected(str(path))
+  assert expected["config"].startswith("experiments/")
+  assert "command" in expected and "tolerance_rule" in expected
+  tol = expected["tolerance"]
+  tols = list(tol.values()) if isinstance(tol, dict) else [tol]
+  assert all(t > 0 for t in tols)  # float noise needs some room; 0 would make the check flaky
+  assert compare_to_expected(_nested(expected["metrics"]), expected) == []
+
+
+def test_perturbed_results_fail_the_comparison():
+  expected = load_expected(str(expected_metrics_path("baselines_default")))
+  results = _nested(expected["metrics"])
+  path = "dla|ndcg@10"
+  tol = expected["tolerance"][path]
+  ok = copy.deepcopy(results)
+  ok["dla"]["ndcg@10"]["mean"] += 0.9 * tol  # inside the band
+  assert compare_to_expected(ok, expected) == []
+  bad = copy.deepcopy(results)
+  bad["dla"]["ndcg@10"]["mean"] -= 1.5 * tol  # e.g. a broken DLA
+  problems = compare_to_expected(bad, expected)
+  assert len(problems) == 1 and problems[0].startswith(path), problems
+  with pytest.raises(AssertionError, match="dla\\|ndcg@10"):
+    assert_matches_expected(bad, expected)
+  missing = copy.deepcopy(results)
+  del missing["ips"]
+  assert sum(p.startswith("ips|") for p in compare_to_expected(missing, expected)) == 5
+  nan = copy.deepcopy(results)
+  nan["naive"]["ndcg@1"]["mean"] = math.nan
+  assert compare_to_expected(nan, expected) == [f"naive|ndcg@1: got nan, expected {lookup(results, 'naive|ndcg@1'):.4f}"]
+
+
+def test_load_expected_rejects_malformed_files(tmp_path):
+  cases = {
+      "no_metrics.json": {"config": "c"},
+      "empty.json": {"config": "c", "metrics": {}},
+      "nan.json": {"config": "c", "metrics": {"a|b": None}},
+      "negative.json": {"config": "c", "metrics": {"a|b": 0.5}, "tolerance": {"default": -0.1}},
+  }
+  for name, body in cases.items():
+    (tmp_path / name).write_text(json.dumps(body))
+    with pytest.raises(ValueError, match=name):
+      load_expected(str(tmp_path / name))
+
+
+def test_cli_exit_status(tmp_path):
+  expected = expected_metrics_path("baselines_default")
+  metrics = load_expected(str(expected))["metrics"]
+  good = tmp_path / "good.json"
+  good.write_text(json.dumps(_nested(metrics)))
+  bad_metrics = dict(metrics, **{"ips|ndcg@10": metrics["ips|ndcg@10"] - 0.2})
+  bad = tmp_path / "bad.json"
+  bad.write_text(json.dumps(_nested(bad_metrics)))
+  run = lambda p: subprocess.run([sys.executable, "-m", "ultr_jax.testing", str(p), str(expected)],
+                                 capture_output=True, text=True, cwd=ROOT)
+  ok, fail = run(good), run(bad)
+  assert ok.returncode == 0 and f"{len(metrics)} of {len(metrics)} metrics match" in ok.stdout
+  assert fail.returncode == 1 and "MISMATCH ips|ndcg@10" in fail.stdout
+
+
+@pytest.mark.slow
+def test_cld_smoke_binary_matches_expected(tmp_path):
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+  proc = subprocess.run(
+      [sys.executable, str(ROOT / "experiments" / "cld" / "main.py"),
+       f"--config={ROOT / 'experiments' / 'cld' / 'configs' / 'default.py'}:smoke", f"--workdir={tmp_path}"],
+      capture_output=True, text=True, env=env, timeout=1800)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert_matches_expected(json.loads((tmp_path / "results.json").read_text()), "cld_smoke")

@@ -1,0 +1,116 @@
+"""The one-report study: every method x bias cell, the identifiability column and the files."""
+
+import csv
+import importlib.util
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+from ultr_jax.data import RankingDataset
+from ultr_jax.testing import assert_matches_expected
+from ultr_jax.train import available_methods
+from ultr_jax.train import report
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _config(arg):
+  spec = importlib.util.spec_from_file_location("report_config",
+                                                ROOT / "experiments" / "report" / "configs" / "default.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(arg)
+
+
+def test_default_config_covers_every_method_family_and_bias():
+  c = _config("")
+  methods = set(c.methods)
+  assert {"naive", "ips", "snips", "dla", "regression_em", "two_tower", "paird", "lbd", "cld",
+          "cld_pair"} <= methods
+  assert {"sif_full", "sif_dr", "dr", "sif_position", "ips_trust_oracle", "ips_dpenalty"} <= methods
+  sif = {m for m in available_methods() if m.startswith("sif_")} | {"dr", "ips_trust_oracle", "ips_dpenalty"}
+  assert sif <= set(_config("full").methods)  # + the SIF channel ablations
+  assert set(_config("full").methods) <= set(available_methods())
+  assert tuple(c.biases) == ("pbm", "trust", "position_trust", "dcm", "individual", "topk", "context_pbm")
+  assert c.num_seeds >= 3 and c.data.num_train == 1000
+  with pytest.raises(ValueError, match="unknown config variant"):
+    _config("big")
+
+
+def _ds(doc_ids):
+  doc_ids = np.asarray(doc_ids)
+  q, l = doc_ids.shape
+  return RankingDataset(np.zeros((q, l, 1), np.float32), np.zeros((q, l), np.float32), np.ones((q, l), bool),
+                        np.arange(q), doc_ids=doc_ids)
+
+
+def test_logged_identifiability():
+  # Every document shown at one fixed position: the IG has no edges, one component per position.
+  rep = report.logged_identifiability(_ds([[0, 1, 2], [3, 4, 5]]))
+  assert not rep.identifiable and rep.num_components == 3
+  # Document 1 at positions 1 and 0, document 4 at 2 and 1: connected.
+  assert report.logged_identifiability(_ds([[0, 1, 4], [1, 4, 5]])).identifiable
+  # Only the displayed top 2 count: position 2 is no node, and 0-1 are joined by document 1.
+  rep = report.logged_identifiability(_ds([[0, 1, 7], [1, 4, 5]]), top_k=2)
+  assert rep.identifiable and rep.to_dict()["num_bias_factors"] == 2
+  # (context, position) factors: position p under contexts 0 and 1 is two nodes, joined by the
+  # document shown at p in both; nothing joins the positions.
+  rep = report.logged_identifiability(_ds([[0, 1], [0, 1]]), contexts=np.array([[0, 0], [1, 1]]))
+  assert rep.to_dict()["num_bias_factors"] == 4 and rep.components == [[0, 2], [1, 3]]
+
+
+def test_default_grid_plan_has_a_number_or_a_reason_for_every_cell():
+  c = _config("smoke")
+  full = _config("full")
+  c.methods, c.biases = full.methods, full.biases
+  plan = report.plan_cells(c)
+  assert list(plan) == list(full.biases)
+  for bias, row in plan.items():
+    assert list(row) == list(full.methods)
+    for method, reason in row.items():
+      assert reason is None or reason.startswith("n/a: "), (bias, method, reason)
+  trainable = {(b, m) for b, row in plan.items() for m, r in row.items() if r is None}
+  for bias in full.biases:
+    for m in ("naive", "ips", "dla", "regression_em", "two_tower", "paird", "lbd", "sif_full", "dr"):
+      assert (bias, m) in trainable
+    for m in ("cld", "cld_pair"):
+      assert ((bias, m) in trainable) == (bias == "topk"), (bias, m)
+      if bias != "topk":
+        assert "top-k selection log" in plan[bias][m]
+    for m in ("ips_trust_oracle", "ips_dpenalty"):
+      assert ((bias, m) in trainable) == (bias == "position_trust"), (bias, m)
+
+
+def test_smoke_run_writes_every_cell(tmp_path):
+  c = _config("smoke")
+  results = report.run_report(c, str(tmp_path))
+  saved = json.loads((tmp_path / "results.json").read_text())
+  assert saved.keys() == results.keys()
+  for bias in c.biases:
+    ig = saved["_identifiability"][bias]
+    assert isinstance(ig["identifiable"], bool) and ig["num_components"] >= 1
+    assert ig["label"].startswith("yes" if ig["identifiable"] else "no")
+    for method in c.methods:
+      cell = saved[bias][method]
+      if "n/a" in cell:
+        assert cell["n/a"].startswith("n/a: ")
+      else:
+        assert 0.0 <= cell["ndcg@10"] <= 1.0 and len(cell["per_seed"]["ndcg@10"]) == c.num_seeds
+  assert "n/a" in saved["pbm"]["cld"] and "ndcg@10" in saved["topk"]["cld"]
+  assert "n/a" in saved["topk"]["ips_trust_oracle"]
+  table = (tmp_path / "table.md").read_text().splitlines()
+  assert table[0] == "| bias | identifiability (IG) | " + " | ".join(c.methods) + " |"
+  for bias in c.biases:
+    row = next(line for line in table if line.startswith(f"| {bias} |"))
+    cells = [x.strip() for x in row.strip("|").split("|")]
+    assert len(cells) == len(c.methods) + 2
+    assert cells[1] == saved["_identifiability"][bias]["label"]
+    for method, text in zip(c.methods, cells[2:]):
+      assert text.startswith("n/a: ") or "±" in text, (bias, method, text)
+  with open(tmp_path / "table.csv") as f:
+    rows = list(csv.reader(f))
+  assert rows[0][:2] == ["bias", "identifiability (IG)"] and len(rows) == len(c.biases) + 1
+  assert (tmp_path / "heatmap.png").stat().st_size > 1000
+  assert_matches_expected(saved, "report_smoke")  # expected_metrics/report_smoke.json

@@ -1,0 +1,392 @@
+r"""One report: every method under every simulated bias, with the identifiability check beside it.
+
+:func:`run_report` generates one synthetic dataset (:func:`ultr_jax.data.make_synthetic`), orders it by
+the logging policy of the baselines study (:func:`~ultr_jax.train.experiment.prepare_logged_data`), and
+then, for every bias (a click model of :mod:`ultr_jax.simulation`):
+
+1. builds the logged dataset of that bias (the displayed top-k; for the ``topk`` selection bias every
+   candidate, of which only the top k are shown; for ``context_pbm`` a random context per item);
+2. runs the identifiability check (:func:`ultr_jax.graph.check_identifiability`, Theorem 1 of
+   *Identifiability Matters*) on the logged ``(document, position)`` records, or ``(context, position)``
+   bias factors for ``context_pbm``, counting only displayed records;
+3. trains every method with the generic loop (:func:`~ultr_jax.train.fit`, clicks simulated afresh in
+   every step) over several seeds and evaluates it on the full test lists
+   (:func:`~ultr_jax.train.evaluate`).
+
+A method whose loss needs a batch entry that the bias's click model does not provide (CLD needs the
+``shown`` mask of a top-k selection log; the oracle SIF baselines need the ``position_trust``
+simulator's ``click_propensity`` / ``trust_score``) is not trained there: its cell reads
+``"n/a: <reason>"``. Which entries a method needs is found by tracing its loss on a one-list batch
+(:func:`method_inputs_missing`), not from a hand-kept list.
+
+Outputs (atomically, :func:`~ultr_jax.train.write_results`): ``results.json`` (``results[bias][method]``
+holds ``ndcg@1 ... err@10`` means plus ``std`` / ``ci90`` / ``per_seed``, or ``{"n/a": reason}``;
+``results["_identifiability"][bias]`` the IG report), ``table.md`` / ``table.csv`` (one row per bias:
+the IG verdict, then nDCG@10 mean ± 90% t-interval half-width per method) and ``heatmap.png``
+(method x bias, nDCG@10 annotated with the interval).
+"""
+
+import os
+import sys
+import time
+from typing import Any, Mapping, Optional
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from ultr_jax import graph as graph_lib
+from ultr_jax import simulation
+from ultr_jax.train import methods as methods_lib
+from ultr_jax.train.experiment import METRIC_COLUMNS, load_datasets
+from ultr_jax.train.loop import evaluate, fit
+from ultr_jax.train.results import markdown_table, summarize, write_results
+
+__all__ = [
+    "KEY_REASONS",
+    "make_bias_data",
+    "make_bias_click_fn",
+    "logged_identifiability",
+    "method_inputs_missing",
+    "not_applicable_reason",
+    "plan_cells",
+    "plot_heatmap",
+    "run_report",
+]
+
+#: Why a missing batch entry makes a method inapplicable (the cell's "n/a: ..." text).
+KEY_REASONS = {
+    "shown": "needs a top-k selection log (shown mask)",
+    "click_propensity": "needs the oracle click propensity pi*(1+d*) of the position_trust simulator",
+    "trust_score": "needs the oracle trust score sigma(gamma z) of the position_trust simulator",
+    "examination": "needs oracle examination propensities, which this click model does not report",
+    "context": "needs per-item contexts",
+}
+
+
+# ----------------------------------------------------------------------------
+# Data and clicks per bias.
+
+
+def _standardised_logging_scores(weights, datasets) -> list[np.ndarray]:
+  """The logging policy's score of every displayed item, standardised with training statistics."""
+  raw = [np.where(ds.where, ds.features @ np.asarray(weights, np.float32), 0.0) for ds in datasets]
+  ref = raw[0][datasets[0].where]
+  mean, std = float(ref.mean()), float(ref.std()) + 1e-8
+  return [np.where(ds.where, (r - mean) / std, 0.0).astype(np.float32) for r, ds in zip(raw, datasets)]
+
+
+def make_bias_data(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The raw splits ordered by the logging policy, in the two layouts the biases use.
+
+  Returns ``{"display": (train, valid, test), "candidates": (train, valid, test), "weights"}``:
+  ``display`` cuts train/valid lists to the displayed top-k (the baselines protocol); ``candidates``
+  keeps every candidate in logging order (the top-k selection bias shows only the first k). Test lists
+  keep every candidate in both. Every split carries ``extras["logging_score"]``, the standardised
+  logging-policy score (SIF's bias source z).
+  """
+  lp = config.logging_policy
+  train, valid, test = load_datasets(config)
+  weights = simulation.train_logging_policy(train, fraction=lp.fraction, seed=lp.seed, steps=lp.steps)
+  out: dict[str, Any] = {"weights": np.asarray(weights)}
+  for layout, top_k in (("display", lp.top_k), ("candidates", None)):
+    ordered = [simulation.apply_logging_policy(ds, simulation.logging_policy_scores(weights, ds), top_k=k)
+               for ds, k in ((train, top_k), (valid, top_k), (test, None))]
+    scores = _standardised_logging_scores(weights, ordered)
+    out[layout] = tuple(ds.with_extras(logging_score=z) for ds, z in zip(ordered, scores))
+  return out
+
+
+def _resolve_click_model(bias: ml_collections.ConfigDict, train) -> dict:
+  cm = bias.click_model.to_dict()
+  if cm.get("name") == "individual" and not cm.get("crux_indices"):
+    from ultr_jax.train.lbd_study import LBD_BASE_W, select_crux_features  # noqa: PLC0415
+
+    k = int(bias.get("num_crux", 5))
+    cm["crux_indices"] = [int(i) for i in select_crux_features(train, k)]
+    cm["w"] = [float(v) for v in float(bias.get("w_scale", 0.3)) * LBD_BASE_W[:k]]
+  return cm
+
+
+def make_bias_click_fn(bias: ml_collections.ConfigDict, train) -> tuple[Any, dict]:
+  """``(click_fn, click_model_config)`` of one bias (``position_trust`` or any :func:`make_click_fn` model)."""
+  cm = _resolve_click_model(bias, train)
+  if cm.get("name") == "position_trust":
+    return simulation.make_position_trust_click_fn(cm), cm
+  return simulation.make_click_fn(cm), cm
+
+
+def _bias_datasets(bias: ml_collections.ConfigDict, data: Mapping[str, Any], seed: int):
+  layout = "candidates" if bias.get("selection", "display") == "topk" else "display"
+  train, valid, test = data[layout]
+  num_contexts = bias.click_model.get("num_contexts")
+  if bias.click_model.name == "context_pbm" and num_contexts:
+    ctx = []
+    for i, ds in enumerate((train, valid, test)):
+      c = graph_lib.random_contexts(ds.num_queries, ds.list_size, int(num_contexts), seed=seed + i)
+      ctx.append(ds.with_extras(context=np.where(ds.where, c, 0).astype(np.int32)))
+    train, valid, test = ctx
+  return train, valid, test
+
+
+# ----------------------------------------------------------------------------
+# Identifiability of a logged dataset.
+
+
+def logged_identifiability(dataset, *, top_k: Optional[int] = None, contexts=None):
+  """IG check on the displayed ``(document, position)`` records of a logged dataset.
+
+  Items are ``dataset.doc_ids`` (distinct feature vectors when absent); bias factors are the positions,
+  or ``context * L + position`` with ``contexts`` (``int[Q, L]``). With ``top_k`` only the first
+  ``top_k`` positions count (the others were never displayed).
+
+  >>> from ultr_jax.data import RankingDataset
+  >>> ds = RankingDataset(np.zeros((2, 2, 1), np.float32), np.zeros((2, 2), np.float32),
+  ...                     np.ones((2, 2), bool), np.arange(2), doc_ids=np.array([[0, 1], [1, 0]]))
+  >>> logged_identifiability(ds).identifiable   # both documents seen at both positions
+  True
+  """
+  where = np.asarray(dataset.where, bool)
+  q, l = where.shape
+  positions = np.broadcast_to(np.arange(l, dtype=np.int32), (q, l))
+  if top_k is not None:
+    where = where & (positions < int(top_k))
+  if dataset.doc_ids is not None:
+    items = np.where(where, dataset.doc_ids, 0)
+  else:
+    items, _ = graph_lib.feature_vector_ids(dataset.features, where)
+    items = np.where(where, items, 0)
+  factors = graph_lib.bias_factor_ids(positions, contexts, list_size=l)
+  return graph_lib.check_identifiability(items, np.where(where, factors, 0), where=where)
+
+
+def _ig_label(rep) -> str:
+  if rep.identifiable:
+    return "yes (K=1)"
+  return f"no (K={rep.num_components})"
+
+
+# ----------------------------------------------------------------------------
+# Applicability.
+
+
+def method_inputs_missing(method, batch: Mapping[str, Any]) -> Optional[str]:
+  """The batch entry ``method.loss`` needs but ``batch`` lacks, or None when its loss traces.
+
+  Traces ``init`` and ``loss`` abstractly (:func:`jax.eval_shape`, nothing is computed) on ``batch``.
+
+  >>> from ultr_jax.train import get_method
+  >>> m = get_method("cld", {}, num_features=2, list_size=3)
+  >>> b = {"features": jnp.ones((1, 3, 2)), "where": jnp.ones((1, 3), bool), "clicks": jnp.zeros((1, 3)),
+  ...      "examination": jnp.ones((1, 3))}
+  >>> method_inputs_missing(m, b)
+  'shown'
+  >>> method_inputs_missing(m, {**b, "shown": jnp.ones((1, 3), bool)}) is None
+  True
+  """
+  key = jax.random.key(0)
+  try:
+    params, extra = jax.eval_shape(method.init, key, batch)
+    jax.eval_shape(method.loss, params, extra, batch, key)
+  except KeyError as e:
+    return str(e.args[0]) if e.args else "?"
+  except ValueError as e:  # e.g. "ips_trust_oracle: batch needs 'click_propensity' (...)"
+    msg = str(e)
+    for k in KEY_REASONS:
+      if repr(k) in msg:
+        return k
+    raise
+  return None
+
+
+def not_applicable_reason(method, bias_name: str, batch: Mapping[str, Any]) -> Optional[str]:
+  """``"n/a: <reason>"`` when ``method`` cannot be trained on the clicks of ``bias_name``, else None."""
+  missing = method_inputs_missing(method, batch)
+  if missing is None:
+    return None
+  return _reason_text(missing, bias_name)
+
+
+def _reason_text(missing: str, bias_name: str) -> str:
+  why = KEY_REASONS.get(missing, f"needs batch entry {missing!r}")
+  return f"n/a: {why}; {bias_name} provides no {missing!r}"
+
+
+def _probe_key(probe: Mapping[str, Any]) -> tuple:
+  return tuple(sorted((k, tuple(v.shape), str(v.dtype)) for k, v in probe.items()))
+
+
+def _probe_batch(train, click_fn) -> dict:
+  batch = {k: jnp.asarray(v) for k, v in train.as_batch(np.arange(1)).items() if k != "qid"}
+  out = jax.eval_shape(click_fn, jax.random.key(0), batch)
+  return {**batch, **{k: jnp.zeros(v.shape, v.dtype) for k, v in out.items()}}
+
+
+def plan_cells(config: ml_collections.ConfigDict, data: Optional[Mapping[str, Any]] = None) -> dict:
+  """``{bias: {method: None | "n/a: <reason>"}}`` for every cell of ``config``'s grid (None: trainable).
+
+  Only traces (no training), so it checks a whole grid in seconds; ``data`` defaults to
+  :func:`make_bias_data` of ``config``.
+  """
+  data = make_bias_data(config) if data is None else data
+  plan: dict[str, dict] = {}
+  memo: dict[tuple, Optional[str]] = {}
+  for b_idx, bias_name in enumerate(config.biases):
+    bias = config.bias_configs[bias_name]
+    train, _, _ = _bias_datasets(bias, data, int(config.seed) + 1000 * b_idx)
+    click_fn, _ = make_bias_click_fn(bias, train)
+    probe = _probe_batch(train, click_fn)
+    plan[bias_name] = {}
+    for name in config.methods:
+      memo_key = (name, _probe_key(probe))
+      if memo_key not in memo:  # biases whose batches have the same entries share the trace
+        method = methods_lib.get_method(name, config.method_configs.get(name, ml_collections.ConfigDict()),
+                                        num_features=train.num_features, list_size=train.list_size)
+        memo[memo_key] = method_inputs_missing(method, probe)
+      missing = memo[memo_key]
+      plan[bias_name][name] = None if missing is None else _reason_text(missing, bias_name)
+  return plan
+
+
+# ----------------------------------------------------------------------------
+# The heatmap.
+
+
+def plot_heatmap(results: Mapping[str, Any], biases, methods, path: str, *, metric: str = "ndcg@10") -> None:
+  """Method x bias heatmap of ``metric`` (mean, 90% half-width annotated; n/a cells grey)."""
+  import matplotlib  # noqa: PLC0415
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # noqa: PLC0415
+
+  values = np.full((len(methods), len(biases)), np.nan)
+  text = [["" for _ in biases] for _ in methods]
+  for j, b in enumerate(biases):
+    for i, m in enumerate(methods):
+      cell = results.get(b, {}).get(m, {})
+      if metric in cell and cell[metric] is not None:
+        values[i, j] = cell[metric]
+        text[i][j] = f"{cell[metric]:.3f}\n±{cell['ci90'][metric]:.3f}"
+      else:
+        text[i][j] = "n/a"
+  fig, ax = plt.subplots(figsize=(1.5 * len(biases) + 2.5, 0.5 * len(methods) + 1.5))
+  cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#dddddd")
+  finite = values[np.isfinite(values)]
+  vmin, vmax = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+  im = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=vmin, vmax=max(vmax, vmin + 1e-6),
+                 aspect="auto")
+  for i in range(len(methods)):
+    for j in range(len(biases)):
+      v = values[i, j]
+      light = np.isfinite(v) and (v - vmin) < 0.5 * (vmax - vmin)
+      ax.text(j, i, text[i][j], ha="center", va="center", fontsize=7, color="white" if light else "black")
+  ig = results.get("_identifiability", {})
+  xlabels = [f"{b}\nIG: {ig[b]['label']}" if b in ig else b for b in biases]
+  ax.set_xticks(range(len(biases)), xlabels, rotation=30, ha="right")
+  ax.set_yticks(range(len(methods)), methods)
+  ax.set_title(f"test {metric}: mean ± 90% t-interval half-width over seeds")
+  fig.colorbar(im, ax=ax, fraction=0.04)
+  fig.tight_layout()
+  tmp = path + ".tmp.png"
+  fig.savefig(tmp, dpi=110)
+  plt.close(fig)
+  os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------
+# The report.
+
+
+def _summaries(test_metrics) -> tuple[dict, dict]:
+  entry: dict[str, Any] = {}
+  row: dict[str, Any] = {}
+  for metric in METRIC_COLUMNS:
+    s = summarize(test_metrics[metric])
+    entry[metric] = s["mean"]
+    entry.setdefault("std", {})[metric] = s["std"]
+    entry.setdefault("ci90", {})[metric] = s["ci90"]
+    entry.setdefault("per_seed", {})[metric] = np.asarray(test_metrics[metric]).tolist()
+    row[metric] = s
+  return entry, row
+
+
+def _write(workdir, results, rows, biases, methods, num_seeds, final: bool) -> str:
+  columns = ["identifiability (IG)", *methods]
+  table = markdown_table(rows, columns, row_header="bias")
+  table += (f"\n\nTest nDCG@10, mean ± 90% t-interval half-width over {num_seeds} seeds; "
+            "identifiability: the IG check (Theorem 1 of Identifiability Matters) on the logged "
+            "(document, position) records, (context, position) for context_pbm; K = connected "
+            "components. n/a: the click model cannot provide an input the method needs.\n")
+  if not final:
+    table += "\n(partial: the report is still running)\n"
+  if workdir is not None:
+    write_results(workdir, results, table=table, rows=rows, columns=columns, row_header="bias")
+  return table
+
+
+def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dict:
+  """Trains ``config.methods`` under every bias of ``config.biases`` and writes the report.
+
+  Returns the mapping written to ``results.json`` (see the module docstring). The files are rewritten
+  after every bias, so a long run shows its progress.
+  """
+  t_start = time.perf_counter()
+  data = make_bias_data(config)
+  methods = list(config.methods)
+  biases = list(config.biases)
+  seeds = [int(config.seed) + i for i in range(int(config.num_seeds))]
+  results: dict[str, Any] = {"_identifiability": {}}
+  rows: dict[str, dict] = {}
+  timings: dict[str, dict] = {}
+  for b_idx, bias_name in enumerate(biases):
+    bias = config.bias_configs[bias_name]
+    train, valid, test = _bias_datasets(bias, data, int(config.seed) + 1000 * b_idx)
+    click_fn, click_cfg = make_bias_click_fn(bias, train)
+    top_k = click_cfg.get("top_k")
+    contexts = train.extras.get("context") if click_cfg.get("name") == "context_pbm" else None
+    rep = logged_identifiability(train, top_k=top_k, contexts=contexts)
+    ig = {**rep.to_dict(), "label": _ig_label(rep),
+          "bias_factors": "(context, position)" if contexts is not None else "position",
+          "click_model": click_cfg}
+    results["_identifiability"][bias_name] = ig
+    row: dict[str, Any] = {"identifiability (IG)": ig["label"]}
+    results[bias_name] = {}
+    timings[bias_name] = {}
+    probe = _probe_batch(train, click_fn)
+    print(f"[report] bias {bias_name}: IG {ig['label']} ({ig['num_records']} records)",
+          file=sys.stderr, flush=True)
+    for name in methods:
+      t0 = time.perf_counter()
+      method_cfg = config.method_configs.get(name, ml_collections.ConfigDict())
+      method = methods_lib.get_method(name, method_cfg, num_features=train.num_features,
+                                      list_size=train.list_size)
+      reason = not_applicable_reason(method, bias_name, probe)
+      if reason is not None:
+        results[bias_name][name] = {"n/a": reason}
+        row[name] = reason
+        continue
+      fit_result = fit(method, train, valid if config.get("select_on_valid", True) else None,
+                       click_fn=click_fn, config=config.train, seeds=seeds, name=f"{bias_name}/{name}")
+      entry, summaries = _summaries(evaluate(method, fit_result.params, test))
+      entry["best_step"] = np.asarray(fit_result.best_step).tolist()
+      results[bias_name][name] = entry
+      row[name] = summaries["ndcg@10"]
+      timings[bias_name][name] = time.perf_counter() - t0
+      print(f"[report] {bias_name}/{name}: ndcg@10 {entry['ndcg@10']:.4f} "
+            f"({timings[bias_name][name]:.1f}s)", file=sys.stderr, flush=True)
+    rows[bias_name] = row
+    results["_meta"] = {"methods": methods, "biases": biases[:b_idx + 1], "num_seeds": len(seeds),
+                        "data": config.data.to_dict(), "logging_policy": config.logging_policy.to_dict(),
+                        "train": config.train.to_dict(), "seconds_per_cell": timings,
+                        "seconds": time.perf_counter() - t_start}
+    _write(workdir, results, rows, biases, methods, len(seeds), final=b_idx == len(biases) - 1)
+  table = _write(None, results, rows, biases, methods, len(seeds), final=True)
+  if workdir is not None:
+    plot_heatmap(results, biases, methods, os.path.join(workdir, "heatmap.png"))
+    results["_meta"]["seconds"] = time.perf_counter() - t_start
+    write_results(workdir, results, table=table, rows=rows,
+                  columns=["identifiability (IG)", *methods], row_header="bias")
+  print(table, flush=True)
+  print(f"total time {time.perf_counter() - t_start:.1f}s", file=sys.stderr, flush=True)
+  return results
