@@ -18,11 +18,11 @@ independent runs. Use float64 (``with jax.enable_x64(True)``): click MSE goes
 below :math:`10^{-8}` and the updates divide by small numbers.
 """
 
-import functools
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from ultr_jax.types import Array, PRNGKey
@@ -33,9 +33,14 @@ __all__ = [
     "fit_two_tower",
     "fit_no_debias",
     "FIT_FUNCTIONS",
+    "RecordLayout",
+    "record_layout",
+    "fit_runs",
 ]
 
 _EPS = 1e-8
+# Epochs per block of the exact early stop (see :func:`_iterate`).
+_CHUNK = 64
 
 
 def _seg_sum(v, ids, n):
@@ -51,13 +56,275 @@ def _prep(items, factors, ctr, where):
   return items, factors, ctr, w
 
 
-@functools.partial(
-    jax.jit,
-    static_argnames=("num_items", "num_factors", "epochs", "o_update"))
+class RecordLayout(NamedTuple):
+  r"""Records laid out for dense per-item and per-factor sums (host-built).
+
+  Every epoch needs per-item sums (the :math:`r'` update) and per-factor sums
+  (the :math:`o'` update) over the records. ``segment_sum`` scatters are slow
+  on XLA CPU, so the records are laid out as dense padded matrices whose row
+  sums are those segment sums:
+
+  * ``single``: records of items with exactly one record, a grid
+    ``[rows, width]`` sorted by factor. Their item sum is the record itself,
+    so both updates are elementwise on the grid plus row sums: no gather.
+  * ``multi``: the other records, a grid sorted by factor (``multi_pos``:
+    the cell's item in the multi-item state), and the same records by item,
+    in tiers ``[D_j, m_j]`` (one row per item, items sorted by record count)
+    whose rows, in order, are the multi-item state.
+
+  ``*_factor`` maps grid rows to factors (None: row ``t`` is factor ``t``).
+  A cell holds a record index; ``n`` (one past the last record) is empty.
+  ``tier_cell`` maps tier slots to the flattened multi grid (whose extra
+  last cell is empty). ``gather`` picks each item's value from
+  ``concat(single grid, multi state, per-item fill)``. With traced ids (under
+  an outer ``jit``) :func:`record_layout` puts every record in ``multi``,
+  one per row, with ``item_seg``: the plain ``segment_sum`` algorithm.
+  """
+  single_rec: Optional[Array]      # int32[rows_s, width_s] or None
+  single_factor: Optional[Array]   # int32[rows_s] or None
+  single_item: Optional[Array]     # item id of each single cell
+  multi_rec: Array                 # int32[rows_m, width_m]
+  multi_factor: Optional[Array]
+  multi_pos: Array                 # multi-state index of each cell
+  tier_rec: tuple                  # int32[D_j, m_j]
+  tier_fac: tuple                  # factor of each tier slot
+  tier_cell: tuple                 # flattened multi-grid cell of each slot
+  item_seg: Optional[Array]        # int32[n]: traced layout's item per row
+  multi_items: Array               # item id of each multi-state entry
+  gather: Array                    # int32[num_items]
+
+
+def _grid(recs, fac, num_factors, n):
+  """Records ``recs`` (factor ``fac``) as a ``[rows, width]`` grid by factor."""
+  fcount = np.bincount(fac, minlength=num_factors)
+  if recs.size == 0:
+    return np.full((num_factors, 1), n, np.int64), None
+  cands = np.unique(np.concatenate(
+      [fcount[fcount > 0], 2 ** np.arange(int(np.log2(fcount.max())) + 2)]))
+  cost = [np.ceil(fcount / w).sum() * (w + 16) for w in cands]
+  width = int(cands[int(np.argmin(cost))])
+  rows_per = np.ceil(fcount / width).astype(np.int64)
+  identity = fcount.max() * num_factors <= 1.25 * rows_per.sum() * width
+  if identity:  # one row per factor: no segment sum over rows
+    width = int(fcount.max())
+    rows_per = np.ones(num_factors, np.int64)
+  row_factor = np.repeat(np.arange(num_factors), rows_per)
+  by_fac = recs[np.argsort(fac, kind="stable")]
+  fstart = np.concatenate([[0], np.cumsum(fcount)])
+  row_first = np.concatenate([[0], np.cumsum(rows_per)])[:-1]
+  off = ((np.arange(row_factor.size) - row_first[row_factor])[:, None] * width
+         + np.arange(width)[None, :])
+  ok = off < fcount[row_factor][:, None]
+  cells = np.where(ok, by_fac[np.minimum(fstart[row_factor][:, None] + off,
+                                         recs.size - 1)], n)
+  return cells, None if identity else row_factor
+
+
+def _host_layout(items, factors, where, num_items, num_factors, max_tiers=8):
+  items = np.asarray(items).reshape(-1).astype(np.int64)
+  factors = np.asarray(factors).reshape(-1).astype(np.int64)
+  where = np.asarray(where, bool).reshape(-1)
+  n = items.shape[0]
+  valid = np.flatnonzero(where)
+  count = np.bincount(items[valid], minlength=num_items)
+  single = valid[count[items[valid]] == 1]
+  multi = valid[count[items[valid]] > 1]
+  s_cells, s_factor = _grid(single, factors[single], num_factors, n)
+  m_cells, m_factor = _grid(multi, factors[multi], num_factors, n)
+  # multi items in tiers by record count (powers of two if many counts)
+  width = count.copy()
+  if np.unique(count[count > 1]).size > max_tiers:
+    width = (2 ** np.ceil(np.log2(np.maximum(count, 1)))).astype(np.int64)
+  m_items = np.flatnonzero(count > 1)
+  m_items = m_items[np.argsort(width[m_items], kind="stable")]
+  pos = np.zeros(num_items, np.int64)
+  pos[m_items] = np.arange(m_items.size)
+  by_item = multi[np.argsort(items[multi], kind="stable")]
+  start = np.zeros(num_items + 1, np.int64)
+  start[m_items + 1] = count[m_items]
+  start = np.cumsum(start)
+  cell = np.full(n + 1, m_cells.size, np.int64)  # record -> multi-grid cell
+  cell[m_cells[m_cells < n]] = np.flatnonzero(m_cells.ravel() < n)
+  tiers = []
+  for m in np.unique(width[m_items]):
+    docs = m_items[width[m_items] == m]
+    slot = start[docs][:, None] + np.arange(m)[None, :]
+    ok = np.arange(m)[None, :] < count[docs][:, None]
+    tiers.append(np.where(ok, by_item[np.minimum(slot, by_item.size - 1)], n))
+  fac_of = np.append(factors, 0)
+  item_of = np.append(items, 0)
+  s_size = s_cells.size if single.size else 0
+  gather = s_size + m_items.size + np.arange(num_items)  # fill
+  gather[m_items] = s_size + np.arange(m_items.size)
+  if single.size:
+    flat = s_cells.ravel()
+    gather[items[flat[flat < n]]] = np.flatnonzero(flat < n)
+  i32 = lambda a: jnp.asarray(np.asarray(a, np.int32))  # noqa: E731
+  opt = lambda a: None if a is None else i32(a)  # noqa: E731
+  return RecordLayout(
+      single_rec=i32(s_cells) if single.size else None,
+      single_factor=opt(s_factor) if single.size else None,
+      single_item=i32(item_of[s_cells]) if single.size else None,
+      multi_rec=i32(m_cells), multi_factor=opt(m_factor),
+      multi_pos=i32(pos[item_of[m_cells]]),
+      tier_rec=tuple(i32(t) for t in tiers),
+      tier_fac=tuple(i32(fac_of[t]) for t in tiers),
+      tier_cell=tuple(i32(cell[t]) for t in tiers),
+      item_seg=None, multi_items=i32(m_items), gather=i32(gather))
+
+
+def _traced_layout(items, factors, where, num_items):
+  n = items.shape[0]
+  where = jnp.asarray(where, bool)
+  items = jnp.where(where, items, 0).astype(jnp.int32)
+  factors = jnp.where(where, factors, 0).astype(jnp.int32)
+  rec = jnp.arange(n, dtype=jnp.int32)[:, None]
+  ident = jnp.arange(num_items, dtype=jnp.int32)
+  return RecordLayout(
+      single_rec=None, single_factor=None, single_item=None,
+      multi_rec=rec, multi_factor=factors, multi_pos=items[:, None],
+      tier_rec=(rec,), tier_fac=(factors[:, None],), tier_cell=(rec,),
+      item_seg=items, multi_items=ident, gather=ident)
+
+
+def record_layout(items, factors, where, *, num_items: int,
+                  num_factors: int) -> RecordLayout:
+  r"""The :class:`RecordLayout` of records :math:`(x_i, t_i)`, ``where``.
+
+  Concrete ids give the dense layout (built with NumPy); traced ids (under
+  an outer ``jit``/``vmap`` that traces them) give the one-record-per-row
+  layout, i.e. plain ``segment_sum`` updates. Both give the same fits (up
+  to float summation order).
+
+  >>> lay = record_layout(np.array([0, 1, 1, 2]), np.array([0, 0, 1, 1]),
+  ...                     np.ones(4, bool), num_items=4, num_factors=2)
+  >>> print(lay.single_rec.tolist(), lay.tier_rec[0].tolist(),
+  ...       lay.gather.tolist())
+  [[0], [3]] [[1, 2]] [0, 2, 1, 6]
+  """
+  if any(isinstance(a, jax.core.Tracer) for a in (items, factors, where)):
+    return _traced_layout(jnp.ravel(items), jnp.ravel(factors),
+                          jnp.ravel(where), num_items)
+  return _host_layout(items, factors, where, num_items, num_factors)
+
+
+def _rows(x, row_factor):
+  """Per-factor values ``[R, F]`` at each grid row, ``[R, rows, 1]``."""
+  return (x if row_factor is None else x[:, row_factor])[:, :, None]
+
+
+def _fsum(grid, row_factor, num_factors):
+  """``[R, rows, width]`` -> per-factor sums ``[R, num_factors]``."""
+  s = grid.sum(-1)
+  if row_factor is None:
+    return s
+  return jax.vmap(lambda v: _seg_sum(v, row_factor, num_factors))(s)
+
+
+class _Data(NamedTuple):
+  """CTRs and masks of a layout's cells, runs first: ``[R, ...]``."""
+  cs: Optional[Array]
+  ws: Optional[Array]
+  cm: Array
+  wm: Array
+  ct: tuple
+  wt: tuple
+  lay: RecordLayout
+  num_items: int
+  num_factors: int
+
+  def fac_sum(self, single, multi):
+    """Per-factor sums of a single-grid and a multi-grid array."""
+    s = _fsum(multi, self.lay.multi_factor, self.num_factors)
+    if single is not None:
+      s = _fsum(single, self.lay.single_factor, self.num_factors) + s
+    return s
+
+  def item_sum(self, tiers):
+    """Per multi-item sums over the tier slots, ``[R, multi items]``."""
+    s = jnp.concatenate([t.sum(-1) for t in tiers], axis=1)
+    if self.lay.item_seg is None:
+      return s
+    return jax.vmap(lambda v: _seg_sum(v, self.lay.item_seg,
+                                       self.num_items))(s)
+
+  def assemble(self, single, multi, fill):
+    """Per-item ``[R, num_items]`` from the single grid, multi state, fill."""
+    parts = [] if single is None else [single.reshape(single.shape[0], -1)]
+    return jnp.concatenate(parts + [multi, fill], axis=1)[:, self.lay.gather]
+
+
+def _data(ctr, where, lay, num_items, num_factors):
+  where = jnp.asarray(where, bool).reshape(-1)
+  ctr = jnp.where(where, ctr, 0.0)
+  c = jnp.concatenate([ctr, jnp.zeros((ctr.shape[0], 1), ctr.dtype)], axis=1)
+  w = jnp.append(where.astype(ctr.dtype), 0.0)[None]  # [1, n + 1]
+  s = lay.single_rec
+  return _Data(cs=None if s is None else c[:, s],
+               ws=None if s is None else w[:, s],
+               cm=c[:, lay.multi_rec], wm=w[:, lay.multi_rec],
+               ct=tuple(c[:, t] for t in lay.tier_rec),
+               wt=tuple(w[:, t] for t in lay.tier_rec), lay=lay,
+               num_items=num_items, num_factors=num_factors)
+
+
+def _iterate(step, state, epochs: int, *, exact_stop: bool = True):
+  r"""``epochs`` applications of ``step`` (``lax.scan``), stopped early, exactly.
+
+  ``step`` is a deterministic map of the state. Epochs run in blocks (of
+  at most :data:`_CHUNK`); once a block leaves the state bitwise unchanged (for all
+  runs), the trajectory is periodic with a period dividing the block (a
+  fixed point, or a rounding cycle), so every later block boundary has the
+  same state and the remaining full blocks are skipped; the last
+  ``epochs % block`` epochs then run as usual. The result equals that of
+  all ``epochs`` epochs.
+  """
+  def run(s, k):
+    return jax.lax.scan(lambda c, _: (step(c), None), s, None, length=k)[0]
+
+  # the largest block size <= _CHUNK dividing `epochs` if there is one >= 16
+  # (a single scan body compiles faster), else _CHUNK and a remainder scan
+  chunk = next((c for c in range(_CHUNK, 15, -1) if epochs % c == 0), _CHUNK)
+  blocks, rem = divmod(epochs, chunk)
+  if blocks and exact_stop:
+    def cond(c):
+      return (c[0] < blocks) & ~c[2]
+
+    def body(c):
+      i, s, _ = c
+      s2 = run(s, chunk)
+      same = jnp.all(jnp.stack([jnp.all(a == b) for a, b in zip(
+          jax.tree.leaves(s2), jax.tree.leaves(s))]))
+      return i + 1, s2, same
+
+    _, state, _ = jax.lax.while_loop(
+        cond, body, (jnp.int32(0), state, jnp.bool_(False)))
+  elif blocks:
+    state = run(state, blocks * chunk)
+  return run(state, rem) if rem else state
+
+
+#: ``compiler_options`` for a top-level ``jax.jit`` around the fits: XLA
+#: CPU's YNN fusions of reductions are slow in float64 (3-5x on the Table 1
+#: epochs); without them the plain fusion emitters vectorise the row sums.
+COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
+
+
+def _init(keys, n, dtype, fn=jax.random.uniform):
+  return jax.vmap(lambda k: fn(k, (n,), dtype))(keys)
+
+
+def _start(lay, r_items):
+  """Single-grid and multi-state values of per-item ``r_items [R, N]``."""
+  rs = None if lay.single_item is None else r_items[:, lay.single_item]
+  return rs, r_items[:, lay.multi_items]
+
+
 def fit_dla(
     key: PRNGKey, items: Array, factors: Array, ctr: Array, *, where: Array,
     num_items: int, num_factors: int, epochs: int,
     o_update: str = "mean_ratio", init_obs: Optional[float] = None,
+    layout: Optional[RecordLayout] = None,
 ) -> tuple[Array, Array]:
   r"""DLA as alternating least squares on embeddings (Gauss-Seidel).
 
@@ -84,10 +351,13 @@ def fit_dla(
     epochs: static number of epochs :math:`T`.
     o_update: ``"mean_ratio"`` or ``"least_squares"``.
     init_obs: constant initial observation (e.g. 1.0, "DLA_I"), or None.
+    layout: :func:`record_layout` of ``(items, factors, where)``, to reuse
+      one across calls (built here when None).
 
   Returns:
     ``(r float[num_items], o float[num_factors])``. Factors without records
-    keep their initial value.
+    keep their initial value. Epochs run in :func:`_iterate` (stops exactly
+    once the iteration is periodic).
 
   >>> import numpy as np
   >>> x = jnp.array([0, 1, 1, 2]); t = jnp.array([0, 0, 1, 1])
@@ -97,42 +367,18 @@ def fit_dla(
   >>> print(np.round(r / r[0], 3), np.round(o[1] / o[0], 3))
   [1.  0.4 0.6] 0.5
   """
-  items, factors, ctr, w = _prep(items, factors, ctr, where)
-  k1, k2 = jax.random.split(key)
-  dtype = ctr.dtype
-  r = jax.random.uniform(k1, (num_items,), dtype)
-  o = (jax.random.uniform(k2, (num_factors,), dtype) if init_obs is None
-       else jnp.full((num_factors,), init_obs, dtype))
-  count_t = _seg_sum(w, factors, num_factors)
-  has_t = count_t > 0
-
-  def epoch(carry, _):
-    r, o = carry
-    ot = o[factors]
-    num = _seg_sum(ctr * ot, items, num_items)
-    den = _seg_sum(w * ot * ot, items, num_items)
-    r = jnp.clip(num / (den + _EPS), 0.0, 1.0)
-    rx = r[items]
-    if o_update == "mean_ratio":
-      o_new = _seg_sum(w * ctr * rx / (rx * rx + _EPS), factors, num_factors)
-      o_new = o_new / jnp.where(has_t, count_t, 1.0)
-    elif o_update == "least_squares":
-      o_new = _seg_sum(ctr * rx, factors, num_factors) / (
-          _seg_sum(w * rx * rx, factors, num_factors) + _EPS)
-    else:
-      raise ValueError(f"unknown o_update {o_update!r}")
-    o = jnp.where(has_t, jnp.clip(o_new, 0.0, 1.0), o)
-    return (r, o), None
-
-  (r, o), _ = jax.lax.scan(epoch, (r, o), None, length=epochs)
-  return r, o
+  if layout is None:
+    layout = record_layout(items, factors, where, num_items=num_items,
+                           num_factors=num_factors)
+  return _single(_fit_dla, key, ctr, where, layout, num_items=num_items,
+                  num_factors=num_factors, epochs=epochs, o_update=o_update,
+                  init_obs=init_obs)
 
 
-@functools.partial(
-    jax.jit, static_argnames=("num_items", "num_factors", "epochs", "variant"))
 def fit_regression_em(
     key: PRNGKey, items: Array, factors: Array, ctr: Array, *, where: Array,
     num_items: int, num_factors: int, epochs: int, variant: str = "repo",
+    layout: Optional[RecordLayout] = None,
 ) -> tuple[Array, Array]:
   r"""Regression-EM (Wang et al., WSDM 2018) on embeddings.
 
@@ -160,45 +406,18 @@ def fit_regression_em(
   >>> print(float(jnp.round(o[1] / o[0], 2)))
   0.5
   """
-  items, factors, ctr, w = _prep(items, factors, ctr, where)
-  k1, k2 = jax.random.split(key)
-  dtype = ctr.dtype
-  r = jax.random.uniform(k1, (num_items,), dtype) * 0.5
-  o = jax.random.uniform(k2, (num_factors,), dtype)
-  count_x = _seg_sum(w, items, num_items)
-  count_t = _seg_sum(w, factors, num_factors)
-  has_x, has_t = count_x > 0, count_t > 0
-  inv_x = 1.0 / jnp.where(has_x, count_x, 1.0)
-  inv_t = 1.0 / jnp.where(has_t, count_t, 1.0)
-
-  def epoch(carry, _):
-    r, o = carry
-    ot = o[factors]
-    if variant == "repo":
-      rho = ctr / (ot + _EPS)
-    elif variant == "paper":
-      rho = r[items]
-    else:
-      raise ValueError(f"unknown variant {variant!r}")
-    post_r = ctr + (1 - ctr) * (1 - ot) * rho / (1 - ot * rho)
-    r_new = jnp.clip(_seg_sum(w * post_r, items, num_items) * inv_x, 0.0, 1.0)
-    r = jnp.where(has_x, r_new, r)
-    rx = r[items]
-    post_o = ctr + (1 - ctr) * (1 - rx) * ot / (1 - ot * rx)
-    o_new = jnp.clip(_seg_sum(w * post_o, factors, num_factors) * inv_t, 0., 1.)
-    o = jnp.where(has_t, o_new, o)
-    return (r, o), None
-
-  (r, o), _ = jax.lax.scan(epoch, (r, o), None, length=epochs)
-  return r, o
+  if layout is None:
+    layout = record_layout(items, factors, where, num_items=num_items,
+                           num_factors=num_factors)
+  return _single(_fit_regression_em, key, ctr, where, layout,
+                 num_items=num_items, num_factors=num_factors, epochs=epochs,
+                 variant=variant)
 
 
-@functools.partial(
-    jax.jit, static_argnames=("num_items", "num_factors", "epochs"))
 def fit_two_tower(
     key: PRNGKey, items: Array, factors: Array, ctr: Array, *, where: Array,
     num_items: int, num_factors: int, epochs: int,
-    learning_rate: float = 1e-2,
+    learning_rate: float = 1e-2, layout: Optional[RecordLayout] = None,
 ) -> tuple[Array, Array]:
   r"""Two-Tower (Guo et al., 2019): sigmoid embeddings, Adam on the mean BCE.
 
@@ -222,27 +441,178 @@ def fit_two_tower(
   >>> print(float(jnp.round(o[1] / o[0], 2)))
   0.5
   """
-  items, factors, ctr, w = _prep(items, factors, ctr, where)
+  if layout is None:
+    layout = record_layout(items, factors, where, num_items=num_items,
+                           num_factors=num_factors)
+  return _single(_fit_two_tower, key, ctr, where, layout,
+                 num_items=num_items, num_factors=num_factors, epochs=epochs,
+                 learning_rate=learning_rate)
+
+
+def _fit_dla(keys, ctr, where, lay, *, num_items, num_factors, epochs,
+             o_update="mean_ratio", init_obs=None):
+  # keys [R], ctr [R, n] -> r [R, num_items], o [R, num_factors]
+  if o_update not in ("mean_ratio", "least_squares"):
+    raise ValueError(f"unknown o_update {o_update!r}")
+  d = _data(ctr, where, lay, num_items, num_factors)
   dtype = ctr.dtype
-  params = {"a": jnp.zeros((num_items,), dtype),
-            "b": jax.random.normal(key, (num_factors,), dtype)}
+  k1, k2 = jax.vmap(jax.random.split, out_axes=1)(keys)
+  r_init = _init(k1, num_items, dtype)
+  o = (_init(k2, num_factors, dtype) if init_obs is None
+       else jnp.full((keys.shape[0], num_factors), init_obs, dtype))
+  count_t = d.fac_sum(d.ws, d.wm)
+  has_t = count_t > 0
+  inv_t = 1.0 / jnp.where(has_t, count_t, 1.0)
+
+  def epoch(carry):
+    _, _, o = carry
+    rs = None
+    if d.cs is not None:  # one record per item: the update is elementwise
+      ot = _rows(o, lay.single_factor)
+      rs = jnp.clip(d.cs * ot / (d.ws * ot * ot + _EPS), 0.0, 1.0)
+    ot = [o[:, f] for f in lay.tier_fac]
+    num = d.item_sum([c * t for c, t in zip(d.ct, ot)])
+    den = d.item_sum([w * t * t for w, t in zip(d.wt, ot)])
+    rm = jnp.clip(num / (den + _EPS), 0.0, 1.0)
+    rx = rm[:, lay.multi_pos]
+    if o_update == "mean_ratio":
+      term = lambda c, w, r: w * c * r / (r * r + _EPS)  # noqa: E731
+      o_new = d.fac_sum(None if rs is None else term(d.cs, d.ws, rs),
+                        term(d.cm, d.wm, rx)) * inv_t
+    else:
+      o_new = d.fac_sum(None if rs is None else d.cs * rs, d.cm * rx) / (
+          d.fac_sum(None if rs is None else d.ws * rs * rs,
+                    d.wm * rx * rx) + _EPS)
+    o = jnp.where(has_t, jnp.clip(o_new, 0.0, 1.0), o)
+    return rs, rm, o
+
+  rs, rm = _start(lay, r_init)
+  fill = r_init
+  if epochs:
+    rs, rm, o = _iterate(epoch, (rs, rm, o), epochs)
+    fill = jnp.zeros_like(r_init)  # items without records: 0 / (0 + eps)
+  return d.assemble(rs, rm, fill), o
+
+
+def _fit_regression_em(keys, ctr, where, lay, *, num_items, num_factors,
+                       epochs, variant="repo"):
+  if variant not in ("repo", "paper"):
+    raise ValueError(f"unknown variant {variant!r}")
+  d = _data(ctr, where, lay, num_items, num_factors)
+  dtype = ctr.dtype
+  k1, k2 = jax.vmap(jax.random.split, out_axes=1)(keys)
+  r_init = _init(k1, num_items, dtype) * 0.5
+  o = _init(k2, num_factors, dtype)
+  count_x = d.item_sum(d.wt)
+  has_x = count_x > 0
+  inv_x = 1.0 / jnp.where(has_x, count_x, 1.0)
+  count_t = d.fac_sum(d.ws, d.wm)
+  has_t = count_t > 0
+  inv_t = 1.0 / jnp.where(has_t, count_t, 1.0)
+
+  def post(c, ot, rho):
+    return c + (1 - c) * (1 - ot) * rho / (1 - ot * rho)
+
+  def epoch(carry):
+    rs, rm, o = carry
+    if rs is not None:  # one record per item: the mean is the record itself
+      ot = _rows(o, lay.single_factor)
+      rho = d.cs / (ot + _EPS) if variant == "repo" else rs
+      rs = jnp.where(d.ws > 0, jnp.clip(d.ws * post(d.cs, ot, rho) * 1.0,
+                                        0.0, 1.0), rs)
+    terms, start = [], 0
+    for c, w, f in zip(d.ct, d.wt, lay.tier_fac):
+      ot = o[:, f]
+      if variant == "repo":
+        rho = c / (ot + _EPS)
+      else:
+        rho = rm[:, start:start + c.shape[1], None]
+        if lay.item_seg is not None:
+          rho = rm[:, lay.item_seg][:, :, None]
+      start += c.shape[1]
+      terms.append(w * post(c, ot, rho))
+    rm = jnp.where(has_x, jnp.clip(d.item_sum(terms) * inv_x, 0.0, 1.0), rm)
+    rx = rm[:, lay.multi_pos]
+    ot_m = _rows(o, lay.multi_factor)
+    post_o = lambda c, w, r, ot: w * (  # noqa: E731
+        c + (1 - c) * (1 - r) * ot / (1 - ot * r))
+    o_new = d.fac_sum(
+        None if rs is None else post_o(d.cs, d.ws, rs,
+                                       _rows(o, lay.single_factor)),
+        post_o(d.cm, d.wm, rx, ot_m))
+    o = jnp.where(has_t, jnp.clip(o_new * inv_t, 0., 1.), o)
+    return rs, rm, o
+
+  rs, rm = _start(lay, r_init)
+  if epochs:
+    rs, rm, o = _iterate(epoch, (rs, rm, o), epochs)
+  return d.assemble(rs, rm, r_init), o
+
+
+def _fit_two_tower(keys, ctr, where, lay, *, num_items, num_factors, epochs,
+                   learning_rate=1e-2):
+  d = _data(ctr, where, lay, num_items, num_factors)
+  dtype = ctr.dtype
+  runs = keys.shape[0]
+  a0 = jnp.zeros((runs, num_items), dtype)
+  a_s, a_m = _start(lay, a0)
+  params = {"as": a_s, "am": a_m,
+            "b": _init(keys, num_factors, dtype, jax.random.normal)}
   opt = optax.adam(learning_rate)
-  n = jnp.maximum(w.sum(), 1.0)
+  scale = -1.0 / jnp.maximum(d.fac_sum(d.ws, d.wm).sum(-1), 1.0)[:, None, None]
 
-  def loss_fn(p):
-    logp = jax.nn.log_sigmoid(p["a"])[items] + jax.nn.log_sigmoid(p["b"])[factors]
-    log1mp = jnp.log1p(-jnp.exp(jnp.minimum(logp, -1e-12)))
-    return -jnp.sum(w * (ctr * logp + (1 - ctr) * log1mp)) / n
+  # d/d logp of the mean BCE, -mean[c log p + (1 - c) log(1 - p)], with
+  # log(1 - p) = log1p(-exp(min(logp, -1e-12))) as in the loss:
+  # c - (1 - c) p / (1 - p) where logp < -1e-12. Then the chain rule through
+  # log p = log sigmoid(a) + log sigmoid(b): d/da = (1 - sigmoid(a)) d/dlogp.
+  # (p = sigmoid(a) sigmoid(b): one exp per cell instead of four.)
+  p_max = float(np.exp(-1e-12))
 
-  def step(carry, _):
+  def dlogp(sa, sb, c, w):
+    p = sa * sb
+    return scale * w * (c - jnp.where(p < p_max, (1 - c) * p / (1.0 - p), 0.0))
+
+  def grads(p):
+    sb = jax.nn.sigmoid(p["b"])
+    gs = None
+    g = {"as": None}
+    if d.cs is not None:
+      sa = jax.nn.sigmoid(p["as"])
+      gs = dlogp(sa, _rows(sb, lay.single_factor), d.cs, d.ws)
+      g["as"] = gs * (1.0 - sa)
+    sa = jax.nn.sigmoid(p["am"])
+    gm = dlogp(sa[:, lay.multi_pos], _rows(sb, lay.multi_factor), d.cm, d.wm)
+    flat = jnp.concatenate([gm.reshape(runs, -1), jnp.zeros((runs, 1), dtype)],
+                           axis=1)
+    g["am"] = d.item_sum([flat[:, t] for t in lay.tier_cell]) * (1.0 - sa)
+    g["b"] = d.fac_sum(gs, gm) * (1.0 - sb)
+    return g
+
+  def step(carry):
     p, s = carry
-    g = jax.grad(loss_fn)(p)
-    upd, s = opt.update(g, s, p)
-    return (optax.apply_updates(p, upd), s), None
+    upd, s = opt.update(grads(p), s, p)
+    return optax.apply_updates(p, upd), s
 
-  (params, _), _ = jax.lax.scan(
-      step, (params, opt.init(params)), None, length=epochs)
-  return jax.nn.sigmoid(params["a"]), jax.nn.sigmoid(params["b"])
+  params, _ = _iterate(step, (params, opt.init(params)), epochs,
+                       exact_stop=False)
+  sig = jax.nn.sigmoid
+  return (d.assemble(None if params["as"] is None else sig(params["as"]),
+                     sig(params["am"]), sig(a0)), sig(params["b"]))
+
+
+_STATIC = ("num_items", "num_factors", "epochs")
+_JITTED = {
+    _fit_dla: jax.jit(_fit_dla, static_argnames=_STATIC + ("o_update",)),
+    _fit_regression_em: jax.jit(_fit_regression_em,
+                                static_argnames=_STATIC + ("variant",)),
+    _fit_two_tower: jax.jit(_fit_two_tower, static_argnames=_STATIC),
+}
+
+
+def _single(kernel, key, ctr, where, layout, **kw):
+  r, o = _JITTED[kernel](jnp.asarray(key)[None], jnp.asarray(ctr).reshape(1, -1),
+                where, layout, **kw)
+  return r[0], o[0]
 
 
 def fit_no_debias(key, items, factors, ctr, *, where, num_items, num_factors,
@@ -273,3 +643,43 @@ FIT_FUNCTIONS = {
     "regression_em": fit_regression_em,
     "two_tower": fit_two_tower,
 }
+
+_KERNELS = {"dla": _fit_dla, "regression_em": _fit_regression_em,
+            "two_tower": _fit_two_tower}
+
+
+def fit_runs(method: str, keys: Array, ctr: Array, *, where: Array,
+             layout: RecordLayout, num_items: int, num_factors: int,
+             epochs: int, **kwargs) -> tuple[Array, Array]:
+  r"""``R`` independent fits of ``method`` on one record layout, batched.
+
+  The same as ``jax.vmap`` of the single-run function over ``keys`` and the
+  CTR rows, in one jitted call.
+  Traceable, not jitted: call it inside a top-level ``jax.jit(...,
+  compiler_options=COMPILER_OPTIONS)`` for speed on CPU (the layout is an
+  argument; build it with :func:`record_layout` outside the trace).
+
+  Args:
+    method: ``"dla"``, ``"regression_em"`` or ``"two_tower"``.
+    keys: ``[R]`` PRNG keys (run ``i`` initialises as the single-run
+      function with ``keys[i]``).
+    ctr: ``float[R, n]`` CTRs of the records.
+    where, layout, num_items, num_factors, epochs, **kwargs: as for the
+      single-run function.
+
+  Returns:
+    ``(r float[R, num_items], o float[R, num_factors])``.
+
+  >>> x = np.array([0, 1, 1, 2]); t = np.array([0, 0, 1, 1])
+  >>> c = np.array([[.5, .2, .2, .3], [.4, .3, .3, .6]]) * [1., 1., .5, .5]
+  >>> lay = record_layout(x, t, np.ones(4, bool), num_items=3, num_factors=2)
+  >>> keys = jax.random.split(jax.random.PRNGKey(0), 2)
+  >>> r, o = fit_runs("dla", keys, c, where=np.ones(4, bool), layout=lay,
+  ...                 num_items=3, num_factors=2, epochs=500)
+  >>> print(r.shape, np.round(o[:, 1] / o[:, 0], 3))
+  (2, 3) [0.5 0.5]
+  """
+  return _KERNELS[method](
+      keys, jnp.asarray(ctr), where, layout, num_items=num_items,
+      num_factors=num_factors, epochs=epochs, **kwargs)
+

@@ -95,38 +95,54 @@ def embedding_metrics(r_true_doc, r_pred_doc, doc_present, doc_ids, labels,
   return out
 
 
-@functools.partial(
-    jax.jit, static_argnames=("method", "num_docs", "num_factors", "epochs",
-                              "fit_kwargs"))
-def _run(keys, doc_ids, positions, labels, where, canonical, exam, num_clicks,
-         eps, y_max, *, method, num_docs, num_factors, epochs, fit_kwargs):
-  fit = embedding.FIT_FUNCTIONS[method]
+# Three jits, so that a Table 1 compiles the click simulation and the
+# metrics once per dataset shape and only the fit once per row.
+
+
+@functools.partial(jax.jit, static_argnames=("num_docs",))
+def _simulate(keys, doc_ids, positions, labels, where, exam, num_clicks, eps,
+              y_max, *, num_docs):
   r_true = true_relevance(labels, eps=eps, y_max=y_max)
   docs = jnp.maximum(doc_ids, 0)
   r_true_doc = jax.ops.segment_max(
       jnp.where(where, r_true, -1.0).ravel(), docs.ravel(),
       num_segments=num_docs)
-  doc_present = r_true_doc >= 0
   p = jnp.where(where, r_true * exam[positions], 0.0)
-  factors = canonical[positions]
-  if method == "no_debias":
-    factors = jnp.zeros_like(factors)
+  k_click, k_fit = jax.vmap(jax.random.split, out_axes=1)(keys)
+  ctr = jax.vmap(lambda k: jnp.where(where, simulate_ctr(k, p, num_clicks),
+                                     0.0))(k_click)
+  return ctr, k_fit, r_true_doc
 
-  def one(key):
-    k_click, k_fit = jax.random.split(key)
-    ctr = jnp.where(where, simulate_ctr(k_click, p, num_clicks), 0.0)
-    r, o = fit(k_fit, docs.ravel(), factors.ravel(), ctr.ravel(),
-               where=where.ravel(), num_items=num_docs,
-               num_factors=num_factors, epochs=epochs, **dict(fit_kwargs))
-    o_pos = o[canonical] if method != "no_debias" else jnp.ones_like(exam)
-    clicks_pred = r[docs] * o_pos[positions]
-    m = embedding_metrics(r_true_doc, r, doc_present, doc_ids, labels, where,
-                          clicks_pred, ctr)
+
+@functools.partial(
+    jax.jit, static_argnames=("method", "num_docs", "num_factors", "epochs",
+                              "fit_kwargs"),
+    compiler_options=embedding.COMPILER_OPTIONS)
+def _fit(k_fit, ctr, docs, where, layout, *, method, num_docs, num_factors,
+         epochs, fit_kwargs):
+  if method == "no_debias":
+    fit = embedding.fit_no_debias
+    return jax.vmap(lambda c: fit(None, docs.ravel(), jnp.zeros_like(
+        docs.ravel()), c.ravel(), where=where.ravel(), num_items=num_docs,
+                                  num_factors=num_factors))(ctr)
+  return embedding.fit_runs(
+      method, k_fit, ctr.reshape(ctr.shape[0], -1), where=where.ravel(),
+      layout=layout, num_items=num_docs, num_factors=num_factors,
+      epochs=epochs, **dict(fit_kwargs))
+
+
+@jax.jit
+def _score(ctr, r, o_pos, r_true_doc, doc_ids, positions, labels, where):
+  docs = jnp.maximum(doc_ids, 0)
+
+  def one(ctr, r, o_pos):
+    m = embedding_metrics(r_true_doc, r, r_true_doc >= 0, doc_ids, labels,
+                          where, r[docs] * o_pos[positions], ctr)
     m["observation"] = o_pos
     m["relevance"] = r
     return m
 
-  return jax.vmap(one)(keys)
+  return jax.vmap(one)(ctr, r, o_pos)
 
 
 def run_method(
@@ -172,15 +188,27 @@ def run_method(
   canonical = np.arange(l) if canonical is None else np.asarray(canonical)
   exam = np.asarray(examination, np.float64)[:l]
   nd = num_docs or int(ds.doc_ids.max()) + 1
+  # The records' layout is built once here, on the host (dense per-item and
+  # per-factor sums instead of scatters, see embedding.record_layout).
+  layout = None if method == "no_debias" else embedding.record_layout(
+      np.maximum(ds.doc_ids, 0), canonical[np.asarray(positions)], ds.where,
+      num_items=nd, num_factors=l)
   with jax.enable_x64(True):
     keys = jax.random.split(key, runs)
-    out = _run(
-        keys, jnp.asarray(ds.doc_ids), jnp.asarray(positions, jnp.int32),
-        jnp.asarray(ds.labels, jnp.float64), jnp.asarray(ds.where),
-        jnp.asarray(canonical, jnp.int32), jnp.asarray(exam),
+    doc_ids = jnp.asarray(ds.doc_ids)
+    positions = jnp.asarray(positions, jnp.int32)
+    labels = jnp.asarray(ds.labels, jnp.float64)
+    where = jnp.asarray(ds.where)
+    ctr, k_fit, r_true_doc = _simulate(
+        keys, doc_ids, positions, labels, where, jnp.asarray(exam),
         jnp.float64(num_clicks), jnp.float64(eps), jnp.float64(y_max),
-        method=method, num_docs=nd, num_factors=l, epochs=epochs,
-        fit_kwargs=tuple(sorted(fit_kwargs.items())))
+        num_docs=nd)
+    r, o = _fit(k_fit, ctr, jnp.maximum(doc_ids, 0), where, layout,
+                method=method, num_docs=nd, num_factors=l, epochs=epochs,
+                fit_kwargs=tuple(sorted(fit_kwargs.items())))
+    o_pos = (jnp.ones((runs, l), jnp.float64) if method == "no_debias"
+             else o[:, jnp.asarray(canonical, jnp.int32)])
+    out = _score(ctr, r, o_pos, r_true_doc, doc_ids, positions, labels, where)
     return jax.tree.map(np.asarray, out)
 
 
