@@ -101,8 +101,11 @@ def main():
         f" {t_ref:.2f}s")
 
   t = time.perf_counter()
-  rows = study.table1(jax.random.PRNGKey(0), ds, runs=args.runs, epochs=epochs,
-                      num_docs=10000, log=lambda *_: None)
+  rows = study.table1(
+      jax.random.PRNGKey(0), ds, runs=args.runs, epochs=epochs,
+      num_docs=10000,
+      log=lambda msg: print(f"  {msg} at {time.perf_counter() - t:.1f}s",
+                            flush=True))
   t_ours = time.perf_counter() - t
   mcc = {k: round(float(v["mcc"].mean()), 3) for k, v in rows.items()
          if not k.startswith("_")}
