@@ -11,11 +11,15 @@ code:
 * :func:`fit_regression_em`: Regression-EM (Wang et al., 2018),
 * :func:`fit_two_tower`: sigmoid towers, Adam on the mean BCE.
 
-Records are flat arrays ``[n]`` (item id, factor id, CTR, bool ``where``);
-every update is a ``segment_sum`` over item or factor ids, epochs run in
-``lax.scan``, and the functions are pure, so ``jax.vmap`` over keys gives
-independent runs. Use float64 (``with jax.enable_x64(True)``): click MSE goes
-below :math:`10^{-8}` and the updates divide by small numbers.
+Records are flat arrays ``[n]`` (item id, factor id, CTR, bool ``where``).
+Every update is a per-item or per-factor sum over records; with concrete ids
+they are row sums of a dense layout built once on the host
+(:func:`record_layout`), with traced ids ``segment_sum``\ s. Epochs run in
+``lax.scan`` (:func:`_iterate` stops exactly once the state is periodic), the
+functions are pure (``jax.vmap`` over keys gives independent runs) and
+:func:`fit_runs` fits ``R`` runs in one call. Use float64 (``with
+jax.enable_x64(True)``): click MSE goes below :math:`10^{-8}` and the updates
+divide by small numbers.
 """
 
 from typing import NamedTuple, Optional
