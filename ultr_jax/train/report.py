@@ -268,6 +268,8 @@ def plot_heatmap(results: Mapping[str, Any], biases, methods, path: str, *, metr
       if metric in cell and cell[metric] is not None:
         values[i, j] = cell[metric]
         text[i][j] = f"{cell[metric]:.3f}\n±{cell['ci90'][metric]:.3f}"
+        if cell.get("diverged"):
+          text[i][j] += "\ndiverged"
       else:
         text[i][j] = "n/a"
   fig, ax = plt.subplots(figsize=(1.5 * len(biases) + 2.5, 0.5 * len(methods) + 1.5))
@@ -317,7 +319,8 @@ def _write(workdir, results, rows, biases, methods, num_seeds, final: bool) -> s
   table += (f"\n\nTest nDCG@10, mean ± 90% t-interval half-width over {num_seeds} seeds; "
             "identifiability: the IG check (Theorem 1 of Identifiability Matters) on the logged "
             "(document, position) records, (context, position) for context_pbm; K = connected "
-            "components. n/a: the click model cannot provide an input the method needs.\n")
+            "components. n/a: the click model cannot provide an input the method needs. diverged: "
+            "training left non-finite parameters, so the number is not the method's.\n")
   if not final:
     table += "\n(partial: the report is still running)\n"
   if workdir is not None:
@@ -370,8 +373,13 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
                        click_fn=click_fn, config=config.train, seeds=seeds, name=f"{bias_name}/{name}")
       entry, summaries = _summaries(evaluate(method, fit_result.params, test))
       entry["best_step"] = np.asarray(fit_result.best_step).tolist()
+      diverged = not all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree.leaves(fit_result.final_params))
       results[bias_name][name] = entry
       row[name] = summaries["ndcg@10"]
+      if diverged:  # NaN/inf weights: the scores tie, so the number is not the method's
+        entry["diverged"] = True
+        s = summaries["ndcg@10"]
+        row[name] = f"{s['mean']:.4f} ± {s['ci90']:.4f} (diverged: non-finite parameters)"
       timings[bias_name][name] = time.perf_counter() - t0
       print(f"[report] {bias_name}/{name}: ndcg@10 {entry['ndcg@10']:.4f} "
             f"({timings[bias_name][name]:.1f}s)", file=sys.stderr, flush=True)
