@@ -414,3 +414,15 @@ def test_log_space_helpers_are_finite_at_the_edges():
   out = _utils.log1mexp(x)
   np.testing.assert_allclose(out[1:4], np.log(-np.expm1(np.array([-1e-8, -0.5, -20.0]))), rtol=1e-4)
   assert out[0] == -jnp.inf and out[4] == 0.0
+
+
+@pytest.mark.parametrize("loss_fn", [losses.ips_sigmoid_loss, losses.ips_softmax_loss, losses.snips_sigmoid_loss,
+                                     losses.snips_softmax_loss])
+def test_never_examined_items_are_finite_and_carry_no_weight(loss_fn):
+  # A top-k log keeps unshown candidates with examination 0 (they are never clicked).
+  scores = jnp.array([1.0, 0.5, 0.2])
+  clicks = jnp.array([1.0, 0.0, 0.0])
+  value, grads = jax.value_and_grad(
+      lambda s: loss_fn(s, clicks, propensities=jnp.array([1.0, 0.5, 0.0])))(scores)
+  assert np.isfinite(float(value)) and np.all(np.isfinite(grads))
+  np.testing.assert_array_equal(losses.ips_weights(jnp.array([1.0, 0.5, 0.0])), [1.0, 2.0, 0.0])

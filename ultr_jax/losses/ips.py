@@ -43,22 +43,30 @@ def ips_weights(propensities: jax.Array, *, where: Optional[jax.Array] = None,
                 max_weight: Optional[float] = None) -> jax.Array:
   r"""Stop-gradient inverse-propensity weights :math:`\min(1/\theta_i, w_{max})`.
 
+  An item that cannot be examined (:math:`\theta_i = 0`, e.g. a candidate a
+  top-k log never showed) gets weight 0: its IPS term :math:`c_i/\theta_i`
+  is 0 because such an item is never clicked (a click there contradicts the
+  propensities and is dropped rather than given an infinite weight).
+
   Args:
-    propensities: ``[..., L]`` examination probabilities :math:`\theta_i > 0`.
+    propensities: ``[..., L]`` examination probabilities :math:`\theta_i \ge 0`.
     where: ``[..., L]`` bool mask; weights are 1 at padding.
-    max_weight: optional clip of the weights (None: no clipping; zero
-      propensities then give infinite weights).
+    max_weight: optional clip of the weights (None: no clipping).
 
   Returns:
     ``[..., L]`` weights.
 
   >>> ips_weights(jnp.array([1.0, 0.5, 0.01]), max_weight=10.0).tolist()
   [1.0, 2.0, 10.0]
+  >>> ips_weights(jnp.array([1.0, 0.0])).tolist()  # never examined: no IPS weight
+  [1.0, 0.0]
   """
   where = _utils.as_where(where, propensities.shape)
-  safe = jnp.where(where, propensities, 1.0)
+  examined = where & (propensities > 0)
+  safe = jnp.where(examined, propensities, 1.0)
   log_w = _utils.clip_log_weights(-jnp.log(safe), max_weight)
-  return jax.lax.stop_gradient(jnp.where(where, jnp.exp(log_w), 1.0))
+  w = jnp.where(examined, jnp.exp(log_w), jnp.where(where, 0.0, 1.0))
+  return jax.lax.stop_gradient(w)
 
 
 def snips_weights(propensities: jax.Array, clicks: jax.Array, *, where: Optional[jax.Array] = None,
