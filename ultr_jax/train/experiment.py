@@ -22,9 +22,36 @@ from ultr_jax.train import methods as methods_lib
 from ultr_jax.train.loop import evaluate, fit
 from ultr_jax.train.results import markdown_table, summarize, write_results
 
-__all__ = ["load_datasets", "prepare_logged_data", "true_position_propensities", "train_and_evaluate"]
+__all__ = ["default_data_config", "default_logging_policy_config", "load_datasets", "prepare_logged_data",
+           "true_position_propensities", "train_and_evaluate"]
 
 METRIC_COLUMNS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "err@10")
+
+
+def default_data_config() -> ml_collections.ConfigDict:
+  """The embedded default data (synthetic, seed 0, 1000/200/200 queries of 20 docs, 32 features).
+
+  ``source`` may be ``synthetic``, ``svmlight`` (``train_path``,
+  ``valid_path``, ``test_path``, optional ``normalize``) or ``ultra``
+  (``path``); see :func:`load_datasets`. Shared by the studies that use the
+  baselines' data so that they stay on the same lists.
+
+  >>> default_data_config().num_train
+  1000
+  """
+  return ml_collections.ConfigDict({
+      "source": "synthetic", "seed": 0, "num_train": 1000, "num_valid": 200, "num_test": 200,
+      "list_size": 20, "num_features": 32, "train_path": "", "valid_path": "", "test_path": "",
+      "path": "", "normalize": ""})
+
+
+def default_logging_policy_config() -> ml_collections.ConfigDict:
+  """ULTRA's protocol: a production ranker fit on 1% of the labelled training queries shows its top 10.
+
+  >>> default_logging_policy_config().top_k
+  10
+  """
+  return ml_collections.ConfigDict({"fraction": 0.01, "seed": 0, "steps": 500, "top_k": 10})
 
 
 def load_datasets(config: ml_collections.ConfigDict) -> tuple[Any, Any, Any]:

@@ -9,7 +9,7 @@ r"""Default config of the baselines study (PBM, eta = 1, synthetic data).
 
 import ml_collections
 
-from ultr_jax.train import default_train_config
+from ultr_jax.train import default_train_config, experiment
 
 METHODS = ("naive", "ips", "snips", "dla", "regression_em", "two_tower", "paird", "full_info")
 
@@ -19,27 +19,11 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config.seed = 0
   config.num_seeds = 3
 
-  config.data = ml_collections.ConfigDict()
-  config.data.source = "synthetic"  # synthetic | svmlight | ultra
-  config.data.seed = 0
-  config.data.num_train = 1000
-  config.data.num_valid = 200
-  config.data.num_test = 200
-  config.data.list_size = 20
-  config.data.num_features = 32
-  config.data.train_path = ""
-  config.data.valid_path = ""
-  config.data.test_path = ""
-  config.data.path = ""
-  config.data.normalize = ""
+  config.data = experiment.default_data_config()
 
   # ULTRA protocol: a production ranker trained on 1% of labelled training
   # queries; the top 10 of its ranking are displayed.
-  config.logging_policy = ml_collections.ConfigDict()
-  config.logging_policy.fraction = 0.01
-  config.logging_policy.seed = 0
-  config.logging_policy.steps = 500
-  config.logging_policy.top_k = 10
+  config.logging_policy = experiment.default_logging_policy_config()
 
   config.click_model = ml_collections.ConfigDict()
   config.click_model.name = "pbm_table"  # ULTRA's eye-tracking table ** eta

@@ -16,7 +16,7 @@ Any field can be overridden, e.g. ``--config.methods="('naive','dla')"`` or
 
 import ml_collections
 
-from ultr_jax.train import default_train_config
+from ultr_jax.train import default_train_config, experiment
 
 # SIF-ref's main variants and the two oracle-propensity baselines of its T6 toy; the channel ablations
 # (SIF_ABLATIONS) join them in the ":full" variant (21 more trained cells, about 7 more minutes).
@@ -49,20 +49,9 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config.seed = 0
   config.num_seeds = 3
 
-  config.data = ml_collections.ConfigDict()
-  config.data.source = "synthetic"
-  config.data.seed = 0
-  config.data.num_train = 1000
-  config.data.num_valid = 200
-  config.data.num_test = 200
-  config.data.list_size = 20
-  config.data.num_features = 32
+  config.data = experiment.default_data_config()
 
-  config.logging_policy = ml_collections.ConfigDict()
-  config.logging_policy.fraction = 0.01
-  config.logging_policy.seed = 0
-  config.logging_policy.steps = 500
-  config.logging_policy.top_k = 10
+  config.logging_policy = experiment.default_logging_policy_config()
 
   config.biases = BIASES
   config.bias_configs = _biases(config.logging_policy.top_k)
