@@ -16,7 +16,7 @@ from ultr_jax.train.loop import (
 )
 from ultr_jax.train.method import Method
 from ultr_jax.train.methods import available_methods, get_method, register
-from ultr_jax.train.results import atomic_write_text, markdown_table, summarize, write_results
+from ultr_jax.train.results import atomic_write_text, markdown_table, summarize, summarize_metrics, write_results
 from ultr_jax.train.sharding import make_mesh, maybe_initialize_distributed
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "maybe_initialize_distributed",
     "register",
     "summarize",
+    "summarize_metrics",
     "write_results",
 ]
 

@@ -20,7 +20,7 @@ from ultr_jax import data as data_lib
 from ultr_jax import simulation
 from ultr_jax.train import methods as methods_lib
 from ultr_jax.train.loop import evaluate, fit
-from ultr_jax.train.results import markdown_table, summarize, write_results
+from ultr_jax.train.results import markdown_table, summarize, summarize_metrics, write_results
 
 __all__ = ["default_data_config", "default_logging_policy_config", "load_datasets", "prepare_logged_data",
            "true_position_propensities", "train_and_evaluate"]
@@ -143,15 +143,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
                      seeds=[config.seed + i for i in range(config.num_seeds)],
                      workdir=workdir, name=name)
     test_metrics = evaluate(method, fit_result.params, test)
-    entry: dict[str, Any] = {}
-    row: dict[str, Any] = {}
-    for metric in METRIC_COLUMNS:
-      summary = summarize(test_metrics[metric])
-      entry[metric] = summary["mean"]
-      entry.setdefault("std", {})[metric] = summary["std"]
-      entry.setdefault("ci90", {})[metric] = summary["ci90"]
-      entry.setdefault("per_seed", {})[metric] = np.asarray(test_metrics[metric]).tolist()
-      row[metric] = summary
+    entry, row = summarize_metrics(test_metrics, METRIC_COLUMNS)
     if method.propensities is not None:
       learned = np.asarray(jax.vmap(method.propensities)(fit_result.params, fit_result.extra))
       corr = [_pearson(learned[s, : len(true_prop)], true_prop[: learned.shape[1]])

@@ -41,7 +41,7 @@ from ultr_jax import simulation
 from ultr_jax.train import methods as methods_lib
 from ultr_jax.train.experiment import METRIC_COLUMNS, load_datasets
 from ultr_jax.train.loop import evaluate, fit
-from ultr_jax.train.results import markdown_table, summarize, write_results
+from ultr_jax.train.results import markdown_table, summarize_metrics, write_results
 
 __all__ = [
     "KEY_REASONS",
@@ -300,19 +300,6 @@ def plot_heatmap(results: Mapping[str, Any], biases, methods, path: str, *, metr
 # The report.
 
 
-def _summaries(test_metrics) -> tuple[dict, dict]:
-  entry: dict[str, Any] = {}
-  row: dict[str, Any] = {}
-  for metric in METRIC_COLUMNS:
-    s = summarize(test_metrics[metric])
-    entry[metric] = s["mean"]
-    entry.setdefault("std", {})[metric] = s["std"]
-    entry.setdefault("ci90", {})[metric] = s["ci90"]
-    entry.setdefault("per_seed", {})[metric] = np.asarray(test_metrics[metric]).tolist()
-    row[metric] = s
-  return entry, row
-
-
 def _write(workdir, results, rows, biases, methods, num_seeds, final: bool) -> str:
   columns = ["identifiability (IG)", *methods]
   table = markdown_table(rows, columns, row_header="bias")
@@ -371,7 +358,7 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
         continue
       fit_result = fit(method, train, valid if config.get("select_on_valid", True) else None,
                        click_fn=click_fn, config=config.train, seeds=seeds, name=f"{bias_name}/{name}")
-      entry, summaries = _summaries(evaluate(method, fit_result.params, test))
+      entry, summaries = summarize_metrics(evaluate(method, fit_result.params, test), METRIC_COLUMNS)
       entry["best_step"] = np.asarray(fit_result.best_step).tolist()
       diverged = not all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree.leaves(fit_result.final_params))
       results[bias_name][name] = entry

@@ -13,6 +13,7 @@ from scipy import stats as scipy_stats
 
 __all__ = [
     "summarize",
+    "summarize_metrics",
     "atomic_write_text",
     "write_results",
     "markdown_table",
@@ -43,6 +44,29 @@ def summarize(values: Sequence[float], *, confidence: float = 0.9) -> dict[str, 
   std = float(v.std(ddof=1)) if n > 1 else 0.0
   half = float(scipy_stats.t.ppf(0.5 + confidence / 2, n - 1) * std / math.sqrt(n)) if n > 1 else 0.0
   return {"mean": mean, "std": std, f"ci{int(round(confidence * 100))}": half}
+
+
+def summarize_metrics(per_seed: Mapping[str, Any], names: Sequence[str]) -> tuple[dict, dict]:
+  """One method's ``results.json`` entry and table row from per-seed metric arrays.
+
+  Returns ``(entry, row)``: ``entry`` maps each name to its mean and holds
+  ``std``, ``ci90`` and ``per_seed`` dicts; ``row`` maps each name to its
+  :func:`summarize` dict (for :func:`markdown_table`).
+
+  >>> entry, row = summarize_metrics({"ndcg@10": [0.5, 0.7]}, ["ndcg@10"])
+  >>> round(entry["ndcg@10"], 3), entry["per_seed"]["ndcg@10"], round(row["ndcg@10"]["std"], 4)
+  (0.6, [0.5, 0.7], 0.1414)
+  """
+  entry: dict[str, Any] = {}
+  row: dict[str, Any] = {}
+  for name in names:
+    s = summarize(per_seed[name])
+    entry[name] = s["mean"]
+    entry.setdefault("std", {})[name] = s["std"]
+    entry.setdefault("ci90", {})[name] = s["ci90"]
+    entry.setdefault("per_seed", {})[name] = np.asarray(per_seed[name]).tolist()
+    row[name] = s
+  return entry, row
 
 
 def atomic_write_text(path: str, text: str) -> None:
