@@ -46,3 +46,39 @@ def test_smoke_binary(tmp_path):
     assert (tmp_path / fig).stat().st_size > 1000
   from ultr_jax.testing import assert_matches_expected  # noqa: PLC0415
   assert_matches_expected(res, "sif_smoke")  # expected_metrics/sif_smoke.json
+
+
+def test_relative_mae_against_the_toy_click_model():
+  """MAE_rel is 0 for the examination the toy's position-only clicks actually use, at any scale."""
+  import jax  # noqa: PLC0415
+  import jax.numpy as jnp  # noqa: PLC0415
+  from ultr_jax.simulation import make_position_trust_click_fn  # noqa: PLC0415
+
+  ds, _ = study.sif_toy_dataset(8, seed=0)
+  batch = {"labels": jnp.asarray(ds.labels), "where": jnp.asarray(ds.where),
+           "logging_score": jnp.asarray(ds.extras["logging_score"])}
+  exam = np.asarray(make_position_trust_click_fn({"alpha": 0.0})(jax.random.key(0), batch)["examination"])
+  assert study.relative_mae(0.3 * exam[0]) == pytest.approx(0.0, abs=1e-7)
+  table = exam[0] / exam[0, 0]
+  p = table.copy()
+  p[1:] += 0.1  # every non-first position off by 0.1
+  assert study.relative_mae(p) == pytest.approx(0.09, abs=1e-6)
+  np.testing.assert_allclose(study.relative_mae(np.stack([table, p])), [0.0, 0.09], atol=1e-6)
+  hist = [{"step": 10, "train/propensities": [table.tolist(), p.tolist()]}, {"step": 20}]
+  steps, traj = study.propensity_mae_trajectory(hist)
+  assert steps == [10] and traj.shape == (1, 2)
+  np.testing.assert_allclose(traj[0], [0.0, 0.09], atol=1e-6)
+
+
+def test_shuffle_display_moves_items_with_their_data():
+  ds, _ = study.sif_toy_dataset(50, seed=0)
+  sh = study.shuffle_display(ds, 0)
+  # Same items per list (feature rows travel with their label and logging score) ...
+  for q in (0, 17, 49):
+    a = np.concatenate([ds.features[q], ds.labels[q, :, None], ds.extras["logging_score"][q, :, None]], 1)
+    b = np.concatenate([sh.features[q], sh.labels[q, :, None], sh.extras["logging_score"][q, :, None]], 1)
+    np.testing.assert_array_equal(a[np.lexsort(a.T)], b[np.lexsort(b.T)])
+  # ... but no longer displayed in logging order (the toy's lists are sorted by the logging score).
+  z = ds.extras["logging_score"]
+  assert np.all(np.diff(z, axis=1) <= 0)
+  assert np.mean(np.diff(sh.extras["logging_score"], axis=1) <= 0) < 0.7

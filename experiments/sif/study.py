@@ -56,6 +56,29 @@ def load_data(config):
   raise ValueError(f"data.source: expected 'toy' or 'svmlight', got {d.source!r}")
 
 
+def shuffle_display(ds: RankingDataset, seed: int) -> RankingDataset:
+  """``ds`` with every list in a random display order (positions independent of the features).
+
+  The toy displays each list sorted by the logging score :math:`R_s = x^\top
+  w_{log}`, a linear function of the features the ranker sees, so position
+  is confounded with relevance (corr 0.7). Random display order is the
+  unconfounded control for propensity recovery (T8). Items keep their
+  features, labels and extras; only the order (= the displayed position)
+  changes.
+
+  >>> ds, _ = sif_toy_dataset(4, seed=0)
+  >>> sh = shuffle_display(ds, 0)
+  >>> bool(np.allclose(np.sort(sh.labels, 1), np.sort(ds.labels, 1))), bool((sh.labels != ds.labels).any())
+  (True, True)
+  """
+  perm = np.argsort(np.random.default_rng(seed).random(ds.where.shape), axis=1, kind="stable")
+  take = lambda a: np.take_along_axis(a, perm.reshape(perm.shape + (1,) * (a.ndim - 2)), axis=1)
+  per_item = lambda v: v.ndim >= 2 and v.shape[1] == ds.list_size
+  return RankingDataset(features=take(ds.features), labels=take(ds.labels), where=take(ds.where),
+                        qid=ds.qid, doc_ids=None if ds.doc_ids is None else take(ds.doc_ids),
+                        extras={k: take(v) if per_item(v) else v for k, v in ds.extras.items()})
+
+
 def _oracle_scores(test: RankingDataset, gamma: float) -> np.ndarray:
   return 1.0 / (1.0 + np.exp(-gamma * test.extras["logging_score"]))
 
@@ -71,15 +94,38 @@ def test_leakage(method, params, test: RankingDataset, *, gamma=1.0, k_top=3, by
   return np.asarray(jax.vmap(fn)(scores), np.float64)
 
 
-def propensity_mae(method, params, extra, eta=1.0):
-  """Per-seed ``MAE_rel = mean_k |p_k/p_1 - pi_k/pi_1|`` against the PBM table (None if undefined)."""
-  if method.propensities is None:
-    return None
-  p = np.asarray(jax.vmap(method.propensities)(params, extra), np.float64)  # [S, K]
+def relative_mae(p, eta=1.0):
+  """``MAE_rel = mean_k |p_k/p_1 - pi_k/pi_1|`` of ``p [..., K]`` against the PBM table ** eta (spec 6.4).
+
+  The toy's clicks at alpha = 0 are the PBM with ``ULTRA_EXAM_TABLE ** eta``
+  (``position_trust``'s examination), so this table is the exposure oracle.
+
+  >>> print(round(float(relative_mae(np.asarray(ULTRA_EXAM_TABLE) * 3.0)), 6))
+  0.0
+  >>> print(round(float(relative_mae(np.ones(10))), 4))  # a flat estimate
+  0.5676
+  """
+  p = np.asarray(p, np.float64)
   table = np.asarray(ULTRA_EXAM_TABLE, np.float64) ** eta
   k = min(p.shape[-1], table.shape[0])
-  target = table[:k] / table[0]
-  return np.abs(p[:, :k] / p[:, :1] - target).mean(-1)
+  return np.abs(p[..., :k] / p[..., :1] - table[:k] / table[0]).mean(-1)
+
+
+def propensity_mae(method, params, extra, eta=1.0):
+  """Per-seed ``MAE_rel`` of ``method.propensities`` at ``(params, extra)`` (None if undefined)."""
+  if method.propensities is None:
+    return None
+  return relative_mae(jax.vmap(method.propensities)(params, extra), eta)
+
+
+def propensity_mae_trajectory(history, eta=1.0):
+  """``(steps, MAE_rel [T, S])`` of the ``train/propensities`` logged by ``with_leakage_diagnostics``.
+
+  Each record holds the propensities averaged over its evaluation interval.
+  """
+  recs = [h for h in history if "train/propensities" in h]
+  return [h["step"] for h in recs], np.stack([relative_mae(h["train/propensities"], eta) for h in recs]) \
+      if recs else np.zeros((0, 0))
 
 
 def _train_config(config, overrides):
@@ -180,16 +226,16 @@ def t6_checks(rows):
 # T7 / T8: learned towers, sampled clicks.
 
 
-def run_t7(config, data, setting, alpha):
-  """Every method of ``config.methods`` at one setting; returns (rows, histories)."""
+def run_t7(config, data, setting, alpha, *, methods=None, train_overrides=None):
+  """Every method of ``methods`` (default ``config.methods``) at one setting; returns (rows, histories)."""
   train, valid, test = data
   a = 0.0 if setting == "position" else alpha
   # alpha travels in the data, so every setting reuses one compiled step (persistent XLA cache).
   train = train.with_extras(trust_alpha=np.full((train.num_queries,), a, np.float32))
   click_fn = make_position_trust_click_fn({"alpha_key": "trust_alpha"})
-  tc = _train_config(config, {})
+  tc = _train_config(config, dict(train_overrides or {}))
   rows, histories = {}, {}
-  for name in config.methods:
+  for name in (config.methods if methods is None else methods):
     mcfg = ml_collections.ConfigDict(dict(config.ranker))
     if name in config.method_configs:
       mcfg.update(dict(config.method_configs[name]))
@@ -202,11 +248,47 @@ def run_t7(config, data, setting, alpha):
     row["leakage_d"] = summarize(test_leakage(m, res.params, test, k_top=config.k_top))
     mae = propensity_mae(m, res.params, res.extra)
     if mae is not None:
-      row["propensity_mae"] = summarize(mae)
+      row["propensity_mae"] = summarize(mae)  # at the selected (best-validation) state
+      _, traj = propensity_mae_trajectory(res.history)
+      if traj.size:  # over the last evaluation interval of training
+        row["propensity_mae_final"] = summarize(traj[-1])
     row["seconds"] = time.perf_counter() - t0
     rows[name] = row
     histories[name] = res.history
   return rows, histories
+
+
+def run_t8(config, data):
+  """T8: propensity recovery on position-only clicks, for each display order of ``config.t8.displays``.
+
+  ``"logging"`` is the toy as logged (lists sorted by the logging score,
+  which the features determine: position confounded with relevance);
+  ``"random"`` shuffles every training list (the unconfounded control).
+  Returns ``{f"display={d}": {"rows", "mae_curve"}}`` where ``mae_curve``
+  maps each method to ``{"steps", "mean", "std"}`` of MAE_rel over seeds
+  (each value averaged over its evaluation interval) and the rows add
+  ``steps_to_mae<0.05`` (first logged step whose seed-mean MAE_rel is below
+  0.05; None if never).
+  """
+  t8 = config.t8
+  train, valid, test = data
+  out = {}
+  for display in t8.displays:
+    if display not in ("logging", "random"):
+      raise ValueError(f"t8.displays: expected 'logging' or 'random', got {display!r}")
+    tr = shuffle_display(train, config.data.seed) if display == "random" else train
+    rows, hist = run_t7(config, (tr, valid, test), "position", 0.0, methods=t8.methods,
+                        train_overrides={"steps": t8.steps, "eval_every": t8.eval_every})
+    curves = {}
+    for name, h in hist.items():
+      steps, traj = propensity_mae_trajectory(h)
+      if traj.size:
+        mean = traj.mean(-1)
+        curves[name] = {"steps": steps, "mean": mean.tolist(), "std": traj.std(-1).tolist()}
+        below = [st for st, v in zip(steps, mean) if v < 0.05]
+        rows[name]["steps_to_mae<0.05"] = below[0] if below else None
+    out[f"display={display}"] = {"rows": rows, "mae_curve": curves}
+  return out
 
 
 def _curve(history, key):
@@ -312,6 +394,16 @@ def run(config, workdir):
       report.append(f"### T6 (oracle mechanism, population clicks), alpha = {alpha:g}\n\n{table}\n\n"
                     f"checks: {json.dumps(t6_checks(rows), default=float)}\n")
       print(report[-1], flush=True)
+  t8 = {}
+  if config.t8.enabled:
+    t8 = run_t8(config, data)
+    for dkey, block in t8.items():
+      cols = ["ndcg@10", "propensity_mae", "propensity_mae_final", "steps_to_mae<0.05"]
+      cell = lambda r, c: ("never" if r[c] is None else r[c]) if c in r else "-"
+      table = markdown_table({n: {c: cell(r, c) for c in cols} for n, r in block["rows"].items()}, cols,
+                             precision=4)
+      report.append(f"### T8 (position-only PBM, {config.t8.steps} steps) [{dkey}]\n\n{table}\n")
+      print(report[-1], flush=True)
   results, histories = {}, {}
   settings = [("position", 0.0)] if config.position_setting else []
   settings += [("trust", float(a)) for a in config.alphas]
@@ -319,7 +411,7 @@ def run(config, workdir):
     key = f"setting={setting}/alpha={alpha:g}"
     rows, hist = run_t7(config, data, setting, alpha)
     results[key], histories[key] = rows, hist
-    cols = list(METRICS) + ["leakage_d", "propensity_mae"]
+    cols = list(METRICS) + ["leakage_d", "propensity_mae", "propensity_mae_final"]
     table = markdown_table({n: {c: r.get(c, "-") for c in cols} for n, r in rows.items()}, cols, precision=4)
     title = "Table I analogue (position-only)" if setting == "position" else f"Table II/III analogue, alpha = {alpha:g}"
     report.append(f"### {title} [{key}]\n\n{table}\n")
@@ -334,12 +426,17 @@ def run(config, workdir):
   fig_key = f"setting=trust/alpha={config.figure_alpha:g}"
   figures = write_figures(workdir, results, histories, fig_key) if fig_key in results else []
   checks = t7_checks(results, histories, fig_key, "setting=position/alpha=0")
+  for dkey, block in t8.items():
+    for name, row in block["rows"].items():
+      if "propensity_mae_final" in row:
+        checks[f"t8/{dkey}/{name}"] = {"mae_final": row["propensity_mae_final"]["mean"],
+                                       "steps_to_mae<0.05": row["steps_to_mae<0.05"]}
   report.append(f"### T7/T8 checks\n\n{json.dumps(checks, default=float, indent=1)}\n")
   print(report[-1], flush=True)
   elapsed = time.perf_counter() - t_start
   report.append(f"total wall time: {elapsed:.1f} s\n")
   print(report[-1], flush=True)
-  payload = {**results, "t6": t6, "checks": checks, "seconds": elapsed,
+  payload = {**results, "t6": t6, "t8": t8, "checks": checks, "seconds": elapsed,
              "histories": {k: {n: h for n, h in v.items()} for k, v in histories.items()}}
   write_results(workdir, payload, table="\n".join(report))
   return payload, figures

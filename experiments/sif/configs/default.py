@@ -3,6 +3,8 @@ r"""Default config of the SIF study (spec-sif 7.1 T6/T7 toy; position-only and p
   python experiments/sif/main.py --config=experiments/sif/configs/default.py --workdir=/tmp/sif
   # seconds-long variant used by the tests:
   python experiments/sif/main.py --config=experiments/sif/configs/default.py:smoke --workdir=/tmp/sif_smoke
+  # T8 alone (propensity recovery, position-only, 10k steps, logged and shuffled display order):
+  python experiments/sif/main.py --config=experiments/sif/configs/default.py:t8 --workdir=/tmp/sif_t8
   # SVMlight data (MSLR-WEB30K / Yahoo!) instead of the toy:
   ... --config.data.source=svmlight --config.data.train_path=... --config.data.valid_path=... \
       --config.data.test_path=...
@@ -53,6 +55,16 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c.method_configs.sif_full = ml_collections.ConfigDict({"lambda_E": 1.0, "lambda_D": 10.0})
   c.method_configs.sif_dr = ml_collections.ConfigDict({"lambda_E": 1.0, "lambda_D": 10.0})
 
+  # T8: propensity recovery on position-only clicks, 10k steps; its own variant (`:t8`), as it
+  # does not fit the default run's time budget. displays: "logging" (the toy as logged, sorted by
+  # the logging score) and "random" (lists shuffled: position independent of the features).
+  c.t8 = ml_collections.ConfigDict()
+  c.t8.enabled = False
+  c.t8.methods = ("ips", "dla", "sif_exp", "sif_position")
+  c.t8.displays = ("logging", "random")
+  c.t8.steps = 10000
+  c.t8.eval_every = 1000
+
   c.train = ml_collections.ConfigDict()
   c.train.steps = 2000
   c.train.batch_size = 256
@@ -72,6 +84,11 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     c.train.steps = 40
     c.train.batch_size = 32
     c.train.eval_every = 20
+  elif arg == "t8":
+    c.t6.enabled = False
+    c.position_setting = False
+    c.alphas = ()
+    c.t8.enabled = True
   elif arg:
-    raise ValueError(f"unknown config variant {arg!r} (expected '' or 'smoke')")
+    raise ValueError(f"unknown config variant {arg!r} (expected '', 'smoke' or 't8')")
   return c

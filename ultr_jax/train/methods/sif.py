@@ -279,7 +279,10 @@ def with_leakage_diagnostics(method: Method, *, k_top: int = 3, num_labels: int 
     scores against the batch's oracle trust probability (``oracle_key``),
     cells (position, label) over the top ``k_top`` positions (spec 6.4);
   * ``ess_model``: the ESS of ``1 / propensities`` when the method reports
-    propensities.
+    propensities;
+  * ``propensities``: the method's current relative position propensities
+    (``[num_positions]``, position 1 = 1), so that the history traces
+    propensity recovery over training (spec 7.1 T8).
 
   The loss value and gradients are unchanged.
   """
@@ -297,6 +300,7 @@ def with_leakage_diagnostics(method: Method, *, k_top: int = 3, num_labels: int 
       pos = jnp.clip(batch_positions(batch), 0, p.shape[-1] - 1)
       w = 1.0 / jnp.maximum(jnp.take(p, pos), 1e-2)
       metrics["ess_model"] = losses.effective_sample_size(w, where=jnp.asarray(batch["where"], bool))
+      metrics["propensities"] = p
     return value, (metrics, new_extra)
 
   return Method(name=method.name, init=method.init, loss=loss, score=method.score,
