@@ -120,6 +120,32 @@ def test_pair_loss_matches_brute_force():
   np.testing.assert_allclose(float(got), -obj / den, rtol=1e-5)
 
 
+def test_log_sigmoid_with_shared_exp_matches_jax_far_into_the_tails():
+  """The pair and logit losses use a log-sigmoid whose derivative reuses the forward exp."""
+  from ultr_jax.losses.cld import _log_sigmoid
+
+  x = jnp.array([-200.0, -40.0, -1.0, -1e-4, 0.0, 1e-4, 1.0, 40.0, 200.0])
+  np.testing.assert_allclose(np.asarray(_log_sigmoid(x)), np.asarray(jax.nn.log_sigmoid(x)), rtol=1e-6)
+  g = jax.vmap(jax.grad(_log_sigmoid))(x)
+  np.testing.assert_allclose(np.asarray(g), np.asarray(jax.nn.sigmoid(-x)), rtol=1e-6, atol=1e-30)
+  # Through the public losses, at scores far in the tails: equal to the jax.nn.log_sigmoid form.
+  rel, sel, c, rho, shown = _batch(jax.random.key(11))
+  rel, sel = 40.0 * rel, 40.0 * sel
+  y = jnp.where(shown, c / jnp.where(shown, rho, 1.0), 0.0)
+
+  def ref(r, o):  # the logit CLD loss written with jax.nn.log_sigmoid
+    z = (o + 0.5 * (y - r)) / np.sqrt(0.75)
+    ll = jnp.where(shown, -jnp.square(y - r) + jax.nn.log_sigmoid(z), jax.nn.log_sigmoid(-o))
+    return -jnp.mean(ll)
+
+  got = lambda r, o: cld_loss(r, o, c, propensities=rho, shown=shown, gamma=0.5, link="logit", target="mean")
+  v, g = jax.value_and_grad(got, argnums=(0, 1))(rel, sel)
+  v_ref, g_ref = jax.value_and_grad(ref, argnums=(0, 1))(rel, sel)
+  np.testing.assert_allclose(float(v), float(v_ref), rtol=1e-6)
+  for a, b in zip(g, g_ref):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
+
+
 # --- 10.1.3 gradient routing --------------------------------------------------------
 
 

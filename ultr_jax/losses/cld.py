@@ -48,6 +48,25 @@ __all__ = [
 _LINKS = ("probit", "logit")
 
 
+@jax.custom_jvp
+def _log_sigmoid(x):
+  """``jax.nn.log_sigmoid`` whose derivative reuses the forward ``exp`` (2 transcendentals, not 3)."""
+  return _log_sigmoid_parts(x)[0]
+
+
+def _log_sigmoid_parts(x):
+  e = jnp.exp(-jnp.abs(x))  # in (0, 1]: no overflow
+  value = jnp.minimum(x, 0.0) - jnp.log1p(e)
+  deriv = jnp.where(x >= 0, e, 1.0) / (1.0 + e)  # sigma(-x)
+  return value, deriv
+
+
+@_log_sigmoid.defjvp
+def _log_sigmoid_jvp(primals, tangents):
+  value, deriv = _log_sigmoid_parts(primals[0])
+  return value, deriv * tangents[0]
+
+
 def cld_log_cdf(z: jax.Array, link: str = "probit") -> jax.Array:
   r"""Log of the selection link's CDF: :math:`\log\Phi(z)` (probit) or :math:`\log\sigma(z)` (logit).
 
@@ -60,7 +79,7 @@ def cld_log_cdf(z: jax.Array, link: str = "probit") -> jax.Array:
   if link == "probit":
     return log_ndtr(z)
   if link == "logit":
-    return jax.nn.log_sigmoid(z)
+    return _log_sigmoid(z)
   raise ValueError(f"link must be one of {_LINKS}, got {link!r}")
 
 
@@ -152,17 +171,22 @@ def cld_loss(rel_scores: jax.Array, sel_scores: jax.Array, clicks: jax.Array, *,
   c = jax.lax.stop_gradient(jnp.where(sel, clicks, 0.0))
   scale = 1.0 / jnp.sqrt(1.0 - gamma ** 2)
 
-  def ll_selected(y):
-    resid = y - rel_scores
-    z = (sel_scores + gamma * resid) * scale
-    return -sq_weight * jnp.square(resid) + cld_log_cdf(z, link)
+  # One link evaluation serves two cases: the unshown term log F(-f_omega) and the shown term at
+  # y = 0 (or at y = c/rho with target="mean") share one masked argument, so the "sessions" form
+  # evaluates the link twice per item instead of three times ("mean": once instead of twice).
+  def shown_arg(y):
+    return (sel_scores + gamma * (y - rel_scores)) * scale
 
+  def sq(y):
+    return -sq_weight * jnp.square(y - rel_scores)
+
+  y_a = c * inv_prop if target == "mean" else jnp.zeros_like(inv_prop)
+  ll_a = cld_log_cdf(jnp.where(sel, shown_arg(y_a), -sel_scores), link)
   if target == "mean":
-    ll_sel = ll_selected(c * inv_prop)
+    ll_sel = sq(y_a) + ll_a
   else:
-    ll_sel = c * ll_selected(inv_prop) + (1.0 - c) * ll_selected(jnp.zeros_like(inv_prop))
-  ll_unsel = cld_log_cdf(-sel_scores, link)
-  nll = -(jnp.where(sel, ll_sel, 0.0) + jnp.where(unsel, ll_unsel, 0.0))
+    ll_sel = c * (sq(inv_prop) + cld_log_cdf(shown_arg(inv_prop), link)) + (1.0 - c) * (sq(y_a) + ll_a)
+  nll = -jnp.where(sel, ll_sel, jnp.where(unsel, ll_a, 0.0))
   return _weighted_reduce(nll, where, weights, reduce_fn)
 
 
@@ -244,13 +268,17 @@ def cld_pair_loss(rel_scores: jax.Array, sel_scores: jax.Array, targets: jax.Arr
   w = (yi - yj) if bpr_weight == "ips_diff" else jnp.ones_like(delta)
   fo_i, fo_j = sel_scores[..., :, None], sel_scores[..., None, :]
   si, sj = s[..., :, None], s[..., None, :]
-
-  def sel_term(shown_m, fo):
-    return jnp.where(shown_m, jax.nn.log_sigmoid(fo + delta), jax.nn.log_sigmoid(-fo))
-
-  a = pw * (jnp.where(obs, 1.0, 0.0) + jnp.where(unobs, u, 0.0))
-  bpr = jnp.where(obs, pw * w * jax.nn.log_sigmoid(delta), 0.0)
-  obj = bpr + sel_weight * jnp.where(obs | unobs, a * (sel_term(si, fo_i) + sel_term(sj, fo_j)), 0.0)
+  a = pw * (jnp.where(obs, 1.0, 0.0) + jnp.where(unobs, u, 0.0))  # 0 off D_s and D_u
+  # Shown members need the pair's score difference ([..., L, L]); the unshown term
+  # log sigma(-f_omega(x_m)) depends on the item alone, so it is evaluated once per item
+  # ([..., L]) and weighted by the item's total pair weight (as i and as j).
+  shown_terms = (jnp.where(si, _log_sigmoid(fo_i + delta), 0.0)
+                 + jnp.where(sj, _log_sigmoid(fo_j + delta), 0.0))
+  pair_obj = (jnp.where(obs, pw * w * _log_sigmoid(delta), 0.0)
+              + sel_weight * jnp.where(obs | unobs, a * shown_terms, 0.0))
+  item_pair_w = jnp.sum(a, axis=-1) + jnp.sum(a, axis=-2)
+  unshown_obj = jnp.where(where & ~s, item_pair_w * _log_sigmoid(-sel_scores), 0.0)
+  obj = jnp.sum(pair_obj) + sel_weight * jnp.sum(unshown_obj)
   den = jnp.sum(a)
   return jnp.where(den > 0, -jnp.sum(obj) / jnp.where(den > 0, den, 1.0), 0.0)
 
