@@ -286,6 +286,57 @@ def test_fit_runs_equals_single_runs(name, kw):
       np.testing.assert_allclose(ob[i], oi, rtol=1e-10, atol=1e-13)
 
 
+def test_count_le_matches_searchsorted():
+  """The binned search counts like np.searchsorted(side="right") and flags
+  a bin holding more than _PER_BIN entries below the query."""
+  rng = np.random.default_rng(0)
+  c = np.sort(np.concatenate([rng.uniform(0, 1, (3, 40)),
+                              np.full((3, 6), np.inf)], axis=1), axis=1)
+  c[2, :8] = 0.25  # a crowded bin
+  c = np.sort(c, axis=1)
+  with jax.enable_x64(True):
+    table = embedding._bin_table(jnp.asarray(c))
+    thr = np.concatenate([rng.uniform(0, 1.2, (3, 50)),
+                          c[:, :40:7], np.zeros((3, 1))], axis=1)
+    k, ok = jax.vmap(lambda q: embedding._count_le(jnp.asarray(c), table, q),
+                     in_axes=1, out_axes=1)(jnp.asarray(thr))
+  want = np.stack([np.searchsorted(c[i], thr[i], side="right")
+                   for i in range(3)])
+  ok = np.asarray(ok)
+  np.testing.assert_array_equal(np.asarray(k)[ok], want[ok])
+  assert ok.mean() > 0.9
+  crowded = (thr[2] >= 0.25) & (thr[2] < 0.25 + 1 / embedding._BINS)
+  assert not ok[2][crowded].any() and crowded.any()
+
+
+def test_regression_em_single_record_sums_on_extreme_ctrs():
+  """Regression-EM ("repo") sums the one-record items' o' terms in closed
+  form; with CTRs 0, near 1, in one crowded bin and clipped (c > o'), and a
+  factor whose o' is tiny, it equals the record-by-record algorithm."""
+  rng = np.random.default_rng(1)
+  n_single = 200
+  items = np.concatenate([np.arange(n_single), np.repeat(
+      np.arange(n_single, n_single + 20), 3)])
+  factors = np.concatenate([rng.integers(0, 5, n_single),
+                            rng.integers(0, 5, 60)])
+  ctr = rng.uniform(0, 0.9, items.size)
+  ctr[:10] = 0.0
+  ctr[10:20] = 0.999
+  ctr[20:40] = 0.3  # crowded bin
+  ctr[factors == 4] *= 1e-4  # o'(4) goes tiny
+  where = np.ones(items.size, bool)
+  args = dict(num_items=n_single + 20, num_factors=5, epochs=300)
+  with jax.enable_x64(True):
+    key = jax.random.PRNGKey(2)
+    r1, o1 = fit_regression_em(key, items, factors, ctr, where=where, **args)
+    traced = jax.jit(lambda i, f: fit_regression_em(key, i, f, ctr,
+                                                    where=where, **args))
+    r2, o2 = traced(items, factors)
+  assert np.isfinite(np.asarray(r1)).all()
+  np.testing.assert_allclose(r1, r2, rtol=1e-10, atol=1e-13)
+  np.testing.assert_allclose(o1, o2, rtol=1e-10, atol=1e-13)
+
+
 def test_iterate_exact_stop_equals_all_epochs():
   """A map reaching a fixed point (and one in a 2-cycle) stops early with
   the very state of running every epoch; a non-periodic one runs on."""

@@ -43,6 +43,8 @@ __all__ = [
 ]
 
 _EPS = 1e-8
+# Largest ratio q of the series in the Regression-EM single-record sums.
+_SERIES_TOL = 3e-5
 # Epochs per block of the exact early stop (see :func:`_iterate`).
 _CHUNK = 64
 
@@ -308,6 +310,69 @@ def _iterate(step, state, epochs: int, *, exact_stop: bool = True):
   return run(state, rem) if rem else state
 
 
+class _Sorted(NamedTuple):
+  """Single-grid CTRs sorted per grid row, with prefix sums of moments.
+
+  ``c``: ``[R, rows, W]`` ascending (empty cells ``+inf``); ``prefix``:
+  ``[R, rows, W + 1, M]`` with ``prefix[..., k, :]`` the sums of the ``M``
+  moment functions over the ``k`` smallest CTRs of the row; ``n``: records
+  per row ``[R, rows]``.
+  """
+  c: Array
+  prefix: Array
+  n: Array
+
+
+def _sorted_singles(cs, ws, moments):
+  """:class:`_Sorted` of a single grid for ``moments(c) -> [..., M]``."""
+  c = jnp.sort(jnp.where(ws > 0, cs, jnp.inf), axis=-1)
+  ok = jnp.isfinite(c)
+  m = jnp.where(ok[..., None], moments(jnp.where(ok, c, 0.0)), 0.0)
+  prefix = jnp.concatenate(
+      [jnp.zeros(m.shape[:-2] + (1, m.shape[-1]), m.dtype),
+       jnp.cumsum(m, axis=-2)], axis=-2)
+  return _Sorted(c=c, prefix=prefix, n=ok.sum(-1))
+
+
+#: Bins of the CTR search in :func:`_count_le` and the most sorted CTRs it
+#: compares per query (more in one bin: the caller falls back).
+_BINS = 8192
+_PER_BIN = 4
+
+
+def _bin_table(c):
+  """``[R, rows, _BINS + 1]``: per row, the number of the ``c`` below
+  ``j / _BINS`` (a histogram, built once; exact as ``_BINS`` is a power of 2)."""
+  f = jnp.clip(jnp.floor(c * _BINS), 0, _BINS).astype(jnp.int32)
+  flat = f.reshape(-1, f.shape[-1])
+  hist = jax.vmap(lambda v: jnp.zeros(_BINS + 1, jnp.int32).at[v].add(1))(flat)
+  table = jnp.concatenate([jnp.zeros((flat.shape[0], 1), jnp.int32),
+                           jnp.cumsum(hist, axis=-1)[:, :_BINS]], axis=-1)
+  return table.reshape(c.shape[:-1] + (_BINS + 1,))
+
+
+def _count_le(c, table, thr):
+  """Per row, ``(k, ok)``: ``k`` the number of entries of ascending ``c
+  [..., W]`` (``+inf`` padded) that are ``<= thr [...]``, from the bin table
+  and at most :data:`_PER_BIN` compares (two gathers, no loop); ``ok`` False
+  where the bin of ``thr`` holds more entries below it than that."""
+  w = c.shape[-1]
+  cp = jnp.concatenate([c, jnp.full(c.shape[:-1] + (_PER_BIN + 1,), jnp.inf,
+                                    c.dtype)], axis=-1)
+  b = jnp.clip(jnp.floor(thr * _BINS), 0, _BINS).astype(jnp.int32)
+  k0 = jnp.take_along_axis(table, b[..., None], axis=-1)  # c < b / _BINS
+  idx = jnp.minimum(k0 + jnp.arange(_PER_BIN + 1), w + _PER_BIN)
+  v = jnp.take_along_axis(cp, idx, axis=-1)
+  le = v <= thr[..., None]
+  k = k0[..., 0] + le[..., :_PER_BIN].sum(-1, dtype=jnp.int32)
+  return k, ~le[..., _PER_BIN]
+
+
+def _prefix_at(srt, k):
+  """Moment sums over the ``k [R, rows]`` smallest CTRs, ``[R, rows, M]``."""
+  return jnp.take_along_axis(srt.prefix, k[..., None, None], axis=-2)[..., 0, :]
+
+
 #: ``compiler_options`` for a top-level ``jax.jit`` around the fits: XLA
 #: CPU's YNN fusions of reductions are slow in float64 (3-5x on the Table 1
 #: epochs); without them the plain fusion emitters vectorise the row sums.
@@ -517,13 +582,11 @@ def _fit_regression_em(keys, ctr, where, lay, *, num_items, num_factors,
   def post(c, ot, rho):
     return c + (1 - c) * (1 - ot) * rho / (1 - ot * rho)
 
-  def epoch(carry):
-    rs, rm, o = carry
-    if rs is not None:  # one record per item: the mean is the record itself
-      ot = _rows(o, lay.single_factor)
-      rho = d.cs / (ot + _EPS) if variant == "repo" else rs
-      rs = jnp.where(d.ws > 0, jnp.clip(d.ws * post(d.cs, ot, rho) * 1.0,
-                                        0.0, 1.0), rs)
+  def post_o(c, w, r, ot):
+    return w * (c + (1 - c) * (1 - r) * ot / (1 - ot * r))
+
+  def multi_o(rm, o):
+    """The multi-record items' r' update and their o' sums."""
     terms, start = [], 0
     for c, w, f in zip(d.ct, d.wt, lay.tier_fac):
       ot = o[:, f]
@@ -537,20 +600,87 @@ def _fit_regression_em(keys, ctr, where, lay, *, num_items, num_factors,
       terms.append(w * post(c, ot, rho))
     rm = jnp.where(has_x, jnp.clip(d.item_sum(terms) * inv_x, 0.0, 1.0), rm)
     rx = rm[:, lay.multi_pos]
-    ot_m = _rows(o, lay.multi_factor)
-    post_o = lambda c, w, r, ot: w * (  # noqa: E731
-        c + (1 - c) * (1 - r) * ot / (1 - ot * r))
+    return rm, post_o(d.cm, d.wm, rx, _rows(o, lay.multi_factor))
+
+  def single_r(rs, o):
+    ot = _rows(o, lay.single_factor)
+    rho = d.cs / (ot + _EPS) if variant == "repo" else rs
+    return jnp.where(d.ws > 0, jnp.clip(d.ws * post(d.cs, ot, rho) * 1.0,
+                                        0.0, 1.0), rs)
+
+  def epoch(carry):
+    rs, rm, o = carry
+    if rs is not None:  # one record per item: the mean is the record itself
+      rs = single_r(rs, o)
+    rm, multi = multi_o(rm, o)
     o_new = d.fac_sum(
         None if rs is None else post_o(d.cs, d.ws, rs,
                                        _rows(o, lay.single_factor)),
-        post_o(d.cm, d.wm, rx, ot_m))
+        multi)
     o = jnp.where(has_t, jnp.clip(o_new * inv_t, 0., 1.), o)
     return rs, rm, o
 
   rs, rm = _start(lay, r_init)
-  if epochs:
+  if not epochs:
+    return d.assemble(rs, rm, r_init), o
+  if variant != "repo" or rs is None or lay.item_seg is not None:
     rs, rm, o = _iterate(epoch, (rs, rm, o), epochs)
-  return d.assemble(rs, rm, r_init), o
+    return d.assemble(rs, rm, r_init), o
+
+  # "repo": an item with one record i has r' = clip(post(c_i, o'(t_i))), a
+  # function of o' alone, and its o' term T(c, o) (o = o'(t_i), e = 1e-8) is
+  #   c                                     if c > o + e (r' clipped to 1),
+  #   o + e - (o - c + e) q / (1 + q),      q = e (1 - o c) / (o (1 - c)^2),
+  # else. Summed over a factor's records, with q / (1 + q) = q - q^2 + q^3
+  # (+ O(q^4), below float64 rounding for q <= _SERIES_TOL), this is the
+  # sum of the clipped CTRs plus a cubic in e / o whose coefficients are
+  # prefix sums of moments of the sorted CTRs (the unclipped ones are the
+  # k smallest, found by :func:`_count_le`): O(1) per factor instead of
+  # O(records). Epochs with some q > _SERIES_TOL (tiny o', CTRs near 1) or
+  # a crowded bin sum the records instead.
+  def moments(c):
+    g = 1.0 / (1.0 - c) ** 2
+    pw = [jnp.ones_like(c), c, c * c, c ** 3, c ** 4]
+    return jnp.stack([pw[0], c] + [pw[j] * g for j in range(3)]
+                     + [pw[j] * g * g for j in range(4)]
+                     + [pw[j] * g ** 3 for j in range(5)], axis=-1)
+
+  srt = _sorted_singles(d.cs, d.ws, moments)
+  table = _bin_table(srt.c)
+  c_total = _prefix_at(srt, srt.n)[..., 1]
+
+  def single_sum(o):
+    ot = _rows(o, lay.single_factor)[..., 0]  # [R, rows]
+    w = ot + _EPS
+    k, found = _count_le(srt.c, table, w)  # records not clipped
+    m = jnp.moveaxis(_prefix_at(srt, k), -1, 0)
+    s = jnp.where(k > 0, _EPS / jnp.where(ot > 0, ot, 1.0), 0.0)
+    g = w * m[2] - (1 + ot * w) * m[3] + ot * m[4]
+    h = (w * m[5] - (2 * ot * w + 1) * m[6] + (ot * ot * w + 2 * ot) * m[7]
+         - ot * ot * m[8])
+    o3 = ot ** 3
+    kk = (w * m[9] - (3 * ot * w + 1) * m[10]
+          + (3 * ot * ot * w + 3 * ot) * m[11] - (o3 * w + 3 * ot * ot) * m[12]
+          + o3 * m[13])
+    total = m[0] * w - s * (g - s * (h - s * kk)) + (c_total - m[1])
+    # q grows with c: its largest value is at the largest unclipped CTR
+    c_hi = jnp.take_along_axis(srt.c, jnp.maximum(k - 1, 0)[..., None],
+                               axis=-1)[..., 0]
+    q = jnp.where(k > 0, s * (1 - ot * c_hi) / (1 - c_hi) ** 2, 0.0)
+    ok = jnp.all(found & ((ot > 0) | (k == 0)) & (q <= _SERIES_TOL)
+                 & jnp.isfinite(total))
+    exact = lambda: post_o(d.cs, d.ws, single_r(d.cs, o),  # noqa: E731
+                           _rows(o, lay.single_factor)).sum(-1)
+    return jax.lax.cond(ok, lambda: total, exact)
+
+  def fast_epoch(carry):
+    rm, _, o = carry
+    rm, multi = multi_o(rm, o)
+    o_new = d.fac_sum(single_sum(o)[..., None], multi)
+    return rm, o, jnp.where(has_t, jnp.clip(o_new * inv_t, 0., 1.), o)
+
+  rm, o_prev, o = _iterate(fast_epoch, (rm, o, o), epochs)
+  return d.assemble(single_r(rs, o_prev), rm, r_init), o
 
 
 def _fit_two_tower(keys, ctr, where, lay, *, num_items, num_factors, epochs,
