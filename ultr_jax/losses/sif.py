@@ -77,6 +77,21 @@ def _pooled(x, oh):
   return jnp.einsum("...l,...lc->c", x, oh)
 
 
+def _pooled_stack(xs, oh):
+  """:func:`_pooled` of several ``[..., L]`` arrays in one contraction -> ``[len(xs), C]``.
+
+  One dense one-hot matmul instead of one reduction per statistic (fewer,
+  larger ops: the step is op-count bound on CPU for a handful of cells).
+  """
+  return jnp.einsum("...lk,...lc->kc", jnp.stack(xs, axis=-1), oh)
+
+
+def _to_items(oh, values):
+  """Cell values ``[K, C]`` broadcast back to the items -> ``K`` arrays ``[..., L]``."""
+  out = jnp.einsum("...lc,kc->k...l", oh, values)
+  return tuple(out[k] for k in range(values.shape[0]))
+
+
 def cell_marginals(probs: jax.Array, cells: jax.Array, *, where: Optional[jax.Array] = None,
                    weights: Optional[jax.Array] = None, num_cells: int) -> jax.Array:
   r"""Within-cell (weighted) mean :math:`\bar p_w = \sum_{i\in w} m_i p_i / \sum_{i \in w} m_i`.
@@ -156,16 +171,19 @@ def conditional_mi_binary(probs: jax.Array, cells: jax.Array, *, where: Optional
   m = jnp.ones(probs.shape, probs.dtype) if weights is None else jnp.asarray(weights, probs.dtype)
   m = jnp.where(where, m, 0.0)
   p = jnp.clip(jnp.where(where, probs, 0.5), _P_CLIP, 1.0 - _P_CLIP)
-  count = _pooled(where.astype(probs.dtype), oh)
-  mass = _pooled(m, oh)
+  stats = [where.astype(probs.dtype), m, m * p]
+  if estimator == "entropy":
+    stats.append(m * binary_entropy(p))
+  pooled = _pooled_stack(stats, oh)
+  count, mass = pooled[0], pooled[1]
   valid = (count >= min_count) & (mass > 0)
   safe_mass = jnp.where(valid, mass, 1.0)
-  pbar = _pooled(m * p, oh) / safe_mass
+  pbar = pooled[2] / safe_mass
   if marginal is not None:
     pbar = jnp.asarray(marginal, probs.dtype)
   pbar = jnp.clip(jnp.where(valid, pbar, 0.5), _P_CLIP, 1.0 - _P_CLIP)
   if estimator == "entropy":
-    gap = binary_entropy(pbar) - _pooled(m * binary_entropy(p), oh) / safe_mass
+    gap = binary_entropy(pbar) - pooled[3] / safe_mass
   else:
     pbar_i = jnp.einsum("...lc,c->...l", oh, pbar)
     var = _pooled(m * (p - pbar_i) ** 2, oh) / safe_mass
@@ -211,17 +229,14 @@ def project_within_cells(target: jax.Array, scores: jax.Array, cells: jax.Array,
   w = where.astype(target.dtype)
   d = jnp.where(where, target, 0.0)
   s = jnp.where(where, scores, 0.0)
-  n = _pooled(w, oh)
+  n, dsum, ssum = _pooled_stack([w, d, s], oh)
   safe_n = jnp.where(n > 0, n, 1.0)
-  dbar = _pooled(d, oh) / safe_n
-  sbar = _pooled(s, oh) / safe_n
-  to_item = lambda v: jnp.einsum("...lc,c->...l", oh, v)
-  ds = jnp.where(where, s - to_item(sbar), 0.0)
-  dd = jnp.where(where, d - to_item(dbar), 0.0)
-  cov = _pooled(dd * ds, oh) / safe_n
-  var = _pooled(ds * ds, oh) / safe_n
+  dbar_i, sbar_i = _to_items(oh, jnp.stack([dsum, ssum]) / safe_n)
+  ds = jnp.where(where, s - sbar_i, 0.0)
+  dd = jnp.where(where, d - dbar_i, 0.0)
+  cov, var = _pooled_stack([dd * ds, ds * ds], oh) / safe_n
   beta = cov / (var + ridge)
-  q = to_item(dbar) + to_item(beta) * ds
+  q = dbar_i + jnp.einsum("...lc,c->...l", oh, beta) * ds
   return jnp.where(where, jnp.clip(q, clip, 1.0 - clip), 0.5)
 
 
