@@ -286,6 +286,36 @@ def test_fit_runs_equals_single_runs(name, kw):
       np.testing.assert_allclose(ob[i], oi, rtol=1e-10, atol=1e-13)
 
 
+@pytest.mark.parametrize("name,kw", [("dla", {}), ("two_tower", {})])
+def test_padded_layouts_share_shapes_and_fits(name, kw):
+  # (DLA reads every layout array but tier_cell, which the two-tower reads)
+  """pad_layouts gives two different record sets one set of shapes (one
+  compiled fit) and the same fits as their own layouts."""
+  a = _mixed_records(0)
+  b = _mixed_records(2, n=75)
+  n = b[0].size
+  lays = [embedding.record_layout(i, f, w, num_items=15, num_factors=5)
+          for i, f, w, _ in (a, b)]
+  pads = embedding.pad_layouts(lays, n)
+  shapes = [[x.shape for x in jax.tree.leaves(p)] for p in pads]
+  assert shapes[0] == shapes[1]
+  assert [x.shape for x in jax.tree.leaves(lays[0])] != shapes[0]
+  chex.clear_trace_counter()
+  args = dict(num_items=15, num_factors=5, epochs=60, **kw)
+  with jax.enable_x64(True):
+    keys = jax.random.split(jax.random.PRNGKey(0), 2)
+    fit = jax.jit(chex.assert_max_traces(
+        lambda c, w, l: embedding.fit_runs(name, keys, c, where=w, layout=l,
+                                           **args), n=1))
+    for (i, f, w, c), lay, pad in zip((a, b), lays, pads):
+      c2 = np.stack([c, c * 0.9])
+      r1, o1 = embedding.fit_runs(name, keys, c2, where=w, layout=lay, **args)
+      pw = np.pad(w, (0, n - w.size))
+      r2, o2 = fit(np.pad(c2, ((0, 0), (0, n - w.size))), pw, pad)
+      np.testing.assert_allclose(r1, r2, rtol=1e-10, atol=1e-13)
+      np.testing.assert_allclose(o1, o2, rtol=1e-10, atol=1e-13)
+
+
 def test_count_le_matches_searchsorted():
   """The binned search counts like np.searchsorted(side="right") and flags
   a bin holding more than _PER_BIN entries below the query."""

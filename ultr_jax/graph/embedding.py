@@ -39,6 +39,7 @@ __all__ = [
     "FIT_FUNCTIONS",
     "RecordLayout",
     "record_layout",
+    "pad_layouts",
     "fit_runs",
 ]
 
@@ -212,6 +213,108 @@ def record_layout(items, factors, where, *, num_items: int,
     return _traced_layout(jnp.ravel(items), jnp.ravel(factors),
                           jnp.ravel(where), num_items)
   return _host_layout(items, factors, where, num_items, num_factors)
+
+
+def pad_layouts(layouts, num_records: int):
+  r"""Host layouts padded to common shapes, so that one compiled fit serves all.
+
+  Each layout (from :func:`record_layout` with concrete ids, records padded
+  to ``num_records``, at least every layout's own record count) gets the
+  same tier widths, grid shapes and state sizes; the extra cells are empty
+  (record ``num_records``) and the fits are unchanged up to float summation
+  order. Layouts whose single-record grids differ in presence are returned
+  unchanged.
+
+  >>> a = record_layout(np.array([0, 1, 1]), np.array([0, 0, 1]),
+  ...                   np.ones(3, bool), num_items=3, num_factors=2)
+  >>> b = record_layout(np.array([0, 0, 1, 2, 2, 2]),
+  ...                   np.array([0, 1, 1, 0, 1, 1]), np.ones(6, bool),
+  ...                   num_items=3, num_factors=2)
+  >>> pa, pb = pad_layouts([a, b], 6)
+  >>> print([x.shape for x in pa.tier_rec] == [x.shape for x in pb.tier_rec])
+  True
+  """
+  lays = [jax.tree.map(np.asarray, l) for l in layouts]
+  if len({l.single_rec is None for l in lays}) > 1 or any(
+      l.item_seg is not None for l in lays):
+    return list(layouts)
+  n = int(num_records)
+  widths = sorted({t.shape[1] for l in lays for t in l.tier_rec})
+  depth = {m: max(sum(t.shape[0] for t in l.tier_rec if t.shape[1] == m)
+                  for l in lays) for m in widths}
+  has_single = lays[0].single_rec is not None
+
+  def grid_shape(get):
+    shapes = [get(l).shape for l in lays]
+    return max(r for r, _ in shapes), max(w for _, w in shapes)
+
+  s_shape = grid_shape(lambda l: l.single_rec) if has_single else None
+  m_shape = grid_shape(lambda l: l.multi_rec)
+  size_m = sum(depth.values())
+  out = []
+  for l in lays:
+    def pad_grid(cells, rf, shape):
+      rows, w = cells.shape
+      g = np.full(shape, n, np.int64)
+      g[:rows, :w] = cells
+      f = np.zeros(shape[0], np.int64)
+      f[:rows] = np.arange(rows) if rf is None else rf
+      return g, f
+
+    def remap_cell(idx, old_shape, new_shape):  # flat grid cell -> new flat
+      r, c = np.divmod(idx, old_shape[1])
+      return np.where(idx >= old_shape[0] * old_shape[1],
+                      new_shape[0] * new_shape[1], r * new_shape[1] + c)
+
+    # multi state: old tier rows -> new offsets
+    old_off, new_pos, tiers = 0, [], {}
+    new_off = dict(zip(widths, np.concatenate(
+        [[0], np.cumsum([depth[m] for m in widths])[:-1]]).astype(np.int64)))
+    remap = np.zeros(sum(t.shape[0] for t in l.tier_rec), np.int64)
+    for t, f, c in zip(l.tier_rec, l.tier_fac, l.tier_cell):
+      d, m = t.shape
+      remap[old_off:old_off + d] = new_off[m] + np.arange(d)
+      tiers[m] = (t, f, c)
+      old_off += d
+    items = np.zeros(size_m, np.int64)
+    items[remap] = l.multi_items
+    m_cells, m_fac = pad_grid(l.multi_rec, l.multi_factor, m_shape)
+    mpos = np.zeros(m_shape, np.int64)
+    mpos[:l.multi_pos.shape[0], :l.multi_pos.shape[1]] = remap[l.multi_pos] \
+        if remap.size else 0
+    t_rec, t_fac, t_cell = [], [], []
+    for m in widths:
+      t, f, c = tiers.get(m, (np.zeros((0, m), np.int64),) * 3)
+      d = depth[m]
+      pr = np.full((d, m), n, np.int64); pr[:t.shape[0]] = t
+      pf = np.zeros((d, m), np.int64); pf[:t.shape[0]] = f
+      pc = np.full((d, m), m_shape[0] * m_shape[1], np.int64)
+      pc[:t.shape[0]] = remap_cell(c, l.multi_rec.shape, m_shape)
+      t_rec.append(pr); t_fac.append(pf); t_cell.append(pc)
+    s_old = l.single_rec.size if has_single else 0
+    s_new = s_shape[0] * s_shape[1] if has_single else 0
+    m_old = l.multi_items.shape[0]
+    g = l.gather.astype(np.int64)
+    gather = np.where(
+        g < s_old,
+        remap_cell(g, l.single_rec.shape, s_shape) if has_single else g,
+        np.where(g < s_old + m_old,
+                 s_new + remap[np.clip(g - s_old, 0, max(m_old - 1, 0))]
+                 if m_old else g, g - s_old - m_old + s_new + size_m))
+    i32 = lambda a: jnp.asarray(np.asarray(a, np.int32))  # noqa: E731
+    if has_single:
+      s_cells, s_fac = pad_grid(l.single_rec, l.single_factor, s_shape)
+      s_item = np.zeros(s_shape, np.int64)
+      s_item[:l.single_item.shape[0], :l.single_item.shape[1]] = l.single_item
+    out.append(RecordLayout(
+        single_rec=i32(s_cells) if has_single else None,
+        single_factor=i32(s_fac) if has_single else None,
+        single_item=i32(s_item) if has_single else None,
+        multi_rec=i32(m_cells), multi_factor=i32(m_fac), multi_pos=i32(mpos),
+        tier_rec=tuple(map(i32, t_rec)), tier_fac=tuple(map(i32, t_fac)),
+        tier_cell=tuple(map(i32, t_cell)), item_seg=None,
+        multi_items=i32(items), gather=i32(gather)))
+  return out
 
 
 def _rows(x, row_factor):

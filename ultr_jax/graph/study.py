@@ -120,15 +120,22 @@ def _simulate(keys, doc_ids, positions, labels, where, exam, num_clicks, eps,
     compiler_options=embedding.COMPILER_OPTIONS)
 def _fit(k_fit, ctr, docs, where, layout, *, method, num_docs, num_factors,
          epochs, fit_kwargs):
+  # ctr [R, n], docs / where [n]: flat records (padded with where False)
   if method == "no_debias":
     fit = embedding.fit_no_debias
-    return jax.vmap(lambda c: fit(None, docs.ravel(), jnp.zeros_like(
-        docs.ravel()), c.ravel(), where=where.ravel(), num_items=num_docs,
+    return jax.vmap(lambda c: fit(None, docs, jnp.zeros_like(docs), c,
+                                  where=where, num_items=num_docs,
                                   num_factors=num_factors))(ctr)
   return embedding.fit_runs(
-      method, k_fit, ctr.reshape(ctr.shape[0], -1), where=where.ravel(),
-      layout=layout, num_items=num_docs, num_factors=num_factors,
-      epochs=epochs, **dict(fit_kwargs))
+      method, k_fit, ctr, where=where, layout=layout, num_items=num_docs,
+      num_factors=num_factors, epochs=epochs, **dict(fit_kwargs))
+
+
+def _positions(ds):
+  positions = ds.extras.get("positions")
+  if positions is None:
+    positions = np.broadcast_to(np.arange(ds.list_size), ds.where.shape)
+  return np.asarray(positions)
 
 
 @jax.jit
@@ -149,7 +156,7 @@ def run_method(
     key, ds: RankingDataset, *, method: str, runs: int, epochs: int,
     num_clicks: float = 1e6, canonical: Optional[np.ndarray] = None,
     examination=PBM_EXAMINATION, eps: float = 0.1, y_max: int = 5,
-    num_docs: Optional[int] = None, **fit_kwargs,
+    num_docs: Optional[int] = None, share_shapes=(), **fit_kwargs,
 ) -> dict[str, np.ndarray]:
   r"""Simulates PBM clicks and fits ``method`` ``runs`` times (vmapped, float64).
 
@@ -165,6 +172,10 @@ def run_method(
     examination: true :math:`o(p)`.
     eps, y_max: Eq. C.1.
     num_docs: number of document ids (default: max id + 1).
+    share_shapes: ``(dataset, canonical or None)`` pairs of other rows: the
+      fit's record layout is padded to the shapes of theirs, so that rows
+      with the same method and epochs share one compiled fit (same results
+      up to float summation order).
     **fit_kwargs: passed to the fit function (e.g. ``o_update``, ``variant``).
 
   Returns:
@@ -181,18 +192,26 @@ def run_method(
   >>> print(bool((m["mcc"] > 0.9).all()))
   True
   """
-  positions = ds.extras.get("positions")
-  if positions is None:
-    positions = np.broadcast_to(np.arange(ds.list_size), ds.where.shape)
+  positions = _positions(ds)
   l = int(np.max(positions)) + 1
   canonical = np.arange(l) if canonical is None else np.asarray(canonical)
   exam = np.asarray(examination, np.float64)[:l]
   nd = num_docs or int(ds.doc_ids.max()) + 1
   # The records' layout is built once here, on the host (dense per-item and
-  # per-factor sums instead of scatters, see embedding.record_layout).
-  layout = None if method == "no_debias" else embedding.record_layout(
-      np.maximum(ds.doc_ids, 0), canonical[np.asarray(positions)], ds.where,
-      num_items=nd, num_factors=l)
+  # per-factor sums instead of scatters, see embedding.record_layout); with
+  # `share_shapes`, padded to the shapes of those rows' layouts (one compile).
+  n = ds.where.size
+  layout = None
+  if method != "no_debias":
+    group = [(ds, canonical)] + [
+        (d, np.arange(l) if c is None else np.asarray(c))
+        for d, c in share_shapes]
+    n = max(d.where.size for d, _ in group)
+    lays = [embedding.record_layout(
+        _pad(np.maximum(d.doc_ids, 0).ravel(), n),
+        _pad(c[_positions(d)].ravel(), n), _pad(d.where.ravel(), n),
+        num_items=nd, num_factors=l) for d, c in group]
+    layout = embedding.pad_layouts(lays, n)[0] if len(lays) > 1 else lays[0]
   with jax.enable_x64(True):
     keys = jax.random.split(key, runs)
     doc_ids = jnp.asarray(ds.doc_ids)
@@ -203,13 +222,20 @@ def run_method(
         keys, doc_ids, positions, labels, where, jnp.asarray(exam),
         jnp.float64(num_clicks), jnp.float64(eps), jnp.float64(y_max),
         num_docs=nd)
-    r, o = _fit(k_fit, ctr, jnp.maximum(doc_ids, 0), where, layout,
+    pad = n - ds.where.size
+    r, o = _fit(k_fit, jnp.pad(ctr.reshape(runs, -1), ((0, 0), (0, pad))),
+                jnp.pad(jnp.maximum(doc_ids, 0).ravel(), (0, pad)),
+                jnp.pad(where.ravel(), (0, pad)), layout,
                 method=method, num_docs=nd, num_factors=l, epochs=epochs,
                 fit_kwargs=tuple(sorted(fit_kwargs.items())))
     o_pos = (jnp.ones((runs, l), jnp.float64) if method == "no_debias"
              else o[:, jnp.asarray(canonical, jnp.int32)])
     out = _score(ctr, r, o_pos, r_true_doc, doc_ids, positions, labels, where)
     return jax.tree.map(np.asarray, out)
+
+
+def _pad(a, n):
+  return np.concatenate([a, np.zeros(n - a.size, a.dtype)])
 
 
 def summarise(metrics: dict) -> dict:
@@ -321,8 +347,11 @@ def table1(key, ds: RankingDataset, *, runs: int, epochs: dict,
   rows["No debias"] = run_method(k_run, ds, method="no_debias", epochs=1,
                                  **common)
   log("No debias done")
+  # the three rows of a method share one compiled fit (padded layouts)
+  shared = ((ds, None), (ds_ni, None), (ds, canonical))
   for name, method in TABLE1_METHODS:
-    kw = dict(epochs=epochs[method], **common, **method_kwargs.get(method, {}))
+    kw = dict(epochs=epochs[method], share_shapes=shared, **common,
+              **method_kwargs.get(method, {}))
     rows[name] = run_method(k_run, ds, method=method, **kw)
     rows[f"{name} + node intervention"] = run_method(
         k_run, ds_ni, method=method, **kw)
