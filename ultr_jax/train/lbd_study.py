@@ -12,14 +12,18 @@ Pieces, each usable on its own:
   :math:`w = \eta \cdot` the repo's base vector, on top of
   :func:`ultr_jax.simulation.make_click_fn` (``"individual"``), with lists
   without a click re-drawn (:func:`redraw_no_click`).
-* :func:`run_lbd_study`: for every eta, the baselines and the LBD family
-  (one vmapped :func:`~ultr_jax.train.methods.lbd.make_lbd_grid` per ranker
-  holding Unlimited, every LBD_Lips / LBD_Ber / LBD grid point and Click Data
-  on the LBD tower) through :func:`ultr_jax.train.fit`; (lambda, t) chosen on
-  validation nDCG@10; ``results.json``, the Table 1 analogue, the figures and
-  the effects E1-E5 with seed-level intervals.
+* :func:`stack_click_fn`: the click model once per eta, stacked, so one
+  training step (:func:`~ultr_jax.train.methods.lbd.stack_runs`) trains a
+  method at every eta at once.
+* :func:`run_lbd_study`: the baselines and the LBD family (one vmapped
+  :func:`~ultr_jax.train.methods.lbd.make_lbd_grid` per ranker holding
+  Unlimited, every LBD_Lips / LBD_Ber / LBD grid point and Click Data on the
+  LBD tower), each one :func:`ultr_jax.train.fit` over every eta; (lambda, t)
+  chosen per eta on validation nDCG@10; ``results.json``, the Table 1
+  analogue, the figures and the effects E1-E5 with seed-level intervals.
 """
 
+import concurrent.futures
 import json
 import os
 import sys
@@ -34,9 +38,9 @@ from scipy import stats as scipy_stats
 
 from ultr_jax import simulation
 from ultr_jax.data import RankingDataset, Splits
-from ultr_jax.train.loop import evaluate, fit
+from ultr_jax.train.loop import evaluate, fit, make_optimizer
 from ultr_jax.train.methods import get_method
-from ultr_jax.train.methods.lbd import grid_member_params, make_lbd, make_lbd_grid
+from ultr_jax.train.methods.lbd import make_lbd, make_lbd_grid, stack_runs
 from ultr_jax.train.results import summarize, write_results
 
 __all__ = [
@@ -47,6 +51,7 @@ __all__ = [
     "select_crux_features",
     "redraw_no_click",
     "make_individual_click_fn",
+    "stack_click_fn",
     "grid_members",
     "select_on_validation",
     "effects",
@@ -224,6 +229,36 @@ def make_individual_click_fn(crux_indices: Sequence[int], eta: Optional[float] =
   return redraw_no_click(click_fn, max_draws=max_draws) if redraw else click_fn
 
 
+def stack_click_fn(click_fn, values, *, key_name: str = "lbd_w", runs_key: str = "runs"):
+  r"""``click_fn`` once per row of ``values`` (e.g. one coupling vector per eta), stacked under ``runs_key``.
+
+  Row ``r`` simulates with ``batch[key_name] = values[r]`` (broadcast over the
+  lists) and the *same* key, so run ``r`` gets exactly the clicks a separate
+  run with that value would get. Pair it with
+  :func:`~ultr_jax.train.methods.lbd.stack_runs`.
+
+  Returns:
+    ``click_fn(key, batch) -> {runs_key: {name: [R, ...]}}``.
+
+  >>> fn = stack_click_fn(make_individual_click_fn([0], None, base_w=[1.0], redraw=False), [[0.0], [0.5]])
+  >>> b = {"labels": jnp.array([[4.0, 0.0]]), "where": jnp.ones((1, 2), bool), "features": jnp.ones((1, 2, 1))}
+  >>> print(np.round(fn(jax.random.key(0), b)["runs"]["examination"][:, 0], 4))   # 0.68^1, 0.68^1.5
+  [[0.68   0.61  ]
+   [0.5607 0.4764]]
+  """
+  values = jnp.asarray(values, jnp.float32)
+
+  def fn(key, batch):
+    lead = jnp.shape(batch["where"])[:-1]
+
+    def one(v):
+      return click_fn(key, {**batch, key_name: jnp.broadcast_to(v, lead + v.shape)})
+
+    return {runs_key: jax.vmap(one)(values)}
+
+  return fn
+
+
 # ----------------------------------------------------------------------------------------------
 # The (lambda, t) grid and its selection.
 
@@ -373,14 +408,44 @@ def _train_cfg(config, ranker) -> ml_collections.ConfigDict:
   return t
 
 
+def _flat_runs(tree: Any, lead: int) -> Any:
+  """Merges the ``lead`` leading axes of every leaf into one run axis."""
+  return jax.tree.map(lambda x: np.reshape(np.asarray(x), (-1,) + np.shape(x)[lead:]), tree)
+
+
+def _evaluate_runs(method, params, dataset: RankingDataset, lead_shape: Sequence[int], *,
+                   budget: int = 20000) -> dict[str, np.ndarray]:
+  """``evaluate`` of every run of ``params`` (leading axes ``lead_shape``) in one jitted pass per chunk.
+
+  Returns metrics shaped ``lead_shape``. ``budget`` caps runs x queries per chunk (memory).
+  """
+  lead_shape = tuple(int(v) for v in lead_shape)
+  n = int(np.prod(lead_shape))
+  chunk = int(max(8, min(512, budget // max(n, 1))))
+  m = evaluate(method, _flat_runs(params, len(lead_shape)), dataset, batch_size=chunk)
+  return {k: np.asarray(v).reshape(lead_shape) for k, v in m.items()}
+
+
 def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dict:
   """Runs the eta sweep of ``config`` (see ``experiments/lbd/configs/default.py``) and writes its outputs.
+
+  Every ``(ranker, method)`` cell is *one* :func:`~ultr_jax.train.fit` over all etas at once: the
+  coupling vector of each eta is a stacked run (:func:`stack_click_fn` +
+  :func:`~ultr_jax.train.methods.lbd.stack_runs`), so each run sees exactly the clicks, batches,
+  initialisation and loss keys that a separate fit per eta with the same seed would see, and the
+  whole sweep compiles one training step per cell. Labeled Data ignores the clicks and is trained
+  once. The ``(lambda, t)`` grid is one vmapped :func:`~ultr_jax.train.methods.lbd.make_lbd_grid`
+  per ranker; all its members, etas and seeds are evaluated in one pass per split, and
+  ``(lambda, t)`` is chosen per eta and variant on validation ``select_metric`` (true labels, spec
+  A19). ``config.workers`` cells run concurrently (threads; JAX releases the GIL while compiling
+  and running).
 
   Returns the ``results.json`` mapping: ``"eta=<v>"`` -> ``"<ranker>/<method>"`` -> metric ->
   ``{"mean", "std", "ci90", "per_seed"}``, plus ``"selected"`` ((lambda, t) per ranker and variant)
   and ``"grid"`` (validation/test nDCG@10 of every grid member) per eta; ``"_effects"`` and ``"_meta"``.
   """
   t_start = time.perf_counter()
+  c_start = time.process_time()
   train, valid, test, crux, crux_how = _load(config)
   lp = config.logging_policy
   weights = simulation.train_logging_policy(train, fraction=lp.fraction, seed=lp.seed, steps=lp.steps)
@@ -389,68 +454,93 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
   seeds = [int(config.seed) + i for i in range(int(config.num_seeds))]
   members = grid_members(config.lams, config.ts)
   etas = [float(e) for e in config.etas]
-  results: dict[str, Any] = {}
-  timings: dict[str, float] = {}
-  labeled_cache: dict[str, dict] = {}
+  n_eta, n_seed = len(etas), len(seeds)
   if config.get("compilation_cache_dir"):
-    # w travels in the data, so the steps of every eta share one HLO: compile once, reuse from the cache.
     jax.config.update("jax_compilation_cache_dir", config.compilation_cache_dir)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
   click_fn = make_individual_click_fn(crux, None, max_draws=int(config.max_redraws))
-  base_train = train
-  for eta in etas:
-    train = base_train.with_extras(lbd_w=np.tile(np.float32(eta) * LBD_BASE_W.astype(np.float32),
-                                                 (base_train.num_queries, 1)))
-    entry: dict[str, Any] = {"selected": {}, "grid": {}}
-    for ranker in config.rankers:
-      tcfg = _train_cfg(config, ranker)
-      rcfg = _ranker_cfg(config, ranker)
-      for name in config.baselines:
-        if name == "labeled_data" and ranker in labeled_cache:
-          entry[f"{ranker}/{name}"] = labeled_cache[ranker]
-          continue
-        t0 = time.perf_counter()
-        method = get_method(BASELINES[name], rcfg, num_features=train.num_features, list_size=train.list_size)
-        res = fit(method, train, None, click_fn=click_fn, config=tcfg, seeds=seeds,
-                  name=f"{name}[{ranker},eta={eta:g}]")
-        m = evaluate(method, res.params, test)
-        entry[f"{ranker}/{name}"] = {k: _summ(m[k]) for k in METRICS}
-        if name == "labeled_data":
-          labeled_cache[ranker] = entry[f"{ranker}/{name}"]
-        timings[f"{_eta_key(eta)}/{ranker}/{name}"] = time.perf_counter() - t0
-      # The LBD family: one vmapped grid.
-      t0 = time.perf_counter()
-      gcfg = ml_collections.ConfigDict({**rcfg.to_dict(), "lams": [m[1] for m in members],
-                                        "ts": [m[2] for m in members], "keep": config.keep,
-                                        "gp_mode": config.gp_mode, "optimizer": tcfg.optimizer,
-                                        "learning_rate": tcfg.learning_rate, "grad_clip": tcfg.grad_clip})
-      grid = make_lbd_grid(gcfg, num_features=train.num_features, list_size=train.list_size)
-      res = fit(grid, train, None, click_fn=click_fn, config=tcfg, seeds=seeds,
-                name=f"lbd_grid[{ranker},eta={eta:g}]")
-      single = make_lbd(rcfg, num_features=train.num_features, list_size=train.list_size)
-      valid_m, test_m = [], []
-      for g in range(len(members)):
-        p = grid_member_params(res.params, g, seed_axis=True)
-        valid_m.append(evaluate(single, p, valid))
-        test_m.append(evaluate(single, p, test))
-      vscore = np.array([np.mean(v[config.select_metric]) for v in valid_m])
+  ws = np.stack([np.float32(eta) * LBD_BASE_W.astype(np.float32) for eta in etas])
+  eta_click_fn = stack_click_fn(click_fn, ws)
+
+  def baseline_job(ranker, name):
+    tcfg, rcfg = _train_cfg(config, ranker), _ranker_cfg(config, ranker)
+    method = get_method(BASELINES[name], rcfg, num_features=train.num_features, list_size=train.list_size)
+    if name == "labeled_data":  # trained on the labels: the same model at every eta
+      res = fit(method, train, None, click_fn=None, config=tcfg, seeds=seeds, name=f"{name}[{ranker}]")
+      m = _evaluate_runs(method, res.params, test, (n_seed,))
+      cell = {k: _summ(m[k]) for k in METRICS}
+      return {_eta_key(e): {f"{ranker}/{name}": cell} for e in etas}
+    stacked = stack_runs(method, n_eta, optimizer=method.optimizer or make_optimizer(tcfg))
+    res = fit(stacked, train, None, click_fn=eta_click_fn, config=tcfg, seeds=seeds, name=f"{name}[{ranker}]")
+    m = _evaluate_runs(method, res.params, test, (n_seed, n_eta))
+    return {_eta_key(e): {f"{ranker}/{name}": {k: _summ(m[k][:, i]) for k in METRICS}}
+            for i, e in enumerate(etas)}
+
+  def grid_job(ranker):
+    tcfg, rcfg = _train_cfg(config, ranker), _ranker_cfg(config, ranker)
+    gcfg = ml_collections.ConfigDict({**rcfg.to_dict(), "lams": [m[1] for m in members],
+                                      "ts": [m[2] for m in members], "keep": config.keep,
+                                      "gp_mode": config.gp_mode, "optimizer": tcfg.optimizer,
+                                      "learning_rate": tcfg.learning_rate, "grad_clip": tcfg.grad_clip})
+    grid = make_lbd_grid(gcfg, num_features=train.num_features, list_size=train.list_size)
+    stacked = stack_runs(grid, n_eta, optimizer=grid.optimizer)
+    res = fit(stacked, train, None, click_fn=eta_click_fn, config=tcfg, seeds=seeds,
+              name=f"lbd_grid[{ranker}]")
+    single = make_lbd(rcfg, num_features=train.num_features, list_size=train.list_size)
+    runs = {"tower": res.params["towers"]}  # leaves [S, E, G, ...]
+    lead = (n_seed, n_eta, len(members))
+    valid_m = _evaluate_runs(single, runs, valid, lead)
+    test_m = _evaluate_runs(single, runs, test, lead)
+    out = {}
+    for i, e in enumerate(etas):
+      vscore = valid_m[config.select_metric][:, i, :].mean(0)
       chosen = select_on_validation(members, vscore)
-      for variant, g in chosen.items():
-        entry[f"{ranker}/{variant}"] = {k: _summ(test_m[g][k]) for k in METRICS}
-      entry["selected"][ranker] = {v: {"lam": members[g][1], "t": members[g][2]} for v, g in chosen.items()
-                                   if v in ("lbd", "lbd_lips", "lbd_ber")}
-      entry["grid"][ranker] = [{"variant": v, "lam": lam, "t": t, "valid": float(vscore[g]),
-                                "test": float(np.mean(test_m[g]["ndcg@10"]))}
-                               for g, (v, lam, t) in enumerate(members)]
-      timings[f"{_eta_key(eta)}/{ranker}/lbd_grid"] = time.perf_counter() - t0
-    results[_eta_key(eta)] = entry
-    print(f"[lbd study] eta={eta:g} done at {time.perf_counter() - t_start:.0f}s", file=sys.stderr, flush=True)
+      entry = {f"{ranker}/{variant}": {k: _summ(test_m[k][:, i, g]) for k in METRICS}
+               for variant, g in chosen.items()}
+      entry["selected"] = {ranker: {v: {"lam": members[g][1], "t": members[g][2]} for v, g in chosen.items()
+                                    if v in ("lbd", "lbd_lips", "lbd_ber")}}
+      entry["grid"] = {ranker: [{"variant": v, "lam": lam, "t": t, "valid": float(vscore[g]),
+                                 "test": float(np.mean(test_m["ndcg@10"][:, i, g]))}
+                                for g, (v, lam, t) in enumerate(members)]}
+      out[_eta_key(e)] = entry
+    return out
+
+  # The grids first (the longest cells), then the baselines.
+  jobs = [(r, "lbd_grid") for r in config.rankers] + [(r, n) for r in config.rankers for n in config.baselines]
+  timings: dict[str, float] = {}
+
+  def run(job):
+    ranker, name = job
+    t0 = time.perf_counter()
+    out = grid_job(ranker) if name == "lbd_grid" else baseline_job(ranker, name)
+    timings[f"{ranker}/{name}"] = time.perf_counter() - t0
+    print(f"[lbd study] {ranker}/{name}: all {n_eta} etas in {timings[f'{ranker}/{name}']:.0f}s "
+          f"(done at {time.perf_counter() - t_start:.0f}s)", file=sys.stderr, flush=True)
+    return out
+
+  workers = max(1, int(config.get("workers", 1)))
+  if workers == 1:
+    outs = [run(j) for j in jobs]
+  else:
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+      outs = list(pool.map(run, jobs))
+  results: dict[str, Any] = {_eta_key(e): {"selected": {}, "grid": {}} for e in etas}
+  order = {j: i for i, j in enumerate([(r, n) for r in config.rankers
+                                       for n in tuple(config.baselines) + ("lbd_grid",)])}
+  for job, out in sorted(zip(jobs, outs), key=lambda jo: order[jo[0]]):
+    for key, cells in out.items():
+      for k, v in cells.items():
+        if k in ("selected", "grid"):
+          results[key][k].update(v)
+        else:
+          results[key][k] = v
   results["_effects"] = effects(results, etas)
   results["_meta"] = {"crux_indices": np.asarray(crux).tolist(), "crux_selection": crux_how,
                       "base_w": LBD_BASE_W.tolist(), "seeds": seeds, "members": members,
                       "config": config.to_dict(), "timings": timings,
-                      "seconds": time.perf_counter() - t_start}
+                      "seconds": time.perf_counter() - t_start,
+                      "process_cpu_seconds": time.process_time() - c_start}
   table = table_1(results, etas, config.table_eta)
   print(table, flush=True)
   print(json.dumps({k: results["_effects"][k] for k in ("E1", "E5")}, indent=1, default=float)[:4000],

@@ -39,6 +39,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import optax
 
 from ultr_jax.losses.lbd import bernoulli_click_logits, lbd_forward, rescale_gp_weight, softmax_click_loss
@@ -46,7 +47,8 @@ from ultr_jax.models.lbd import LBDTower
 from ultr_jax.train.method import Method
 from ultr_jax.train.methods import register
 
-__all__ = ["make_lbd", "make_lbd_grid", "grid_member_params", "per_member_optimizer", "VARIANT_DEFAULTS"]
+__all__ = ["make_lbd", "make_lbd_grid", "grid_member_params", "per_member_optimizer", "stack_runs",
+           "VARIANT_DEFAULTS"]
 
 VARIANT_DEFAULTS = {
     "unlimited": (0.0, 0.0),
@@ -200,11 +202,26 @@ def make_lbd_grid(config: ml_collections.ConfigDict, *, num_features: int, list_
     keys = jax.random.split(key, g)
     return {"towers": jax.vmap(lambda k: tower.init(k, batch["features"][..., :1, :]))(keys)}, {}
 
+  # Members with lambda = 0 skip the penalty's double back-propagation (their penalty term is 0
+  # either way); the two groups are vmapped separately inside one program.
+  lam_host = np.asarray([float(v) for v in config.lams], np.float32)
+  groups = [(np.nonzero(lam_host == 0.0)[0], False), (np.nonzero(lam_host != 0.0)[0], True)]
+  groups = [(idx, gp) for idx, gp in groups if idx.size]
+
   def loss(params, extra, batch, key):
     keys = jax.random.split(key, g)
-    values, metrics = jax.vmap(lambda p, k, lam, t: _single_loss(tower, config, p, batch, k, lam, t))(
-        params["towers"], keys, lams, ts)
-    return jnp.sum(values), ({k: jnp.mean(v) for k, v in metrics.items()}, extra)
+    total, parts = 0.0, []
+    for idx, with_gp in groups:
+      sub = params["towers"] if idx.size == g else jax.tree.map(lambda x, i=idx: x[i], params["towers"])
+      if with_gp:
+        fn = lambda p, k, lam, t: _single_loss(tower, config, p, batch, k, lam, t)
+      else:
+        fn = lambda p, k, lam, t: _single_loss(tower, config, p, batch, k, 0.0, t)
+      values, metrics = jax.vmap(fn)(sub, keys[idx], lams[idx], ts[idx])
+      total = total + jnp.sum(values)
+      parts.append(metrics)
+    metrics = {k: jnp.mean(jnp.concatenate([m[k] for m in parts])) for k in parts[0]}
+    return total, (metrics, extra)
 
   def score(params, batch):
     return tower.apply(jax.tree.map(lambda p: p[select], params["towers"]), batch["features"])[0]
@@ -223,6 +240,59 @@ def grid_member_params(params: Any, member: int, *, seed_axis: bool = False) -> 
   """
   take = (lambda x: x[:, member]) if seed_axis else (lambda x: x[member])
   return {"tower": jax.tree.map(take, params["towers"])}
+
+
+def stack_runs(method: Method, num_runs: int, *, optimizer: optax.GradientTransformation,
+               runs_key: str = "runs") -> Method:
+  r"""``num_runs`` independent copies of ``method`` trained in one vmapped step, each on its own clicks.
+
+  The copies start from the same initialisation and share the batch and the
+  loss key (exactly as ``num_runs`` separate :func:`~ultr_jax.train.fit`
+  calls with the same seed would); run ``r`` reads its click-model outputs
+  from ``batch[runs_key]``, a dict of ``[num_runs, ...]`` arrays (see
+  :func:`ultr_jax.train.lbd_study.stack_click_fn`), so one compiled step
+  serves, e.g., every coupling level ``eta`` of a sweep. The loss is
+  :math:`\sum_r \mathcal L(\theta_r; \text{clicks}_r)`, so each run's gradient
+  is its own, and ``optimizer`` is applied per run
+  (:func:`per_member_optimizer`). Params carry a leading run axis;
+  ``score`` ranks with run 0 (evaluate run ``r`` with ``method.score`` on
+  ``params[r]``).
+
+  >>> base = make_lbd(ml_collections.ConfigDict({"ranker": "linear"}), num_features=3, list_size=4)
+  >>> m = stack_runs(base, 2, optimizer=optax.sgd(0.1))
+  >>> b = {"features": jnp.ones((2, 4, 3)), "where": jnp.ones((2, 4), bool)}
+  >>> p, extra = m.init(jax.random.key(0), b)
+  >>> c0, c1 = jnp.eye(2, 4), jnp.eye(2, 4)[:, ::-1]
+  >>> b["runs"] = {"clicks": jnp.stack([c0, c1])}
+  >>> loss, _ = m.loss(p, extra, b, jax.random.key(1))
+  >>> p0 = jax.tree.map(lambda x: x[0], p)
+  >>> l0, l1 = (base.loss(p0, {}, {**b, "clicks": c}, jax.random.key(1))[0] for c in (c0, c1))
+  >>> print(jax.tree.leaves(p)[0].shape[0], bool(jnp.allclose(loss, l0 + l1)))
+  2 True
+  """
+  r = int(num_runs)
+  if r < 1:
+    raise ValueError(f"stack_runs: num_runs must be >= 1, got {num_runs}")
+
+  def init(key, batch):
+    params, extra = method.init(key, batch)
+    tile = lambda x: jnp.broadcast_to(x, (r,) + jnp.shape(x))
+    return jax.tree.map(tile, params), jax.tree.map(tile, extra)
+
+  def loss(params, extra, batch, key):
+    shared = {k: v for k, v in batch.items() if k != runs_key}
+
+    def one(p, x, run):
+      return method.loss(p, x, {**shared, **run}, key)
+
+    values, (metrics, new_extra) = jax.vmap(one)(params, extra, batch[runs_key])
+    return jnp.sum(values), (jax.tree.map(jnp.mean, metrics), new_extra)
+
+  def score(params, batch):
+    return method.score(jax.tree.map(lambda x: x[0], params), batch)
+
+  return Method(name=f"{method.name}[x{r}]", init=init, loss=loss, score=score,
+                optimizer=per_member_optimizer(optimizer))
 
 
 def _variant(name):
