@@ -204,17 +204,24 @@ def test_lambda_zero_gives_exactly_unlimited_gradients():
     b = jax.tree.map(lambda x: x.astype(jnp.float64) if x.dtype == jnp.float32 else x, _batch())
     cfg = {"ranker": "dnn", "hidden_sizes": (8, 4)}
     unlimited = get_method("unlimited", ml_collections.ConfigDict(cfg), num_features=3, list_size=5)
-    grid = make_lbd_grid(ml_collections.ConfigDict({**cfg, "lams": [0.0], "ts": [0.0]}), num_features=3,
-                         list_size=5)
+    lips = make_lbd(ml_collections.ConfigDict({**cfg, "lam": 100.0, "t": 0.0}), num_features=3, list_size=5)
+    # members in a mixed order: the lambda = 0 ones skip the penalty, the others get theirs
+    grid = make_lbd_grid(ml_collections.ConfigDict({**cfg, "lams": [100.0, 0.0], "ts": [0.0, 0.0]}),
+                         num_features=3, list_size=5)
     p, extra = unlimited.init(jax.random.key(0), b)
     p = jax.tree.map(lambda x: x.astype(jnp.float64), p)
-    gp = {"towers": jax.tree.map(lambda x: x[None], p["tower"])}
-    g_unl = jax.jit(jax.grad(lambda q: unlimited.loss(q, extra, b, jax.random.key(3))[0]))(p)
+    gp = {"towers": jax.tree.map(lambda x: jnp.stack([x, 1.1 * x]), p["tower"])}
+    g_unl = jax.jit(jax.grad(lambda q: unlimited.loss(q, extra, b, jax.random.key(3))[0]))(
+        grid_member_params(gp, 1))
     (_, (metrics, _)), g_grid = jax.jit(jax.value_and_grad(
         lambda q: grid.loss(q, extra, b, jax.random.key(4)), has_aux=True))(gp)
-    # The grid computed the penalty (traced lambda = 0), and it does not leak into the gradients.
+    member_key = jax.random.split(jax.random.key(4), 2)[0]
+    g_lips = jax.jit(jax.grad(lambda q: lips.loss(q, extra, b, member_key)[0]))(grid_member_params(gp, 0))
     assert float(metrics["gp"]) > 0
-    chex.assert_trees_all_close(g_unl, grid_member_params(g_grid, 0), rtol=1e-12, atol=1e-14)
+    chex.assert_trees_all_close(g_unl, grid_member_params(g_grid, 1), rtol=1e-12, atol=1e-14)
+    chex.assert_trees_all_close(g_lips, grid_member_params(g_grid, 0), rtol=1e-10, atol=1e-12)
+    assert not np.allclose(jax.tree.leaves(g_lips)[0], jax.tree.leaves(
+        jax.grad(lambda q: unlimited.loss(q, extra, b, member_key)[0])(grid_member_params(gp, 0)))[0])
 
 
 def test_penalty_changes_gradients_when_lambda_positive():
