@@ -152,3 +152,20 @@ def test_smoke_binary_writes_results(tmp_path):
   for name in ("fig3a_linear.png", "fig3b_linear.png", "fig4_linear.png", "table.md"):
     assert (tmp_path / name).exists()
   assert_matches_expected(res, "lbd_smoke")  # expected_metrics/lbd_smoke.json
+
+
+def test_effects_compare_lbd_with_click_data_on_the_same_tower():
+  # fake per-seed results: LBD below the foundation's Click Data but above Click Data on the LBD tower
+  etas = [0.0, 0.6]
+  methods = {"lbd": 0.80, "unlimited": 0.70, "lbd_lips": 0.79, "lbd_ber": 0.78, "click_data": 0.85,
+             "click_data_lbd_tower": 0.75, "two_tower": 0.72, "dla": 0.74}
+  noise = np.array([0.0, 0.001, -0.001])
+  res = {f"eta={e:g}": {**{f"linear/{m}": {"ndcg@10": {"per_seed": (v + noise).tolist()}} for m, v in methods.items()},
+                        "selected": {"linear": {"lbd": {"lam": 100.0 if e == 0 else 1.0, "t": 0.1 if e == 0 else 0.4}}}}
+         for e in etas}
+  e3 = S.effects(res, etas)["E3"]["linear"]
+  assert not e3["lbd_not_significantly_below_click_at_every_eta"]
+  assert e3["lbd_not_significantly_below_same_tower_click_at_every_eta"]
+  np.testing.assert_allclose([v["diff"] for v in e3["lbd_minus_click_data_lbd_tower"]], [0.05, 0.05], atol=1e-12)
+  assert e3["unlimited_below_same_tower_click_at_top"]
+  assert S.effects(res, etas)["E5"]["linear"]["drift_as_paper"]

@@ -345,6 +345,18 @@ def effects(results: dict, etas: Sequence[float], *, metric: str = "ndcg@10") ->
                   "lbd_not_significantly_below_click_at_every_eta":
                       all(v["diff"] + v["ci90"] >= 0 for v in lbd_ge_click),
                   "lbd_minus_click_data": lbd_ge_click}
+    # Click Data on the LBD tower itself (lambda = 0, t = 1): spec 2.1 has the baselines share the
+    # LBD network, which the foundation's rankers do not (plain linear / post-LayerNorm MLP), so
+    # this is the same-architecture comparator.
+    if f"{ranker}/click_data_lbd_tower" in results[_eta_key(top)]:
+      same = [_paired(seeds(e, ranker, "lbd"), seeds(e, ranker, "click_data_lbd_tower")) for e in etas]
+      e3[ranker]["curves"]["click_data_lbd_tower"] = [float(np.mean(seeds(e, ranker, "click_data_lbd_tower")))
+                                                      for e in etas]
+      e3[ranker]["lbd_minus_click_data_lbd_tower"] = same
+      e3[ranker]["lbd_not_significantly_below_same_tower_click_at_every_eta"] = all(
+          v["diff"] + v["ci90"] >= 0 for v in same)
+      e3[ranker]["unlimited_below_same_tower_click_at_top"] = bool(np.mean(
+          np.subtract(seeds(top, ranker, "unlimited"), seeds(top, ranker, "click_data_lbd_tower"))) < 0)
   out["E3"] = e3
   e4 = {}
   for ranker in rankers:
