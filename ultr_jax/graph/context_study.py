@@ -19,6 +19,7 @@ into lists, so documents recur across queries); SVMlight files with a logged
 ranking can be passed instead (:func:`ultr_jax.graph.read_svmlight_ranking`).
 """
 
+import functools
 from typing import Optional
 
 import jax
@@ -116,40 +117,70 @@ def context_study(key, features, labels, where, *, num_contexts: int,
   with jax.enable_x64(True):
     keys = jax.random.split(key, runs)
     items_f = np.maximum(items, 0).ravel()
-    r_true_item = np.zeros(n_items)
-    r_true_item[np.maximum(items, 0)[where]] = rel[where]
     rows = {"No debias": ("no_debias", None), "DLA": ("dla", None),
             "DLA + node merging": ("dla", plan.canonical),
             "Two-Tower": ("two_tower", None),
             "Two-Tower + node merging": ("two_tower", plan.canonical)}
+    # Dense record layouts built on the host; a method's rows with and
+    # without merging share their shapes, hence one compiled row function.
+    raw = np.arange(num_factors, dtype=np.int32)
+    lays = [embedding.record_layout(items_f, c[factors].ravel(), where,
+                                    num_items=n_items, num_factors=num_factors)
+            for c in (raw, plan.canonical)]
+    layouts = dict(zip(("raw", "merged"), embedding.pad_layouts(
+        lays, items_f.size)))
+    common = [jnp.asarray(a) for a in (
+        p_click, where, items_f, factors, rel,
+        np.where(where, np.arange(q * l).reshape(q, l), -1), labels)]
+    # the same clicks for every row (one compiled simulation)
+    clicks = [_clicks(k, common[0], common[1], jnp.float64(num_clicks))
+              for k in keys]
     for name, (method, canonical) in rows.items():
-      can = np.arange(num_factors) if canonical is None else canonical
-      f_ids = np.zeros_like(factors) if method == "no_debias" else can[factors]
+      can = raw if canonical is None else np.asarray(canonical, np.int32)
+      f_ids = np.zeros_like(can[factors]) if method == "no_debias" else can[factors]
       kw = {"dla": dict(epochs=epochs, o_update="least_squares", init_obs=1.0),
             "two_tower": dict(epochs=two_tower_epochs),
             "no_debias": {}}[method]
-      fit = embedding.FIT_FUNCTIONS[method]
-
-      @jax.jit
-      def one(k, p_click, where, items_f, f_ids, can, factors, rel, rec_ids,
-              labels):
-        k_click, k_fit = jax.random.split(k)
-        ctr = jax.random.binomial(k_click, num_clicks, p_click,
-                                  dtype=jnp.float64) / num_clicks
-        ctr = jnp.where(where, ctr, 0.0)
-        wh = where.ravel()
-        r, o = fit(k_fit, items_f, f_ids.ravel(), ctr.ravel(), where=wh,
-                   num_items=n_items, num_factors=num_factors, **kw)
-        o_full = o[can] if method != "no_debias" else jnp.ones(num_factors)
-        pred = r[items_f].reshape(q, l) * o_full[factors]
-        # MCC over records (the paper's semi-synthetic convention)
-        return embedding_metrics(rel.ravel(), r[items_f], wh, rec_ids, labels,
-                                 where, pred, ctr)
-
-      args = [jnp.asarray(a) for a in (
-          p_click, where, items_f, f_ids, can, factors, rel,
-          np.where(where, np.arange(q * l).reshape(q, l), -1), labels)]
-      res = [jax.tree.map(np.asarray, one(k, *args)) for k in keys]
+      layout = (None if method == "no_debias"
+                else layouts["raw" if canonical is None else "merged"])
+      res = [jax.tree.map(np.asarray, _row(
+          *clicks[i], jnp.asarray(f_ids), jnp.asarray(can), layout, *common[1:],
+          method=method, num_items=n_items, num_factors=num_factors,
+          kw=tuple(sorted(kw.items())))) for i in range(runs)]
       out[name] = {m: np.array([r_[m] for r_ in res]) for m in res[0]}
       log(f"{name}: MCC {out[name]['mcc'].mean():.4f}")
   return out
+
+
+@jax.jit
+def _clicks(k, p_click, where, num_clicks):
+  """Aggregated CTRs :math:`\\mathrm{Binomial}(N, p) / N` and the fit key."""
+  k_click, k_fit = jax.random.split(k)
+  ctr = jax.random.binomial(k_click, num_clicks, p_click,
+                            dtype=jnp.float64) / num_clicks
+  return jnp.where(where, ctr, 0.0), k_fit
+
+
+@functools.partial(
+    jax.jit, static_argnames=("method", "num_items", "num_factors", "kw"),
+    compiler_options=embedding.COMPILER_OPTIONS)
+def _row(ctr, k_fit, f_ids, can, layout, where, items_f, factors, rel,
+         rec_ids, labels, *, method, num_items, num_factors, kw):
+  """One run of one row: the fit and the metrics."""
+  q, l = where.shape
+  wh = where.ravel()
+  if method == "no_debias":
+    r, o = embedding.fit_no_debias(
+        None, items_f, f_ids.ravel(), ctr.ravel(), where=wh,
+        num_items=num_items, num_factors=num_factors)
+    o_full = jnp.ones(num_factors)
+  else:
+    r, o = embedding.fit_runs(
+        method, k_fit[None], ctr.reshape(1, -1), where=wh, layout=layout,
+        num_items=num_items, num_factors=num_factors, **dict(kw))
+    r, o = r[0], o[0]
+    o_full = o[can]
+  pred = r[items_f].reshape(q, l) * o_full[factors]
+  # MCC over records (the paper's semi-synthetic convention)
+  return embedding_metrics(rel.ravel(), r[items_f], wh, rec_ids, labels,
+                           where, pred, ctr)
