@@ -169,3 +169,20 @@ def test_effects_compare_lbd_with_click_data_on_the_same_tower():
   np.testing.assert_allclose([v["diff"] for v in e3["lbd_minus_click_data_lbd_tower"]], [0.05, 0.05], atol=1e-12)
   assert e3["unlimited_below_same_tower_click_at_top"]
   assert S.effects(res, etas)["E5"]["linear"]["drift_as_paper"]
+
+
+def test_validation_and_test_lists_keep_every_candidate():
+  # spec 2.7: validation/test queries are scored over the full candidate list; only training
+  # lists are cut to the displayed top k. (The validation set used to be cut to the top 10,
+  # so (lambda, t) was selected on a re-ranking of the logged top 10 only.)
+  import importlib.util
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  spec = importlib.util.spec_from_file_location("lbd_default_config",
+                                                os.path.join(root, "experiments/lbd/configs/default.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  cfg = module.get_config("smoke")
+  train, valid, test, crux, _ = S.prepare_lists(cfg)
+  assert train.list_size == cfg.logging_policy.top_k < cfg.data.list_size
+  assert valid.list_size == test.list_size == cfg.data.list_size
+  assert valid.where.all() and len(crux) == 10

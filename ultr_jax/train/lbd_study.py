@@ -55,6 +55,7 @@ __all__ = [
     "grid_members",
     "select_on_validation",
     "effects",
+    "prepare_lists",
     "run_lbd_study",
 ]
 
@@ -401,6 +402,23 @@ def _load(config):
   return train, valid, test, select_crux_features(train, len(LBD_BASE_W)), "standardised ridge importance"
 
 
+def prepare_lists(config: ml_collections.ConfigDict):
+  """``(train, valid, test, crux, crux_how)``: the logged training lists and the evaluation lists.
+
+  Training lists are the logging policy's top ``logging_policy.top_k`` (the
+  displayed slots, spec 2.9). Validation and test lists keep every candidate
+  in logged order: spec 2.7 scores "the full candidate list (not only the
+  top 10)" of a test/validation query, and (lambda, t) is selected on
+  validation nDCG@10 with the true labels (spec 2.9, A19).
+  """
+  train, valid, test, crux, crux_how = _load(config)
+  lp = config.logging_policy
+  weights = simulation.train_logging_policy(train, fraction=lp.fraction, seed=lp.seed, steps=lp.steps)
+  train, valid, test = (simulation.apply_logging_policy(ds, simulation.logging_policy_scores(weights, ds), top_k=k)
+                        for ds, k in ((train, lp.top_k), (valid, None), (test, None)))
+  return train, valid, test, crux, crux_how
+
+
 def _summ(values) -> dict:
   s = summarize(values)
   return {"mean": s["mean"], "std": s["std"], "ci90": s["ci90"],
@@ -458,11 +476,7 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
   """
   t_start = time.perf_counter()
   c_start = time.process_time()
-  train, valid, test, crux, crux_how = _load(config)
-  lp = config.logging_policy
-  weights = simulation.train_logging_policy(train, fraction=lp.fraction, seed=lp.seed, steps=lp.steps)
-  train, valid, test = (simulation.apply_logging_policy(ds, simulation.logging_policy_scores(weights, ds), top_k=k)
-                        for ds, k in ((train, lp.top_k), (valid, lp.top_k), (test, None)))
+  train, valid, test, crux, crux_how = prepare_lists(config)
   seeds = [int(config.seed) + i for i in range(int(config.num_seeds))]
   members = grid_members(config.lams, config.ts)
   etas = [float(e) for e in config.etas]
