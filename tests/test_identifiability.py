@@ -286,9 +286,11 @@ def test_fit_runs_equals_single_runs(name, kw):
       np.testing.assert_allclose(ob[i], oi, rtol=1e-10, atol=1e-13)
 
 
-@pytest.mark.parametrize("name,kw", [("dla", {}), ("two_tower", {})])
+@pytest.mark.parametrize("name,kw", [("two_tower", {})])
 def test_padded_layouts_share_shapes_and_fits(name, kw):
-  # (DLA reads every layout array but tier_cell, which the two-tower reads)
+  # The two-tower reads every layout array but tier_fac (read by DLA and
+  # Regression-EM, whose padded Table 1 rows test_main_smoke checks against
+  # expected_metrics); one method keeps this test at ~7 s (3 compiles).
   """pad_layouts gives two different record sets one set of shapes (one
   compiled fit) and the same fits as their own layouts."""
   a = _mixed_records(0)
@@ -301,15 +303,17 @@ def test_padded_layouts_share_shapes_and_fits(name, kw):
   assert shapes[0] == shapes[1]
   assert [x.shape for x in jax.tree.leaves(lays[0])] != shapes[0]
   chex.clear_trace_counter()
-  args = dict(num_items=15, num_factors=5, epochs=60, **kw)
+  args = dict(num_items=15, num_factors=5, epochs=20, **kw)
   with jax.enable_x64(True):
     keys = jax.random.split(jax.random.PRNGKey(0), 2)
     fit = jax.jit(chex.assert_max_traces(
         lambda c, w, l: embedding.fit_runs(name, keys, c, where=w, layout=l,
                                            **args), n=1))
+    own = jax.jit(lambda c, w, l: embedding.fit_runs(
+        name, keys, c, where=w, layout=l, **args))
     for (i, f, w, c), lay, pad in zip((a, b), lays, pads):
       c2 = np.stack([c, c * 0.9])
-      r1, o1 = embedding.fit_runs(name, keys, c2, where=w, layout=lay, **args)
+      r1, o1 = own(c2, w, lay)
       pw = np.pad(w, (0, n - w.size))
       r2, o2 = fit(np.pad(c2, ((0, 0), (0, n - w.size))), pw, pad)
       np.testing.assert_allclose(r1, r2, rtol=1e-10, atol=1e-13)
