@@ -508,6 +508,7 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
     gcfg = ml_collections.ConfigDict({**rcfg.to_dict(), "lams": [m[1] for m in members],
                                       "ts": [m[2] for m in members], "keep": config.keep,
                                       "gp_mode": config.gp_mode, "optimizer": tcfg.optimizer,
+                                      "skip_zero_lambda_gp": config.get("skip_zero_lambda_gp", True),
                                       "learning_rate": tcfg.learning_rate, "grad_clip": tcfg.grad_clip})
     grid = make_lbd_grid(gcfg, num_features=train.num_features, list_size=train.list_size)
     stacked = stack_runs(grid, n_eta, optimizer=grid.optimizer)
