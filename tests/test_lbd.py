@@ -356,3 +356,16 @@ def test_linear_coupling_check():
   assert _cos(a, a_star - 1.5424 * w) > 0.99
   # the intercepts absorb ln v_p (up to a constant)
   assert _cos(c - c.mean(), log_v - log_v.mean()) > 0.99
+
+
+def test_skip_zero_lambda_gp_leaves_gradients_unchanged():
+  # the option only regroups the vmapped members; the lambda = 0 penalty term is 0 either way
+  b = _batch()
+  base = {"ranker": "linear", "lams": [0.0, 1e4, 0.0], "ts": [0.0, 0.0, 0.2]}
+  grads = []
+  for skip in (True, False):
+    grid = make_lbd_grid(ml_collections.ConfigDict({**base, "skip_zero_lambda_gp": skip}),
+                         num_features=3, list_size=5)
+    p, extra = grid.init(jax.random.key(0), b)
+    grads.append(jax.jit(jax.grad(lambda q: grid.loss(q, extra, b, jax.random.key(1))[0]))(p))
+  chex.assert_trees_all_close(grads[0], grads[1], rtol=1e-5, atol=1e-6)
