@@ -9,7 +9,6 @@ the CLD smoke binary runs here.
 import copy
 import json
 import math
-import os
 import pathlib
 import subprocess
 import sys
@@ -104,8 +103,8 @@ def test_cli_exit_status(tmp_path):
 
 
 @pytest.mark.slow
-def test_cld_smoke_binary_matches_expected(tmp_path):
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+def test_cld_smoke_binary_matches_expected(tmp_path, subprocess_env):
+  env = subprocess_env
   proc = subprocess.run(
       [sys.executable, str(ROOT / "experiments" / "cld" / "main.py"),
        f"--config={ROOT / 'experiments' / 'cld' / 'configs' / 'default.py'}:smoke", f"--workdir={tmp_path}"],

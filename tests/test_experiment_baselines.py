@@ -35,8 +35,8 @@ def test_default_config_is_the_issue_protocol():
     _config("large")
 
 
-def test_binary_smoke_run(tmp_path):
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+def test_binary_smoke_run(tmp_path, subprocess_env):
+  env = subprocess_env
   proc = subprocess.run(
       [sys.executable, str(ROOT / "experiments" / "baselines" / "main.py"),
        f"--config={ROOT / 'experiments' / 'baselines' / 'configs' / 'default.py'}:smoke",

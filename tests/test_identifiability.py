@@ -508,7 +508,7 @@ def test_no_debias_is_deterministic_and_nm_recovers_ranking():
   assert (nm["click_mse"] < 1e-7).all()
 
 
-def test_main_smoke(tmp_path):
+def test_main_smoke(tmp_path, subprocess_env):
   import json
   import pathlib
   import subprocess
@@ -519,7 +519,7 @@ def test_main_smoke(tmp_path):
        "--config=experiments/identifiability/configs/default.py:smoke",
        f"--workdir={tmp_path}", "--config.figures=('4b',)",
        "--config.context.enabled=False"],
-      check=True, capture_output=True, cwd=str(root))
+      check=True, capture_output=True, cwd=str(root), env=subprocess_env)
   res = json.loads((tmp_path / "results.json").read_text())
   assert len(res) == 10
   for row in ("DLA", "DLA + node intervention", "DLA + node merging"):

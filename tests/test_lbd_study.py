@@ -132,9 +132,9 @@ def test_grid_members_and_selection():
   assert members[chosen["unlimited"]] == ("unlimited", 0.0, 0.0)
 
 
-def test_smoke_binary_writes_results(tmp_path):
+def test_smoke_binary_writes_results(tmp_path, subprocess_env):
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+  env = subprocess_env
   cmd = [sys.executable, os.path.join(root, "experiments/lbd/main.py"),
          "--config=" + os.path.join(root, "experiments/lbd/configs/default.py:smoke"),
          f"--workdir={tmp_path}", "--config.etas=(0.0, 0.6)", "--config.lams=(100.0,)", "--config.ts=(0.2,)",

@@ -36,16 +36,6 @@ def _kernel_name(tmp_path_factory):
     return "python3", str(prefix / "share" / "jupyter")
 
 
-def _env():
-  env = dict(os.environ)
-  env["ULTR_JAX_SMOKE"] = "1"
-  env["JAX_PLATFORMS"] = "cpu"
-  # conftest.py fakes 8 CPU devices for the sharding tests; a notebook sees the one real device.
-  env["XLA_FLAGS"] = re.sub(r"--xla_force_host_platform_device_count=\d+", "", env.get("XLA_FLAGS", "")).strip()
-  env["MPLBACKEND"] = "Agg"
-  return env
-
-
 def _text(nb):
   out = []
   for cell in nb.cells:
@@ -84,7 +74,7 @@ def test_there_are_five_notebooks():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs_in_smoke_mode(path, tmp_path_factory, monkeypatch):
+def test_notebook_runs_in_smoke_mode(path, tmp_path_factory, monkeypatch, subprocess_env):
   nb = nbformat.read(path, as_version=4)
   assert nb.metadata["accelerator"] == "TPU" and nb.metadata["kernelspec"]["name"] == "python3"
   assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), "store notebooks without outputs"
@@ -101,7 +91,7 @@ def test_notebook_runs_in_smoke_mode(path, tmp_path_factory, monkeypatch):
   client = nbclient.NotebookClient(nb, kernel_name=kernel, timeout=300,
                                    resources={"metadata": {"path": str(ROOT)}})
   t0 = time.perf_counter()
-  client.execute(env=_env())  # raises CellExecutionError on any cell error
+  client.execute(env={**subprocess_env, "ULTR_JAX_SMOKE": "1"})  # raises CellExecutionError on any cell error
   seconds = time.perf_counter() - t0
   print(f"{path.name}: {seconds:.1f} s")  # shown with -s; budget: well under 60 s on 2 loaded cores
   text = _text(nb)
