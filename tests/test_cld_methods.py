@@ -9,9 +9,10 @@ import ml_collections
 import numpy as np
 import pytest
 
+from ultr_jax import data as data_lib
 from ultr_jax import losses
 from ultr_jax.data import RankingDataset
-from ultr_jax.simulation import simulate_topk_log, topk_log_dataset
+from ultr_jax.simulation import simulate_topk_log, topk_log_dataset, topk_selection_data
 from ultr_jax.train import evaluate, fit, get_method
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -102,23 +103,110 @@ def test_cld_trains_through_the_loop_and_beats_its_init():
   assert np.all(after > before + 0.1), (before, after)
 
 
-def test_study_grid_keys_and_orderings():
-  study = _load("cld_study", ROOT / "experiments" / "cld" / "study.py")
-  configs = _load("cld_config", ROOT / "experiments" / "cld" / "configs" / "default.py")
+def _study_and_configs():
+  return (_load("cld_study", ROOT / "experiments" / "cld" / "study.py"),
+          _load("cld_config", ROOT / "experiments" / "cld" / "configs" / "default.py"))
+
+
+def test_study_grid_keys():
+  study, configs = _study_and_configs()
   c = configs.get_config()
+  # the paper's setting: the learners see all 20 generated features on the main grid
+  assert (c.data.num_features, c.data.num_hidden, c.data.num_hidden_sweep) == (20, 0, 4)
   points = study.grid_points(c)
   assert "k=5/eta=1.0/noise=0.1/sessions=100000" in points
   assert "k=5/eta=0.1/noise=0.1/sessions=100000" in points
   assert "k=3/eta=1.0/noise=0.1/sessions=100000/assumed_eta=2.0" in points
   assert len({tuple(sorted(e["params"].items())) for e in points.values()}) == len(points)
-  # a synthetic raw result: IPS beats naive by 0.1 on every seed -> "holds"
-  s = configs.get_config("smoke")
+  hidden = [k for k, e in points.items() if e["params"]["hidden"] is not None]
+  assert hidden == [f"hidden=4/k={k}/eta=1.0/noise=0.1/sessions=100000" for k in (2, 3, 5, 10, 20)]
+  assert all(points[k]["tags"] == ["k_hidden"] and points[k]["params"]["hidden"] == 4 for k in hidden)
+  assert set(points[hidden[0]]["methods"]) == set(c.methods) - {"oracle"}
+  assert all(not k.startswith("hidden") for k in points if k not in hidden)
+  assert len(points) == 19 + 5
+  # the smoke config exercises both parts, and the paper config neither sweep
+  smoke = study.grid_points(configs.get_config("smoke"))
+  assert [k for k in smoke if k.startswith("hidden=")] == [
+      "hidden=2/k=2/eta=1.0/noise=0.1/sessions=2000", "hidden=2/k=3/eta=1.0/noise=0.1/sessions=2000"]
+  assert len(smoke) == 8
+  assert list(study.grid_points(configs.get_config("paper"))) == [
+      "k=5/eta=1.0/noise=0.1/sessions=100000", "k=5/eta=0.1/noise=0.1/sessions=100000"]
+
+
+def test_study_learner_views_share_data_and_production_order():
+  """The hidden sweep differs from the main grid only in the features the learners see."""
+  study, configs = _study_and_configs()
+  c = configs.get_config("smoke")
+  c.data.num_train, c.data.num_test = 30, 10
+  splits, main_hidden = study.load_data(c)
+  assert main_hidden == 0 and splits.train.num_features == c.data.num_features + c.data.num_hidden == 8
+  assert study.learner_view(splits, 0) is splits
+  view = study.learner_view(splits, c.data.num_hidden_sweep)
+  # the same as hiding inside topk_selection_data, from the same generated data
+  d = c.data
+  raw = data_lib.make_synthetic(d.num_train, d.num_valid, d.num_test, list_size=d.list_size, num_features=8,
+                                seed=d.seed, noise=d.label_noise)
+  ref, _ = topk_selection_data(raw, num_hidden=2, threshold=c.threshold, logging_fraction=c.logging_fraction,
+                               seed=d.seed)
+  for a, b, full in zip(view, ref, splits):
+    assert a.num_features == 6
+    np.testing.assert_array_equal(a.features, b.features)
+    np.testing.assert_array_equal(a.features, full.features[..., :6])
+    np.testing.assert_array_equal(a.labels, full.labels)
+    np.testing.assert_array_equal(a.extras["logging_scores"], b.extras["logging_scores"])
+  with pytest.raises(ValueError):
+    study.learner_view(splits, 8)
+
+
+def _fake_raw(study, config, gains):
+  """Per-seed metrics on every smoke grid point; ``gains[key][method]`` is added to a 0.5 baseline."""
   seeds = np.arange(4.0)
-  mk = lambda v: {m: v + 0.01 * seeds for m in study.METRICS}
-  key = study.point_key(3, 1.0, 0.1, 2000)
-  raw = {key: {"ips": mk(0.6), "naive": mk(0.5)}}
-  out = study.orderings(raw, s)
-  o = out["ips_minus_naive/k=5,eta=1/ndcg@1"]
-  assert o["verdict"] == "holds" and abs(o["mean"] - 0.1) < 1e-12
-  raw = {key: {"ips": mk(0.5), "naive": {m: v + np.array([0.1, -0.1, 0.1, -0.1]) for m, v in mk(0.5).items()}}}
-  assert study.orderings(raw, s)["ips_minus_naive/k=5,eta=1/ndcg@1"]["verdict"] == "not separated"
+  out = {}
+  for key, entry in study.grid_points(config).items():
+    out[key] = {m: {k: 0.5 + gains.get(key, {}).get(m, 0.0) + 0.01 * seeds for k in study.METRICS}
+                for m in entry["methods"] + ["oracle"]}
+  return out
+
+
+def test_study_orderings():
+  study, configs = _study_and_configs()
+  s = configs.get_config("smoke")
+  key = lambda **kw: study.point_key(**{"k": 3, "eta": 1.0, "noise": 0.1, "sessions": 2000, **kw})
+  good = {
+      key(): {"ips": 0.1},  # 1: IPS beats naive
+      key(eta=0.0, assumed_eta=0.0): {"heckman_rank": 0.3, "ips": 0.05},  # 2: Heckman falls by 0.3, ips by 0.05
+      key(k=2, hidden=2): {"cld": 0.2},  # 3: CLD gains 0.2 over IPS at k=2 and nothing at k=3 (hidden sweep)
+      key(assumed_eta=2.0): {"ips": -0.3, "cld": -0.05},  # 4: eta-hat = 2 costs IPS 0.4, CLD 0.15
+  }
+  good[key()]["cld"] = 0.1
+  out = study.orderings(_fake_raw(study, s, good), s)
+  assert list(out) == list(study.ORDERINGS) and len(out) == 4
+  for name, e in out.items():
+    assert e["holds"] is True and e["verdict"] == "holds", name
+    assert e["metric"] == "ndcg@1" and set(e["by_metric"]) == set(study.METRICS)
+    assert e["interval"][0] == pytest.approx(e["mean"] - e["ci90"]) and e["interval"][0] > 0
+  assert out["ips_beats_naive"]["mean"] == pytest.approx(0.1)
+  assert out["heckman_falls_fastest"]["mean"] == pytest.approx(0.25)  # minus the largest other drop (ips)
+  assert out["heckman_falls_fastest"]["versus"]["naive"]["mean"] == pytest.approx(0.3)
+  o3 = out["cld_gain_larger_at_small_k"]
+  assert o3["grid"] == "hidden=2" and o3["points"][0].startswith("hidden=2/k=2/")
+  assert o3["mean"] == pytest.approx(0.2)
+  # ordering 3 on the visible k sweep is reported for information: no gain there
+  assert o3["visible"]["holds"] is False and o3["visible"]["mean"] == pytest.approx(0.0)
+  assert out["underestimated_propensity_hurts_ips_more"]["mean"] == pytest.approx(0.25)
+  rows = study._ordering_rows(out)  # table.md and the log: the four, then ordering 3 on the visible grid
+  assert [n for n, _ in rows] == list(study.ORDERINGS) + ["cld_gain_larger_at_small_k (visible, information)"]
+  assert "holds=True" in study._ordering_line(*rows[2]) and "[hidden=2]" in study._ordering_line(*rows[2])
+  # everything flat: nothing holds; seed noise that straddles zero is "not separated"
+  flat = study.orderings(_fake_raw(study, s, {}), s)
+  assert all(e["holds"] is False for e in flat.values())
+  raw = _fake_raw(study, s, {})
+  raw[key()]["naive"] = {m: v + np.array([0.1, -0.1, 0.1, -0.1]) for m, v in raw[key()]["naive"].items()}
+  assert study.orderings(raw, s)["ips_beats_naive"]["verdict"] == "not separated"
+  # a reversed ordering, and missing points (the paper config has no sweeps)
+  raw = _fake_raw(study, s, {key(): {"naive": 0.2}})
+  assert study.orderings(raw, s)["ips_beats_naive"]["verdict"] == "reversed"
+  del raw[key(k=2, hidden=2)]
+  assert study.orderings(raw, s)["cld_gain_larger_at_small_k"]["holds"] is None
+  paper = study.orderings(_fake_raw(study, configs.get_config("paper"), {}), configs.get_config("paper"))
+  assert [e["holds"] for e in paper.values()] == [False, None, None, None]

@@ -5,10 +5,13 @@ each method with :func:`ultr_jax.train.fit` (seeds vmapped, ``click_fn=None``)
 and evaluates NDCG@1, NDCG@3 and MAP on the test split (binary labels,
 every candidate document). RankAgg is the Borda count of the point's
 trained IPS and Heckman-rank rankers (no retraining); the Oracle does not
-depend on the log and is trained once. ``results.json`` maps ``table2``,
-``table2_eta0.1`` and every point ``k=../eta=../noise=../sessions=..[/assumed_eta=..]``
-to ``{method: {metric: {"mean", "std", "ci90"}}}``; ``orderings`` holds the
-acceptance comparisons as seed-level differences with 90% t-intervals.
+depend on the log and is trained once per feature view. ``results.json`` maps
+``table2``, ``table2_eta0.1`` and every point
+``[hidden=H/]k=../eta=../noise=../sessions=..[/assumed_eta=..]`` to
+``{method: {metric: {"mean", "std", "ci90"}}}``; the ``hidden=H/`` points
+(the ``k_hidden`` sweep) hide the last ``H`` features from the learners
+(selection on unobservables). ``orderings`` holds the four acceptance
+comparisons as seed-level differences with 90% t-intervals and a boolean each.
 """
 
 import os
@@ -28,27 +31,38 @@ ALL_METHODS = ("naive", "ips", "heckman_rank", "rank_agg", "cld", "cld_n", "cld_
 PROPENSITY_METHODS = ("ips", "rank_agg", "cld", "cld_n", "cld_pair", "cld_pair_l")
 
 
-def point_key(k, eta, noise, sessions, assumed_eta=None):
+def point_key(k, eta, noise, sessions, assumed_eta=None, hidden=None):
   """``k=5/eta=1.0/noise=0.1/sessions=100000`` (+ ``/assumed_eta=..`` when misspecified).
+
+  ``hidden`` (the ``k_hidden`` sweep's hidden feature count) prefixes ``hidden=H/``.
 
   >>> point_key(5, 1, 0.1, 1e5)
   'k=5/eta=1.0/noise=0.1/sessions=100000'
+  >>> point_key(2, 1, 0.1, 1e5, hidden=4)
+  'hidden=4/k=2/eta=1.0/noise=0.1/sessions=100000'
   """
   key = f"k={int(k)}/eta={float(eta)}/noise={float(noise)}/sessions={int(sessions)}"
   if assumed_eta is not None and float(assumed_eta) != float(eta):
     key += f"/assumed_eta={float(assumed_eta)}"
+  if hidden is not None:
+    key = f"hidden={int(hidden)}/{key}"
   return key
 
 
 def grid_points(config):
-  """The de-duplicated grid: ``{key: {"params", "methods", "tags"}}`` (tests in test_cld_methods.py)."""
-  base = dict(config.table2)
+  """The de-duplicated grid: ``{key: {"params", "methods", "tags"}}`` (tests in test_cld_methods.py).
+
+  ``params["hidden"]`` is ``None`` on the main grid (the learners see the
+  features of ``config.data``) and ``data.num_hidden_sweep`` on the
+  ``k_hidden`` sweep, whose points come last.
+  """
+  base = {**dict(config.table2), "hidden": None}
   points = {}
 
   def add(tag, methods, **over):
     p = {**base, **over}
     p.setdefault("assumed_eta", p["eta"])
-    key = point_key(p["k"], p["eta"], p["noise"], p["sessions"], p["assumed_eta"])
+    key = point_key(p["k"], p["eta"], p["noise"], p["sessions"], p["assumed_eta"], p["hidden"])
     entry = points.setdefault(key, {"params": p, "methods": [], "tags": []})
     entry["methods"] += [m for m in methods if m not in entry["methods"]]
     entry["tags"].append(tag)
@@ -70,26 +84,50 @@ def grid_points(config):
     for a in config.sweeps.assumed_eta:
       add(f"misspec/k={int(k)}", mis_methods + (["heckman_rank"] if "rank_agg" in mis_methods else []),
           k=int(k), assumed_eta=float(a))
+  for k in config.sweeps.get("k_hidden", ()):
+    add("k_hidden", methods, k=int(k), hidden=int(config.data.num_hidden_sweep))
   return points
 
 
 def load_data(config):
-  """Synthetic (default) or SVMlight ``train/valid/test`` files, production-ordered and binarised."""
+  """Synthetic (default) or SVMlight ``train/valid/test`` files, production-ordered and binarised.
+
+  Returns:
+    ``(splits, main_hidden)``: ``splits`` carry every feature the production
+    ranker saw (``data.num_features + data.num_hidden`` synthetic ones, all of a
+    file's); the main grid's learners see all but the last ``main_hidden``
+    (``data.num_hidden`` on synthetic data, 0 on files), see :func:`learner_view`.
+  """
   if config.data.path:
     paths = [os.path.join(config.data.path, f) for f in config.data.files]
     splits = data_lib.Splits(*(data_lib.load_svmlight(p, max_label=4) for p in paths))
     splits = data_lib.Splits(*(data_lib.drop_queries_without_relevant(ds) for ds in splits))  # spec 2.2
     stats = data_lib.fit_normalizer([splits.train], "minmax")  # A18: fit on train
     splits = data_lib.Splits(*(data_lib.normalize_features(ds, method="minmax", stats=stats) for ds in splits))
-    num_hidden = 0
+    main_hidden = 0
   else:
     d = config.data
     splits = data_lib.make_synthetic(d.num_train, d.num_valid, d.num_test, list_size=d.list_size,
                                      num_features=d.num_features + d.num_hidden, seed=d.seed,
                                      noise=d.label_noise)
-    num_hidden = d.num_hidden
-  return simulation.topk_selection_data(splits, num_hidden=num_hidden, threshold=config.threshold,
-                                        logging_fraction=config.logging_fraction, seed=config.data.seed)
+    main_hidden = int(d.num_hidden)
+  splits, _ = simulation.topk_selection_data(splits, num_hidden=0, threshold=config.threshold,
+                                             logging_fraction=config.logging_fraction, seed=config.data.seed)
+  return splits, main_hidden
+
+
+def learner_view(splits, num_hidden):
+  """``splits`` without their last ``num_hidden`` features (as ``topk_selection_data(num_hidden=..)``).
+
+  The production order, labels and extras are unchanged: the hidden features
+  drove relevance and selection but the learners do not see them.
+  """
+  if not 0 <= num_hidden < splits.train.num_features:
+    raise ValueError(f"num_hidden must be in [0, {splits.train.num_features}), got {num_hidden}")
+  if num_hidden == 0:
+    return splits
+  f = splits.train.num_features - num_hidden
+  return data_lib.Splits(*(ds.replace(features=np.ascontiguousarray(ds.features[..., :f])) for ds in splits))
 
 
 def _train_config(config, steps=None):
@@ -143,55 +181,151 @@ def _summ(per_method):
   return {m: {k: summarize(v) for k, v in metrics.items()} for m, metrics in per_method.items()}
 
 
-def _diff(a, b, metric="ndcg@1"):
-  return summarize(np.asarray(a[metric]) - np.asarray(b[metric]))
+ORDERINGS = ("ips_beats_naive", "heckman_falls_fastest", "cld_gain_larger_at_small_k",
+             "underestimated_propensity_hurts_ips_more")
+
+
+def _interval(diffs):
+  """Seed-level differences (positive = the ordering holds) -> stats, 90% interval and verdict.
+
+  >>> s = _interval([0.1, 0.2, 0.3])
+  >>> s["holds"], s["verdict"], [round(v, 3) for v in s["interval"]]
+  (True, 'holds', [0.031, 0.369])
+  """
+  s = summarize(diffs)
+  lo, hi = s["mean"] - s["ci90"], s["mean"] + s["ci90"]
+  verdict = "holds" if lo > 0 else ("reversed" if hi < 0 else "not separated")
+  return {**s, "interval": [lo, hi], "holds": bool(lo > 0), "verdict": verdict}
+
+
+def _entry(claim, grid, keys, raw, metric, diff_fn):
+  """One ordering: ``diff_fn(points, metric) -> (per-seed diffs, extra info)`` on every metric.
+
+  The top level carries ``metric``'s interval and boolean; ``by_metric`` all
+  three. Missing points or methods give ``holds: None`` (``verdict: "missing"``).
+  """
+  out = {"claim": claim, "grid": grid, "points": list(keys), "metric": metric}
+  pts = [raw.get(k) for k in keys]
+  missing = [k for k, p in zip(keys, pts) if p is None]
+  by_metric = {}
+  if not missing:
+    for m in METRICS:
+      r = diff_fn(pts, m)
+      if r is None:
+        break
+      by_metric[m] = {**_interval(r[0]), **r[1]}
+  if missing or metric not in by_metric:
+    why = missing or ([f"methods at {', '.join(keys)}"] if keys else ["no grid points configured"])
+    return {**out, "holds": None, "verdict": "missing", "missing": why}
+  return {**out, **by_metric[metric], "by_metric": by_metric}
+
+
+def _drop_margin(pts, metric):
+  """Heckman-rank's drop between two points minus the largest other drop, per seed."""
+  lo, hi = pts
+  drops = {m: np.asarray(lo[m][metric]) - np.asarray(hi[m][metric]) for m in lo
+           if m in hi and m != "oracle"}
+  if "heckman_rank" not in drops or len(drops) < 2:
+    return None
+  h = drops.pop("heckman_rank")
+  margin = h - np.max(np.stack(list(drops.values())), axis=0)
+  return margin, {"heckman_drop": summarize(h), "drops": {m: summarize(d) for m, d in drops.items()},
+                  "versus": {m: _interval(h - d) for m, d in drops.items()}}
+
+
+def _gain_difference(pts, metric):
+  """CLD's gain over IPS at the small k minus at the large k, per seed (CLD-pair for information)."""
+  small, large = pts
+  if any(m not in p for p in pts for m in ("cld", "ips")):
+    return None
+  gain = lambda p, c: np.asarray(p[c][metric]) - np.asarray(p["ips"][metric])
+  info = {"gain_small_k": summarize(gain(small, "cld")), "gain_large_k": summarize(gain(large, "cld"))}
+  if all("cld_pair" in p for p in pts):
+    info["cld_pair"] = _interval(gain(small, "cld_pair") - gain(large, "cld_pair"))
+  return gain(small, "cld") - gain(large, "cld"), info
+
+
+def _misspec_margin(pts, metric, combos):
+  """IPS's drop minus CLD's when the assumed eta is raised, per seed, minimum over ``combos``."""
+  diffs, info = [], {}
+  for (label, _), ref, mis in zip(combos, pts[0::2], pts[1::2]):
+    if any(m not in p for p in (ref, mis) for m in ("ips", "cld")):
+      return None
+    d_ips = np.asarray(ref["ips"][metric]) - np.asarray(mis["ips"][metric])
+    d_cld = np.asarray(ref["cld"][metric]) - np.asarray(mis["cld"][metric])
+    diffs.append(d_ips - d_cld)
+    info[label] = {**_interval(d_ips - d_cld), "ips_drop": summarize(d_ips), "cld_drop": summarize(d_cld)}
+  return np.min(np.stack(diffs), axis=0), {"by_point": info}
 
 
 def orderings(raw, config):
-  """The acceptance comparisons (seed-level differences, 90% t-intervals) with a verdict each."""
-  out = {}
+  """The issue's four acceptance orderings, as seed-level differences with 90% t-intervals.
+
+  Each entry: ``claim``, ``grid`` (``visible`` or ``hidden=H``), the
+  ``points`` it reads, ``metric`` (``config.orderings.metric``) with its
+  ``mean``/``std``/``ci90``, ``interval`` ``[lo, hi]``, ``holds`` (``lo > 0``)
+  and ``verdict``, plus ``by_metric`` for NDCG@1, NDCG@3 and MAP:
+
+  1. ``ips_beats_naive``: IPS - Naive at the Table 2 point (visible grid).
+  2. ``heckman_falls_fastest``: Heckman-rank's drop from ``orderings.etas[0]``
+     to ``[1]`` minus the largest drop of any other method (per seed), so it
+     holds only if Heckman-rank falls faster than every one; ``versus`` has
+     the pairwise comparisons (visible grid).
+  3. ``cld_gain_larger_at_small_k``: (CLD - IPS) at ``orderings.ks[0]``
+     minus at ``ks[1]`` on the ``k_hidden`` sweep (selection on unobservables);
+     ``visible`` holds the same on the visible k sweep, for information.
+  4. ``underestimated_propensity_hurts_ips_more``: IPS's drop minus CLD's
+     from the true eta to every assumed eta above it, at every
+     ``sweeps.misspec_k``; the minimum over those per seed (visible grid).
+  """
   base = dict(config.table2)
+  oc = config.get("orderings", {})
+  metric = oc.get("metric", "ndcg@1")
+  eta_lo, eta_hi = (float(e) for e in oc.get("etas", (0.0, 2.0)))
+  k_small, k_large = (int(k) for k in oc.get("ks", (2, 10)))
+  n_hidden = int(config.data.get("num_hidden_sweep", 0))
 
-  def get(**over):
+  def key(hidden=None, **over):
     p = {**base, **over}
-    return raw.get(point_key(p["k"], p["eta"], p["noise"], p["sessions"], p.get("assumed_eta")))
+    return point_key(p["k"], p["eta"], p["noise"], p["sessions"], p.get("assumed_eta"), hidden)
 
-  def verdict(s):
-    lo, hi = s["mean"] - s["ci90"], s["mean"] + s["ci90"]
-    return "holds" if lo > 0 else ("reversed" if hi < 0 else "not separated")
-
-  for metric in METRICS:
-    t2 = get()
-    if t2 and "ips" in t2 and "naive" in t2:
-      s = _diff(t2["ips"], t2["naive"], metric)
-      out[f"ips_minus_naive/k=5,eta=1/{metric}"] = {**s, "verdict": verdict(s)}
-    e0, e2 = get(eta=0.0, assumed_eta=0.0), get(eta=2.0, assumed_eta=2.0)
-    if e0 and e2 and "heckman_rank" in e0:
-      drops = {m: np.asarray(e0[m][metric]) - np.asarray(e2[m][metric]) for m in e0 if m in e2 and m != "oracle"}
-      for m, d in drops.items():
-        if m == "heckman_rank":
-          continue
-        s = summarize(drops["heckman_rank"] - d)
-        out[f"heckman_drop_minus_{m}_drop/eta0->2/{metric}"] = {**s, "verdict": verdict(s)}
-    k2, k10 = get(k=2), get(k=10)
-    if k2 and k10 and "cld" in k2 and "ips" in k2:
-      for c in ("cld", "cld_pair"):
-        if c in k2:
-          g2 = np.asarray(k2[c][metric]) - np.asarray(k2["ips"][metric])
-          g10 = np.asarray(k10[c][metric]) - np.asarray(k10["ips"][metric])
-          s = summarize(g2 - g10)
-          out[f"{c}_gain_over_ips_k2_minus_k10/{metric}"] = {
-              **s, "verdict": verdict(s), "gain_k2": summarize(g2), "gain_k10": summarize(g10)}
-    for k in config.sweeps.misspec_k:
-      ref = get(k=int(k))
-      hi = get(k=int(k), assumed_eta=float(max(config.sweeps.assumed_eta)))
-      if ref and hi and "ips" in hi and "cld" in hi:
-        drop_ips = np.asarray(ref["ips"][metric]) - np.asarray(hi["ips"][metric])
-        drop_cld = np.asarray(ref["cld"][metric]) - np.asarray(hi["cld"][metric])
-        s = summarize(drop_ips - drop_cld)
-        out[f"ips_drop_minus_cld_drop/k={int(k)},assumed_eta={max(config.sweeps.assumed_eta)}/{metric}"] = {
-            **s, "verdict": verdict(s), "ips_drop": summarize(drop_ips), "cld_drop": summarize(drop_cld)}
+  out = {}
+  ips_naive = lambda pts, m: (None if any(x not in pts[0] for x in ("ips", "naive")) else
+                              (np.asarray(pts[0]["ips"][m]) - np.asarray(pts[0]["naive"][m]), {}))
+  out["ips_beats_naive"] = _entry(f"IPS > Naive at k={base['k']}, eta={base['eta']}", "visible",
+                                  [key()], raw, metric, ips_naive)
+  out["heckman_falls_fastest"] = _entry(
+      f"Heckman-rank falls fastest as eta rises {eta_lo} -> {eta_hi} (k={base['k']})", "visible",
+      [key(eta=eta_lo, assumed_eta=eta_lo), key(eta=eta_hi, assumed_eta=eta_hi)], raw, metric, _drop_margin)
+  claim = f"CLD's gain over IPS is larger at k={k_small} than at k={k_large}"
+  o3 = _entry(claim + f" ({n_hidden} features hidden)", f"hidden={n_hidden}",
+              [key(n_hidden, k=k_small), key(n_hidden, k=k_large)], raw, metric, _gain_difference)
+  o3["visible"] = _entry(claim + " (all features visible; information)", "visible",
+                         [key(k=k_small), key(k=k_large)], raw, metric, _gain_difference)
+  out["cld_gain_larger_at_small_k"] = o3
+  combos = [(f"k={int(k)},assumed_eta={float(a)}", (int(k), float(a))) for k in config.sweeps.misspec_k
+            for a in config.sweeps.assumed_eta if float(a) > float(base["eta"])]
+  keys = [kk for _, (k, a) in combos for kk in (key(k=k), key(k=k, assumed_eta=a))]
+  out["underestimated_propensity_hurts_ips_more"] = _entry(
+      f"an assumed eta > {base['eta']} hurts IPS more than CLD ({', '.join(c for c, _ in combos)})", "visible",
+      keys, raw, metric, lambda pts, m: _misspec_margin(pts, m, combos) if combos else None)
   return out
+
+
+def _ordering_rows(ords):
+  """``(name, entry)`` pairs for the table and the log: the four, then ordering 3 on the visible grid."""
+  rows = [(name, ords[name]) for name in ORDERINGS if name in ords]
+  o3 = ords.get("cld_gain_larger_at_small_k", {})
+  if "visible" in o3:
+    rows.append(("cld_gain_larger_at_small_k (visible, information)", o3["visible"]))
+  return rows
+
+
+def _ordering_line(name, e):
+  if e["holds"] is None:
+    return f"{name} [{e['grid']}]: missing {e['missing']}"
+  return (f"{name} [{e['grid']}] {e['metric']}: {e['mean']:+.4f} ± {e['ci90']:.4f} "
+          f"[{e['interval'][0]:+.4f}, {e['interval'][1]:+.4f}] holds={e['holds']}")
 
 
 def _plots(results, points, workdir, config):
@@ -203,12 +337,13 @@ def _plots(results, points, workdir, config):
     return []
   base = dict(config.table2)
   files = []
-  sweeps = [("k", "k", {}), ("eta", "eta", {}), ("sessions", "sessions", {}), ("noise", "noise", {})]
+  sweeps = [("k", "k", {}), ("k_hidden", "k", {}), ("eta", "eta", {}), ("sessions", "sessions", {}),
+            ("noise", "noise", {})]
   sweeps += [(f"misspec/k={int(k)}", "assumed_eta", {"k": int(k)}) for k in config.sweeps.misspec_k]
   for tag, axis, fixed in sweeps:
     keys = [(key, e["params"]) for key, e in points.items() if tag in e["tags"] or
-            (tag.startswith("misspec") and e["params"]["k"] == fixed.get("k") and
-             all(e["params"][a] == base[a] for a in ("eta", "noise", "sessions")))]
+            (tag.startswith("misspec") and e["params"]["k"] == fixed.get("k") and e["params"]["hidden"] is None
+             and all(e["params"][a] == base[a] for a in ("eta", "noise", "sessions")))]
     keys = sorted({k: p for k, p in keys}.items(), key=lambda kv: kv[1][axis])
     if len(keys) < 2:
       continue
@@ -262,16 +397,29 @@ def run(config, workdir):
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
   seeds = tuple(range(int(config.num_seeds)))
-  splits, _ = load_data(config)
+  all_features, main_hidden = load_data(config)
   points = grid_points(config)
-  print(f"[cld] {len(points)} grid points, {splits.train.num_queries} train queries, "
-        f"{splits.train.num_features} features", file=sys.stderr, flush=True)
-  oracle = None
-  if "oracle" in config.methods:
-    _, _, oracle = _fit_eval("oracle", splits.train, splits.test, config, seeds, method_name="full_info")
+  views = {}  # hidden feature count -> (learner splits, oracle metrics), built on first use
+
+  def view(hidden):
+    n = main_hidden if hidden is None else hidden
+    if n not in views:
+      s = learner_view(all_features, n)
+      oracle = None
+      if "oracle" in config.methods:
+        _, _, oracle = _fit_eval("oracle", s.train, s.test, config, seeds, method_name="full_info")
+      views[n] = (s, oracle)
+    return views[n]
+
+  n_hidden_points = sum(e["params"]["hidden"] is not None for e in points.values())
+  print(f"[cld] {len(points)} grid points ({n_hidden_points} with {config.data.get('num_hidden_sweep', 0)} "
+        f"features hidden), {all_features.train.num_queries} train queries, "
+        f"{all_features.train.num_features - main_hidden} of {all_features.train.num_features} features "
+        f"visible on the main grid", file=sys.stderr, flush=True)
   raw, results, timing = {}, {}, {}
   for key, entry in points.items():
     t = time.perf_counter()
+    splits, oracle = view(entry["params"]["hidden"])
     raw[key] = run_point(entry["params"], entry["methods"], splits, config, seeds, oracle)
     results[key] = _summ(raw[key])
     timing[key] = time.perf_counter() - t
@@ -288,10 +436,13 @@ def run(config, workdir):
   out["seconds"] = {"total": time.perf_counter() - t0, **timing}
   keys = [t2] + [point_key(base["k"], e, base["noise"], base["sessions"]) for e in config.table2_etas]
   table = "## Table 2/3 analogues\n\n" + _table(results, list(dict.fromkeys(keys)))
-  table += "\n## Orderings (seed-level differences, 90% t-intervals)\n\n| comparison | mean | ci90 | verdict |\n|---|---|---|---|\n"
-  table += "\n".join(f"| {k} | {v['mean']:+.4f} | {v['ci90']:.4f} | {v['verdict']} |"
-                     for k, v in out["orderings"].items())
-  table += "\n\n## All points\n\n" + _table(results, list(points))
+  table += ("\n## Orderings (seed-level differences, 90% t-intervals)\n\n"
+            "| ordering | grid | claim | metric | mean | ci90 | holds | verdict |\n|---|---|---|---|---|---|---|---|\n")
+  for name, e in _ordering_rows(out["orderings"]):
+    stats = ("| | |" if e["holds"] is None else f"| {e['mean']:+.4f} | {e['ci90']:.4f} |")
+    table += f"| {name} | {e['grid']} | {e['claim']} | {e['metric']} {stats} {e['holds']} | {e['verdict']} |\n"
+    print(f"[cld] ordering {_ordering_line(name, e)}", file=sys.stderr, flush=True)
+  table += "\n## All points\n\n" + _table(results, list(points))
   out["figures"] = _plots(results, points, workdir, config)
   write_results(workdir, out, table=table)
   print(f"[cld] done in {time.perf_counter() - t0:.1f}s -> {workdir}", file=sys.stderr, flush=True)
