@@ -139,7 +139,9 @@ def test_smoke_binary_writes_results(tmp_path, subprocess_env):
          "--config=" + os.path.join(root, "experiments/lbd/configs/default.py:smoke"),
          f"--workdir={tmp_path}", "--config.etas=(0.0, 0.6)", "--config.lams=(100.0,)", "--config.ts=(0.2,)",
          "--config.baselines=('labeled_data', 'click_data', 'two_tower')", "--config.rankers=('linear',)",
-         f"--config.compilation_cache_dir={tmp_path}/cache"]
+         f"--config.compilation_cache_dir={tmp_path}/cache",
+         # one grid job per eta: the recorded (unsplit) numbers must not change
+         "--config.grid_etas_per_job=1"]
   proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
   assert proc.returncode == 0, proc.stderr[-3000:]
   res = json.load(open(tmp_path / "results.json"))

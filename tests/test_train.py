@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -98,10 +99,15 @@ def test_fit_learns_and_vmaps_seeds():
   assert set(result.history[0]) >= {"step", "train/loss", "train/target_mean", "valid/ndcg@10"}
 
 
-def test_best_state_is_the_best_validation_state():
+def test_best_state_is_the_best_validation_state(capsys):
   train, valid = _toy_dataset(seed=0), _toy_dataset(seed=1)
   method = _toy_method()
-  result = fit(method, train, valid, click_fn=_toy_click_fn, config=_config(steps=40), seeds=(0, 1))
+  result = fit(method, train, valid, click_fn=_toy_click_fn,
+               config=_config(steps=40, progress=True, progress_every=4), seeds=(0, 1))
+  # progress: a timing line every 4 steps between evaluations, the loss and metric at each evaluation
+  err = capsys.readouterr().err
+  assert [int(s) for s in re.findall(r"step (\d+)/40 \(", err)] == [4, 8, 12, 16, 24, 28, 32, 36]
+  assert [int(s) for s in re.findall(r"step (\d+)/40 loss", err)] == [10, 20, 30, 40]
   curve = np.array([h["valid/ndcg@10"] for h in result.history])  # [evals, S]
   np.testing.assert_allclose(result.best_metric, curve.max(0), rtol=1e-6)
   best = evaluate(method, result.params, valid)

@@ -503,7 +503,8 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
     return {_eta_key(e): {f"{ranker}/{name}": {k: _summ(m[k][:, i]) for k in METRICS}}
             for i, e in enumerate(etas)}
 
-  def grid_job(ranker):
+  def grid_job(ranker, chunk):
+    """The (lambda, t) grid of ``ranker`` for the etas ``chunk`` (indices into ``etas``)."""
     tcfg, rcfg = _train_cfg(config, ranker), _ranker_cfg(config, ranker)
     gcfg = ml_collections.ConfigDict({**rcfg.to_dict(), "lams": [m[1] for m in members],
                                       "ts": [m[2] for m in members], "keep": config.keep,
@@ -511,16 +512,16 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
                                       "skip_zero_lambda_gp": config.get("skip_zero_lambda_gp", True),
                                       "learning_rate": tcfg.learning_rate, "grad_clip": tcfg.grad_clip})
     grid = make_lbd_grid(gcfg, num_features=train.num_features, list_size=train.list_size)
-    stacked = stack_runs(grid, n_eta, optimizer=grid.optimizer)
-    res = fit(stacked, train, None, click_fn=eta_click_fn, config=tcfg, seeds=seeds,
-              name=f"lbd_grid[{ranker}]")
+    stacked = stack_runs(grid, len(chunk), optimizer=grid.optimizer)
+    res = fit(stacked, train, None, click_fn=stack_click_fn(click_fn, ws[list(chunk)]), config=tcfg,
+              seeds=seeds, name=f"lbd_grid[{ranker}, eta={','.join(f'{etas[i]:g}' for i in chunk)}]")
     single = make_lbd(rcfg, num_features=train.num_features, list_size=train.list_size)
     runs = {"tower": res.params["towers"]}  # leaves [S, E, G, ...]
-    lead = (n_seed, n_eta, len(members))
+    lead = (n_seed, len(chunk), len(members))
     valid_m = _evaluate_runs(single, runs, valid, lead)
     test_m = _evaluate_runs(single, runs, test, lead)
     out = {}
-    for i, e in enumerate(etas):
+    for i, e in enumerate(etas[j] for j in chunk):
       vscore = valid_m[config.select_metric][:, i, :].mean(0)
       chosen = select_on_validation(members, vscore)
       entry = {f"{ranker}/{variant}": {k: _summ(test_m[k][:, i, g]) for k in METRICS}
@@ -533,17 +534,25 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
       out[_eta_key(e)] = entry
     return out
 
-  # The grids first (the longest cells), then the baselines.
-  jobs = [(r, "lbd_grid") for r in config.rankers] + [(r, n) for r in config.rankers for n in config.baselines]
+  # The grids first (the longest cells, the DNN's before the Linear's; ``grid_etas_per_job`` etas
+  # each, so the worker threads share them), then the baselines. Chunking does not change a
+  # number: each eta is its own run.
+  per_job = int(config.get("grid_etas_per_job", 0)) or n_eta
+  chunks = [tuple(range(i, min(i + per_job, n_eta))) for i in range(0, n_eta, per_job)]
+  jobs = [(r, "lbd_grid", c) for r in sorted(config.rankers, key=lambda r: r == "linear") for c in chunks]
+  jobs += [(r, n, tuple(range(n_eta))) for r in config.rankers for n in config.baselines]
   timings: dict[str, float] = {}
 
   def run(job):
-    ranker, name = job
+    ranker, name, chunk = job
     t0 = time.perf_counter()
-    out = grid_job(ranker) if name == "lbd_grid" else baseline_job(ranker, name)
-    timings[f"{ranker}/{name}"] = time.perf_counter() - t0
-    print(f"[lbd study] {ranker}/{name}: all {n_eta} etas in {timings[f'{ranker}/{name}']:.0f}s "
-          f"(done at {time.perf_counter() - t_start:.0f}s)", file=sys.stderr, flush=True)
+    out = grid_job(ranker, chunk) if name == "lbd_grid" else baseline_job(ranker, name)
+    label = f"{ranker}/{name}" + (f"[eta={','.join(f'{etas[i]:g}' for i in chunk)}]" if len(chunks) > 1
+                                  and name == "lbd_grid" else "")
+    timings[label] = time.perf_counter() - t0
+    print(f"[lbd study] {label}: {len(chunk)} etas in {timings[label]:.0f}s "
+          f"(done at {time.perf_counter() - t_start:.0f}s, job {jobs.index(job) + 1} of {len(jobs)})",
+          file=sys.stderr, flush=True)
     return out
 
   workers = max(1, int(config.get("workers", 1)))
@@ -555,7 +564,7 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
   results: dict[str, Any] = {_eta_key(e): {"selected": {}, "grid": {}} for e in etas}
   order = {j: i for i, j in enumerate([(r, n) for r in config.rankers
                                        for n in tuple(config.baselines) + ("lbd_grid",)])}
-  for job, out in sorted(zip(jobs, outs), key=lambda jo: order[jo[0]]):
+  for job, out in sorted(zip(jobs, outs), key=lambda jo: (order[jo[0][:2]], jo[0][2])):
     for key, cells in out.items():
       for k, v in cells.items():
         if k in ("selected", "grid"):

@@ -67,6 +67,7 @@ def default_train_config() -> ml_collections.ConfigDict:
   c.num_devices = 0  # devices in the data-parallel mesh; 0 = all.
   c.data_seed = 0  # batch order (combined with each run's seed).
   c.progress = True
+  c.progress_every = 0  # also print a progress line every this many steps (0: at evaluations only).
   return c
 
 
@@ -369,6 +370,10 @@ def fit(method: Method, train: RankingDataset, valid: Optional[RankingDataset] =
     loss_acc = sm if loss_acc is None else jax.tree.map(jnp.add, loss_acc, sm)
     loss_n += 1
     at_eval = step % eval_every == 0 or step == total
+    if config.progress and config.progress_every and step % config.progress_every == 0 and not at_eval:
+      rate = (step - s0) / max(time.perf_counter() - t0, 1e-9)  # includes the first step's compile
+      print(f"[{name}] step {step}/{total} ({rate:.2f} steps/s, ~{(total - step) / rate:.0f}s left)",
+            file=sys.stderr, flush=True)
     if at_eval:
       state, m = do_eval(state)
       means = jax.device_get(jax.tree.map(lambda v: v / loss_n, loss_acc))

@@ -53,11 +53,12 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config.logging_policy.steps = 300
   config.logging_policy.top_k = 10
 
-  config.etas = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6)
+  config.etas = (0.0, 0.1, 0.3, 0.6)  # the paper's 7-point sweep: --config.etas='(0.0,0.1,0.2,0.3,0.4,0.5,0.6)'
   config.table_eta = 0.1
   config.max_redraws = 100
   config.compilation_cache_dir = ""  # a path turns on XLA's persistent cache (reused across runs)
   config.workers = 2  # (ranker, method) cells trained concurrently (threads)
+  config.grid_etas_per_job = 2  # the (lambda, t) grid of each ranker is split into jobs of this many etas (0: one)
   config.skip_zero_lambda_gp = True  # lambda = 0 grid members skip the GP (same gradients, faster steps)
   config.rankers = ("linear", "dnn")
   config.dnn_hidden_sizes = (64, 32)
@@ -79,7 +80,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config.train.batch_size = 128
   config.train.eval_every = 600  # no validation during training: final state (valid selects (lambda, t))
   config.train.patience = 0
-  config.train.progress = False
+  config.train.progress = True
+  config.train.progress_every = 100  # a line per grid job every 100 steps
 
   if arg == "smoke":
     config.num_seeds = 2
@@ -96,8 +98,11 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     config.train.steps = 6
     config.train.batch_size = 16
     config.train.eval_every = 6
-    # Compile-dominated (6 steps): one vmapped group instead of two halves the grid step's compile.
+    config.train.progress = False
+    # Compile-dominated (6 steps): one vmapped group instead of two halves the grid step's compile,
+    # and one grid job per ranker compiles once.
     config.skip_zero_lambda_gp = False
+    config.grid_etas_per_job = 0
   elif arg:
     raise ValueError(f"unknown config variant {arg!r} (expected '' or 'smoke')")
   return config
