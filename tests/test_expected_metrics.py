@@ -103,8 +103,8 @@ def test_cli_exit_status(tmp_path):
 
 
 @pytest.mark.slow
-def test_cld_smoke_binary_matches_expected(tmp_path, subprocess_env):
-  env = subprocess_env
+def test_cld_smoke_binary_matches_expected(tmp_path, default_xla_env):
+  env = default_xla_env  # the file is recorded as a user runs the binary
   proc = subprocess.run(
       [sys.executable, str(ROOT / "experiments" / "cld" / "main.py"),
        f"--config={ROOT / 'experiments' / 'cld' / 'configs' / 'default.py'}:smoke", f"--workdir={tmp_path}"],

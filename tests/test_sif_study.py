@@ -30,10 +30,10 @@ def test_t6_variants_and_checks():
 
 
 @pytest.mark.slow
-def test_smoke_binary(tmp_path, subprocess_env):
+def test_smoke_binary(tmp_path, default_xla_env):
   out = subprocess.run([sys.executable, os.path.join(ROOT, "experiments/sif/main.py"),
                         "--config=" + os.path.join(ROOT, "experiments/sif/configs/default.py") + ":smoke",
-                        f"--workdir={tmp_path}"], capture_output=True, text=True, timeout=1800, env=subprocess_env)
+                        f"--workdir={tmp_path}"], capture_output=True, text=True, timeout=1800, env=default_xla_env)
   assert out.returncode == 0, out.stderr[-3000:]
   res = json.loads((tmp_path / "results.json").read_text())
   for key in ("setting=position/alpha=0", "setting=trust/alpha=0.6"):
