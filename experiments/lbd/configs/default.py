@@ -8,15 +8,13 @@ r"""Default config of the LBD study (spec-lbd 5.2: synthetic data, eta sweep 0..
       --config.data.valid_path=.../vali.txt --config.data.test_path=.../test.txt \
       --config.data.normalize=minmax_pm1 --config.data.crux_indices='(635, 374, 444, 593, 380, 15, 124, 448, 416, 479)'
 
-Sizing (measured 2026-11-23 on the shared 2-core machine at load average 9-15, so CPU seconds
-are the meaningful figure): every (ranker, method) cell is ONE fit over all 7 etas (stacked runs),
-so the sweep compiles 16 training steps in all (was 16 per eta: 112 traced, later etas read from
-XLA's persistent cache) and evaluates each
-cell in one pass. What is left is the (lambda, t) grid's training: 7 etas x 21 members x 3 seeds
-= 441 towers per ranker, 600 steps of 128 lists: 1.78 s CPU per step for the Linear grid (~18 min
-CPU) and 6.59 s CPU per step for the [64, 32] DNN grid (~66 min CPU). The full default sweep
-therefore does NOT fit the 20-minute / 2-core target yet (about 85+ min of CPU, 2 worker threads).
-``--config.etas`` limits it. Lambda is rescaled to the batch shape (spec 2.4, ``rescale_lambda``).
+Sizing (measured 2026-11-23 on the shared 2-core machine, mostly idle): every (ranker, method) cell
+is ONE fit over all its etas (stacked runs); each ranker's (lambda, t) grid (21 members x 3 seeds
+per eta) is split into jobs of ``grid_etas_per_job`` etas so the ``workers`` threads share it. The
+default (4 etas) took 33.3 min wall / 57 min CPU: the DNN grid 2 x 20 min, the Linear grid
+2 x 7 min, the 14 baseline cells 15-80 s each. It therefore does NOT meet the 20-minute / 2-core
+target; the paper's 7-point sweep (``--config.etas='(0.0,0.1,0.2,0.3,0.4,0.5,0.6)'``) takes about
+7/4 as long. Lambda is rescaled to the batch shape (spec 2.4, ``rescale_lambda``).
 """
 
 import ml_collections
