@@ -20,7 +20,8 @@ from ultr_jax.testing import (assert_matches_expected, compare_to_expected, expe
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FILES = sorted((ROOT / "expected_metrics").glob("*.json"))
-REQUIRED = ("baselines_default", "baselines_smoke", "identifiability_smoke", "lbd_default", "lbd_smoke",
+REQUIRED = ("baselines_default", "baselines_smoke", "identifiability_default", "identifiability_smoke",
+            "lbd_default", "lbd_smoke",
             "cld_default", "cld_smoke", "sif_default", "sif_smoke", "report_smoke")
 
 
