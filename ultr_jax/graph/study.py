@@ -18,6 +18,7 @@ MSE :math:`\operatorname{mean}_i (r'(x_i)\,o'(t_i) - c_i)^2`.
 one jitted, vmapped call (float64).
 """
 
+import concurrent.futures
 import dataclasses
 import functools
 from typing import Optional
@@ -97,11 +98,12 @@ def embedding_metrics(r_true_doc, r_pred_doc, doc_present, doc_ids, labels,
 
 
 # Three jits, so that a Table 1 compiles the click simulation and the
-# metrics once per dataset shape and only the fit once per row.
+# metrics once per list shape (they are per run: a one-run fit such as the
+# node-intervention estimate reuses them) and only the fit once per row.
 
 
 @functools.partial(jax.jit, static_argnames=("num_docs",))
-def _simulate(keys, doc_ids, positions, labels, where, exam, num_clicks, eps,
+def _simulate(key, doc_ids, positions, labels, where, exam, num_clicks, eps,
               y_max, *, num_docs):
   r_true = true_relevance(labels, eps=eps, y_max=y_max)
   docs = jnp.maximum(doc_ids, 0)
@@ -109,9 +111,8 @@ def _simulate(keys, doc_ids, positions, labels, where, exam, num_clicks, eps,
       jnp.where(where, r_true, -1.0).ravel(), docs.ravel(),
       num_segments=num_docs)
   p = jnp.where(where, r_true * exam[positions], 0.0)
-  k_click, k_fit = jax.vmap(jax.random.split, out_axes=1)(keys)
-  ctr = jax.vmap(lambda k: jnp.where(where, simulate_ctr(k, p, num_clicks),
-                                     0.0))(k_click)
+  k_click, k_fit = jax.random.split(key)
+  ctr = jnp.where(where, simulate_ctr(k_click, p, num_clicks), 0.0)
   return ctr, k_fit, r_true_doc
 
 
@@ -142,22 +143,19 @@ def _positions(ds):
 @jax.jit
 def _score(ctr, r, o_pos, r_true_doc, doc_ids, positions, labels, where):
   docs = jnp.maximum(doc_ids, 0)
-
-  def one(ctr, r, o_pos):
-    m = embedding_metrics(r_true_doc, r, r_true_doc >= 0, doc_ids, labels,
-                          where, r[docs] * o_pos[positions], ctr)
-    m["observation"] = o_pos
-    m["relevance"] = r
-    return m
-
-  return jax.vmap(one)(ctr, r, o_pos)
+  m = embedding_metrics(r_true_doc, r, r_true_doc >= 0, doc_ids, labels,
+                        where, r[docs] * o_pos[positions], ctr)
+  m["observation"] = o_pos
+  m["relevance"] = r
+  return m
 
 
 def run_method(
     key, ds: RankingDataset, *, method: str, runs: int, epochs: int,
     num_clicks: float = 1e6, canonical: Optional[np.ndarray] = None,
     examination=PBM_EXAMINATION, eps: float = 0.1, y_max: int = 5,
-    num_docs: Optional[int] = None, share_shapes=(), **fit_kwargs,
+    num_docs: Optional[int] = None, share_shapes=(),
+    num_lists: Optional[int] = None, **fit_kwargs,
 ) -> dict[str, np.ndarray]:
   r"""Simulates PBM clicks and fits ``method`` ``runs`` times (vmapped, float64).
 
@@ -177,6 +175,9 @@ def run_method(
       fit's record layout is padded to the shapes of theirs, so that rows
       with the same method and epochs share one compiled fit (same results
       up to float summation order).
+    num_lists: pad the lists with all-masked ones up to this count (the
+      shapes of other rows, so that they share the compiled simulation and
+      scoring; the metrics are unchanged).
     **fit_kwargs: passed to the fit function (e.g. ``o_update``, ``variant``).
 
   Returns:
@@ -193,8 +194,9 @@ def run_method(
   >>> print(bool((m["mcc"] > 0.9).all()))
   True
   """
-  if share_shapes:  # pad the lists too: one compiled simulation and score
-    ds = _pad_lists(ds, max(d.where.shape[0] for d, _ in share_shapes))
+  # pad the lists too: one compiled simulation and score
+  q = max([d.where.shape[0] for d, _ in share_shapes] + [num_lists or 0])
+  ds = _pad_lists(ds, q)
   positions = _positions(ds)
   l = int(np.max(positions)) + 1
   canonical = np.arange(l) if canonical is None else np.asarray(canonical)
@@ -221,10 +223,12 @@ def run_method(
     positions = jnp.asarray(positions, jnp.int32)
     labels = jnp.asarray(ds.labels, jnp.float64)
     where = jnp.asarray(ds.where)
-    ctr, k_fit, r_true_doc = _simulate(
-        keys, doc_ids, positions, labels, where, jnp.asarray(exam),
-        jnp.float64(num_clicks), jnp.float64(eps), jnp.float64(y_max),
-        num_docs=nd)
+    sims = [_simulate(k, doc_ids, positions, labels, where, jnp.asarray(exam),
+                      jnp.float64(num_clicks), jnp.float64(eps),
+                      jnp.float64(y_max), num_docs=nd) for k in keys]
+    ctr = jnp.stack([c for c, _, _ in sims])
+    k_fit = jnp.stack([k for _, k, _ in sims])
+    r_true_doc = sims[0][2]
     pad = n - ds.where.size
     r, o = _fit(k_fit, jnp.pad(ctr.reshape(runs, -1), ((0, 0), (0, pad))),
                 jnp.pad(jnp.maximum(doc_ids, 0).ravel(), (0, pad)),
@@ -233,8 +237,10 @@ def run_method(
                 fit_kwargs=tuple(sorted(fit_kwargs.items())))
     o_pos = (jnp.ones((runs, l), jnp.float64) if method == "no_debias"
              else o[:, jnp.asarray(canonical, jnp.int32)])
-    out = _score(ctr, r, o_pos, r_true_doc, doc_ids, positions, labels, where)
-    return jax.tree.map(np.asarray, out)
+    out = [_score(ctr[i], r[i], o_pos[i], r_true_doc, doc_ids, positions,
+                  labels, where) for i in range(runs)]
+    return jax.tree.map(lambda *v: np.stack([np.asarray(x) for x in v]),
+                        *out)
 
 
 def _pad_lists(ds, q):
@@ -308,10 +314,14 @@ def node_merging_canonical(ds: RankingDataset, pairs=None) -> np.ndarray:
 
 def node_intervention_dataset(key, ds: RankingDataset, *, epochs: int,
                               num_clicks: float = 1e6, random_cost=False,
-                              seed: int = 0, num_docs=None, **dla_kwargs):
+                              seed: int = 0, num_docs=None, num_lists=None,
+                              **dla_kwargs):
   r"""Algorithm 2 applied to ``ds``: estimates :math:`\hat r, \hat o` from one
   DLA + node merging fit (paper C.3), the min-cost plan (or the random-cost
   ablation), and the dataset with the swapped lists appended.
+
+  ``num_lists`` pads the estimate's lists (see :func:`run_method`); the
+  estimate is the same.
 
   Returns ``(dataset, plan)``.
   """
@@ -327,7 +337,8 @@ def node_intervention_dataset(key, ds: RankingDataset, *, epochs: int,
   else:
     m = run_method(key, ds, method="dla", runs=1, epochs=epochs,
                    num_clicks=num_clicks, num_docs=num_docs,
-                   canonical=node_merging_canonical(ds), **dla_kwargs)
+                   num_lists=num_lists, canonical=node_merging_canonical(ds),
+                   **dla_kwargs)
     plan = intervention_plan(ds.doc_ids, ds.where, labels, m["relevance"][0],
                              m["observation"][0], present=present)
   return apply_interventions(ds, plan), plan
@@ -339,7 +350,8 @@ TABLE1_METHODS = (("DLA", "dla"), ("Regression-EM", "regression_em"),
 
 def table1(key, ds: RankingDataset, *, runs: int, epochs: dict,
            num_clicks: float = 1e6, method_kwargs: Optional[dict] = None,
-           num_docs=None, log=print) -> dict:
+           num_docs=None, log=print,
+           max_workers: Optional[int] = None) -> dict:
   r"""Table 1: No debias, and each method raw, + node intervention and + node
   merging, ``runs`` runs each.
 
@@ -350,6 +362,9 @@ def table1(key, ds: RankingDataset, *, runs: int, epochs: dict,
     epochs: ``{"dla": ..., "regression_em": ..., "two_tower": ...}``.
     num_clicks: impressions per record.
     method_kwargs: extra fit arguments per method.
+    max_workers: threads running the methods' rows at once (default: one
+      per method; 1 runs them one after the other). The rows are the same
+      either way.
 
   Returns:
     ``{row name: metrics dict of float[runs] arrays}`` plus ``"_plan"``: the
@@ -358,26 +373,46 @@ def table1(key, ds: RankingDataset, *, runs: int, epochs: dict,
   method_kwargs = method_kwargs or {}
   k_est, k_run = jax.random.split(key)
   canonical = node_merging_canonical(ds)
+  # The intervention appends one swapped list per extra component: every
+  # row's lists are padded to that count, so that the estimate below and all
+  # rows share one compiled click simulation and one compiled scoring.
+  num_lists = ds.where.shape[0] + position_components(ds)[2] - 1
   ds_ni, plan = node_intervention_dataset(
       k_est, ds, epochs=epochs["dla"], num_clicks=num_clicks,
-      num_docs=num_docs, **method_kwargs.get("dla", {}))
-  rows = {}
+      num_docs=num_docs, num_lists=num_lists,
+      **method_kwargs.get("dla", {}))
   common = dict(runs=runs, num_clicks=num_clicks, num_docs=num_docs)
   shared = ((ds, None), (ds_ni, None), (ds, canonical))
-  rows["No debias"] = run_method(k_run, ds, method="no_debias", epochs=1,
-                                 share_shapes=shared, **common)
-  log("No debias done")
-  # the three rows of a method share one compiled fit (padded layouts), and
-  # all rows one compiled simulation and score (padded lists)
-  for name, method in TABLE1_METHODS:
+  rows = {}
+
+  # The three rows of a method share one compiled fit (padded layouts). The
+  # methods are independent: each runs its rows in its own thread (XLA
+  # releases the GIL), so that one method's compile and its less parallel
+  # kernels overlap the others' epochs. The rows are the same either way.
+  def method_rows(name, method):
+    if method == "no_debias":
+      return {name: run_method(k_run, ds, method=method, epochs=1,
+                               share_shapes=shared, **common)}
     kw = dict(epochs=epochs[method], share_shapes=shared, **common,
               **method_kwargs.get(method, {}))
-    rows[name] = run_method(k_run, ds, method=method, **kw)
-    rows[f"{name} + node intervention"] = run_method(
-        k_run, ds_ni, method=method, **kw)
-    rows[f"{name} + node merging"] = run_method(
-        k_run, ds, method=method, canonical=canonical, **kw)
+    out = {name: run_method(k_run, ds, method=method, **kw),
+           f"{name} + node intervention": run_method(k_run, ds_ni,
+                                                     method=method, **kw),
+           f"{name} + node merging": run_method(k_run, ds, method=method,
+                                                canonical=canonical, **kw)}
     log(f"{name} rows done")
+    return out
+
+  # longest first (Regression-EM's 100k epochs), No debias last
+  groups = sorted(TABLE1_METHODS, key=lambda m: -epochs[m[1]])
+  groups.append(("No debias", "no_debias"))
+  workers = len(groups) if max_workers is None else max(1, max_workers)
+  with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+    done = {name: pool.submit(method_rows, name, method)
+            for name, method in groups}
+    rows.update(done.pop("No debias").result())  # Table 1's row order
+    for name, _ in TABLE1_METHODS:  # re-raises a row's error
+      rows.update(done[name].result())
   rows["_plan"] = plan
   rows["_canonical"] = canonical
   return rows

@@ -49,7 +49,8 @@ def click_mse(click_prob: Array, clicks: Array, *, where: Optional[Array] = None
   >>> print(round(float(click_mse(jnp.array([0.5, 0.2]), jnp.array([1.0, 0.0]))), 4))
   0.145
   """
-  se = (jnp.asarray(click_prob, jnp.float32) - jnp.asarray(clicks, jnp.float32)) ** 2
+  dtype = jnp.result_type(click_prob, clicks, jnp.float32)  # float64 stays
+  se = (jnp.asarray(click_prob, dtype) - jnp.asarray(clicks, dtype)) ** 2
   return rax.utils.safe_reduce(se, where=where, reduce_fn=reduce_fn)
 
 

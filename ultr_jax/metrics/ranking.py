@@ -217,12 +217,13 @@ def mcc(predicted: Array, true: Array, *, where: Optional[Array] = None,
   >>> print(round(float(mcc(jnp.array([1., 2., 3.]), jnp.array([2., 4., 7.]))), 4))
   0.9934
   """
-  x = jnp.asarray(predicted, jnp.float32)
-  y = jnp.asarray(true, jnp.float32)
+  dtype = jnp.result_type(predicted, true, jnp.float32)  # float64 stays
+  x = jnp.asarray(predicted, dtype)
+  y = jnp.asarray(true, dtype)
   if where is None:
     where = jnp.ones(x.shape, bool)
   axis = -1 if per_list else None
-  w = where.astype(jnp.float32)
+  w = where.astype(dtype)
   n = jnp.sum(w, axis=axis, keepdims=True)
   n_safe = jnp.maximum(n, 1.0)
   dx = jnp.where(where, x - jnp.sum(w * x, axis=axis, keepdims=True) / n_safe, 0.0)
