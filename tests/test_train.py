@@ -129,6 +129,26 @@ def test_compiles_once():
   assert len(traces) == 1
 
 
+@pytest.mark.parametrize("steps_per_call", [4, 10, 100])
+def test_steps_per_call_equals_one_step_per_call(steps_per_call):
+  # 25 steps, evaluations every 10: calls of 10 (or 5, or 2) steps and a shorter last call whose
+  # dead steps must leave the state alone; history, best state and final state as one call per step.
+  train, valid = _toy_dataset(seed=0), _toy_dataset(seed=1)
+  kw = dict(click_fn=_toy_click_fn, seeds=(0, 1))
+  one = fit(_toy_method(), train, valid, config=_config(steps=25, steps_per_call=1), **kw)
+  many = fit(_toy_method(), train, valid, config=_config(steps=25, steps_per_call=steps_per_call), **kw)
+  assert [h["step"] for h in many.history] == [10, 20, 25]
+  for a, b in zip(one.history, many.history):
+    assert a.keys() == b.keys()
+    for k in a:
+      np.testing.assert_allclose(a[k], b[k], rtol=1e-5, atol=1e-7, err_msg=k)
+  for k in ("w", "b_pos"):
+    np.testing.assert_allclose(one.final_params[k], many.final_params[k], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(one.params[k], many.params[k], rtol=1e-5, atol=1e-7)
+  np.testing.assert_array_equal(one.extra["calls"], many.extra["calls"])  # 25 live steps, no more
+  np.testing.assert_array_equal(one.best_step, many.best_step)
+
+
 def test_logged_clicks_without_click_fn():
   train = _toy_dataset(seed=0)
   # All-zero logged clicks: the softmax loss is exactly 0 and nothing moves,

@@ -20,6 +20,7 @@ CLD, SIF ...):
 """
 
 import functools
+import math
 import os
 import sys
 import time
@@ -68,6 +69,12 @@ def default_train_config() -> ml_collections.ConfigDict:
   c.data_seed = 0  # batch order (combined with each run's seed).
   c.progress = True
   c.progress_every = 0  # also print a progress line every this many steps (0: at evaluations only).
+  # Train steps per jitted call (a lax.scan over the steps; 1 = one call per step). The count used is
+  # the largest divisor of gcd(eval_every, checkpoint_every, progress_every) up to this, so every
+  # evaluation, checkpoint and progress line falls where it would with one call per step; the
+  # steps are the same. Fewer calls mean less dispatch and, on CPU, XLA allocates the step's
+  # temporaries once per call rather than once per step.
+  c.steps_per_call = 100
   return c
 
 
@@ -314,7 +321,19 @@ def fit(method: Method, train: RankingDataset, valid: Optional[RankingDataset] =
                  "step": state["step"] + 1}
     return new_state, step_metrics
 
-  train_step = jax.jit(train_step, donate_argnums=(0,))
+  def train_steps(state, data, idx, live):
+    """``K`` steps in one call (``idx [K, S, B]``); a step where ``live [K]`` is False leaves the
+    state as it was (so a shorter last call reuses the same compiled function)."""
+    def body(st, xs):
+      i, ok = xs
+      new, sm = train_step(st, data, i)
+      keep = lambda a, b: jnp.where(ok, a, b)  # noqa: E731
+      return jax.tree.map(keep, new, st), jax.tree.map(lambda v: jnp.where(ok, v, 0), sm)
+
+    state, sm = jax.lax.scan(body, state, (idx, live))
+    return state, jax.tree.map(lambda v: jnp.sum(v, axis=0), sm)
+
+  train_steps = jax.jit(train_steps, donate_argnums=(0,))
 
   def update_best(state, metric):
     improved = metric > state["best_metric"]
@@ -349,6 +368,10 @@ def fit(method: Method, train: RankingDataset, valid: Optional[RankingDataset] =
   ckpt_every = int(config.checkpoint_every) or eval_every
   loss_acc, loss_n = None, 0
   t0, s0 = time.perf_counter(), step
+  periods = [eval_every, ckpt_every] + ([int(config.progress_every)] if config.progress_every else [])
+  period = functools.reduce(math.gcd, periods)
+  per_call = max(d for d in range(1, min(period, max(1, int(config.steps_per_call))) + 1)
+                 if period % d == 0)
 
   def do_eval(state):
     if valid is None:
@@ -364,11 +387,14 @@ def fit(method: Method, train: RankingDataset, valid: Optional[RankingDataset] =
       ckpt.save(int(jax.device_get(state["step"])), state, {"history": history})
 
   while step < total:
-    idx = _batch_indices(train.num_queries, batch_size, step, seeds, config.data_seed)
-    state, sm = train_step(state, data, jnp.asarray(idx))
-    step += 1
+    # up to the next multiple of per_call (every evaluation, checkpoint and progress line is at one)
+    n = min(per_call - step % per_call, total - step)
+    idx = np.stack([_batch_indices(train.num_queries, batch_size, step + min(j, n - 1), seeds,
+                                   config.data_seed) for j in range(per_call)])
+    state, sm = train_steps(state, data, jnp.asarray(idx), jnp.arange(per_call) < n)
+    step += n
     loss_acc = sm if loss_acc is None else jax.tree.map(jnp.add, loss_acc, sm)
-    loss_n += 1
+    loss_n += n
     at_eval = step % eval_every == 0 or step == total
     if config.progress and config.progress_every and step % config.progress_every == 0 and not at_eval:
       rate = (step - s0) / max(time.perf_counter() - t0, 1e-9)  # includes the first step's compile
