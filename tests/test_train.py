@@ -14,6 +14,7 @@ from ultr_jax.data import RankingDataset
 from ultr_jax.train import (
     Method,
     default_train_config,
+    enable_compilation_cache,
     evaluate,
     fit,
     markdown_table,
@@ -147,6 +148,12 @@ def test_steps_per_call_equals_one_step_per_call(steps_per_call):
     np.testing.assert_allclose(one.params[k], many.params[k], rtol=1e-5, atol=1e-7)
   np.testing.assert_array_equal(one.extra["calls"], many.extra["calls"])  # 25 live steps, no more
   np.testing.assert_array_equal(one.best_step, many.best_step)
+
+
+def test_compilation_cache_relative_path_needs_a_workdir():
+  with pytest.raises(ValueError, match="relative: it needs a workdir"):
+    enable_compilation_cache("jax_cache")
+  assert enable_compilation_cache("", None) is None  # off: nothing changes
 
 
 def test_logged_clicks_without_click_fn():

@@ -24,7 +24,7 @@ import numpy as np
 
 from ultr_jax import data as data_lib
 from ultr_jax import simulation
-from ultr_jax.train import evaluate, fit, get_method, summarize, write_results
+from ultr_jax.train import enable_compilation_cache, evaluate, fit, get_method, summarize, write_results
 
 METRICS = ("ndcg@1", "ndcg@3", "map")
 ALL_METHODS = ("naive", "ips", "heckman_rank", "rank_agg", "cld", "cld_n", "cld_pair", "cld_pair_l", "oracle")
@@ -391,11 +391,8 @@ def run(config, workdir):
   """Runs the whole grid; writes ``results.json``, ``table.md`` and figures under ``workdir``."""
   os.makedirs(workdir, exist_ok=True)
   t0 = time.perf_counter()
-  if config.get("compilation_cache", True):
-    # fit() builds fresh closures per call; identical HLO across grid points is compiled once.
-    jax.config.update("jax_compilation_cache_dir", os.path.join(os.path.abspath(workdir), "jax_cache"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+  # fit() builds fresh closures per call; identical programs across grid points compile once.
+  enable_compilation_cache(config.get("compilation_cache_dir", "jax_cache"), workdir)
   seeds = tuple(range(int(config.num_seeds)))
   all_features, main_hidden = load_data(config)
   points = grid_points(config)

@@ -18,7 +18,7 @@ from ultr_jax import metrics as metrics_lib
 from ultr_jax.data import RankingDataset
 from ultr_jax.simulation import (ULTRA_EXAM_TABLE, make_position_trust_click_fn, position_trust,
                                  relevance_probability, sif_toy_dataset)
-from ultr_jax.train import (default_train_config, evaluate, fit, get_method, markdown_table,
+from ultr_jax.train import (default_train_config, enable_compilation_cache, evaluate, fit, get_method, markdown_table,
                             summarize, write_results)
 from ultr_jax.train.methods.sif import with_leakage_diagnostics
 
@@ -378,10 +378,7 @@ def run(config, workdir):
   """Runs T6 and T7 as configured, prints tables, writes results.json, tables and figures."""
   os.makedirs(workdir, exist_ok=True)
   t_start = time.perf_counter()
-  if config.get("compilation_cache", ""):
-    jax.config.update("jax_compilation_cache_dir", config.compilation_cache)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+  enable_compilation_cache(config.get("compilation_cache_dir", ""), workdir)
   data = load_data(config)
   report = []
   t6 = {}

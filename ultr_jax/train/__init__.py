@@ -6,6 +6,7 @@
 """
 
 from ultr_jax.train.checkpoint import Checkpointer
+from ultr_jax.train.compilation import enable_compilation_cache
 from ultr_jax.train.loop import (
     DEFAULT_CUTOFFS,
     FitResult,
@@ -27,6 +28,7 @@ __all__ = [
     "atomic_write_text",
     "available_methods",
     "default_train_config",
+    "enable_compilation_cache",
     "evaluate",
     "fit",
     "get_method",

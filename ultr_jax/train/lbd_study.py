@@ -38,6 +38,7 @@ from scipy import stats as scipy_stats
 
 from ultr_jax import simulation
 from ultr_jax.data import RankingDataset, Splits
+from ultr_jax.train.compilation import enable_compilation_cache
 from ultr_jax.train.loop import evaluate, fit, make_optimizer
 from ultr_jax.train.methods import get_method
 from ultr_jax.train.methods.lbd import make_lbd, make_lbd_grid, stack_runs
@@ -481,10 +482,7 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
   members = grid_members(config.lams, config.ts)
   etas = [float(e) for e in config.etas]
   n_eta, n_seed = len(etas), len(seeds)
-  if config.get("compilation_cache_dir"):
-    jax.config.update("jax_compilation_cache_dir", config.compilation_cache_dir)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+  enable_compilation_cache(config.get("compilation_cache_dir", ""), workdir)
   click_fn = make_individual_click_fn(crux, None, max_draws=int(config.max_redraws))
   ws = np.stack([np.float32(eta) * LBD_BASE_W.astype(np.float32) for eta in etas])
   eta_click_fn = stack_click_fn(click_fn, ws)

@@ -44,6 +44,7 @@ import ml_collections
 def get_config(arg: str = "default") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.num_seeds = 5  # training seeds (vmapped) on one fixed simulated log (A16)
+  c.compilation_cache_dir = "jax_cache"  # persistent XLA cache under --workdir ("" off; absolute: shared)
   c.sim_seed = 41
   c.threshold = 2.0  # A1: released code binarises grade >= 2 (paper text: 3)
   c.logging_fraction = 0.01  # production ranker fit on 1% of the training queries

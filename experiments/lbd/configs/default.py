@@ -54,7 +54,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config.etas = (0.0, 0.1, 0.3, 0.6)  # the paper's 7-point sweep: --config.etas='(0.0,0.1,0.2,0.3,0.4,0.5,0.6)'
   config.table_eta = 0.1
   config.max_redraws = 100
-  config.compilation_cache_dir = ""  # a path turns on XLA's persistent cache (reused across runs)
+  config.compilation_cache_dir = ""  # persistent XLA cache: relative = under --workdir, absolute = shared
   config.workers = 2  # (ranker, method) cells trained concurrently (threads)
   config.grid_etas_per_job = 2  # the (lambda, t) grid of each ranker is split into jobs of this many etas (0: one)
   config.skip_zero_lambda_gp = True  # lambda = 0 grid members skip the GP (same gradients, faster steps)

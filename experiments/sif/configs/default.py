@@ -20,7 +20,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.num_seeds = 3
   c.progress = False
-  c.compilation_cache = "/tmp/ultr_jax_sif_xla_cache"  # persistent XLA cache ("" disables)
+  c.compilation_cache_dir = "jax_cache"  # persistent XLA cache under --workdir ("" off; absolute: shared)
 
   c.data = ml_collections.ConfigDict()
   c.data.source = "toy"  # toy | svmlight
