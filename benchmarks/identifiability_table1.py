@@ -69,8 +69,6 @@ def main():
   p = argparse.ArgumentParser()
   p.add_argument("--epoch_scale", type=float, default=1.0)
   p.add_argument("--runs", type=int, default=10)
-  p.add_argument("--max_workers", type=int, default=None,
-                 help="threads for the methods' rows (default: one each)")
   args = p.parse_args()
   root = shared_data_dir()
   if root is not None and (root / "identifiability" / "K=2").is_dir():
@@ -105,7 +103,7 @@ def main():
   t = time.perf_counter()
   rows = study.table1(
       jax.random.PRNGKey(0), ds, runs=args.runs, epochs=epochs,
-      num_docs=10000, max_workers=args.max_workers,
+      num_docs=10000,
       log=lambda msg: print(f"  {msg} at {time.perf_counter() - t:.1f}s",
                             flush=True))
   t_ours = time.perf_counter() - t

@@ -18,7 +18,6 @@ MSE :math:`\operatorname{mean}_i (r'(x_i)\,o'(t_i) - c_i)^2`.
 one jitted, vmapped call (float64).
 """
 
-import concurrent.futures
 import dataclasses
 import functools
 from typing import Optional
@@ -350,8 +349,7 @@ TABLE1_METHODS = (("DLA", "dla"), ("Regression-EM", "regression_em"),
 
 def table1(key, ds: RankingDataset, *, runs: int, epochs: dict,
            num_clicks: float = 1e6, method_kwargs: Optional[dict] = None,
-           num_docs=None, log=print,
-           max_workers: Optional[int] = None) -> dict:
+           num_docs=None, log=print) -> dict:
   r"""Table 1: No debias, and each method raw, + node intervention and + node
   merging, ``runs`` runs each.
 
@@ -362,9 +360,6 @@ def table1(key, ds: RankingDataset, *, runs: int, epochs: dict,
     epochs: ``{"dla": ..., "regression_em": ..., "two_tower": ...}``.
     num_clicks: impressions per record.
     method_kwargs: extra fit arguments per method.
-    max_workers: threads running the methods' rows at once (default: one
-      per method; 1 runs them one after the other). The rows are the same
-      either way.
 
   Returns:
     ``{row name: metrics dict of float[runs] arrays}`` plus ``"_plan"``: the
@@ -385,34 +380,19 @@ def table1(key, ds: RankingDataset, *, runs: int, epochs: dict,
   shared = ((ds, None), (ds_ni, None), (ds, canonical))
   rows = {}
 
-  # The three rows of a method share one compiled fit (padded layouts). The
-  # methods are independent: each runs its rows in its own thread (XLA
-  # releases the GIL), so that one method's compile and its less parallel
-  # kernels overlap the others' epochs. The rows are the same either way.
-  def method_rows(name, method):
-    if method == "no_debias":
-      return {name: run_method(k_run, ds, method=method, epochs=1,
-                               share_shapes=shared, **common)}
+  rows["No debias"] = run_method(k_run, ds, method="no_debias", epochs=1,
+                                 share_shapes=shared, **common)
+  log("No debias done")
+  # the three rows of a method share one compiled fit (padded layouts)
+  for name, method in TABLE1_METHODS:
     kw = dict(epochs=epochs[method], share_shapes=shared, **common,
               **method_kwargs.get(method, {}))
-    out = {name: run_method(k_run, ds, method=method, **kw),
-           f"{name} + node intervention": run_method(k_run, ds_ni,
-                                                     method=method, **kw),
-           f"{name} + node merging": run_method(k_run, ds, method=method,
-                                                canonical=canonical, **kw)}
+    rows[name] = run_method(k_run, ds, method=method, **kw)
+    rows[f"{name} + node intervention"] = run_method(
+        k_run, ds_ni, method=method, **kw)
+    rows[f"{name} + node merging"] = run_method(
+        k_run, ds, method=method, canonical=canonical, **kw)
     log(f"{name} rows done")
-    return out
-
-  # longest first (Regression-EM's 100k epochs), No debias last
-  groups = sorted(TABLE1_METHODS, key=lambda m: -epochs[m[1]])
-  groups.append(("No debias", "no_debias"))
-  workers = len(groups) if max_workers is None else max(1, max_workers)
-  with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-    done = {name: pool.submit(method_rows, name, method)
-            for name, method in groups}
-    rows.update(done.pop("No debias").result())  # Table 1's row order
-    for name, _ in TABLE1_METHODS:  # re-raises a row's error
-      rows.update(done[name].result())
   rows["_plan"] = plan
   rows["_canonical"] = canonical
   return rows
