@@ -587,11 +587,14 @@ def test_context_study_end_to_end():
   f, y, wh = cs.synthetic_letor(0, num_queries=100, num_docs=300)
   w = np.random.default_rng(0).uniform(-1, 1, 10)
   out = cs.context_study(jax.random.PRNGKey(0), f, y, wh, num_contexts=50,
-                         w=w, runs=1, two_tower_epochs=50, log=lambda *_: None)
+                         w=w, runs=2, two_tower_epochs=50, log=lambda *_: None)
   k = out["report"]["num_components"]
   assert k > 1 and out["merge_pairs"] == k - 1
   for row in ("No debias", "DLA", "DLA + node merging", "Two-Tower",
               "Two-Tower + node merging"):
+    assert out[row]["mcc"].shape == (2,)  # the runs, fitted in one batched call
     assert np.isfinite(out[row]["mcc"]).all()
+  # two runs, two click simulations
+  assert out["No debias"]["click_mse"][0] != out["No debias"]["click_mse"][1]
   # the exact least-squares DLA fits the clicks closely with and without merging
-  assert out["DLA"]["click_mse"][0] < out["No debias"]["click_mse"][0]
+  assert (out["DLA"]["click_mse"] < out["No debias"]["click_mse"]).all()

@@ -132,9 +132,10 @@ def context_study(key, features, labels, where, *, num_contexts: int,
     common = [jnp.asarray(a) for a in (
         p_click, where, items_f, factors, rel,
         np.where(where, np.arange(q * l).reshape(q, l), -1), labels)]
-    # the same clicks for every row (one compiled simulation)
-    clicks = [_clicks(k, common[0], common[1], jnp.float64(num_clicks))
-              for k in keys]
+    # the same clicks for every row (one compiled simulation, per run)
+    sims = [_clicks(k, common[0], common[1], jnp.float64(num_clicks)) for k in keys]
+    ctr = jnp.stack([c for c, _ in sims])      # [runs, Q, L]
+    k_fit = jnp.stack([k for _, k in sims])    # [runs] keys
     for name, (method, canonical) in rows.items():
       can = raw if canonical is None else np.asarray(canonical, np.int32)
       f_ids = np.zeros_like(can[factors]) if method == "no_debias" else can[factors]
@@ -143,11 +144,11 @@ def context_study(key, features, labels, where, *, num_contexts: int,
             "no_debias": {}}[method]
       layout = (None if method == "no_debias"
                 else layouts["raw" if canonical is None else "merged"])
-      res = [jax.tree.map(np.asarray, _row(
-          *clicks[i], jnp.asarray(f_ids), jnp.asarray(can), layout, *common[1:],
+      # all runs of a row in one call (the fits batched over runs)
+      out[name] = jax.tree.map(np.asarray, _row(
+          ctr, k_fit, jnp.asarray(f_ids), jnp.asarray(can), layout, *common[1:],
           method=method, num_items=n_items, num_factors=num_factors,
-          kw=tuple(sorted(kw.items())))) for i in range(runs)]
-      out[name] = {m: np.array([r_[m] for r_ in res]) for m in res[0]}
+          kw=tuple(sorted(kw.items()))))
       log(f"{name}: MCC {out[name]['mcc'].mean():.4f}")
   return out
 
@@ -166,21 +167,24 @@ def _clicks(k, p_click, where, num_clicks):
     compiler_options=embedding.COMPILER_OPTIONS)
 def _row(ctr, k_fit, f_ids, can, layout, where, items_f, factors, rel,
          rec_ids, labels, *, method, num_items, num_factors, kw):
-  """One run of one row: the fit and the metrics."""
-  q, l = where.shape
+  """All runs of one row (``ctr [R, Q, L]``, ``k_fit [R]``): the fits and the metrics."""
+  runs, q, l = ctr.shape
   wh = where.ravel()
   if method == "no_debias":
-    r, o = embedding.fit_no_debias(
-        None, items_f, f_ids.ravel(), ctr.ravel(), where=wh,
-        num_items=num_items, num_factors=num_factors)
-    o_full = jnp.ones(num_factors)
+    r, _ = jax.vmap(lambda c: embedding.fit_no_debias(
+        None, items_f, f_ids.ravel(), c, where=wh, num_items=num_items,
+        num_factors=num_factors))(ctr.reshape(runs, -1))
+    o_full = jnp.ones((runs, num_factors))
   else:
     r, o = embedding.fit_runs(
-        method, k_fit[None], ctr.reshape(1, -1), where=wh, layout=layout,
+        method, k_fit, ctr.reshape(runs, -1), where=wh, layout=layout,
         num_items=num_items, num_factors=num_factors, **dict(kw))
-    r, o = r[0], o[0]
-    o_full = o[can]
-  pred = r[items_f].reshape(q, l) * o_full[factors]
-  # MCC over records (the paper's semi-synthetic convention)
-  return embedding_metrics(rel.ravel(), r[items_f], wh, rec_ids, labels,
-                           where, pred, ctr)
+    o_full = o[:, can]
+
+  def metrics(r, o_full, ctr):
+    pred = r[items_f].reshape(q, l) * o_full[factors]
+    # MCC over records (the paper's semi-synthetic convention)
+    return embedding_metrics(rel.ravel(), r[items_f], wh, rec_ids, labels,
+                             where, pred, ctr)
+
+  return jax.vmap(metrics)(r, o_full, ctr)
