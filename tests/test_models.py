@@ -15,6 +15,8 @@ def _feature_towers():
       "linear": models.LinearRanker(),
       "mlp": models.MLPRanker(hidden_sizes=(7, 3), activation="relu", layer_norm=True),
       "mlp_no_ln": models.MLPRanker(hidden_sizes=(4,), layer_norm=False),
+      "mlp_ln_before": models.MLPRanker(hidden_sizes=(4,), norm_position="before", ln_epsilon=1e-3),
+      "linear_ln": models.LinearRanker(input_norm=True),
       "feature_bias": models.FeatureBias(hidden_sizes=(6,)),
   }
 
@@ -112,3 +114,19 @@ def test_make_ranker_rejects_unknown_names():
     models.make_ranker("gbdt")
   with pytest.raises(ValueError, match="activation"):
     models.MLPRanker(activation="swish2").init(jax.random.key(0), jnp.zeros((1, 2)))
+
+
+@pytest.mark.parametrize("kind", ["linear", "mlp"])
+def test_norm_before_normalises_the_input(kind):
+  # LayerNorm on the input (the LBD code's rankers): a per-document affine map of the features,
+  # x -> a x + b with a > 0, leaves the score unchanged; the default layout does not.
+  x = jax.random.normal(jax.random.key(0), (3, 4, F))
+  x2 = 2.5 * x + 0.7
+  before = models.make_ranker(kind, hidden_sizes=(6,), norm_position="before", ln_epsilon=1e-9)
+  after = models.make_ranker(kind, hidden_sizes=(6,))
+  p = before.init(jax.random.key(1), x)
+  np.testing.assert_allclose(before.apply(p, x2), before.apply(p, x), rtol=1e-4, atol=1e-5)
+  q = after.init(jax.random.key(1), x)
+  assert not np.allclose(after.apply(q, x2), after.apply(q, x), atol=1e-3)
+  with pytest.raises(ValueError, match="norm_position"):
+    models.make_ranker(kind, norm_position="middle")

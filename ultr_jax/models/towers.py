@@ -51,17 +51,26 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 class LinearRanker(nn.Module):
   r"""Linear ranker :math:`s(x) = w^\top x + b`, ``[..., L, F] -> [..., L]``.
 
+  ``input_norm=True`` puts a LayerNorm on the features first, :math:`s(x) = w^\top
+  \mathrm{LN}(x) + b`: the Linear ranker of the ULTRA/LBD code (not linear in :math:`x`).
+
   >>> m = LinearRanker()
   >>> p = m.init(jax.random.key(0), jnp.ones((4, 3)))
   >>> num_params(p)
   4
+  >>> num_params(LinearRanker(input_norm=True).init(jax.random.key(0), jnp.ones((4, 3))))  # + LN scale, offset
+  10
   """
 
   use_bias: bool = True
+  input_norm: bool = False
+  ln_epsilon: float = 1e-6
 
   @nn.compact
   def __call__(self, x: jax.Array, *, deterministic: bool = True) -> jax.Array:
     del deterministic
+    if self.input_norm:
+      x = nn.LayerNorm(epsilon=self.ln_epsilon, name="norm_in")(x)
     return nn.Dense(1, use_bias=self.use_bias, name="out")(x)[..., 0]
 
 
@@ -69,7 +78,10 @@ class MLPRanker(nn.Module):
   r"""Feed-forward ranker, ``[..., L, F] -> [..., L]``.
 
   Each hidden layer is ``Dense -> [LayerNorm] -> activation -> [Dropout]``,
-  followed by a ``Dense(1)`` output. LBD's default tower is
+  followed by a ``Dense(1)`` output. With ``norm_position="before"`` the
+  LayerNorm comes before every dense layer instead, the input and the output
+  layer included (``LayerNorm -> Dense -> activation``, then ``LayerNorm ->
+  Dense(1)``): the ULTRA/LBD code's DNN. LBD's default tower is
   ``hidden_sizes=(512, 256, 128)``, ``activation="elu"``, ``layer_norm=True``
   (Chen et al., "Scalar is Not Enough: Vectorization-based Unbiased Learning
   to Rank", KDD'22 / LBD NeurIPS'22 appendix).
@@ -80,25 +92,37 @@ class MLPRanker(nn.Module):
   >>> p = m.init(jax.random.key(0), jnp.ones((3, 2)))
   >>> num_params(p)  # (2*4+4) + (4+4 LayerNorm) + (4+1)
   25
+  >>> p = MLPRanker(hidden_sizes=(4,), norm_position="before").init(jax.random.key(0), jnp.ones((3, 2)))
+  >>> num_params(p)  # (2+2 LayerNorm) + (2*4+4) + (4+4 LayerNorm) + (4+1)
+  29
   """
 
   hidden_sizes: Sequence[int] = (512, 256, 128)
   activation: str = "elu"
   layer_norm: bool = True
   dropout: float = 0.0
+  norm_position: str = "after"  # "after" each hidden dense layer, or "before" every dense layer
+  ln_epsilon: float = 1e-6
 
   @nn.compact
   def __call__(self, x: jax.Array, *, deterministic: bool = True) -> jax.Array:
     if self.activation not in ACTIVATIONS:
       raise ValueError(f"unknown activation {self.activation!r}; one of {sorted(ACTIVATIONS)}")
+    if self.norm_position not in ("after", "before"):
+      raise ValueError(f"norm_position must be 'after' or 'before', got {self.norm_position!r}")
     act = ACTIVATIONS[self.activation]
+    before = self.layer_norm and self.norm_position == "before"
     for i, size in enumerate(self.hidden_sizes):
+      if before:
+        x = nn.LayerNorm(epsilon=self.ln_epsilon, name=f"norm_{i}")(x)
       x = nn.Dense(int(size), name=f"dense_{i}")(x)
-      if self.layer_norm:
-        x = nn.LayerNorm(name=f"norm_{i}")(x)
+      if self.layer_norm and not before:
+        x = nn.LayerNorm(epsilon=self.ln_epsilon, name=f"norm_{i}")(x)
       x = act(x)
       if self.dropout > 0:
         x = nn.Dropout(self.dropout)(x, deterministic=deterministic)
+    if before:
+      x = nn.LayerNorm(epsilon=self.ln_epsilon, name="norm_out")(x)
     return nn.Dense(1, name="out")(x)[..., 0]
 
 
@@ -247,17 +271,28 @@ class TwoTower(nn.Module):
 
 def make_ranker(kind: str = "mlp", *, hidden_sizes: Sequence[int] = (512, 256, 128),
                 activation: str = "elu", layer_norm: bool = True,
-                dropout: float = 0.0) -> nn.Module:
+                dropout: float = 0.0, norm_position: str = "after",
+                ln_epsilon: float = 1e-6) -> nn.Module:
   """A ranker by name: ``"linear"`` or ``"mlp"``.
+
+  ``norm_position="before"`` is the ULTRA/LBD code's layout (a LayerNorm before every dense layer;
+  for ``"linear"``, on the input when ``layer_norm`` is also set); ``"after"`` (default) puts it after
+  each hidden dense layer and leaves ``"linear"`` plain.
 
   >>> type(make_ranker("linear")).__name__
   'LinearRanker'
+  >>> make_ranker("linear", norm_position="before").input_norm
+  True
   """
+  if norm_position not in ("after", "before"):
+    raise ValueError(f"norm_position must be 'after' or 'before', got {norm_position!r}")
   if kind == "linear":
-    return LinearRanker()
+    return LinearRanker(input_norm=bool(layer_norm) and norm_position == "before",
+                        ln_epsilon=float(ln_epsilon))
   if kind == "mlp":
     return MLPRanker(hidden_sizes=tuple(int(h) for h in hidden_sizes), activation=activation,
-                     layer_norm=layer_norm, dropout=float(dropout))
+                     layer_norm=layer_norm, dropout=float(dropout), norm_position=norm_position,
+                     ln_epsilon=float(ln_epsilon))
   raise ValueError(f"unknown ranker {kind!r} (linear, mlp)")
 
 

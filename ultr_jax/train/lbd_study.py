@@ -427,9 +427,13 @@ def _summ(values) -> dict:
 
 
 def _ranker_cfg(config, ranker) -> ml_collections.ConfigDict:
+  """The ranker of ``ranker``; the baselines use the LBD code's layout (spec 2.1: the baseline Linear is
+  LayerNorm then dense, the baseline DNN has a LayerNorm, eps 1e-3, before every dense layer), unless
+  ``config.baseline_norm == "after"`` (the foundation's rankers)."""
+  norm = {"norm_position": config.get("baseline_norm", "before"), "ln_epsilon": 1e-3}
   if ranker == "linear":
-    return ml_collections.ConfigDict({"ranker": "linear"})
-  return ml_collections.ConfigDict({"ranker": "mlp", "hidden_sizes": tuple(config.dnn_hidden_sizes)})
+    return ml_collections.ConfigDict({"ranker": "linear", **norm})
+  return ml_collections.ConfigDict({"ranker": "mlp", "hidden_sizes": tuple(config.dnn_hidden_sizes), **norm})
 
 
 def _train_cfg(config, ranker) -> ml_collections.ConfigDict:

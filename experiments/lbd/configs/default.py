@@ -61,6 +61,9 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config.rankers = ("linear", "dnn")
   config.dnn_hidden_sizes = (64, 32)
   config.baselines = BASELINES
+  # The baselines' rankers: "before" = the LBD code's (spec 2.1: a LayerNorm before every dense layer,
+  # the input included, so the baseline Linear is LayerNorm then dense); "after" = the foundation's.
+  config.baseline_norm = "before"
 
   # LBD grid (spec 4.6), lambda on the authors' (B, T, n) = (256, 10, 10) scale.
   config.lams = (1.0, 100.0, 10000.0)

@@ -13,6 +13,11 @@ field                default                     meaning
 ``activation``       ``"elu"``                   MLP activation
 ``layer_norm``       ``True``                    LayerNorm in the MLP
 ``dropout``          ``0.0``                     MLP dropout (rng derived from the loss key)
+``norm_position``    ``"after"``                 ``"after"`` each hidden dense layer, or
+                                                 ``"before"`` every dense layer, the input
+                                                 included (ULTRA/LBD code; also on a linear
+                                                 ranker's input)
+``ln_epsilon``       ``1e-6``                    LayerNorm epsilon (Keras, as in LBD: 1e-3)
 ``loss_type``        ``"listwise"``              naive/ips/snips: ``"listwise"`` (softmax)
                                                  or ``"pointwise"`` (sigmoid)
 ``propensity_clip``  ``0.0``                     propensities clipped below at this value,
@@ -75,6 +80,8 @@ def make_relevance_tower(config):
       activation=_get(config, "activation", "elu"),
       layer_norm=bool(_get(config, "layer_norm", True)),
       dropout=float(_get(config, "dropout", 0.0)),
+      norm_position=_get(config, "norm_position", "after"),
+      ln_epsilon=float(_get(config, "ln_epsilon", 1e-6)),
   )
 
 
