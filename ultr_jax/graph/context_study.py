@@ -31,7 +31,7 @@ from ultr_jax.graph.connectivity import check_identifiability
 from ultr_jax.graph.merging import merge_plan
 from ultr_jax.graph.records import (bias_factor_ids, feature_vector_ids,
                                     random_contexts)
-from ultr_jax.graph.study import PBM_EXAMINATION, embedding_metrics
+from ultr_jax.graph.study import PBM_EXAMINATION, embedding_metrics, simulate_ctr
 
 __all__ = ["CLICK_PROB", "synthetic_letor", "cpbm_examination",
            "context_study"]
@@ -157,9 +157,7 @@ def context_study(key, features, labels, where, *, num_contexts: int,
 def _clicks(k, p_click, where, num_clicks):
   """Aggregated CTRs :math:`\\mathrm{Binomial}(N, p) / N` and the fit key."""
   k_click, k_fit = jax.random.split(k)
-  ctr = jax.random.binomial(k_click, num_clicks, p_click,
-                            dtype=jnp.float64) / num_clicks
-  return jnp.where(where, ctr, 0.0), k_fit
+  return jnp.where(where, simulate_ctr(k_click, p_click, num_clicks), 0.0), k_fit
 
 
 @functools.partial(
