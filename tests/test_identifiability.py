@@ -343,28 +343,73 @@ def test_count_le_matches_searchsorted():
   assert not ok[2][crowded].any() and crowded.any()
 
 
-def test_regression_em_single_record_sums_on_extreme_ctrs():
-  """Regression-EM ("repo") sums the one-record items' o' terms in closed
-  form; with CTRs 0, near 1, in one crowded bin and clipped (c > o'), and a
-  factor whose o' is tiny, it equals the record-by-record algorithm."""
+def test_dla_single_sums_match_the_records():
+  """DLA's closed-form one-record sums equal the record-by-record sum to
+  float64 rounding, with clipped r' (c > 1/a), zero CTRs, empty cells, o' =
+  0 and a row whose series term u sits near _SERIES_TOL (there the u^2
+  term is ~1e-9 relative: dropping it fails); a row beyond it is flagged."""
+  rng = np.random.default_rng(3)
+  w = 60
+  c = np.stack([rng.uniform(0.05, 0.9, w), rng.uniform(0.0095, 0.012, w),
+                np.concatenate([rng.uniform(0.1, 0.5, w - 15),
+                                np.zeros(15)]),
+                rng.uniform(0.1, 0.9, w)])[None]
+  valid = np.ones_like(c, bool)
+  valid[0, 2, -10:] = False  # empty cells
+  c = np.where(valid, c, 0.0)
+  o = np.array([[0.7, 0.5, 0.3, 0.0]])
+  eps = embedding._EPS
+
+  def records(c, o):
+    r = np.clip(c * o[..., None] / (o[..., None] ** 2 + eps), 0, 1)
+    return np.where(valid, c * r / (r * r + eps), 0.0).sum(-1)
+
+  with jax.enable_x64(True):
+    cs, ws = jnp.asarray(c), jnp.asarray(valid, jnp.float64)
+    srt = embedding._sorted_singles(cs, ws, embedding._dla_moments)
+    table = embedding._bin_table(srt.c)
+    c_min = jnp.min(jnp.where(cs > 0, cs, jnp.inf), axis=-1)
+    total, ok = embedding._dla_single_sums(srt, table, c_min, jnp.asarray(o))
+    assert bool(ok)
+    want = records(c, o)
+    np.testing.assert_allclose(np.asarray(total), want, rtol=1e-13, atol=0)
+    assert (c[0, 0] > o[0, 0] + eps / o[0, 0]).any()  # some r' clipped
+    u = eps / (o[0, 1] / (o[0, 1] ** 2 + eps) * c[0, 1].min()) ** 2
+    assert 1e-5 < u <= embedding._SERIES_TOL
+    _, ok = embedding._dla_single_sums(srt, table, c_min * 0.5,
+                                       jnp.asarray(o))
+    assert not bool(ok)  # u beyond the tolerance: the caller sums records
+
+
+@pytest.mark.parametrize("ctrs", ["extreme", "moderate"])
+@pytest.mark.parametrize("name", ["dla", "regression_em"])
+def test_single_record_sums_equal_record_by_record(name, ctrs):
+  """DLA and Regression-EM ("repo") sum the one-record items' o' terms in
+  closed form (sorted CTRs and a series); with moderate CTRs (the series
+  holds every epoch), and with CTRs 0, near 1, in one crowded bin and clipped
+  (r' = 1), and a factor whose o' goes tiny (the records are summed), they
+  equal the record-by-record algorithm (traced ids: no closed form)."""
   rng = np.random.default_rng(1)
   n_single = 200
   items = np.concatenate([np.arange(n_single), np.repeat(
       np.arange(n_single, n_single + 20), 3)])
   factors = np.concatenate([rng.integers(0, 5, n_single),
                             rng.integers(0, 5, 60)])
-  ctr = rng.uniform(0, 0.9, items.size)
-  ctr[:10] = 0.0
-  ctr[10:20] = 0.999
-  ctr[20:40] = 0.3  # crowded bin
-  ctr[factors == 4] *= 1e-4  # o'(4) goes tiny
+  if ctrs == "moderate":
+    ctr = rng.uniform(0.05, 0.6, items.size) * (1.0 - 0.15 * factors)
+  else:
+    ctr = rng.uniform(0, 0.9, items.size)
+    ctr[:10] = 0.0
+    ctr[10:20] = 0.999
+    ctr[20:40] = 0.3  # crowded bin
+    ctr[factors == 4] *= 1e-4  # o'(4) goes tiny
   where = np.ones(items.size, bool)
   args = dict(num_items=n_single + 20, num_factors=5, epochs=300)
+  fit = FITS[name]
   with jax.enable_x64(True):
     key = jax.random.PRNGKey(2)
-    r1, o1 = fit_regression_em(key, items, factors, ctr, where=where, **args)
-    traced = jax.jit(lambda i, f: fit_regression_em(key, i, f, ctr,
-                                                    where=where, **args))
+    r1, o1 = fit(key, items, factors, ctr, where=where, **args)
+    traced = jax.jit(lambda i, f: fit(key, i, f, ctr, where=where, **args))
     r2, o2 = traced(items, factors)
   assert np.isfinite(np.asarray(r1)).all()
   np.testing.assert_allclose(r1, r2, rtol=1e-10, atol=1e-13)
