@@ -16,6 +16,7 @@ reference DLA run), both at the same epoch scale.
 """
 
 import argparse
+import os
 import time
 
 import jax
@@ -69,7 +70,14 @@ def main():
   p = argparse.ArgumentParser()
   p.add_argument("--epoch_scale", type=float, default=1.0)
   p.add_argument("--runs", type=int, default=10)
+  p.add_argument("--compilation_cache_dir", default="",
+                 help="JAX's persistent compilation cache (\"\": off, the"
+                      " cold figure); a second run with the same directory"
+                      " gives the warm figure")
   args = p.parse_args()
+  if args.compilation_cache_dir:
+    from ultr_jax.train import enable_compilation_cache
+    enable_compilation_cache(os.path.abspath(args.compilation_cache_dir))
   root = shared_data_dir()
   if root is not None and (root / "identifiability" / "K=2").is_dir():
     ds = load_ultra(root / "identifiability" / "K=2")

@@ -30,6 +30,7 @@ from ultr_jax.data import load_ultra
 from ultr_jax.graph import (DESIGN_GRAPHS, apply_interventions, context_study,
                             generate_design_dataset, read_svmlight_ranking,
                             study)
+from ultr_jax.train import enable_compilation_cache
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "configs/default.py[:smoke]", lock_config=True)
@@ -203,6 +204,7 @@ def main(argv):
     cfg.data = _DATA.value
   workdir = _WORKDIR.value
   os.makedirs(workdir, exist_ok=True)
+  enable_compilation_cache(cfg.compilation_cache_dir, workdir)
   key = jax.random.PRNGKey(cfg.seed)
   ds = load_ultra(cfg.data) if cfg.data else _dataset(cfg, 2)
   t0 = time.time()
