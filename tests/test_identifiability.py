@@ -553,6 +553,25 @@ def test_no_debias_is_deterministic_and_nm_recovers_ranking():
   assert (nm["click_mse"] < 1e-7).all()
 
 
+def test_click_cache_simulates_once_per_dataset_and_key():
+  """Rows sharing a click cache reuse one simulation per (dataset, key) and
+  give exactly the numbers of uncached calls."""
+  ds = generate_design_dataset(DESIGN_GRAPHS[2], block_size=40,
+                               num_queries=60, borrow=3)
+  key = jax.random.PRNGKey(4)
+  cache = {}
+  run = lambda k, m, **kw: study.run_method(  # noqa: E731
+      k, ds, method=m, runs=2, epochs=50, **kw)
+  cached = [run(key, m, click_cache=cache) for m in ("no_debias", "dla")]
+  assert len(cache) == 1
+  run(jax.random.PRNGKey(5), "dla", click_cache=cache)
+  assert len(cache) == 2
+  for m, c in zip(("no_debias", "dla"), cached):
+    fresh = run(key, m)
+    for name in fresh:
+      np.testing.assert_array_equal(c[name], fresh[name])
+
+
 def test_main_smoke(tmp_path, subprocess_env):
   import json
   import pathlib
