@@ -14,7 +14,12 @@ code:
 Records are flat arrays ``[n]`` (item id, factor id, CTR, bool ``where``).
 Every update is a per-item or per-factor sum over records; with concrete ids
 they are row sums of a dense layout built once on the host
-(:func:`record_layout`), with traced ids ``segment_sum``\ s. Epochs run in
+(:func:`record_layout`), with traced ids ``segment_sum``\ s. An item with a
+single record (three quarters of the paper's K = 2 records) has an update
+that depends on its factor's :math:`o'` alone, so DLA ("mean_ratio") and
+Regression-EM ("repo") sum those records' :math:`o'` terms per factor in
+closed form (sorted CTRs, prefix sums of moments, a series whose error is
+below float64 rounding, else the records are summed). Epochs run in
 ``lax.scan`` (:func:`_iterate` stops exactly once the state is periodic), the
 functions are pure (``jax.vmap`` over keys gives independent runs) and
 :func:`fit_runs` fits ``R`` runs in one call. Use float64 (``with
