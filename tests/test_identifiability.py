@@ -381,21 +381,27 @@ def test_dla_single_sums_match_the_records():
     assert not bool(ok)  # u beyond the tolerance: the caller sums records
 
 
-@pytest.mark.parametrize("ctrs", ["extreme", "moderate"])
+@pytest.mark.parametrize("ctrs", ["extreme", "moderate", "skewed"])
 @pytest.mark.parametrize("name", ["dla", "regression_em"])
 def test_single_record_sums_equal_record_by_record(name, ctrs):
   """DLA and Regression-EM ("repo") sum the one-record items' o' terms in
   closed form (sorted CTRs and a series); with moderate CTRs (the series
-  holds every epoch), and with CTRs 0, near 1, in one crowded bin and clipped
-  (r' = 1), and a factor whose o' goes tiny (the records are summed), they
-  equal the record-by-record algorithm (traced ids: no closed form)."""
+  holds every epoch; "skewed": most one-record items on one factor, whose
+  records span several grid rows), and with CTRs 0, near 1, in one crowded
+  bin and clipped (r' = 1), and a factor whose o' goes tiny (the records are
+  summed), they equal the record-by-record algorithm (traced ids: no closed
+  form)."""
   rng = np.random.default_rng(1)
   n_single = 200
   items = np.concatenate([np.arange(n_single), np.repeat(
       np.arange(n_single, n_single + 20), 3)])
-  factors = np.concatenate([rng.integers(0, 5, n_single),
+  single_p = [0.8, 0.05, 0.05, 0.05, 0.05] if ctrs == "skewed" else None
+  factors = np.concatenate([rng.choice(5, n_single, p=single_p),
                             rng.integers(0, 5, 60)])
-  if ctrs == "moderate":
+  lay = embedding.record_layout(items, factors, np.ones(items.size, bool),
+                                num_items=n_single + 20, num_factors=5)
+  assert (lay.single_factor is not None) == (ctrs == "skewed")
+  if ctrs != "extreme":
     ctr = rng.uniform(0.05, 0.6, items.size) * (1.0 - 0.15 * factors)
   else:
     ctr = rng.uniform(0, 0.9, items.size)
