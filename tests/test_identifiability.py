@@ -596,6 +596,7 @@ def test_main_smoke(tmp_path, subprocess_env):
     assert set(res[row]) >= {"mcc", "ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10",
                              "click_mse"}
   assert (tmp_path / "table.md").exists() and (tmp_path / "fig4b.png").exists()
+  assert any((tmp_path / "jax_cache").iterdir())  # compilation_cache_dir
   from ultr_jax.testing import assert_matches_expected
   assert_matches_expected(res, "identifiability_smoke")
 
