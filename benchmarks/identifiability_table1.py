@@ -8,8 +8,10 @@ per row; DLA / Two-Tower 20k epochs, Regression-EM 100k) through
 :func:`ultr_jax.graph.study.table1`, jitted, ``lax.scan`` over epochs,
 ``vmap`` over runs, float64.
 
-  python benchmarks/identifiability_table1.py                    # full
+  python benchmarks/identifiability_table1.py                    # full, cold
   python benchmarks/identifiability_table1.py --epoch_scale=0.1  # quicker
+  # warm: run twice with JAX's persistent compilation cache
+  python benchmarks/identifiability_table1.py --compilation_cache_dir=/tmp/jc
 
 Prints both times and, last, the ratio (ours for all of Table 1) / (one
 reference DLA run), both at the same epoch scale.
