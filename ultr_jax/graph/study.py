@@ -204,10 +204,12 @@ def run_method(
   """
   # pad the lists too: one compiled simulation and score
   q = max([d.where.shape[0] for d, _ in share_shapes] + [num_lists or 0])
+  # by the dataset's identity: each entry keeps its dataset alive, so an id
+  # is never reused while the cache holds it
   cache_key = (id(ds), tuple(np.asarray(jax.random.key_data(key)).ravel()),
                runs, float(num_clicks), tuple(examination), eps, y_max,
                num_docs, q)
-  ds = _pad_lists(ds, q)
+  ds_given, ds = ds, _pad_lists(ds, q)
   positions = _positions(ds)
   l = int(np.max(positions)) + 1
   canonical = np.arange(l) if canonical is None else np.asarray(canonical)
@@ -235,7 +237,7 @@ def run_method(
     labels = jnp.asarray(ds.labels, jnp.float64)
     where = jnp.asarray(ds.where)
     if click_cache is not None and cache_key in click_cache:
-      ctr, k_fit, r_true_doc = click_cache[cache_key]
+      _, ctr, k_fit, r_true_doc = click_cache[cache_key]
     else:
       sims = [_simulate(k, doc_ids, positions, labels, where,
                         jnp.asarray(exam), jnp.float64(num_clicks),
@@ -245,7 +247,7 @@ def run_method(
       k_fit = jnp.stack([k for _, k, _ in sims])
       r_true_doc = sims[0][2]
       if click_cache is not None:
-        click_cache[cache_key] = ctr, k_fit, r_true_doc
+        click_cache[cache_key] = ds_given, ctr, k_fit, r_true_doc
     pad = n - ds.where.size
     r, o = _fit(k_fit, jnp.pad(ctr.reshape(runs, -1), ((0, 0), (0, pad))),
                 jnp.pad(jnp.maximum(doc_ids, 0).ravel(), (0, pad)),
