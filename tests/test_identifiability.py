@@ -597,6 +597,7 @@ def test_main_smoke(tmp_path, subprocess_env):
                              "click_mse"}
   assert (tmp_path / "table.md").exists() and (tmp_path / "fig4b.png").exists()
   assert any((tmp_path / "jax_cache").iterdir())  # compilation_cache_dir
+  assert "(XLA cache " in (tmp_path / "table.md").read_text()  # cold or warm
   from ultr_jax.testing import assert_matches_expected
   assert_matches_expected(res, "identifiability_smoke")
 
