@@ -381,6 +381,47 @@ def test_dla_single_sums_match_the_records():
     assert not bool(ok)  # u beyond the tolerance: the caller sums records
 
 
+def test_regression_em_single_sums_match_the_records():
+  """Regression-EM's ("repo") closed-form one-record sums equal the
+  record-by-record sum to float64 rounding, with clipped r' (c > o'), zero
+  CTRs, empty cells, and a row whose series term q sits near _SERIES_TOL
+  (there the q^2 term is ~1e-9 relative: dropping it fails); a row beyond
+  it is flagged."""
+  rng = np.random.default_rng(5)
+  w = 60
+  c = np.stack([rng.uniform(0.05, 0.9, w), rng.uniform(1e-5, 4.9e-4, w),
+                np.concatenate([rng.uniform(0.1, 0.5, w - 15),
+                                np.zeros(15)]),
+                rng.uniform(0.1, 0.9, w)])[None]
+  valid = np.ones_like(c, bool)
+  valid[0, 2, -10:] = False  # empty cells
+  c = np.where(valid, c, 0.0)
+  o = np.array([[0.6, 5e-4, 0.3, 0.45]])
+  eps = embedding._EPS
+
+  def records(c, o):
+    o = o[..., None]
+    r = np.clip(c + (1 - c) * (1 - o) * c / (o + eps - o * c), 0, 1)
+    t = c + (1 - c) * (1 - r) * o / (1 - o * r)
+    return np.where(valid, t, 0.0).sum(-1)
+
+  with jax.enable_x64(True):
+    srt = embedding._sorted_singles(jnp.asarray(c),
+                                    jnp.asarray(valid, jnp.float64),
+                                    embedding._rem_moments)
+    table = embedding._bin_table(srt.c)
+    total, ok = embedding._rem_single_sums(srt, table, jnp.asarray(o))
+    assert bool(ok)
+    np.testing.assert_allclose(np.asarray(total), records(c, o), rtol=1e-13,
+                               atol=0)
+    assert (c[0, 0] > o[0, 0] + eps).any()  # some r' clipped
+    q = eps * (1 - o[0, 1] * c[0, 1]) / (o[0, 1] * (1 - c[0, 1]) ** 2)
+    assert 1e-5 < q.max() <= embedding._SERIES_TOL
+    _, ok = embedding._rem_single_sums(srt, table,
+                                       jnp.asarray(o * [1, 0.1, 1, 1]))
+    assert not bool(ok)  # q beyond the tolerance: the caller sums records
+
+
 @pytest.mark.parametrize("ctrs", ["extreme", "moderate", "skewed"])
 @pytest.mark.parametrize("name", ["dla", "regression_em"])
 def test_single_record_sums_equal_record_by_record(name, ctrs):

@@ -775,6 +775,65 @@ def _fit_dla(keys, ctr, where, lay, *, num_items, num_factors, epochs,
   return d.assemble(single_r(o_prev), rm, fill), o
 
 
+def _rem_moments(c):
+  """Moments of :func:`_rem_single_sums`: ``[1, c]`` and ``c^j g^i`` for
+  ``g = (1 - c)^-2``, ``i = 1, 2, 3``, ``j < i + 2``."""
+  g = 1.0 / (1.0 - c) ** 2
+  pw = [jnp.ones_like(c), c, c * c, c ** 3, c ** 4]
+  return jnp.stack([pw[0], c] + [pw[j] * g for j in range(3)]
+                   + [pw[j] * g * g for j in range(4)]
+                   + [pw[j] * g ** 3 for j in range(5)], axis=-1)
+
+
+def _rem_single_sums(srt, table, o):
+  r"""Regression-EM's ("repo") o' terms of the one-record items, summed per
+  grid row in O(1).
+
+  An item with one record (CTR :math:`c`, :math:`o = o'(t)`, :math:`e =
+  10^{-8}`) has :math:`r' = \mathrm{clip}(\mathrm{post}(c, o))`, a function
+  of :math:`o` alone, and its o' term is :math:`c` if :math:`c > o + e`
+  (:math:`r'` clipped to 1), else
+
+  .. math::
+      o + e - (o - c + e)\,\frac{q}{1 + q},\quad
+      q = \frac{e\,(1 - o c)}{o\,(1 - c)^2}.
+
+  Summed over a row's records with :math:`q / (1 + q) = q - q^2 + q^3 +
+  O(q^4)` this is the clipped CTRs' sum plus a cubic in :math:`e / o` whose
+  coefficients are prefix sums of :func:`_rem_moments` over the sorted CTRs
+  (the unclipped ones are the smallest, found by :func:`_count_le`).
+
+  Args:
+    srt: :class:`_Sorted` of the single grid with :func:`_rem_moments`.
+    table: :func:`_bin_table` of ``srt.c``.
+    o: ``[R, rows]`` the rows' :math:`o'`.
+
+  Returns:
+    ``(sums [R, rows], ok)``: ``ok`` False when some :math:`q` exceeds
+    :data:`_SERIES_TOL` (tiny :math:`o'`, CTRs near 1: an error above float64
+    rounding) or a bin is crowded; the caller then sums the records.
+  """
+  w = o + _EPS
+  k, found = _count_le(srt.c, table, w)  # records not clipped
+  m = jnp.moveaxis(_prefix_at(srt, k), -1, 0)
+  c_total = _prefix_at(srt, srt.n)[..., 1]
+  s = jnp.where(k > 0, _EPS / jnp.where(o > 0, o, 1.0), 0.0)
+  g = w * m[2] - (1 + o * w) * m[3] + o * m[4]
+  h = (w * m[5] - (2 * o * w + 1) * m[6] + (o * o * w + 2 * o) * m[7]
+       - o * o * m[8])
+  o3 = o ** 3
+  kk = (w * m[9] - (3 * o * w + 1) * m[10]
+        + (3 * o * o * w + 3 * o) * m[11] - (o3 * w + 3 * o * o) * m[12]
+        + o3 * m[13])
+  total = m[0] * w - s * (g - s * (h - s * kk)) + (c_total - m[1])
+  # q grows with c: its largest value is at the largest unclipped CTR
+  c_hi = _take_last(srt.c, jnp.maximum(k - 1, 0)[..., None])[..., 0]
+  q = jnp.where(k > 0, s * (1 - o * c_hi) / (1 - c_hi) ** 2, 0.0)
+  ok = jnp.all(found & ((o > 0) | (k == 0)) & (q <= _SERIES_TOL)
+               & jnp.isfinite(total))
+  return total, ok
+
+
 def _fit_regression_em(keys, ctr, where, lay, *, num_items, num_factors,
                        epochs, variant="repo"):
   if variant not in ("repo", "paper"):
@@ -844,47 +903,13 @@ def _fit_regression_em(keys, ctr, where, lay, *, num_items, num_factors,
     rs, rm, o = _iterate(epoch, (rs, rm, o), epochs)
     return d.assemble(rs, rm, r_init), o
 
-  # "repo": an item with one record i has r' = clip(post(c_i, o'(t_i))), a
-  # function of o' alone, and its o' term T(c, o) (o = o'(t_i), e = 1e-8) is
-  #   c                                     if c > o + e (r' clipped to 1),
-  #   o + e - (o - c + e) q / (1 + q),      q = e (1 - o c) / (o (1 - c)^2),
-  # else. Summed over a factor's records, with q / (1 + q) = q - q^2 + q^3
-  # (+ O(q^4), below float64 rounding for q <= _SERIES_TOL), this is the
-  # sum of the clipped CTRs plus a cubic in e / o whose coefficients are
-  # prefix sums of moments of the sorted CTRs (the unclipped ones are the
-  # k smallest, found by :func:`_count_le`): O(1) per factor instead of
-  # O(records). Epochs with some q > _SERIES_TOL (tiny o', CTRs near 1) or
-  # a crowded bin sum the records instead.
-  def moments(c):
-    g = 1.0 / (1.0 - c) ** 2
-    pw = [jnp.ones_like(c), c, c * c, c ** 3, c ** 4]
-    return jnp.stack([pw[0], c] + [pw[j] * g for j in range(3)]
-                     + [pw[j] * g * g for j in range(4)]
-                     + [pw[j] * g ** 3 for j in range(5)], axis=-1)
-
-  srt = _sorted_singles(d.cs, d.ws, moments)
+  # "repo": the one-record items' o' terms summed in closed form
+  srt = _sorted_singles(d.cs, d.ws, _rem_moments)
   table = _bin_table(srt.c)
-  c_total = _prefix_at(srt, srt.n)[..., 1]
 
   def single_sum(o):
-    ot = _rows(o, lay.single_factor)[..., 0]  # [R, rows]
-    w = ot + _EPS
-    k, found = _count_le(srt.c, table, w)  # records not clipped
-    m = jnp.moveaxis(_prefix_at(srt, k), -1, 0)
-    s = jnp.where(k > 0, _EPS / jnp.where(ot > 0, ot, 1.0), 0.0)
-    g = w * m[2] - (1 + ot * w) * m[3] + ot * m[4]
-    h = (w * m[5] - (2 * ot * w + 1) * m[6] + (ot * ot * w + 2 * ot) * m[7]
-         - ot * ot * m[8])
-    o3 = ot ** 3
-    kk = (w * m[9] - (3 * ot * w + 1) * m[10]
-          + (3 * ot * ot * w + 3 * ot) * m[11] - (o3 * w + 3 * ot * ot) * m[12]
-          + o3 * m[13])
-    total = m[0] * w - s * (g - s * (h - s * kk)) + (c_total - m[1])
-    # q grows with c: its largest value is at the largest unclipped CTR
-    c_hi = _take_last(srt.c, jnp.maximum(k - 1, 0)[..., None])[..., 0]
-    q = jnp.where(k > 0, s * (1 - ot * c_hi) / (1 - c_hi) ** 2, 0.0)
-    ok = jnp.all(found & ((ot > 0) | (k == 0)) & (q <= _SERIES_TOL)
-                 & jnp.isfinite(total))
+    total, ok = _rem_single_sums(srt, table,
+                                 _rows(o, lay.single_factor)[..., 0])
     exact = lambda: post_o(d.cs, d.ws, single_r(d.cs, o),  # noqa: E731
                            _rows(o, lay.single_factor)).sum(-1)
     return jax.lax.cond(ok, lambda: total, exact)
