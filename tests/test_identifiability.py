@@ -343,20 +343,24 @@ def test_count_le_matches_searchsorted():
   assert not ok[2][crowded].any() and crowded.any()
 
 
-def test_dla_single_sums_match_the_records():
-  """DLA's closed-form one-record sums equal the record-by-record sum to
-  float64 rounding, with clipped r' (c > 1/a), zero CTRs, empty cells, o' =
-  0 and a row whose series term u sits near _SERIES_TOL (there the u^2
-  term is ~1e-9 relative: dropping it fails); a row beyond it is flagged."""
-  rng = np.random.default_rng(3)
-  w = 60
-  c = np.stack([rng.uniform(0.05, 0.9, w), rng.uniform(0.0095, 0.012, w),
+def _single_grid(rng, small, w=60):
+  """A one-record grid ``[1, 4, w]`` of CTRs and its mask: moderate CTRs,
+  CTRs in ``small``, zero CTRs and empty cells, and CTRs up to 0.9."""
+  c = np.stack([rng.uniform(0.05, 0.9, w), rng.uniform(*small, w),
                 np.concatenate([rng.uniform(0.1, 0.5, w - 15),
                                 np.zeros(15)]),
                 rng.uniform(0.1, 0.9, w)])[None]
   valid = np.ones_like(c, bool)
   valid[0, 2, -10:] = False  # empty cells
-  c = np.where(valid, c, 0.0)
+  return np.where(valid, c, 0.0), valid
+
+
+def test_dla_single_sums_match_the_records():
+  """DLA's closed-form one-record sums equal the record-by-record sum to
+  float64 rounding, with clipped r' (c > 1/a), zero CTRs, empty cells, o' =
+  0 and a row whose series term u sits near _SERIES_TOL (there the u^2
+  term is ~1e-9 relative: dropping it fails); a row beyond it is flagged."""
+  c, valid = _single_grid(np.random.default_rng(3), small=(0.0095, 0.012))
   o = np.array([[0.7, 0.5, 0.3, 0.0]])
   eps = embedding._EPS
 
@@ -387,15 +391,7 @@ def test_regression_em_single_sums_match_the_records():
   CTRs, empty cells, and a row whose series term q sits near _SERIES_TOL
   (there the q^2 term is ~1e-9 relative: dropping it fails); a row beyond
   it is flagged."""
-  rng = np.random.default_rng(5)
-  w = 60
-  c = np.stack([rng.uniform(0.05, 0.9, w), rng.uniform(1e-5, 4.9e-4, w),
-                np.concatenate([rng.uniform(0.1, 0.5, w - 15),
-                                np.zeros(15)]),
-                rng.uniform(0.1, 0.9, w)])[None]
-  valid = np.ones_like(c, bool)
-  valid[0, 2, -10:] = False  # empty cells
-  c = np.where(valid, c, 0.0)
+  c, valid = _single_grid(np.random.default_rng(5), small=(1e-5, 4.9e-4))
   o = np.array([[0.6, 5e-4, 0.3, 0.45]])
   eps = embedding._EPS
 
