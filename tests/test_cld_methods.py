@@ -80,6 +80,22 @@ def test_rank_agg_scores_are_borda_of_ips_and_heckman():
   np.testing.assert_array_equal(np.asarray(got), np.asarray(ref))
 
 
+@pytest.mark.parametrize("loss_type", ["listwise", "pairwise"])
+def test_rank_agg_loss_is_its_ips_loss_on_the_shown_items_plus_heckman(loss_type):
+  config = ml_collections.ConfigDict({"hidden_sizes": (8, 4), "dropout": 0.0, "loss_type": loss_type})
+  agg = get_method("rank_agg", config, num_features=4, list_size=6)
+  ips = get_method("ips", ml_collections.ConfigDict({**config.to_dict(), "layer_norm": False}),
+                   num_features=4, list_size=6)
+  heck = get_method("heckman_rank", config, num_features=4, list_size=6)
+  batch = _batch()
+  params, extra = agg.init(jax.random.key(0), batch)
+  loss, _ = agg.loss(params, extra, batch, jax.random.key(1))
+  shown = {**batch, "where": batch["where"] & batch["shown"]}
+  want = (ips.loss(params["ips"], {}, shown, jax.random.key(1))[0]
+          + heck.loss(params["heckman"], {}, batch, jax.random.key(1))[0])
+  np.testing.assert_allclose(float(loss), float(want), rtol=1e-6)
+
+
 def test_cld_trains_through_the_loop_and_beats_its_init():
   """Linear CLD on a top-k log whose relevance is linear in x: fit() improves test NDCG@3."""
   rng = np.random.default_rng(0)

@@ -64,6 +64,11 @@ CASES = [
          "logit", grad_aux=True),
     Case("two_tower_product", lambda s, c, a, **kw: losses.two_tower_loss(s, a, c, mode="product", **kw),
          "logit", grad_aux=True),
+    Case("naive_pairwise", lambda s, c, a, **kw: losses.naive_pairwise_loss(s, c, **kw), "prob"),
+    Case("ips_pairwise", lambda s, c, a, **kw: losses.ips_pairwise_loss(s, c, propensities=a, **kw), "prob"),
+    # Click-through rates (an aggregated log) with per-item weights (session counts).
+    Case("ips_pairwise_ctr", lambda s, c, a, **kw: losses.ips_pairwise_loss(
+        s, c * a, propensities=jnp.sqrt(a), weights=1.0 + c, **kw), "prob"),
     Case("paird", lambda s, c, a, **kw: losses.pairwise_debiasing_loss(s, c, t_plus=a, t_minus=jnp.sqrt(a),
                                                                        **kw), "prob"),
 ]
@@ -376,6 +381,64 @@ def test_pairwise_debiasing_loss_reference():
     assert int(losses.click_pairs(jnp.array(c), where=jnp.array(where)).sum()) == sum(r[1] for r in refs)
 
 
+def _click_pair_reference(s, c, theta, v, where):
+  """(sum over pairs, pair mass) of the pairwise IPS loss, by a double loop."""
+  total = mass = 0.0
+  for i in range(len(s)):
+    for j in range(len(s)):
+      if i != j and where[i] and where[j]:
+        m = v[i] * c[i] * (1 - c[j])
+        total += m / theta[i] * np.log1p(np.exp(-(s[i] - s[j])))
+        mass += m
+  return total, mass
+
+
+def test_pairwise_click_losses_reference():
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(4)
+    s = rng.normal(size=(3, 6))
+    c = rng.random((3, 6))  # click-through rates
+    theta, v = rng.uniform(0.2, 1, (3, 6)), rng.integers(1, 5, (3, 6)).astype(float)
+    where = np.arange(6) < np.array([[6], [4], [5]])
+    args = dict(where=jnp.array(where), weights=jnp.array(v))
+    refs = [_click_pair_reference(s[q], c[q], theta[q], v[q], where[q]) for q in range(3)]
+    total, mass = sum(r[0] for r in refs), sum(r[1] for r in refs)
+    ips = lambda **kw: losses.ips_pairwise_loss(jnp.array(s), jnp.array(c), propensities=jnp.array(theta),
+                                                **args, **kw)
+    np.testing.assert_allclose(ips(reduce_fn=jnp.sum), total, rtol=1e-10)
+    np.testing.assert_allclose(ips(), total / mass, rtol=1e-10)
+    np.testing.assert_allclose(ips(reduce_fn=None).sum(axis=(-2, -1)), [r[0] for r in refs], rtol=1e-10)
+    naive = [_click_pair_reference(s[q], c[q], np.ones(6), v[q], where[q]) for q in range(3)]
+    np.testing.assert_allclose(losses.naive_pairwise_loss(jnp.array(s), jnp.array(c), **args),
+                               sum(r[0] for r in naive) / mass, rtol=1e-10)
+    # Clipped weights: theta below 1/max_weight counts as 1/max_weight.
+    clipped = [_click_pair_reference(s[q], c[q], np.maximum(theta[q], 0.5), v[q], where[q]) for q in range(3)]
+    np.testing.assert_allclose(ips(max_weight=2.0), sum(r[0] for r in clipped) / mass, rtol=1e-10)
+
+
+def test_pairwise_click_losses_on_binary_clicks_are_rax_pairwise_logistic():
+  """0/1 clicks: the mean over (clicked, unclicked) pairs, weighted by the clicked item's 1/theta."""
+  s, c, a, w = _data(jax.random.key(8), (4, 6), CASES[0])
+  got = losses.ips_pairwise_loss(s, c, propensities=a, where=w)
+  want = rax.pairwise_logistic_loss(s, c, where=w, weights=1.0 / a)
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+  np.testing.assert_allclose(losses.naive_pairwise_loss(s, c, where=w),
+                             rax.pairwise_logistic_loss(s, c, where=w), rtol=1e-6)
+
+
+def test_pairwise_click_loss_on_ctrs_is_the_expected_session_loss():
+  """With independent clicks, the summed loss on CTRs = the expected summed loss over sessions."""
+  with jax.enable_x64(True):
+    s = jnp.array([0.3, -1.0, 2.0, 0.0])
+    theta = np.array([1.0, 0.5, 1 / 3, 0.25])
+    p = theta * np.array([0.9, 0.2, 0.6, 0.5])
+    fn = lambda c: losses.ips_pairwise_loss(s, c, propensities=jnp.array(theta), reduce_fn=jnp.sum)
+    outcomes = np.array(np.meshgrid(*[[0, 1]] * 4, indexing="ij")).reshape(4, -1).T
+    probs = np.prod(np.where(outcomes == 1, p, 1 - p), axis=1)
+    expected = np.sum(probs * np.asarray(jax.vmap(fn)(jnp.array(outcomes, float))))
+    np.testing.assert_allclose(fn(jnp.array(p)), expected, rtol=1e-10)
+
+
 def test_pairwise_debiasing_update_reference():
   with jax.enable_x64(True):
     rng = np.random.default_rng(3)
@@ -417,7 +480,7 @@ def test_log_space_helpers_are_finite_at_the_edges():
 
 
 @pytest.mark.parametrize("loss_fn", [losses.ips_sigmoid_loss, losses.ips_softmax_loss, losses.snips_sigmoid_loss,
-                                     losses.snips_softmax_loss])
+                                     losses.snips_softmax_loss, losses.ips_pairwise_loss])
 def test_never_examined_items_are_finite_and_carry_no_weight(loss_fn):
   # A top-k log keeps unshown candidates with examination 0 (they are never clicked).
   scores = jnp.array([1.0, 0.5, 0.2])

@@ -130,8 +130,28 @@ def test_listwise_and_pointwise_losses_differ_and_ips_uses_examination():
   np.testing.assert_allclose(c, naive.loss(params, extra, batch, jax.random.key(0))[0], rtol=1e-6)
 
 
+def test_pairwise_loss_type_is_the_pairwise_losses_weighted_by_sessions():
+  batch = _batch()
+  sessions = jnp.arange(Q, dtype=jnp.float32) + 1.0
+  for name, fn, extra_kw in (
+      ("naive", baselines.losses.naive_pairwise_loss, {}),
+      ("ips", baselines.losses.ips_pairwise_loss, {"propensities": batch["examination"]})):
+    m = get_method(name, _config(loss_type="pairwise"), num_features=F, list_size=L)
+    params, extra = m.init(jax.random.key(0), None)
+    scores = m.score(params, batch)
+    got = m.loss(params, extra, batch, jax.random.key(0))[0]
+    np.testing.assert_allclose(got, fn(scores, batch["clicks"], where=batch["where"], **extra_kw), rtol=1e-6)
+    weighted = m.loss(params, extra, {**batch, "sessions": sessions}, jax.random.key(0))[0]
+    v = jnp.broadcast_to(sessions[:, None], (Q, L))
+    np.testing.assert_allclose(weighted, fn(scores, batch["clicks"], where=batch["where"], weights=v,
+                                            **extra_kw), rtol=1e-6)
+    assert float(weighted) != pytest.approx(float(got))
+  with pytest.raises(ValueError, match="snips: loss_type must be one of"):
+    get_method("snips", _config(loss_type="pairwise"), num_features=F, list_size=L)
+
+
 @pytest.mark.parametrize("config, match", [
-    ({"loss_type": "pairwise"}, "loss_type"),
+    ({"loss_type": "hinge"}, "loss_type"),
     ({"propensity_clip": 2.0}, "propensity_clip"),
     ({"ranker": "tree"}, "ranker"),
 ])

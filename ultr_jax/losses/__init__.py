@@ -6,11 +6,12 @@ entries below (one block per module).
 
 __all__: list[str] = []
 
-from ultr_jax.losses.naive import naive_sigmoid_loss, naive_softmax_loss  # noqa: E402
+from ultr_jax.losses.naive import naive_pairwise_loss, naive_sigmoid_loss, naive_softmax_loss  # noqa: E402
 
-__all__ += ["naive_sigmoid_loss", "naive_softmax_loss"]
+__all__ += ["naive_pairwise_loss", "naive_sigmoid_loss", "naive_softmax_loss"]
 
 from ultr_jax.losses.ips import (  # noqa: E402
+    ips_pairwise_loss,
     ips_sigmoid_loss,
     ips_softmax_loss,
     ips_weights,
@@ -19,7 +20,7 @@ from ultr_jax.losses.ips import (  # noqa: E402
     snips_weights,
 )
 
-__all__ += ["ips_sigmoid_loss", "ips_softmax_loss", "ips_weights", "snips_sigmoid_loss",
+__all__ += ["ips_pairwise_loss", "ips_sigmoid_loss", "ips_softmax_loss", "ips_weights", "snips_sigmoid_loss",
             "snips_softmax_loss", "snips_weights"]
 
 from ultr_jax.losses.dla import dla_loss, dla_weights  # noqa: E402

@@ -50,3 +50,29 @@ def per_position_sum(values: jax.Array, positions: jax.Array, num_positions: int
   oh = one_hot_positions(positions, num_positions, where)
   v = jnp.where(where, values, 0.0)
   return jnp.einsum("...l,...lk->k", v, oh)
+
+
+def click_pair_loss(scores: jax.Array, clicks: jax.Array, item_weights: jax.Array, where: jax.Array,
+                    weights: Optional[jax.Array], reduce_fn) -> jax.Array:
+  r"""Pairwise logistic loss over (clicked i, unclicked j) pairs, weighted by the clicked item.
+
+  Pair mass :math:`m_{ij} = v_i c_i (1 - c_j)` (``v = weights``, 1 when
+  None; :math:`i \ne j`, both valid), per-pair loss
+  :math:`m_{ij} u_i \log(1 + e^{-(s_i - s_j)})` with ``u = item_weights``.
+  ``reduce_fn=jnp.mean`` divides the sum by :math:`\sum m_{ij}` (a mean over
+  pair records); None returns the ``[..., L, L]`` pair losses; any other
+  ``reduce_fn`` reduces them.
+  """
+  clicks = jnp.where(where, clicks, 0.0)
+  v = jnp.ones_like(clicks) if weights is None else jnp.where(where, weights, 0.0)
+  valid = where[..., :, None] & where[..., None, :] & ~jnp.eye(scores.shape[-1], dtype=bool)
+  mass = jax.lax.stop_gradient(jnp.where(valid, (v * clicks)[..., :, None] * (1.0 - clicks)[..., None, :], 0.0))
+  on = mass > 0
+  diff = jnp.where(on, scores[..., :, None] - scores[..., None, :], 0.0)
+  pair = jnp.where(on, mass * item_weights[..., :, None] * jax.nn.softplus(-diff), 0.0)
+  if reduce_fn is None:
+    return pair
+  if reduce_fn is jnp.mean:
+    total = jnp.sum(mass)
+    return jnp.sum(pair) / jnp.where(total > 0, total, 1.0)
+  return reduce_fn(pair)

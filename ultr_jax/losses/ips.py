@@ -30,6 +30,7 @@ import rax
 from ultr_jax.losses import _utils
 
 __all__ = [
+    "ips_pairwise_loss",
     "ips_weights",
     "snips_weights",
     "ips_sigmoid_loss",
@@ -144,6 +145,41 @@ def ips_softmax_loss(scores: jax.Array, clicks: jax.Array, *, propensities: jax.
   where = _utils.as_where(where, scores.shape)
   w = ips_weights(propensities, where=where, max_weight=max_weight)
   return rax.softmax_loss(scores, clicks, where=where, weights=w, reduce_fn=reduce_fn)
+
+
+def ips_pairwise_loss(scores: jax.Array, clicks: jax.Array, *, propensities: jax.Array,
+                      where: Optional[jax.Array] = None, weights: Optional[jax.Array] = None,
+                      max_weight: Optional[float] = None,
+                      reduce_fn: Optional[Callable] = jnp.mean) -> jax.Array:
+  r"""Pairwise IPS logistic (BPR) loss: clicked over unclicked items, weighted by the clicked one.
+
+  .. math::
+      \ell = \frac{\sum_{i \ne j} m_{ij} \frac{1}{\theta_i} \log(1 + e^{-(s_i - s_j)})}
+                 {\sum_{i \ne j} m_{ij}}, \qquad m_{ij} = v_i\, c_i (1 - c_j)
+
+  Joachims et al. (WSDM'17) weight each clicked item's pairs by
+  :math:`1/\theta_i`; this is the IPS baseline of the CLD paper's code (BPR
+  weight :math:`c_i/\theta_i - c_j/\theta_j` on its (clicked, unclicked)
+  pairs, CLD spec 5), with the logistic loss in place of the hinge. With
+  click-through rates of an aggregated log the pair mass is the expected
+  session count, as in :func:`~ultr_jax.losses.naive_pairwise_loss`. Unlike
+  :func:`ips_softmax_loss` it is not unbiased under the PBM: an unclicked
+  ``j`` is a negative whether or not it was examined.
+
+  Args:
+    scores: ``[..., L]`` logits; clicks: ``[..., L]`` clicks or CTRs in [0, 1];
+    propensities: ``[..., L]`` examination probabilities (see :func:`ips_weights`);
+    where: ``[..., L]`` bool mask; weights: optional ``[..., L]`` :math:`v_i`;
+    max_weight: weight clip; reduce_fn: ``jnp.mean`` (over pair mass),
+    ``jnp.sum``, or None for the ``[..., L, L]`` pair losses.
+
+  >>> s, c = jnp.array([0.0, 0.0]), jnp.array([0.0, 1.0])
+  >>> round(float(ips_pairwise_loss(s, c, propensities=jnp.array([1.0, 0.5]))), 4)  # 2 log 2
+  1.3863
+  """
+  where = _utils.as_where(where, scores.shape)
+  w = ips_weights(propensities, where=where, max_weight=max_weight)
+  return _utils.click_pair_loss(scores, clicks, w, where, weights, reduce_fn)
 
 
 def snips_sigmoid_loss(scores: jax.Array, clicks: jax.Array, *, propensities: jax.Array,

@@ -10,7 +10,9 @@ import jax
 import jax.numpy as jnp
 import rax
 
-__all__ = ["naive_sigmoid_loss", "naive_softmax_loss"]
+from ultr_jax.losses import _utils
+
+__all__ = ["naive_pairwise_loss", "naive_sigmoid_loss", "naive_softmax_loss"]
 
 
 def naive_sigmoid_loss(scores: jax.Array, clicks: jax.Array, *, where: Optional[jax.Array] = None,
@@ -62,3 +64,37 @@ def naive_softmax_loss(scores: jax.Array, clicks: jax.Array, *, where: Optional[
   0.6931
   """
   return rax.softmax_loss(scores, clicks, where=where, weights=weights, reduce_fn=reduce_fn)
+
+
+def naive_pairwise_loss(scores: jax.Array, clicks: jax.Array, *, where: Optional[jax.Array] = None,
+                        weights: Optional[jax.Array] = None,
+                        reduce_fn: Optional[Callable] = jnp.mean) -> jax.Array:
+  r"""Pairwise logistic (BPR) loss of clicked over unclicked items.
+
+  .. math::
+      \ell(s, c) = \frac{\sum_{i \ne j} m_{ij} \log(1 + e^{-(s_i - s_j)})}{\sum_{i \ne j} m_{ij}},
+      \qquad m_{ij} = v_i\, c_i (1 - c_j)
+
+  With 0/1 clicks this is the mean over (clicked, unclicked) pairs, the
+  Naive baseline of the CLD paper's code (BPR with weight :math:`c_i - c_j`
+  on its tag-1 pairs; CLD spec 5). With click-through rates
+  :math:`c_i = n_i / n` of ``n`` sessions (an aggregated log) the mass
+  :math:`n\,c_i(1 - c_j)` is the expected number of sessions with ``i``
+  clicked and ``j`` not when clicks are independent given the query, so the
+  aggregated loss is the per-session loss in expectation.
+
+  Args:
+    scores: ``[..., L]`` logits.
+    clicks: ``[..., L]`` clicks or click-through rates in [0, 1].
+    where: ``[..., L]`` bool mask.
+    weights: optional ``[..., L]`` weight :math:`v_i` of the clicked item
+      (e.g. a list's session count broadcast over its items).
+    reduce_fn: ``jnp.mean`` (over pair mass), ``jnp.sum``, or None for the
+      ``[..., L, L]`` pair losses.
+
+  >>> s, c = jnp.array([0.0, 0.0, 1.0]), jnp.array([1.0, 0.0, 0.0])
+  >>> round(float(naive_pairwise_loss(s, c)), 4)  # (log 2 + log(1 + e)) / 2
+  1.0032
+  """
+  where = _utils.as_where(where, scores.shape)
+  return _utils.click_pair_loss(scores, clicks, jnp.ones_like(scores), where, weights, reduce_fn)

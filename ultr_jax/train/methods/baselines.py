@@ -19,7 +19,11 @@ field                default                     meaning
                                                  ranker's input)
 ``ln_epsilon``       ``1e-6``                    LayerNorm epsilon (Keras, as in LBD: 1e-3)
 ``loss_type``        ``"listwise"``              naive/ips/snips: ``"listwise"`` (softmax)
-                                                 or ``"pointwise"`` (sigmoid)
+                                                 or ``"pointwise"`` (sigmoid); naive/ips
+                                                 also ``"pairwise"`` (logistic over
+                                                 clicked/unclicked pairs, the CLD
+                                                 paper's baselines; a top-k log's
+                                                 per-query ``sessions`` weight them)
 ``propensity_clip``  ``0.0``                     propensities clipped below at this value,
                                                  i.e. weights at ``1/propensity_clip``
                                                  (0 = no clip); ips, snips, dla, paird
@@ -60,7 +64,7 @@ from ultr_jax import models
 from ultr_jax.train.method import Method
 from ultr_jax.train.methods import register
 
-__all__ = ["make_relevance_tower", "batch_positions"]
+__all__ = ["make_relevance_tower", "batch_positions", "click_loss"]
 
 
 def _get(config, name, default):
@@ -156,37 +160,63 @@ def _make(name, towers, loss, propensities=None):
 def _click_method(name, config, num_features, list_size, weighting):
   towers = _Towers(config, num_features, list_size, with_bias=False)
   loss_type = _get(config, "loss_type", "listwise")
-  if loss_type not in ("listwise", "pointwise"):
-    raise ValueError(f"{name}: loss_type must be 'listwise' or 'pointwise', got {loss_type!r}")
-  max_weight = _max_weight(config)
-  listwise = loss_type == "listwise"
-  fns = {
-      ("naive", True): losses.naive_softmax_loss,
-      ("naive", False): losses.naive_sigmoid_loss,
-      ("ips", True): losses.ips_softmax_loss,
-      ("ips", False): losses.ips_sigmoid_loss,
-      ("snips", True): losses.snips_softmax_loss,
-      ("snips", False): losses.snips_sigmoid_loss,
-  }
-  fn = fns[(weighting, listwise)]
+  fn = click_loss(weighting, loss_type, max_weight=_max_weight(config), name=name)
 
   def loss(params, extra, batch, key):
-    where = _where(batch)
     scores = towers.relevance(params, batch, key)
-    clicks = jnp.asarray(batch["clicks"], jnp.float32)
-    if weighting == "naive":
-      value = fn(scores, clicks, where=where)
-    else:
-      value = fn(scores, clicks, propensities=jnp.asarray(batch["examination"], jnp.float32),
-                 where=where, max_weight=max_weight)
-    return value, ({}, extra)
+    return fn(scores, batch), ({}, extra)
 
   return _make(name, towers, loss)
 
 
+_CLICK_LOSSES = {
+    ("naive", "listwise"): losses.naive_softmax_loss,
+    ("naive", "pointwise"): losses.naive_sigmoid_loss,
+    ("naive", "pairwise"): losses.naive_pairwise_loss,
+    ("ips", "listwise"): losses.ips_softmax_loss,
+    ("ips", "pointwise"): losses.ips_sigmoid_loss,
+    ("ips", "pairwise"): losses.ips_pairwise_loss,
+    ("snips", "listwise"): losses.snips_softmax_loss,
+    ("snips", "pointwise"): losses.snips_sigmoid_loss,
+}
+
+
+def click_loss(weighting: str, loss_type: str, *, max_weight=None, name=None):
+  """``fn(scores, batch) -> loss`` of a naive/ips/snips click loss of ``loss_type``.
+
+  Reads ``batch["clicks"]`` and ``batch["where"]`` (and ``"examination"``
+  unless naive). The pairwise losses weight each list's pairs by its
+  ``batch["sessions"]`` when the batch carries them (an aggregated top-k log:
+  a mean over the sessions' pair records, as the per-session log gives).
+
+  >>> fn = click_loss("ips", "pairwise")
+  >>> batch = {"clicks": jnp.array([[0.0, 1.0]]), "where": jnp.ones((1, 2), bool),
+  ...          "examination": jnp.array([[1.0, 0.5]])}
+  >>> round(float(fn(jnp.zeros((1, 2)), batch)), 4)  # 2 log 2
+  1.3863
+  """
+  fn = _CLICK_LOSSES.get((weighting, loss_type))
+  if fn is None:
+    types = sorted(t for w, t in _CLICK_LOSSES if w == weighting)
+    raise ValueError(f"{name or weighting}: loss_type must be one of {types}, got {loss_type!r}")
+  pairwise = loss_type == "pairwise"
+
+  def loss(scores, batch):
+    where = _where(batch)
+    clicks = jnp.asarray(batch["clicks"], jnp.float32)
+    kw = {}
+    if pairwise and "sessions" in batch:
+      kw["weights"] = jnp.broadcast_to(jnp.asarray(batch["sessions"], jnp.float32)[..., None], where.shape)
+    if weighting != "naive":
+      kw.update(propensities=jnp.asarray(batch["examination"], jnp.float32), max_weight=max_weight)
+    return fn(scores, clicks, where=where, **kw)
+
+  return loss
+
+
 @register("naive")
 def naive(config, *, num_features: int, list_size: int) -> Method:
-  """Clicks as labels (listwise softmax or pointwise sigmoid)."""
+  """Clicks as labels (listwise softmax, pointwise sigmoid or pairwise logistic)."""
   return _click_method("naive", config, num_features, list_size, "naive")
 
 

@@ -49,6 +49,7 @@ from ultr_jax import losses
 from ultr_jax import models
 from ultr_jax.train.method import Method
 from ultr_jax.train.methods import register
+from ultr_jax.train.methods.baselines import click_loss
 
 __all__ = ["cld_towers"]
 
@@ -212,7 +213,10 @@ def heckman_rank(config, *, num_features: int, list_size: int) -> Method:
 
 @register("rank_agg")
 def rank_agg(config, *, num_features: int, list_size: int) -> Method:
-  r"""RankAgg: Borda count (A29) of a listwise-IPS ranker on the top-k records and Heckman-rank.
+  r"""RankAgg: Borda count (A29) of an IPS ranker on the top-k records and Heckman-rank.
+
+  The IPS part's loss is the ``ips`` method's ``loss_type`` (listwise by
+  default, ``"pairwise"`` for the paper's BPR).
 
   Both parts train jointly on disjoint parameters (``params["ips"]``,
   ``params["heckman"]``); ``params["ips"]`` has the layout of the baseline
@@ -220,6 +224,7 @@ def rank_agg(config, *, num_features: int, list_size: int) -> Method:
   Heckman-rank parameters can be combined without retraining.
   """
   ips = _Tower(_get(config, "ranker", "mlp"), config, num_features)
+  ips_loss_fn = click_loss("ips", _get(config, "loss_type", "listwise"), name="rank_agg")
   h_init, h_loss, h_score = _heckman_parts(config, num_features)
 
   def init(key, batch):
@@ -227,10 +232,9 @@ def rank_agg(config, *, num_features: int, list_size: int) -> Method:
     return {"ips": {"relevance": ips.init(k1)}, "heckman": h_init(k2)}, {}
 
   def loss(params, extra, batch, key):
-    where, shown, clicks, rho, _ = _log(batch)
+    _, shown, _, rho, _ = _log(batch)
     scores = ips.apply(params["ips"]["relevance"], _features(batch), key)
-    ips_loss = losses.ips_softmax_loss(scores, clicks, propensities=jnp.where(shown, rho, 1.0),
-                                       where=shown)
+    ips_loss = ips_loss_fn(scores, {**batch, "where": shown, "examination": jnp.where(shown, rho, 1.0)})
     h, aux = h_loss(params["heckman"], batch)
     return ips_loss + h, ({"ips_loss": ips_loss, **aux}, extra)
 
