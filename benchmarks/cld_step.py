@@ -4,6 +4,8 @@ Times one jitted Adam step (``B`` lists of ``L`` candidates, top ``k`` shown,
 ``F`` features) of
 
 * ``ips``: the baseline listwise IPS method on the top-k records (the reference);
+* ``ips_pairwise``: the same ranker with the paper's pairwise BPR IPS loss (the
+  CLD study's default for Naive/IPS), for information;
 * ``cld`` (linear), ``cld_n`` (neural pointwise CLD), ``cld_pair`` (neural,
   all ordered pairs of each list), ``cld_pair_l`` (linear), ``heckman_rank``;
 
@@ -31,7 +33,7 @@ import optax
 
 from ultr_jax.train import get_method
 
-METHODS = ("ips", "cld", "cld_n", "cld_pair", "cld_pair_l", "heckman_rank")
+METHODS = ("ips", "ips_pairwise", "cld", "cld_n", "cld_pair", "cld_pair_l", "heckman_rank")
 
 
 def make_step(method, batch, tx):
@@ -78,10 +80,12 @@ def main():
   tx = optax.adam(1e-3)
   steps, states, batches = {}, {}, {}
   for name in METHODS:
-    batches[name] = ips_batch if name == "ips" else batch
+    batches[name] = ips_batch if name.startswith("ips") else batch
     # ``cld`` reads ``ranker`` (default linear); the study runs it linear, as the paper.
     c = ml_collections.ConfigDict({**config.to_dict(), "ranker": "linear"}) if name == "cld" else config
-    steps[name], states[name] = make_step(get_method(name, c, **kw), batches[name], tx)
+    if name == "ips_pairwise":
+      c = ml_collections.ConfigDict({**config.to_dict(), "loss_type": "pairwise"})
+    steps[name], states[name] = make_step(get_method(name.split("_pairwise")[0], c, **kw), batches[name], tx)
     p, o, loss = steps[name](*states[name], batches[name], jax.random.key(0))  # compile + warm up
     loss.block_until_ready()
     states[name] = (p, o)

@@ -103,7 +103,10 @@ def get_config(arg: str = "default") -> ml_collections.ConfigDict:
   c.method.activation = "elu"
   c.method.layer_norm = False
   c.method.dropout = 0.1
-  c.method.loss_type = "listwise"
+  # Naive, IPS (and RankAgg's IPS part): the paper's BPR on (clicked, unclicked) pairs of the top-k
+  # records, IPS weighting the clicked item by 1/rho (spec 5), each query's pairs weighted by its
+  # sessions. "listwise" gives the softmax cross-entropy of the other studies instead.
+  c.method.loss_type = "pairwise"
   c.overrides = {"cld": {"ranker": "linear"}, "cld_pair": {"ranker": "mlp"}}
 
   if arg == "smoke":
