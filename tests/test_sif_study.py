@@ -82,3 +82,23 @@ def test_shuffle_display_moves_items_with_their_data():
   z = ds.extras["logging_score"]
   assert np.all(np.diff(z, axis=1) <= 0)
   assert np.mean(np.diff(sh.extras["logging_score"], axis=1) <= 0) < 0.7
+
+
+def test_second_half_change_reads_the_midpoint_and_the_end_per_seed():
+  hist = [{"step": s, "train/oracle_I_D": [0.01 + 1e-4 * s, 0.02 + 2e-4 * s], "train/other": [0.0, 0.0]}
+          for s in (1000, 2000, 2900, 4000, 5000, 6000)]
+  hist.insert(2, {"step": 3000, "train/loss": [1.0, 1.0]})  # rows without the key are skipped
+  r = study.second_half_change(hist, "oracle_I_D")
+  assert r["steps"] == [2900, 6000]  # the logged step nearest half of the last one
+  np.testing.assert_allclose(r["values"], [(0.30 + 0.60) / 2, (0.61 + 1.22) / 2], rtol=1e-12)
+  np.testing.assert_allclose(r["change"]["mean"], (0.31 + 0.62) / 2, rtol=1e-12)
+  assert r["change"]["ci90"] > 0
+  assert study.second_half_change(hist[:1], "oracle_I_D") is None
+
+
+def test_t7_config_runs_the_spec_length_at_alpha_0_6():
+  c = get_config("t7")
+  assert c.train.steps == 20000 and tuple(c.alphas) == (0.6,) and not c.t6.enabled
+  assert set(c.methods) == {"dla", "sif_exp", "sif_dec"} and not c.position_setting
+  with pytest.raises(ValueError, match="t7"):
+    get_config("t9")

@@ -348,6 +348,27 @@ def write_figures(workdir, t7, histories, key_setting):
   return paths
 
 
+def second_half_change(history, key):
+  """Per-seed change of ``train/<key>`` from the logged step nearest half the run to the last one.
+
+  "Flat" in T7 (DLA's leakage, Fig. 5) read as: the change over the second half
+  of training, with its seed-level 90% interval, next to the level.
+
+  >>> h = [{"step": s, "train/x": [s / 10, s / 10 + 1]} for s in (10, 20, 30, 40)]
+  >>> r = second_half_change(h, "x")
+  >>> r["steps"], r["values"], r["change"]["mean"]
+  ([20, 40], [2.5, 4.5], 2.0)
+  """
+  rows = [h for h in history if f"train/{key}" in h]
+  if len(rows) < 2:
+    return None
+  last = rows[-1]
+  mid = min(rows[:-1], key=lambda h: abs(h["step"] - last["step"] / 2))
+  a, b = np.asarray(mid[f"train/{key}"], float), np.asarray(last[f"train/{key}"], float)
+  return {"steps": [int(mid["step"]), int(last["step"])], "values": [float(a.mean()), float(b.mean())],
+          "change": summarize(b - a)}
+
+
 def t7_checks(t7, histories, alpha_key, position_key):
   """T7/T8 claims as numbers."""
   out = {}
@@ -363,6 +384,7 @@ def t7_checks(t7, histories, alpha_key, position_key):
       _, v = _curve(hist[name], "oracle_I_D")
       if len(v) >= 2:
         out[f"{name}_oracle_I_D_first_last"] = (float(v[0]), float(v[-1]))
+        out[f"{name}_oracle_I_D_second_half"] = second_half_change(hist[name], "oracle_I_D")
   prow = t7.get(position_key, {})
   for name in ("dla", "sif_exp", "sif_position"):
     if name in prow and "propensity_mae" in prow[name]:
