@@ -102,3 +102,16 @@ def test_t7_config_runs_the_spec_length_at_alpha_0_6():
   assert set(c.methods) == {"dla", "sif_exp", "sif_dec"} and not c.position_setting
   with pytest.raises(ValueError, match="t7"):
     get_config("t9")
+
+
+def test_exposure_slope_size_finds_the_sif_tower_slopes():
+  import jax  # noqa: PLC0415
+  from ultr_jax.train import get_method  # noqa: PLC0415
+
+  m = get_method("sif_exp", {"ranker": "linear"}, num_features=3, list_size=4)
+  params, _ = m.init(jax.random.key(0), None)
+  seeds = jax.tree.map(lambda v: np.stack([np.asarray(v), np.asarray(v) + 1.0]), params)
+  size = study.exposure_slope_size(seeds)
+  np.testing.assert_allclose(size, [0.0, 1.0])  # u starts at 0 (spec 5.2)
+  dla = get_method("dla", {"ranker": "linear"}, num_features=3, list_size=4)
+  assert study.exposure_slope_size(dla.init(jax.random.key(0), None)[0]) is None

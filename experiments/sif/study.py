@@ -226,6 +226,19 @@ def t6_checks(rows):
 # T7 / T8: learned towers, sampled clicks.
 
 
+def exposure_slope_size(params):
+  """Per-seed mean ``|u_k|`` of the SIF bias tower's exposure slopes (None without that tower).
+
+  T7 expects the exposure penalty to drive ``u_k`` towards 0 (SIF-exp).
+
+  >>> exposure_slope_size({"bias": {"exposure_slope": np.array([[0.1, -0.3], [0.0, 0.2]])}}).tolist()
+  [0.2, 0.1]
+  """
+  leaves = [v for path, v in jax.tree_util.tree_flatten_with_path(params)[0]
+            if getattr(path[-1], "key", None) == "exposure_slope"]
+  return np.abs(np.asarray(leaves[0], np.float64)).mean(-1) if leaves else None
+
+
 def run_t7(config, data, setting, alpha, *, methods=None, train_overrides=None):
   """Every method of ``methods`` (default ``config.methods``) at one setting; returns (rows, histories)."""
   train, valid, test = data
@@ -252,6 +265,9 @@ def run_t7(config, data, setting, alpha, *, methods=None, train_overrides=None):
       _, traj = propensity_mae_trajectory(res.history)
       if traj.size:  # over the last evaluation interval of training
         row["propensity_mae_final"] = summarize(traj[-1])
+    u = exposure_slope_size(res.params)
+    if u is not None:
+      row["exposure_slope_abs"] = summarize(u)
     row["seconds"] = time.perf_counter() - t0
     rows[name] = row
     histories[name] = res.history
@@ -378,6 +394,9 @@ def t7_checks(t7, histories, alpha_key, position_key):
   if "sif_exp" in rows and "dla" in rows:
     out["sif_exp_mae"] = rows["sif_exp"]["propensity_mae"]["mean"]
     out["dla_mae"] = rows["dla"]["propensity_mae"]["mean"]
+  for name in ("sif_exp", "sif_dec", "sif_full"):
+    if name in rows and "exposure_slope_abs" in rows[name]:
+      out[f"{name}_exposure_slope_abs"] = rows[name]["exposure_slope_abs"]["mean"]
   hist = histories.get(alpha_key, {})
   for name in ("sif_dec", "sif_full", "dla"):
     if name in hist:
