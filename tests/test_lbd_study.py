@@ -9,6 +9,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+from scipy import stats as scipy_stats
 
 from ultr_jax import simulation
 from ultr_jax.testing import assert_matches_expected
@@ -171,6 +172,34 @@ def test_effects_compare_lbd_with_click_data_on_the_same_tower():
   np.testing.assert_allclose([v["diff"] for v in e3["lbd_minus_click_data_lbd_tower"]], [0.05, 0.05], atol=1e-12)
   assert e3["unlimited_below_same_tower_click_at_top"]
   assert S.effects(res, etas)["E5"]["linear"]["drift_as_paper"]
+
+
+def test_effects_e1_ranker_order_is_a_welch_interval_per_eta():
+  etas = [0.1, 0.6]
+  rng = np.random.default_rng(0)
+  gaps = {"linear": [0.20, 0.30], "dnn": [0.05, 0.35]}
+  res = {}
+  for i, e in enumerate(etas):
+    cells = {}
+    for r in ("linear", "dnn"):
+      unl = 0.7 + 0.01 * rng.normal(size=3)
+      cells[f"{r}/unlimited"] = {"ndcg@10": {"per_seed": unl.tolist()}}
+      cells[f"{r}/lbd"] = {"ndcg@10": {"per_seed": (unl + gaps[r][i] + 0.002 * rng.normal(size=3)).tolist()}}
+      cells[f"{r}/lbd_lips"] = cells[f"{r}/lbd_ber"] = cells[f"{r}/unlimited"]
+    cells["selected"] = {r: {"lbd": {"lam": 1.0, "t": 0.4}} for r in ("linear", "dnn")}
+    res[f"eta={e:g}"] = cells
+  e1 = S.effects(res, etas)["E1"]
+  order = e1["linear_minus_dnn_gap"]
+  for i, e in enumerate(etas):
+    lin = np.subtract(res[f"eta={e:g}"]["linear/lbd"]["ndcg@10"]["per_seed"],
+                      res[f"eta={e:g}"]["linear/unlimited"]["ndcg@10"]["per_seed"])
+    dnn = np.subtract(res[f"eta={e:g}"]["dnn/lbd"]["ndcg@10"]["per_seed"],
+                      res[f"eta={e:g}"]["dnn/unlimited"]["ndcg@10"]["per_seed"])
+    ref = scipy_stats.ttest_ind(lin, dnn, equal_var=False).confidence_interval(0.90)
+    np.testing.assert_allclose(order[f"eta={e:g}"]["interval"], [ref.low, ref.high], rtol=1e-12)
+    np.testing.assert_allclose(order[f"eta={e:g}"]["diff"], lin.mean() - dnn.mean(), rtol=1e-12)
+  assert order["eta=0.1"]["interval"][0] > 0 and order["eta=0.6"]["interval"][1] < 0
+  assert not e1["linear_gap_larger_significant"]  # holds at 0.1, reversed at 0.6
 
 
 def test_validation_and_test_lists_keep_every_candidate():

@@ -56,6 +56,7 @@ __all__ = [
     "grid_members",
     "select_on_validation",
     "effects",
+    "welch_difference",
     "prepare_lists",
     "run_lbd_study",
 ]
@@ -304,6 +305,21 @@ def _paired(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
   return {"diff": s["mean"], "ci90": s["ci90"]}
 
 
+def welch_difference(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
+  """``mean(a) - mean(b)`` of two independent samples with its 90% Welch t-interval.
+
+  For comparing rankers, whose seeds are different models (unpaired).
+
+  >>> r = welch_difference([1.0, 2.0, 3.0], [0.0, 0.5, 0.2])
+  >>> round(r["diff"], 4), [round(v, 4) for v in r["interval"]]
+  (1.7667, [0.154, 3.3793])
+  """
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  ci = scipy_stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.90)
+  diff = float(a.mean() - b.mean())
+  return {"diff": diff, "ci90": float(ci.high) - diff, "interval": [float(ci.low), float(ci.high)]}
+
+
 def effects(results: dict, etas: Sequence[float], *, metric: str = "ndcg@10") -> dict:
   """The spec's effects E1-E5 from ``results`` (per-seed values, paired over seeds).
 
@@ -323,6 +339,13 @@ def effects(results: dict, etas: Sequence[float], *, metric: str = "ndcg@10") ->
   out["E1"] = {"lbd_minus_unlimited": e1, "mean_gap": gap,
                "holds_all_significant": bool(holds),
                "linear_gap_larger": bool(gap.get("linear", np.nan) > gap.get("dnn", np.nan))}
+  if len(rankers) == 2:  # the ranker order, per eta: Welch (the two rankers' seeds are different models)
+    order = {k: welch_difference(np.subtract(seeds(e, "linear", "lbd"), seeds(e, "linear", "unlimited")),
+                                 np.subtract(seeds(e, "dnn", "lbd"), seeds(e, "dnn", "unlimited")))
+             for e in etas if e >= 0.1 - 1e-9 for k in [_eta_key(e)]}
+    out["E1"]["linear_minus_dnn_gap"] = order
+    out["E1"]["linear_gap_larger_significant"] = bool(order) and all(
+        v["interval"][0] > 0 for v in order.values())
   e2 = {}
   for ranker in rankers:
     present = [n for n in ("two_tower", "dla", "click_data") if f"{ranker}/{n}" in results[_eta_key(etas[0])]]
