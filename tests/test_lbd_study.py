@@ -202,6 +202,26 @@ def test_effects_e1_ranker_order_is_a_welch_interval_per_eta():
   assert not e1["linear_gap_larger_significant"]  # holds at 0.1, reversed at 0.6
 
 
+def test_tied_with_best_keeps_the_members_validation_cannot_separate():
+  base = np.array([0.90, 0.92, 0.91])
+  rows = [{"variant": "lbd", "lam": lam, "t": t, "valid_per_seed": (base + off).tolist()}
+          for lam, t, off in ((1.0, 0.1, np.array([-0.002, 0.003, -0.002])),  # tied: differences change sign
+                              (1e4, 0.4, np.array([0.0, 0.0, 0.0])),         # the best
+                              (1e2, 0.2, np.array([-0.010, -0.011, -0.009])))]  # behind in every seed
+  rows.append({"variant": "lbd_ber", "lam": 0.0, "t": 0.4, "valid_per_seed": (base + 1).tolist()})
+  tied = S.tied_with_best(rows)
+  assert [(r["lam"], r["t"]) for r in tied] == [(1e4, 0.4), (1.0, 0.1)]
+  np.testing.assert_allclose(tied[1]["behind_best"], 0.001 / 3, rtol=1e-9)
+  assert S.tied_with_best([{k: v for k, v in r.items() if k != "valid_per_seed"} for r in rows]) is None
+  # effects() reports the tie sets per eta when every grid row carries per-seed validation scores.
+  cell = {"ndcg@10": {"per_seed": base.tolist()}}
+  res = {f"eta={e:g}": {**{f"linear/{m}": cell for m in ("lbd", "unlimited", "lbd_lips", "lbd_ber")},
+                        "selected": {"linear": {"lbd": {"lam": 1e4, "t": 0.4}}}, "grid": {"linear": rows}}
+         for e in (0.1, 0.6)}
+  e5 = S.effects(res, [0.1, 0.6])["E5"]["linear"]
+  assert [(r["lam"], r["t"]) for r in e5["tied_with_best"]["eta=0.6"]] == [(1e4, 0.4), (1.0, 0.1)]
+
+
 def test_validation_and_test_lists_keep_every_candidate():
   # spec 2.7: validation/test queries are scored over the full candidate list; only training
   # lists are cut to the displayed top k. (The validation set used to be cut to the top 10,

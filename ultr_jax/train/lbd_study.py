@@ -57,6 +57,7 @@ __all__ = [
     "select_on_validation",
     "effects",
     "welch_difference",
+    "tied_with_best",
     "prepare_lists",
     "run_lbd_study",
 ]
@@ -320,6 +321,33 @@ def welch_difference(a: Sequence[float], b: Sequence[float]) -> dict[str, float]
   return {"diff": diff, "ci90": float(ci.high) - diff, "interval": [float(ci.low), float(ci.high)]}
 
 
+def tied_with_best(grid_rows: Sequence[dict], variant: str = "lbd") -> Optional[list[dict]]:
+  """The ``variant`` grid members whose validation score the best member's does not beat.
+
+  A member is tied when the 90% seed-level interval of (best - member),
+  paired over seeds, includes 0: validation cannot tell it from the selected
+  one (E5 reads the selection's drift only where it is outside such ties).
+  None when the rows carry no ``valid_per_seed``.
+
+  >>> rows = [{"variant": "lbd", "lam": 1.0, "t": 0.1, "valid_per_seed": [0.90, 0.91, 0.92]},
+  ...         {"variant": "lbd", "lam": 1e4, "t": 0.4, "valid_per_seed": [0.91, 0.91, 0.93]},
+  ...         {"variant": "lbd", "lam": 1e2, "t": 0.4, "valid_per_seed": [0.80, 0.81, 0.82]}]
+  >>> [(r["lam"], r["t"]) for r in tied_with_best(rows)]
+  [(10000.0, 0.4), (1.0, 0.1)]
+  """
+  rows = [r for r in grid_rows if r.get("variant") == variant]
+  if not rows or any("valid_per_seed" not in r for r in rows):
+    return None
+  best = max(rows, key=lambda r: float(np.mean(r["valid_per_seed"])))
+  out = []
+  for r in sorted(rows, key=lambda r: -float(np.mean(r["valid_per_seed"]))):
+    d = _paired(best["valid_per_seed"], r["valid_per_seed"])
+    if r is best or d["diff"] - d["ci90"] <= 0:
+      out.append({"lam": r["lam"], "t": r["t"], "valid": float(np.mean(r["valid_per_seed"])),
+                  "behind_best": d["diff"], "ci90": d["ci90"]})
+  return out
+
+
 def effects(results: dict, etas: Sequence[float], *, metric: str = "ndcg@10") -> dict:
   """The spec's effects E1-E5 from ``results`` (per-seed values, paired over seeds).
 
@@ -400,6 +428,10 @@ def effects(results: dict, etas: Sequence[float], *, metric: str = "ndcg@10") ->
     e5[ranker] = {"selected": {_eta_key(e): s for e, s in zip(etas, sel)},
                   "spearman_eta_log10_lambda": float(rho_lam), "spearman_eta_t": float(rho_t),
                   "drift_as_paper": bool(rho_lam < 0 and rho_t > 0)}
+    tied = {_eta_key(e): tied_with_best(results[_eta_key(e)].get("grid", {}).get(ranker, []))
+            for e in etas}
+    if all(v is not None for v in tied.values()):
+      e5[ranker]["tied_with_best"] = tied
   out["E5"] = e5
   return out
 
@@ -554,6 +586,7 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
       entry["selected"] = {ranker: {v: {"lam": members[g][1], "t": members[g][2]} for v, g in chosen.items()
                                     if v in ("lbd", "lbd_lips", "lbd_ber")}}
       entry["grid"] = {ranker: [{"variant": v, "lam": lam, "t": t, "valid": float(vscore[g]),
+                                 "valid_per_seed": valid_m[config.select_metric][:, i, g].tolist(),
                                  "test": float(np.mean(test_m["ndcg@10"][:, i, g]))}
                                 for g, (v, lam, t) in enumerate(members)]}
       out[_eta_key(e)] = entry
@@ -602,7 +635,7 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
                       "config": config.to_dict(), "timings": timings,
                       "seconds": time.perf_counter() - t_start,
                       "process_cpu_seconds": time.process_time() - c_start}
-  table = table_1(results, etas, config.table_eta)
+  table = table_1(results, etas, config.table_eta) + e5_ties_text(results["_effects"])
   print(table, flush=True)
   print(json.dumps({k: results["_effects"][k] for k in ("E1", "E5")}, indent=1, default=float)[:4000],
         flush=True)
@@ -612,6 +645,26 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
     plot_figures(results, etas, config, workdir)
   print(f"total time {time.perf_counter() - t_start:.1f}s", file=sys.stderr, flush=True)
   return results
+
+
+def e5_ties_text(effects_out: dict) -> str:
+  """Markdown lines: per ranker and eta, the LBD (lambda, t) validation cannot tell from the selected one.
+
+  >>> print(e5_ties_text({"E5": {"dnn": {"tied_with_best": {"eta=0.1": [{"lam": 1e4, "t": 0.4},
+  ...                                                                  {"lam": 1.0, "t": 0.1}]}}}}))
+  <BLANKLINE>
+  E5, LBD (lambda, t) tied with the selected one on validation (paired 90% interval includes 0):
+  - dnn eta=0.1: (10000, 0.4)*, (1, 0.1)
+  """
+  lines = []
+  for ranker, e5 in effects_out.get("E5", {}).items():
+    for key, rows in e5.get("tied_with_best", {}).items():
+      members = ", ".join(f"({r['lam']:g}, {r['t']:g})" + ("*" if i == 0 else "") for i, r in enumerate(rows))
+      lines.append(f"- {ranker} {key}: {members}")
+  if not lines:
+    return ""
+  return ("\nE5, LBD (lambda, t) tied with the selected one on validation (paired 90% interval includes 0):\n"
+          + "\n".join(lines))
 
 
 def table_1(results: dict, etas: Sequence[float], eta: float) -> str:
