@@ -57,8 +57,7 @@ def simulate_ctr(key, p, num_clicks: float):
   r"""Aggregated CTR per record: :math:`\mathrm{Binomial}(N, p) / N`.
 
   >>> with jax.enable_x64(True):
-  ...   c = simulate_ctr(jax.random.PRNGKey(0), jnp.full((2000,), 0.3), 1e4)
-  >>> print(round(float(c.mean()), 2))
+  ...   print(round(float(simulate_ctr(jax.random.PRNGKey(0), jnp.full((2000,), 0.3), 1e4).mean()), 2))
   0.3
   """
   p = jnp.asarray(p)
