@@ -165,6 +165,7 @@ def ips_pairwise_loss(scores: jax.Array, clicks: jax.Array, *, propensities: jax
   session count, as in :func:`~ultr_jax.losses.naive_pairwise_loss`. Unlike
   :func:`ips_softmax_loss` it is not unbiased under the PBM: an unclicked
   ``j`` is a negative whether or not it was examined.
+  It builds all ``L x L`` pairs of a list, as rax's pairwise losses do.
 
   Args:
     scores: ``[..., L]`` logits; clicks: ``[..., L]`` clicks or CTRs in [0, 1];

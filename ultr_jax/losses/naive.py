@@ -82,6 +82,7 @@ def naive_pairwise_loss(scores: jax.Array, clicks: jax.Array, *, where: Optional
   :math:`n\,c_i(1 - c_j)` is the expected number of sessions with ``i``
   clicked and ``j`` not when clicks are independent given the query, so the
   aggregated loss is the per-session loss in expectation.
+  It builds all ``L x L`` pairs of a list, as rax's pairwise losses do.
 
   Args:
     scores: ``[..., L]`` logits.

@@ -16,7 +16,9 @@ the production ranker's selection but not the learners' scores). Its keys carry 
 prefix, e.g. ``hidden=4/k=2/eta=1.0/noise=0.1/sessions=100000``, and the ordering "CLD's gain over
 IPS at k = 2 is larger than at k = 10" is read on it (and, for information, on the visible k
 sweep too); ``orderings`` in ``results.json`` holds the four with seed-level intervals and a
-boolean each. The generator draws ``num_features + num_hidden`` features; which of them the
+boolean each. Naive and IPS train the paper's BPR on the shown (clicked, unclicked) pairs
+(``method.loss_type = "pairwise"``, spec 5); ``--config.method.loss_type=listwise`` gives the softmax
+baselines of the other studies. The generator draws ``num_features + num_hidden`` features; which of them the
 learners see is the only difference between the two grids. With ``data.path`` the sweep hides the
 last 4 of the file's features (``:paper`` turns it off, like the other sweeps).
 
