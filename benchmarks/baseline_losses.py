@@ -34,6 +34,11 @@ def _losses():
       "regression_em": lambda s, o, c, p, w: losses.regression_em_loss(s, c, propensities=p, where=w),
       "two_tower_product": lambda s, o, c, p, w: losses.two_tower_loss(s, o, c, where=w, mode="product"),
       "paird": lambda s, o, c, p, w: losses.pairwise_debiasing_loss(s, c, t_plus=p, t_minus=p, where=w),
+      # The pairwise click losses next to rax's pairwise logistic loss, the same value on 0/1 clicks.
+      "rax.pairwise_logistic (1/p weights)": lambda s, o, c, p, w: rax.pairwise_logistic_loss(
+          s, c, where=w, weights=1.0 / p),
+      "naive_pairwise": lambda s, o, c, p, w: losses.naive_pairwise_loss(s, c, where=w),
+      "ips_pairwise": lambda s, o, c, p, w: losses.ips_pairwise_loss(s, c, propensities=p, where=w),
   }
 
 

@@ -1,7 +1,8 @@
 """Click-simulation throughput: jitted JAX samplers vs NumPy and a Python loop.
 
 Sessions per second of ``ultr_jax.simulation`` (PBM with ULTRA's eye-tracking
-table, and the cascade model) on ``--queries`` lists of ``--list-size``
+table, the cascade model, and the user browsing model with the distance table
+of ``ubm_gamma``) on ``--queries`` lists of ``--list-size``
 documents, ``--sessions`` sessions per list per call, against, in the same
 process:
 
@@ -48,6 +49,34 @@ def numpy_cascade(rng, labels, sessions):
   attracted = rng.random((sessions,) + labels.shape) < rel
   stop = attracted.astype(np.int32)
   return attracted & ((np.cumsum(stop, -1) - stop) == 0)
+
+
+def numpy_ubm(rng, labels, sessions):
+  rel = 0.1 + 0.9 * (2.0**labels - 1) / 15.0
+  gamma = sim.ubm_gamma(labels.shape[-1])
+  u = rng.random((sessions,) + labels.shape)
+  last = np.zeros((sessions,) + labels.shape[:-1], np.int64)
+  clicks = np.zeros(u.shape, bool)
+  for rank in range(labels.shape[-1]):  # the model is sequential in rank
+    clicks[..., rank] = u[..., rank] < gamma[rank, last] * rel[..., rank]
+    last = np.where(clicks[..., rank], rank + 1, last)
+  return clicks
+
+
+def loop_ubm(labels_list, sessions):
+  click_prob = [0.1 + 0.9 * (2.0**y - 1) / 15.0 for y in range(5)]
+  out = []
+  for _ in range(sessions):
+    for labels in labels_list:
+      clicks, last = [], 0
+      for rank, y in enumerate(labels):
+        d = rank + 1 - last  # distance to the last click (to the top without one)
+        exam_p = TABLE_LIST[d - 1 if d <= len(TABLE_LIST) else -1]
+        click = 1 if random.random() < exam_p * click_prob[int(y)] else 0
+        last = rank + 1 if click else last
+        clicks.append(click)
+      out.append(clicks)
+  return out
 
 
 def loop_pbm(labels_list, sessions):
@@ -97,8 +126,9 @@ def main():
   print(f"backend {jax.default_backend()} ({jax.devices()[0].device_kind}); "
         f"{q} lists x {l} docs x {s} sessions per call = {total:,} sessions")
   print(f"{'model':<9} {'impl':<22} {'sessions/s':>14} {'1st row /':>10}")
-  for name, np_fn, loop_fn in (("pbm", numpy_pbm, loop_pbm), ("cascade", numpy_cascade, loop_cascade)):
-    cfg = {"name": "pbm_table" if name == "pbm" else "cascade", "num_sessions": s}
+  for name, np_fn, loop_fn in (("pbm", numpy_pbm, loop_pbm), ("cascade", numpy_cascade, loop_cascade),
+                               ("ubm", numpy_ubm, loop_ubm)):
+    cfg = {"name": "pbm_table" if name == "pbm" else name, "num_sessions": s}
     click_fn = jax.jit(sim.make_click_fn(cfg))
     rates = {}
     for impl in args.prng.split(","):

@@ -25,6 +25,7 @@ CONFIGS = {
     "trust": dict(name="trust", eta=1.0, epsilon_1_neg=0.65),
     "cascade": dict(name="cascade"),
     "dcm": dict(name="dcm", continuation=[0.9, 0.7, 0.5, 0.4]),
+    "ubm": dict(name="ubm", eta=1.2),
     "context_pbm": dict(name="context_pbm", context_vectors=CTX_VECTORS.tolist(), w=CTX_W.tolist()),
     "individual": dict(name="individual", crux_indices=CRUX, w=IND_W, eta=1.5),
 }
@@ -59,6 +60,8 @@ def _np_click_prob(name, batch, cfg, top_k=None):
   exam = np.zeros(labels.shape)
   for q in range(labels.shape[0]):
     keep = 1.0  # cascade / DCM: probability of still scanning
+    last = np.zeros(labels.shape[1] + 1)  # UBM: distribution of the last click's state (0 = none)
+    last[0] = 1.0
     for p in range(labels.shape[1]):
       if not where[q, p] or (top_k is not None and p >= top_k):
         continue
@@ -78,6 +81,14 @@ def _np_click_prob(name, batch, cfg, top_k=None):
         e = keep
         c = e * r
         keep *= 1 - r * (1 - lam)
+      elif name == "ubm":  # gamma by distance d = (p + 1) - l to the last click (l = 0: none)
+        g = np.array([TABLE[min(p + 1 - l, len(TABLE)) - 1] ** cfg["eta"] if l <= p else 0.0
+                      for l in range(len(last))])
+        e = float(last @ g)
+        c = e * r
+        moved = last * g * r
+        last = last - moved
+        last[p + 1] += moved.sum()
       elif name == "context_pbm":
         t = batch["context"][q, p]
         e = v ** max(float(CTX_VECTORS[t] @ CTX_W) + 1, 0.0)
@@ -208,6 +219,57 @@ def test_dcm_follows_explicit_positions():
   assert float(sessions["clicks"].sum(-1).max()) <= 1.0
 
 
+def _ubm_enumerate(a, gamma, ranks):
+  """Exact UBM marginals by enumerating every click vector (items in displayed order)."""
+  n = len(a)
+  exam, click = np.zeros(n), np.zeros(n)
+  for bits in range(2 ** n):
+    c = [(bits >> j) & 1 for j in range(n)]
+    prob, last, e = 1.0, 0, np.zeros(n)
+    for j in range(n):
+      e[j] = gamma[ranks[j], last]
+      pc = e[j] * a[j]
+      prob *= pc if c[j] else 1 - pc
+      if c[j]:
+        last = ranks[j] + 1
+    exam += prob * e
+    click += prob * np.asarray(c, float)
+  return exam, click
+
+
+def test_ubm_marginals_match_enumeration_and_follow_positions():
+  rng = np.random.default_rng(3)
+  a = rng.uniform(0.1, 0.9, size=5)
+  gamma = np.tril(rng.uniform(0.05, 1.0, size=(5, 6)), k=0)  # any table; only last <= rank is read
+  exam, click = _ubm_enumerate(a, gamma, np.arange(5))
+  out = sim.ubm(jax.random.key(0), jnp.asarray(a, jnp.float32), gamma=jnp.asarray(gamma, jnp.float32))
+  np.testing.assert_allclose(out["examination"], exam, rtol=2e-6)
+  np.testing.assert_allclose(out["click_prob"], click, rtol=2e-6)
+  # Item j of the permuted array is displayed at position perm[j].
+  perm = rng.permutation(5)
+  permuted = sim.ubm(jax.random.key(0), jnp.asarray(a[perm], jnp.float32), positions=jnp.asarray(perm),
+                     gamma=jnp.asarray(gamma, jnp.float32))
+  np.testing.assert_allclose(permuted["examination"], exam[perm], rtol=2e-6)
+  # A masked item in the middle is skipped: its neighbours see the list without it (ranks kept).
+  where = np.array([True, True, False, True, True])
+  exam_m, _ = _ubm_enumerate(a[where], gamma, np.flatnonzero(where))
+  masked = sim.ubm(jax.random.key(0), jnp.asarray(a, jnp.float32), where=jnp.asarray(where),
+                   gamma=jnp.asarray(gamma, jnp.float32))
+  np.testing.assert_allclose(np.asarray(masked["examination"])[where], exam_m, rtol=2e-6)
+  assert float(masked["examination"][2]) == 0.0
+
+
+def test_ubm_sessions_have_the_joint_probabilities_of_the_model():
+  """Two items: P(C1 = 1, C2 = 1) = gamma[0, 0] a1 * gamma[1, 1] a2 (a click resets the distance)."""
+  n = 40000
+  a = jnp.array([0.7, 0.5])
+  gamma = jnp.array([[0.9, 0.0, 0.0], [0.3, 0.8, 0.0]])
+  c = np.asarray(sim.ubm(jax.random.key(8), a, gamma=gamma, num_sessions=n)["clicks"])
+  for got, want in (((c[:, 0] * c[:, 1]).mean(), 0.9 * 0.7 * 0.8 * 0.5),
+                    (((1 - c[:, 0]) * c[:, 1]).mean(), (1 - 0.9 * 0.7) * 0.3 * 0.5)):
+    assert abs(got - want) <= 5 * np.sqrt(want * (1 - want) / n)
+
+
 def test_aggregated_ctr_mode():
   n_imp = 10**6
   batch = _batch()
@@ -293,7 +355,9 @@ def test_explicit_positions_default_arange():
 
 def test_config_errors():
   with pytest.raises(ValueError, match="unknown click model"):
-    sim.make_click_fn(dict(name="ubm"))
+    sim.make_click_fn(dict(name="dbn"))
+  with pytest.raises(ValueError, match="gamma"):
+    sim.make_click_fn(dict(name="ubm", gamma=[[0.5, 0.5]] * 3))
   with pytest.raises(ValueError, match="unknown keys"):
     sim.make_click_fn(dict(name="pbm", etaa=1.0))
   with pytest.raises(ValueError, match="crux_indices"):

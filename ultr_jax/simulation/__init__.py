@@ -3,7 +3,7 @@
 * :mod:`~ultr_jax.simulation.probabilities`: relevance -> click probability
   (ERR-style and binary) and examination models (PBM, eye-tracking table,
   trust bias, context-dependent PBM, LBD's individual-level observation,
-  cascade/DCM marginals);
+  cascade/DCM and UBM marginals);
 * :mod:`~ultr_jax.simulation.click_models`: jittable samplers over
   ``[..., list_size]`` and the config-driven :func:`make_click_fn`;
 * :mod:`~ultr_jax.simulation.logging_policy`: the ULTRA protocol's production
@@ -21,7 +21,9 @@ from ultr_jax.simulation.click_models import (
     pbm_table,
     sample_clicks,
     sample_dcm_clicks,
+    sample_ubm_clicks,
     trust,
+    ubm,
 )
 from ultr_jax.simulation.logging_policy import (
     apply_logging_policy,
@@ -51,6 +53,8 @@ from ultr_jax.simulation.probabilities import (
     pbm_table_examination,
     relevance_probability,
     trust_bias_epsilons,
+    ubm_examination,
+    ubm_gamma,
 )
 
 __all__ = [
@@ -82,8 +86,12 @@ __all__ = [
     "relevance_probability",
     "sample_clicks",
     "sample_dcm_clicks",
+    "sample_ubm_clicks",
     "sif_toy_dataset",
     "train_logging_policy",
     "trust",
     "trust_bias_epsilons",
+    "ubm",
+    "ubm_examination",
+    "ubm_gamma",
 ]

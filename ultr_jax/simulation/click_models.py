@@ -40,6 +40,8 @@ __all__ = [
     "trust",
     "cascade",
     "dcm",
+    "ubm",
+    "sample_ubm_clicks",
     "context_pbm",
     "individual",
     "click_models",
@@ -133,6 +135,54 @@ def sample_dcm_clicks(key: PRNGKey, attraction: Array, *, continuation: Array | 
   list_size = r.shape[-1]
   first_stop = jnp.where(jnp.any(stop, axis=-1), jnp.argmax(stop, axis=-1), list_size)
   return (attracted & (jnp.arange(list_size) <= first_stop[..., None])).astype(jnp.float32)
+
+
+def sample_ubm_clicks(key: PRNGKey, attraction: Array, gamma: Array, *, ranks: Optional[Array] = None,
+                      where: Optional[Array] = None, num_sessions: Optional[int] = None) -> Array:
+  r"""User browsing model sessions (Dupret & Piwowarski SIGIR'08), items in displayed order.
+
+  The user scans down the list; item ``j`` at rank :math:`r_j` is examined
+  with probability :math:`\gamma[r_j, l]`, where ``l`` is the state of the
+  last click (0 = none, ``i + 1`` = rank ``i``), and clicked with probability
+  :math:`a_j` once examined. One ``lax.scan`` step per displayed item carries
+  the last-click state of every session and list; the uniforms are drawn at
+  once.
+
+  Args:
+    key: PRNG key.
+    attraction: ``[..., L]`` click probability given examination.
+    gamma: ``[K, K + 1]`` examination table
+      (:func:`~ultr_jax.simulation.ubm_gamma`).
+    ranks: ``int[..., L]`` 0-based ranks (default ``arange(L)``).
+    where: ``bool[..., L]`` displayed items (masked items are skipped).
+    num_sessions: if set, a leading sessions axis.
+
+  Returns:
+    ``float32[..., L]`` clicks (``[S, ..., L]`` with ``num_sessions``).
+
+  >>> g = jnp.asarray(P.ubm_gamma(2))
+  >>> c = sample_ubm_clicks(jax.random.key(0), jnp.ones(2), g, num_sessions=20000)
+  >>> print(np.asarray(c.mean(0)).round(2))  # 0.68, then 0.32 * 0.61 + 0.68 * 0.68 = 0.6576
+  [0.68 0.66]
+  """
+  a = jnp.asarray(attraction, jnp.float32)
+  gamma = jnp.asarray(gamma, jnp.float32)
+  shape = a.shape if num_sessions is None else (num_sessions,) + a.shape
+  length = a.shape[-1]
+  where = jnp.ones(a.shape, bool) if where is None else jnp.asarray(where, bool)
+  ranks = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32) if ranks is None else jnp.asarray(ranks), a.shape)
+  u = jax.random.uniform(key, shape)
+  k, s = gamma.shape[0], gamma.shape[1]
+
+  def step(last, x):
+    u_j, a_j, shown_j, r_j = x
+    exam = gamma[jnp.clip(r_j, 0, k - 1), jnp.clip(last, 0, s - 1)]
+    click = shown_j & (u_j < exam * a_j)
+    return jnp.where(click, r_j + 1, last), click
+
+  move = lambda x: jnp.moveaxis(jnp.broadcast_to(x, shape), -1, 0)
+  _, clicks = jax.lax.scan(step, jnp.zeros(shape[:-1], jnp.int32), (move(u), move(a), move(where), move(ranks)))
+  return jnp.moveaxis(clicks, 0, -1).astype(jnp.float32)
 
 
 # ----------------------------------------------------------------------------
@@ -337,6 +387,66 @@ def cascade(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
              num_sessions=num_sessions, num_impressions=num_impressions)
 
 
+def ubm(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
+        positions: Optional[Array] = None, gamma: Optional[Array] = None, eta: float = 1.0,
+        table: Sequence[float] = P.ULTRA_EXAM_TABLE, top_k: Optional[int] = None,
+        num_sessions: Optional[int] = None, num_impressions: Optional[int] = None) -> dict:
+  r"""User browsing model (Dupret & Piwowarski SIGIR'08): examination by rank and last-click distance.
+
+  .. math::
+      P(E_i = 1 \mid r'_i) = \gamma_{r_i,\, r_i - r'_i}, \qquad C_i = E_i A_i,\quad
+      A_i \sim \mathrm{Bern}(a_i)
+
+  with :math:`r'_i` the rank of the last click above item ``i`` (0 if none).
+  ``examination`` is the exact marginal over click histories
+  (:func:`~ultr_jax.simulation.ubm_examination`), the oracle propensity an
+  IPS learner would use; ``click_prob`` is ``examination * attraction``.
+  Items are examined in order of ``positions``; items beyond ``top_k`` or
+  masked are skipped (they break no distance: the rank is the position).
+
+  Args:
+    key: PRNG key.
+    attraction: ``[..., L]`` click probability given examination.
+    where: ``bool[..., L]``.
+    positions: ``int[..., L]`` 0-based positions (default ``arange(L)``).
+    gamma: ``[K, K + 1]`` examination table (rank, last-click state);
+      default :func:`~ultr_jax.simulation.ubm_gamma` of ``table`` and
+      ``eta`` over ``L`` ranks (the PBM table before any click).
+    eta, table: the default table's power and per-distance values.
+    top_k: display cut-off.
+    num_sessions: leading sessions axis.
+    num_impressions: aggregated CTR mode (marginal click probabilities).
+
+  Returns:
+    dict with ``clicks``, ``examination``, ``click_prob`` (and ``shown``).
+
+  >>> out = ubm(jax.random.key(0), jnp.array([0.0, 0.0, 0.0]))  # no clicks: the PBM table
+  >>> print(out["examination"])
+  [0.68 0.61 0.48]
+  """
+  given_positions = positions is not None
+  r, where, positions, shown = _prepare(attraction, where, positions, top_k)
+  g = jnp.asarray(P.ubm_gamma(r.shape[-1], eta=eta, table=table) if gamma is None else gamma, jnp.float32)
+  if given_positions:
+    order, inverse = _display_order(positions, shown)
+    take = lambda x, idx: jnp.take_along_axis(x, idx, axis=-1)
+    r_s, shown_s, ranks_s = take(r, order), take(shown, order), take(positions, order)
+  else:
+    r_s, shown_s, ranks_s = r, shown, positions
+  exam_s = P.ubm_examination(r_s, g, ranks=ranks_s, where=shown_s)
+  exam = take(exam_s, inverse) if given_positions else exam_s
+  click_prob = exam * r
+  if num_impressions is not None:
+    return _independent(key, exam, click_prob, where, shown, top_k, num_sessions, num_impressions)
+  clicks_s = sample_ubm_clicks(key, r_s, g, ranks=ranks_s, where=shown_s, num_sessions=num_sessions)
+  clicks = (jnp.take_along_axis(clicks_s, jnp.broadcast_to(inverse, clicks_s.shape), axis=-1)
+            if given_positions else clicks_s)
+  out = {"examination": exam, "click_prob": click_prob, "clicks": clicks}
+  if top_k is not None:
+    out["shown"] = shown
+  return out
+
+
 def context_pbm(key: PRNGKey, attraction: Array, context: Array, *, context_vectors: Array,
                 w: Array, where: Optional[Array] = None, positions: Optional[Array] = None,
                 eta: float = 1.0, table: Sequence[float] = P.ULTRA_EXAM_TABLE,
@@ -403,7 +513,7 @@ def individual(key: PRNGKey, attraction: Array, crux_features: Array, w: Array, 
 # ----------------------------------------------------------------------------
 # Config-driven factory.
 
-_MODELS = ("pbm", "pbm_table", "trust", "cascade", "dcm", "context_pbm", "individual")
+_MODELS = ("pbm", "pbm_table", "trust", "cascade", "dcm", "ubm", "context_pbm", "individual")
 
 _COMMON_KEYS = {"name", "eta", "eps", "eps_plus", "ymax", "relevance", "threshold", "top_k",
                 "num_sessions", "num_impressions"}
@@ -413,6 +523,7 @@ _MODEL_KEYS = {
     "trust": {"table", "epsilon_1_neg"},
     "cascade": set(),
     "dcm": {"continuation"},
+    "ubm": {"table", "gamma"},
     "context_pbm": {"table", "context_vectors", "num_contexts", "context_dim", "context_scale",
                     "context_seed", "w"},
     "individual": {"table", "crux_indices", "w"},
@@ -423,7 +534,7 @@ def click_models() -> tuple[str, ...]:
   """Names accepted by :func:`make_click_fn` (``config.name``).
 
   >>> print(len(click_models()), click_models()[0])
-  7 pbm
+  8 pbm
   """
   return _MODELS
 
@@ -443,8 +554,10 @@ def make_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict]:
   * relevance: ``relevance`` (``"graded"``, default, or ``"binary"``),
     ``eps`` (0.1), ``eps_plus`` (1.0), ``ymax`` (4), ``threshold`` (3, binary);
   * ``eta`` (1.0), ``top_k``, ``num_sessions``, ``num_impressions``;
-  * ``table`` (pbm_table/trust/context_pbm/individual), ``epsilon_1_neg``
+  * ``table`` (pbm_table/trust/ubm/context_pbm/individual), ``epsilon_1_neg``
     (trust, 0.65), ``continuation`` (dcm, 0.5; scalar or per position);
+  * ubm: ``gamma``, a ``[K, K + 1]`` (rank, last-click state) examination
+    table (default :func:`~ultr_jax.simulation.ubm_gamma` of ``table`` and ``eta``);
   * context_pbm: ``context_vectors`` ``[T, D]`` or ``num_contexts``
     (+ ``context_dim`` 10, ``context_scale`` 0.35, ``context_seed`` 0) and
     ``w`` (default the identifiability repo's vector); reads
@@ -485,12 +598,17 @@ def make_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict]:
   for k in common:
     common[k] = int(common[k])
   kwargs: dict[str, Any] = dict(common)
-  if name in ("pbm", "pbm_table", "trust", "context_pbm", "individual"):
+  if name in ("pbm", "pbm_table", "trust", "ubm", "context_pbm", "individual"):
     kwargs["eta"] = float(cfg.get("eta", 1.0))
   if "table" in cfg:
     kwargs["table"] = tuple(float(v) for v in cfg["table"])
   if name == "trust":
     kwargs["epsilon_1_neg"] = float(cfg.get("epsilon_1_neg", 0.65))
+  if name == "ubm" and "gamma" in cfg:
+    gamma = np.asarray(cfg["gamma"], np.float32)
+    if gamma.ndim != 2 or gamma.shape[1] != gamma.shape[0] + 1 or np.any((gamma < 0) | (gamma > 1)):
+      raise ValueError(f"click_model.gamma: expected a [K, K + 1] table of probabilities, got shape {gamma.shape}")
+    kwargs["gamma"] = gamma
   if name == "dcm":
     lam = cfg.get("continuation", 0.5)
     kwargs["continuation"] = tuple(float(v) for v in lam) if isinstance(lam, (list, tuple)) else float(lam)

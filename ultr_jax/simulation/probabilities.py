@@ -23,6 +23,7 @@ ambiguity A1). The binary variant (CLD 2.6) maps ``y >= threshold`` to
 
 from typing import Optional, Sequence
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -40,6 +41,8 @@ __all__ = [
     "make_context_vectors",
     "individual_examination",
     "dcm_examination",
+    "ubm_gamma",
+    "ubm_examination",
 ]
 
 #: Eye-tracking examination probabilities of positions 1..10 (Joachims et
@@ -334,3 +337,90 @@ def _cut(exam: Array, positions: Array, top_k: Optional[int]) -> Array:
   if top_k is None:
     return exam
   return jnp.where(positions < top_k, exam, 0.0)
+
+
+def ubm_gamma(num_positions: int, *, eta: float = 1.0, table: Sequence[float] = ULTRA_EXAM_TABLE) -> np.ndarray:
+  r"""The UBM examination table :math:`\gamma_{r,d}` in its distance form, ``[K, K + 1]``.
+
+  Dupret & Piwowarski (SIGIR'08) let examination depend on the rank
+  :math:`r` and the distance :math:`d = r - r'` to the last clicked rank
+  :math:`r'` (:math:`r' = 0` without a click). This default reads the
+  distance off the PBM table,
+
+  .. math::
+      \gamma_{r,d} = v_{\min(d, |v|) - 1}^{\,\eta}
+
+  so before any click it is the PBM of :func:`pbm_table_examination`, and
+  just below a click it restarts at :math:`v_0`. Row ``p`` (0-based rank)
+  and column ``last`` (0 = no click yet, ``j + 1`` = last click at rank
+  ``j``) hold :math:`\gamma_{p+1,\,p+1-\mathrm{last}}`; entries with
+  ``last > p`` cannot occur and are 0.
+
+  >>> g = ubm_gamma(3)
+  >>> print(g)
+  [[0.68 0.   0.   0.  ]
+   [0.61 0.68 0.   0.  ]
+   [0.48 0.61 0.68 0.  ]]
+  """
+  v = np.asarray(table, np.float64)
+  p = np.arange(num_positions)[:, None]
+  last = np.arange(num_positions + 1)[None, :]
+  dist = p + 1 - last  # d = r - r', >= 1 where possible
+  g = v[np.clip(dist, 1, len(v)) - 1] ** eta
+  return np.where(dist >= 1, g, 0.0).astype(np.float32)
+
+
+def ubm_examination(attraction: Array, gamma: Array, *, ranks: Optional[Array] = None,
+                    where: Optional[Array] = None) -> Array:
+  r"""Marginal examination of the user browsing model (UBM), items in displayed order.
+
+  With :math:`\pi_j(l)` the probability that, before the ``j``-th displayed
+  item, the last click was at state ``l`` (0 = none, ``i + 1`` = rank ``i``),
+
+  .. math::
+      P(E_j = 1) = \sum_l \pi_j(l)\,\gamma[r_j, l], \qquad
+      \pi_{j+1}(l) = \pi_j(l)\bigl(1 - \gamma[r_j, l]\,a_j\bigr)
+        + \mathbb{1}[l = r_j + 1] \sum_{l'} \pi_j(l')\,\gamma[r_j, l']\,a_j
+
+  one ``lax.scan`` step per displayed item over a state of ``L + 1``
+  probabilities (exact; no sampling). Masked items are skipped.
+
+  Args:
+    attraction: ``[..., L]`` click probability given examination, in
+      displayed order.
+    gamma: ``[K, K + 1]`` table (:func:`ubm_gamma`); ranks and states beyond
+      it are clipped to its last row and column.
+    ranks: ``int[..., L]`` 0-based ranks of the items (increasing along the
+      list; default ``arange(L)``).
+    where: ``bool[..., L]``.
+
+  Returns:
+    ``float32[..., L]`` (0 where masked).
+
+  >>> g = jnp.asarray(ubm_gamma(3))
+  >>> # rank 2: no click yet w.p. 0.32 (then 0.61), a click at rank 1 w.p. 0.68 (then 0.68)
+  >>> print(np.asarray(ubm_examination(jnp.array([1.0, 1.0, 1.0]), g)).round(4))
+  [0.68   0.6576 0.6398]
+  """
+  a = jnp.asarray(attraction, jnp.float32)
+  gamma = jnp.asarray(gamma, jnp.float32)
+  num_lists_shape, length = a.shape[:-1], a.shape[-1]
+  where = jnp.ones(a.shape, bool) if where is None else jnp.asarray(where, bool)
+  ranks = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32) if ranks is None else jnp.asarray(ranks), a.shape)
+  k = gamma.shape[0]
+  states = jnp.clip(jnp.arange(length + 1), 0, gamma.shape[1] - 1)
+
+  def step(state, x):
+    a_j, shown_j, r_j = x
+    g = jnp.take(gamma[jnp.clip(r_j, 0, k - 1)], states, axis=-1)  # [..., L + 1]
+    g = jnp.where(shown_j[..., None], g, 0.0)
+    exam = jnp.sum(state * g, axis=-1)
+    moved = state * g * a_j[..., None]
+    nxt = jnp.clip(r_j + 1, 0, length)
+    state = state - moved + jax.nn.one_hot(nxt, length + 1, dtype=state.dtype) * jnp.sum(moved, -1, keepdims=True)
+    return state, exam
+
+  init = jnp.broadcast_to(jax.nn.one_hot(0, length + 1, dtype=jnp.float32), num_lists_shape + (length + 1,))
+  xs = tuple(jnp.moveaxis(x, -1, 0) for x in (a, where, ranks))
+  _, exam = jax.lax.scan(step, init, xs)
+  return jnp.where(where, jnp.moveaxis(exam, 0, -1), 0.0)
