@@ -8,6 +8,7 @@ import pathlib
 import numpy as np
 import pytest
 
+from ultr_jax import simulation
 from ultr_jax.data import RankingDataset
 from ultr_jax.testing import assert_matches_expected
 from ultr_jax.train import available_methods
@@ -33,7 +34,10 @@ def test_default_config_covers_every_method_family_and_bias():
   sif = {m for m in available_methods() if m.startswith("sif_")} | {"dr", "ips_trust_oracle", "ips_dpenalty"}
   assert sif <= set(_config("full").methods)  # + the SIF channel ablations
   assert set(_config("full").methods) <= set(available_methods())
-  assert tuple(c.biases) == ("pbm", "trust", "position_trust", "dcm", "individual", "topk", "context_pbm")
+  assert tuple(c.biases) == ("pbm", "trust", "position_trust", "dcm", "individual", "topk", "context_pbm", "ubm")
+  # Every click model of the simulators has its column (pbm_table is the pbm column's model, the cascade is DCM
+  # at continuation 0).
+  assert set(simulation.click_models()) - {"pbm_table", "cascade"} <= set(c.biases)
   assert c.num_seeds >= 3 and c.data.num_train == 1000
   with pytest.raises(ValueError, match="unknown config variant"):
     _config("big")

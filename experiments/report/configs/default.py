@@ -25,7 +25,8 @@ SIF_ABLATIONS = ("sif_lambda0", "sif_exp", "sif_dec")
 METHODS = ("naive", "ips", "snips", "dla", "regression_em", "two_tower", "paird", "lbd", "cld", "cld_pair",
            *SIF_VARIANTS, "full_info")
 ALL_METHODS = METHODS[:-1] + SIF_ABLATIONS + METHODS[-1:]
-BIASES = ("pbm", "trust", "position_trust", "dcm", "individual", "topk", "context_pbm")
+# ubm last: a bias's index seeds its data (context_pbm's contexts), so appending keeps every other column.
+BIASES = ("pbm", "trust", "position_trust", "dcm", "individual", "topk", "context_pbm", "ubm")
 
 
 def _biases(top_k: int) -> ml_collections.ConfigDict:
@@ -41,6 +42,8 @@ def _biases(top_k: int) -> ml_collections.ConfigDict:
   c.topk = {"click_model": {"name": "pbm_table", "eta": 1.0, "eps": 0.1, "top_k": top_k},
             "selection": "topk"}
   c.context_pbm = {"click_model": {"name": "context_pbm", "eta": 1.0, "eps": 0.1, "num_contexts": 5}}
+  # User browsing model: examination by rank and distance to the last click (the PBM table before one).
+  c.ubm = {"click_model": {"name": "ubm", "eta": 1.0, "eps": 0.1}}
   return c
 
 
