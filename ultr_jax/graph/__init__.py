@@ -3,8 +3,9 @@
 Chen et al., "Identifiability Matters" (ICML 2024): the IG check
 (Algorithm 1, :mod:`~ultr_jax.graph.connectivity`), node intervention
 (Algorithm 2, :mod:`~ultr_jax.graph.intervention`), node merging
-(Algorithm 3, :mod:`~ultr_jax.graph.merging`), the embedding fits of the
-fully synthetic study (:mod:`~ultr_jax.graph.embedding`), its data
+(Algorithm 3, :mod:`~ultr_jax.graph.merging`), propensities by intervention
+harvesting on the same records (:mod:`~ultr_jax.graph.harvesting`), the
+embedding fits of the fully synthetic study (:mod:`~ultr_jax.graph.embedding`), its data
 generator (:mod:`~ultr_jax.graph.synthetic`) and study driver
 (:mod:`~ultr_jax.graph.study`).
 """
@@ -22,6 +23,17 @@ from ultr_jax.graph.embedding import (
     fit_no_debias,
     fit_regression_em,
     fit_two_tower,
+)
+from ultr_jax.graph.harvesting import (
+    HARVESTING_METHODS,
+    HarvestedPropensities,
+    InterventionSets,
+    adjacent_chain_estimate,
+    all_pairs_estimate,
+    ctr_estimate,
+    harvest_propensities,
+    intervention_sets,
+    pivot_estimate,
 )
 from ultr_jax.graph.intervention import (
     Intervention,
@@ -43,16 +55,22 @@ from ultr_jax.graph.synthetic import DESIGN_GRAPHS, generate_design_dataset
 
 __all__ = [
     "DESIGN_GRAPHS",
+    "HARVESTING_METHODS",
+    "HarvestedPropensities",
     "IdentifiabilityReport",
     "Intervention",
+    "InterventionSets",
     "MergePlan",
     "UnionFind",
+    "adjacent_chain_estimate",
+    "all_pairs_estimate",
     "apply_interventions",
     "apply_merge",
     "bias_factor_ids",
     "bias_factor_names",
     "check_identifiability",
     "connected_components",
+    "ctr_estimate",
     "factor_components",
     "feature_vector_ids",
     "fit_dla",
@@ -60,9 +78,12 @@ __all__ = [
     "fit_regression_em",
     "fit_two_tower",
     "generate_design_dataset",
+    "harvest_propensities",
     "intervention_cost",
     "intervention_plan",
+    "intervention_sets",
     "merge_plan",
+    "pivot_estimate",
     "prim_mst",
     "random_contexts",
     "random_intervention_plan",

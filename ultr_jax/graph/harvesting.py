@@ -1,0 +1,411 @@
+r"""Propensities by intervention harvesting: position bias from logs of several rankers.
+
+When the same item :math:`x` (a query-document pair) is shown at two bias
+factors :math:`k \neq k'` (two positions, or two (context, position) factors)
+by different logging rankers, the ratio of its click-through rates there is
+:math:`o(k) / o(k')` under :math:`c(x, t) = r(x)\,o(t)`; no randomised
+intervention is needed (Agarwal, Zaitsev, Wang, Li, Najork & Joachims,
+"Estimating Position Bias without Intrusive Interventions", WSDM 2019;
+Fang, Agarwal & Joachims, "Intervention Harvesting for Context-Dependent
+Examination-Bias Estimation", SIGIR 2019).
+
+The *intervention set* :math:`S_{k,k'}` holds the items shown at both
+:math:`k` and :math:`k'`. Each item counts once, through its CTR
+:math:`\bar c(x, t)` at each factor (clicks over impressions at that factor),
+so a ranker that shows an item more often does not weigh it more:
+
+.. math::
+    C_{k,k'} = \sum_{x \in S_{k,k'}} \bar c(x, k), \qquad
+    N_{k,k'} = |S_{k,k'}|, \qquad
+    \mathbb{E}[C_{k,k'}] = o(k) \sum_{x \in S_{k,k'}} r(x) = o(k)\, N_{k,k'}\, \bar r_{k,k'}
+
+with :math:`\bar r_{k,k'} = \bar r_{k',k}` (:func:`intervention_sets`, one
+``segment_sum`` and two ``[T, N] @ [N, T]`` products). Three estimators,
+each normalised so that the pivot factor has propensity 1:
+
+* :func:`pivot_estimate`: :math:`\hat o(k) = C_{k,p} / C_{p,k}` (the
+  "swap" or pivot estimator; with randomised swaps it is Joachims et al.'s
+  RandPair).
+* :func:`adjacent_chain_estimate`: :math:`\hat o(k) = \prod_{j \le k}
+  C_{j,j-1} / C_{j-1,j}`, for positions in order.
+* :func:`all_pairs_estimate`: the extremum estimator of Agarwal et al.,
+  maximising the Bernoulli likelihood of every ordered pair,
+
+  .. math::
+      \max_{o, r}\; \sum_{k \neq k'} C_{k,k'} \log\big(o(k)\, r_{k,k'}\big)
+      + (N_{k,k'} - C_{k,k'}) \log\big(1 - o(k)\, r_{k,k'}\big),
+
+  with :math:`o(k) = e^{a_k - \max_j a_j}` (the common scale of :math:`o` and
+  :math:`r` is not identified, so the largest propensity is pinned at 1), a
+  symmetric :math:`r = \sigma(b)`, log-space terms and ``optax.lbfgs`` in a
+  ``lax.while_loop``.
+
+Which factors are identified is the identifiability question of Chen et al.
+(ICML 2024) asked of these sets: a factor is identified iff it is connected
+to the pivot through intervention sets that hold a click (the IG of
+:mod:`~ultr_jax.graph.connectivity`, with edges weighted by clicks). An
+unidentified factor's propensity is NaN and its ``identified`` entry False;
+:func:`harvest_propensities`, the host-side entry point, raises instead
+unless told otherwise. The naive baseline :func:`ctr_estimate` (pooled CTR per
+factor) is biased whenever the rankers put relevant items first.
+
+Records are the IG's: ``items``, ``factors``, ``clicks`` of any shape
+``[...]`` (e.g. ``[sessions, list_size]``) with a bool ``where``; ``clicks``
+are 0/1 per impression, or CTRs with ``weights`` = impressions.
+"""
+
+import functools
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ultr_jax.graph.connectivity import connected_components
+from ultr_jax.types import Array
+
+__all__ = [
+    "InterventionSets",
+    "HarvestedPropensities",
+    "intervention_sets",
+    "ctr_estimate",
+    "pivot_estimate",
+    "adjacent_chain_estimate",
+    "all_pairs_estimate",
+    "harvest_propensities",
+    "HARVESTING_METHODS",
+]
+
+_HIGHEST = jax.lax.Precision.HIGHEST
+
+
+class InterventionSets(NamedTuple):
+  r"""Sufficient statistics of the harvested interventions, over ``T`` factors.
+
+  Attributes:
+    clicks: ``float[T, T]``, :math:`C_{k,k'}`: the summed CTRs at :math:`k`
+      of the items shown at both :math:`k` and :math:`k'` (diagonal: every
+      item shown at :math:`k`).
+    items: ``float[T, T]``, :math:`N_{k,k'} = |S_{k,k'}|` (symmetric).
+    factor_clicks: ``float[T]`` weighted clicks per factor (all items).
+    factor_impressions: ``float[T]`` weighted impressions per factor.
+  """
+
+  clicks: Array
+  items: Array
+  factor_clicks: Array
+  factor_impressions: Array
+
+
+class HarvestedPropensities(NamedTuple):
+  r"""Estimated propensities, normalised to 1 at the pivot factor.
+
+  Attributes:
+    propensities: ``float[T]``, NaN where not identified.
+    identified: ``bool[T]``: connected to the pivot through intervention
+      sets with clicks (for the chain: every link up to the factor).
+    converged: ``bool[]``; False only if the all-pairs fit hit ``max_iters``.
+  """
+
+  propensities: Array
+  identified: Array
+  converged: Array
+
+
+@functools.partial(jax.jit, static_argnames=("num_items", "num_factors"))
+def intervention_sets(items: Array, factors: Array, clicks: Array, *, num_items: int,
+                      num_factors: int, where: Optional[Array] = None,
+                      weights: Optional[Array] = None) -> InterventionSets:
+  r"""The intervention sets :math:`S_{k,k'}` of a click log, as :class:`InterventionSets`.
+
+  Per cell (item :math:`x`, factor :math:`t`): clicks :math:`\sum w c` and
+  impressions :math:`\sum w` by one ``segment_sum``, the CTR
+  :math:`\bar c(x, t)` where the item was shown there, then
+  :math:`C = \bar c^\top \mathbb{1}[\text{shown}]` and
+  :math:`N = \mathbb{1}[\text{shown}]^\top \mathbb{1}[\text{shown}]`.
+
+  Args:
+    items: ``int[...]`` item (query-document) id per record, in
+      ``[0, num_items)`` where valid.
+    factors: ``int[...]`` bias factor (position) per record, in
+      ``[0, num_factors)``.
+    clicks: ``float[...]`` 0/1 clicks, or CTRs when ``weights`` are
+      impression counts.
+    num_items: static number of items ``N``.
+    num_factors: static number of factors ``T``.
+    where: optional ``bool[...]``; False records are ignored.
+    weights: optional ``float[...]`` impressions per record (default 1).
+
+  Returns:
+    :class:`InterventionSets` with ``[T, T]`` and ``[T]`` arrays.
+
+  >>> s = intervention_sets(jnp.array([[0, 1], [1, 0]]), jnp.array([[0, 1], [0, 1]]),
+  ...                       jnp.array([[1., 0.], [1., 0.]]), num_items=2, num_factors=2)
+  >>> print(s.clicks.tolist(), s.items.tolist())
+  [[2.0, 2.0], [0.0, 0.0]] [[2.0, 2.0], [2.0, 2.0]]
+  """
+  x = jnp.ravel(jnp.asarray(items, jnp.int32))
+  t = jnp.ravel(jnp.asarray(factors, jnp.int32))
+  c = jnp.ravel(jnp.asarray(clicks, jnp.float32))
+  m = jnp.ones(x.shape, bool) if where is None else jnp.ravel(jnp.asarray(where, bool))
+  w = jnp.ones(x.shape, jnp.float32) if weights is None else jnp.ravel(
+      jnp.asarray(weights, jnp.float32))
+  w = jnp.where(m, w, 0.0)
+  cell = jnp.where(m, x * num_factors + t, 0)
+  n_cells = num_items * num_factors
+  clk = jax.ops.segment_sum(w * jnp.where(m, c, 0.0), cell, num_segments=n_cells)
+  imp = jax.ops.segment_sum(w, cell, num_segments=n_cells)
+  clk = clk.reshape(num_items, num_factors)
+  imp = imp.reshape(num_items, num_factors)
+  shown = (imp > 0).astype(jnp.float32)
+  ctr = jnp.where(imp > 0, clk / jnp.where(imp > 0, imp, 1.0), 0.0)
+  return InterventionSets(
+      clicks=jnp.matmul(ctr.T, shown, precision=_HIGHEST),
+      items=jnp.matmul(shown.T, shown, precision=_HIGHEST),
+      factor_clicks=jnp.sum(clk, axis=0),
+      factor_impressions=jnp.sum(imp, axis=0))
+
+
+def _finish(ratio, identified, pivot, converged=True):
+  ratio = ratio / ratio[pivot]
+  return HarvestedPropensities(jnp.where(identified, ratio, jnp.nan), identified,
+                               jnp.asarray(converged, bool))
+
+
+@functools.partial(jax.jit, static_argnames=("pivot",))
+def ctr_estimate(sets: InterventionSets, *, pivot: int = 0) -> HarvestedPropensities:
+  r"""The naive estimate: pooled CTR per factor, :math:`\hat o(k) = \text{CTR}_k / \text{CTR}_p`.
+
+  Biased whenever the logging rankers put more relevant items at some factors
+  (it is what the harvesting estimators correct). Identified where the factor
+  has impressions and the pivot has clicks.
+
+  >>> s = InterventionSets(jnp.zeros((2, 2)), jnp.zeros((2, 2)), jnp.array([4., 1.]),
+  ...                      jnp.array([8., 4.]))
+  >>> print(ctr_estimate(s).propensities.tolist())
+  [1.0, 0.5]
+  """
+  imp = sets.factor_impressions
+  ctr = sets.factor_clicks / jnp.where(imp > 0, imp, 1.0)
+  ok = (imp > 0) & (ctr[pivot] > 0)
+  return _finish(jnp.where(ok, ctr, 1.0), ok, pivot)
+
+
+@functools.partial(jax.jit, static_argnames=("pivot",))
+def pivot_estimate(sets: InterventionSets, *, pivot: int = 0) -> HarvestedPropensities:
+  r"""The pivot (swap) estimator: :math:`\hat o(k) = C_{k,p} / C_{p,k}`.
+
+  Uses only the items shown both at factor :math:`k` and at the pivot
+  :math:`p`; identified where that set holds a click at the pivot.
+
+  Args:
+    sets: :class:`InterventionSets` over ``T`` factors.
+    pivot: static pivot factor (propensity 1).
+
+  Returns:
+    :class:`HarvestedPropensities`.
+
+  >>> c = jnp.array([[3., 3.], [1., 2.]])
+  >>> s = InterventionSets(c, jnp.full((2, 2), 4.), jnp.zeros(2), jnp.zeros(2))
+  >>> print(pivot_estimate(s).propensities.tolist())
+  [1.0, 0.3333333432674408]
+  """
+  num = sets.clicks[:, pivot]
+  den = sets.clicks[pivot, :]
+  ok = (sets.items[:, pivot] > 0) & (den > 0)
+  return _finish(jnp.where(ok, num / jnp.where(ok, den, 1.0), 1.0), ok, pivot)
+
+
+@jax.jit
+def adjacent_chain_estimate(sets: InterventionSets) -> HarvestedPropensities:
+  r"""The adjacent-chain estimator: :math:`\hat o(k) = \prod_{j=1}^{k} C_{j,j-1} / C_{j-1,j}`.
+
+  For positions in display order (factor 0 is the pivot). Each link uses the
+  items shown at two neighbouring positions, which are the most common swaps;
+  a missing link (no shared item, or no click at the upper position) leaves
+  every lower position unidentified.
+
+  >>> c = jnp.array([[3., 3., 0.], [1., 2., 4.], [0., 1., 2.]])
+  >>> s = InterventionSets(c, jnp.full((3, 3), 4.), jnp.zeros(3), jnp.zeros(3))
+  >>> print([round(v, 4) for v in adjacent_chain_estimate(s).propensities.tolist()])
+  [1.0, 0.3333, 0.0833]
+  """
+  lower = jnp.diagonal(sets.clicks, offset=-1)  # C[j, j-1]
+  upper = jnp.diagonal(sets.clicks, offset=1)  # C[j-1, j]
+  link_ok = (jnp.diagonal(sets.items, offset=1) > 0) & (upper > 0)
+  link = jnp.where(link_ok, lower / jnp.where(link_ok, upper, 1.0), 1.0)
+  ok = jnp.concatenate([sets.clicks[:1, 0] > 0, jnp.cumprod(link_ok) > 0])
+  ratio = jnp.concatenate([jnp.ones(1), jnp.cumprod(link)])
+  return _finish(ratio, ok, 0)
+
+
+def _log1mexp(x):
+  """log(1 - exp(x)) for x < 0, stable at both ends."""
+  return jnp.where(x > -0.6931, jnp.log(-jnp.expm1(x)), jnp.log1p(-jnp.exp(x)))
+
+
+@functools.partial(jax.jit, static_argnames=("pivot", "max_iters"))
+def all_pairs_estimate(sets: InterventionSets, *, pivot: int = 0, max_iters: int = 1000,
+                       tol: float = 1e-8) -> HarvestedPropensities:
+  r"""The all-pairs extremum estimator (Agarwal et al., WSDM 2019, Section 4).
+
+  Maximises the Bernoulli log-likelihood of every ordered pair :math:`k \neq
+  k'` with items in :math:`S_{k,k'}`, with examination
+  :math:`o(k) = e^{a_k - \max_j a_j}` and a symmetric pair relevance
+  :math:`r = \sigma((B + B^\top) / 2)`, divided by :math:`\sum N_{k,k'}`, by
+  ``optax.lbfgs`` until the gradient norm is below ``tol`` (or ``max_iters``).
+  Pinning the largest :math:`o` at 1 removes the flat direction
+  :math:`(o, r) \to (\alpha o, r / \alpha)`; with :math:`o, r` both free in
+  :math:`(0, 1)` the fit can stall where :math:`r` saturates (it did, by 1%,
+  on exact CTRs). Uses every pair, so it is the most
+  data-efficient of the three; it identifies exactly the factors connected to
+  the pivot through sets with clicks.
+
+  Args:
+    sets: :class:`InterventionSets` over ``T`` factors.
+    pivot: static pivot factor (propensity 1).
+    max_iters: static cap on L-BFGS iterations.
+    tol: gradient-norm tolerance.
+
+  Returns:
+    :class:`HarvestedPropensities` (``converged`` False if ``max_iters`` was
+    reached).
+
+  >>> o, r = jnp.array([1., .5, .25]), jnp.array([[.4, .6, .5], [.6, .4, .3], [.5, .3, .4]])
+  >>> n = jnp.full((3, 3), 100.)
+  >>> s = InterventionSets(o[:, None] * r * n, n, jnp.zeros(3), jnp.zeros(3))
+  >>> print([round(v, 3) for v in all_pairs_estimate(s).propensities.tolist()])
+  [1.0, 0.5, 0.25]
+  """
+  num_factors = sets.clicks.shape[0]
+  off = ~jnp.eye(num_factors, dtype=bool)
+  n = jnp.where(off, sets.items, 0.0)
+  c = jnp.where(off, jnp.minimum(sets.clicks, sets.items), 0.0)
+  total = jnp.maximum(jnp.sum(n), 1.0)
+
+  def neg_log_lik(params):
+    a, b = params
+    log_o = (a - jnp.max(a))[:, None]  # o(k) / max o: the scale lives in r
+    log_r = -jax.nn.softplus(-0.5 * (b + b.T))  # log sigmoid, r in (0, 1)
+    log_p = jnp.minimum(log_o + log_r, -1e-7)
+    ll = c * log_p + (n - c) * _log1mexp(log_p)
+    return -jnp.sum(jnp.where(n > 0, ll, 0.0)) / total
+
+  # Start from equal propensities and r at the pair's mean CTR.
+  mean_ctr = jnp.where(n > 0, (c + c.T) / jnp.maximum(n + n.T, 1.0), 0.25)
+  r0 = jnp.clip(mean_ctr, 1e-3, 1 - 1e-3)
+  params = (jnp.zeros(num_factors), jnp.log(r0) - jnp.log1p(-r0))
+  opt = optax.lbfgs()
+  value_and_grad = optax.value_and_grad_from_state(neg_log_lik)
+
+  def step(state):
+    params, opt_state, _, it = state
+    value, grad = value_and_grad(params, state=opt_state)
+    updates, opt_state = opt.update(grad, opt_state, params, value=value, grad=grad,
+                                    value_fn=neg_log_lik)
+    params = optax.apply_updates(params, updates)
+    return params, opt_state, optax.tree.norm(grad), it + 1
+
+  def cond(state):
+    return (state[2] > tol) & (state[3] < max_iters)
+
+  params, _, gnorm, _ = jax.lax.while_loop(
+      cond, step, (params, opt.init(params), jnp.asarray(jnp.inf), jnp.int32(0)))
+  # Identified: the pivot's component among pairs with items and a click.
+  informative = (n > 0) & ((c + c.T) > 0)
+  ids = jnp.arange(num_factors)
+  labels, _, _ = connected_components(
+      jnp.repeat(ids, num_factors), jnp.tile(ids, num_factors), num_nodes=num_factors,
+      edge_mask=informative.ravel())
+  has_clicks = jnp.any(informative, axis=1)
+  ok = (labels == labels[pivot]) & has_clicks[pivot] & (has_clicks | (ids == pivot))
+  return _finish(jnp.exp(params[0] - jnp.max(params[0])), ok, pivot, gnorm <= tol)
+
+
+HARVESTING_METHODS = {
+    "all_pairs": all_pairs_estimate,
+    "pivot": pivot_estimate,
+    "adjacent_chain": adjacent_chain_estimate,
+    "ctr": ctr_estimate,
+}
+
+
+def harvest_propensities(items, factors, clicks, *, method: str = "all_pairs", where=None,
+                         weights=None, num_items: Optional[int] = None,
+                         num_factors: Optional[int] = None, pivot: int = 0,
+                         allow_unidentified: bool = False) -> HarvestedPropensities:
+  r"""Position (bias-factor) propensities from a click log of several rankers.
+
+  The host-side entry point: checks the records, builds
+  :func:`intervention_sets` and runs one estimator of
+  :data:`HARVESTING_METHODS` (``"all_pairs"``, ``"pivot"``,
+  ``"adjacent_chain"``, or the biased ``"ctr"``).
+
+  Args:
+    items, factors, clicks, where, weights: records as in
+      :func:`intervention_sets` (NumPy or JAX arrays of one shape).
+    method: the estimator.
+    num_items, num_factors: id ranges (default: max id + 1).
+    pivot: the factor normalised to propensity 1 (0 for the chain).
+    allow_unidentified: return NaN for unidentified factors instead of
+      raising.
+
+  Returns:
+    :class:`HarvestedPropensities`.
+
+  Raises:
+    ValueError: on bad records, or (unless ``allow_unidentified``) when some
+      factor that occurs in the log is not identified, naming those factors.
+
+  >>> items = np.array([[0, 1], [1, 0], [2, 3], [3, 2]])
+  >>> clicks = np.array([[1., 1.], [1., 0.], [1., 0.], [1., 1.]])
+  >>> est = harvest_propensities(items, np.tile([0, 1], (4, 1)), clicks, method="pivot")
+  >>> print(est.propensities.tolist())
+  [1.0, 0.5]
+  """
+  if method not in HARVESTING_METHODS:
+    raise ValueError(f"unknown harvesting method {method!r}; expected one of "
+                     f"{sorted(HARVESTING_METHODS)}")
+  x, t, c = np.asarray(items), np.asarray(factors), np.asarray(clicks, np.float64)
+  m = np.ones(x.shape, bool) if where is None else np.asarray(where, bool)
+  w = None if weights is None else np.asarray(weights, np.float64)
+  shapes = {"items": x.shape, "factors": t.shape, "clicks": c.shape, "where": m.shape}
+  if w is not None:
+    shapes["weights"] = w.shape
+  if len(set(shapes.values())) != 1:
+    raise ValueError(f"records must share one shape, got {shapes}")
+  if not (np.issubdtype(x.dtype, np.integer) and np.issubdtype(t.dtype, np.integer)):
+    raise ValueError(f"items and factors must be integer ids, got {x.dtype} and {t.dtype}")
+  if num_items is None:
+    num_items = int(x[m].max()) + 1 if m.any() else 1
+  if num_factors is None:
+    num_factors = int(t[m].max()) + 1 if m.any() else 1
+  for name, ids, hi in (("items", x, num_items), ("factors", t, num_factors)):
+    bad = m & ((ids < 0) | (ids >= hi))
+    if bad.any():
+      i = tuple(int(j) for j in np.argwhere(bad)[0])
+      raise ValueError(f"{name}[{i}] = {int(ids[i])} is outside [0, {hi})")
+  bad = m & ~((c >= 0) & (c <= 1))  # also catches NaN
+  if bad.any():
+    i = tuple(int(j) for j in np.argwhere(bad)[0])
+    raise ValueError(f"clicks[{i}] = {c[i]} is not a click (0/1) or a CTR in [0, 1]")
+  if w is not None and (m & (~np.isfinite(w) | (w < 0))).any():
+    i = tuple(int(j) for j in np.argwhere(m & (~np.isfinite(w) | (w < 0)))[0])
+    raise ValueError(f"weights[{i}] = {w[i]} must be a finite impression count >= 0")
+  if not 0 <= pivot < num_factors:
+    raise ValueError(f"pivot {pivot} is outside [0, {num_factors})")
+  sets = intervention_sets(x, t, c, num_items=num_items, num_factors=num_factors, where=m,
+                           weights=w)
+  fn = HARVESTING_METHODS[method]
+  est = fn(sets) if method == "adjacent_chain" else fn(sets, pivot=pivot)
+  if not allow_unidentified:
+    occurs = np.asarray(sets.factor_impressions) > 0
+    missing = np.flatnonzero(occurs & ~np.asarray(est.identified))
+    if missing.size:
+      raise ValueError(
+          f"{method}: the propensities of factors {missing.tolist()} are not identified from"
+          f" this log (no chain of shared, clicked items links them to factor"
+          f" {0 if method == 'adjacent_chain' else pivot}; see check_identifiability);"
+          " pass allow_unidentified=True to get NaN for them")
+  return est
