@@ -293,3 +293,82 @@ def test_identifiability_paper_datasets(shared_data, name, identified):
   assert np.flatnonzero(est.identified).tolist() == identified
   np.testing.assert_allclose(np.asarray(est.propensities)[identified],
                              (exam / exam[0])[identified], rtol=1e-3)
+
+
+def _write_log(path, items, positions, clicks, *, sep="\t"):
+  with open(path, "w") as fh:
+    fh.write(sep.join(["session", "query_id", "doc_id", "position", "click"]) + "\n")
+    for s in range(items.shape[0]):
+      for j in range(items.shape[1]):
+        fh.write(sep.join([str(s), f"q{items[s, j] // 10}", f"doc-{items[s, j]}",
+                           str(positions[s, j] + 1), str(int(clicks[s, j]))]) + "\n")
+
+
+def test_read_click_log_gives_the_records(tmp_path):
+  from ultr_jax.data import read_click_log
+  items, factors, clicks = _pbm_log(2, queries=30, sessions=4)
+  _write_log(tmp_path / "log.tsv", items, factors, clicks)
+  log = read_click_log(tmp_path / "log.tsv")
+  assert log.num_positions == 10 and log.num_items == len(np.unique(items))
+  np.testing.assert_array_equal(log.positions, factors.ravel())
+  np.testing.assert_array_equal(log.clicks, clicks.ravel())
+  # the dense ids are a relabelling of the (query, doc) pairs
+  pairs = {}
+  for a, b in zip(items.ravel(), log.items):
+    assert pairs.setdefault(a, b) == b
+  assert len(set(pairs.values())) == len(pairs)
+  est = hv.harvest_propensities(log.items, log.positions, log.clicks, method="pivot")
+  want = hv.harvest_propensities(items, factors, clicks, method="pivot")
+  np.testing.assert_allclose(est.propensities, want.propensities, rtol=1e-6)
+
+
+def test_read_click_log_aggregated_rows(tmp_path):
+  from ultr_jax.data import read_click_log
+  p = tmp_path / "agg.csv"
+  p.write_text("query_id,doc_id,position,click,impressions\n"
+               "q,a,1,3,4\nq,b,2,1,4\nq,b,1,2,2\nq,a,2,0,2\n")
+  log = read_click_log(p)
+  np.testing.assert_allclose(log.clicks, [0.75, 0.25, 1.0, 0.0])
+  np.testing.assert_allclose(log.weights, [4, 4, 2, 2])
+  est = hv.harvest_propensities(log.items, log.positions, log.clicks, weights=log.weights,
+                                method="pivot")
+  # C[1,0] = ctr(a,2) + ctr(b,2) = 0.25; C[0,1] = ctr(a,1) + ctr(b,1) = 1.75
+  np.testing.assert_allclose(est.propensities, [1.0, 0.25 / 1.75], rtol=1e-6)
+
+
+@pytest.mark.parametrize("text,match", [
+    ("query_id,doc_id,click\nq,a,1\n", r"log.csv:1: the header .* lacks the column\(s\) \['position'\]"),
+    ("query_id,doc_id,position,click\nq,a,1,1\n\nq,b,2\n", r"log.csv:4: 3 fields, but the header names 4"),
+    ("query_id,doc_id,position,click\nq,a,1,1\nq,b,two,0\n", r"log.csv:3: field 'position': 'two' is not an integer"),
+    ("query_id,doc_id,position,click\nq,a,0,1\n", r"log.csv:2: field 'position': 0 is below the top position 1"),
+    ("query_id,doc_id,position,click\nq,a,1,1\nq,b,2,2\n", r"log.csv:3: field 'click': 2.0 is not 0 or 1"),
+    ("query_id,doc_id,position,click,impressions\nq,a,1,5,4\n", r"log.csv:2: field 'click': 5.0 is not a click count"),
+    ("query_id,doc_id,position,click,impressions\nq,a,1,0,0\n", r"log.csv:2: field 'impressions': 0.0 is not a positive"),
+    ("query_id,doc_id,position,click\n", r"no data rows"),
+    ("", r"log.csv:1: empty file"),
+])
+def test_read_click_log_errors_name_file_line_and_field(tmp_path, text, match):
+  from ultr_jax.data import read_click_log
+  (tmp_path / "log.csv").write_text(text)
+  with pytest.raises(ValueError, match=match):
+    read_click_log(tmp_path / "log.csv")
+
+
+def test_check_binary_on_a_click_log(tmp_path, subprocess_env):
+  import json
+  import pathlib
+  import subprocess
+  import sys
+  items, factors, clicks = _two_component_log()
+  _write_log(tmp_path / "log.tsv", items, factors, clicks)
+  out = tmp_path / "r.json"
+  subprocess.run([sys.executable, "experiments/identifiability/check.py",
+                  f"--click_log={tmp_path / 'log.tsv'}", f"--out={out}"], check=True,
+                 capture_output=True, env=subprocess_env,
+                 cwd=str(pathlib.Path(__file__).parent.parent))
+  r = json.loads(out.read_text())
+  assert r["identifiable"] is False and r["components"] == [[0, 1, 2], [3, 4]]
+  want = hv.harvest_propensities(items, factors, clicks, allow_unidentified=True).propensities
+  assert r["propensities"]["all_pairs"][3:] == [None, None]
+  np.testing.assert_allclose(r["propensities"]["all_pairs"][:3], np.asarray(want)[:3], rtol=1e-5)
+  assert r["propensities"]["ctr"][4] is not None  # the naive CTR always answers, biased or not

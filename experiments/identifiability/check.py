@@ -7,10 +7,16 @@ r"""Identifiability check (Algorithm 1, Chen et al. ICML 2024) for a dataset.
   # random context types (bias factor = (context, position)):
   python experiments/identifiability/check.py --data=train.txt \
       --num_contexts=200 --out=/tmp/ctx.json
+  # A click log (query_id, doc_id, position, click[, impressions] rows; see
+  # ultr_jax.data.read_click_log): the IG of its positions, and the position
+  # propensities harvested from it (all-pairs, pivot, and the naive CTR):
+  python experiments/identifiability/check.py --click_log=log.tsv --out=/tmp/log.json
 
 Writes ``{"identifiable": bool, "num_components": K, "components": [[ids]]}``
 (plus a few statistics) to ``--out``; bias-factor ids are positions, or
-``context * list_size + position`` with contexts.
+``context * list_size + position`` with contexts. With ``--click_log`` it
+also writes ``"propensities": {method: [one value per position, null where
+not identified]}``, normalised to 1 at the top position.
 """
 
 import json
@@ -20,12 +26,14 @@ import tempfile
 from absl import app, flags
 import numpy as np
 
-from ultr_jax.data import load_ultra
-from ultr_jax.graph import check_identifiability
+from ultr_jax.data import load_ultra, read_click_log
+from ultr_jax.graph import check_identifiability, harvest_propensities
 from ultr_jax.graph import records
 
 _DATA = flags.DEFINE_string(
     "data", None, "ULTRA directory (with settings.json) or SVMlight file.")
+_CLICK_LOG = flags.DEFINE_string(
+    "click_log", None, "A click log (TSV/CSV) instead of --data: also harvests propensities.")
 _SPLIT = flags.DEFINE_string("split", "train", "ULTRA split to read.")
 _OUT = flags.DEFINE_string("out", None, "Where to write the JSON report.")
 _LIST_SIZE = flags.DEFINE_integer(
@@ -36,11 +44,39 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seed of the random contexts.")
 _FEATURE_IDENTITY = flags.DEFINE_bool(
     "feature_identity", False,
     "ULTRA: identify documents by feature vector instead of document id.")
-flags.mark_flags_as_required(["data"])
+flags.mark_flags_as_mutual_exclusive(["data", "click_log"], required=True)
+
+HARVEST = ("all_pairs", "pivot", "ctr")
+
+
+def _click_log_report():
+  log = read_click_log(_CLICK_LOG.value)
+  report = check_identifiability(log.items, log.positions, num_items=log.num_items,
+                                 num_factors=log.num_positions)
+  out = report.to_dict()
+  out["num_rows"] = int(log.items.size)
+  out["propensities"] = {}
+  lines = [f"{'position':>8} " + " ".join(f"{m:>9}" for m in HARVEST)]
+  for m in HARVEST:
+    est = harvest_propensities(log.items, log.positions, log.clicks, weights=log.weights,
+                               num_items=log.num_items, num_factors=log.num_positions,
+                               method=m, allow_unidentified=True)
+    out["propensities"][m] = [float(v) if ok else None
+                              for v, ok in zip(np.asarray(est.propensities), np.asarray(est.identified))]
+  for k in range(log.num_positions):
+    cells = (out["propensities"][m][k] for m in HARVEST)
+    lines.append(f"{k + 1:>8} " + " ".join("        -" if v is None else f"{v:9.4f}" for v in cells))
+  print(report.summary())
+  print("Position propensities harvested from the log (1 at the top; - not identified):")
+  print("\n".join(lines))
+  return out
 
 
 def main(argv):
   del argv
+  if _CLICK_LOG.value:
+    _write(_click_log_report())
+    return
   path = _DATA.value
   if os.path.isdir(path):
     ds = load_ultra(path, _SPLIT.value, with_features=_FEATURE_IDENTITY.value)
@@ -67,12 +103,16 @@ def main(argv):
       factor_names=records.bias_factor_names(
           num_factors, list_size=list_size, with_contexts=contexts is not None))
   print(report.summary())
+  _write(report.to_dict())
+
+
+def _write(result: dict):
   if _OUT.value:
     out_dir = os.path.dirname(os.path.abspath(_OUT.value))
     os.makedirs(out_dir, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out_dir, suffix=".tmp")
     with os.fdopen(fd, "w") as fh:
-      json.dump(report.to_dict(), fh)
+      json.dump(result, fh)
     os.replace(tmp, _OUT.value)
 
 

@@ -168,7 +168,7 @@ def intervention_sets(items: Array, factors: Array, clicks: Array, *, num_items:
 
 
 def _finish(ratio, identified, pivot, converged=True):
-  ratio = ratio / ratio[pivot]
+  ratio = (ratio / ratio[pivot]).at[pivot].set(1.0)
   return HarvestedPropensities(jnp.where(identified, ratio, jnp.nan), identified,
                                jnp.asarray(converged, bool))
 

@@ -1,0 +1,167 @@
+r"""Logged clicks from a delimited text file: one row per shown document.
+
+The layout a search log is usually exported in: a header line, then one row
+per (session, shown document) with columns
+
+* ``query_id``, ``doc_id``: any strings (numbers, URLs, hashes);
+* ``position``: the rank the document was shown at (1-based by default);
+* ``click``: 0 or 1; or, with an ``impressions`` column (aggregated logs), the
+  number of clicks out of that many impressions.
+
+Other columns are ignored. The delimiter is a tab if the header has one, else
+a comma. :func:`read_click_log` turns the rows into the identifiability
+graph's records (a dense item id per (query, document) pair, 0-based factor =
+position), ready for :func:`ultr_jax.graph.check_identifiability` and
+:func:`ultr_jax.graph.harvest_propensities`. Bad rows raise a ``ValueError``
+naming the file, the line and the field.
+"""
+
+import os
+import warnings
+from typing import NamedTuple, Optional
+
+import numpy as np
+
+__all__ = ["ClickLog", "read_click_log"]
+
+_REQUIRED = ("query_id", "doc_id", "position", "click")
+
+
+class ClickLog(NamedTuple):
+  """Rows of a click log as flat ``[R]`` arrays.
+
+  Attributes:
+    items: ``int32[R]`` dense id of the row's (query, document) pair.
+    positions: ``int32[R]`` 0-based position.
+    clicks: ``float32[R]`` 0/1 clicks, or CTRs (clicks / impressions).
+    weights: ``float32[R]`` impressions per row (1 without that column).
+    query_ids, doc_ids: ``str[R]`` the ids as written.
+    num_items: number of distinct (query, document) pairs.
+    num_positions: largest position + 1.
+  """
+
+  items: np.ndarray
+  positions: np.ndarray
+  clicks: np.ndarray
+  weights: np.ndarray
+  query_ids: np.ndarray
+  doc_ids: np.ndarray
+  num_items: int
+  num_positions: int
+
+
+def _line_of(path, row: int) -> int:
+  """1-based line number of data row ``row`` (blank lines are skipped, as np.loadtxt does)."""
+  seen = -1
+  with open(path, encoding="utf-8") as fh:
+    for line_no, line in enumerate(fh, start=1):
+      if line_no == 1 or not line.strip():
+        continue
+      seen += 1
+      if seen == row:
+        return line_no
+  return -1
+
+
+def _ragged_row(path, delim: str, num_fields: int):
+  """Raises for the first data line whose field count differs from the header's."""
+  with open(path, encoding="utf-8") as fh:
+    for line_no, line in enumerate(fh, start=1):
+      if line_no > 1 and line.strip():
+        n = len(line.rstrip("\r\n").split(delim))
+        if n != num_fields:
+          raise ValueError(f"{path}:{line_no}: {n} fields, but the header names {num_fields}")
+
+
+def _numbers(path, column: np.ndarray, field: str, dtype) -> np.ndarray:
+  try:
+    return column.astype(dtype)
+  except ValueError:
+    pass
+  for row, value in enumerate(column):  # error path: find the first bad row
+    try:
+      dtype(value)
+    except ValueError:
+      kind = "an integer" if dtype is np.int64 else "a number"
+      raise ValueError(f"{path}:{_line_of(path, row)}: field {field!r}: {str(value)!r} is not {kind}"
+                       ) from None
+  raise AssertionError("unreachable")
+
+
+def _first_bad(path, bad: np.ndarray, field: str, values: np.ndarray, msg: str):
+  row = int(np.flatnonzero(bad)[0])
+  raise ValueError(f"{path}:{_line_of(path, row)}: field {field!r}: {values[row]} {msg}")
+
+
+def read_click_log(path, *, delimiter: Optional[str] = None, position_base: int = 1) -> ClickLog:
+  r"""Reads a click log (see the module docstring for the columns).
+
+  Args:
+    path: the text file.
+    delimiter: column separator (default: a tab if the header has one, else a
+      comma).
+    position_base: the rank of the top position in the file (1, or 0).
+
+  Returns:
+    A :class:`ClickLog`.
+
+  Raises:
+    ValueError: a missing column, a row with the wrong number of fields, a
+      position below ``position_base``, a click that is not 0/1 (or not in
+      ``[0, impressions]``), naming the file and line.
+
+  >>> import pathlib, tempfile
+  >>> p = pathlib.Path(tempfile.mkdtemp()) / "log.tsv"
+  >>> _ = p.write_text("query_id\tdoc_id\tposition\tclick\nq1\ta\t1\t1\nq1\tb\t2\t0\nq1\tb\t1\t1\n")
+  >>> log = read_click_log(p)
+  >>> print(log.items.tolist(), log.positions.tolist(), log.clicks.tolist(), log.num_items)
+  [0, 1, 1] [0, 1, 0] [1.0, 0.0, 1.0] 2
+  """
+  path = os.fspath(path)
+  with open(path, encoding="utf-8") as fh:
+    header = fh.readline().rstrip("\r\n")
+  if not header:
+    raise ValueError(f"{path}:1: empty file; expected a header with columns {list(_REQUIRED)}")
+  delim = delimiter or ("\t" if "\t" in header else ",")
+  names = [c.strip() for c in header.split(delim)]
+  missing = [c for c in _REQUIRED if c not in names]
+  if missing:
+    raise ValueError(f"{path}:1: the header {names} lacks the column(s) {missing}")
+  col = {c: names.index(c) for c in (*_REQUIRED, "impressions") if c in names}
+  try:
+    with warnings.catch_warnings():  # NumPy's note that blank lines are not counted
+      warnings.simplefilter("ignore", UserWarning)
+      raw = np.loadtxt(path, dtype=str, delimiter=delim, skiprows=1, ndmin=2, comments=None,
+                       encoding="utf-8")
+  except ValueError as e:
+    _ragged_row(path, delim, len(names))
+    raise ValueError(f"{path}: {e}") from None
+  if raw.shape[0] == 0:
+    raise ValueError(f"{path}: no data rows after the header")
+  raw = np.char.strip(raw)
+  q, d = raw[:, col["query_id"]], raw[:, col["doc_id"]]
+  position = _numbers(path, raw[:, col["position"]], "position", np.int64) - position_base
+  if (position < 0).any():
+    _first_bad(path, position < 0, "position", position + position_base,
+               f"is below the top position {position_base}")
+  clicks = _numbers(path, raw[:, col["click"]], "click", np.float64)
+  if "impressions" in col:
+    imp = _numbers(path, raw[:, col["impressions"]], "impressions", np.float64)
+    bad = ~(imp > 0)
+    if bad.any():
+      _first_bad(path, bad, "impressions", imp, "is not a positive count")
+    bad = ~((clicks >= 0) & (clicks <= imp))
+    if bad.any():
+      _first_bad(path, bad, "click", clicks, "is not a click count in [0, impressions]")
+    ctr, weights = clicks / imp, imp
+  else:
+    bad = ~((clicks == 0) | (clicks == 1))
+    if bad.any():
+      _first_bad(path, bad, "click", clicks, "is not 0 or 1 (add an impressions column for counts)")
+    ctr, weights = clicks, np.ones_like(clicks)
+  key = np.char.add(np.char.add(q, "\x1f"), d)
+  _, items = np.unique(key, return_inverse=True)
+  return ClickLog(items=items.reshape(-1).astype(np.int32), positions=position.astype(np.int32),
+                  clicks=ctr.astype(np.float32), weights=weights.astype(np.float32), query_ids=q,
+                  doc_ids=d, num_items=int(items.max()) + 1,
+                  num_positions=int(position.max()) + 1)
