@@ -150,6 +150,35 @@ def test_pairwise_loss_type_is_the_pairwise_losses_weighted_by_sessions():
     get_method("snips", _config(loss_type="pairwise"), num_features=F, list_size=L)
 
 
+@pytest.mark.parametrize("name", ["ips", "snips"])
+@pytest.mark.parametrize("loss_type", ["listwise", "pointwise"])
+def test_fixed_propensities_replace_the_oracle_examination(name, loss_type):
+  """config.propensities[position] is the examination the loss sees; the batch's is ignored."""
+  batch = _batch()
+  table = np.array([1.0, 0.7, 0.4, 0.3])  # shorter than the list: position 4 uses the last
+  oracle = get_method(name, _config(loss_type=loss_type), num_features=F, list_size=L)
+  fixed = get_method(name, _config(loss_type=loss_type, propensities=tuple(table)), num_features=F,
+                     list_size=L)
+  params, extra = oracle.init(jax.random.key(0), None)
+  exam = jnp.asarray(table[np.minimum(np.asarray(batch["positions"]), 3)], jnp.float32)
+  want = oracle.loss(params, extra, {**batch, "examination": exam}, jax.random.key(0))[0]
+  got = fixed.loss(params, extra, batch, jax.random.key(0))[0]
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+  assert float(got) != pytest.approx(float(oracle.loss(params, extra, batch, jax.random.key(0))[0]))
+  no_exam = {k: v for k, v in batch.items() if k != "examination"}
+  np.testing.assert_allclose(fixed.loss(params, extra, no_exam, jax.random.key(0))[0], want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("table, match", [
+    ((1.0, float("nan")), r"ips: propensities\[1\] = nan must be finite and > 0"),
+    ((1.0, 0.0), r"propensities\[1\] = 0.0"),
+    ((), "non-empty"),
+])
+def test_bad_fixed_propensities_raise(table, match):
+  with pytest.raises(ValueError, match=match):
+    get_method("ips", _config(propensities=table), num_features=F, list_size=L)
+
+
 @pytest.mark.parametrize("config, match", [
     ({"loss_type": "hinge"}, "loss_type"),
     ({"propensity_clip": 2.0}, "propensity_clip"),

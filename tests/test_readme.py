@@ -22,6 +22,17 @@ def test_synopsis_runs(capsys):
   assert np.isfinite(float(printed[-3]))
 
 
+def test_harvesting_example_runs(capsys):
+  blocks = re.findall(r"```python\n(.*?)```", _readme(), re.S)
+  assert len(blocks) >= 2 and "harvest_propensities" in blocks[1]
+  namespace = {}
+  exec(compile(blocks[1], "README.md:harvesting", "exec"), namespace)  # pylint: disable=exec-used
+  printed = capsys.readouterr().out.strip().split("\n")[-1]
+  estimate = np.array([float(v) for v in printed.strip("[]").split()])
+  np.testing.assert_allclose(estimate, namespace["examination"], atol=0.03)
+  assert namespace["ips"].name == "ips"
+
+
 def test_commands_name_existing_files():
   commands = re.findall(r"```sh\n(.*?)```", _readme(), re.S)
   assert len(commands) >= 2

@@ -24,6 +24,11 @@ field                default                     meaning
                                                  clicked/unclicked pairs, the CLD
                                                  paper's baselines; a top-k log's
                                                  per-query ``sessions`` weight them)
+``propensities``     ``None``                    ips/snips: fixed propensities, one per
+                                                 position (e.g. harvested from a log by
+                                                 ``graph.harvest_propensities``), in place
+                                                 of the batch's oracle ``examination``
+                                                 (positions past its end use its last)
 ``propensity_clip``  ``0.0``                     propensities clipped below at this value,
                                                  i.e. weights at ``1/propensity_clip``
                                                  (0 = no clip); ips, snips, dla, paird
@@ -36,7 +41,8 @@ field                default                     meaning
 
 * ``ips`` / ``snips`` weight clicks by the batch's ``examination``: the
   **oracle** propensities from the click simulator (an upper bound on what
-  a propensity estimate can give IPS).
+  a propensity estimate can give IPS), or by the fixed ``propensities``
+  table of the config.
 * ``dla``, ``regression_em``, ``two_tower`` and ``paird`` learn position
   propensities; :attr:`Method.propensities` reports them as a
   ``[num_positions]`` array normalised so that position 1 is 1.
@@ -58,6 +64,7 @@ field                default                     meaning
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ultr_jax import losses
 from ultr_jax import models
@@ -157,13 +164,34 @@ def _make(name, towers, loss, propensities=None):
 # Naive, IPS, SNIPS, full information.
 
 
+def _propensity_table(name, config):
+  """The fixed per-position propensities of ``config.propensities``, or None (use the oracle)."""
+  table = _get(config, "propensities", None)
+  if table is None:
+    return None
+  table = np.asarray(table, np.float64)
+  if table.ndim != 1 or table.size == 0:
+    raise ValueError(f"{name}: propensities must be a non-empty list, one value per position,"
+                     f" got shape {table.shape}")
+  bad = ~(np.isfinite(table) & (table > 0))
+  if bad.any():
+    i = int(np.flatnonzero(bad)[0])
+    raise ValueError(f"{name}: propensities[{i}] = {table[i]} must be finite and > 0 (an"
+                     " unidentified position's NaN from harvest_propensities cannot weight clicks)")
+  return jnp.asarray(table, jnp.float32)
+
+
 def _click_method(name, config, num_features, list_size, weighting):
   towers = _Towers(config, num_features, list_size, with_bias=False)
   loss_type = _get(config, "loss_type", "listwise")
   fn = click_loss(weighting, loss_type, max_weight=_max_weight(config), name=name)
+  table = None if weighting == "naive" else _propensity_table(name, config)
 
   def loss(params, extra, batch, key):
     scores = towers.relevance(params, batch, key)
+    if table is not None:  # estimated propensities in place of the simulator's oracle
+      positions = jnp.clip(batch_positions(batch), 0, table.shape[0] - 1)
+      batch = {**batch, "examination": jnp.take(table, positions)}
     return fn(scores, batch), ({}, extra)
 
   return _make(name, towers, loss)
