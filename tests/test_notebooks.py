@@ -58,6 +58,10 @@ def _check(name, text, value):
     assert "one fixed ranking:  identifiable False  K = 10" in text
     assert "plus a shuffle:     identifiable True  K = 1" in text
     return
+  if name == "identifiability":  # harvesting identifies exactly position 1's IG component
+    assert "design K=1: harvested 10/10 positions" in text
+    assert "design K=2: harvested 4/10 positions [0, 1, 2, 3]" in text
+    assert "design K=4: harvested 3/10 positions [0, 1, 2]" in text
   # Study notebooks expose RESULT = {row: ndcg-like metric in [0, 1]} and print it as a table.
   assert value, f"{name}: empty RESULT"
   assert all(0.0 <= v <= 1.0 for v in value.values()), value
