@@ -28,6 +28,8 @@ CONFIGS = {
     "ubm": dict(name="ubm", eta=1.2),
     "context_pbm": dict(name="context_pbm", context_vectors=CTX_VECTORS.tolist(), w=CTX_W.tolist()),
     "individual": dict(name="individual", crux_indices=CRUX, w=IND_W, eta=1.5),
+    "dbn": dict(name="dbn", perseverance=0.85, satisfaction=[0.9, 0.6, 0.3]),
+    "ccm": dict(name="ccm", alpha=[0.9, 0.7, 0.3]),
 }
 
 
@@ -81,6 +83,15 @@ def _np_click_prob(name, batch, cfg, top_k=None):
         e = keep
         c = e * r
         keep *= 1 - r * (1 - lam)
+      elif name == "dbn":  # satisfied after a click: leave; otherwise go on with perseverance
+        e = keep
+        c = e * r
+        keep *= cfg["perseverance"] * (1 - r * cfg["satisfaction"][min(p, 2)])
+      elif name == "ccm":
+        a1, a2, a3 = cfg["alpha"]
+        e = keep
+        c = e * r
+        keep *= (1 - r) * a1 + r * (a2 * (1 - r) + a3 * r)
       elif name == "ubm":  # gamma by distance d = (p + 1) - l to the last click (l = 0: none)
         g = np.array([TABLE[min(p + 1 - l, len(TABLE)) - 1] ** cfg["eta"] if l <= p else 0.0
                       for l in range(len(last))])
@@ -219,6 +230,73 @@ def test_dcm_follows_explicit_positions():
   assert float(sessions["clicks"].sum(-1).max()) <= 1.0
 
 
+def _chain_joint(a, c0, c1):
+  """P(click vector) of a click chain, by enumerating every click vector (items in display order).
+
+  Up to the last click the user must reach every item (reach factor 1, then c1 after a click, c0
+  after none); after it, the probability of no further click sums over stopping anywhere."""
+  n = len(a)
+
+  def no_clicks_from(j, reach):
+    return 1.0 if j == n else (1 - reach) + reach * (1 - a[j]) * no_clicks_from(j + 1, c0[j])
+
+  joint = {}
+  for bits in range(2 ** n):
+    c = [(bits >> j) & 1 for j in range(n)]
+    last = max((j for j in range(n) if c[j]), default=-1)
+    prob, reach = 1.0, 1.0
+    for j in range(last + 1):
+      prob *= reach * (a[j] if c[j] else 1 - a[j])
+      reach = c1[j] if c[j] else c0[j]
+    joint[tuple(c)] = prob * no_clicks_from(last + 1, reach)
+  return joint
+
+
+@pytest.mark.parametrize("model", ["dbn", "ccm"])
+def test_chain_sessions_have_the_joint_click_probabilities_of_the_model(model):
+  """All 2^3 click vectors of three items: enumerated model probability vs session frequency (5 sigma)."""
+  n = 60000
+  a = np.array([0.7, 0.4, 0.6])
+  if model == "dbn":
+    gamma, sigma = 0.8, np.array([0.5, 0.3, 0.9])
+    c0, c1 = np.full(3, gamma), gamma * (1 - sigma)
+    out = sim.dbn(jax.random.key(11), jnp.asarray(a, jnp.float32), perseverance=gamma,
+                  satisfaction=jnp.asarray(sigma, jnp.float32), num_sessions=n)
+  else:
+    alpha = (0.9, 0.7, 0.2)
+    c0, c1 = np.full(3, alpha[0]), alpha[1] * (1 - a) + alpha[2] * a
+    out = sim.ccm(jax.random.key(12), jnp.asarray(a, jnp.float32), alpha=alpha, num_sessions=n)
+  joint = _chain_joint(a, c0, c1)
+  assert abs(sum(joint.values()) - 1) < 1e-12
+  clicks = np.asarray(out["clicks"]).astype(int)
+  codes = clicks @ (1 << np.arange(3))
+  freq = np.bincount(codes, minlength=8) / n
+  for bits in range(8):
+    want = joint[tuple((bits >> j) & 1 for j in range(3))]
+    assert abs(freq[bits] - want) <= 5 * np.sqrt(want * (1 - want) / n) + 1e-9, (bits, freq[bits], want)
+  marginal = sum(p * np.asarray(c, float) for c, p in joint.items())
+  np.testing.assert_allclose(out["click_prob"], marginal, rtol=2e-6)
+
+
+def test_chain_models_reduce_to_cascade_and_dcm_and_follow_positions():
+  rng = np.random.default_rng(1)
+  r = jnp.asarray(rng.uniform(0.1, 0.9, size=6), jnp.float32)
+  cascade = sim.cascade(jax.random.key(0), r)["examination"]
+  np.testing.assert_allclose(sim.dbn(jax.random.key(0), r, perseverance=1.0, satisfaction=1.0)["examination"],
+                             cascade, rtol=1e-6)
+  np.testing.assert_allclose(sim.ccm(jax.random.key(0), r, alpha=(1.0, 0.0, 0.0))["examination"], cascade,
+                             rtol=1e-6)
+  np.testing.assert_allclose(sim.dbn(jax.random.key(0), r, perseverance=1.0, satisfaction=0.6)["examination"],
+                             sim.dcm(jax.random.key(0), r, continuation=0.4)["examination"], rtol=1e-6)
+  plain = sim.dbn(jax.random.key(0), r, perseverance=0.8)
+  perm = jnp.asarray(rng.permutation(6))
+  permuted = sim.dbn(jax.random.key(0), r[perm], positions=perm, perseverance=0.8)
+  np.testing.assert_allclose(permuted["examination"], plain["examination"][perm], rtol=1e-6)
+  sessions = sim.dbn(jax.random.key(0), r[perm], positions=perm, perseverance=1.0, satisfaction=1.0,
+                     num_sessions=50)
+  assert float(sessions["clicks"].sum(-1).max()) <= 1.0  # the cascade clicks once at most
+
+
 def _ubm_enumerate(a, gamma, ranks):
   """Exact UBM marginals by enumerating every click vector (items in displayed order)."""
   n = len(a)
@@ -355,7 +433,13 @@ def test_explicit_positions_default_arange():
 
 def test_config_errors():
   with pytest.raises(ValueError, match="unknown click model"):
-    sim.make_click_fn(dict(name="dbn"))
+    sim.make_click_fn(dict(name="sdbn"))
+  with pytest.raises(ValueError, match="perseverance"):
+    sim.make_click_fn(dict(name="dbn", perseverance=1.5))
+  with pytest.raises(ValueError, match="satisfaction"):
+    sim.make_click_fn(dict(name="dbn", satisfaction=[0.5, -0.1]))
+  with pytest.raises(ValueError, match="alpha"):
+    sim.make_click_fn(dict(name="ccm", alpha=[0.9, 0.8]))
   with pytest.raises(ValueError, match="gamma"):
     sim.make_click_fn(dict(name="ubm", gamma=[[0.5, 0.5]] * 3))
   with pytest.raises(ValueError, match="unknown keys"):

@@ -3,7 +3,7 @@
 * :mod:`~ultr_jax.simulation.probabilities`: relevance -> click probability
   (ERR-style and binary) and examination models (PBM, eye-tracking table,
   trust bias, context-dependent PBM, LBD's individual-level observation,
-  cascade/DCM and UBM marginals);
+  cascade/DCM, DBN/CCM click-chain and UBM marginals);
 * :mod:`~ultr_jax.simulation.click_models`: jittable samplers over
   ``[..., list_size]`` and the config-driven :func:`make_click_fn`;
 * :mod:`~ultr_jax.simulation.logging_policy`: the ULTRA protocol's production
@@ -12,13 +12,16 @@
 
 from ultr_jax.simulation.click_models import (
     cascade,
+    ccm,
     click_models,
     context_pbm,
+    dbn,
     dcm,
     individual,
     make_click_fn,
     pbm,
     pbm_table,
+    sample_chain_clicks,
     sample_clicks,
     sample_dcm_clicks,
     sample_ubm_clicks,
@@ -45,6 +48,7 @@ from ultr_jax.simulation.probabilities import (
     IDENTIFIABILITY_CONTEXT_W,
     ULTRA_EXAM_TABLE,
     binary_relevance_probability,
+    chain_examination,
     context_pbm_examination,
     dcm_examination,
     individual_examination,
@@ -67,9 +71,12 @@ __all__ = [
     "apply_logging_policy",
     "binary_relevance_probability",
     "cascade",
+    "ccm",
+    "chain_examination",
     "click_models",
     "context_pbm",
     "context_pbm_examination",
+    "dbn",
     "dcm",
     "dcm_examination",
     "individual",
@@ -84,6 +91,7 @@ __all__ = [
     "pbm_table_examination",
     "position_trust",
     "relevance_probability",
+    "sample_chain_clicks",
     "sample_clicks",
     "sample_dcm_clicks",
     "sample_ubm_clicks",

@@ -40,6 +40,9 @@ __all__ = [
     "trust",
     "cascade",
     "dcm",
+    "dbn",
+    "ccm",
+    "sample_chain_clicks",
     "ubm",
     "sample_ubm_clicks",
     "context_pbm",
@@ -132,6 +135,53 @@ def sample_dcm_clicks(key: PRNGKey, attraction: Array, *, continuation: Array | 
   # The user leaves at the first stop: clicks are the attracted items up to and
   # including it. argmax finds it in one reduction (cheaper than a cumsum,
   # which XLA lowers to a reduce-window on CPU).
+  list_size = r.shape[-1]
+  first_stop = jnp.where(jnp.any(stop, axis=-1), jnp.argmax(stop, axis=-1), list_size)
+  return (attracted & (jnp.arange(list_size) <= first_stop[..., None])).astype(jnp.float32)
+
+
+def sample_chain_clicks(key: PRNGKey, attraction: Array, *, continue_no_click: Array | float,
+                        continue_click: Array | float, where: Optional[Array] = None,
+                        num_sessions: Optional[int] = None) -> Array:
+  r"""One click-chain session per list (DBN, CCM), in displayed (array) order.
+
+  The user scans down the list; an examined item is clicked when attractive
+  (:math:`A_i \sim \mathrm{Bern}(r_i)`), and the user goes on with
+  probability :math:`c^1_i` after a click, :math:`c^0_i` without one. With
+  every draw made at once (:math:`U_i \sim U(0, 1)`), the stop event is
+  :math:`T_i = \mathbb{1}[U_i \ge c^{A_i}_i]` and
+
+  .. math::
+      E_i = \mathbb{1}\Bigl[\sum_{j<i} T_j = 0\Bigr], \qquad C_i = E_i A_i,
+
+  exact and loop-free, as :func:`sample_dcm_clicks`.
+
+  Args:
+    key: PRNG key.
+    attraction: ``[..., L]`` click probability given examination.
+    continue_no_click, continue_click: :math:`c^0, c^1`, scalars or
+      ``[..., L]``.
+    where: ``bool[..., L]`` displayed items (masked items are skipped).
+    num_sessions: if set, a leading sessions axis.
+
+  Returns:
+    ``float32[..., L]`` clicks (``[S, ..., L]`` with ``num_sessions``).
+
+  >>> c = sample_chain_clicks(jax.random.key(0), jnp.ones(3), continue_no_click=1.0,
+  ...                         continue_click=0.0, num_sessions=4)
+  >>> print(c.sum(0))  # the cascade: everyone clicks the first item and leaves
+  [4. 0. 0.]
+  """
+  r = jnp.asarray(attraction, jnp.float32)
+  shape = r.shape if num_sessions is None else (num_sessions,) + r.shape
+  k_a, k_u = jax.random.split(key)
+  attracted = jax.random.uniform(k_a, shape) < r
+  cont = jnp.where(attracted, jnp.asarray(continue_click, jnp.float32),
+                   jnp.asarray(continue_no_click, jnp.float32))
+  stop = jax.random.uniform(k_u, shape) >= cont
+  if where is not None:
+    attracted = attracted & where
+    stop = stop & where
   list_size = r.shape[-1]
   first_stop = jnp.where(jnp.any(stop, axis=-1), jnp.argmax(stop, axis=-1), list_size)
   return (attracted & (jnp.arange(list_size) <= first_stop[..., None])).astype(jnp.float32)
@@ -387,6 +437,134 @@ def cascade(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
              num_sessions=num_sessions, num_impressions=num_impressions)
 
 
+def _per_item(value, positions, shape, name):
+  """A scalar, a per-position sequence (the last value reused beyond it) or ``[..., L]`` values."""
+  if isinstance(value, (int, float)):
+    return float(value)
+  if isinstance(value, (list, tuple)):
+    table = jnp.asarray(value, jnp.float32)
+    if table.ndim != 1 or table.shape[0] == 0:
+      raise ValueError(f"{name}: a per-position sequence must be non-empty and flat")
+    return table[jnp.clip(positions, 0, table.shape[0] - 1)]
+  return jnp.broadcast_to(jnp.asarray(value, jnp.float32), shape)
+
+
+def _chain_model(key, r, where, positions, shown, given_positions, c0, c1, top_k, num_sessions,
+                 num_impressions):
+  """A click-chain model's dict, the chain run in order of ``positions``."""
+  if given_positions:
+    order, inverse = _display_order(positions, shown)
+    take = lambda x: x if isinstance(x, float) else jnp.take_along_axis(x, order, axis=-1)
+    r_s, shown_s, c0_s, c1_s = take(r), take(shown), take(c0), take(c1)
+  else:
+    r_s, shown_s, c0_s, c1_s = r, shown, c0, c1
+  exam_s = P.chain_examination(r_s, continue_no_click=c0_s, continue_click=c1_s, where=shown_s)
+  exam = jnp.take_along_axis(exam_s, inverse, axis=-1) if given_positions else exam_s
+  click_prob = exam * r
+  if num_impressions is not None:
+    return _independent(key, exam, click_prob, where, shown, top_k, num_sessions, num_impressions)
+  clicks_s = sample_chain_clicks(key, r_s, continue_no_click=c0_s, continue_click=c1_s, where=shown_s,
+                                 num_sessions=num_sessions)
+  clicks = (jnp.take_along_axis(clicks_s, jnp.broadcast_to(inverse, clicks_s.shape), axis=-1)
+            if given_positions else clicks_s)
+  out = {"examination": exam, "click_prob": click_prob, "clicks": clicks}
+  if top_k is not None:
+    out["shown"] = shown
+  return out
+
+
+def dbn(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
+        positions: Optional[Array] = None, perseverance: float = 0.9,
+        satisfaction: Optional[Array | float | Sequence[float]] = None, top_k: Optional[int] = None,
+        num_sessions: Optional[int] = None, num_impressions: Optional[int] = None) -> dict:
+  r"""Dynamic Bayesian network click model (Chapelle & Zhang, WWW'09).
+
+  An examined item is clicked when attractive (:math:`a_i`); a click
+  satisfies the user with probability :math:`\sigma_i`, who then leaves;
+  an unsatisfied user goes on with probability :math:`\gamma` (the
+  perseverance):
+
+  .. math::
+      P(E_1 = 1) = 1, \qquad
+      P(E_{i+1} = 1 \mid E_i = 1) = \gamma\,(1 - a_i \sigma_i), \qquad C_i = E_i A_i
+
+  (:func:`~ultr_jax.simulation.chain_examination` with :math:`c^0 = \gamma`,
+  :math:`c^1 = \gamma (1 - \sigma_i)`). By default the satisfaction is the
+  attraction (a relevant document both attracts and satisfies, as in the
+  usual DBN simulations); with :math:`\gamma = 1, \sigma = 1` it is the
+  cascade model. Items are examined in order of ``positions``; items beyond
+  ``top_k`` or masked are skipped.
+
+  Args:
+    key: PRNG key.
+    attraction: ``[..., L]`` click probability given examination.
+    where: ``bool[..., L]``.
+    positions: ``int[..., L]`` 0-based positions (default ``arange(L)``).
+    perseverance: :math:`\gamma`, in ``[0, 1]``.
+    satisfaction: :math:`\sigma`: None (the attraction), a scalar,
+      ``[..., L]`` per item, or a per-position sequence.
+    top_k: display cut-off.
+    num_sessions: leading sessions axis.
+    num_impressions: aggregated CTR mode (marginal click probabilities).
+
+  Returns:
+    dict with ``clicks``, ``examination``, ``click_prob`` (and ``shown``).
+
+  >>> out = dbn(jax.random.key(0), jnp.array([0.5, 0.5, 0.5]), perseverance=0.9)
+  >>> print([round(float(v), 6) for v in out["examination"]])  # 0.9 * (1 - 0.25) = 0.675 per step
+  [1.0, 0.675, 0.455625]
+  """
+  given_positions = positions is not None
+  r, where, positions, shown = _prepare(attraction, where, positions, top_k)
+  sigma = r if satisfaction is None else _per_item(satisfaction, positions, r.shape, "dbn.satisfaction")
+  gamma = float(perseverance)
+  return _chain_model(key, r, where, positions, shown, given_positions, gamma, gamma * (1.0 - sigma),
+                      top_k, num_sessions, num_impressions)
+
+
+def ccm(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
+        positions: Optional[Array] = None, alpha: Sequence[float] = (0.9, 0.8, 0.2),
+        top_k: Optional[int] = None, num_sessions: Optional[int] = None,
+        num_impressions: Optional[int] = None) -> dict:
+  r"""Click chain model (Guo, Liu, Kannan, Minka, Taylor, Wang & Faloutsos, WWW'09).
+
+  Without a click the user goes on with probability :math:`\alpha_1`; after
+  a click on an item of relevance :math:`r_i`, with probability
+  :math:`\alpha_2 (1 - r_i) + \alpha_3 r_i` (a relevant click ends more
+  sessions):
+
+  .. math::
+      P(E_{i+1} = 1 \mid E_i = 1) = (1 - r_i)\,\alpha_1
+        + r_i\,\bigl(\alpha_2 (1 - r_i) + \alpha_3 r_i\bigr), \qquad C_i = E_i A_i
+
+  with the attraction as :math:`r_i`
+  (:func:`~ultr_jax.simulation.chain_examination`). Items are examined in
+  order of ``positions``; items beyond ``top_k`` or masked are skipped.
+
+  Args:
+    key: PRNG key.
+    attraction: ``[..., L]`` click probability given examination.
+    where: ``bool[..., L]``.
+    positions: ``int[..., L]`` 0-based positions (default ``arange(L)``).
+    alpha: :math:`(\alpha_1, \alpha_2, \alpha_3)`, each in ``[0, 1]``.
+    top_k: display cut-off.
+    num_sessions: leading sessions axis.
+    num_impressions: aggregated CTR mode (marginal click probabilities).
+
+  Returns:
+    dict with ``clicks``, ``examination``, ``click_prob`` (and ``shown``).
+
+  >>> out = ccm(jax.random.key(0), jnp.array([0.5, 0.5, 0.5]), alpha=(0.9, 0.8, 0.2))
+  >>> print([round(float(v), 6) for v in out["examination"]])  # 0.5 * 0.9 + 0.5 * 0.5 = 0.7 per step
+  [1.0, 0.7, 0.49]
+  """
+  given_positions = positions is not None
+  r, where, positions, shown = _prepare(attraction, where, positions, top_k)
+  a1, a2, a3 = (float(v) for v in alpha)
+  return _chain_model(key, r, where, positions, shown, given_positions, a1, a2 * (1.0 - r) + a3 * r,
+                      top_k, num_sessions, num_impressions)
+
+
 def ubm(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
         positions: Optional[Array] = None, gamma: Optional[Array] = None, eta: float = 1.0,
         table: Sequence[float] = P.ULTRA_EXAM_TABLE, top_k: Optional[int] = None,
@@ -513,7 +691,7 @@ def individual(key: PRNGKey, attraction: Array, crux_features: Array, w: Array, 
 # ----------------------------------------------------------------------------
 # Config-driven factory.
 
-_MODELS = ("pbm", "pbm_table", "trust", "cascade", "dcm", "ubm", "context_pbm", "individual")
+_MODELS = ("pbm", "pbm_table", "trust", "cascade", "dcm", "ubm", "context_pbm", "individual", "dbn", "ccm")
 
 _COMMON_KEYS = {"name", "eta", "eps", "eps_plus", "ymax", "relevance", "threshold", "top_k",
                 "num_sessions", "num_impressions"}
@@ -527,6 +705,8 @@ _MODEL_KEYS = {
     "context_pbm": {"table", "context_vectors", "num_contexts", "context_dim", "context_scale",
                     "context_seed", "w"},
     "individual": {"table", "crux_indices", "w"},
+    "dbn": {"perseverance", "satisfaction"},
+    "ccm": {"alpha"},
 }
 
 
@@ -534,7 +714,7 @@ def click_models() -> tuple[str, ...]:
   """Names accepted by :func:`make_click_fn` (``config.name``).
 
   >>> print(len(click_models()), click_models()[0])
-  8 pbm
+  10 pbm
   """
   return _MODELS
 
@@ -556,6 +736,8 @@ def make_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict]:
   * ``eta`` (1.0), ``top_k``, ``num_sessions``, ``num_impressions``;
   * ``table`` (pbm_table/trust/ubm/context_pbm/individual), ``epsilon_1_neg``
     (trust, 0.65), ``continuation`` (dcm, 0.5; scalar or per position);
+  * dbn: ``perseverance`` (0.9) and ``satisfaction`` (default the
+    attraction; scalar or per position); ccm: ``alpha`` ((0.9, 0.8, 0.2));
   * ubm: ``gamma``, a ``[K, K + 1]`` (rank, last-click state) examination
     table (default :func:`~ultr_jax.simulation.ubm_gamma` of ``table`` and ``eta``);
   * context_pbm: ``context_vectors`` ``[T, D]`` or ``num_contexts``
@@ -612,6 +794,22 @@ def make_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict]:
   if name == "dcm":
     lam = cfg.get("continuation", 0.5)
     kwargs["continuation"] = tuple(float(v) for v in lam) if isinstance(lam, (list, tuple)) else float(lam)
+  if name == "dbn":
+    gamma = float(cfg.get("perseverance", 0.9))
+    if not 0.0 <= gamma <= 1.0:
+      raise ValueError(f"click_model.perseverance: expected a probability, got {gamma}")
+    kwargs["perseverance"] = gamma
+    if "satisfaction" in cfg:
+      sigma = cfg["satisfaction"]
+      values = np.atleast_1d(np.asarray(sigma, np.float64))
+      if values.size == 0 or np.any(~((values >= 0) & (values <= 1))):
+        raise ValueError(f"click_model.satisfaction: expected probabilities, got {sigma!r}")
+      kwargs["satisfaction"] = tuple(float(v) for v in sigma) if isinstance(sigma, (list, tuple)) else float(sigma)
+  if name == "ccm":
+    alpha = tuple(float(v) for v in cfg.get("alpha", (0.9, 0.8, 0.2)))
+    if len(alpha) != 3 or any(not 0.0 <= v <= 1.0 for v in alpha):
+      raise ValueError(f"click_model.alpha: expected three probabilities (alpha_1, alpha_2, alpha_3), got {alpha}")
+    kwargs["alpha"] = alpha
   if name == "context_pbm":
     if "context_vectors" in cfg:
       vectors = np.asarray(cfg["context_vectors"], np.float32)

@@ -41,6 +41,7 @@ __all__ = [
     "make_context_vectors",
     "individual_examination",
     "dcm_examination",
+    "chain_examination",
     "ubm_gamma",
     "ubm_examination",
 ]
@@ -283,6 +284,54 @@ def individual_examination(positions: Array, crux_features: Array, w: Array, *,
   exponent = jnp.maximum(1.0 + jnp.asarray(crux_features, jnp.float32) @ jnp.asarray(w, jnp.float32),
                          0.0)
   return _cut(jnp.exp(eta * exponent * _log_table(table, p)), p, top_k)
+
+
+def chain_examination(attraction: Array, *, continue_no_click: Array | float,
+                      continue_click: Array | float, prior: Optional[Array] = None,
+                      where: Optional[Array] = None) -> Array:
+  r"""Marginal examination of a click-chain model: DBN, CCM, DCM and cascade alike.
+
+  Items are scanned in list order. An examined item is clicked with
+  probability :math:`r_j`; the user then goes on to the next item with
+  probability :math:`c^1_j` after a click and :math:`c^0_j` without one:
+
+  .. math::
+      P(E_i = 1) = \prod_{j < i} \bigl((1 - r_j)\, c^0_j + r_j\, c^1_j\bigr)
+
+  (DBN: :math:`c^0 = \gamma`, :math:`c^1 = \gamma (1 - \sigma_j)`; CCM:
+  :math:`c^0 = \alpha_1`, :math:`c^1 = \alpha_2 (1 - r_j) + \alpha_3 r_j`;
+  DCM: :math:`c^0 = 1`, :math:`c^1 = \lambda_j`), in log space with an
+  exclusive cumulative sum. Masked items are skipped.
+
+  Args:
+    attraction: ``[..., L]`` click probability given examination, in
+      displayed order.
+    continue_no_click, continue_click: :math:`c^0, c^1`, scalars or
+      ``[..., L]``.
+    prior: optional ``[..., L]`` examination ceiling (e.g. 0 beyond top-k);
+      multiplies the result and gates the stopping of unshown items.
+    where: ``bool[..., L]``.
+
+  Returns:
+    ``float32[..., L]`` (0 where masked).
+
+  >>> e = chain_examination(jnp.array([0.5, 0.5, 0.5]), continue_no_click=0.9, continue_click=0.4)
+  >>> print([round(float(v), 6) for v in e])
+  [1.0, 0.65, 0.4225]
+  """
+  r = jnp.asarray(attraction, jnp.float32)
+  if where is None:
+    where = jnp.ones(r.shape, bool)
+  gate = where if prior is None else where & (jnp.asarray(prior) > 0)
+  keep = ((1.0 - r) * jnp.asarray(continue_no_click, jnp.float32)
+          + r * jnp.asarray(continue_click, jnp.float32))
+  log_keep = jnp.where(gate, jnp.log(jnp.clip(keep, 0.0, 1.0)), 0.0)  # -inf where keep == 0
+  csum = jnp.cumsum(log_keep, axis=-1)
+  exclusive = jnp.concatenate([jnp.zeros_like(csum[..., :1]), csum[..., :-1]], axis=-1)
+  exam = jnp.exp(exclusive)
+  if prior is not None:
+    exam = exam * prior
+  return jnp.where(where, exam, 0.0)
 
 
 def dcm_examination(attraction: Array, *, continuation: Array | float = 0.0,
