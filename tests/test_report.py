@@ -34,7 +34,8 @@ def test_default_config_covers_every_method_family_and_bias():
   sif = {m for m in available_methods() if m.startswith("sif_")} | {"dr", "ips_trust_oracle", "ips_dpenalty"}
   assert sif <= set(_config("full").methods)  # + the SIF channel ablations
   assert set(_config("full").methods) <= set(available_methods())
-  assert tuple(c.biases) == ("pbm", "trust", "position_trust", "dcm", "individual", "topk", "context_pbm", "ubm")
+  assert tuple(c.biases) == ("pbm", "trust", "position_trust", "dcm", "individual", "topk", "context_pbm", "ubm",
+                            "dbn", "ccm")
   # Every click model of the simulators has its column (pbm_table is the pbm column's model, the cascade is DCM
   # at continuation 0).
   assert set(simulation.click_models()) - {"pbm_table", "cascade"} <= set(c.biases)

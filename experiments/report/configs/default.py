@@ -25,8 +25,9 @@ SIF_ABLATIONS = ("sif_lambda0", "sif_exp", "sif_dec")
 METHODS = ("naive", "ips", "snips", "dla", "regression_em", "two_tower", "paird", "lbd", "cld", "cld_pair",
            *SIF_VARIANTS, "full_info")
 ALL_METHODS = METHODS[:-1] + SIF_ABLATIONS + METHODS[-1:]
-# ubm last: a bias's index seeds its data (context_pbm's contexts), so appending keeps every other column.
-BIASES = ("pbm", "trust", "position_trust", "dcm", "individual", "topk", "context_pbm", "ubm")
+# New columns go last: a bias's index seeds its data (context_pbm's contexts), so appending keeps every
+# other column.
+BIASES = ("pbm", "trust", "position_trust", "dcm", "individual", "topk", "context_pbm", "ubm", "dbn", "ccm")
 
 
 def _biases(top_k: int) -> ml_collections.ConfigDict:
@@ -44,6 +45,9 @@ def _biases(top_k: int) -> ml_collections.ConfigDict:
   c.context_pbm = {"click_model": {"name": "context_pbm", "eta": 1.0, "eps": 0.1, "num_contexts": 5}}
   # User browsing model: examination by rank and distance to the last click (the PBM table before one).
   c.ubm = {"click_model": {"name": "ubm", "eta": 1.0, "eps": 0.1}}
+  # Click chains: DBN (perseverance 0.9, satisfaction = attraction) and CCM (alpha 0.9, 0.8, 0.2).
+  c.dbn = {"click_model": {"name": "dbn", "perseverance": 0.9, "eps": 0.1}}
+  c.ccm = {"click_model": {"name": "ccm", "alpha": (0.9, 0.8, 0.2), "eps": 0.1}}
   return c
 
 
