@@ -1,8 +1,8 @@
 """Click-simulation throughput: jitted JAX samplers vs NumPy and a Python loop.
 
 Sessions per second of ``ultr_jax.simulation`` (PBM with ULTRA's eye-tracking
-table, the cascade model, and the user browsing model with the distance table
-of ``ubm_gamma``) on ``--queries`` lists of ``--list-size``
+table, the cascade model, the DBN (perseverance 0.9, satisfaction = attraction)
+and the user browsing model with the distance table of ``ubm_gamma``) on ``--queries`` lists of ``--list-size``
 documents, ``--sessions`` sessions per list per call, against, in the same
 process:
 
@@ -61,6 +61,30 @@ def numpy_ubm(rng, labels, sessions):
     clicks[..., rank] = u[..., rank] < gamma[rank, last] * rel[..., rank]
     last = np.where(clicks[..., rank], rank + 1, last)
   return clicks
+
+
+def numpy_dbn(rng, labels, sessions, gamma=0.9):
+  rel = 0.1 + 0.9 * (2.0**labels - 1) / 15.0
+  attracted = rng.random((sessions,) + labels.shape) < rel
+  stop = rng.random(attracted.shape) >= np.where(attracted, gamma * (1 - rel), gamma)
+  stop = stop.astype(np.int32)
+  return attracted & ((np.cumsum(stop, -1) - stop) == 0)
+
+
+def loop_dbn(labels_list, sessions, gamma=0.9):
+  click_prob = [0.1 + 0.9 * (2.0**y - 1) / 15.0 for y in range(5)]
+  out = []
+  for _ in range(sessions):
+    for labels in labels_list:
+      clicks, active = [], True
+      for y in labels:
+        p = click_prob[int(y)]
+        click = 1 if active and random.random() < p else 0
+        clicks.append(click)
+        if active:  # satisfied after a click (probability = attraction), else go on with gamma
+          active = random.random() < (gamma * (1 - p) if click else gamma)
+      out.append(clicks)
+  return out
 
 
 def loop_ubm(labels_list, sessions):
@@ -127,7 +151,7 @@ def main():
         f"{q} lists x {l} docs x {s} sessions per call = {total:,} sessions")
   print(f"{'model':<9} {'impl':<22} {'sessions/s':>14} {'1st row /':>10}")
   for name, np_fn, loop_fn in (("pbm", numpy_pbm, loop_pbm), ("cascade", numpy_cascade, loop_cascade),
-                               ("ubm", numpy_ubm, loop_ubm)):
+                               ("dbn", numpy_dbn, loop_dbn), ("ubm", numpy_ubm, loop_ubm)):
     cfg = {"name": "pbm_table" if name == "pbm" else name, "num_sessions": s}
     click_fn = jax.jit(sim.make_click_fn(cfg))
     rates = {}

@@ -385,38 +385,17 @@ def dcm(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
   """
   given_positions = positions is not None
   r, where, positions, shown = _prepare(attraction, where, positions, top_k)
-  lam = continuation
-  if isinstance(lam, (list, tuple)):
-    table = jnp.asarray(lam, jnp.float32)
-    lam = table[jnp.clip(positions, 0, table.shape[0] - 1)]
-  elif not isinstance(lam, (int, float)):
-    lam = jnp.broadcast_to(jnp.asarray(lam, jnp.float32), r.shape)
+  lam = _per_item(continuation, positions, r.shape, "dcm.continuation")
   if given_positions:
     order, inverse = _display_order(positions, shown)
     take = lambda x, idx: jnp.take_along_axis(x, idx, axis=-1)
     r_s, shown_s = take(r, order), take(shown, order)
-    lam_s = lam if isinstance(lam, (int, float)) else take(lam, order)
+    lam_s = lam if isinstance(lam, float) else take(lam, order)
   else:
-    r_s, shown_s, lam_s = r, shown, lam
+    r_s, shown_s, lam_s, inverse = r, shown, lam, None
   exam_s = P.dcm_examination(r_s, continuation=lam_s, where=shown_s)
-  if num_impressions is None:
-    clicks_s = sample_dcm_clicks(key, r_s, continuation=lam_s, where=shown_s,
-                                 num_sessions=num_sessions)
-  if given_positions:
-    exam = take(exam_s, inverse)
-    if num_impressions is None:
-      clicks = jnp.take_along_axis(clicks_s, jnp.broadcast_to(inverse, clicks_s.shape), axis=-1)
-  else:
-    exam = exam_s
-    if num_impressions is None:
-      clicks = clicks_s
-  click_prob = exam * r
-  if num_impressions is not None:
-    return _independent(key, exam, click_prob, where, shown, top_k, num_sessions, num_impressions)
-  out = {"examination": exam, "click_prob": click_prob, "clicks": clicks}
-  if top_k is not None:
-    out["shown"] = shown
-  return out
+  sample = lambda: sample_dcm_clicks(key, r_s, continuation=lam_s, where=shown_s, num_sessions=num_sessions)
+  return _sequential_out(key, exam_s, inverse, sample, r, where, shown, top_k, num_sessions, num_impressions)
 
 
 def cascade(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
@@ -435,6 +414,20 @@ def cascade(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
   """
   return dcm(key, attraction, where=where, positions=positions, continuation=0.0, top_k=top_k,
              num_sessions=num_sessions, num_impressions=num_impressions)
+
+
+def _sequential_out(key, exam_s, inverse, sample, r, where, shown, top_k, num_sessions, num_impressions):
+  """The dict of a sequential model from its display-order examination ``exam_s`` and session
+  sampler ``sample()`` (``inverse`` maps display order back to array order; None: the same)."""
+  back = lambda x: x if inverse is None else jnp.take_along_axis(x, jnp.broadcast_to(inverse, x.shape), axis=-1)
+  exam = back(exam_s)
+  click_prob = exam * r
+  if num_impressions is not None:
+    return _independent(key, exam, click_prob, where, shown, top_k, num_sessions, num_impressions)
+  out = {"examination": exam, "click_prob": click_prob, "clicks": back(sample())}
+  if top_k is not None:
+    out["shown"] = shown
+  return out
 
 
 def _per_item(value, positions, shape, name):
@@ -458,19 +451,12 @@ def _chain_model(key, r, where, positions, shown, given_positions, c0, c1, top_k
     r_s, shown_s, c0_s, c1_s = take(r), take(shown), take(c0), take(c1)
   else:
     r_s, shown_s, c0_s, c1_s = r, shown, c0, c1
+    inverse = None
   exam_s = P.chain_examination(r_s, continue_no_click=c0_s, continue_click=c1_s, where=shown_s)
-  exam = jnp.take_along_axis(exam_s, inverse, axis=-1) if given_positions else exam_s
-  click_prob = exam * r
-  if num_impressions is not None:
-    return _independent(key, exam, click_prob, where, shown, top_k, num_sessions, num_impressions)
-  clicks_s = sample_chain_clicks(key, r_s, continue_no_click=c0_s, continue_click=c1_s, where=shown_s,
-                                 num_sessions=num_sessions)
-  clicks = (jnp.take_along_axis(clicks_s, jnp.broadcast_to(inverse, clicks_s.shape), axis=-1)
-            if given_positions else clicks_s)
-  out = {"examination": exam, "click_prob": click_prob, "clicks": clicks}
-  if top_k is not None:
-    out["shown"] = shown
-  return out
+  sample = lambda: sample_chain_clicks(key, r_s, continue_no_click=c0_s, continue_click=c1_s,
+                                       where=shown_s, num_sessions=num_sessions)
+  return _sequential_out(key, exam_s, inverse, sample, r, where, shown, top_k, num_sessions,
+                         num_impressions)
 
 
 def dbn(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
@@ -610,19 +596,10 @@ def ubm(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
     take = lambda x, idx: jnp.take_along_axis(x, idx, axis=-1)
     r_s, shown_s, ranks_s = take(r, order), take(shown, order), take(positions, order)
   else:
-    r_s, shown_s, ranks_s = r, shown, positions
+    r_s, shown_s, ranks_s, inverse = r, shown, positions, None
   exam_s = P.ubm_examination(r_s, g, ranks=ranks_s, where=shown_s)
-  exam = take(exam_s, inverse) if given_positions else exam_s
-  click_prob = exam * r
-  if num_impressions is not None:
-    return _independent(key, exam, click_prob, where, shown, top_k, num_sessions, num_impressions)
-  clicks_s = sample_ubm_clicks(key, r_s, g, ranks=ranks_s, where=shown_s, num_sessions=num_sessions)
-  clicks = (jnp.take_along_axis(clicks_s, jnp.broadcast_to(inverse, clicks_s.shape), axis=-1)
-            if given_positions else clicks_s)
-  out = {"examination": exam, "click_prob": click_prob, "clicks": clicks}
-  if top_k is not None:
-    out["shown"] = shown
-  return out
+  sample = lambda: sample_ubm_clicks(key, r_s, g, ranks=ranks_s, where=shown_s, num_sessions=num_sessions)
+  return _sequential_out(key, exam_s, inverse, sample, r, where, shown, top_k, num_sessions, num_impressions)
 
 
 def context_pbm(key: PRNGKey, attraction: Array, context: Array, *, context_vectors: Array,

@@ -326,12 +326,7 @@ def chain_examination(attraction: Array, *, continue_no_click: Array | float,
   keep = ((1.0 - r) * jnp.asarray(continue_no_click, jnp.float32)
           + r * jnp.asarray(continue_click, jnp.float32))
   log_keep = jnp.where(gate, jnp.log(jnp.clip(keep, 0.0, 1.0)), 0.0)  # -inf where keep == 0
-  csum = jnp.cumsum(log_keep, axis=-1)
-  exclusive = jnp.concatenate([jnp.zeros_like(csum[..., :1]), csum[..., :-1]], axis=-1)
-  exam = jnp.exp(exclusive)
-  if prior is not None:
-    exam = exam * prior
-  return jnp.where(where, exam, 0.0)
+  return _exclusive_survival(log_keep, where, prior)
 
 
 def dcm_examination(attraction: Array, *, continuation: Array | float = 0.0,
@@ -369,6 +364,11 @@ def dcm_examination(attraction: Array, *, continuation: Array | float = 0.0,
   gate = where if prior is None else where & (jnp.asarray(prior) > 0)
   stop = jnp.where(gate, r * (1.0 - jnp.asarray(continuation, jnp.float32)), 0.0)
   log_keep = jnp.log1p(-jnp.minimum(stop, 1.0))  # may be -inf where stop == 1
+  return _exclusive_survival(log_keep, where, prior)
+
+
+def _exclusive_survival(log_keep, where, prior):
+  r""":math:`\prod_{j<i} k_j` from :math:`\log k` by an exclusive cumulative sum (times ``prior``; 0 where masked)."""
   csum = jnp.cumsum(log_keep, axis=-1)
   exclusive = jnp.concatenate([jnp.zeros_like(csum[..., :1]), csum[..., :-1]], axis=-1)
   exam = jnp.exp(exclusive)
