@@ -271,6 +271,8 @@ def test_bad_records_get_clear_errors():
     hv.harvest_propensities(items, factors, np.ones((1, 2)), weights=np.array([[1.0, -1.0]]))
   with pytest.raises(ValueError, match="integer ids"):
     hv.harvest_propensities(items.astype(float), factors, np.ones((1, 2)))
+  with pytest.raises(ValueError, match="too many"):
+    hv.harvest_propensities(items, factors, np.ones((1, 2)), num_items=2**20, num_factors=2**11)
   with pytest.raises(ValueError, match="pivot 3 is outside"):
     hv.harvest_propensities(items, factors, np.ones((1, 2)), pivot=3)
 

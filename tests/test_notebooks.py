@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+import ultr_jax
+
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
@@ -84,7 +86,10 @@ def test_notebook_runs_in_smoke_mode(path, tmp_path_factory, monkeypatch, subpro
   assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), "store notebooks without outputs"
   source = "\n".join(c.source for c in nb.cells)
   assert f"https://colab.research.google.com/github/ultr-jax/ultr_jax/blob/main/colab/{path.name}" in source
-  assert 'pip install -q "git+https://github.com/ultr-jax/ultr_jax@v0.1.1"' in source
+  # Colab installs the release this checkout is (its tag is v<__version__>).
+  assert f'pip install -q "git+https://github.com/ultr-jax/ultr_jax@v{ultr_jax.__version__}"' in source
+  if "git clone" in source:
+    assert f"--branch v{ultr_jax.__version__} " in source
   assert "setup_tpu" not in source and "tensorflow" not in source.lower()
   kernel, extra_path = _kernel_name(tmp_path_factory)
   if extra_path:  # the kernel spec manager of this process must see the temporary spec too

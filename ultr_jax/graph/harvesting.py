@@ -140,6 +140,9 @@ def intervention_sets(items: Array, factors: Array, clicks: Array, *, num_items:
   Returns:
     :class:`InterventionSets` with ``[T, T]`` and ``[T]`` arrays.
 
+  Memory is dense in the cells: ``[N, T]`` floats (``N T < 2^31``), meant for
+  position factors (``T`` up to a few hundred) over millions of items.
+
   >>> s = intervention_sets(jnp.array([[0, 1], [1, 0]]), jnp.array([[0, 1], [0, 1]]),
   ...                       jnp.array([[1., 0.], [1., 0.]]), num_items=2, num_factors=2)
   >>> print(s.clicks.tolist(), s.items.tolist())
@@ -393,6 +396,9 @@ def harvest_propensities(items, factors, clicks, *, method: str = "all_pairs", w
   if w is not None and (m & (~np.isfinite(w) | (w < 0))).any():
     i = tuple(int(j) for j in np.argwhere(m & (~np.isfinite(w) | (w < 0)))[0])
     raise ValueError(f"weights[{i}] = {w[i]} must be a finite impression count >= 0")
+  if num_items * num_factors >= 2**31:
+    raise ValueError(f"{num_items} items x {num_factors} factors is too many (item, factor) cells for the"
+                     " dense intervention sets (< 2^31); harvest per position, or per context type")
   if not 0 <= pivot < num_factors:
     raise ValueError(f"pivot {pivot} is outside [0, {num_factors})")
   sets = intervention_sets(x, t, c, num_items=num_items, num_factors=num_factors, where=m,
