@@ -11,7 +11,7 @@ import rax
 from ultr_jax.train import Method, available_methods, get_method
 from ultr_jax.train.methods import baselines
 
-NAMES = ("naive", "ips", "snips", "dla", "regression_em", "two_tower", "paird", "full_info")
+NAMES = ("naive", "ips", "snips", "dla", "regression_em", "two_tower", "paird", "full_info", "vectorization")
 LEARNS_PROPENSITIES = ("dla", "regression_em", "two_tower", "paird")
 Q, L, F = 6, 5, 4
 
@@ -75,7 +75,13 @@ def test_score_uses_the_relevance_tower_only(name):
   assert scores.shape == (Q, L)
   other = {**batch, "clicks": 1.0 - batch["clicks"], "positions": batch["positions"][:, ::-1]}
   np.testing.assert_array_equal(method.score(params, other), scores)
-  np.testing.assert_array_equal(method.score(params, {"features": batch["features"]}), scores)
+  features_only = {"features": batch["features"]}
+  if name == "vectorization":  # its base vector is a mean over the list's valid items: `where` stays
+    features_only["where"] = batch["where"]
+    garbage = {**batch, "features": jnp.where(batch["where"][..., None], batch["features"], 1e3)}
+    np.testing.assert_allclose(jnp.where(batch["where"], method.score(params, garbage), 0.0),
+                               jnp.where(batch["where"], scores, 0.0), rtol=1e-5, atol=1e-6)
+  np.testing.assert_array_equal(method.score(params, features_only), scores)
   # Larger lists at evaluation (test lists keep every candidate).
   assert method.score(params, {"features": jnp.ones((2, 3 * L, F))}).shape == (2, 3 * L)
 

@@ -73,3 +73,7 @@ from ultr_jax.losses.sif import (  # noqa: E402
 __all__ += ["bias_likelihood_loss", "binary_entropy", "cell_marginals", "conditional_mi_binary",
             "doubly_robust_risk", "dr_targets", "dual_ascent_update", "effective_sample_size",
             "ips_targets", "listwise_risk", "oracle_leakage", "project_within_cells"]
+
+from ultr_jax.losses.vectorization import base_vector, observation_density_loss, vectorization_scores  # noqa: E402
+
+__all__ += ["base_vector", "observation_density_loss", "vectorization_scores"]

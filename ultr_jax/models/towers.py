@@ -65,13 +65,15 @@ class LinearRanker(nn.Module):
   use_bias: bool = True
   input_norm: bool = False
   ln_epsilon: float = 1e-6
+  output_size: int = 1  # > 1: a vector per item, [..., L, output_size] (Vectorization)
 
   @nn.compact
   def __call__(self, x: jax.Array, *, deterministic: bool = True) -> jax.Array:
     del deterministic
     if self.input_norm:
       x = nn.LayerNorm(epsilon=self.ln_epsilon, name="norm_in")(x)
-    return nn.Dense(1, use_bias=self.use_bias, name="out")(x)[..., 0]
+    out = nn.Dense(self.output_size, use_bias=self.use_bias, name="out")(x)
+    return out[..., 0] if self.output_size == 1 else out
 
 
 class MLPRanker(nn.Module):
@@ -87,6 +89,7 @@ class MLPRanker(nn.Module):
   to Rank", KDD'22 / LBD NeurIPS'22 appendix).
 
   Dropout needs ``deterministic=False`` and an rng named ``"dropout"``.
+  ``output_size > 1`` gives a vector per item, ``[..., L, output_size]``.
 
   >>> m = MLPRanker(hidden_sizes=(4,))
   >>> p = m.init(jax.random.key(0), jnp.ones((3, 2)))
@@ -103,6 +106,7 @@ class MLPRanker(nn.Module):
   dropout: float = 0.0
   norm_position: str = "after"  # "after" each hidden dense layer, or "before" every dense layer
   ln_epsilon: float = 1e-6
+  output_size: int = 1  # > 1: a vector per item, [..., L, output_size] (Vectorization)
 
   @nn.compact
   def __call__(self, x: jax.Array, *, deterministic: bool = True) -> jax.Array:
@@ -123,7 +127,8 @@ class MLPRanker(nn.Module):
         x = nn.Dropout(self.dropout)(x, deterministic=deterministic)
     if before:
       x = nn.LayerNorm(epsilon=self.ln_epsilon, name="norm_out")(x)
-    return nn.Dense(1, name="out")(x)[..., 0]
+    out = nn.Dense(self.output_size, name="out")(x)
+    return out[..., 0] if self.output_size == 1 else out
 
 
 class DocumentEmbedding(nn.Module):
@@ -272,7 +277,7 @@ class TwoTower(nn.Module):
 def make_ranker(kind: str = "mlp", *, hidden_sizes: Sequence[int] = (512, 256, 128),
                 activation: str = "elu", layer_norm: bool = True,
                 dropout: float = 0.0, norm_position: str = "after",
-                ln_epsilon: float = 1e-6) -> nn.Module:
+                ln_epsilon: float = 1e-6, output_size: int = 1) -> nn.Module:
   """A ranker by name: ``"linear"`` or ``"mlp"``.
 
   ``norm_position="before"`` is the ULTRA/LBD code's layout (a LayerNorm before every dense layer;
@@ -288,11 +293,11 @@ def make_ranker(kind: str = "mlp", *, hidden_sizes: Sequence[int] = (512, 256, 1
     raise ValueError(f"norm_position must be 'after' or 'before', got {norm_position!r}")
   if kind == "linear":
     return LinearRanker(input_norm=bool(layer_norm) and norm_position == "before",
-                        ln_epsilon=float(ln_epsilon))
+                        ln_epsilon=float(ln_epsilon), output_size=int(output_size))
   if kind == "mlp":
     return MLPRanker(hidden_sizes=tuple(int(h) for h in hidden_sizes), activation=activation,
                      layer_norm=layer_norm, dropout=float(dropout), norm_position=norm_position,
-                     ln_epsilon=float(ln_epsilon))
+                     ln_epsilon=float(ln_epsilon), output_size=int(output_size))
   raise ValueError(f"unknown ranker {kind!r} (linear, mlp)")
 
 

@@ -400,3 +400,82 @@ def paird(config, *, num_features: int, list_size: int) -> Method:
     return _relative(extra["t_plus"])
 
   return Method(name="paird", init=init, loss=loss, score=towers.score, propensities=propensities)
+
+
+# ----------------------------------------------------------------------------
+# Vectorization.
+
+
+@register("vectorization")
+def vectorization(config, *, num_features: int, list_size: int) -> Method:
+  """Vectorization-based ULTR (Chen et al. KDD'22; ULTRA's ``vectorization.py``).
+
+  Relevance vectors ``r(x)`` (the configured ranker with ``dimension``
+  outputs) and a free observation vector ``o(k)`` per position (initialised
+  to ones) give click logits ``<r, o>`` under a listwise softmax; an
+  observation density MLP (``density_hidden_sizes``, ELU, no LayerNorm) on
+  the stop-gradient features fits a Gaussian to the ``o(k)`` its items were
+  shown with, and ranks by ``<r, base vector>``
+  (:mod:`ultr_jax.losses.vectorization`). For the first ``pretrain_steps``
+  steps ``o`` and the density model are frozen (the ranker learns first),
+  then everything trains; ``density_l2`` puts an L2 penalty on the density
+  kernels. A step counter lives in ``extra``.
+  """
+  d = int(_get(config, "dimension", 3))
+  if d < 1:
+    raise ValueError(f"vectorization: dimension must be >= 1, got {d}")
+  pretrain = int(_get(config, "pretrain_steps", 500))
+  density_l2 = float(_get(config, "density_l2", 1e-3))
+  num_positions = int(_get(config, "num_positions", list_size))
+  ranker = models.make_ranker(
+      _get(config, "ranker", "mlp"), hidden_sizes=tuple(_get(config, "hidden_sizes", (512, 256, 128))),
+      activation=_get(config, "activation", "elu"), layer_norm=bool(_get(config, "layer_norm", True)),
+      dropout=float(_get(config, "dropout", 0.0)), norm_position=_get(config, "norm_position", "after"),
+      ln_epsilon=float(_get(config, "ln_epsilon", 1e-6)), output_size=d)
+  density = models.MLPRanker(hidden_sizes=tuple(_get(config, "density_hidden_sizes", (256, 64))),
+                             activation="elu", layer_norm=False, output_size=2 * d)
+  dropout = float(_get(config, "dropout", 0.0))
+
+  def init(key, batch):
+    k_rel, k_den = jax.random.split(key)
+    x = jnp.zeros((1, 1, num_features), jnp.float32)
+    params = {"relevance": ranker.init(k_rel, x)["params"],
+              "observation": jnp.ones((num_positions, d), jnp.float32),
+              "density": density.init(k_den, x)["params"]}
+    return params, {"step": jnp.zeros((), jnp.int32)}
+
+  def _density(params, x):
+    out = density.apply({"params": params["density"]}, jax.lax.stop_gradient(x))
+    return out[..., :d], out[..., d:]
+
+  def loss(params, extra, batch, key):
+    where = _where(batch)
+    x = jnp.asarray(batch["features"], jnp.float32)
+    if dropout > 0:
+      r = ranker.apply({"params": params["relevance"]}, x, deterministic=False, rngs={"dropout": key})
+    else:
+      r = ranker.apply({"params": params["relevance"]}, x)
+    positions = jnp.clip(batch_positions(batch), 0, num_positions - 1)
+    o = jnp.take(params["observation"], positions, axis=0)
+    mean, log_var = _density(params, x)
+    frozen = extra["step"] < pretrain
+    hold = lambda v: jnp.where(frozen, jax.lax.stop_gradient(v), v)
+    o, mean, log_var = hold(o), hold(mean), hold(log_var)
+    clicks = jnp.asarray(batch["clicks"], jnp.float32)
+    click_loss = losses.naive_softmax_loss(jnp.sum(r * o, axis=-1), clicks, where=where)
+    density_loss = losses.observation_density_loss(mean, log_var, o, where=where)
+    kernels = [leaf for path, leaf in jax.tree_util.tree_leaves_with_path(params["density"])
+               if getattr(path[-1], "key", None) == "kernel"]
+    l2 = density_l2 * 0.5 * sum(jnp.sum(k ** 2) for k in kernels)
+    total = click_loss + density_loss + jnp.where(frozen, 0.0, l2)
+    metrics = {"click_loss": click_loss, "density_loss": density_loss}
+    return total, (metrics, {"step": extra["step"] + 1})
+
+  def score(params, batch):
+    x = jnp.asarray(batch["features"], jnp.float32)
+    r = ranker.apply({"params": params["relevance"]}, x)
+    mean, log_var = _density(params, x)
+    where = batch.get("where")
+    return losses.vectorization_scores(r, mean, log_var, where=None if where is None else _where(batch))
+
+  return Method(name="vectorization", init=init, loss=loss, score=score)
