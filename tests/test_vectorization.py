@@ -117,7 +117,7 @@ def _batch(seed=0):
 
 
 def test_method_freezes_observation_and_density_while_the_ranker_pretrains():
-  config = {"ranker": "mlp", "hidden_sizes": (8,), "density_hidden_sizes": (8,), "pretrain_steps": 2,
+  config = {"ranker": "mlp", "hidden_sizes": (8,), "density_sizes": (8,), "pretrain_steps": 2,
             "dimension": D}
   method = get_method("vectorization", config, num_features=5, list_size=L)
   batch = _batch()
@@ -141,7 +141,7 @@ def test_method_freezes_observation_and_density_while_the_ranker_pretrains():
 def test_method_click_logit_is_the_inner_product_of_relevance_and_observation():
   """With a linear ranker of output size d, the click loss equals rax's softmax on <r(x), o(k)>."""
   import rax
-  method = get_method("vectorization", {"ranker": "linear", "density_hidden_sizes": (4,), "dimension": 2},
+  method = get_method("vectorization", {"ranker": "linear", "density_sizes": (4,), "dimension": 2},
                       num_features=5, list_size=L)
   batch = _batch(1)
   params, extra = method.init(jax.random.key(2), batch)

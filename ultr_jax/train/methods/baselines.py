@@ -1,7 +1,7 @@
 r"""The baseline ULTR methods as :class:`~ultr_jax.train.Method` factories.
 
 Registered names: ``naive``, ``ips``, ``snips``, ``dla``, ``regression_em``,
-``two_tower``, ``paird`` and ``full_info``. Every factory has the signature
+``two_tower``, ``paird``, ``vectorization`` and ``full_info``. Every factory has the signature
 ``factory(config, *, num_features, list_size) -> Method``; config fields
 (read with defaults, so an empty config works):
 
@@ -37,6 +37,12 @@ field                default                     meaning
 ``em_init``          ``0.9``                     regression_em initial propensities
 ``pair_p``           ``1.0``                     paird regularisation exponent
 ``two_tower_mode``   ``"additive"``              ``"additive"`` or ``"product"``
+``dimension``        ``3``                       vectorization: length of the relevance
+                                                 and observation vectors
+``pretrain_steps``   ``500``                     vectorization: steps with the observation
+                                                 vectors and density model frozen
+``density_sizes``    ``(256, 64)``               vectorization: the density MLP
+``density_l2``       ``1e-3``                    vectorization: L2 on the density kernels
 ===================  ==========================  ==========================================
 
 * ``ips`` / ``snips`` weight clicks by the batch's ``examination``: the
@@ -413,7 +419,7 @@ def vectorization(config, *, num_features: int, list_size: int) -> Method:
   Relevance vectors ``r(x)`` (the configured ranker with ``dimension``
   outputs) and a free observation vector ``o(k)`` per position (initialised
   to ones) give click logits ``<r, o>`` under a listwise softmax; an
-  observation density MLP (``density_hidden_sizes``, ELU, no LayerNorm) on
+  observation density MLP (``density_sizes``, ELU, no LayerNorm) on
   the stop-gradient features fits a Gaussian to the ``o(k)`` its items were
   shown with, and ranks by ``<r, base vector>``
   (:mod:`ultr_jax.losses.vectorization`). For the first ``pretrain_steps``
@@ -432,7 +438,7 @@ def vectorization(config, *, num_features: int, list_size: int) -> Method:
       activation=_get(config, "activation", "elu"), layer_norm=bool(_get(config, "layer_norm", True)),
       dropout=float(_get(config, "dropout", 0.0)), norm_position=_get(config, "norm_position", "after"),
       ln_epsilon=float(_get(config, "ln_epsilon", 1e-6)), output_size=d)
-  density = models.MLPRanker(hidden_sizes=tuple(_get(config, "density_hidden_sizes", (256, 64))),
+  density = models.MLPRanker(hidden_sizes=tuple(_get(config, "density_sizes", (256, 64))),
                              activation="elu", layer_norm=False, output_size=2 * d)
   dropout = float(_get(config, "dropout", 0.0))
 
