@@ -251,7 +251,7 @@ def _log1mexp(x):
 @functools.partial(jax.jit, static_argnames=("pivot", "max_iters"))
 def all_pairs_estimate(sets: InterventionSets, *, pivot: int = 0, max_iters: int = 1000,
                        tol: float = 1e-8) -> HarvestedPropensities:
-  r"""The all-pairs extremum estimator (Agarwal et al., WSDM 2019, Section 4).
+  r"""The all-pairs extremum estimator (Agarwal et al., WSDM 2019).
 
   Maximises the Bernoulli log-likelihood of every ordered pair :math:`k \neq
   k'` with items in :math:`S_{k,k'}`, with examination
