@@ -122,6 +122,26 @@ def test_exact_recovery_from_population_ctrs(method, seed):
   assert bool(np.all(est.identified)) and bool(est.converged)
 
 
+@pytest.mark.parametrize("num_factors,per_item", [(4, 3), (10, 2)])
+@pytest.mark.parametrize("tie", [False, True])
+@pytest.mark.parametrize("seed", [9, 13, 14])
+def test_all_pairs_converges_to_the_exact_propensities(num_factors, per_item, tie, seed):
+  """Exact CTRs, ties of the largest propensity included: converged, and the truth to 1e-4."""
+  rng = np.random.default_rng(seed)
+  o = np.sort(rng.uniform(0.1, 1.0, num_factors))[::-1]
+  if tie:
+    o[1] = o[0]
+  r = rng.uniform(0.05, 0.9, 40)
+  factors = np.stack([rng.choice(num_factors, per_item, replace=False) for _ in range(40)])
+  items = np.repeat(np.arange(40)[:, None], per_item, axis=1)
+  weights = rng.integers(1, 50, factors.shape).astype(np.float32)
+  est = hv.harvest_propensities(items, factors, o[factors] * r[items], weights=weights,
+                                allow_unidentified=True)
+  ok = np.asarray(est.identified)
+  assert bool(est.converged) and ok.sum() >= 2
+  np.testing.assert_allclose(np.asarray(est.propensities)[ok], (o / o[0])[ok], rtol=1e-4)
+
+
 def _scipy_all_pairs(sets, pivot=0):
   """The all-pairs likelihood maximised by scipy's L-BFGS-B in float64."""
   c = np.asarray(sets.clicks, np.float64)

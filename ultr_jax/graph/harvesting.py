@@ -35,9 +35,9 @@ each normalised so that the pivot factor has propensity 1:
       \max_{o, r}\; \sum_{k \neq k'} C_{k,k'} \log\big(o(k)\, r_{k,k'}\big)
       + (N_{k,k'} - C_{k,k'}) \log\big(1 - o(k)\, r_{k,k'}\big),
 
-  with :math:`o(k) = e^{a_k - \max_j a_j}` (the common scale of :math:`o` and
-  :math:`r` is not identified, so the largest propensity is pinned at 1), a
-  symmetric :math:`r = \sigma(b)`, log-space terms and ``optax.lbfgs`` in a
+  with :math:`\log o(k) = u_k - u_p` (the scale of :math:`o` against
+  :math:`r` is not identified, so the pivot's propensity is 1), a free
+  symmetric :math:`\log r`, log-space terms and ``optax.lbfgs`` in a
   ``lax.while_loop``.
 
 Which factors are identified is the identifiability question of Chen et al.
@@ -62,6 +62,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ultr_jax._numerics import log1mexp
 from ultr_jax.graph.connectivity import connected_components
 from ultr_jax.types import Array
 
@@ -243,27 +244,26 @@ def adjacent_chain_estimate(sets: InterventionSets) -> HarvestedPropensities:
   return _finish(ratio, ok, 0)
 
 
-def _log1mexp(x):
-  """log(1 - exp(x)) for x < 0, stable at both ends."""
-  return jnp.where(x > -0.6931, jnp.log(-jnp.expm1(x)), jnp.log1p(-jnp.exp(x)))
-
-
 @functools.partial(jax.jit, static_argnames=("pivot", "max_iters"))
 def all_pairs_estimate(sets: InterventionSets, *, pivot: int = 0, max_iters: int = 1000,
-                       tol: float = 1e-8) -> HarvestedPropensities:
+                       tol: float = 1e-7) -> HarvestedPropensities:
   r"""The all-pairs extremum estimator (Agarwal et al., WSDM 2019).
 
   Maximises the Bernoulli log-likelihood of every ordered pair :math:`k \neq
-  k'` with items in :math:`S_{k,k'}`, with examination
-  :math:`o(k) = e^{a_k - \max_j a_j}` and a symmetric pair relevance
-  :math:`r = \sigma((B + B^\top) / 2)`, divided by :math:`\sum N_{k,k'}`, by
+  k'` with items in :math:`S_{k,k'}`, divided by :math:`\sum N_{k,k'}`, by
   ``optax.lbfgs`` until the gradient norm is below ``tol`` (or ``max_iters``).
-  Pinning the largest :math:`o` at 1 removes the flat direction
-  :math:`(o, r) \to (\alpha o, r / \alpha)`; with :math:`o, r` both free in
-  :math:`(0, 1)` the fit can stall where :math:`r` saturates (it did, by 1%,
-  on exact CTRs). Uses every pair, so it is the most
-  data-efficient of the three; it identifies exactly the factors connected to
-  the pivot through sets with clicks.
+  The parameters are :math:`\log o(k) = u_k - u_p` and a free symmetric
+  :math:`\log r_{k,k'} = (W + W^\top)_{k,k'} / 2`, so
+  :math:`\log p_{k,k'} = \log o(k) + \log r_{k,k'}` is linear and the
+  objective smooth inside :math:`p < 1`, whose boundary the
+  :math:`\log(1 - p)` terms keep the fit away from; the start (pooled-CTR
+  propensities, pair relevances capped below :math:`p = 0.999`) is feasible.
+  Two earlier parameterisations failed on exact CTRs: :math:`o, r` as
+  sigmoids stalled 1% off (the flat direction :math:`(\alpha o, r / \alpha)`
+  with :math:`r` saturated), and :math:`o` pinned by its maximum put a kink at
+  ties of the largest :math:`o` and stalled at XLA's unoptimised level. Uses
+  every pair, so it is the most data-efficient of the three; it identifies
+  exactly the factors connected to the pivot through sets with clicks.
 
   Args:
     sets: :class:`InterventionSets` over ``T`` factors.
@@ -288,17 +288,23 @@ def all_pairs_estimate(sets: InterventionSets, *, pivot: int = 0, max_iters: int
   total = jnp.maximum(jnp.sum(n), 1.0)
 
   def neg_log_lik(params):
-    a, b = params
-    log_o = (a - jnp.max(a))[:, None]  # o(k) / max o: the scale lives in r
-    log_r = -jax.nn.softplus(-0.5 * (b + b.T))  # log sigmoid, r in (0, 1)
-    log_p = jnp.minimum(log_o + log_r, -1e-7)
-    ll = c * log_p + (n - c) * _log1mexp(log_p)
+    u, w = params
+    # log p_kk' = log o(k) + log r_kk', with log o(k) = u_k - u_p and a free symmetric log r: smooth
+    # inside the feasible set p < 1, whose boundary the log(1 - p) term keeps the fit away from.
+    log_p = jnp.minimum((u - u[pivot])[:, None] + 0.5 * (w + w.T), -1e-7)
+    ll = c * log_p + (n - c) * log1mexp(log_p)
     return -jnp.sum(jnp.where(n > 0, ll, 0.0)) / total
 
-  # Start from equal propensities and r at the pair's mean CTR.
-  mean_ctr = jnp.where(n > 0, (c + c.T) / jnp.maximum(n + n.T, 1.0), 0.25)
-  r0 = jnp.clip(mean_ctr, 1e-3, 1 - 1e-3)
-  params = (jnp.zeros(num_factors), jnp.log(r0) - jnp.log1p(-r0))
+  # Start from the pooled CTRs' propensities (pivot-relative, as in the objective; 1 where the pooled
+  # CTR says nothing) and, per pair, the shared relevance that explains its CTRs, capped inside p < 1
+  # so that the start is feasible.
+  imp = sets.factor_impressions
+  ctr = sets.factor_clicks / jnp.where(imp > 0, imp, 1.0)
+  o0 = jnp.where((imp > 0) & (ctr > 0) & (ctr[pivot] > 0),
+                 jnp.clip(ctr / jnp.where(ctr[pivot] > 0, ctr[pivot], 1.0), 1e-3, 1e3), 1.0)
+  r0 = (c + c.T) / jnp.maximum((n + n.T) * (o0[:, None] + o0[None, :]) / 2, 1e-12)
+  r0 = jnp.clip(r0, 1e-6, 0.999 / jnp.maximum(o0[:, None], o0[None, :]))
+  params = (jnp.log(o0), jnp.log(r0))
   opt = optax.lbfgs()
   value_and_grad = optax.value_and_grad_from_state(neg_log_lik)
 
@@ -323,7 +329,7 @@ def all_pairs_estimate(sets: InterventionSets, *, pivot: int = 0, max_iters: int
       edge_mask=informative.ravel())
   has_clicks = jnp.any(informative, axis=1)
   ok = (labels == labels[pivot]) & has_clicks[pivot] & (has_clicks | (ids == pivot))
-  return _finish(jnp.exp(params[0] - jnp.max(params[0])), ok, pivot, gnorm <= tol)
+  return _finish(jnp.exp(params[0] - params[0][pivot]), ok, pivot, gnorm <= tol)
 
 
 HARVESTING_METHODS = {

@@ -14,15 +14,6 @@ def as_where(where: Optional[jax.Array], shape) -> jax.Array:
   return jnp.broadcast_to(jnp.asarray(where).astype(bool), shape)
 
 
-def log1mexp(x: jax.Array) -> jax.Array:
-  r""":math:`\log(1 - e^{x})` for :math:`x \le 0` (Mächler 2012), finite grads at 0 avoided by callers."""
-  x = jnp.minimum(x, 0.0)
-  small = x > -jnp.log(2.0)
-  safe_small = jnp.where(small, x, -1.0)
-  safe_large = jnp.where(small, -1.0, x)
-  return jnp.where(small, jnp.log(-jnp.expm1(safe_small)), jnp.log1p(-jnp.exp(safe_large)))
-
-
 def reduce_items(loss: jax.Array, where: jax.Array, reduce_fn) -> jax.Array:
   """Pointwise reduction with rax's ``safe_reduce`` semantics (masked -> 0)."""
   loss = jnp.where(where, loss, 0.0)

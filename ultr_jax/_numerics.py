@@ -1,0 +1,15 @@
+"""Private log-space numerics shared across layers (imports jax only, so every layer may use it)."""
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["log1mexp"]
+
+
+def log1mexp(x: jax.Array) -> jax.Array:
+  r""":math:`\log(1 - e^{x})` for :math:`x \le 0` (Mächler 2012), finite grads at 0 avoided by callers."""
+  x = jnp.minimum(x, 0.0)
+  small = x > -jnp.log(2.0)
+  safe_small = jnp.where(small, x, -1.0)
+  safe_large = jnp.where(small, -1.0, x)
+  return jnp.where(small, jnp.log(-jnp.expm1(safe_small)), jnp.log1p(-jnp.exp(safe_large)))
