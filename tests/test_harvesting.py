@@ -198,6 +198,20 @@ def test_monte_carlo_recovery_and_the_naive_ctr_bias():
   assert errors["all_pairs"] < errors["pivot"], errors  # it uses every pair, not only the pivot's
 
 
+def test_ctr_estimate_is_unbiased_on_randomised_lists():
+  """RandTop-n: every session shows its list in a uniformly random order, so position is independent
+  of relevance and the pooled CTR recovers the PBM (the same rankers' logs bias it, see above)."""
+  rng = np.random.default_rng(3)
+  queries, sessions = 2000, 20
+  rel = rng.beta(1.0, 3.0, size=(queries, 10))
+  order = np.argsort(rng.random((queries, sessions, 10)), axis=-1)
+  items = (np.arange(queries)[:, None, None] * 10 + order).reshape(-1, 10)
+  clicks = (rng.random(items.shape) < PBM * rel.reshape(-1)[items]).astype(np.float32)
+  positions = np.broadcast_to(np.arange(10), items.shape)
+  est = hv.harvest_propensities(items, positions, clicks, method="ctr")
+  assert float(np.mean(np.abs(np.asarray(est.propensities) / (PBM / PBM[0]) - 1))) < 0.05
+
+
 def _two_component_log():
   """Rankers only swap within positions {0, 1, 2} and within {3, 4}."""
   rng = np.random.default_rng(5)

@@ -182,8 +182,12 @@ def ctr_estimate(sets: InterventionSets, *, pivot: int = 0) -> HarvestedPropensi
   r"""The naive estimate: pooled CTR per factor, :math:`\hat o(k) = \text{CTR}_k / \text{CTR}_p`.
 
   Biased whenever the logging rankers put more relevant items at some factors
-  (it is what the harvesting estimators correct). Identified where the factor
-  has impressions and the pivot has clicks.
+  (it is what the harvesting estimators correct). On a log whose lists are
+  shuffled uniformly at random (RandTop-n, Joachims, Swaminathan & Schnabel,
+  WSDM'17; ULTRA's ``RandomizedPropensityEstimator``) the position is
+  independent of relevance, and this is the unbiased result-randomisation
+  estimate. Identified where the factor has impressions and the pivot has
+  clicks.
 
   >>> s = InterventionSets(jnp.zeros((2, 2)), jnp.zeros((2, 2)), jnp.array([4., 1.]),
   ...                      jnp.array([8., 4.]))
