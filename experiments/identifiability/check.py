@@ -27,7 +27,7 @@ from absl import app, flags
 import numpy as np
 
 from ultr_jax.data import load_ultra, read_click_log
-from ultr_jax.graph import check_identifiability, harvest_propensities
+from ultr_jax.graph import HARVESTING_METHODS, check_identifiability, intervention_sets
 from ultr_jax.graph import records
 
 _DATA = flags.DEFINE_string(
@@ -57,10 +57,11 @@ def _click_log_report():
   out["num_rows"] = int(log.items.size)
   out["propensities"] = {}
   lines = [f"{'position':>8} " + " ".join(f"{m:>9}" for m in HARVEST)]
+  # read_click_log has checked the rows: build the sets once and run every estimator on them.
+  sets = intervention_sets(log.items, log.positions, log.clicks, weights=log.weights,
+                           num_items=log.num_items, num_factors=log.num_positions)
   for m in HARVEST:
-    est = harvest_propensities(log.items, log.positions, log.clicks, weights=log.weights,
-                               num_items=log.num_items, num_factors=log.num_positions,
-                               method=m, allow_unidentified=True)
+    est = HARVESTING_METHODS[m](sets)
     out["propensities"][m] = [float(v) if ok else None
                               for v, ok in zip(np.asarray(est.propensities), np.asarray(est.identified))]
   for k in range(log.num_positions):

@@ -149,6 +149,9 @@ def intervention_sets(items: Array, factors: Array, clicks: Array, *, num_items:
   >>> print(s.clicks.tolist(), s.items.tolist())
   [[2.0, 2.0], [0.0, 0.0]] [[2.0, 2.0], [2.0, 2.0]]
   """
+  if num_items * num_factors >= 2**31:  # the int32 cell ids (static sizes: raised while tracing)
+    raise ValueError(f"{num_items} items x {num_factors} factors is too many (item, factor) cells for the"
+                     " dense intervention sets (< 2^31); harvest per position, or per context type")
   x = jnp.ravel(jnp.asarray(items, jnp.int32))
   t = jnp.ravel(jnp.asarray(factors, jnp.int32))
   c = jnp.ravel(jnp.asarray(clicks, jnp.float32))
@@ -406,9 +409,6 @@ def harvest_propensities(items, factors, clicks, *, method: str = "all_pairs", w
   if w is not None and (m & (~np.isfinite(w) | (w < 0))).any():
     i = tuple(int(j) for j in np.argwhere(m & (~np.isfinite(w) | (w < 0)))[0])
     raise ValueError(f"weights[{i}] = {w[i]} must be a finite impression count >= 0")
-  if num_items * num_factors >= 2**31:
-    raise ValueError(f"{num_items} items x {num_factors} factors is too many (item, factor) cells for the"
-                     " dense intervention sets (< 2^31); harvest per position, or per context type")
   if not 0 <= pivot < num_factors:
     raise ValueError(f"pivot {pivot} is outside [0, {num_factors})")
   sets = intervention_sets(x, t, c, num_items=num_items, num_factors=num_factors, where=m,
