@@ -85,8 +85,8 @@ def _get(config, name, default):
   return default if value is None else value
 
 
-def make_relevance_tower(config):
-  """The relevance tower named by ``config.ranker`` (see the module table).
+def make_relevance_tower(config, *, output_size: int = 1):
+  """The relevance tower named by ``config.ranker`` (see the module table), ``output_size`` outputs per item.
 
   >>> make_relevance_tower({"ranker": "mlp", "hidden_sizes": (8, 4)}).hidden_sizes
   (8, 4)
@@ -99,6 +99,7 @@ def make_relevance_tower(config):
       dropout=float(_get(config, "dropout", 0.0)),
       norm_position=_get(config, "norm_position", "after"),
       ln_epsilon=float(_get(config, "ln_epsilon", 1e-6)),
+      output_size=output_size,
   )
 
 
@@ -433,11 +434,7 @@ def vectorization(config, *, num_features: int, list_size: int) -> Method:
   pretrain = int(_get(config, "pretrain_steps", 500))
   density_l2 = float(_get(config, "density_l2", 1e-3))
   num_positions = int(_get(config, "num_positions", list_size))
-  ranker = models.make_ranker(
-      _get(config, "ranker", "mlp"), hidden_sizes=tuple(_get(config, "hidden_sizes", (512, 256, 128))),
-      activation=_get(config, "activation", "elu"), layer_norm=bool(_get(config, "layer_norm", True)),
-      dropout=float(_get(config, "dropout", 0.0)), norm_position=_get(config, "norm_position", "after"),
-      ln_epsilon=float(_get(config, "ln_epsilon", 1e-6)), output_size=d)
+  ranker = make_relevance_tower(config, output_size=d)
   density = models.MLPRanker(hidden_sizes=tuple(_get(config, "density_sizes", (256, 64))),
                              activation="elu", layer_norm=False, output_size=2 * d)
   dropout = float(_get(config, "dropout", 0.0))
