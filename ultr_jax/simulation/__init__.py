@@ -6,6 +6,8 @@
   cascade/DCM, DBN/CCM click-chain and UBM marginals);
 * :mod:`~ultr_jax.simulation.click_models`: jittable samplers over
   ``[..., list_size]`` and the config-driven :func:`make_click_fn`;
+* :mod:`~ultr_jax.simulation.likelihood`: the same models as likelihoods of
+  observed sessions (conditional click probabilities, session log-likelihood);
 * :mod:`~ultr_jax.simulation.logging_policy`: the ULTRA protocol's production
   ranker (trained on 1% of labelled queries) and the host-side reordering.
 """
@@ -27,6 +29,14 @@ from ultr_jax.simulation.click_models import (
     sample_ubm_clicks,
     trust,
     ubm,
+)
+from ultr_jax.simulation.likelihood import (
+    bernoulli_log_likelihood,
+    chain_conditional_click_prob,
+    chain_continuations,
+    chain_log_likelihood,
+    ubm_conditional_click_prob,
+    ubm_log_likelihood,
 )
 from ultr_jax.simulation.logging_policy import (
     apply_logging_policy,
@@ -69,6 +79,12 @@ __all__ = [
     "IDENTIFIABILITY_CONTEXT_W",
     "ULTRA_EXAM_TABLE",
     "apply_logging_policy",
+    "bernoulli_log_likelihood",
+    "chain_conditional_click_prob",
+    "chain_continuations",
+    "chain_log_likelihood",
+    "ubm_conditional_click_prob",
+    "ubm_log_likelihood",
     "binary_relevance_probability",
     "cascade",
     "ccm",

@@ -1,0 +1,286 @@
+r"""Click models as likelihoods: each click's probability given the clicks above it.
+
+The samplers of :mod:`~ultr_jax.simulation.click_models` draw sessions; the
+functions here score observed ones. For a session's clicks
+:math:`c_1, \dots, c_L` (items in displayed order) every click model factorises
+as
+
+.. math::
+    \log P(c_{1:L}) = \sum_i c_i \log q_i + (1 - c_i) \log(1 - q_i), \qquad
+    q_i = P(C_i = 1 \mid c_{<i}),
+
+so one function per model family gives the conditional click probabilities
+:math:`q` (for the conditional perplexity per rank, CLAX's and PyClick's
+evaluation) and the session log-likelihood (for fitting a click model to a
+log by gradient, :func:`~ultr_jax.simulation.fit_click_model`):
+
+* independent models (PBM, trust bias, context PBM, individual-level):
+  :math:`q_i` is the marginal click probability;
+* click chains (cascade, DCM, DBN, CCM; :func:`chain_continuations`): the
+  posterior examination is filtered down the list by one ``lax.scan`` in log
+  space;
+* the UBM: :math:`q_i = \gamma[r_i, l_i]\,a_i` with :math:`l_i` the last
+  click above, found by a ``cummax``.
+
+All take ``[..., L]`` arrays with a bool ``where`` (masked items are skipped:
+they neither click nor change the state) and ``vmap`` over sessions. An
+observation a model cannot produce (a second click under the cascade) has
+log-likelihood :math:`-\infty`.
+"""
+
+from typing import Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from ultr_jax._numerics import log1mexp
+from ultr_jax.types import Array
+
+__all__ = [
+    "bernoulli_log_likelihood",
+    "chain_continuations",
+    "chain_conditional_click_prob",
+    "chain_log_likelihood",
+    "ubm_conditional_click_prob",
+    "ubm_log_likelihood",
+]
+
+CHAIN_MODELS = ("cascade", "dcm", "dbn", "ccm")
+
+
+def _where(x: Array, where: Optional[Array]) -> Array:
+  return jnp.ones(x.shape, bool) if where is None else jnp.broadcast_to(jnp.asarray(where, bool), x.shape)
+
+
+def _safe_log(p: Array) -> Array:
+  return jnp.log(jnp.clip(p, 0.0, 1.0))
+
+
+def bernoulli_log_likelihood(clicks: Array, log_q: Array, log_1mq: Array, *,
+                             where: Optional[Array] = None) -> Array:
+  r"""Session log-likelihood :math:`\sum_i c_i \log q_i + (1 - c_i)\log(1 - q_i)` over valid items.
+
+  Takes :math:`\log q` and :math:`\log(1 - q)` separately so neither loses
+  precision near 0 or 1 (the chain and UBM functions compute both in log
+  space).
+
+  Args:
+    clicks: ``[..., L]`` 0/1 clicks.
+    log_q, log_1mq: ``[..., L]`` log conditional click and no-click probabilities.
+    where: ``bool[..., L]``.
+
+  Returns:
+    ``float32[...]`` (0 for a fully masked list).
+
+  >>> q = jnp.array([0.5, 0.25])
+  >>> print(bernoulli_log_likelihood(jnp.array([1.0, 0.0]), jnp.log(q), jnp.log1p(-q)))  # log(0.5 * 0.75)
+  -0.98082924
+  """
+  c = jnp.asarray(clicks, jnp.float32)
+  where = _where(c, where)
+  # Select, not multiply: 0 * -inf would be NaN for the outcome that did not happen.
+  term = jnp.where(c > 0.5, log_q, log_1mq)
+  return jnp.sum(jnp.where(where, term, 0.0), axis=-1)
+
+
+def chain_continuations(model: str, attraction: Array, *, continuation: Array | float = 0.5,
+                        perseverance: Array | float = 0.9, satisfaction: Optional[Array | float] = None,
+                        alpha: Sequence[float] | Array = (0.9, 0.8, 0.2)) -> tuple[Array, Array]:
+  r"""The continuation probabilities :math:`(c^0, c^1)` of a click-chain model.
+
+  A chain user examines the items in order and goes on after item ``i`` with
+  probability :math:`c^0_i` without a click and :math:`c^1_i` after one:
+
+  =========  ====================  ====================================================
+  model      :math:`c^0`           :math:`c^1`
+  =========  ====================  ====================================================
+  cascade    1                     0
+  dcm        1                     :math:`\lambda_i` (``continuation``)
+  dbn        :math:`\gamma`        :math:`\gamma (1 - \sigma_i)` (``perseverance``, ``satisfaction``; :math:`\sigma` = attraction by default)
+  ccm        :math:`\alpha_1`      :math:`\alpha_2 (1 - a_i) + \alpha_3 a_i`
+  =========  ====================  ====================================================
+
+  the same parameterisations as :func:`~ultr_jax.simulation.dcm`,
+  :func:`~ultr_jax.simulation.dbn` and :func:`~ultr_jax.simulation.ccm`.
+
+  Args:
+    model: one of ``cascade``, ``dcm``, ``dbn``, ``ccm``.
+    attraction: ``[..., L]`` click probability given examination.
+    continuation, perseverance, satisfaction, alpha: the model's parameters,
+      scalars or ``[..., L]`` (``alpha`` a length-3 sequence or array).
+
+  Returns:
+    ``(c0, c1)``, each broadcast to ``attraction``'s shape.
+
+  >>> c0, c1 = chain_continuations("dbn", jnp.array([0.5, 1.0]), perseverance=0.9)
+  >>> print(c0, c1)
+  [0.9 0.9] [0.45 0.  ]
+  """
+  a = jnp.asarray(attraction, jnp.float32)
+  full = lambda v: jnp.broadcast_to(jnp.asarray(v, jnp.float32), a.shape)
+  if model == "cascade":
+    return full(1.0), full(0.0)
+  if model == "dcm":
+    return full(1.0), full(continuation)
+  if model == "dbn":
+    sigma = a if satisfaction is None else full(satisfaction)
+    gamma = full(perseverance)
+    return gamma, gamma * (1.0 - sigma)
+  if model == "ccm":
+    alpha = jnp.asarray(alpha, jnp.float32)
+    if alpha.shape[-1:] != (3,):
+      raise ValueError(f"ccm: alpha must have 3 entries (alpha_1..3), got shape {alpha.shape}")
+    a1, a2, a3 = (alpha[..., i, None] for i in range(3))
+    return full(a1), full(a2 * (1.0 - a) + a3 * a)
+  raise ValueError(f"unknown click-chain model {model!r} (expected one of {CHAIN_MODELS})")
+
+
+def _chain_log_q(clicks, attraction, c0, c1, where):
+  """Log conditional click / no-click probabilities of a click chain, one scan step per item."""
+  c = jnp.asarray(clicks, jnp.float32)
+  a = jnp.broadcast_to(jnp.asarray(attraction, jnp.float32), c.shape)
+  where = _where(c, where)
+  log_a, log_1ma = _safe_log(a), _safe_log(1.0 - a)
+  log_c0 = _safe_log(jnp.broadcast_to(c0, c.shape))
+  log_c1 = _safe_log(jnp.broadcast_to(c1, c.shape))
+
+  def step(log_e, x):
+    c_i, la, l1a, lc0, lc1, w_i = x
+    log_q = log_e + la
+    log_1mq = log1mexp(log_q)
+    # The posterior examination of the next item: c1 after a click (the click
+    # proves examination), else c0 * P(E_i = 1 | no click) = c0 e (1 - a) / (1 - e a).
+    after_skip = lc0 + log_e + l1a - log_1mq
+    after_skip = jnp.where(jnp.isneginf(log_e) | jnp.isneginf(l1a), -jnp.inf, after_skip)
+    nxt = jnp.where(c_i > 0.5, lc1, after_skip)
+    return jnp.where(w_i, nxt, log_e), (log_q, log_1mq)
+
+  move = lambda x: jnp.moveaxis(x, -1, 0)
+  init = jnp.zeros(c.shape[:-1], jnp.float32)
+  _, (log_q, log_1mq) = jax.lax.scan(step, init, tuple(map(move, (c, log_a, log_1ma, log_c0, log_c1, where))))
+  back = lambda x: jnp.moveaxis(x, 0, -1)
+  return back(log_q), back(log_1mq), where
+
+
+def chain_conditional_click_prob(clicks: Array, attraction: Array, *, continue_no_click: Array | float,
+                                 continue_click: Array | float, where: Optional[Array] = None) -> Array:
+  r"""Conditional click probabilities :math:`P(C_i = 1 \mid c_{<i})` of a click chain (cascade, DCM, DBN, CCM).
+
+  With :math:`\epsilon_i = P(E_i = 1 \mid c_{<i})`, the filter
+
+  .. math::
+      q_i = \epsilon_i a_i, \qquad \epsilon_1 = 1, \qquad
+      \epsilon_{i+1} = \begin{cases} c^1_i & c_i = 1 \\
+        c^0_i\,\dfrac{\epsilon_i (1 - a_i)}{1 - \epsilon_i a_i} & c_i = 0 \end{cases}
+
+  run by ``lax.scan`` in log space (Chapelle & Zhang WWW'09 for the DBN;
+  Guo et al. WSDM'09 for the DCM and WWW'09 for the CCM). Continuations come
+  from :func:`chain_continuations`.
+
+  Args:
+    clicks: ``[..., L]`` observed 0/1 clicks, in displayed order.
+    attraction: ``[..., L]`` click probability given examination.
+    continue_no_click, continue_click: :math:`c^0, c^1`, scalars or ``[..., L]``.
+    where: ``bool[..., L]`` (masked items are skipped).
+
+  Returns:
+    ``float32[..., L]`` (0 where masked).
+
+  >>> # DCM (c0 = 1, c1 = 0.5): after a click at 1 the user is at 2 w.p. 0.5
+  >>> q = chain_conditional_click_prob(jnp.array([1.0, 0.0, 0.0]), jnp.full(3, 0.5),
+  ...                                  continue_no_click=1.0, continue_click=0.5)
+  >>> print([round(float(v), 4) for v in q])  # at 3: P(E_3 | no click at 2) = 0.5 * 0.5 / 0.75
+  [0.5, 0.25, 0.1667]
+  """
+  log_q, _, where = _chain_log_q(clicks, attraction, continue_no_click, continue_click, where)
+  return jnp.where(where, jnp.exp(log_q), 0.0)
+
+
+def chain_log_likelihood(clicks: Array, attraction: Array, *, continue_no_click: Array | float,
+                         continue_click: Array | float, where: Optional[Array] = None) -> Array:
+  r"""Session log-likelihood of a click chain: :math:`\sum_i \log P(c_i \mid c_{<i})`.
+
+  See :func:`chain_conditional_click_prob`; computed from :math:`\log q` and
+  :math:`\log(1 - q)` without leaving log space.
+
+  Args:
+    clicks, attraction, continue_no_click, continue_click, where: as
+      :func:`chain_conditional_click_prob`.
+
+  Returns:
+    ``float32[...]`` log-likelihood per session (0 for a fully masked list).
+
+  >>> # the cascade: a click at 2 means no click at 1, then nothing can follow
+  >>> ll = chain_log_likelihood(jnp.array([0.0, 1.0, 0.0]), jnp.full(3, 0.5),
+  ...                           continue_no_click=1.0, continue_click=0.0)
+  >>> print(round(float(ll), 6), round(float(jnp.log(0.25)), 6))
+  -1.386294 -1.386294
+  """
+  log_q, log_1mq, where = _chain_log_q(clicks, attraction, continue_no_click, continue_click, where)
+  return bernoulli_log_likelihood(clicks, log_q, log_1mq, where=where)
+
+
+def _ubm_log_q(clicks, attraction, gamma, ranks, where):
+  c = jnp.asarray(clicks, jnp.float32)
+  a = jnp.broadcast_to(jnp.asarray(attraction, jnp.float32), c.shape)
+  gamma = jnp.asarray(gamma, jnp.float32)
+  where = _where(c, where)
+  length = c.shape[-1]
+  ranks = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32) if ranks is None else jnp.asarray(ranks), c.shape)
+  # The last-click state above each item: 0 = none, rank + 1 of the last click (exclusive cummax).
+  state = jnp.where(where & (c > 0.5), ranks + 1, 0)
+  state = jax.lax.cummax(state, axis=c.ndim - 1)
+  state = jnp.concatenate([jnp.zeros_like(state[..., :1]), state[..., :-1]], axis=-1)
+  k, s = gamma.shape
+  g = gamma[jnp.clip(ranks, 0, k - 1), jnp.clip(state, 0, s - 1)]
+  log_q = _safe_log(g) + _safe_log(a)
+  return log_q, log1mexp(log_q), where
+
+
+def ubm_conditional_click_prob(clicks: Array, attraction: Array, gamma: Array, *,
+                               ranks: Optional[Array] = None, where: Optional[Array] = None) -> Array:
+  r"""Conditional click probabilities of the user browsing model (Dupret & Piwowarski SIGIR'08).
+
+  .. math::
+      P(C_i = 1 \mid c_{<i}) = \gamma[r_i, l_i]\, a_i, \qquad
+      l_i = 1 + \max\{r_j : j < i,\ c_j = 1\}\ (0 \text{ without a click})
+
+  (the state convention of :func:`~ultr_jax.simulation.ubm_gamma`), with
+  :math:`l` from one exclusive ``cummax``.
+
+  Args:
+    clicks: ``[..., L]`` 0/1 clicks, in displayed order.
+    attraction: ``[..., L]`` click probability given examination.
+    gamma: ``[K, K + 1]`` examination table (ranks and states beyond it are
+      clipped to its last row and column).
+    ranks: ``int[..., L]`` 0-based ranks (default ``arange(L)``).
+    where: ``bool[..., L]``.
+
+  Returns:
+    ``float32[..., L]`` (0 where masked).
+
+  >>> from ultr_jax.simulation import ubm_gamma
+  >>> q = ubm_conditional_click_prob(jnp.array([1.0, 0.0, 0.0]), jnp.ones(3), jnp.asarray(ubm_gamma(3)))
+  >>> print(q)  # rank 2 is one below the click (0.68), rank 3 two below (0.61)
+  [0.68 0.68 0.61]
+  """
+  log_q, _, where = _ubm_log_q(clicks, attraction, gamma, ranks, where)
+  return jnp.where(where, jnp.exp(log_q), 0.0)
+
+
+def ubm_log_likelihood(clicks: Array, attraction: Array, gamma: Array, *, ranks: Optional[Array] = None,
+                       where: Optional[Array] = None) -> Array:
+  r"""Session log-likelihood of the UBM: :math:`\sum_i \log P(c_i \mid c_{<i})`.
+
+  See :func:`ubm_conditional_click_prob`.
+
+  Returns:
+    ``float32[...]`` log-likelihood per session.
+
+  >>> from ultr_jax.simulation import ubm_gamma
+  >>> ll = ubm_log_likelihood(jnp.array([1.0, 0.0]), jnp.ones(2), jnp.asarray(ubm_gamma(2)))
+  >>> print(round(float(ll), 6), round(float(jnp.log(0.68 * 0.32)), 6))
+  -1.525097 -1.525097
+  """
+  log_q, log_1mq, where = _ubm_log_q(clicks, attraction, gamma, ranks, where)
+  return bernoulli_log_likelihood(clicks, log_q, log_1mq, where=where)
