@@ -60,9 +60,9 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from ultr_jax._numerics import log1mexp
+from ultr_jax._optim import lbfgs_minimize
 from ultr_jax.graph.connectivity import connected_components
 from ultr_jax.types import Array
 
@@ -312,22 +312,7 @@ def all_pairs_estimate(sets: InterventionSets, *, pivot: int = 0, max_iters: int
   r0 = (c + c.T) / jnp.maximum((n + n.T) * (o0[:, None] + o0[None, :]) / 2, 1e-12)
   r0 = jnp.clip(r0, 1e-6, 0.999 / jnp.maximum(o0[:, None], o0[None, :]))
   params = (jnp.log(o0), jnp.log(r0))
-  opt = optax.lbfgs()
-  value_and_grad = optax.value_and_grad_from_state(neg_log_lik)
-
-  def step(state):
-    params, opt_state, _, it = state
-    value, grad = value_and_grad(params, state=opt_state)
-    updates, opt_state = opt.update(grad, opt_state, params, value=value, grad=grad,
-                                    value_fn=neg_log_lik)
-    params = optax.apply_updates(params, updates)
-    return params, opt_state, optax.tree.norm(grad), it + 1
-
-  def cond(state):
-    return (state[2] > tol) & (state[3] < max_iters)
-
-  params, _, gnorm, _ = jax.lax.while_loop(
-      cond, step, (params, opt.init(params), jnp.asarray(jnp.inf), jnp.int32(0)))
+  params, gnorm, _ = lbfgs_minimize(neg_log_lik, params, max_iters=max_iters, tol=tol)
   # Identified: the pivot's component among pairs with items and a click.
   informative = (n > 0) & ((c + c.T) > 0)
   ids = jnp.arange(num_factors)

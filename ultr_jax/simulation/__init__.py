@@ -8,6 +8,8 @@
   ``[..., list_size]`` and the config-driven :func:`make_click_fn`;
 * :mod:`~ultr_jax.simulation.likelihood`: the same models as likelihoods of
   observed sessions (conditional click probabilities, session log-likelihood);
+* :mod:`~ultr_jax.simulation.fitting`: click models fitted to session logs
+  (L-BFGS on that likelihood) and scored by held-out perplexity;
 * :mod:`~ultr_jax.simulation.logging_policy`: the ULTRA protocol's production
   ranker (trained on 1% of labelled queries) and the host-side reordering.
 """
@@ -29,6 +31,16 @@ from ultr_jax.simulation.click_models import (
     sample_ubm_clicks,
     trust,
     ubm,
+)
+from ultr_jax.simulation.fitting import (
+    FITTABLE_CLICK_MODELS,
+    ClickModelFit,
+    click_model_log_likelihood,
+    click_model_predict,
+    evaluate_click_model,
+    fit_click_model,
+    init_click_model,
+    simulate_session_log,
 )
 from ultr_jax.simulation.likelihood import (
     bernoulli_log_likelihood,
@@ -72,6 +84,14 @@ from ultr_jax.simulation.probabilities import (
 )
 
 __all__ = [
+    "FITTABLE_CLICK_MODELS",
+    "ClickModelFit",
+    "click_model_log_likelihood",
+    "click_model_predict",
+    "evaluate_click_model",
+    "fit_click_model",
+    "init_click_model",
+    "simulate_session_log",
     "simulate_topk_log",
     "topk_click_probability",
     "topk_log_dataset",

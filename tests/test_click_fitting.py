@@ -1,0 +1,207 @@
+"""Tests of ultr_jax.simulation.fitting: click models fitted to session logs against scipy on
+independent NumPy likelihoods, parameter recovery from simulated logs, model selection by held-out
+likelihood, masking, and input errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import optimize
+
+from ultr_jax import simulation as sim
+
+
+def _log(model, seed=0, num_queries=10, length=5, num_sessions=30000, noise=np.inf, **params):
+  rng = np.random.default_rng(seed)
+  attraction = rng.uniform(0.05, 0.95, size=(num_queries, length)).astype(np.float32)
+  log = sim.simulate_session_log(jax.random.key(seed), model, attraction, num_sessions=num_sessions,
+                                 noise=noise, **params)
+  return attraction.reshape(-1), {k: np.asarray(v) for k, v in log.items()}
+
+
+def _split(log, n_train):
+  return ({k: v[:n_train] for k, v in log.items()}, {k: v[n_train:] for k, v in log.items()})
+
+
+# ----------------------------------------------------------------------------
+# Independent NumPy log-likelihoods (closed forms, float64) and scipy fits.
+
+
+def _np_pbm_ll(a, o, ids, clicks):
+  p = a[ids] * o[None, :]
+  return np.where(clicks > 0, np.log(p), np.log1p(-p)).sum(1)
+
+
+def _np_dcm_ll(a, lam, ids, clicks):
+  """Up to the last click l every item is examined; after it the user goes on w.p. lam_l and then
+  meets no attractive item: log(1 - lam_l + lam_l prod_{j>l} (1 - a_j))."""
+  a = a[ids]
+  length = clicks.shape[1]
+  idx = np.arange(length)[None, :]
+  any_click = clicks.any(1)
+  last = np.where(any_click, length - 1 - np.argmax(clicks[:, ::-1], 1), -1)[:, None]
+  ll = np.where(idx <= last, np.where(clicks > 0, np.log(a), np.log1p(-a)), 0).sum(1)
+  ll += np.where((clicks > 0) & (idx < last), np.log(lam)[None, :], 0).sum(1)
+  tail = np.exp(np.where(idx > last, np.log1p(-a), 0).sum(1))
+  lam_l = lam[np.clip(last[:, 0], 0, None)]
+  return ll + np.where(any_click, np.log(1 - lam_l + lam_l * tail), np.log(tail))
+
+
+def _scipy_fit(np_ll, sizes, ids, clicks):
+  sig = lambda x: 1 / (1 + np.exp(-x))
+
+  def objective(theta):
+    parts = np.split(theta, np.cumsum(sizes)[:-1])
+    return -np_ll(*(sig(p) for p in parts), ids, clicks).mean()
+
+  res = optimize.minimize(objective, np.zeros(sum(sizes)), method="L-BFGS-B",
+                          options={"maxiter": 2000, "ftol": 1e-13, "gtol": 1e-9})
+  return -res.fun, [sig(p) for p in np.split(res.x, np.cumsum(sizes)[:-1])]
+
+
+@pytest.mark.parametrize("model", ["pbm", "dcm"])
+def test_maximum_likelihood_matches_scipy_on_an_independent_numpy_likelihood(model):
+  params = {"dcm": dict(continuation=0.6)}.get(model, {})
+  _, log = _log(model, seed=1, num_queries=3, length=4, num_sessions=3000, **params)
+  ids, clicks = log["doc_ids"], log["clicks"].astype(np.float64)
+  fit = sim.fit_click_model(model, ids, clicks, num_docs=12, l2=0.0, tol=1e-6, max_iters=2000)
+  np_ll = _np_pbm_ll if model == "pbm" else _np_dcm_ll
+  ref_ll, ref = _scipy_fit(np_ll, [12, 4], ids, clicks)
+  mine = [np.asarray(fit.params["attraction"], np.float64),
+          np.asarray(fit.params["examination" if model == "pbm" else "continuation"], np.float64)]
+  # Our optimum, scored by the NumPy likelihood, is scipy's (float32 vs float64 optimisers).
+  assert abs(np_ll(*mine, ids, clicks).mean() - ref_ll) < 2e-5
+  assert abs(fit.log_likelihood - ref_ll) < 2e-5
+  if model == "pbm":  # a * o is identified, not the scale
+    np.testing.assert_allclose(mine[0][:, None] * mine[1], ref[0][:, None] * ref[1], atol=2e-3)
+  else:  # the last rank's continuation never matters
+    np.testing.assert_allclose(mine[0], ref[0], atol=2e-3)
+    np.testing.assert_allclose(mine[1][:-1], ref[1][:-1], atol=2e-3)
+
+
+def test_fit_is_at_least_as_likely_as_the_truth():
+  """Maximum likelihood: the fitted parameters explain the training log at least as well as the
+  parameters that generated it (up to the optimiser's tolerance)."""
+  attraction, log = _log("dcm", seed=2, continuation=0.6)
+  fit = sim.fit_click_model("dcm", log["doc_ids"], log["clicks"], num_docs=50, l2=0.0)
+  truth = {"attraction": jnp.asarray(attraction), "continuation": jnp.full(5, 0.6)}
+  true_ll = float(sim.click_model_log_likelihood("dcm", truth, log["doc_ids"], log["clicks"]).mean())
+  assert fit.converged
+  assert fit.log_likelihood >= true_ll - 1e-5
+  assert fit.log_likelihood - true_ll < 0.01  # and not absurdly better: 50 + 5 parameters on 30k sessions
+
+
+# ----------------------------------------------------------------------------
+# Recovery: 30k uniformly shuffled sessions over 50 documents (600 impressions each). The
+# attraction's standard error is about sqrt(a (1 - a) / (600 * examination)) ~ 0.03, so a mean
+# absolute error below 0.05 is the 2-sigma bound; the shared bias parameters see every session.
+
+RECOVERY = {
+    "pbm": {},
+    "ubm": {},
+    "dcm": dict(continuation=(0.8, 0.6, 0.5, 0.3, 0.3)),
+    "dbn": dict(perseverance=0.85, satisfaction=0.4),
+    "ccm": dict(alpha=(0.9, 0.7, 0.2)),
+}
+
+
+@pytest.mark.parametrize("model", sorted(RECOVERY))
+def test_recovers_the_parameters_of_simulated_logs(model):
+  attraction, log = _log(model, seed=3, **RECOVERY[model])
+  fit = sim.fit_click_model(model, log["doc_ids"], log["clicks"], num_docs=50)
+  assert fit.converged, fit
+  a = np.asarray(fit.params["attraction"])
+  p = {k: np.asarray(v) for k, v in fit.params.items()}
+  table = np.array([0.68, 0.61, 0.48, 0.34, 0.28])
+  if model == "pbm":  # scale not identified: compare a * o_1 and o / o_1
+    assert np.abs(a * p["examination"][0] - attraction * table[0]).mean() < 0.05 * table[0]
+    np.testing.assert_allclose(p["examination"] / p["examination"][0], table / table[0], atol=0.05)
+    return
+  if model == "ubm":  # likewise; compare the no-click row and the state just below a click
+    g = p["gamma"]
+    truth = sim.ubm_gamma(5)
+    assert np.abs(a * g[0, 0] - attraction * truth[0, 0]).mean() < 0.05 * truth[0, 0]
+    np.testing.assert_allclose(g[:, 0] / g[0, 0], truth[:, 0] / truth[0, 0], atol=0.05)
+    below = np.arange(1, 5)
+    np.testing.assert_allclose(g[below, below] / g[0, 0], truth[below, below] / truth[0, 0], atol=0.05)
+    return
+  assert np.abs(a - attraction).mean() < 0.05
+  if model == "dcm":
+    np.testing.assert_allclose(p["continuation"][:4], RECOVERY["dcm"]["continuation"][:4], atol=0.05)
+  elif model == "dbn":
+    assert abs(float(p["perseverance"]) - 0.85) < 0.03
+    assert abs(float(np.median(p["satisfaction"])) - 0.4) < 0.1
+  else:
+    np.testing.assert_allclose(p["alpha"], RECOVERY["ccm"]["alpha"], atol=0.05)
+
+
+@pytest.mark.parametrize("true_model,other", [("dcm", "pbm"), ("pbm", "dcm"), ("ubm", "pbm")])
+def test_held_out_likelihood_prefers_the_generating_model(true_model, other):
+  _, log = _log(true_model, seed=4, noise=0.3, **{"dcm": dict(continuation=0.5)}.get(true_model, {}))
+  train, test = _split(log, 24000)
+  scores = {}
+  for model in (true_model, other):
+    fit = sim.fit_click_model(model, train["doc_ids"], train["clicks"], num_docs=50)
+    scores[model] = sim.evaluate_click_model(model, fit.params, test["doc_ids"], test["clicks"])
+  assert scores[true_model]["log_likelihood"] > scores[other]["log_likelihood"]
+  assert scores[true_model]["perplexity"] < scores[other]["perplexity"]
+
+
+# ----------------------------------------------------------------------------
+# Scores, masking and errors.
+
+
+def test_evaluate_by_hand_and_pbm_conditionals_are_marginals():
+  params = {"attraction": jnp.array([0.5, 0.8]), "examination": jnp.array([1.0, 0.5])}
+  ids = np.array([[0, 1], [1, 0]])
+  clicks = np.array([[1.0, 0.0], [0.0, 0.0]])
+  out = sim.evaluate_click_model("pbm", params, ids, clicks)
+  # rank 1: q = 0.5 (click), 0.8 (no click); rank 2: q = 0.4, 0.25 (no clicks)
+  ll = np.log([0.5 * 0.6, 0.2 * 0.75])
+  np.testing.assert_allclose(out["log_likelihood"], ll.mean(), rtol=1e-6)
+  ppl = [np.exp(-np.mean(np.log([0.5, 0.2]))), np.exp(-np.mean(np.log([0.6, 0.75])))]
+  np.testing.assert_allclose(out["perplexity_per_rank"], ppl, rtol=1e-6)
+  np.testing.assert_allclose(out["perplexity"], np.mean(ppl), rtol=1e-6)
+  assert out["ctr_perplexity"] == pytest.approx(out["perplexity"])
+  pred = sim.click_model_predict("dcm", {"attraction": params["attraction"], "continuation": jnp.array([0.5, 0.5])},
+                                 ids, clicks)
+  np.testing.assert_allclose(pred["marginal"][0], [0.5, 0.8 * (1 - 0.5 * 0.5)], rtol=1e-6)
+  np.testing.assert_allclose(pred["conditional"][0], [0.5, 0.8 * 0.5], rtol=1e-6)
+
+
+@pytest.mark.parametrize("model", sim.FITTABLE_CLICK_MODELS)
+def test_padding_items_and_sessions_changes_nothing(model):
+  _, log = _log(model, seed=5, num_queries=4, length=4, num_sessions=800)
+  ids, clicks = log["doc_ids"], log["clicks"]
+  plain = sim.fit_click_model(model, ids, clicks, num_docs=16)
+  # Two garbage items per session and 100 all-masked garbage sessions.
+  rng = np.random.default_rng(0)
+  pad_ids = np.concatenate([ids, rng.integers(-5, 40, size=(800, 2))], axis=1)
+  pad_clicks = np.concatenate([clicks, np.ones((800, 2))], axis=1)
+  where = np.broadcast_to(np.arange(6) < 4, (800, 6))
+  pad_ids = np.concatenate([pad_ids, np.full((100, 6), 7)])
+  pad_clicks = np.concatenate([pad_clicks, np.ones((100, 6))])
+  where = np.concatenate([where, np.zeros((100, 6), bool)])
+  padded = sim.fit_click_model(model, pad_ids, pad_clicks, where=where, num_docs=16)
+  assert padded.log_likelihood == pytest.approx(plain.log_likelihood, abs=1e-5)
+  np.testing.assert_allclose(padded.params["attraction"], plain.params["attraction"], atol=1e-4)
+
+
+def test_input_errors_name_the_problem():
+  ids = np.zeros((2, 3), int)
+  with pytest.raises(ValueError, match="unknown click model 'dbm'"):
+    sim.fit_click_model("dbm", ids, np.zeros((2, 3)))
+  with pytest.raises(ValueError, match="same"):
+    sim.fit_click_model("pbm", ids, np.zeros((2, 4)))
+  with pytest.raises(ValueError, match=r"clicks\[1, 2\] = 0.5"):
+    sim.fit_click_model("pbm", ids, np.array([[0, 1, 0], [0, 0, 0.5]]))
+  with pytest.raises(ValueError, match=r"doc_ids\[0, 1\] = 9"):
+    sim.fit_click_model("pbm", np.array([[0, 9, 1], [0, 1, 2]]), np.zeros((2, 3)), num_docs=3)
+  with pytest.raises(ValueError, match=r"cascade: session \[1\] has 2 clicks.*dcm"):
+    sim.fit_click_model("cascade", ids, np.array([[1, 0, 0], [1, 0, 1]]))
+  with pytest.raises(ValueError, match="integers"):
+    sim.fit_click_model("pbm", ids.astype(float), np.zeros((2, 3)))
+  # Masked entries are not checked: garbage there is fine.
+  fit = sim.fit_click_model("cascade", np.array([[0, -1]]), np.array([[1.0, 7.0]]),
+                            where=np.array([[True, False]]))
+  assert fit.params["attraction"].shape == (1,)
