@@ -205,3 +205,56 @@ def test_input_errors_name_the_problem():
   fit = sim.fit_click_model("cascade", np.array([[0, -1]]), np.array([[1.0, 7.0]]),
                             where=np.array([[True, False]]))
   assert fit.params["attraction"].shape == (1,)
+
+
+# ----------------------------------------------------------------------------
+# Session logs from files.
+
+
+def _write_log(path, log, doc_names=None):
+  """One TSV row per (session, shown document): session, query, doc, 1-based position, click."""
+  lines = ["session_id\tquery_id\tdoc_id\tposition\tclick"]
+  for s, (ids, clicks) in enumerate(zip(log["doc_ids"], log["clicks"])):
+    for pos, (d, c) in enumerate(zip(ids, clicks)):
+      lines.append(f"sess{s}\tq{d // 5}\tdoc{d}\t{pos + 1}\t{int(c)}")
+  path.write_text("\n".join(lines) + "\n")
+
+
+def test_a_session_log_file_round_trips_and_fits_like_the_arrays(tmp_path):
+  from ultr_jax.data import click_log_sessions, read_click_log
+  _, log = _log("dcm", seed=6, num_queries=4, length=5, num_sessions=400, continuation=0.5)
+  _write_log(tmp_path / "log.tsv", log)
+  out = click_log_sessions(read_click_log(tmp_path / "log.tsv"))
+  assert out["doc_ids"].shape == (400, 5) and out["where"].all()
+  np.testing.assert_array_equal(out["clicks"], log["clicks"])
+  # Dense ids differ from the simulator's, but map one to one.
+  pairs = set(zip(out["doc_ids"].ravel().tolist(), log["doc_ids"].ravel().tolist()))
+  assert len(pairs) == len({a for a, _ in pairs}) == len({b for _, b in pairs}) == out["num_docs"]
+  from_file = sim.fit_click_model("dcm", out["doc_ids"], out["clicks"], num_docs=out["num_docs"])
+  from_arrays = sim.fit_click_model("dcm", log["doc_ids"], log["clicks"], num_docs=20)
+  assert from_file.log_likelihood == pytest.approx(from_arrays.log_likelihood, abs=1e-6)
+
+
+def test_session_log_gaps_and_errors(tmp_path):
+  from ultr_jax.data import click_log_sessions, read_click_log
+  p = tmp_path / "log.tsv"
+  head = "session_id\tquery_id\tdoc_id\tposition\tclick\n"
+  # Session s2 shows positions 1 and 3: position 2 is masked, ranks are kept.
+  p.write_text(head + "s2\tq\ta\t1\t0\ns2\tq\tb\t3\t1\ns1\tq\tb\t1\t1\n")
+  out = click_log_sessions(read_click_log(p))
+  assert out["where"].tolist() == [[True, False, True], [True, False, False]]
+  assert out["clicks"].tolist() == [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]
+  with pytest.raises(ValueError, match=r"log.tsv:3: field 'position'.*beyond list_size 2"):
+    click_log_sessions(read_click_log(p), list_size=2)
+  p.write_text(head + "s1\tq\ta\t1\t0\ns1\tq\tb\t1\t1\n")
+  with pytest.raises(ValueError, match=r"log.tsv:3: field 'position': its session already shows"):
+    click_log_sessions(read_click_log(p))
+  p.write_text(head + "s1\tq\ta\t1\t0\ns1\tr\tb\t2\t1\n")
+  with pytest.raises(ValueError, match=r"log.tsv:3: field 'query_id': 'r', but its session began with query 'q'"):
+    click_log_sessions(read_click_log(p))
+  p.write_text("query_id\tdoc_id\tposition\tclick\nq\ta\t1\t0\n")
+  with pytest.raises(ValueError, match="no session_id column"):
+    click_log_sessions(read_click_log(p))
+  p.write_text("session_id\tquery_id\tdoc_id\tposition\tclick\timpressions\ns\tq\ta\t1\t0\t3\n")
+  with pytest.raises(ValueError, match="not both"):
+    read_click_log(p)

@@ -6,7 +6,10 @@ per (session, shown document) with columns
 * ``query_id``, ``doc_id``: any strings (numbers, URLs, hashes);
 * ``position``: the rank the document was shown at (1-based by default);
 * ``click``: 0 or 1; or, with an ``impressions`` column (aggregated logs), the
-  number of clicks out of that many impressions.
+  number of clicks out of that many impressions;
+* optionally ``session_id``: rows with the same id are one result page shown
+  to one user (:func:`click_log_sessions` lays them out for the session
+  click models of :func:`ultr_jax.simulation.fit_click_model`).
 
 Other columns are ignored. The delimiter is a tab if the header has one, else
 a comma. :func:`read_click_log` turns the rows into the identifiability
@@ -22,7 +25,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-__all__ = ["ClickLog", "read_click_log"]
+__all__ = ["ClickLog", "read_click_log", "click_log_sessions"]
 
 _REQUIRED = ("query_id", "doc_id", "position", "click")
 
@@ -38,6 +41,9 @@ class ClickLog(NamedTuple):
     query_ids, doc_ids: ``str[R]`` the ids as written.
     num_items: number of distinct (query, document) pairs.
     num_positions: largest position + 1.
+    sessions: ``int32[R]`` dense session id of each row (in order of first
+      appearance), or None without a ``session_id`` column.
+    path: the file read (for error messages).
   """
 
   items: np.ndarray
@@ -48,6 +54,8 @@ class ClickLog(NamedTuple):
   doc_ids: np.ndarray
   num_items: int
   num_positions: int
+  sessions: Optional[np.ndarray] = None
+  path: str = ""
 
 
 def _line_of(path, row: int) -> int:
@@ -127,7 +135,10 @@ def read_click_log(path, *, delimiter: Optional[str] = None, position_base: int 
   missing = [c for c in _REQUIRED if c not in names]
   if missing:
     raise ValueError(f"{path}:1: the header {names} lacks the column(s) {missing}")
-  col = {c: names.index(c) for c in (*_REQUIRED, "impressions") if c in names}
+  col = {c: names.index(c) for c in (*_REQUIRED, "impressions", "session_id") if c in names}
+  if "impressions" in col and "session_id" in col:
+    raise ValueError(f"{path}:1: a log has either session_id (one row per shown document and session) "
+                     "or impressions (aggregated counts), not both")
   try:
     with warnings.catch_warnings():  # NumPy's note that blank lines are not counted
       warnings.simplefilter("ignore", UserWarning)
@@ -161,7 +172,81 @@ def read_click_log(path, *, delimiter: Optional[str] = None, position_base: int 
     ctr, weights = clicks, np.ones_like(clicks)
   key = np.char.add(np.char.add(q, "\x1f"), d)
   _, items = np.unique(key, return_inverse=True)
+  sessions = None
+  if "session_id" in col:
+    # Dense ids in order of first appearance, so sessions keep the file's order.
+    _, first, inverse = np.unique(raw[:, col["session_id"]], return_index=True, return_inverse=True)
+    sessions = np.argsort(np.argsort(first))[inverse.reshape(-1)]
   return ClickLog(items=items.reshape(-1).astype(np.int32), positions=position.astype(np.int32),
                   clicks=ctr.astype(np.float32), weights=weights.astype(np.float32), query_ids=q,
                   doc_ids=d, num_items=int(items.max()) + 1,
-                  num_positions=int(position.max()) + 1)
+                  num_positions=int(position.max()) + 1,
+                  sessions=None if sessions is None else sessions.astype(np.int32), path=path)
+
+
+def click_log_sessions(log: ClickLog, *, list_size: Optional[int] = None) -> dict:
+  r"""Lays a session click log out as ``[S, L]`` arrays, item ``i`` = position ``i``.
+
+  The layout of :func:`ultr_jax.simulation.fit_click_model` and the session
+  likelihoods: one row per session (in order of first appearance in the
+  file), the document shown at position ``p`` in column ``p``; positions no
+  row fills are masked (``where`` False), so a page with a gap keeps its
+  ranks.
+
+  Args:
+    log: a :class:`ClickLog` read from a file with a ``session_id`` column.
+    list_size: ``L`` (default: the log's largest position + 1).
+
+  Returns:
+    dict of ``doc_ids int32[S, L]`` (the (query, document) ids of
+    :attr:`ClickLog.items`), ``clicks float32[S, L]``, ``where bool[S, L]``
+    and ``num_docs``.
+
+  Raises:
+    ValueError: no ``session_id`` column; a session that spans two queries,
+      shows two documents at one position, or a position beyond
+      ``list_size`` (naming the file and line).
+
+  >>> import pathlib, tempfile
+  >>> p = pathlib.Path(tempfile.mkdtemp()) / "log.tsv"
+  >>> _ = p.write_text("session_id\tquery_id\tdoc_id\tposition\tclick\n"
+  ...                  "s1\tq\ta\t1\t0\ns1\tq\tb\t2\t1\ns2\tq\tb\t1\t1\n")
+  >>> out = click_log_sessions(read_click_log(p))
+  >>> print(out["doc_ids"].tolist(), out["clicks"].tolist(), out["where"].tolist())
+  [[0, 1], [1, 0]] [[0.0, 1.0], [1.0, 0.0]] [[True, True], [True, False]]
+  """
+  if log.sessions is None:
+    raise ValueError(f"{log.path}: the log has no session_id column; session click models need one "
+                     "row per (session, shown document)")
+  length = log.num_positions if list_size is None else int(list_size)
+  bad = log.positions >= length
+  if bad.any():
+    row = int(np.flatnonzero(bad)[0])
+    raise ValueError(f"{log.path}:{_line_of(log.path, row)}: field 'position': position {log.positions[row] + 1} "
+                     f"(1-based) is beyond list_size {length}")
+  num_sessions = int(log.sessions.max()) + 1
+  # One query per session: the first row's query must be every row's.
+  _, query = np.unique(log.query_ids, return_inverse=True)
+  query = query.reshape(-1)
+  first_row = np.full(num_sessions, len(query))
+  np.minimum.at(first_row, log.sessions, np.arange(len(query)))
+  bad = query != query[first_row[log.sessions]]
+  if bad.any():
+    row = int(np.flatnonzero(bad)[0])
+    raise ValueError(f"{log.path}:{_line_of(log.path, row)}: field 'query_id': {str(log.query_ids[row])!r}, but "
+                     f"its session began with query {str(log.query_ids[first_row[log.sessions[row]]])!r}")
+  cell = log.sessions.astype(np.int64) * length + log.positions
+  _, first = np.unique(cell, return_index=True)
+  repeated = np.ones(len(cell), bool)
+  repeated[first] = False  # every row but the first of its (session, position) cell
+  if repeated.any():
+    row = int(np.flatnonzero(repeated)[0])
+    raise ValueError(f"{log.path}:{_line_of(log.path, row)}: field 'position': its session already shows a "
+                     f"document at position {log.positions[row] + 1}")
+  doc_ids = np.zeros((num_sessions, length), np.int32)
+  clicks = np.zeros((num_sessions, length), np.float32)
+  where = np.zeros((num_sessions, length), bool)
+  doc_ids[log.sessions, log.positions] = log.items
+  clicks[log.sessions, log.positions] = log.clicks
+  where[log.sessions, log.positions] = True
+  return {"doc_ids": doc_ids, "clicks": clicks, "where": where, "num_docs": log.num_items}
