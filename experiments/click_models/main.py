@@ -1,0 +1,23 @@
+r"""Click-model study: fit PBM, UBM, cascade, DCM, DBN and CCM to session logs, compare held-out perplexity.
+
+See ``configs/default.py`` for the commands; the logic is ``ultr_jax.train.click_model_study``.
+"""
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from ultr_jax.train.click_model_study import run_click_model_study
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Path to a config file, e.g. configs/default.py[:smoke].", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results.json, table.md/.csv and the figure.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+  del argv
+  run_click_model_study(_CONFIG.value, _WORKDIR.value)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,75 @@
+"""End-to-end tests of the click-model study binary (smoke config) and of its click-log mode."""
+
+import importlib.util
+import json
+import pathlib
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from ultr_jax import simulation as sim
+from ultr_jax.train.click_model_study import run_click_model_study
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "experiments" / "click_models" / "configs" / "default.py"
+
+
+def _config(arg):
+  spec = importlib.util.spec_from_file_location("click_models_config", CONFIG)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(arg)
+
+
+def test_default_config_fits_every_model_to_every_simulated_log():
+  config = _config("")
+  assert tuple(config.fit_models) == sim.FITTABLE_CLICK_MODELS
+  assert set(config.true_models) == set(sim.FITTABLE_CLICK_MODELS) - {"cascade"}
+  assert config.num_seeds >= 3 and not config.click_log
+  with pytest.raises(ValueError, match="unknown config variant"):
+    _config("large")
+
+
+def test_binary_smoke_run(tmp_path, subprocess_env):
+  proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "click_models" / "main.py"),
+                         f"--config={CONFIG}:smoke", f"--workdir={tmp_path}"],
+                        capture_output=True, text=True, env=subprocess_env, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  results = json.loads((tmp_path / "results.json").read_text())
+  assert sorted(results) == ["true=dcm", "true=pbm"]
+  for row in results.values():
+    assert row["cascade"] is None  # these logs have sessions with two clicks
+    for model in ("pbm", "ubm", "dcm", "dbn", "ccm"):
+      entry = row[model]
+      assert 1.0 <= entry["perplexity"]["mean"] < 2.0
+      assert entry["log_likelihood"]["mean"] < 0.0
+      assert 0.0 <= entry["attraction_mae"]["mean"] < 1.0
+      assert len(entry["perplexity_per_rank"]) == 5
+  assert "perplexity_minus_true_model" in results["true=pbm"]["dcm"]
+  assert "perplexity_minus_true_model" not in results["true=pbm"]["pbm"]
+  table = (tmp_path / "table.md").read_text()
+  assert "| true=pbm |" in table and "n/a" in table and "| true=pbm |" in proc.stdout
+  assert (tmp_path / "table.csv").exists() and (tmp_path / "fig_perplexity_per_rank.png").stat().st_size > 0
+
+
+def test_click_log_mode_fits_a_session_file(tmp_path):
+  attraction = np.random.default_rng(0).uniform(0.1, 0.9, size=(4, 5)).astype(np.float32)
+  log = sim.simulate_session_log(jax.random.key(0), "cascade", attraction, num_sessions=500)
+  lines = ["session_id,query_id,doc_id,position,click"]
+  for s, (ids, clicks) in enumerate(zip(np.asarray(log["doc_ids"]), np.asarray(log["clicks"]))):
+    lines += [f"s{s},q{d // 5},d{d},{p + 1},{int(c)}" for p, (d, c) in enumerate(zip(ids, clicks))]
+  (tmp_path / "log.csv").write_text("\n".join(lines) + "\n")
+  config = _config("smoke")
+  config.click_log = str(tmp_path / "log.csv")
+  config.fit_models = ("pbm", "cascade", "dcm")
+  results = run_click_model_study(config, str(tmp_path / "out"))
+  assert list(results) == ["log"]
+  # A cascade log: every model fits, and the cascade's held-out perplexity is within 1% of the best.
+  ppl = {m: results["log"][m]["perplexity"]["mean"] for m in config.fit_models}
+  assert ppl["cascade"] <= min(ppl.values()) * 1.01
+  saved = json.loads((tmp_path / "out" / "results.json").read_text())
+  assert saved["log"]["dcm"]["perplexity"]["mean"] == pytest.approx(ppl["dcm"])
+  assert "attraction_mae" not in saved["log"]["pbm"]  # no truth for a real log

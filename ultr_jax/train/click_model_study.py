@@ -1,0 +1,220 @@
+r"""Which click model explains a log? Fit every session click model, score them on held-out sessions.
+
+On the embedded default, logs are simulated from each click model in turn
+(a noisy logging ranker over synthetic queries, several seeds), every
+fittable model (:data:`~ultr_jax.simulation.FITTABLE_CLICK_MODELS`) is fitted
+to 80% of the sessions by :func:`~ultr_jax.simulation.fit_click_model` and
+scored on the rest (:func:`~ultr_jax.simulation.evaluate_click_model`): the
+conditional perplexity, the CTR perplexity and the log-likelihood, as
+PyClick and CLAX report, plus the attraction error against the simulator's
+truth. With ``config.click_log`` the same is done for a real session log
+(:func:`~ultr_jax.data.read_click_log` with a ``session_id`` column).
+
+``results.json`` maps ``true=<model>`` (or ``log``) to the fitted model's
+metrics, each ``{"mean", "std", "ci90"}`` over seeds (and
+``perplexity_minus_true_model``, the seed-paired perplexity gap to the
+generating model's own fit); ``table.md`` /
+``table.csv`` hold the held-out perplexity (rows: the generating model,
+columns: the fitted one), ``fig_perplexity_per_rank.png`` the per-rank curves.
+"""
+
+import os
+import time
+from typing import Any, Optional
+
+import jax
+import ml_collections
+import numpy as np
+
+from ultr_jax import data as data_lib
+from ultr_jax import simulation as sim
+from ultr_jax.train.results import atomic_write_text, markdown_table, summarize, write_results
+
+__all__ = ["default_click_model_config", "simulate_study_logs", "fit_and_score", "run_click_model_study"]
+
+METRICS = ("perplexity", "ctr_perplexity", "log_likelihood", "attraction_mae", "fit_seconds")
+
+
+def default_click_model_config() -> ml_collections.ConfigDict:
+  """The study's default config (see ``experiments/click_models/configs/default.py``).
+
+  >>> default_click_model_config().num_sessions
+  60000
+  """
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+  c.num_seeds = 3
+  c.num_queries = 100
+  c.list_size = 10
+  c.label_fractions = (0.45, 0.30, 0.15, 0.07, 0.03)  # grades 0..4 (the synthetic default's)
+  c.num_sessions = 60000
+  c.test_fraction = 0.2
+  c.noise = 0.3  # the logging ranker's score noise (inf: uniform shuffles)
+  c.true_models = ("pbm", "ubm", "dcm", "dbn", "ccm")
+  c.fit_models = sim.FITTABLE_CLICK_MODELS
+  # Simulator parameters per generating model (the samplers' keyword arguments).
+  c.simulators = ml_collections.ConfigDict({
+      "pbm": {}, "ubm": {}, "cascade": {},
+      "dcm": {"continuation": 0.6},
+      "dbn": {"perseverance": 0.9, "satisfaction": 0.5},
+      "ccm": {"alpha": (0.9, 0.7, 0.2)},
+  })
+  c.l2 = 1.0
+  c.max_iters = 500
+  c.tol = 1e-5
+  c.click_log = ""  # a session log (TSV/CSV with session_id) instead of the simulation
+  c.list_size_of_log = 0  # 0: the log's largest position
+  return c
+
+
+def _attraction(config, seed) -> np.ndarray:
+  """ULTRA's ERR-style click probability of graded labels drawn with ``label_fractions``."""
+  rng = np.random.default_rng(seed)
+  labels = rng.choice(len(config.label_fractions), size=(config.num_queries, config.list_size),
+                      p=np.asarray(config.label_fractions) / np.sum(config.label_fractions))
+  return np.asarray(sim.relevance_probability(labels.astype(np.float32)))
+
+
+def simulate_study_logs(config: ml_collections.ConfigDict, true_model: str, seed: int) -> dict:
+  """One seed's simulated log for ``true_model``, split into ``train`` / ``test`` sessions.
+
+  >>> c = default_click_model_config(); c.num_queries, c.num_sessions = 4, 50
+  >>> logs = simulate_study_logs(c, "dcm", 0)
+  >>> print(logs["train"]["doc_ids"].shape, logs["test"]["doc_ids"].shape, logs["attraction"].shape)
+  (40, 10) (10, 10) (40,)
+  """
+  attraction = _attraction(config, seed)
+  params = dict(config.simulators.get(true_model, {}))
+  log = sim.simulate_session_log(jax.random.key(seed), true_model, attraction,
+                                 num_sessions=int(config.num_sessions), noise=float(config.noise), **params)
+  log = {k: np.asarray(v) for k, v in log.items() if k != "queries"}
+  n_train = int(round(config.num_sessions * (1 - config.test_fraction)))
+  return {"train": {k: v[:n_train] for k, v in log.items()}, "test": {k: v[n_train:] for k, v in log.items()},
+          "attraction": attraction.reshape(-1), "num_docs": attraction.size}
+
+
+def fit_and_score(model: str, train: dict, test: dict, *, num_docs: int, config, attraction=None) -> dict:
+  """Fits ``model`` on ``train`` sessions and scores it on ``test``; None if the model cannot
+  explain the log (the cascade on sessions with several clicks).
+
+  >>> c = default_click_model_config(); c.num_queries, c.num_sessions = 4, 200
+  >>> logs = simulate_study_logs(c, "pbm", 0)
+  >>> out = fit_and_score("pbm", logs["train"], logs["test"], num_docs=logs["num_docs"], config=c)
+  >>> print(sorted(out))
+  ['attraction_mae', 'converged', 'ctr_perplexity', 'fit_seconds', 'log_likelihood', 'perplexity', 'perplexity_per_rank']
+  """
+  start = time.perf_counter()
+  try:
+    fit = sim.fit_click_model(model, train["doc_ids"], train["clicks"], where=train["where"], num_docs=num_docs,
+                              l2=float(config.l2), max_iters=int(config.max_iters), tol=float(config.tol))
+  except ValueError as e:
+    if model == "cascade" and "at most one click" in str(e):
+      return None
+    raise
+  seconds = time.perf_counter() - start
+  out = sim.evaluate_click_model(model, fit.params, test["doc_ids"], test["clicks"], where=test["where"])
+  out["fit_seconds"] = seconds
+  out["converged"] = fit.converged
+  out["attraction_mae"] = (float(np.abs(np.asarray(fit.params["attraction"]) - attraction).mean())
+                           if attraction is not None else None)
+  return out
+
+
+def _summaries(per_seed: list[dict]) -> dict:
+  entry = {}
+  for m in METRICS:
+    values = [r[m] for r in per_seed if r[m] is not None]
+    if values:
+      entry[m] = summarize(values)
+  entry["perplexity_per_rank"] = np.mean([r["perplexity_per_rank"] for r in per_seed], axis=0).tolist()
+  entry["converged"] = all(r["converged"] for r in per_seed)
+  return entry
+
+
+def _plot(results: dict, path: str) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  rows = list(results)
+  fig, axes = plt.subplots(1, len(rows), figsize=(4 * len(rows), 3.2), squeeze=False)
+  for ax, row in zip(axes[0], rows):
+    for model, entry in results[row].items():
+      if entry is None or "perplexity_per_rank" not in entry:
+        continue
+      ppl = entry["perplexity_per_rank"]
+      ax.plot(np.arange(1, len(ppl) + 1), ppl, marker="o", ms=3, label=model)
+    ax.set_title(row)
+    ax.set_xlabel("rank")
+    ax.set_ylabel("conditional perplexity")
+  axes[0][0].legend(fontsize=7)
+  fig.tight_layout()
+  tmp = path + ".tmp.png"
+  fig.savefig(tmp, dpi=110)
+  plt.close(fig)
+  os.replace(tmp, path)
+
+
+def _write(workdir, results, fit_models):
+  rows = {row: {m: (e["perplexity"] if e else "n/a") for m, e in entry.items()} for row, entry in results.items()}
+  ll_rows = {row: {m: (e["log_likelihood"] if e else "n/a") for m, e in entry.items()}
+             for row, entry in results.items()}
+  table = ("Held-out conditional perplexity (lower is better; rows: the log, columns: the fitted model)\n\n"
+           + markdown_table(rows, fit_models, row_header="log") + "\n\n"
+           + "Held-out log-likelihood per session (nats; higher is better)\n\n"
+           + markdown_table(ll_rows, fit_models, row_header="log"))
+  write_results(workdir, results, table=table, rows=rows, columns=fit_models, row_header="log")
+  return table
+
+
+def run_click_model_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dict[str, Any]:
+  """Runs the study and writes ``results.json``, ``table.md``/``.csv`` and the figure to ``workdir``.
+
+  Returns the results mapping (see the module docstring).
+  """
+  fit_models = tuple(config.fit_models)
+  for m in fit_models:
+    if m not in sim.FITTABLE_CLICK_MODELS:
+      raise ValueError(f"config.fit_models: unknown click model {m!r} (expected {sim.FITTABLE_CLICK_MODELS})")
+  if workdir:
+    os.makedirs(workdir, exist_ok=True)
+  results: dict[str, Any] = {}
+  start = time.perf_counter()
+  if config.click_log:
+    log = data_lib.read_click_log(config.click_log)
+    sessions = data_lib.click_log_sessions(log, list_size=int(config.list_size_of_log) or None)
+    order = np.random.default_rng(config.seed).permutation(sessions["doc_ids"].shape[0])
+    n_test = int(round(len(order) * config.test_fraction))
+    pick = lambda idx: {k: sessions[k][idx] for k in ("doc_ids", "clicks", "where")}
+    train, test = pick(order[n_test:]), pick(order[:n_test])
+    results["log"] = {}
+    for m in fit_models:
+      out = fit_and_score(m, train, test, num_docs=sessions["num_docs"], config=config)
+      results["log"][m] = None if out is None else _summaries([out])
+      print(f"[click models] log: {m} " + ("n/a (several clicks per session)" if out is None else
+            f"perplexity {out['perplexity']:.4f}, LL {out['log_likelihood']:.4f} ({out['fit_seconds']:.1f}s)"),
+            flush=True)
+  else:
+    for true_model in config.true_models:
+      per_model: dict[str, list] = {m: [] for m in fit_models}
+      for s in range(int(config.num_seeds)):
+        logs = simulate_study_logs(config, true_model, int(config.seed) + s)
+        for m in fit_models:
+          per_model[m].append(fit_and_score(m, logs["train"], logs["test"], num_docs=logs["num_docs"],
+                                            config=config, attraction=logs["attraction"]))
+      row = {m: (None if any(r is None for r in v) else _summaries(v)) for m, v in per_model.items()}
+      if row.get(true_model):  # paired over seeds: the same logs score both models
+        for m in fit_models:
+          if row[m] and m != true_model:
+            row[m]["perplexity_minus_true_model"] = summarize(
+                [a["perplexity"] - b["perplexity"] for a, b in zip(per_model[m], per_model[true_model])])
+      results[f"true={true_model}"] = row
+      best = min((m for m in fit_models if row[m]), key=lambda m: row[m]["perplexity"]["mean"])
+      print(f"[click models] true={true_model}: best held-out perplexity {best} "
+            f"({row[best]['perplexity']['mean']:.4f}); {time.perf_counter() - start:.0f}s", flush=True)
+      if workdir:
+        _write(workdir, results, fit_models)
+  if workdir:
+    table = _write(workdir, results, fit_models)
+    _plot(results, os.path.join(workdir, "fig_perplexity_per_rank.png"))
+    print(table, flush=True)
+  return results
