@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from ultr_jax import simulation as sim
+from ultr_jax.testing import assert_matches_expected
 from ultr_jax.train.click_model_study import run_click_model_study
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -53,6 +54,7 @@ def test_binary_smoke_run(tmp_path, subprocess_env):
   table = (tmp_path / "table.md").read_text()
   assert "| true=pbm |" in table and "n/a" in table and "| true=pbm |" in proc.stdout
   assert (tmp_path / "table.csv").exists() and (tmp_path / "fig_perplexity_per_rank.png").stat().st_size > 0
+  assert_matches_expected(results, "click_models_smoke")  # the recorded numbers of this config
 
 
 def test_click_log_mode_fits_a_session_file(tmp_path):

@@ -33,6 +33,18 @@ def test_harvesting_example_runs(capsys):
   assert namespace["ips"].name == "ips"
 
 
+def test_click_model_example_runs(capsys):
+  blocks = re.findall(r"```python\n(.*?)```", _readme(), re.S)
+  assert len(blocks) >= 3 and "fit_click_model" in blocks[2]
+  exec(compile(blocks[2], "README.md:click_models", "exec"), {})  # pylint: disable=exec-used
+  printed = capsys.readouterr().out.strip().split("\n")
+  scores = {line.split()[0]: (float(line.split()[1]), float(line.split()[2])) for line in printed[:3]}
+  # The generating model (the DCM) beats the PBM on held-out sessions; the DBN nests it.
+  assert scores["dcm"][0] < scores["pbm"][0] and scores["dcm"][1] > scores["pbm"][1]
+  assert abs(scores["dbn"][0] - scores["dcm"][0]) < 0.01
+  assert float(printed[-1]) >= 0.95  # the fitted DBN's perseverance
+
+
 def test_commands_name_existing_files():
   commands = re.findall(r"```sh\n(.*?)```", _readme(), re.S)
   assert len(commands) >= 2
