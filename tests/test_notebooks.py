@@ -59,6 +59,8 @@ def _check(name, text, value):
     assert set(value) == {"ndcg@10", "err@10", "mrr"} and all(0 <= v <= 1 for v in value.values()), value
     assert "one fixed ranking:  identifiable False  K = 10" in text
     assert "plus a shuffle:     identifiable True  K = 1" in text
+    # The click-model cell: the DCM's own log is best explained by the DCM (or the DBN, which nests it).
+    assert re.search(r"best held-out perplexity: (dcm|dbn)\b", text), text[-2000:]
     return
   if name == "identifiability":  # harvesting identifies exactly position 1's IG component
     assert "design K=1: harvested 10/10 positions" in text
