@@ -258,3 +258,17 @@ def test_session_log_gaps_and_errors(tmp_path):
   p.write_text("session_id\tquery_id\tdoc_id\tposition\tclick\timpressions\ns\tq\ta\t1\t0\t3\n")
   with pytest.raises(ValueError, match="not both"):
     read_click_log(p)
+
+
+@pytest.mark.parametrize("model", ["pbm", "dbn"])
+def test_a_fit_sharded_over_sessions_equals_the_single_device_fit(model):
+  """Data-parallel over 8 (host) devices: 1,001 sessions, so the last shard is padded."""
+  if jax.device_count() < 8:
+    pytest.skip("needs 8 devices (XLA_FLAGS=--xla_force_host_platform_device_count=8, as the tests set)")
+  _, log = _log(model, seed=7, num_queries=4, length=5, num_sessions=1001)
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]), ("data",))
+  plain = sim.fit_click_model(model, log["doc_ids"], log["clicks"], num_docs=20)
+  sharded = sim.fit_click_model(model, log["doc_ids"], log["clicks"], num_docs=20, mesh=mesh)
+  assert sharded.log_likelihood == pytest.approx(plain.log_likelihood, abs=1e-5)
+  np.testing.assert_allclose(sharded.params["attraction"], plain.params["attraction"], atol=1e-3)
+  assert len(sharded.params["attraction"].sharding.device_set) == 8  # it ran on the mesh

@@ -246,7 +246,8 @@ def _validate(doc_ids, clicks, where, num_docs, model=None):
 
 def fit_click_model(model: str, doc_ids: Array, clicks: Array, *, where: Optional[Array] = None,
                     num_docs: Optional[int] = None, l2: float = 1.0, max_iters: int = 500,
-                    tol: float = 1e-5, init: Optional[dict] = None) -> ClickModelFit:
+                    tol: float = 1e-5, init: Optional[dict] = None,
+                    mesh: Optional[jax.sharding.Mesh] = None) -> ClickModelFit:
   r"""Fits a click model to logged sessions by MAP / maximum likelihood.
 
   .. math::
@@ -269,6 +270,10 @@ def fit_click_model(model: str, doc_ids: Array, clicks: Array, *, where: Optiona
     max_iters: L-BFGS iteration cap (static).
     tol: gradient-norm tolerance.
     init: starting logits (default :func:`init_click_model`).
+    mesh: optional device mesh: the sessions are sharded over its first axis
+      (padded with masked sessions to a multiple of its size) and the
+      parameters replicated, so each L-BFGS step is data-parallel (the same
+      fit, up to the order of float sums).
 
   Returns:
     :class:`ClickModelFit`.
@@ -287,8 +292,16 @@ def fit_click_model(model: str, doc_ids: Array, clicks: Array, *, where: Optiona
   _check_model(model)
   doc_ids, clicks, where, num_docs = _validate(doc_ids, clicks, where, num_docs, model)
   logits = init_click_model(model, num_docs=num_docs, list_size=clicks.shape[-1]) if init is None else init
-  theta, mean_ll, gnorm, iters = _fit(model, logits, jnp.asarray(doc_ids), jnp.asarray(clicks),
-                                      jnp.asarray(where), jnp.float32(l2), int(max_iters), jnp.float32(tol))
+  arrays = (doc_ids, clicks, where)
+  if mesh is not None:
+    axis = mesh.axis_names[0]
+    pad = -clicks.shape[0] % mesh.shape[axis]
+    arrays = tuple(np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)]) for x in arrays)
+    shard = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(axis))
+    arrays = tuple(jax.device_put(x, shard) for x in arrays)
+    logits = jax.device_put(logits, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+  theta, mean_ll, gnorm, iters = _fit(model, logits, *(jnp.asarray(x) for x in arrays), jnp.float32(l2),
+                                      int(max_iters), jnp.float32(tol))
   return ClickModelFit(model=model, params=_probabilities(theta), logits=theta,
                        log_likelihood=float(mean_ll), grad_norm=float(gnorm), iterations=int(iters),
                        converged=bool(gnorm <= tol))
