@@ -272,3 +272,29 @@ def test_a_fit_sharded_over_sessions_equals_the_single_device_fit(model):
   assert sharded.log_likelihood == pytest.approx(plain.log_likelihood, abs=1e-5)
   np.testing.assert_allclose(sharded.params["attraction"], plain.params["attraction"], atol=1e-3)
   assert len(sharded.params["attraction"].sharding.device_set) == 8  # it ran on the mesh
+
+
+def test_per_document_parameters_follow_their_documents():
+  """DBN with perseverance 1: document 0 always satisfies, the others never; every document attracts.
+  So each session clicks down to document 0, wherever it is shown, and stops there."""
+  log = sim.simulate_session_log(jax.random.key(0), "dbn", np.ones((1, 3), np.float32), num_sessions=50,
+                                 noise=np.inf, perseverance=1.0,
+                                 satisfaction=np.array([[1.0, 0.0, 0.0]], np.float32))
+  ids, clicks = np.asarray(log["doc_ids"]), np.asarray(log["clicks"])
+  rank_of_doc0 = np.argmax(ids == 0, axis=1)
+  np.testing.assert_array_equal(clicks, (np.arange(3) <= rank_of_doc0[:, None]).astype(np.float32))
+  assert len(set(rank_of_doc0.tolist())) == 3  # document 0 was shown at every rank
+
+
+def test_dbn_recovers_per_document_satisfaction():
+  rng = np.random.default_rng(8)
+  attraction = rng.uniform(0.3, 0.95, size=(10, 5)).astype(np.float32)
+  sigma = rng.uniform(0.1, 0.9, size=(10, 5)).astype(np.float32)
+  log = sim.simulate_session_log(jax.random.key(8), "dbn", attraction, num_sessions=30000, noise=np.inf,
+                                 perseverance=0.9, satisfaction=sigma)
+  fit = sim.fit_click_model("dbn", np.asarray(log["doc_ids"]), np.asarray(log["clicks"]), num_docs=50)
+  got = np.asarray(fit.params["satisfaction"])
+  # The same 2-sigma bound as the attraction's (each document is clicked in ~1,500 sessions).
+  assert np.abs(got - sigma.reshape(-1)).mean() < 0.05
+  assert np.corrcoef(got, sigma.reshape(-1))[0, 1] > 0.95
+  assert abs(float(fit.params["perseverance"]) - 0.9) < 0.03

@@ -372,7 +372,10 @@ def simulate_session_log(key: jax.Array, model: str, attraction: Array, *, num_s
       document ``j`` of query ``q`` gets id ``q * L + j``.
     num_sessions: ``S`` (static).
     noise: the logging ranker's score noise.
-    **model_params: passed to the sampler (e.g. ``continuation=0.6``).
+    **model_params: passed to the sampler (e.g. ``continuation=0.6``); a
+      ``[Q, L]`` array (the shape of ``attraction``) is a per-document
+      parameter, displayed with its document (e.g. the DBN's
+      ``satisfaction``).
 
   Returns:
     dict of ``doc_ids int32[S, L]``, ``clicks float32[S, L]``, ``where
@@ -393,6 +396,8 @@ def simulate_session_log(key: jax.Array, model: str, attraction: Array, *, num_s
     score = a[queries] + noise * jax.random.normal(k_n, (num_sessions, length))
   order = jnp.argsort(-score, axis=-1)
   doc_ids = (queries[:, None] * length + order).astype(jnp.int32)
-  clicks = _SAMPLERS[model](k_c, a.reshape(-1)[doc_ids], **model_params)["clicks"]
+  per_item = {k: (jnp.asarray(v, jnp.float32).reshape(-1)[doc_ids] if np.shape(v) == a.shape else v)
+              for k, v in model_params.items()}  # per-document [Q, L] parameters follow their documents
+  clicks = _SAMPLERS[model](k_c, a.reshape(-1)[doc_ids], **per_item)["clicks"]
   return {"doc_ids": doc_ids, "clicks": clicks, "where": jnp.ones(doc_ids.shape, bool),
           "queries": queries.astype(jnp.int32)}

@@ -52,11 +52,13 @@ def default_click_model_config() -> ml_collections.ConfigDict:
   c.noise = 0.3  # the logging ranker's score noise (inf: uniform shuffles)
   c.true_models = ("pbm", "ubm", "dcm", "dbn", "ccm")
   c.fit_models = sim.FITTABLE_CLICK_MODELS
-  # Simulator parameters per generating model (the samplers' keyword arguments).
+  # Simulator parameters per generating model (the samplers' keyword arguments); ``<name>_per_document =
+  # (lo, hi)`` draws ``<name>`` per document, uniform in [lo, hi) (the DBN's satisfaction: with one shared
+  # value the DBN would be a CCM with alpha = (gamma, gamma (1 - sigma), gamma (1 - sigma))).
   c.simulators = ml_collections.ConfigDict({
       "pbm": {}, "ubm": {}, "cascade": {},
       "dcm": {"continuation": 0.6},
-      "dbn": {"perseverance": 0.9, "satisfaction": 0.5},
+      "dbn": {"perseverance": 0.9, "satisfaction_per_document": (0.2, 0.8)},
       "ccm": {"alpha": (0.9, 0.7, 0.2)},
   })
   c.l2 = 1.0
@@ -84,7 +86,14 @@ def simulate_study_logs(config: ml_collections.ConfigDict, true_model: str, seed
   (40, 10) (10, 10) (40,)
   """
   attraction = _attraction(config, seed)
-  params = dict(config.simulators.get(true_model, {}))
+  params = {}
+  rng = np.random.default_rng([seed, 1])
+  for name, value in dict(config.simulators.get(true_model, {})).items():
+    if name.endswith("_per_document"):
+      lo, hi = value
+      params[name[:-len("_per_document")]] = rng.uniform(lo, hi, size=attraction.shape).astype(np.float32)
+    else:
+      params[name] = value
   log = sim.simulate_session_log(jax.random.key(seed), true_model, attraction,
                                  num_sessions=int(config.num_sessions), noise=float(config.noise), **params)
   log = {k: np.asarray(v) for k, v in log.items() if k != "queries"}
