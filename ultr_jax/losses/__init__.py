@@ -77,3 +77,13 @@ __all__ += ["bias_likelihood_loss", "binary_entropy", "cell_marginals", "conditi
 from ultr_jax.losses.vectorization import base_vector, observation_density_loss, vectorization_scores  # noqa: E402
 
 __all__ += ["base_vector", "observation_density_loss", "vectorization_scores"]
+
+from ultr_jax.losses.click_model import (  # noqa: E402
+    CLICK_MODEL_LOSSES,
+    click_model_bias_shapes,
+    click_model_log_likelihood_from_logits,
+    click_model_loss,
+)
+
+__all__ += ["CLICK_MODEL_LOSSES", "click_model_bias_shapes", "click_model_log_likelihood_from_logits",
+            "click_model_loss"]

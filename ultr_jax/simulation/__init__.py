@@ -47,8 +47,10 @@ from ultr_jax.simulation.likelihood import (
     chain_conditional_click_prob,
     chain_continuations,
     chain_log_likelihood,
+    chain_log_probs,
     ubm_conditional_click_prob,
     ubm_log_likelihood,
+    ubm_log_probs,
 )
 from ultr_jax.simulation.logging_policy import (
     apply_logging_policy,
@@ -103,8 +105,10 @@ __all__ = [
     "chain_conditional_click_prob",
     "chain_continuations",
     "chain_log_likelihood",
+    "chain_log_probs",
     "ubm_conditional_click_prob",
     "ubm_log_likelihood",
+    "ubm_log_probs",
     "binary_relevance_probability",
     "cascade",
     "ccm",

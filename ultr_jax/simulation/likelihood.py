@@ -41,8 +41,10 @@ __all__ = [
     "chain_continuations",
     "chain_conditional_click_prob",
     "chain_log_likelihood",
+    "chain_log_probs",
     "ubm_conditional_click_prob",
     "ubm_log_likelihood",
+    "ubm_log_probs",
 ]
 
 CHAIN_MODELS = ("cascade", "dcm", "dbn", "ccm")
@@ -135,14 +137,40 @@ def chain_continuations(model: str, attraction: Array, *, continuation: Array | 
   raise ValueError(f"unknown click-chain model {model!r} (expected one of {CHAIN_MODELS})")
 
 
-def _chain_log_q(clicks, attraction, c0, c1, where):
-  """Log conditional click / no-click probabilities of a click chain, one scan step per item."""
+def chain_log_probs(clicks: Array, log_attraction: Array, log_no_attraction: Array, *,
+                    log_continue_no_click: Array | float, log_continue_click: Array | float,
+                    where: Optional[Array] = None) -> tuple[Array, Array]:
+  r"""Log conditional click and no-click probabilities of a click chain, from log-space parameters.
+
+  The filter of :func:`chain_conditional_click_prob` with every input a
+  logarithm (:math:`\log a`, :math:`\log(1 - a)`, :math:`\log c^0`,
+  :math:`\log c^1`), so a learner can pass ``log_sigmoid`` of its logits and
+  never leave log space:
+
+  .. math::
+      \log q_i = \log\epsilon_i + \log a_i, \qquad
+      \log\epsilon_{i+1} = \begin{cases} \log c^1_i & c_i = 1 \\
+        \log c^0_i + \log\epsilon_i + \log(1 - a_i) - \log(1 - q_i) & c_i = 0 \end{cases}
+
+  Args:
+    clicks: ``[..., L]`` 0/1 clicks, in displayed order.
+    log_attraction, log_no_attraction: ``[..., L]`` :math:`\log a`, :math:`\log(1 - a)`.
+    log_continue_no_click, log_continue_click: :math:`\log c^0, \log c^1`,
+      scalars or ``[..., L]``.
+    where: ``bool[..., L]`` (masked items are skipped).
+
+  Returns:
+    ``(log_q, log_1mq)``, each ``float32[..., L]`` (:func:`bernoulli_log_likelihood` sums them).
+
+  >>> s = jnp.array([0.0, 0.0])  # attraction logits: a = 1/2
+  >>> log_q, _ = chain_log_probs(jnp.array([1.0, 0.0]), jax.nn.log_sigmoid(s), jax.nn.log_sigmoid(-s),
+  ...                            log_continue_no_click=0.0, log_continue_click=jnp.log(0.5))
+  >>> print(jnp.exp(log_q))  # the DCM with lambda = 1/2
+  [0.5  0.25]
+  """
   c = jnp.asarray(clicks, jnp.float32)
-  a = jnp.broadcast_to(jnp.asarray(attraction, jnp.float32), c.shape)
+  full = lambda x: jnp.broadcast_to(jnp.asarray(x, jnp.float32), c.shape)
   where = _where(c, where)
-  log_a, log_1ma = _safe_log(a), _safe_log(1.0 - a)
-  log_c0 = _safe_log(jnp.broadcast_to(c0, c.shape))
-  log_c1 = _safe_log(jnp.broadcast_to(c1, c.shape))
 
   def step(log_e, x):
     c_i, la, l1a, lc0, lc1, w_i = x
@@ -156,10 +184,21 @@ def _chain_log_q(clicks, attraction, c0, c1, where):
     return jnp.where(w_i, nxt, log_e), (log_q, log_1mq)
 
   move = lambda x: jnp.moveaxis(x, -1, 0)
-  init = jnp.zeros(c.shape[:-1], jnp.float32)
-  _, (log_q, log_1mq) = jax.lax.scan(step, init, tuple(map(move, (c, log_a, log_1ma, log_c0, log_c1, where))))
-  back = lambda x: jnp.moveaxis(x, 0, -1)
-  return back(log_q), back(log_1mq), where
+  xs = (c, full(log_attraction), full(log_no_attraction), full(log_continue_no_click),
+        full(log_continue_click), where)
+  _, (log_q, log_1mq) = jax.lax.scan(step, jnp.zeros(c.shape[:-1], jnp.float32), tuple(map(move, xs)))
+  return jnp.moveaxis(log_q, 0, -1), jnp.moveaxis(log_1mq, 0, -1)
+
+
+def _chain_log_q(clicks, attraction, c0, c1, where):
+  """Log conditional click / no-click probabilities of a click chain from probabilities."""
+  c = jnp.asarray(clicks, jnp.float32)
+  a = jnp.broadcast_to(jnp.asarray(attraction, jnp.float32), c.shape)
+  where = _where(c, where)
+  log_q, log_1mq = chain_log_probs(c, _safe_log(a), _safe_log(1.0 - a),
+                                   log_continue_no_click=_safe_log(jnp.asarray(c0, jnp.float32)),
+                                   log_continue_click=_safe_log(jnp.asarray(c1, jnp.float32)), where=where)
+  return log_q, log_1mq, where
 
 
 def chain_conditional_click_prob(clicks: Array, attraction: Array, *, continue_no_click: Array | float,
@@ -220,10 +259,31 @@ def chain_log_likelihood(clicks: Array, attraction: Array, *, continue_no_click:
   return bernoulli_log_likelihood(clicks, log_q, log_1mq, where=where)
 
 
-def _ubm_log_q(clicks, attraction, gamma, ranks, where):
+def ubm_log_probs(clicks: Array, log_attraction: Array, log_gamma: Array, *, ranks: Optional[Array] = None,
+                  where: Optional[Array] = None) -> tuple[Array, Array]:
+  r"""Log conditional click and no-click probabilities of the UBM, from log-space parameters.
+
+  :math:`\log q_i = \log\gamma[r_i, l_i] + \log a_i` (see
+  :func:`ubm_conditional_click_prob`), for learners that hold logits.
+
+  Args:
+    clicks: ``[..., L]`` 0/1 clicks, in displayed order.
+    log_attraction: ``[..., L]`` :math:`\log a`.
+    log_gamma: ``[K, K + 1]`` :math:`\log\gamma` (ranks and states beyond it
+      are clipped to its last row and column).
+    ranks: ``int[..., L]`` 0-based ranks (default ``arange(L)``).
+    where: ``bool[..., L]``.
+
+  Returns:
+    ``(log_q, log_1mq)``, each ``float32[..., L]``.
+
+  >>> log_q, _ = ubm_log_probs(jnp.array([1.0, 0.0]), jnp.zeros(2), jnp.log(jnp.array([[0.9, 0.], [0.3, 0.8]])))
+  >>> print(jnp.exp(log_q))  # rank 2 below a click at rank 1: gamma[1, 1]
+  [0.9 0.8]
+  """
   c = jnp.asarray(clicks, jnp.float32)
-  a = jnp.broadcast_to(jnp.asarray(attraction, jnp.float32), c.shape)
-  gamma = jnp.asarray(gamma, jnp.float32)
+  log_a = jnp.broadcast_to(jnp.asarray(log_attraction, jnp.float32), c.shape)
+  log_gamma = jnp.asarray(log_gamma, jnp.float32)
   where = _where(c, where)
   length = c.shape[-1]
   ranks = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32) if ranks is None else jnp.asarray(ranks), c.shape)
@@ -231,10 +291,18 @@ def _ubm_log_q(clicks, attraction, gamma, ranks, where):
   state = jnp.where(where & (c > 0.5), ranks + 1, 0)
   state = jax.lax.cummax(state, axis=c.ndim - 1)
   state = jnp.concatenate([jnp.zeros_like(state[..., :1]), state[..., :-1]], axis=-1)
-  k, s = gamma.shape
-  g = gamma[jnp.clip(ranks, 0, k - 1), jnp.clip(state, 0, s - 1)]
-  log_q = _safe_log(g) + _safe_log(a)
-  return log_q, log1mexp(log_q), where
+  k, s = log_gamma.shape
+  log_q = log_gamma[jnp.clip(ranks, 0, k - 1), jnp.clip(state, 0, s - 1)] + log_a
+  return log_q, log1mexp(log_q)
+
+
+def _ubm_log_q(clicks, attraction, gamma, ranks, where):
+  c = jnp.asarray(clicks, jnp.float32)
+  a = jnp.broadcast_to(jnp.asarray(attraction, jnp.float32), c.shape)
+  where = _where(c, where)
+  log_q, log_1mq = ubm_log_probs(c, _safe_log(a), _safe_log(jnp.asarray(gamma, jnp.float32)), ranks=ranks,
+                                 where=where)
+  return log_q, log_1mq, where
 
 
 def ubm_conditional_click_prob(clicks: Array, attraction: Array, gamma: Array, *,

@@ -1,6 +1,6 @@
 """Registry of trainable methods: ``get_method(name, config, ...)``.
 
-Each family lives in its own module (``baselines``, ``lbd``, ``cld``,
+Each family lives in its own module (``baselines``, ``click_models``, ``lbd``, ``cld``,
 ``sif``) and registers factories with :func:`register`. A factory has the
 signature ``factory(config, *, num_features, list_size) -> Method`` where
 ``config`` is the method's ``ml_collections.ConfigDict`` (may be empty).
@@ -14,7 +14,7 @@ from ultr_jax.train.method import Method
 __all__ = ["register", "get_method", "available_methods"]
 
 _REGISTRY: dict[str, Callable[..., Method]] = {}
-_FAMILIES = ("baselines", "lbd", "cld", "sif")
+_FAMILIES = ("baselines", "click_models", "lbd", "cld", "sif")
 
 
 def register(name: str):

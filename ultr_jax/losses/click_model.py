@@ -1,0 +1,157 @@
+r"""Click-model likelihood losses: a relevance tower as the attraction of a session click model.
+
+The learner's logits :math:`s_i` are the attraction :math:`a_i = \sigma(s_i)`
+of a click model whose bias parameters are learned beside them (a tower of
+its own, as in the two-tower / PBM learners, but any click model of
+:mod:`ultr_jax.simulation.likelihood`): the loss is the negative session
+log-likelihood of the logged clicks,
+
+.. math::
+    \mathcal{L} = -\frac{1}{|Q|}\sum_{q} \sum_i \log P(c_{q,i} \mid c_{q,<i};\ \sigma(s_q), \theta)
+
+(CLAX, Hager et al. 2025, trains click models with neural towers the same
+way; the PBM case is the two-tower product model). ``bias`` holds the bias
+logits, :func:`click_model_bias_shapes` gives their shapes:
+
+=====  ======================================  =============================================
+model  ``bias`` logits                         click model
+=====  ======================================  =============================================
+pbm    ``examination[P]``                      :math:`q_i = \sigma(o_{p_i})\,a_i`
+ubm    ``gamma[P, P + 1]``                     :math:`q_i = \sigma(\gamma_{p_i, l_i})\,a_i`
+dcm    ``continuation[P]``                     chain, :math:`c^0 = 1,\ c^1 = \sigma(\lambda_{p_i})`
+dbn    ``perseverance[]`` (+ satisfaction      chain, :math:`c^0 = \sigma(g),\ c^1 = \sigma(g)\,\sigma(-u_i)`
+       logits :math:`u` per item)
+ccm    ``alpha[3]``                            chain, :math:`c^0 = \sigma(\alpha_1),\ c^1 = \sigma(\alpha_2)(1 - a_i) + \sigma(\alpha_3) a_i`
+=====  ======================================  =============================================
+
+Items are taken in display order (sorted by ``positions``; masked items
+last and skipped); every term is computed from ``log_sigmoid`` of the logits.
+"""
+
+from typing import Callable, Optional
+
+import jax
+import jax.numpy as jnp
+
+from ultr_jax.simulation import likelihood as lik
+from ultr_jax.types import Array
+
+__all__ = ["CLICK_MODEL_LOSSES", "click_model_bias_shapes", "click_model_log_likelihood_from_logits",
+           "click_model_loss"]
+
+CLICK_MODEL_LOSSES = ("pbm", "ubm", "dcm", "dbn", "ccm")
+
+
+def click_model_bias_shapes(model: str, num_positions: int) -> dict[str, tuple[int, ...]]:
+  """Shapes of the bias logits of ``model`` over ``num_positions`` positions.
+
+  >>> click_model_bias_shapes("ubm", 3)
+  {'gamma': (3, 4)}
+  """
+  shapes = {"pbm": {"examination": (num_positions,)}, "ubm": {"gamma": (num_positions, num_positions + 1)},
+            "dcm": {"continuation": (num_positions,)}, "dbn": {"perseverance": ()}, "ccm": {"alpha": (3,)}}
+  if model not in shapes:
+    raise ValueError(f"unknown click-model loss {model!r} (expected one of {CLICK_MODEL_LOSSES})")
+  return shapes[model]
+
+
+def _take(x, idx):
+  return jnp.take_along_axis(x, idx, axis=-1)
+
+
+def click_model_log_likelihood_from_logits(scores: Array, clicks: Array, *, model: str, bias: dict,
+                                           where: Optional[Array] = None, positions: Optional[Array] = None,
+                                           satisfaction_scores: Optional[Array] = None) -> Array:
+  r"""Session log-likelihood of the clicks under ``model`` with attraction :math:`\sigma(\text{scores})`.
+
+  Args:
+    scores: ``[..., L]`` attraction logits.
+    clicks: ``[..., L]`` 0/1 clicks.
+    model: one of :data:`CLICK_MODEL_LOSSES`.
+    bias: dict of bias logits (:func:`click_model_bias_shapes`); positions
+      beyond a table use its last entry.
+    where: ``bool[..., L]``.
+    positions: ``int[..., L]`` 0-based display positions (default: the item
+      index).
+    satisfaction_scores: ``[..., L]`` satisfaction logits (``dbn`` only).
+
+  Returns:
+    ``float32[...]`` per list (0 for an all-masked list).
+
+  >>> ll = click_model_log_likelihood_from_logits(jnp.zeros(2), jnp.array([1.0, 0.0]), model="dcm",
+  ...                                             bias={"continuation": jnp.zeros(2)})
+  >>> print(round(float(ll), 6), round(float(jnp.log(0.5 * 0.75)), 6))
+  -0.980829 -0.980829
+  """
+  click_model_bias_shapes(model, 1)  # validates the name
+  s = jnp.asarray(scores, jnp.float32)
+  c = jnp.asarray(clicks, jnp.float32)
+  where = jnp.ones(s.shape, bool) if where is None else jnp.broadcast_to(jnp.asarray(where, bool), s.shape)
+  if positions is None:
+    positions = jnp.broadcast_to(jnp.arange(s.shape[-1], dtype=jnp.int32), s.shape)
+  positions = jnp.asarray(positions, jnp.int32)
+  if model == "dbn" and satisfaction_scores is None:
+    raise ValueError("click-model loss 'dbn' needs satisfaction_scores (a second output per item)")
+  # Display order: by position, masked items last (they are skipped by the likelihoods anyway).
+  order = jnp.argsort(jnp.where(where, positions, jnp.iinfo(jnp.int32).max), axis=-1, stable=True)
+  s, c, where, positions = _take(s, order), _take(c, order), _take(where, order), _take(positions, order)
+  log_a, log_1ma = jax.nn.log_sigmoid(s), jax.nn.log_sigmoid(-s)
+
+  def table(name):
+    t = jnp.asarray(bias[name], jnp.float32)
+    return t[jnp.clip(positions, 0, t.shape[0] - 1)]
+
+  if model == "pbm":
+    log_o = jax.nn.log_sigmoid(table("examination"))
+    log_q = log_o + log_a
+    # 1 - sigma(o) a = (1 - a) + a sigma(-o): positive terms, no cancellation.
+    log_1mq = jnp.logaddexp(log_1ma, log_a + jax.nn.log_sigmoid(-table("examination")))
+  elif model == "ubm":
+    log_q, log_1mq = lik.ubm_log_probs(c, log_a, jax.nn.log_sigmoid(jnp.asarray(bias["gamma"], jnp.float32)),
+                                       ranks=positions, where=where)
+  else:
+    if model == "dcm":
+      log_c0, log_c1 = jnp.zeros_like(s), jax.nn.log_sigmoid(table("continuation"))
+    elif model == "dbn":
+      log_gamma = jax.nn.log_sigmoid(jnp.asarray(bias["perseverance"], jnp.float32))
+      log_c0 = jnp.broadcast_to(log_gamma, s.shape)
+      log_c1 = log_gamma + jax.nn.log_sigmoid(-_take(jnp.asarray(satisfaction_scores, jnp.float32), order))
+    else:  # ccm
+      log_alpha = jax.nn.log_sigmoid(jnp.asarray(bias["alpha"], jnp.float32))
+      log_c0 = jnp.broadcast_to(log_alpha[0], s.shape)
+      log_c1 = jnp.logaddexp(log_alpha[1] + log_1ma, log_alpha[2] + log_a)
+    log_q, log_1mq = lik.chain_log_probs(c, log_a, log_1ma, log_continue_no_click=log_c0,
+                                         log_continue_click=log_c1, where=where)
+  return lik.bernoulli_log_likelihood(c, log_q, log_1mq, where=where)
+
+
+def click_model_loss(scores: Array, clicks: Array, *, model: str, bias: dict, where: Optional[Array] = None,
+                     positions: Optional[Array] = None, satisfaction_scores: Optional[Array] = None,
+                     reduce_fn: Optional[Callable[..., Array]] = jnp.mean) -> Array:
+  r"""Negative session log-likelihood of a click model with a learned attraction (see the module docstring).
+
+  Args:
+    scores, clicks, model, bias, where, positions, satisfaction_scores: as
+      :func:`click_model_log_likelihood_from_logits`.
+    reduce_fn: ``jnp.mean`` over lists with a valid item (rax's
+      ``safe_reduce``: all-masked lists are left out), ``jnp.sum``, or None for
+      the per-list values.
+
+  Returns:
+    scalar (``[...]`` with ``reduce_fn=None``).
+
+  >>> loss = click_model_loss(jnp.zeros((2, 2)), jnp.array([[1.0, 0.0], [0.0, 0.0]]), model="pbm",
+  ...                         bias={"examination": jnp.zeros(2)})
+  >>> print(round(float(loss), 4))  # -(log(1/4 * 3/4) + 2 log(3/4)) / 2
+  1.1247
+  """
+  ll = click_model_log_likelihood_from_logits(scores, clicks, model=model, bias=bias, where=where,
+                                              positions=positions, satisfaction_scores=satisfaction_scores)
+  if reduce_fn is None:
+    return -ll
+  s = jnp.asarray(scores)
+  valid = jnp.ones(s.shape[:-1], bool) if where is None else jnp.any(
+      jnp.broadcast_to(jnp.asarray(where, bool), s.shape), axis=-1)
+  if reduce_fn is jnp.mean:
+    return -jnp.sum(jnp.where(valid, ll, 0.0)) / jnp.maximum(jnp.sum(valid), 1)
+  return reduce_fn(jnp.where(valid, -ll, 0.0))

@@ -1,0 +1,90 @@
+r"""Click-model learners: a relevance tower trained as the attraction of a session click model.
+
+Registered names ``click_model_<m>`` for ``m`` in ``pbm``, ``ubm``, ``dcm``,
+``dbn`` and ``ccm`` (:data:`ultr_jax.losses.CLICK_MODEL_LOSSES`). The relevance
+tower (the baselines' ``ranker`` fields: ``ranker``, ``hidden_sizes``, ...)
+outputs the attraction logit of each item (and, for the DBN, a second output:
+the satisfaction logit); the click model's bias parameters
+(:func:`~ultr_jax.losses.click_model_bias_shapes` over ``num_positions``,
+default ``list_size``) are a second set of parameters, initialised at
+probability 1/2 (logit 0). The loss is the negative session log-likelihood
+of the step's clicks (:func:`~ultr_jax.losses.click_model_loss`); items not
+``shown`` (beyond a top-k cut) are left out. Ranking uses the relevance tower
+only: the attraction logit, or for the DBN :math:`\log a + \log\sigma`
+(Chapelle & Zhang's relevance, attraction times satisfaction).
+``propensities`` reports the examination of each position before any click
+(PBM: :math:`\sigma(o_k)`; UBM: :math:`\sigma(\gamma_{k, 0})`), relative to
+position 1; the chain models have no per-position table and report none.
+
+>>> from ultr_jax.train import get_method
+>>> m = get_method("click_model_dbn", {"ranker": "linear"}, num_features=3, list_size=4)
+>>> params, extra = m.init(jax.random.key(0), None)
+>>> sorted(params), params["bias"]["perseverance"].shape
+(['bias', 'relevance'], ())
+"""
+
+import jax
+import jax.numpy as jnp
+
+from ultr_jax import losses
+from ultr_jax.train.method import Method
+from ultr_jax.train.methods import register
+from ultr_jax.train.methods.baselines import batch_positions, make_relevance_tower
+
+__all__: list[str] = []
+
+
+def _factory(model: str):
+
+  def factory(config, *, num_features: int, list_size: int) -> Method:
+    get = lambda name, default: default if config is None or config.get(name) is None else config.get(name)
+    num_positions = int(get("num_positions", list_size))
+    ranker = make_relevance_tower(config, output_size=2 if model == "dbn" else 1)
+    shapes = losses.click_model_bias_shapes(model, num_positions)
+    dropout = float(get("dropout", 0.0))
+
+    def init(key, batch):
+      x = jnp.zeros((1, 1, num_features), jnp.float32)
+      params = {"relevance": ranker.init(key, x)["params"],
+                "bias": {k: jnp.zeros(s, jnp.float32) for k, s in shapes.items()}}
+      return params, {}
+
+    def outputs(params, batch, key=None):
+      x = jnp.asarray(batch["features"], jnp.float32)
+      if key is not None and dropout > 0:
+        out = ranker.apply({"params": params["relevance"]}, x, deterministic=False, rngs={"dropout": key})
+      else:
+        out = ranker.apply({"params": params["relevance"]}, x)
+      return (out[..., 0], out[..., 1]) if model == "dbn" else (out, None)
+
+    def loss(params, extra, batch, key):
+      where = jnp.asarray(batch["where"]).astype(bool)
+      if batch.get("shown") is not None:
+        where = where & jnp.asarray(batch["shown"]).astype(bool)
+      attraction, satisfaction = outputs(params, batch, key)
+      value = losses.click_model_loss(attraction, jnp.asarray(batch["clicks"], jnp.float32), model=model,
+                                      bias=params["bias"], where=where, positions=batch_positions(batch),
+                                      satisfaction_scores=satisfaction)
+      return value, ({}, extra)
+
+    def score(params, batch):
+      attraction, satisfaction = outputs(params, batch)
+      if model == "dbn":
+        return jax.nn.log_sigmoid(attraction) + jax.nn.log_sigmoid(satisfaction)
+      return attraction
+
+    propensities = None
+    if model in ("pbm", "ubm"):
+      def propensities(params, extra):
+        logits = params["bias"]["examination"] if model == "pbm" else params["bias"]["gamma"][:, 0]
+        log_p = jax.nn.log_sigmoid(logits)
+        return jnp.exp(log_p - log_p[..., :1])
+
+    return Method(name=f"click_model_{model}", init=init, loss=loss, score=score, propensities=propensities)
+
+  factory.__doc__ = f"Relevance tower as the attraction of a {model.upper()} click model (session likelihood)."
+  return factory
+
+
+for _model in losses.CLICK_MODEL_LOSSES:
+  register(f"click_model_{_model}")(_factory(_model))
