@@ -31,6 +31,7 @@ def test_default_config_covers_every_method_family_and_bias():
   assert {"naive", "ips", "snips", "dla", "regression_em", "two_tower", "paird", "vectorization", "lbd", "cld",
           "cld_pair"} <= methods
   assert {"sif_full", "sif_dr", "dr", "sif_position", "ips_trust_oracle", "ips_dpenalty"} <= methods
+  assert {"click_model_ubm", "click_model_dbn"} <= methods
   sif = {m for m in available_methods() if m.startswith("sif_")} | {"dr", "ips_trust_oracle", "ips_dpenalty"}
   assert sif <= set(_config("full").methods)  # + the SIF channel ablations
   assert set(_config("full").methods) <= set(available_methods())
@@ -78,7 +79,8 @@ def test_default_grid_plan_has_a_number_or_a_reason_for_every_cell():
       assert reason is None or reason.startswith("n/a: "), (bias, method, reason)
   trainable = {(b, m) for b, row in plan.items() for m, r in row.items() if r is None}
   for bias in full.biases:
-    for m in ("naive", "ips", "dla", "regression_em", "two_tower", "paird", "lbd", "sif_full", "dr"):
+    for m in ("naive", "ips", "dla", "regression_em", "two_tower", "paird", "lbd", "sif_full", "dr",
+              "click_model_ubm", "click_model_dbn"):
       assert (bias, m) in trainable
     for m in ("cld", "cld_pair"):
       assert ((bias, m) in trainable) == (bias == "topk"), (bias, m)

@@ -22,8 +22,10 @@ from ultr_jax.train import default_train_config, experiment
 # (SIF_ABLATIONS) join them in the ":full" variant (21 more trained cells, about 7 more minutes).
 SIF_VARIANTS = ("sif_full", "sif_dr", "dr", "sif_position", "ips_trust_oracle", "ips_dpenalty")
 SIF_ABLATIONS = ("sif_lambda0", "sif_exp", "sif_dec")
+# The click-model learners: a relevance tower as the attraction of a UBM / DBN fitted by session likelihood.
+CLICK_MODEL_LEARNERS = ("click_model_ubm", "click_model_dbn")
 METHODS = ("naive", "ips", "snips", "dla", "regression_em", "two_tower", "paird", "vectorization", "lbd", "cld",
-           "cld_pair", *SIF_VARIANTS, "full_info")
+           "cld_pair", *SIF_VARIANTS, *CLICK_MODEL_LEARNERS, "full_info")
 ALL_METHODS = METHODS[:-1] + SIF_ABLATIONS + METHODS[-1:]
 # New columns go last: a bias's index seeds its data (context_pbm's contexts), so appending keeps every
 # other column.
@@ -72,6 +74,9 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   # ULTRA freezes Vectorization's observation vectors and density model for its first 500 of 10k steps;
   # the same 5% of this grid's 600 steps is 30.
   config.method_configs.vectorization.pretrain_steps = 30
+  # The DBN learner ranks by attraction x satisfaction (Chapelle & Zhang's relevance); "attraction" ranks
+  # by the attraction alone.
+  config.method_configs.click_model_dbn.dbn_score = "product"
 
   config.train = default_train_config()
   config.train.steps = 600

@@ -42,6 +42,9 @@ def _factory(model: str):
     ranker = make_relevance_tower(config, output_size=2 if model == "dbn" else 1)
     shapes = losses.click_model_bias_shapes(model, num_positions)
     dropout = float(get("dropout", 0.0))
+    dbn_score = get("dbn_score", "product")
+    if dbn_score not in ("product", "attraction"):
+      raise ValueError(f"click_model_dbn: dbn_score must be 'product' or 'attraction', got {dbn_score!r}")
 
     def init(key, batch):
       x = jnp.zeros((1, 1, num_features), jnp.float32)
@@ -69,7 +72,7 @@ def _factory(model: str):
 
     def score(params, batch):
       attraction, satisfaction = outputs(params, batch)
-      if model == "dbn":
+      if model == "dbn" and dbn_score == "product":
         return jax.nn.log_sigmoid(attraction) + jax.nn.log_sigmoid(satisfaction)
       return attraction
 
