@@ -203,3 +203,18 @@ def test_a_dbn_learner_fits_dbn_clicks_best_and_recovers_the_perseverance():
     if name == "click_model_dbn":
       assert abs(float(jax.nn.sigmoid(params["bias"]["perseverance"])) - 0.8) < 0.03
   assert nll["click_model_dbn"] < min(v for k, v in nll.items() if k != "click_model_dbn"), nll
+
+
+def test_dbn_score_options():
+  from ultr_jax.train.methods.baselines import make_relevance_tower
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(2, 3, 4)), jnp.float32)
+  cfg = lambda **kw: ml_collections.ConfigDict({"ranker": "linear", **kw})
+  attraction = get_method("click_model_dbn", cfg(), num_features=4, list_size=3)
+  product = get_method("click_model_dbn", cfg(dbn_score="product"), num_features=4, list_size=3)
+  params, _ = attraction.init(jax.random.key(0), None)
+  out = make_relevance_tower(cfg(), output_size=2).apply({"params": params["relevance"]}, x)
+  np.testing.assert_allclose(attraction.score(params, {"features": x}), out[..., 0], rtol=1e-6)
+  np.testing.assert_allclose(product.score(params, {"features": x}),
+                             jax.nn.log_sigmoid(out[..., 0]) + jax.nn.log_sigmoid(out[..., 1]), rtol=1e-6)
+  with pytest.raises(ValueError, match="dbn_score"):
+    get_method("click_model_dbn", cfg(dbn_score="relevance"), num_features=4, list_size=3)

@@ -74,9 +74,9 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   # ULTRA freezes Vectorization's observation vectors and density model for its first 500 of 10k steps;
   # the same 5% of this grid's 600 steps is 30.
   config.method_configs.vectorization.pretrain_steps = 30
-  # The DBN learner ranks by attraction x satisfaction (Chapelle & Zhang's relevance); "attraction" ranks
-  # by the attraction alone.
-  config.method_configs.click_model_dbn.dbn_score = "product"
+  # The DBN learner ranks by its attraction; "product" ranks by attraction x satisfaction (Chapelle &
+  # Zhang's relevance), which falls below random outside the click-chain columns.
+  config.method_configs.click_model_dbn.dbn_score = "attraction"
 
   config.train = default_train_config()
   config.train.steps = 600
