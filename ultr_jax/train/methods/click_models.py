@@ -16,7 +16,8 @@ times satisfaction). That is not the default because it is fragile: where the
 clicks do not come from a click chain (PBM, UBM, trust bias), a click followed
 by more clicks reads as dissatisfaction, so :math:`\sigma` falls with
 relevance and the product ranks below random (the report's default grid:
-nDCG@10 0.15-0.37 outside the chain columns, against 0.84-0.86 by attraction).
+nDCG@10 0.15-0.37 outside the click-chain columns, against 0.83-0.86 by
+attraction).
 ``propensities`` reports the examination of each position before any click
 (PBM: :math:`\sigma(o_k)`; UBM: :math:`\sigma(\gamma_{k, 0})`), relative to
 position 1; the chain models have no per-position table and report none.
