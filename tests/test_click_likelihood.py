@@ -233,3 +233,30 @@ def test_chain_log_likelihood_stays_finite_in_log_space_for_long_lists():
   ll = sim.chain_log_likelihood(jnp.zeros(200), a, continue_no_click=1.0, continue_click=0.5)
   # No click at all under c0 = 1: every item is examined and unattractive.
   np.testing.assert_allclose(ll, 200 * np.log(0.01), rtol=1e-5)
+
+
+def test_logit_log_probs_equal_the_probability_functions_for_every_model():
+  rng = np.random.default_rng(5)
+  clicks = jnp.asarray(_all_click_vectors(4))
+  s = rng.normal(size=4).astype(np.float32)
+  u = rng.normal(size=4).astype(np.float32)
+  sig = lambda x: jax.nn.sigmoid(jnp.asarray(x, jnp.float32))
+  for model in sim.likelihood.LOGIT_MODELS:
+    bias = {k: rng.normal(size=shape).astype(np.float32) for k, shape in sim.logit_bias_shapes(model, 4).items()}
+    log_q, log_1mq = sim.logit_log_probs(model, clicks, s, bias, satisfaction_logits=u)
+    got = sim.bernoulli_log_likelihood(clicks, log_q, log_1mq)
+    a = sig(s)
+    if model == "pbm":
+      q = a * sig(bias["examination"])
+      want = sim.bernoulli_log_likelihood(clicks, jnp.log(q), jnp.log1p(-q))
+    elif model == "ubm":
+      want = sim.ubm_log_likelihood(clicks, a, sig(bias["gamma"]))
+    else:
+      params = {"cascade": {}, "dcm": {"continuation": sig(bias.get("continuation", 0.0))},
+                "dbn": {"perseverance": sig(bias.get("perseverance", 0.0)), "satisfaction": sig(u)},
+                "ccm": {"alpha": sig(bias.get("alpha", np.zeros(3)))}}[model]
+      c0, c1 = sim.chain_continuations(model, a, **params)
+      want = sim.chain_log_likelihood(clicks, a, continue_no_click=c0, continue_click=c1)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6, err_msg=model)
+  with pytest.raises(ValueError, match="satisfaction_logits"):
+    sim.logit_log_probs("dbn", clicks, s, {"perseverance": 0.0})

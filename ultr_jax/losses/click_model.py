@@ -25,12 +25,12 @@ ccm    ``alpha[3]``                            chain, :math:`c^0 = \sigma(\alpha
 =====  ======================================  =============================================
 
 Items are taken in display order (sorted by ``positions``; masked items
-last and skipped); every term is computed from ``log_sigmoid`` of the logits.
+last and skipped); every term is computed from ``log_sigmoid`` of the logits
+(:func:`ultr_jax.simulation.logit_log_probs`).
 """
 
 from typing import Callable, Optional
 
-import jax
 import jax.numpy as jnp
 
 from ultr_jax.simulation import likelihood as lik
@@ -48,11 +48,9 @@ def click_model_bias_shapes(model: str, num_positions: int) -> dict[str, tuple[i
   >>> click_model_bias_shapes("ubm", 3)
   {'gamma': (3, 4)}
   """
-  shapes = {"pbm": {"examination": (num_positions,)}, "ubm": {"gamma": (num_positions, num_positions + 1)},
-            "dcm": {"continuation": (num_positions,)}, "dbn": {"perseverance": ()}, "ccm": {"alpha": (3,)}}
-  if model not in shapes:
+  if model not in CLICK_MODEL_LOSSES:  # the cascade cannot explain a second click: no loss for it
     raise ValueError(f"unknown click-model loss {model!r} (expected one of {CLICK_MODEL_LOSSES})")
-  return shapes[model]
+  return lik.logit_bias_shapes(model, num_positions)
 
 
 def _take(x, idx):
@@ -94,34 +92,10 @@ def click_model_log_likelihood_from_logits(scores: Array, clicks: Array, *, mode
     raise ValueError("click-model loss 'dbn' needs satisfaction_scores (a second output per item)")
   # Display order: by position, masked items last (they are skipped by the likelihoods anyway).
   order = jnp.argsort(jnp.where(where, positions, jnp.iinfo(jnp.int32).max), axis=-1, stable=True)
-  s, c, where, positions = _take(s, order), _take(c, order), _take(where, order), _take(positions, order)
-  log_a, log_1ma = jax.nn.log_sigmoid(s), jax.nn.log_sigmoid(-s)
-
-  def table(name):
-    t = jnp.asarray(bias[name], jnp.float32)
-    return t[jnp.clip(positions, 0, t.shape[0] - 1)]
-
-  if model == "pbm":
-    log_o = jax.nn.log_sigmoid(table("examination"))
-    log_q = log_o + log_a
-    # 1 - sigma(o) a = (1 - a) + a sigma(-o): positive terms, no cancellation.
-    log_1mq = jnp.logaddexp(log_1ma, log_a + jax.nn.log_sigmoid(-table("examination")))
-  elif model == "ubm":
-    log_q, log_1mq = lik.ubm_log_probs(c, log_a, jax.nn.log_sigmoid(jnp.asarray(bias["gamma"], jnp.float32)),
-                                       ranks=positions, where=where)
-  else:
-    if model == "dcm":
-      log_c0, log_c1 = jnp.zeros_like(s), jax.nn.log_sigmoid(table("continuation"))
-    elif model == "dbn":
-      log_gamma = jax.nn.log_sigmoid(jnp.asarray(bias["perseverance"], jnp.float32))
-      log_c0 = jnp.broadcast_to(log_gamma, s.shape)
-      log_c1 = log_gamma + jax.nn.log_sigmoid(-_take(jnp.asarray(satisfaction_scores, jnp.float32), order))
-    else:  # ccm
-      log_alpha = jax.nn.log_sigmoid(jnp.asarray(bias["alpha"], jnp.float32))
-      log_c0 = jnp.broadcast_to(log_alpha[0], s.shape)
-      log_c1 = jnp.logaddexp(log_alpha[1] + log_1ma, log_alpha[2] + log_a)
-    log_q, log_1mq = lik.chain_log_probs(c, log_a, log_1ma, log_continue_no_click=log_c0,
-                                         log_continue_click=log_c1, where=where)
+  sat = None if satisfaction_scores is None else _take(jnp.asarray(satisfaction_scores, jnp.float32), order)
+  c, where = _take(c, order), _take(where, order)
+  log_q, log_1mq = lik.logit_log_probs(model, c, _take(s, order), bias, ranks=_take(positions, order),
+                                       where=where, satisfaction_logits=sat)
   return lik.bernoulli_log_likelihood(c, log_q, log_1mq, where=where)
 
 

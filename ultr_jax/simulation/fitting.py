@@ -18,7 +18,8 @@ ccm        ``alpha[3]``
 =========  ===============================================================
 
 :func:`fit_click_model` maximises the sessions' log-likelihood
-(:mod:`~ultr_jax.simulation.likelihood`) with a standard-normal prior on every
+(:func:`~ultr_jax.simulation.logit_log_probs`, in log space from the logits)
+with a standard-normal prior on every
 logit (``l2``; 0 is plain maximum likelihood) by ``optax.lbfgs`` in one jitted
 ``lax.while_loop``, the way CLAX fits click models by gradient instead of EM.
 :func:`evaluate_click_model` gives the held-out log-likelihood and the
@@ -129,15 +130,20 @@ def _session_args(model, params, doc_ids, where):
   return a, {"c0": c0, "c1": c1}
 
 
-def _log_likelihood(model, params, doc_ids, clicks, where):
-  a, extra = _session_args(model, params, doc_ids, where)
-  if model == "pbm":
-    log_q = jnp.log(a) + jnp.log(extra["examination"])
-    return lik.bernoulli_log_likelihood(clicks, log_q, jnp.log1p(-jnp.exp(log_q)), where=where)
-  if model == "ubm":
-    return lik.ubm_log_likelihood(clicks, a, extra["gamma"], where=where)
-  return lik.chain_log_likelihood(clicks, a, continue_no_click=extra["c0"], continue_click=extra["c1"],
-                                  where=where)
+def _log_likelihood_logits(model, theta, doc_ids, clicks, where):
+  """Session log-likelihoods from the logits (log space throughout: :func:`logit_log_probs`)."""
+  ids = jnp.clip(jnp.asarray(doc_ids, jnp.int32), 0, theta["attraction"].shape[0] - 1)
+  bias = {k: v for k, v in theta.items() if k not in ("attraction", "satisfaction")}
+  satisfaction = theta["satisfaction"][ids] if model == "dbn" else None
+  log_q, log_1mq = lik.logit_log_probs(model, clicks, theta["attraction"][ids], bias, where=where,
+                                       satisfaction_logits=satisfaction)
+  return lik.bernoulli_log_likelihood(clicks, log_q, log_1mq, where=where)
+
+
+def _logits(params: dict) -> dict:
+  """Probabilities to logits (+-inf at 1 and 0, which ``log_sigmoid`` maps back exactly)."""
+  return {k: jnp.log(jnp.asarray(v, jnp.float32)) - jnp.log1p(-jnp.asarray(v, jnp.float32))
+          for k, v in params.items()}
 
 
 def click_model_log_likelihood(model: str, params: dict, doc_ids: Array, clicks: Array, *,
@@ -160,7 +166,7 @@ def click_model_log_likelihood(model: str, params: dict, doc_ids: Array, clicks:
   -0.798508 -0.798508
   """
   _check_model(model)
-  return _log_likelihood(model, params, doc_ids, clicks, where)
+  return _log_likelihood_logits(model, _logits(params), doc_ids, clicks, where)
 
 
 def click_model_predict(model: str, params: dict, doc_ids: Array, clicks: Array, *,
@@ -208,12 +214,12 @@ def _fit(model, logits, doc_ids, clicks, where, l2, max_iters, tol):
   num_sessions = jnp.maximum(jnp.sum(jnp.any(where, axis=-1)), 1)
 
   def objective(theta):
-    ll = _log_likelihood(model, _probabilities(theta), doc_ids, clicks, where)
+    ll = _log_likelihood_logits(model, theta, doc_ids, clicks, where)
     prior = 0.5 * l2 * sum(jnp.sum(v ** 2) for v in jax.tree.leaves(theta))
     return (prior - jnp.sum(ll)) / num_sessions
 
   theta, gnorm, iters = lbfgs_minimize(objective, logits, max_iters=max_iters, tol=tol)
-  mean_ll = jnp.sum(_log_likelihood(model, _probabilities(theta), doc_ids, clicks, where)) / num_sessions
+  mean_ll = jnp.sum(_log_likelihood_logits(model, theta, doc_ids, clicks, where)) / num_sessions
   return theta, mean_ll, gnorm, iters
 
 

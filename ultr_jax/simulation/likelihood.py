@@ -42,6 +42,8 @@ __all__ = [
     "chain_conditional_click_prob",
     "chain_log_likelihood",
     "chain_log_probs",
+    "logit_bias_shapes",
+    "logit_log_probs",
     "ubm_conditional_click_prob",
     "ubm_log_likelihood",
     "ubm_log_probs",
@@ -352,3 +354,97 @@ def ubm_log_likelihood(clicks: Array, attraction: Array, gamma: Array, *, ranks:
   """
   log_q, log_1mq, where = _ubm_log_q(clicks, attraction, gamma, ranks, where)
   return bernoulli_log_likelihood(clicks, log_q, log_1mq, where=where)
+
+
+LOGIT_MODELS = ("pbm", "ubm", "cascade", "dcm", "dbn", "ccm")
+
+
+def logit_bias_shapes(model: str, num_ranks: int) -> dict[str, tuple[int, ...]]:
+  """Shapes of the bias logits :func:`logit_log_probs` reads for ``model`` over ``num_ranks`` ranks.
+
+  >>> logit_bias_shapes("ubm", 3)
+  {'gamma': (3, 4)}
+  """
+  shapes = {"pbm": {"examination": (num_ranks,)}, "ubm": {"gamma": (num_ranks, num_ranks + 1)}, "cascade": {},
+            "dcm": {"continuation": (num_ranks,)}, "dbn": {"perseverance": ()}, "ccm": {"alpha": (3,)}}
+  if model not in shapes:
+    raise ValueError(f"unknown click model {model!r} (expected one of {LOGIT_MODELS})")
+  return shapes[model]
+
+
+def logit_log_probs(model: str, clicks: Array, attraction_logits: Array, bias_logits: dict, *,
+                    ranks: Optional[Array] = None, where: Optional[Array] = None,
+                    satisfaction_logits: Optional[Array] = None) -> tuple[Array, Array]:
+  r"""Log conditional click / no-click probabilities of a click model whose parameters are logits.
+
+  Every probability is :math:`\sigma` of a logit and enters only through
+  ``log_sigmoid``, so learners (a fitted click model, a relevance tower as
+  the attraction) stay in log space at any logit:
+
+  =======  ==============================  ===========================================================
+  model    ``bias_logits``                 conditional click probability
+  =======  ==============================  ===========================================================
+  pbm      ``examination[K]``              :math:`\sigma(o_{r_i})\,a_i`
+  ubm      ``gamma[K, K + 1]``             :math:`\sigma(\gamma_{r_i, l_i})\,a_i` (:func:`ubm_log_probs`)
+  cascade  none                            chain with :math:`c^0 = 1, c^1 = 0`
+  dcm      ``continuation[K]``             chain with :math:`c^0 = 1, c^1 = \sigma(\lambda_{r_i})`
+  dbn      ``perseverance[]``              chain with :math:`c^0 = \sigma(g), c^1 = \sigma(g)\,\sigma(-u_i)`
+  ccm      ``alpha[3]``                    chain with :math:`c^0 = \sigma(\alpha_1), c^1 = \sigma(\alpha_2)(1 - a_i) + \sigma(\alpha_3) a_i`
+  =======  ==============================  ===========================================================
+
+  with :math:`a_i = \sigma(s_i)` and, for the DBN, satisfaction logits
+  :math:`u_i` (:func:`chain_log_probs` for the chains). Ranks beyond a table
+  use its last entry.
+
+  Args:
+    model: one of ``pbm``, ``ubm``, ``cascade``, ``dcm``, ``dbn``, ``ccm``.
+    clicks: ``[..., L]`` 0/1 clicks, in displayed order.
+    attraction_logits: ``[..., L]`` :math:`s`.
+    bias_logits: dict of the model's logits (:func:`logit_bias_shapes`).
+    ranks: ``int[..., L]`` 0-based ranks for the tables (default ``arange(L)``).
+    where: ``bool[..., L]``.
+    satisfaction_logits: ``[..., L]`` :math:`u` (``dbn`` only).
+
+  Returns:
+    ``(log_q, log_1mq)``, each ``float32[..., L]``.
+
+  >>> log_q, _ = logit_log_probs("dcm", jnp.array([1.0, 0.0]), jnp.zeros(2), {"continuation": jnp.zeros(2)})
+  >>> print(jnp.exp(log_q))  # a = 1/2; after the click the user goes on w.p. 1/2
+  [0.5  0.25]
+  """
+  logit_bias_shapes(model, 1)  # validates the name
+  c = jnp.asarray(clicks, jnp.float32)
+  s = jnp.broadcast_to(jnp.asarray(attraction_logits, jnp.float32), c.shape)
+  where = _where(c, where)
+  if ranks is None:
+    ranks = jnp.broadcast_to(jnp.arange(c.shape[-1], dtype=jnp.int32), c.shape)
+  ranks = jnp.asarray(ranks, jnp.int32)
+  log_a, log_1ma = jax.nn.log_sigmoid(s), jax.nn.log_sigmoid(-s)
+
+  def table(name):
+    t = jnp.asarray(bias_logits[name], jnp.float32)
+    return t[jnp.clip(ranks, 0, t.shape[0] - 1)]
+
+  if model == "pbm":
+    o = table("examination")
+    # 1 - sigma(o) a = (1 - a) + a sigma(-o): positive terms, no cancellation.
+    return jax.nn.log_sigmoid(o) + log_a, jnp.logaddexp(log_1ma, log_a + jax.nn.log_sigmoid(-o))
+  if model == "ubm":
+    return ubm_log_probs(c, log_a, jax.nn.log_sigmoid(jnp.asarray(bias_logits["gamma"], jnp.float32)),
+                         ranks=ranks, where=where)
+  if model == "cascade":
+    log_c0, log_c1 = jnp.zeros_like(s), jnp.full_like(s, -jnp.inf)
+  elif model == "dcm":
+    log_c0, log_c1 = jnp.zeros_like(s), jax.nn.log_sigmoid(table("continuation"))
+  elif model == "dbn":
+    if satisfaction_logits is None:
+      raise ValueError("dbn: satisfaction_logits are required (one per item)")
+    log_gamma = jax.nn.log_sigmoid(jnp.asarray(bias_logits["perseverance"], jnp.float32))
+    log_c0 = jnp.broadcast_to(log_gamma, s.shape)
+    log_c1 = log_gamma + jax.nn.log_sigmoid(-jnp.asarray(satisfaction_logits, jnp.float32))
+  else:  # ccm
+    log_alpha = jax.nn.log_sigmoid(jnp.asarray(bias_logits["alpha"], jnp.float32))
+    log_c0 = jnp.broadcast_to(log_alpha[..., 0, None], s.shape)
+    log_c1 = jnp.logaddexp(log_alpha[..., 1, None] + log_1ma, log_alpha[..., 2, None] + log_a)
+  return chain_log_probs(c, log_a, log_1ma, log_continue_no_click=log_c0, log_continue_click=log_c1,
+                         where=where)
