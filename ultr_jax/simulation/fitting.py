@@ -131,12 +131,18 @@ def _session_args(model, params, doc_ids, where):
 
 
 def _log_likelihood_logits(model, theta, doc_ids, clicks, where):
-  """Session log-likelihoods from the logits (log space throughout: :func:`logit_log_probs`)."""
+  """Session log-likelihoods from the logits, in log space: ``log_sigmoid`` of the parameter vectors once,
+  then a gather per item (several times cheaper on CPU than ``log_sigmoid`` per item)."""
   ids = jnp.clip(jnp.asarray(doc_ids, jnp.int32), 0, theta["attraction"].shape[0] - 1)
+  log_a = jax.nn.log_sigmoid(theta["attraction"])[ids]
+  log_1ma = jax.nn.log_sigmoid(-theta["attraction"])[ids]
   bias = {k: v for k, v in theta.items() if k not in ("attraction", "satisfaction")}
-  satisfaction = theta["satisfaction"][ids] if model == "dbn" else None
-  log_q, log_1mq = lik.logit_log_probs(model, clicks, theta["attraction"][ids], bias, where=where,
-                                       satisfaction_logits=satisfaction)
+  if model == "dbn":
+    log_bias = {"perseverance": jax.nn.log_sigmoid(theta["perseverance"]),
+                "no_satisfaction": jax.nn.log_sigmoid(-theta["satisfaction"])[ids]}
+  else:
+    log_bias = lik.log_bias_from_logits(model, bias)
+  log_q, log_1mq = lik.log_probs_from_logs(model, clicks, log_a, log_1ma, log_bias, where=where)
   return lik.bernoulli_log_likelihood(clicks, log_q, log_1mq, where=where)
 
 

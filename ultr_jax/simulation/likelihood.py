@@ -32,6 +32,7 @@ from typing import Optional, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ultr_jax._numerics import log1mexp
 from ultr_jax.types import Array
@@ -42,6 +43,8 @@ __all__ = [
     "chain_conditional_click_prob",
     "chain_log_likelihood",
     "chain_log_probs",
+    "log_bias_from_logits",
+    "log_probs_from_logs",
     "logit_bias_shapes",
     "logit_log_probs",
     "ubm_conditional_click_prob",
@@ -372,6 +375,96 @@ def logit_bias_shapes(model: str, num_ranks: int) -> dict[str, tuple[int, ...]]:
   return shapes[model]
 
 
+def log_probs_from_logs(model: str, clicks: Array, log_attraction: Array, log_no_attraction: Array,
+                        log_bias: dict, *, ranks: Optional[Array] = None,
+                        where: Optional[Array] = None) -> tuple[Array, Array]:
+  r"""Log conditional click / no-click probabilities of any session click model from log-probabilities.
+
+  The one switch over the models behind :func:`logit_log_probs` (and the
+  click-model fits, which take ``log_sigmoid`` of their parameter vectors once
+  and gather the results per item; on CPU that is several times faster than
+  transcendentals per item). ``log_bias`` holds log-probabilities:
+
+  =======  =============================================================================
+  model    ``log_bias``
+  =======  =============================================================================
+  pbm      ``examination[K]`` :math:`\log o`
+  ubm      ``gamma[K, K + 1]`` :math:`\log\gamma`
+  cascade  none
+  dcm      ``continuation[K]`` :math:`\log\lambda`
+  dbn      ``perseverance[]`` :math:`\log\gamma`, ``no_satisfaction[..., L]`` :math:`\log(1 - \sigma_i)` per item
+  ccm      ``alpha[3]`` :math:`\log\alpha`
+  =======  =============================================================================
+
+  Tables are indexed by ``ranks`` (default: the item index; ranks beyond a
+  table use its last entry).
+
+  Args:
+    model: one of ``pbm``, ``ubm``, ``cascade``, ``dcm``, ``dbn``, ``ccm``.
+    clicks: ``[..., L]`` 0/1 clicks, in displayed order.
+    log_attraction, log_no_attraction: ``[..., L]`` :math:`\log a`, :math:`\log(1 - a)`.
+    log_bias: dict as above.
+    ranks: ``int[..., L]``.
+    where: ``bool[..., L]``.
+
+  Returns:
+    ``(log_q, log_1mq)``, each ``float32[..., L]``.
+
+  >>> half = jnp.log(jnp.full(2, 0.5))
+  >>> log_q, _ = log_probs_from_logs("dcm", jnp.array([1.0, 0.0]), half, half, {"continuation": half})
+  >>> print(jnp.exp(log_q))
+  [0.5  0.25]
+  """
+  logit_bias_shapes(model, 1)  # validates the name
+  c = jnp.asarray(clicks, jnp.float32)
+  log_a = jnp.broadcast_to(jnp.asarray(log_attraction, jnp.float32), c.shape)
+  log_1ma = jnp.broadcast_to(jnp.asarray(log_no_attraction, jnp.float32), c.shape)
+  where = _where(c, where)
+  length = c.shape[-1]
+
+  def table(name):
+    t = jnp.asarray(log_bias[name], jnp.float32)
+    if ranks is None:  # rank = item index: a static slice (a gather's gradient is a slow scatter on CPU)
+      idx = np.minimum(np.arange(length), t.shape[0] - 1)
+      return jnp.broadcast_to(t[idx] if t.shape[0] < length else t[:length], c.shape)
+    return t[jnp.clip(jnp.asarray(ranks, jnp.int32), 0, t.shape[0] - 1)]
+
+  if model == "pbm":
+    log_q = table("examination") + log_a
+    return log_q, log1mexp(log_q)
+  if model == "ubm":
+    return ubm_log_probs(c, log_a, log_bias["gamma"], ranks=ranks, where=where)
+  if model == "cascade":
+    log_c0, log_c1 = jnp.zeros_like(log_a), jnp.full_like(log_a, -jnp.inf)
+  elif model == "dcm":
+    log_c0, log_c1 = jnp.zeros_like(log_a), table("continuation")
+  elif model == "dbn":
+    log_gamma = jnp.asarray(log_bias["perseverance"], jnp.float32)
+    log_c0 = jnp.broadcast_to(log_gamma, c.shape)
+    log_c1 = log_gamma + jnp.asarray(log_bias["no_satisfaction"], jnp.float32)
+  else:  # ccm
+    log_alpha = jnp.asarray(log_bias["alpha"], jnp.float32)
+    log_c0 = jnp.broadcast_to(log_alpha[..., 0, None], c.shape)
+    log_c1 = jnp.logaddexp(log_alpha[..., 1, None] + log_1ma, log_alpha[..., 2, None] + log_a)
+  return chain_log_probs(c, log_a, log_1ma, log_continue_no_click=log_c0, log_continue_click=log_c1,
+                         where=where)
+
+
+def log_bias_from_logits(model: str, bias_logits: dict, *, satisfaction_logits: Optional[Array] = None) -> dict:
+  """The ``log_bias`` of :func:`log_probs_from_logs` from the bias logits (``log_sigmoid`` of each).
+
+  >>> print(log_bias_from_logits("dcm", {"continuation": jnp.zeros(2)})["continuation"])
+  [-0.6931472 -0.6931472]
+  """
+  logit_bias_shapes(model, 1)
+  if model == "dbn":
+    if satisfaction_logits is None:
+      raise ValueError("dbn: satisfaction_logits are required (one per item)")
+    return {"perseverance": jax.nn.log_sigmoid(jnp.asarray(bias_logits["perseverance"], jnp.float32)),
+            "no_satisfaction": jax.nn.log_sigmoid(-jnp.asarray(satisfaction_logits, jnp.float32))}
+  return {k: jax.nn.log_sigmoid(jnp.asarray(v, jnp.float32)) for k, v in bias_logits.items()}
+
+
 def logit_log_probs(model: str, clicks: Array, attraction_logits: Array, bias_logits: dict, *,
                     ranks: Optional[Array] = None, where: Optional[Array] = None,
                     satisfaction_logits: Optional[Array] = None) -> tuple[Array, Array]:
@@ -393,8 +486,8 @@ def logit_log_probs(model: str, clicks: Array, attraction_logits: Array, bias_lo
   =======  ==============================  ===========================================================
 
   with :math:`a_i = \sigma(s_i)` and, for the DBN, satisfaction logits
-  :math:`u_i` (:func:`chain_log_probs` for the chains). Ranks beyond a table
-  use its last entry.
+  :math:`u_i` (:func:`chain_log_probs` for the chains;
+  :func:`log_probs_from_logs` does the work).
 
   Args:
     model: one of ``pbm``, ``ubm``, ``cascade``, ``dcm``, ``dbn``, ``ccm``.
@@ -412,39 +505,7 @@ def logit_log_probs(model: str, clicks: Array, attraction_logits: Array, bias_lo
   >>> print(jnp.exp(log_q))  # a = 1/2; after the click the user goes on w.p. 1/2
   [0.5  0.25]
   """
-  logit_bias_shapes(model, 1)  # validates the name
-  c = jnp.asarray(clicks, jnp.float32)
-  s = jnp.broadcast_to(jnp.asarray(attraction_logits, jnp.float32), c.shape)
-  where = _where(c, where)
-  if ranks is None:
-    ranks = jnp.broadcast_to(jnp.arange(c.shape[-1], dtype=jnp.int32), c.shape)
-  ranks = jnp.asarray(ranks, jnp.int32)
-  log_a, log_1ma = jax.nn.log_sigmoid(s), jax.nn.log_sigmoid(-s)
-
-  def table(name):
-    t = jnp.asarray(bias_logits[name], jnp.float32)
-    return t[jnp.clip(ranks, 0, t.shape[0] - 1)]
-
-  if model == "pbm":
-    o = table("examination")
-    # 1 - sigma(o) a = (1 - a) + a sigma(-o): positive terms, no cancellation.
-    return jax.nn.log_sigmoid(o) + log_a, jnp.logaddexp(log_1ma, log_a + jax.nn.log_sigmoid(-o))
-  if model == "ubm":
-    return ubm_log_probs(c, log_a, jax.nn.log_sigmoid(jnp.asarray(bias_logits["gamma"], jnp.float32)),
-                         ranks=ranks, where=where)
-  if model == "cascade":
-    log_c0, log_c1 = jnp.zeros_like(s), jnp.full_like(s, -jnp.inf)
-  elif model == "dcm":
-    log_c0, log_c1 = jnp.zeros_like(s), jax.nn.log_sigmoid(table("continuation"))
-  elif model == "dbn":
-    if satisfaction_logits is None:
-      raise ValueError("dbn: satisfaction_logits are required (one per item)")
-    log_gamma = jax.nn.log_sigmoid(jnp.asarray(bias_logits["perseverance"], jnp.float32))
-    log_c0 = jnp.broadcast_to(log_gamma, s.shape)
-    log_c1 = log_gamma + jax.nn.log_sigmoid(-jnp.asarray(satisfaction_logits, jnp.float32))
-  else:  # ccm
-    log_alpha = jax.nn.log_sigmoid(jnp.asarray(bias_logits["alpha"], jnp.float32))
-    log_c0 = jnp.broadcast_to(log_alpha[..., 0, None], s.shape)
-    log_c1 = jnp.logaddexp(log_alpha[..., 1, None] + log_1ma, log_alpha[..., 2, None] + log_a)
-  return chain_log_probs(c, log_a, log_1ma, log_continue_no_click=log_c0, log_continue_click=log_c1,
-                         where=where)
+  s = jnp.asarray(attraction_logits, jnp.float32)
+  log_bias = log_bias_from_logits(model, bias_logits, satisfaction_logits=satisfaction_logits)
+  return log_probs_from_logs(model, clicks, jax.nn.log_sigmoid(s), jax.nn.log_sigmoid(-s), log_bias,
+                             ranks=ranks, where=where)
