@@ -34,7 +34,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ultr_jax._numerics import log1mexp
 from ultr_jax.types import Array
 
 __all__ = [
@@ -53,6 +52,15 @@ __all__ = [
 ]
 
 CHAIN_MODELS = ("cascade", "dcm", "dbn", "ccm")
+
+
+def _log1mexp(x: Array) -> Array:
+  r""":math:`\log(1 - e^x)`, :math:`x \le 0` (the callers' log-probabilities are sums of log-probabilities,
+  clamped at 0 where rounding could cross it), as ``log(-expm1(x))``: exact near 0 (a click probability
+  near 1, where ``log1p(-exp(x))`` cancels); below about -17 it gives 0 for :math:`-e^x`, an absolute
+  error under 5e-8 per term of a log-likelihood. One branch: a click-model fit's objective at 48k
+  sessions takes 2.2-3.0 ms on CPU, against 7.0 ms with the two-branch ``ultr_jax._numerics.log1mexp``."""
+  return jnp.log(-jnp.expm1(x))
 
 
 def _where(x: Array, where: Optional[Array]) -> Array:
@@ -180,12 +188,12 @@ def chain_log_probs(clicks: Array, log_attraction: Array, log_no_attraction: Arr
   def step(log_e, x):
     c_i, la, l1a, lc0, lc1, w_i = x
     log_q = log_e + la
-    log_1mq = log1mexp(log_q)
+    log_1mq = _log1mexp(log_q)
     # The posterior examination of the next item: c1 after a click (the click
     # proves examination), else c0 * P(E_i = 1 | no click) = c0 e (1 - a) / (1 - e a).
     after_skip = lc0 + log_e + l1a - log_1mq
     after_skip = jnp.where(jnp.isneginf(log_e) | jnp.isneginf(l1a), -jnp.inf, after_skip)
-    nxt = jnp.where(c_i > 0.5, lc1, after_skip)
+    nxt = jnp.minimum(jnp.where(c_i > 0.5, lc1, after_skip), 0.0)  # a probability: rounding stays <= 0
     return jnp.where(w_i, nxt, log_e), (log_q, log_1mq)
 
   move = lambda x: jnp.moveaxis(x, -1, 0)
@@ -298,7 +306,7 @@ def ubm_log_probs(clicks: Array, log_attraction: Array, log_gamma: Array, *, ran
   state = jnp.concatenate([jnp.zeros_like(state[..., :1]), state[..., :-1]], axis=-1)
   k, s = log_gamma.shape
   log_q = log_gamma[jnp.clip(ranks, 0, k - 1), jnp.clip(state, 0, s - 1)] + log_a
-  return log_q, log1mexp(log_q)
+  return log_q, _log1mexp(log_q)
 
 
 def _ubm_log_q(clicks, attraction, gamma, ranks, where):
@@ -431,7 +439,7 @@ def log_probs_from_logs(model: str, clicks: Array, log_attraction: Array, log_no
 
   if model == "pbm":
     log_q = table("examination") + log_a
-    return log_q, log1mexp(log_q)
+    return log_q, _log1mexp(log_q)
   if model == "ubm":
     return ubm_log_probs(c, log_a, log_bias["gamma"], ranks=ranks, where=where)
   if model == "cascade":
