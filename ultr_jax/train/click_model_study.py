@@ -28,7 +28,7 @@ import numpy as np
 
 from ultr_jax import data as data_lib
 from ultr_jax import simulation as sim
-from ultr_jax.train.results import atomic_write_text, markdown_table, summarize, write_results
+from ultr_jax.train.results import markdown_table, summarize, write_results
 
 __all__ = ["default_click_model_config", "simulate_study_logs", "fit_and_score", "run_click_model_study"]
 

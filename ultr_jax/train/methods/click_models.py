@@ -82,14 +82,13 @@ def _factory(model: str):
         return jax.nn.log_sigmoid(attraction) + jax.nn.log_sigmoid(satisfaction)
       return attraction
 
-    propensities = None
-    if model in ("pbm", "ubm"):
-      def propensities(params, extra):
-        logits = params["bias"]["examination"] if model == "pbm" else params["bias"]["gamma"][:, 0]
-        log_p = jax.nn.log_sigmoid(logits)
-        return jnp.exp(log_p - log_p[..., :1])
+    def propensities(params, extra):
+      logits = params["bias"]["examination"] if model == "pbm" else params["bias"]["gamma"][:, 0]
+      log_p = jax.nn.log_sigmoid(logits)
+      return jnp.exp(log_p - log_p[..., :1])
 
-    return Method(name=f"click_model_{model}", init=init, loss=loss, score=score, propensities=propensities)
+    return Method(name=f"click_model_{model}", init=init, loss=loss, score=score,
+                  propensities=propensities if model in ("pbm", "ubm") else None)
 
   factory.__doc__ = f"Relevance tower as the attraction of a {model.upper()} click model (session likelihood)."
   return factory
