@@ -32,6 +32,7 @@ last and skipped); every term is computed from ``log_sigmoid`` of the logits
 from typing import Callable, Optional
 
 import jax.numpy as jnp
+import rax
 
 from ultr_jax.simulation import likelihood as lik
 from ultr_jax.types import Array
@@ -121,11 +122,7 @@ def click_model_loss(scores: Array, clicks: Array, *, model: str, bias: dict, wh
   """
   ll = click_model_log_likelihood_from_logits(scores, clicks, model=model, bias=bias, where=where,
                                               positions=positions, satisfaction_scores=satisfaction_scores)
-  if reduce_fn is None:
-    return -ll
   s = jnp.asarray(scores)
   valid = jnp.ones(s.shape[:-1], bool) if where is None else jnp.any(
       jnp.broadcast_to(jnp.asarray(where, bool), s.shape), axis=-1)
-  if reduce_fn is jnp.mean:
-    return -jnp.sum(jnp.where(valid, ll, 0.0)) / jnp.maximum(jnp.sum(valid), 1)
-  return reduce_fn(jnp.where(valid, -ll, 0.0))
+  return rax.utils.safe_reduce(-ll, where=valid, reduce_fn=reduce_fn)

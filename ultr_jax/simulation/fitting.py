@@ -109,7 +109,7 @@ def init_click_model(model: str, *, num_docs: int, list_size: int) -> dict:
   return {k: jnp.zeros(s, jnp.float32) for k, s in sorted(shapes.items())}
 
 
-def _session_args(model, params, doc_ids, where):
+def _session_args(model, params, doc_ids):
   """Per-item probabilities of the sessions, ``[S, L]`` in displayed order."""
   ids = jnp.clip(jnp.asarray(doc_ids, jnp.int32), 0, params["attraction"].shape[0] - 1)
   a = params["attraction"][ids]
@@ -197,7 +197,7 @@ def click_model_predict(model: str, params: dict, doc_ids: Array, clicks: Array,
   [0.5 0. ] [0.5  0.25]
   """
   _check_model(model)
-  a, extra = _session_args(model, params, doc_ids, where)
+  a, extra = _session_args(model, params, doc_ids)
   w = jnp.ones(a.shape, bool) if where is None else jnp.broadcast_to(jnp.asarray(where, bool), a.shape)
   if model == "pbm":
     cond = marginal = a * extra["examination"]
