@@ -23,7 +23,7 @@ FILES = sorted((ROOT / "expected_metrics").glob("*.json"))
 REQUIRED = ("baselines_default", "baselines_smoke", "identifiability_default", "identifiability_smoke",
             "lbd_default", "lbd_smoke",
             "cld_default", "cld_smoke", "sif_default", "sif_smoke", "report_default", "report_smoke",
-            "click_models_default", "click_models_smoke")
+            "click_models_default", "click_models_smoke", "online_default", "online_smoke")
 
 
 def _nested(metrics: dict) -> dict:

@@ -47,6 +47,24 @@ def _rem_frozen(s0, a0, clicks, where):
   return lambda s, a: rax.pointwise_sigmoid_loss(s, target, where=where)
 
 
+def _positions(aux, where):
+  """A displayed ranking from the aux scores (masked items last), for the online losses."""
+  return rax.utils.ranks(aux, where=where) - 1
+
+
+def _pdgd_frozen(s0, a0, clicks, where):
+  positions = _positions(a0, where)
+  w = losses.pdgd_pair_weights(s0, clicks, positions=positions, where=where)
+  order = jnp.argsort(positions, axis=-1)
+
+  def fn(s, a):
+    d = jnp.take_along_axis(s, order, axis=-1)
+    per_list = -jnp.sum(w * jax.nn.sigmoid(d[..., :, None] - d[..., None, :]), axis=(-2, -1))
+    return rax.utils.safe_reduce(per_list, where=jnp.any(where, axis=-1), reduce_fn=jnp.mean)
+
+  return fn
+
+
 CASES = [
     Case("naive_sigmoid", lambda s, c, a, **kw: losses.naive_sigmoid_loss(s, c, **kw), "prob"),
     Case("naive_softmax", lambda s, c, a, **kw: losses.naive_softmax_loss(s, c, **kw), "prob"),
@@ -71,6 +89,9 @@ CASES = [
         s, c * a, propensities=jnp.sqrt(a), weights=1.0 + c, **kw), "prob"),
     Case("paird", lambda s, c, a, **kw: losses.pairwise_debiasing_loss(s, c, t_plus=a, t_minus=jnp.sqrt(a),
                                                                        **kw), "prob"),
+    # Online: the displayed ranking is the order of aux; the swap weights are held constant.
+    Case("pdgd", lambda s, c, a, *, where, **kw: losses.pdgd_loss(s, c, positions=_positions(a, where), where=where,
+                                                                  **kw), "logit", frozen=_pdgd_frozen),
 ]
 IDS = [c.name for c in CASES]
 

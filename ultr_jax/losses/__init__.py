@@ -87,3 +87,7 @@ from ultr_jax.losses.click_model import (  # noqa: E402
 
 __all__ += ["CLICK_MODEL_LOSSES", "click_model_bias_shapes", "click_model_log_likelihood_from_logits",
             "click_model_loss"]
+
+from ultr_jax.losses.pdgd import pdgd_loss, pdgd_pair_weights  # noqa: E402
+
+__all__ += ["pdgd_loss", "pdgd_pair_weights"]

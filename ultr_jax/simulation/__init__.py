@@ -10,6 +10,8 @@
   observed sessions (conditional click probabilities, session log-likelihood);
 * :mod:`~ultr_jax.simulation.fitting`: click models fitted to session logs
   (L-BFGS on that likelihood) and scored by held-out perplexity;
+* :mod:`~ultr_jax.simulation.interleaving`: Plackett-Luce ranking samples
+  and team-draft multileaving for online learning to rank;
 * :mod:`~ultr_jax.simulation.logging_policy`: the ULTRA protocol's production
   ranker (trained on 1% of labelled queries) and the host-side reordering.
 """
@@ -55,6 +57,12 @@ from ultr_jax.simulation.likelihood import (
     ubm_conditional_click_prob,
     ubm_log_likelihood,
     ubm_log_probs,
+)
+from ultr_jax.simulation.interleaving import (
+    multileave_credit,
+    plackett_luce_log_prob,
+    plackett_luce_sample,
+    team_draft_multileave,
 )
 from ultr_jax.simulation.logging_policy import (
     apply_logging_policy,
@@ -105,6 +113,10 @@ __all__ = [
     "IDENTIFIABILITY_CONTEXT_W",
     "ULTRA_EXAM_TABLE",
     "apply_logging_policy",
+    "multileave_credit",
+    "plackett_luce_log_prob",
+    "plackett_luce_sample",
+    "team_draft_multileave",
     "bernoulli_log_likelihood",
     "chain_conditional_click_prob",
     "chain_continuations",

@@ -16,6 +16,13 @@ from ultr_jax.train.loop import (
     make_optimizer,
 )
 from ultr_jax.train.method import Method
+from ultr_jax.train.online import (
+    ONLINE_CLICK_MODELS,
+    ONLINE_METHODS,
+    default_online_config,
+    online_click_model,
+    online_learning,
+)
 from ultr_jax.train.methods import available_methods, get_method, register
 from ultr_jax.train.results import atomic_write_text, markdown_table, summarize, summarize_metrics, write_results
 from ultr_jax.train.sharding import make_mesh, maybe_initialize_distributed
@@ -25,8 +32,11 @@ __all__ = [
     "DEFAULT_CUTOFFS",
     "FitResult",
     "Method",
+    "ONLINE_CLICK_MODELS",
+    "ONLINE_METHODS",
     "atomic_write_text",
     "available_methods",
+    "default_online_config",
     "default_train_config",
     "enable_compilation_cache",
     "evaluate",
@@ -36,6 +46,8 @@ __all__ = [
     "make_optimizer",
     "markdown_table",
     "maybe_initialize_distributed",
+    "online_click_model",
+    "online_learning",
     "register",
     "summarize",
     "summarize_metrics",

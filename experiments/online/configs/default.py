@@ -1,0 +1,35 @@
+r"""Online LTR study config: ``get_config()`` (the default) or ``get_config("smoke")``.
+
+  python experiments/online/main.py --config=experiments/online/configs/default.py --workdir=/tmp/online
+  # seconds-long variant used by the tests:
+  python experiments/online/main.py --config=experiments/online/configs/default.py:smoke \
+      --workdir=/tmp/online_smoke
+  # a neural ranker:
+  ... --config.ranker=mlp --config.zero_init=False
+
+The default is the PDGD paper's protocol (Oosterhuis & de Rijke, CIKM'18) on the synthetic default
+data: 1000 training queries of 20 candidates, the top 10 shown, 10,000 impressions, linear rankers
+from w = 0, five seeds; PDGD (learning rate 0.1), DBGD (unit 1, step 0.01) and MGD (9 candidates)
+under the perfect, navigational and informational cascade users.
+"""
+
+from ultr_jax.train.online import default_online_config
+
+
+def get_config(arg: str = ""):
+  config = default_online_config()
+  if arg == "smoke":
+    config.num_seeds = 2
+    config.data.num_train = 50
+    config.data.num_test = 20
+    config.data.list_size = 8
+    config.data.num_features = 6
+    config.top_k = 5
+    config.click_models = ("perfect", "informational")
+    config.num_impressions = 300
+    config.eval_every = 100
+    config.mgd.num_candidates = 3
+    config.full_info.steps = 100
+  elif arg:
+    raise ValueError(f"unknown config variant {arg!r} (expected '' or 'smoke')")
+  return config

@@ -1,0 +1,315 @@
+"""Online LTR: Plackett-Luce sampling, team-draft multileaving, the PDGD loss, the online learners and binary."""
+
+import importlib.util
+import itertools
+import json
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ultr_jax import losses, simulation as sim
+from ultr_jax.data import make_synthetic
+from ultr_jax.testing import assert_matches_expected
+from ultr_jax.train import ONLINE_CLICK_MODELS, ONLINE_METHODS, default_online_config, online_click_model, online_learning
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "experiments" / "online" / "configs" / "default.py"
+
+
+# ----------------------------------------------------------------------------
+# NumPy references.
+
+
+def np_pl_log_prob(scores, order):
+  """log P(order) under Plackett-Luce, ``order`` = item indices top-down (valid items only)."""
+  s = np.asarray(scores, np.float64)[list(order)]
+  return float(sum(s[t] - np.log(np.exp(s[t:]).sum()) for t in range(len(s))))
+
+
+def np_pdgd_weights(scores, clicks, positions, where, top_k):
+  """PDGD's pair weights by swapping items and re-scoring the whole ranking (display slots [K, K])."""
+  valid_items = [i for i in np.argsort(positions, kind="stable") if where[i]]
+  k = min(top_k, len(scores))
+  shown = valid_items[:k]
+  c = [clicks[i] for i in shown]
+  last = max([t for t, v in enumerate(c) if v > 0], default=-1)
+  base = np_pl_log_prob(scores, valid_items)
+  out = np.zeros((k, k))
+  for a, b in itertools.product(range(len(shown)), repeat=2):
+    if a <= last + 1 and b <= last + 1 and c[a] > 0 and c[b] == 0:
+      swapped = list(valid_items)
+      swapped[a], swapped[b] = swapped[b], swapped[a]
+      other = np_pl_log_prob(scores, swapped)
+      out[a, b] = np.exp(other) / (np.exp(base) + np.exp(other))
+  return out
+
+
+def _case(seed, size=7, num_valid=6, num_clicks=2):
+  rng = np.random.default_rng(seed)
+  scores = (2.0 * rng.standard_normal(size)).astype(np.float32)
+  where = np.arange(size) < num_valid
+  positions = np.asarray(sim.plackett_luce_sample(jax.random.key(seed), scores, where=where))
+  clicks = np.zeros(size, np.float32)
+  shown = np.argsort(positions)[:num_valid]
+  clicks[rng.choice(shown[:5], num_clicks, replace=False)] = 1.0
+  return scores, clicks, positions, where
+
+
+# ----------------------------------------------------------------------------
+# Plackett-Luce.
+
+
+def test_plackett_luce_probabilities_sum_to_one_and_match_numpy():
+  scores = jnp.array([0.3, -1.0, 2.0, 0.5])
+  total, total_top2 = 0.0, 0.0
+  for perm in itertools.permutations(range(4)):
+    positions = jnp.asarray(np.argsort(perm))
+    lp = float(sim.plackett_luce_log_prob(scores, positions))
+    assert lp == pytest.approx(np_pl_log_prob(scores, perm), abs=1e-5)
+    total += np.exp(lp)
+  for a, b in itertools.permutations(range(4), 2):  # the top 2 as a partial ranking
+    rest = [i for i in range(4) if i not in (a, b)]
+    positions = jnp.asarray(np.argsort([a, b, *rest]))
+    total_top2 += float(jnp.exp(sim.plackett_luce_log_prob(scores, positions, top_k=2)))
+  assert total == pytest.approx(1.0, abs=1e-5) and total_top2 == pytest.approx(1.0, abs=1e-5)
+
+
+def test_plackett_luce_sample_follows_its_distribution_and_puts_masked_items_last():
+  scores = jnp.array([1.0, 0.0, -0.5, 3.0])
+  where = jnp.array([True, True, True, False])
+  positions = np.asarray(jax.vmap(lambda k: sim.plackett_luce_sample(k, scores, where=where))(
+      jax.random.split(jax.random.key(0), 40000)))
+  assert (positions[:, 3] == 3).all()
+  assert (np.sort(positions, axis=1) == np.arange(4)).all()
+  for perm in itertools.permutations(range(3)):
+    freq = np.mean(np.all(positions[:, list(perm)] == np.arange(3), axis=1))
+    assert freq == pytest.approx(np.exp(np_pl_log_prob(scores[:3], perm)), abs=0.01)
+
+
+# ----------------------------------------------------------------------------
+# Team-draft multileaving.
+
+
+def _replay_ok(scores, where, positions, teams):
+  """Every team placed its best item not yet shown, and the teams took turns in rounds."""
+  n = scores.shape[0]
+  shown = [i for i in np.argsort(positions, kind="stable") if where[i]]
+  assert sorted(positions.tolist()) == list(range(len(where)))
+  assert (teams[~where] == -1).all() and (teams[where] >= 0).all()
+  assert all(positions[i] >= where.sum() for i in np.flatnonzero(~where))
+  taken = set()
+  for slot, item in enumerate(shown):
+    team = teams[item]
+    counts = np.bincount(teams[shown[:slot]], minlength=n) if slot else np.zeros(n, int)
+    assert counts[team] == counts.min()  # nobody picks twice before everyone has picked once
+    ranked = [i for i in np.argsort(-scores[team], kind="stable") if where[i] and i not in taken]
+    assert item == ranked[0]
+    taken.add(item)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_team_draft_multileave_invariants(n):
+  rng = np.random.default_rng(n)
+  scores = rng.standard_normal((6, n, 9)).astype(np.float32)
+  where = np.arange(9)[None, :] < rng.integers(1, 10, size=(6, 1))
+  positions, teams = sim.team_draft_multileave(jax.random.key(n), scores, where=where)
+  for q in range(6):
+    _replay_ok(scores[q], where[q], np.asarray(positions[q]), np.asarray(teams[q]))
+
+
+def test_team_draft_interleaving_is_fair_and_identical_rankings_pass_through():
+  scores = jnp.array([[3.0, 2.0, 1.0, 0.0], [0.0, 1.0, 2.0, 3.0]])
+  keys = jax.random.split(jax.random.key(1), 4000)
+  positions, teams = jax.vmap(lambda k: sim.team_draft_multileave(k, scores))(keys)
+  first_team = np.asarray(teams)[np.arange(4000), np.argmin(np.asarray(positions), axis=1)]
+  assert np.mean(first_team == 0) == pytest.approx(0.5, abs=0.03)
+  same = jnp.stack([jnp.array([0.1, 0.9, 0.5, 0.3])] * 3)
+  positions, _ = sim.team_draft_multileave(jax.random.key(0), same)
+  assert positions.tolist() == [3, 0, 1, 2]
+
+
+def test_multileave_credit_counts_each_teams_clicks():
+  clicks = jnp.array([[1.0, 1.0, 0.0, 1.0], [0.0, 1.0, 1.0, 1.0]])
+  teams = jnp.array([[0, 2, 1, 2], [1, 1, 0, -1]])
+  where = jnp.array([[True] * 4, [True, True, True, False]])
+  credit = sim.multileave_credit(clicks, teams, num_teams=3, where=where)
+  assert credit.tolist() == [[1.0, 0.0, 2.0], [1.0, 1.0, 0.0]]
+
+
+# ----------------------------------------------------------------------------
+# The PDGD loss.
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pdgd_pair_weights_equal_swapped_ranking_probabilities(seed):
+  scores, clicks, positions, where = _case(seed)
+  got = np.asarray(losses.pdgd_pair_weights(scores, clicks, positions=positions, where=where, top_k=5))
+  np.testing.assert_allclose(got, np_pdgd_weights(scores, clicks, positions, where, 5), atol=1e-5)
+
+
+def test_pdgd_gradient_is_the_papers_estimate():
+  scores, clicks, positions, where = _case(7)
+  grad = np.asarray(jax.grad(lambda s: losses.pdgd_loss(s, clicks, positions=positions, where=where, top_k=5))(
+      jnp.asarray(scores)))
+  w = np_pdgd_weights(scores, clicks, positions, where, 5)
+  order = [i for i in np.argsort(positions, kind="stable")][:5]
+  expected = np.zeros(len(scores))
+  for a, b in itertools.product(range(5), repeat=2):
+    if w[a, b] > 0:
+      i, j = order[a], order[b]
+      p = 1.0 / (1.0 + np.exp(-(scores[i] - scores[j])))
+      expected[i] += w[a, b] * p * (1 - p)  # ascent on rho * P(d_i > d_j): the loss is its negative
+      expected[j] -= w[a, b] * p * (1 - p)
+  np.testing.assert_allclose(-grad, expected, atol=1e-6)
+  assert (grad[~where] == 0).all() and (grad[np.argsort(positions)[5:]] == 0).all()  # not shown: no gradient
+
+
+def test_pdgd_mask_equals_truncation_and_vmap_equals_loop():
+  scores, clicks, positions, where = _case(3, size=6, num_valid=6)
+  base = losses.pdgd_loss(scores, clicks, positions=positions, top_k=4)
+  padded = losses.pdgd_loss(np.r_[scores, 50.0, -7.0], np.r_[clicks, 1.0, 1.0], positions=np.r_[positions, 6, 7],
+                            where=np.r_[np.ones(6, bool), False, False], top_k=4)
+  np.testing.assert_allclose(padded, base, rtol=1e-6)
+  cases = [_case(s) for s in range(5)]
+  stacked = [np.stack(x) for x in zip(*cases)]
+  batch = losses.pdgd_loss(stacked[0], stacked[1], positions=stacked[2], where=stacked[3], top_k=5, reduce_fn=None)
+  loop = [losses.pdgd_loss(s, c, positions=p, where=w, top_k=5, reduce_fn=None) for s, c, p, w in cases]
+  np.testing.assert_allclose(batch, loop, rtol=1e-6)
+  mean = losses.pdgd_loss(stacked[0], stacked[1], positions=stacked[2], where=stacked[3], top_k=5)
+  np.testing.assert_allclose(mean, np.mean(loop), rtol=1e-6)
+
+
+def test_pdgd_no_clicks_or_all_masked_gives_zero_finite_gradients_and_compiles_once():
+  scores = jnp.array([1.0, -2.0, 0.5, 0.0])
+  positions = jnp.array([2, 0, 1, 3])
+  for clicks, where in ((jnp.zeros(4), jnp.ones(4, bool)), (jnp.ones(4), jnp.zeros(4, bool))):
+    loss, grad = jax.value_and_grad(lambda s: losses.pdgd_loss(s, clicks, positions=positions, where=where))(scores)
+    assert float(loss) == 0.0 and np.all(np.asarray(grad) == 0.0)
+  traces = []
+
+  @jax.jit
+  def f(s, c, p):
+    traces.append(1)
+    return losses.pdgd_loss(s, c, positions=p, top_k=3)
+
+  for seed in range(3):
+    s, c, p, _ = _case(seed, size=6, num_valid=6)
+    assert np.isfinite(float(f(s, c, p)))
+  assert len(traces) == 1
+
+
+def test_pdgd_is_stable_for_large_score_gaps():
+  scores = jnp.array([80.0, -80.0, 0.0, 40.0, -40.0])
+  clicks = jnp.array([0.0, 1.0, 0.0, 0.0, 0.0])
+  w = losses.pdgd_pair_weights(scores, clicks, positions=jnp.arange(5))
+  grad = jax.grad(lambda s: losses.pdgd_loss(s, clicks, positions=jnp.arange(5)))(scores)
+  assert np.isfinite(np.asarray(w)).all() and np.isfinite(np.asarray(grad)).all()
+  # Swapping the score-80 item below the score -80 one: rho = sigma(-40) ~ 4e-18, still exact in log space.
+  ref = np_pdgd_weights(np.asarray(scores), np.asarray(clicks), np.arange(5), np.ones(5, bool), 5)
+  np.testing.assert_allclose(np.asarray(w), ref, rtol=1e-4)
+  assert 1e-18 < float(w[1, 0]) < 1e-17
+
+
+# ----------------------------------------------------------------------------
+# Users and learners.
+
+
+def test_online_click_models_follow_their_tables():
+  click, stop = (np.asarray(v) for v in ONLINE_CLICK_MODELS["navigational"])
+  fn = online_click_model("navigational", top_k=3)
+  labels = jnp.array([4.0, 4.0, 0.0, 4.0])
+  clicks = np.asarray(jax.vmap(lambda k: fn(k, labels, positions=jnp.arange(4), where=jnp.ones(4, bool)))(
+      jax.random.split(jax.random.key(0), 40000)))
+  p1 = click[4] * (1 - click[4] * stop[4])  # the second item is seen unless the first was clicked and satisfied
+  assert clicks[:, 0].mean() == pytest.approx(click[4], abs=0.01)
+  assert clicks[:, 1].mean() == pytest.approx(p1, abs=0.01)
+  assert (clicks[:, 3] == 0).all()  # below the top 3: never shown
+  with pytest.raises(ValueError, match="unknown online click model"):
+    online_click_model("nope")
+
+
+@pytest.fixture(scope="module")
+def small_data():
+  return make_synthetic(num_train=40, num_valid=1, num_test=20, list_size=8, num_features=6, seed=0)
+
+
+def _small_config(**overrides):
+  c = default_online_config()
+  c.num_impressions, c.eval_every, c.top_k = 400, 200, 5
+  c.mgd.num_candidates = 3
+  for k, v in overrides.items():
+    setattr(c, k, v)
+  return c
+
+
+@pytest.mark.parametrize("method", ONLINE_METHODS)
+def test_online_learner_vmap_over_seeds_equals_one_run_per_seed_and_zero_step_stays_put(method, small_data):
+  c = _small_config()
+  both = online_learning(method, small_data.train, small_data.test, click_model="perfect", config=c, seeds=(0, 1))
+  for i, seed in enumerate((0, 1)):
+    one = online_learning(method, small_data.train, small_data.test, click_model="perfect", config=c, seeds=(seed,))
+    np.testing.assert_allclose(one["curve"][0], both["curve"][i], atol=1e-6)
+  assert both["curve"].shape == (2, 3) and both["impressions"].tolist() == [0, 200, 400]
+  frozen = _small_config()
+  frozen[method].learning_rate = 0.0
+  still = online_learning(method, small_data.train, small_data.test, click_model="perfect", config=frozen, seeds=(0,))
+  assert np.all(still["curve"] == still["curve"][0, 0])  # no step: the ranker never moves
+  assert (both["curve"][:, 0] == still["curve"][0, 0]).all()  # w = 0 to start
+
+
+def test_pdgd_learns_from_perfect_clicks(small_data):
+  out = online_learning("pdgd", small_data.train, small_data.test, click_model="perfect", config=_small_config(),
+                        seeds=(0, 1, 2))
+  assert (out["curve"][:, -1] > out["curve"][:, 0] + 0.1).all()
+
+
+def test_online_config_errors():
+  with pytest.raises(ValueError, match="multiple of config.eval_every"):
+    online_learning("pdgd", None, None, click_model="perfect", config=_small_config(eval_every=300))
+  with pytest.raises(ValueError, match="unknown online method"):
+    online_learning("sgd", None, None, click_model="perfect", config=_small_config())
+
+
+# ----------------------------------------------------------------------------
+# The binary.
+
+
+def _config(arg):
+  spec = importlib.util.spec_from_file_location("online_config", CONFIG)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(arg)
+
+
+def test_default_config_is_the_papers_protocol():
+  c = _config("")
+  assert c.num_impressions == 10000 and c.top_k == 10 and c.num_seeds >= 5
+  assert tuple(c.methods) == ONLINE_METHODS and tuple(c.click_models) == tuple(ONLINE_CLICK_MODELS)
+  with pytest.raises(ValueError, match="unknown config variant"):
+    _config("large")
+
+
+def test_binary_smoke_run(tmp_path, subprocess_env):
+  proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "online" / "main.py"),
+                         f"--config={CONFIG}:smoke", f"--workdir={tmp_path}"],
+                        capture_output=True, text=True, env=subprocess_env, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  results = json.loads((tmp_path / "results.json").read_text())
+  assert sorted(results) == ["click_model=informational", "click_model=perfect", "full_info"]
+  assert 0.5 < results["full_info"]["ndcg@10"] <= 1.0
+  for name, row in results.items():
+    if name == "full_info":
+      continue
+    assert sorted(row) == sorted(ONLINE_METHODS)
+    for entry in row.values():
+      assert 0.0 < entry["ndcg@10"] <= 1.0 and 0.0 < entry["online_ndcg@10"] <= 1.0
+      assert len(entry["curve"]) == 4 and entry["impressions"] == [0, 100, 200, 300]
+    assert "pdgd_minus_dbgd" in row["pdgd"]
+  assert "| perfect/pdgd |" in (tmp_path / "table.md").read_text() and "| full_info (labels) |" in proc.stdout
+  assert (tmp_path / "table.csv").exists() and (tmp_path / "fig_online.png").stat().st_size > 0
+  assert_matches_expected(results, "online_smoke")

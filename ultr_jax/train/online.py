@@ -1,0 +1,386 @@
+r"""Online learning to rank: PDGD, DBGD and MGD learning from the clicks on their own rankings.
+
+Each impression draws a training query, shows it the current learner's
+ranking (top ``k`` of the candidate list), simulates clicks on it and
+updates the learner:
+
+* **PDGD** (Oosterhuis & de Rijke, CIKM'18): the ranking is sampled from the
+  Plackett-Luce model of the scores
+  (:func:`~ultr_jax.simulation.plackett_luce_sample`); the update follows
+  :func:`~ultr_jax.losses.pdgd_loss` with SGD;
+* **DBGD** (Yue & Joachims, ICML'09): a candidate :math:`w + \delta u` (a random
+  unit direction :math:`u`) is team-draft interleaved with the current ranker
+  :math:`w` (:func:`~ultr_jax.simulation.team_draft_multileave`); when the
+  candidate gets more clicks, :math:`w \leftarrow w + \alpha u`;
+* **MGD** (Schuth et al., WSDM'16): ``n - 1`` candidates are multileaved with
+  the current ranker; :math:`w` moves by :math:`\alpha` times the mean direction
+  of the candidates that beat it (team-draft multileaving rather than the
+  paper's probabilistic multileaving).
+
+Clicks come from the cascade click models of the online LTR literature
+(Hofmann et al. 2013; the PDGD paper's Table 1): a user scans the displayed
+list top-down, clicks an item of grade :math:`y` with probability
+:math:`P(c \mid y)` and stops after a click with probability
+:math:`P(s \mid y)` (:data:`ONLINE_CLICK_MODELS`; the DBN sampler
+:func:`~ultr_jax.simulation.dbn` with perseverance 1).
+
+A whole run (every impression, with a test-set nDCG@10 every
+``eval_every`` impressions) is one jitted ``lax.scan``, vmapped over seeds.
+The metrics are the *offline* nDCG@10 of the final ranker on the test
+queries and the *online* nDCG@10, the mean nDCG@10 of the rankings the users
+were shown (what the learner cost them while learning).
+"""
+
+import functools
+import os
+import time
+from typing import Any, Callable, Mapping, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import rax
+
+from ultr_jax import losses as losses_lib
+from ultr_jax import metrics as metrics_lib
+from ultr_jax import simulation as sim
+from ultr_jax.data import RankingDataset
+from ultr_jax.models import make_ranker
+from ultr_jax.train.results import markdown_table, summarize, summarize_metrics, write_results
+
+__all__ = ["ONLINE_METHODS", "ONLINE_CLICK_MODELS", "online_click_model", "default_online_config",
+           "online_learning", "full_info_reference", "run_online_study"]
+
+ONLINE_METHODS = ("pdgd", "dbgd", "mgd")
+
+#: ``name -> (P(click | grade), P(stop | click, grade))`` for grades 0..4 (PDGD paper, Table 1).
+ONLINE_CLICK_MODELS: Mapping[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    "perfect": ((0.0, 0.2, 0.4, 0.8, 1.0), (0.0, 0.0, 0.0, 0.0, 0.0)),
+    "navigational": ((0.05, 0.3, 0.5, 0.7, 0.95), (0.2, 0.3, 0.5, 0.7, 0.9)),
+    "informational": ((0.4, 0.6, 0.7, 0.8, 0.9), (0.1, 0.2, 0.3, 0.4, 0.5)),
+}
+
+METRICS = ("ndcg@10", "online_ndcg@10")
+
+
+def _cascade_clicks(key, labels, *, positions, where, click, stop, top_k):
+  grade = jnp.clip(jnp.asarray(labels), 0, click.shape[-1] - 1).astype(jnp.int32)
+  out = sim.dbn(key, click[grade], where=where, positions=positions, perseverance=1.0,
+                satisfaction=stop[grade], top_k=top_k)
+  return out["clicks"]
+
+
+def _click_tables(name: str) -> tuple[jax.Array, jax.Array]:
+  if name not in ONLINE_CLICK_MODELS:
+    raise ValueError(f"click_model: unknown online click model {name!r}; expected one of "
+                     f"{tuple(ONLINE_CLICK_MODELS)}")
+  click, stop = ONLINE_CLICK_MODELS[name]
+  return jnp.asarray(click, jnp.float32), jnp.asarray(stop, jnp.float32)
+
+
+def online_click_model(name: str, *, top_k: int = 10) -> Callable[..., jax.Array]:
+  r"""The cascade click model ``name`` as ``fn(key, labels, *, positions, where) -> clicks``.
+
+  .. math::
+      P(E_1) = 1, \quad P(C_i \mid E_i) = P(c \mid y_i), \quad
+      P(E_{i+1} \mid E_i) = 1 - C_i\,P(s \mid y_i)
+
+  over the first ``top_k`` displayed positions (grades clipped to 0..4).
+
+  >>> fn = online_click_model("perfect")
+  >>> clicks = fn(jax.random.key(0), jnp.array([4.0, 0.0, 4.0]), positions=jnp.arange(3),
+  ...             where=jnp.ones(3, bool))
+  >>> print(clicks)  # grade 4 is always clicked, grade 0 never, and a perfect user never stops
+  [1. 0. 1.]
+  """
+  click, stop = _click_tables(name)
+  return functools.partial(_cascade_clicks, click=click, stop=stop, top_k=int(top_k))
+
+
+def default_online_config() -> ml_collections.ConfigDict:
+  """The online study's default (see ``experiments/online/configs/default.py``).
+
+  >>> default_online_config().num_impressions
+  10000
+  """
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+  c.num_seeds = 5
+  c.data = ml_collections.ConfigDict({
+      "num_train": 1000, "num_test": 200, "list_size": 20, "num_features": 32, "noise": 0.5})
+  c.top_k = 10
+  c.click_models = tuple(ONLINE_CLICK_MODELS)
+  c.methods = ONLINE_METHODS
+  c.ranker = "linear"
+  c.hidden_sizes = (32,)  # the mlp ranker's
+  c.zero_init = True  # linear rankers start at w = 0 (the PDGD paper's setting)
+  c.num_impressions = 10000
+  c.eval_every = 500
+  c.pdgd = ml_collections.ConfigDict({"learning_rate": 0.1})
+  c.dbgd = ml_collections.ConfigDict({"learning_rate": 0.01, "unit": 1.0})
+  c.mgd = ml_collections.ConfigDict({"learning_rate": 0.01, "unit": 1.0, "num_candidates": 9})
+  # The ceiling: the same ranker trained offline on the true labels (listwise softmax, Adam, full batch).
+  c.full_info = ml_collections.ConfigDict({"enabled": True, "steps": 1000, "learning_rate": 0.01})
+  return c
+
+
+def _unit_direction(key, params):
+  """A uniformly random unit vector in parameter space, as a pytree like ``params``."""
+  leaves, tree = jax.tree.flatten(params)
+  keys = jax.random.split(key, len(leaves))
+  u = [jax.random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves)]
+  norm = jnp.sqrt(sum(jnp.sum(x * x) for x in u))
+  return jax.tree.unflatten(tree, [x / norm for x in u])
+
+
+class _Spec(NamedTuple):
+  """The static part of a run: one compiled program per distinct spec."""
+  method: str
+  ranker: str
+  hidden_sizes: tuple[int, ...]
+  zero_init: bool
+  top_k: int
+  eval_every: int
+  num_blocks: int
+  learning_rate: float
+  unit: float
+  num_rankers: int  # DBGD 2, MGD candidates + 1
+
+
+def _spec(method: str, config: ml_collections.ConfigDict) -> _Spec:
+  if method not in ONLINE_METHODS:
+    raise ValueError(f"unknown online method {method!r}; expected one of {ONLINE_METHODS}")
+  every, total = int(config.eval_every), int(config.num_impressions)
+  if every <= 0 or total <= 0 or total % every:
+    raise ValueError(f"config.num_impressions ({total}) must be a positive multiple of config.eval_every ({every})")
+  cfg = config[method]
+  n = 0 if method == "pdgd" else (2 if method == "dbgd" else int(cfg.num_candidates) + 1)
+  if method == "mgd" and n < 2:
+    raise ValueError(f"config.mgd.num_candidates must be >= 1, got {n - 1}")
+  return _Spec(method, str(config.ranker), tuple(int(h) for h in config.hidden_sizes), bool(config.zero_init),
+               int(config.top_k), every, total // every, float(cfg.learning_rate),
+               float(cfg.get("unit", 0.0)), n)
+
+
+def _pdgd_step(spec, apply_fn):
+  opt = optax.sgd(spec.learning_rate)
+
+  def step(params, opt_state, key, x, y, w, click, stop):
+    k_rank, k_click = jax.random.split(key)
+    scores = apply_fn(params, x)
+    positions = sim.plackett_luce_sample(k_rank, jax.lax.stop_gradient(scores), where=w)
+    clicks = _cascade_clicks(k_click, y, positions=positions, where=w, click=click, stop=stop, top_k=spec.top_k)
+    loss = lambda p: losses_lib.pdgd_loss(apply_fn(p, x), clicks, positions=positions, where=w, top_k=spec.top_k)
+    updates, opt_state = opt.update(jax.grad(loss)(params), opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, positions
+
+  return opt.init, step
+
+
+def _dueling_step(spec, apply_fn):
+  """DBGD (one candidate) and MGD (several): multileave, credit the clicks, step toward the winners."""
+  n = spec.num_rankers
+
+  def step(params, extra, key, x, y, w, click, stop):
+    k_dir, k_leave, k_click = jax.random.split(key, 3)
+    dirs = jax.vmap(lambda k: _unit_direction(k, params))(jax.random.split(k_dir, n - 1))
+    cand = jax.tree.map(lambda p, u: p[None] + spec.unit * u, params, dirs)
+    scores = jnp.concatenate([apply_fn(params, x)[None], jax.vmap(lambda p: apply_fn(p, x))(cand)], axis=0)
+    positions, teams = sim.team_draft_multileave(k_leave, scores, where=w)
+    clicks = _cascade_clicks(k_click, y, positions=positions, where=w, click=click, stop=stop, top_k=spec.top_k)
+    credit = sim.multileave_credit(clicks, teams, num_teams=n, where=w)
+    wins = (credit[1:] > credit[0]).astype(jnp.float32)
+    scale = spec.learning_rate * wins / jnp.maximum(jnp.sum(wins), 1.0)
+    params = jax.tree.map(lambda p, u: p + jnp.tensordot(scale, u, axes=1), params, dirs)
+    return params, extra, positions
+
+  return (lambda params: ()), step
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled_run(spec: _Spec):
+  """``run(keys [S], click, stop, train arrays, test arrays) -> (curve [S, E + 1], online [S])``, jitted."""
+  model = make_ranker(spec.ranker, hidden_sizes=spec.hidden_sizes)
+  apply_fn = lambda p, x: model.apply(p, x)
+  init_extra, step = (_pdgd_step if spec.method == "pdgd" else _dueling_step)(spec, apply_fn)
+
+  def one_seed(key, click, stop, xs, ys, ws, xt, yt, wt):
+    evaluate = lambda params: metrics_lib.ndcg(apply_fn(params, xt), yt, where=wt, topn=10)
+    k_init, k_run = jax.random.split(key)
+    params = model.init(k_init, xs[0])
+    if spec.zero_init and spec.ranker == "linear":
+      params = jax.tree.map(jnp.zeros_like, params)
+
+    def impression(carry, key):
+      params, extra = carry
+      k_query, k_step = jax.random.split(key)
+      q = jax.random.randint(k_query, (), 0, xs.shape[0])
+      params, extra, positions = step(params, extra, k_step, xs[q], ys[q], ws[q], click, stop)
+      shown = metrics_lib.ndcg(-positions.astype(jnp.float32), ys[q], where=ws[q], topn=10)
+      return (params, extra), shown
+
+    def block(carry, key):
+      carry, shown = jax.lax.scan(impression, carry, jax.random.split(key, spec.eval_every))
+      return carry, (evaluate(carry[0]), jnp.mean(shown))
+
+    first = evaluate(params)
+    _, (curve, online) = jax.lax.scan(block, (params, init_extra(params)), jax.random.split(k_run, spec.num_blocks))
+    return jnp.concatenate([first[None], curve]), jnp.mean(online)
+
+  return jax.jit(jax.vmap(one_seed, in_axes=(0,) + (None,) * 8))
+
+
+def online_learning(method: str, train: RankingDataset, test: RankingDataset, *, click_model: str,
+                    config: Optional[ml_collections.ConfigDict] = None, seeds=(0,)) -> dict[str, np.ndarray]:
+  r"""Runs one online learner for ``config.num_impressions`` impressions per seed (vmapped over seeds).
+
+  One compiled program per method and static config: the click model, the data and the seeds are
+  arguments, so a sweep over click models compiles each method once.
+
+  Args:
+    method: one of :data:`ONLINE_METHODS`.
+    train: queries the simulated users issue (uniformly at random; ``labels``
+      drive the clicks).
+    test: queries for the offline nDCG@10.
+    click_model: a name in :data:`ONLINE_CLICK_MODELS`.
+    config: :func:`default_online_config` (or a variant).
+    seeds: one run per seed (query draws, rankings, clicks and initialisation).
+
+  Returns:
+    ``{"ndcg@10": [S], "online_ndcg@10": [S], "curve": [S, E + 1], "impressions": [E + 1]}``: the final
+    test nDCG@10, the mean nDCG@10 of the displayed rankings, and the test nDCG@10 every
+    ``eval_every`` impressions (from 0).
+
+  >>> from ultr_jax.data import make_synthetic
+  >>> s = make_synthetic(num_train=20, num_valid=1, num_test=10, list_size=6, num_features=4, seed=0)
+  >>> c = default_online_config()
+  >>> c.num_impressions, c.eval_every, c.top_k = 40, 20, 5
+  >>> out = online_learning("pdgd", s.train, s.test, click_model="perfect", config=c, seeds=(0, 1))
+  >>> out["curve"].shape, out["impressions"].tolist()
+  ((2, 3), [0, 20, 40])
+  """
+  config = default_online_config() if config is None else config
+  spec = _spec(method, config)
+  click, stop = _click_tables(click_model)
+  keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
+  arrays = [jnp.asarray(a) for a in (train.features, train.labels, train.where,
+                                     test.features, test.labels, test.where)]
+  curve, online = _compiled_run(spec)(keys, click, stop, *arrays)
+  curve, online = np.asarray(curve), np.asarray(online)
+  return {"ndcg@10": curve[:, -1], "online_ndcg@10": online, "curve": curve,
+          "impressions": np.arange(0, spec.num_blocks * spec.eval_every + 1, spec.eval_every)}
+
+
+def full_info_reference(train: RankingDataset, test: RankingDataset, *,
+                        config: Optional[ml_collections.ConfigDict] = None, seeds=(0,)) -> dict[str, np.ndarray]:
+  r"""The online learners' ceiling: the same ranker trained offline on the true labels.
+
+  :func:`rax.softmax_loss` on the graded labels of every training query (full batch, Adam,
+  ``config.full_info.steps`` steps), vmapped over seeds (the initialisation).
+
+  Returns:
+    ``{"ndcg@10": [S]}``, the test nDCG@10.
+  """
+  config = default_online_config() if config is None else config
+  model = make_ranker(str(config.ranker), hidden_sizes=tuple(int(h) for h in config.hidden_sizes))
+  opt = optax.adam(float(config.full_info.learning_rate))
+  xs, ys, ws, xt, yt, wt = (jnp.asarray(a) for a in (train.features, train.labels, train.where,
+                                                     test.features, test.labels, test.where))
+
+  def one_seed(key):
+    params = model.init(key, xs[0])
+    loss = lambda p: rax.softmax_loss(model.apply(p, xs), ys, where=ws)
+
+    def step(carry, _):
+      params, state = carry
+      updates, state = opt.update(jax.grad(loss)(params), state, params)
+      return (optax.apply_updates(params, updates), state), None
+
+    (params, _), _ = jax.lax.scan(step, (params, opt.init(params)), None, length=int(config.full_info.steps))
+    return metrics_lib.ndcg(model.apply(params, xt), yt, where=wt, topn=10)
+
+  keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
+  return {"ndcg@10": np.asarray(jax.jit(jax.vmap(one_seed))(keys))}
+
+
+def _plot(results: Mapping[str, Any], path: str, ceiling: Optional[float] = None) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  rows = [r for r in results if r.startswith("click_model=")]
+  fig, axes = plt.subplots(1, len(rows), figsize=(4 * len(rows), 3.2), squeeze=False)
+  for ax, row in zip(axes[0], rows):
+    for method, entry in results[row].items():
+      x, y = np.asarray(entry["impressions"]), np.asarray(entry["curve"])
+      ax.plot(x, y, label=method)
+    if ceiling is not None:
+      ax.axhline(ceiling, color="gray", ls="--", lw=1, label="full_info (labels)")
+    ax.set_title(row)
+    ax.set_xlabel("impressions")
+    ax.set_ylabel("test nDCG@10")
+  axes[0][0].legend(fontsize=7)
+  fig.tight_layout()
+  tmp = path + ".tmp.png"
+  fig.savefig(tmp, dpi=110)
+  plt.close(fig)
+  os.replace(tmp, path)
+
+
+def run_online_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dict[str, Any]:
+  """Every online method under every click model; writes ``results.json``, tables and ``fig_online.png``.
+
+  ``results.json`` maps ``click_model=<name>`` to methods, each with ``ndcg@10`` and ``online_ndcg@10``
+  (means, with ``std``, ``ci90`` and ``per_seed``), the mean test-nDCG@10 ``curve`` and its
+  ``impressions``; ``pdgd_minus_<method>`` holds the seed-paired differences of PDGD against the others.
+  ``full_info`` holds the ceiling, :func:`full_info_reference` (with ``config.full_info.enabled``).
+  """
+  from ultr_jax.data import make_synthetic
+  for m in config.methods:
+    if m not in ONLINE_METHODS:
+      raise ValueError(f"config.methods: unknown online method {m!r} (expected {ONLINE_METHODS})")
+  d = config.data
+  splits = make_synthetic(num_train=int(d.num_train), num_valid=1, num_test=int(d.num_test),
+                          list_size=int(d.list_size), num_features=int(d.num_features), seed=int(config.seed),
+                          noise=float(d.noise))
+  seeds = [int(config.seed) + s for s in range(int(config.num_seeds))]
+  if workdir:
+    os.makedirs(workdir, exist_ok=True)
+  results: dict[str, Any] = {}
+  rows: dict[str, dict] = {}
+  start = time.perf_counter()
+  ceiling = None
+  if config.full_info.enabled:
+    out = full_info_reference(splits.train, splits.test, config=config, seeds=seeds)
+    entry, row = summarize_metrics(out, ("ndcg@10",))
+    results["full_info"] = entry
+    rows["full_info (labels)"] = {**row, "online_ndcg@10": "n/a"}
+    ceiling = entry["ndcg@10"]
+    print(f"[online] full_info (labels): ndcg@10 {ceiling:.4f}; {time.perf_counter() - start:.0f}s", flush=True)
+  for click_model in config.click_models:
+    row_key = f"click_model={click_model}"
+    results[row_key] = {}
+    raw = {}
+    for method in config.methods:
+      out = online_learning(method, splits.train, splits.test, click_model=click_model, config=config, seeds=seeds)
+      raw[method] = out
+      entry, row = summarize_metrics(out, METRICS)
+      entry["curve"] = out["curve"].mean(axis=0).tolist()
+      entry["impressions"] = out["impressions"].tolist()
+      results[row_key][method] = entry
+      rows[f"{click_model}/{method}"] = row
+      print(f"[online] {click_model}/{method}: ndcg@10 {entry['ndcg@10']:.4f}, online ndcg@10 "
+            f"{entry['online_ndcg@10']:.4f}; {time.perf_counter() - start:.0f}s", flush=True)
+    if "pdgd" in raw:
+      for method, out in raw.items():
+        if method != "pdgd":
+          results[row_key]["pdgd"][f"pdgd_minus_{method}"] = {
+              name: summarize(raw["pdgd"][name] - out[name]) for name in METRICS}
+    if workdir:
+      write_results(workdir, results, rows=rows, columns=METRICS, row_header="click model/method")
+  if workdir:
+    write_results(workdir, results, rows=rows, columns=METRICS, row_header="click model/method")
+    _plot(results, os.path.join(workdir, "fig_online.png"), ceiling)
+    print(markdown_table(rows, METRICS, row_header="click model/method"), flush=True)
+  return results
