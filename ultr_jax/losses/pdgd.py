@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import rax
 
+from ultr_jax._numerics import as_float
 from ultr_jax.losses import _utils
 
 __all__ = ["pdgd_pair_weights", "pdgd_loss"]
@@ -89,7 +90,7 @@ def pdgd_pair_weights(scores: jax.Array, clicks: jax.Array, *, positions: jax.Ar
     top_k: only the first ``k`` slots are displayed (default: all ``L``).
 
   Returns:
-    ``float32[..., K, K]`` with ``K = min(top_k, L)``: entry ``[a, b]`` is the
+    ``[..., K, K]`` (the scores' dtype) with ``K = min(top_k, L)``: entry ``[a, b]`` is the
     weight of "the item at slot ``a`` beats the item at slot ``b``"; zero
     for pairs PDGD does not infer. No gradient flows through it.
 
@@ -99,8 +100,8 @@ def pdgd_pair_weights(scores: jax.Array, clicks: jax.Array, *, positions: jax.Ar
    [0.5 0.  0.5]
    [0.  0.  0. ]]
   """
-  scores = jax.lax.stop_gradient(jnp.asarray(scores, jnp.float32))
-  s, c, valid, _, k = _display(scores, positions, jnp.asarray(clicks, jnp.float32), where, top_k)
+  scores = jax.lax.stop_gradient(as_float(scores))
+  s, c, valid, _, k = _display(scores, positions, jnp.asarray(clicks, scores.dtype), where, top_k)
   c, shown = c[..., :k], valid[..., :k]
   slots = jnp.arange(k)
   last = jnp.max(jnp.where((c > 0) & shown, slots, -1), axis=-1, keepdims=True)
@@ -138,7 +139,7 @@ def pdgd_loss(scores: jax.Array, clicks: jax.Array, *, positions: jax.Array,
   >>> print(round(float(loss), 4))  # two pairs, rho = sigma = 1/2
   -0.5
   """
-  scores = jnp.asarray(scores, jnp.float32)
+  scores = as_float(scores)
   where = _utils.as_where(where, scores.shape)
   w = pdgd_pair_weights(scores, clicks, positions=positions, where=where, top_k=top_k)
   s, _, _, order, k = _display(scores, positions, jnp.zeros_like(scores), where, top_k)

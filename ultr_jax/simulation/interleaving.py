@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import rax
 
+from ultr_jax._numerics import as_float
 from ultr_jax.types import Array, PRNGKey
 
 __all__ = ["plackett_luce_sample", "plackett_luce_log_prob", "team_draft_multileave", "multileave_credit"]
@@ -53,8 +54,8 @@ def plackett_luce_sample(key: PRNGKey, scores: Array, *, where: Optional[Array] 
   >>> print(pos)
   [0 1 2]
   """
-  scores = jnp.asarray(scores, jnp.float32)
-  noisy = scores + jax.random.gumbel(key, scores.shape, jnp.float32)
+  scores = as_float(scores)
+  noisy = scores + jax.random.gumbel(key, scores.shape, scores.dtype)
   return (rax.utils.ranks(noisy, where=_mask(scores, where)) - 1).astype(jnp.int32)
 
 
@@ -75,13 +76,13 @@ def plackett_luce_log_prob(scores: Array, positions: Array, *, where: Optional[A
     top_k: score only the first ``k`` positions (default: all).
 
   Returns:
-    ``float32[...]``.
+    ``[...]`` in the scores' dtype.
 
   >>> lp = plackett_luce_log_prob(jnp.zeros(3), jnp.array([2, 0, 1]))
   >>> print(round(float(jnp.exp(lp)), 6))  # 1/3! for equal scores
   0.166667
   """
-  scores = jnp.asarray(scores, jnp.float32)
+  scores = as_float(scores)
   where = _mask(scores, where)
   order = jnp.argsort(positions, axis=-1)
   s = jnp.take_along_axis(jnp.where(where, scores, -jnp.inf), order, axis=-1)
@@ -151,7 +152,7 @@ def team_draft_multileave(key: PRNGKey, scores: Array, *, where: Optional[Array]
   >>> sorted(teams.tolist()) in ([0, 0, 1], [0, 1, 1])  # teams alternate
   True
   """
-  scores = jnp.asarray(scores, jnp.float32)
+  scores = as_float(scores)
   n, size = scores.shape[-2:]
   batch = scores.shape[:-2]
   where = jnp.ones(batch + (size,), bool) if where is None else jnp.broadcast_to(where, batch + (size,))
