@@ -1,0 +1,151 @@
+"""Online LTR throughput: the jitted PDGD and DBGD learners vs per-impression NumPy learners.
+
+Impressions per second of :func:`ultr_jax.train.online_learning` (one jitted ``lax.scan`` over
+impressions, ``--seeds`` runs vmapped; linear ranker, 20 candidates, top 10 shown, the
+informational cascade user) against, in the same process, a NumPy learner in the style of the
+reference online-LTR code (Lerot, Oosterhuis's PDGD code): one impression at a time in Python,
+with NumPy inside the impression (Plackett-Luce sampling by successive softmax draws, the cascade
+user as a loop over positions, PDGD's pair weights from the swapped rankings, team-draft
+interleaving as a loop). Both learners use the same data and user; the NumPy one runs
+``--numpy-impressions`` impressions of one seed.
+
+  python benchmarks/online.py                     # 10,000 impressions x 5 seeds
+  python benchmarks/online.py --impressions 2000 --seeds 1 --numpy-impressions 200   # quick
+"""
+
+import argparse
+import time
+
+import jax.numpy as jnp
+import numpy as np
+
+from ultr_jax.data import make_synthetic
+from ultr_jax.metrics import ndcg
+from ultr_jax.train import ONLINE_CLICK_MODELS, default_online_config, online_learning
+
+CLICK, STOP = (np.asarray(v) for v in ONLINE_CLICK_MODELS["informational"])
+
+
+def _user(rng, labels_shown):
+  clicks = np.zeros(len(labels_shown))
+  for i, y in enumerate(labels_shown.astype(int)):
+    if rng.random() < CLICK[y]:
+      clicks[i] = 1.0
+      if rng.random() < STOP[y]:
+        break
+  return clicks
+
+
+def _pl_sample(rng, scores):
+  remaining = list(range(len(scores)))
+  order = []
+  while remaining:
+    s = scores[remaining]
+    p = np.exp(s - s.max())
+    pick = rng.choice(len(remaining), p=p / p.sum())
+    order.append(remaining.pop(pick))
+  return np.asarray(order)
+
+
+def _log_prob(s_ordered):
+  suffix = np.log(np.cumsum(np.exp(s_ordered[::-1] - s_ordered.max()))[::-1]) + s_ordered.max()
+  return float(np.sum(s_ordered - suffix))
+
+
+def numpy_pdgd(train, impressions, top_k=10, lr=0.1, seed=0):
+  rng = np.random.default_rng(seed)
+  w = np.zeros(train.num_features)
+  for _ in range(impressions):
+    q = rng.integers(train.num_queries)
+    x, y = train.features[q], train.labels[q]
+    scores = x @ w
+    order = _pl_sample(rng, scores)
+    clicks = _user(rng, y[order[:top_k]])
+    if not clicks.any():
+      continue
+    last = int(np.flatnonzero(clicks).max())
+    considered = min(last + 2, top_k)
+    s_ordered = scores[order]
+    base = _log_prob(s_ordered)
+    doc_weights = np.zeros(len(scores))
+    for a in range(considered):
+      for b in range(considered):
+        if clicks[a] and not clicks[b]:
+          swapped = s_ordered.copy()
+          swapped[a], swapped[b] = swapped[b], swapped[a]
+          other = _log_prob(swapped)
+          rho = 1.0 / (1.0 + np.exp(base - other))
+          p = 1.0 / (1.0 + np.exp(-(s_ordered[a] - s_ordered[b])))
+          doc_weights[order[a]] += rho * p * (1 - p)
+          doc_weights[order[b]] -= rho * p * (1 - p)
+    w += lr * doc_weights @ x
+  return w
+
+
+def _team_draft(rng, order_a, order_b):
+  shown, teams, counts = [], [], [0, 0]
+  taken = set()
+  while len(shown) < len(order_a):
+    team = 0 if counts[0] < counts[1] or (counts[0] == counts[1] and rng.random() < 0.5) else 1
+    doc = next(d for d in (order_a if team == 0 else order_b) if d not in taken)
+    taken.add(doc)
+    shown.append(doc)
+    teams.append(team)
+    counts[team] += 1
+  return np.asarray(shown), np.asarray(teams)
+
+
+def numpy_dbgd(train, impressions, top_k=10, unit=1.0, lr=0.01, seed=0):
+  rng = np.random.default_rng(seed)
+  w = np.zeros(train.num_features)
+  for _ in range(impressions):
+    q = rng.integers(train.num_queries)
+    x, y = train.features[q], train.labels[q]
+    u = rng.standard_normal(w.shape)
+    u /= np.linalg.norm(u)
+    shown, teams = _team_draft(rng, np.argsort(-(x @ w), kind="stable"), np.argsort(-(x @ (w + unit * u)),
+                                                                                     kind="stable"))
+    clicks = _user(rng, y[shown[:top_k]])
+    credit = np.bincount(teams[:top_k], weights=clicks, minlength=2)
+    if credit[1] > credit[0]:
+      w += lr * u
+  return w
+
+
+def main():
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--impressions", type=int, default=10000)
+  parser.add_argument("--seeds", type=int, default=5)
+  parser.add_argument("--numpy-impressions", type=int, default=1000)
+  args = parser.parse_args()
+  data = make_synthetic(num_train=1000, num_valid=1, num_test=200, list_size=20, num_features=32, seed=0)
+  config = default_online_config()
+  config.num_impressions = args.impressions
+  config.eval_every = args.impressions // 10
+  seeds = tuple(range(args.seeds))
+  print(f"{args.impressions} impressions x {args.seeds} seeds (JAX, vmapped); "
+        f"{args.numpy_impressions} impressions x 1 seed (NumPy)")
+  for method, reference in (("pdgd", numpy_pdgd), ("dbgd", numpy_dbgd)):
+    t = time.perf_counter()
+    online_learning(method, data.train, data.test, click_model="informational", config=config, seeds=seeds)
+    first = time.perf_counter() - t
+    t = time.perf_counter()
+    out = online_learning(method, data.train, data.test, click_model="informational", config=config, seeds=seeds)
+    warm = time.perf_counter() - t
+    jax_rate = args.impressions * args.seeds / warm
+    t = time.perf_counter()
+    w = reference(data.train, args.numpy_impressions)
+    numpy_rate = args.numpy_impressions / (time.perf_counter() - t)
+    numpy_ndcg = float(ndcg(jnp.asarray(data.test.features @ w.astype(np.float32)), data.test.labels,
+                            where=data.test.where, topn=10))
+    at = int(np.searchsorted(out["impressions"], args.numpy_impressions))
+    same = (f"JAX {out['curve'][:, at].mean():.4f} at {out['impressions'][at]}"
+            if at < len(out["impressions"]) else "")
+    print(f"{method}: JAX {jax_rate:,.0f} impressions/s warm (first call with compilation {first:.1f} s, "
+          f"warm {warm:.2f} s incl. {config.num_impressions // config.eval_every + 1} test evaluations); "
+          f"NumPy {numpy_rate:,.0f} impressions/s; ratio {jax_rate / numpy_rate:.1f}x")
+    print(f"  test nDCG@10 (sanity): NumPy {numpy_ndcg:.4f} after {args.numpy_impressions} impressions; {same}")
+
+
+if __name__ == "__main__":
+  main()
