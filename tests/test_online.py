@@ -262,6 +262,14 @@ def test_online_learner_vmap_over_seeds_equals_one_run_per_seed_and_zero_step_st
   assert (both["curve"][:, 0] == still["curve"][0, 0]).all()  # w = 0 to start
 
 
+def test_a_sweep_over_users_compiles_each_method_once(small_data):
+  from ultr_jax.train import online
+  c = _small_config(num_impressions=200, eval_every=100)
+  for click_model in ONLINE_CLICK_MODELS:
+    online_learning("dbgd", small_data.train, small_data.test, click_model=click_model, config=c, seeds=(3,))
+  assert online._compiled_run(online._spec("dbgd", c))._cache_size() == 1
+
+
 def test_pdgd_learns_from_perfect_clicks(small_data):
   out = online_learning("pdgd", small_data.train, small_data.test, click_model="perfect", config=_small_config(),
                         seeds=(0, 1, 2))

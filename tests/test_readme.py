@@ -54,3 +54,14 @@ def test_commands_name_existing_files():
   with open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8") as f:
     assert 'pip install -e ".[test]" && python -m pytest -n auto' in f.read()
   assert 'pip install -e ".[test]" && python -m pytest -n auto' in commands[1]
+
+
+def test_online_example_runs(capsys):
+  blocks = re.findall(r"```python\n(.*?)```", _readme(), re.S)
+  assert len(blocks) >= 4 and "online_learning" in blocks[3]
+  exec(compile(blocks[3], "README.md:online", "exec"), {})  # pylint: disable=exec-used
+  printed = capsys.readouterr().out.strip().split("\n")
+  curves = {line.split()[0]: np.array([float(v) for v in line.split(None, 1)[1].strip("[]").split()])
+            for line in printed}
+  assert curves["pdgd"][0] == curves["dbgd"][0]  # both start at w = 0
+  assert curves["pdgd"][-1] > curves["dbgd"][-1] > curves["dbgd"][0]  # both learn; PDGD faster
