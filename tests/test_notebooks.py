@@ -58,6 +58,7 @@ def _check(name, text, value):
   if name == "quickstart":
     assert set(value) == {"ndcg@10", "err@10", "mrr"} and all(0 <= v <= 1 for v in value.values()), value
     assert "one fixed ranking:  identifiable False  K = 10" in text
+    assert "pdgd: test nDCG@10" in text and "dbgd: test nDCG@10" in text
     assert "plus a shuffle:     identifiable True  K = 1" in text
     # The click-model cell: the DCM's own log is best explained by the DCM (or the DBN, which nests it).
     assert re.search(r"best held-out perplexity: (dcm|dbn)\b", text), text[-2000:]
