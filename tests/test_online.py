@@ -326,3 +326,23 @@ def test_binary_smoke_run(tmp_path, subprocess_env):
   assert "| perfect/pdgd |" in (tmp_path / "table.md").read_text() and "| full_info (labels) |" in proc.stdout
   assert (tmp_path / "table.csv").exists() and (tmp_path / "fig_online.png").stat().st_size > 0
   assert_matches_expected(results, "online_smoke")
+
+
+def test_study_runs_on_letor_files(tmp_path):
+  from ultr_jax.data import write_svmlight
+  from ultr_jax.train.online import run_online_study
+  splits = make_synthetic(num_train=30, num_valid=1, num_test=10, list_size=9, num_features=5, seed=3,
+                          min_list_size=4)  # ragged lists, as in LETOR files
+  write_svmlight(splits.train, tmp_path / "train.txt")
+  write_svmlight(splits.test, tmp_path / "test.txt")
+  c = _config("smoke")
+  c.data.source, c.data.train_path, c.data.test_path = "svmlight", str(tmp_path / "train.txt"), str(tmp_path / "test.txt")
+  c.data.normalize = "query_minmax"
+  c.methods, c.click_models, c.full_info.enabled = ("pdgd",), ("perfect",), False
+  results = run_online_study(c, str(tmp_path / "out"))
+  entry = results["click_model=perfect"]["pdgd"]
+  assert list(results) == ["click_model=perfect"] and 0.0 < entry["ndcg@10"] <= 1.0
+  assert entry["curve"][-1] > entry["curve"][0]  # it learns from the file's labels
+  c.click_models = ("perfect", "nope")
+  with pytest.raises(ValueError, match="unknown online click model 'nope'"):
+    run_online_study(c, None)

@@ -77,7 +77,8 @@ def load_datasets(config: ml_collections.ConfigDict) -> tuple[Any, Any, Any]:
     else:
       train, valid = data_lib.train_valid_test_split(train, (0.8, 0.2, 0.0), seed=d.seed)[:2]
     if d.get("normalize"):
-      norm = data_lib.fit_normalizer([train], d.normalize)
+      # Per-query methods need no statistics; global ones are fitted on the training split only.
+      norm = None if d.normalize.startswith("query_") else data_lib.fit_normalizer([train], d.normalize)
       train, valid, test = (data_lib.normalize_features(x, method=d.normalize, stats=norm)
                             for x in (train, valid, test))
     return train, valid, test

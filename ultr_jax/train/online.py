@@ -108,8 +108,11 @@ def default_online_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.seed = 0
   c.num_seeds = 5
-  c.data = ml_collections.ConfigDict({
-      "num_train": 1000, "num_test": 200, "list_size": 20, "num_features": 32, "noise": 0.5})
+  # The baselines' data (``ultr_jax.train.experiment.default_data_config``): synthetic 1000/200/200 queries of
+  # 20 candidates, or ``source="svmlight"`` / ``"ultra"`` files; the users issue the training queries, the test
+  # queries score the learner offline (the validation split is not used).
+  from ultr_jax.train.experiment import default_data_config
+  c.data = default_data_config()
   c.top_k = 10
   c.click_models = tuple(ONLINE_CLICK_MODELS)
   c.methods = ONLINE_METHODS
@@ -336,14 +339,13 @@ def run_online_study(config: ml_collections.ConfigDict, workdir: Optional[str]) 
   ``impressions``; ``pdgd_minus_<method>`` holds the seed-paired differences of PDGD against the others.
   ``full_info`` holds the ceiling, :func:`full_info_reference` (with ``config.full_info.enabled``).
   """
-  from ultr_jax.data import make_synthetic
+  from ultr_jax.train.experiment import load_datasets
   for m in config.methods:
     if m not in ONLINE_METHODS:
       raise ValueError(f"config.methods: unknown online method {m!r} (expected {ONLINE_METHODS})")
-  d = config.data
-  splits = make_synthetic(num_train=int(d.num_train), num_valid=1, num_test=int(d.num_test),
-                          list_size=int(d.list_size), num_features=int(d.num_features), seed=int(config.seed),
-                          noise=float(d.noise))
+  for name in config.click_models:
+    _click_tables(name)  # fail before any work on an unknown user
+  train, _, test = load_datasets(config)
   seeds = [int(config.seed) + s for s in range(int(config.num_seeds))]
   if workdir:
     os.makedirs(workdir, exist_ok=True)
@@ -352,7 +354,7 @@ def run_online_study(config: ml_collections.ConfigDict, workdir: Optional[str]) 
   start = time.perf_counter()
   ceiling = None
   if config.full_info.enabled:
-    out = full_info_reference(splits.train, splits.test, config=config, seeds=seeds)
+    out = full_info_reference(train, test, config=config, seeds=seeds)
     entry, row = summarize_metrics(out, ("ndcg@10",))
     results["full_info"] = entry
     rows["full_info (labels)"] = {**row, "online_ndcg@10": "n/a"}
@@ -363,7 +365,7 @@ def run_online_study(config: ml_collections.ConfigDict, workdir: Optional[str]) 
     results[row_key] = {}
     raw = {}
     for method in config.methods:
-      out = online_learning(method, splits.train, splits.test, click_model=click_model, config=config, seeds=seeds)
+      out = online_learning(method, train, test, click_model=click_model, config=config, seeds=seeds)
       raw[method] = out
       entry, row = summarize_metrics(out, METRICS)
       entry["curve"] = out["curve"].mean(axis=0).tolist()

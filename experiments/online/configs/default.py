@@ -6,6 +6,9 @@ r"""Online LTR study config: ``get_config()`` (the default) or ``get_config("smo
       --workdir=/tmp/online_smoke
   # a neural ranker:
   ... --config.ranker=mlp --config.zero_init=False
+  # LETOR files (e.g. MSLR-WEB10K Fold1; graded 0-4), features normalised per query as the PDGD paper's data:
+  ... --config.data.source=svmlight --config.data.train_path=Fold1/train.txt \
+      --config.data.test_path=Fold1/test.txt --config.data.valid_path=Fold1/vali.txt --config.data.normalize=query_minmax
 
 The default is the PDGD paper's protocol (Oosterhuis & de Rijke, CIKM'18) on the synthetic default
 data: 1000 training queries of 20 candidates, the top 10 shown, 10,000 impressions, linear rankers
@@ -21,6 +24,7 @@ def get_config(arg: str = ""):
   if arg == "smoke":
     config.num_seeds = 2
     config.data.num_train = 50
+    config.data.num_valid = 1
     config.data.num_test = 20
     config.data.list_size = 8
     config.data.num_features = 6
