@@ -248,16 +248,35 @@ def _small_config(**overrides):
   return c
 
 
-@pytest.mark.parametrize("method", ONLINE_METHODS)
-def test_online_learner_vmap_over_seeds_equals_one_run_per_seed(method, small_data):
+def test_online_learner_vmap_over_seeds_equals_one_run_per_seed(small_data):
   c = _small_config(num_impressions=200, eval_every=100)
-  both = online_learning(method, small_data.train, small_data.test, click_model="perfect", config=c, seeds=(0, 1))
+  both = online_learning("pdgd", small_data.train, small_data.test, click_model="perfect", config=c, seeds=(0, 1))
   for i, seed in enumerate((0, 1)):
-    one = online_learning(method, small_data.train, small_data.test, click_model="perfect", config=c, seeds=(seed,))
+    one = online_learning("pdgd", small_data.train, small_data.test, click_model="perfect", config=c, seeds=(seed,))
     np.testing.assert_allclose(one["curve"][0], both["curve"][i], atol=1e-6)
   assert both["curve"].shape == (2, 3) and both["impressions"].tolist() == [0, 100, 200]
-  assert both["curve"][0, 0] == both["curve"][1, 0]  # w = 0 to start, whatever the seed
-  assert not np.all(both["curve"] == both["curve"][0, 0])  # and the ranker moves
+
+
+def test_seeds_split_over_a_mesh_equal_the_single_device_run(small_data):
+  from ultr_jax.train import make_mesh
+  c = _small_config(num_impressions=200, eval_every=100)
+  plain = online_learning("dbgd", small_data.train, small_data.test, click_model="perfect", config=c, seeds=(0, 1))
+  mesh = make_mesh(2)  # tests run with 8 fake CPU devices
+  sharded = online_learning("dbgd", small_data.train, small_data.test, click_model="perfect", config=c, seeds=(0, 1),
+                            mesh=mesh)
+  np.testing.assert_allclose(sharded["curve"], plain["curve"], atol=1e-6)
+  with pytest.raises(ValueError, match="3 seeds do not split over the mesh's 2 devices"):
+    online_learning("dbgd", small_data.train, small_data.test, click_model="perfect", config=c, seeds=(0, 1, 2),
+                    mesh=mesh)
+
+
+@pytest.mark.parametrize("method", ONLINE_METHODS)
+def test_online_learners_start_at_zero_and_move(method, small_data):
+  c = _small_config(num_impressions=200, eval_every=100)
+  out = online_learning(method, small_data.train, small_data.test, click_model="perfect", config=c, seeds=(0, 1))
+  assert out["curve"][0, 0] == out["curve"][1, 0]  # w = 0 to start, whatever the seed
+  assert not np.all(out["curve"] == out["curve"][0, 0])  # and the ranker moves
+  assert np.all((out["online_ndcg@10"] > 0) & (out["online_ndcg@10"] <= 1))
 
 
 def test_dueling_learner_with_a_zero_step_stays_put(small_data):

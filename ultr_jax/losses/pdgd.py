@@ -20,8 +20,13 @@ which makes the expected gradient unbiased with respect to position bias
 
 :func:`pdgd_loss` is a surrogate whose negative gradient is exactly that
 estimate, so any optax optimiser can follow it.
+
+Both functions are jitted (``top_k`` and ``reduce_fn`` static): a call outside
+``jit`` compiles the whole loss once per shape instead of dispatching its
+many small ops one by one.
 """
 
+import functools
 from typing import Callable, Optional
 
 import jax
@@ -74,6 +79,7 @@ def _swap_log_ratio(s, valid, k):
   return jnp.where(upper, ratio, jnp.swapaxes(ratio, -1, -2))  # symmetric in (a, b)
 
 
+@functools.partial(jax.jit, static_argnames=("top_k",))
 def pdgd_pair_weights(scores: jax.Array, clicks: jax.Array, *, positions: jax.Array,
                       where: Optional[jax.Array] = None, top_k: Optional[int] = None) -> jax.Array:
   r"""PDGD's inferred preference pairs and their debiasing weights, in displayed order.
@@ -116,6 +122,7 @@ def pdgd_pair_weights(scores: jax.Array, clicks: jax.Array, *, positions: jax.Ar
   return jnp.where(pref, rho, 0.0)
 
 
+@functools.partial(jax.jit, static_argnames=("top_k", "reduce_fn"))
 def pdgd_loss(scores: jax.Array, clicks: jax.Array, *, positions: jax.Array,
               where: Optional[jax.Array] = None, weights: Optional[jax.Array] = None,
               top_k: Optional[int] = None, reduce_fn: Optional[Callable] = jnp.mean) -> jax.Array:

@@ -32,6 +32,7 @@ were shown (what the learner cost them while learning).
 """
 
 import functools
+import math
 import os
 import time
 from typing import Any, Callable, Mapping, NamedTuple, Optional
@@ -48,6 +49,7 @@ from ultr_jax import metrics as metrics_lib
 from ultr_jax import simulation as sim
 from ultr_jax.data import RankingDataset
 from ultr_jax.models import make_ranker
+from ultr_jax.train import sharding as sharding_lib
 from ultr_jax.train.results import markdown_table, summarize, summarize_metrics, write_results
 
 __all__ = ["ONLINE_METHODS", "ONLINE_CLICK_MODELS", "online_click_model", "default_online_config",
@@ -119,6 +121,7 @@ def default_online_config() -> ml_collections.ConfigDict:
   c.ranker = "linear"
   c.hidden_sizes = (32,)  # the mlp ranker's
   c.zero_init = True  # linear rankers start at w = 0 (the PDGD paper's setting)
+  c.num_devices = 0  # seeds are split over this many devices (0: all), reduced to a divisor of num_seeds
   c.num_impressions = 10000
   c.eval_every = 500
   c.pdgd = ml_collections.ConfigDict({"learning_rate": 0.1})
@@ -236,7 +239,8 @@ def _compiled_run(spec: _Spec):
 
 
 def online_learning(method: str, train: RankingDataset, test: RankingDataset, *, click_model: str,
-                    config: Optional[ml_collections.ConfigDict] = None, seeds=(0,)) -> dict[str, np.ndarray]:
+                    config: Optional[ml_collections.ConfigDict] = None, seeds=(0,),
+                    mesh: Optional[jax.sharding.Mesh] = None) -> dict[str, np.ndarray]:
   r"""Runs one online learner for ``config.num_impressions`` impressions per seed (vmapped over seeds).
 
   One compiled program per method and static config: the click model, the data and the seeds are
@@ -250,6 +254,8 @@ def online_learning(method: str, train: RankingDataset, test: RankingDataset, *,
     click_model: a name in :data:`ONLINE_CLICK_MODELS`.
     config: :func:`default_online_config` (or a variant).
     seeds: one run per seed (query draws, rankings, clicks and initialisation).
+    mesh: optional device mesh (:func:`~ultr_jax.train.make_mesh`); the seeds are split over its
+      devices (their number must divide the number of seeds), the data is replicated.
 
   Returns:
     ``{"ndcg@10": [S], "online_ndcg@10": [S], "curve": [S, E + 1], "impressions": [E + 1]}``: the final
@@ -268,9 +274,14 @@ def online_learning(method: str, train: RankingDataset, test: RankingDataset, *,
   spec = _spec(method, config)
   click, stop = _click_tables(click_model)
   keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
-  arrays = [jnp.asarray(a) for a in (train.features, train.labels, train.where,
+  arrays = [jnp.asarray(a) for a in (click, stop, train.features, train.labels, train.where,
                                      test.features, test.labels, test.where)]
-  curve, online = _compiled_run(spec)(keys, click, stop, *arrays)
+  if mesh is not None:
+    if len(seeds) % mesh.size:
+      raise ValueError(f"online_learning: {len(seeds)} seeds do not split over the mesh's {mesh.size} devices")
+    keys = jax.device_put(keys, sharding_lib.data_sharding(mesh))
+    arrays = [jax.device_put(a, sharding_lib.replicated(mesh)) for a in arrays]
+  curve, online = _compiled_run(spec)(keys, *arrays)
   curve, online = np.asarray(curve), np.asarray(online)
   return {"ndcg@10": curve[:, -1], "online_ndcg@10": online, "curve": curve,
           "impressions": np.arange(0, spec.num_blocks * spec.eval_every + 1, spec.eval_every)}
@@ -346,6 +357,8 @@ def run_online_study(config: ml_collections.ConfigDict, workdir: Optional[str]) 
   for name in config.click_models:
     _click_tables(name)  # fail before any work on an unknown user
   train, _, test = load_datasets(config)
+  devices = math.gcd(int(config.num_devices) or jax.device_count(), int(config.num_seeds))
+  mesh = sharding_lib.make_mesh(devices) if devices > 1 else None
   seeds = [int(config.seed) + s for s in range(int(config.num_seeds))]
   if workdir:
     os.makedirs(workdir, exist_ok=True)
@@ -365,7 +378,7 @@ def run_online_study(config: ml_collections.ConfigDict, workdir: Optional[str]) 
     results[row_key] = {}
     raw = {}
     for method in config.methods:
-      out = online_learning(method, train, test, click_model=click_model, config=config, seeds=seeds)
+      out = online_learning(method, train, test, click_model=click_model, config=config, seeds=seeds, mesh=mesh)
       raw[method] = out
       entry, row = summarize_metrics(out, METRICS)
       entry["curve"] = out["curve"].mean(axis=0).tolist()
