@@ -24,7 +24,7 @@ import numpy as np
 
 from ultr_jax import data as data_lib
 from ultr_jax import simulation
-from ultr_jax.train import enable_compilation_cache, evaluate, fit, get_method, summarize, write_results
+from ultr_jax.train import enable_compilation_cache, evaluate, fit, get_method, save_figure, summarize, write_results
 
 METRICS = ("ndcg@1", "ndcg@3", "map")
 ALL_METHODS = ("naive", "ips", "heckman_rank", "rank_agg", "cld", "cld_n", "cld_pair", "cld_pair_l", "oracle")
@@ -365,10 +365,7 @@ def _plots(results, points, workdir, config):
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     name = f"fig_{tag.replace('/', '_').replace('=', '')}.png"
-    tmp = os.path.join(workdir, f".tmp-{name}")
-    fig.savefig(tmp, dpi=90, format="png")
-    os.replace(tmp, os.path.join(workdir, name))
-    plt.close(fig)
+    save_figure(fig, os.path.join(workdir, name), dpi=90)
     files.append(name)
   return files
 

@@ -30,7 +30,7 @@ from ultr_jax.data import load_ultra
 from ultr_jax.graph import (DESIGN_GRAPHS, apply_interventions, context_study,
                             generate_design_dataset, read_svmlight_ranking,
                             study)
-from ultr_jax.train import enable_compilation_cache
+from ultr_jax.train import enable_compilation_cache, save_figure
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "configs/default.py[:smoke]", lock_config=True)
@@ -102,8 +102,7 @@ def figures(cfg, key, workdir, share=()):
       ax.fill_between(grid, mu - sd, mu + sd, alpha=0.2)
     ax.set_xscale("log"); ax.set_xlabel("clicks N"); ax.set_ylabel("MCC")
     ax.set_title("Fig. 3a: DLA vs. clicks"); ax.legend()
-    fig.tight_layout(); fig.savefig(os.path.join(workdir, "fig3a.png"), dpi=120)
-    plt.close(fig)
+    fig.tight_layout(); save_figure(fig, os.path.join(workdir, "fig3a.png"), dpi=120)
   if "3b" in cfg.figures or "6" in cfg.figures:
     res, obs = {}, {}
     for k in (1, 2, 3, 4):
@@ -129,8 +128,7 @@ def figures(cfg, key, workdir, share=()):
                   label=name)
     ax.set_xlabel("K (components)"); ax.set_ylabel("MCC")
     ax.set_title("Fig. 3b"); ax.legend(fontsize=7)
-    fig.tight_layout(); fig.savefig(os.path.join(workdir, "fig3b.png"), dpi=120)
-    plt.close(fig)
+    fig.tight_layout(); save_figure(fig, os.path.join(workdir, "fig3b.png"), dpi=120)
     gt = np.asarray(study.PBM_EXAMINATION)
     out["6"] = {"GT": (gt / gt[0]).tolist()}
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
@@ -145,8 +143,7 @@ def figures(cfg, key, workdir, share=()):
       ax.set_title(f"Fig. 6: K={k}"); ax.set_xlabel("position")
       ax.legend(fontsize=7)
     axes[0].set_ylabel("o'(p) / o'(0)")
-    fig.tight_layout(); fig.savefig(os.path.join(workdir, "fig6.png"), dpi=120)
-    plt.close(fig)
+    fig.tight_layout(); save_figure(fig, os.path.join(workdir, "fig6.png"), dpi=120)
   if "4a" in cfg.figures:
     d = data[2]
     ni_min, _ = study.node_intervention_dataset(
@@ -173,8 +170,7 @@ def figures(cfg, key, workdir, share=()):
       ax.fill_between(grid, mu - sd, mu + sd, alpha=0.2)
     ax.set_xscale("log"); ax.set_xlabel("clicks N"); ax.set_ylabel("MCC")
     ax.set_title("Fig. 4a: intervention cost"); ax.legend()
-    fig.tight_layout(); fig.savefig(os.path.join(workdir, "fig4a.png"), dpi=120)
-    plt.close(fig)
+    fig.tight_layout(); save_figure(fig, os.path.join(workdir, "fig4a.png"), dpi=120)
   if "4b" in cfg.figures:
     d = data[2]
     res = {}
@@ -192,8 +188,7 @@ def figures(cfg, key, workdir, share=()):
            yerr=[res[n].std() for n in names], capsize=3)
     ax.set_ylim(0.5, 1.0); ax.set_ylabel("MCC")
     ax.set_title("Fig. 4b: merged positions (K=2)")
-    fig.tight_layout(); fig.savefig(os.path.join(workdir, "fig4b.png"), dpi=120)
-    plt.close(fig)
+    fig.tight_layout(); save_figure(fig, os.path.join(workdir, "fig4b.png"), dpi=120)
   return out
 
 

@@ -19,7 +19,7 @@ from ultr_jax.data import RankingDataset
 from ultr_jax.simulation import (ULTRA_EXAM_TABLE, make_position_trust_click_fn, position_trust,
                                  relevance_probability, sif_toy_dataset)
 from ultr_jax.train import (default_train_config, enable_compilation_cache, evaluate, fit, get_method, markdown_table,
-                            summarize, write_results)
+                            save_figure, summarize, write_results)
 from ultr_jax.train.methods.sif import with_leakage_diagnostics
 
 METRICS = ("ndcg@3", "ndcg@5", "ndcg@10", "err@10")
@@ -325,9 +325,7 @@ def write_figures(workdir, t7, histories, key_setting):
   def save(fig, name):
     path = os.path.join(workdir, name)
     fig.tight_layout()
-    fig.savefig(path + ".tmp.png", dpi=100)
-    os.replace(path + ".tmp.png", path)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
     paths.append(path)
 
   fig, ax = plt.subplots(figsize=(6, 4))

@@ -28,7 +28,7 @@ import numpy as np
 
 from ultr_jax import data as data_lib
 from ultr_jax import simulation as sim
-from ultr_jax.train.results import markdown_table, summarize, write_results
+from ultr_jax.train.results import markdown_table, save_figure, summarize, write_results
 
 __all__ = ["default_click_model_config", "simulate_study_logs", "fit_and_score", "run_click_model_study"]
 
@@ -154,10 +154,7 @@ def _plot(results: dict, path: str) -> None:
     ax.set_ylabel("conditional perplexity")
   axes[0][0].legend(fontsize=7)
   fig.tight_layout()
-  tmp = path + ".tmp.png"
-  fig.savefig(tmp, dpi=110)
-  plt.close(fig)
-  os.replace(tmp, path)
+  save_figure(fig, path)
 
 
 def _write(workdir, results, fit_models):

@@ -42,7 +42,7 @@ from ultr_jax.train.compilation import enable_compilation_cache
 from ultr_jax.train.loop import evaluate, fit, make_optimizer
 from ultr_jax.train.methods import get_method
 from ultr_jax.train.methods.lbd import make_lbd, make_lbd_grid, stack_runs
-from ultr_jax.train.results import summarize, write_results
+from ultr_jax.train.results import save_figure, summarize, write_results
 
 __all__ = [
     "LBD_BASE_W",
@@ -696,10 +696,7 @@ def plot_figures(results: dict, etas: Sequence[float], config, workdir: str) -> 
 
   def save(fig, name):
     path = os.path.join(workdir, name)
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    os.replace(tmp, path)
+    save_figure(fig, path, bbox_inches="tight")
     written.append(path)
 
   for ranker in config.rankers:

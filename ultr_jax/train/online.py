@@ -50,7 +50,7 @@ from ultr_jax import simulation as sim
 from ultr_jax.data import RankingDataset
 from ultr_jax.models import make_ranker
 from ultr_jax.train import sharding as sharding_lib
-from ultr_jax.train.results import markdown_table, summarize, summarize_metrics, write_results
+from ultr_jax.train.results import markdown_table, save_figure, summarize, summarize_metrics, write_results
 
 __all__ = ["ONLINE_METHODS", "ONLINE_CLICK_MODELS", "online_click_model", "default_online_config",
            "online_learning", "full_info_reference", "run_online_study"]
@@ -336,10 +336,7 @@ def _plot(results: Mapping[str, Any], path: str, ceiling: Optional[float] = None
     ax.set_ylabel("test nDCG@10")
   axes[0][0].legend(fontsize=7)
   fig.tight_layout()
-  tmp = path + ".tmp.png"
-  fig.savefig(tmp, dpi=110)
-  plt.close(fig)
-  os.replace(tmp, path)
+  save_figure(fig, path)
 
 
 def run_online_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dict[str, Any]:

@@ -41,7 +41,7 @@ from ultr_jax import simulation
 from ultr_jax.train import methods as methods_lib
 from ultr_jax.train.experiment import METRIC_COLUMNS, load_datasets
 from ultr_jax.train.loop import evaluate, fit
-from ultr_jax.train.results import markdown_table, summarize_metrics, write_results
+from ultr_jax.train.results import markdown_table, save_figure, summarize_metrics, write_results
 
 __all__ = [
     "KEY_REASONS",
@@ -290,10 +290,7 @@ def plot_heatmap(results: Mapping[str, Any], biases, methods, path: str, *, metr
   ax.set_title(f"test {metric}: mean ± 90% t-interval half-width over seeds")
   fig.colorbar(im, ax=ax, fraction=0.04)
   fig.tight_layout()
-  tmp = path + ".tmp.png"
-  fig.savefig(tmp, dpi=110)
-  plt.close(fig)
-  os.replace(tmp, path)
+  save_figure(fig, path)
 
 
 # ----------------------------------------------------------------------------
