@@ -11,8 +11,9 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "experiments", "sif"))
 
-import study  # noqa: E402
 from configs.default import get_config  # noqa: E402
+
+from ultr_jax.train import sif_study as study  # noqa: E402
 
 
 def test_t6_variants_and_checks():

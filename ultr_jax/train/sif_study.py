@@ -83,7 +83,7 @@ def _oracle_scores(test: RankingDataset, gamma: float) -> np.ndarray:
   return 1.0 / (1.0 + np.exp(-gamma * test.extras["logging_score"]))
 
 
-def test_leakage(method, params, test: RankingDataset, *, gamma=1.0, k_top=3, by_label=True):
+def held_out_leakage(method, params, test: RankingDataset, *, gamma=1.0, k_top=3, by_label=True):
   """Per-seed oracle-conditioned trust leakage (nats) of ``method``'s test scores."""
   batch = jax.tree.map(jnp.asarray, {k: v for k, v in test.as_batch().items() if k != "qid"})
   scores = jax.vmap(method.score, in_axes=(0, None))(params, batch)
@@ -258,7 +258,7 @@ def run_t7(config, data, setting, alpha, *, methods=None, train_overrides=None):
     res = fit(m, train, valid, click_fn=click_fn, config=tc, seeds=tuple(range(config.num_seeds)))
     met = evaluate(m, res.params, test, cutoffs=(3, 5, 10))
     row = {k: summarize(met[k]) for k in METRICS}
-    row["leakage_d"] = summarize(test_leakage(m, res.params, test, k_top=config.k_top))
+    row["leakage_d"] = summarize(held_out_leakage(m, res.params, test, k_top=config.k_top))
     mae = propensity_mae(m, res.params, res.extra)
     if mae is not None:
       row["propensity_mae"] = summarize(mae)  # at the selected (best-validation) state
