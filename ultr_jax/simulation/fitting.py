@@ -148,8 +148,7 @@ def _log_likelihood_logits(model, theta, doc_ids, clicks, where):
 
 def _logits(params: dict) -> dict:
   """Probabilities to logits (+-inf at 1 and 0, which ``log_sigmoid`` maps back exactly)."""
-  return {k: jnp.log(jnp.asarray(v, jnp.float32)) - jnp.log1p(-jnp.asarray(v, jnp.float32))
-          for k, v in params.items()}
+  return {k: jax.scipy.special.logit(jnp.asarray(v, jnp.float32)) for k, v in params.items()}
 
 
 def click_model_log_likelihood(model: str, params: dict, doc_ids: Array, clicks: Array, *,

@@ -136,9 +136,9 @@ def _unit_direction(key, params):
   """A uniformly random unit vector in parameter space, as a pytree like ``params``."""
   leaves, tree = jax.tree.flatten(params)
   keys = jax.random.split(key, len(leaves))
-  u = [jax.random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves)]
-  norm = jnp.sqrt(sum(jnp.sum(x * x) for x in u))
-  return jax.tree.unflatten(tree, [x / norm for x in u])
+  u = jax.tree.unflatten(tree, [jax.random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves)])
+  norm = optax.global_norm(u)
+  return jax.tree.map(lambda x: x / norm, u)
 
 
 class _Spec(NamedTuple):
