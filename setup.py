@@ -27,7 +27,7 @@ setup(
     install_requires=[
         "jax>=0.4.35",
         "flax>=0.10",
-        "optax>=0.2.4",
+        "optax>=0.2.5",
         "chex>=0.1.87",
         "orbax-checkpoint>=0.9",
         "absl-py>=2.0",

@@ -1,4 +1,4 @@
-"""Online LTR throughput: the jitted PDGD and DBGD learners vs per-impression NumPy learners.
+"""Online LTR throughput: the jitted PDGD, DBGD and MGD learners vs per-impression NumPy learners.
 
 Impressions per second of :func:`ultr_jax.train.online_learning` (one jitted ``lax.scan`` over
 impressions, ``--seeds`` runs vmapped; linear ranker, 20 candidates, top 10 shown, the
@@ -6,8 +6,10 @@ informational cascade user) against, in the same process, a NumPy learner in the
 reference online-LTR code (Lerot, Oosterhuis's PDGD code): one impression at a time in Python,
 with NumPy inside the impression (Plackett-Luce sampling by successive softmax draws, the cascade
 user as a loop over positions, PDGD's pair weights from the swapped rankings, team-draft
-interleaving as a loop). Both learners use the same data and user; the NumPy one runs
-``--numpy-impressions`` impressions of one seed.
+interleaving as a loop; MGD with probabilistic multileaving as in that code: the list drawn slot by
+slot, the assignment posterior per clicked item, and the candidates' outcomes from
+``--pm-samples`` sampled assignments, where ultr_jax computes them exactly). Both learners use the
+same data and user; the NumPy one runs ``--numpy-impressions`` impressions of one seed.
 
   python benchmarks/online.py                     # 10,000 impressions x 5 seeds
   python benchmarks/online.py --impressions 2000 --seeds 1 --numpy-impressions 200   # quick
@@ -112,11 +114,50 @@ def numpy_dbgd(train, impressions, top_k=10, unit=1.0, lr=0.01, seed=0):
   return w
 
 
+def _rank_weights(scores, tau=3.0):
+  ranks = np.empty(scores.shape)
+  for j, row in enumerate(scores):
+    ranks[j, np.argsort(-row, kind="stable")] = np.arange(1, scores.shape[1] + 1)
+  return ranks ** -tau
+
+
+def numpy_mgd_pm(train, impressions, top_k=10, unit=1.0, lr=0.01, candidates=9, samples=1000, seed=0):
+  rng = np.random.default_rng(seed)
+  w = np.zeros(train.num_features)
+  for _ in range(impressions):
+    q = rng.integers(train.num_queries)
+    x, y = train.features[q], train.labels[q]
+    u = rng.standard_normal((candidates, w.size))
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    weights = _rank_weights(np.concatenate([(x @ w)[None], (w + unit * u) @ x.T]))
+    left = np.ones(x.shape[0], bool)
+    shown, slot_probs = [], []
+    for _slot in range(top_k):
+      team = rng.integers(weights.shape[0])
+      p = np.where(left, weights[team], 0.0)
+      doc = rng.choice(len(p), p=p / p.sum())
+      slot_probs.append(weights[:, doc] / (weights * left).sum(axis=1))
+      shown.append(doc)
+      left[doc] = False
+    clicks = _user(rng, y[np.asarray(shown)])
+    post = np.asarray(slot_probs)[clicks > 0]
+    if not len(post):
+      continue
+    post /= post.sum(axis=1, keepdims=True)
+    owners = np.stack([rng.choice(post.shape[1], size=samples, p=row) for row in post])  # [clicks, samples]
+    counts = np.stack([(owners == j).sum(axis=0) for j in range(post.shape[1])])  # [rankers, samples]
+    wins = np.mean(np.sign(counts[1:] - counts[0]), axis=1) > 0
+    if wins.any():
+      w += lr * u[wins].mean(axis=0)
+  return w
+
+
 def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("--impressions", type=int, default=10000)
   parser.add_argument("--seeds", type=int, default=5)
   parser.add_argument("--numpy-impressions", type=int, default=1000)
+  parser.add_argument("--pm-samples", type=int, default=1000)
   args = parser.parse_args()
   data = make_synthetic(num_train=1000, num_valid=1, num_test=200, list_size=20, num_features=32, seed=0)
   config = default_online_config()
@@ -125,7 +166,9 @@ def main():
   seeds = tuple(range(args.seeds))
   print(f"{args.impressions} impressions x {args.seeds} seeds (JAX, vmapped); "
         f"{args.numpy_impressions} impressions x 1 seed (NumPy)")
-  for method, reference in (("pdgd", numpy_pdgd), ("dbgd", numpy_dbgd)):
+  config.mgd.multileave = "probabilistic"
+  numpy_mgd = lambda train, n: numpy_mgd_pm(train, n, samples=args.pm_samples)
+  for method, reference in (("pdgd", numpy_pdgd), ("dbgd", numpy_dbgd), ("mgd", numpy_mgd)):
     t = time.perf_counter()
     online_learning(method, data.train, data.test, click_model="informational", config=config, seeds=seeds)
     first = time.perf_counter() - t

@@ -1,4 +1,4 @@
-"""Online LTR: Plackett-Luce sampling, team-draft multileaving, the PDGD loss, the online learners and binary."""
+"""Online LTR: Plackett-Luce sampling, team-draft and probabilistic multileaving, the PDGD loss, the online learners and binary."""
 
 import importlib.util
 import itertools
@@ -142,6 +142,83 @@ def test_multileave_credit_counts_each_teams_clicks():
 
 
 # ----------------------------------------------------------------------------
+# Probabilistic multileaving.
+
+
+def np_pm_slot_probs(scores, where, shown, tau=3.0):
+  """``[slot, ranker]``: P_j(item at the slot | the items shown before it), by direct sums."""
+  valid = np.flatnonzero(where)
+  ranks = np.empty(scores.shape)
+  for j, row in enumerate(scores):
+    order = [i for i in np.argsort(-row, kind="stable") if where[i]]
+    ranks[j, order] = np.arange(1, len(order) + 1)
+  weight = np.where(where, ranks, np.inf) ** -tau
+  left = set(valid.tolist())
+  out = []
+  for item in shown:
+    out.append(weight[:, item] / weight[:, sorted(left)].sum(axis=1))
+    left.remove(item)
+  return np.array(out)
+
+
+def test_probabilistic_multileave_follows_its_distribution_and_puts_masked_items_last():
+  scores = np.array([[3.0, 2.0, 1.0, 9.0], [0.0, 1.0, 3.0, 9.0], [1.0, 3.0, 2.0, 9.0]], np.float32)
+  where = np.array([True, True, True, False])
+  positions = np.asarray(jax.vmap(lambda k: sim.probabilistic_multileave(k, scores, where=where))(
+      jax.random.split(jax.random.key(0), 40000)))
+  assert (positions[:, 3] == 3).all() and (np.sort(positions, axis=1) == np.arange(4)).all()
+  for perm in itertools.permutations(range(3)):
+    # Each slot's ranker is uniform: P(list) = prod over slots of the rankers' mean slot probability.
+    exact = np.prod(np_pm_slot_probs(scores, where, perm).mean(axis=1))
+    freq = np.mean(np.all(positions[:, list(perm)] == np.arange(3), axis=1))
+    assert freq == pytest.approx(exact, abs=0.01)
+
+
+def test_probabilistic_multileave_assignment_matches_numpy():
+  rng = np.random.default_rng(3)
+  scores = rng.standard_normal((4, 3, 7)).astype(np.float32)
+  where = np.arange(7)[None, :] < np.array([[7], [5], [2], [1]])
+  positions = np.asarray(sim.probabilistic_multileave(jax.random.key(1), scores, where=where))
+  post = np.asarray(sim.probabilistic_multileave_assignment(scores, positions, where=where))
+  for q in range(4):
+    shown = [i for i in np.argsort(positions[q]) if where[q, i]]
+    slot = np_pm_slot_probs(scores[q], where[q], shown)
+    np.testing.assert_allclose(post[q][:, shown].T, slot / slot.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+    assert (post[q][:, ~where[q]] == 0).all()
+  # Rankers that agree on a ranking cannot be told apart; the last item shown could be anyone's.
+  same = np.asarray(sim.probabilistic_multileave_assignment(np.stack([scores[0, 0]] * 3), positions[0]))
+  np.testing.assert_allclose(same, 1.0 / 3.0, rtol=1e-6)
+
+
+def test_multileave_preferences_equal_the_enumerated_expectation():
+  rng = np.random.default_rng(0)
+  n, size = 3, 6
+  assignment = rng.dirichlet(np.ones(n), size=(2, size)).transpose(0, 2, 1).astype(np.float32)  # [2, n, L]
+  clicks = np.array([[1, 0, 1, 1, 0, 1], [0, 1, 1, 0, 0, 1]], np.float32)
+  where = np.array([[True] * 6, [True] * 4 + [False] * 2])
+  pref = np.asarray(sim.multileave_preferences(clicks, assignment, where=where))
+  for q in range(2):
+    clicked = [i for i in range(size) if clicks[q, i] and where[q, i]]
+    ref = np.zeros((n, n))
+    for owners in itertools.product(range(n), repeat=len(clicked)):
+      prob = np.prod([assignment[q, j, i] for j, i in zip(owners, clicked)])
+      count = np.bincount(np.array(owners, int), minlength=n)
+      ref += prob * np.sign(count[:, None] - count[None, :])
+    np.testing.assert_allclose(pref[q], ref, atol=1e-6)
+    np.testing.assert_allclose(pref[q], -pref[q].T, atol=1e-7)
+    for y in range(n):  # one column only
+      np.testing.assert_allclose(sim.multileave_preferences(clicks[q], assignment[q], where=where[q], against=y),
+                                 pref[q][:, y], atol=1e-7)
+  # One-hot assignments (team-draft's teams): the sign of the credit difference.
+  teams = jnp.array([[0, 2, 1, 2, 0, 1]])
+  credit = sim.multileave_credit(clicks[:1], teams, num_teams=3)
+  one_hot = jax.nn.one_hot(teams, 3, axis=-2)
+  np.testing.assert_array_equal(sim.multileave_preferences(clicks[:1], one_hot),
+                                np.sign(credit[..., :, None] - credit[..., None, :]))
+  assert not np.asarray(sim.multileave_preferences(np.zeros(size), assignment[0])).any()  # no clicks: all ties
+
+
+# ----------------------------------------------------------------------------
 # The PDGD loss.
 
 
@@ -270,9 +347,12 @@ def test_seeds_split_over_a_mesh_equal_the_single_device_run(small_data):
                     mesh=mesh)
 
 
-@pytest.mark.parametrize("method", ONLINE_METHODS)
-def test_online_learners_start_at_zero_and_move(method, small_data):
+@pytest.mark.parametrize("method,multileave", [("pdgd", None), ("dbgd", "team_draft"), ("mgd", "team_draft"),
+                                               ("dbgd", "probabilistic")])  # MGD's is in the next tests
+def test_online_learners_start_at_zero_and_move(method, multileave, small_data):
   c = _small_config(num_impressions=200, eval_every=100)
+  if multileave:
+    c[method].multileave = multileave
   out = online_learning(method, small_data.train, small_data.test, click_model="perfect", config=c, seeds=(0, 1))
   assert out["curve"][0, 0] == out["curve"][1, 0]  # w = 0 to start, whatever the seed
   assert not np.all(out["curve"] == out["curve"][0, 0])  # and the ranker moves
@@ -300,11 +380,23 @@ def test_pdgd_learns_from_perfect_clicks(small_data):
   assert (out["curve"][:, -1] > out["curve"][:, 0] + 0.1).all()
 
 
+@pytest.mark.parametrize("multileave", ["team_draft", "probabilistic"])
+def test_mgd_learns_from_perfect_clicks(multileave, small_data):
+  c = _small_config()
+  c.mgd.multileave, c.mgd.learning_rate = multileave, 0.1
+  out = online_learning("mgd", small_data.train, small_data.test, click_model="perfect", config=c, seeds=(0, 1, 2))
+  assert (out["curve"][:, -1] > out["curve"][:, 0] + 0.1).all()
+
+
 def test_online_config_errors():
   with pytest.raises(ValueError, match="multiple of config.eval_every"):
     online_learning("pdgd", None, None, click_model="perfect", config=_small_config(eval_every=300))
   with pytest.raises(ValueError, match="unknown online method"):
     online_learning("sgd", None, None, click_model="perfect", config=_small_config())
+  c = _small_config()
+  c.dbgd.multileave = "balanced"
+  with pytest.raises(ValueError, match="config.dbgd.multileave: unknown 'balanced'"):
+    online_learning("dbgd", None, None, click_model="perfect", config=c)
 
 
 # ----------------------------------------------------------------------------

@@ -272,7 +272,7 @@ def pad_layouts(layouts, num_records: int):
                       new_shape[0] * new_shape[1], r * new_shape[1] + c)
 
     # multi state: old tier rows -> new offsets
-    old_off, new_pos, tiers = 0, [], {}
+    old_off, tiers = 0, {}
     new_off = dict(zip(widths, np.concatenate(
         [[0], np.cumsum([depth[m] for m in widths])[:-1]]).astype(np.int64)))
     remap = np.zeros(sum(t.shape[0] for t in l.tier_rec), np.int64)

@@ -11,7 +11,7 @@
 * :mod:`~ultr_jax.simulation.fitting`: click models fitted to session logs
   (L-BFGS on that likelihood) and scored by held-out perplexity;
 * :mod:`~ultr_jax.simulation.interleaving`: Plackett-Luce ranking samples
-  and team-draft multileaving for online learning to rank;
+  and team-draft or probabilistic multileaving for online learning to rank;
 * :mod:`~ultr_jax.simulation.logging_policy`: the ULTRA protocol's production
   ranker (trained on 1% of labelled queries) and the host-side reordering.
 """
@@ -60,8 +60,11 @@ from ultr_jax.simulation.likelihood import (
 )
 from ultr_jax.simulation.interleaving import (
     multileave_credit,
+    multileave_preferences,
     plackett_luce_log_prob,
     plackett_luce_sample,
+    probabilistic_multileave,
+    probabilistic_multileave_assignment,
     team_draft_multileave,
 )
 from ultr_jax.simulation.logging_policy import (
@@ -114,8 +117,11 @@ __all__ = [
     "ULTRA_EXAM_TABLE",
     "apply_logging_policy",
     "multileave_credit",
+    "multileave_preferences",
     "plackett_luce_log_prob",
     "plackett_luce_sample",
+    "probabilistic_multileave",
+    "probabilistic_multileave_assignment",
     "team_draft_multileave",
     "bernoulli_log_likelihood",
     "chain_conditional_click_prob",

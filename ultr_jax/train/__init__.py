@@ -17,6 +17,7 @@ from ultr_jax.train.loop import (
 )
 from ultr_jax.train.method import Method
 from ultr_jax.train.online import (
+    MULTILEAVE_METHODS,
     ONLINE_CLICK_MODELS,
     ONLINE_METHODS,
     default_online_config,
@@ -34,6 +35,7 @@ __all__ = [
     "FitResult",
     "Method",
     "ONLINE_CLICK_MODELS",
+    "MULTILEAVE_METHODS",
     "ONLINE_METHODS",
     "atomic_write_text",
     "available_methods",

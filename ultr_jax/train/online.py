@@ -9,13 +9,20 @@ updates the learner:
   (:func:`~ultr_jax.simulation.plackett_luce_sample`); the update follows
   :func:`~ultr_jax.losses.pdgd_loss` with SGD;
 * **DBGD** (Yue & Joachims, ICML'09): a candidate :math:`w + \delta u` (a random
-  unit direction :math:`u`) is team-draft interleaved with the current ranker
-  :math:`w` (:func:`~ultr_jax.simulation.team_draft_multileave`); when the
-  candidate gets more clicks, :math:`w \leftarrow w + \alpha u`;
+  unit direction :math:`u`) is interleaved with the current ranker :math:`w`;
+  when the candidate wins, :math:`w \leftarrow w + \alpha u`;
 * **MGD** (Schuth et al., WSDM'16): ``n - 1`` candidates are multileaved with
   the current ranker; :math:`w` moves by :math:`\alpha` times the mean direction
-  of the candidates that beat it (team-draft multileaving rather than the
-  paper's probabilistic multileaving).
+  of the candidates that beat it.
+
+``config.<dbgd|mgd>.multileave`` picks the comparison: ``"team_draft"``
+(:func:`~ultr_jax.simulation.team_draft_multileave`; a candidate wins with more
+clicks credited to its team than to :math:`w`'s) or ``"probabilistic"``
+(:func:`~ultr_jax.simulation.probabilistic_multileave`; a candidate wins when
+its expected outcome against :math:`w`,
+:func:`~ultr_jax.simulation.multileave_preferences` over the assignment
+posterior, is positive). Team-draft is the default: on the default study
+probabilistic multileaving helps MGD only under noise-free clicks (README).
 
 Clicks come from the cascade click models of the online LTR literature
 (Hofmann et al. 2013; the PDGD paper's Table 1): a user scans the displayed
@@ -52,10 +59,11 @@ from ultr_jax.models import make_ranker
 from ultr_jax.train import sharding as sharding_lib
 from ultr_jax.train.results import markdown_table, save_figure, summarize, summarize_metrics, write_results
 
-__all__ = ["ONLINE_METHODS", "ONLINE_CLICK_MODELS", "online_click_model", "default_online_config",
+__all__ = ["ONLINE_METHODS", "MULTILEAVE_METHODS", "ONLINE_CLICK_MODELS", "online_click_model", "default_online_config",
            "online_learning", "full_info_reference", "run_online_study"]
 
 ONLINE_METHODS = ("pdgd", "dbgd", "mgd")
+MULTILEAVE_METHODS = ("team_draft", "probabilistic")
 
 #: ``name -> (P(click | grade), P(stop | click, grade))`` for grades 0..4 (PDGD paper, Table 1).
 ONLINE_CLICK_MODELS: Mapping[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
@@ -125,8 +133,10 @@ def default_online_config() -> ml_collections.ConfigDict:
   c.num_impressions = 10000
   c.eval_every = 500
   c.pdgd = ml_collections.ConfigDict({"learning_rate": 0.1})
-  c.dbgd = ml_collections.ConfigDict({"learning_rate": 0.01, "unit": 1.0})
-  c.mgd = ml_collections.ConfigDict({"learning_rate": 0.01, "unit": 1.0, "num_candidates": 9})
+  # The dueling bandits' comparison: "team_draft" or "probabilistic" multileaving (tau: its steepness).
+  c.dbgd = ml_collections.ConfigDict({"learning_rate": 0.01, "unit": 1.0, "multileave": "team_draft", "tau": 3.0})
+  c.mgd = ml_collections.ConfigDict({"learning_rate": 0.01, "unit": 1.0, "num_candidates": 9,
+                                     "multileave": "team_draft", "tau": 3.0})
   # The ceiling: the same ranker trained offline on the true labels (listwise softmax, Adam, full batch).
   c.full_info = ml_collections.ConfigDict({"enabled": True, "steps": 1000, "learning_rate": 0.01})
   return c
@@ -137,7 +147,7 @@ def _unit_direction(key, params):
   leaves, tree = jax.tree.flatten(params)
   keys = jax.random.split(key, len(leaves))
   u = jax.tree.unflatten(tree, [jax.random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves)])
-  norm = optax.global_norm(u)
+  norm = optax.tree.norm(u)
   return jax.tree.map(lambda x: x / norm, u)
 
 
@@ -153,6 +163,8 @@ class _Spec(NamedTuple):
   learning_rate: float
   unit: float
   num_rankers: int  # DBGD 2, MGD candidates + 1
+  multileave: str  # "team_draft" or "probabilistic" (DBGD, MGD)
+  tau: float  # probabilistic multileaving's steepness
 
 
 def _spec(method: str, config: ml_collections.ConfigDict) -> _Spec:
@@ -165,9 +177,12 @@ def _spec(method: str, config: ml_collections.ConfigDict) -> _Spec:
   n = 0 if method == "pdgd" else (2 if method == "dbgd" else int(cfg.num_candidates) + 1)
   if method == "mgd" and n < 2:
     raise ValueError(f"config.mgd.num_candidates must be >= 1, got {n - 1}")
+  multileave = str(cfg.get("multileave", ""))
+  if method != "pdgd" and multileave not in MULTILEAVE_METHODS:
+    raise ValueError(f"config.{method}.multileave: unknown {multileave!r}; expected one of {MULTILEAVE_METHODS}")
   return _Spec(method, str(config.ranker), tuple(int(h) for h in config.hidden_sizes), bool(config.zero_init),
                int(config.top_k), every, total // every, float(cfg.learning_rate),
-               float(cfg.get("unit", 0.0)), n)
+               float(cfg.get("unit", 0.0)), n, multileave, float(cfg.get("tau", 0.0)))
 
 
 def _pdgd_step(spec, apply_fn):
@@ -194,10 +209,18 @@ def _dueling_step(spec, apply_fn):
     dirs = jax.vmap(lambda k: _unit_direction(k, params))(jax.random.split(k_dir, n - 1))
     cand = jax.tree.map(lambda p, u: p[None] + spec.unit * u, params, dirs)
     scores = jnp.concatenate([apply_fn(params, x)[None], jax.vmap(lambda p: apply_fn(p, x))(cand)], axis=0)
-    positions, teams = sim.team_draft_multileave(k_leave, scores, where=w)
-    clicks = _cascade_clicks(k_click, y, positions=positions, where=w, click=click, stop=stop, top_k=spec.top_k)
-    credit = sim.multileave_credit(clicks, teams, num_teams=n, where=w)
-    wins = (credit[1:] > credit[0]).astype(jnp.float32)
+    if spec.multileave == "team_draft":
+      positions, teams = sim.team_draft_multileave(k_leave, scores, where=w)
+      clicks = _cascade_clicks(k_click, y, positions=positions, where=w, click=click, stop=stop, top_k=spec.top_k)
+      credit = sim.multileave_credit(clicks, teams, num_teams=n, where=w)
+      wins = (credit[1:] > credit[0]).astype(jnp.float32)
+    else:
+      positions = sim.probabilistic_multileave(k_leave, scores, where=w, tau=spec.tau)
+      clicks = _cascade_clicks(k_click, y, positions=positions, where=w, click=click, stop=stop, top_k=spec.top_k)
+      assignment = sim.probabilistic_multileave_assignment(scores, positions, where=w, tau=spec.tau)
+      shown = jnp.argsort(positions)[:spec.top_k]  # only the displayed items can be clicked
+      pref = sim.multileave_preferences(clicks[shown], assignment[:, shown], where=w[shown], against=0)
+      wins = (pref[1:] > 0).astype(jnp.float32)
     scale = spec.learning_rate * wins / jnp.maximum(jnp.sum(wins), 1.0)
     params = jax.tree.map(lambda p, u: p + jnp.tensordot(scale, u, axes=1), params, dirs)
     return params, extra, positions

@@ -6,6 +6,8 @@ r"""Online LTR study config: ``get_config()`` (the default) or ``get_config("smo
       --workdir=/tmp/online_smoke
   # a neural ranker:
   ... --config.ranker=mlp --config.zero_init=False
+  # MGD (or DBGD) with probabilistic multileaving instead of team-draft:
+  ... --config.mgd.multileave=probabilistic
   # LETOR files (e.g. MSLR-WEB10K Fold1; graded 0-4), features normalised per query as the PDGD paper's data:
   ... --config.data.source=svmlight --config.data.train_path=Fold1/train.txt \
       --config.data.test_path=Fold1/test.txt --config.data.valid_path=Fold1/vali.txt --config.data.normalize=query_minmax
