@@ -182,7 +182,8 @@ def _spec(method: str, config: ml_collections.ConfigDict) -> _Spec:
     raise ValueError(f"config.{method}.multileave: unknown {multileave!r}; expected one of {MULTILEAVE_METHODS}")
   return _Spec(method, str(config.ranker), tuple(int(h) for h in config.hidden_sizes), bool(config.zero_init),
                int(config.top_k), every, total // every, float(cfg.learning_rate),
-               float(cfg.get("unit", 0.0)), n, multileave, float(cfg.get("tau", 0.0)))
+               float(cfg.get("unit", 0.0)), n, multileave,
+               float(cfg.tau) if multileave == "probabilistic" else 0.0)  # tau alone: no new program for team-draft
 
 
 def _pdgd_step(spec, apply_fn):
@@ -211,12 +212,13 @@ def _dueling_step(spec, apply_fn):
     scores = jnp.concatenate([apply_fn(params, x)[None], jax.vmap(lambda p: apply_fn(p, x))(cand)], axis=0)
     if spec.multileave == "team_draft":
       positions, teams = sim.team_draft_multileave(k_leave, scores, where=w)
-      clicks = _cascade_clicks(k_click, y, positions=positions, where=w, click=click, stop=stop, top_k=spec.top_k)
+    else:
+      positions = sim.probabilistic_multileave(k_leave, scores, where=w, tau=spec.tau)
+    clicks = _cascade_clicks(k_click, y, positions=positions, where=w, click=click, stop=stop, top_k=spec.top_k)
+    if spec.multileave == "team_draft":
       credit = sim.multileave_credit(clicks, teams, num_teams=n, where=w)
       wins = (credit[1:] > credit[0]).astype(jnp.float32)
     else:
-      positions = sim.probabilistic_multileave(k_leave, scores, where=w, tau=spec.tau)
-      clicks = _cascade_clicks(k_click, y, positions=positions, where=w, click=click, stop=stop, top_k=spec.top_k)
       assignment = sim.probabilistic_multileave_assignment(scores, positions, where=w, tau=spec.tau)
       shown = jnp.argsort(positions)[:spec.top_k]  # only the displayed items can be clicked
       pref = sim.multileave_preferences(clicks[shown], assignment[:, shown], where=w[shown], against=0)
