@@ -218,6 +218,15 @@ def test_multileave_preferences_equal_the_enumerated_expectation():
   assert not np.asarray(sim.multileave_preferences(np.zeros(size), assignment[0])).any()  # no clicks: all ties
 
 
+@pytest.mark.parametrize("tau", [0.0, -1.0, 100.0])
+def test_probabilistic_multileave_refuses_a_tau_whose_weights_underflow(tau):
+  scores = jnp.zeros((2, 3))  # 100 * ln 3 > 80: 3^-100 is not a normal float32
+  with pytest.raises(ValueError, match="tau must be > 0 with tau \\* ln\\(list size\\) <= 80"):
+    sim.probabilistic_multileave(jax.random.key(0), scores, tau=tau)
+  with pytest.raises(ValueError, match="tau must be > 0"):
+    sim.probabilistic_multileave_assignment(scores, jnp.arange(3), tau=tau)
+
+
 # ----------------------------------------------------------------------------
 # The PDGD loss.
 
