@@ -46,6 +46,31 @@ def _mask(scores, where):
   return jnp.ones(scores.shape, bool) if where is None else jnp.broadcast_to(where, scores.shape)
 
 
+def _batched_where(scores, where):
+  """``where`` as ``bool[..., L]`` for ``scores [..., n, L]``."""
+  shape = scores.shape[:-2] + scores.shape[-1:]
+  return jnp.ones(shape, bool) if where is None else jnp.broadcast_to(where, shape)
+
+
+def _per_list(one, key, scores, where):
+  """``one(key, scores [n, L], where [L]) -> arrays [L]``, vmapped over the leading dims of ``scores [..., n, L]``."""
+  n, size = scores.shape[-2:]
+  batch = scores.shape[:-2]
+  flat = math.prod(batch)
+  out = jax.vmap(one)(jax.random.split(key, flat), scores.reshape(flat, n, size),
+                      _batched_where(scores, where).reshape(flat, size))
+  return jax.tree.map(lambda a: a.reshape(batch + (size,)), out)
+
+
+def _fill_positions(docs, where):
+  """Displayed positions from the item drawn at each slot; padding fills the slots after the valid items."""
+  size = docs.shape[-1]
+  slots = jnp.arange(size, dtype=jnp.int32)
+  active = slots < jnp.sum(where)
+  docs = jnp.where(active, docs, jnp.argsort(~where, stable=True))  # valid first, then masked, in array order
+  return jnp.zeros(size, jnp.int32).at[docs].set(slots), docs, active
+
+
 def plackett_luce_sample(key: PRNGKey, scores: Array, *, where: Optional[Array] = None) -> Array:
   r"""Draws a ranking from the Plackett-Luce model of ``scores``.
 
@@ -129,12 +154,7 @@ def _multileave_one(key, scores, where):
 
   init = (jnp.zeros(size, bool), jnp.zeros(n, jnp.float32))
   _, (docs, teams) = jax.lax.scan(pick, init, (jnp.arange(size), tie_break))
-  slots = jnp.arange(size, dtype=jnp.int32)
-  active = slots < num_valid
-  # Masked items fill the slots after the valid ones, in array order.
-  rest = jnp.argsort(~where, stable=True)  # valid first, then masked
-  docs = jnp.where(active, docs, rest)
-  positions = jnp.zeros(size, jnp.int32).at[docs].set(slots)
+  positions, docs, active = _fill_positions(docs, where)
   team_of = jnp.full(size, -1, jnp.int32).at[docs].set(jnp.where(active, teams, -1))
   return positions, team_of
 
@@ -164,14 +184,7 @@ def team_draft_multileave(key: PRNGKey, scores: Array, *, where: Optional[Array]
   >>> sorted(teams.tolist()) in ([0, 0, 1], [0, 1, 1])  # teams alternate
   True
   """
-  scores = as_float(scores)
-  n, size = scores.shape[-2:]
-  batch = scores.shape[:-2]
-  where = jnp.ones(batch + (size,), bool) if where is None else jnp.broadcast_to(where, batch + (size,))
-  flat = math.prod(batch)
-  keys = jax.random.split(key, flat)
-  positions, teams = jax.vmap(_multileave_one)(keys, scores.reshape(flat, n, size), where.reshape(flat, size))
-  return positions.reshape(batch + (size,)), teams.reshape(batch + (size,))
+  return _per_list(_multileave_one, key, as_float(scores), where)
 
 
 def multileave_credit(clicks: Array, teams: Array, *, num_teams: int, where: Optional[Array] = None) -> Array:
@@ -196,12 +209,6 @@ def multileave_credit(clicks: Array, teams: Array, *, num_teams: int, where: Opt
     clicks = jnp.where(where, clicks, 0.0)
   one_hot = jax.nn.one_hot(teams, num_teams, dtype=jnp.float32)  # -1 -> all zeros
   return jnp.einsum("...l,...ln->...n", clicks, one_hot)
-
-
-def _batched_where(scores, where):
-  """``where`` as ``bool[..., L]`` for ``scores [..., n, L]``."""
-  shape = scores.shape[:-2] + scores.shape[-1:]
-  return jnp.ones(shape, bool) if where is None else jnp.broadcast_to(where, shape)
 
 
 def _rank_weights(scores, where, tau):
@@ -233,9 +240,7 @@ def _probabilistic_one(key, scores, where, tau):
     return taken.at[doc].set(True), doc
 
   _, docs = jax.lax.scan(pick, ~where, (teams, gumbel))
-  slots = jnp.arange(size, dtype=jnp.int32)
-  docs = jnp.where(slots < jnp.sum(where), docs, jnp.argsort(~where, stable=True))  # padding last
-  return jnp.zeros(size, jnp.int32).at[docs].set(slots)
+  return _fill_positions(docs, where)[0]
 
 
 def probabilistic_multileave(key: PRNGKey, scores: Array, *, where: Optional[Array] = None,
@@ -273,15 +278,7 @@ def probabilistic_multileave(key: PRNGKey, scores: Array, *, where: Optional[Arr
   >>> print(positions)  # a steep tau follows their common ranking
   [0 1 2]
   """
-  scores = as_float(scores)
-  n, size = scores.shape[-2:]
-  batch = scores.shape[:-2]
-  where = _batched_where(scores, where)
-  flat = math.prod(batch)
-  keys = jax.random.split(key, flat)
-  positions = jax.vmap(functools.partial(_probabilistic_one, tau=float(tau)))(
-      keys, scores.reshape(flat, n, size), where.reshape(flat, size))
-  return positions.reshape(batch + (size,))
+  return _per_list(functools.partial(_probabilistic_one, tau=float(tau)), key, as_float(scores), where)
 
 
 def probabilistic_multileave_assignment(scores: Array, positions: Array, *, where: Optional[Array] = None,
