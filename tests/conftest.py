@@ -1,14 +1,18 @@
 """Shared pytest fixtures for ultr_jax.
 
 * Eight fake CPU devices, so sharding tests run on any machine.
-* XLA's LLVM backend optimisation is off (``--xla_backend_optimization_level=0``):
-  the test workloads are tiny, so compiling dominates their time (the
-  baselines smoke binary: 75 s at the default level, 43 s at 0, with the same
-  expected metrics). Subprocesses (binaries, notebook kernels) inherit it via
-  ``subprocess_env``. Set ``XLA_FLAGS`` with your own level to override it.
-  Expected-metric files are recorded at the default level, as users run the
-  binaries; a smoke run whose numbers move beyond its file's tolerance at
-  level 0 runs at the default level (``default_xla_env``).
+* XLA:CPU compiles fast rather than well: the test workloads are tiny, so
+  compiling dominates their time. The LLVM backend optimisation is off
+  (``--xla_backend_optimization_level=0``; the baselines smoke binary: 75 s at
+  the default level, 43 s at 0, with the same expected metrics) and fusions
+  use the classic elemental emitters instead of the MLIR fusion emitters
+  (``--xla_cpu_use_fusion_emitters=false``; a further third off: the same
+  binary 33 s -> 22 s, the first loss tests of a worker 29 s -> 19 s).
+  Subprocesses (binaries, notebook kernels) inherit both via
+  ``subprocess_env``. Set either in ``XLA_FLAGS`` to override it.
+  Expected-metric files are recorded with XLA's defaults, as users run the
+  binaries; a smoke run whose numbers move beyond its file's tolerance under
+  these settings runs with the defaults (``default_xla_env``).
 * ``shared_data``: the read-only reference data in ``../shared/data``, read
   in place; tests that need it skip with a clear reason where it is absent.
 * Doctests see ``jax``, ``jnp`` and ``np``.
@@ -17,7 +21,8 @@
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-for _flag, _value in (("xla_force_host_platform_device_count", "8"), ("xla_backend_optimization_level", "0")):
+for _flag, _value in (("xla_force_host_platform_device_count", "8"), ("xla_backend_optimization_level", "0"),
+                      ("xla_cpu_use_fusion_emitters", "false")):
   if _flag not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --{_flag}={_value}".strip()
 
@@ -57,13 +62,13 @@ def subprocess_env() -> dict:
 
 @pytest.fixture
 def default_xla_env(subprocess_env) -> dict:
-  """``subprocess_env`` at XLA's default optimisation level, as a user runs a binary.
+  """``subprocess_env`` with XLA's default compiler settings, as a user runs a binary.
 
   For the slow smoke runs whose tiny test sets turn float rounding into metric steps larger than
   their expected-metrics tolerance (CLD: one query of 40 moves NDCG@1 by 0.0125).
   """
-  flags = re.sub(r"--xla_backend_optimization_level=\d+", "", subprocess_env["XLA_FLAGS"]).strip()
-  return {**subprocess_env, "XLA_FLAGS": flags}
+  flags = re.sub(r"--xla_(backend_optimization_level|cpu_use_fusion_emitters)=\w+", "", subprocess_env["XLA_FLAGS"])
+  return {**subprocess_env, "XLA_FLAGS": " ".join(flags.split())}
 
 
 @pytest.fixture(autouse=True)
