@@ -83,6 +83,16 @@ def test_there_are_five_notebooks():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_is_valid_nbformat_4_5(path):
+  """Every cell has a unique id (nbformat 4.5; a missing id is to become a hard validation error)."""
+  raw = json.loads(path.read_text(encoding="utf-8"))
+  assert (raw["nbformat"], raw["nbformat_minor"]) >= (4, 5)
+  ids = [cell.get("id") for cell in raw["cells"]]
+  assert None not in ids and len(set(ids)) == len(ids), ids
+  nbformat.validate(nbformat.reads(path.read_text(encoding="utf-8"), as_version=4))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_in_smoke_mode(path, tmp_path_factory, monkeypatch, subprocess_env):
   nb = nbformat.read(path, as_version=4)
   assert nb.metadata["accelerator"] == "TPU" and nb.metadata["kernelspec"]["name"] == "python3"
