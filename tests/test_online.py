@@ -397,6 +397,56 @@ def test_mgd_learns_from_perfect_clicks(multileave, small_data):
   assert (out["curve"][:, -1] > out["curve"][:, 0] + 0.1).all()
 
 
+def test_a_click_model_config_clicks_on_the_displayed_order_within_the_top_k():
+  """eps = 1 makes every item attractive, so the PBM table alone decides: ranks 0 and 2 are always
+  examined, rank 1 never, and nothing below the top 3."""
+  fn = online_click_model({"name": "pbm_table", "table": (1.0, 0.0, 1.0, 1.0), "eps": 1.0}, top_k=3)
+  positions = jnp.array([3, 2, 0, 1])
+  clicks = fn(jax.random.key(0), jnp.zeros(4), positions=positions, where=jnp.ones(4, bool))
+  np.testing.assert_array_equal(clicks, [0.0, 1.0, 1.0, 0.0])
+  with pytest.raises(ValueError, match=r"click_model.top_k \(5\) differs from the learners' top_k \(3\)"):
+    online_click_model({"name": "pbm_table", "top_k": 5}, top_k=3)
+  with pytest.raises(ValueError, match="unknown keys"):
+    online_click_model({"name": "pbm_table", "continuation": 0.5})
+
+
+@pytest.mark.parametrize("method", ONLINE_METHODS)
+def test_a_cascade_config_learns_exactly_as_its_preset(method, small_data):
+  """On labels 0 and 4 the perfect user clicks with probability 0 or 1 and never stops; so does a DBN
+  config with eps = 0, perseverance 1 and satisfaction 0. Deterministic clicks, the same keys: the two
+  runs must be the same run."""
+  import dataclasses
+  binary = lambda d: dataclasses.replace(d, labels=np.where(d.labels >= 2, 4.0, 0.0).astype(np.float32))
+  train, test = binary(small_data.train), binary(small_data.test)
+  c = _small_config(num_impressions=200, eval_every=100)
+  preset = online_learning(method, train, test, click_model="perfect", config=c, seeds=(0, 1))
+  config = online_learning(method, train, test, config=c, seeds=(0, 1),
+                           click_model={"name": "dbn", "perseverance": 1.0, "satisfaction": 0.0, "eps": 0.0})
+  np.testing.assert_allclose(config["curve"], preset["curve"], atol=1e-6)
+  np.testing.assert_allclose(config["online_ndcg@10"], preset["online_ndcg@10"], atol=1e-6)
+  assert not np.all(preset["curve"] == preset["curve"][0, 0])  # and it is a run that learns something
+
+
+def test_pdgd_learns_under_position_bias(small_data):
+  c = _small_config()
+  out = online_learning("pdgd", small_data.train, small_data.test, click_model=c.click_model_configs.pbm.to_dict(),
+                        config=c, seeds=(0, 1, 2))
+  assert (out["curve"][:, -1] > out["curve"][:, 0] + 0.1).all()
+
+
+def test_the_study_resolves_config_users_and_refuses_unknown_or_shadowing_ones():
+  from ultr_jax.train import online
+  c = _small_config(click_models=("perfect", "pbm"))
+  assert online._study_users(c) == {"perfect": "perfect", "pbm": {"name": "pbm_table", "eta": 1.0, "eps": 0.1}}
+  c.click_models = ("pbm", "nope")
+  with pytest.raises(ValueError, match="unknown online click model 'nope'.*click_model_configs"):
+    online._study_users(c)
+  c.click_models = ("perfect",)
+  c.click_model_configs.perfect = {"name": "pbm_table"}
+  with pytest.raises(ValueError, match="would shadow"):
+    online._study_users(c)
+
+
 def test_online_config_errors():
   with pytest.raises(ValueError, match="multiple of config.eval_every"):
     online_learning("pdgd", None, None, click_model="perfect", config=_small_config(eval_every=300))

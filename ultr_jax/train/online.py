@@ -29,7 +29,11 @@ Clicks come from the cascade click models of the online LTR literature
 list top-down, clicks an item of grade :math:`y` with probability
 :math:`P(c \mid y)` and stops after a click with probability
 :math:`P(s \mid y)` (:data:`ONLINE_CLICK_MODELS`; the DBN sampler
-:func:`~ultr_jax.simulation.dbn` with perseverance 1).
+:func:`~ultr_jax.simulation.dbn` with perseverance 1). Any click model of
+:func:`~ultr_jax.simulation.make_click_fn` can stand in for them (a config
+mapping instead of a name: position bias, trust bias, the DCM, UBM, ...),
+applied to the displayed order and cut to the top ``k``, so the online
+learners face the same users as the counterfactual methods.
 
 A whole run (every impression, with a test-set nDCG@10 every
 ``eval_every`` impressions) is one jitted ``lax.scan``, vmapped over seeds.
@@ -39,10 +43,11 @@ were shown (what the learner cost them while learning).
 """
 
 import functools
+import json
 import math
 import os
 import time
-from typing import Any, Callable, Mapping, NamedTuple, Optional
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -85,28 +90,69 @@ def _cascade_clicks(key, labels, *, positions, where, click, stop, top_k):
 def _click_tables(name: str) -> tuple[jax.Array, jax.Array]:
   if name not in ONLINE_CLICK_MODELS:
     raise ValueError(f"click_model: unknown online click model {name!r}; expected one of "
-                     f"{tuple(ONLINE_CLICK_MODELS)}")
+                     f"{tuple(ONLINE_CLICK_MODELS)} or a make_click_fn config mapping")
   click, stop = ONLINE_CLICK_MODELS[name]
   return jnp.asarray(click, jnp.float32), jnp.asarray(stop, jnp.float32)
 
 
-def online_click_model(name: str, *, top_k: int = 10) -> Callable[..., jax.Array]:
-  r"""The cascade click model ``name`` as ``fn(key, labels, *, positions, where) -> clicks``.
+def _click_config(click_model: Mapping[str, Any], top_k: int) -> str:
+  """A :func:`~ultr_jax.simulation.make_click_fn` config, cut to the top ``top_k``, as canonical JSON.
+
+  JSON makes it hashable (the compiled program's cache key) and checks it early: ``make_click_fn``
+  validates the names and keys here.
+  """
+  cfg = dict(click_model.to_dict() if hasattr(click_model, "to_dict") else click_model)
+  if int(cfg.setdefault("top_k", top_k)) != top_k:
+    raise ValueError(f"click_model.top_k ({cfg['top_k']}) differs from the learners' top_k ({top_k}): the users "
+                     "must see the ranking the learner shows")
+  sim.make_click_fn(cfg)
+  to_list = lambda v: v.tolist() if isinstance(v, np.ndarray) else list(v) if isinstance(v, tuple) else v
+  return json.dumps({k: to_list(v) for k, v in cfg.items()}, sort_keys=True)
+
+
+def _config_clicks(click_config: str) -> Callable[..., jax.Array]:
+  click_fn = sim.make_click_fn(json.loads(click_config))
+
+  def clicks(key, labels, *, positions, where, features=None):
+    batch = {"labels": labels, "where": where, "positions": positions}
+    if features is not None:
+      batch["features"] = features
+    return click_fn(key, batch)["clicks"]
+
+  return clicks
+
+
+def online_click_model(click_model: Union[str, Mapping[str, Any]], *, top_k: int = 10) -> Callable[..., jax.Array]:
+  r"""The online users ``click_model`` as ``fn(key, labels, *, positions, where, features=None) -> clicks``.
+
+  A name in :data:`ONLINE_CLICK_MODELS` is a cascade user:
 
   .. math::
       P(E_1) = 1, \quad P(C_i \mid E_i) = P(c \mid y_i), \quad
       P(E_{i+1} \mid E_i) = 1 - C_i\,P(s \mid y_i)
 
-  over the first ``top_k`` displayed positions (grades clipped to 0..4).
+  over the first ``top_k`` displayed positions (grades clipped to 0..4). A mapping is a
+  :func:`~ultr_jax.simulation.make_click_fn` config (its ``top_k`` defaults to this one and must equal
+  it), applied with item ``i`` displayed at ``positions[i]``; ``features`` feed the individual-level model.
+
+  Raises:
+    ValueError: an unknown name, a config ``make_click_fn`` rejects, or another ``top_k``.
 
   >>> fn = online_click_model("perfect")
   >>> clicks = fn(jax.random.key(0), jnp.array([4.0, 0.0, 4.0]), positions=jnp.arange(3),
   ...             where=jnp.ones(3, bool))
   >>> print(clicks)  # grade 4 is always clicked, grade 0 never, and a perfect user never stops
   [1. 0. 1.]
+  >>> pbm = online_click_model({"name": "pbm_table", "table": (1.0, 0.0, 0.0), "eps": 1.0}, top_k=2)
+  >>> print(pbm(jax.random.key(0), jnp.zeros(3), positions=jnp.array([2, 0, 1]), where=jnp.ones(3, bool)))
+  [0. 1. 0.]
   """
-  click, stop = _click_tables(name)
-  return functools.partial(_cascade_clicks, click=click, stop=stop, top_k=int(top_k))
+  if isinstance(click_model, str):
+    click, stop = _click_tables(click_model)
+    cascade = functools.partial(_cascade_clicks, click=click, stop=stop, top_k=int(top_k))
+    return lambda key, labels, *, positions, where, features=None: cascade(key, labels, positions=positions,
+                                                                            where=where)
+  return _config_clicks(_click_config(click_model, int(top_k)))
 
 
 def default_online_config() -> ml_collections.ConfigDict:
@@ -125,6 +171,13 @@ def default_online_config() -> ml_collections.ConfigDict:
   c.data = default_data_config()
   c.top_k = 10
   c.click_models = tuple(ONLINE_CLICK_MODELS)
+  # More users for ``click_models``, by name: make_click_fn configs, cut to the top_k shown (the report's
+  # position and trust bias and DCM columns), e.g. --config.click_models="('informational','pbm')".
+  c.click_model_configs = ml_collections.ConfigDict({
+      "pbm": {"name": "pbm_table", "eta": 1.0, "eps": 0.1},
+      "trust": {"name": "trust", "eta": 1.0, "eps": 0.1},
+      "dcm": {"name": "dcm", "continuation": 0.5, "eps": 0.1},
+  })
   c.methods = ONLINE_METHODS
   c.ranker = "linear"
   c.hidden_sizes = (32,)  # the mlp ranker's
@@ -165,9 +218,10 @@ class _Spec(NamedTuple):
   num_rankers: int  # DBGD 2, MGD candidates + 1
   multileave: str  # "team_draft" or "probabilistic" (DBGD, MGD)
   tau: float  # probabilistic multileaving's steepness
+  click_config: str  # a make_click_fn config as JSON; "" for the cascade users (their tables are arguments)
 
 
-def _spec(method: str, config: ml_collections.ConfigDict) -> _Spec:
+def _spec(method: str, config: ml_collections.ConfigDict, click_config: str = "") -> _Spec:
   if method not in ONLINE_METHODS:
     raise ValueError(f"unknown online method {method!r}; expected one of {ONLINE_METHODS}")
   every, total = int(config.eval_every), int(config.num_impressions)
@@ -183,17 +237,18 @@ def _spec(method: str, config: ml_collections.ConfigDict) -> _Spec:
   return _Spec(method, str(config.ranker), tuple(int(h) for h in config.hidden_sizes), bool(config.zero_init),
                int(config.top_k), every, total // every, float(cfg.learning_rate),
                float(cfg.get("unit", 0.0)), n, multileave,
-               float(cfg.tau) if multileave == "probabilistic" else 0.0)  # tau alone: no new program for team-draft
+               float(cfg.tau) if multileave == "probabilistic" else 0.0,  # tau alone: no new program for team-draft
+               click_config)
 
 
-def _pdgd_step(spec, apply_fn):
+def _pdgd_step(spec, apply_fn, clicks_of):
   opt = optax.sgd(spec.learning_rate)
 
   def step(params, opt_state, key, x, y, w, click, stop):
     k_rank, k_click = jax.random.split(key)
     scores = apply_fn(params, x)
     positions = sim.plackett_luce_sample(k_rank, jax.lax.stop_gradient(scores), where=w)
-    clicks = _cascade_clicks(k_click, y, positions=positions, where=w, click=click, stop=stop, top_k=spec.top_k)
+    clicks = clicks_of(k_click, x, y, w, positions, click, stop)
     loss = lambda p: losses_lib.pdgd_loss(apply_fn(p, x), clicks, positions=positions, where=w, top_k=spec.top_k)
     updates, opt_state = opt.update(jax.grad(loss)(params), opt_state, params)
     return optax.apply_updates(params, updates), opt_state, positions
@@ -201,7 +256,7 @@ def _pdgd_step(spec, apply_fn):
   return opt.init, step
 
 
-def _dueling_step(spec, apply_fn):
+def _dueling_step(spec, apply_fn, clicks_of):
   """DBGD (one candidate) and MGD (several): multileave, credit the clicks, step toward the winners."""
   n = spec.num_rankers
 
@@ -214,7 +269,7 @@ def _dueling_step(spec, apply_fn):
       positions, teams = sim.team_draft_multileave(k_leave, scores, where=w)
     else:
       positions = sim.probabilistic_multileave(k_leave, scores, where=w, tau=spec.tau)
-    clicks = _cascade_clicks(k_click, y, positions=positions, where=w, click=click, stop=stop, top_k=spec.top_k)
+    clicks = clicks_of(k_click, x, y, w, positions, click, stop)
     if spec.multileave == "team_draft":
       credit = sim.multileave_credit(clicks, teams, num_teams=n, where=w)
       wins = (credit[1:] > credit[0]).astype(jnp.float32)
@@ -235,7 +290,14 @@ def _compiled_run(spec: _Spec):
   """``run(keys [S], click, stop, train arrays, test arrays) -> (curve [S, E + 1], online [S])``, jitted."""
   model = make_ranker(spec.ranker, hidden_sizes=spec.hidden_sizes)
   apply_fn = lambda p, x: model.apply(p, x)
-  init_extra, step = (_pdgd_step if spec.method == "pdgd" else _dueling_step)(spec, apply_fn)
+  if spec.click_config:
+    config_clicks = _config_clicks(spec.click_config)
+    clicks_of = lambda key, x, y, w, positions, click, stop: config_clicks(key, y, positions=positions, where=w,
+                                                                          features=x)
+  else:
+    clicks_of = lambda key, x, y, w, positions, click, stop: _cascade_clicks(
+        key, y, positions=positions, where=w, click=click, stop=stop, top_k=spec.top_k)
+  init_extra, step = (_pdgd_step if spec.method == "pdgd" else _dueling_step)(spec, apply_fn, clicks_of)
 
   def one_seed(key, click, stop, xs, ys, ws, xt, yt, wt):
     evaluate = lambda params: metrics_lib.ndcg(apply_fn(params, xt), yt, where=wt, topn=10)
@@ -263,20 +325,23 @@ def _compiled_run(spec: _Spec):
   return jax.jit(jax.vmap(one_seed, in_axes=(0,) + (None,) * 8))
 
 
-def online_learning(method: str, train: RankingDataset, test: RankingDataset, *, click_model: str,
+def online_learning(method: str, train: RankingDataset, test: RankingDataset, *,
+                    click_model: Union[str, Mapping[str, Any]],
                     config: Optional[ml_collections.ConfigDict] = None, seeds=(0,),
                     mesh: Optional[jax.sharding.Mesh] = None) -> dict[str, np.ndarray]:
   r"""Runs one online learner for ``config.num_impressions`` impressions per seed (vmapped over seeds).
 
-  One compiled program per method and static config: the click model, the data and the seeds are
-  arguments, so a sweep over click models compiles each method once.
+  One compiled program per method and static config: the cascade users, the data and the seeds are
+  arguments, so a sweep over :data:`ONLINE_CLICK_MODELS` compiles each method once (a
+  ``make_click_fn`` config is part of the program: one compile per config).
 
   Args:
     method: one of :data:`ONLINE_METHODS`.
     train: queries the simulated users issue (uniformly at random; ``labels``
       drive the clicks).
     test: queries for the offline nDCG@10.
-    click_model: a name in :data:`ONLINE_CLICK_MODELS`.
+    click_model: a name in :data:`ONLINE_CLICK_MODELS`, or a
+      :func:`~ultr_jax.simulation.make_click_fn` config (see :func:`online_click_model`).
     config: :func:`default_online_config` (or a variant).
     seeds: one run per seed (query draws, rankings, clicks and initialisation).
     mesh: optional device mesh (:func:`~ultr_jax.train.make_mesh`); the seeds are split over its
@@ -296,8 +361,12 @@ def online_learning(method: str, train: RankingDataset, test: RankingDataset, *,
   ((2, 3), [0, 20, 40])
   """
   config = default_online_config() if config is None else config
-  spec = _spec(method, config)
-  click, stop = _click_tables(click_model)
+  if isinstance(click_model, str):
+    spec = _spec(method, config)
+    click, stop = _click_tables(click_model)
+  else:
+    spec = _spec(method, config, _click_config(click_model, int(config.top_k)))
+    click, stop = _click_tables("perfect")  # unused by the program: the config's users click
   keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
   arrays = [jnp.asarray(a) for a in (click, stop, train.features, train.labels, train.where,
                                      test.features, test.labels, test.where)]
@@ -364,9 +433,30 @@ def _plot(results: Mapping[str, Any], path: str, ceiling: Optional[float] = None
   save_figure(fig, path)
 
 
+def _study_users(config: ml_collections.ConfigDict) -> dict[str, Union[str, dict]]:
+  """``config.click_models`` -> a preset name or a checked ``config.click_model_configs`` entry each."""
+  configs = config.get("click_model_configs") or {}
+  shadowing = sorted(set(configs) & set(ONLINE_CLICK_MODELS))
+  if shadowing:
+    raise ValueError(f"config.click_model_configs: {shadowing} would shadow the cascade users of that name")
+  users = {}
+  for name in config.click_models:
+    if name in configs:
+      users[name] = dict(configs[name].to_dict() if hasattr(configs[name], "to_dict") else configs[name])
+      _click_config(users[name], int(config.top_k))
+    elif name in ONLINE_CLICK_MODELS:
+      users[name] = name
+    else:
+      raise ValueError(f"config.click_models: unknown online click model {name!r}; expected one of "
+                       f"{tuple(ONLINE_CLICK_MODELS)} or a name in config.click_model_configs {tuple(configs)}")
+  return users
+
+
 def run_online_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dict[str, Any]:
   """Every online method under every click model; writes ``results.json``, tables and ``fig_online.png``.
 
+  ``config.click_models`` names cascade users (:data:`ONLINE_CLICK_MODELS`) or entries of
+  ``config.click_model_configs`` (``make_click_fn`` configs).
   ``results.json`` maps ``click_model=<name>`` to methods, each with ``ndcg@10`` and ``online_ndcg@10``
   (means, with ``std``, ``ci90`` and ``per_seed``), the mean test-nDCG@10 ``curve`` and its
   ``impressions``; ``pdgd_minus_<method>`` holds the seed-paired differences of PDGD against the others.
@@ -376,8 +466,7 @@ def run_online_study(config: ml_collections.ConfigDict, workdir: Optional[str]) 
   for m in config.methods:
     if m not in ONLINE_METHODS:
       raise ValueError(f"config.methods: unknown online method {m!r} (expected {ONLINE_METHODS})")
-  for name in config.click_models:
-    _click_tables(name)  # fail before any work on an unknown user
+  users = _study_users(config)  # fails before any work on an unknown user
   train, _, test = load_datasets(config)
   devices = math.gcd(int(config.num_devices) or jax.device_count(), int(config.num_seeds))
   mesh = sharding_lib.make_mesh(devices) if devices > 1 else None
@@ -400,7 +489,8 @@ def run_online_study(config: ml_collections.ConfigDict, workdir: Optional[str]) 
     results[row_key] = {}
     raw = {}
     for method in config.methods:
-      out = online_learning(method, train, test, click_model=click_model, config=config, seeds=seeds, mesh=mesh)
+      out = online_learning(method, train, test, click_model=users[click_model], config=config, seeds=seeds,
+                            mesh=mesh)
       raw[method] = out
       entry, row = summarize_metrics(out, METRICS)
       entry["curve"] = out["curve"].mean(axis=0).tolist()

@@ -6,6 +6,8 @@ r"""Online LTR study config: ``get_config()`` (the default) or ``get_config("smo
       --workdir=/tmp/online_smoke
   # a neural ranker:
   ... --config.ranker=mlp --config.zero_init=False
+  # the report's position-bias, trust-bias and DCM users (config.click_model_configs; any make_click_fn config):
+  ... --config.click_models="('pbm','trust','dcm')"
   # MGD (or DBGD) with probabilistic multileaving instead of team-draft:
   ... --config.mgd.multileave=probabilistic
   # LETOR files (e.g. MSLR-WEB10K Fold1; graded 0-4), features normalised per query as the PDGD paper's data:
