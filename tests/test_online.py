@@ -516,3 +516,13 @@ def test_study_runs_on_letor_files(tmp_path):
   c.click_models = ("perfect", "nope")
   with pytest.raises(ValueError, match="unknown online click model 'nope'"):
     run_online_study(c, None)
+
+
+def test_study_runs_a_config_user_end_to_end(tmp_path):
+  from ultr_jax.train.online import run_online_study
+  c = _config("smoke")
+  c.click_models, c.methods, c.full_info.enabled = ("pbm",), ("pdgd",), False
+  results = run_online_study(c, str(tmp_path))
+  entry = results["click_model=pbm"]["pdgd"]
+  assert list(results) == ["click_model=pbm"] and entry["curve"][-1] > entry["curve"][0]
+  assert "| pbm/pdgd |" in (tmp_path / "table.md").read_text()
