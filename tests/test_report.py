@@ -121,3 +121,27 @@ def test_smoke_run_writes_every_cell(tmp_path):
   assert rows[0][:2] == ["bias", "identifiability (IG)"] and len(rows) == len(c.biases) + 1
   assert (tmp_path / "heatmap.png").stat().st_size > 1000
   assert_matches_expected(saved, "report_smoke")  # expected_metrics/report_smoke.json
+
+
+def test_online_learners_as_columns(tmp_path):
+  c = _config("smoke")
+  c.methods, c.online.methods = ("naive",), ("pdgd", "dbgd")
+  c.biases = ("pbm", "position_trust", "context_pbm", "topk")
+  plan = report.plan_cells(c)
+  for bias, row in plan.items():
+    assert list(row) == ["naive", "online_pdgd", "online_dbgd"]
+    reason = row["online_pdgd"]
+    assert (reason is None) == (bias in ("pbm", "topk")), (bias, reason)
+  assert "position_trust is its own simulator" in plan["position_trust"]["online_pdgd"]
+  assert "per-item contexts" in plan["context_pbm"]["online_dbgd"]
+  c.biases = ("pbm", "position_trust")
+  saved = report.run_report(c, str(tmp_path))
+  for column in ("online_pdgd", "online_dbgd"):
+    cell = saved["pbm"][column]
+    assert 0.0 < cell["ndcg@10"] <= 1.0 and 0.0 < cell["online_ndcg@10"] <= 1.0
+    assert len(cell["per_seed"]["ndcg@10"]) == c.num_seeds
+    assert saved["position_trust"][column]["n/a"].startswith("n/a: ")
+  assert saved["_meta"]["online"]["num_impressions"] == 100
+  table = (tmp_path / "table.md").read_text()
+  assert table.splitlines()[0] == "| bias | identifiability (IG) | naive | online_pdgd | online_dbgd |"
+  assert "online_<method>: an online learner" in table

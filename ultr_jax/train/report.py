@@ -13,6 +13,13 @@ then, for every bias (a click model of :mod:`ultr_jax.simulation`):
    every step) over several seeds and evaluates it on the full test lists
    (:func:`~ultr_jax.train.evaluate`).
 
+Online learners (``config.online.methods``, e.g. ``("pdgd", "mgd")``; none by default) join as columns
+``online_<method>``: under each bias's click model, cut to the same top k, they learn from the clicks on
+their own rankings of the training queries' full candidate lists for ``config.online.num_impressions``
+impressions (:func:`~ultr_jax.train.online_learning`), and report the same test nDCG@10 plus their online
+nDCG@10. A bias whose users are not a :func:`~ultr_jax.simulation.make_click_fn` model, or that needs
+per-item contexts, reads ``"n/a: <reason>"`` there.
+
 A method whose loss needs a batch entry that the bias's click model does not provide (CLD needs the
 ``shown`` mask of a top-k selection log; the oracle SIF baselines need the ``position_trust``
 simulator's ``click_propensity`` / ``trust_score``) is not trained there: its cell reads
@@ -41,6 +48,7 @@ from ultr_jax import simulation
 from ultr_jax.train import methods as methods_lib
 from ultr_jax.train.experiment import METRIC_COLUMNS, load_datasets
 from ultr_jax.train.loop import evaluate, fit
+from ultr_jax.train.online import online_learning
 from ultr_jax.train.results import markdown_table, save_figure, summarize_metrics, write_results
 
 __all__ = [
@@ -50,6 +58,8 @@ __all__ = [
     "logged_identifiability",
     "method_inputs_missing",
     "not_applicable_reason",
+    "online_columns",
+    "online_not_applicable_reason",
     "plan_cells",
     "plot_heatmap",
     "run_report",
@@ -213,6 +223,40 @@ def _reason_text(missing: str, bias_name: str) -> str:
   return f"n/a: {why}; {bias_name} provides no {missing!r}"
 
 
+def online_columns(config: ml_collections.ConfigDict) -> list[str]:
+  """The report's columns of the online learners: ``online_<method>`` per ``config.online.methods``."""
+  online = config.get("online")
+  return [f"online_{m}" for m in (online.methods if online is not None else ())]
+
+
+def online_not_applicable_reason(click_model: Mapping[str, Any]) -> Optional[str]:
+  """Why online learners cannot face a bias's users, or None.
+
+  >>> online_not_applicable_reason({"name": "pbm_table", "eta": 1.0}) is None
+  True
+  >>> online_not_applicable_reason({"name": "context_pbm", "num_contexts": 5})
+  'n/a: needs per-item contexts, which online users do not draw'
+  """
+  name = click_model.get("name")
+  if name == "position_trust":
+    return "n/a: online users are make_click_fn models; position_trust is its own simulator"
+  if name == "context_pbm":
+    return "n/a: needs per-item contexts, which online users do not draw"
+  return None
+
+
+def _online_cell(method: str, click_cfg: Mapping[str, Any], data: Mapping[str, Any], config, seeds):
+  """One online learner under one bias's users: ``(results entry, table cell)``."""
+  top_k = int(click_cfg.get("top_k") or config.logging_policy.top_k)
+  online_cfg = ml_collections.ConfigDict(config.online.to_dict())
+  online_cfg.top_k = top_k
+  train, test = data["candidates"][0], data["candidates"][2]  # every candidate: the learner ranks them
+  out = online_learning(method, train, test, click_model={**click_cfg, "top_k": top_k}, config=online_cfg,
+                        seeds=seeds)
+  entry, summaries = summarize_metrics(out, ("ndcg@10", "online_ndcg@10"))
+  return entry, summaries["ndcg@10"]
+
+
 def _probe_key(probe: Mapping[str, Any]) -> tuple:
   return tuple(sorted((k, tuple(v.shape), str(v.dtype)) for k, v in probe.items()))
 
@@ -246,6 +290,9 @@ def plan_cells(config: ml_collections.ConfigDict, data: Optional[Mapping[str, An
         memo[memo_key] = method_inputs_missing(method, probe)
       missing = memo[memo_key]
       plan[bias_name][name] = None if missing is None else _reason_text(missing, bias_name)
+    _, click_cfg = make_bias_click_fn(bias, train)
+    for column in online_columns(config):
+      plan[bias_name][column] = online_not_applicable_reason(click_cfg)
   return plan
 
 
@@ -305,6 +352,9 @@ def _write(workdir, results, rows, biases, methods, num_seeds, final: bool) -> s
             "(document, position) records, (context, position) for context_pbm; K = connected "
             "components. n/a: the click model cannot provide an input the method needs. diverged: "
             "training left non-finite parameters, so the number is not the method's.\n")
+  if any(m.startswith("online_") for m in methods):
+    table += ("online_<method>: an online learner under the same users, ranking the full candidate lists "
+              "itself (its online nDCG@10 is in results.json).\n")
   if not final:
     table += "\n(partial: the report is still running)\n"
   if workdir is not None:
@@ -321,6 +371,7 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
   t_start = time.perf_counter()
   data = make_bias_data(config)
   methods = list(config.methods)
+  columns = methods + online_columns(config)
   biases = list(config.biases)
   seeds = [int(config.seed) + i for i in range(int(config.num_seeds))]
   results: dict[str, Any] = {"_identifiability": {}}
@@ -367,18 +418,30 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
       timings[bias_name][name] = time.perf_counter() - t0
       print(f"[report] {bias_name}/{name}: ndcg@10 {entry['ndcg@10']:.4f} "
             f"({timings[bias_name][name]:.1f}s)", file=sys.stderr, flush=True)
+    for column in online_columns(config):
+      t0 = time.perf_counter()
+      reason = online_not_applicable_reason(click_cfg)
+      if reason is not None:
+        results[bias_name][column], row[column] = {"n/a": reason}, reason
+        continue
+      results[bias_name][column], row[column] = _online_cell(column[len("online_"):], click_cfg, data, config,
+                                                             seeds)
+      timings[bias_name][column] = time.perf_counter() - t0
+      print(f"[report] {bias_name}/{column}: ndcg@10 {results[bias_name][column]['ndcg@10']:.4f} "
+            f"({timings[bias_name][column]:.1f}s)", file=sys.stderr, flush=True)
     rows[bias_name] = row
-    results["_meta"] = {"methods": methods, "biases": biases[:b_idx + 1], "num_seeds": len(seeds),
+    results["_meta"] = {"methods": columns, "biases": biases[:b_idx + 1], "num_seeds": len(seeds),
                         "data": config.data.to_dict(), "logging_policy": config.logging_policy.to_dict(),
                         "train": config.train.to_dict(), "seconds_per_cell": timings,
+                        **({"online": config.online.to_dict()} if online_columns(config) else {}),
                         "seconds": time.perf_counter() - t_start}
-    _write(workdir, results, rows, biases, methods, len(seeds), final=b_idx == len(biases) - 1)
-  table = _write(None, results, rows, biases, methods, len(seeds), final=True)
+    _write(workdir, results, rows, biases, columns, len(seeds), final=b_idx == len(biases) - 1)
+  table = _write(None, results, rows, biases, columns, len(seeds), final=True)
   if workdir is not None:
-    plot_heatmap(results, biases, methods, os.path.join(workdir, "heatmap.png"))
+    plot_heatmap(results, biases, columns, os.path.join(workdir, "heatmap.png"))
     results["_meta"]["seconds"] = time.perf_counter() - t_start
     write_results(workdir, results, table=table, rows=rows,
-                  columns=["identifiability (IG)", *methods], row_header="bias")
+                  columns=["identifiability (IG)", *columns], row_header="bias")
   print(table, flush=True)
   print(f"total time {time.perf_counter() - t_start:.1f}s", file=sys.stderr, flush=True)
   return results

@@ -3,6 +3,8 @@ r"""Config of the one-report study: every method under every simulated bias.
   python experiments/report/main.py --config=experiments/report/configs/default.py --workdir=/tmp/report
   # with SIF's channel ablations (sif_lambda0, sif_exp, sif_dec) too:
   python experiments/report/main.py --config=experiments/report/configs/default.py:full --workdir=/tmp/report
+  # the online learners under the same users (as columns online_pdgd, ...), alone or beside the others:
+  ... --config.online.methods="('pdgd','mgd','dbgd')" [--config.methods="()"]
   # seconds-long variant used by the tests:
   python experiments/report/main.py --config=experiments/report/configs/default.py:smoke --workdir=/tmp/rs
 
@@ -16,7 +18,7 @@ Any field can be overridden, e.g. ``--config.methods="('naive','dla')"`` or
 
 import ml_collections
 
-from ultr_jax.train import default_train_config, experiment
+from ultr_jax.train import default_online_config, default_train_config, experiment
 
 # SIF-ref's main variants and the two oracle-propensity baselines of its T6 toy; the channel ablations
 # (SIF_ABLATIONS) join them in the ":full" variant (21 more trained cells, about 7 more minutes).
@@ -87,6 +89,14 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   # Keep each seed's best state on the validation nDCG@10 (False: the final state; saves compiles).
   config.select_on_valid = True
 
+  # Online learners as more columns, under each bias's users (none by default; e.g.
+  # --config.online.methods="('pdgd','mgd','dbgd')"): the online study's learners and settings.
+  online = default_online_config()
+  config.online = ml_collections.ConfigDict(
+      {k: online[k] for k in ("ranker", "hidden_sizes", "zero_init", "num_impressions", "eval_every",
+                              "pdgd", "dbgd", "mgd")})
+  config.online.methods = ()
+
   if arg == "smoke":
     # Compiles dominate (one train step per method x bias), so the smoke grid is small but has
     # trained cells, both "n/a" reasons and the identifiability column; tests check the whole default
@@ -110,6 +120,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     config.train.steps = 4
     config.train.batch_size = 8
     config.train.eval_every = 4
+    config.online.num_impressions, config.online.eval_every = 100, 50
+    config.online.mgd.num_candidates = 3
   elif arg not in ("", "full"):
     raise ValueError(f"unknown config variant {arg!r} (expected '', 'full' or 'smoke')")
   return config
