@@ -526,3 +526,20 @@ def test_study_runs_a_config_user_end_to_end(tmp_path):
   entry = results["click_model=pbm"]["pdgd"]
   assert list(results) == ["click_model=pbm"] and entry["curve"][-1] > entry["curve"][0]
   assert "| pbm/pdgd |" in (tmp_path / "table.md").read_text()
+
+
+def test_config_users_read_the_lists_per_item_extras(small_data):
+  """context_pbm reads each item's context and SIF's position+trust users its logging score; both come
+  from the training lists' extras, and a list without them is refused by name before any run."""
+  from ultr_jax.train import online_users_missing
+  train = small_data.train
+  rng = np.random.default_rng(0)
+  ctx_users = {"name": "context_pbm", "num_contexts": 3}
+  assert online_users_missing(ctx_users, train, top_k=5) == "click_fn: context_pbm needs batch['context']"
+  train = train.with_extras(context=rng.integers(0, 3, train.where.shape).astype(np.int32),
+                            logging_score=rng.normal(size=train.where.shape).astype(np.float32))
+  assert online_users_missing(ctx_users, train, top_k=5) is None
+  c = _small_config()
+  for users in (ctx_users, {"name": "position_trust", "alpha": 0.6, "delta": 0.3, "gamma": 1.0}):
+    out = online_learning("pdgd", train, small_data.test, click_model=users, config=c, seeds=(0, 1))
+    assert (out["curve"][:, -1] > out["curve"][:, 0] + 0.1).all(), users["name"]

@@ -23,6 +23,7 @@ from ultr_jax.train.online import (
     default_online_config,
     online_click_model,
     online_learning,
+    online_users_missing,
 )
 from ultr_jax.train.methods import available_methods, get_method, register
 from ultr_jax.train.results import (atomic_write_text, markdown_table, save_figure, summarize, summarize_metrics,
@@ -51,6 +52,7 @@ __all__ = [
     "maybe_initialize_distributed",
     "online_click_model",
     "online_learning",
+    "online_users_missing",
     "register",
     "save_figure",
     "summarize",

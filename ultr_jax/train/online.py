@@ -30,10 +30,11 @@ list top-down, clicks an item of grade :math:`y` with probability
 :math:`P(c \mid y)` and stops after a click with probability
 :math:`P(s \mid y)` (:data:`ONLINE_CLICK_MODELS`; the DBN sampler
 :func:`~ultr_jax.simulation.dbn` with perseverance 1). Any click model of
-:func:`~ultr_jax.simulation.make_click_fn` can stand in for them (a config
-mapping instead of a name: position bias, trust bias, the DCM, UBM, ...),
-applied to the displayed order and cut to the top ``k``, so the online
-learners face the same users as the counterfactual methods.
+:func:`~ultr_jax.simulation.make_click_fn` (or SIF's position+trust
+simulator) can stand in for them (a config mapping instead of a name:
+position bias, trust bias, the DCM, UBM, ...), applied to the displayed
+order and cut to the top ``k``, so the online learners face the same users
+as the counterfactual methods.
 
 A whole run (every impression, with a test-set nDCG@10 every
 ``eval_every`` impressions) is one jitted ``lax.scan``, vmapped over seeds.
@@ -65,7 +66,7 @@ from ultr_jax.train import sharding as sharding_lib
 from ultr_jax.train.results import markdown_table, save_figure, summarize, summarize_metrics, write_results
 
 __all__ = ["ONLINE_METHODS", "MULTILEAVE_METHODS", "ONLINE_CLICK_MODELS", "online_click_model", "default_online_config",
-           "online_learning", "full_info_reference", "run_online_study"]
+           "online_learning", "online_users_missing", "full_info_reference", "run_online_study"]
 
 ONLINE_METHODS = ("pdgd", "dbgd", "mgd")
 MULTILEAVE_METHODS = ("team_draft", "probabilistic")
@@ -95,26 +96,32 @@ def _click_tables(name: str) -> tuple[jax.Array, jax.Array]:
   return jnp.asarray(click, jnp.float32), jnp.asarray(stop, jnp.float32)
 
 
-def _click_config(click_model: Mapping[str, Any], top_k: int) -> str:
-  """A :func:`~ultr_jax.simulation.make_click_fn` config, cut to the top ``top_k``, as canonical JSON.
+def _make_click_fn(cfg: Mapping[str, Any]) -> Callable:
+  if cfg.get("name") == "position_trust":
+    return sim.make_position_trust_click_fn(cfg)
+  return sim.make_click_fn(cfg)
 
-  JSON makes it hashable (the compiled program's cache key) and checks it early: ``make_click_fn``
-  validates the names and keys here.
+
+def _click_config(click_model: Mapping[str, Any], top_k: int) -> str:
+  """A click-model config, cut to the top ``top_k``, as canonical JSON.
+
+  JSON makes it hashable (the compiled program's cache key) and checks it early: building the click
+  function validates the names and keys here.
   """
   cfg = dict(click_model.to_dict() if hasattr(click_model, "to_dict") else click_model)
   if int(cfg.setdefault("top_k", top_k)) != top_k:
     raise ValueError(f"click_model.top_k ({cfg['top_k']}) differs from the learners' top_k ({top_k}): the users "
                      "must see the ranking the learner shows")
-  sim.make_click_fn(cfg)
+  _make_click_fn(cfg)
   to_list = lambda v: v.tolist() if isinstance(v, np.ndarray) else list(v) if isinstance(v, tuple) else v
   return json.dumps({k: to_list(v) for k, v in cfg.items()}, sort_keys=True)
 
 
 def _config_clicks(click_config: str) -> Callable[..., jax.Array]:
-  click_fn = sim.make_click_fn(json.loads(click_config))
+  click_fn = _make_click_fn(json.loads(click_config))
 
-  def clicks(key, labels, *, positions, where, features=None):
-    batch = {"labels": labels, "where": where, "positions": positions}
+  def clicks(key, labels, *, positions, where, features=None, **item_extras):
+    batch = {**item_extras, "labels": labels, "where": where, "positions": positions}
     if features is not None:
       batch["features"] = features
     return click_fn(key, batch)["clicks"]
@@ -132,11 +139,15 @@ def online_click_model(click_model: Union[str, Mapping[str, Any]], *, top_k: int
       P(E_{i+1} \mid E_i) = 1 - C_i\,P(s \mid y_i)
 
   over the first ``top_k`` displayed positions (grades clipped to 0..4). A mapping is a
-  :func:`~ultr_jax.simulation.make_click_fn` config (its ``top_k`` defaults to this one and must equal
-  it), applied with item ``i`` displayed at ``positions[i]``; ``features`` feed the individual-level model.
+  :func:`~ultr_jax.simulation.make_click_fn` config, or a
+  :func:`~ultr_jax.simulation.make_position_trust_click_fn` one (``name="position_trust"``); its
+  ``top_k`` defaults to this one and must equal it. It is applied with item ``i`` displayed at
+  ``positions[i]``; ``features`` and further per-item keyword arrays join the click model's batch (the
+  individual-level model reads ``features``, ``context_pbm`` reads ``context``, ``position_trust`` reads
+  ``logging_score``).
 
   Raises:
-    ValueError: an unknown name, a config ``make_click_fn`` rejects, or another ``top_k``.
+    ValueError: an unknown name, a config its click-model factory rejects, or another ``top_k``.
 
   >>> fn = online_click_model("perfect")
   >>> clicks = fn(jax.random.key(0), jnp.array([4.0, 0.0, 4.0]), positions=jnp.arange(3),
@@ -150,8 +161,8 @@ def online_click_model(click_model: Union[str, Mapping[str, Any]], *, top_k: int
   if isinstance(click_model, str):
     click, stop = _click_tables(click_model)
     cascade = functools.partial(_cascade_clicks, click=click, stop=stop, top_k=int(top_k))
-    return lambda key, labels, *, positions, where, features=None: cascade(key, labels, positions=positions,
-                                                                            where=where)
+    return lambda key, labels, *, positions, where, features=None, **_: cascade(key, labels, positions=positions,
+                                                                                 where=where)
   return _config_clicks(_click_config(click_model, int(top_k)))
 
 
@@ -244,11 +255,11 @@ def _spec(method: str, config: ml_collections.ConfigDict, click_config: str = ""
 def _pdgd_step(spec, apply_fn, clicks_of):
   opt = optax.sgd(spec.learning_rate)
 
-  def step(params, opt_state, key, x, y, w, click, stop):
+  def step(params, opt_state, key, x, y, w, e, click, stop):
     k_rank, k_click = jax.random.split(key)
     scores = apply_fn(params, x)
     positions = sim.plackett_luce_sample(k_rank, jax.lax.stop_gradient(scores), where=w)
-    clicks = clicks_of(k_click, x, y, w, positions, click, stop)
+    clicks = clicks_of(k_click, x, y, w, e, positions, click, stop)
     loss = lambda p: losses_lib.pdgd_loss(apply_fn(p, x), clicks, positions=positions, where=w, top_k=spec.top_k)
     updates, opt_state = opt.update(jax.grad(loss)(params), opt_state, params)
     return optax.apply_updates(params, updates), opt_state, positions
@@ -260,7 +271,7 @@ def _dueling_step(spec, apply_fn, clicks_of):
   """DBGD (one candidate) and MGD (several): multileave, credit the clicks, step toward the winners."""
   n = spec.num_rankers
 
-  def step(params, extra, key, x, y, w, click, stop):
+  def step(params, extra, key, x, y, w, e, click, stop):
     k_dir, k_leave, k_click = jax.random.split(key, 3)
     dirs = jax.vmap(lambda k: _unit_direction(k, params))(jax.random.split(k_dir, n - 1))
     cand = jax.tree.map(lambda p, u: p[None] + spec.unit * u, params, dirs)
@@ -269,7 +280,7 @@ def _dueling_step(spec, apply_fn, clicks_of):
       positions, teams = sim.team_draft_multileave(k_leave, scores, where=w)
     else:
       positions = sim.probabilistic_multileave(k_leave, scores, where=w, tau=spec.tau)
-    clicks = clicks_of(k_click, x, y, w, positions, click, stop)
+    clicks = clicks_of(k_click, x, y, w, e, positions, click, stop)
     if spec.multileave == "team_draft":
       credit = sim.multileave_credit(clicks, teams, num_teams=n, where=w)
       wins = (credit[1:] > credit[0]).astype(jnp.float32)
@@ -287,19 +298,19 @@ def _dueling_step(spec, apply_fn, clicks_of):
 
 @functools.lru_cache(maxsize=64)
 def _compiled_run(spec: _Spec):
-  """``run(keys [S], click, stop, train arrays, test arrays) -> (curve [S, E + 1], online [S])``, jitted."""
+  """``run(keys [S], click, stop, train arrays, train extras, test arrays) -> (curve [S, E + 1], online [S])``."""
   model = make_ranker(spec.ranker, hidden_sizes=spec.hidden_sizes)
   apply_fn = lambda p, x: model.apply(p, x)
   if spec.click_config:
     config_clicks = _config_clicks(spec.click_config)
-    clicks_of = lambda key, x, y, w, positions, click, stop: config_clicks(key, y, positions=positions, where=w,
-                                                                          features=x)
+    clicks_of = lambda key, x, y, w, e, positions, click, stop: config_clicks(key, y, positions=positions, where=w,
+                                                                             features=x, **e)
   else:
-    clicks_of = lambda key, x, y, w, positions, click, stop: _cascade_clicks(
+    clicks_of = lambda key, x, y, w, e, positions, click, stop: _cascade_clicks(
         key, y, positions=positions, where=w, click=click, stop=stop, top_k=spec.top_k)
   init_extra, step = (_pdgd_step if spec.method == "pdgd" else _dueling_step)(spec, apply_fn, clicks_of)
 
-  def one_seed(key, click, stop, xs, ys, ws, xt, yt, wt):
+  def one_seed(key, click, stop, xs, ys, ws, es, xt, yt, wt):
     evaluate = lambda params: metrics_lib.ndcg(apply_fn(params, xt), yt, where=wt, topn=10)
     k_init, k_run = jax.random.split(key)
     params = model.init(k_init, xs[0])
@@ -310,7 +321,8 @@ def _compiled_run(spec: _Spec):
       params, extra = carry
       k_query, k_step = jax.random.split(key)
       q = jax.random.randint(k_query, (), 0, xs.shape[0])
-      params, extra, positions = step(params, extra, k_step, xs[q], ys[q], ws[q], click, stop)
+      e = jax.tree.map(lambda a: a[q], es)
+      params, extra, positions = step(params, extra, k_step, xs[q], ys[q], ws[q], e, click, stop)
       shown = metrics_lib.ndcg(-positions.astype(jnp.float32), ys[q], where=ws[q], topn=10)
       return (params, extra), shown
 
@@ -322,7 +334,37 @@ def _compiled_run(spec: _Spec):
     _, (curve, online) = jax.lax.scan(block, (params, init_extra(params)), jax.random.split(k_run, spec.num_blocks))
     return jnp.concatenate([first[None], curve]), jnp.mean(online)
 
-  return jax.jit(jax.vmap(one_seed, in_axes=(0,) + (None,) * 8))
+  return jax.jit(jax.vmap(one_seed, in_axes=(0,) + (None,) * 9))
+
+
+def _item_extras(dataset: RankingDataset) -> dict[str, jax.Array]:
+  """The dataset's per-item extras (``[Q, L, ...]``: context, logging_score, ...), which users may read."""
+  return {k: jnp.asarray(v) for k, v in dataset.extras.items() if v.shape[:2] == dataset.where.shape}
+
+
+def online_users_missing(click_model: Mapping[str, Any], dataset: RankingDataset, *, top_k: int) -> Optional[str]:
+  """Why ``click_model``'s users cannot click on ``dataset``'s lists (an input it lacks), or None.
+
+  Traces the users on the first list (no clicks are drawn), so a grid can say why a cell is empty
+  before any training.
+
+  >>> from ultr_jax.data import make_synthetic
+  >>> d = make_synthetic(num_train=2, num_valid=1, num_test=1, list_size=4, num_features=3, seed=0).train
+  >>> print(online_users_missing({"name": "pbm_table"}, d, top_k=3))
+  None
+  >>> print(online_users_missing({"name": "context_pbm", "num_contexts": 2}, d, top_k=3))
+  click_fn: context_pbm needs batch['context']
+  """
+  fn = online_click_model(click_model, top_k=top_k)
+  first = jax.tree.map(lambda a: a[0], _item_extras(dataset))
+  positions = jnp.arange(dataset.list_size)
+  try:
+    jax.eval_shape(lambda key: fn(key, jnp.asarray(dataset.labels[0]), positions=positions,
+                                  where=jnp.asarray(dataset.where[0]), features=jnp.asarray(dataset.features[0]),
+                                  **first), jax.random.key(0))
+  except (KeyError, ValueError) as e:
+    return str(e).strip("'\"")
+  return None
 
 
 def online_learning(method: str, train: RankingDataset, test: RankingDataset, *,
@@ -340,8 +382,8 @@ def online_learning(method: str, train: RankingDataset, test: RankingDataset, *,
     train: queries the simulated users issue (uniformly at random; ``labels``
       drive the clicks).
     test: queries for the offline nDCG@10.
-    click_model: a name in :data:`ONLINE_CLICK_MODELS`, or a
-      :func:`~ultr_jax.simulation.make_click_fn` config (see :func:`online_click_model`).
+    click_model: a name in :data:`ONLINE_CLICK_MODELS`, or a click-model config (see
+      :func:`online_click_model`); it also sees ``train``'s per-item extras (e.g. ``context``).
     config: :func:`default_online_config` (or a variant).
     seeds: one run per seed (query draws, rankings, clicks and initialisation).
     mesh: optional device mesh (:func:`~ultr_jax.train.make_mesh`); the seeds are split over its
@@ -364,12 +406,15 @@ def online_learning(method: str, train: RankingDataset, test: RankingDataset, *,
   if isinstance(click_model, str):
     spec = _spec(method, config)
     click, stop = _click_tables(click_model)
+    extras = {}
   else:
     spec = _spec(method, config, _click_config(click_model, int(config.top_k)))
     click, stop = _click_tables("perfect")  # unused by the program: the config's users click
+    # The queries' per-item extras (context, logging_score, ...) join the click model's batch.
+    extras = _item_extras(train)
   keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
-  arrays = [jnp.asarray(a) for a in (click, stop, train.features, train.labels, train.where,
-                                     test.features, test.labels, test.where)]
+  arrays = [jnp.asarray(a) for a in (click, stop, train.features, train.labels, train.where)]
+  arrays += [extras] + [jnp.asarray(a) for a in (test.features, test.labels, test.where)]
   if mesh is not None:
     if len(seeds) % mesh.size:
       raise ValueError(f"online_learning: {len(seeds)} seeds do not split over the mesh's {mesh.size} devices")

@@ -15,10 +15,10 @@ then, for every bias (a click model of :mod:`ultr_jax.simulation`):
 
 Online learners (``config.online.methods``, e.g. ``("pdgd", "mgd")``; none by default) join as columns
 ``online_<method>``: under each bias's click model, cut to the same top k, they learn from the clicks on
-their own rankings of the training queries' full candidate lists for ``config.online.num_impressions``
-impressions (:func:`~ultr_jax.train.online_learning`), and report the same test nDCG@10 plus their online
-nDCG@10. A bias whose users are not a :func:`~ultr_jax.simulation.make_click_fn` model, or that needs
-per-item contexts, reads ``"n/a: <reason>"`` there.
+their own rankings of the training queries' full candidate lists (with the bias's per-item contexts or
+logging scores) for ``config.online.num_impressions`` impressions
+(:func:`~ultr_jax.train.online_learning`), and report the same test nDCG@10 plus their online nDCG@10.
+Users that need an input the lists lack read ``"n/a: <reason>"`` there (found by tracing them).
 
 A method whose loss needs a batch entry that the bias's click model does not provide (CLD needs the
 ``shown`` mask of a top-k selection log; the oracle SIF baselines need the ``position_trust``
@@ -48,7 +48,7 @@ from ultr_jax import simulation
 from ultr_jax.train import methods as methods_lib
 from ultr_jax.train.experiment import METRIC_COLUMNS, load_datasets
 from ultr_jax.train.loop import evaluate, fit
-from ultr_jax.train.online import online_learning
+from ultr_jax.train.online import online_learning, online_users_missing
 from ultr_jax.train.results import markdown_table, save_figure, summarize_metrics, write_results
 
 __all__ = [
@@ -127,8 +127,10 @@ def make_bias_click_fn(bias: ml_collections.ConfigDict, train) -> tuple[Any, dic
   return simulation.make_click_fn(cm), cm
 
 
-def _bias_datasets(bias: ml_collections.ConfigDict, data: Mapping[str, Any], seed: int):
-  layout = "candidates" if bias.get("selection", "display") == "topk" else "display"
+def _bias_datasets(bias: ml_collections.ConfigDict, data: Mapping[str, Any], seed: int,
+                   layout: Optional[str] = None):
+  if layout is None:
+    layout = "candidates" if bias.get("selection", "display") == "topk" else "display"
   train, valid, test = data[layout]
   num_contexts = bias.click_model.get("num_contexts")
   if bias.click_model.name == "context_pbm" and num_contexts:
@@ -229,30 +231,26 @@ def online_columns(config: ml_collections.ConfigDict) -> list[str]:
   return [f"online_{m}" for m in (online.methods if online is not None else ())]
 
 
-def online_not_applicable_reason(click_model: Mapping[str, Any]) -> Optional[str]:
-  """Why online learners cannot face a bias's users, or None.
-
-  >>> online_not_applicable_reason({"name": "pbm_table", "eta": 1.0}) is None
-  True
-  >>> online_not_applicable_reason({"name": "context_pbm", "num_contexts": 5})
-  'n/a: needs per-item contexts, which online users do not draw'
-  """
-  name = click_model.get("name")
-  if name == "position_trust":
-    return "n/a: online users are make_click_fn models; position_trust is its own simulator"
-  if name == "context_pbm":
-    return "n/a: needs per-item contexts, which online users do not draw"
-  return None
+def _online_users(click_cfg: Mapping[str, Any], config: ml_collections.ConfigDict) -> dict:
+  """The bias's click model cut to its own top k, else the logging policy's (what the offline methods see)."""
+  return {**click_cfg, "top_k": int(click_cfg.get("top_k") or config.logging_policy.top_k)}
 
 
-def _online_cell(method: str, click_cfg: Mapping[str, Any], data: Mapping[str, Any], config, seeds):
-  """One online learner under one bias's users: ``(results entry, table cell)``."""
-  top_k = int(click_cfg.get("top_k") or config.logging_policy.top_k)
+def online_not_applicable_reason(click_cfg: Mapping[str, Any], train, config: ml_collections.ConfigDict
+                                 ) -> Optional[str]:
+  """``"n/a: <why>"`` where the online learners cannot face a bias's users on ``train``'s lists, else None."""
+  users = _online_users(click_cfg, config)
+  why = online_users_missing(users, train, top_k=users["top_k"])
+  return None if why is None else f"n/a: online users: {why}"
+
+
+def _online_cell(method: str, click_cfg: Mapping[str, Any], datasets, config, seeds):
+  """One online learner under one bias's users on the full candidate lists: ``(results entry, table cell)``."""
+  users = _online_users(click_cfg, config)
   online_cfg = ml_collections.ConfigDict(config.online.to_dict())
-  online_cfg.top_k = top_k
-  train, test = data["candidates"][0], data["candidates"][2]  # every candidate: the learner ranks them
-  out = online_learning(method, train, test, click_model={**click_cfg, "top_k": top_k}, config=online_cfg,
-                        seeds=seeds)
+  online_cfg.top_k = users["top_k"]
+  train, _, test = datasets
+  out = online_learning(method, train, test, click_model=users, config=online_cfg, seeds=seeds)
   entry, summaries = summarize_metrics(out, ("ndcg@10", "online_ndcg@10"))
   return entry, summaries["ndcg@10"]
 
@@ -290,9 +288,11 @@ def plan_cells(config: ml_collections.ConfigDict, data: Optional[Mapping[str, An
         memo[memo_key] = method_inputs_missing(method, probe)
       missing = memo[memo_key]
       plan[bias_name][name] = None if missing is None else _reason_text(missing, bias_name)
-    _, click_cfg = make_bias_click_fn(bias, train)
-    for column in online_columns(config):
-      plan[bias_name][column] = online_not_applicable_reason(click_cfg)
+    if online_columns(config):
+      candidates = _bias_datasets(bias, data, int(config.seed) + 1000 * b_idx, layout="candidates")
+      _, click_cfg = make_bias_click_fn(bias, train)  # as the run: the offline users' config (crux features)
+      reason = online_not_applicable_reason(click_cfg, candidates[0], config)
+      plan[bias_name].update({column: reason for column in online_columns(config)})
   return plan
 
 
@@ -418,14 +418,16 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
       timings[bias_name][name] = time.perf_counter() - t0
       print(f"[report] {bias_name}/{name}: ndcg@10 {entry['ndcg@10']:.4f} "
             f"({timings[bias_name][name]:.1f}s)", file=sys.stderr, flush=True)
+    if online_columns(config):
+      candidates = _bias_datasets(bias, data, int(config.seed) + 1000 * b_idx, layout="candidates")
     for column in online_columns(config):
       t0 = time.perf_counter()
-      reason = online_not_applicable_reason(click_cfg)
+      reason = online_not_applicable_reason(click_cfg, candidates[0], config)
       if reason is not None:
         results[bias_name][column], row[column] = {"n/a": reason}, reason
         continue
-      results[bias_name][column], row[column] = _online_cell(column[len("online_"):], click_cfg, data, config,
-                                                             seeds)
+      results[bias_name][column], row[column] = _online_cell(column[len("online_"):], click_cfg, candidates,
+                                                             config, seeds)
       timings[bias_name][column] = time.perf_counter() - t0
       print(f"[report] {bias_name}/{column}: ndcg@10 {results[bias_name][column]['ndcg@10']:.4f} "
             f"({timings[bias_name][column]:.1f}s)", file=sys.stderr, flush=True)
