@@ -420,9 +420,9 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
             f"({timings[bias_name][name]:.1f}s)", file=sys.stderr, flush=True)
     if online_columns(config):
       candidates = _bias_datasets(bias, data, int(config.seed) + 1000 * b_idx, layout="candidates")
+      reason = online_not_applicable_reason(click_cfg, candidates[0], config)
     for column in online_columns(config):
       t0 = time.perf_counter()
-      reason = online_not_applicable_reason(click_cfg, candidates[0], config)
       if reason is not None:
         results[bias_name][column], row[column] = {"n/a": reason}, reason
         continue
