@@ -73,6 +73,7 @@ from ultr_jax.simulation.logging_policy import (
     train_logging_policy,
 )
 from ultr_jax.simulation.position_trust import (
+    make_any_click_fn,
     make_position_trust_click_fn,
     position_trust,
     sif_toy_dataset,
@@ -149,6 +150,7 @@ __all__ = [
     "individual_examination",
     "logging_policy_scores",
     "make_position_trust_click_fn",
+    "make_any_click_fn",
     "make_click_fn",
     "make_context_vectors",
     "pbm",

@@ -27,9 +27,10 @@ import numpy as np
 
 from ultr_jax.data import RankingDataset
 from ultr_jax.simulation import probabilities as P
+from ultr_jax.simulation.click_models import make_click_fn
 from ultr_jax.types import Array, Batch, PRNGKey
 
-__all__ = ["position_trust", "make_position_trust_click_fn", "sif_toy_dataset"]
+__all__ = ["position_trust", "make_position_trust_click_fn", "make_any_click_fn", "sif_toy_dataset"]
 
 
 def position_trust(key: PRNGKey, attraction: Array, logging_score: Array, *,
@@ -153,6 +154,22 @@ def make_position_trust_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict
                           positions=batch.get("positions"), **kw)
 
   return jax.jit(click_fn)
+
+
+def make_any_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict]:
+  """Any simulator by config: :func:`make_position_trust_click_fn` for ``name="position_trust"``, else
+  :func:`~ultr_jax.simulation.make_click_fn`.
+
+  >>> b = {"labels": jnp.array([4.0, 0.0]), "where": jnp.ones(2, bool), "logging_score": jnp.zeros(2)}
+  >>> sorted(make_any_click_fn({"name": "position_trust"})(jax.random.key(0), b)) == sorted(
+  ...     make_position_trust_click_fn({})(jax.random.key(0), b))
+  True
+  >>> print(make_any_click_fn({"name": "pbm_table", "eps": 0.1})(jax.random.key(0), b)["click_prob"])
+  [0.68  0.061]
+  """
+  if config.get("name") == "position_trust":
+    return make_position_trust_click_fn(config)
+  return make_click_fn(config)
 
 
 def sif_toy_dataset(num_queries: int, *, seed: int = 0, num_features: int = 20, list_size: int = 10,

@@ -96,10 +96,8 @@ def _click_tables(name: str) -> tuple[jax.Array, jax.Array]:
   return jnp.asarray(click, jnp.float32), jnp.asarray(stop, jnp.float32)
 
 
-def _make_click_fn(cfg: Mapping[str, Any]) -> Callable:
-  if cfg.get("name") == "position_trust":
-    return sim.make_position_trust_click_fn(cfg)
-  return sim.make_click_fn(cfg)
+def _as_dict(config: Mapping[str, Any]) -> dict:
+  return dict(config.to_dict() if hasattr(config, "to_dict") else config)
 
 
 def _click_config(click_model: Mapping[str, Any], top_k: int) -> str:
@@ -108,17 +106,17 @@ def _click_config(click_model: Mapping[str, Any], top_k: int) -> str:
   JSON makes it hashable (the compiled program's cache key) and checks it early: building the click
   function validates the names and keys here.
   """
-  cfg = dict(click_model.to_dict() if hasattr(click_model, "to_dict") else click_model)
+  cfg = _as_dict(click_model)
   if int(cfg.setdefault("top_k", top_k)) != top_k:
     raise ValueError(f"click_model.top_k ({cfg['top_k']}) differs from the learners' top_k ({top_k}): the users "
                      "must see the ranking the learner shows")
-  _make_click_fn(cfg)
+  sim.make_any_click_fn(cfg)
   to_list = lambda v: v.tolist() if isinstance(v, np.ndarray) else list(v) if isinstance(v, tuple) else v
   return json.dumps({k: to_list(v) for k, v in cfg.items()}, sort_keys=True)
 
 
 def _config_clicks(click_config: str) -> Callable[..., jax.Array]:
-  click_fn = _make_click_fn(json.loads(click_config))
+  click_fn = sim.make_any_click_fn(json.loads(click_config))
 
   def clicks(key, labels, *, positions, where, features=None, **item_extras):
     batch = {**item_extras, "labels": labels, "where": where, "positions": positions}
@@ -487,7 +485,7 @@ def _study_users(config: ml_collections.ConfigDict) -> dict[str, Union[str, dict
   users = {}
   for name in config.click_models:
     if name in configs:
-      users[name] = dict(configs[name].to_dict() if hasattr(configs[name], "to_dict") else configs[name])
+      users[name] = _as_dict(configs[name])
       _click_config(users[name], int(config.top_k))
     elif name in ONLINE_CLICK_MODELS:
       users[name] = name

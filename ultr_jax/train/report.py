@@ -122,9 +122,7 @@ def _resolve_click_model(bias: ml_collections.ConfigDict, train) -> dict:
 def make_bias_click_fn(bias: ml_collections.ConfigDict, train) -> tuple[Any, dict]:
   """``(click_fn, click_model_config)`` of one bias (``position_trust`` or any :func:`make_click_fn` model)."""
   cm = _resolve_click_model(bias, train)
-  if cm.get("name") == "position_trust":
-    return simulation.make_position_trust_click_fn(cm), cm
-  return simulation.make_click_fn(cm), cm
+  return simulation.make_any_click_fn(cm), cm
 
 
 def _bias_datasets(bias: ml_collections.ConfigDict, data: Mapping[str, Any], seed: int,
