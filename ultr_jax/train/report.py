@@ -275,7 +275,7 @@ def plan_cells(config: ml_collections.ConfigDict, data: Optional[Mapping[str, An
   for b_idx, bias_name in enumerate(config.biases):
     bias = config.bias_configs[bias_name]
     train, _, _ = _bias_datasets(bias, data, int(config.seed) + 1000 * b_idx)
-    click_fn, _ = make_bias_click_fn(bias, train)
+    click_fn, click_cfg = make_bias_click_fn(bias, train)
     probe = _probe_batch(train, click_fn)
     plan[bias_name] = {}
     for name in config.methods:
@@ -288,7 +288,6 @@ def plan_cells(config: ml_collections.ConfigDict, data: Optional[Mapping[str, An
       plan[bias_name][name] = None if missing is None else _reason_text(missing, bias_name)
     if online_columns(config):
       candidates = _bias_datasets(bias, data, int(config.seed) + 1000 * b_idx, layout="candidates")
-      _, click_cfg = make_bias_click_fn(bias, train)  # as the run: the offline users' config (crux features)
       reason = online_not_applicable_reason(click_cfg, candidates[0], config)
       plan[bias_name].update({column: reason for column in online_columns(config)})
   return plan
