@@ -1,4 +1,4 @@
-"""Online LTR throughput: the jitted PDGD, DBGD and MGD learners vs per-impression NumPy learners.
+"""Online LTR throughput: the jitted PDGD, DBGD, MGD and NSGD learners vs per-impression NumPy learners.
 
 Impressions per second of :func:`ultr_jax.train.online_learning` (one jitted ``lax.scan`` over
 impressions, ``--seeds`` runs vmapped; linear ranker, 20 candidates, top 10 shown, the
@@ -8,7 +8,8 @@ with NumPy inside the impression (Plackett-Luce sampling by successive softmax d
 user as a loop over positions, PDGD's pair weights from the swapped rankings, team-draft
 interleaving as a loop; MGD with probabilistic multileaving as in that code: the list drawn slot by
 slot, the assignment posterior per clicked item, and the candidates' outcomes from
-``--pm-samples`` sampled assignments, where ultr_jax computes them exactly). Both learners use the
+``--pm-samples`` sampled assignments, where ultr_jax computes them exactly; NSGD with team-draft
+multileaving, its null space by an SVD per impression, as the authors' code). Both learners use the
 same data and user; the NumPy one runs ``--numpy-impressions`` impressions of one seed.
 
   python benchmarks/online.py                     # 10,000 impressions x 5 seeds
@@ -152,6 +153,73 @@ def numpy_mgd_pm(train, impressions, top_k=10, unit=1.0, lr=0.01, candidates=9, 
   return w
 
 
+def _team_draft_multileave(rng, orders, length):
+  """Team-draft multileaving of ``orders`` (one ranking per ranker): rounds in a random team order."""
+  shown, teams, taken = [], [], set()
+  while len(shown) < length:
+    for team in rng.permutation(len(orders)):
+      if len(shown) == length:
+        break
+      doc = next(d for d in orders[team] if d not in taken)
+      taken.add(doc)
+      shown.append(doc)
+      teams.append(team)
+  return np.asarray(shown), np.asarray(teams)
+
+
+def numpy_nsgd(train, impressions, top_k=10, unit=1.0, lr=0.01, candidates=9, history=60, worst=25,
+               tie_queries=10, tie_window=50, seed=0):
+  """NSGD as the authors' code runs it, one impression at a time: the null space of the worst remembered
+  losing directions (SVD), 2 (n + 1) draws ranked by |u . x_mean|, team-draft multileaving, ties broken
+  on the stored difficult queries."""
+  rng = np.random.default_rng(seed)
+  w = np.zeros(train.num_features)
+  ring, margins, head = np.zeros((history, w.size)), np.full(history, np.inf), 0
+  hard = []  # [rr, time, query, clicked docs]
+  for t in range(impressions):
+    q = rng.integers(train.num_queries)
+    x, y = train.features[q], train.labels[q]
+    losers = ring[np.argsort(margins, kind="stable")[:worst]]
+    _, sv, vh = np.linalg.svd(losers)
+    basis = vh[int(np.sum(sv > sv.max() * max(losers.shape) * 1e-7)):] if sv.max() > 0 else np.eye(w.size)
+    pool = rng.standard_normal((2 * (candidates + 1), len(basis))) @ basis
+    pool /= np.linalg.norm(pool, axis=1, keepdims=True)
+    u = pool[np.argsort(-np.abs(pool @ x.mean(axis=0)), kind="stable")[:candidates]]
+    rankers = np.concatenate([w[None], w + unit * u])
+    orders = [np.argsort(-(x @ r), kind="stable") for r in rankers]
+    shown, teams = _team_draft_multileave(rng, orders, min(top_k, len(y)))
+    clicks = _user(rng, y[shown])
+    credit = np.bincount(teams, weights=clicks, minlength=len(rankers))
+    margin = credit[1:] - credit[0]
+    wins = np.flatnonzero(margin > 0)
+    rr = float(np.sum(clicks / (np.arange(len(clicks)) + 1.0)))
+    if rr > 0:
+      entry = [rr, t, q, shown[clicks > 0]]
+      stale = [i for i, e in enumerate(hard) if t - e[1] > tie_window]
+      if len(hard) < tie_queries:
+        hard.append(entry)
+      elif stale:
+        hard[stale[0]] = entry
+      elif max(e[0] for e in hard) > rr:
+        hard[int(np.argmax([e[0] for e in hard]))] = entry
+    if len(wins) > 1 and hard:
+      score = np.zeros(len(wins))
+      for _, _, hq, docs in hard:
+        s = train.features[hq] @ rankers[1 + wins].T  # [L, winners]
+        s[~train.where[hq]] = -np.inf
+        for j in range(len(wins)):
+          rank = np.empty(len(s), int)
+          rank[np.argsort(-s[:, j], kind="stable")] = np.arange(1, len(s) + 1)
+          score[j] += np.sum(1.0 / rank[docs])
+      wins = wins[[int(np.argmax(score))]]
+    if len(wins):
+      w += lr * u[wins].mean(axis=0)
+    kth = np.sort(np.concatenate([[0.0], margin]))[min(4, candidates + 1) - 1]
+    for i in np.flatnonzero((margin < 0) & (margin <= kth)):
+      ring[head], margins[head], head = u[i], margin[i], (head + 1) % history
+  return w
+
+
 def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("--impressions", type=int, default=10000)
@@ -168,7 +236,7 @@ def main():
         f"{args.numpy_impressions} impressions x 1 seed (NumPy)")
   config.mgd.multileave = "probabilistic"
   numpy_mgd = lambda train, n: numpy_mgd_pm(train, n, samples=args.pm_samples)
-  for method, reference in (("pdgd", numpy_pdgd), ("dbgd", numpy_dbgd), ("mgd", numpy_mgd)):
+  for method, reference in (("pdgd", numpy_pdgd), ("dbgd", numpy_dbgd), ("mgd", numpy_mgd), ("nsgd", numpy_nsgd)):
     t = time.perf_counter()
     online_learning(method, data.train, data.test, click_model="informational", config=config, seeds=seeds)
     first = time.perf_counter() - t

@@ -329,6 +329,7 @@ def _small_config(**overrides):
   c = default_online_config()
   c.num_impressions, c.eval_every, c.top_k = 400, 200, 5
   c.mgd.num_candidates = 3
+  c.nsgd.num_candidates, c.nsgd.history, c.nsgd.worst = 3, 12, 4  # the small data's linear ranker has 7 parameters
   for k, v in overrides.items():
     setattr(c, k, v)
   return c
@@ -357,7 +358,8 @@ def test_seeds_split_over_a_mesh_equal_the_single_device_run(small_data):
 
 
 @pytest.mark.parametrize("method,multileave", [("pdgd", None), ("dbgd", "team_draft"), ("mgd", "team_draft"),
-                                               ("dbgd", "probabilistic")])  # MGD's is in the next tests
+                                               ("dbgd", "probabilistic"), ("nsgd", "team_draft"),
+                                               ("nsgd", "probabilistic")])  # MGD's is in the next tests
 def test_online_learners_start_at_zero_and_move(method, multileave, small_data):
   c = _small_config(num_impressions=200, eval_every=100)
   if multileave:
@@ -395,6 +397,140 @@ def test_mgd_learns_from_perfect_clicks(multileave, small_data):
   c.mgd.multileave, c.mgd.learning_rate = multileave, 0.1
   out = online_learning("mgd", small_data.train, small_data.test, click_model="perfect", config=c, seeds=(0, 1, 2))
   assert (out["curve"][:, -1] > out["curve"][:, 0] + 0.1).all()
+
+
+# ----------------------------------------------------------------------------
+# NSGD (Wang et al., SIGIR'18): null-space exploration, preselection, difficult-query tie-breaks.
+
+
+def _empty_memory(history=6, tie_queries=3, size=8, list_size=5, num_features=2):
+  from ultr_jax.train import online
+  params = {"w": jnp.zeros(size - 1), "b": jnp.zeros(())}
+  return online._nsgd_memory(params, jnp.zeros((list_size, num_features)), (history, 2, tie_queries, 4))
+
+
+def test_nsgd_directions_are_the_pools_projections_on_the_null_space_most_sensitive_first():
+  """Against scipy's null-space basis: each kept direction is its draw projected on the null space of the
+  losers (three independent rows, then two empty slots) and normalised, and the kept ones are the draws
+  with the largest |u . x_mean|, in that order."""
+  import scipy.linalg
+  from ultr_jax.train import online
+  rng = np.random.default_rng(0)
+  losers = np.concatenate([rng.normal(size=(3, 8)), np.zeros((2, 8))]).astype(np.float32)
+  pool = rng.normal(size=(10, 8)).astype(np.float32)
+  x_mean = rng.normal(size=8).astype(np.float32)
+  got = np.asarray(online._nsgd_directions(jnp.asarray(pool), jnp.asarray(losers), 4, sensitivity=lambda u: u @ x_mean))
+  basis = scipy.linalg.null_space(losers.astype(np.float64))  # [8, 5]
+  proj = pool @ basis @ basis.T
+  proj /= np.linalg.norm(proj, axis=1, keepdims=True)
+  want = proj[np.argsort(-np.abs(proj @ x_mean), kind="stable")[:4]]
+  np.testing.assert_allclose(got, want, atol=1e-5)
+  np.testing.assert_allclose(got @ losers.T, 0.0, atol=1e-5)
+  # No losers remembered yet (all slots empty): the whole space, only normalised.
+  free = np.asarray(online._nsgd_directions(jnp.asarray(pool), jnp.zeros((5, 8)), 10, sensitivity=lambda u: u[0]))
+  np.testing.assert_allclose(np.sort(np.abs(free[:, 0])), np.sort(np.abs(pool[:, 0]) / np.linalg.norm(pool, axis=1)),
+                             rtol=1e-5)
+
+
+def test_nsgd_remembers_the_losers_the_authors_keep_in_a_ring():
+  """Directions that lost and whose margin is among the 4 lowest of all rankers (the current one's is 0) are
+  written in order at the ring's head, wrapping around; the others are dropped."""
+  from ultr_jax.train import online
+  mem = _empty_memory(history=6)
+  rng = np.random.default_rng(1)
+  ring, margins, head = np.zeros((6, 8)), np.full(6, np.inf), 0
+  for _ in range(30):
+    margin = rng.integers(-4, 2, size=5).astype(np.float32)
+    dirs = rng.normal(size=(5, 8)).astype(np.float32)
+    mem = online._nsgd_remember_losers(mem, jnp.asarray(dirs), jnp.asarray(margin))
+    kth = np.sort(np.concatenate([[0.0], margin]))[3]
+    for i in range(5):
+      if margin[i] < 0 and margin[i] <= kth:
+        ring[head], margins[head], head = dirs[i], margin[i], (head + 1) % 6
+    np.testing.assert_allclose(mem.directions, ring, atol=0)
+    np.testing.assert_array_equal(mem.margins, margins)
+    assert int(mem.head) == head
+
+
+def test_nsgd_keeps_the_most_difficult_recent_queries():
+  """A query with clicks takes an empty slot, else a slot stored more than `window` impressions ago, else the
+  easiest stored query's if it is harder (lower sum of 1 / rank of its clicks); a query without clicks is
+  never stored. Checked against a plain loop over 60 impressions."""
+  from ultr_jax.train import online
+  rng = np.random.default_rng(2)
+  mem = _empty_memory(tie_queries=3)
+  slots = [None] * 3  # (rr, time)
+  for t in range(60):
+    clicks = (rng.uniform(size=5) < 0.25).astype(np.float32)
+    positions = rng.permutation(5)
+    where = np.array([True] * 4 + [bool(t % 2)])
+    x = rng.normal(size=(5, 2)).astype(np.float32)
+    mem = online._nsgd_remember_query(mem, jnp.asarray(x), jnp.asarray(where), jnp.asarray(clicks),
+                                      jnp.asarray(positions), 4)
+    rr = float(np.sum((clicks > 0) * where / (positions + 1.0)))
+    slot = None
+    if rr > 0:
+      stale = [i for i, e in enumerate(slots) if e is not None and t - e[1] > 4]
+      if None in slots:
+        slot = slots.index(None)
+      elif stale:
+        slot = stale[0]
+      elif max(e[0] for e in slots) > rr:
+        slot = int(np.argmax([e[0] for e in slots]))
+    if slot is not None:
+      slots[slot] = (rr, t)
+      np.testing.assert_array_equal(mem.query_x[slot], x)
+      np.testing.assert_array_equal(mem.query_clicked[slot], (clicks > 0) & where)
+    np.testing.assert_allclose(mem.query_rr, [np.inf if e is None else e[0] for e in slots], rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(mem.query_time)[[e is not None for e in slots]],
+                                  [e[1] for e in slots if e is not None])
+    assert int(mem.time) == t + 1
+  assert None not in slots  # the test went through the full-queue rules
+
+
+def test_nsgd_breaks_ties_on_the_difficult_queries_as_a_loop_does():
+  """Among several winners, the one that ranks the stored queries' clicked items highest (sum of 1 / rank,
+  ties in score to the earlier item, as rax.utils.ranks) wins alone; one winner, or no stored query, leaves
+  the outcome as it was."""
+  import rax
+  from ultr_jax.train import online
+  rng = np.random.default_rng(3)
+  mem = _empty_memory(tie_queries=3)
+  where = np.array([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+  clicked = (rng.uniform(size=(3, 5)) < 0.4) & where
+  mem = mem._replace(query_where=jnp.asarray(where), query_clicked=jnp.asarray(clicked),
+                     query_rr=jnp.asarray([0.5, np.inf, 1.0], jnp.float32))  # the second slot is empty
+  for trial in range(20):
+    scores = rng.integers(0, 3, size=(4, 3, 5)).astype(np.float32)  # many ties
+    wins = (rng.uniform(size=4) < 0.6).astype(np.float32)
+    got = np.asarray(online._nsgd_break_ties(jnp.asarray(wins), jnp.asarray(scores), mem))
+    ranks = np.asarray(rax.utils.ranks(jnp.asarray(scores), where=jnp.broadcast_to(jnp.asarray(where), scores.shape)))
+    rr = [sum(1.0 / ranks[c, t][clicked[t]].astype(float)).sum() for c in range(4) for t in (0, 2)]
+    rr = np.asarray(rr).reshape(4, 2).sum(1)
+    want = wins
+    if wins.sum() > 1:
+      want = np.eye(4, dtype=np.float32)[np.argmax(np.where(wins > 0, rr, -np.inf))]
+    np.testing.assert_array_equal(got, want, err_msg=f"trial {trial}")
+  empty = _empty_memory(tie_queries=3)
+  np.testing.assert_array_equal(online._nsgd_break_ties(jnp.ones(4), jnp.zeros((4, 3, 5)), empty), np.ones(4))
+
+
+def test_nsgd_learns_from_perfect_clicks_and_explores_off_its_losers(small_data):
+  c = _small_config()
+  c.nsgd.learning_rate = 0.1
+  out = online_learning("nsgd", small_data.train, small_data.test, click_model="perfect", config=c, seeds=(0, 1, 2))
+  assert (out["curve"][:, -1] > out["curve"][:, 0] + 0.1).all()
+
+
+def test_nsgd_config_errors(small_data):
+  c = _small_config()
+  c.nsgd.worst = 7  # the linear ranker on 6 features has 7 parameters
+  with pytest.raises(ValueError, match=r"config.nsgd.worst \(7\) must be below the ranker's number of parameters \(7\)"):
+    online_learning("nsgd", small_data.train, small_data.test, click_model="perfect", config=c)
+  c = _small_config()
+  c.nsgd.history = 2
+  with pytest.raises(ValueError, match="need history >= num_candidates"):
+    online_learning("nsgd", small_data.train, small_data.test, click_model="perfect", config=c)
 
 
 def test_a_click_model_config_clicks_on_the_displayed_order_within_the_top_k():
@@ -477,10 +613,10 @@ def test_default_config_is_the_papers_protocol():
     _config("large")
 
 
-def test_binary_smoke_run(tmp_path, subprocess_env):
+def test_binary_smoke_run(tmp_path, default_xla_env):
   proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "online" / "main.py"),
                          f"--config={CONFIG}:smoke", f"--workdir={tmp_path}"],
-                        capture_output=True, text=True, env=subprocess_env, timeout=600)
+                        capture_output=True, text=True, env=default_xla_env, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   results = json.loads((tmp_path / "results.json").read_text())
   assert sorted(results) == ["click_model=informational", "click_model=perfect", "full_info"]
@@ -492,7 +628,7 @@ def test_binary_smoke_run(tmp_path, subprocess_env):
     for entry in row.values():
       assert 0.0 < entry["ndcg@10"] <= 1.0 and 0.0 < entry["online_ndcg@10"] <= 1.0
       assert len(entry["curve"]) == 4 and entry["impressions"] == [0, 100, 200, 300]
-    assert "pdgd_minus_dbgd" in row["pdgd"]
+    assert "pdgd_minus_dbgd" in row["pdgd"] and "nsgd_minus_mgd" in row["nsgd"]
   assert "| perfect/pdgd |" in (tmp_path / "table.md").read_text() and "| full_info (labels) |" in proc.stdout
   assert (tmp_path / "table.csv").exists() and (tmp_path / "fig_online.png").stat().st_size > 0
   assert_matches_expected(results, "online_smoke")

@@ -1,4 +1,4 @@
-r"""Online learning to rank: PDGD, DBGD and MGD learning from the clicks on their own rankings.
+r"""Online learning to rank: PDGD, DBGD, MGD and NSGD learning from the clicks on their own rankings.
 
 Each impression draws a training query, shows it the current learner's
 ranking (top ``k`` of the candidate list), simulates clicks on it and
@@ -13,9 +13,21 @@ updates the learner:
   when the candidate wins, :math:`w \leftarrow w + \alpha u`;
 * **MGD** (Schuth et al., WSDM'16): ``n - 1`` candidates are multileaved with
   the current ranker; :math:`w` moves by :math:`\alpha` times the mean direction
-  of the candidates that beat it.
+  of the candidates that beat it;
+* **NSGD** (Wang et al., SIGIR'18): MGD whose candidate directions are drawn
+  from the null space of the recent directions that lost to :math:`w`, the
+  most sensitive ones on the current query preselected, and whose ties are
+  broken on the clicks of recent difficult queries. Where the authors' code
+  (a fork of the PDGD authors' online LTR code) differs from the paper or is
+  ambiguous we follow the paper: ties are broken whenever several candidates
+  win (the code does so only while its queue of difficult queries is not
+  full), the draws are uniform on the null space's unit sphere (the code
+  weights a normalised, non-orthogonal basis), and a query without clicks is
+  never stored as difficult. The preselection ranks directions by the mean
+  score's directional derivative, the code's :math:`|u^\top \bar x|` for a
+  linear ranker without bias (with one, the bias's step :math:`u_b` adds to it).
 
-``config.<dbgd|mgd>.multileave`` picks the comparison: ``"team_draft"``
+``config.<dbgd|mgd|nsgd>.multileave`` picks the comparison: ``"team_draft"``
 (:func:`~ultr_jax.simulation.team_draft_multileave`; a candidate wins with more
 clicks credited to its team than to :math:`w`'s) or ``"probabilistic"``
 (:func:`~ultr_jax.simulation.probabilistic_multileave`; a candidate wins when
@@ -56,6 +68,7 @@ import ml_collections
 import numpy as np
 import optax
 import rax
+from jax.flatten_util import ravel_pytree
 
 from ultr_jax import losses as losses_lib
 from ultr_jax import metrics as metrics_lib
@@ -68,7 +81,7 @@ from ultr_jax.train.results import markdown_table, save_figure, summarize, summa
 __all__ = ["ONLINE_METHODS", "MULTILEAVE_METHODS", "ONLINE_CLICK_MODELS", "online_click_model", "default_online_config",
            "online_learning", "online_users_missing", "full_info_reference", "run_online_study"]
 
-ONLINE_METHODS = ("pdgd", "dbgd", "mgd")
+ONLINE_METHODS = ("pdgd", "dbgd", "mgd", "nsgd")
 MULTILEAVE_METHODS = ("team_draft", "probabilistic")
 
 #: ``name -> (P(click | grade), P(stop | click, grade))`` for grades 0..4 (PDGD paper, Table 1).
@@ -199,6 +212,12 @@ def default_online_config() -> ml_collections.ConfigDict:
   c.dbgd = ml_collections.ConfigDict({"learning_rate": 0.01, "unit": 1.0, "multileave": "team_draft", "tau": 3.0})
   c.mgd = ml_collections.ConfigDict({"learning_rate": 0.01, "unit": 1.0, "num_candidates": 9,
                                      "multileave": "team_draft", "tau": 3.0})
+  # NSGD: MGD plus the null space of the `worst` of the last `history` losing directions, and ties broken on
+  # the `tie_queries` most difficult recent queries (stored at most `tie_window` impressions ago); the
+  # settings of the authors' SIGIR'18 script.
+  c.nsgd = ml_collections.ConfigDict({"learning_rate": 0.01, "unit": 1.0, "num_candidates": 9,
+                                      "multileave": "team_draft", "tau": 3.0, "history": 60, "worst": 25,
+                                      "tie_queries": 10, "tie_window": 50})
   # The ceiling: the same ranker trained offline on the true labels (listwise softmax, Adam, full batch).
   c.full_info = ml_collections.ConfigDict({"enabled": True, "steps": 1000, "learning_rate": 0.01})
   return c
@@ -225,9 +244,10 @@ class _Spec(NamedTuple):
   learning_rate: float
   unit: float
   num_rankers: int  # DBGD 2, MGD candidates + 1
-  multileave: str  # "team_draft" or "probabilistic" (DBGD, MGD)
+  multileave: str  # "team_draft" or "probabilistic" (DBGD, MGD, NSGD)
   tau: float  # probabilistic multileaving's steepness
   click_config: str  # a make_click_fn config as JSON; "" for the cascade users (their tables are arguments)
+  nsgd: tuple[int, ...] = ()  # NSGD's (history, worst, tie_queries, tie_window)
 
 
 def _spec(method: str, config: ml_collections.ConfigDict, click_config: str = "") -> _Spec:
@@ -238,8 +258,15 @@ def _spec(method: str, config: ml_collections.ConfigDict, click_config: str = ""
     raise ValueError(f"config.num_impressions ({total}) must be a positive multiple of config.eval_every ({every})")
   cfg = config[method]
   n = 0 if method == "pdgd" else (2 if method == "dbgd" else int(cfg.num_candidates) + 1)
-  if method == "mgd" and n < 2:
-    raise ValueError(f"config.mgd.num_candidates must be >= 1, got {n - 1}")
+  if method in ("mgd", "nsgd") and n < 2:
+    raise ValueError(f"config.{method}.num_candidates must be >= 1, got {n - 1}")
+  nsgd = ()
+  if method == "nsgd":
+    nsgd = tuple(int(cfg[k]) for k in ("history", "worst", "tie_queries", "tie_window"))
+    history, worst, tie_queries, _ = nsgd
+    if history < n - 1 or not 0 <= worst <= history or tie_queries < 0:
+      raise ValueError(f"config.nsgd: need history >= num_candidates, 0 <= worst <= history and tie_queries >= 0; "
+                       f"got history={history}, num_candidates={n - 1}, worst={worst}, tie_queries={tie_queries}")
   multileave = str(cfg.get("multileave", ""))
   if method != "pdgd" and multileave not in MULTILEAVE_METHODS:
     raise ValueError(f"config.{method}.multileave: unknown {multileave!r}; expected one of {MULTILEAVE_METHODS}")
@@ -247,7 +274,7 @@ def _spec(method: str, config: ml_collections.ConfigDict, click_config: str = ""
                int(config.top_k), every, total // every, float(cfg.learning_rate),
                float(cfg.get("unit", 0.0)), n, multileave,
                float(cfg.tau) if multileave == "probabilistic" else 0.0,  # tau alone: no new program for team-draft
-               click_config)
+               click_config, nsgd)
 
 
 def _pdgd_step(spec, apply_fn, clicks_of):
@@ -262,16 +289,133 @@ def _pdgd_step(spec, apply_fn, clicks_of):
     updates, opt_state = opt.update(jax.grad(loss)(params), opt_state, params)
     return optax.apply_updates(params, updates), opt_state, positions
 
-  return opt.init, step
+  return (lambda params, x: opt.init(params)), step
+
+
+class _NSGDMemory(NamedTuple):
+  """NSGD's state: a ring of recent losing directions and the recent difficult queries."""
+  directions: jax.Array  # [G, P] flattened parameter directions that lost to the current ranker
+  margins: jax.Array  # [G] their credit minus the current ranker's (< 0; +inf marks an empty slot)
+  head: jax.Array  # [] the next slot of the ring to write
+  query_x: jax.Array  # [T, L, F] the difficult queries' lists
+  query_where: jax.Array  # [T, L]
+  query_clicked: jax.Array  # [T, L] bool: the items clicked on them
+  query_rr: jax.Array  # [T] sum of 1 / rank of those clicks (lower: more difficult; +inf marks an empty slot)
+  query_time: jax.Array  # [T] the impression that stored each
+  time: jax.Array  # [] impressions so far
+
+
+def _nsgd_memory(params, x, nsgd) -> _NSGDMemory:
+  """An empty memory for ``params`` and lists like ``x`` ``[L, F]``."""
+  history, worst, tie_queries, _ = nsgd
+  size = ravel_pytree(params)[0].size
+  if worst >= size:
+    raise ValueError(f"config.nsgd.worst ({worst}) must be below the ranker's number of parameters ({size}): the "
+                     "null space of that many directions can be empty")
+  num_items = x.shape[0]
+  return _NSGDMemory(jnp.zeros((history, size), jnp.float32), jnp.full((history,), jnp.inf, jnp.float32),
+                     jnp.int32(0), jnp.zeros((tie_queries,) + x.shape, x.dtype),
+                     jnp.zeros((tie_queries, num_items), bool), jnp.zeros((tie_queries, num_items), bool),
+                     jnp.full((tie_queries,), jnp.inf, jnp.float32), jnp.zeros((tie_queries,), jnp.int32),
+                     jnp.int32(0))
+
+
+def _nsgd_directions(pool, losers, num, *, sensitivity):
+  r"""NSGD's candidate directions: ``num`` unit vectors ``[num, P]`` in the null space of ``losers`` ``[E, P]``.
+
+  Projects the Gaussian draws ``pool`` ``[M, P]`` off the row space of ``losers`` (all zero rows: the whole
+  space), which makes them uniform on the unit sphere of the null space, and keeps the ``num`` with
+  the largest :math:`|\mathrm{sensitivity}(u)|`, the candidate preselection of Wang et al. (SIGIR'18):
+  the authors' code ranks by :math:`|u^\top \bar x|`, the mean feature vector of the query's documents.
+
+  The row space's basis comes from a QR decomposition of ``losers.T``, its columns with a vanishing
+  :math:`R_{kk}` dropped: exact for independent rows followed by zero rows (empty slots), which is what
+  the memory holds (each direction is a fresh random draw; an SVD costs 4x more per impression here).
+  """
+  if losers.shape[0]:
+    q, r = jnp.linalg.qr(losers.T)
+    diag = jnp.abs(jnp.diagonal(r))
+    span = jnp.where(diag > jnp.max(diag) * max(losers.shape) * jnp.finfo(r.dtype).eps, q, 0.0)  # [P, E]
+    pool = pool - (pool @ span) @ span.T
+  pool = pool / jnp.linalg.norm(pool, axis=-1, keepdims=True)
+  return pool[jax.lax.top_k(jnp.abs(jax.vmap(sensitivity)(pool)), num)[1]]
+
+
+def _nsgd_remember_query(memory: _NSGDMemory, x, where, clicks, positions, window: int) -> _NSGDMemory:
+  r"""Stores the impression's query among the difficult ones; advances the clock.
+
+  Its difficulty is :math:`\sum_{\text{clicked } i} 1 / \mathrm{rank}_i` (a query without clicks is not
+  stored). It takes an empty slot, else one stored more than ``window`` impressions ago, else the
+  easiest stored query's if it is more difficult than that.
+  """
+  time = memory.time + 1
+  if memory.query_rr.shape[0] == 0:
+    return memory._replace(time=time)
+  clicked = (clicks > 0) & where
+  rr = jnp.sum(jnp.where(clicked, 1.0 / (positions + 1.0), 0.0))
+  filled = jnp.isfinite(memory.query_rr)
+  stale = filled & (memory.time - memory.query_time > window)
+  full = jnp.all(filled)
+  slot = jnp.where(~full, jnp.argmin(filled), jnp.where(jnp.any(stale), jnp.argmax(stale),
+                                                      jnp.argmax(memory.query_rr)))
+  store = (rr > 0) & (~full | jnp.any(stale) | (jnp.max(memory.query_rr) > rr))
+  put = lambda a, v: a.at[slot].set(jnp.where(store, v, a[slot]))
+  return memory._replace(query_x=put(memory.query_x, x), query_where=put(memory.query_where, where),
+                         query_clicked=put(memory.query_clicked, clicked), query_rr=put(memory.query_rr, rr),
+                         query_time=put(memory.query_time, memory.time), time=time)
+
+
+def _nsgd_break_ties(wins, scores, memory: _NSGDMemory):
+  """With several winners ``wins`` ``[C]``, keeps the one whose rankings of the difficult queries (``scores``
+  ``[C, T, L]``) put their clicked items highest (largest sum of 1 / rank)."""
+  valid = jnp.isfinite(memory.query_rr)
+  # 1-based ranks among the valid items, ties to the earlier item, by counting (a sort is ~30x slower on CPU here).
+  s = jnp.where(memory.query_where, scores, -jnp.inf)
+  earlier = jnp.arange(s.shape[-1])[:, None] < jnp.arange(s.shape[-1])[None, :]  # [j, i]: j before i
+  above = (s[..., :, None] > s[..., None, :]) | ((s[..., :, None] == s[..., None, :]) & earlier)
+  ranks = 1 + jnp.sum(above & memory.query_where[..., :, None], axis=-2)
+  rr = jnp.sum(jnp.where(memory.query_clicked & valid[:, None], 1.0 / ranks, 0.0), axis=(-2, -1))
+  best = jax.nn.one_hot(jnp.argmax(jnp.where(wins > 0, rr, -jnp.inf)), wins.shape[0], dtype=wins.dtype)
+  return jnp.where((jnp.sum(wins) > 1) & jnp.any(valid), best, wins)
+
+
+def _nsgd_remember_losers(memory: _NSGDMemory, directions, margin, keep: int = 4) -> _NSGDMemory:
+  """Writes the directions ``[C, P]`` that lost (``margin < 0``) and rank among the ``keep`` lowest margins of
+  all the compared rankers (the current one's margin is 0) into the ring, as the authors' code does."""
+  everyone = jnp.sort(jnp.concatenate([jnp.zeros((1,), margin.dtype), margin]))
+  lost = (margin < 0) & (margin <= everyone[min(keep, everyone.shape[0]) - 1])
+  size = memory.margins.shape[0]
+  slot = jnp.where(lost, (memory.head + jnp.cumsum(lost) - 1) % size, size)  # size: dropped
+  return memory._replace(directions=memory.directions.at[slot].set(directions, mode="drop"),
+                         margins=memory.margins.at[slot].set(margin.astype(jnp.float32), mode="drop"),
+                         head=(memory.head + jnp.sum(lost).astype(jnp.int32)) % size)
+
+
+def _nsgd_candidates(key, params, memory: _NSGDMemory, apply_fn, x, where, num: int, worst: int):
+  """NSGD's ``num`` directions, as a pytree batch like ``params`` and flattened ``[num, P]``."""
+  flat, unravel = ravel_pytree(params)
+  losers = memory.directions[jax.lax.top_k(-memory.margins, worst)[1]] if worst else memory.directions[:0]
+  mean_score = lambda f: jnp.sum(jnp.where(where, apply_fn(unravel(f), x), 0.0)) / jnp.maximum(jnp.sum(where), 1)
+  sensitivity = lambda u: jax.jvp(mean_score, (flat,), (u.astype(flat.dtype),))[1]
+  pool = jax.random.normal(key, (2 * (num + 1), flat.size), jnp.float32)  # the authors draw twice the rankers
+  flat_dirs = _nsgd_directions(pool, losers, num, sensitivity=sensitivity)
+  return jax.vmap(unravel)(flat_dirs.astype(flat.dtype)), flat_dirs
 
 
 def _dueling_step(spec, apply_fn, clicks_of):
-  """DBGD (one candidate) and MGD (several): multileave, credit the clicks, step toward the winners."""
+  """DBGD (one candidate), MGD and NSGD (several): multileave, credit the clicks, step toward the winners."""
   n = spec.num_rankers
+  nsgd = spec.method == "nsgd"
+
+  def init(params, x):
+    return _nsgd_memory(params, x, spec.nsgd) if nsgd else ()
 
   def step(params, extra, key, x, y, w, e, click, stop):
     k_dir, k_leave, k_click = jax.random.split(key, 3)
-    dirs = jax.vmap(lambda k: _unit_direction(k, params))(jax.random.split(k_dir, n - 1))
+    if nsgd:
+      dirs, flat_dirs = _nsgd_candidates(k_dir, params, extra, apply_fn, x, w, n - 1, spec.nsgd[1])
+    else:
+      dirs = jax.vmap(lambda k: _unit_direction(k, params))(jax.random.split(k_dir, n - 1))
     cand = jax.tree.map(lambda p, u: p[None] + spec.unit * u, params, dirs)
     scores = jnp.concatenate([apply_fn(params, x)[None], jax.vmap(lambda p: apply_fn(p, x))(cand)], axis=0)
     if spec.multileave == "team_draft":
@@ -281,17 +425,21 @@ def _dueling_step(spec, apply_fn, clicks_of):
     clicks = clicks_of(k_click, x, y, w, e, positions, click, stop)
     if spec.multileave == "team_draft":
       credit = sim.multileave_credit(clicks, teams, num_teams=n, where=w)
-      wins = (credit[1:] > credit[0]).astype(jnp.float32)
+      margin = credit[1:] - credit[0]
     else:
       assignment = sim.probabilistic_multileave_assignment(scores, positions, where=w, tau=spec.tau)
       shown = jnp.argsort(positions)[:spec.top_k]  # only the displayed items can be clicked
-      pref = sim.multileave_preferences(clicks[shown], assignment[:, shown], where=w[shown], against=0)
-      wins = (pref[1:] > 0).astype(jnp.float32)
+      margin = sim.multileave_preferences(clicks[shown], assignment[:, shown], where=w[shown], against=0)[1:]
+    wins = (margin > 0).astype(jnp.float32)
+    if nsgd:
+      extra = _nsgd_remember_query(extra, x, w, clicks, positions, spec.nsgd[3])
+      wins = _nsgd_break_ties(wins, jax.vmap(lambda p: apply_fn(p, extra.query_x))(cand), extra)
+      extra = _nsgd_remember_losers(extra, flat_dirs, margin)
     scale = spec.learning_rate * wins / jnp.maximum(jnp.sum(wins), 1.0)
     params = jax.tree.map(lambda p, u: p + jnp.tensordot(scale, u, axes=1), params, dirs)
     return params, extra, positions
 
-  return (lambda params: ()), step
+  return init, step
 
 
 @functools.lru_cache(maxsize=64)
@@ -329,7 +477,8 @@ def _compiled_run(spec: _Spec):
       return carry, (evaluate(carry[0]), jnp.mean(shown))
 
     first = evaluate(params)
-    _, (curve, online) = jax.lax.scan(block, (params, init_extra(params)), jax.random.split(k_run, spec.num_blocks))
+    _, (curve, online) = jax.lax.scan(block, (params, init_extra(params, xs[0])),
+                                      jax.random.split(k_run, spec.num_blocks))
     return jnp.concatenate([first[None], curve]), jnp.mean(online)
 
   return jax.jit(jax.vmap(one_seed, in_axes=(0,) + (None,) * 9))
@@ -502,7 +651,8 @@ def run_online_study(config: ml_collections.ConfigDict, workdir: Optional[str]) 
   ``config.click_model_configs`` (``make_click_fn`` configs).
   ``results.json`` maps ``click_model=<name>`` to methods, each with ``ndcg@10`` and ``online_ndcg@10``
   (means, with ``std``, ``ci90`` and ``per_seed``), the mean test-nDCG@10 ``curve`` and its
-  ``impressions``; ``pdgd_minus_<method>`` holds the seed-paired differences of PDGD against the others.
+  ``impressions``; ``pdgd_minus_<method>`` holds the seed-paired differences of PDGD against the others,
+  ``nsgd_minus_mgd`` those of NSGD against MGD.
   ``full_info`` holds the ceiling, :func:`full_info_reference` (with ``config.full_info.enabled``).
   """
   from ultr_jax.train.experiment import load_datasets
@@ -542,11 +692,11 @@ def run_online_study(config: ml_collections.ConfigDict, workdir: Optional[str]) 
       rows[f"{click_model}/{method}"] = row
       print(f"[online] {click_model}/{method}: ndcg@10 {entry['ndcg@10']:.4f}, online ndcg@10 "
             f"{entry['online_ndcg@10']:.4f}; {time.perf_counter() - start:.0f}s", flush=True)
-    if "pdgd" in raw:
-      for method, out in raw.items():
-        if method != "pdgd":
-          results[row_key]["pdgd"][f"pdgd_minus_{method}"] = {
-              name: summarize(raw["pdgd"][name] - out[name]) for name in METRICS}
+    # Seed-paired gaps: PDGD against every other learner, and NSGD against MGD, the learner it extends.
+    pairs = [("pdgd", m) for m in raw if m != "pdgd"] + [("nsgd", "mgd")]
+    for a, b in pairs:
+      if a in raw and b in raw:
+        results[row_key][a][f"{a}_minus_{b}"] = {name: summarize(raw[a][name] - raw[b][name]) for name in METRICS}
     if workdir:
       write_results(workdir, results, rows=rows, columns=METRICS, row_header="click model/method")
   if workdir:

@@ -16,8 +16,10 @@ r"""Online LTR study config: ``get_config()`` (the default) or ``get_config("smo
 
 The default is the PDGD paper's protocol (Oosterhuis & de Rijke, CIKM'18) on the synthetic default
 data: 1000 training queries of 20 candidates, the top 10 shown, 10,000 impressions, linear rankers
-from w = 0, five seeds; PDGD (learning rate 0.1), DBGD (unit 1, step 0.01) and MGD (9 candidates)
-under the perfect, navigational and informational cascade users.
+from w = 0, five seeds; PDGD (learning rate 0.1), DBGD (unit 1, step 0.01), MGD (9 candidates) and NSGD
+(MGD's settings; the null space of the worst 25 of the last 60 losing directions, ties broken on 10
+difficult queries of the last 50 impressions, as the NSGD authors' script) under the perfect, navigational
+and informational cascade users.
 """
 
 from ultr_jax.train.online import default_online_config
@@ -37,6 +39,7 @@ def get_config(arg: str = ""):
     config.num_impressions = 300
     config.eval_every = 100
     config.mgd.num_candidates = 3
+    config.nsgd.num_candidates, config.nsgd.history, config.nsgd.worst = 3, 12, 4  # 7 parameters here
     config.full_info.steps = 100
   elif arg:
     raise ValueError(f"unknown config variant {arg!r} (expected '' or 'smoke')")
