@@ -171,17 +171,21 @@ def numpy_nsgd(train, impressions, top_k=10, unit=1.0, lr=0.01, candidates=9, hi
                tie_queries=10, tie_window=50, seed=0):
   """NSGD as the authors' code runs it, one impression at a time: the null space of the worst remembered
   losing directions (SVD), 2 (n + 1) draws ranked by |u . x_mean|, team-draft multileaving, ties broken
-  on the stored difficult queries."""
+  on the stored difficult queries. The ranker has a bias weight (a constant feature), as the JAX linear
+  ranker does: NSGD's preselection sees it (|u . x_mean + u_b|); the ranking weights are returned."""
   rng = np.random.default_rng(seed)
-  w = np.zeros(train.num_features)
+  features = np.concatenate([train.features, np.ones(train.features.shape[:2] + (1,), train.features.dtype)], -1)
+  w = np.zeros(features.shape[-1])
   ring, margins, head = np.zeros((history, w.size)), np.full(history, np.inf), 0
   hard = []  # [rr, time, query, clicked docs]
   for t in range(impressions):
     q = rng.integers(train.num_queries)
-    x, y = train.features[q], train.labels[q]
+    x, y = features[q], train.labels[q]
     losers = ring[np.argsort(margins, kind="stable")[:worst]]
-    _, sv, vh = np.linalg.svd(losers)
-    basis = vh[int(np.sum(sv > sv.max() * max(losers.shape) * 1e-7)):] if sv.max() > 0 else np.eye(w.size)
+    basis = np.eye(w.size)
+    if worst and np.any(losers):
+      _, sv, vh = np.linalg.svd(losers)
+      basis = vh[int(np.sum(sv > sv.max() * max(losers.shape) * 1e-7)):]
     pool = rng.standard_normal((2 * (candidates + 1), len(basis))) @ basis
     pool /= np.linalg.norm(pool, axis=1, keepdims=True)
     u = pool[np.argsort(-np.abs(pool @ x.mean(axis=0)), kind="stable")[:candidates]]
@@ -193,7 +197,7 @@ def numpy_nsgd(train, impressions, top_k=10, unit=1.0, lr=0.01, candidates=9, hi
     margin = credit[1:] - credit[0]
     wins = np.flatnonzero(margin > 0)
     rr = float(np.sum(clicks / (np.arange(len(clicks)) + 1.0)))
-    if rr > 0:
+    if rr > 0 and tie_queries:
       entry = [rr, t, q, shown[clicks > 0]]
       stale = [i for i, e in enumerate(hard) if t - e[1] > tie_window]
       if len(hard) < tie_queries:
@@ -205,7 +209,7 @@ def numpy_nsgd(train, impressions, top_k=10, unit=1.0, lr=0.01, candidates=9, hi
     if len(wins) > 1 and hard:
       score = np.zeros(len(wins))
       for _, _, hq, docs in hard:
-        s = train.features[hq] @ rankers[1 + wins].T  # [L, winners]
+        s = features[hq] @ rankers[1 + wins].T  # [L, winners]
         s[~train.where[hq]] = -np.inf
         for j in range(len(wins)):
           rank = np.empty(len(s), int)
@@ -217,7 +221,7 @@ def numpy_nsgd(train, impressions, top_k=10, unit=1.0, lr=0.01, candidates=9, hi
     kth = np.sort(np.concatenate([[0.0], margin]))[min(4, candidates + 1) - 1]
     for i in np.flatnonzero((margin < 0) & (margin <= kth)):
       ring[head], margins[head], head = u[i], margin[i], (head + 1) % history
-  return w
+  return w[:-1]
 
 
 def main():
