@@ -125,22 +125,22 @@ def test_smoke_run_writes_every_cell(tmp_path):
 
 def test_online_learners_as_columns(tmp_path):
   c = _config("smoke")
-  c.methods, c.online.methods = ("naive",), ("pdgd", "dbgd")
+  c.methods, c.online.methods = ("naive",), ("pdgd", "nsgd")
   c.biases = ("pbm", "position_trust", "context_pbm", "topk")
   plan = report.plan_cells(c)
   for bias, row in plan.items():  # the lists carry the contexts and logging scores those users read
-    assert row == {"naive": None, "online_pdgd": None, "online_dbgd": None}, (bias, row)
+    assert row == {"naive": None, "online_pdgd": None, "online_nsgd": None}, (bias, row)
   lists = report.make_bias_data(c)["candidates"][0]  # no contexts drawn: context_pbm's users cannot click
   assert (report.online_not_applicable_reason({"name": "context_pbm", "num_contexts": 2}, lists, c)
           == "n/a: online users: click_fn: context_pbm needs batch['context']")
   c.biases = ("pbm", "position_trust")
   saved = report.run_report(c, str(tmp_path))
-  for column in ("online_pdgd", "online_dbgd"):
+  for column in ("online_pdgd", "online_nsgd"):
     for bias in c.biases:
       cell = saved[bias][column]
       assert 0.0 < cell["ndcg@10"] <= 1.0 and 0.0 < cell["online_ndcg@10"] <= 1.0
       assert len(cell["per_seed"]["ndcg@10"]) == c.num_seeds
   assert saved["_meta"]["online"]["num_impressions"] == 100
   table = (tmp_path / "table.md").read_text()
-  assert table.splitlines()[0] == "| bias | identifiability (IG) | naive | online_pdgd | online_dbgd |"
+  assert table.splitlines()[0] == "| bias | identifiability (IG) | naive | online_pdgd | online_nsgd |"
   assert "online_<method>: an online learner" in table

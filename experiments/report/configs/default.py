@@ -90,11 +90,11 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config.select_on_valid = True
 
   # Online learners as more columns, under each bias's users (none by default; e.g.
-  # --config.online.methods="('pdgd','mgd','dbgd')"): the online study's learners and settings.
+  # --config.online.methods="('pdgd','nsgd','mgd','dbgd')"): the online study's learners and settings.
   online = default_online_config()
   config.online = ml_collections.ConfigDict(
       {k: online[k] for k in ("ranker", "hidden_sizes", "zero_init", "num_impressions", "eval_every",
-                              "pdgd", "dbgd", "mgd")})
+                              "pdgd", "dbgd", "mgd", "nsgd")})
   config.online.methods = ()
 
   if arg == "smoke":
@@ -122,6 +122,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     config.train.eval_every = 4
     config.online.num_impressions, config.online.eval_every = 100, 50
     config.online.mgd.num_candidates = 3
+    config.online.nsgd.num_candidates, config.online.nsgd.history, config.online.nsgd.worst = 3, 12, 4
   elif arg not in ("", "full"):
     raise ValueError(f"unknown config variant {arg!r} (expected '', 'full' or 'smoke')")
   return config
