@@ -335,11 +335,12 @@ def _small_config(**overrides):
   return c
 
 
-def test_online_learner_vmap_over_seeds_equals_one_run_per_seed(small_data):
+@pytest.mark.parametrize("method", ["pdgd", "nsgd"])  # NSGD: its memory is per seed too
+def test_online_learner_vmap_over_seeds_equals_one_run_per_seed(method, small_data):
   c = _small_config(num_impressions=200, eval_every=100)
-  both = online_learning("pdgd", small_data.train, small_data.test, click_model="perfect", config=c, seeds=(0, 1))
+  both = online_learning(method, small_data.train, small_data.test, click_model="perfect", config=c, seeds=(0, 1))
   for i, seed in enumerate((0, 1)):
-    one = online_learning("pdgd", small_data.train, small_data.test, click_model="perfect", config=c, seeds=(seed,))
+    one = online_learning(method, small_data.train, small_data.test, click_model="perfect", config=c, seeds=(seed,))
     np.testing.assert_allclose(one["curve"][0], both["curve"][i], atol=1e-6)
   assert both["curve"].shape == (2, 3) and both["impressions"].tolist() == [0, 100, 200]
 
