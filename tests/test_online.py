@@ -516,7 +516,7 @@ def test_nsgd_breaks_ties_on_the_difficult_queries_as_a_loop_does():
   np.testing.assert_array_equal(online._nsgd_break_ties(jnp.ones(4), jnp.zeros((4, 3, 5)), empty), np.ones(4))
 
 
-def test_nsgd_learns_from_perfect_clicks_and_explores_off_its_losers(small_data):
+def test_nsgd_learns_from_perfect_clicks(small_data):
   c = _small_config()
   c.nsgd.learning_rate = 0.1
   out = online_learning("nsgd", small_data.train, small_data.test, click_model="perfect", config=c, seeds=(0, 1, 2))
