@@ -145,7 +145,7 @@ def make_lbd(config: ml_collections.ConfigDict, *, num_features: int, list_size:
   >>> m = make_lbd(ml_collections.ConfigDict({"ranker": "linear"}), num_features=3, list_size=4)
   >>> b = {"features": jnp.ones((2, 4, 3)), "where": jnp.ones((2, 4), bool), "clicks": jnp.eye(2, 4)}
   >>> p, extra = m.init(jax.random.key(0), b)
-  >>> loss, (metrics, _) = m.loss(p, extra, b, jax.random.key(1))
+  >>> loss, (metrics, _) = jax.jit(m.loss)(p, extra, b, jax.random.key(1))
   >>> print(m.score(p, b).shape, bool(jnp.isfinite(loss)))
   (2, 4) True
   """
@@ -269,9 +269,9 @@ def stack_runs(method: Method, num_runs: int, *, optimizer: optax.GradientTransf
   >>> p, extra = m.init(jax.random.key(0), b)
   >>> c0, c1 = jnp.eye(2, 4), jnp.eye(2, 4)[:, ::-1]
   >>> b["runs"] = {"clicks": jnp.stack([c0, c1])}
-  >>> loss, _ = m.loss(p, extra, b, jax.random.key(1))
+  >>> loss, _ = jax.jit(m.loss)(p, extra, b, jax.random.key(1))
   >>> p0 = jax.tree.map(lambda x: x[0], p)
-  >>> l0, l1 = (base.loss(p0, {}, {**b, "clicks": c}, jax.random.key(1))[0] for c in (c0, c1))
+  >>> l0, l1 = (jax.jit(base.loss)(p0, {}, {**b, "clicks": c}, jax.random.key(1))[0] for c in (c0, c1))
   >>> print(jax.tree.leaves(p)[0].shape[0], bool(jnp.allclose(loss, l0 + l1)))
   2 True
   """
