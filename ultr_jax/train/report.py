@@ -242,6 +242,12 @@ def online_not_applicable_reason(click_cfg: Mapping[str, Any], train, config: ml
   return None if why is None else f"n/a: online users: {why}"
 
 
+def _online_lists(bias, data, seed: int, click_cfg: Mapping[str, Any], config: ml_collections.ConfigDict):
+  """``(candidate-list splits, n/a reason or None)`` for the online columns of one bias."""
+  candidates = _bias_datasets(bias, data, seed, layout="candidates")
+  return candidates, online_not_applicable_reason(click_cfg, candidates[0], config)
+
+
 def _online_cell(method: str, click_cfg: Mapping[str, Any], datasets, config, seeds):
   """One online learner under one bias's users on the full candidate lists: ``(results entry, table cell)``."""
   users = _online_users(click_cfg, config)
@@ -287,8 +293,7 @@ def plan_cells(config: ml_collections.ConfigDict, data: Optional[Mapping[str, An
       missing = memo[memo_key]
       plan[bias_name][name] = None if missing is None else _reason_text(missing, bias_name)
     if online_columns(config):
-      candidates = _bias_datasets(bias, data, int(config.seed) + 1000 * b_idx, layout="candidates")
-      reason = online_not_applicable_reason(click_cfg, candidates[0], config)
+      _, reason = _online_lists(bias, data, int(config.seed) + 1000 * b_idx, click_cfg, config)
       plan[bias_name].update({column: reason for column in online_columns(config)})
   return plan
 
@@ -416,8 +421,7 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
       print(f"[report] {bias_name}/{name}: ndcg@10 {entry['ndcg@10']:.4f} "
             f"({timings[bias_name][name]:.1f}s)", file=sys.stderr, flush=True)
     if online_columns(config):
-      candidates = _bias_datasets(bias, data, int(config.seed) + 1000 * b_idx, layout="candidates")
-      reason = online_not_applicable_reason(click_cfg, candidates[0], config)
+      candidates, reason = _online_lists(bias, data, int(config.seed) + 1000 * b_idx, click_cfg, config)
     for column in online_columns(config):
       t0 = time.perf_counter()
       if reason is not None:
