@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import rax
 
 from ultr_jax import losses, simulation as sim
 from ultr_jax.data import make_synthetic
@@ -569,6 +570,43 @@ def test_pdgd_learns_under_position_bias(small_data):
   out = online_learning("pdgd", small_data.train, small_data.test, click_model=c.click_model_configs.pbm.to_dict(),
                         config=c, seeds=(0, 1, 2))
   assert (out["curve"][:, -1] > out["curve"][:, 0] + 0.1).all()
+
+
+def test_positions_by_counting_equal_rax_ranks_with_ties_and_masks():
+  from ultr_jax.train.online import _positions_by_counting
+  rng = np.random.default_rng(0)
+  scores = rng.integers(0, 4, (50, 9)).astype(np.float32)  # many ties
+  where = rng.random((50, 9)) < 0.7
+  got = np.asarray(_positions_by_counting(jnp.asarray(scores), jnp.asarray(where)))
+  want = np.asarray(rax.utils.ranks(jnp.asarray(scores), where=jnp.asarray(where))) - 1
+  np.testing.assert_array_equal(np.where(where, got, -1), np.where(where, want, -1))  # ties to the earlier item
+  np.testing.assert_array_equal(np.sort(got, axis=-1), np.broadcast_to(np.arange(9), got.shape))  # a permutation
+  assert np.all(np.where(where, got, 0) < where.sum(-1, keepdims=True))  # masked items last
+  assert np.all(np.where(~where, got, 9) >= where.sum(-1, keepdims=True))
+
+
+def test_pdgd_on_a_fixed_logging_display_shows_the_logging_order_and_learns(small_data):
+  """``display="logging"`` shows every impression in the lists' logging_score order: with one training query
+  the mean nDCG@10 of the displayed lists is that order's, whatever the seed, and PDGD's update still learns."""
+  rng = np.random.default_rng(1)
+  train = small_data.train.with_extras(logging_score=rng.normal(size=small_data.train.where.shape).astype(np.float32))
+  c = _small_config()
+  c.pdgd.display = "logging"
+  one = train.subset(np.array([3]))
+  out = online_learning("pdgd", one, small_data.test, click_model="perfect", config=c, seeds=(0, 1))
+  order_ndcg = rax.ndcg_metric(jnp.asarray(one.extras["logging_score"][0]), jnp.asarray(one.labels[0]),
+                               where=jnp.asarray(one.where[0]), topn=10)
+  np.testing.assert_allclose(out["online_ndcg@10"], float(order_ndcg), rtol=1e-6)
+  own = online_learning("pdgd", one, small_data.test, click_model="perfect", config=_small_config(), seeds=(0, 1))
+  assert not np.allclose(own["online_ndcg@10"], float(order_ndcg))  # its own display is another list
+  out = online_learning("pdgd", train, small_data.test, click_model=c.click_model_configs.pbm.to_dict(), config=c,
+                        seeds=(0, 1, 2))
+  assert (out["curve"][:, -1] > out["curve"][:, 0] + 0.1).all()
+  with pytest.raises(ValueError, match="display='logging'.*'logging_score'.*train.extras lacks"):
+    online_learning("pdgd", small_data.train, small_data.test, click_model="perfect", config=c)
+  c.pdgd.display = "random"
+  with pytest.raises(ValueError, match="config.pdgd.display: unknown 'random'"):
+    online_learning("pdgd", train, small_data.test, click_model="perfect", config=c)
 
 
 def test_the_study_resolves_config_users_and_refuses_unknown_or_shadowing_ones():

@@ -18,6 +18,7 @@ from ultr_jax.train.loop import (
 from ultr_jax.train.method import Method
 from ultr_jax.train.online import (
     MULTILEAVE_METHODS,
+    PDGD_DISPLAYS,
     ONLINE_CLICK_MODELS,
     ONLINE_METHODS,
     default_online_config,
@@ -37,6 +38,7 @@ __all__ = [
     "Method",
     "ONLINE_CLICK_MODELS",
     "MULTILEAVE_METHODS",
+    "PDGD_DISPLAYS",
     "ONLINE_METHODS",
     "atomic_write_text",
     "available_methods",

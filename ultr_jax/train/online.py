@@ -7,7 +7,11 @@ updates the learner:
 * **PDGD** (Oosterhuis & de Rijke, CIKM'18): the ranking is sampled from the
   Plackett-Luce model of the scores
   (:func:`~ultr_jax.simulation.plackett_luce_sample`); the update follows
-  :func:`~ultr_jax.losses.pdgd_loss` with SGD;
+  :func:`~ultr_jax.losses.pdgd_loss` with SGD. ``config.pdgd.display =
+  "logging"`` shows the lists in a fixed order instead, the per-item extra
+  ``logging_score`` descending (the logged lists of the counterfactual
+  methods), while the update stays the same: a diagnostic that cuts the
+  feedback loop from the learner's ranking to its clicks;
 * **DBGD** (Yue & Joachims, ICML'09): a candidate :math:`w + \delta u` (a random
   unit direction :math:`u`) is interleaved with the current ranker :math:`w`;
   when the candidate wins, :math:`w \leftarrow w + \alpha u`;
@@ -78,10 +82,11 @@ from ultr_jax.models import make_ranker
 from ultr_jax.train import sharding as sharding_lib
 from ultr_jax.train.results import markdown_table, save_figure, summarize, summarize_metrics, write_results
 
-__all__ = ["ONLINE_METHODS", "MULTILEAVE_METHODS", "ONLINE_CLICK_MODELS", "online_click_model", "default_online_config",
-           "online_learning", "online_users_missing", "full_info_reference", "run_online_study"]
+__all__ = ["ONLINE_METHODS", "MULTILEAVE_METHODS", "PDGD_DISPLAYS", "ONLINE_CLICK_MODELS", "online_click_model",
+           "default_online_config", "online_learning", "online_users_missing", "full_info_reference", "run_online_study"]
 
 ONLINE_METHODS = ("pdgd", "dbgd", "mgd", "nsgd")
+PDGD_DISPLAYS = ("own", "logging")
 MULTILEAVE_METHODS = ("team_draft", "probabilistic")
 
 #: ``name -> (P(click | grade), P(stop | click, grade))`` for grades 0..4 (PDGD paper, Table 1).
@@ -207,7 +212,9 @@ def default_online_config() -> ml_collections.ConfigDict:
   c.num_devices = 0  # seeds are split over this many devices (0: all), reduced to a divisor of num_seeds
   c.num_impressions = 10000
   c.eval_every = 500
-  c.pdgd = ml_collections.ConfigDict({"learning_rate": 0.1})
+  # PDGD's display: "own" (its Plackett-Luce samples, the method) or "logging" (the lists' ``logging_score``
+  # order, fixed: the logged lists of the counterfactual methods; a diagnostic that cuts the feedback loop).
+  c.pdgd = ml_collections.ConfigDict({"learning_rate": 0.1, "display": "own"})
   # The dueling bandits' comparison: "team_draft" or "probabilistic" multileaving (tau: its steepness).
   c.dbgd = ml_collections.ConfigDict({"learning_rate": 0.01, "unit": 1.0, "multileave": "team_draft", "tau": 3.0})
   c.mgd = ml_collections.ConfigDict({"learning_rate": 0.01, "unit": 1.0, "num_candidates": 9,
@@ -248,6 +255,7 @@ class _Spec(NamedTuple):
   tau: float  # probabilistic multileaving's steepness
   click_config: str  # a make_click_fn config as JSON; "" for the cascade users (their tables are arguments)
   nsgd: tuple[int, ...] = ()  # NSGD's (history, worst, tie_queries, tie_window)
+  display: str = "own"  # PDGD's displayed lists: "own" (sampled from its model) or "logging" (fixed order)
 
 
 def _spec(method: str, config: ml_collections.ConfigDict, click_config: str = "") -> _Spec:
@@ -267,6 +275,9 @@ def _spec(method: str, config: ml_collections.ConfigDict, click_config: str = ""
     if history < n - 1 or not 0 <= worst <= history or tie_queries < 0:
       raise ValueError(f"config.nsgd: need history >= num_candidates, 0 <= worst <= history and tie_queries >= 0; "
                        f"got history={history}, num_candidates={n - 1}, worst={worst}, tie_queries={tie_queries}")
+  display = str(cfg.get("display", "own")) if method == "pdgd" else "own"
+  if display not in PDGD_DISPLAYS:
+    raise ValueError(f"config.pdgd.display: unknown {display!r}; expected one of {PDGD_DISPLAYS}")
   multileave = str(cfg.get("multileave", ""))
   if method != "pdgd" and multileave not in MULTILEAVE_METHODS:
     raise ValueError(f"config.{method}.multileave: unknown {multileave!r}; expected one of {MULTILEAVE_METHODS}")
@@ -274,7 +285,16 @@ def _spec(method: str, config: ml_collections.ConfigDict, click_config: str = ""
                int(config.top_k), every, total // every, float(cfg.learning_rate),
                float(cfg.get("unit", 0.0)), n, multileave,
                float(cfg.tau) if multileave == "probabilistic" else 0.0,  # tau alone: no new program for team-draft
-               click_config, nsgd)
+               click_config, nsgd, display)
+
+
+def _positions_by_counting(scores, where):
+  """0-based positions of a descending order of ``scores`` ``[..., L]`` (ties to the earlier item, masked items
+  last), by counting the items placed above each: a sort is ~30x slower on CPU at these sizes."""
+  s = jnp.where(where, scores, -jnp.inf)
+  earlier = jnp.arange(s.shape[-1])[:, None] < jnp.arange(s.shape[-1])[None, :]  # [j, i]: j before i
+  above = (s[..., :, None] > s[..., None, :]) | ((s[..., :, None] == s[..., None, :]) & earlier)
+  return jnp.sum(above, axis=-2, dtype=jnp.int32)
 
 
 def _pdgd_step(spec, apply_fn, clicks_of):
@@ -282,8 +302,10 @@ def _pdgd_step(spec, apply_fn, clicks_of):
 
   def step(params, opt_state, key, x, y, w, e, click, stop):
     k_rank, k_click = jax.random.split(key)
-    scores = apply_fn(params, x)
-    positions = sim.plackett_luce_sample(k_rank, jax.lax.stop_gradient(scores), where=w)
+    if spec.display == "logging":
+      positions = _positions_by_counting(e["logging_score"], w)
+    else:
+      positions = sim.plackett_luce_sample(k_rank, jax.lax.stop_gradient(apply_fn(params, x)), where=w)
     clicks = clicks_of(k_click, x, y, w, e, positions, click, stop)
     loss = lambda p: losses_lib.pdgd_loss(apply_fn(p, x), clicks, positions=positions, where=w, top_k=spec.top_k)
     updates, opt_state = opt.update(jax.grad(loss)(params), opt_state, params)
@@ -369,11 +391,7 @@ def _nsgd_break_ties(wins, scores, memory: _NSGDMemory):
   """With several winners ``wins`` ``[C]``, keeps the one whose rankings of the difficult queries (``scores``
   ``[C, T, L]``) put their clicked items highest (largest sum of 1 / rank)."""
   valid = jnp.isfinite(memory.query_rr)
-  # 1-based ranks among the valid items, ties to the earlier item, by counting (a sort is ~30x slower on CPU here).
-  s = jnp.where(memory.query_where, scores, -jnp.inf)
-  earlier = jnp.arange(s.shape[-1])[:, None] < jnp.arange(s.shape[-1])[None, :]  # [j, i]: j before i
-  above = (s[..., :, None] > s[..., None, :]) | ((s[..., :, None] == s[..., None, :]) & earlier)
-  ranks = 1 + jnp.sum(above & memory.query_where[..., :, None], axis=-2)
+  ranks = 1 + _positions_by_counting(scores, memory.query_where)
   rr = jnp.sum(jnp.where(memory.query_clicked & valid[:, None], 1.0 / ranks, 0.0), axis=(-2, -1))
   best = jax.nn.one_hot(jnp.argmax(jnp.where(wins > 0, rr, -jnp.inf)), wins.shape[0], dtype=wins.dtype)
   return jnp.where((jnp.sum(wins) > 1) & jnp.any(valid), best, wins)
@@ -553,12 +571,16 @@ def online_learning(method: str, train: RankingDataset, test: RankingDataset, *,
   if isinstance(click_model, str):
     spec = _spec(method, config)
     click, stop = _click_tables(click_model)
-    extras = {}
+    extras = {k: v for k, v in _item_extras(train).items() if k == "logging_score" and spec.display == "logging"}
   else:
     spec = _spec(method, config, _click_config(click_model, int(config.top_k)))
     click, stop = _click_tables("perfect")  # unused by the program: the config's users click
     # The queries' per-item extras (context, logging_score, ...) join the click model's batch.
     extras = _item_extras(train)
+  if spec.display == "logging" and "logging_score" not in extras:
+    raise ValueError("online_learning: config.pdgd.display='logging' shows the lists in the order of the training "
+                     "queries' per-item extra 'logging_score' [Q, L], which train.extras lacks (it has "
+                     f"{sorted(train.extras)})")
   keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
   arrays = [jnp.asarray(a) for a in (click, stop, train.features, train.labels, train.where)]
   arrays += [extras] + [jnp.asarray(a) for a in (test.features, test.labels, test.where)]
