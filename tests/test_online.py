@@ -585,28 +585,24 @@ def test_positions_by_counting_equal_rax_ranks_with_ties_and_masks():
   assert np.all(np.where(~where, got, 9) >= where.sum(-1, keepdims=True))
 
 
-def test_pdgd_on_a_fixed_logging_display_shows_the_logging_order_and_learns(small_data):
-  """``display="logging"`` shows every impression in the lists' logging_score order: with one training query
-  the mean nDCG@10 of the displayed lists is that order's, whatever the seed, and PDGD's update still learns."""
-  rng = np.random.default_rng(1)
-  train = small_data.train.with_extras(logging_score=rng.normal(size=small_data.train.where.shape).astype(np.float32))
+def test_pdgd_on_the_logged_display_shows_the_stored_order_and_learns(small_data):
+  """``display="logged"`` shows every impression in the lists' stored order: with one training query the mean
+  nDCG@10 of the displayed lists is that order's, whatever the seed, and PDGD's update still learns."""
   c = _small_config()
-  c.pdgd.display = "logging"
-  one = train.subset(np.array([3]))
+  c.pdgd.display = "logged"
+  one = small_data.train.subset(np.array([3]))
+  stored = rax.ndcg_metric(-jnp.arange(one.list_size, dtype=jnp.float32), jnp.asarray(one.labels[0]),
+                           where=jnp.asarray(one.where[0]), topn=10)
   out = online_learning("pdgd", one, small_data.test, click_model="perfect", config=c, seeds=(0, 1))
-  order_ndcg = rax.ndcg_metric(jnp.asarray(one.extras["logging_score"][0]), jnp.asarray(one.labels[0]),
-                               where=jnp.asarray(one.where[0]), topn=10)
-  np.testing.assert_allclose(out["online_ndcg@10"], float(order_ndcg), rtol=1e-6)
+  np.testing.assert_allclose(out["online_ndcg@10"], float(stored), rtol=1e-6)
   own = online_learning("pdgd", one, small_data.test, click_model="perfect", config=_small_config(), seeds=(0, 1))
-  assert not np.allclose(own["online_ndcg@10"], float(order_ndcg))  # its own display is another list
-  out = online_learning("pdgd", train, small_data.test, click_model=c.click_model_configs.pbm.to_dict(), config=c,
-                        seeds=(0, 1, 2))
+  assert not np.allclose(own["online_ndcg@10"], float(stored))  # its own display is another list
+  out = online_learning("pdgd", small_data.train, small_data.test, click_model=c.click_model_configs.pbm.to_dict(),
+                        config=c, seeds=(0, 1, 2))
   assert (out["curve"][:, -1] > out["curve"][:, 0] + 0.1).all()
-  with pytest.raises(ValueError, match="display='logging'.*'logging_score'.*train.extras lacks"):
-    online_learning("pdgd", small_data.train, small_data.test, click_model="perfect", config=c)
   c.pdgd.display = "random"
   with pytest.raises(ValueError, match="config.pdgd.display: unknown 'random'"):
-    online_learning("pdgd", train, small_data.test, click_model="perfect", config=c)
+    online_learning("pdgd", small_data.train, small_data.test, click_model="perfect", config=c)
 
 
 def test_the_study_resolves_config_users_and_refuses_unknown_or_shadowing_ones():

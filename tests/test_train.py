@@ -167,6 +167,69 @@ def test_logged_clicks_without_click_fn():
   assert result.history[-1]["train/target_mean"] == [0.0]
 
 
+def test_display_batch_moves_every_item_array_with_its_item():
+  rng = np.random.default_rng(0)
+  where = np.arange(5)[None, :] < np.array([[5], [3]])
+  batch = {"features": jnp.asarray(rng.normal(size=(2, 5, 3)), jnp.float32), "labels": jnp.arange(10.0).reshape(2, 5),
+           "where": jnp.asarray(where), "qid": jnp.array([7, 8]), "positions": jnp.array([[4, 3, 2, 1, 0]] * 2)}
+  scores = jnp.asarray(rng.normal(size=(2, 5)), jnp.float32)
+  out = loop_lib.display_batch(batch, scores)
+  for q in range(2):  # the valid items by descending score, then the masked ones in stored order
+    valid = np.flatnonzero(where[q])
+    order = list(valid[np.argsort(-np.asarray(scores)[q, valid], kind="stable")]) + list(np.flatnonzero(~where[q]))
+    np.testing.assert_array_equal(out["labels"][q], np.asarray(batch["labels"])[q, order])
+    np.testing.assert_array_equal(out["features"][q], np.asarray(batch["features"])[q, order])
+    np.testing.assert_array_equal(out["where"][q], where[q, order])
+  np.testing.assert_array_equal(out["qid"], batch["qid"])  # per-query arrays stay
+  np.testing.assert_array_equal(out["positions"], np.broadcast_to(np.arange(5), (2, 5)))
+  # A Plackett-Luce draw: the order of plackett_luce_sample's positions; with far-apart scores, the sorted one.
+  from ultr_jax.simulation import plackett_luce_sample
+  key = jax.random.key(3)
+  drawn = loop_lib.display_batch(batch, scores, mode="model_sample", key=key)
+  order = jnp.argsort(plackett_luce_sample(key, scores, where=batch["where"]), axis=-1)
+  np.testing.assert_array_equal(drawn["labels"], jnp.take_along_axis(batch["labels"], order, axis=-1))
+  far = loop_lib.display_batch(batch, 100.0 * scores, mode="model_sample", key=key)
+  np.testing.assert_array_equal(far["where"], out["where"])
+  np.testing.assert_array_equal(np.where(far["where"], far["labels"], -1), np.where(out["where"], out["labels"], -1))
+  with pytest.raises(ValueError, match="needs a key"):
+    loop_lib.display_batch(batch, scores, mode="model_sample")
+  with pytest.raises(ValueError, match="unknown mode 'random'"):
+    loop_lib.display_batch(batch, scores, mode="random")
+
+
+def test_model_display_equals_the_logged_display_of_the_models_order():
+  """With a frozen ranker (learning rate 0) the "model" display shows every list in the initial ranker's
+  order: the run equals a "logged" run on lists stored in that order, and differs from one on the stored order."""
+  train, valid = _toy_dataset(seed=0), _toy_dataset(seed=1)
+  kw = dict(click_fn=_toy_click_fn, seeds=(0,))
+  shown = fit(_toy_method(), train, valid, config=_config(learning_rate=0.0, display="model"), **kw)
+  scores = np.where(train.where, train.features @ np.asarray(shown.final_params["w"][0]), -np.inf)
+  order = np.argsort(-scores, axis=1, kind="stable")
+  presorted = train.replace(features=np.take_along_axis(train.features, order[..., None], 1),
+                            labels=np.take_along_axis(train.labels, order, 1),
+                            where=np.take_along_axis(train.where, order, 1))
+  logged = fit(_toy_method(), presorted, valid, config=_config(learning_rate=0.0), **kw)
+  stored = fit(_toy_method(), train, valid, config=_config(learning_rate=0.0), **kw)
+  got, want = [[h["train/loss"] for h in r.history] for r in (shown, logged)]
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+  assert not np.allclose(got, [h["train/loss"] for h in stored.history], rtol=1e-3)
+
+
+def test_a_model_sample_display_trains_compiles_once_and_needs_simulated_clicks():
+  traces = []
+  train, valid = _toy_dataset(seed=0), _toy_dataset(seed=1)
+  method = _toy_method(traces)
+  before = evaluate(method, jax.vmap(lambda s: method.init(jax.random.key(s), None)[0])(jnp.arange(2)), valid)
+  result = fit(method, train, valid, click_fn=_toy_click_fn, config=_config(steps=60, display="model_sample"),
+               seeds=(0, 1))
+  assert len(traces) == 1
+  assert np.all(evaluate(method, result.params, valid)["ndcg@10"] > before["ndcg@10"] + 0.02)
+  with pytest.raises(ValueError, match="needs a click_fn"):
+    fit(method, train.with_extras(clicks=np.zeros_like(train.labels)), None, config=_config(display="model"))
+  with pytest.raises(ValueError, match="config.display: unknown 'best'"):
+    fit(method, train, None, click_fn=_toy_click_fn, config=_config(display="best"))
+
+
 def test_sharded_equals_single_device():
   if jax.device_count() < 8:
     pytest.skip("needs 8 devices (XLA_FLAGS=--xla_force_host_platform_device_count=8)")

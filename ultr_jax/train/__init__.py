@@ -9,8 +9,10 @@ from ultr_jax.train.checkpoint import Checkpointer
 from ultr_jax.train.compilation import enable_compilation_cache
 from ultr_jax.train.loop import (
     DEFAULT_CUTOFFS,
+    DISPLAYS,
     FitResult,
     default_train_config,
+    display_batch,
     evaluate,
     fit,
     make_optimizer,
@@ -18,7 +20,6 @@ from ultr_jax.train.loop import (
 from ultr_jax.train.method import Method
 from ultr_jax.train.online import (
     MULTILEAVE_METHODS,
-    PDGD_DISPLAYS,
     ONLINE_CLICK_MODELS,
     ONLINE_METHODS,
     default_online_config,
@@ -38,7 +39,8 @@ __all__ = [
     "Method",
     "ONLINE_CLICK_MODELS",
     "MULTILEAVE_METHODS",
-    "PDGD_DISPLAYS",
+    "DISPLAYS",
+    "display_batch",
     "ONLINE_METHODS",
     "atomic_write_text",
     "available_methods",

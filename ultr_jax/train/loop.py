@@ -9,6 +9,12 @@ CLD, SIF ...):
 * clicks are simulated inside the step by ``click_fn(key, batch)`` (fresh
   sessions every step, as in ULTRA's online simulation), or read from the
   dataset when ``click_fn`` is None (logged clicks);
+* the users see each list in its stored order (``config.display =
+  "logged"``, the logging policy's), or as the ranker being trained ranks it
+  at that step (``"model"``: by score; ``"model_sample"``: a Plackett-Luce
+  sample of the scores), ULTRA's deterministic and stochastic online
+  simulation feeds, which put offline methods in the online setting of Ai et
+  al. (TOIS 2021, "Unbiased Learning to Rank: Online or Offline?");
 * independent seeds run in lockstep under ``jax.vmap`` (different
   initialisations, click draws and batch orders);
 * the batch's query axis is sharded over a ``jax.sharding.Mesh`` (data
@@ -33,13 +39,16 @@ import numpy as np
 import optax
 
 from ultr_jax import metrics as metrics_lib
+from ultr_jax import simulation
 from ultr_jax.data import RankingDataset
 from ultr_jax.train.checkpoint import Checkpointer
 from ultr_jax.train.method import Method
 from ultr_jax.train import sharding as sharding_lib
 
 __all__ = [
+    "DISPLAYS",
     "default_train_config",
+    "display_batch",
     "make_optimizer",
     "fit",
     "evaluate",
@@ -48,6 +57,7 @@ __all__ = [
 ]
 
 DEFAULT_CUTOFFS = (1, 3, 5, 10)
+DISPLAYS = ("logged", "model", "model_sample")
 ClickFn = Callable[[jax.Array, Mapping[str, jax.Array]], Mapping[str, jax.Array]]
 
 
@@ -75,6 +85,10 @@ def default_train_config() -> ml_collections.ConfigDict:
   # steps are the same. Fewer calls mean less dispatch and, on CPU, XLA allocates the step's
   # temporaries once per call rather than once per step.
   c.steps_per_call = 100
+  # The order the simulated users see each training list in (with a click_fn): "logged" (as stored, the
+  # logging policy's), "model" (the current ranker's, by score) or "model_sample" (a Plackett-Luce sample
+  # of its scores): ULTRA's deterministic and stochastic online feeds.
+  c.display = "logged"
   return c
 
 
@@ -116,6 +130,51 @@ class FitResult(NamedTuple):
 
 # ----------------------------------------------------------------------------
 # Device-resident data and batch gathering.
+
+
+def display_batch(batch: Mapping[str, jax.Array], scores: jax.Array, *, mode: str = "model",
+                  key: Optional[jax.Array] = None) -> dict[str, jax.Array]:
+  r"""The batch with each list reordered as a ranker with ``scores`` displays it.
+
+  ``mode="model"`` sorts each list by ``scores`` (descending; ties keep the stored order);
+  ``"model_sample"`` draws the order from the Plackett-Luce model
+  :math:`P(\pi) = \prod_t e^{s_{\pi_t}} / \sum_{u \ge t} e^{s_{\pi_u}}`
+  (:func:`~ultr_jax.simulation.plackett_luce_sample`, with ``key``). Masked items go last. Every
+  per-item array (leading dims ``where.shape``: features, labels, extras) moves with its item, so a
+  click model applied to the result sees position ``i`` at index ``i``; a ``positions`` entry
+  becomes ``0..L-1``.
+
+  Args:
+    batch: ``where`` ``[..., L]`` and per-item arrays ``[..., L, ...]`` (others pass through).
+    scores: ``[..., L]`` the displaying ranker's scores (gradients are stopped).
+    mode: ``"model"`` or ``"model_sample"``.
+    key: PRNG key, for ``"model_sample"``.
+
+  >>> b = {"labels": jnp.array([0.0, 1.0, 2.0]), "where": jnp.array([True, True, False])}
+  >>> display_batch(b, jnp.array([0.5, 2.0, 9.0]))["labels"].tolist()
+  [1.0, 0.0, 2.0]
+  """
+  where = batch["where"]
+  scores = jax.lax.stop_gradient(scores)
+  if mode == "model":
+    order = jnp.argsort(-jnp.where(where, scores, -jnp.inf), axis=-1, stable=True)
+  elif mode == "model_sample":
+    if key is None:
+      raise ValueError("display_batch: mode='model_sample' needs a key")
+    order = jnp.argsort(simulation.plackett_luce_sample(key, scores, where=where), axis=-1)
+  else:
+    raise ValueError(f"display_batch: unknown mode {mode!r}; expected 'model' or 'model_sample'")
+  item_dims = where.ndim
+
+  def move(v):
+    if v.ndim < item_dims or v.shape[:item_dims] != where.shape:
+      return v
+    return jnp.take_along_axis(v, order.reshape(order.shape + (1,) * (v.ndim - item_dims)), axis=item_dims - 1)
+
+  out = {k: move(v) for k, v in batch.items()}
+  if "positions" in out:
+    out["positions"] = jnp.broadcast_to(jnp.arange(where.shape[-1], dtype=out["positions"].dtype), where.shape)
+  return out
 
 
 def _device_arrays(ds: RankingDataset, sharding) -> dict[str, jax.Array]:
@@ -261,6 +320,13 @@ def fit(method: Method, train: RankingDataset, valid: Optional[RankingDataset] =
   """
   config = _with_defaults(config)
   name = name or method.name
+  display = str(config.display)
+  if display not in DISPLAYS:
+    raise ValueError(f"config.display: unknown {display!r}; expected one of {DISPLAYS}")
+  if display != "logged" and click_fn is None:
+    raise ValueError(f"config.display={display!r} shows the lists as the ranker being trained orders them, so "
+                     "the clicks must be simulated on that order: it needs a click_fn (logged clicks were made "
+                     "on the logged order)")
   seeds = [int(s) for s in seeds]
   num_seeds = len(seeds)
   mesh = sharding_lib.make_mesh(config.num_devices or None)
@@ -307,6 +373,8 @@ def fit(method: Method, train: RankingDataset, valid: Optional[RankingDataset] =
     def one(params, extra, opt_state, rng, b):
       key = jax.random.fold_in(jax.random.wrap_key_data(rng), state["step"])
       click_key, loss_key = jax.random.split(key)
+      if display != "logged":
+        b = display_batch(b, method.score(params, b), mode=display, key=jax.random.fold_in(key, 1))
       if click_fn is not None:
         b = {**b, **click_fn(click_key, b)}
       (loss, (aux, new_extra)), grads = jax.value_and_grad(method.loss, has_aux=True)(

@@ -7,11 +7,12 @@ updates the learner:
 * **PDGD** (Oosterhuis & de Rijke, CIKM'18): the ranking is sampled from the
   Plackett-Luce model of the scores
   (:func:`~ultr_jax.simulation.plackett_luce_sample`); the update follows
-  :func:`~ultr_jax.losses.pdgd_loss` with SGD. ``config.pdgd.display =
-  "logging"`` shows the lists in a fixed order instead, the per-item extra
-  ``logging_score`` descending (the logged lists of the counterfactual
-  methods), while the update stays the same: a diagnostic that cuts the
-  feedback loop from the learner's ranking to its clicks;
+  :func:`~ultr_jax.losses.pdgd_loss` with SGD. ``config.pdgd.display``
+  (:data:`~ultr_jax.train.DISPLAYS`) can show other lists while the update
+  stays the same, as a diagnostic: ``"logged"``, the lists' stored order (the
+  logging policy's, the lists the counterfactual methods learn from), which
+  cuts the feedback loop from the learner's ranking to its clicks, or
+  ``"model"``, its own ranking without sampling;
 * **DBGD** (Yue & Joachims, ICML'09): a candidate :math:`w + \delta u` (a random
   unit direction :math:`u`) is interleaved with the current ranker :math:`w`;
   when the candidate wins, :math:`w \leftarrow w + \alpha u`;
@@ -80,13 +81,13 @@ from ultr_jax import simulation as sim
 from ultr_jax.data import RankingDataset
 from ultr_jax.models import make_ranker
 from ultr_jax.train import sharding as sharding_lib
+from ultr_jax.train.loop import DISPLAYS
 from ultr_jax.train.results import markdown_table, save_figure, summarize, summarize_metrics, write_results
 
-__all__ = ["ONLINE_METHODS", "MULTILEAVE_METHODS", "PDGD_DISPLAYS", "ONLINE_CLICK_MODELS", "online_click_model",
+__all__ = ["ONLINE_METHODS", "MULTILEAVE_METHODS", "ONLINE_CLICK_MODELS", "online_click_model",
            "default_online_config", "online_learning", "online_users_missing", "full_info_reference", "run_online_study"]
 
 ONLINE_METHODS = ("pdgd", "dbgd", "mgd", "nsgd")
-PDGD_DISPLAYS = ("own", "logging")
 MULTILEAVE_METHODS = ("team_draft", "probabilistic")
 
 #: ``name -> (P(click | grade), P(stop | click, grade))`` for grades 0..4 (PDGD paper, Table 1).
@@ -212,9 +213,9 @@ def default_online_config() -> ml_collections.ConfigDict:
   c.num_devices = 0  # seeds are split over this many devices (0: all), reduced to a divisor of num_seeds
   c.num_impressions = 10000
   c.eval_every = 500
-  # PDGD's display: "own" (its Plackett-Luce samples, the method) or "logging" (the lists' ``logging_score``
-  # order, fixed: the logged lists of the counterfactual methods; a diagnostic that cuts the feedback loop).
-  c.pdgd = ml_collections.ConfigDict({"learning_rate": 0.1, "display": "own"})
+  # PDGD's display: "model_sample" (Plackett-Luce samples of its scores: the method), or, as diagnostics,
+  # "logged" (the lists' stored order, the logging policy's: cuts the feedback loop) or "model" (by score).
+  c.pdgd = ml_collections.ConfigDict({"learning_rate": 0.1, "display": "model_sample"})
   # The dueling bandits' comparison: "team_draft" or "probabilistic" multileaving (tau: its steepness).
   c.dbgd = ml_collections.ConfigDict({"learning_rate": 0.01, "unit": 1.0, "multileave": "team_draft", "tau": 3.0})
   c.mgd = ml_collections.ConfigDict({"learning_rate": 0.01, "unit": 1.0, "num_candidates": 9,
@@ -255,7 +256,7 @@ class _Spec(NamedTuple):
   tau: float  # probabilistic multileaving's steepness
   click_config: str  # a make_click_fn config as JSON; "" for the cascade users (their tables are arguments)
   nsgd: tuple[int, ...] = ()  # NSGD's (history, worst, tie_queries, tie_window)
-  display: str = "own"  # PDGD's displayed lists: "own" (sampled from its model) or "logging" (fixed order)
+  display: str = "model_sample"  # PDGD's displayed lists (one of DISPLAYS)
 
 
 def _spec(method: str, config: ml_collections.ConfigDict, click_config: str = "") -> _Spec:
@@ -275,9 +276,9 @@ def _spec(method: str, config: ml_collections.ConfigDict, click_config: str = ""
     if history < n - 1 or not 0 <= worst <= history or tie_queries < 0:
       raise ValueError(f"config.nsgd: need history >= num_candidates, 0 <= worst <= history and tie_queries >= 0; "
                        f"got history={history}, num_candidates={n - 1}, worst={worst}, tie_queries={tie_queries}")
-  display = str(cfg.get("display", "own")) if method == "pdgd" else "own"
-  if display not in PDGD_DISPLAYS:
-    raise ValueError(f"config.pdgd.display: unknown {display!r}; expected one of {PDGD_DISPLAYS}")
+  display = str(cfg.get("display", "model_sample")) if method == "pdgd" else "model_sample"
+  if display not in DISPLAYS:
+    raise ValueError(f"config.pdgd.display: unknown {display!r}; expected one of {DISPLAYS}")
   multileave = str(cfg.get("multileave", ""))
   if method != "pdgd" and multileave not in MULTILEAVE_METHODS:
     raise ValueError(f"config.{method}.multileave: unknown {multileave!r}; expected one of {MULTILEAVE_METHODS}")
@@ -302,10 +303,12 @@ def _pdgd_step(spec, apply_fn, clicks_of):
 
   def step(params, opt_state, key, x, y, w, e, click, stop):
     k_rank, k_click = jax.random.split(key)
-    if spec.display == "logging":
-      positions = _positions_by_counting(e["logging_score"], w)
-    else:
+    if spec.display == "model_sample":
       positions = sim.plackett_luce_sample(k_rank, jax.lax.stop_gradient(apply_fn(params, x)), where=w)
+    elif spec.display == "model":
+      positions = _positions_by_counting(apply_fn(params, x), w)
+    else:  # "logged": the stored order
+      positions = _positions_by_counting(jnp.zeros(w.shape), w)
     clicks = clicks_of(k_click, x, y, w, e, positions, click, stop)
     loss = lambda p: losses_lib.pdgd_loss(apply_fn(p, x), clicks, positions=positions, where=w, top_k=spec.top_k)
     updates, opt_state = opt.update(jax.grad(loss)(params), opt_state, params)
@@ -571,16 +574,12 @@ def online_learning(method: str, train: RankingDataset, test: RankingDataset, *,
   if isinstance(click_model, str):
     spec = _spec(method, config)
     click, stop = _click_tables(click_model)
-    extras = {k: v for k, v in _item_extras(train).items() if k == "logging_score" and spec.display == "logging"}
+    extras = {}
   else:
     spec = _spec(method, config, _click_config(click_model, int(config.top_k)))
     click, stop = _click_tables("perfect")  # unused by the program: the config's users click
     # The queries' per-item extras (context, logging_score, ...) join the click model's batch.
     extras = _item_extras(train)
-  if spec.display == "logging" and "logging_score" not in extras:
-    raise ValueError("online_learning: config.pdgd.display='logging' shows the lists in the order of the training "
-                     "queries' per-item extra 'logging_score' [Q, L], which train.extras lacks (it has "
-                     f"{sorted(train.extras)})")
   keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
   arrays = [jnp.asarray(a) for a in (click, stop, train.features, train.labels, train.where)]
   arrays += [extras] + [jnp.asarray(a) for a in (test.features, test.labels, test.where)]

@@ -91,7 +91,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
 
   # Online learners as more columns, under each bias's users (none by default; e.g.
   # --config.online.methods="('pdgd','nsgd','mgd','dbgd')"): the online study's learners and settings.
-  # --config.online.pdgd.display=logging shows PDGD the logging policy's lists instead of its own (README).
+  # --config.online.pdgd.display=logged shows PDGD the logging policy's lists instead of its own (README).
   online = default_online_config()
   config.online = ml_collections.ConfigDict(
       {k: online[k] for k in ("ranker", "hidden_sizes", "zero_init", "num_impressions", "eval_every",
