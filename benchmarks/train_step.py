@@ -5,9 +5,12 @@ Runs, in one process:
   2. the jitted train step of ``ultr_jax.train.fit`` for a few methods (MLP
      ranker, 3 seeds vmapped), timed as steps/s over the real loop, with the
      step's FLOPs from XLA's cost analysis;
-and prints achieved FLOP/s as a fraction of the peak, plus queries/s.
+and prints achieved FLOP/s as a fraction of the peak, plus queries/s. With
+``--displays logged,model_sample`` each method also runs with the users shown
+the lists as the trained ranker orders them (``config.display``, ULTRA's online
+feeds), and the last column is its step rate over the logged display's.
 
-  python benchmarks/train_step.py [--steps 300] [--batch 256]
+  python benchmarks/train_step.py [--steps 300] [--batch 256] [--displays logged,model,model_sample]
 """
 
 import argparse
@@ -61,6 +64,7 @@ def main():
   parser.add_argument("--batch", type=int, default=256)
   parser.add_argument("--seeds", type=int, default=3)
   parser.add_argument("--methods", default="naive,ips,dla,two_tower")
+  parser.add_argument("--displays", default="logged", help="comma-separated config.display values")
   args = parser.parse_args()
 
   print(f"backend {jax.default_backend()}, devices {jax.device_count()}")
@@ -78,24 +82,30 @@ def main():
   config.num_devices = 1
   batch = jax.tree.map(jnp.asarray, train.as_batch(np.arange(args.batch)))
   batch.pop("qid", None)
-  print(f"{'method':<14} {'steps/s':>9} {'queries/s':>11} {'GFLOP/step':>11} {'GFLOP/s':>9} {'of peak':>8}")
+  print(f"{'method':<14} {'display':<13} {'steps/s':>9} {'queries/s':>11} {'GFLOP/step':>11} {'GFLOP/s':>9} "
+        f"{'of peak':>8} {'vs logged':>9}")
   for name in args.methods.split(","):
     method = get_method(name, ml_collections.ConfigDict({"ranker": "mlp", "hidden_sizes": (256, 128)}),
                         num_features=train.num_features, list_size=train.list_size)
     flops = step_flops(method, loop_lib.make_optimizer(config), click_fn, batch, args.seeds)
-    # Each fit compiles its step once; the difference of a long and a short
-    # run cancels compilation and set-up, leaving the per-step cost.
-    times = []
-    for steps in (args.steps // 5, args.steps):
-      run = config.copy_and_resolve_references()
-      run.steps = run.eval_every = steps
-      t = time.perf_counter()
-      fit(method, train, None, click_fn=click_fn, config=run, seeds=range(args.seeds))
-      times.append(time.perf_counter() - t)
-    rate = (args.steps - args.steps // 5) / (times[1] - times[0])
-    achieved = flops * rate
-    print(f"{name:<14} {rate:9.1f} {rate * args.batch * args.seeds:11.0f} {flops / 1e9:11.4f} "
-          f"{achieved / 1e9:9.2f} {achieved / peak:8.2%}")
+    logged_rate = None
+    for display in args.displays.split(","):
+      # Each fit compiles its step once; the difference of a long and a short
+      # run cancels compilation and set-up, leaving the per-step cost.
+      times = []
+      for steps in (args.steps // 5, args.steps):
+        run = config.copy_and_resolve_references()
+        run.steps = run.eval_every = steps
+        run.display = display
+        t = time.perf_counter()
+        fit(method, train, None, click_fn=click_fn, config=run, seeds=range(args.seeds))
+        times.append(time.perf_counter() - t)
+      rate = (args.steps - args.steps // 5) / (times[1] - times[0])
+      logged_rate = rate if display == "logged" else logged_rate
+      achieved = flops * rate  # the logged step's FLOPs (a display adds one scoring pass and a sort)
+      ratio = f"{rate / logged_rate:9.2f}" if logged_rate else f"{'n/a':>9}"
+      print(f"{name:<14} {display:<13} {rate:9.1f} {rate * args.batch * args.seeds:11.0f} {flops / 1e9:11.4f} "
+            f"{achieved / 1e9:9.2f} {achieved / peak:8.2%} {ratio}")
 
 
 if __name__ == "__main__":
