@@ -230,12 +230,14 @@ def test_a_model_sample_display_trains_compiles_once_and_needs_simulated_clicks(
     fit(method, train, None, click_fn=_toy_click_fn, config=_config(display="best"))
 
 
-def test_sharded_equals_single_device():
+@pytest.mark.parametrize("display", ["logged", "model_sample"])
+def test_sharded_equals_single_device(display):
   if jax.device_count() < 8:
     pytest.skip("needs 8 devices (XLA_FLAGS=--xla_force_host_platform_device_count=8)")
   train, valid = _toy_dataset(seed=0), _toy_dataset(seed=1)
-  one = fit(_toy_method(), train, valid, click_fn=_toy_click_fn, config=_config(num_devices=1), seeds=(0, 1))
-  eight = fit(_toy_method(), train, valid, click_fn=_toy_click_fn, config=_config(num_devices=8), seeds=(0, 1))
+  kw = dict(click_fn=_toy_click_fn, seeds=(0, 1))
+  one = fit(_toy_method(), train, valid, config=_config(num_devices=1, display=display), **kw)
+  eight = fit(_toy_method(), train, valid, config=_config(num_devices=8, display=display), **kw)
   for a, b in zip(one.history, eight.history):
     np.testing.assert_allclose(a["train/loss"], b["train/loss"], rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(one.final_params["w"], eight.final_params["w"], rtol=1e-5, atol=1e-6)
