@@ -605,6 +605,23 @@ def test_pdgd_on_the_logged_display_shows_the_stored_order_and_learns(small_data
     online_learning("pdgd", small_data.train, small_data.test, click_model="perfect", config=c)
 
 
+def test_pdgd_on_the_model_display_shows_its_own_ranking_unsampled(small_data):
+  """``display="model"``: with a frozen ranker (learning rate 0, random init) every impression of one query
+  shows that ranker's sorted list, so each seed's online nDCG@10 is its initial ranker's nDCG@10 there."""
+  from ultr_jax.models import make_ranker
+  c = _small_config(zero_init=False)
+  c.pdgd.display, c.pdgd.learning_rate = "model", 0.0
+  one = small_data.train.subset(np.array([3]))
+  out = online_learning("pdgd", one, small_data.test, click_model="informational", config=c, seeds=(0, 1))
+  model = make_ranker("linear")
+  x, y, w = (jnp.asarray(a[0]) for a in (one.features, one.labels, one.where))
+  for i, seed in enumerate((0, 1)):
+    params = model.init(jax.random.split(jax.random.key(seed))[0], x)  # online_learning's initialisation
+    want = rax.ndcg_metric(model.apply(params, x), y, where=w, topn=10)
+    np.testing.assert_allclose(out["online_ndcg@10"][i], float(want), rtol=1e-6)
+  assert out["online_ndcg@10"][0] != out["online_ndcg@10"][1]  # two initial rankers, two lists
+
+
 def test_the_study_resolves_config_users_and_refuses_unknown_or_shadowing_ones():
   from ultr_jax.train import online
   c = _small_config(click_models=("perfect", "pbm"))
