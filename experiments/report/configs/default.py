@@ -79,6 +79,10 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   # The DBN learner ranks by its attraction; "product" ranks by attraction x satisfaction (Chapelle &
   # Zhang's relevance), which falls below random outside the click-chain columns.
   config.method_configs.click_model_dbn.dbn_score = "attraction"
+  # The click losses' form (the default, listwise softmax, spelled out so it can be set from the command
+  # line): --config.method_configs.naive.loss_type=pointwise (sigmoid) or =pairwise.
+  for name in ("naive", "ips", "snips"):
+    config.method_configs[name].loss_type = "listwise"
 
   config.train = default_train_config()
   config.train.steps = 600
