@@ -92,6 +92,10 @@ CASES = [
     # Online: the displayed ranking is the order of aux; the swap weights are held constant.
     Case("pdgd", lambda s, c, a, *, where, **kw: losses.pdgd_loss(s, c, positions=_positions(a, where), where=where,
                                                                   **kw), "logit", frozen=_pdgd_frozen),
+    # PDGD with its three switches off (every displayed pair, weight 1, the log pair probability).
+    Case("pdgd_switched", lambda s, c, a, *, where, **kw: losses.pdgd_loss(
+        s, c, positions=_positions(a, where), where=where, pairs="all", debias=False, surrogate="log_probability",
+        **kw), "logit"),
 ]
 IDS = [c.name for c in CASES]
 

@@ -11,7 +11,7 @@ import rax
 from ultr_jax.train import Method, available_methods, get_method
 from ultr_jax.train.methods import baselines
 
-NAMES = ("naive", "ips", "snips", "dla", "regression_em", "two_tower", "paird", "full_info", "vectorization")
+NAMES = ("naive", "ips", "snips", "dla", "regression_em", "two_tower", "paird", "full_info", "vectorization", "pdgd")
 LEARNS_PROPENSITIES = ("dla", "regression_em", "two_tower", "paird")
 Q, L, F = 6, 5, 4
 
@@ -200,6 +200,32 @@ def test_bad_method_specific_config_raises():
     get_method("two_tower", ml_collections.ConfigDict({"two_tower_mode": "max"}), num_features=F, list_size=L)
   with pytest.raises(ValueError, match="em_init"):
     get_method("regression_em", ml_collections.ConfigDict({"em_init": 1.0}), num_features=F, list_size=L)
+
+
+@pytest.mark.parametrize("top_k", [None, 3])
+def test_pdgd_is_the_pdgd_loss_on_the_displayed_positions(top_k):
+  batch = _batch()
+  m = get_method("pdgd", _config(top_k=top_k), num_features=F, list_size=L)
+  params, extra = m.init(jax.random.key(0), None)
+  want = baselines.losses.pdgd_loss(m.score(params, batch), batch["clicks"], positions=batch["positions"],
+                                    where=batch["where"], top_k=top_k)
+  got = m.loss(params, extra, batch, jax.random.key(0))[0]
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+  # The displayed positions matter (the pairs PDGD infers follow them), so they are read, not the item index.
+  in_index_order = baselines.losses.pdgd_loss(m.score(params, batch), batch["clicks"],
+                                              positions=jnp.broadcast_to(jnp.arange(L), (Q, L)),
+                                              where=batch["where"], top_k=top_k)
+  assert float(got) != pytest.approx(float(in_index_order))
+  with pytest.raises(ValueError, match="pdgd: top_k must be >= 1"):
+    get_method("pdgd", _config(top_k=0), num_features=F, list_size=L)
+  switched = get_method("pdgd", _config(top_k=top_k, pairs="all", debias=False, surrogate="log_probability"),
+                        num_features=F, list_size=L)
+  want = baselines.losses.pdgd_loss(m.score(params, batch), batch["clicks"], positions=batch["positions"],
+                                    where=batch["where"], top_k=top_k, pairs="all", debias=False,
+                                    surrogate="log_probability")
+  np.testing.assert_allclose(switched.loss(params, extra, batch, jax.random.key(0))[0], want, rtol=1e-6)
+  with pytest.raises(ValueError, match="pdgd: pairs must be one of"):
+    get_method("pdgd", _config(pairs="above"), num_features=F, list_size=L)
 
 
 def test_batch_positions_default_to_the_item_index():

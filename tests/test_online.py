@@ -32,7 +32,7 @@ def np_pl_log_prob(scores, order):
   return float(sum(s[t] - np.log(np.exp(s[t:]).sum()) for t in range(len(s))))
 
 
-def np_pdgd_weights(scores, clicks, positions, where, top_k):
+def np_pdgd_weights(scores, clicks, positions, where, top_k, pairs="considered", debias=True):
   """PDGD's pair weights by swapping items and re-scoring the whole ranking (display slots [K, K])."""
   valid_items = [i for i in np.argsort(positions, kind="stable") if where[i]]
   k = min(top_k, len(scores))
@@ -42,7 +42,10 @@ def np_pdgd_weights(scores, clicks, positions, where, top_k):
   base = np_pl_log_prob(scores, valid_items)
   out = np.zeros((k, k))
   for a, b in itertools.product(range(len(shown)), repeat=2):
-    if a <= last + 1 and b <= last + 1 and c[a] > 0 and c[b] == 0:
+    if (pairs == "all" or (a <= last + 1 and b <= last + 1)) and c[a] > 0 and c[b] == 0:
+      if not debias:
+        out[a, b] = 1.0
+        continue
       swapped = list(valid_items)
       swapped[a], swapped[b] = swapped[b], swapped[a]
       other = np_pl_log_prob(scores, swapped)
@@ -232,11 +235,32 @@ def test_probabilistic_multileave_refuses_a_tau_whose_weights_underflow(tau):
 # The PDGD loss.
 
 
+@pytest.mark.parametrize("pairs, debias", [("considered", True), ("all", True), ("considered", False)])
 @pytest.mark.parametrize("seed", range(4))
-def test_pdgd_pair_weights_equal_swapped_ranking_probabilities(seed):
+def test_pdgd_pair_weights_equal_swapped_ranking_probabilities(seed, pairs, debias):
   scores, clicks, positions, where = _case(seed)
-  got = np.asarray(losses.pdgd_pair_weights(scores, clicks, positions=positions, where=where, top_k=5))
-  np.testing.assert_allclose(got, np_pdgd_weights(scores, clicks, positions, where, 5), atol=1e-5)
+  got = np.asarray(losses.pdgd_pair_weights(scores, clicks, positions=positions, where=where, top_k=5, pairs=pairs,
+                                            debias=debias))
+  np.testing.assert_allclose(got, np_pdgd_weights(scores, clicks, positions, where, 5, pairs, debias), atol=1e-5)
+
+
+def test_pdgd_with_every_switch_off_is_the_naive_pairwise_loss_on_the_displayed_items():
+  cases = [_case(s, num_clicks=1 + s % 3) for s in range(6)]
+  scores, clicks, positions, where = (np.stack(x) for x in zip(*cases))
+  got = losses.pdgd_loss(scores, clicks, positions=positions, where=where, top_k=5, reduce_fn=None, pairs="all",
+                         debias=False, surrogate="log_probability")
+  shown = where & (positions < 5)
+  want = jnp.sum(losses.naive_pairwise_loss(scores, clicks, where=shown, reduce_fn=None), axis=(-2, -1))
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+  # Each switch alone changes the loss (the cases have unclicked items below the last click + 1).
+  pdgd = losses.pdgd_loss(scores, clicks, positions=positions, where=where, top_k=5, reduce_fn=None)
+  for switch in ({"pairs": "all"}, {"debias": False}, {"surrogate": "log_probability"}):
+    other = losses.pdgd_loss(scores, clicks, positions=positions, where=where, top_k=5, reduce_fn=None, **switch)
+    assert not np.allclose(other, pdgd), switch
+  with pytest.raises(ValueError, match="pdgd: pairs must be one of"):
+    losses.pdgd_loss(scores, clicks, positions=positions, pairs="above")
+  with pytest.raises(ValueError, match="pdgd: surrogate must be one of"):
+    losses.pdgd_loss(scores, clicks, positions=positions, surrogate="hinge")
 
 
 def test_pdgd_gradient_is_the_papers_estimate():

@@ -230,6 +230,17 @@ def test_a_model_sample_display_trains_compiles_once_and_needs_simulated_clicks(
     fit(method, train, None, click_fn=_toy_click_fn, config=_config(display="best"))
 
 
+def test_pdgd_learns_from_its_own_plackett_luce_samples():
+  """The registered ``pdgd`` method on the ``model_sample`` display is batched PDGD: it learns under position bias."""
+  from ultr_jax.train import get_method
+  train, valid = _toy_dataset(seed=0), _toy_dataset(seed=1)
+  method = get_method("pdgd", {"ranker": "linear"}, num_features=NUM_FEATURES, list_size=train.where.shape[-1])
+  before = evaluate(method, jax.vmap(lambda s: method.init(jax.random.key(s), None)[0])(jnp.arange(2)), valid)
+  result = fit(method, train, valid, click_fn=_toy_click_fn, config=_config(steps=60, display="model_sample"),
+               seeds=(0, 1))
+  assert np.all(evaluate(method, result.params, valid)["ndcg@10"] > before["ndcg@10"] + 0.02)
+
+
 @pytest.mark.parametrize("display", ["logged", "model_sample"])
 def test_sharded_equals_single_device(display):
   if jax.device_count() < 8:

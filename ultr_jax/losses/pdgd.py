@@ -21,6 +21,14 @@ which makes the expected gradient unbiased with respect to position bias
 :func:`pdgd_loss` is a surrogate whose negative gradient is exactly that
 estimate, so any optax optimiser can follow it.
 
+Three switches take PDGD apart, one piece each (all default to PDGD):
+``pairs="all"`` infers a clicked item over every unclicked displayed one,
+not just the considered ones; ``debias=False`` weights every pair 1, not
+:math:`\rho`; ``surrogate="log_probability"`` maximises the log of the pair
+probability (the logistic / BPR loss) instead of the probability. With all
+three switched it is the naive pairwise loss over the displayed items
+(:func:`~ultr_jax.losses.naive_pairwise_loss` summed per list).
+
 Both functions are jitted (``top_k`` and ``reduce_fn`` static): a call outside
 ``jit`` compiles the whole loss once per shape instead of dispatching its
 many small ops one by one.
@@ -79,9 +87,21 @@ def _swap_log_ratio(s, valid, k):
   return jnp.where(upper, ratio, jnp.swapaxes(ratio, -1, -2))  # symmetric in (a, b)
 
 
-@functools.partial(jax.jit, static_argnames=("top_k",))
+PAIRS = ("considered", "all")
+SURROGATES = ("probability", "log_probability")
+
+
+def _check(pairs, surrogate="probability"):
+  if pairs not in PAIRS:
+    raise ValueError(f"pdgd: pairs must be one of {PAIRS}, got {pairs!r}")
+  if surrogate not in SURROGATES:
+    raise ValueError(f"pdgd: surrogate must be one of {SURROGATES}, got {surrogate!r}")
+
+
+@functools.partial(jax.jit, static_argnames=("top_k", "pairs", "debias"))
 def pdgd_pair_weights(scores: jax.Array, clicks: jax.Array, *, positions: jax.Array,
-                      where: Optional[jax.Array] = None, top_k: Optional[int] = None) -> jax.Array:
+                      where: Optional[jax.Array] = None, top_k: Optional[int] = None,
+                      pairs: str = "considered", debias: bool = True) -> jax.Array:
   r"""PDGD's inferred preference pairs and their debiasing weights, in displayed order.
 
   .. math::
@@ -98,6 +118,9 @@ def pdgd_pair_weights(scores: jax.Array, clicks: jax.Array, *, positions: jax.Ar
       per list, masked items last).
     where: ``bool[..., L]``.
     top_k: only the first ``k`` slots are displayed (default: all ``L``).
+    pairs: ``"considered"`` (PDGD: :math:`a, b \le \ell + 1`) or ``"all"``
+      (every displayed slot).
+    debias: False sets :math:`\sigma(\cdot)` to 1 (unweighted pairs).
 
   Returns:
     ``[..., K, K]`` (the scores' dtype) with ``K = min(top_k, L)``: entry ``[a, b]`` is the
@@ -110,22 +133,26 @@ def pdgd_pair_weights(scores: jax.Array, clicks: jax.Array, *, positions: jax.Ar
    [0.5 0.  0.5]
    [0.  0.  0. ]]
   """
+  _check(pairs)
   scores = jax.lax.stop_gradient(as_float(scores))
   s, c, valid, _, k = _display(scores, positions, jnp.asarray(clicks, scores.dtype), where, top_k)
   c, shown = c[..., :k], valid[..., :k]
   slots = jnp.arange(k)
   last = jnp.max(jnp.where((c > 0) & shown, slots, -1), axis=-1, keepdims=True)
-  considered = shown & (slots <= last + 1)
+  considered = shown & (slots <= last + 1) if pairs == "considered" else shown
   clicked = considered & (c > 0)
   pref = clicked[..., :, None] & (considered & (c <= 0))[..., None, :]
+  if not debias:
+    return pref.astype(s.dtype)
   rho = jax.nn.sigmoid(_swap_log_ratio(s, valid, k))
   return jnp.where(pref, rho, 0.0)
 
 
-@functools.partial(jax.jit, static_argnames=("top_k", "reduce_fn"))
+@functools.partial(jax.jit, static_argnames=("top_k", "reduce_fn", "pairs", "debias", "surrogate"))
 def pdgd_loss(scores: jax.Array, clicks: jax.Array, *, positions: jax.Array,
               where: Optional[jax.Array] = None, weights: Optional[jax.Array] = None,
-              top_k: Optional[int] = None, reduce_fn: Optional[Callable] = jnp.mean) -> jax.Array:
+              top_k: Optional[int] = None, reduce_fn: Optional[Callable] = jnp.mean,
+              pairs: str = "considered", debias: bool = True, surrogate: str = "probability") -> jax.Array:
   r"""PDGD surrogate loss: its negative gradient is PDGD's gradient estimate.
 
   .. math::
@@ -142,6 +169,9 @@ def pdgd_loss(scores: jax.Array, clicks: jax.Array, *, positions: jax.Array,
     where: ``bool[..., L]``.
     weights: optional ``[..., L]`` per-item weights :math:`v` of the clicked item.
     top_k: display cut-off.
+    pairs, debias: see :func:`pdgd_pair_weights`.
+    surrogate: ``"probability"`` (PDGD: :math:`\sigma`) or
+      ``"log_probability"`` (:math:`\log \sigma`, the logistic loss).
     reduce_fn: reduction over lists of the per-list sums (rax's
       ``safe_reduce``: lists with no valid item do not count in a mean);
       None returns the per-list losses ``[...]``.
@@ -150,9 +180,10 @@ def pdgd_loss(scores: jax.Array, clicks: jax.Array, *, positions: jax.Array,
   >>> print(round(float(loss), 4))  # two pairs, rho = sigma = 1/2
   -0.5
   """
+  _check(pairs, surrogate)
   scores = as_float(scores)
   where = _utils.as_where(where, scores.shape)
-  w = pdgd_pair_weights(scores, clicks, positions=positions, where=where, top_k=top_k)
+  w = pdgd_pair_weights(scores, clicks, positions=positions, where=where, top_k=top_k, pairs=pairs, debias=debias)
   s, _, _, order, k = _display(scores, positions, jnp.zeros_like(scores), where, top_k)
   s = s[..., :k]
   if weights is not None:
@@ -160,7 +191,8 @@ def pdgd_loss(scores: jax.Array, clicks: jax.Array, *, positions: jax.Array,
     w = w * jax.lax.stop_gradient(v)[..., :, None]
   on = w > 0
   diff = jnp.where(on, s[..., :, None] - s[..., None, :], 0.0)
-  per_list = -jnp.sum(jnp.where(on, w * jax.nn.sigmoid(diff), 0.0), axis=(-2, -1))
+  term = jax.nn.sigmoid(diff) if surrogate == "probability" else jax.nn.log_sigmoid(diff)
+  per_list = -jnp.sum(jnp.where(on, w * term, 0.0), axis=(-2, -1))
   if reduce_fn is None:
     return per_list
   return rax.utils.safe_reduce(per_list, where=jnp.any(where, axis=-1), reduce_fn=reduce_fn)

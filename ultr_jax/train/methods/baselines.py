@@ -1,8 +1,8 @@
 r"""The baseline ULTR methods as :class:`~ultr_jax.train.Method` factories.
 
 Registered names: ``naive``, ``ips``, ``snips``, ``dla``, ``regression_em``,
-``two_tower``, ``paird``, ``vectorization`` and ``full_info``. Every factory has the signature
-``factory(config, *, num_features, list_size) -> Method``; config fields
+``two_tower``, ``paird``, ``vectorization``, ``pdgd`` and ``full_info``. Every
+factory has the signature ``factory(config, *, num_features, list_size) -> Method``; config fields
 (read with defaults, so an empty config works):
 
 ===================  ==========================  ==========================================
@@ -43,6 +43,12 @@ field                default                     meaning
                                                  vectors and density model frozen
 ``density_sizes``    ``(256, 64)``               vectorization: the density MLP
 ``density_l2``       ``1e-3``                    vectorization: L2 on the density kernels
+``top_k``            ``None``                    pdgd: the display cut-off (None: the whole
+                                                 list); the item after the last click is
+                                                 inferred as considered only within it
+``pairs``            ``"considered"``            pdgd: ``"all"`` infers every displayed pair
+``debias``           ``True``                    pdgd: False weights every pair 1
+``surrogate``        ``"probability"``           pdgd: or ``"log_probability"`` (logistic)
 ===================  ==========================  ==========================================
 
 * ``ips`` / ``snips`` weight clicks by the batch's ``examination``: the
@@ -52,6 +58,13 @@ field                default                     meaning
 * ``dla``, ``regression_em``, ``two_tower`` and ``paird`` learn position
   propensities; :attr:`Method.propensities` reports them as a
   ``[num_positions]`` array normalised so that position 1 is 1.
+* ``pdgd`` is PDGD's update (:func:`~ultr_jax.losses.pdgd_loss`) on mini-batches:
+  with ``config.train.display = "model_sample"`` the loop shows each list as a
+  Plackett-Luce sample of the current scores, the setting PDGD's debiasing
+  weights assume, so it is batched PDGD (ULTRA's ``PDGD`` learning algorithm;
+  the online study's one-impression SGD is :func:`~ultr_jax.train.online_learning`).
+  On the ``"logged"`` display its weights are those of a ranking it did not
+  show: a diagnostic, not PDGD.
 * ``score`` always ranks with the relevance tower only (no clicks, no
   positions); ``full_info`` trains on the graded ``labels`` (the ceiling).
 * An item's position is ``batch["positions"]`` when present, else its index.
@@ -74,6 +87,7 @@ import numpy as np
 
 from ultr_jax import losses
 from ultr_jax import models
+from ultr_jax.losses import pdgd as pdgd_lib
 from ultr_jax.train.method import Method
 from ultr_jax.train.methods import register
 
@@ -278,6 +292,36 @@ def full_info(config, *, num_features: int, list_size: int) -> Method:
     return losses.naive_softmax_loss(scores, labels, where=_where(batch)), ({}, extra)
 
   return _make("full_info", towers, loss)
+
+
+# ----------------------------------------------------------------------------
+# PDGD on mini-batches.
+
+
+@register("pdgd")
+def pdgd(config, *, num_features: int, list_size: int) -> Method:
+  """PDGD's pairwise update (Oosterhuis & de Rijke 2018) on the displayed lists of a batch.
+
+  Meant for ``config.train.display = "model_sample"`` (see the module docstring).
+  """
+  towers = _Towers(config, num_features, list_size, with_bias=False)
+  top_k = _get(config, "top_k", None)
+  if top_k is not None and int(top_k) < 1:
+    raise ValueError(f"pdgd: top_k must be >= 1 or None, got {top_k}")
+  top_k = None if top_k is None else int(top_k)
+  switches = {"pairs": str(_get(config, "pairs", "considered")), "debias": bool(_get(config, "debias", True)),
+              "surrogate": str(_get(config, "surrogate", "probability"))}
+  if switches["pairs"] not in pdgd_lib.PAIRS or switches["surrogate"] not in pdgd_lib.SURROGATES:
+    raise ValueError(f"pdgd: pairs must be one of {pdgd_lib.PAIRS} and surrogate one of {pdgd_lib.SURROGATES},"
+                     f" got {switches['pairs']!r} and {switches['surrogate']!r}")
+
+  def loss(params, extra, batch, key):
+    scores = towers.relevance(params, batch, key)
+    value = losses.pdgd_loss(scores, jnp.asarray(batch["clicks"], jnp.float32), positions=batch_positions(batch),
+                             where=_where(batch), top_k=top_k, **switches)
+    return value, ({}, extra)
+
+  return _make("pdgd", towers, loss)
 
 
 # ----------------------------------------------------------------------------
