@@ -123,6 +123,21 @@ def test_smoke_run_writes_every_cell(tmp_path):
   assert_matches_expected(saved, "report_smoke")  # expected_metrics/report_smoke.json
 
 
+def test_any_bias_can_face_top_k_selection(tmp_path):
+  """selection="topk" on the pbm users lists every candidate and shows the logging policy's top k: the topk column."""
+  c = _config("smoke")
+  c.methods, c.biases = ("naive", "cld"), ("pbm", "topk")
+  c.bias_configs.pbm.selection = "topk"
+  assert report.plan_cells(c) == {"pbm": {"naive": None, "cld": None}, "topk": {"naive": None, "cld": None}}
+  saved = report.run_report(c, None)
+  assert saved["_identifiability"]["pbm"] == saved["_identifiability"]["topk"]
+  for method in c.methods:
+    assert saved["pbm"][method]["per_seed"] == saved["topk"][method]["per_seed"], method
+  c.bias_configs.pbm.selection = "shown"
+  with pytest.raises(ValueError, match=r"selection must be one of \('display', 'topk'\), got 'shown'"):
+    report.plan_cells(c)
+
+
 def test_online_learners_as_columns(tmp_path):
   c = _config("smoke")
   c.methods, c.online.methods = ("naive",), ("pdgd", "nsgd")

@@ -4,8 +4,9 @@ r"""One report: every method under every simulated bias, with the identifiabilit
 the logging policy of the baselines study (:func:`~ultr_jax.train.experiment.prepare_logged_data`), and
 then, for every bias (a click model of :mod:`ultr_jax.simulation`):
 
-1. builds the logged dataset of that bias (the displayed top-k; for the ``topk`` selection bias every
-   candidate, of which only the top k are shown; for ``context_pbm`` a random context per item);
+1. builds the logged dataset of that bias (the displayed top-k; for a bias with ``selection="topk"``,
+   such as the ``topk`` column, every candidate, of which only the top k are shown; for ``context_pbm`` a
+   random context per item);
 2. runs the identifiability check (:func:`ultr_jax.graph.check_identifiability`, Theorem 1 of
    *Identifiability Matters*) on the logged ``(document, position)`` records, or ``(context, position)``
    bias factors for ``context_pbm``, counting only displayed records;
@@ -108,8 +109,23 @@ def make_bias_data(config: ml_collections.ConfigDict) -> dict[str, Any]:
   return out
 
 
-def _resolve_click_model(bias: ml_collections.ConfigDict, train) -> dict:
+SELECTIONS = ("display", "topk")
+
+
+def _layout(bias: ml_collections.ConfigDict) -> str:
+  """The lists a bias trains on: ``"display"`` (the logged top k) or ``"candidates"`` (``selection="topk"``)."""
+  selection = bias.get("selection", "display")
+  if selection not in SELECTIONS:
+    raise ValueError(f"bias_configs.<bias>.selection must be one of {SELECTIONS}, got {selection!r}")
+  return "candidates" if selection == "topk" else "display"
+
+
+def _resolve_click_model(bias: ml_collections.ConfigDict, train, top_k: Optional[int] = None) -> dict:
   cm = bias.click_model.to_dict()
+  if _layout(bias) == "candidates" and not cm.get("top_k"):  # every candidate listed, the top k shown
+    if top_k is None:
+      raise ValueError("a bias with selection='topk' needs click_model.top_k (or the logging policy's top_k)")
+    cm["top_k"] = int(top_k)
   if cm.get("name") == "individual" and not cm.get("crux_indices"):
     from ultr_jax.train.lbd_study import LBD_BASE_W, select_crux_features  # noqa: PLC0415
 
@@ -119,16 +135,21 @@ def _resolve_click_model(bias: ml_collections.ConfigDict, train) -> dict:
   return cm
 
 
-def make_bias_click_fn(bias: ml_collections.ConfigDict, train) -> tuple[Any, dict]:
-  """``(click_fn, click_model_config)`` of one bias (``position_trust`` or any :func:`make_click_fn` model)."""
-  cm = _resolve_click_model(bias, train)
+def make_bias_click_fn(bias: ml_collections.ConfigDict, train, *, top_k: Optional[int] = None
+                       ) -> tuple[Any, dict]:
+  """``(click_fn, click_model_config)`` of one bias (``position_trust`` or any :func:`make_click_fn` model).
+
+  A bias with ``selection="topk"`` lists every candidate and shows the top ``click_model.top_k``, else
+  ``top_k`` (the report passes the logging policy's).
+  """
+  cm = _resolve_click_model(bias, train, top_k)
   return simulation.make_any_click_fn(cm), cm
 
 
 def _bias_datasets(bias: ml_collections.ConfigDict, data: Mapping[str, Any], seed: int,
                    layout: Optional[str] = None):
   if layout is None:
-    layout = "candidates" if bias.get("selection", "display") == "topk" else "display"
+    layout = _layout(bias)
   train, valid, test = data[layout]
   num_contexts = bias.click_model.get("num_contexts")
   if bias.click_model.name == "context_pbm" and num_contexts:
@@ -281,7 +302,7 @@ def plan_cells(config: ml_collections.ConfigDict, data: Optional[Mapping[str, An
   for b_idx, bias_name in enumerate(config.biases):
     bias = config.bias_configs[bias_name]
     train, _, _ = _bias_datasets(bias, data, int(config.seed) + 1000 * b_idx)
-    click_fn, click_cfg = make_bias_click_fn(bias, train)
+    click_fn, click_cfg = make_bias_click_fn(bias, train, top_k=config.logging_policy.top_k)
     probe = _probe_batch(train, click_fn)
     plan[bias_name] = {}
     for name in config.methods:
@@ -382,7 +403,7 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
   for b_idx, bias_name in enumerate(biases):
     bias = config.bias_configs[bias_name]
     train, valid, test = _bias_datasets(bias, data, int(config.seed) + 1000 * b_idx)
-    click_fn, click_cfg = make_bias_click_fn(bias, train)
+    click_fn, click_cfg = make_bias_click_fn(bias, train, top_k=config.logging_policy.top_k)
     top_k = click_cfg.get("top_k")
     contexts = train.extras.get("context") if click_cfg.get("name") == "context_pbm" else None
     rep = logged_identifiability(train, top_k=top_k, contexts=contexts)

@@ -52,6 +52,11 @@ def _biases(top_k: int) -> ml_collections.ConfigDict:
   # Click chains: DBN (perseverance 0.9, satisfaction = attraction) and CCM (alpha 0.9, 0.8, 0.2).
   c.dbn = {"click_model": {"name": "dbn", "perseverance": 0.9, "eps": 0.1}}
   c.ccm = {"click_model": {"name": "ccm", "alpha": (0.9, 0.8, 0.2), "eps": 0.1}}
+  # Every user can face top-k selection: --config.bias_configs.<bias>.selection=topk lists every candidate
+  # (in the logging policy's order) and shows the top k of the logging policy (`topk` is pbm so).
+  for name in c.keys():
+    if "selection" not in c[name]:
+      c[name].selection = "display"
   return c
 
 
@@ -83,6 +88,13 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   # line): --config.method_configs.naive.loss_type=pointwise (sigmoid) or =pairwise.
   for name in ("naive", "ips", "snips"):
     config.method_configs[name].loss_type = "listwise"
+  # Batched PDGD: PDGD's update on mini-batches of lists shown as Plackett-Luce samples of the ranker's scores.
+  # Its weights assume that display, so it is no default column: --config.methods="('pdgd',)"
+  # --config.train.display=model_sample (README).
+  # Its switches take PDGD apart: pairs="all", debias=False, surrogate="log_probability".
+  config.method_configs.pdgd = ml_collections.ConfigDict({**mlp, "top_k": config.logging_policy.top_k,
+                                                          "pairs": "considered", "debias": True,
+                                                          "surrogate": "probability"})
 
   config.train = default_train_config()
   config.train.steps = 600
