@@ -629,6 +629,22 @@ def test_pdgd_on_the_logged_display_shows_the_stored_order_and_learns(small_data
     online_learning("pdgd", small_data.train, small_data.test, click_model="perfect", config=c)
 
 
+def test_pdgd_switches_reach_the_online_update(small_data):
+  """config.pdgd.{pairs, debias, surrogate} change the update the online PDGD follows (losses.pdgd_loss)."""
+  c = _small_config()
+  users = c.click_model_configs.pbm.to_dict()
+  base = online_learning("pdgd", small_data.train, small_data.test, click_model=users, config=c, seeds=(0, 1))
+  for switch in ({"pairs": "all"}, {"debias": False}, {"surrogate": "log_probability"}):
+    s = _small_config()
+    s.pdgd.update(switch)
+    out = online_learning("pdgd", small_data.train, small_data.test, click_model=users, config=s, seeds=(0, 1))
+    assert not np.allclose(out["curve"], base["curve"]), switch
+    assert (out["curve"][:, -1] > out["curve"][:, 0] + 0.1).all(), switch  # each variant still learns here
+  c.pdgd.surrogate = "hinge"
+  with pytest.raises(ValueError, match="config.pdgd: pairs must be one of"):
+    online_learning("pdgd", small_data.train, small_data.test, click_model="perfect", config=c)
+
+
 def test_pdgd_on_the_model_display_shows_its_own_ranking_unsampled(small_data):
   """``display="model"``: with a frozen ranker (learning rate 0, random init) every impression of one query
   shows that ranker's sorted list, so each seed's online nDCG@10 is its initial ranker's nDCG@10 there."""

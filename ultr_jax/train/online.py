@@ -12,7 +12,10 @@ updates the learner:
   stays the same, as a diagnostic: ``"logged"``, the lists' stored order (the
   logging policy's, the lists the counterfactual methods learn from), which
   cuts the feedback loop from the learner's ranking to its clicks, or
-  ``"model"``, its own ranking without sampling;
+  ``"model"``, its own ranking without sampling; ``config.pdgd.pairs``,
+  ``debias`` and ``surrogate`` switch the pieces of its update
+  (:func:`~ultr_jax.losses.pdgd_loss`). The registered training-loop
+  method ``pdgd`` is the same update on mini-batches;
 * **DBGD** (Yue & Joachims, ICML'09): a candidate :math:`w + \delta u` (a random
   unit direction :math:`u`) is interleaved with the current ranker :math:`w`;
   when the candidate wins, :math:`w \leftarrow w + \alpha u`;
@@ -215,7 +218,9 @@ def default_online_config() -> ml_collections.ConfigDict:
   c.eval_every = 500
   # PDGD's display: "model_sample" (Plackett-Luce samples of its scores: the method), or, as diagnostics,
   # "logged" (the lists' stored order, the logging policy's: cuts the feedback loop) or "model" (by score).
-  c.pdgd = ml_collections.ConfigDict({"learning_rate": 0.1, "display": "model_sample"})
+  # Its switches (losses.pdgd_loss) take its update apart: pairs="all", debias=False, surrogate="log_probability".
+  c.pdgd = ml_collections.ConfigDict({"learning_rate": 0.1, "display": "model_sample", "pairs": "considered",
+                                      "debias": True, "surrogate": "probability"})
   # The dueling bandits' comparison: "team_draft" or "probabilistic" multileaving (tau: its steepness).
   c.dbgd = ml_collections.ConfigDict({"learning_rate": 0.01, "unit": 1.0, "multileave": "team_draft", "tau": 3.0})
   c.mgd = ml_collections.ConfigDict({"learning_rate": 0.01, "unit": 1.0, "num_candidates": 9,
@@ -257,6 +262,7 @@ class _Spec(NamedTuple):
   click_config: str  # a make_click_fn config as JSON; "" for the cascade users (their tables are arguments)
   nsgd: tuple[int, ...] = ()  # NSGD's (history, worst, tie_queries, tie_window)
   display: str = "model_sample"  # PDGD's displayed lists (one of DISPLAYS)
+  pdgd: tuple = ()  # PDGD's switches (pairs, debias, surrogate) of losses.pdgd_loss; () = PDGD's own
 
 
 def _spec(method: str, config: ml_collections.ConfigDict, click_config: str = "") -> _Spec:
@@ -279,6 +285,15 @@ def _spec(method: str, config: ml_collections.ConfigDict, click_config: str = ""
   display = str(cfg.get("display", "model_sample")) if method == "pdgd" else "model_sample"
   if display not in DISPLAYS:
     raise ValueError(f"config.pdgd.display: unknown {display!r}; expected one of {DISPLAYS}")
+  switches = ()
+  if method == "pdgd":
+    switches = (str(cfg.get("pairs", "considered")), bool(cfg.get("debias", True)),
+                str(cfg.get("surrogate", "probability")))
+    if switches[0] not in losses_lib.pdgd.PAIRS or switches[2] not in losses_lib.pdgd.SURROGATES:
+      raise ValueError(f"config.pdgd: pairs must be one of {losses_lib.pdgd.PAIRS} and surrogate one of "
+                       f"{losses_lib.pdgd.SURROGATES}; got {switches[0]!r} and {switches[2]!r}")
+    if switches == ("considered", True, "probability"):
+      switches = ()  # PDGD's own: the same program as before the switches
   multileave = str(cfg.get("multileave", ""))
   if method != "pdgd" and multileave not in MULTILEAVE_METHODS:
     raise ValueError(f"config.{method}.multileave: unknown {multileave!r}; expected one of {MULTILEAVE_METHODS}")
@@ -286,7 +301,7 @@ def _spec(method: str, config: ml_collections.ConfigDict, click_config: str = ""
                int(config.top_k), every, total // every, float(cfg.learning_rate),
                float(cfg.get("unit", 0.0)), n, multileave,
                float(cfg.tau) if multileave == "probabilistic" else 0.0,  # tau alone: no new program for team-draft
-               click_config, nsgd, display)
+               click_config, nsgd, display, switches)
 
 
 def _positions_by_counting(scores, where):
@@ -310,7 +325,9 @@ def _pdgd_step(spec, apply_fn, clicks_of):
     else:  # "logged": the stored order
       positions = _positions_by_counting(jnp.zeros(w.shape), w)
     clicks = clicks_of(k_click, x, y, w, e, positions, click, stop)
-    loss = lambda p: losses_lib.pdgd_loss(apply_fn(p, x), clicks, positions=positions, where=w, top_k=spec.top_k)
+    pairs, debias, surrogate = spec.pdgd or ("considered", True, "probability")
+    loss = lambda p: losses_lib.pdgd_loss(apply_fn(p, x), clicks, positions=positions, where=w, top_k=spec.top_k,
+                                          pairs=pairs, debias=debias, surrogate=surrogate)
     updates, opt_state = opt.update(jax.grad(loss)(params), opt_state, params)
     return optax.apply_updates(params, updates), opt_state, positions
 
