@@ -8,7 +8,8 @@ Runs, in one process:
 and prints achieved FLOP/s as a fraction of the peak, plus queries/s. With
 ``--displays logged,model_sample`` each method also runs with the users shown
 the lists as the trained ranker orders them (``config.display``, ULTRA's online
-feeds), and the last column is its step rate over the logged display's.
+feeds), and the column "vs logged" is its step rate over the logged display's; "vs first" is the
+rate over the first method's on the same display (``--methods naive,pdgd``: batched PDGD against naive).
 
   python benchmarks/train_step.py [--steps 300] [--batch 256] [--displays logged,model,model_sample]
 """
@@ -83,7 +84,8 @@ def main():
   batch = jax.tree.map(jnp.asarray, train.as_batch(np.arange(args.batch)))
   batch.pop("qid", None)
   print(f"{'method':<14} {'display':<13} {'steps/s':>9} {'queries/s':>11} {'GFLOP/step':>11} {'GFLOP/s':>9} "
-        f"{'of peak':>8} {'vs logged':>9}")
+        f"{'of peak':>8} {'vs logged':>9} {'vs first':>9}")
+  first_rates = {}  # display -> the first method's rate (e.g. --methods naive,pdgd: PDGD's step against naive's)
   for name in args.methods.split(","):
     method = get_method(name, ml_collections.ConfigDict({"ranker": "mlp", "hidden_sizes": (256, 128)}),
                         num_features=train.num_features, list_size=train.list_size)
@@ -104,8 +106,9 @@ def main():
       logged_rate = rate if display == "logged" else logged_rate
       achieved = flops * rate  # the logged step's FLOPs (a display adds one scoring pass and a sort)
       ratio = f"{rate / logged_rate:9.2f}" if logged_rate else f"{'n/a':>9}"
+      first = first_rates.setdefault(display, rate)
       print(f"{name:<14} {display:<13} {rate:9.1f} {rate * args.batch * args.seeds:11.0f} {flops / 1e9:11.4f} "
-            f"{achieved / 1e9:9.2f} {achieved / peak:8.2%} {ratio}")
+            f"{achieved / 1e9:9.2f} {achieved / peak:8.2%} {ratio} {rate / first:9.2f}")
 
 
 if __name__ == "__main__":
