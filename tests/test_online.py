@@ -641,7 +641,7 @@ def test_pdgd_switches_reach_the_online_update(small_data):
     assert not np.allclose(out["curve"], base["curve"]), switch
     assert (out["curve"][:, -1] > out["curve"][:, 0] + 0.1).all(), switch  # each variant still learns here
   c.pdgd.surrogate = "hinge"
-  with pytest.raises(ValueError, match="config.pdgd: pairs must be one of"):
+  with pytest.raises(ValueError, match="pdgd: surrogate must be one of"):
     online_learning("pdgd", small_data.train, small_data.test, click_model="perfect", config=c)
 
 

@@ -29,7 +29,7 @@ probability (the logistic / BPR loss) instead of the probability. With all
 three switched it is the naive pairwise loss over the displayed items
 (:func:`~ultr_jax.losses.naive_pairwise_loss` summed per list).
 
-Both functions are jitted (``top_k`` and ``reduce_fn`` static): a call outside
+Both functions are jitted (``top_k``, ``reduce_fn`` and the switches static): a call outside
 ``jit`` compiles the whole loss once per shape instead of dispatching its
 many small ops one by one.
 """
@@ -91,7 +91,8 @@ PAIRS = ("considered", "all")
 SURROGATES = ("probability", "log_probability")
 
 
-def _check(pairs, surrogate="probability"):
+def check_switches(pairs: str, surrogate: str = "probability") -> None:
+  """Raises a ValueError naming the switch when ``pairs`` or ``surrogate`` is not one of its values."""
   if pairs not in PAIRS:
     raise ValueError(f"pdgd: pairs must be one of {PAIRS}, got {pairs!r}")
   if surrogate not in SURROGATES:
@@ -133,7 +134,7 @@ def pdgd_pair_weights(scores: jax.Array, clicks: jax.Array, *, positions: jax.Ar
    [0.5 0.  0.5]
    [0.  0.  0. ]]
   """
-  _check(pairs)
+  check_switches(pairs)
   scores = jax.lax.stop_gradient(as_float(scores))
   s, c, valid, _, k = _display(scores, positions, jnp.asarray(clicks, scores.dtype), where, top_k)
   c, shown = c[..., :k], valid[..., :k]
@@ -180,7 +181,7 @@ def pdgd_loss(scores: jax.Array, clicks: jax.Array, *, positions: jax.Array,
   >>> print(round(float(loss), 4))  # two pairs, rho = sigma = 1/2
   -0.5
   """
-  _check(pairs, surrogate)
+  check_switches(pairs, surrogate)
   scores = as_float(scores)
   where = _utils.as_where(where, scores.shape)
   w = pdgd_pair_weights(scores, clicks, positions=positions, where=where, top_k=top_k, pairs=pairs, debias=debias)

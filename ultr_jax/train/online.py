@@ -289,9 +289,7 @@ def _spec(method: str, config: ml_collections.ConfigDict, click_config: str = ""
   if method == "pdgd":
     switches = (str(cfg.get("pairs", "considered")), bool(cfg.get("debias", True)),
                 str(cfg.get("surrogate", "probability")))
-    if switches[0] not in losses_lib.pdgd.PAIRS or switches[2] not in losses_lib.pdgd.SURROGATES:
-      raise ValueError(f"config.pdgd: pairs must be one of {losses_lib.pdgd.PAIRS} and surrogate one of "
-                       f"{losses_lib.pdgd.SURROGATES}; got {switches[0]!r} and {switches[2]!r}")
+    losses_lib.pdgd.check_switches(switches[0], switches[2])
     if switches == ("considered", True, "probability"):
       switches = ()  # PDGD's own: the same program as before the switches
   multileave = str(cfg.get("multileave", ""))

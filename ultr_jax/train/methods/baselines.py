@@ -311,9 +311,7 @@ def pdgd(config, *, num_features: int, list_size: int) -> Method:
   top_k = None if top_k is None else int(top_k)
   switches = {"pairs": str(_get(config, "pairs", "considered")), "debias": bool(_get(config, "debias", True)),
               "surrogate": str(_get(config, "surrogate", "probability"))}
-  if switches["pairs"] not in pdgd_lib.PAIRS or switches["surrogate"] not in pdgd_lib.SURROGATES:
-    raise ValueError(f"pdgd: pairs must be one of {pdgd_lib.PAIRS} and surrogate one of {pdgd_lib.SURROGATES},"
-                     f" got {switches['pairs']!r} and {switches['surrogate']!r}")
+  pdgd_lib.check_switches(switches["pairs"], switches["surrogate"])
 
   def loss(params, extra, batch, key):
     scores = towers.relevance(params, batch, key)
