@@ -84,6 +84,10 @@ CASES = [
          "logit", grad_aux=True),
     Case("naive_pairwise", lambda s, c, a, **kw: losses.naive_pairwise_loss(s, c, **kw), "prob"),
     Case("ips_pairwise", lambda s, c, a, **kw: losses.ips_pairwise_loss(s, c, propensities=a, **kw), "prob"),
+    Case("naive_lambdarank", lambda s, c, a, **kw: losses.naive_pairwise_loss(
+        s, c, lambdaweight_fn=losses.lambdarank_weights, **kw), "prob"),
+    Case("ips_lambdarank", lambda s, c, a, **kw: losses.ips_pairwise_loss(
+        s, c, propensities=a, lambdaweight_fn=losses.lambdarank_weights, **kw), "prob"),
     # Click-through rates (an aggregated log) with per-item weights (session counts).
     Case("ips_pairwise_ctr", lambda s, c, a, **kw: losses.ips_pairwise_loss(
         s, c * a, propensities=jnp.sqrt(a), weights=1.0 + c, **kw), "prob"),
@@ -449,6 +453,26 @@ def test_pairwise_click_losses_on_binary_clicks_are_rax_pairwise_logistic():
   np.testing.assert_allclose(got, want, rtol=1e-6)
   np.testing.assert_allclose(losses.naive_pairwise_loss(s, c, where=w),
                              rax.pairwise_logistic_loss(s, c, where=w), rtol=1e-6)
+
+
+def test_lambdarank_click_losses_on_binary_clicks_are_rax_lambdarank():
+  """lambdarank_weights: rax's LambdaRank on clicks over its list-size factor; IPS weighs the clicked item's pairs."""
+  s, c, a, w = _data(jax.random.key(9), (4, 6), CASES[0])
+  lam = rax.dcg_lambdaweight
+  unweighted_lam = lambda s_, l_, *, where, segments, weights: lam(s_, l_, where=where)  # no IPS in the gains
+  ours_lam = lambda *args, **kw: 6.0 * losses.lambdarank_weights(*args, **kw)  # rax scales by the list size, 6
+  for ours, theirs in (
+      (lambda x: losses.naive_pairwise_loss(x, c, where=w, lambdaweight_fn=ours_lam, reduce_fn=jnp.sum),
+       lambda x: rax.pairwise_logistic_loss(x, c, where=w, lambdaweight_fn=lam, reduce_fn=jnp.sum)),
+      (lambda x: losses.ips_pairwise_loss(x, c, propensities=a, where=w, lambdaweight_fn=ours_lam,
+                                          reduce_fn=jnp.sum),
+       lambda x: rax.pairwise_logistic_loss(x, c, where=w, weights=1.0 / a, lambdaweight_fn=unweighted_lam,
+                                            reduce_fn=jnp.sum))):
+    np.testing.assert_allclose(ours(s), theirs(s), rtol=1e-5)
+    np.testing.assert_allclose(jax.grad(ours)(s), jax.grad(theirs)(s), rtol=1e-5, atol=1e-7)
+  plain = losses.naive_pairwise_loss(s, c, where=w, reduce_fn=jnp.sum)
+  assert float(plain) != pytest.approx(float(losses.naive_pairwise_loss(
+      s, c, where=w, lambdaweight_fn=losses.lambdarank_weights, reduce_fn=jnp.sum)))
 
 
 def test_pairwise_click_loss_on_ctrs_is_the_expected_session_loss():

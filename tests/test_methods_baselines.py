@@ -152,6 +152,15 @@ def test_pairwise_loss_type_is_the_pairwise_losses_weighted_by_sessions():
     np.testing.assert_allclose(weighted, fn(scores, batch["clicks"], where=batch["where"], weights=v,
                                             **extra_kw), rtol=1e-6)
     assert float(weighted) != pytest.approx(float(got))
+  for name, fn, extra_kw in (  # LambdaRank: the same pairs, weighted by rax's DCG lambdaweights
+      ("naive", baselines.losses.naive_pairwise_loss, {}),
+      ("ips", baselines.losses.ips_pairwise_loss, {"propensities": batch["examination"]})):
+    m = get_method(name, _config(loss_type="lambdarank"), num_features=F, list_size=L)
+    params, extra = m.init(jax.random.key(0), None)
+    got = m.loss(params, extra, {**batch, "sessions": sessions}, jax.random.key(0))[0]
+    v = jnp.broadcast_to(sessions[:, None], (Q, L))
+    np.testing.assert_allclose(got, fn(m.score(params, batch), batch["clicks"], where=batch["where"], weights=v,
+                                       lambdaweight_fn=baselines.losses.lambdarank_weights, **extra_kw), rtol=1e-6)
   with pytest.raises(ValueError, match="snips: loss_type must be one of"):
     get_method("snips", _config(loss_type="pairwise"), num_features=F, list_size=L)
 

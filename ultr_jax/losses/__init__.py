@@ -6,9 +6,14 @@ entries below (one block per module).
 
 __all__: list[str] = []
 
-from ultr_jax.losses.naive import naive_pairwise_loss, naive_sigmoid_loss, naive_softmax_loss  # noqa: E402
+from ultr_jax.losses.naive import (  # noqa: E402
+    lambdarank_weights,
+    naive_pairwise_loss,
+    naive_sigmoid_loss,
+    naive_softmax_loss,
+)
 
-__all__ += ["naive_pairwise_loss", "naive_sigmoid_loss", "naive_softmax_loss"]
+__all__ += ["lambdarank_weights", "naive_pairwise_loss", "naive_sigmoid_loss", "naive_softmax_loss"]
 
 from ultr_jax.losses.ips import (  # noqa: E402
     ips_pairwise_loss,

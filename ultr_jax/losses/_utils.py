@@ -44,12 +44,14 @@ def per_position_sum(values: jax.Array, positions: jax.Array, num_positions: int
 
 
 def click_pair_loss(scores: jax.Array, clicks: jax.Array, item_weights: jax.Array, where: jax.Array,
-                    weights: Optional[jax.Array], reduce_fn) -> jax.Array:
+                    weights: Optional[jax.Array], reduce_fn, lambdaweight_fn=None) -> jax.Array:
   r"""Pairwise logistic loss over (clicked i, unclicked j) pairs, weighted by the clicked item.
 
   Pair mass :math:`m_{ij} = v_i c_i (1 - c_j)` (``v = weights``, 1 when
   None; :math:`i \ne j`, both valid), per-pair loss
-  :math:`m_{ij} u_i \log(1 + e^{-(s_i - s_j)})` with ``u = item_weights``.
+  :math:`m_{ij} u_i \lambda_{ij} \log(1 + e^{-(s_i - s_j)})` with ``u = item_weights``
+  and :math:`\lambda` = ``lambdaweight_fn(scores, clicks, where=where)`` (a rax
+  lambdaweight, e.g. :func:`rax.dcg_lambdaweight`; gradients stopped), or 1.
   ``reduce_fn=jnp.mean`` divides the sum by :math:`\sum m_{ij}` (a mean over
   pair records); None returns the ``[..., L, L]`` pair losses; any other
   ``reduce_fn`` reduces them.
@@ -61,6 +63,9 @@ def click_pair_loss(scores: jax.Array, clicks: jax.Array, item_weights: jax.Arra
   on = mass > 0
   diff = jnp.where(on, scores[..., :, None] - scores[..., None, :], 0.0)
   pair = jnp.where(on, mass * item_weights[..., :, None] * jax.nn.softplus(-diff), 0.0)
+  if lambdaweight_fn is not None:
+    lam = lambdaweight_fn(scores, clicks, where=where)  # rax gives the pairs flattened, [..., L * L]
+    pair = pair * jax.lax.stop_gradient(jnp.reshape(lam, pair.shape))
   if reduce_fn is None:
     return pair
   if reduce_fn is jnp.mean:

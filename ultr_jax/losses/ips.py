@@ -149,7 +149,7 @@ def ips_softmax_loss(scores: jax.Array, clicks: jax.Array, *, propensities: jax.
 
 def ips_pairwise_loss(scores: jax.Array, clicks: jax.Array, *, propensities: jax.Array,
                       where: Optional[jax.Array] = None, weights: Optional[jax.Array] = None,
-                      max_weight: Optional[float] = None,
+                      max_weight: Optional[float] = None, lambdaweight_fn: Optional[Callable] = None,
                       reduce_fn: Optional[Callable] = jnp.mean) -> jax.Array:
   r"""Pairwise IPS logistic (BPR) loss: clicked over unclicked items, weighted by the clicked one.
 
@@ -171,7 +171,10 @@ def ips_pairwise_loss(scores: jax.Array, clicks: jax.Array, *, propensities: jax
     scores: ``[..., L]`` logits; clicks: ``[..., L]`` clicks or CTRs in [0, 1];
     propensities: ``[..., L]`` examination probabilities (see :func:`ips_weights`);
     where: ``[..., L]`` bool mask; weights: optional ``[..., L]`` :math:`v_i`;
-    max_weight: weight clip; reduce_fn: ``jnp.mean`` (over pair mass),
+    max_weight: weight clip; lambdaweight_fn: optional rax lambdaweight of
+    each pair from the scores and the clicks (:func:`lambdarank_weights`:
+    propensity-weighted LambdaRank, the IPS weight on the clicked item only);
+    reduce_fn: ``jnp.mean`` (over pair mass),
     ``jnp.sum``, or None for the ``[..., L, L]`` pair losses.
 
   >>> s, c = jnp.array([0.0, 0.0]), jnp.array([0.0, 1.0])
@@ -180,7 +183,7 @@ def ips_pairwise_loss(scores: jax.Array, clicks: jax.Array, *, propensities: jax
   """
   where = _utils.as_where(where, scores.shape)
   w = ips_weights(propensities, where=where, max_weight=max_weight)
-  return _utils.click_pair_loss(scores, clicks, w, where, weights, reduce_fn)
+  return _utils.click_pair_loss(scores, clicks, w, where, weights, reduce_fn, lambdaweight_fn)
 
 
 def snips_sigmoid_loss(scores: jax.Array, clicks: jax.Array, *, propensities: jax.Array,

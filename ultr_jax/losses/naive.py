@@ -12,7 +12,7 @@ import rax
 
 from ultr_jax.losses import _utils
 
-__all__ = ["naive_pairwise_loss", "naive_sigmoid_loss", "naive_softmax_loss"]
+__all__ = ["lambdarank_weights", "naive_pairwise_loss", "naive_sigmoid_loss", "naive_softmax_loss"]
 
 
 def naive_sigmoid_loss(scores: jax.Array, clicks: jax.Array, *, where: Optional[jax.Array] = None,
@@ -67,7 +67,7 @@ def naive_softmax_loss(scores: jax.Array, clicks: jax.Array, *, where: Optional[
 
 
 def naive_pairwise_loss(scores: jax.Array, clicks: jax.Array, *, where: Optional[jax.Array] = None,
-                        weights: Optional[jax.Array] = None,
+                        weights: Optional[jax.Array] = None, lambdaweight_fn: Optional[Callable] = None,
                         reduce_fn: Optional[Callable] = jnp.mean) -> jax.Array:
   r"""Pairwise logistic (BPR) loss of clicked over unclicked items.
 
@@ -90,6 +90,11 @@ def naive_pairwise_loss(scores: jax.Array, clicks: jax.Array, *, where: Optional
     where: ``[..., L]`` bool mask.
     weights: optional ``[..., L]`` weight :math:`v_i` of the clicked item
       (e.g. a list's session count broadcast over its items).
+    lambdaweight_fn: optional lambdaweight multiplying each pair's loss,
+      computed from the scores and the clicks, with rax's signature:
+      :func:`lambdarank_weights` gives LambdaRank on clicks (the naive
+      LambdaRank baseline of ULTRA's PyTorch port and of Hager et al.'s
+      Baidu-ULTR study).
     reduce_fn: ``jnp.mean`` (over pair mass), ``jnp.sum``, or None for the
       ``[..., L, L]`` pair losses.
 
@@ -98,4 +103,26 @@ def naive_pairwise_loss(scores: jax.Array, clicks: jax.Array, *, where: Optional
   1.0032
   """
   where = _utils.as_where(where, scores.shape)
-  return _utils.click_pair_loss(scores, clicks, jnp.ones_like(scores), where, weights, reduce_fn)
+  return _utils.click_pair_loss(scores, clicks, jnp.ones_like(scores), where, weights, reduce_fn, lambdaweight_fn)
+
+
+def lambdarank_weights(scores: jax.Array, labels: jax.Array, *, where: Optional[jax.Array] = None,
+                       segments: Optional[jax.Array] = None, weights: Optional[jax.Array] = None) -> jax.Array:
+  r"""LambdaRank's weight of each pair: the DCG change of swapping the two items, ``[..., L * L]``.
+
+  .. math::
+      \lambda_{ij} = \bigl|(2^{y_i} - 1) - (2^{y_j} - 1)\bigr|\,
+      \Bigl|\frac{1}{\log_2(1 + r_i)} - \frac{1}{\log_2(1 + r_j)}\Bigr|
+
+  with :math:`r` the ranks of ``scores`` among the valid items (Burges 2010;
+  Wang et al., CIKM'18). This is :func:`rax.dcg_lambdaweight` without its
+  factor of the padded list size, so padding a list does not scale its loss
+  (the mask-equals-truncation convention). Pass it as ``lambdaweight_fn``.
+
+  >>> lam = lambdarank_weights(jnp.array([2.0, 1.0]), jnp.array([0.0, 1.0]))
+  >>> print(lam.reshape(2, 2))  # |1 - 0| x |1 - 1/log2(3)|
+  [[0.         0.36907023]
+   [0.36907023 0.        ]]
+  """
+  lam = rax.dcg_lambdaweight(scores, labels, where=where, segments=segments, weights=weights)
+  return lam / scores.shape[-1]

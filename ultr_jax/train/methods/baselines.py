@@ -24,6 +24,9 @@ field                default                     meaning
                                                  clicked/unclicked pairs, the CLD
                                                  paper's baselines; a top-k log's
                                                  per-query ``sessions`` weight them)
+                                                 or ``"lambdarank"`` (the same pairs
+                                                 weighted by LambdaRank's
+                                                 ``losses.lambdarank_weights``)
 ``propensities``     ``None``                    ips/snips: fixed propensities, one per
                                                  position (e.g. harvested from a log by
                                                  ``graph.harvest_propensities``), in place
@@ -80,6 +83,8 @@ field                default                     meaning
 >>> m.propensities(params, extra).tolist()
 [1.0, 1.0, 1.0, 1.0]
 """
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -225,6 +230,8 @@ _CLICK_LOSSES = {
     ("ips", "listwise"): losses.ips_softmax_loss,
     ("ips", "pointwise"): losses.ips_sigmoid_loss,
     ("ips", "pairwise"): losses.ips_pairwise_loss,
+    ("naive", "lambdarank"): functools.partial(losses.naive_pairwise_loss, lambdaweight_fn=losses.lambdarank_weights),
+    ("ips", "lambdarank"): functools.partial(losses.ips_pairwise_loss, lambdaweight_fn=losses.lambdarank_weights),
     ("snips", "listwise"): losses.snips_softmax_loss,
     ("snips", "pointwise"): losses.snips_sigmoid_loss,
 }
@@ -248,7 +255,7 @@ def click_loss(weighting: str, loss_type: str, *, max_weight=None, name=None):
   if fn is None:
     types = sorted(t for w, t in _CLICK_LOSSES if w == weighting)
     raise ValueError(f"{name or weighting}: loss_type must be one of {types}, got {loss_type!r}")
-  pairwise = loss_type == "pairwise"
+  pairwise = loss_type in ("pairwise", "lambdarank")
 
   def loss(scores, batch):
     where = _where(batch)
