@@ -51,7 +51,7 @@ def click_pair_loss(scores: jax.Array, clicks: jax.Array, item_weights: jax.Arra
   None; :math:`i \ne j`, both valid), per-pair loss
   :math:`m_{ij} u_i \lambda_{ij} \log(1 + e^{-(s_i - s_j)})` with ``u = item_weights``
   and :math:`\lambda` = ``lambdaweight_fn(scores, clicks, where=where)`` (a rax
-  lambdaweight, e.g. :func:`rax.dcg_lambdaweight`; gradients stopped), or 1.
+  lambdaweight, e.g. ``losses.lambdarank_weights``; gradients stopped), or 1.
   ``reduce_fn=jnp.mean`` divides the sum by :math:`\sum m_{ij}` (a mean over
   pair records); None returns the ``[..., L, L]`` pair losses; any other
   ``reduce_fn`` reduces them.
