@@ -39,6 +39,13 @@ def _losses():
           s, c, where=w, weights=1.0 / p),
       "naive_pairwise": lambda s, o, c, p, w: losses.naive_pairwise_loss(s, c, where=w),
       "ips_pairwise": lambda s, o, c, p, w: losses.ips_pairwise_loss(s, c, propensities=p, where=w),
+      # LambdaRank on clicks next to rax's (the same pairs and DCG lambdaweights, up to rax's list-size factor).
+      "rax.pairwise_logistic + dcg_lambdaweight": lambda s, o, c, p, w: rax.pairwise_logistic_loss(
+          s, c, where=w, lambdaweight_fn=rax.dcg_lambdaweight),
+      "naive_lambdarank": lambda s, o, c, p, w: losses.naive_pairwise_loss(
+          s, c, where=w, lambdaweight_fn=losses.lambdarank_weights),
+      "ips_lambdarank": lambda s, o, c, p, w: losses.ips_pairwise_loss(
+          s, c, propensities=p, where=w, lambdaweight_fn=losses.lambdarank_weights),
   }
 
 
