@@ -262,7 +262,7 @@ class _Spec(NamedTuple):
   click_config: str  # a make_click_fn config as JSON; "" for the cascade users (their tables are arguments)
   nsgd: tuple[int, ...] = ()  # NSGD's (history, worst, tie_queries, tie_window)
   display: str = "model_sample"  # PDGD's displayed lists (one of DISPLAYS)
-  pdgd: tuple = ()  # PDGD's switches (pairs, debias, surrogate) of losses.pdgd_loss; () = PDGD's own
+  pdgd: tuple = ()  # PDGD's switches (pairs, debias, surrogate) of losses.pdgd_loss; () for the other methods
 
 
 def _spec(method: str, config: ml_collections.ConfigDict, click_config: str = "") -> _Spec:
@@ -290,8 +290,6 @@ def _spec(method: str, config: ml_collections.ConfigDict, click_config: str = ""
     switches = (str(cfg.get("pairs", "considered")), bool(cfg.get("debias", True)),
                 str(cfg.get("surrogate", "probability")))
     losses_lib.pdgd.check_switches(switches[0], switches[2])
-    if switches == ("considered", True, "probability"):
-      switches = ()  # PDGD's own: the same program as before the switches
   multileave = str(cfg.get("multileave", ""))
   if method != "pdgd" and multileave not in MULTILEAVE_METHODS:
     raise ValueError(f"config.{method}.multileave: unknown {multileave!r}; expected one of {MULTILEAVE_METHODS}")
@@ -323,7 +321,7 @@ def _pdgd_step(spec, apply_fn, clicks_of):
     else:  # "logged": the stored order
       positions = _positions_by_counting(jnp.zeros(w.shape), w)
     clicks = clicks_of(k_click, x, y, w, e, positions, click, stop)
-    pairs, debias, surrogate = spec.pdgd or ("considered", True, "probability")
+    pairs, debias, surrogate = spec.pdgd
     loss = lambda p: losses_lib.pdgd_loss(apply_fn(p, x), clicks, positions=positions, where=w, top_k=spec.top_k,
                                           pairs=pairs, debias=debias, surrogate=surrogate)
     updates, opt_state = opt.update(jax.grad(loss)(params), opt_state, params)
