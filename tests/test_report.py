@@ -123,7 +123,7 @@ def test_smoke_run_writes_every_cell(tmp_path):
   assert_matches_expected(saved, "report_smoke")  # expected_metrics/report_smoke.json
 
 
-def test_any_bias_can_face_top_k_selection(tmp_path):
+def test_any_bias_can_face_top_k_selection():
   """selection="topk" on the pbm users lists every candidate and shows the logging policy's top k: the topk column."""
   c = _config("smoke")
   c.methods, c.biases = ("naive", "cld"), ("pbm", "topk")

@@ -17,6 +17,7 @@ from ultr_jax.train import (
     enable_compilation_cache,
     evaluate,
     fit,
+    get_method,
     markdown_table,
     summarize,
     write_results,
@@ -232,7 +233,6 @@ def test_a_model_sample_display_trains_compiles_once_and_needs_simulated_clicks(
 
 def test_pdgd_learns_from_its_own_plackett_luce_samples():
   """The registered ``pdgd`` method on the ``model_sample`` display is batched PDGD: it learns under position bias."""
-  from ultr_jax.train import get_method
   train, valid = _toy_dataset(seed=0), _toy_dataset(seed=1)
   method = get_method("pdgd", {"ranker": "linear"}, num_features=NUM_FEATURES, list_size=train.where.shape[-1])
   before = evaluate(method, jax.vmap(lambda s: method.init(jax.random.key(s), None)[0])(jnp.arange(2)), valid)
