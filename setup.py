@@ -38,7 +38,10 @@ setup(
         "scipy>=1.11",
     ],
     extras_require={
+        # Baidu-ULTR's Arrow/Parquet files (ultr_jax.data.load_baidu_ultr).
+        "baidu": ["pyarrow>=14"],
         "test": [
+            "pyarrow>=14",
             "pytest>=7",
             "pytest-xdist>=3",
             "scikit-learn>=1.3",

@@ -1,0 +1,434 @@
+r"""Baidu-ULTR in the Arrow/Parquet files of its research releases.
+
+Baidu-ULTR (Zou et al., NeurIPS 2022 Datasets track; the WSDM Cup 2023 data)
+logs real result pages of Baidu search with their clicks, plus expert
+relevance annotations for a separate set of queries. Hager et al. ("Unbiased
+Learning to Rank Meets Reality", SIGIR 2024) publish it with per-document
+features on the Hugging Face hub (``baidu-ultr-606k``: 768-d query-document
+embeddings of a MonoBERT cross-encoder; ``baidu-ultr_uva-mlm-ctr`` and
+``baidu-ultr_baidu-mlm-ctr``: embeddings plus lexical features).
+:func:`load_baidu_ultr` reads those files as a :class:`RankingDataset`, in
+either layout:
+
+* **one row per shown document** (the hub's ``.feather`` files): consecutive
+  rows with the same ``query_id`` are one result page (a session);
+* **one row per result page** (the hub builder's output written with
+  ``datasets``' ``to_parquet``, or any Parquet/Arrow file of that shape): the
+  per-document columns hold lists.
+
+Columns (other columns are ignored):
+
+======================  =======================================================
+``query_id``            integer; required.
+``position``            1-based rank the document was shown at (click data).
+``click``               0 or 1 (click data).
+``label``               graded relevance >= 0 (annotation data).
+``frequency_bucket``    the query's frequency bucket (annotations), per query.
+feature columns         a number or a vector per document:
+                        :data:`BERT_FEATURES` (``"bert"``), :data:`LTR_FEATURES`
+                        (``"ltr"``) or any names given.
+======================  =======================================================
+
+The result follows the one layout of the library: item ``i`` of a page is
+the document shown at position ``i + 1``, and positions no row fills are
+masked (``where`` False), so a page with a gap keeps its ranks, as in
+:func:`~ultr_jax.data.click_log_sessions`; without a ``position`` column the
+documents keep the file order. Pages longer than ``list_size`` keep their
+first ``list_size`` positions. Logged clicks travel as ``extras["clicks"]``,
+which :func:`ultr_jax.train.fit` trains on when it is given no ``click_fn``.
+
+Bad input raises a ``ValueError`` naming the file, the row (0-based, as
+Arrow counts them; ``row r, document d`` in the page layout) and the field.
+pyarrow is needed only here: ``pip install 'ultr_jax[baidu]'``.
+"""
+
+import os
+import pathlib
+from typing import NamedTuple, Optional, Sequence, Union
+
+import numpy as np
+
+from ultr_jax.data.dataset import RankingDataset
+
+__all__ = ["BERT_FEATURES", "LTR_FEATURES", "load_baidu_ultr"]
+
+PathLike = Union[str, os.PathLike]
+
+#: The MonoBERT query-document embedding (768 values per document).
+BERT_FEATURES = ("query_document_embedding",)
+#: The lexical features of Hager et al.'s ``ltr`` data (one value each).
+LTR_FEATURES = ("bm25", "bm25_title", "bm25_abstract", "tf_idf", "tf", "idf", "ql_jelinek_mercer_short",
+                "ql_jelinek_mercer_long", "ql_dirichlet", "document_length", "title_length", "abstract_length")
+_FEATURE_SETS = {"bert": BERT_FEATURES, "ltr": LTR_FEATURES}
+_PER_DOCUMENT = ("position", "click", "label")  # scalars per document: they tell the layout
+_SUFFIXES = (".feather", ".arrow", ".ipc", ".parquet")
+
+
+def _pyarrow():
+  try:
+    import pyarrow  # pylint: disable=g-import-not-at-top
+    import pyarrow.compute  # pylint: disable=g-import-not-at-top,unused-import
+    import pyarrow.feather  # pylint: disable=g-import-not-at-top,unused-import
+    import pyarrow.parquet  # pylint: disable=g-import-not-at-top,unused-import
+  except ImportError as e:  # pragma: no cover - pyarrow is in the test extras
+    raise ImportError("load_baidu_ultr reads Arrow and Parquet files with pyarrow: "
+                      "pip install 'ultr_jax[baidu]' (or pip install pyarrow)") from e
+  return pyarrow
+
+
+def _open(path: pathlib.Path):
+  """The file's schema, and a function reading ``columns`` of it as a table."""
+  pa = _pyarrow()
+  suffix = path.suffix.lower()
+  if suffix not in _SUFFIXES:
+    raise ValueError(f"{path}: unknown file type {suffix!r}; expected one of {_SUFFIXES}")
+  if not path.is_file():
+    raise FileNotFoundError(f"{path}: no such file")
+  try:
+    if suffix == ".parquet":
+      schema = pa.parquet.read_schema(path)
+      read = lambda cols: pa.parquet.read_table(path, columns=list(cols), memory_map=True)  # noqa: E731
+    else:
+      with pa.memory_map(str(path)) as source:
+        schema = pa.ipc.open_file(source).schema
+      read = lambda cols: pa.feather.read_table(path, columns=list(cols), memory_map=True)  # noqa: E731
+  except (pa.ArrowInvalid, OSError) as e:
+    raise ValueError(f"{path}: not a readable {suffix[1:]} file ({e})") from e
+  return schema, read
+
+
+class _Where(NamedTuple):
+  """Names a document in error messages: its file, row (and index within a page row)."""
+  path: pathlib.Path
+  page_layout: bool
+  row: np.ndarray  # [D] the table row of each document
+  index: np.ndarray  # [D] its index inside the row's lists (page layout)
+
+  def __call__(self, doc: int, field: str) -> str:
+    at = f"row {self.row[doc]}, document {self.index[doc]}" if self.page_layout else f"row {self.row[doc]}"
+    return f"{self.path}, {at}, field {field!r}"
+
+
+def _is_list(pa, type_) -> bool:
+  return pa.types.is_list(type_) or pa.types.is_large_list(type_) or pa.types.is_fixed_size_list(type_)
+
+
+def _flatten(pa, column, lengths: Optional[np.ndarray], path, field):
+  """One level of list flattened; with ``lengths``, every row's list must have that length."""
+  column = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+  if column.null_count:
+    raise ValueError(f"{path}, row {_first_null(pa, column)}, field {field!r}: missing value")
+  got = np.asarray(pa.compute.list_value_length(column).to_numpy(zero_copy_only=False), np.int64)
+  if lengths is not None and not np.array_equal(got, lengths):
+    bad = int(np.flatnonzero(got != lengths)[0])
+    raise ValueError(f"{path}, row {bad}, field {field!r}: {got[bad]} values where the other columns have "
+                     f"{lengths[bad]}")
+  return column.flatten(), got
+
+
+def _first_null(pa, column) -> int:
+  return int(np.flatnonzero(pa.compute.is_null(column).to_numpy(zero_copy_only=False))[0])
+
+
+def _numbers(pa, column, where: _Where, field: str, check_finite: bool = True) -> np.ndarray:
+  """A column of one number per document as NumPy, or ``[D, width]`` for a vector per document.
+
+  ``check_finite=False`` leaves the check to the caller (the features are checked once cast,
+  which is several times faster than NumPy's float16 ``isfinite``).
+  """
+  column = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+  if column.null_count:
+    raise ValueError(f"{where(_first_null(pa, column), field)}: missing value")
+  if _is_list(pa, column.type):
+    values, lengths = _flatten(pa, column, None, where.path, field)
+    width = int(lengths[0]) if len(lengths) else 0
+    if np.any(lengths != width):
+      bad = int(np.flatnonzero(lengths != width)[0])
+      raise ValueError(f"{where(bad, field)}: a vector of {lengths[bad]} values, where row 0's has {width}")
+    if values.null_count:
+      bad = _first_null(pa, values) // max(width, 1)
+      raise ValueError(f"{where(bad, field)}: missing value inside the vector")
+    out = _numeric(pa, values, where, field, width, check_finite)
+    return out.reshape(len(lengths), width)
+  return _numeric(pa, column, where, field, 1, check_finite)
+
+
+def _numeric(pa, array, where: _Where, field: str, width: int, check_finite: bool = True) -> np.ndarray:
+  if not (pa.types.is_integer(array.type) or pa.types.is_floating(array.type) or pa.types.is_boolean(array.type)):
+    raise ValueError(f"{where(0, field)}: expected numbers, got the Arrow type {array.type}")
+  out = array.to_numpy(zero_copy_only=False)
+  if check_finite and out.dtype.kind == "f":
+    bad = ~np.isfinite(out)
+    if bad.any():
+      first = int(np.flatnonzero(bad)[0])
+      raise ValueError(f"{where(first // width, field)}: value {out[first]} is not finite")
+  return out
+
+
+@np.errstate(over="ignore")
+def _raise_not_finite(docs, feature_names, keep, where: _Where, dtype):
+  """Names the first kept document whose feature is not finite (or overflows ``dtype``)."""
+  kept = np.flatnonzero(keep)
+  for name in feature_names:
+    values = docs[name].reshape(len(keep), -1)[kept]
+    bad = ~np.isfinite(values.astype(dtype)).all(axis=1)
+    if bad.any():
+      row = int(np.flatnonzero(bad)[0])
+      value = values[row][~np.isfinite(values[row].astype(dtype))][0]
+      why = "is not finite" if not np.isfinite(value) else f"overflows the dtype {np.dtype(dtype).name}"
+      raise ValueError(f"{where(int(kept[row]), name)}: value {value} {why}")
+  raise AssertionError("a non-finite feature that no column holds")  # pragma: no cover
+
+
+def _integers(values: np.ndarray, where: _Where, field: str, low: int, high: Optional[int] = None) -> np.ndarray:
+  """Checks that ``values`` are integers in ``[low, high]``."""
+  bad = (values < low) | (values != np.round(values))
+  if high is not None:
+    bad |= values > high
+  if bad.any():
+    doc = int(np.flatnonzero(bad)[0])
+    allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
+    raise ValueError(f"{where(doc, field)}: {values[doc]} is not {allowed}")
+  return values.astype(np.int64)
+
+
+def _feature_names(features) -> tuple:
+  if isinstance(features, str):
+    if features not in _FEATURE_SETS:
+      raise ValueError(f"features: unknown set {features!r}; expected one of {sorted(_FEATURE_SETS)} or a "
+                       "sequence of column names")
+    return _FEATURE_SETS[features]
+  names = tuple(features)
+  if not names:
+    raise ValueError("features: give at least one column")
+  return names
+
+
+def _read_file(path: pathlib.Path, feature_names, extra_columns, max_sessions: Optional[int]):
+  """One file's documents as flat ``[D]`` arrays, and its pages.
+
+  Returns ``(docs, session, where, pages)``: ``docs`` maps a column to its values per document
+  (``[D]`` or ``[D, width]``), ``session [D]`` is each document's 0-based page in the file, ``where``
+  names documents in errors, and ``pages`` maps ``query_id`` (and ``frequency_bucket``) to
+  ``[num_pages]`` values.
+  """
+  pa = _pyarrow()
+  wanted = ("query_id",) + feature_names + tuple(extra_columns)
+  optional = _PER_DOCUMENT + ("frequency_bucket",)
+  schema, read = _open(path)
+  missing = [c for c in wanted if c not in schema.names]
+  if missing:
+    raise ValueError(f"{path}: no column {missing[0]!r} (the file has {schema.names})")
+  present = [c for c in optional if c in schema.names]
+  if not any(c in present for c in ("click", "label")):
+    raise ValueError(f"{path}: neither a 'click' nor a 'label' column: a Baidu-ULTR file holds clicks or "
+                     f"annotations (the file has {schema.names})")
+  layout_key = next(c for c in _PER_DOCUMENT if c in present)
+  page_layout = _is_list(pa, schema.field(layout_key).type)
+  columns = list(dict.fromkeys(wanted + tuple(present)))
+  table = read(columns)
+
+  qid_col = table.column("query_id").combine_chunks()
+  if not pa.types.is_integer(qid_col.type):
+    raise ValueError(f"{path}, row 0, field 'query_id': expected integers, got the Arrow type {qid_col.type}")
+  if qid_col.null_count:
+    raise ValueError(f"{path}, row {_first_null(pa, qid_col)}, field 'query_id': missing value")
+  qid_rows = qid_col.to_numpy().astype(np.int64)
+
+  if page_layout:
+    if max_sessions is not None:
+      table, qid_rows = table.slice(0, max_sessions), qid_rows[:max_sessions]
+    num_rows = table.num_rows
+    _, lengths = _flatten(pa, table.column(layout_key), None, path, layout_key)
+    session = np.repeat(np.arange(num_rows), lengths)
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    where = _Where(path, True, session, np.arange(len(session)) - starts[session])
+    flat = {}
+    for name in columns:
+      col = table.column(name)
+      if name in ("query_id", "frequency_bucket") and not _is_list(pa, col.type):
+        flat[name] = None  # per page
+        continue
+      if not _is_list(pa, col.type):
+        raise ValueError(f"{path}, row 0, field {name!r}: a page-per-row file needs a list per row here, got "
+                         f"the Arrow type {col.type}")
+      flat[name], _ = _flatten(pa, col, lengths, path, name)
+    pages = {"query_id": qid_rows}
+    docs = {name: _numbers(pa, col, where, name, name not in feature_names)
+            for name, col in flat.items() if col is not None}
+    if "frequency_bucket" in columns:
+      if flat["frequency_bucket"] is None:
+        pages["frequency_bucket"] = _numbers(pa, table.column("frequency_bucket"),
+                                             _Where(path, False, np.arange(num_rows), np.zeros(num_rows, int)),
+                                             "frequency_bucket")
+      else:  # one value per document: the page's first document's
+        first = np.minimum(starts, max(len(session) - 1, 0))
+        pages["frequency_bucket"] = docs.pop("frequency_bucket")[first] if len(session) else np.zeros(num_rows)
+  else:
+    new = np.ones(len(qid_rows), bool)
+    new[1:] = qid_rows[1:] != qid_rows[:-1]
+    session = np.cumsum(new) - 1
+    if max_sessions is not None and len(session) and session[-1] >= max_sessions:
+      cut = int(np.searchsorted(session, max_sessions))
+      table, session = table.slice(0, cut), session[:cut]
+    where = _Where(path, False, np.arange(len(session)), np.zeros(len(session), np.int64))
+    docs = {name: _numbers(pa, table.column(name), where, name, name not in feature_names)
+            for name in columns if name != "query_id"}
+    first = np.flatnonzero(new[:len(session)])
+    pages = {"query_id": qid_rows[first]}
+    if "frequency_bucket" in docs:
+      pages["frequency_bucket"] = docs.pop("frequency_bucket")[first]
+  return docs, session, where, pages
+
+
+def load_baidu_ultr(paths: Union[PathLike, Sequence[PathLike]], *, features: Union[str, Sequence[str]] = "bert",
+                    list_size: Optional[int] = None, max_sessions: Optional[int] = None,
+                    extra_columns: Sequence[str] = (), dtype=np.float32) -> RankingDataset:
+  r"""Loads Baidu-ULTR click or annotation files as padded pages.
+
+  Args:
+    paths: one file or several (``.feather``/``.arrow``/``.ipc`` or
+      ``.parquet``), read in order; a page never spans two files.
+    features: ``"bert"`` (:data:`BERT_FEATURES`), ``"ltr"``
+      (:data:`LTR_FEATURES`) or a sequence of column names, concatenated in
+      that order (a vector column contributes its width).
+    list_size: ``L`` (default: the largest position, or the longest page
+      without a ``position`` column); longer pages keep their top ``L``.
+    max_sessions: read only the first this many pages (over all files).
+    extra_columns: further per-document numeric columns (``media_type``,
+      ``displayed_time``, ``serp_height``, ``slipoff_count_after_click``)
+      returned as ``extras[name] float32[S, L]``.
+    dtype: the features' dtype (the 768-d embeddings are float16 on disk).
+
+  Returns:
+    A :class:`RankingDataset` with one query per page: ``features
+    [S, L, F]``, ``labels`` (the ``label`` column, else zeros), ``where``,
+    ``qid`` (``query_id``), ``doc_ids`` (the document's 0-based row over all
+    files read; its index in the flattened lists for the page layout) and
+    ``extras``: ``clicks float32[S, L]`` (with a ``click`` column),
+    ``frequency_bucket int32[S]`` (with that column) and the extra columns.
+
+  Raises:
+    ValueError: an unknown file type, an unreadable file, a missing column,
+      a missing value, a non-finite value (for the features: among the
+      documents kept, or one that overflows ``dtype``), a position < 1, a
+      click other than 0/1,
+      a negative label, vectors of different widths, list columns of
+      different lengths in one page row, or two documents at one position of
+      a page (each naming the file, row and field).
+
+  >>> import pathlib, tempfile, pyarrow as pa, pyarrow.feather
+  >>> p = pathlib.Path(tempfile.mkdtemp()) / "part-0.feather"
+  >>> pa.feather.write_feather(pa.table({
+  ...     "query_id": [7, 7, 7, 9, 9], "position": [1, 2, 4, 2, 1], "click": [0, 1, 0, 1, 0],
+  ...     "bm25": [3.0, 2.0, 1.0, 5.0, 4.0]}), p)
+  >>> ds = load_baidu_ultr(p, features=["bm25"])
+  >>> ds.qid.tolist(), ds.features[..., 0].tolist()
+  ([7, 9], [[3.0, 2.0, 0.0, 1.0], [4.0, 5.0, 0.0, 0.0]])
+  >>> ds.where.tolist()
+  [[True, True, False, True], [True, True, False, False]]
+  >>> ds.extras["clicks"].tolist()
+  [[0.0, 1.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]]
+  """
+  if isinstance(paths, (str, os.PathLike)):
+    paths = [paths]
+  paths = [pathlib.Path(p) for p in paths]
+  if not paths:
+    raise ValueError("paths: give at least one file")
+  if max_sessions is not None and int(max_sessions) < 1:
+    raise ValueError(f"max_sessions must be >= 1, got {max_sessions}")
+  if list_size is not None and int(list_size) < 1:
+    raise ValueError(f"list_size must be >= 1, got {list_size}")
+  feature_names = _feature_names(features)
+  extra_columns = tuple(extra_columns)
+
+  parts = []
+  remaining = max_sessions
+  for path in paths:
+    docs, session, where, pages = _read_file(path, feature_names, extra_columns, remaining)
+    num = len(pages["query_id"])
+    if "position" in docs:
+      slot = _integers(docs["position"], where, "position", 1) - 1
+    else:
+      first_doc = np.searchsorted(session, np.arange(num))  # pages are contiguous runs of documents
+      slot = np.arange(len(session)) - first_doc[session]
+    if "click" in docs:
+      docs["click"] = _integers(docs["click"], where, "click", 0, 1)
+    if "label" in docs:
+      bad = docs["label"] < 0
+      if bad.any():
+        doc = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{where(doc, 'label')}: {docs['label'][doc]} is negative")
+    # Two documents of one page at one position.
+    cell = session.astype(np.int64) * (int(slot.max()) + 1 if len(slot) else 1) + slot
+    _, first = np.unique(cell, return_index=True)
+    repeated = np.ones(len(cell), bool)
+    repeated[first] = False
+    if repeated.any():
+      doc = int(np.flatnonzero(repeated)[0])
+      raise ValueError(f"{where(doc, 'position')}: its page already shows a document at position "
+                       f"{slot[doc] + 1}")
+    parts.append((docs, session, slot, num, pages, where))
+    if remaining is not None:
+      remaining -= num
+      if remaining <= 0:
+        break
+
+  num_pages = sum(p[3] for p in parts)
+  longest = max((int(p[2].max()) + 1 for p in parts if len(p[2])), default=1)
+  L = longest if list_size is None else int(list_size)
+  widths = [1 if v.ndim == 1 else v.shape[1] for v in (parts[0][0][n] for n in feature_names)]
+  F = int(sum(widths))
+  out_features = np.zeros((num_pages, L, F), dtype)
+  labels = np.zeros((num_pages, L), np.float32)
+  mask = np.zeros((num_pages, L), bool)
+  qid = np.zeros(num_pages, np.int64)
+  doc_ids = np.full((num_pages, L), -1, np.int32)
+  has_clicks = all("click" in p[0] for p in parts)
+  clicks = np.zeros((num_pages, L), np.float32) if has_clicks else None
+  has_bucket = all("frequency_bucket" in p[4] for p in parts)
+  bucket = np.zeros(num_pages, np.int32) if has_bucket else None
+  extra = {name: np.zeros((num_pages, L), np.float32) for name in extra_columns}
+
+  page_offset = doc_offset = 0
+  flat_features = out_features.reshape(num_pages * L, F)
+  for docs, session, slot, num, pages, where in parts:
+    keep = slot < L
+    every = bool(keep.all())
+    s, i = session[keep] + page_offset, slot[keep]
+    rows = s * L + i
+    column = 0
+    for name, width in zip(feature_names, widths):
+      values = docs[name]
+      if values.ndim == 1:
+        values = values[:, None]
+      if values.shape[1] != width:
+        raise ValueError(f"{where(0, name)}: vectors of width {values.shape[1]}, where {paths[0]} has {width}")
+      with np.errstate(over="ignore"):  # an overflow of dtype is named below
+        flat_features[rows, column:column + width] = values if every else values[keep]
+      column += width
+    if not np.isfinite(out_features[page_offset:page_offset + num]).all():
+      _raise_not_finite(docs, feature_names, keep, where, dtype)
+    mask[s, i] = True
+    doc_ids[s, i] = np.flatnonzero(keep) + doc_offset
+    if "label" in docs:
+      labels[s, i] = docs["label"][keep]
+    if clicks is not None:
+      clicks[s, i] = docs["click"][keep]
+    for name in extra_columns:
+      if docs[name].ndim != 1:
+        raise ValueError(f"extra column {name!r}: expected one number per document, got vectors")
+      extra[name][s, i] = docs[name][keep]
+    qid[page_offset:page_offset + num] = pages["query_id"]
+    if bucket is not None:
+      bucket[page_offset:page_offset + num] = pages["frequency_bucket"]
+    page_offset += num
+    doc_offset += len(session)
+
+  extras = dict(extra)
+  if clicks is not None:
+    extras["clicks"] = clicks
+  if bucket is not None:
+    extras["frequency_bucket"] = bucket
+  return RankingDataset(features=out_features, labels=labels, where=mask, qid=qid, doc_ids=doc_ids,
+                        extras=extras)
