@@ -64,3 +64,57 @@ def test_binary_smoke_run(tmp_path, subprocess_env):
   assert true_prop[0] == 1.0 and np.all(np.diff(true_prop) <= 0)
   # The recorded numbers of this smoke config (expected_metrics/baselines_smoke.json).
   assert_matches_expected(results, "baselines_smoke")
+
+
+def _write_baidu(ds, path, clicks=None):
+  """A RankingDataset as a Baidu-ULTR file: one row per document, the features as the embedding."""
+  pa = pytest.importorskip("pyarrow")
+  import pyarrow.feather  # noqa: F401,PLC0415
+  q, i = np.nonzero(ds.where)
+  cols = {"query_id": ds.qid[q].astype(np.int32), "position": (i + 1).astype(np.int32)}
+  if clicks is None:
+    cols["label"] = ds.labels[q, i].astype(np.int32)
+  else:
+    cols["click"] = clicks[q, i].astype(np.int32)
+  x = ds.features[q, i].astype(np.float16)
+  emb = pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), x.shape[1])
+  pa.feather.write_feather(pa.table({**cols, "query_document_embedding": emb}), path)
+
+
+def test_trains_on_logged_baidu_clicks(tmp_path):
+  """``data.source="baidu"``: click files train, annotation files validate and test; nothing is simulated."""
+  from ultr_jax import data  # noqa: PLC0415
+  from ultr_jax.train import experiment  # noqa: PLC0415
+
+  splits = data.make_synthetic(num_train=48, num_valid=12, num_test=12, list_size=6, num_features=5, seed=3)
+  rng = np.random.default_rng(0)
+  exam = 1.0 / np.arange(1, 7)
+  clicks = rng.random(splits.train.where.shape) < exam * (0.1 + 0.9 * splits.train.labels / 4)
+  _write_baidu(splits.train.subset(np.arange(24)), tmp_path / "part-0_split-0.feather", clicks[:24])
+  _write_baidu(splits.train.subset(np.arange(24, 48)), tmp_path / "part-0_split-1.feather", clicks[24:])
+  _write_baidu(splits.test, tmp_path / "annotations.feather")
+  config = _config("smoke")
+  config.data.source = "baidu"
+  config.data.train_path = str(tmp_path / "part-0_split-*.feather")
+  config.data.test_path = str(tmp_path / "annotations.feather")
+  config.methods = ("naive", "dla")
+  workdir = tmp_path / "work"
+  results = experiment.train_and_evaluate(config, str(workdir))
+  assert results["_meta"]["click_model"] == "logged clicks" and results["_meta"]["true_propensities"] is None
+  for name in ("naive", "dla"):
+    assert all(np.isfinite(results[name][m]) for m in METRICS)
+  assert len(results["dla"]["learned_propensities"]) == 6 and results["dla"]["learned_propensities"][0] == 1.0
+  table = (workdir / "table.md").read_text()
+  assert "logged clicks of" in table and "part-0_split-*.feather" in table
+  train, valid, test = experiment.load_datasets(config, logged_clicks=True)
+  assert train.num_queries == 48 and valid.num_queries + test.num_queries == 12
+  np.testing.assert_array_equal(train.extras["clicks"], clicks)
+  # A method that reads the simulator's propensities is refused by name; other studies refuse the source.
+  config.methods = ("ips",)
+  with pytest.raises(ValueError, match=r"method 'ips' reads batch\['examination'\]"):
+    experiment.train_and_evaluate(config, None)
+  with pytest.raises(ValueError, match="holds logged clicks and no training labels"):
+    experiment.load_datasets(config)
+  config.data.train_path = str(tmp_path / "absent-*.feather")
+  with pytest.raises(ValueError, match="config.data.train_path: no file matches"):
+    experiment.load_datasets(config, logged_clicks=True)

@@ -5,8 +5,14 @@ on a small labelled fraction -> displayed top-k lists -> a click model
 simulating fresh sessions inside every training step -> every requested
 method trained over several seeds at once -> test metrics with intervals,
 learned-propensity quality, ``results.json`` / ``table.md`` / ``table.csv``.
+
+With real click logs (``config.data.source = "baidu"``: Baidu-ULTR's click
+files for training, its expert annotations for validation and test) the
+methods train on the logged clicks as shown, with no logging policy and no
+click model.
 """
 
+import glob
 import sys
 import time
 from typing import Any, Optional
@@ -23,7 +29,7 @@ from ultr_jax.train.loop import evaluate, fit
 from ultr_jax.train.results import markdown_table, summarize, summarize_metrics, write_results
 
 __all__ = ["default_data_config", "default_logging_policy_config", "load_datasets", "prepare_logged_data",
-           "true_position_propensities", "train_and_evaluate"]
+           "true_position_propensities", "check_logged_click_method", "train_and_evaluate"]
 
 METRIC_COLUMNS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "err@10")
 
@@ -32,9 +38,11 @@ def default_data_config() -> ml_collections.ConfigDict:
   """The embedded default data (synthetic, seed 0, 1000/200/200 queries of 20 docs, 32 features).
 
   ``source`` may be ``synthetic``, ``svmlight`` (``train_path``,
-  ``valid_path``, ``test_path``, optional ``normalize``) or ``ultra``
-  (``path``); see :func:`load_datasets`. Shared by the studies that use the
-  baselines' data so that they stay on the same lists.
+  ``valid_path``, ``test_path``, optional ``normalize``), ``ultra``
+  (``path``) or ``baidu`` (logged clicks: ``train_path``, ``valid_path``,
+  ``test_path`` as glob patterns, ``features``, ``max_sessions``, optional
+  ``normalize``); see :func:`load_datasets`. Shared by the studies that use
+  the baselines' data so that they stay on the same lists.
 
   >>> default_data_config().num_train
   1000
@@ -42,7 +50,7 @@ def default_data_config() -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict({
       "source": "synthetic", "seed": 0, "num_train": 1000, "num_valid": 200, "num_test": 200,
       "list_size": 20, "num_features": 32, "train_path": "", "valid_path": "", "test_path": "",
-      "path": "", "normalize": ""})
+      "path": "", "normalize": "", "features": "bert", "max_sessions": 0})
 
 
 def default_logging_policy_config() -> ml_collections.ConfigDict:
@@ -54,15 +62,60 @@ def default_logging_policy_config() -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict({"fraction": 0.01, "seed": 0, "steps": 500, "top_k": 10})
 
 
-def load_datasets(config: ml_collections.ConfigDict) -> tuple[Any, Any, Any]:
+def _files(pattern: str, field: str) -> list[str]:
+  paths = sorted(glob.glob(pattern)) if pattern else []
+  if not paths:
+    raise ValueError(f"config.data.{field}: no file matches {pattern!r}")
+  return paths
+
+
+def _load_baidu(d) -> tuple[Any, Any, Any]:
+  """Baidu-ULTR: click files for training, annotation files for validation and test."""
+  features = d.get("features") or "bert"
+  if features not in ("bert", "ltr"):
+    features = tuple(name.strip() for name in features.split(",") if name.strip())
+  max_sessions = int(d.get("max_sessions") or 0) or None
+  train = data_lib.load_baidu_ultr(_files(d.train_path, "train_path"), features=features,
+                                   max_sessions=max_sessions)
+  if "clicks" not in train.extras:
+    raise ValueError(f"config.data.train_path={d.train_path!r}: the files have no 'click' column; the "
+                     "training split of source='baidu' is Baidu-ULTR's click data")
+  test = data_lib.load_baidu_ultr(_files(d.test_path, "test_path"), features=features)
+  if d.get("valid_path"):
+    valid = data_lib.load_baidu_ultr(_files(d.valid_path, "valid_path"), features=features)
+  else:  # half of the annotated queries for model selection, as Hager et al. split them
+    valid, test = data_lib.train_valid_test_split(test, (0.5, 0.5, 0.0), seed=d.seed)[:2]
+  return train, valid, test
+
+
+def load_datasets(config: ml_collections.ConfigDict, *, logged_clicks: bool = False) -> tuple[Any, Any, Any]:
   """(train, valid, test) ``RankingDataset``s named by ``config.data``.
 
   ``config.data.source`` is ``"synthetic"`` (the embedded default,
   deterministic from ``config.data.seed``), ``"svmlight"`` (``train_path``,
   ``valid_path``, ``test_path``; LightGBM-style ``.query`` files are picked
-  up when present) or ``"ultra"`` (ULTRA-format directories).
+  up when present), ``"ultra"`` (ULTRA-format directories) or ``"baidu"``
+  (Baidu-ULTR's Arrow/Parquet files, see
+  :func:`~ultr_jax.data.load_baidu_ultr`: ``train_path`` matches click
+  files, ``test_path`` and ``valid_path`` annotation files; without
+  ``valid_path`` the annotated queries are split in half).
+
+  ``logged_clicks``: the caller trains on logged clicks as they were shown
+  (only the baselines study does); the other studies simulate clicks from
+  graded labels, so ``"baidu"`` raises for them.
   """
   d = config.data
+  if d.source == "baidu":
+    if not logged_clicks:
+      raise ValueError("config.data.source='baidu' holds logged clicks and no training labels; this study "
+                       "simulates clicks from labels. The baselines study trains on logged clicks "
+                       "(experiments/baselines/main.py).")
+    train, valid, test = _load_baidu(d)
+    if d.get("normalize"):
+      norm = None if d.normalize.startswith("query_") else data_lib.fit_normalizer([train], d.normalize)
+      train, valid, test = (data_lib.normalize_features(x, method=d.normalize, stats=norm)
+                            for x in (train, valid, test))
+    return train, valid, test
   if d.source == "synthetic":
     splits = data_lib.make_synthetic(
         num_train=d.num_train, num_valid=d.num_valid, num_test=d.num_test,
@@ -84,7 +137,7 @@ def load_datasets(config: ml_collections.ConfigDict) -> tuple[Any, Any, Any]:
     return train, valid, test
   if d.source == "ultra":
     return tuple(data_lib.load_ultra(d.path, split, with_features=True) for split in ("train", "valid", "test"))
-  raise ValueError(f"unknown data source {d.source!r} (synthetic, svmlight, ultra)")
+  raise ValueError(f"unknown data source {d.source!r} (synthetic, svmlight, ultra, baidu)")
 
 
 def prepare_logged_data(train, valid, test, config: ml_collections.ConfigDict):
@@ -113,6 +166,23 @@ def true_position_propensities(click_fn, ds, key) -> np.ndarray:
   return per_pos / per_pos[0]
 
 
+def check_logged_click_method(method, train) -> None:
+  """Raises unless ``method`` can train on ``train``'s logged clicks alone.
+
+  Methods that read an oracle quantity of the click simulator (IPS's
+  ``"examination"`` propensities, say) cannot; the error names the key.
+  """
+  batch = jax.tree.map(jnp.asarray, train.as_batch(np.arange(min(2, train.num_queries))))
+  key = jax.random.key(0)
+  try:
+    params, extra = jax.eval_shape(method.init, key, batch)
+    jax.eval_shape(method.loss, params, extra, batch, key)
+  except KeyError as e:
+    raise ValueError(f"method {method.name!r} reads batch[{e.args[0]!r}], which logged clicks do not carry "
+                     "(only a click simulator knows it); leave the method out of config.methods or add "
+                     f"{e.args[0]!r} to the training data's extras") from None
+
+
 def _pearson(a: np.ndarray, b: np.ndarray) -> float:
   a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
   if a.std() == 0 or b.std() == 0:
@@ -129,23 +199,33 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
   and a ``"_meta"`` entry describing the run.
   """
   t_start = time.perf_counter()
-  train, valid, test = load_datasets(config)
-  train, valid, test = prepare_logged_data(train, valid, test, config)
-  click_fn = simulation.make_click_fn(config.click_model)
-  true_prop = true_position_propensities(click_fn, train.subset(np.arange(min(256, train.num_queries))),
-                                         jax.random.key(config.seed))
+  train, valid, test = load_datasets(config, logged_clicks=True)
+  logged = "clicks" in train.extras
+  if logged:  # real click logs: trained on as shown, nothing simulated
+    click_fn, true_prop = None, None
+  else:
+    train, valid, test = prepare_logged_data(train, valid, test, config)
+    click_fn = simulation.make_click_fn(config.click_model)
+    true_prop = true_position_propensities(click_fn, train.subset(np.arange(min(256, train.num_queries))),
+                                           jax.random.key(config.seed))
   results: dict[str, Any] = {}
   rows: dict[str, dict] = {}
   for name in config.methods:
     method_cfg = config.method_configs.get(name, ml_collections.ConfigDict())
     method = methods_lib.get_method(name, method_cfg, num_features=train.num_features,
                                     list_size=train.list_size)
+    if logged:
+      check_logged_click_method(method, train)
     fit_result = fit(method, train, valid, click_fn=click_fn, config=config.train,
                      seeds=[config.seed + i for i in range(config.num_seeds)],
                      workdir=workdir, name=name)
     test_metrics = evaluate(method, fit_result.params, test)
     entry, row = summarize_metrics(test_metrics, METRIC_COLUMNS)
-    if method.propensities is not None:
+    if method.propensities is not None and true_prop is None:
+      learned = np.asarray(jax.vmap(method.propensities)(fit_result.params, fit_result.extra))
+      entry["learned_propensities"] = learned.mean(0).tolist()
+      row["propensity_corr"] = "n/a"
+    elif method.propensities is not None:
       learned = np.asarray(jax.vmap(method.propensities)(fit_result.params, fit_result.extra))
       corr = [_pearson(learned[s, : len(true_prop)], true_prop[: learned.shape[1]])
               for s in range(learned.shape[0])]
@@ -162,15 +242,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
     rows[name] = row
   columns = [*METRIC_COLUMNS, "propensity_corr"]
   results["_meta"] = {
-      "true_propensities": true_prop.tolist(),
-      "click_model": config.click_model.to_dict(),
+      "true_propensities": None if true_prop is None else true_prop.tolist(),
+      "click_model": "logged clicks" if logged else config.click_model.to_dict(),
       "num_seeds": config.num_seeds,
       "data": config.data.to_dict(),
       "seconds": time.perf_counter() - t_start,
   }
   table = markdown_table(rows, columns)
-  table += (f"\n\nTest metrics, mean ± 90% t-interval half-width over {config.num_seeds} seeds; "
-            f"click model {config.click_model.name}.\n")
+  clicks = f"logged clicks of {config.data.train_path}" if logged else f"click model {config.click_model.name}"
+  table += f"\n\nTest metrics, mean ± 90% t-interval half-width over {config.num_seeds} seeds; {clicks}.\n"
   if workdir is not None:
     write_results(workdir, results, table=table, rows=rows, columns=columns)
   print(table, flush=True)
