@@ -1,0 +1,130 @@
+"""Baidu-ULTR loading speed: ultr_jax.data.load_baidu_ultr vs a per-row Python loop, same process.
+
+Writes a file like the hub's Baidu-ULTR click files (one row per shown
+document: ``query_id``, ``position``, ``click``, a 768-d float16
+``query_document_embedding`` and the 12 lexical features; ``--pages`` pages of
+up to 10 documents, shuffled within each page), in the document-per-row
+feather layout and the page-per-row Parquet layout, then times, as the median
+of ``--repeats`` runs:
+
+* ``ours``: :func:`ultr_jax.data.load_baidu_ultr` into padded ``[S, L, F]`` pages;
+* ``row loop``: the same pages built by a Python loop over the rows (the way
+  a per-query aggregation such as the hub's dataset builder walks the file),
+  reading the columns as NumPy first so that only the grouping is in Python;
+* ``pyarrow read alone``: reading the same columns into an Arrow table, the
+  floor for any loader of that file (Parquet decodes the nested float16
+  lists far more slowly than feather maps them);
+
+checks that ours and the row loop give the same arrays, and prints documents
+per second and the ratios. Run: ``python benchmarks/baidu_load.py``.
+"""
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.feather
+import pyarrow.parquet
+
+from ultr_jax import data
+from ultr_jax.data import baidu
+
+EMB = 768
+
+
+def make_tables(pages: int, seed: int = 0):
+  rng = np.random.default_rng(seed)
+  sizes = rng.integers(3, 11, pages)
+  qid = np.repeat(np.arange(pages), sizes)
+  position = np.concatenate([rng.permutation(n) + 1 for n in sizes])
+  n = len(qid)
+  cols = {"query_id": qid.astype(np.int32), "position": position.astype(np.int32),
+          "click": (rng.random(n) < 0.2).astype(np.int32)}
+  for name in baidu.LTR_FEATURES:
+    cols[name] = rng.random(n).astype(np.float32)
+  emb = rng.normal(size=(n, EMB)).astype(np.float16)
+  doc = pa.table({**cols, "query_document_embedding":
+                  pa.FixedSizeListArray.from_arrays(pa.array(emb.reshape(-1)), EMB)})
+  offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int32)
+  page_cols = {"query_id": np.arange(pages, dtype=np.int32)}
+  for name, values in cols.items():
+    if name != "query_id":
+      page_cols[name] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+  page_cols["query_document_embedding"] = pa.ListArray.from_arrays(pa.array(offsets), doc["query_document_embedding"].combine_chunks())
+  return doc, pa.table(page_cols), n
+
+
+def row_loop(path, features):
+  """Pages by a Python loop over the rows of a document-per-row file."""
+  table = pa.feather.read_table(path, columns=["query_id", "position", "click", *features])
+  qid = table.column("query_id").to_numpy()
+  pos = table.column("position").to_numpy()
+  clk = table.column("click").to_numpy()
+  cols = []
+  for f in features:
+    col = table.column(f).combine_chunks()
+    cols.append(col.flatten().to_numpy().reshape(len(col), -1) if pa.types.is_fixed_size_list(col.type)
+                else col.to_numpy()[:, None])
+  x = np.concatenate(cols, axis=1).astype(np.float32)
+  pages, current = [], None
+  for r in range(len(qid)):
+    if qid[r] != current:
+      current = qid[r]
+      pages.append([])
+    pages[-1].append(r)
+  L = int(pos.max())
+  feats = np.zeros((len(pages), L, x.shape[1]), np.float32)
+  clicks = np.zeros((len(pages), L), np.float32)
+  for q, rows in enumerate(pages):
+    for r in rows:
+      feats[q, pos[r] - 1] = x[r]
+      clicks[q, pos[r] - 1] = clk[r]
+  return feats, clicks
+
+
+def timeit(fn, repeats):
+  times = []
+  for _ in range(repeats):
+    t = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - t)
+  return statistics.median(times)
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--pages", type=int, default=20000)
+  parser.add_argument("--repeats", type=int, default=3)
+  args = parser.parse_args()
+  doc, page, n = make_tables(args.pages)
+  with tempfile.TemporaryDirectory() as tmp:
+    doc_path = os.path.join(tmp, "part-0_split-0.feather")
+    page_path = os.path.join(tmp, "pages.parquet")
+    pa.feather.write_feather(doc, doc_path)
+    pa.parquet.write_table(page, page_path)
+    print(f"{args.pages} pages, {n} documents; feather {os.path.getsize(doc_path) / 2**20:.0f} MiB, "
+          f"parquet {os.path.getsize(page_path) / 2**20:.0f} MiB")
+    print("| features | file | pyarrow read alone (s) | ours (s) | ours / read | docs/s ours | row loop (s) | "
+          "row loop / ours |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label, features in (("ltr (12)", baidu.LTR_FEATURES), ("bert (768)", baidu.BERT_FEATURES)):
+      ours = data.load_baidu_ultr(doc_path, features=features)
+      ref_feats, ref_clicks = row_loop(doc_path, features)
+      np.testing.assert_array_equal(ours.features, ref_feats)
+      np.testing.assert_array_equal(ours.extras["clicks"], ref_clicks)
+      t_ref = timeit(lambda: row_loop(doc_path, features), args.repeats)
+      columns = ["query_id", "position", "click", *features]
+      for file_label, path, read in (
+          ("feather, row per document", doc_path, lambda: pa.feather.read_table(doc_path, columns=columns)),
+          ("parquet, row per page", page_path, lambda: pa.parquet.read_table(page_path, columns=columns))):
+        t_read = timeit(read, args.repeats)
+        t = timeit(lambda: data.load_baidu_ultr(path, features=features), args.repeats)
+        ref = f"{t_ref:.3f} | {t_ref / t:.1f}x" if path == doc_path else "n/a | n/a"
+        print(f"| {label} | {file_label} | {t_read:.3f} | {t:.3f} | {t / t_read:.1f}x | {n / t:,.0f} | {ref} |")
+
+if __name__ == "__main__":
+  main()
