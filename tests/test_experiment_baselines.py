@@ -82,7 +82,10 @@ def _write_baidu(ds, path, clicks=None):
 
 
 def test_trains_on_logged_baidu_clicks(tmp_path):
-  """``data.source="baidu"``: click files train, annotation files validate and test; nothing is simulated."""
+  """``data.source="baidu"``: click files train, annotation files validate and test; nothing is simulated.
+
+  IPS needs propensities, which only a simulator knows: it is refused, unless they are given.
+  """
   from ultr_jax import data  # noqa: PLC0415
   from ultr_jax.train import experiment  # noqa: PLC0415
 
@@ -113,6 +116,26 @@ def test_trains_on_logged_baidu_clicks(tmp_path):
   config.methods = ("ips",)
   with pytest.raises(ValueError, match=r"method 'ips' reads batch\['examination'\]"):
     experiment.train_and_evaluate(config, None)
+  # With given propensities IPS trains (they are the position's, 0 at padding).
+  config.data.propensities = ",".join(str(p) for p in exam)
+  results = experiment.train_and_evaluate(config, None)
+  assert all(np.isfinite(results["ips"][m]) for m in METRICS)
+  train, _, _ = experiment.load_datasets(config, logged_clicks=True)
+  np.testing.assert_allclose(train.extras["examination"], np.where(train.where, exam, 0), rtol=1e-6)
+  table = tmp_path / "propensities.csv"
+  table.write_text("position,propensity\n" + "".join(f"{i + 1},{p}\n" for i, p in enumerate(exam)))
+  config.data.propensities = str(table)
+  train_from_file, _, _ = experiment.load_datasets(config, logged_clicks=True)
+  np.testing.assert_allclose(train_from_file.extras["examination"], train.extras["examination"], rtol=1e-6)
+  for spec, message in (("1,0.5", "2 propensities for lists of 6 positions"), ("1,0.5,x", "neither comma"),
+                        ("1,0.5,0,1,1,1", "must be finite and > 0")):
+    config.data.propensities = spec
+    with pytest.raises(ValueError, match=message):
+      experiment.load_datasets(config, logged_clicks=True)
+  table.write_text("position,propensity\n1,1.0\n2,oops\n")
+  config.data.propensities = str(table)
+  with pytest.raises(ValueError, match=r"propensities\.csv:3: field 'propensity': 'oops' is not a number"):
+    experiment.load_datasets(config, logged_clicks=True)
   with pytest.raises(ValueError, match="holds logged clicks and no training labels"):
     experiment.load_datasets(config)
   config.data.train_path = str(tmp_path / "absent-*.feather")

@@ -12,7 +12,9 @@ methods train on the logged clicks as shown, with no logging policy and no
 click model.
 """
 
+import dataclasses
 import glob
+import os
 import sys
 import time
 from typing import Any, Optional
@@ -29,7 +31,8 @@ from ultr_jax.train.loop import evaluate, fit
 from ultr_jax.train.results import markdown_table, summarize, summarize_metrics, write_results
 
 __all__ = ["default_data_config", "default_logging_policy_config", "load_datasets", "prepare_logged_data",
-           "true_position_propensities", "check_logged_click_method", "train_and_evaluate"]
+           "true_position_propensities", "check_logged_click_method", "with_position_propensities",
+           "train_and_evaluate"]
 
 METRIC_COLUMNS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "err@10")
 
@@ -41,7 +44,7 @@ def default_data_config() -> ml_collections.ConfigDict:
   ``valid_path``, ``test_path``, optional ``normalize``), ``ultra``
   (``path``) or ``baidu`` (logged clicks: ``train_path``, ``valid_path``,
   ``test_path`` as glob patterns, ``features``, ``max_sessions``, optional
-  ``normalize``); see :func:`load_datasets`. Shared by the studies that use
+  ``normalize`` and ``propensities``); see :func:`load_datasets`. Shared by the studies that use
   the baselines' data so that they stay on the same lists.
 
   >>> default_data_config().num_train
@@ -50,7 +53,7 @@ def default_data_config() -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict({
       "source": "synthetic", "seed": 0, "num_train": 1000, "num_valid": 200, "num_test": 200,
       "list_size": 20, "num_features": 32, "train_path": "", "valid_path": "", "test_path": "",
-      "path": "", "normalize": "", "features": "bert", "max_sessions": 0})
+      "path": "", "normalize": "", "features": "bert", "max_sessions": 0, "propensities": ""})
 
 
 def default_logging_policy_config() -> ml_collections.ConfigDict:
@@ -69,6 +72,44 @@ def _files(pattern: str, field: str) -> list[str]:
   return paths
 
 
+def with_position_propensities(train, spec: str, *, field: str = "propensities"):
+  """``train`` with ``extras["examination"]`` set from given position propensities (position 1 first).
+
+  For IPS on logged clicks, whose propensities no simulator knows: ``spec`` is comma-separated
+  numbers, or an existing text/CSV file with one position per line whose last column is the
+  propensity (so a ``position,propensity`` table works; a header line is skipped).
+
+  >>> ds = data_lib.RankingDataset(features=np.zeros((1, 3, 1), np.float32), labels=np.zeros((1, 3), np.float32),
+  ...                              where=np.array([[True, True, False]]), qid=np.array([0]))
+  >>> with_position_propensities(ds, "1, 0.5, 0.25, 0.1").extras["examination"].tolist()
+  [[1.0, 0.5, 0.0]]
+  """
+  if os.path.isfile(spec):
+    values = []
+    with open(spec, encoding="utf-8") as fh:
+      for line_no, line in enumerate(fh, 1):
+        parts = line.replace(",", " ").split()
+        if not parts:
+          continue
+        try:
+          values.append(float(parts[-1]))
+        except ValueError:
+          if line_no > 1:
+            raise ValueError(f"{spec}:{line_no}: field 'propensity': {parts[-1]!r} is not a number") from None
+  else:
+    try:
+      values = [float(v) for v in spec.split(",") if v.strip()]
+    except ValueError:
+      raise ValueError(f"{field}: {spec!r} is neither comma-separated numbers nor an existing file") from None
+  prop = np.asarray(values, np.float32)
+  if len(prop) < train.list_size:
+    raise ValueError(f"{field}: {len(prop)} propensities for lists of {train.list_size} positions")
+  if not np.all(np.isfinite(prop) & (prop > 0)):
+    raise ValueError(f"{field}: propensities must be finite and > 0, got {prop.tolist()}")
+  exam = np.where(train.where, prop[:train.list_size], 0.0).astype(np.float32)
+  return dataclasses.replace(train, extras={**train.extras, "examination": exam})
+
+
 def _load_baidu(d) -> tuple[Any, Any, Any]:
   """Baidu-ULTR: click files for training, annotation files for validation and test."""
   features = d.get("features") or "bert"
@@ -80,6 +121,8 @@ def _load_baidu(d) -> tuple[Any, Any, Any]:
   if "clicks" not in train.extras:
     raise ValueError(f"config.data.train_path={d.train_path!r}: the files have no 'click' column; the "
                      "training split of source='baidu' is Baidu-ULTR's click data")
+  if d.get("propensities"):
+    train = with_position_propensities(train, d.propensities, field="config.data.propensities")
   test = data_lib.load_baidu_ultr(_files(d.test_path, "test_path"), features=features)
   if d.get("valid_path"):
     valid = data_lib.load_baidu_ultr(_files(d.valid_path, "valid_path"), features=features)
