@@ -112,6 +112,10 @@ def test_trains_on_logged_baidu_clicks(tmp_path):
   train, valid, test = experiment.load_datasets(config, logged_clicks=True)
   assert train.num_queries == 48 and valid.num_queries + test.num_queries == 12
   np.testing.assert_array_equal(train.extras["clicks"], clicks)
+  config.data.feature_dtype = "float16"
+  half = experiment.load_datasets(config, logged_clicks=True)
+  assert all(ds.features.dtype == np.float16 for ds in half)
+  np.testing.assert_array_equal(half[0].features, train.features.astype(np.float16))
   # A method that reads the simulator's propensities is refused by name; other studies refuse the source.
   config.methods = ("ips",)
   with pytest.raises(ValueError, match=r"method 'ips' reads batch\['examination'\]"):

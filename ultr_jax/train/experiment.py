@@ -43,8 +43,8 @@ def default_data_config() -> ml_collections.ConfigDict:
   ``source`` may be ``synthetic``, ``svmlight`` (``train_path``,
   ``valid_path``, ``test_path``, optional ``normalize``), ``ultra``
   (``path``) or ``baidu`` (logged clicks: ``train_path``, ``valid_path``,
-  ``test_path`` as glob patterns, ``features``, ``max_sessions``, optional
-  ``normalize`` and ``propensities``); see :func:`load_datasets`. Shared by the studies that use
+  ``test_path`` as glob patterns, ``features``, ``max_sessions``,
+  ``feature_dtype``, optional ``normalize`` and ``propensities``); see :func:`load_datasets`. Shared by the studies that use
   the baselines' data so that they stay on the same lists.
 
   >>> default_data_config().num_train
@@ -53,7 +53,8 @@ def default_data_config() -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict({
       "source": "synthetic", "seed": 0, "num_train": 1000, "num_valid": 200, "num_test": 200,
       "list_size": 20, "num_features": 32, "train_path": "", "valid_path": "", "test_path": "",
-      "path": "", "normalize": "", "features": "bert", "max_sessions": 0, "propensities": ""})
+      "path": "", "normalize": "", "features": "bert", "max_sessions": 0, "propensities": "",
+      "feature_dtype": "float32"})
 
 
 def default_logging_policy_config() -> ml_collections.ConfigDict:
@@ -116,16 +117,21 @@ def _load_baidu(d) -> tuple[Any, Any, Any]:
   if features not in ("bert", "ltr"):
     features = tuple(name.strip() for name in features.split(",") if name.strip())
   max_sessions = int(d.get("max_sessions") or 0) or None
+  # float16 halves host and device memory for the 768-d embeddings (stored as float16); the methods
+  # compute in float32.
+  dtype = np.dtype(d.get("feature_dtype") or "float32")
+  if dtype.kind != "f":
+    raise ValueError(f"config.data.feature_dtype: expected a float dtype, got {d.feature_dtype!r}")
   train = data_lib.load_baidu_ultr(_files(d.train_path, "train_path"), features=features,
-                                   max_sessions=max_sessions)
+                                   max_sessions=max_sessions, dtype=dtype)
   if "clicks" not in train.extras:
     raise ValueError(f"config.data.train_path={d.train_path!r}: the files have no 'click' column; the "
                      "training split of source='baidu' is Baidu-ULTR's click data")
   if d.get("propensities"):
     train = with_position_propensities(train, d.propensities, field="config.data.propensities")
-  test = data_lib.load_baidu_ultr(_files(d.test_path, "test_path"), features=features)
+  test = data_lib.load_baidu_ultr(_files(d.test_path, "test_path"), features=features, dtype=dtype)
   if d.get("valid_path"):
-    valid = data_lib.load_baidu_ultr(_files(d.valid_path, "valid_path"), features=features)
+    valid = data_lib.load_baidu_ultr(_files(d.valid_path, "valid_path"), features=features, dtype=dtype)
   else:  # half of the annotated queries for model selection, as Hager et al. split them
     valid, test = data_lib.train_valid_test_split(test, (0.5, 0.5, 0.0), seed=d.seed)[:2]
   return train, valid, test
