@@ -62,7 +62,13 @@ ClickFn = Callable[[jax.Array, Mapping[str, jax.Array]], Mapping[str, jax.Array]
 
 
 def default_train_config() -> ml_collections.ConfigDict:
-  """Defaults of :func:`fit`; override any field in the config you pass."""
+  """Defaults of :func:`fit`; override any field in the config you pass.
+
+  >>> c = default_train_config()
+  >>> c.steps, c.batch_size, c.optimizer, c.display
+  (2000, 64, 'adam', 'logged')
+  >>> c.steps = 100  # then fit(method, train, config=c)
+  """
   c = ml_collections.ConfigDict()
   c.steps = 2000
   c.batch_size = 64
@@ -259,6 +265,16 @@ def evaluate(method: Method, params: Any, dataset: RankingDataset, *,
 
   Returns:
     ``{"ndcg@1", ..., "err@10", "mrr", "map"}`` each a ``float64[S]`` array.
+
+  >>> from ultr_jax import data
+  >>> from ultr_jax.train import get_method
+  >>> test = data.make_synthetic(num_train=1, num_valid=1, num_test=8, list_size=5, num_features=4).test
+  >>> m = get_method("naive", {"ranker": "linear"}, num_features=4, list_size=5)
+  >>> params = jax.vmap(lambda k: m.init(k, None)[0])(jax.random.split(jax.random.key(0), 2))
+  >>> sorted(evaluate(m, params, test, cutoffs=(3,)))
+  ['err@10', 'map', 'mrr', 'ndcg@3']
+  >>> evaluate(m, params, test)["ndcg@10"].shape  # one value per seed
+  (2,)
   """
   cutoffs = tuple(int(k) for k in cutoffs)
   q = dataset.num_queries
@@ -317,6 +333,20 @@ def fit(method: Method, train: RankingDataset, valid: Optional[RankingDataset] =
 
   Returns:
     A :class:`FitResult`.
+
+  Logged clicks (here the labels >= 2 as perfect clicks), two seeds at once:
+
+  >>> import dataclasses
+  >>> from ultr_jax import data
+  >>> from ultr_jax.train import get_method
+  >>> splits = data.make_synthetic(num_train=32, num_valid=8, num_test=8, list_size=5, num_features=4)
+  >>> train = dataclasses.replace(splits.train, extras={"clicks": (splits.train.labels >= 2).astype(np.float32)})
+  >>> config = default_train_config()
+  >>> config.steps, config.batch_size, config.eval_every, config.progress = 4, 8, 2, False
+  >>> m = get_method("naive", {"ranker": "linear"}, num_features=4, list_size=5)
+  >>> result = fit(m, train, splits.valid, config=config, seeds=(0, 1))
+  >>> result.best_step.shape, [h["step"] for h in result.history]
+  ((2,), [2, 4])
   """
   config = _with_defaults(config)
   name = name or method.name

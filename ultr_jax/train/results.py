@@ -70,7 +70,15 @@ def summarize_metrics(per_seed: Mapping[str, Any], names: Sequence[str]) -> tupl
 
 
 def atomic_write_text(path: str, text: str) -> None:
-  """Writes ``text`` to ``path`` atomically (temp file + ``os.replace``)."""
+  """Writes ``text`` to ``path`` atomically (temp file + ``os.replace``).
+
+  A reader sees the old file or the new one, never a half-written one; the directory is created.
+
+  >>> import tempfile
+  >>> path = os.path.join(tempfile.mkdtemp(), "out", "note.txt")
+  >>> atomic_write_text(path, "done"); open(path).read(), os.listdir(os.path.dirname(path))
+  ('done', ['note.txt'])
+  """
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
@@ -199,6 +207,13 @@ def write_results(workdir: str, results: Mapping[str, Any], *, table: Optional[s
       when omitted and those are given.
     rows, columns: a table to write as ``table.csv`` (and ``table.md``).
     row_header: the first column's name.
+
+  >>> import tempfile
+  >>> workdir = tempfile.mkdtemp()
+  >>> write_results(workdir, {"naive": {"ndcg@10": np.float32(0.5), "bad": float("nan")}},
+  ...               rows={"naive": {"ndcg@10": 0.5}}, columns=["ndcg@10"])
+  >>> sorted(os.listdir(workdir)), json.load(open(os.path.join(workdir, "results.json")))
+  (['results.json', 'table.csv', 'table.md'], {'naive': {'ndcg@10': 0.5, 'bad': None}})
   """
   atomic_write_text(os.path.join(workdir, "results.json"),
                     json.dumps(_jsonable(results), indent=2, sort_keys=False) + "\n")
