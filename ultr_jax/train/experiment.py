@@ -28,6 +28,7 @@ from ultr_jax import data as data_lib
 from ultr_jax import simulation
 from ultr_jax.train import methods as methods_lib
 from ultr_jax.train.loop import evaluate, fit
+from ultr_jax.train.method import KEY_REASONS, method_inputs_missing
 from ultr_jax.train.results import markdown_table, summarize, summarize_metrics, write_results
 
 __all__ = ["default_data_config", "default_logging_policy_config", "load_datasets", "prepare_logged_data",
@@ -219,17 +220,16 @@ def check_logged_click_method(method, train) -> None:
   """Raises unless ``method`` can train on ``train``'s logged clicks alone.
 
   Methods that read an oracle quantity of the click simulator (IPS's
-  ``"examination"`` propensities, say) cannot; the error names the key.
+  ``"examination"`` propensities, say) cannot; the error names the entry.
   """
   batch = jax.tree.map(jnp.asarray, train.as_batch(np.arange(min(2, train.num_queries))))
-  key = jax.random.key(0)
-  try:
-    params, extra = jax.eval_shape(method.init, key, batch)
-    jax.eval_shape(method.loss, params, extra, batch, key)
-  except KeyError as e:
-    raise ValueError(f"method {method.name!r} reads batch[{e.args[0]!r}], which logged clicks do not carry "
-                     "(only a click simulator knows it); leave the method out of config.methods or add "
-                     f"{e.args[0]!r} to the training data's extras") from None
+  missing = method_inputs_missing(method, batch)
+  if missing is not None:
+    fix = ("give position propensities with config.data.propensities" if missing == "examination" else
+           f"add {missing!r} to the training data's extras")
+    raise ValueError(f"method {method.name!r} reads batch[{missing!r}], which logged clicks do not carry "
+                     f"(it {KEY_REASONS.get(missing, 'needs that entry')}); leave the method out of "
+                     f"config.methods or {fix}")
 
 
 def _pearson(a: np.ndarray, b: np.ndarray) -> float:

@@ -22,13 +22,14 @@ checkpointed loop.
 """
 
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
+import jax
 import optax
 
 from ultr_jax.types import Array, Batch, Params, PRNGKey
 
-__all__ = ["Method"]
+__all__ = ["Method", "KEY_REASONS", "method_inputs_missing"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,3 +42,43 @@ class Method:
   score: Callable[[Params, Batch], Array]
   propensities: Optional[Callable[[Params, Any], Array]] = None
   optimizer: Optional[optax.GradientTransformation] = None
+
+
+#: Why a missing batch entry makes a method inapplicable (the cell's "n/a: ..." text).
+KEY_REASONS = {
+    "shown": "needs a top-k selection log (shown mask)",
+    "click_propensity": "needs the oracle click propensity pi*(1+d*) of the position_trust simulator",
+    "trust_score": "needs the oracle trust score sigma(gamma z) of the position_trust simulator",
+    "examination": "needs oracle examination propensities, which this click model does not report",
+    "context": "needs per-item contexts",
+}
+
+
+def method_inputs_missing(method, batch: Mapping[str, Any]) -> Optional[str]:
+  """The batch entry ``method.loss`` needs but ``batch`` lacks, or None when its loss traces.
+
+  Traces ``init`` and ``loss`` abstractly (:func:`jax.eval_shape`, nothing is computed) on ``batch``.
+
+  >>> import jax.numpy as jnp
+  >>> from ultr_jax.train import get_method
+  >>> m = get_method("cld", {}, num_features=2, list_size=3)
+  >>> b = {"features": jnp.ones((1, 3, 2)), "where": jnp.ones((1, 3), bool), "clicks": jnp.zeros((1, 3)),
+  ...      "examination": jnp.ones((1, 3))}
+  >>> method_inputs_missing(m, b)
+  'shown'
+  >>> method_inputs_missing(m, {**b, "shown": jnp.ones((1, 3), bool)}) is None
+  True
+  """
+  key = jax.random.key(0)
+  try:
+    params, extra = jax.eval_shape(method.init, key, batch)
+    jax.eval_shape(method.loss, params, extra, batch, key)
+  except KeyError as e:
+    return str(e.args[0]) if e.args else "?"
+  except ValueError as e:  # e.g. "ips_trust_oracle: batch needs 'click_propensity' (...)"
+    msg = str(e)
+    for k in KEY_REASONS:
+      if repr(k) in msg:
+        return k
+    raise
+  return None

@@ -49,6 +49,7 @@ from ultr_jax import simulation
 from ultr_jax.train import methods as methods_lib
 from ultr_jax.train.experiment import METRIC_COLUMNS, load_datasets
 from ultr_jax.train.loop import evaluate, fit
+from ultr_jax.train.method import KEY_REASONS, method_inputs_missing
 from ultr_jax.train.online import online_learning, online_users_missing
 from ultr_jax.train.results import markdown_table, save_figure, summarize_metrics, write_results
 
@@ -65,16 +66,6 @@ __all__ = [
     "plot_heatmap",
     "run_report",
 ]
-
-#: Why a missing batch entry makes a method inapplicable (the cell's "n/a: ..." text).
-KEY_REASONS = {
-    "shown": "needs a top-k selection log (shown mask)",
-    "click_propensity": "needs the oracle click propensity pi*(1+d*) of the position_trust simulator",
-    "trust_score": "needs the oracle trust score sigma(gamma z) of the position_trust simulator",
-    "examination": "needs oracle examination propensities, which this click model does not report",
-    "context": "needs per-item contexts",
-}
-
 
 # ----------------------------------------------------------------------------
 # Data and clicks per bias.
@@ -200,35 +191,6 @@ def _ig_label(rep) -> str:
 
 # ----------------------------------------------------------------------------
 # Applicability.
-
-
-def method_inputs_missing(method, batch: Mapping[str, Any]) -> Optional[str]:
-  """The batch entry ``method.loss`` needs but ``batch`` lacks, or None when its loss traces.
-
-  Traces ``init`` and ``loss`` abstractly (:func:`jax.eval_shape`, nothing is computed) on ``batch``.
-
-  >>> from ultr_jax.train import get_method
-  >>> m = get_method("cld", {}, num_features=2, list_size=3)
-  >>> b = {"features": jnp.ones((1, 3, 2)), "where": jnp.ones((1, 3), bool), "clicks": jnp.zeros((1, 3)),
-  ...      "examination": jnp.ones((1, 3))}
-  >>> method_inputs_missing(m, b)
-  'shown'
-  >>> method_inputs_missing(m, {**b, "shown": jnp.ones((1, 3), bool)}) is None
-  True
-  """
-  key = jax.random.key(0)
-  try:
-    params, extra = jax.eval_shape(method.init, key, batch)
-    jax.eval_shape(method.loss, params, extra, batch, key)
-  except KeyError as e:
-    return str(e.args[0]) if e.args else "?"
-  except ValueError as e:  # e.g. "ips_trust_oracle: batch needs 'click_propensity' (...)"
-    msg = str(e)
-    for k in KEY_REASONS:
-      if repr(k) in msg:
-        return k
-    raise
-  return None
 
 
 def not_applicable_reason(method, bias_name: str, batch: Mapping[str, Any]) -> Optional[str]:
