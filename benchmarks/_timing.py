@@ -1,7 +1,8 @@
 """Shared timing helpers for the benchmark scripts (run as ``python benchmarks/<name>.py``)."""
 
+import statistics
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 import jax
 import numpy as np
@@ -33,3 +34,13 @@ def time_method_step(method, batch: dict, reps: int, tx: Optional[optax.Gradient
     loss.block_until_ready()
     times.append(time.perf_counter() - t0)
   return float(np.median(times))
+
+
+def median_seconds(fn: Callable[[], object], repeats: int) -> float:
+  """Median wall seconds of ``repeats`` calls of ``fn()`` (for host-side work; no device sync)."""
+  times = []
+  for _ in range(repeats):
+    t = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - t)
+  return statistics.median(times)

@@ -21,15 +21,14 @@ per second and the ratios. Run: ``python benchmarks/baidu_load.py``.
 
 import argparse
 import os
-import statistics
 import tempfile
-import time
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.feather
 import pyarrow.parquet
 
+from _timing import median_seconds
 from ultr_jax import data
 from ultr_jax.data import baidu
 
@@ -86,14 +85,6 @@ def row_loop(path, features):
   return feats, clicks
 
 
-def timeit(fn, repeats):
-  times = []
-  for _ in range(repeats):
-    t = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t)
-  return statistics.median(times)
-
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -116,13 +107,13 @@ def main():
       ref_feats, ref_clicks = row_loop(doc_path, features)
       np.testing.assert_array_equal(ours.features, ref_feats)
       np.testing.assert_array_equal(ours.extras["clicks"], ref_clicks)
-      t_ref = timeit(lambda: row_loop(doc_path, features), args.repeats)
+      t_ref = median_seconds(lambda: row_loop(doc_path, features), args.repeats)
       columns = ["query_id", "position", "click", *features]
       for file_label, path, read in (
           ("feather, row per document", doc_path, lambda: pa.feather.read_table(doc_path, columns=columns)),
           ("parquet, row per page", page_path, lambda: pa.parquet.read_table(page_path, columns=columns))):
-        t_read = timeit(read, args.repeats)
-        t = timeit(lambda: data.load_baidu_ultr(path, features=features), args.repeats)
+        t_read = median_seconds(read, args.repeats)
+        t = median_seconds(lambda: data.load_baidu_ultr(path, features=features), args.repeats)
         ref = f"{t_ref:.3f} | {t_ref / t:.1f}x" if path == doc_path else "n/a | n/a"
         print(f"| {label} | {file_label} | {t_read:.3f} | {t:.3f} | {t / t_read:.1f}x | {n / t:,.0f} | {ref} |")
 

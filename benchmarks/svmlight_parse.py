@@ -16,10 +16,10 @@ import argparse
 import os
 import statistics
 import tempfile
-import time
 
 import numpy as np
 
+from _timing import median_seconds
 from ultr_jax import data
 
 
@@ -37,14 +37,6 @@ def make_file(path, lines, num_features, density, seed, comments):
       tail = f" # docid = {i}" if comments else ""
       f.write(f"{labels[i]} qid:{qid[i]} {feats}{tail}\n")
 
-
-def timeit(fn, repeats):
-  times = []
-  for _ in range(repeats):
-    t = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t)
-  return statistics.median(times)
 
 
 def main():
@@ -67,11 +59,11 @@ def main():
     # Alternate the contenders so machine noise hits both alike.
     sk, cold, load = [], [], []
     for _ in range(args.repeats):
-      sk.append(timeit(lambda: load_svmlight_file(path, query_id=True, n_features=nf), 1))
-      cold.append(timeit(lambda: data.read_svmlight(path, num_features=nf, cache=False), 1))
-      load.append(timeit(lambda: data.load_svmlight(path, num_features=nf, cache=False), 1))
+      sk.append(median_seconds(lambda: load_svmlight_file(path, query_id=True, n_features=nf), 1))
+      cold.append(median_seconds(lambda: data.read_svmlight(path, num_features=nf, cache=False), 1))
+      load.append(median_seconds(lambda: data.load_svmlight(path, num_features=nf, cache=False), 1))
     data.load_svmlight(path, num_features=nf, cache_dir=cache)  # writes the cache
-    warm = timeit(lambda: data.load_svmlight(path, num_features=nf, cache_dir=cache), args.repeats)
+    warm = median_seconds(lambda: data.load_svmlight(path, num_features=nf, cache_dir=cache), args.repeats)
     sk, cold, load = map(statistics.median, (sk, cold, load))
     print(f"{name:<20} {mb:6.1f} {sk:10.3f} {cold:8.3f} {load:8.3f} {warm:8.3f}"
           f" {sk / cold:9.2f} {sk / load:9.2f} {sk / warm:9.2f}")
