@@ -159,3 +159,30 @@ def test_online_learners_as_columns(tmp_path):
   table = (tmp_path / "table.md").read_text()
   assert table.splitlines()[0] == "| bias | identifiability (IG) | naive | online_pdgd | online_nsgd |"
   assert "online_<method>: an online learner" in table
+
+
+def test_pdgd_observation_analysis_runs_and_its_pair_sets_add_up():
+  spec = importlib.util.spec_from_file_location("pdgd_observation", ROOT / "experiments" / "report" /
+                                                "pdgd_observation.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  out = module.main(smoke=True, bias_name="individual", reps=3,
+                    variants=("pdgd considered/debias/probability", "naive listwise"))
+  pairs = out["pairs"]
+  # 'all' is 'considered' plus 'below'; 'above' is part of 'considered'.
+  assert pairs["all"]["pairs_per_draw"] == pytest.approx(pairs["considered"]["pairs_per_draw"]
+                                                         + pairs["below"]["pairs_per_draw"])
+  assert 0 < pairs["above"]["pairs_per_draw"] <= pairs["considered"]["pairs_per_draw"]
+  assert all(np.isfinite(v) for s in pairs.values() for v in s.values())
+  assert len(out["learners"]) == 2
+  for entry in out["learners"].values():
+    assert all(np.isfinite(entry["b_g/b_y"])) and all(0 < v <= 1 for v in entry["ndcg@10"])
+  # Without individual observation there is no observation gap and no slope to report.
+  pbm = module.main(smoke=True, bias_name="pbm", reps=2, variants=())
+  assert all(s["observation_gap"] == 0.0 for s in pbm["pairs"].values()) and not pbm["learners"]
+  rng = np.random.default_rng(0)
+  scores, labels = rng.normal(size=(4, 5)), rng.integers(0, 3, (4, 5)).astype(float)
+  where = np.ones((4, 5), bool)
+  assert np.isnan(module.observation_slopes(scores, labels, np.ones((4, 5)), where))
+  g = rng.normal(size=(4, 5))
+  assert module.observation_slopes(2 * labels - 3 * g, labels, g, where) == pytest.approx(-1.5)
