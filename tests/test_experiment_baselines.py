@@ -120,6 +120,10 @@ def test_trains_on_logged_baidu_clicks(tmp_path):
   config.methods = ("ips",)
   with pytest.raises(ValueError, match=r"method 'ips' reads batch\['examination'\]"):
     experiment.train_and_evaluate(config, None)
+  config.methods = ("full_info",)  # a click log has no labels to train on
+  with pytest.raises(ValueError, match=r"method 'full_info' reads batch\['labels'\].*graded relevance labels"):
+    experiment.train_and_evaluate(config, None)
+  config.methods = ("ips",)
   # With given propensities IPS trains (they are the position's, 0 at padding).
   config.data.propensities = ",".join(str(p) for p in exam)
   results = experiment.train_and_evaluate(config, None)

@@ -220,13 +220,17 @@ def check_logged_click_method(method, train) -> None:
   """Raises unless ``method`` can train on ``train``'s logged clicks alone.
 
   Methods that read an oracle quantity of the click simulator (IPS's
-  ``"examination"`` propensities, say) cannot; the error names the entry.
+  ``"examination"`` propensities, say) cannot, nor can ``full_info`` when the
+  log has no relevance labels; the error names the entry.
   """
   batch = jax.tree.map(jnp.asarray, train.as_batch(np.arange(min(2, train.num_queries))))
+  if not train.labels.any():  # a click log has no relevance labels (the loader fills zeros)
+    batch.pop("labels")
   missing = method_inputs_missing(method, batch)
   if missing is not None:
-    fix = ("give position propensities with config.data.propensities" if missing == "examination" else
-           f"add {missing!r} to the training data's extras")
+    fix = {"examination": "give position propensities with config.data.propensities",
+           "labels": "evaluate the labels' ceiling on annotated data instead"}.get(
+               missing, f"add {missing!r} to the training data's extras")
     raise ValueError(f"method {method.name!r} reads batch[{missing!r}], which logged clicks do not carry "
                      f"(it {KEY_REASONS.get(missing, 'needs that entry')}); leave the method out of "
                      f"config.methods or {fix}")

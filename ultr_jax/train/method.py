@@ -51,6 +51,7 @@ KEY_REASONS = {
     "trust_score": "needs the oracle trust score sigma(gamma z) of the position_trust simulator",
     "examination": "needs oracle examination propensities, which this click model does not report",
     "context": "needs per-item contexts",
+    "labels": "trains on graded relevance labels",
 }
 
 
