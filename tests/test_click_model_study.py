@@ -57,15 +57,21 @@ def test_binary_smoke_run(tmp_path, subprocess_env):
   assert_matches_expected(results, "click_models_smoke")  # the recorded numbers of this config
 
 
-def test_click_log_mode_fits_a_session_file(tmp_path):
+@pytest.mark.parametrize("fmt", ["tsv", "baidu"])
+def test_click_log_mode_fits_a_session_file(tmp_path, fmt):
   attraction = np.random.default_rng(0).uniform(0.1, 0.9, size=(4, 5)).astype(np.float32)
   log = sim.simulate_session_log(jax.random.key(0), "cascade", attraction, num_sessions=500)
-  lines = ["session_id,query_id,doc_id,position,click"]
+  lines = ["session_id,query_id,doc_id,position,click"] if fmt == "tsv" else []
   for s, (ids, clicks) in enumerate(zip(np.asarray(log["doc_ids"]), np.asarray(log["clicks"]))):
-    lines += [f"s{s},q{d // 5},d{d},{p + 1},{int(c)}" for p, (d, c) in enumerate(zip(ids, clicks))]
+    if fmt == "tsv":
+      lines += [f"s{s},q{d // 5},d{d},{p + 1},{int(c)}" for p, (d, c) in enumerate(zip(ids, clicks))]
+    else:  # Baidu-ULTR's raw session layout: a query line, then pos, url_md5, title, abstract, type, click, ...
+      lines += [f"{s}\tq{ids[0] // 5}\t"] + ["\t".join([str(p + 1), f"d{d}", "1", "2", "0", str(int(c))] + ["0"] * 27)
+                                           for p, (d, c) in enumerate(zip(ids, clicks))]
   (tmp_path / "log.csv").write_text("\n".join(lines) + "\n")
   config = _config("smoke")
   config.click_log = str(tmp_path / "log.csv")
+  config.click_log_format = fmt
   config.fit_models = ("pbm", "cascade", "dcm")
   results = run_click_model_study(config, str(tmp_path / "out"))
   assert list(results) == ["log"]

@@ -390,16 +390,29 @@ def test_read_click_log_errors_name_file_line_and_field(tmp_path, text, match):
     read_click_log(tmp_path / "log.csv")
 
 
-def test_check_binary_on_a_click_log(tmp_path, subprocess_env):
+def _write_baidu_sessions(path, items, positions, clicks):
+  """The same log as Baidu-ULTR's raw session file: a query line, then one line per shown document."""
+  with open(path, "w") as fh:
+    for s in range(items.shape[0]):
+      fh.write(f"{s}\tq{items[s, 0] // 10}\t\n")  # every row's items are one query's
+      for j in range(items.shape[1]):
+        fh.write("\t".join([str(positions[s, j] + 1), f"doc-{items[s, j]}", "1\x012", "3", "0",
+                            str(int(clicks[s, j]))] + ["0"] * 27) + "\n")
+
+
+@pytest.mark.parametrize("fmt", ["tsv", "baidu"])
+def test_check_binary_on_a_click_log(tmp_path, subprocess_env, fmt):
   import json
   import pathlib
   import subprocess
   import sys
   items, factors, clicks = _two_component_log()
-  _write_log(tmp_path / "log.tsv", items, factors, clicks)
+  assert np.all(items // 10 == items[:, :1] // 10)
+  path = tmp_path / ("log.tsv" if fmt == "tsv" else "part-00000.txt")
+  (_write_log if fmt == "tsv" else _write_baidu_sessions)(path, items, factors, clicks)
   out = tmp_path / "r.json"
   subprocess.run([sys.executable, "experiments/identifiability/check.py",
-                  f"--click_log={tmp_path / 'log.tsv'}", f"--out={out}"], check=True,
+                  f"--click_log={path}", f"--click_log_format={fmt}", f"--out={out}"], check=True,
                  capture_output=True, env=subprocess_env,
                  cwd=str(pathlib.Path(__file__).parent.parent))
   r = json.loads(out.read_text())

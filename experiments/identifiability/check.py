@@ -11,6 +11,9 @@ r"""Identifiability check (Algorithm 1, Chen et al. ICML 2024) for a dataset.
   # ultr_jax.data.read_click_log): the IG of its positions, and the position
   # propensities harvested from it (all-pairs, pivot, and the naive CTR):
   python experiments/identifiability/check.py --click_log=log.tsv --out=/tmp/log.json
+  # Baidu-ULTR's raw session file (ultr_jax.data.read_baidu_sessions):
+  python experiments/identifiability/check.py --click_log=part-00001.gz --click_log_format=baidu \
+      --out=/tmp/baidu.json
 
 Writes ``{"identifiable": bool, "num_components": K, "components": [[ids]]}``
 (plus a few statistics) to ``--out``; bias-factor ids are positions, or
@@ -26,7 +29,7 @@ import tempfile
 from absl import app, flags
 import numpy as np
 
-from ultr_jax.data import load_ultra, read_click_log
+from ultr_jax.data import CLICK_LOG_FORMATS, load_ultra, read_click_log
 from ultr_jax.graph import HARVESTING_METHODS, check_identifiability, intervention_sets
 from ultr_jax.graph import records
 
@@ -34,6 +37,9 @@ _DATA = flags.DEFINE_string(
     "data", None, "ULTRA directory (with settings.json) or SVMlight file.")
 _CLICK_LOG = flags.DEFINE_string(
     "click_log", None, "A click log (TSV/CSV) instead of --data: also harvests propensities.")
+_CLICK_LOG_FORMAT = flags.DEFINE_enum(
+    "click_log_format", "tsv", list(CLICK_LOG_FORMATS),
+    "tsv: query_id, doc_id, position, click rows; baidu: a raw Baidu-ULTR session file (part-XXXXX.gz).")
 _SPLIT = flags.DEFINE_string("split", "train", "ULTRA split to read.")
 _OUT = flags.DEFINE_string("out", None, "Where to write the JSON report.")
 _LIST_SIZE = flags.DEFINE_integer(
@@ -50,7 +56,7 @@ HARVEST = ("all_pairs", "pivot", "ctr")
 
 
 def _click_log_report():
-  log = read_click_log(_CLICK_LOG.value)
+  log = read_click_log(_CLICK_LOG.value, format=_CLICK_LOG_FORMAT.value)
   report = check_identifiability(log.items, log.positions, num_items=log.num_items,
                                  num_factors=log.num_positions)
   out = report.to_dict()

@@ -1,7 +1,7 @@
 """ultr_jax.data: loaders, caching, preprocessing, synthetic data, batching."""
 
-from ultr_jax.data.baidu import BERT_FEATURES, LTR_FEATURES, load_baidu_ultr
-from ultr_jax.data.click_log import ClickLog, click_log_sessions, read_click_log
+from ultr_jax.data.baidu import BERT_FEATURES, LTR_FEATURES, load_baidu_ultr, read_baidu_sessions
+from ultr_jax.data.click_log import CLICK_LOG_FORMATS, ClickLog, click_log_sessions, read_click_log
 from ultr_jax.data.dataset import RankingDataset
 from ultr_jax.data.preprocessing import (NORMALIZATIONS, DatasetStats, NormalizerStats, drop_queries_without_relevant,
                                          fit_normalizer, normalize_features, stats)
@@ -17,4 +17,5 @@ __all__ = ["load_ultra", "read_ultra_features", "RankingDataset",
            "Splits", "batches", "concatenate", "pad_queries", "take_queries", "train_valid_test_split",
            "SVMLightRows", "default_cache_dir", "load_svmlight", "read_svmlight", "rows_to_dataset", "write_svmlight",
            "DEFAULT_LABEL_FRACTIONS", "make_synthetic", "ClickLog", "read_click_log",
-           "click_log_sessions", "BERT_FEATURES", "LTR_FEATURES", "load_baidu_ultr"]
+           "click_log_sessions", "CLICK_LOG_FORMATS", "BERT_FEATURES", "LTR_FEATURES", "load_baidu_ultr",
+           "read_baidu_sessions"]

@@ -37,20 +37,27 @@ documents keep the file order. Pages longer than ``list_size`` keep their
 first ``list_size`` positions. Logged clicks travel as ``extras["clicks"]``,
 which :func:`ultr_jax.train.fit` trains on when it is given no ``click_fn``.
 
+:func:`read_baidu_sessions` reads the release's raw session files
+(``part-XXXXX.gz``: query lines, then one line per shown document) as a
+session :class:`~ultr_jax.data.ClickLog`, for the identifiability check, the
+propensity estimators and the click models, which need no features.
+
 Bad input raises a ``ValueError`` naming the file, the row (0-based, as
 Arrow counts them; ``row r, document d`` in the page layout) and the field.
 pyarrow is needed only here: ``pip install 'ultr_jax[baidu]'``.
 """
 
+import gzip
 import os
 import pathlib
 from typing import NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
+from ultr_jax.data.click_log import ClickLog
 from ultr_jax.data.dataset import RankingDataset
 
-__all__ = ["BERT_FEATURES", "LTR_FEATURES", "load_baidu_ultr"]
+__all__ = ["BERT_FEATURES", "LTR_FEATURES", "QUERY_KEYS", "load_baidu_ultr", "read_baidu_sessions"]
 
 PathLike = Union[str, os.PathLike]
 
@@ -432,3 +439,114 @@ def load_baidu_ultr(paths: Union[PathLike, Sequence[PathLike]], *, features: Uni
     extras["frequency_bucket"] = bucket
   return RankingDataset(features=out_features, labels=labels, where=mask, qid=qid, doc_ids=doc_ids,
                         extras=extras)
+
+
+# ----------------------------------------------------------------------------
+# The raw session files (part-XXXXX.gz) of the Baidu-ULTR release.
+
+_SESSION_FIELDS = {"pos": 0, "url_md5": 1, "click": 5}  # of a document line (0-based columns)
+QUERY_KEYS = ("query", "qid")
+
+
+def read_baidu_sessions(path: PathLike, *, query_key: str = "query", max_sessions: Optional[int] = None
+                        ) -> ClickLog:
+  r"""Reads a raw Baidu-ULTR session file (``part-XXXXX.gz``) as a session :class:`~ultr_jax.data.ClickLog`.
+
+  The release's tab-separated text (gzip or plain): each result page starts
+  with a query line ``qid, query, query_reformulation`` (at most 3 fields;
+  the texts are token ids joined by ``\x01``), followed by one line per shown
+  document ``pos, url_md5, title, abstract, multimedia_type, click, ...``
+  (``pos`` 1-based, ``click`` 0/1; the other columns are not read). No
+  features are needed: the log's (query, document, position, click) rows are
+  what the identifiability check, the intervention-harvesting propensity
+  estimators and the session click models read
+  (``experiments/identifiability/check.py --click_log=... --click_log_format=baidu``,
+  ``experiments/click_models/main.py --config.click_log=... --config.click_log_format=baidu``).
+
+  Args:
+    path: the session file (``.gz`` is decompressed on the fly).
+    query_key: what makes two pages the same query, so that a document shown
+      at different positions on them is one item: ``"query"`` (the query's
+      token ids, default) or ``"qid"``.
+    max_sessions: read only the first this many pages.
+
+  Returns:
+    A :class:`~ultr_jax.data.ClickLog` with one row per shown document:
+    ``items`` are dense ids of (query, ``url_md5``) pairs, ``positions``
+    0-based, ``sessions`` one id per page in file order, ``query_ids`` the
+    ``qid`` column, ``doc_ids`` the ``url_md5`` column and ``lines`` each
+    row's line in the file (for error messages).
+
+  Raises:
+    ValueError: a document line before any query line, a line with 4 to 5
+      fields, a ``pos`` that is not an integer >= 1, a ``click`` that is not
+      0 or 1, or an empty ``url_md5`` (naming the file, line and field).
+
+  >>> import gzip, pathlib, tempfile
+  >>> p = pathlib.Path(tempfile.mkdtemp()) / "part-00000.gz"
+  >>> doc = lambda pos, url, click: "\t".join([str(pos), url, "1\x012", "3", "0", str(click)] + ["0"] * 27)
+  >>> with gzip.open(p, "wt") as f:
+  ...   _ = f.write("\n".join(["1\t11\x0112\t", doc(1, "u1", 0), doc(2, "u2", 1),
+  ...                          "2\t11\x0112\t", doc(1, "u2", 1), doc(2, "u3", 0)]) + "\n")
+  >>> log = read_baidu_sessions(p)
+  >>> log.items.tolist(), log.positions.tolist(), log.clicks.tolist(), log.sessions.tolist()
+  ([0, 1, 1, 2], [0, 1, 0, 1], [0.0, 1.0, 1.0, 0.0], [0, 0, 1, 1])
+  >>> read_baidu_sessions(p, query_key="qid").num_items  # two qids: no document is shared
+  4
+  """
+  if query_key not in QUERY_KEYS:
+    raise ValueError(f"query_key must be one of {QUERY_KEYS}, got {query_key!r}")
+  if max_sessions is not None and int(max_sessions) < 1:
+    raise ValueError(f"max_sessions must be >= 1, got {max_sessions}")
+  path = pathlib.Path(path)
+  if not path.is_file():
+    raise FileNotFoundError(f"{path}: no such file")
+  opener = gzip.open if path.suffix.lower() == ".gz" else open
+  item_ids: dict = {}
+  qids, urls, positions, clicks, sessions, lines, items = [], [], [], [], [], [], []
+  session, qid, query = -1, None, None
+  pos_col, url_col, click_col = (_SESSION_FIELDS[k] for k in ("pos", "url_md5", "click"))
+  try:
+    with opener(path, "rt", encoding="utf-8", newline="\n") as fh:
+      for line_no, line in enumerate(fh, start=1):
+        fields = line.rstrip("\r\n").split("\t", click_col + 1)
+        if len(fields) == 1 and not fields[0]:
+          continue
+        if len(fields) <= 3:  # a query line starts a page
+          if max_sessions is not None and session + 1 >= max_sessions:
+            break
+          session += 1
+          qid = fields[0]
+          query = fields[1] if query_key == "query" and len(fields) > 1 else qid
+          continue
+        if qid is None:
+          raise ValueError(f"{path}:{line_no}: a document line before any query line")
+        if len(fields) <= click_col:
+          raise ValueError(f"{path}:{line_no}: {len(fields)} fields: a query line has at most 3, a document "
+                           f"line at least {click_col + 1} (pos, url_md5, title, abstract, multimedia_type, "
+                           "click, ...)")
+        pos = fields[pos_col]
+        if not pos.isdigit() or int(pos) < 1:
+          raise ValueError(f"{path}:{line_no}: field 'pos': {pos!r} is not an integer >= 1")
+        click = fields[click_col]
+        if click not in ("0", "1"):
+          raise ValueError(f"{path}:{line_no}: field 'click': {click!r} is not 0 or 1")
+        url = fields[url_col]
+        if not url:
+          raise ValueError(f"{path}:{line_no}: field 'url_md5': empty")
+        qids.append(qid)
+        urls.append(url)
+        positions.append(int(pos) - 1)
+        clicks.append(click == "1")
+        sessions.append(session)
+        lines.append(line_no)
+        items.append(item_ids.setdefault((query, url), len(item_ids)))
+  except (OSError, EOFError, UnicodeDecodeError) as e:
+    raise ValueError(f"{path}: cannot read the session file ({e})") from None
+  if not lines:
+    raise ValueError(f"{path}: no document lines")
+  pos_arr = np.asarray(positions, np.int32)
+  return ClickLog(items=np.asarray(items, np.int32), positions=pos_arr, clicks=np.asarray(clicks, np.float32),
+                  weights=np.ones(len(items), np.float32), query_ids=np.asarray(qids), doc_ids=np.asarray(urls),
+                  num_items=len(item_ids), num_positions=int(pos_arr.max()) + 1,
+                  sessions=np.asarray(sessions, np.int32), path=str(path), lines=np.asarray(lines, np.int32))

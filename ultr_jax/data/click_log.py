@@ -25,7 +25,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-__all__ = ["ClickLog", "read_click_log", "click_log_sessions"]
+__all__ = ["CLICK_LOG_FORMATS", "ClickLog", "read_click_log", "click_log_sessions"]
 
 _REQUIRED = ("query_id", "doc_id", "position", "click")
 
@@ -44,6 +44,8 @@ class ClickLog(NamedTuple):
     sessions: ``int32[R]`` dense session id of each row (in order of first
       appearance), or None without a ``session_id`` column.
     path: the file read (for error messages).
+    lines: ``int32[R]`` the 1-based line of each row in ``path`` where it is
+      not the delimited layout's (the Baidu-ULTR session files), else None.
   """
 
   items: np.ndarray
@@ -56,6 +58,12 @@ class ClickLog(NamedTuple):
   num_positions: int
   sessions: Optional[np.ndarray] = None
   path: str = ""
+  lines: Optional[np.ndarray] = None
+
+
+def _row_line(log: ClickLog, row: int) -> int:
+  """The 1-based line of data row ``row`` of ``log``'s file."""
+  return int(log.lines[row]) if log.lines is not None else _line_of(log.path, row)
 
 
 def _line_of(path, row: int) -> int:
@@ -101,7 +109,11 @@ def _first_bad(path, bad: np.ndarray, field: str, values: np.ndarray, msg: str):
   raise ValueError(f"{path}:{_line_of(path, row)}: field {field!r}: {values[row]} {msg}")
 
 
-def read_click_log(path, *, delimiter: Optional[str] = None, position_base: int = 1) -> ClickLog:
+CLICK_LOG_FORMATS = ("tsv", "baidu")
+
+
+def read_click_log(path, *, delimiter: Optional[str] = None, position_base: int = 1,
+                   format: str = "tsv") -> ClickLog:  # pylint: disable=redefined-builtin
   r"""Reads a click log (see the module docstring for the columns).
 
   Args:
@@ -109,6 +121,10 @@ def read_click_log(path, *, delimiter: Optional[str] = None, position_base: int 
     delimiter: column separator (default: a tab if the header has one, else a
       comma).
     position_base: the rank of the top position in the file (1, or 0).
+    format: ``"tsv"`` (the delimited rows above) or ``"baidu"`` (a raw
+      Baidu-ULTR session file, read by
+      :func:`~ultr_jax.data.read_baidu_sessions`; ``delimiter`` and
+      ``position_base`` do not apply).
 
   Returns:
     A :class:`ClickLog`.
@@ -125,6 +141,11 @@ def read_click_log(path, *, delimiter: Optional[str] = None, position_base: int 
   >>> print(log.items.tolist(), log.positions.tolist(), log.clicks.tolist(), log.num_items)
   [0, 1, 1] [0, 1, 0] [1.0, 0.0, 1.0] 2
   """
+  if format not in CLICK_LOG_FORMATS:
+    raise ValueError(f"format must be one of {CLICK_LOG_FORMATS}, got {format!r}")
+  if format == "baidu":
+    from ultr_jax.data.baidu import read_baidu_sessions  # noqa: PLC0415  (baidu imports this module)
+    return read_baidu_sessions(path)
   path = os.fspath(path)
   with open(path, encoding="utf-8") as fh:
     header = fh.readline().rstrip("\r\n")
@@ -222,7 +243,7 @@ def click_log_sessions(log: ClickLog, *, list_size: Optional[int] = None) -> dic
   bad = log.positions >= length
   if bad.any():
     row = int(np.flatnonzero(bad)[0])
-    raise ValueError(f"{log.path}:{_line_of(log.path, row)}: field 'position': position {log.positions[row] + 1} "
+    raise ValueError(f"{log.path}:{_row_line(log, row)}: field 'position': position {log.positions[row] + 1} "
                      f"(1-based) is beyond list_size {length}")
   num_sessions = int(log.sessions.max()) + 1
   # One query per session: the first row's query must be every row's.
@@ -233,7 +254,7 @@ def click_log_sessions(log: ClickLog, *, list_size: Optional[int] = None) -> dic
   bad = query != query[first_row[log.sessions]]
   if bad.any():
     row = int(np.flatnonzero(bad)[0])
-    raise ValueError(f"{log.path}:{_line_of(log.path, row)}: field 'query_id': {str(log.query_ids[row])!r}, but "
+    raise ValueError(f"{log.path}:{_row_line(log, row)}: field 'query_id': {str(log.query_ids[row])!r}, but "
                      f"its session began with query {str(log.query_ids[first_row[log.sessions[row]]])!r}")
   cell = log.sessions.astype(np.int64) * length + log.positions
   _, first = np.unique(cell, return_index=True)
@@ -241,7 +262,7 @@ def click_log_sessions(log: ClickLog, *, list_size: Optional[int] = None) -> dic
   repeated[first] = False  # every row but the first of its (session, position) cell
   if repeated.any():
     row = int(np.flatnonzero(repeated)[0])
-    raise ValueError(f"{log.path}:{_line_of(log.path, row)}: field 'position': its session already shows a "
+    raise ValueError(f"{log.path}:{_row_line(log, row)}: field 'position': its session already shows a "
                      f"document at position {log.positions[row] + 1}")
   doc_ids = np.zeros((num_sessions, length), np.int32)
   clicks = np.zeros((num_sessions, length), np.float32)

@@ -8,7 +8,8 @@ scored on the rest (:func:`~ultr_jax.simulation.evaluate_click_model`): the
 conditional perplexity, the CTR perplexity and the log-likelihood, as
 PyClick and CLAX report, plus the attraction error against the simulator's
 truth. With ``config.click_log`` the same is done for a real session log
-(:func:`~ultr_jax.data.read_click_log` with a ``session_id`` column).
+(:func:`~ultr_jax.data.read_click_log` with a ``session_id`` column, or
+Baidu-ULTR's raw session files with ``config.click_log_format = "baidu"``).
 
 ``results.json`` maps ``true=<model>`` (or ``log``) to the fitted model's
 metrics, each ``{"mean", "std", "ci90"}`` over seeds (and
@@ -65,6 +66,7 @@ def default_click_model_config() -> ml_collections.ConfigDict:
   c.max_iters = 500
   c.tol = 1e-5
   c.click_log = ""  # a session log (TSV/CSV with session_id) instead of the simulation
+  c.click_log_format = "tsv"  # or "baidu": a raw Baidu-ULTR session file (part-XXXXX.gz)
   c.list_size_of_log = 0  # 0: the log's largest position
   return c
 
@@ -183,7 +185,7 @@ def run_click_model_study(config: ml_collections.ConfigDict, workdir: Optional[s
   results: dict[str, Any] = {}
   start = time.perf_counter()
   if config.click_log:
-    log = data_lib.read_click_log(config.click_log)
+    log = data_lib.read_click_log(config.click_log, format=config.get("click_log_format", "tsv"))
     sessions = data_lib.click_log_sessions(log, list_size=int(config.list_size_of_log) or None)
     order = np.random.default_rng(config.seed).permutation(sessions["doc_ids"].shape[0])
     n_test = int(round(len(order) * config.test_fraction))

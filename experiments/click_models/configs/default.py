@@ -8,6 +8,8 @@ r"""Click-model study config: ``get_config()`` (the default) or ``get_config("sm
   # your own log: one row per (session, shown document), columns session_id, query_id, doc_id,
   # position (1-based), click; 80% of the sessions fit each model, 20% score it
   ... --config.click_log=/path/to/sessions.tsv
+  # Baidu-ULTR's raw session file (a query line, then one line per shown document):
+  ... --config.click_log=/data/baidu_ultr/part-00001.gz --config.click_log_format=baidu
 
 The default simulates 60k sessions (100 queries x 10 documents, a noisy logging ranker) from each of
 PBM, UBM, DCM, DBN and CCM, three seeds each, and fits all six models (the cascade only where no
