@@ -16,10 +16,22 @@ of ``--repeats`` runs:
   lists far more slowly than feather maps them);
 
 checks that ours and the row loop give the same arrays, and prints documents
-per second and the ratios. Run: ``python benchmarks/baidu_load.py``.
+per second and the ratios.
+
+Then the raw session files (``part-XXXXX.gz``): ``--sessions`` pages of up to
+10 documents whose lines carry title and abstract token ids as long as the
+release's (about 900 bytes a document line), gzip-compressed, timed as
+
+* ``ours``: :func:`ultr_jax.data.read_baidu_sessions` (a ``ClickLog``);
+* ``full split``: the same rows by splitting every line into all its columns
+  (the way a generic TSV parser reads it), ids interned the same way;
+* ``gzip lines alone``: only iterating the decompressed lines, the floor.
+
+Run: ``python benchmarks/baidu_load.py``.
 """
 
 import argparse
+import gzip
 import os
 import tempfile
 
@@ -86,10 +98,68 @@ def row_loop(path, features):
 
 
 
+def write_sessions(path, pages: int, seed: int = 0) -> int:
+  rng = np.random.default_rng(seed)
+  tokens = lambda n: "\x01".join(map(str, rng.integers(1, 30000, n)))  # noqa: E731
+  queries = [tokens(4) for _ in range(max(1, pages // 5))]
+  docs = 0
+  with gzip.open(path, "wt", encoding="utf-8") as fh:
+    for p in range(pages):
+      fh.write(f"{p}\t{queries[p % len(queries)]}\t\n")
+      n = int(rng.integers(3, 11))
+      title, abstract = tokens(20), tokens(120)
+      for pos in range(1, n + 1):
+        fh.write("\t".join([str(pos), f"{rng.integers(1 << 62):032x}", title, abstract, "0",
+                            str(int(rng.random() < 0.2))] + ["0"] * 27) + "\n")
+      docs += n
+  return docs
+
+
+def full_split(path):
+  """The same rows as ``read_baidu_sessions`` by splitting every line into all its columns."""
+  ids, items, positions, clicks = {}, [], [], []
+  query = None
+  with gzip.open(path, "rt", encoding="utf-8") as fh:
+    for line in fh:
+      cols = line.rstrip("\n").split("\t")
+      if len(cols) <= 3:
+        query = cols[1]
+        continue
+      items.append(ids.setdefault((query, cols[1]), len(ids)))
+      positions.append(int(cols[0]) - 1)
+      clicks.append(cols[5] == "1")
+  return np.asarray(items, np.int32), np.asarray(positions, np.int32), np.asarray(clicks, np.float32)
+
+
+def gzip_lines(path):
+  with gzip.open(path, "rt", encoding="utf-8") as fh:
+    for _ in fh:
+      pass
+
+
+def sessions_table(tmp, pages, repeats):
+  path = os.path.join(tmp, "part-00000.gz")
+  docs = write_sessions(path, pages)
+  log = data.read_baidu_sessions(path)
+  items, positions, clicks = full_split(path)
+  np.testing.assert_array_equal(log.items, items)
+  np.testing.assert_array_equal(log.positions, positions)
+  np.testing.assert_array_equal(log.clicks, clicks)
+  t_floor = median_seconds(lambda: gzip_lines(path), repeats)
+  t_ref = median_seconds(lambda: full_split(path), repeats)
+  t = median_seconds(lambda: data.read_baidu_sessions(path), repeats)
+  print(f"\nsession file: {pages} pages, {docs} documents, {os.path.getsize(path) / 2**20:.0f} MiB gzip")
+  print("| reader | seconds | docs/s | vs ours |")
+  print("|---|---|---|---|")
+  for name, sec in (("ours (read_baidu_sessions)", t), ("full split", t_ref), ("gzip lines alone", t_floor)):
+    print(f"| {name} | {sec:.2f} | {docs / sec:,.0f} | {sec / t:.2f}x |")
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--pages", type=int, default=20000)
   parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--sessions", type=int, default=50000, help="pages in the raw session file (0: skip)")
   args = parser.parse_args()
   doc, page, n = make_tables(args.pages)
   with tempfile.TemporaryDirectory() as tmp:
@@ -116,6 +186,8 @@ def main():
         t = median_seconds(lambda: data.load_baidu_ultr(path, features=features), args.repeats)
         ref = f"{t_ref:.3f} | {t_ref / t:.1f}x" if path == doc_path else "n/a | n/a"
         print(f"| {label} | {file_label} | {t_read:.3f} | {t:.3f} | {t / t_read:.1f}x | {n / t:,.0f} | {ref} |")
+    if args.sessions:
+      sessions_table(tmp, args.sessions, args.repeats)
 
 if __name__ == "__main__":
   main()
