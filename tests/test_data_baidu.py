@@ -147,6 +147,15 @@ def test_several_files_and_max_sessions(tmp_path, layout):
     np.testing.assert_array_equal(head.extras["clicks"], one.extras["clicks"][:m])
 
 
+def test_an_empty_page_row_stays_an_all_masked_page(tmp_path):
+  table = pa.table({"query_id": [1, 2, 3], "position": [[1, 2], [], [1]], "click": [[0, 1], [], [1]],
+                    "bm25": [[0.1, 0.2], [], [0.3]]})
+  ds = data.load_baidu_ultr(write(tmp_path, table, ".parquet"), features=("bm25",))
+  np.testing.assert_array_equal(ds.qid, [1, 2, 3])
+  np.testing.assert_array_equal(ds.where, [[True, True], [False, False], [True, False]])
+  np.testing.assert_array_equal(ds.extras["clicks"], [[0, 1], [0, 0], [1, 0]])
+
+
 def test_annotations_keep_file_order_and_query_buckets(tmp_path):
   """Annotation files have labels and a per-query frequency bucket, and no positions."""
   table = pa.table({"query_id": [5, 5, 5, 8, 8], "label": [4, 0, 2, 1, 3], "frequency_bucket": [2, 2, 2, 7, 7],
@@ -219,6 +228,10 @@ def test_bad_files_and_vectors(tmp_path):
   path = write(tmp_path, _doc_table(), ".feather", "nocol")
   with pytest.raises(ValueError, match=r"nocol\.feather: no column 'query_document_embedding'"):
     data.load_baidu_ultr(path)  # the default features are the embeddings
+  empty = pa.table({"query_id": pa.array([], pa.int32()), "click": pa.array([], pa.int32()),
+                    "bm25": pa.array([], pa.float32())})
+  with pytest.raises(ValueError, match=r"empty\.feather: no documents"):
+    data.load_baidu_ultr(write(tmp_path, empty, ".feather", "empty"), features=("bm25",))
   no_clicks = pa.table({"query_id": [1], "bm25": [0.5]})
   with pytest.raises(ValueError, match="neither a 'click' nor a 'label' column"):
     data.load_baidu_ultr(write(tmp_path, no_clicks, ".feather", "nolabels"), features=("bm25",))

@@ -383,9 +383,12 @@ def load_baidu_ultr(paths: Union[PathLike, Sequence[PathLike]], *, features: Uni
         break
 
   num_pages = sum(p[3] for p in parts)
-  longest = max((int(p[2].max()) + 1 for p in parts if len(p[2])), default=1)
+  with_docs = [p for p in parts if len(p[2])]
+  if not with_docs:
+    raise ValueError(f"{', '.join(map(str, paths))}: no documents")
+  longest = max(int(p[2].max()) + 1 for p in with_docs)
   L = longest if list_size is None else int(list_size)
-  widths = [1 if v.ndim == 1 else v.shape[1] for v in (parts[0][0][n] for n in feature_names)]
+  widths = [1 if v.ndim == 1 else v.shape[1] for v in (with_docs[0][0][n] for n in feature_names)]
   F = int(sum(widths))
   out_features = np.zeros((num_pages, L, F), dtype)
   labels = np.zeros((num_pages, L), np.float32)
