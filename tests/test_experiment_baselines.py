@@ -140,6 +140,19 @@ def test_trains_on_logged_baidu_clicks(tmp_path):
     config.data.propensities = spec
     with pytest.raises(ValueError, match=message):
       experiment.load_datasets(config, logged_clicks=True)
+  # The JSON of the identifiability check's harvest (here written by hand; None: not identified).
+  report = tmp_path / "check.json"
+  report.write_text(json.dumps({"propensities": {"all_pairs": [float(p) for p in exam],
+                                                 "pivot": [1.0, None] + [0.5] * 4}}))
+  config.data.propensities = str(report)
+  from_json, _, _ = experiment.load_datasets(config, logged_clicks=True)
+  np.testing.assert_allclose(from_json.extras["examination"], train.extras["examination"], rtol=1e-6)
+  for spec, message in ((f"{report}:pivot", r"does not identify the pivot propensities of positions \[2\]"),
+                        (f"{report}:ctr", "no propensities of 'ctr'"),
+                        (str(tmp_path / "absent.json"), "no such file")):
+    config.data.propensities = spec
+    with pytest.raises(ValueError, match=message):
+      experiment.load_datasets(config, logged_clicks=True)
   table.write_text("position,propensity\n1,1.0\n2,oops\n")
   config.data.propensities = str(table)
   with pytest.raises(ValueError, match=r"propensities\.csv:3: field 'propensity': 'oops' is not a number"):

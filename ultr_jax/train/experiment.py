@@ -14,6 +14,7 @@ click model.
 
 import dataclasses
 import glob
+import json
 import os
 import sys
 import time
@@ -78,15 +79,33 @@ def with_position_propensities(train, spec: str, *, field: str = "propensities")
   """``train`` with ``extras["examination"]`` set from given position propensities (position 1 first).
 
   For IPS on logged clicks, whose propensities no simulator knows: ``spec`` is comma-separated
-  numbers, or an existing text/CSV file with one position per line whose last column is the
-  propensity (so a ``position,propensity`` table works; a header line is skipped).
+  numbers; an existing text/CSV file with one position per line whose last column is the
+  propensity (so a ``position,propensity`` table works; a header line is skipped); or the JSON
+  that ``experiments/identifiability/check.py --click_log=...`` writes, as ``report.json`` (its
+  all-pairs estimates) or ``report.json:pivot`` (another harvesting method), so propensities
+  harvested from the raw log feed IPS on its features.
 
   >>> ds = data_lib.RankingDataset(features=np.zeros((1, 3, 1), np.float32), labels=np.zeros((1, 3), np.float32),
   ...                              where=np.array([[True, True, False]]), qid=np.array([0]))
   >>> with_position_propensities(ds, "1, 0.5, 0.25, 0.1").extras["examination"].tolist()
   [[1.0, 0.5, 0.0]]
   """
-  if os.path.isfile(spec):
+  json_path, method = spec, "all_pairs"
+  if ".json:" in spec:
+    json_path, method = spec.rsplit(":", 1)
+  if json_path.endswith(".json"):
+    if not os.path.isfile(json_path):
+      raise ValueError(f"{field}: no such file {json_path!r}")
+    with open(json_path, encoding="utf-8") as fh:
+      harvested = json.load(fh).get("propensities", {})
+    if method not in harvested:
+      raise ValueError(f"{json_path}: no propensities of {method!r} (it has {sorted(harvested)}); write it with "
+                       "experiments/identifiability/check.py --click_log=...")
+    values = harvested[method]
+    missing = [k + 1 for k, v in enumerate(values[:train.list_size]) if v is None]
+    if missing:
+      raise ValueError(f"{json_path}: the log does not identify the {method} propensities of positions {missing}")
+  elif os.path.isfile(spec):
     values = []
     with open(spec, encoding="utf-8") as fh:
       for line_no, line in enumerate(fh, 1):
