@@ -322,6 +322,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
   }
   table = markdown_table(rows, columns)
   clicks = f"logged clicks of {config.data.train_path}" if logged else f"click model {config.click_model.name}"
+  if logged and config.data.get("propensities"):
+    clicks += f", position propensities from {config.data.propensities}"
   table += f"\n\nTest metrics, mean ± 90% t-interval half-width over {config.num_seeds} seeds; {clicks}.\n"
   if workdir is not None:
     write_results(workdir, results, table=table, rows=rows, columns=columns)
