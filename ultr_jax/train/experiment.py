@@ -46,8 +46,9 @@ def default_data_config() -> ml_collections.ConfigDict:
   ``valid_path``, ``test_path``, optional ``normalize``), ``ultra``
   (``path``) or ``baidu`` (logged clicks: ``train_path``, ``valid_path``,
   ``test_path`` as glob patterns, ``features``, ``max_sessions``,
-  ``feature_dtype``, optional ``normalize`` and ``propensities``); see :func:`load_datasets`. Shared by the studies that use
-  the baselines' data so that they stay on the same lists.
+  ``feature_dtype``, optional ``normalize`` and ``propensities``); see
+  :func:`load_datasets`. Shared by the studies that use the baselines' data
+  so that they stay on the same lists.
 
   >>> default_data_config().num_train
   1000
@@ -157,6 +158,15 @@ def _load_baidu(d) -> tuple[Any, Any, Any]:
   return train, valid, test
 
 
+def _normalized(d, train, valid, test) -> tuple[Any, Any, Any]:
+  """The three splits with ``d.normalize`` applied (none when it is empty)."""
+  if not d.get("normalize"):
+    return train, valid, test
+  # Per-query methods need no statistics; global ones are fitted on the training split only.
+  norm = None if d.normalize.startswith("query_") else data_lib.fit_normalizer([train], d.normalize)
+  return tuple(data_lib.normalize_features(x, method=d.normalize, stats=norm) for x in (train, valid, test))
+
+
 def load_datasets(config: ml_collections.ConfigDict, *, logged_clicks: bool = False) -> tuple[Any, Any, Any]:
   """(train, valid, test) ``RankingDataset``s named by ``config.data``.
 
@@ -179,12 +189,7 @@ def load_datasets(config: ml_collections.ConfigDict, *, logged_clicks: bool = Fa
       raise ValueError("config.data.source='baidu' holds logged clicks and no training labels; this study "
                        "simulates clicks from labels. The baselines study trains on logged clicks "
                        "(experiments/baselines/main.py).")
-    train, valid, test = _load_baidu(d)
-    if d.get("normalize"):
-      norm = None if d.normalize.startswith("query_") else data_lib.fit_normalizer([train], d.normalize)
-      train, valid, test = (data_lib.normalize_features(x, method=d.normalize, stats=norm)
-                            for x in (train, valid, test))
-    return train, valid, test
+    return _normalized(d, *_load_baidu(d))
   if d.source == "synthetic":
     splits = data_lib.make_synthetic(
         num_train=d.num_train, num_valid=d.num_valid, num_test=d.num_test,
@@ -198,12 +203,7 @@ def load_datasets(config: ml_collections.ConfigDict, *, logged_clicks: bool = Fa
       valid = load(d.valid_path)
     else:
       train, valid = data_lib.train_valid_test_split(train, (0.8, 0.2, 0.0), seed=d.seed)[:2]
-    if d.get("normalize"):
-      # Per-query methods need no statistics; global ones are fitted on the training split only.
-      norm = None if d.normalize.startswith("query_") else data_lib.fit_normalizer([train], d.normalize)
-      train, valid, test = (data_lib.normalize_features(x, method=d.normalize, stats=norm)
-                            for x in (train, valid, test))
-    return train, valid, test
+    return _normalized(d, train, valid, test)
   if d.source == "ultra":
     return tuple(data_lib.load_ultra(d.path, split, with_features=True) for split in ("train", "valid", "test"))
   raise ValueError(f"unknown data source {d.source!r} (synthetic, svmlight, ultra, baidu)")
@@ -282,12 +282,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
                                            jax.random.key(config.seed))
   results: dict[str, Any] = {}
   rows: dict[str, dict] = {}
-  for name in config.methods:
-    method_cfg = config.method_configs.get(name, ml_collections.ConfigDict())
-    method = methods_lib.get_method(name, method_cfg, num_features=train.num_features,
-                                    list_size=train.list_size)
-    if logged:
+  built = {name: methods_lib.get_method(name, config.method_configs.get(name, ml_collections.ConfigDict()),
+                                       num_features=train.num_features, list_size=train.list_size)
+           for name in config.methods}
+  if logged:  # every method is checked before any trains
+    for method in built.values():
       check_logged_click_method(method, train)
+  for name, method in built.items():
     fit_result = fit(method, train, valid, click_fn=click_fn, config=config.train,
                      seeds=[config.seed + i for i in range(config.num_seeds)],
                      workdir=workdir, name=name)
