@@ -12,8 +12,9 @@ of ``--repeats`` runs:
   a per-query aggregation such as the hub's dataset builder walks the file),
   reading the columns as NumPy first so that only the grouping is in Python;
 * ``pyarrow read alone``: reading the same columns into an Arrow table, the
-  floor for any loader of that file (Parquet decodes the nested float16
-  lists far more slowly than feather maps them);
+  floor for any loader of that file (both files use pyarrow's default
+  compression, LZ4 for feather; Parquet decodes the nested float16 lists far
+  more slowly);
 
 checks that ours and the row loop give the same arrays, and prints documents
 per second and the ratios.
