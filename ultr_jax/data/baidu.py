@@ -97,9 +97,13 @@ def _open(path: pathlib.Path):
       schema = pa.parquet.read_schema(path)
       read = lambda cols: pa.parquet.read_table(path, columns=list(cols), memory_map=True)  # noqa: E731
     else:
-      with pa.memory_map(str(path)) as source:
-        schema = pa.ipc.open_file(source).schema
-      read = lambda cols: pa.feather.read_table(path, columns=list(cols), memory_map=True)  # noqa: E731
+      read = lambda cols: pa.feather.read_table(path, columns=None if cols is None else list(cols),  # noqa: E731
+                                                memory_map=True)
+      try:  # Feather V2 is the Arrow IPC file format: its schema costs no read
+        with pa.memory_map(str(path)) as source:
+          schema = pa.ipc.open_file(source).schema
+      except pa.ArrowInvalid:  # Feather V1 (or not Arrow at all)
+        schema = read(None).schema
   except (pa.ArrowInvalid, OSError) as e:
     raise ValueError(f"{path}: not a readable {suffix[1:]} file ({e})") from e
   return schema, read
