@@ -1,7 +1,5 @@
 """Tests for the Baidu-ULTR Arrow/Parquet loader (ultr_jax.data.baidu) on files the tests write."""
 
-import warnings
-
 import jax
 import numpy as np
 import pytest
@@ -176,14 +174,13 @@ def test_annotations_keep_file_order_and_query_buckets(tmp_path):
   np.testing.assert_array_equal(ds2.extras["frequency_bucket"], [2, 7])
 
 
+@pytest.mark.filterwarnings("ignore:Feather V1:DeprecationWarning")  # pyarrow >= 25 (V1 still reads)
 def test_feather_v1_and_uncompressed_files_read_the_same(tmp_path):
   table = document_table(make_pages(seed=4))
   ref = data.load_baidu_ultr(write(tmp_path, table, ".feather"), features=("bm25", "tf"))
   for name, kwargs in (("v1", {"version": 1}), ("plain", {"compression": "uncompressed"})):
     path = tmp_path / f"{name}.feather"
-    with warnings.catch_warnings():  # pyarrow >= 25 deprecates writing Feather V1; reading it still works
-      warnings.simplefilter("ignore", DeprecationWarning)
-      pa.feather.write_feather(table.drop(["query_document_embedding"]), path, **kwargs)
+    pa.feather.write_feather(table.drop(["query_document_embedding"]), path, **kwargs)
     ds = data.load_baidu_ultr(path, features=("bm25", "tf"))
     np.testing.assert_array_equal(ds.features, ref.features)
     np.testing.assert_array_equal(ds.extras["clicks"], ref.extras["clicks"])
