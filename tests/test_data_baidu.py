@@ -302,3 +302,10 @@ def test_logged_clicks_train_dla_like_arrays_in_memory(tmp_path):
   # The loaded clicks carry the position bias: the estimates are far nearer 1/p than no bias.
   error = np.abs(prop[0][0] - exam).mean()
   assert error < 0.5 * np.abs(1.0 - exam).mean(), prop[0]
+
+
+def test_without_pyarrow_the_error_says_what_to_install(tmp_path, monkeypatch):
+  path = write(tmp_path, _doc_table(), ".feather")
+  monkeypatch.setitem(__import__("sys").modules, "pyarrow", None)
+  with pytest.raises(ImportError, match=r"pip install 'ultr_jax\[baidu\]'"):
+    data.load_baidu_ultr(path, features=("bm25",))
