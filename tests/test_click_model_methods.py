@@ -82,6 +82,26 @@ def test_items_are_taken_in_display_order_by_position(model):
 
 
 @pytest.mark.parametrize("model", MODELS)
+def test_click_logits_score_the_session_likelihood_in_item_order(model):
+  """The per-item conditional click logits, permuted with their positions, give the session likelihood back."""
+  scores, sat, clicks, where, bias = _data(3)
+  perm = np.stack([np.random.default_rng(10 + i).permutation(L) for i in range(Q)])
+  take = lambda x: np.take_along_axis(x, perm, axis=1)
+  kw = dict(model=model, bias=bias[model], where=take(where), positions=perm, satisfaction_scores=take(sat))
+  z = np.asarray(losses.click_model_click_logits(take(scores), take(clicks), **kw), np.float64)
+  c = take(clicks)
+  per_item = c * -np.logaddexp(0, -z) + (1 - c) * -np.logaddexp(0, z)
+  got = (per_item * take(where)).sum(-1)
+  want = losses.click_model_log_likelihood_from_logits(take(scores), take(clicks), **kw)
+  np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5)
+  # Item order: the logit of the item at display position 0 does not depend on any click.
+  first = np.argmin(np.where(take(where), perm, L), axis=-1)
+  flipped = np.asarray(losses.click_model_click_logits(take(scores), 1 - take(clicks), **kw))
+  rows = np.arange(Q)
+  np.testing.assert_allclose(flipped[rows, first], z[rows, first], rtol=1e-6)
+
+
+@pytest.mark.parametrize("model", MODELS)
 def test_mask_equals_truncation_zero_grads_when_masked_and_check_grads(model):
   scores, sat, clicks, _, bias = _data(2)
   fn = lambda s, b, where=None, c=clicks, u=sat: losses.click_model_loss(

@@ -100,15 +100,19 @@ def test_trains_on_logged_baidu_clicks(tmp_path):
   config.data.source = "baidu"
   config.data.train_path = str(tmp_path / "part-0_split-*.feather")
   config.data.test_path = str(tmp_path / "annotations.feather")
-  config.methods = ("naive", "dla")
+  config.methods = ("naive", "dla", "two_tower")
   workdir = tmp_path / "work"
   results = experiment.train_and_evaluate(config, str(workdir))
   assert results["_meta"]["click_model"] == "logged clicks" and results["_meta"]["true_propensities"] is None
-  for name in ("naive", "dla"):
+  for name in config.methods:
     assert all(np.isfinite(results[name][m]) for m in METRICS)
   assert len(results["dla"]["learned_propensities"]) == 6 and results["dla"]["learned_propensities"][0] == 1.0
+  # 10% of the click pages (5 of 48) are held out and score the click model among the methods.
+  assert results["two_tower"]["click_ll"] < 0 and 1 < results["two_tower"]["click_perplexity"] < 2
+  assert "click_ll" not in results["naive"] and "click_ll" not in results["dla"]
   table = (workdir / "table.md").read_text()
-  assert "logged clicks of" in table and "part-0_split-*.feather" in table
+  assert "logged clicks of" in table and "part-0_split-*.feather" in table and "on 5 held-out click pages" in table
+  assert "| click_ll | click_perplexity |" in table and table.count("| n/a | n/a |") == 2
   train, valid, test = experiment.load_datasets(config, logged_clicks=True)
   assert train.num_queries == 48 and valid.num_queries + test.num_queries == 12
   np.testing.assert_array_equal(train.extras["clicks"], clicks)

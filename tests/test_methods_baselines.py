@@ -301,3 +301,27 @@ def test_tiny_pbm_problem_recovers_propensities_and_ips_beats_naive():
       corr = np.corrcoef(prop, theta)[0, 1]
       assert corr > 0.9, (name, corr, prop)
   assert ndcg["ips"] > ndcg["naive"], ndcg
+
+
+@pytest.mark.parametrize("name, config", [("two_tower", {}), ("two_tower", {"two_tower_mode": "product"}),
+                                          ("regression_em", {})])
+def test_click_logits_are_the_methods_click_model(name, config):
+  """The click models among the baselines predict clicks: two-tower's loss is their cross-entropy, and
+  Regression-EM's click probability is theta_k sigma(s)."""
+  method = get_method(name, _config(**config), num_features=F, list_size=L)
+  batch = _batch(4)
+  params, extra = method.init(jax.random.key(0), batch)
+  extra = {"propensities": jnp.linspace(0.9, 0.2, L)} if name == "regression_em" else extra
+  z = np.asarray(method.click_logits(params, extra, batch), np.float64)
+  where, clicks = np.asarray(batch["where"]), np.asarray(batch["clicks"])
+  assert z.shape == (Q, L) and np.all(np.isfinite(z[where]))
+  if name == "two_tower":
+    nll = clicks * np.logaddexp(0, -z) + (1 - clicks) * np.logaddexp(0, z)
+    loss, _ = method.loss(params, extra, batch, None)  # the mean over the valid items
+    np.testing.assert_allclose((nll * where).sum() / where.sum(), loss, rtol=1e-5)
+  else:
+    theta = np.asarray(extra["propensities"])[np.asarray(batch["positions"])]
+    p = theta / (1 + np.exp(-np.asarray(method.score(params, batch), np.float64)))
+    np.testing.assert_allclose(1 / (1 + np.exp(-z)), p, rtol=1e-5)
+  # Methods that are not click models have none.
+  assert get_method("dla", _config(), num_features=F, list_size=L).click_logits is None

@@ -322,3 +322,28 @@ def test_unknown_optimizer_and_select_metric():
   train, valid = _toy_dataset(seed=0), _toy_dataset(seed=1)
   with pytest.raises(ValueError, match="select_metric"):
     fit(_toy_method(), train, valid, click_fn=_toy_click_fn, config=_config(select_metric="auc"))
+
+
+def test_evaluate_clicks_equals_the_click_metrics_on_the_whole_set_in_any_chunks():
+  import dataclasses  # noqa: PLC0415
+  from ultr_jax import data, metrics  # noqa: PLC0415
+  from ultr_jax.train import evaluate_clicks  # noqa: PLC0415
+  ds = data.make_synthetic(num_train=11, num_valid=1, num_test=1, list_size=5, num_features=3, seed=2,
+                           min_list_size=2).train
+  rng = np.random.default_rng(0)
+  ds = dataclasses.replace(ds, extras={"clicks": ((rng.random(ds.where.shape) < 0.3) & ds.where).astype(np.float32)})
+  m = get_method("click_model_ubm", {"ranker": "linear"}, num_features=3, list_size=5)
+  params, extra = jax.vmap(lambda k: m.init(k, None))(jax.random.split(jax.random.key(1), 2))
+  params = jax.tree.map(lambda p: p + 0.3 * jax.random.normal(jax.random.key(2), p.shape), params)
+  batch = jax.tree.map(jnp.asarray, {k: v for k, v in ds.as_batch().items() if k != "qid"})
+  want_ll, want_ppl = [], []
+  for s in range(2):
+    z = m.click_logits(jax.tree.map(lambda p: p[s], params), {}, batch)
+    want_ll.append(float(metrics.click_log_likelihood(z, batch["clicks"], where=batch["where"], logits=True)))
+    want_ppl.append(float(metrics.click_perplexity(z, batch["clicks"], where=batch["where"], logits=True)))
+  for size in (3, 100):
+    got = evaluate_clicks(m, params, extra, ds, batch_size=size)
+    np.testing.assert_allclose(got["click_ll"], want_ll, rtol=1e-5)
+    np.testing.assert_allclose(got["click_perplexity"], want_ppl, rtol=1e-5)
+  with pytest.raises(ValueError, match="is not a click model"):
+    evaluate_clicks(get_method("naive", {"ranker": "linear"}, num_features=3, list_size=5), params, extra, ds)

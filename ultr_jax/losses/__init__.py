@@ -86,12 +86,13 @@ __all__ += ["base_vector", "observation_density_loss", "vectorization_scores"]
 from ultr_jax.losses.click_model import (  # noqa: E402
     CLICK_MODEL_LOSSES,
     click_model_bias_shapes,
+    click_model_click_logits,
     click_model_log_likelihood_from_logits,
     click_model_loss,
 )
 
-__all__ += ["CLICK_MODEL_LOSSES", "click_model_bias_shapes", "click_model_log_likelihood_from_logits",
-            "click_model_loss"]
+__all__ += ["CLICK_MODEL_LOSSES", "click_model_bias_shapes", "click_model_click_logits",
+            "click_model_log_likelihood_from_logits", "click_model_loss"]
 
 from ultr_jax.losses.pdgd import pdgd_loss, pdgd_pair_weights  # noqa: E402
 

@@ -37,8 +37,8 @@ import rax
 from ultr_jax.simulation import likelihood as lik
 from ultr_jax.types import Array
 
-__all__ = ["CLICK_MODEL_LOSSES", "click_model_bias_shapes", "click_model_log_likelihood_from_logits",
-           "click_model_loss"]
+__all__ = ["CLICK_MODEL_LOSSES", "click_model_bias_shapes", "click_model_click_logits",
+           "click_model_log_likelihood_from_logits", "click_model_loss"]
 
 CLICK_MODEL_LOSSES = ("pbm", "ubm", "dcm", "dbn", "ccm")
 
@@ -82,6 +82,14 @@ def click_model_log_likelihood_from_logits(scores: Array, clicks: Array, *, mode
   >>> print(round(float(ll), 6), round(float(jnp.log(0.5 * 0.75)), 6))
   -0.980829 -0.980829
   """
+  log_q, log_1mq, c, where, _ = _display_log_probs(scores, clicks, model, bias, where, positions,
+                                                   satisfaction_scores)
+  return lik.bernoulli_log_likelihood(c, log_q, log_1mq, where=where)
+
+
+def _display_log_probs(scores, clicks, model, bias, where, positions, satisfaction_scores):
+  """Per-item ``(log q, log(1 - q))`` of a click given the clicks above, in display order, with the
+  clicks, mask and the display order."""
   click_model_bias_shapes(model, 1)  # validates the name
   s = jnp.asarray(scores, jnp.float32)
   c = jnp.asarray(clicks, jnp.float32)
@@ -97,7 +105,34 @@ def click_model_log_likelihood_from_logits(scores: Array, clicks: Array, *, mode
   c, where = _take(c, order), _take(where, order)
   log_q, log_1mq = lik.logit_log_probs(model, c, _take(s, order), bias, ranks=_take(positions, order),
                                        where=where, satisfaction_logits=sat)
-  return lik.bernoulli_log_likelihood(c, log_q, log_1mq, where=where)
+  return log_q, log_1mq, c, where, order
+
+
+def click_model_click_logits(scores: Array, clicks: Array, *, model: str, bias: dict,
+                             where: Optional[Array] = None, positions: Optional[Array] = None,
+                             satisfaction_scores: Optional[Array] = None) -> Array:
+  r"""Per-item logit of a click given the session's clicks above it, under ``model``.
+
+  .. math::
+      \operatorname{logit} P(C_i = 1 \mid C_{<i}) = \log q_i - \log(1 - q_i)
+
+  the conditional click probability :math:`q_i` of the session likelihood in
+  :func:`click_model_log_likelihood_from_logits` (same arguments), in item
+  order: the held-out click metrics of :mod:`ultr_jax.metrics` score it with
+  ``logits=True``, and :math:`\sum_i c_i \log\sigma(z_i) + (1 - c_i)\log\sigma(-z_i)`
+  over the valid items is that session log-likelihood.
+
+  Returns:
+    ``float32[..., L]`` (meaningless where masked).
+
+  >>> z = click_model_click_logits(jnp.zeros(2), jnp.array([1.0, 0.0]), model="dcm",
+  ...                              bias={"continuation": jnp.zeros(2)})
+  >>> print(1 / (1 + jnp.exp(-z)))  # 1/2, then 1/2 * 1/2 after a click
+  [0.5  0.25]
+  """
+  log_q, log_1mq, _, _, order = _display_log_probs(scores, clicks, model, bias, where, positions,
+                                                   satisfaction_scores)
+  return _take(log_q - log_1mq, jnp.argsort(order, axis=-1))
 
 
 def click_model_loss(scores: Array, clicks: Array, *, model: str, bias: dict, where: Optional[Array] = None,

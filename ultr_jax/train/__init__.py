@@ -14,6 +14,7 @@ from ultr_jax.train.loop import (
     default_train_config,
     display_batch,
     evaluate,
+    evaluate_clicks,
     fit,
     make_optimizer,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "default_train_config",
     "enable_compilation_cache",
     "evaluate",
+    "evaluate_clicks",
     "fit",
     "get_method",
     "make_mesh",

@@ -28,15 +28,17 @@ import numpy as np
 from ultr_jax import data as data_lib
 from ultr_jax import simulation
 from ultr_jax.train import methods as methods_lib
-from ultr_jax.train.loop import evaluate, fit
+from ultr_jax.train.loop import evaluate, evaluate_clicks, fit
 from ultr_jax.train.method import KEY_REASONS, method_inputs_missing
 from ultr_jax.train.results import markdown_table, summarize, summarize_metrics, write_results
 
 __all__ = ["default_data_config", "default_logging_policy_config", "load_datasets", "prepare_logged_data",
-           "true_position_propensities", "check_logged_click_method", "with_position_propensities",
+           "true_position_propensities", "check_logged_click_method", "hold_out_pages",
+           "with_position_propensities",
            "train_and_evaluate"]
 
 METRIC_COLUMNS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "err@10")
+CLICK_COLUMNS = ("click_ll", "click_perplexity")
 
 
 def default_data_config() -> ml_collections.ConfigDict:
@@ -46,7 +48,8 @@ def default_data_config() -> ml_collections.ConfigDict:
   ``valid_path``, ``test_path``, optional ``normalize``), ``ultra``
   (``path``) or ``baidu`` (logged clicks: ``train_path``, ``valid_path``,
   ``test_path`` as glob patterns, ``features``, ``max_sessions``,
-  ``feature_dtype``, optional ``normalize`` and ``propensities``); see
+  ``feature_dtype``, ``click_test_fraction``, optional ``normalize`` and
+  ``propensities``); see
   :func:`load_datasets`. Shared by the studies that use the baselines' data
   so that they stay on the same lists.
 
@@ -57,7 +60,7 @@ def default_data_config() -> ml_collections.ConfigDict:
       "source": "synthetic", "seed": 0, "num_train": 1000, "num_valid": 200, "num_test": 200,
       "list_size": 20, "num_features": 32, "train_path": "", "valid_path": "", "test_path": "",
       "path": "", "normalize": "", "features": "bert", "max_sessions": 0, "propensities": "",
-      "feature_dtype": "float32"})
+      "feature_dtype": "float32", "click_test_fraction": 0.1})
 
 
 def default_logging_policy_config() -> ml_collections.ConfigDict:
@@ -235,6 +238,23 @@ def true_position_propensities(click_fn, ds, key) -> np.ndarray:
   return per_pos / per_pos[0]
 
 
+def hold_out_pages(train, fraction: float, *, seed: int = 0):
+  """``(train, held)``: a random ``fraction`` of the pages (at least one) held out, the rest in file order.
+
+  >>> ds = data_lib.make_synthetic(num_train=10, num_valid=1, num_test=1, list_size=3, num_features=2).train
+  >>> rest, held = hold_out_pages(ds, 0.2)
+  >>> rest.num_queries, held.num_queries, sorted(set(rest.qid) | set(held.qid)) == sorted(ds.qid)
+  (8, 2, True)
+  """
+  if not 0 < fraction < 1:
+    raise ValueError(f"config.data.click_test_fraction must be in (0, 1), got {fraction}")
+  order = np.random.default_rng(seed).permutation(train.num_queries)
+  n = max(1, int(round(fraction * train.num_queries)))
+  if n >= train.num_queries:
+    raise ValueError(f"config.data.click_test_fraction={fraction} leaves no training page of {train.num_queries}")
+  return train.subset(np.sort(order[n:])), train.subset(np.sort(order[:n]))
+
+
 def check_logged_click_method(method, train) -> None:
   """Raises unless ``method`` can train on ``train``'s logged clicks alone.
 
@@ -273,8 +293,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
   t_start = time.perf_counter()
   train, valid, test = load_datasets(config, logged_clicks=True)
   logged = "clicks" in train.extras
+  held_clicks = None
   if logged:  # real click logs: trained on as shown, nothing simulated
     click_fn, true_prop = None, None
+    fraction = float(config.data.get("click_test_fraction", 0.0) or 0.0)
+    if fraction > 0:  # held-out pages score the methods that are click models
+      train, held_clicks = hold_out_pages(train, fraction, seed=config.data.seed)
   else:
     train, valid, test = prepare_logged_data(train, valid, test, config)
     click_fn = simulation.make_click_fn(config.click_model)
@@ -293,7 +317,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
                      seeds=[config.seed + i for i in range(config.num_seeds)],
                      workdir=workdir, name=name)
     test_metrics = evaluate(method, fit_result.params, test)
-    entry, row = summarize_metrics(test_metrics, METRIC_COLUMNS)
+    if held_clicks is not None and method.click_logits is not None:
+      test_metrics.update(evaluate_clicks(method, fit_result.params, fit_result.extra, held_clicks))
+    metric_columns = METRIC_COLUMNS + (CLICK_COLUMNS if held_clicks is not None else ())
+    entry, row = summarize_metrics(test_metrics, [c for c in metric_columns if c in test_metrics])
+    row.update({c: "n/a" for c in metric_columns if c not in test_metrics})
     if method.propensities is not None and true_prop is None:
       learned = np.asarray(jax.vmap(method.propensities)(fit_result.params, fit_result.extra))
       entry["learned_propensities"] = learned.mean(0).tolist()
@@ -313,7 +341,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
     entry["best_step"] = np.asarray(fit_result.best_step).tolist()
     results[name] = entry
     rows[name] = row
-  columns = [*METRIC_COLUMNS, "propensity_corr"]
+  columns = [*METRIC_COLUMNS, *(CLICK_COLUMNS if held_clicks is not None else ()), "propensity_corr"]
   results["_meta"] = {
       "true_propensities": None if true_prop is None else true_prop.tolist(),
       "click_model": "logged clicks" if logged else config.click_model.to_dict(),
@@ -325,6 +353,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
   clicks = f"logged clicks of {config.data.train_path}" if logged else f"click model {config.click_model.name}"
   if logged and config.data.get("propensities"):
     clicks += f", position propensities from {config.data.propensities}"
+  if held_clicks is not None:
+    clicks += (f"; click_ll (nats per shown document) and click_perplexity on {held_clicks.num_queries} held-out "
+               "click pages, for the methods that are click models")
   table += f"\n\nTest metrics, mean ± 90% t-interval half-width over {config.num_seeds} seeds; {clicks}.\n"
   if workdir is not None:
     write_results(workdir, results, table=table, rows=rows, columns=columns)

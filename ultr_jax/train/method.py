@@ -18,6 +18,12 @@ checkpointed loop.
   evaluation (never uses clicks or positions).
 * ``propensities(params, extra) -> [num_positions]`` (optional): learned
   position propensities, relative to position 1, for reporting.
+* ``click_logits(params, extra, batch) -> [..., L]`` (optional, for the
+  methods that are click models): the logit of :math:`P(C_i = 1)` given the
+  clicks the batch shows above item ``i`` (unconditional for the
+  position-based models), which scores held-out clicks
+  (:func:`ultr_jax.metrics.click_log_likelihood`,
+  :func:`~ultr_jax.metrics.click_perplexity` with ``logits=True``).
 * ``optimizer`` (optional): overrides the config's optimizer.
 """
 
@@ -42,6 +48,7 @@ class Method:
   score: Callable[[Params, Batch], Array]
   propensities: Optional[Callable[[Params, Any], Array]] = None
   optimizer: Optional[optax.GradientTransformation] = None
+  click_logits: Optional[Callable[[Params, Any, Batch], Array]] = None
 
 
 #: Why a missing batch entry makes a method inapplicable (the cell's "n/a: ..." text).

@@ -84,6 +84,7 @@ field                default                     meaning
 [1.0, 1.0, 1.0, 1.0]
 """
 
+import dataclasses
 import functools
 
 import jax
@@ -92,6 +93,7 @@ import numpy as np
 
 from ultr_jax import losses
 from ultr_jax import models
+from ultr_jax._numerics import log1mexp
 from ultr_jax.losses import pdgd as pdgd_lib
 from ultr_jax.train.method import Method
 from ultr_jax.train.methods import register
@@ -388,8 +390,15 @@ def regression_em(config, *, num_features: int, list_size: int) -> Method:
   def propensities(params, extra):
     return _relative(extra["propensities"])
 
+  def click_logits(params, extra, batch):
+    """PBM: P(C) = theta_k sigma(s), as a logit (log P - log(1 - P), in log space)."""
+    positions = jnp.clip(batch_positions(batch), 0, towers.num_positions - 1)
+    log_theta = jnp.log(jnp.clip(jnp.take(extra["propensities"], positions), 1e-6, 1.0))
+    log_p = log_theta + jax.nn.log_sigmoid(towers.score(params, batch))
+    return log_p - log1mexp(jnp.minimum(log_p, -1e-7))
+
   return Method(name="regression_em", init=init, loss=loss, score=towers.score,
-                propensities=propensities)
+                propensities=propensities, click_logits=click_logits)
 
 
 # ----------------------------------------------------------------------------
@@ -420,7 +429,12 @@ def two_tower(config, *, num_features: int, list_size: int) -> Method:
       log_p = logits
     return jnp.exp(log_p - log_p[..., :1])
 
-  return _make("two_tower", towers, loss, propensities)
+  def click_logits(params, extra, batch):
+    obs = towers.observation(params, batch_positions(batch))
+    log_p, log_n = losses.two_tower_log_probs(towers.score(params, batch), obs, mode=mode)
+    return log_p - log_n
+
+  return dataclasses.replace(_make("two_tower", towers, loss, propensities), click_logits=click_logits)
 
 
 # ----------------------------------------------------------------------------

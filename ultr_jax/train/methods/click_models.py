@@ -40,6 +40,14 @@ from ultr_jax.train.methods.baselines import batch_positions, make_relevance_tow
 __all__: list[str] = []
 
 
+def _shown(batch):
+  """The items a user saw: ``where``, and ``shown`` when the batch has a top-k cut."""
+  where = jnp.asarray(batch["where"]).astype(bool)
+  if batch.get("shown") is not None:
+    where = where & jnp.asarray(batch["shown"]).astype(bool)
+  return where
+
+
 def _factory(model: str):
 
   def factory(config, *, num_features: int, list_size: int) -> Method:
@@ -67,9 +75,7 @@ def _factory(model: str):
       return (out[..., 0], out[..., 1]) if model == "dbn" else (out, None)
 
     def loss(params, extra, batch, key):
-      where = jnp.asarray(batch["where"]).astype(bool)
-      if batch.get("shown") is not None:
-        where = where & jnp.asarray(batch["shown"]).astype(bool)
+      where = _shown(batch)
       attraction, satisfaction = outputs(params, batch, key)
       value = losses.click_model_loss(attraction, jnp.asarray(batch["clicks"], jnp.float32), model=model,
                                       bias=params["bias"], where=where, positions=batch_positions(batch),
@@ -87,8 +93,14 @@ def _factory(model: str):
       log_p = jax.nn.log_sigmoid(logits)
       return jnp.exp(log_p - log_p[..., :1])
 
+    def click_logits(params, extra, batch):
+      attraction, satisfaction = outputs(params, batch)
+      return losses.click_model_click_logits(attraction, jnp.asarray(batch["clicks"], jnp.float32), model=model,
+                                             bias=params["bias"], where=_shown(batch),
+                                             positions=batch_positions(batch), satisfaction_scores=satisfaction)
+
     return Method(name=f"click_model_{model}", init=init, loss=loss, score=score,
-                  propensities=propensities if model in ("pbm", "ubm") else None)
+                  propensities=propensities if model in ("pbm", "ubm") else None, click_logits=click_logits)
 
   factory.__doc__ = f"Relevance tower as the attraction of a {model.upper()} click model (session likelihood)."
   return factory
