@@ -114,3 +114,12 @@ def test_bad_session_arguments_and_files(tmp_path):
     data.read_baidu_sessions(tmp_path / "broken.gz")
   with pytest.raises(FileNotFoundError):
     data.read_baidu_sessions(tmp_path / "absent.gz")
+
+
+def test_read_click_log_dispatches_the_baidu_format(tmp_path):
+  path = write_sessions(tmp_path / "part-00003.gz", random_pages(num_pages=6))
+  via, direct = data.read_click_log(path, format="baidu"), data.read_baidu_sessions(path)
+  for field in ("items", "positions", "clicks", "sessions", "lines"):
+    np.testing.assert_array_equal(getattr(via, field), getattr(direct, field))
+  with pytest.raises(ValueError, match="format must be one of"):
+    data.read_click_log(path, format="jsonl")
