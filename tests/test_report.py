@@ -177,6 +177,8 @@ def test_pdgd_observation_analysis_runs_and_its_pair_sets_add_up():
   assert len(out["learners"]) == 2
   for entry in out["learners"].values():
     assert all(np.isfinite(entry["b_g/b_y"])) and all(0 < v <= 1 for v in entry["ndcg@10"])
+    assert sorted(entry["gradient_g_per_y"]) == ["log_probability", "probability"]
+    assert all(np.isfinite(v) for r in entry["gradient_g_per_y"].values() for v in r)
   # Without individual observation there is no observation gap and no slope to report.
   pbm = module.main(smoke=True, bias_name="pbm", reps=2, variants=())
   assert all(s["observation_gap"] == 0.0 for s in pbm["pairs"].values()) and not pbm["learners"]

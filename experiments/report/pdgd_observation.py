@@ -14,6 +14,10 @@ Two measurements, both on the report's data:
    (linear ranker, the ``model_sample`` display, the grid's budget); for each seed it prints test
    nDCG@10 and the within-query least-squares slope of the score on ``g`` per unit of its slope on
    the label (``b_g / b_y``; negative: the score prefers documents that are seen more).
+3. **What each surrogate's gradient hears at a trained model.** PDGD's considered pairs weighted as the
+   probability surrogate's gradient (``sigma(d) sigma(-d)``) and as its log's (``sigma(-d)``), ``d`` the
+   model's score gap: their observation gap per unit of label gap (positive: the step teaches that
+   documents seen more are better).
 
   python experiments/report/pdgd_observation.py            # the report's default data, about 2 min
   python experiments/report/pdgd_observation.py --smoke    # seconds (the tests)
@@ -82,6 +86,32 @@ def pair_set_gaps(train, click_fn, g: np.ndarray, *, top_k: int, reps: int = 50)
           for name, (n, sy, sg) in sums.items()}
 
 
+def surrogate_observation_ratios(scores: np.ndarray, train, click_fn, g: np.ndarray, *, top_k: int,
+                                 reps: int = 20) -> dict:
+  """Observation gap per unit of label gap of PDGD's considered pairs, weighted as each surrogate's gradient.
+
+  At a model with scores ``f`` (training lists, logging order), a pair "clicked ``i`` over ``j``" moves the
+  scores with weight ``sigma(d) sigma(-d)`` under the probability surrogate and ``sigma(-d)`` under its log,
+  ``d = f_i - f_j`` (PDGD's debiasing weights left out). Returns ``sum w (g_j - g_i) / sum w (y_i - y_j)``
+  per surrogate: positive, the step teaches that documents seen more are better.
+  """
+  batch = jax.tree.map(jnp.asarray, train.as_batch())
+  positions = jnp.broadcast_to(jnp.arange(train.list_size), train.where.shape)
+  k = min(top_k, train.list_size)
+  y, g, f = train.labels[:, :k], g[:, :k], np.asarray(scores, np.float64)[:, :k]
+  sig = 1.0 / (1.0 + np.exp(-(f[:, :, None] - f[:, None, :])))
+  weights = {"probability": sig * (1.0 - sig), "log_probability": 1.0 - sig}
+  dy, dg = y[:, :, None] - y[:, None, :], g[:, None, :] - g[:, :, None]
+  sums = {name: np.zeros(2) for name in weights}
+  for rep in range(reps):
+    clicks = click_fn(jax.random.key(rep), batch)["clicks"]
+    pref = np.asarray(losses.pdgd_pair_weights(jnp.zeros(train.where.shape), clicks, positions=positions,
+                                               where=batch["where"], top_k=k, debias=False)) > 0
+    for name, w in weights.items():
+      sums[name] += [(w * dg * pref).sum(), (w * dy * pref).sum()]
+  return {name: float(num / den) for name, (num, den) in sums.items()}
+
+
 def observation_slopes(scores: np.ndarray, labels: np.ndarray, g: np.ndarray, where: np.ndarray) -> float:
   """``b_g / b_y`` of the within-query centred least squares ``score ~ b_y * label + b_g * g``.
 
@@ -109,6 +139,7 @@ def main(smoke: bool = False, bias_name: str = "individual", reps: int = 50, var
     print(f"pairs {name:10s} {stats['pairs_per_draw']:9.0f} per draw  label gap {stats['label_gap']:.3f}  "
           f"observation gap {stats['observation_gap']:+.3f}", flush=True)
   g_test = observation_exponent(test.features, click_model)
+  g_train = observation_exponent(train.features, click_model)
   seeds = [config.seed + i for i in range(config.num_seeds)]
   batch = jax.tree.map(jnp.asarray, test.as_batch())
   for label in variants:
@@ -121,9 +152,16 @@ def main(smoke: bool = False, bias_name: str = "individual", reps: int = 50, var
     ndcg = evaluate(method, result.params, test)["ndcg@10"]
     scores = np.asarray(jax.vmap(method.score, in_axes=(0, None))(result.params, batch), np.float64)
     slopes = [observation_slopes(s, test.labels, g_test, test.where) for s in scores]
-    out["learners"][label] = {"ndcg@10": ndcg.tolist(), "b_g/b_y": slopes}
+    train_scores = np.asarray(jax.vmap(method.score, in_axes=(0, None))(
+        result.params, jax.tree.map(jnp.asarray, train.as_batch())), np.float64)
+    ratios = [surrogate_observation_ratios(f, train, click_fn, g_train, top_k=config.logging_policy.top_k,
+                                           reps=max(1, reps // 2)) for f in train_scores]
+    ratios = {name: [r[name] for r in ratios] for name in ratios[0]}
+    out["learners"][label] = {"ndcg@10": ndcg.tolist(), "b_g/b_y": slopes, "gradient_g_per_y": ratios}
     print(f"{label:40s} nDCG@10 {np.mean(ndcg):.4f}  b_g/b_y {np.mean(slopes):+.3f} "
-          f"(seeds {', '.join(f'{v:+.2f}' for v in slopes)})", flush=True)
+          f"(seeds {', '.join(f'{v:+.2f}' for v in slopes)})  considered pairs' g per y under the "
+          f"probability / log gradient {np.mean(ratios['probability']):+.3f} / "
+          f"{np.mean(ratios['log_probability']):+.3f}", flush=True)
   return out
 
 
