@@ -72,8 +72,9 @@ def _write_baidu(ds, path, clicks=None):
   import pyarrow.feather  # noqa: F401,PLC0415
   q, i = np.nonzero(ds.where)
   cols = {"query_id": ds.qid[q].astype(np.int32), "position": (i + 1).astype(np.int32)}
-  if clicks is None:
+  if clicks is None:  # annotations: labels and each query's frequency bucket
     cols["label"] = ds.labels[q, i].astype(np.int32)
+    cols["frequency_bucket"] = (ds.qid[q] % 3).astype(np.int32)
   else:
     cols["click"] = clicks[q, i].astype(np.int32)
   x = ds.features[q, i].astype(np.float16)
@@ -110,6 +111,11 @@ def test_trains_on_logged_baidu_clicks(tmp_path):
   # 10% of the click pages (5 of 48) are held out and score the click model among the methods.
   assert results["two_tower"]["click_ll"] < 0 and 1 < results["two_tower"]["click_perplexity"] < 2
   assert "click_ll" not in results["naive"] and "click_ll" not in results["dla"]
+  # The annotated queries by frequency bucket: their query-weighted mean is the overall nDCG@10.
+  buckets = results["naive"]["by_frequency_bucket"]
+  assert set(buckets) <= {"0", "1", "2"} and sum(b["queries"] for b in buckets.values()) == 6
+  weighted = sum(b["ndcg@10"] * b["queries"] for b in buckets.values()) / 6
+  assert weighted == pytest.approx(results["naive"]["ndcg@10"], rel=1e-6)
   table = (workdir / "table.md").read_text()
   assert "logged clicks of" in table and "part-0_split-*.feather" in table and "on 5 held-out click pages" in table
   assert "| click_ll | click_perplexity |" in table and table.count("| n/a | n/a |") == 2

@@ -33,7 +33,7 @@ from ultr_jax.train.method import KEY_REASONS, method_inputs_missing
 from ultr_jax.train.results import markdown_table, summarize, summarize_metrics, write_results
 
 __all__ = ["default_data_config", "default_logging_policy_config", "load_datasets", "prepare_logged_data",
-           "true_position_propensities", "check_logged_click_method", "hold_out_pages",
+           "true_position_propensities", "by_frequency_bucket", "check_logged_click_method", "hold_out_pages",
            "with_position_propensities",
            "train_and_evaluate"]
 
@@ -255,6 +255,20 @@ def hold_out_pages(train, fraction: float, *, seed: int = 0):
   return train.subset(np.sort(order[n:])), train.subset(np.sort(order[:n]))
 
 
+def by_frequency_bucket(method, params, test) -> dict:
+  """Test nDCG@10 (mean over seeds) per query-frequency bucket of ``test.extras["frequency_bucket"]``.
+
+  Baidu-ULTR's annotated queries come in 10 buckets of monthly search frequency (0: the most frequent);
+  Hager et al. (SIGIR 2024) break their results down by them. Keys are the buckets as strings.
+  """
+  buckets = np.asarray(test.extras["frequency_bucket"])
+  out = {}
+  for b in np.unique(buckets):
+    metrics = evaluate(method, params, test.subset(np.flatnonzero(buckets == b)), cutoffs=(10,))
+    out[str(int(b))] = {"ndcg@10": float(np.mean(metrics["ndcg@10"])), "queries": int((buckets == b).sum())}
+  return out
+
+
 def check_logged_click_method(method, train) -> None:
   """Raises unless ``method`` can train on ``train``'s logged clicks alone.
 
@@ -322,6 +336,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
     metric_columns = METRIC_COLUMNS + (CLICK_COLUMNS if held_clicks is not None else ())
     entry, row = summarize_metrics(test_metrics, [c for c in metric_columns if c in test_metrics])
     row.update({c: "n/a" for c in metric_columns if c not in test_metrics})
+    if "frequency_bucket" in test.extras:  # Baidu-ULTR's annotations: by query frequency, as Hager et al.
+      entry["by_frequency_bucket"] = by_frequency_bucket(method, fit_result.params, test)
     if method.propensities is not None and true_prop is None:
       learned = np.asarray(jax.vmap(method.propensities)(fit_result.params, fit_result.extra))
       entry["learned_propensities"] = learned.mean(0).tolist()
