@@ -260,6 +260,13 @@ def by_frequency_bucket(method, params, test) -> dict:
 
   Baidu-ULTR's annotated queries come in 10 buckets of monthly search frequency (0: the most frequent);
   Hager et al. (SIGIR 2024) break their results down by them. Keys are the buckets as strings.
+
+  >>> test = data_lib.make_synthetic(num_train=1, num_valid=1, num_test=6, list_size=4, num_features=2).test
+  >>> test = test.with_extras(frequency_bucket=np.array([0, 0, 1, 1, 1, 9]))
+  >>> m = methods_lib.get_method("naive", {"ranker": "linear"}, num_features=2, list_size=4)
+  >>> params = jax.vmap(lambda k: m.init(k, None)[0])(jax.random.split(jax.random.key(0), 2))
+  >>> {b: v["queries"] for b, v in by_frequency_bucket(m, params, test).items()}
+  {'0': 2, '1': 3, '9': 1}
   """
   buckets = np.asarray(test.extras["frequency_bucket"])
   out = {}
@@ -275,6 +282,15 @@ def check_logged_click_method(method, train) -> None:
   Methods that read an oracle quantity of the click simulator (IPS's
   ``"examination"`` propensities, say) cannot, nor can ``full_info`` when the
   log has no relevance labels; the error names the entry.
+
+  >>> ds = data_lib.make_synthetic(num_train=4, num_valid=1, num_test=1, list_size=3, num_features=2).train
+  >>> log = data_lib.RankingDataset(features=ds.features, labels=0 * ds.labels, where=ds.where, qid=ds.qid,
+  ...                               extras={"clicks": (ds.labels > 1).astype(np.float32)})
+  >>> get = lambda name: methods_lib.get_method(name, {"ranker": "linear"}, num_features=2, list_size=3)
+  >>> check_logged_click_method(get("dla"), log)  # trains on clicks alone
+  >>> check_logged_click_method(get("ips"), log)  # doctest: +ELLIPSIS
+  Traceback (most recent call last):
+  ValueError: method 'ips' reads batch['examination'], which logged clicks do not carry ...
   """
   batch = jax.tree.map(jnp.asarray, train.as_batch(np.arange(min(2, train.num_queries))))
   if not train.labels.any():  # a click log has no relevance labels (the loader fills zeros)
