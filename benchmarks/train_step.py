@@ -11,10 +11,16 @@ the lists as the trained ranker orders them (``config.display``, ULTRA's online
 feeds), and the column "vs logged" is its step rate over the logged display's; "vs first" is the
 rate over the first method's on the same display (``--methods naive,pdgd``: batched PDGD against naive).
 
+With ``--clicks logged`` the clicks are simulated once, stored with the lists and read by the step (a
+real click log such as Baidu-ULTR's, ``fit`` without a ``click_fn``); ``--num_features 768
+--feature_dtype float16`` gives the lists Baidu-ULTR's embedding width, stored in half precision.
+
   python benchmarks/train_step.py [--steps 300] [--batch 256] [--displays logged,model,model_sample]
+  python benchmarks/train_step.py --clicks logged --num_features 768 --feature_dtype float16
 """
 
 import argparse
+import dataclasses
 import time
 
 import jax
@@ -66,16 +72,28 @@ def main():
   parser.add_argument("--seeds", type=int, default=3)
   parser.add_argument("--methods", default="naive,ips,dla,two_tower")
   parser.add_argument("--displays", default="logged", help="comma-separated config.display values")
+  parser.add_argument("--clicks", default="simulated", choices=("simulated", "logged"),
+                      help="simulated in every step, or simulated once and stored (a click log)")
+  parser.add_argument("--num_features", type=int, default=136)
+  parser.add_argument("--feature_dtype", default="float32", help="storage dtype of the features")
   args = parser.parse_args()
 
   print(f"backend {jax.default_backend()}, devices {jax.device_count()}")
   peak = matmul_peak()
   print(f"matmul peak (float32 2048^3): {peak / 1e9:.1f} GFLOP/s")
   splits = data_lib.make_synthetic(num_train=2000, num_valid=10, num_test=10, list_size=20,
-                                   num_features=136, seed=0)
+                                   num_features=args.num_features, seed=0)
   train = splits.train
   cfg = ml_collections.ConfigDict({"name": "pbm_table", "eta": 1.0, "eps": 0.1})
   click_fn = simulation.make_click_fn(cfg)
+  fit_click_fn = click_fn
+  if args.clicks == "logged":  # one draw per list, stored with it: the step reads it like a real log
+    clicks = click_fn(jax.random.key(0), jax.tree.map(jnp.asarray, train.as_batch()))["clicks"]
+    train = train.with_extras(clicks=np.asarray(clicks, np.float32))
+    click_fn = lambda key, b: {}  # noqa: E731  (the FLOP count's step reads the stored clicks)
+    fit_click_fn = None
+  train = dataclasses.replace(train, features=train.features.astype(args.feature_dtype))
+  print(f"lists {train.features.shape} {train.features.dtype}, clicks {args.clicks}")
   config = default_train_config()
   config.steps = args.steps
   config.batch_size = args.batch
@@ -100,7 +118,7 @@ def main():
         run.steps = run.eval_every = steps
         run.display = display
         t = time.perf_counter()
-        fit(method, train, None, click_fn=click_fn, config=run, seeds=range(args.seeds))
+        fit(method, train, None, click_fn=fit_click_fn, config=run, seeds=range(args.seeds))
         times.append(time.perf_counter() - t)
       rate = (args.steps - args.steps // 5) / (times[1] - times[0])
       logged_rate = rate if display == "logged" else logged_rate
