@@ -66,7 +66,8 @@ def make_tables(pages: int, seed: int = 0):
   for name, values in cols.items():
     if name != "query_id":
       page_cols[name] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
-  page_cols["query_document_embedding"] = pa.ListArray.from_arrays(pa.array(offsets), doc["query_document_embedding"].combine_chunks())
+  page_cols["query_document_embedding"] = pa.ListArray.from_arrays(
+      pa.array(offsets), doc["query_document_embedding"].combine_chunks())
   return doc, pa.table(page_cols), n
 
 

@@ -29,7 +29,8 @@ def random_pages(seed=0, num_pages=40):
     n = int(rng.integers(1, 8))
     urls = rng.choice([f"u{j:02d}" for j in range(12)], n, replace=False)
     pos = rng.choice(np.arange(1, 11), n, replace=False)
-    pages.append((str(1000 + p), queries[p % 3], [(int(a), str(u), int(rng.integers(0, 2))) for a, u in zip(pos, urls)]))
+    docs = [(int(a), str(u), int(rng.integers(0, 2))) for a, u in zip(pos, urls)]
+    pages.append((str(1000 + p), queries[p % 3], docs))
   return pages
 
 

@@ -82,7 +82,9 @@ def _files(pattern: str, field: str) -> list[str]:
 def with_position_propensities(train, spec: str, *, field: str = "propensities"):
   """``train`` with ``extras["examination"]`` set from given position propensities (position 1 first).
 
-  For IPS on logged clicks, whose propensities no simulator knows: ``spec`` is comma-separated
+  For IPS on logged clicks, whose propensities no simulator knows (a single IPS or SNIPS method can
+  instead take them as ``method_configs.<name>.propensities``; this sets them once for every method,
+  from a file): ``spec`` is comma-separated
   numbers; an existing text/CSV file with one position per line whose last column is the
   propensity (so a ``position,propensity`` table works; a header line is skipped); or the JSON
   that ``experiments/identifiability/check.py --click_log=...`` writes, as ``report.json`` (its
@@ -269,10 +271,15 @@ def by_frequency_bucket(method, params, test) -> dict:
   {'0': 2, '1': 3, '9': 1}
   """
   buckets = np.asarray(test.extras["frequency_bucket"])
+  values, counts = np.unique(buckets, return_counts=True)
   out = {}
-  for b in np.unique(buckets):
-    metrics = evaluate(method, params, test.subset(np.flatnonzero(buckets == b)), cutoffs=(10,))
-    out[str(int(b))] = {"ndcg@10": float(np.mean(metrics["ndcg@10"])), "queries": int((buckets == b).sum())}
+  for b, n in zip(values, counts):
+    # Every bucket padded to the largest one's query count (all-masked queries count for nothing), so the
+    # evaluation compiles once, not once per bucket size.
+    idx = np.full(counts.max(), -1)
+    idx[:n] = np.flatnonzero(buckets == b)
+    metrics = evaluate(method, params, data_lib.take_queries(test, idx), cutoffs=(10,))
+    out[str(int(b))] = {"ndcg@10": float(np.mean(metrics["ndcg@10"])), "queries": int(n)}
   return out
 
 
@@ -297,7 +304,8 @@ def check_logged_click_method(method, train) -> None:
     batch.pop("labels")
   missing = method_inputs_missing(method, batch)
   if missing is not None:
-    fix = {"examination": "give position propensities with config.data.propensities",
+    fix = {"examination": ("give position propensities with config.data.propensities (every method) or "
+                           f"method_configs.{method.name}.propensities (ips and snips)"),
            "labels": "evaluate the labels' ceiling on annotated data instead"}.get(
                missing, f"add {missing!r} to the training data's extras")
     raise ValueError(f"method {method.name!r} reads batch[{missing!r}], which logged clicks do not carry "

@@ -84,7 +84,6 @@ field                default                     meaning
 [1.0, 1.0, 1.0, 1.0]
 """
 
-import dataclasses
 import functools
 
 import jax
@@ -183,9 +182,9 @@ def _where(batch):
   return jnp.asarray(batch["where"]).astype(bool)
 
 
-def _make(name, towers, loss, propensities=None):
+def _make(name, towers, loss, propensities=None, click_logits=None):
   return Method(name=name, init=lambda key, batch: (towers.init(key), {}), loss=loss,
-                score=towers.score, propensities=propensities)
+                score=towers.score, propensities=propensities, click_logits=click_logits)
 
 
 # ----------------------------------------------------------------------------
@@ -434,7 +433,7 @@ def two_tower(config, *, num_features: int, list_size: int) -> Method:
     log_p, log_n = losses.two_tower_log_probs(towers.score(params, batch), obs, mode=mode)
     return log_p - log_n
 
-  return dataclasses.replace(_make("two_tower", towers, loss, propensities), click_logits=click_logits)
+  return _make("two_tower", towers, loss, propensities, click_logits)
 
 
 # ----------------------------------------------------------------------------
