@@ -400,7 +400,16 @@ def _write_baidu_sessions(path, items, positions, clicks):
                             str(int(clicks[s, j]))] + ["0"] * 27) + "\n")
 
 
-@pytest.mark.parametrize("fmt", ["tsv", "baidu"])
+def _write_yandex_sessions(path, items, positions, clicks):
+  """The same log as a Yandex Relevance Prediction Challenge file: a page record, then its clicks."""
+  assert np.all(positions == np.arange(items.shape[1]))  # the page order is the position
+  with open(path, "w") as fh:
+    for s in range(items.shape[0]):
+      fh.write(f"{s}\t0\tQ\tq{items[s, 0] // 10}\t213\t" + "\t".join(f"doc-{i}" for i in items[s]) + "\n")
+      fh.writelines(f"{s}\t1\tC\tdoc-{items[s, j]}\n" for j in np.flatnonzero(clicks[s]))
+
+
+@pytest.mark.parametrize("fmt", ["tsv", "baidu", "yandex"])
 def test_check_binary_on_a_click_log(tmp_path, subprocess_env, fmt):
   import json
   import pathlib
@@ -408,8 +417,9 @@ def test_check_binary_on_a_click_log(tmp_path, subprocess_env, fmt):
   import sys
   items, factors, clicks = _two_component_log()
   assert np.all(items // 10 == items[:, :1] // 10)
-  path = tmp_path / ("log.tsv" if fmt == "tsv" else "part-00000.txt")
-  (_write_log if fmt == "tsv" else _write_baidu_sessions)(path, items, factors, clicks)
+  path = tmp_path / {"tsv": "log.tsv", "baidu": "part-00000.txt", "yandex": "train.txt"}[fmt]
+  {"tsv": _write_log, "baidu": _write_baidu_sessions, "yandex": _write_yandex_sessions}[fmt](path, items, factors,
+                                                                                            clicks)
   out = tmp_path / "r.json"
   subprocess.run([sys.executable, "experiments/identifiability/check.py",
                   f"--click_log={path}", f"--click_log_format={fmt}", f"--out={out}"], check=True,

@@ -39,7 +39,8 @@ _CLICK_LOG = flags.DEFINE_string(
     "click_log", None, "A click log (TSV/CSV) instead of --data: also harvests propensities.")
 _CLICK_LOG_FORMAT = flags.DEFINE_enum(
     "click_log_format", "tsv", list(CLICK_LOG_FORMATS),
-    "tsv: query_id, doc_id, position, click rows; baidu: a raw Baidu-ULTR session file (part-XXXXX.gz).")
+    "tsv: query_id, doc_id, position, click rows; baidu: a raw Baidu-ULTR session file (part-XXXXX.gz); "
+    "yandex / yandex_personalized: the Yandex Relevance Prediction / Personalized Web Search Challenge log.")
 _SPLIT = flags.DEFINE_string("split", "train", "ULTRA split to read.")
 _OUT = flags.DEFINE_string("out", None, "Where to write the JSON report.")
 _LIST_SIZE = flags.DEFINE_integer(

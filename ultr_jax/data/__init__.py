@@ -10,6 +10,7 @@ from ultr_jax.data.svmlight import (SVMLightRows, default_cache_dir, load_svmlig
                                     write_svmlight)
 from ultr_jax.data.synthetic import DEFAULT_LABEL_FRACTIONS, make_synthetic
 from ultr_jax.data.ultra import load_ultra, read_ultra_features
+from ultr_jax.data.yandex import YANDEX_LAYOUTS, read_yandex_sessions
 
 __all__ = ["load_ultra", "read_ultra_features", "RankingDataset",
            "NORMALIZATIONS", "DatasetStats", "NormalizerStats", "drop_queries_without_relevant", "fit_normalizer",
@@ -18,4 +19,4 @@ __all__ = ["load_ultra", "read_ultra_features", "RankingDataset",
            "SVMLightRows", "default_cache_dir", "load_svmlight", "read_svmlight", "rows_to_dataset", "write_svmlight",
            "DEFAULT_LABEL_FRACTIONS", "make_synthetic", "ClickLog", "read_click_log",
            "click_log_sessions", "CLICK_LOG_FORMATS", "BERT_FEATURES", "LTR_FEATURES", "load_baidu_ultr",
-           "read_baidu_sessions"]
+           "read_baidu_sessions", "YANDEX_LAYOUTS", "read_yandex_sessions"]

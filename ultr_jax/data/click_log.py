@@ -109,7 +109,7 @@ def _first_bad(path, bad: np.ndarray, field: str, values: np.ndarray, msg: str):
   raise ValueError(f"{path}:{_line_of(path, row)}: field {field!r}: {values[row]} {msg}")
 
 
-CLICK_LOG_FORMATS = ("tsv", "baidu")
+CLICK_LOG_FORMATS = ("tsv", "baidu", "yandex", "yandex_personalized")
 
 
 def read_click_log(path, *, delimiter: Optional[str] = None, position_base: int = 1,
@@ -121,10 +121,13 @@ def read_click_log(path, *, delimiter: Optional[str] = None, position_base: int 
     delimiter: column separator (default: a tab if the header has one, else a
       comma).
     position_base: the rank of the top position in the file (1, or 0).
-    format: ``"tsv"`` (the delimited rows above) or ``"baidu"`` (a raw
+    format: ``"tsv"`` (the delimited rows above), ``"baidu"`` (a raw
       Baidu-ULTR session file, read by
-      :func:`~ultr_jax.data.read_baidu_sessions`; ``delimiter`` and
-      ``position_base`` do not apply).
+      :func:`~ultr_jax.data.read_baidu_sessions`), ``"yandex"`` or
+      ``"yandex_personalized"`` (the Yandex Relevance Prediction or
+      Personalized Web Search Challenge log, read by
+      :func:`~ultr_jax.data.read_yandex_sessions`); ``delimiter`` and
+      ``position_base`` apply to ``"tsv"`` only.
 
   Returns:
     A :class:`ClickLog`.
@@ -146,6 +149,9 @@ def read_click_log(path, *, delimiter: Optional[str] = None, position_base: int 
   if format == "baidu":
     from ultr_jax.data.baidu import read_baidu_sessions  # noqa: PLC0415  (baidu imports this module)
     return read_baidu_sessions(path)
+  if format.startswith("yandex"):
+    from ultr_jax.data.yandex import read_yandex_sessions  # noqa: PLC0415  (yandex imports this module)
+    return read_yandex_sessions(path, layout="personalized" if format == "yandex_personalized" else "relpred")
   path = os.fspath(path)
   with open(path, encoding="utf-8") as fh:
     header = fh.readline().rstrip("\r\n")

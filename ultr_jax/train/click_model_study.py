@@ -9,7 +9,8 @@ conditional perplexity, the CTR perplexity and the log-likelihood, as
 PyClick and CLAX report, plus the attraction error against the simulator's
 truth. With ``config.click_log`` the same is done for a real session log
 (:func:`~ultr_jax.data.read_click_log` with a ``session_id`` column, or
-Baidu-ULTR's raw session files with ``config.click_log_format = "baidu"``).
+Baidu-ULTR's raw session files with ``config.click_log_format = "baidu"``, the Yandex challenge logs with
+``"yandex"`` or ``"yandex_personalized"``).
 
 ``results.json`` maps ``true=<model>`` (or ``log``) to the fitted model's
 metrics, each ``{"mean", "std", "ci90"}`` over seeds (and
@@ -66,7 +67,7 @@ def default_click_model_config() -> ml_collections.ConfigDict:
   c.max_iters = 500
   c.tol = 1e-5
   c.click_log = ""  # a session log (TSV/CSV with session_id) instead of the simulation
-  c.click_log_format = "tsv"  # or "baidu": a raw Baidu-ULTR session file (part-XXXXX.gz)
+  c.click_log_format = "tsv"  # or "baidu" (part-XXXXX.gz), "yandex", "yandex_personalized"; see read_click_log
   c.list_size_of_log = 0  # 0: the log's largest position
   return c
 

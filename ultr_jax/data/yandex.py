@@ -1,0 +1,172 @@
+r"""Yandex click logs: the Relevance Prediction Challenge and Personalized Web Search Challenge files.
+
+The two public Yandex search logs that click-model papers train on (Chuklin, Markov & de Rijke's
+*Click Models for Web Search*, PyClick, CLAX) are tab-separated text, one record per line, sessions
+in order. Two layouts (``layout=``):
+
+``"relpred"`` (the Relevance Prediction Challenge, WSCD 2011)::
+
+    SessionID  TimePassed  Q  QueryID  RegionID  URLID_1 ... URLID_n     (a result page)
+    SessionID  TimePassed  C  URLID                                      (a click)
+
+``"personalized"`` (the Personalized Web Search Challenge, WSCD 2014)::
+
+    SessionID  M  Day  UserID                                            (session metadata)
+    SessionID  TimePassed  Q|T  SERPID  QueryID  Terms  URLID,DomainID ...  (a page; T: a test page)
+    SessionID  TimePassed  C  SERPID  URLID                              (a click)
+
+A click counts for the page it belongs to: in ``relpred`` the session's latest page (the records
+carry no page id, as PyClick and CLAX read them), in ``personalized`` the page with its SERPID.
+Repeated clicks on one result count once. A click on a URL that the page does not show (an ad, a
+link elsewhere on the page) is not a click on a result: it is skipped, and a warning gives their
+number and the first line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import pathlib
+import warnings
+from typing import Optional, Union
+
+import numpy as np
+
+from ultr_jax.data.click_log import ClickLog
+
+__all__ = ["YANDEX_LAYOUTS", "read_yandex_sessions"]
+
+PathLike = Union[str, os.PathLike]
+
+YANDEX_LAYOUTS = ("relpred", "personalized")
+
+
+def read_yandex_sessions(path: PathLike, *, layout: str = "relpred", max_sessions: Optional[int] = None
+                         ) -> ClickLog:
+  r"""Reads a Yandex search log as a session :class:`~ultr_jax.data.ClickLog` (one row per shown result).
+
+  Args:
+    path: the log (``.gz`` is decompressed on the fly).
+    layout: ``"relpred"`` (the Relevance Prediction Challenge's records) or
+      ``"personalized"`` (the Personalized Web Search Challenge's); see the
+      module docstring.
+    max_sessions: read only the first this many result pages.
+
+  Returns:
+    A :class:`~ultr_jax.data.ClickLog`: ``items`` are dense ids of (QueryID,
+    URLID) pairs, ``positions`` 0-based (the order on the page),
+    ``sessions`` one id per result page in file order, ``clicks`` 0/1,
+    ``query_ids`` and ``doc_ids`` the ids as written, ``lines`` the line of
+    each row's page record.
+
+  Raises:
+    ValueError: a record of an unknown type or with the wrong number of
+      fields, a page without results, a click before any page of its
+      session, or (``personalized``) a click naming a SERPID its session has
+      not shown, naming the file, line and field.
+
+  >>> import pathlib, tempfile
+  >>> p = pathlib.Path(tempfile.mkdtemp()) / "relpred.txt"
+  >>> _ = p.write_text("1\t0\tQ\t7\t213\tu1\tu2\tu3\n1\t5\tC\tu2\n1\t9\tQ\t8\t213\tu2\tu4\n"
+  ...                  "2\t0\tQ\t7\t1\tu3\tu1\n2\t3\tC\tu1\n2\t4\tC\tu1\n")
+  >>> log = read_yandex_sessions(p)
+  >>> log.items.tolist(), log.positions.tolist(), log.clicks.tolist(), log.sessions.tolist()
+  ([0, 1, 2, 3, 4, 2, 0], [0, 1, 2, 0, 1, 0, 1], [0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0], [0, 0, 0, 1, 1, 2, 2])
+  """
+  if layout not in YANDEX_LAYOUTS:
+    raise ValueError(f"layout must be one of {YANDEX_LAYOUTS}, got {layout!r}")
+  if max_sessions is not None and int(max_sessions) < 1:
+    raise ValueError(f"max_sessions must be >= 1, got {max_sessions}")
+  path = pathlib.Path(path)
+  if not path.is_file():
+    raise FileNotFoundError(f"{path}: no such file")
+  personalized = layout == "personalized"
+  first_url = 6 if personalized else 5  # the field of a page record's first result
+  item_ids: dict = {}
+  intern = item_ids.setdefault
+  qids, urls, clicks, positions, sessions, lines, items = [], [], [], [], [], [], []
+  page = -1  # the latest page's id
+  session_id = None  # its SessionID
+  row_of: dict = {}  # the latest page's URLID -> its row
+  page_rows: dict = {}  # personalized: SERPID -> that page's row_of, within the current session
+  unmatched, first_unmatched = 0, 0
+  show = lambda b: repr(b.decode("utf-8", "replace"))  # noqa: E731
+  opener = gzip.open if path.suffix.lower() == ".gz" else open
+  try:
+    with opener(path, "rb") as raw, io.BufferedReader(raw, 1 << 20) as fh:
+      for line_no, line in enumerate(fh, start=1):
+        fields = line.rstrip(b"\r\n").split(b"\t")
+        if len(fields) == 1 and not fields[0]:
+          continue
+        kind = fields[2] if len(fields) > 2 else b""
+        if personalized and len(fields) > 1 and fields[1] == b"M":
+          if len(fields) != 4:
+            raise ValueError(f"{path}:{line_no}: a metadata record has 4 fields (SessionID, M, Day, UserID), "
+                             f"got {len(fields)}")
+          continue
+        if (kind in (b"Q", b"T")) if personalized else (kind == b"Q"):
+          if len(fields) <= first_url:
+            raise ValueError(f"{path}:{line_no}: a page record without results ({len(fields)} fields; the "
+                             f"results start at field {first_url + 1})")
+          if max_sessions is not None and page + 1 >= max_sessions:
+            break
+          page += 1
+          if fields[0] != session_id:
+            session_id, page_rows = fields[0], {}
+          query = fields[4] if personalized else fields[3]
+          results = [u.split(b",", 1)[0] for u in fields[first_url:]] if personalized else fields[first_url:]
+          row_of = {}
+          for pos, url in enumerate(results):
+            if not url:
+              raise ValueError(f"{path}:{line_no}: field {first_url + pos + 1} (the URLID at position "
+                               f"{pos + 1}): empty")
+            row_of.setdefault(url, len(items))
+            items.append(intern((query, url), len(item_ids)))
+            qids.append(query)
+            urls.append(url)
+            positions.append(pos)
+            clicks.append(False)
+            sessions.append(page)
+            lines.append(line_no)
+          if personalized:
+            page_rows[fields[3]] = row_of
+          continue
+        if kind == b"C":
+          want = 5 if personalized else 4
+          if len(fields) != want:
+            raise ValueError(f"{path}:{line_no}: a click record has {want} fields, got {len(fields)}")
+          if fields[0] != session_id:
+            raise ValueError(f"{path}:{line_no}: field 'SessionID': a click in session {show(fields[0])} "
+                             "before any page of that session")
+          targets = page_rows.get(fields[3]) if personalized else row_of
+          if targets is None:
+            raise ValueError(f"{path}:{line_no}: field 'SERPID': {show(fields[3])} is not a page of session "
+                             f"{show(fields[0])} shown above")
+          row = targets.get(fields[-1])
+          if row is None:
+            unmatched += 1
+            first_unmatched = first_unmatched or line_no
+          else:
+            clicks[row] = True
+          continue
+        raise ValueError(f"{path}:{line_no}: unknown record type {show(kind)} in field 3 (expected "
+                         f"{'M (in field 2), Q, T or C' if personalized else 'Q or C'}; is this the "
+                         f"{'relpred' if personalized else 'personalized'} layout?)")
+  except (OSError, EOFError) as e:
+    raise ValueError(f"{path}: cannot read the log ({e})") from None
+  if not items:
+    raise ValueError(f"{path}: no result pages")
+  if unmatched:
+    warnings.warn(f"{path}: {unmatched} click(s) on URLs their page does not show were skipped (the first "
+                  f"on line {first_unmatched})", stacklevel=2)
+  try:
+    query_ids = np.char.decode(np.asarray(qids, dtype=bytes), "utf-8")
+    doc_ids = np.char.decode(np.asarray(urls, dtype=bytes), "utf-8")
+  except UnicodeDecodeError as e:
+    raise ValueError(f"{path}: a QueryID or URLID is not UTF-8 ({e})") from None
+  pos_arr = np.asarray(positions, np.int32)
+  return ClickLog(items=np.asarray(items, np.int32), positions=pos_arr, clicks=np.asarray(clicks, np.float32),
+                  weights=np.ones(len(items), np.float32), query_ids=query_ids, doc_ids=doc_ids,
+                  num_items=len(item_ids), num_positions=int(pos_arr.max()) + 1,
+                  sessions=np.asarray(sessions, np.int32), path=str(path), lines=np.asarray(lines, np.int32))
