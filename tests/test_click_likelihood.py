@@ -187,7 +187,7 @@ def _sessions(model, n=5, length=4, seed=0):
 @pytest.mark.parametrize("model", sorted(LIKELIHOODS))
 def test_mask_equals_truncation(model):
   """A masked tail (with garbage clicks) gives the truncated list's likelihood."""
-  fn = LIKELIHOODS[model]
+  fn = jax.jit(LIKELIHOODS[model])  # one compile per shape (eagerly: one per primitive)
   clicks, a = _sessions(model, length=4)
   garbage = jnp.concatenate([clicks, jnp.ones((5, 2))], axis=1)
   a_pad = jnp.concatenate([a, jnp.full((5, 2), 0.7)], axis=1)
@@ -198,7 +198,7 @@ def test_mask_equals_truncation(model):
 
 @pytest.mark.parametrize("model", sorted(LIKELIHOODS))
 def test_vmap_equals_loop_and_compiles_once(model):
-  fn = LIKELIHOODS[model]
+  fn = jax.jit(LIKELIHOODS[model])  # one compile per shape (eagerly: one per primitive)
   clicks, a = _sessions(model)
   batched = jax.vmap(fn)(clicks, a)
   looped = jnp.stack([fn(clicks[i], a[i]) for i in range(clicks.shape[0])])
@@ -217,7 +217,7 @@ def test_vmap_equals_loop_and_compiles_once(model):
 
 @pytest.mark.parametrize("model", sorted(LIKELIHOODS))
 def test_gradients_are_finite_checked_and_zero_when_all_masked(model):
-  fn = LIKELIHOODS[model]
+  fn = jax.jit(LIKELIHOODS[model])  # one compile per shape (eagerly: one per primitive)
   clicks, a = _sessions(model, n=3)
   check_grads(lambda x: fn(clicks, jax.nn.sigmoid(x)).sum(), (jnp.log(a / (1 - a)),), order=1,
               modes=("rev",), atol=5e-2, rtol=5e-2)

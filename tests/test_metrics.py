@@ -1,5 +1,7 @@
 """Tests of ultr_jax.metrics against explicit-loop NumPy references and hand values."""
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -8,6 +10,15 @@ import pytest
 from jax import test_util as jtu
 
 from ultr_jax import metrics
+
+
+def _jit(fn, **static):
+  """``fn`` with ``static`` keyword arguments fixed, under ``jax.jit``.
+
+  Called eagerly, a metric compiles each of its primitives separately for every new shape (about
+  20 ms each on CPU); jitted, it compiles once.
+  """
+  return jax.jit(functools.partial(fn, **static))
 
 
 # ----------------------------------------------------------------------------
@@ -76,10 +87,10 @@ def test_ndcg_err_mrr_ap_match_numpy(k):
   s, y, w = _lists()
   with jax.enable_x64(True):
     js, jy, jw = jnp.asarray(s), jnp.asarray(y), jnp.asarray(w)
-    nd = metrics.ndcg(js, jy, where=jw, topn=k, reduce_fn=None)
-    er = metrics.err(js, jy, where=jw, topn=k if k else 11, reduce_fn=None)
-    rr = metrics.mrr(js, jy, where=jw, topn=k, reduce_fn=None)
-    ap = metrics.average_precision(js, jy, where=jw, reduce_fn=None)
+    nd = _jit(metrics.ndcg, topn=k, reduce_fn=None)(js, jy, where=jw)
+    er = _jit(metrics.err, topn=k if k else 11, reduce_fn=None)(js, jy, where=jw)
+    rr = _jit(metrics.mrr, topn=k, reduce_fn=None)(js, jy, where=jw)
+    ap = _jit(metrics.average_precision, reduce_fn=None)(js, jy, where=jw)
   for q in range(s.shape[0]):
     assert nd[q] == pytest.approx(np_ndcg(s[q], y[q], w[q], k), abs=1e-12)
     assert er[q] == pytest.approx(np_err(s[q], y[q], w[q], k or 11), abs=1e-12)
@@ -118,16 +129,18 @@ def test_mask_equals_truncation(fn):
   s, y, _ = _lists(q=6, l=8, seed=3)
   w = np.ones_like(s, bool)
   w[:, 5:] = False
-  long_ = fn(jnp.asarray(s), jnp.asarray(y), where=jnp.asarray(w), reduce_fn=None)
-  short = fn(jnp.asarray(s[:, :5]), jnp.asarray(y[:, :5]), reduce_fn=None)
+  f = _jit(fn, reduce_fn=None)
+  long_ = f(jnp.asarray(s), jnp.asarray(y), where=jnp.asarray(w))
+  short = f(jnp.asarray(s[:, :5]), jnp.asarray(y[:, :5]))
   np.testing.assert_allclose(long_, short, rtol=1e-6)
 
 
 @pytest.mark.parametrize("fn", [metrics.ndcg, metrics.err, metrics.mrr, metrics.average_precision])
 def test_vmap_equals_batched(fn):
   s, y, w = (jnp.asarray(a) for a in _lists(q=5, l=7, seed=4))
-  batched = fn(s, y, where=w, reduce_fn=None)
-  vm = jax.vmap(lambda a, b, c: fn(a, b, where=c, reduce_fn=None))(s, y, w)
+  f = _jit(fn, reduce_fn=None)
+  batched = f(s, y, where=w)
+  vm = jax.jit(jax.vmap(lambda a, b, c: f(a, b, where=c)))(s, y, w)
   np.testing.assert_allclose(vm, batched, rtol=1e-6)
 
 
@@ -140,8 +153,8 @@ def test_ranking_metrics_keys_and_values():
   out, mask = fn(s, y, w)
   fn(s + 1.0, y, w)
   assert set(out) == {"ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "err@10", "mrr", "map"}
-  np.testing.assert_allclose(out["ndcg@5"], metrics.ndcg(s, y, where=w, topn=5, reduce_fn=None))
-  np.testing.assert_allclose(out["err@10"], metrics.err(s, y, where=w, topn=10, reduce_fn=None))
+  np.testing.assert_allclose(out["ndcg@5"], _jit(metrics.ndcg, topn=5, reduce_fn=None)(s, y, where=w))
+  np.testing.assert_allclose(out["err@10"], _jit(metrics.err, topn=10, reduce_fn=None)(s, y, where=w))
   np.testing.assert_array_equal(mask, np.asarray(w).any(-1))
   assert out["ndcg@1"].shape == (s.shape[0],)
   assert float(out["ndcg@10"][0]) == 0.0  # all-masked list holds 0
