@@ -78,7 +78,8 @@ def test_sessions_match_the_generated_pages(tmp_path, layout, suffix):
   assert log.num_items == num_items and log.num_positions == max(want["positions"]) + 1
   np.testing.assert_array_equal(log.weights, 1.0)
   # Each row's line is its page record's line.
-  text = (gzip.open(path, "rt") if suffix == ".gz" else open(path)).read().splitlines()
+  with (gzip.open(path, "rt") if suffix == ".gz" else open(path)) as f:
+    text = f.read().splitlines()
   for row in range(len(log.items)):
     fields = text[log.lines[row] - 1].split("\t")
     assert fields[2] in ("Q", "T")
