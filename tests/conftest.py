@@ -66,7 +66,8 @@ def default_xla_env(subprocess_env) -> dict:
 
   For the slow smoke runs whose tiny test sets turn float rounding into metric steps larger than
   their expected-metrics tolerance (CLD: one query of 40 moves NDCG@1 by 0.0125), and for the online
-  study, whose NSGD learner turns a rounding difference into another trajectory after ~240 impressions.
+  study's NSGD entries, whose learner turns a rounding difference into another trajectory after ~240
+  impressions (the default run compares the other entries at the fast settings).
   """
   flags = re.sub(r"--xla_(backend_optimization_level|cpu_use_fusion_emitters)=\w+", "", subprocess_env["XLA_FLAGS"])
   return {**subprocess_env, "XLA_FLAGS": " ".join(flags.split())}

@@ -15,7 +15,7 @@ import rax
 
 from ultr_jax import losses, simulation as sim
 from ultr_jax.data import make_synthetic
-from ultr_jax.testing import assert_matches_expected
+from ultr_jax.testing import assert_matches_expected, expected_metrics_path, load_expected
 from ultr_jax.train import ONLINE_CLICK_MODELS, ONLINE_METHODS, default_online_config, online_click_model, online_learning
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -705,10 +705,10 @@ def test_default_config_is_the_papers_protocol():
     _config("large")
 
 
-def test_binary_smoke_run(tmp_path, default_xla_env):
+def _smoke_run(tmp_path, env):
   proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "online" / "main.py"),
                          f"--config={CONFIG}:smoke", f"--workdir={tmp_path}"],
-                        capture_output=True, text=True, env=default_xla_env, timeout=600)
+                        capture_output=True, text=True, env=env, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   results = json.loads((tmp_path / "results.json").read_text())
   assert sorted(results) == ["click_model=informational", "click_model=perfect", "full_info"]
@@ -723,7 +723,26 @@ def test_binary_smoke_run(tmp_path, default_xla_env):
     assert "pdgd_minus_dbgd" in row["pdgd"] and "nsgd_minus_mgd" in row["nsgd"]
   assert "| perfect/pdgd |" in (tmp_path / "table.md").read_text() and "| full_info (labels) |" in proc.stdout
   assert (tmp_path / "table.csv").exists() and (tmp_path / "fig_online.png").stat().st_size > 0
-  assert_matches_expected(results, "online_smoke")
+  return results
+
+
+def test_binary_smoke_run(tmp_path, subprocess_env):
+  """The smoke binary at the tests' fast XLA settings (16 s alone, 35 s at XLA's defaults).
+
+  NSGD turns a float rounding difference into another trajectory after a few hundred impressions, so its
+  four entries of the expected file (recorded at XLA's defaults) are compared by the slow test below;
+  every other entry here.
+  """
+  results = _smoke_run(tmp_path, subprocess_env)
+  expected = load_expected(str(expected_metrics_path("online_smoke")))
+  others = {k: v for k, v in expected["metrics"].items() if "|nsgd|" not in k}
+  assert len(others) == len(expected["metrics"]) - 4
+  assert_matches_expected(results, {**expected, "metrics": others})
+
+
+@pytest.mark.slow
+def test_binary_smoke_run_at_xla_defaults_matches_every_expected_metric(tmp_path, default_xla_env):
+  assert_matches_expected(_smoke_run(tmp_path, default_xla_env), "online_smoke")
 
 
 def test_study_runs_on_letor_files(tmp_path):
