@@ -25,14 +25,15 @@ def _feature_towers():
 def test_feature_tower_shapes_under_leading_dims(name):
   tower = _feature_towers()[name]
   params = tower.init(jax.random.key(0), jnp.zeros((1, F)))
+  apply = jax.jit(tower.apply)  # one compile per shape (eagerly: one per primitive)
   x = jax.random.normal(jax.random.key(1), (12, 6, F))
-  flat = tower.apply(params, x.reshape(-1, F)).reshape(12, 6)
+  flat = apply(params, x.reshape(-1, F)).reshape(12, 6)
   for lead in [(12,), (3, 4), (2, 3, 2)]:
-    out = tower.apply(params, x.reshape(*lead, 6, F))
+    out = apply(params, x.reshape(*lead, 6, F))
     assert out.shape == (*lead, 6)
     # The same items in any layout give the same scores (no cross-item coupling).
     np.testing.assert_allclose(out.reshape(12, 6), flat, rtol=1e-5, atol=1e-5)
-  assert tower.apply(params, x[0, 0]).shape == ()
+  assert apply(params, x[0, 0]).shape == ()
 
 
 @pytest.mark.parametrize("name", sorted(_feature_towers()))
