@@ -133,3 +133,11 @@ def test_argument_errors(tmp_path):
     data.read_yandex_sessions(tmp_path / "log.txt", max_sessions=0)
   with pytest.raises(FileNotFoundError, match="nope.txt"):
     data.read_yandex_sessions(tmp_path / "nope.txt")
+
+
+def test_ids_that_are_not_utf8_are_named(tmp_path):
+  (tmp_path / "log.txt").write_bytes(b"1\t0\tQ\t7\t213\ta\xff\n")
+  with pytest.raises(ValueError, match=r"log.txt: a URLID is not UTF-8"):
+    data.read_yandex_sessions(tmp_path / "log.txt")
+  (tmp_path / "log.txt").write_bytes("1\t0\tQ\t7\t213\tпоиск\n".encode())  # UTF-8, not ASCII
+  assert data.read_yandex_sessions(tmp_path / "log.txt").doc_ids.tolist() == ["поиск"]

@@ -112,6 +112,22 @@ def _first_bad(path, bad: np.ndarray, field: str, values: np.ndarray, msg: str):
 CLICK_LOG_FORMATS = ("tsv", "baidu", "yandex", "yandex_personalized")
 
 
+def decode_ids(ids, path, field: str) -> np.ndarray:
+  """A ``str`` array of the byte-string ids a session reader collected (ASCII fast, else UTF-8).
+
+  Raises ValueError naming ``path`` and ``field`` for ids that are not UTF-8.
+  """
+  raw = np.asarray(ids, dtype=bytes)
+  try:
+    return raw.astype(np.str_)  # ASCII: several times faster than np.char.decode
+  except UnicodeDecodeError:
+    pass
+  try:
+    return np.char.decode(raw, "utf-8")
+  except UnicodeDecodeError as e:
+    raise ValueError(f"{path}: a {field} is not UTF-8 ({e})") from None
+
+
 def read_click_log(path, *, delimiter: Optional[str] = None, position_base: int = 1,
                    format: str = "tsv") -> ClickLog:  # pylint: disable=redefined-builtin
   r"""Reads a click log (see the module docstring for the columns).

@@ -33,7 +33,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from ultr_jax.data.click_log import ClickLog
+from ultr_jax.data.click_log import ClickLog, decode_ids
 
 __all__ = ["YANDEX_LAYOUTS", "read_yandex_sessions"]
 
@@ -83,9 +83,10 @@ def read_yandex_sessions(path: PathLike, *, layout: str = "relpred", max_session
     raise FileNotFoundError(f"{path}: no such file")
   personalized = layout == "personalized"
   first_url = 6 if personalized else 5  # the field of a page record's first result
-  item_ids: dict = {}
+  item_ids: dict = {}  # (QueryID, URLID) -> dense id, in order of first appearance
   intern = item_ids.setdefault
-  qids, urls, clicks, positions, sessions, lines, items = [], [], [], [], [], [], []
+  urls, items, clicked = [], [], []  # per row; clicked: the rows clicked
+  page_qids, page_lines, page_sizes = [], [], []  # per page (expanded to rows at the end)
   page = -1  # the latest page's id
   session_id = None  # its SessionID
   row_of: dict = {}  # the latest page's URLID -> its row
@@ -116,19 +117,17 @@ def read_yandex_sessions(path: PathLike, *, layout: str = "relpred", max_session
             session_id, page_rows = fields[0], {}
           query = fields[4] if personalized else fields[3]
           results = [u.split(b",", 1)[0] for u in fields[first_url:]] if personalized else fields[first_url:]
-          row_of = {}
-          for pos, url in enumerate(results):
-            if not url:
-              raise ValueError(f"{path}:{line_no}: field {first_url + pos + 1} (the URLID at position "
-                               f"{pos + 1}): empty")
-            row_of.setdefault(url, len(items))
-            items.append(intern((query, url), len(item_ids)))
-            qids.append(query)
-            urls.append(url)
-            positions.append(pos)
-            clicks.append(False)
-            sessions.append(page)
-            lines.append(line_no)
+          start, n = len(urls), len(results)
+          row_of = dict(zip(reversed(results), range(start + n - 1, start - 1, -1)))  # first row of each URL
+          if b"" in row_of:
+            pos = results.index(b"")
+            raise ValueError(f"{path}:{line_no}: field {first_url + pos + 1} (the URLID at position "
+                             f"{pos + 1}): empty")
+          urls.extend(results)
+          items.extend([intern((query, url), len(item_ids)) for url in results])
+          page_qids.append(query)
+          page_lines.append(line_no)
+          page_sizes.append(n)
           if personalized:
             page_rows[fields[3]] = row_of
           continue
@@ -148,7 +147,7 @@ def read_yandex_sessions(path: PathLike, *, layout: str = "relpred", max_session
             unmatched += 1
             first_unmatched = first_unmatched or line_no
           else:
-            clicks[row] = True
+            clicked.append(row)
           continue
         raise ValueError(f"{path}:{line_no}: unknown record type {show(kind)} in field 3 (expected "
                          f"{'M (in field 2), Q, T or C' if personalized else 'Q or C'}; is this the "
@@ -160,13 +159,14 @@ def read_yandex_sessions(path: PathLike, *, layout: str = "relpred", max_session
   if unmatched:
     warnings.warn(f"{path}: {unmatched} click(s) on URLs their page does not show were skipped (the first "
                   f"on line {first_unmatched})", stacklevel=2)
-  try:
-    query_ids = np.char.decode(np.asarray(qids, dtype=bytes), "utf-8")
-    doc_ids = np.char.decode(np.asarray(urls, dtype=bytes), "utf-8")
-  except UnicodeDecodeError as e:
-    raise ValueError(f"{path}: a QueryID or URLID is not UTF-8 ({e})") from None
-  pos_arr = np.asarray(positions, np.int32)
-  return ClickLog(items=np.asarray(items, np.int32), positions=pos_arr, clicks=np.asarray(clicks, np.float32),
-                  weights=np.ones(len(items), np.float32), query_ids=query_ids, doc_ids=doc_ids,
-                  num_items=len(item_ids), num_positions=int(pos_arr.max()) + 1,
-                  sessions=np.asarray(sessions, np.int32), path=str(path), lines=np.asarray(lines, np.int32))
+  sizes = np.asarray(page_sizes, np.int64)
+  sessions = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)
+  positions = (np.arange(len(urls)) - np.repeat(np.cumsum(sizes) - sizes, sizes)).astype(np.int32)
+  clicks = np.zeros(len(urls), np.float32)
+  clicks[np.asarray(clicked, np.int64)] = 1.0
+  query_ids = decode_ids(page_qids, path, "QueryID")[sessions]
+  return ClickLog(items=np.asarray(items, np.int32), positions=positions, clicks=clicks,
+                  weights=np.ones(len(urls), np.float32), query_ids=query_ids,
+                  doc_ids=decode_ids(urls, path, "URLID"), num_items=len(item_ids),
+                  num_positions=int(positions.max()) + 1, sessions=sessions, path=str(path),
+                  lines=np.repeat(np.asarray(page_lines, np.int32), sizes))
