@@ -47,15 +47,13 @@ Arrow counts them; ``row r, document d`` in the page layout) and the field.
 pyarrow is needed only here: ``pip install 'ultr_jax[baidu]'``.
 """
 
-import gzip
-import io
 import os
 import pathlib
 from typing import NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
-from ultr_jax.data.click_log import ClickLog
+from ultr_jax.data.click_log import ClickLog, decode_ids, session_file, session_lines
 from ultr_jax.data.dataset import RankingDataset
 
 __all__ = ["BERT_FEATURES", "LTR_FEATURES", "QUERY_KEYS", "load_baidu_ultr", "read_baidu_sessions"]
@@ -504,12 +502,7 @@ def read_baidu_sessions(path: PathLike, *, query_key: str = "query", max_session
   """
   if query_key not in QUERY_KEYS:
     raise ValueError(f"query_key must be one of {QUERY_KEYS}, got {query_key!r}")
-  if max_sessions is not None and int(max_sessions) < 1:
-    raise ValueError(f"max_sessions must be >= 1, got {max_sessions}")
-  path = pathlib.Path(path)
-  if not path.is_file():
-    raise FileNotFoundError(f"{path}: no such file")
-  opener = gzip.open if path.suffix.lower() == ".gz" else open
+  path = session_file(path, max_sessions)
   # Bytes, not text: only the few fields kept are decoded, not the long title and abstract token lists.
   item_ids: dict = {}
   page_qids, urls, positions, clicks, sessions, lines, items = [], [], [], [], [], [], []
@@ -518,8 +511,7 @@ def read_baidu_sessions(path: PathLike, *, query_key: str = "query", max_session
   show = lambda b: repr(b.decode("utf-8", "replace"))  # noqa: E731
   intern = item_ids.setdefault
   try:
-    # GzipFile reads lines in Python; a large buffer in front of it halves that.
-    with opener(path, "rb") as raw, io.BufferedReader(raw, 1 << 20) as fh:
+    with session_lines(path) as fh:
       for line_no, line in enumerate(fh, start=1):
         fields = line.rstrip(b"\r\n").split(b"\t", click_col + 1)
         if len(fields) == 1 and not fields[0]:
@@ -554,11 +546,8 @@ def read_baidu_sessions(path: PathLike, *, query_key: str = "query", max_session
     raise ValueError(f"{path}: cannot read the session file ({e})") from None
   if not lines:
     raise ValueError(f"{path}: no document lines")
-  try:
-    qids = np.char.decode(np.asarray(page_qids, dtype=bytes), "utf-8")
-    doc_ids = np.char.decode(np.asarray(urls, dtype=bytes), "utf-8")
-  except UnicodeDecodeError as e:
-    raise ValueError(f"{path}: a qid or url_md5 is not UTF-8 ({e})") from None
+  qids = decode_ids(page_qids, path, "qid")
+  doc_ids = decode_ids(urls, path, "url_md5")
   pos_arr = np.asarray(positions, np.int32)
   session_arr = np.asarray(sessions, np.int32)
   return ClickLog(items=np.asarray(items, np.int32), positions=pos_arr, clicks=np.asarray(clicks, np.float32),

@@ -24,16 +24,13 @@ number and the first line.
 
 from __future__ import annotations
 
-import gzip
-import io
 import os
-import pathlib
 import warnings
 from typing import Optional, Union
 
 import numpy as np
 
-from ultr_jax.data.click_log import ClickLog, decode_ids
+from ultr_jax.data.click_log import ClickLog, decode_ids, session_file, session_lines
 
 __all__ = ["YANDEX_LAYOUTS", "read_yandex_sessions"]
 
@@ -76,11 +73,7 @@ def read_yandex_sessions(path: PathLike, *, layout: str = "relpred", max_session
   """
   if layout not in YANDEX_LAYOUTS:
     raise ValueError(f"layout must be one of {YANDEX_LAYOUTS}, got {layout!r}")
-  if max_sessions is not None and int(max_sessions) < 1:
-    raise ValueError(f"max_sessions must be >= 1, got {max_sessions}")
-  path = pathlib.Path(path)
-  if not path.is_file():
-    raise FileNotFoundError(f"{path}: no such file")
+  path = session_file(path, max_sessions)
   personalized = layout == "personalized"
   first_url = 6 if personalized else 5  # the field of a page record's first result
   item_ids: dict = {}  # (QueryID, URLID) -> dense id, in order of first appearance
@@ -93,9 +86,8 @@ def read_yandex_sessions(path: PathLike, *, layout: str = "relpred", max_session
   page_rows: dict = {}  # personalized: SERPID -> that page's row_of, within the current session
   unmatched, first_unmatched = 0, 0
   show = lambda b: repr(b.decode("utf-8", "replace"))  # noqa: E731
-  opener = gzip.open if path.suffix.lower() == ".gz" else open
   try:
-    with opener(path, "rb") as raw, io.BufferedReader(raw, 1 << 20) as fh:
+    with session_lines(path) as fh:
       for line_no, line in enumerate(fh, start=1):
         fields = line.rstrip(b"\r\n").split(b"\t")
         if len(fields) == 1 and not fields[0]:
