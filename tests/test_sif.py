@@ -282,6 +282,7 @@ def test_position_trust_simulator_rates():
   table = np.array([0.68, 0.61, 0.48, 0.34, 0.28, 0.2, 0.11, 0.1, 0.08, 0.06])
   expect = table * 0.28 * (1 + np.exp(-0.3 * np.arange(10)) * 0.5)
   np.testing.assert_allclose(out["click_prob"][0], expect, rtol=1e-5)
+  np.testing.assert_array_equal(out["conditional_click_prob"], out["click_prob"])  # independent clicks
   rate = np.asarray(out["clicks"]).mean(0)
   assert np.all(np.abs(rate - expect) < 5 * np.sqrt(expect * (1 - expect) / 20000))
 

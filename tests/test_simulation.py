@@ -143,6 +143,38 @@ def test_empirical_click_rates_match_analytic(name):
   assert np.all(clicks[:, ~batch["where"]] == 0)
 
 
+INDEPENDENT = {"pbm", "pbm_table", "trust", "context_pbm", "individual"}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_conditional_click_probs_give_every_session_its_frequency(name):
+  """``conditional_click_prob`` is P(C_i = 1 | c_<i): the session likelihood it implies,
+  prod_i q_i^c_i (1 - q_i)^(1 - c_i), is the frequency of that click vector (5 sigma), the same for
+  every session with that vector, and it sums to 1 over the vectors; independent models return
+  ``click_prob`` itself. Three items shown of four, so all 8 vectors occur."""
+  n = 40000
+  batch = _batch(num_lists=2, list_size=4, num_valid=(3, 3))
+  out = jax.jit(sim.make_click_fn({**CONFIGS[name], "num_sessions": n}))(jax.random.key(3), _jbatch(batch))
+  clicks = np.asarray(out["clicks"])
+  q = np.asarray(out["conditional_click_prob"], np.float64)
+  assert q.shape == clicks.shape
+  np.testing.assert_array_equal(q[..., 3], 0.0)
+  if name in INDEPENDENT:
+    np.testing.assert_array_equal(q, np.broadcast_to(np.asarray(out["click_prob"]), q.shape))
+  likelihood = np.prod(np.where(clicks[..., :3] > 0, q[..., :3], 1.0 - q[..., :3]), axis=-1)  # [n, 2]
+  codes = clicks[..., :3].astype(int) @ (1 << np.arange(3))
+  for lst in range(2):
+    total = 0.0
+    for code in np.unique(codes[:, lst]):
+      rows = codes[:, lst] == code
+      want = likelihood[rows, lst]
+      np.testing.assert_allclose(want, want[0], rtol=1e-5)
+      freq = rows.mean()
+      assert abs(freq - want[0]) <= 5 * np.sqrt(want[0] * (1 - want[0]) / n) + 1e-9, (lst, code, freq, want[0])
+      total += want[0]
+    assert total == pytest.approx(1.0, abs=1e-3)
+
+
 def test_cld_simulator_targets():
   """spec-cld 10.1.7: eta=1, k=5, eps-=0.1, 20,000 sessions."""
   n = 20000
@@ -358,6 +390,7 @@ def test_aggregated_ctr_mode():
   assert np.all(ctr[~batch["where"]] == 0)
   np.testing.assert_allclose(out["click_counts"], np.round(ctr * n_imp))
   assert len(np.unique(ctr[batch["where"]])) > 5  # real draws, not the mean
+  assert "conditional_click_prob" not in out  # no sessions to condition on
 
 
 # ----------------------------------------------------------------------------
@@ -375,6 +408,7 @@ def test_mask_equals_truncation(name):
     np.testing.assert_allclose(long_out[k][..., :8], short_out[k], rtol=1e-6)
     np.testing.assert_array_equal(long_out[k][..., 8:], 0.0)
   np.testing.assert_array_equal(long_out["clicks"][..., 8:], 0.0)
+  np.testing.assert_array_equal(long_out["conditional_click_prob"][..., 8:], 0.0)
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
@@ -386,6 +420,7 @@ def test_top_k_not_shown_never_clicked(name):
   np.testing.assert_array_equal(out["shown"], shown)
   np.testing.assert_array_equal(out["clicks"][..., 4:], 0.0)
   np.testing.assert_array_equal(out["examination"][..., 4:], 0.0)
+  np.testing.assert_array_equal(out["conditional_click_prob"][..., 4:], 0.0)
   assert float(out["clicks"][..., :4].sum()) > 0
   exam, prob = _np_click_prob(name, batch, CONFIGS[name], top_k=4)
   np.testing.assert_allclose(out["click_prob"], prob, rtol=2e-5, atol=1e-7)

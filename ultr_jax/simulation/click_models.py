@@ -13,6 +13,14 @@ returned dict holds
 * ``examination``: the true marginal examination probability of each item at
   its position (the oracle IPS propensity), 0 where masked or not shown;
 * ``click_prob``: the true marginal click probability of each item;
+* ``conditional_click_prob``: (sessions only, not with ``num_impressions``)
+  :math:`P(C_i = 1 \mid c_{<i})`, the true probability of each item's click
+  given the sampled clicks above it in display order, shaped like ``clicks``:
+  what a click model's held-out perplexity scores, so the generating model's
+  own perplexity is the floor a fitted one can reach. It is ``click_prob``
+  where clicks are independent given the list (PBM, trust, context-PBM,
+  individual) and the click-chain or UBM filter of
+  :mod:`~ultr_jax.simulation.likelihood` otherwise;
 * ``shown``: ``bool[..., L]`` when ``top_k`` is set (items beyond ``k`` are
   not displayed and never clicked; CLD's selection indicator).
 
@@ -29,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ultr_jax.simulation import likelihood as LL
 from ultr_jax.simulation import probabilities as P
 from ultr_jax.types import Array, Batch, PRNGKey
 
@@ -258,6 +267,8 @@ def _independent(key, exam, click_prob, where, shown, top_k, num_sessions, num_i
   out["clicks"] = clicks
   if num_impressions is not None:
     out["click_counts"] = jnp.round(clicks * num_impressions).astype(jnp.int32)
+  else:  # clicks independent given the list: the marginal is the conditional
+    out["conditional_click_prob"] = jnp.broadcast_to(click_prob, clicks.shape)
   if top_k is not None:
     out["shown"] = shown
   return out
@@ -282,7 +293,8 @@ def pbm(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
     num_impressions: aggregated CTR mode.
 
   Returns:
-    dict with ``clicks``, ``examination``, ``click_prob`` (and ``shown``).
+    dict with ``clicks``, ``examination``, ``click_prob``, ``conditional_click_prob``
+    (sessions only) and ``shown`` (with ``top_k``); see the module docstring.
 
   >>> out = pbm(jax.random.key(0), jnp.ones(3), eta=1.0)
   >>> print(np.asarray(out["examination"]).round(4))
@@ -377,7 +389,8 @@ def dcm(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
     num_impressions: aggregated CTR mode.
 
   Returns:
-    dict with ``clicks``, ``examination``, ``click_prob`` (and ``shown``).
+    dict with ``clicks``, ``examination``, ``click_prob``, ``conditional_click_prob``
+    (sessions only) and ``shown`` (with ``top_k``); see the module docstring.
 
   >>> out = dcm(jax.random.key(0), jnp.array([0.5, 0.5, 0.5]), continuation=0.5)
   >>> print(out["examination"])
@@ -395,7 +408,10 @@ def dcm(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
     r_s, shown_s, lam_s, inverse = r, shown, lam, None
   exam_s = P.dcm_examination(r_s, continuation=lam_s, where=shown_s)
   sample = lambda: sample_dcm_clicks(key, r_s, continuation=lam_s, where=shown_s, num_sessions=num_sessions)
-  return _sequential_out(key, exam_s, inverse, sample, r, where, shown, top_k, num_sessions, num_impressions)
+  conditional = lambda c: LL.chain_conditional_click_prob(c, r_s, continue_no_click=1.0, continue_click=lam_s,
+                                                          where=shown_s)
+  return _sequential_out(key, exam_s, inverse, sample, conditional, r, where, shown, top_k, num_sessions,
+                         num_impressions)
 
 
 def cascade(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
@@ -416,15 +432,19 @@ def cascade(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
              num_sessions=num_sessions, num_impressions=num_impressions)
 
 
-def _sequential_out(key, exam_s, inverse, sample, r, where, shown, top_k, num_sessions, num_impressions):
-  """The dict of a sequential model from its display-order examination ``exam_s`` and session
-  sampler ``sample()`` (``inverse`` maps display order back to array order; None: the same)."""
+def _sequential_out(key, exam_s, inverse, sample, conditional, r, where, shown, top_k, num_sessions,
+                    num_impressions):
+  """The dict of a sequential model from its display-order examination ``exam_s``, session sampler
+  ``sample()`` and filter ``conditional(clicks) -> P(C_i = 1 | c_<i)``, both in display order
+  (``inverse`` maps display order back to array order; None: the same)."""
   back = lambda x: x if inverse is None else jnp.take_along_axis(x, jnp.broadcast_to(inverse, x.shape), axis=-1)
   exam = back(exam_s)
   click_prob = exam * r
   if num_impressions is not None:
     return _independent(key, exam, click_prob, where, shown, top_k, num_sessions, num_impressions)
-  out = {"examination": exam, "click_prob": click_prob, "clicks": back(sample())}
+  clicks_s = sample()
+  out = {"examination": exam, "click_prob": click_prob, "clicks": back(clicks_s),
+         "conditional_click_prob": back(conditional(clicks_s))}
   if top_k is not None:
     out["shown"] = shown
   return out
@@ -455,7 +475,9 @@ def _chain_model(key, r, where, positions, shown, given_positions, c0, c1, top_k
   exam_s = P.chain_examination(r_s, continue_no_click=c0_s, continue_click=c1_s, where=shown_s)
   sample = lambda: sample_chain_clicks(key, r_s, continue_no_click=c0_s, continue_click=c1_s,
                                        where=shown_s, num_sessions=num_sessions)
-  return _sequential_out(key, exam_s, inverse, sample, r, where, shown, top_k, num_sessions,
+  conditional = lambda c: LL.chain_conditional_click_prob(c, r_s, continue_no_click=c0_s, continue_click=c1_s,
+                                                          where=shown_s)
+  return _sequential_out(key, exam_s, inverse, sample, conditional, r, where, shown, top_k, num_sessions,
                          num_impressions)
 
 
@@ -494,7 +516,8 @@ def dbn(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
     num_impressions: aggregated CTR mode (marginal click probabilities).
 
   Returns:
-    dict with ``clicks``, ``examination``, ``click_prob`` (and ``shown``).
+    dict with ``clicks``, ``examination``, ``click_prob``, ``conditional_click_prob``
+    (sessions only) and ``shown`` (with ``top_k``); see the module docstring.
 
   >>> out = dbn(jax.random.key(0), jnp.array([0.5, 0.5, 0.5]), perseverance=0.9)
   >>> print([round(float(v), 6) for v in out["examination"]])  # 0.9 * (1 - 0.25) = 0.675 per step
@@ -538,7 +561,8 @@ def ccm(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
     num_impressions: aggregated CTR mode (marginal click probabilities).
 
   Returns:
-    dict with ``clicks``, ``examination``, ``click_prob`` (and ``shown``).
+    dict with ``clicks``, ``examination``, ``click_prob``, ``conditional_click_prob``
+    (sessions only) and ``shown`` (with ``top_k``); see the module docstring.
 
   >>> out = ccm(jax.random.key(0), jnp.array([0.5, 0.5, 0.5]), alpha=(0.9, 0.8, 0.2))
   >>> print([round(float(v), 6) for v in out["examination"]])  # 0.5 * 0.9 + 0.5 * 0.5 = 0.7 per step
@@ -582,7 +606,8 @@ def ubm(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
     num_impressions: aggregated CTR mode (marginal click probabilities).
 
   Returns:
-    dict with ``clicks``, ``examination``, ``click_prob`` (and ``shown``).
+    dict with ``clicks``, ``examination``, ``click_prob``, ``conditional_click_prob``
+    (sessions only) and ``shown`` (with ``top_k``); see the module docstring.
 
   >>> out = ubm(jax.random.key(0), jnp.array([0.0, 0.0, 0.0]))  # no clicks: the PBM table
   >>> print(out["examination"])
@@ -599,7 +624,9 @@ def ubm(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
     r_s, shown_s, ranks_s, inverse = r, shown, positions, None
   exam_s = P.ubm_examination(r_s, g, ranks=ranks_s, where=shown_s)
   sample = lambda: sample_ubm_clicks(key, r_s, g, ranks=ranks_s, where=shown_s, num_sessions=num_sessions)
-  return _sequential_out(key, exam_s, inverse, sample, r, where, shown, top_k, num_sessions, num_impressions)
+  conditional = lambda c: LL.ubm_conditional_click_prob(c, r_s, g, ranks=ranks_s, where=shown_s)
+  return _sequential_out(key, exam_s, inverse, sample, conditional, r, where, shown, top_k, num_sessions,
+                         num_impressions)
 
 
 def context_pbm(key: PRNGKey, attraction: Array, context: Array, *, context_vectors: Array,
@@ -622,7 +649,8 @@ def context_pbm(key: PRNGKey, attraction: Array, context: Array, *, context_vect
       :func:`pbm_table`.
 
   Returns:
-    dict with ``clicks``, ``examination``, ``click_prob`` (and ``shown``).
+    dict with ``clicks``, ``examination``, ``click_prob``, ``conditional_click_prob``
+    (sessions only) and ``shown`` (with ``top_k``); see the module docstring.
 
   >>> out = context_pbm(jax.random.key(0), jnp.ones(2), jnp.array(1),
   ...                   context_vectors=jnp.array([[0.0], [1.0]]), w=jnp.array([1.0]))
@@ -654,7 +682,8 @@ def individual(key: PRNGKey, attraction: Array, crux_features: Array, w: Array, 
       :func:`pbm_table`.
 
   Returns:
-    dict with ``clicks``, ``examination``, ``click_prob`` (and ``shown``).
+    dict with ``clicks``, ``examination``, ``click_prob``, ``conditional_click_prob``
+    (sessions only) and ``shown`` (with ``top_k``); see the module docstring.
 
   >>> out = individual(jax.random.key(0), jnp.ones(2), jnp.zeros((2, 3)), jnp.ones(3))
   >>> print(out["examination"])

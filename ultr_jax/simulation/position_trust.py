@@ -62,8 +62,9 @@ def position_trust(key: PRNGKey, attraction: Array, logging_score: Array, *,
     dict with ``clicks``, ``examination`` (the exposure oracle
     :math:`\pi^*`), ``click_prob``, ``trust`` (:math:`d^*`),
     ``trust_score`` (:math:`\sigma(\gamma z)`, the oracle trust-channel
-    probability) and ``click_propensity`` (:math:`\pi^*(1 + d^*)`); all 0
-    where not shown.
+    probability), ``click_propensity`` (:math:`\pi^*(1 + d^*)`) and
+    ``conditional_click_prob`` (``click_prob`` shaped like ``clicks``: the
+    clicks are independent given the list); all 0 where not shown.
 
   >>> out = position_trust(jax.random.key(0), jnp.array([1.0, 0.1]), jnp.zeros(2), expected=True)
   >>> print(np.asarray(out["click_prob"]).round(4))
@@ -94,6 +95,7 @@ def position_trust(key: PRNGKey, attraction: Array, logging_score: Array, *,
     shape = r.shape if num_sessions is None else (num_sessions,) + r.shape
     clicks = jnp.where(shown, jax.random.uniform(key, shape) < click_prob, False).astype(jnp.float32)
   out["clicks"] = clicks
+  out["conditional_click_prob"] = jnp.broadcast_to(out["click_prob"], clicks.shape)  # independent clicks
   if top_k is not None:
     out["shown"] = shown
   return out
