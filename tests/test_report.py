@@ -120,7 +120,48 @@ def test_smoke_run_writes_every_cell(tmp_path):
     rows = list(csv.reader(f))
   assert rows[0][:2] == ["bias", "identifiability (IG)"] and len(rows) == len(c.biases) + 1
   assert (tmp_path / "heatmap.png").stat().st_size > 1000
+  # Held-out click prediction: the click model methods and the true model, per bias.
+  for bias in c.biases:
+    truth = saved["_clicks"][bias]["true_model"]["click_perplexity"]
+    assert 1.0 < truth < 2.0 and "click_perplexity" in saved[bias]["two_tower"]
+    assert saved["_clicks"][bias]["best_by_perplexity"] == "two_tower"  # the only method that predicts clicks
+  assert "click_perplexity" not in saved["topk"]["cld"]  # CLD predicts no clicks
+  clicks = (tmp_path / "clicks.md").read_text().splitlines()
+  assert clicks[0] == "| method | pbm | topk |"
+  assert clicks[2].startswith("| two_tower | ") and clicks[3].startswith(f"| {report.CLICK_TRUTH} | ")
   assert_matches_expected(saved, "report_smoke")  # expected_metrics/report_smoke.json
+
+
+@pytest.mark.parametrize("selection", ["display", "topk"])
+def test_held_out_click_log_and_the_true_models_perplexity_against_numpy(selection):
+  """Sessions of the test lists shown as in training (the logged top k, or every candidate with the top
+  k shown); the true PBM's click log-likelihood and perplexity against a NumPy loop over ranks."""
+  rng = np.random.default_rng(0)
+  q, l, k, sessions = 5, 6, 4, 300
+  labels = rng.integers(0, 5, size=(q, l)).astype(np.float32)
+  where = np.arange(l) < np.array([6, 6, 3, 5, 6])[:, None]
+  test = RankingDataset(rng.normal(size=(q, l, 2)).astype(np.float32), np.where(where, labels, 0), where,
+                        np.arange(q), extras={"logging_score": rng.normal(size=(q, l)).astype(np.float32)})
+  cfg = {"name": "pbm_table", "eta": 1.0, "eps": 0.1, **({"top_k": k} if selection == "topk" else {})}
+  log, truth = report.held_out_click_log(test, simulation.make_click_fn(cfg),
+                                         list_size=k if selection == "display" else l, sessions=sessions, seed=3)
+  size = k if selection == "display" else l
+  assert log.num_queries == q * sessions and log.list_size == size
+  np.testing.assert_array_equal(log.labels, np.repeat(test.labels[:, :size], sessions, axis=0))
+  np.testing.assert_array_equal(log.extras["logging_score"], np.repeat(test.extras["logging_score"][:, :size],
+                                                                       sessions, axis=0))
+  shown = np.repeat(where[:, :size], sessions, axis=0) & (np.arange(size) < k)
+  np.testing.assert_array_equal(log.where, shown)
+  clicks = log.extras["clicks"]
+  assert clicks.shape == shown.shape and np.all(clicks[~shown] == 0) and clicks[shown].mean() > 0.05
+  table = np.array([0.68, 0.61, 0.48, 0.34, 0.28, 0.20])
+  p = (0.1 + 0.9 * (2 ** log.labels - 1) / 15) * table[:size]
+  ll = clicks * np.log(p) + (1 - clicks) * np.log(1 - p)
+  per_rank = [np.exp(-ll[shown[:, r], r].mean()) for r in range(size) if shown[:, r].any()]
+  assert truth["click_ll"] == pytest.approx(ll[shown].mean(), rel=1e-5)
+  assert truth["click_perplexity"] == pytest.approx(np.mean(per_rank), rel=1e-5)
+  with pytest.raises(ValueError, match="sessions_per_list must be >= 1"):
+    report.held_out_click_log(test, simulation.make_click_fn(cfg), list_size=k, sessions=0)
 
 
 def test_any_bias_can_face_top_k_selection():

@@ -12,7 +12,14 @@ then, for every bias (a click model of :mod:`ultr_jax.simulation`):
    bias factors for ``context_pbm``, counting only displayed records;
 3. trains every method with the generic loop (:func:`~ultr_jax.train.fit`, clicks simulated afresh in
    every step) over several seeds and evaluates it on the full test lists
-   (:func:`~ultr_jax.train.evaluate`).
+   (:func:`~ultr_jax.train.evaluate`);
+4. with ``config.click_eval.sessions_per_list`` > 0, draws fresh sessions of the test queries shown as in
+   training (:func:`held_out_click_log`) and scores every method that predicts clicks (``click_logits``:
+   Regression-EM, the two-tower, the click-model learners) by held-out click perplexity and
+   log-likelihood (:func:`~ultr_jax.train.evaluate_clicks`), beside the true click model's own
+   perplexity on the same sessions (the floor). Real logs have no relevance labels, so held-out clicks
+   are what a practitioner can select models by; the report shows whether that choice agrees with
+   test nDCG@10 (Hager et al., SIGIR 2024, found on Baidu-ULTR that it need not).
 
 Online learners (``config.online.methods``, e.g. ``("pdgd", "mgd")``; none by default) join as columns
 ``online_<method>``: under each bias's click model, cut to the same top k, they learn from the clicks on
@@ -30,8 +37,11 @@ simulator's ``click_propensity`` / ``trust_score``) is not trained there: its ce
 Outputs (atomically, :func:`~ultr_jax.train.write_results`): ``results.json`` (``results[bias][method]``
 holds ``ndcg@1 ... err@10`` means plus ``std`` / ``ci90`` / ``per_seed``, or ``{"n/a": reason}``;
 ``results["_identifiability"][bias]`` the IG report), ``table.md`` / ``table.csv`` (one row per bias:
-the IG verdict, then nDCG@10 mean ± 90% t-interval half-width per method) and ``heatmap.png``
-(method x bias, nDCG@10 annotated with the interval).
+the IG verdict, then nDCG@10 mean ± 90% t-interval half-width per method), ``heatmap.png``
+(method x bias, nDCG@10 annotated with the interval) and, with held-out clicks, ``clicks.md`` (click
+perplexity, method x bias, the true model's row, and per bias the best method by perplexity and by
+nDCG@10; in ``results.json``: ``click_ll`` / ``click_perplexity`` in the cells and
+``results["_clicks"][bias]``).
 """
 
 import os
@@ -45,16 +55,21 @@ import ml_collections
 import numpy as np
 
 from ultr_jax import graph as graph_lib
+from ultr_jax import metrics as metrics_lib
 from ultr_jax import simulation
+from ultr_jax.data import RankingDataset
 from ultr_jax.train import methods as methods_lib
-from ultr_jax.train.experiment import METRIC_COLUMNS, load_datasets
-from ultr_jax.train.loop import evaluate, fit
+from ultr_jax.train.experiment import CLICK_COLUMNS, METRIC_COLUMNS, load_datasets
+from ultr_jax.train.loop import evaluate, evaluate_clicks, fit
 from ultr_jax.train.method import KEY_REASONS, method_inputs_missing
 from ultr_jax.train.online import online_learning, online_users_missing
-from ultr_jax.train.results import markdown_table, save_figure, summarize_metrics, write_results
+from ultr_jax.train.results import atomic_write_text, markdown_table, save_figure, summarize_metrics, write_results
 
 __all__ = [
+    "CLICK_TRUTH",
     "KEY_REASONS",
+    "click_table",
+    "held_out_click_log",
     "make_bias_data",
     "make_bias_click_fn",
     "logged_identifiability",
@@ -150,6 +165,90 @@ def _bias_datasets(bias: ml_collections.ConfigDict, data: Mapping[str, Any], see
       ctx.append(ds.with_extras(context=np.where(ds.where, c, 0).astype(np.int32)))
     train, valid, test = ctx
   return train, valid, test
+
+
+# ----------------------------------------------------------------------------
+# Held-out click prediction.
+
+CLICK_TRUTH = "true click model"
+
+
+def held_out_click_log(test: RankingDataset, click_fn, *, list_size: int, sessions: int, seed: int = 0
+                       ) -> tuple[RankingDataset, dict[str, float]]:
+  r"""Fresh sessions of the test queries, shown as the training lists are, and the true model's click metrics.
+
+  The test lists (every candidate, in logging order) are cut to the training lists' ``list_size`` (the
+  logged top k of a ``display`` bias; a ``selection="topk"`` bias keeps every candidate and its click model
+  shows the top k), each list is repeated ``sessions`` times, and ``click_fn`` draws one session for each
+  (key ``seed``). Only shown items count (``where`` is the shown mask).
+
+  The second value holds the generating model's own ``click_ll`` (mean log-likelihood per shown item, nats)
+  and ``click_perplexity`` (Dupret & Piwowarski, per rank, averaged) of these sessions, from its exact
+  :math:`P(C_i = 1 \mid c_{<i})` (``conditional_click_prob``): the floor that a learned click model's
+  held-out perplexity (:func:`~ultr_jax.train.evaluate_clicks`) can reach on them.
+
+  >>> from ultr_jax import data
+  >>> test = data.make_synthetic(num_train=1, num_valid=1, num_test=3, list_size=6, num_features=2).test
+  >>> log, truth = held_out_click_log(test, simulation.make_click_fn({"name": "dcm", "continuation": 0.5}),
+  ...                                 list_size=4, sessions=2)
+  >>> log.num_queries, log.list_size, sorted(truth)
+  (6, 4, ['click_ll', 'click_perplexity'])
+  >>> bool(1.0 < truth["click_perplexity"] < 2.0)
+  True
+  """
+  if sessions < 1:
+    raise ValueError(f"click_eval.sessions_per_list must be >= 1, got {sessions}")
+  k = min(int(list_size), test.list_size)
+  per_item = lambda v: v[:, :k] if v.ndim >= 2 and v.shape[1] == test.list_size else v
+  cut = RankingDataset(features=test.features[:, :k], labels=test.labels[:, :k], where=test.where[:, :k],
+                       qid=test.qid, doc_ids=None if test.doc_ids is None else test.doc_ids[:, :k],
+                       extras={name: per_item(v) for name, v in test.extras.items()})
+  log = cut.subset(np.repeat(np.arange(cut.num_queries), int(sessions)))
+  batch = {name: jnp.asarray(v) for name, v in log.as_batch().items() if name != "qid"}
+  out = jax.jit(click_fn)(jax.random.key(seed), batch)
+  if "conditional_click_prob" not in out:
+    raise ValueError(f"the click model returns no conditional_click_prob (keys: {sorted(out)}); held-out "
+                     "click metrics need sessions (no num_impressions)")
+  where = log.where & np.asarray(out.get("shown", log.where), bool)
+  clicks = np.asarray(out["clicks"], np.float32)
+  q = out["conditional_click_prob"]
+  truth = {"click_ll": float(metrics_lib.click_log_likelihood(q, clicks, where=where)),
+           "click_perplexity": float(metrics_lib.click_perplexity(q, clicks, where=where))}
+  return log.replace(where=where).with_extras(clicks=clicks), truth
+
+
+def click_table(results: Mapping[str, Any], biases, methods) -> tuple[str, dict]:
+  """The held-out click perplexity table (method x bias) and, per bias, the best method by perplexity
+  and by test nDCG@10 among the methods that predict clicks.
+
+  Returns ``(markdown, summary)``; ``summary[bias]`` holds ``best_by_perplexity`` and ``best_by_ndcg``.
+  """
+  rows: dict[str, dict] = {}
+  summary: dict[str, dict] = {}
+  click_methods = [m for m in methods if any("click_perplexity" in results.get(b, {}).get(m, {}) for b in biases)]
+  for m in click_methods:
+    rows[m] = {}
+    for b in biases:
+      cell = results.get(b, {}).get(m, {})
+      rows[m][b] = ({"mean": cell["click_perplexity"], "ci90": cell["ci90"]["click_perplexity"]}
+                    if "click_perplexity" in cell else "n/a")
+  rows[CLICK_TRUTH] = {b: (results["_clicks"][b]["true_model"]["click_perplexity"]
+                           if b in results.get("_clicks", {}) else "n/a") for b in biases}
+  for b in biases:
+    cells = {m: results[b][m] for m in click_methods if "click_perplexity" in results.get(b, {}).get(m, {})}
+    if cells:
+      summary[b] = {"best_by_perplexity": min(cells, key=lambda m: cells[m]["click_perplexity"]),
+                    "best_by_ndcg": max(cells, key=lambda m: cells[m]["ndcg@10"])}
+  text = markdown_table(rows, list(biases), row_header="method")
+  text += ("\n\nHeld-out click perplexity (per rank, averaged; 1 is perfect, 2 a coin), mean ± 90% t-interval "
+           f"half-width over seeds, on fresh sessions of the test queries shown as in training. '{CLICK_TRUTH}': "
+           "the generating model's own perplexity on the same sessions, the floor. Only methods that "
+           "predict clicks (click_logits) have a row.\n")
+  if summary:
+    text += "\nBest by held-out click perplexity, and by test nDCG@10, among these methods:\n"
+    for b, s in summary.items():
+      text += f"- {b}: {s['best_by_perplexity']} by perplexity, {s['best_by_ndcg']} by nDCG@10\n"
+  return text, summary
 
 
 # ----------------------------------------------------------------------------
@@ -359,7 +458,8 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
   columns = methods + online_columns(config)
   biases = list(config.biases)
   seeds = [int(config.seed) + i for i in range(int(config.num_seeds))]
-  results: dict[str, Any] = {"_identifiability": {}}
+  sessions_per_list = int(config.get("click_eval", {}).get("sessions_per_list", 0) or 0)
+  results: dict[str, Any] = {"_identifiability": {}, **({"_clicks": {}} if sessions_per_list else {})}
   rows: dict[str, dict] = {}
   timings: dict[str, dict] = {}
   for b_idx, bias_name in enumerate(biases):
@@ -379,6 +479,11 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
     probe = _probe_batch(train, click_fn)
     print(f"[report] bias {bias_name}: IG {ig['label']} ({ig['num_records']} records)",
           file=sys.stderr, flush=True)
+    held = None
+    if sessions_per_list:
+      held, truth = held_out_click_log(test, click_fn, list_size=train.list_size, sessions=sessions_per_list,
+                                       seed=int(config.seed) + 1000 * b_idx + 1)
+      results["_clicks"][bias_name] = {"true_model": truth, "pages": held.num_queries}
     for name in methods:
       t0 = time.perf_counter()
       method_cfg = config.method_configs.get(name, ml_collections.ConfigDict())
@@ -391,7 +496,10 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
         continue
       fit_result = fit(method, train, valid if config.get("select_on_valid", True) else None,
                        click_fn=click_fn, config=config.train, seeds=seeds, name=f"{bias_name}/{name}")
-      entry, summaries = summarize_metrics(evaluate(method, fit_result.params, test), METRIC_COLUMNS)
+      per_seed = evaluate(method, fit_result.params, test)
+      if held is not None and method.click_logits is not None:  # the method predicts clicks: score them
+        per_seed.update(evaluate_clicks(method, fit_result.params, fit_result.extra, held))
+      entry, summaries = summarize_metrics(per_seed, [c for c in (*METRIC_COLUMNS, *CLICK_COLUMNS) if c in per_seed])
       entry["best_step"] = np.asarray(fit_result.best_step).tolist()
       diverged = not all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree.leaves(fit_result.final_params))
       results[bias_name][name] = entry
@@ -423,11 +531,19 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
                         "seconds": time.perf_counter() - t_start}
     _write(workdir, results, rows, biases, columns, len(seeds), final=b_idx == len(biases) - 1)
   table = _write(None, results, rows, biases, columns, len(seeds), final=True)
+  if sessions_per_list:
+    clicks_text, best = click_table(results, biases, columns)
+    for bias_name, picks in best.items():
+      results["_clicks"][bias_name].update(picks)
+    if workdir is not None:
+      atomic_write_text(os.path.join(workdir, "clicks.md"), clicks_text)
   if workdir is not None:
     plot_heatmap(results, biases, columns, os.path.join(workdir, "heatmap.png"))
     results["_meta"]["seconds"] = time.perf_counter() - t_start
     write_results(workdir, results, table=table, rows=rows,
                   columns=["identifiability (IG)", *columns], row_header="bias")
   print(table, flush=True)
+  if sessions_per_list:
+    print(clicks_text, flush=True)
   print(f"total time {time.perf_counter() - t_start:.1f}s", file=sys.stderr, flush=True)
   return results

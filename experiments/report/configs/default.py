@@ -105,6 +105,11 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   # Keep each seed's best state on the validation nDCG@10 (False: the final state; saves compiles).
   config.select_on_valid = True
 
+  # Held-out click prediction: fresh sessions of the test queries (each list shown this many times, as
+  # in training) score the methods that predict clicks (regression_em, two_tower, the click-model
+  # learners) by click perplexity, beside the true click model's own; written to clicks.md. 0: off.
+  config.click_eval = ml_collections.ConfigDict({"sessions_per_list": 10})
+
   # Online learners as more columns, under each bias's users (none by default; e.g.
   # --config.online.methods="('pdgd','nsgd','mgd','dbgd')"): the online study's learners and settings.
   # --config.online.pdgd.display=logged shows PDGD the logging policy's lists instead of its own (README).
@@ -118,7 +123,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     # Compiles dominate (one train step per method x bias), so the smoke grid is small but has
     # trained cells, both "n/a" reasons and the identifiability column; tests check the whole default
     # grid's cells with ultr_jax.train.report.plan_cells, which only traces.
-    config.methods = ("naive", "cld", "ips_trust_oracle")
+    config.methods = ("two_tower", "cld", "ips_trust_oracle")
     config.biases = ("pbm", "topk")
     config.select_on_valid = False
     config.num_seeds = 2
@@ -134,6 +139,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     for name in ALL_METHODS:
       if name != "cld":
         config.method_configs[name].hidden_sizes = (8,)
+    config.click_eval.sessions_per_list = 2
     config.train.steps = 4
     config.train.batch_size = 8
     config.train.eval_every = 4
