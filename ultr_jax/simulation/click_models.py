@@ -17,7 +17,7 @@ returned dict holds
   :math:`P(C_i = 1 \mid c_{<i})`, the true probability of each item's click
   given the sampled clicks above it in display order, shaped like ``clicks``:
   what a click model's held-out perplexity scores, so the generating model's
-  own perplexity is the floor a fitted one can reach. It is ``click_prob``
+  own perplexity is the floor (in expectation) of a fitted one. It is ``click_prob``
   where clicks are independent given the list (PBM, trust, context-PBM,
   individual) and the click-chain or UBM filter of
   :mod:`~ultr_jax.simulation.likelihood` otherwise;

@@ -184,8 +184,8 @@ def held_out_click_log(test: RankingDataset, click_fn, *, list_size: int, sessio
 
   The second value holds the generating model's own ``click_ll`` (mean log-likelihood per shown item, nats)
   and ``click_perplexity`` (Dupret & Piwowarski, per rank, averaged) of these sessions, from its exact
-  :math:`P(C_i = 1 \mid c_{<i})` (``conditional_click_prob``): the floor that a learned click model's
-  held-out perplexity (:func:`~ultr_jax.train.evaluate_clicks`) can reach on them.
+  :math:`P(C_i = 1 \mid c_{<i})` (``conditional_click_prob``): the floor, in expectation, of a learned
+  click model's held-out perplexity (:func:`~ultr_jax.train.evaluate_clicks`) on them.
 
   >>> from ultr_jax import data
   >>> test = data.make_synthetic(num_train=1, num_valid=1, num_test=3, list_size=6, num_features=2).test
@@ -221,7 +221,17 @@ def click_table(results: Mapping[str, Any], biases, methods) -> tuple[str, dict]
   """The held-out click perplexity table (method x bias) and, per bias, the best method by perplexity
   and by test nDCG@10 among the methods that predict clicks.
 
-  Returns ``(markdown, summary)``; ``summary[bias]`` holds ``best_by_perplexity`` and ``best_by_ndcg``.
+  Returns ``(markdown, summary)``; ``summary[bias]`` holds ``best_by_perplexity`` and ``best_by_ndcg``
+  (by the means; cells with a non-finite perplexity are left out of the picks).
+
+  >>> cell = lambda ppl, ndcg: {"click_perplexity": ppl, "ndcg@10": ndcg, "ci90": {"click_perplexity": 0.01}}
+  >>> results = {"pbm": {"a": cell(1.30, 0.80), "b": cell(1.35, 0.85), "c": {"ndcg@10": 0.9}},
+  ...            "_clicks": {"pbm": {"true_model": {"click_perplexity": 1.25}}}}
+  >>> text, summary = click_table(results, ["pbm"], ["a", "b", "c"])
+  >>> summary
+  {'pbm': {'best_by_perplexity': 'a', 'best_by_ndcg': 'b'}}
+  >>> print(text.splitlines()[4])
+  | true click model | 1.2500 |
   """
   rows: dict[str, dict] = {}
   summary: dict[str, dict] = {}
@@ -235,7 +245,8 @@ def click_table(results: Mapping[str, Any], biases, methods) -> tuple[str, dict]
   rows[CLICK_TRUTH] = {b: (results["_clicks"][b]["true_model"]["click_perplexity"]
                            if b in results.get("_clicks", {}) else "n/a") for b in biases}
   for b in biases:
-    cells = {m: results[b][m] for m in click_methods if "click_perplexity" in results.get(b, {}).get(m, {})}
+    cells = {m: results[b][m] for m in click_methods
+             if np.isfinite(results.get(b, {}).get(m, {}).get("click_perplexity", np.nan))}
     if cells:
       summary[b] = {"best_by_perplexity": min(cells, key=lambda m: cells[m]["click_perplexity"]),
                     "best_by_ndcg": max(cells, key=lambda m: cells[m]["ndcg@10"])}
