@@ -91,6 +91,22 @@ def test_fit_is_at_least_as_likely_as_the_truth():
   assert fit.log_likelihood - true_ll < 0.01  # and not absurdly better: 50 + 5 parameters on 30k sessions
 
 
+@pytest.mark.parametrize("model, truth", [
+    ("pbm", {"examination": jnp.array([0.68, 0.61, 0.48, 0.34, 0.28])}),
+    ("dcm", {"continuation": jnp.full(5, 0.6)}),
+    ("dbn", {"perseverance": jnp.float32(0.85), "satisfaction": jnp.full(50, 0.4)}),
+])
+def test_a_simulated_logs_true_probabilities_are_the_true_parameters_predictions(model, truth):
+  """The sampler's own conditional and marginal click probabilities (``simulate_session_log``) are what the
+  fitting module predicts with the generating parameters (two separate implementations)."""
+  kwargs = {"pbm": {}, "dcm": {"continuation": 0.6}, "dbn": {"perseverance": 0.85, "satisfaction": 0.4}}[model]
+  attraction, log = _log(model, seed=4, num_sessions=200, **kwargs)
+  pred = sim.click_model_predict(model, {"attraction": jnp.asarray(attraction), **truth}, log["doc_ids"],
+                                 log["clicks"])
+  np.testing.assert_allclose(log["conditional_click_prob"], pred["conditional"], rtol=2e-5, atol=1e-7)
+  np.testing.assert_allclose(log["click_prob"], pred["marginal"], rtol=2e-5, atol=1e-7)
+
+
 # ----------------------------------------------------------------------------
 # Recovery: 30k uniformly shuffled sessions over 50 documents (600 impressions each). The
 # attraction's standard error is about sqrt(a (1 - a) / (600 * examination)) ~ 0.03, so a mean

@@ -51,8 +51,15 @@ def test_binary_smoke_run(tmp_path, subprocess_env):
       assert len(entry["perplexity_per_rank"]) == 5
   assert "perplexity_minus_true_model" in results["true=pbm"]["dcm"]
   assert "perplexity_minus_true_model" not in results["true=pbm"]["pbm"]
+  for row in results.values():  # the parameters that generated the log, scored on the same sessions
+    truth = row["true parameters"]
+    assert 1.0 <= truth["perplexity"]["mean"] < truth["ctr_perplexity"]["mean"] + 1e-6 < 2.0
+    for model in ("pbm", "ubm", "dcm", "dbn", "ccm"):
+      gap = row[model]["perplexity_minus_true_parameters"]["mean"]
+      assert gap == pytest.approx(row[model]["perplexity"]["mean"] - truth["perplexity"]["mean"], abs=1e-6)
   table = (tmp_path / "table.md").read_text()
   assert "| true=pbm |" in table and "n/a" in table and "| true=pbm |" in proc.stdout
+  assert table.splitlines()[2].endswith("| ccm | true parameters |")
   assert (tmp_path / "table.csv").exists() and (tmp_path / "fig_perplexity_per_rank.png").stat().st_size > 0
   assert_matches_expected(results, "click_models_smoke")  # the recorded numbers of this config
 

@@ -390,7 +390,11 @@ def simulate_session_log(key: jax.Array, model: str, attraction: Array, *, num_s
 
   Returns:
     dict of ``doc_ids int32[S, L]``, ``clicks float32[S, L]``, ``where
-    bool[S, L]`` (all True) and ``queries int32[S]``.
+    bool[S, L]`` (all True), ``queries int32[S]`` and the generating
+    model's ``click_prob`` (marginal) and ``conditional_click_prob``
+    (given the session's clicks above), each ``float32[S, L]``: the true
+    parameters' predictions, whose held-out perplexity a fitted model's is
+    compared with.
 
   >>> log = simulate_session_log(jax.random.key(0), "cascade", jnp.full((3, 4), 0.5), num_sessions=6)
   >>> print(log["doc_ids"].shape, int(log["clicks"].sum(-1).max()))
@@ -409,6 +413,7 @@ def simulate_session_log(key: jax.Array, model: str, attraction: Array, *, num_s
   doc_ids = (queries[:, None] * length + order).astype(jnp.int32)
   per_item = {k: (jnp.asarray(v, jnp.float32).reshape(-1)[doc_ids] if np.shape(v) == a.shape else v)
               for k, v in model_params.items()}  # per-document [Q, L] parameters follow their documents
-  clicks = _SAMPLERS[model](k_c, a.reshape(-1)[doc_ids], **per_item)["clicks"]
-  return {"doc_ids": doc_ids, "clicks": clicks, "where": jnp.ones(doc_ids.shape, bool),
-          "queries": queries.astype(jnp.int32)}
+  out = _SAMPLERS[model](k_c, a.reshape(-1)[doc_ids], **per_item)
+  return {"doc_ids": doc_ids, "clicks": out["clicks"], "where": jnp.ones(doc_ids.shape, bool),
+          "queries": queries.astype(jnp.int32), "click_prob": out["click_prob"],
+          "conditional_click_prob": out["conditional_click_prob"]}

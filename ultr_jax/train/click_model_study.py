@@ -15,9 +15,13 @@ Baidu-ULTR's raw session files with ``config.click_log_format = "baidu"``, the Y
 ``results.json`` maps ``true=<model>`` (or ``log``) to the fitted model's
 metrics, each ``{"mean", "std", "ci90"}`` over seeds (and
 ``perplexity_minus_true_model``, the seed-paired perplexity gap to the
-generating model's own fit); ``table.md`` /
-``table.csv`` hold the held-out perplexity (rows: the generating model,
-columns: the fitted one), ``fig_perplexity_per_rank.png`` the per-rank curves.
+generating model's own fit, and ``perplexity_minus_true_parameters``, the gap
+to the generating parameters); on simulated logs ``"true parameters"`` holds
+the held-out scores of the parameters that generated the log (the sampler's
+own click probabilities: the floor, in expectation, of any fitted model);
+``table.md`` / ``table.csv`` hold the held-out perplexity (rows: the
+generating model, columns: the fitted one, then the true parameters),
+``fig_perplexity_per_rank.png`` the per-rank curves.
 """
 
 import os
@@ -29,12 +33,15 @@ import ml_collections
 import numpy as np
 
 from ultr_jax import data as data_lib
+from ultr_jax import metrics as metrics_lib
 from ultr_jax import simulation as sim
 from ultr_jax.train.results import markdown_table, save_figure, summarize, write_results
 
-__all__ = ["default_click_model_config", "simulate_study_logs", "fit_and_score", "run_click_model_study"]
+__all__ = ["TRUE_PARAMETERS", "default_click_model_config", "simulate_study_logs", "fit_and_score",
+           "score_true_parameters", "run_click_model_study"]
 
 METRICS = ("perplexity", "ctr_perplexity", "log_likelihood", "attraction_mae", "fit_seconds")
+TRUE_PARAMETERS = "true parameters"
 
 
 def default_click_model_config() -> ml_collections.ConfigDict:
@@ -129,6 +136,30 @@ def fit_and_score(model: str, train: dict, test: dict, *, num_docs: int, config,
   return out
 
 
+def score_true_parameters(test: dict) -> dict:
+  """Held-out scores of the parameters that generated a simulated log, in :func:`fit_and_score`'s form.
+
+  From the sampler's own ``conditional_click_prob`` and ``click_prob`` (:func:`~ultr_jax.simulation.simulate_session_log`)
+  with the definitions of :func:`~ultr_jax.simulation.evaluate_click_model`: no model fitted to the log can
+  beat them in expectation, so a fitted model's gap to them is its estimation and misspecification error.
+
+  >>> c = default_click_model_config(); c.num_queries, c.num_sessions = 4, 200
+  >>> logs = simulate_study_logs(c, "dcm", 0)
+  >>> out = score_true_parameters(logs["test"])
+  >>> bool(1.0 < out["perplexity"] < out["ctr_perplexity"] < 2.0)  # the history helps the DCM
+  True
+  """
+  clicks, where = test["clicks"], test["where"]
+  q = test["conditional_click_prob"]
+  ll = np.asarray(metrics_lib.click_log_likelihood(q, clicks, where=where, reduce_fn=None), np.float64).sum(-1)
+  sessions = np.any(where, axis=-1)
+  return {"log_likelihood": float(ll[sessions].mean()) if sessions.any() else 0.0,
+          "perplexity": float(metrics_lib.click_perplexity(q, clicks, where=where)),
+          "perplexity_per_rank": [float(v) for v in metrics_lib.click_perplexity_per_rank(q, clicks, where=where)],
+          "ctr_perplexity": float(metrics_lib.click_perplexity(test["click_prob"], clicks, where=where)),
+          "fit_seconds": None, "converged": True, "attraction_mae": None}
+
+
 def _summaries(per_seed: list[dict]) -> dict:
   entry = {}
   for m in METRICS:
@@ -151,7 +182,8 @@ def _plot(results: dict, path: str) -> None:
       if entry is None or "perplexity_per_rank" not in entry:
         continue
       ppl = entry["perplexity_per_rank"]
-      ax.plot(np.arange(1, len(ppl) + 1), ppl, marker="o", ms=3, label=model)
+      style = {"color": "k", "ls": "--"} if model == TRUE_PARAMETERS else {"marker": "o", "ms": 3}
+      ax.plot(np.arange(1, len(ppl) + 1), ppl, label=model, **style)
     ax.set_title(row)
     ax.set_xlabel("rank")
     ax.set_ylabel("conditional perplexity")
@@ -164,11 +196,15 @@ def _write(workdir, results, fit_models):
   rows = {row: {m: (e["perplexity"] if e else "n/a") for m, e in entry.items()} for row, entry in results.items()}
   ll_rows = {row: {m: (e["log_likelihood"] if e else "n/a") for m, e in entry.items()}
              for row, entry in results.items()}
-  table = ("Held-out conditional perplexity (lower is better; rows: the log, columns: the fitted model)\n\n"
-           + markdown_table(rows, fit_models, row_header="log") + "\n\n"
+  simulated = any(TRUE_PARAMETERS in entry for entry in results.values())
+  columns = [*fit_models, *([TRUE_PARAMETERS] if simulated else [])]
+  table = ("Held-out conditional perplexity (lower is better; rows: the log, columns: the fitted model"
+           + (f"; '{TRUE_PARAMETERS}': the parameters that generated the log, the floor" if simulated else "")
+           + ")\n\n"
+           + markdown_table(rows, columns, row_header="log") + "\n\n"
            + "Held-out log-likelihood per session (nats; higher is better)\n\n"
-           + markdown_table(ll_rows, fit_models, row_header="log"))
-  write_results(workdir, results, table=table, rows=rows, columns=fit_models, row_header="log")
+           + markdown_table(ll_rows, columns, row_header="log"))
+  write_results(workdir, results, table=table, rows=rows, columns=columns, row_header="log")
   return table
 
 
@@ -202,17 +238,22 @@ def run_click_model_study(config: ml_collections.ConfigDict, workdir: Optional[s
   else:
     for true_model in config.true_models:
       per_model: dict[str, list] = {m: [] for m in fit_models}
+      truth = []
       for s in range(int(config.num_seeds)):
         logs = simulate_study_logs(config, true_model, int(config.seed) + s)
         for m in fit_models:
           per_model[m].append(fit_and_score(m, logs["train"], logs["test"], num_docs=logs["num_docs"],
                                             config=config, attraction=logs["attraction"]))
+        truth.append(score_true_parameters(logs["test"]))
       row = {m: (None if any(r is None for r in v) else _summaries(v)) for m, v in per_model.items()}
-      if row.get(true_model):  # paired over seeds: the same logs score both models
-        for m in fit_models:
-          if row[m] and m != true_model:
+      for m in fit_models:  # paired over seeds: the same logs score every model and the truth
+        if row[m]:
+          row[m]["perplexity_minus_true_parameters"] = summarize(
+              [a["perplexity"] - b["perplexity"] for a, b in zip(per_model[m], truth)])
+          if row.get(true_model) and m != true_model:
             row[m]["perplexity_minus_true_model"] = summarize(
                 [a["perplexity"] - b["perplexity"] for a, b in zip(per_model[m], per_model[true_model])])
+      row[TRUE_PARAMETERS] = _summaries(truth)
       results[f"true={true_model}"] = row
       best = min((m for m in fit_models if row[m]), key=lambda m: row[m]["perplexity"]["mean"])
       print(f"[click models] true={true_model}: best held-out perplexity {best} "
