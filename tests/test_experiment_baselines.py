@@ -58,6 +58,12 @@ def test_binary_smoke_run(tmp_path, subprocess_env):
   assert all(f"| {name} |" in table for name in EXPECTED_METHODS)
   assert "| dla |" in proc.stdout  # the table is printed too
   assert (tmp_path / "table.csv").exists()
+  # Learning curves: per evaluation (steps 10 and 20), the train loss and validation metrics per seed.
+  for name in EXPECTED_METHODS:
+    history = results[name]["history"]
+    assert [r["step"] for r in history] == [10, 20], name
+    assert all(len(r["train/loss"]) == 2 and len(r["valid/ndcg@10"]) == 2 for r in history), name
+  assert (tmp_path / "curves.png").stat().st_size > 1000
   # Checkpoints of every method, resumable.
   assert sorted(os.listdir(tmp_path / "checkpoints")) == sorted(EXPECTED_METHODS)
   true_prop = np.asarray(results["_meta"]["true_propensities"])

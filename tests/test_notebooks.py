@@ -62,6 +62,9 @@ def _check(name, text, value):
     assert "plus a shuffle:     identifiable True  K = 1" in text
     # The click-model cell: the DCM's own log is best explained by the DCM (or the DBN, which nests it).
     assert re.search(r"best held-out perplexity: (dcm|dbn)\b", text), text[-2000:]
+    floor = float(re.search(r"the true DCM's own perplexity \(the floor\): ([0-9.]+)", text).group(1))
+    fitted = float(re.search(r"^\| dcm \| ([0-9.]+) \|", text, re.M).group(1))
+    assert 1.0 < floor < fitted, (floor, fitted)  # no fit beats the parameters that generated the log
     return
   if name == "identifiability":  # harvesting identifies exactly position 1's IG component
     assert "design K=1: harvested 10/10 positions" in text

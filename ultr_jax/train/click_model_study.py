@@ -139,9 +139,10 @@ def fit_and_score(model: str, train: dict, test: dict, *, num_docs: int, config,
 def score_true_parameters(test: dict) -> dict:
   """Held-out scores of the parameters that generated a simulated log, in :func:`fit_and_score`'s form.
 
-  From the sampler's own ``conditional_click_prob`` and ``click_prob`` (:func:`~ultr_jax.simulation.simulate_session_log`)
-  with the definitions of :func:`~ultr_jax.simulation.evaluate_click_model`: no model fitted to the log can
-  beat them in expectation, so a fitted model's gap to them is its estimation and misspecification error.
+  From the sampler's own ``conditional_click_prob`` and ``click_prob``
+  (:func:`~ultr_jax.simulation.simulate_session_log`) with the definitions of
+  :func:`~ultr_jax.simulation.evaluate_click_model`: no model fitted to the log can beat them in
+  expectation, so a fitted model's gap to them is its estimation and misspecification error.
 
   >>> c = default_click_model_config(); c.num_queries, c.num_sessions = 4, 200
   >>> logs = simulate_study_logs(c, "dcm", 0)

@@ -4,7 +4,9 @@ Data (synthetic default or SVMlight / ULTRA files) -> logging policy trained
 on a small labelled fraction -> displayed top-k lists -> a click model
 simulating fresh sessions inside every training step -> every requested
 method trained over several seeds at once -> test metrics with intervals,
-learned-propensity quality, ``results.json`` / ``table.md`` / ``table.csv``.
+learned-propensity quality, ``results.json`` / ``table.md`` / ``table.csv``,
+and ``curves.png`` (each method's training loss and validation metric over
+the steps, :func:`~ultr_jax.train.plot_learning_curves`).
 
 With real click logs (``config.data.source = "baidu"``: Baidu-ULTR's click
 files for training, its expert annotations for validation and test) the
@@ -30,7 +32,7 @@ from ultr_jax import simulation
 from ultr_jax.train import methods as methods_lib
 from ultr_jax.train.loop import evaluate, evaluate_clicks, fit
 from ultr_jax.train.method import KEY_REASONS, method_inputs_missing
-from ultr_jax.train.results import markdown_table, summarize, summarize_metrics, write_results
+from ultr_jax.train.results import markdown_table, plot_learning_curves, summarize, summarize_metrics, write_results
 
 __all__ = ["default_data_config", "default_logging_policy_config", "load_datasets", "prepare_logged_data",
            "true_position_propensities", "by_frequency_bucket", "check_logged_click_method", "hold_out_pages",
@@ -326,7 +328,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
   Returns the results mapping written to ``results.json``: method name ->
   ``{"ndcg@1": mean, ..., "std": {...}, "ci90": {...}, "per_seed": {...}}``
   plus ``"propensity_corr"`` for methods that learn position propensities,
-  and a ``"_meta"`` entry describing the run.
+  ``"history"`` (the fit's evaluations: step, train loss and validation
+  metrics per seed), and a ``"_meta"`` entry describing the run.
   """
   t_start = time.perf_counter()
   train, valid, test = load_datasets(config, logged_clicks=True)
@@ -344,6 +347,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
                                            jax.random.key(config.seed))
   results: dict[str, Any] = {}
   rows: dict[str, dict] = {}
+  histories: dict[str, list] = {}
   built = {name: methods_lib.get_method(name, config.method_configs.get(name, ml_collections.ConfigDict()),
                                        num_features=train.num_features, list_size=train.list_size)
            for name in config.methods}
@@ -379,6 +383,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
     else:
       row["propensity_corr"] = "n/a"
     entry["best_step"] = np.asarray(fit_result.best_step).tolist()
+    entry["history"] = fit_result.history  # per evaluation: train loss and validation metrics, per seed
+    histories[name] = fit_result.history
     results[name] = entry
     rows[name] = row
   columns = [*METRIC_COLUMNS, *(CLICK_COLUMNS if held_clicks is not None else ()), "propensity_corr"]
@@ -399,6 +405,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
   table += f"\n\nTest metrics, mean ± 90% t-interval half-width over {config.num_seeds} seeds; {clicks}.\n"
   if workdir is not None:
     write_results(workdir, results, table=table, rows=rows, columns=columns)
+    plot_learning_curves(histories, os.path.join(workdir, "curves.png"),
+                         metrics=("train/loss", f"valid/{config.train.select_metric}"))
   print(table, flush=True)
   print(f"total time {time.perf_counter() - t_start:.1f}s", file=sys.stderr, flush=True)
   return results

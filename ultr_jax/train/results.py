@@ -17,6 +17,8 @@ __all__ = [
     "atomic_write_text",
     "write_results",
     "markdown_table",
+    "plot_learning_curves",
+    "save_figure",
 ]
 
 
@@ -67,6 +69,48 @@ def summarize_metrics(per_seed: Mapping[str, Any], names: Sequence[str]) -> tupl
     entry.setdefault("per_seed", {})[name] = np.asarray(per_seed[name]).tolist()
     row[name] = s
   return entry, row
+
+
+def plot_learning_curves(histories: Mapping[str, Sequence[Mapping[str, Any]]], path: str, *,
+                         metrics: Sequence[str] = ("train/loss", "valid/ndcg@10")) -> str:
+  """Learning curves of several runs as one PNG: a panel per metric against the training step.
+
+  Each run is drawn as its mean over seeds with the seeds' min-max band. ``histories`` maps a run's name
+  to its :attr:`FitResult.history <ultr_jax.train.FitResult>` (records with ``"step"`` and per-seed
+  lists under the metric names). A metric no run recorded gets no panel. Written atomically
+  (:func:`save_figure`); returns ``path``.
+
+  >>> import tempfile
+  >>> runs = {"naive": [{"step": 10, "train/loss": [2.0, 2.2], "valid/ndcg@10": [0.6, 0.7]},
+  ...                   {"step": 20, "train/loss": [1.5, 1.7], "valid/ndcg@10": [0.7, 0.8]}]}
+  >>> path = plot_learning_curves(runs, os.path.join(tempfile.mkdtemp(), "curves.png"))
+  >>> os.path.getsize(path) > 0
+  True
+  """
+  import matplotlib  # noqa: PLC0415
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # noqa: PLC0415
+
+  shown = [m for m in metrics if any(m in r for h in histories.values() for r in h)]
+  fig, axes = plt.subplots(1, max(len(shown), 1), figsize=(5 * max(len(shown), 1), 3.5), squeeze=False)
+  for ax, metric in zip(axes[0], shown):
+    for name, history in histories.items():
+      records = [r for r in history if metric in r]
+      if not records:
+        continue
+      steps = np.array([r["step"] for r in records])
+      values = np.array([np.ravel(np.asarray(r[metric], np.float64)) for r in records])  # [evals, seeds]
+      line, = ax.plot(steps, values.mean(-1), marker="o", ms=3, label=name)
+      if values.shape[-1] > 1:
+        ax.fill_between(steps, values.min(-1), values.max(-1), color=line.get_color(), alpha=0.15, lw=0)
+    ax.set_xlabel("training step")
+    ax.set_title(metric)
+  if shown:
+    axes[0][0].legend(fontsize=7)
+  fig.suptitle("mean over seeds; band: the seeds' range", fontsize=9)
+  fig.tight_layout()
+  return save_figure(fig, path)
 
 
 def atomic_write_text(path: str, text: str) -> None:
