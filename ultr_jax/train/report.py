@@ -63,7 +63,8 @@ from ultr_jax.train.experiment import CLICK_COLUMNS, METRIC_COLUMNS, load_datase
 from ultr_jax.train.loop import evaluate, evaluate_clicks, fit
 from ultr_jax.train.method import KEY_REASONS, method_inputs_missing
 from ultr_jax.train.online import online_learning, online_users_missing
-from ultr_jax.train.results import atomic_write_text, markdown_table, save_figure, summarize_metrics, write_results
+from ultr_jax.train.results import (atomic_write_text, markdown_table, save_figure, summarize, summarize_metrics,
+                                    write_results)
 
 __all__ = [
     "CLICK_TRUTH",
@@ -217,19 +218,39 @@ def held_out_click_log(test: RankingDataset, click_fn, *, list_size: int, sessio
   return log.replace(where=where).with_extras(clicks=clicks), truth
 
 
+def _best_and_tied(cells: Mapping[str, Any], metric: str, *, lower: bool) -> tuple[str, list[str]]:
+  """The best method by the mean of ``metric`` and the methods whose seed-paired difference to it has a
+  90% t-interval that includes 0 (validation of this grid cannot tell them apart)."""
+  best = (min if lower else max)(cells, key=lambda m: cells[m][metric])
+  ref = np.asarray(cells[best]["per_seed"][metric], np.float64)
+  tied = []
+  for m in cells:
+    diff = np.asarray(cells[m]["per_seed"][metric], np.float64) - ref
+    if m != best and diff.size == ref.size and diff.size > 1:
+      s = summarize(diff)
+      if abs(s["mean"]) <= s["ci90"]:
+        tied.append(m)
+  return best, tied
+
+
 def click_table(results: Mapping[str, Any], biases, methods) -> tuple[str, dict]:
   """The held-out click perplexity table (method x bias) and, per bias, the best method by perplexity
   and by test nDCG@10 among the methods that predict clicks.
 
-  Returns ``(markdown, summary)``; ``summary[bias]`` holds ``best_by_perplexity`` and ``best_by_ndcg``
-  (by the means; cells with a non-finite perplexity are left out of the picks).
+  Returns ``(markdown, summary)``. ``summary[bias]`` holds ``best_by_perplexity`` and ``best_by_ndcg`` (by
+  the means), ``tied_by_perplexity`` / ``tied_by_ndcg`` (the methods whose seed-paired difference to that
+  best has a 90% t-interval including 0) and ``perplexity_pick_ranks_worse``: the perplexity pick's nDCG@10
+  is below the nDCG pick's beyond that interval. Cells with a non-finite perplexity are left out.
 
-  >>> cell = lambda ppl, ndcg: {"click_perplexity": ppl, "ndcg@10": ndcg, "ci90": {"click_perplexity": 0.01}}
+  >>> cell = lambda ppl, ndcg: {"click_perplexity": ppl, "ndcg@10": ndcg, "ci90": {"click_perplexity": 0.01},
+  ...                           "per_seed": {"click_perplexity": [ppl - 0.01, ppl + 0.01],
+  ...                                        "ndcg@10": [ndcg - 0.001, ndcg + 0.001]}}
   >>> results = {"pbm": {"a": cell(1.30, 0.80), "b": cell(1.35, 0.85), "c": {"ndcg@10": 0.9}},
   ...            "_clicks": {"pbm": {"true_model": {"click_perplexity": 1.25}}}}
   >>> text, summary = click_table(results, ["pbm"], ["a", "b", "c"])
-  >>> summary
-  {'pbm': {'best_by_perplexity': 'a', 'best_by_ndcg': 'b'}}
+  >>> pbm = summary["pbm"]
+  >>> pbm["best_by_perplexity"], pbm["best_by_ndcg"], pbm["tied_by_ndcg"], pbm["perplexity_pick_ranks_worse"]
+  ('a', 'b', [], True)
   >>> print(text.splitlines()[4])
   | true click model | 1.2500 |
   """
@@ -248,17 +269,25 @@ def click_table(results: Mapping[str, Any], biases, methods) -> tuple[str, dict]
     cells = {m: results[b][m] for m in click_methods
              if np.isfinite(results.get(b, {}).get(m, {}).get("click_perplexity", np.nan))}
     if cells:
-      summary[b] = {"best_by_perplexity": min(cells, key=lambda m: cells[m]["click_perplexity"]),
-                    "best_by_ndcg": max(cells, key=lambda m: cells[m]["ndcg@10"])}
+      by_ppl, tied_ppl = _best_and_tied(cells, "click_perplexity", lower=True)
+      by_ndcg, tied_ndcg = _best_and_tied(cells, "ndcg@10", lower=False)
+      summary[b] = {"best_by_perplexity": by_ppl, "tied_by_perplexity": tied_ppl,
+                    "best_by_ndcg": by_ndcg, "tied_by_ndcg": tied_ndcg,
+                    "perplexity_pick_ranks_worse": by_ppl != by_ndcg and by_ppl not in tied_ndcg}
   text = markdown_table(rows, list(biases), row_header="method")
   text += ("\n\nHeld-out click perplexity (per rank, averaged; 1 is perfect, 2 a coin), mean ± 90% t-interval "
            f"half-width over seeds, on fresh sessions of the test queries shown as in training. '{CLICK_TRUTH}': "
            "the generating model's own perplexity on the same sessions, the floor. Only methods that "
            "predict clicks (click_logits) have a row.\n")
   if summary:
-    text += "\nBest by held-out click perplexity, and by test nDCG@10, among these methods:\n"
+    text += ("\nBest by held-out click perplexity, and by test nDCG@10, among these methods (tied: a seed-paired "
+             "90% interval of the difference that includes 0):\n")
+    tied = lambda ms: f" (tied: {', '.join(ms)})" if ms else ""
     for b, s in summary.items():
-      text += f"- {b}: {s['best_by_perplexity']} by perplexity, {s['best_by_ndcg']} by nDCG@10\n"
+      text += (f"- {b}: {s['best_by_perplexity']}{tied(s['tied_by_perplexity'])} by perplexity; "
+               f"{s['best_by_ndcg']}{tied(s['tied_by_ndcg'])} by nDCG@10"
+               + ("; the perplexity pick ranks worse beyond the interval" if s["perplexity_pick_ranks_worse"]
+                  else "") + "\n")
   return text, summary
 
 
