@@ -5,7 +5,12 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["RankingDataset"]
+__all__ = ["RankingDataset", "is_per_item"]
+
+
+def is_per_item(value: np.ndarray, list_size: int) -> bool:
+  """Whether an extra is per item (``[Q, L, ...]``) rather than per query (``[Q]``)."""
+  return value.ndim >= 2 and value.shape[1] == list_size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +95,23 @@ class RankingDataset:
         doc_ids=None if self.doc_ids is None else self.doc_ids[idx],
         extras={k: v[idx] for k, v in self.extras.items()},
     )
+
+  def first_items(self, k: int) -> "RankingDataset":
+    """Every list cut to its first ``k`` items (the per-item arrays; per-query ones are kept).
+
+    Per-item are ``features``, ``labels``, ``where``, ``doc_ids`` and every extra whose second axis is
+    the list size (:func:`is_per_item`).
+
+    >>> ds = RankingDataset(np.zeros((1, 3, 2), np.float32), np.array([[2., 1., 0.]], np.float32),
+    ...                     np.ones((1, 3), bool), np.arange(1), extras={"w": np.ones(1)})
+    >>> short = ds.first_items(2)
+    >>> short.labels, short.features.shape, short.extras["w"].shape
+    (array([[2., 1.]], dtype=float32), (1, 2, 2), (1,))
+    """
+    cut = lambda a: a[:, :k] if is_per_item(a, self.list_size) else a  # noqa: E731
+    return RankingDataset(features=self.features[:, :k], labels=self.labels[:, :k], where=self.where[:, :k],
+                          qid=self.qid, doc_ids=None if self.doc_ids is None else self.doc_ids[:, :k],
+                          extras={name: cut(np.asarray(v)) for name, v in self.extras.items()})
 
   def replace(self, **changes) -> "RankingDataset":
     return dataclasses.replace(self, **changes)

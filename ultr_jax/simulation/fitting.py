@@ -49,6 +49,7 @@ __all__ = [
     "click_model_predict",
     "fit_click_model",
     "evaluate_click_model",
+    "click_prediction_scores",
     "simulate_session_log",
 ]
 
@@ -343,13 +344,37 @@ def evaluate_click_model(model: str, params: dict, doc_ids: Array, clicks: Array
   doc_ids, clicks, where, _ = _validate(doc_ids, clicks, where, params["attraction"].shape[0])
   ll = click_model_log_likelihood(model, params, doc_ids, clicks, where=where)
   pred = click_model_predict(model, params, doc_ids, clicks, where=where)
-  per_rank = click_metrics.click_perplexity_per_rank(pred["conditional"], clicks, where=where)
-  sessions = np.any(where, axis=-1)
+  return click_prediction_scores(pred["conditional"], pred["marginal"], clicks, where=where,
+                                 session_log_likelihood=ll)
+
+
+def click_prediction_scores(conditional: Array, marginal: Array, clicks: Array, *, where: Optional[Array] = None,
+                            session_log_likelihood: Optional[Array] = None) -> dict:
+  r"""The scores of :func:`evaluate_click_model` from any click predictions on logged sessions.
+
+  ``conditional`` holds :math:`P(C_{s,r} = 1 \mid c_{s,<r})`, ``marginal`` :math:`P(C_{s,r} = 1)`, each
+  ``[S, L]`` like ``clicks``: a fitted model's (:func:`click_model_predict`) or a simulator's own
+  (``conditional_click_prob`` / ``click_prob`` of :func:`simulate_session_log`: the true parameters'
+  scores, the floor of a fitted model's in expectation). ``session_log_likelihood`` (``[S]``) defaults to
+  the sum over each session of :math:`\log P(c_{s,r} \mid c_{s,<r})` from ``conditional``.
+
+  >>> c = jnp.array([[1.0, 0.0], [0.0, 0.0]])
+  >>> out = click_prediction_scores(jnp.full((2, 2), 0.5), jnp.full((2, 2), 0.5), c)
+  >>> out["perplexity"], out["ctr_perplexity"], round(out["log_likelihood"], 4)
+  (2.0, 2.0, -1.3863)
+  """
+  clicks = jnp.asarray(clicks, jnp.float32)
+  where = jnp.ones(clicks.shape, bool) if where is None else jnp.asarray(where, bool)
+  if session_log_likelihood is None:
+    session_log_likelihood = click_metrics.click_log_likelihood(conditional, clicks, where=where,
+                                                                reduce_fn=None).sum(-1)
+  per_rank = click_metrics.click_perplexity_per_rank(conditional, clicks, where=where)
+  sessions = np.any(np.asarray(where), axis=-1)
   return {
-      "log_likelihood": float(np.asarray(ll)[sessions].mean()) if sessions.any() else 0.0,
-      "perplexity": float(click_metrics.click_perplexity(pred["conditional"], clicks, where=where)),
+      "log_likelihood": float(np.asarray(session_log_likelihood)[sessions].mean()) if sessions.any() else 0.0,
+      "perplexity": float(click_metrics.click_perplexity(conditional, clicks, where=where)),
       "perplexity_per_rank": [float(v) for v in per_rank],
-      "ctr_perplexity": float(click_metrics.click_perplexity(pred["marginal"], clicks, where=where)),
+      "ctr_perplexity": float(click_metrics.click_perplexity(marginal, clicks, where=where)),
   }
 
 

@@ -25,6 +25,7 @@ import optax
 import rax
 
 from ultr_jax.data import RankingDataset
+from ultr_jax.data.dataset import is_per_item
 
 __all__ = ["train_logging_policy", "logging_policy_scores", "apply_logging_policy"]
 
@@ -163,7 +164,7 @@ def apply_logging_policy(dataset: RankingDataset, scores: np.ndarray, *,
   extras = {}
   for name, value in dataset.extras.items():
     value = np.asarray(value)
-    extras[name] = cut(value) if value.ndim >= 2 and value.shape[1] == l else value
+    extras[name] = cut(value) if is_per_item(value, l) else value
   where = cut(dataset.where)
   if keep_all and top_k is not None:
     extras["shown"] = where & (np.arange(keep) < top_k)

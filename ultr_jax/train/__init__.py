@@ -29,8 +29,8 @@ from ultr_jax.train.online import (
     online_users_missing,
 )
 from ultr_jax.train.methods import available_methods, get_method, register
-from ultr_jax.train.results import (atomic_write_text, markdown_table, plot_learning_curves, save_figure, summarize,
-                                    summarize_metrics, write_results)
+from ultr_jax.train.results import (atomic_write_text, best_and_ties, markdown_table, plot_learning_curves, save_figure,
+                                    summarize, summarize_metrics, write_results)
 from ultr_jax.train.sharding import make_mesh, maybe_initialize_distributed
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "display_batch",
     "ONLINE_METHODS",
     "atomic_write_text",
+    "best_and_ties",
     "available_methods",
     "default_online_config",
     "default_train_config",

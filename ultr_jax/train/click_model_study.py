@@ -33,7 +33,6 @@ import ml_collections
 import numpy as np
 
 from ultr_jax import data as data_lib
-from ultr_jax import metrics as metrics_lib
 from ultr_jax import simulation as sim
 from ultr_jax.train.results import markdown_table, save_figure, summarize, write_results
 
@@ -140,9 +139,10 @@ def score_true_parameters(test: dict) -> dict:
   """Held-out scores of the parameters that generated a simulated log, in :func:`fit_and_score`'s form.
 
   From the sampler's own ``conditional_click_prob`` and ``click_prob``
-  (:func:`~ultr_jax.simulation.simulate_session_log`) with the definitions of
-  :func:`~ultr_jax.simulation.evaluate_click_model`: no model fitted to the log can beat them in
-  expectation, so a fitted model's gap to them is its estimation and misspecification error.
+  (:func:`~ultr_jax.simulation.simulate_session_log`) by
+  :func:`~ultr_jax.simulation.click_prediction_scores`, as :func:`~ultr_jax.simulation.evaluate_click_model`
+  scores a fit: no model fitted to the log can beat them in expectation, so a fitted model's gap to them is
+  its estimation and misspecification error.
 
   >>> c = default_click_model_config(); c.num_queries, c.num_sessions = 4, 200
   >>> logs = simulate_study_logs(c, "dcm", 0)
@@ -150,15 +150,9 @@ def score_true_parameters(test: dict) -> dict:
   >>> bool(1.0 < out["perplexity"] < out["ctr_perplexity"] < 2.0)  # the history helps the DCM
   True
   """
-  clicks, where = test["clicks"], test["where"]
-  q = test["conditional_click_prob"]
-  ll = np.asarray(metrics_lib.click_log_likelihood(q, clicks, where=where, reduce_fn=None), np.float64).sum(-1)
-  sessions = np.any(where, axis=-1)
-  return {"log_likelihood": float(ll[sessions].mean()) if sessions.any() else 0.0,
-          "perplexity": float(metrics_lib.click_perplexity(q, clicks, where=where)),
-          "perplexity_per_rank": [float(v) for v in metrics_lib.click_perplexity_per_rank(q, clicks, where=where)],
-          "ctr_perplexity": float(metrics_lib.click_perplexity(test["click_prob"], clicks, where=where)),
-          "fit_seconds": None, "converged": True, "attraction_mae": None}
+  out = sim.click_prediction_scores(test["conditional_click_prob"], test["click_prob"], test["clicks"],
+                                    where=test["where"])
+  return {**out, "fit_seconds": None, "converged": True, "attraction_mae": None}
 
 
 def _summaries(per_seed: list[dict]) -> dict:

@@ -42,7 +42,7 @@ from ultr_jax.train.compilation import enable_compilation_cache
 from ultr_jax.train.loop import evaluate, fit, make_optimizer
 from ultr_jax.train.methods import get_method
 from ultr_jax.train.methods.lbd import make_lbd, make_lbd_grid, stack_runs
-from ultr_jax.train.results import save_figure, summarize, write_results
+from ultr_jax.train.results import best_and_ties, save_figure, summarize, write_results
 
 __all__ = [
     "LBD_BASE_W",
@@ -338,13 +338,13 @@ def tied_with_best(grid_rows: Sequence[dict], variant: str = "lbd") -> Optional[
   rows = [r for r in grid_rows if r.get("variant") == variant]
   if not rows or any("valid_per_seed" not in r for r in rows):
     return None
-  best = max(rows, key=lambda r: float(np.mean(r["valid_per_seed"])))
+  best, tied = best_and_ties({i: r["valid_per_seed"] for i, r in enumerate(rows)})
   out = []
-  for r in sorted(rows, key=lambda r: -float(np.mean(r["valid_per_seed"]))):
-    d = _paired(best["valid_per_seed"], r["valid_per_seed"])
-    if r is best or d["diff"] - d["ci90"] <= 0:
-      out.append({"lam": r["lam"], "t": r["t"], "valid": float(np.mean(r["valid_per_seed"])),
-                  "behind_best": d["diff"], "ci90": d["ci90"]})
+  for i in (best, *tied):
+    r = rows[i]
+    d = _paired(rows[best]["valid_per_seed"], r["valid_per_seed"])
+    out.append({"lam": r["lam"], "t": r["t"], "valid": float(np.mean(r["valid_per_seed"])),
+                "behind_best": d["diff"], "ci90": d["ci90"]})
   return out
 
 

@@ -63,7 +63,7 @@ from ultr_jax.train.experiment import CLICK_COLUMNS, METRIC_COLUMNS, load_datase
 from ultr_jax.train.loop import evaluate, evaluate_clicks, fit
 from ultr_jax.train.method import KEY_REASONS, method_inputs_missing
 from ultr_jax.train.online import online_learning, online_users_missing
-from ultr_jax.train.results import (atomic_write_text, markdown_table, save_figure, summarize, summarize_metrics,
+from ultr_jax.train.results import (atomic_write_text, best_and_ties, markdown_table, save_figure, summarize_metrics,
                                     write_results)
 
 __all__ = [
@@ -199,11 +199,7 @@ def held_out_click_log(test: RankingDataset, click_fn, *, list_size: int, sessio
   """
   if sessions < 1:
     raise ValueError(f"click_eval.sessions_per_list must be >= 1, got {sessions}")
-  k = min(int(list_size), test.list_size)
-  per_item = lambda v: v[:, :k] if v.ndim >= 2 and v.shape[1] == test.list_size else v
-  cut = RankingDataset(features=test.features[:, :k], labels=test.labels[:, :k], where=test.where[:, :k],
-                       qid=test.qid, doc_ids=None if test.doc_ids is None else test.doc_ids[:, :k],
-                       extras={name: per_item(v) for name, v in test.extras.items()})
+  cut = test.first_items(min(int(list_size), test.list_size))
   log = cut.subset(np.repeat(np.arange(cut.num_queries), int(sessions)))
   batch = {name: jnp.asarray(v) for name, v in log.as_batch().items() if name != "qid"}
   out = jax.jit(click_fn)(jax.random.key(seed), batch)
@@ -216,21 +212,6 @@ def held_out_click_log(test: RankingDataset, click_fn, *, list_size: int, sessio
   truth = {"click_ll": float(metrics_lib.click_log_likelihood(q, clicks, where=where)),
            "click_perplexity": float(metrics_lib.click_perplexity(q, clicks, where=where))}
   return log.replace(where=where).with_extras(clicks=clicks), truth
-
-
-def _best_and_tied(cells: Mapping[str, Any], metric: str, *, lower: bool) -> tuple[str, list[str]]:
-  """The best method by the mean of ``metric`` and the methods whose seed-paired difference to it has a
-  90% t-interval that includes 0 (validation of this grid cannot tell them apart)."""
-  best = (min if lower else max)(cells, key=lambda m: cells[m][metric])
-  ref = np.asarray(cells[best]["per_seed"][metric], np.float64)
-  tied = []
-  for m in cells:
-    diff = np.asarray(cells[m]["per_seed"][metric], np.float64) - ref
-    if m != best and diff.size == ref.size and diff.size > 1:
-      s = summarize(diff)
-      if abs(s["mean"]) <= s["ci90"]:
-        tied.append(m)
-  return best, tied
 
 
 def click_table(results: Mapping[str, Any], biases, methods) -> tuple[str, dict]:
@@ -269,8 +250,9 @@ def click_table(results: Mapping[str, Any], biases, methods) -> tuple[str, dict]
     cells = {m: results[b][m] for m in click_methods
              if np.isfinite(results.get(b, {}).get(m, {}).get("click_perplexity", np.nan))}
     if cells:
-      by_ppl, tied_ppl = _best_and_tied(cells, "click_perplexity", lower=True)
-      by_ndcg, tied_ndcg = _best_and_tied(cells, "ndcg@10", lower=False)
+      seeds = lambda metric: {m: cell["per_seed"][metric] for m, cell in cells.items()}  # noqa: E731
+      by_ppl, tied_ppl = best_and_ties(seeds("click_perplexity"), higher_is_better=False)
+      by_ndcg, tied_ndcg = best_and_ties(seeds("ndcg@10"))
       summary[b] = {"best_by_perplexity": by_ppl, "tied_by_perplexity": tied_ppl,
                     "best_by_ndcg": by_ndcg, "tied_by_ndcg": tied_ndcg,
                     "perplexity_pick_ranks_worse": by_ppl != by_ndcg and by_ppl not in tied_ndcg}

@@ -12,6 +12,7 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 __all__ = [
+    "best_and_ties",
     "summarize",
     "summarize_metrics",
     "atomic_write_text",
@@ -46,6 +47,33 @@ def summarize(values: Sequence[float], *, confidence: float = 0.9) -> dict[str, 
   std = float(v.std(ddof=1)) if n > 1 else 0.0
   half = float(scipy_stats.t.ppf(0.5 + confidence / 2, n - 1) * std / math.sqrt(n)) if n > 1 else 0.0
   return {"mean": mean, "std": std, f"ci{int(round(confidence * 100))}": half}
+
+
+def best_and_ties(per_seed: Mapping[Any, Sequence[float]], *, higher_is_better: bool = True
+                  ) -> tuple[Any, list]:
+  """The key with the best mean, and the keys the best does not beat over seeds.
+
+  A key is tied with the best when the 90% t-interval of its seed-paired difference to the best includes 0
+  (the seeds cannot tell them apart); keys with another number of seeds, or a single seed, cannot be paired
+  and are not tied. The ties come in order of their means, best first.
+
+  >>> best_and_ties({"a": [0.90, 0.91, 0.92], "b": [0.91, 0.91, 0.93], "c": [0.80, 0.81, 0.82]})
+  ('b', ['a'])
+  >>> best_and_ties({"a": [1.30, 1.31], "b": [1.35, 1.36]}, higher_is_better=False)
+  ('a', [])
+  """
+  sign = 1.0 if higher_is_better else -1.0
+  means = {k: sign * float(np.mean(v)) for k, v in per_seed.items()}
+  best = max(means, key=means.get)
+  ref = np.asarray(per_seed[best], np.float64)
+  tied = []
+  for k in sorted(means, key=means.get, reverse=True):
+    diff = np.asarray(per_seed[k], np.float64) - ref
+    if k != best and diff.shape == ref.shape and diff.size > 1:
+      s = summarize(diff)
+      if abs(s["mean"]) <= s["ci90"]:
+        tied.append(k)
+  return best, tied
 
 
 def summarize_metrics(per_seed: Mapping[str, Any], names: Sequence[str]) -> tuple[dict, dict]:
