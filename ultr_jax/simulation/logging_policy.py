@@ -24,8 +24,7 @@ import numpy as np
 import optax
 import rax
 
-from ultr_jax.data import RankingDataset
-from ultr_jax.data.dataset import is_per_item
+from ultr_jax.data import RankingDataset, is_per_item
 
 __all__ = ["train_logging_policy", "logging_policy_scores", "apply_logging_policy"]
 
