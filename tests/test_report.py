@@ -120,6 +120,14 @@ def test_smoke_run_writes_every_cell(tmp_path):
     rows = list(csv.reader(f))
   assert rows[0][:2] == ["bias", "identifiability (IG)"] and len(rows) == len(c.biases) + 1
   assert (tmp_path / "heatmap.png").stat().st_size > 1000
+  # Learning curves: each trained cell keeps its fit's history (each evaluation, per seed); a PNG per bias.
+  evals = list(range(c.train.eval_every, c.train.steps + 1, c.train.eval_every))
+  for bias in c.biases:
+    history = saved[bias]["two_tower"]["history"]
+    assert evals and [h["step"] for h in history] == evals and all(len(h["train/loss"]) == c.num_seeds for h in history)
+    assert all(("valid/ndcg@10" in h) == c.select_on_valid for h in history)  # smoke selects on nothing
+    assert (tmp_path / "curves" / f"{bias}.png").stat().st_size > 1000
+  assert "history" not in saved["pbm"]["cld"]  # n/a cells trained nothing
   # Held-out click prediction: the click model methods and the true model, per bias.
   for bias in c.biases:
     truth = saved["_clicks"][bias]["true_model"]["click_perplexity"]

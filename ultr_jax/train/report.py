@@ -41,7 +41,9 @@ the IG verdict, then nDCG@10 mean ± 90% t-interval half-width per method), ``he
 (method x bias, nDCG@10 annotated with the interval) and, with held-out clicks, ``clicks.md`` (click
 perplexity, method x bias, the true model's row, and per bias the best method by perplexity and by
 nDCG@10; in ``results.json``: ``click_ll`` / ``click_perplexity`` in the cells and
-``results["_clicks"][bias]``).
+``results["_clicks"][bias]``), and ``curves/<bias>.png``: every trained method's learning curves under
+that bias (train loss and the validation selection metric against the step, mean over seeds with the
+seeds' range; :func:`~ultr_jax.train.plot_learning_curves`), whose records are each cell's ``history``.
 """
 
 import os
@@ -63,8 +65,8 @@ from ultr_jax.train.experiment import CLICK_COLUMNS, METRIC_COLUMNS, load_datase
 from ultr_jax.train.loop import evaluate, evaluate_clicks, fit
 from ultr_jax.train.method import KEY_REASONS, method_inputs_missing
 from ultr_jax.train.online import online_learning, online_users_missing
-from ultr_jax.train.results import (atomic_write_text, best_and_ties, markdown_table, save_figure, summarize_metrics,
-                                    write_results)
+from ultr_jax.train.results import (atomic_write_text, best_and_ties, markdown_table, plot_learning_curves,
+                                    save_figure, summarize_metrics, write_results)
 
 __all__ = [
     "CLICK_TRUTH",
@@ -506,6 +508,7 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
       held, truth = held_out_click_log(test, click_fn, list_size=train.list_size, sessions=sessions_per_list,
                                        seed=int(config.seed) + 1000 * b_idx + 1)
       results["_clicks"][bias_name] = {"true_model": truth, "pages": held.num_queries}
+    histories: dict[str, list] = {}
     for name in methods:
       t0 = time.perf_counter()
       method_cfg = config.method_configs.get(name, ml_collections.ConfigDict())
@@ -523,6 +526,7 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
         per_seed.update(evaluate_clicks(method, fit_result.params, fit_result.extra, held))
       entry, summaries = summarize_metrics(per_seed, [c for c in (*METRIC_COLUMNS, *CLICK_COLUMNS) if c in per_seed])
       entry["best_step"] = np.asarray(fit_result.best_step).tolist()
+      entry["history"] = histories[name] = fit_result.history  # per evaluation: loss, validation metrics
       diverged = not all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree.leaves(fit_result.final_params))
       results[bias_name][name] = entry
       row[name] = summaries["ndcg@10"]
@@ -546,6 +550,9 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
       print(f"[report] {bias_name}/{column}: ndcg@10 {results[bias_name][column]['ndcg@10']:.4f} "
             f"({timings[bias_name][column]:.1f}s)", file=sys.stderr, flush=True)
     rows[bias_name] = row
+    if workdir is not None and histories:
+      plot_learning_curves(histories, os.path.join(workdir, "curves", f"{bias_name}.png"),
+                           metrics=("train/loss", f"valid/{config.train.select_metric}"))
     results["_meta"] = {"methods": columns, "biases": biases[:b_idx + 1], "num_seeds": len(seeds),
                         "data": config.data.to_dict(), "logging_policy": config.logging_policy.to_dict(),
                         "train": config.train.to_dict(), "seconds_per_cell": timings,
