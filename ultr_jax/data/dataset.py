@@ -9,7 +9,13 @@ __all__ = ["RankingDataset", "is_per_item"]
 
 
 def is_per_item(value: np.ndarray, list_size: int) -> bool:
-  """Whether an extra is per item (``[Q, L, ...]``) rather than per query (``[Q]``)."""
+  """Whether an extra is per item (``[Q, L, ...]``) rather than per query (``[Q]``).
+
+  A ``[Q, K]`` array with ``K != L`` (e.g. a per-query vector of another length) is per query.
+
+  >>> is_per_item(np.zeros((4, 10, 3)), 10), is_per_item(np.zeros(4), 10), is_per_item(np.zeros((4, 5)), 10)
+  (True, False, False)
+  """
   return value.ndim >= 2 and value.shape[1] == list_size
 
 
