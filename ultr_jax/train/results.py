@@ -121,7 +121,10 @@ def plot_learning_curves(histories: Mapping[str, Sequence[Mapping[str, Any]]], p
   import matplotlib.pyplot as plt  # noqa: PLC0415
 
   shown = [m for m in metrics if any(m in r for h in histories.values() for r in h)]
-  fig, axes = plt.subplots(1, max(len(shown), 1), figsize=(5 * max(len(shown), 1), 3.5), squeeze=False)
+  fig, axes = plt.subplots(1, max(len(shown), 1), figsize=(5 * max(len(shown), 1) + 2, 3.5), squeeze=False)
+  # One colour per run: tab10 for up to 10 runs, tab20 beyond (a report's row has about 20 methods).
+  cmap = plt.get_cmap("tab10" if len(histories) <= 10 else "tab20")
+  colours = {name: cmap(i % cmap.N) for i, name in enumerate(histories)}
   for ax, metric in zip(axes[0], shown):
     for name, history in histories.items():
       records = [r for r in history if metric in r]
@@ -129,15 +132,22 @@ def plot_learning_curves(histories: Mapping[str, Sequence[Mapping[str, Any]]], p
         continue
       steps = np.array([r["step"] for r in records])
       values = np.array([np.ravel(np.asarray(r[metric], np.float64)) for r in records])  # [evals, seeds]
-      line, = ax.plot(steps, values.mean(-1), marker="o", ms=3, label=name)
+      ax.plot(steps, values.mean(-1), marker="o", ms=3, color=colours[name], label=name)
       if values.shape[-1] > 1:
-        ax.fill_between(steps, values.min(-1), values.max(-1), color=line.get_color(), alpha=0.15, lw=0)
+        ax.fill_between(steps, values.min(-1), values.max(-1), color=colours[name], alpha=0.15, lw=0)
     ax.set_xlabel("training step")
     ax.set_title(metric)
-  if shown:
-    axes[0][0].legend(fontsize=7)
   fig.suptitle("mean over seeds; band: the seeds' range", fontsize=9)
-  fig.tight_layout()
+  right = 1 - 2 / fig.get_figwidth()  # the legend takes the right 2 inches
+  fig.tight_layout(rect=(0, 0, right, 1))
+  if shown:
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    for ax in axes[0][1:]:  # runs that only another panel shows
+      for h, l in zip(*ax.get_legend_handles_labels()):
+        if l not in labels:
+          handles.append(h)
+          labels.append(l)
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(right, 0.5), fontsize=7, frameon=False)
   return save_figure(fig, path)
 
 
