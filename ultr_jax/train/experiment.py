@@ -406,7 +406,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
   if workdir is not None:
     write_results(workdir, results, table=table, rows=rows, columns=columns)
     plot_learning_curves(histories, os.path.join(workdir, "curves.png"),
-                         metrics=("train/loss", f"valid/{config.train.select_metric}"))
+                         metrics=("train/loss", f"valid/{config.train.select_metric}"), relative=("train/loss",))
   print(table, flush=True)
   print(f"total time {time.perf_counter() - t_start:.1f}s", file=sys.stderr, flush=True)
   return results

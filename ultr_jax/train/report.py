@@ -551,7 +551,7 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
             f"({timings[bias_name][column]:.1f}s)", file=sys.stderr, flush=True)
     rows[bias_name] = row
     if workdir is not None and histories:
-      plot_learning_curves(histories, os.path.join(workdir, "curves", f"{bias_name}.png"),
+      plot_learning_curves(histories, os.path.join(workdir, "curves", f"{bias_name}.png"), relative=("train/loss",),
                            metrics=("train/loss", f"valid/{config.train.select_metric}"))
     results["_meta"] = {"methods": columns, "biases": biases[:b_idx + 1], "num_seeds": len(seeds),
                         "data": config.data.to_dict(), "logging_policy": config.logging_policy.to_dict(),

@@ -100,13 +100,17 @@ def summarize_metrics(per_seed: Mapping[str, Any], names: Sequence[str]) -> tupl
 
 
 def plot_learning_curves(histories: Mapping[str, Sequence[Mapping[str, Any]]], path: str, *,
-                         metrics: Sequence[str] = ("train/loss", "valid/ndcg@10")) -> str:
+                         metrics: Sequence[str] = ("train/loss", "valid/ndcg@10"),
+                         relative: Sequence[str] = ()) -> str:
   """Learning curves of several runs as one PNG: a panel per metric against the training step.
 
   Each run is drawn as its mean over seeds with the seeds' min-max band. ``histories`` maps a run's name
   to its :attr:`FitResult.history <ultr_jax.train.FitResult>` (records with ``"step"`` and per-seed
-  lists under the metric names). A metric no run recorded gets no panel. Written atomically
-  (:func:`save_figure`); returns ``path``.
+  lists under the metric names). A metric no run recorded gets no panel. A metric in ``relative`` is
+  drawn as each seed's change since its first evaluation, relative to that first value,
+  :math:`(v_t - v_{t_0}) / |v_{t_0}|`: methods whose losses differ in scale (a listwise softmax near 2,
+  a two-tower's summed BCE near 30) share one axis, and a flat line at 0 is a converged loss. Written
+  atomically (:func:`save_figure`); returns ``path``.
 
   >>> import tempfile
   >>> runs = {"naive": [{"step": 10, "train/loss": [2.0, 2.2], "valid/ndcg@10": [0.6, 0.7]},
@@ -132,11 +136,15 @@ def plot_learning_curves(histories: Mapping[str, Sequence[Mapping[str, Any]]], p
         continue
       steps = np.array([r["step"] for r in records])
       values = np.array([np.ravel(np.asarray(r[metric], np.float64)) for r in records])  # [evals, seeds]
+      if metric in relative:
+        with np.errstate(divide="ignore", invalid="ignore"):
+          values = (values - values[0]) / np.abs(values[0])
       ax.plot(steps, values.mean(-1), marker="o", ms=3, color=colours[name], label=name)
       if values.shape[-1] > 1:
         ax.fill_between(steps, values.min(-1), values.max(-1), color=colours[name], alpha=0.15, lw=0)
     ax.set_xlabel("training step")
-    ax.set_title(metric)
+    ax.set_title(f"{metric}: relative change since the first evaluation" if metric in relative else metric,
+                 fontsize=10 if metric in relative else None)
   fig.suptitle("mean over seeds; band: the seeds' range", fontsize=9)
   right = 1 - 2 / fig.get_figwidth()  # the legend takes the right 2 inches
   fig.tight_layout(rect=(0, 0, right, 1))
