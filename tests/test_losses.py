@@ -71,6 +71,11 @@ CASES = [
     Case("naive_softmax", lambda s, c, a, **kw: losses.naive_softmax_loss(s, c, **kw), "prob"),
     Case("ips_sigmoid", lambda s, c, a, **kw: losses.ips_sigmoid_loss(s, c, propensities=a, **kw), "prob"),
     Case("ips_softmax", lambda s, c, a, **kw: losses.ips_softmax_loss(s, c, propensities=a, **kw), "prob"),
+    # Trust bias: examination a, eps+ = 0.95, eps- = a / 2 (targets negative on unclicked items).
+    Case("affine_softmax", lambda s, c, a, **kw: losses.affine_softmax_loss(
+        s, c, propensities=a, eps_plus=jnp.full_like(a, 0.95), eps_minus=0.5 * a, **kw), "prob"),
+    Case("affine_sigmoid", lambda s, c, a, **kw: losses.affine_sigmoid_loss(
+        s, c, propensities=a, eps_plus=jnp.full_like(a, 0.95), eps_minus=0.5 * a, **kw), "prob"),
     Case("snips_sigmoid", lambda s, c, a, **kw: losses.snips_sigmoid_loss(s, c, propensities=a, **kw),
          "prob", separable=False),
     Case("snips_softmax", lambda s, c, a, **kw: losses.snips_softmax_loss(s, c, propensities=a, **kw),
@@ -291,6 +296,52 @@ def test_ips_is_unbiased_under_pbm(fn, ref):
     probs = np.prod(np.where(outcomes == 1, theta * gamma, 1 - theta * gamma), axis=1)
     vals = jax.vmap(lambda c: fn(jnp.array(s), c, propensities=jnp.array(theta)))(jnp.array(outcomes, float))
     np.testing.assert_allclose(np.sum(probs * np.asarray(vals)), ref(s, gamma), rtol=1e-10)
+
+
+@pytest.mark.parametrize("fn, ips_fn, ref", [
+    (losses.affine_sigmoid_loss, losses.ips_sigmoid_loss,
+     lambda s, g: np.mean(-(g * np.log(sig(s)) + (1 - g) * np.log(sig(-s))))),
+    (losses.affine_softmax_loss, losses.ips_softmax_loss, lambda s, g: -(g * log_softmax(s)).sum()),
+])
+def test_affine_is_unbiased_under_trust_bias_and_ips_is_not(fn, ips_fn, ref):
+  """Vardasbi et al. CIKM'20: E_c[affine loss] = loss on relevance; IPS keeps the eps- term."""
+  with jax.enable_x64(True):
+    s = np.array([0.3, -1.0, 2.0, 0.0])
+    gamma = np.array([0.9, 0.2, 0.6, 0.5])
+    theta = np.array([1.0, 0.5, 1 / 3, 0.25])
+    eps_plus = np.array([0.98, 0.97, 0.96, 0.95])  # ULTRA's trust table (trust_bias_epsilons)
+    eps_minus = 0.65 / np.arange(1, 5)
+    ctr = theta * (eps_plus * gamma + eps_minus * (1 - gamma))
+    kw = dict(propensities=jnp.array(theta), eps_plus=jnp.array(eps_plus), eps_minus=jnp.array(eps_minus))
+    # Exact expectation over every click vector (2^4 outcomes).
+    outcomes = np.array(np.meshgrid(*[[0, 1]] * 4, indexing="ij")).reshape(4, -1).T
+    probs = np.prod(np.where(outcomes == 1, ctr, 1 - ctr), axis=1)
+    vals = jax.vmap(lambda c: fn(jnp.array(s), c, **kw))(jnp.array(outcomes, float))
+    np.testing.assert_allclose(np.sum(probs * np.asarray(vals)), ref(s, gamma), rtol=1e-10)
+    # The affine targets of the click-through rates are the relevance itself.
+    np.testing.assert_allclose(losses.affine_targets(jnp.array(ctr), **kw), gamma, rtol=1e-6)
+    ips = jax.vmap(lambda c: ips_fn(jnp.array(s), c, propensities=jnp.array(theta)))(jnp.array(outcomes, float))
+    # IPS is unbiased for the loss on ctr / theta = eps- + (eps+ - eps-) gamma, not on gamma (Theorem 1).
+    np.testing.assert_allclose(np.sum(probs * np.asarray(ips)), ref(s, ctr / theta), rtol=1e-10)
+    assert np.min(np.abs(ctr / theta - gamma)) > 0.04
+
+
+def test_affine_targets_reduce_to_ips_clip_and_skip_uninformative_items():
+  p = jnp.array([1.0, 0.25, 0.01, 0.0, 0.5])
+  c = jnp.array([1.0, 1.0, 1.0, 0.0, 1.0])
+  where = jnp.array([True, True, True, True, False])
+  ips_like = losses.affine_targets(c, propensities=p, eps_plus=jnp.ones(5), eps_minus=jnp.zeros(5), where=where)
+  np.testing.assert_allclose(ips_like, c * losses.ips_weights(p, where=where) * where, rtol=1e-6)
+  clipped = losses.affine_targets(c, propensities=p, eps_plus=jnp.ones(5), eps_minus=jnp.zeros(5), where=where,
+                                  max_weight=10.0)
+  np.testing.assert_allclose(clipped, [1.0, 4.0, 10.0, 0.0, 0.0], rtol=1e-6)
+  # eps+ <= eps-: a click says nothing about relevance; the item gets no target rather than a sign flip.
+  flat = losses.affine_targets(c, propensities=jnp.ones(5), eps_plus=jnp.full(5, 0.3), eps_minus=jnp.full(5, 0.3))
+  np.testing.assert_array_equal(flat, 0.0)
+  g = jax.grad(lambda q: losses.affine_targets(c, propensities=q, eps_plus=jnp.ones(5), eps_minus=0.5 * q).sum())(p)
+  np.testing.assert_array_equal(g, 0.0)
+  with pytest.raises(ValueError, match="max_weight"):
+    losses.affine_targets(c, propensities=p, eps_plus=jnp.ones(5), eps_minus=jnp.zeros(5), max_weight=-1.0)
 
 
 def test_snips_normalises_within_the_batch():

@@ -9,9 +9,10 @@ import pytest
 import rax
 
 from ultr_jax.train import Method, available_methods, get_method
+from ultr_jax.train.method import KEY_REASONS, method_inputs_missing
 from ultr_jax.train.methods import baselines
 
-NAMES = ("naive", "ips", "snips", "dla", "regression_em", "two_tower", "paird", "full_info", "vectorization", "pdgd")
+NAMES = ("naive", "ips", "snips", "affine", "dla", "regression_em", "two_tower", "paird", "full_info", "vectorization", "pdgd")
 LEARNS_PROPENSITIES = ("dla", "regression_em", "two_tower", "paird")
 Q, L, F = 6, 5, 4
 
@@ -26,6 +27,9 @@ def _batch(seed=0, positions=True):
       "labels": rng.integers(0, 5, size=(Q, L)).astype(np.float32),
       "clicks": ((rng.random((Q, L)) < 0.4) & where).astype(np.float32),
       "examination": np.broadcast_to(1.0 / (np.arange(L) + 1.0), (Q, L)).astype(np.float32),
+      # Trust bias (affine): ULTRA's table, clicks on irrelevant items more likely near the top.
+      "eps_plus": np.broadcast_to(0.98 - 0.01 * np.arange(L), (Q, L)).astype(np.float32),
+      "eps_minus": np.broadcast_to(0.65 / (np.arange(L) + 1.0), (Q, L)).astype(np.float32),
   }
   if positions:
     batch["positions"] = np.stack([rng.permutation(L) for _ in range(Q)]).astype(np.int32)
@@ -184,6 +188,45 @@ def test_fixed_propensities_replace_the_oracle_examination(name, loss_type):
   np.testing.assert_allclose(fixed.loss(params, extra, no_exam, jax.random.key(0))[0], want, rtol=1e-6)
 
 
+@pytest.mark.parametrize("loss_type, fn", [("listwise", baselines.losses.affine_softmax_loss),
+                                           ("pointwise", baselines.losses.affine_sigmoid_loss)])
+def test_affine_is_the_affine_loss_on_the_oracle_or_the_config_tables(loss_type, fn):
+  batch = _batch()
+  m = get_method("affine", _config(loss_type=loss_type), num_features=F, list_size=L)
+  params, extra = m.init(jax.random.key(0), None)
+  scores = m.score(params, batch)
+  kw = {k: batch[k] for k in ("eps_plus", "eps_minus")}
+  got = m.loss(params, extra, batch, jax.random.key(0))[0]
+  np.testing.assert_allclose(got, fn(scores, batch["clicks"], propensities=batch["examination"], where=batch["where"],
+                                     **kw), rtol=1e-6)
+  # eps+ = 1, eps- = 0: IPS.
+  ips = get_method("ips", _config(loss_type=loss_type), num_features=F, list_size=L)
+  no_trust = {**batch, "eps_plus": jnp.ones((Q, L)), "eps_minus": jnp.zeros((Q, L))}
+  np.testing.assert_allclose(m.loss(params, extra, no_trust, jax.random.key(0))[0],
+                             ips.loss(params, extra, batch, jax.random.key(0))[0], rtol=1e-6)
+  # Fixed per-position tables replace the batch's oracle entries (positions past a table's end use its last).
+  tables = {"propensities": (1.0, 0.6, 0.5), "eps_plus": (0.9, 0.8), "eps_minus": (0.3, 0.2, 0.1, 0.05)}
+  fixed = get_method("affine", _config(loss_type=loss_type, **tables), num_features=F, list_size=L)
+  pos = np.asarray(batch["positions"])
+  look = {k: jnp.asarray(np.asarray(t)[np.minimum(pos, len(t) - 1)], jnp.float32) for k, t in tables.items()}
+  want = fn(scores, batch["clicks"], propensities=look["propensities"], eps_plus=look["eps_plus"],
+            eps_minus=look["eps_minus"], where=batch["where"])
+  bare = {k: v for k, v in batch.items() if k not in ("examination", "eps_plus", "eps_minus")}
+  np.testing.assert_allclose(fixed.loss(params, extra, bare, jax.random.key(0))[0], want, rtol=1e-6)
+  with pytest.raises(ValueError, match=r"affine: eps_minus\[0\] = 1.5 must be a probability in \[0, 1\]"):
+    get_method("affine", _config(eps_minus=(1.5,)), num_features=F, list_size=L)
+  with pytest.raises(ValueError, match="affine: loss_type must be one of"):
+    get_method("affine", _config(loss_type="pairwise"), num_features=F, list_size=L)
+
+
+def test_affine_needs_the_trust_parameters_by_name():
+  m = get_method("affine", _config(), num_features=F, list_size=L)
+  pbm_batch = {k: v for k, v in _batch().items() if k not in ("eps_plus", "eps_minus")}
+  assert method_inputs_missing(m, pbm_batch) == "eps_plus"
+  assert "trust" in KEY_REASONS["eps_plus"]
+  assert method_inputs_missing(m, _batch()) is None
+
+
 @pytest.mark.parametrize("table, match", [
     ((1.0, float("nan")), r"ips: propensities\[1\] = nan must be finite and > 0"),
     ((1.0, 0.0), r"propensities\[1\] = 0.0"),
@@ -247,7 +290,8 @@ def test_batch_positions_default_to_the_item_index():
 # (eta = 1), a noisy logging policy partly aligned with w, fixed clicks.
 
 
-def _pbm_problem(seed=0, num_queries=250, sessions=4, list_size=10, num_features=8):
+def _pbm_problem(seed=0, num_queries=250, sessions=4, list_size=10, num_features=8, trust=False):
+  """Fixed clicks of a PBM, or with ``trust`` of the affine trust model (ULTRA's eps+/eps- table)."""
   rng = np.random.default_rng(seed)
   x = rng.normal(size=(num_queries, list_size, num_features)).astype(np.float32)
   w_true = rng.normal(size=num_features)
@@ -263,9 +307,14 @@ def _pbm_problem(seed=0, num_queries=250, sessions=4, list_size=10, num_features
   theta = 1.0 / (np.arange(list_size) + 1.0)
   where = np.ones(gamma.shape, bool)
   where[::7, list_size - 3:] = False  # some padded lists
-  clicks = ((rng.random(gamma.shape) < theta * gamma) & where).astype(np.float32)
+  eps_plus = 0.98 - 0.01 * np.arange(list_size) if trust else np.ones(list_size)
+  eps_minus = 0.65 / (np.arange(list_size) + 1.0) if trust else np.zeros(list_size)
+  click_prob = theta * (eps_plus * gamma + eps_minus * (1.0 - gamma))
+  clicks = ((rng.random(gamma.shape) < click_prob) & where).astype(np.float32)
   batch = {"features": x, "where": where, "clicks": clicks, "labels": gamma.astype(np.float32),
-           "examination": np.broadcast_to(theta, gamma.shape).astype(np.float32)}
+           "examination": np.broadcast_to(theta, gamma.shape).astype(np.float32),
+           "eps_plus": np.broadcast_to(eps_plus, gamma.shape).astype(np.float32),
+           "eps_minus": np.broadcast_to(eps_minus, gamma.shape).astype(np.float32)}
   return jax.tree.map(jnp.asarray, batch), theta
 
 
@@ -301,6 +350,13 @@ def test_tiny_pbm_problem_recovers_propensities_and_ips_beats_naive():
       corr = np.corrcoef(prop, theta)[0, 1]
       assert corr > 0.9, (name, corr, prop)
   assert ndcg["ips"] > ndcg["naive"], ndcg
+
+
+def test_tiny_trust_problem_affine_beats_ips_beats_naive():
+  """Vardasbi et al. CIKM'20: under trust bias IPS keeps the eps- clicks on top items; the affine correction does not."""
+  batch, _ = _pbm_problem(trust=True)
+  ndcg = {name: _train(name, batch)[0] for name in ("naive", "ips", "affine")}
+  assert ndcg["affine"] > ndcg["ips"] > ndcg["naive"], ndcg
 
 
 @pytest.mark.parametrize("name, config", [("two_tower", {}), ("two_tower", {"two_tower_mode": "product"}),

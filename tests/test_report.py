@@ -28,7 +28,7 @@ def _config(arg):
 def test_default_config_covers_every_method_family_and_bias():
   c = _config("")
   methods = set(c.methods)
-  assert {"naive", "ips", "snips", "dla", "regression_em", "two_tower", "paird", "vectorization", "lbd", "cld",
+  assert {"naive", "ips", "snips", "affine", "dla", "regression_em", "two_tower", "paird", "vectorization", "lbd", "cld",
           "cld_pair"} <= methods
   assert {"sif_full", "sif_dr", "dr", "sif_position", "ips_trust_oracle", "ips_dpenalty"} <= methods
   assert {"click_model_ubm", "click_model_dbn"} <= methods
@@ -88,6 +88,10 @@ def test_default_grid_plan_has_a_number_or_a_reason_for_every_cell():
         assert "top-k selection log" in plan[bias][m]
     for m in ("ips_trust_oracle", "ips_dpenalty"):
       assert ((bias, m) in trainable) == (bias == "position_trust"), (bias, m)
+    # The affine correction needs the affine trust model's eps+ / eps- (SIF's position_trust is another model).
+    assert ((bias, "affine") in trainable) == (bias == "trust"), bias
+    if bias != "trust":
+      assert plan[bias]["affine"].startswith("n/a: " + report.KEY_REASONS["eps_plus"]), plan[bias]["affine"]
 
 
 def test_smoke_run_writes_every_cell(tmp_path):

@@ -28,6 +28,10 @@ from ultr_jax.losses.ips import (  # noqa: E402
 __all__ += ["ips_pairwise_loss", "ips_sigmoid_loss", "ips_softmax_loss", "ips_weights", "snips_sigmoid_loss",
             "snips_softmax_loss", "snips_weights"]
 
+from ultr_jax.losses.affine import affine_sigmoid_loss, affine_softmax_loss, affine_targets  # noqa: E402
+
+__all__ += ["affine_sigmoid_loss", "affine_softmax_loss", "affine_targets"]
+
 from ultr_jax.losses.dla import dla_loss, dla_weights  # noqa: E402
 
 __all__ += ["dla_loss", "dla_weights"]

@@ -20,6 +20,16 @@ def reduce_items(loss: jax.Array, where: jax.Array, reduce_fn) -> jax.Array:
   return rax.utils.safe_reduce(loss, where=where, reduce_fn=reduce_fn)
 
 
+def target_bce(scores: jax.Array, target: jax.Array, where: jax.Array, reduce_fn) -> jax.Array:
+  r"""Sigmoid cross-entropy against a real-valued target :math:`t` (linear in it, so unbiased targets stay unbiased).
+
+  :math:`-[t \log\sigma(s) + (1 - t)\log\sigma(-s)]` per item, reduced like :func:`reduce_items`; ``t`` may
+  leave [0, 1] (an IPS or affine estimate of relevance).
+  """
+  loss = -(target * jax.nn.log_sigmoid(scores) + (1.0 - target) * jax.nn.log_sigmoid(-scores))
+  return reduce_items(loss, where, reduce_fn)
+
+
 def clip_log_weights(log_w: jax.Array, max_weight: Optional[float]) -> jax.Array:
   """Clips log-weights at ``log(max_weight)`` (no clipping when None)."""
   if max_weight is None:

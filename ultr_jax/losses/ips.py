@@ -90,9 +90,7 @@ def snips_weights(propensities: jax.Array, clicks: jax.Array, *, where: Optional
 
 
 def _unbiased_bce(scores, clicks, weights, where, reduce_fn):
-  target = clicks * weights
-  loss = -(target * jax.nn.log_sigmoid(scores) + (1.0 - target) * jax.nn.log_sigmoid(-scores))
-  return _utils.reduce_items(loss, where, reduce_fn)
+  return _utils.target_bce(scores, clicks * weights, where, reduce_fn)
 
 
 def ips_sigmoid_loss(scores: jax.Array, clicks: jax.Array, *, propensities: jax.Array,

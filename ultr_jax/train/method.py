@@ -57,6 +57,7 @@ KEY_REASONS = {
     "click_propensity": "needs the oracle click propensity pi*(1+d*) of the position_trust simulator",
     "trust_score": "needs the oracle trust score sigma(gamma z) of the position_trust simulator",
     "examination": "needs oracle examination propensities, which this click model does not report",
+    "eps_plus": "needs the trust parameters (eps_plus, eps_minus) of the affine trust simulator",
     "context": "needs per-item contexts",
     "labels": "trains on graded relevance labels",
 }

@@ -26,7 +26,7 @@ SIF_VARIANTS = ("sif_full", "sif_dr", "dr", "sif_position", "ips_trust_oracle", 
 SIF_ABLATIONS = ("sif_lambda0", "sif_exp", "sif_dec")
 # The click-model learners: a relevance tower as the attraction of a UBM / DBN fitted by session likelihood.
 CLICK_MODEL_LEARNERS = ("click_model_ubm", "click_model_dbn")
-METHODS = ("naive", "ips", "snips", "dla", "regression_em", "two_tower", "paird", "vectorization", "lbd", "cld",
+METHODS = ("naive", "ips", "snips", "affine", "dla", "regression_em", "two_tower", "paird", "vectorization", "lbd", "cld",
            "cld_pair", *SIF_VARIANTS, *CLICK_MODEL_LEARNERS, "full_info")
 ALL_METHODS = METHODS[:-1] + SIF_ABLATIONS + METHODS[-1:]
 # New columns go last: a bias's index seeds its data (context_pbm's contexts), so appending keeps every
@@ -86,7 +86,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config.method_configs.click_model_dbn.dbn_score = "attraction"
   # The click losses' form (the default, listwise softmax, spelled out so it can be set from the command
   # line): --config.method_configs.naive.loss_type=pointwise (sigmoid) or =pairwise.
-  for name in ("naive", "ips", "snips"):
+  for name in ("naive", "ips", "snips", "affine"):
     config.method_configs[name].loss_type = "listwise"
   # Batched PDGD: PDGD's update on mini-batches of lists shown as Plackett-Luce samples of the ranker's scores.
   # Its weights assume that display, so it is no default column: --config.methods="('pdgd',)"

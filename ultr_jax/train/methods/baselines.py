@@ -1,6 +1,6 @@
 r"""The baseline ULTR methods as :class:`~ultr_jax.train.Method` factories.
 
-Registered names: ``naive``, ``ips``, ``snips``, ``dla``, ``regression_em``,
+Registered names: ``naive``, ``ips``, ``snips``, ``affine``, ``dla``, ``regression_em``,
 ``two_tower``, ``paird``, ``vectorization``, ``pdgd`` and ``full_info``. Every
 factory has the signature ``factory(config, *, num_features, list_size) -> Method``; config fields
 (read with defaults, so an empty config works):
@@ -32,9 +32,15 @@ field                default                     meaning
                                                  ``graph.harvest_propensities``), in place
                                                  of the batch's oracle ``examination``
                                                  (positions past its end use its last)
+``eps_plus``,        ``None``                    affine: fixed trust parameters, one per
+``eps_minus``                                    position, in place of the batch's oracle
+                                                 ``eps_plus`` / ``eps_minus`` (with
+                                                 ``propensities`` for the examination)
 ``propensity_clip``  ``0.0``                     propensities clipped below at this value,
                                                  i.e. weights at ``1/propensity_clip``
-                                                 (0 = no clip); ips, snips, dla, paird
+                                                 (0 = no clip); ips, snips, dla, paird;
+                                                 affine: ``1/alpha`` clipped at
+                                                 ``1/propensity_clip``
 ``num_positions``    ``list_size``               size of learned propensity tables
 ``em_step_size``     ``0.05``                    regression_em / paird running-average step
 ``em_init``          ``0.9``                     regression_em initial propensities
@@ -58,6 +64,11 @@ field                default                     meaning
   **oracle** propensities from the click simulator (an upper bound on what
   a propensity estimate can give IPS), or by the fixed ``propensities``
   table of the config.
+* ``affine`` corrects trust bias (Vardasbi et al. CIKM'20,
+  :func:`~ultr_jax.losses.affine_targets`): it trains on
+  :math:`(c - \theta\epsilon^-) / (\theta(\epsilon^+ - \epsilon^-))` with the
+  trust simulator's oracle ``examination``, ``eps_plus`` and ``eps_minus``
+  (or the config's tables); ``loss_type`` listwise or pointwise.
 * ``dla``, ``regression_em``, ``two_tower`` and ``paird`` learn position
   propensities; :attr:`Method.propensities` reports them as a
   ``[num_positions]`` array normalised so that position 1 is 1.
@@ -191,34 +202,48 @@ def _make(name, towers, loss, propensities=None, click_logits=None):
 # Naive, IPS, SNIPS, full information.
 
 
-def _propensity_table(name, config):
-  """The fixed per-position propensities of ``config.propensities``, or None (use the oracle)."""
-  table = _get(config, "propensities", None)
+def _position_table(name, config, field="propensities"):
+  """The fixed per-position table ``config.<field>``, or None (use the batch's oracle).
+
+  ``propensities`` must be finite and > 0; the affine correction's ``eps_plus`` / ``eps_minus`` in [0, 1].
+  """
+  table = _get(config, field, None)
   if table is None:
     return None
   table = np.asarray(table, np.float64)
   if table.ndim != 1 or table.size == 0:
-    raise ValueError(f"{name}: propensities must be a non-empty list, one value per position,"
+    raise ValueError(f"{name}: {field} must be a non-empty list, one value per position,"
                      f" got shape {table.shape}")
-  bad = ~(np.isfinite(table) & (table > 0))
+  if field == "propensities":
+    bad = ~(np.isfinite(table) & (table > 0))
+    why = ("must be finite and > 0 (an unidentified position's NaN from harvest_propensities cannot weight"
+           " clicks)")
+  else:
+    bad = ~(np.isfinite(table) & (table >= 0) & (table <= 1))
+    why = "must be a probability in [0, 1]"
   if bad.any():
     i = int(np.flatnonzero(bad)[0])
-    raise ValueError(f"{name}: propensities[{i}] = {table[i]} must be finite and > 0 (an"
-                     " unidentified position's NaN from harvest_propensities cannot weight clicks)")
+    raise ValueError(f"{name}: {field}[{i}] = {table[i]} {why}")
   return jnp.asarray(table, jnp.float32)
+
+
+# The config tables a click method may take in place of the batch's oracle entries: config field -> batch key.
+_TABLES = {"ips": {"propensities": "examination"}, "snips": {"propensities": "examination"},
+           "affine": {"propensities": "examination", "eps_plus": "eps_plus", "eps_minus": "eps_minus"}}
 
 
 def _click_method(name, config, num_features, list_size, weighting):
   towers = _Towers(config, num_features, list_size, with_bias=False)
   loss_type = _get(config, "loss_type", "listwise")
   fn = click_loss(weighting, loss_type, max_weight=_max_weight(config), name=name)
-  table = None if weighting == "naive" else _propensity_table(name, config)
+  tables = {key: _position_table(name, config, field) for field, key in _TABLES.get(weighting, {}).items()}
+  tables = {key: table for key, table in tables.items() if table is not None}
 
   def loss(params, extra, batch, key):
     scores = towers.relevance(params, batch, key)
-    if table is not None:  # estimated propensities in place of the simulator's oracle
-      positions = jnp.clip(batch_positions(batch), 0, table.shape[0] - 1)
-      batch = {**batch, "examination": jnp.take(table, positions)}
+    if tables:  # estimated parameters in place of the simulator's oracle, looked up by position
+      positions = batch_positions(batch)
+      batch = {**batch, **{k: jnp.take(t, jnp.clip(positions, 0, t.shape[0] - 1)) for k, t in tables.items()}}
     return fn(scores, batch), ({}, extra)
 
   return _make(name, towers, loss)
@@ -235,14 +260,16 @@ _CLICK_LOSSES = {
     ("ips", "lambdarank"): functools.partial(losses.ips_pairwise_loss, lambdaweight_fn=losses.lambdarank_weights),
     ("snips", "listwise"): losses.snips_softmax_loss,
     ("snips", "pointwise"): losses.snips_sigmoid_loss,
+    ("affine", "listwise"): losses.affine_softmax_loss,
+    ("affine", "pointwise"): losses.affine_sigmoid_loss,
 }
 
 
 def click_loss(weighting: str, loss_type: str, *, max_weight=None, name=None):
-  """``fn(scores, batch) -> loss`` of a naive/ips/snips click loss of ``loss_type``.
+  """``fn(scores, batch) -> loss`` of a naive/ips/snips/affine click loss of ``loss_type``.
 
   Reads ``batch["clicks"]`` and ``batch["where"]`` (and ``"examination"``
-  unless naive). The pairwise losses weight each list's pairs by its
+  unless naive; affine also ``"eps_plus"`` and ``"eps_minus"``). The pairwise losses weight each list's pairs by its
   ``batch["sessions"]`` when the batch carries them (an aggregated top-k log:
   a mean over the sessions' pair records, as the per-session log gives).
 
@@ -266,6 +293,9 @@ def click_loss(weighting: str, loss_type: str, *, max_weight=None, name=None):
       kw["weights"] = jnp.broadcast_to(jnp.asarray(batch["sessions"], jnp.float32)[..., None], where.shape)
     if weighting != "naive":
       kw.update(propensities=jnp.asarray(batch["examination"], jnp.float32), max_weight=max_weight)
+    if weighting == "affine":
+      kw.update(eps_plus=jnp.asarray(batch["eps_plus"], jnp.float32),
+                eps_minus=jnp.asarray(batch["eps_minus"], jnp.float32))
     return fn(scores, clicks, where=where, **kw)
 
   return loss
@@ -287,6 +317,12 @@ def ips(config, *, num_features: int, list_size: int) -> Method:
 def snips(config, *, num_features: int, list_size: int) -> Method:
   """SNIPS (batch self-normalised) with the oracle ``examination``."""
   return _click_method("snips", config, num_features, list_size, "snips")
+
+
+@register("affine")
+def affine(config, *, num_features: int, list_size: int) -> Method:
+  """Affine trust-bias correction (Vardasbi et al. CIKM'20) with the oracle examination and eps_plus/eps_minus."""
+  return _click_method("affine", config, num_features, list_size, "affine")
 
 
 @register("full_info")
