@@ -108,6 +108,7 @@ def test_trains_on_logged_baidu_clicks(tmp_path):
   config.data.train_path = str(tmp_path / "part-0_split-*.feather")
   config.data.test_path = str(tmp_path / "annotations.feather")
   config.methods = ("naive", "dla", "two_tower")
+  config.dcg_cutoffs = (1, 10)  # Baidu-ULTR's annotations are compared by DCG@k (Hager et al.)
   workdir = tmp_path / "work"
   results = experiment.train_and_evaluate(config, str(workdir))
   assert results["_meta"]["click_model"] == "logged clicks" and results["_meta"]["true_propensities"] is None
@@ -120,9 +121,13 @@ def test_trains_on_logged_baidu_clicks(tmp_path):
   # The annotated queries by frequency bucket: their query-weighted mean is the overall nDCG@10.
   buckets = results["naive"]["by_frequency_bucket"]
   assert set(buckets) <= {"0", "1", "2"} and sum(b["queries"] for b in buckets.values()) == 6
-  weighted = sum(b["ndcg@10"] * b["queries"] for b in buckets.values()) / 6
-  assert weighted == pytest.approx(results["naive"]["ndcg@10"], rel=1e-6)
+  for metric in ("ndcg@10", "dcg@10"):
+    weighted = sum(b[metric] * b["queries"] for b in buckets.values()) / 6
+    assert weighted == pytest.approx(results["naive"][metric], rel=1e-6)
+  # DCG@k is the unnormalised nDCG: at most the ideal DCG, and DCG@1 of a list is 2^y - 1 of its top item.
+  assert 0 < results["naive"]["dcg@1"] <= 15 and results["naive"]["dcg@1"] <= results["naive"]["dcg@10"]
   table = (workdir / "table.md").read_text()
+  assert "| dcg@1 | dcg@10 |" in table
   assert "logged clicks of" in table and "part-0_split-*.feather" in table and "on 5 held-out click pages" in table
   assert "| click_ll | click_perplexity |" in table and table.count("| n/a | n/a |") == 2
   train, valid, test = experiment.load_datasets(config, logged_clicks=True)

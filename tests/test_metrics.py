@@ -40,6 +40,19 @@ def np_ndcg(scores, labels, where, k):
   return 0.0 if idcg == 0 else dcg / idcg
 
 
+def np_dcg(scores, labels, where, k):
+  order = _ranked(scores, where)
+  k = len(order) if k is None else k
+  return sum((2.0**labels[i] - 1) / np.log2(r + 2) for r, i in enumerate(order[:k]))
+
+
+def np_precision(scores, labels, where, k, thr=1):
+  order = _ranked(scores, where)
+  k = len(order) if k is None else k
+  top = order[:k]
+  return 0.0 if not top else sum(labels[i] >= thr for i in top) / len(top)
+
+
 def np_err(scores, labels, where, k, max_label=4):
   order = _ranked(scores, where)[:k]
   out, keep = 0.0, 1.0
@@ -91,7 +104,11 @@ def test_ndcg_err_mrr_ap_match_numpy(k):
     er = _jit(metrics.err, topn=k if k else 11, reduce_fn=None)(js, jy, where=jw)
     rr = _jit(metrics.mrr, topn=k, reduce_fn=None)(js, jy, where=jw)
     ap = _jit(metrics.average_precision, reduce_fn=None)(js, jy, where=jw)
+    dc = _jit(metrics.dcg, topn=k, reduce_fn=None)(js, jy, where=jw)
+    pr = _jit(metrics.precision, topn=k, reduce_fn=None)(js, jy, where=jw)
   for q in range(s.shape[0]):
+    assert dc[q] == pytest.approx(np_dcg(s[q], y[q], w[q], k), abs=1e-12)
+    assert pr[q] == pytest.approx(np_precision(s[q], y[q], w[q], k), abs=1e-12)
     assert nd[q] == pytest.approx(np_ndcg(s[q], y[q], w[q], k), abs=1e-12)
     assert er[q] == pytest.approx(np_err(s[q], y[q], w[q], k or 11), abs=1e-12)
     assert rr[q] == pytest.approx(np_rr(s[q], y[q], w[q], k), abs=1e-12)
@@ -124,7 +141,10 @@ def test_no_relevant_convention():
   np.testing.assert_array_equal(metrics.query_mask(y, where=w), [True, True, False])
 
 
-@pytest.mark.parametrize("fn", [metrics.ndcg, metrics.err, metrics.mrr, metrics.average_precision])
+ALL_RANKING = [metrics.ndcg, metrics.dcg, metrics.err, metrics.mrr, metrics.average_precision, metrics.precision]
+
+
+@pytest.mark.parametrize("fn", ALL_RANKING)
 def test_mask_equals_truncation(fn):
   s, y, _ = _lists(q=6, l=8, seed=3)
   w = np.ones_like(s, bool)
@@ -135,7 +155,7 @@ def test_mask_equals_truncation(fn):
   np.testing.assert_allclose(long_, short, rtol=1e-6)
 
 
-@pytest.mark.parametrize("fn", [metrics.ndcg, metrics.err, metrics.mrr, metrics.average_precision])
+@pytest.mark.parametrize("fn", ALL_RANKING)
 def test_vmap_equals_batched(fn):
   s, y, w = (jnp.asarray(a) for a in _lists(q=5, l=7, seed=4))
   f = _jit(fn, reduce_fn=None)
@@ -158,6 +178,9 @@ def test_ranking_metrics_keys_and_values():
   np.testing.assert_array_equal(mask, np.asarray(w).any(-1))
   assert out["ndcg@1"].shape == (s.shape[0],)
   assert float(out["ndcg@10"][0]) == 0.0  # all-masked list holds 0
+  with_dcg = jax.jit(lambda a, b, c: metrics.ranking_metrics(a, b, where=c, cutoffs=(10,), dcg_cutoffs=(1, 5)))(s, y, w)
+  assert set(with_dcg) == {"ndcg@10", "err@10", "mrr", "map", "dcg@1", "dcg@5"}
+  np.testing.assert_allclose(with_dcg["dcg@5"], _jit(metrics.dcg, topn=5, reduce_fn=None)(s, y, where=w))
 
 
 def test_mcc_matches_numpy():

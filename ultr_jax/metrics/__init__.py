@@ -1,6 +1,6 @@
 """ultr_jax.metrics: ranking metrics (through rax) and click-prediction metrics.
 
-* :mod:`~ultr_jax.metrics.ranking`: nDCG@k, ERR@k, MRR, MAP, MCC and the
+* :mod:`~ultr_jax.metrics.ranking`: nDCG@k, DCG@k, ERR@k, MRR, MAP, precision@k, MCC and the
   training loop's :func:`ranking_metrics` (conventions in its docstring: a
   list with IDCG = 0 scores 0 and is averaged in unless
   ``drop_no_relevant=True``);
@@ -16,10 +16,12 @@ from ultr_jax.metrics.clicks import (
 )
 from ultr_jax.metrics.ranking import (
     average_precision,
+    dcg,
     err,
     mcc,
     mrr,
     ndcg,
+    precision,
     query_mask,
     ranking_metrics,
 )
@@ -30,10 +32,12 @@ __all__ = [
     "click_mse",
     "click_perplexity",
     "click_perplexity_per_rank",
+    "dcg",
     "err",
     "mcc",
     "mrr",
     "ndcg",
+    "precision",
     "query_mask",
     "ranking_metrics",
 ]

@@ -23,7 +23,7 @@ import rax
 
 from ultr_jax.types import Array
 
-__all__ = ["ndcg", "err", "mrr", "average_precision", "mcc", "ranking_metrics", "query_mask"]
+__all__ = ["ndcg", "dcg", "err", "mrr", "average_precision", "precision", "mcc", "ranking_metrics", "query_mask"]
 
 ReduceFn = Optional[Callable[..., Array]]
 
@@ -91,6 +91,48 @@ def ndcg(scores: Array, labels: Array, *, where: Optional[Array] = None,
   """
   values = rax.ndcg_metric(scores, labels, where=where, topn=topn, weights=weights, key=key,
                            reduce_fn=None)
+  return _reduce(values, labels, where, drop_no_relevant, reduce_fn)
+
+
+def dcg(scores: Array, labels: Array, *, where: Optional[Array] = None,
+        topn: Optional[int] = None, weights: Optional[Array] = None,
+        key: Optional[Array] = None, drop_no_relevant: bool = False,
+        reduce_fn: ReduceFn = jnp.mean) -> Array:
+  r"""Unnormalised DCG@k through :func:`rax.dcg_metric`, the metric of Baidu-ULTR's expert annotations.
+
+  .. math::
+      \mathrm{DCG@k} = \sum_{i:\,\mathrm{rank}_i \le k} \frac{2^{y_i} - 1}{\log_2(1 + \mathrm{rank}_i)}
+
+  Hager et al. (SIGIR 2024) and Baidu-ULTR's baselines report DCG@1/3/5/10 on
+  the 0-4 annotations; unlike nDCG its scale depends on the labels, so compare
+  it only on the same test set. Arguments as :func:`ndcg`.
+
+  >>> print(round(float(dcg(jnp.array([3., 2., 1., 0.]), jnp.array([0., 1., 0., 2.]), topn=3)), 5))
+  0.63093
+  >>> print(round(float(dcg(jnp.array([3., 2., 1., 0.]), jnp.array([0., 1., 0., 2.]))), 4))  # + 3 / log2(5)
+  1.923
+  """
+  values = rax.dcg_metric(scores, labels, where=where, topn=topn, weights=weights, key=key, reduce_fn=None)
+  return _reduce(values, labels, where, drop_no_relevant, reduce_fn)
+
+
+def precision(scores: Array, labels: Array, *, where: Optional[Array] = None,
+              topn: Optional[int] = None, relevance_threshold: float = 1.0,
+              key: Optional[Array] = None, drop_no_relevant: bool = False,
+              reduce_fn: ReduceFn = jnp.mean) -> Array:
+  r"""Precision@k through :func:`rax.precision_metric`: the share of relevant items among the top k.
+
+  .. math::
+      \mathrm{P@k} = \frac{|\{i: \mathrm{rank}_i \le k,\ y_i \ge \tau\}|}{\min(k, n)}
+
+  with :math:`n` the list's valid items (rax's convention for a list shorter
+  than k). Arguments as :func:`average_precision`.
+
+  >>> print(round(float(precision(jnp.array([4., 3., 2., 1.]), jnp.array([1., 0., 1., 0.]), topn=3)), 4))
+  0.6667
+  """
+  binary = (jnp.asarray(labels) >= relevance_threshold).astype(jnp.result_type(float))
+  values = rax.precision_metric(scores, binary, where=where, topn=topn, key=key, reduce_fn=None)
   return _reduce(values, labels, where, drop_no_relevant, reduce_fn)
 
 
@@ -242,8 +284,9 @@ def mcc(predicted: Array, true: Array, *, where: Optional[Array] = None,
 def ranking_metrics(scores: Array, labels: Array, *, where: Optional[Array] = None,
                     cutoffs: Sequence[int] = (1, 3, 5, 10), err_topn: int = 10,
                     max_label: float = 4.0, key: Optional[Array] = None,
-                    return_mask: bool = False, drop_no_relevant: bool = False):
-  r"""Per-list nDCG@k for every cut-off, ERR@10, MRR and MAP (unreduced).
+                    return_mask: bool = False, drop_no_relevant: bool = False,
+                    dcg_cutoffs: Sequence[int] = ()):
+  r"""Per-list nDCG@k for every cut-off, ERR@10, MRR and MAP (unreduced), and DCG@k if asked.
 
   The evaluation helper of the training loop:
 
@@ -264,10 +307,11 @@ def ranking_metrics(scores: Array, labels: Array, *, where: Optional[Array] = No
     key: optional key for random tie-breaking.
     return_mask: also return ``bool[...]``, which lists count.
     drop_no_relevant: see :func:`query_mask`.
+    dcg_cutoffs: cut-offs of the unnormalised :func:`dcg` (``"dcg@k"``; none by default).
 
   Returns:
-    ``{"ndcg@1", ..., "err@10", "mrr", "map"}`` of ``float32[...]`` arrays;
-    ``(metrics, mask)`` with ``return_mask``.
+    ``{"ndcg@1", ..., "err@10", "mrr", "map"}`` (and ``"dcg@k"``) of
+    ``float32[...]`` arrays; ``(metrics, mask)`` with ``return_mask``.
 
   >>> m = ranking_metrics(jnp.array([[3., 2., 1., 0.]]), jnp.array([[0., 1., 0., 1.]]))
   >>> print(sorted(m), round(float(m["ndcg@3"][0]), 5))
@@ -278,6 +322,7 @@ def ranking_metrics(scores: Array, labels: Array, *, where: Optional[Array] = No
   out[f"err@{err_topn}"] = err(scores, labels, topn=err_topn, max_label=max_label, **common)
   out["mrr"] = mrr(scores, labels, **common)
   out["map"] = average_precision(scores, labels, **common)
+  out.update({f"dcg@{k}": dcg(scores, labels, topn=int(k), **common) for k in dcg_cutoffs})
   if return_mask:
     return out, query_mask(labels, where=where, drop_no_relevant=drop_no_relevant)
   return out

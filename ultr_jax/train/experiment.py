@@ -259,8 +259,8 @@ def hold_out_pages(train, fraction: float, *, seed: int = 0):
   return train.subset(np.sort(order[n:])), train.subset(np.sort(order[:n]))
 
 
-def by_frequency_bucket(method, params, test) -> dict:
-  """Test nDCG@10 (mean over seeds) per query-frequency bucket of ``test.extras["frequency_bucket"]``.
+def by_frequency_bucket(method, params, test, *, dcg_cutoffs=()) -> dict:
+  """Test nDCG@10 (and DCG@k for ``dcg_cutoffs``; means over seeds) per query-frequency bucket of ``test.extras["frequency_bucket"]``.
 
   Baidu-ULTR's annotated queries come in 10 buckets of monthly search frequency (0: the most frequent);
   Hager et al. (SIGIR 2024) break their results down by them. Keys are the buckets as strings.
@@ -280,8 +280,9 @@ def by_frequency_bucket(method, params, test) -> dict:
     # evaluation compiles once, not once per bucket size.
     idx = np.full(counts.max(), -1)
     idx[:n] = np.flatnonzero(buckets == b)
-    metrics = evaluate(method, params, data_lib.take_queries(test, idx), cutoffs=(10,))
-    out[str(int(b))] = {"ndcg@10": float(np.mean(metrics["ndcg@10"])), "queries": int(n)}
+    metrics = evaluate(method, params, data_lib.take_queries(test, idx), cutoffs=(10,), dcg_cutoffs=dcg_cutoffs)
+    out[str(int(b))] = {**{k: float(np.mean(metrics[k])) for k in ("ndcg@10", *(f"dcg@{c}" for c in dcg_cutoffs))},
+                        "queries": int(n)}
   return out
 
 
@@ -354,18 +355,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
   if logged:  # every method is checked before any trains
     for method in built.values():
       check_logged_click_method(method, train)
+  dcg_cutoffs = tuple(int(k) for k in (config.get("dcg_cutoffs", ()) or ()))
+  dcg_columns = tuple(f"dcg@{k}" for k in dcg_cutoffs)
   for name, method in built.items():
     fit_result = fit(method, train, valid, click_fn=click_fn, config=config.train,
                      seeds=[config.seed + i for i in range(config.num_seeds)],
                      workdir=workdir, name=name)
-    test_metrics = evaluate(method, fit_result.params, test)
+    test_metrics = evaluate(method, fit_result.params, test, dcg_cutoffs=dcg_cutoffs)
     if held_clicks is not None and method.click_logits is not None:
       test_metrics.update(evaluate_clicks(method, fit_result.params, fit_result.extra, held_clicks))
-    metric_columns = METRIC_COLUMNS + (CLICK_COLUMNS if held_clicks is not None else ())
+    metric_columns = METRIC_COLUMNS + dcg_columns + (CLICK_COLUMNS if held_clicks is not None else ())
     entry, row = summarize_metrics(test_metrics, [c for c in metric_columns if c in test_metrics])
     row.update({c: "n/a" for c in metric_columns if c not in test_metrics})
     if "frequency_bucket" in test.extras:  # Baidu-ULTR's annotations: by query frequency, as Hager et al.
-      entry["by_frequency_bucket"] = by_frequency_bucket(method, fit_result.params, test)
+      entry["by_frequency_bucket"] = by_frequency_bucket(method, fit_result.params, test, dcg_cutoffs=dcg_cutoffs)
     if method.propensities is not None and true_prop is None:
       learned = np.asarray(jax.vmap(method.propensities)(fit_result.params, fit_result.extra))
       entry["learned_propensities"] = learned.mean(0).tolist()
@@ -387,7 +390,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
     histories[name] = fit_result.history
     results[name] = entry
     rows[name] = row
-  columns = [*METRIC_COLUMNS, *(CLICK_COLUMNS if held_clicks is not None else ()), "propensity_corr"]
+  columns = [*METRIC_COLUMNS, *dcg_columns, *(CLICK_COLUMNS if held_clicks is not None else ()), "propensity_corr"]
   results["_meta"] = {
       "true_propensities": None if true_prop is None else true_prop.tolist(),
       "click_model": "logged clicks" if logged else config.click_model.to_dict(),

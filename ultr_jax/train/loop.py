@@ -243,14 +243,15 @@ def _score_chunk(params, batch, *, score_fn):
 
 # Separate from the scores so that every method shares one compiled metrics
 # graph per chunk shape (the metrics' sorts dominate compile time).
-@functools.partial(jax.jit, static_argnames=("cutoffs",))
-def _metrics_chunk(scores, labels, where, *, cutoffs):
-  return jax.vmap(lambda s: metrics_lib.ranking_metrics(s, labels, where=where, cutoffs=cutoffs))(scores)
+@functools.partial(jax.jit, static_argnames=("cutoffs", "dcg_cutoffs"))
+def _metrics_chunk(scores, labels, where, *, cutoffs, dcg_cutoffs=()):
+  return jax.vmap(lambda s: metrics_lib.ranking_metrics(s, labels, where=where, cutoffs=cutoffs,
+                                                        dcg_cutoffs=dcg_cutoffs))(scores)
 
 
 def evaluate(method: Method, params: Any, dataset: RankingDataset, *,
              cutoffs: Sequence[int] = DEFAULT_CUTOFFS, batch_size: int = 512,
-             drop_no_relevant: bool = False) -> dict[str, np.ndarray]:
+             drop_no_relevant: bool = False, dcg_cutoffs: Sequence[int] = ()) -> dict[str, np.ndarray]:
   """Ranking metrics of ``method.score`` on ``dataset``, per seed.
 
   Args:
@@ -263,9 +264,11 @@ def evaluate(method: Method, params: Any, dataset: RankingDataset, *,
     drop_no_relevant: if False (default), a query whose IDCG is 0 scores 0
       and is averaged in (the ULTRA / identifiability convention); if True
       such queries are left out of the mean.
+    dcg_cutoffs: cut-offs of the unnormalised DCG (``"dcg@k"``, the metric of
+      Baidu-ULTR's annotations; :func:`ultr_jax.metrics.dcg`); none by default.
 
   Returns:
-    ``{"ndcg@1", ..., "err@10", "mrr", "map"}`` each a ``float64[S]`` array.
+    ``{"ndcg@1", ..., "err@10", "mrr", "map"}`` (and ``"dcg@k"``) each a ``float64[S]`` array.
 
   >>> from ultr_jax import data
   >>> from ultr_jax.train import get_method
@@ -276,8 +279,11 @@ def evaluate(method: Method, params: Any, dataset: RankingDataset, *,
   ['err@10', 'map', 'mrr', 'ndcg@3']
   >>> evaluate(m, params, test)["ndcg@10"].shape  # one value per seed
   (2,)
+  >>> sorted(evaluate(m, params, test, cutoffs=(3,), dcg_cutoffs=(1,)))
+  ['dcg@1', 'err@10', 'map', 'mrr', 'ndcg@3']
   """
   cutoffs = tuple(int(k) for k in cutoffs)
+  dcg_cutoffs = tuple(int(k) for k in dcg_cutoffs)
   q = dataset.num_queries
   chunk = max(1, min(batch_size, q))
   sums, count = None, np.zeros((), np.float64)
@@ -293,7 +299,8 @@ def evaluate(method: Method, params: Any, dataset: RankingDataset, *,
     batch["where"] = batch["where"] & (idx >= 0)[:, None]
     batch = jax.tree.map(jnp.asarray, batch)
     scores = _score_chunk(params, batch, score_fn=method.score)
-    per_query = jax.device_get(_metrics_chunk(scores, batch["labels"], batch["where"], cutoffs=cutoffs))
+    per_query = jax.device_get(_metrics_chunk(scores, batch["labels"], batch["where"], cutoffs=cutoffs,
+                                              dcg_cutoffs=dcg_cutoffs))
     counted = np.where(idx >= 0, counted_all[rows], False).astype(np.float64)  # [C]
     part = {k: (np.asarray(v, np.float64) * counted).sum(-1) for k, v in per_query.items()}
     sums = part if sums is None else {k: sums[k] + part[k] for k in sums}

@@ -30,6 +30,10 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config.click_model.eta = 1.0
   config.click_model.eps = 0.1
 
+  # Unnormalised DCG@k columns besides nDCG (none by default): Baidu-ULTR's annotations are compared by
+  # DCG@1/3/5/10 (Hager et al. SIGIR 2024), e.g. --config.dcg_cutoffs="(1,3,5,10)".
+  config.dcg_cutoffs = ()
+
   config.methods = METHODS
   config.method_configs = ml_collections.ConfigDict()
   for name in METHODS:
