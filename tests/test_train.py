@@ -347,3 +347,39 @@ def test_evaluate_clicks_equals_the_click_metrics_on_the_whole_set_in_any_chunks
     np.testing.assert_allclose(got["click_perplexity"], want_ppl, rtol=1e-5)
   with pytest.raises(ValueError, match="is not a click model"):
     evaluate_clicks(get_method("naive", {"ranker": "linear"}, num_features=3, list_size=5), params, extra, ds)
+
+
+def test_predict_is_the_score_of_every_list_in_any_chunks_and_writes_a_trec_run(tmp_path):
+  from ultr_jax import data  # noqa: PLC0415
+  from ultr_jax.train import predict, write_run  # noqa: PLC0415
+  ds = data.make_synthetic(num_train=11, num_valid=1, num_test=1, list_size=6, num_features=3, seed=4,
+                           min_list_size=2).train
+  m = get_method("naive", {"ranker": "mlp", "hidden_sizes": (4,)}, num_features=3, list_size=6)
+  params = jax.vmap(lambda k: m.init(k, None)[0])(jax.random.split(jax.random.key(0), 2))
+  want = np.stack([np.asarray(m.score(jax.tree.map(lambda p: p[s], params), {"features": jnp.asarray(ds.features)}))
+                   for s in range(2)])
+  for batch_size in (4, 512):  # a padded last chunk, and one chunk
+    got = predict(m, params, ds, batch_size=batch_size)
+    assert got.shape == (2, 11, 6) and got.dtype == np.float32
+    np.testing.assert_allclose(got[:, ds.where], want[:, ds.where], rtol=1e-6)
+    assert np.all(got[:, ~ds.where] == -np.inf)
+  # The run file ranks each query's valid items by the scores; parsed back, it is that ranking.
+  doc_ids = np.arange(ds.where.size).reshape(ds.where.shape) + 1000
+  n = write_run(str(tmp_path / "run.txt"), got[1], ds.qid, ds.where, doc_ids=doc_ids, run_name="m")
+  rows = [line.split() for line in (tmp_path / "run.txt").read_text().splitlines()]
+  assert n == len(rows) == int(ds.where.sum()) and {r[1] for r in rows} == {"Q0"} and {r[5] for r in rows} == {"m"}
+  for q in range(ds.num_queries):
+    mine = [r for r in rows if int(r[0]) == ds.qid[q]]
+    items = np.flatnonzero(ds.where[q])
+    ranked = items[np.argsort(-got[1, q, items], kind="stable")]
+    assert [int(r[2]) for r in mine] == doc_ids[q, ranked].tolist()
+    assert [int(r[3]) for r in mine] == list(range(1, len(items) + 1))
+    np.testing.assert_array_equal(np.float32([float(r[4]) for r in mine]), got[1, q, ranked])  # float32 round-trips
+  assert write_run(str(tmp_path / "top2.txt"), got[0], ds.qid, ds.where, depth=2) == 2 * ds.num_queries
+  with pytest.raises(ValueError, match="index predict"):
+    write_run(str(tmp_path / "bad.txt"), got, ds.qid, ds.where)
+  nan = got[0].copy()
+  nan[3, 1] = np.nan
+  with pytest.raises(ValueError, match=rf"query {ds.qid[3]} item 1 is nan"):
+    write_run(str(tmp_path / "bad.txt"), nan, ds.qid, ds.where)
+  assert not (tmp_path / "bad.txt").exists()

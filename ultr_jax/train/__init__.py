@@ -17,6 +17,7 @@ from ultr_jax.train.loop import (
     evaluate_clicks,
     fit,
     make_optimizer,
+    predict,
 )
 from ultr_jax.train.method import Method
 from ultr_jax.train.online import (
@@ -30,7 +31,7 @@ from ultr_jax.train.online import (
 )
 from ultr_jax.train.methods import available_methods, get_method, register
 from ultr_jax.train.results import (atomic_write_text, best_and_ties, markdown_table, plot_learning_curves, save_figure,
-                                    summarize, summarize_metrics, write_results)
+                                    summarize, summarize_metrics, write_results, write_run)
 from ultr_jax.train.sharding import make_mesh, maybe_initialize_distributed
 
 __all__ = [
@@ -61,11 +62,13 @@ __all__ = [
     "online_learning",
     "online_users_missing",
     "plot_learning_curves",
+    "predict",
     "register",
     "save_figure",
     "summarize",
     "summarize_metrics",
     "write_results",
+    "write_run",
 ]
 
 

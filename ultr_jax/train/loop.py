@@ -53,6 +53,7 @@ __all__ = [
     "fit",
     "evaluate",
     "evaluate_clicks",
+    "predict",
     "FitResult",
     "DEFAULT_CUTOFFS",
 ]
@@ -284,28 +285,61 @@ def evaluate(method: Method, params: Any, dataset: RankingDataset, *,
   """
   cutoffs = tuple(int(k) for k in cutoffs)
   dcg_cutoffs = tuple(int(k) for k in dcg_cutoffs)
-  q = dataset.num_queries
-  chunk = max(1, min(batch_size, q))
   sums, count = None, np.zeros((), np.float64)
   labels_all, where_all = dataset.labels, dataset.where
   has_rel = ((labels_all > 0) & where_all).any(-1)
   counted_all = where_all.any(-1) & (has_rel if drop_no_relevant else True)
-  for start in range(0, q, chunk):
-    idx = np.arange(start, start + chunk)
-    idx = np.where(idx < q, idx, -1).astype(np.int32)
-    rows = np.maximum(idx, 0)
-    batch = dataset.as_batch(rows)
-    batch = {k: v for k, v in batch.items() if k != "qid"}
-    batch["where"] = batch["where"] & (idx >= 0)[:, None]
-    batch = jax.tree.map(jnp.asarray, batch)
+  for idx, batch in _padded_chunks(dataset, batch_size):
     scores = _score_chunk(params, batch, score_fn=method.score)
     per_query = jax.device_get(_metrics_chunk(scores, batch["labels"], batch["where"], cutoffs=cutoffs,
                                               dcg_cutoffs=dcg_cutoffs))
-    counted = np.where(idx >= 0, counted_all[rows], False).astype(np.float64)  # [C]
+    counted = np.where(idx >= 0, counted_all[np.maximum(idx, 0)], False).astype(np.float64)  # [C]
     part = {k: (np.asarray(v, np.float64) * counted).sum(-1) for k, v in per_query.items()}
     sums = part if sums is None else {k: sums[k] + part[k] for k in sums}
     count = count + counted.sum()
   return {k: v / max(count, 1.0) for k, v in sums.items()}
+
+
+def _padded_chunks(dataset: RankingDataset, batch_size: int):
+  """``(idx, batch)`` chunks of ``batch_size`` queries; the last is padded (``idx = -1``, all-masked lists).
+
+  Every chunk has one shape, so what a chunk is fed to compiles once.
+  """
+  q = dataset.num_queries
+  chunk = max(1, min(batch_size, q))
+  for start in range(0, q, chunk):
+    idx = np.arange(start, start + chunk)
+    idx = np.where(idx < q, idx, -1).astype(np.int32)
+    batch = {k: v for k, v in dataset.as_batch(np.maximum(idx, 0)).items() if k != "qid"}
+    batch["where"] = batch["where"] & (idx >= 0)[:, None]
+    yield idx, jax.tree.map(jnp.asarray, batch)
+
+
+def predict(method: Method, params: Any, dataset: RankingDataset, *, batch_size: int = 512) -> np.ndarray:
+  """``method.score`` of every list of ``dataset``, per seed: the scores to rank by, ``float32[S, Q, L]``.
+
+  The relevance tower only (no clicks, no positions), as :func:`evaluate` ranks; padding scores
+  ``-inf`` so that any sort puts it last. ``params`` carry a leading seed axis, as :func:`fit` returns
+  them (``jax.tree.map(lambda x: x[None], p)`` for one model). Chunks of ``batch_size`` queries are padded,
+  so it compiles once. :func:`~ultr_jax.train.write_run` writes a TREC run file from the result.
+
+  >>> from ultr_jax import data, metrics
+  >>> from ultr_jax.train import get_method
+  >>> test = data.make_synthetic(num_train=1, num_valid=1, num_test=8, list_size=5, num_features=4).test
+  >>> m = get_method("naive", {"ranker": "linear"}, num_features=4, list_size=5)
+  >>> params = jax.vmap(lambda k: m.init(k, None)[0])(jax.random.split(jax.random.key(0), 2))
+  >>> scores = predict(m, params, test, batch_size=3)
+  >>> scores.shape
+  (2, 8, 5)
+  >>> ours = metrics.ndcg(jnp.asarray(scores[0]), jnp.asarray(test.labels), where=test.where, topn=10)
+  >>> bool(np.isclose(ours, evaluate(m, params, test)["ndcg@10"][0]))
+  True
+  """
+  out = []
+  for idx, batch in _padded_chunks(dataset, batch_size):
+    scores = np.asarray(jax.device_get(_score_chunk(params, batch, score_fn=method.score)), np.float32)
+    out.append(np.where(np.asarray(batch["where"])[None], scores, -np.inf)[:, idx >= 0])
+  return np.concatenate(out, axis=1)
 
 
 @functools.partial(jax.jit, static_argnames=("logits_fn",))

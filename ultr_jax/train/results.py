@@ -17,6 +17,7 @@ __all__ = [
     "summarize_metrics",
     "atomic_write_text",
     "write_results",
+    "write_run",
     "markdown_table",
     "plot_learning_curves",
     "save_figure",
@@ -313,3 +314,52 @@ def write_results(workdir: str, results: Mapping[str, Any], *, table: Optional[s
     atomic_write_text(os.path.join(workdir, "table.md"), table.rstrip("\n") + "\n")
   if rows is not None and columns is not None:
     atomic_write_text(os.path.join(workdir, "table.csv"), _csv_table(rows, columns, row_header))
+
+
+def write_run(path: str, scores: np.ndarray, qid: np.ndarray, where: np.ndarray, *,
+              doc_ids: Optional[np.ndarray] = None, run_name: str = "ultr_jax", depth: Optional[int] = None) -> int:
+  """Writes a TREC run file (``trec_eval``, ``ir_measures``): ``qid Q0 docno rank score run_name`` per line.
+
+  Each query's valid items (``where``) in descending ``scores``, ties in list order, ranks from 1, at
+  most ``depth`` per query. ``docno`` is ``doc_ids[q, i]`` where given (a dataset's ids), else the item's
+  index ``i`` in its list (the order of the query's lines in the source file). Scores are written with
+  enough digits to round-trip float32. Written atomically. Returns the number of lines.
+
+  Args:
+    path: the run file.
+    scores: ``[Q, L]`` one model's scores (e.g. ``train.predict(...)[seed]``).
+    qid: ``[Q]`` query ids.
+    where: ``bool[Q, L]``.
+    doc_ids: optional ``[Q, L]`` document ids.
+    run_name: the last column.
+    depth: the cut-off per query (None: every valid item).
+
+  >>> import tempfile
+  >>> p = os.path.join(tempfile.mkdtemp(), "run.txt")
+  >>> write_run(p, np.array([[0.1, 0.9, 0.5], [2.0, 2.0, -np.inf]]), np.array([7, 9]),
+  ...           np.array([[True, True, True], [True, True, False]]), run_name="naive")
+  5
+  >>> print(open(p).read().strip())
+  7 Q0 1 1 0.9 naive
+  7 Q0 2 2 0.5 naive
+  7 Q0 0 3 0.1 naive
+  9 Q0 0 1 2.0 naive
+  9 Q0 1 2 2.0 naive
+  """
+  scores = np.asarray(scores)
+  where = np.asarray(where, bool)
+  if scores.ndim != 2 or scores.shape != where.shape or np.shape(qid) != scores.shape[:1]:
+    raise ValueError(f"write_run: scores {scores.shape} must be [Q, L] like where {where.shape}, qid {np.shape(qid)} "
+                     "[Q] (one model: index predict()'s seed axis)")
+  if not np.all(np.isfinite(scores[where])):
+    q, i = np.argwhere(where & ~np.isfinite(scores))[0]
+    raise ValueError(f"write_run: the score of query {qid[q]} item {i} is {scores[q, i]}: a run needs finite scores")
+  lines = []
+  for q in range(scores.shape[0]):
+    items = np.flatnonzero(where[q])
+    order = items[np.argsort(-scores[q, items], kind="stable")][:depth]
+    for rank, i in enumerate(order, start=1):
+      doc = int(doc_ids[q, i]) if doc_ids is not None else int(i)
+      lines.append(f"{qid[q]} Q0 {doc} {rank} {str(np.float32(scores[q, i]))} {run_name}")
+  atomic_write_text(path, "".join(line + "\n" for line in lines))
+  return len(lines)
