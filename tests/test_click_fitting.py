@@ -95,11 +95,15 @@ def test_fit_is_at_least_as_likely_as_the_truth():
     ("pbm", {"examination": jnp.array([0.68, 0.61, 0.48, 0.34, 0.28])}),
     ("dcm", {"continuation": jnp.full(5, 0.6)}),
     ("dbn", {"perseverance": jnp.float32(0.85), "satisfaction": jnp.full(50, 0.4)}),
+    # ULTRA's trust table: o = v eps+, rho = eps- / eps+ with eps+ = 1 - (k + 2)/100, eps- = 0.65/(k + 1).
+    ("trust", {"examination": jnp.array([0.68, 0.61, 0.48, 0.34, 0.28]) * (1 - (jnp.arange(5) + 2) / 100),
+               "trust": 0.65 / (jnp.arange(5) + 1) / (1 - (jnp.arange(5) + 2) / 100)}),
 ])
 def test_a_simulated_logs_true_probabilities_are_the_true_parameters_predictions(model, truth):
   """The sampler's own conditional and marginal click probabilities (``simulate_session_log``) are what the
   fitting module predicts with the generating parameters (two separate implementations)."""
-  kwargs = {"pbm": {}, "dcm": {"continuation": 0.6}, "dbn": {"perseverance": 0.85, "satisfaction": 0.4}}[model]
+  kwargs = {"pbm": {}, "dcm": {"continuation": 0.6}, "dbn": {"perseverance": 0.85, "satisfaction": 0.4},
+            "trust": {}}[model]
   attraction, log = _log(model, seed=4, num_sessions=200, **kwargs)
   pred = sim.click_model_predict(model, {"attraction": jnp.asarray(attraction), **truth}, log["doc_ids"],
                                  log["clicks"])
@@ -149,6 +153,31 @@ def test_recovers_the_parameters_of_simulated_logs(model):
     assert abs(float(np.median(p["satisfaction"])) - 0.4) < 0.1
   else:
     np.testing.assert_allclose(p["alpha"], RECOVERY["ccm"]["alpha"], atol=0.05)
+
+
+def test_trust_fit_recovers_every_click_probability_but_only_an_affine_map_of_the_attractions():
+  """q = o_k (a + rho_k (1 - a)) = o_k rho_k + o_k (1 - rho_k) a is affine in a: any a' = u + v a with matching
+  (o', rho') explains the clicks equally, so a fit recovers the click probability of every (document, rank) and
+  the attractions' order, not (o, rho) themselves."""
+  attraction, log = _log("trust", seed=3)
+  k = np.arange(5)
+  o = np.array([0.68, 0.61, 0.48, 0.34, 0.28]) * (1 - (k + 2) / 100)
+  rho = 0.65 / (k + 1) / (1 - (k + 2) / 100)
+  q_true = o * (rho + (1 - rho) * attraction[:, None])
+  # The same click probabilities from a' = 0.1 + 0.8 a: A' = A / v, B' = B - A u / v, o' = A' + B', rho' = B' / o'.
+  u, v = 0.1, 0.8
+  big_a, big_b = o * (1 - rho) / v, o * rho - o * (1 - rho) * u / v
+  other = {"attraction": jnp.asarray(u + v * attraction), "examination": jnp.asarray(big_a + big_b),
+           "trust": jnp.asarray(big_b / (big_a + big_b))}
+  truth = {"attraction": jnp.asarray(attraction), "examination": jnp.asarray(o), "trust": jnp.asarray(rho)}
+  lls = [sim.click_model_log_likelihood("trust", p, log["doc_ids"][:500], log["clicks"][:500]) for p in (truth, other)]
+  np.testing.assert_allclose(lls[0], lls[1], rtol=1e-5)
+  fit = sim.fit_click_model("trust", log["doc_ids"], log["clicks"], num_docs=50)
+  assert fit.converged, fit
+  p = {key: np.asarray(val, np.float64) for key, val in fit.params.items()}
+  q_fit = p["examination"] * (p["trust"] + (1 - p["trust"]) * p["attraction"][:, None])
+  assert np.abs(q_fit - q_true).mean() < 0.02  # 30k sessions: 600 impressions per document
+  assert np.corrcoef(np.argsort(np.argsort(p["attraction"])), np.argsort(np.argsort(attraction)))[0, 1] > 0.95
 
 
 @pytest.mark.parametrize("true_model,other", [("dcm", "pbm"), ("pbm", "dcm"), ("ubm", "pbm")])

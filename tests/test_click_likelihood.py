@@ -246,8 +246,8 @@ def test_logit_log_probs_equal_the_probability_functions_for_every_model():
     log_q, log_1mq = sim.logit_log_probs(model, clicks, s, bias, satisfaction_logits=u)
     got = sim.bernoulli_log_likelihood(clicks, log_q, log_1mq)
     a = sig(s)
-    if model == "pbm":
-      q = a * sig(bias["examination"])
+    if model in ("pbm", "trust"):
+      q = sig(bias["examination"]) * (a + (sig(bias["trust"]) * (1 - a) if model == "trust" else 0.0))
       want = sim.bernoulli_log_likelihood(clicks, jnp.log(q), jnp.log1p(-q))
     elif model == "ubm":
       want = sim.ubm_log_likelihood(clicks, a, sig(bias["gamma"]))

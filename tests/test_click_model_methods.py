@@ -41,8 +41,8 @@ def _reference(model, scores, sat, clicks, where, bias):
   sig = lambda x: 1 / (1 + np.exp(-np.asarray(x, np.float64)))
   a = jnp.asarray(sig(scores), jnp.float32)
   b = {k: sig(v) for k, v in bias.items()}
-  if model == "pbm":
-    q = a * b["examination"][None, :]
+  if model in ("pbm", "trust"):  # independent clicks; trust: a false click w.p. rho of a true one
+    q = b["examination"][None, :] * (a + (b["trust"][None, :] * (1 - a) if model == "trust" else 0.0))
     return sim.bernoulli_log_likelihood(clicks, jnp.log(q), jnp.log1p(-q), where=where)
   if model == "ubm":
     return sim.ubm_log_likelihood(clicks, a, jnp.asarray(b["gamma"], jnp.float32), where=where)

@@ -59,7 +59,7 @@ def test_binary_smoke_run(tmp_path, subprocess_env):
       assert gap == pytest.approx(row[model]["perplexity"]["mean"] - truth["perplexity"]["mean"], abs=1e-6)
   table = (tmp_path / "table.md").read_text()
   assert "| true=pbm |" in table and "n/a" in table and "| true=pbm |" in proc.stdout
-  assert table.splitlines()[2].endswith("| ccm | true parameters |")
+  assert table.splitlines()[2].endswith("| ccm | trust | true parameters |")
   assert (tmp_path / "table.csv").exists() and (tmp_path / "fig_perplexity_per_rank.png").stat().st_size > 0
   assert_matches_expected(results, "click_models_smoke")  # the recorded numbers of this config
 

@@ -352,11 +352,14 @@ def test_tiny_pbm_problem_recovers_propensities_and_ips_beats_naive():
   assert ndcg["ips"] > ndcg["naive"], ndcg
 
 
-def test_tiny_trust_problem_affine_beats_ips_beats_naive():
-  """Vardasbi et al. CIKM'20: under trust bias IPS keeps the eps- clicks on top items; the affine correction does not."""
+def test_tiny_trust_problem_affine_and_the_trust_learner_beat_naive():
+  """Under trust bias the oracle affine correction and the trust click model learned from the clicks both
+  recover the ranking that naive loses (0.99+ against 0.91 on seeds 0-4). This linear problem is too easy to
+  separate them from IPS (all within 0.006; the exact-expectation test in test_losses shows IPS's bias, the
+  report's trust column its cost with an MLP)."""
   batch, _ = _pbm_problem(trust=True)
-  ndcg = {name: _train(name, batch)[0] for name in ("naive", "ips", "affine")}
-  assert ndcg["affine"] > ndcg["ips"] > ndcg["naive"], ndcg
+  ndcg = {name: _train(name, batch)[0] for name in ("naive", "affine", "click_model_trust")}
+  assert min(ndcg["affine"], ndcg["click_model_trust"]) > ndcg["naive"] + 0.05, ndcg
 
 
 @pytest.mark.parametrize("name, config", [("two_tower", {}), ("two_tower", {"two_tower_mode": "product"}),

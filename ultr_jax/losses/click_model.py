@@ -22,6 +22,7 @@ dcm    ``continuation[P]``                     chain, :math:`c^0 = 1,\ c^1 = \si
 dbn    ``perseverance[]`` (+ satisfaction      chain, :math:`c^0 = \sigma(g),\ c^1 = \sigma(g)\,\sigma(-u_i)`
        logits :math:`u` per item)
 ccm    ``alpha[3]``                            chain, :math:`c^0 = \sigma(\alpha_1),\ c^1 = \sigma(\alpha_2)(1 - a_i) + \sigma(\alpha_3) a_i`
+trust  ``examination[P]``, ``trust[P]``        :math:`q_i = \sigma(o_{p_i})\,[a_i + \sigma(t_{p_i})(1 - a_i)]`
 =====  ======================================  =============================================
 
 Items are taken in display order (sorted by ``positions``; masked items
@@ -40,7 +41,7 @@ from ultr_jax.types import Array
 __all__ = ["CLICK_MODEL_LOSSES", "click_model_bias_shapes", "click_model_click_logits",
            "click_model_log_likelihood_from_logits", "click_model_loss"]
 
-CLICK_MODEL_LOSSES = ("pbm", "ubm", "dcm", "dbn", "ccm")
+CLICK_MODEL_LOSSES = ("pbm", "ubm", "dcm", "dbn", "ccm", "trust")
 
 
 def click_model_bias_shapes(model: str, num_positions: int) -> dict[str, tuple[int, ...]]:

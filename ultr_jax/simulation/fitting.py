@@ -15,6 +15,9 @@ cascade    none
 dcm        ``continuation[L]`` per rank
 dbn        ``satisfaction[D]`` per document, ``perseverance[]``
 ccm        ``alpha[3]``
+trust      ``examination[L]`` and ``trust[L]`` per rank: :math:`P(C) = o_k\,[a_d + \rho_k (1 - a_d)]`
+           (the trust-bias model of Agarwal et al. WWW'19 with :math:`o_k = \theta_k\epsilon^+_k`,
+           :math:`\rho_k = \epsilon^-_k / \epsilon^+_k`)
 =========  ===============================================================
 
 :func:`fit_click_model` maximises the sessions' log-likelihood
@@ -36,7 +39,7 @@ import numpy as np
 
 from ultr_jax._optim import lbfgs_minimize
 from ultr_jax.metrics import clicks as click_metrics
-from ultr_jax.simulation.click_models import cascade, ccm, dbn, dcm, pbm_table, ubm
+from ultr_jax.simulation.click_models import cascade, ccm, dbn, dcm, pbm_table, trust, ubm
 from ultr_jax.simulation import likelihood as lik
 from ultr_jax.simulation import probabilities as P
 from ultr_jax.types import Array
@@ -53,7 +56,7 @@ __all__ = [
     "simulate_session_log",
 ]
 
-FITTABLE_CLICK_MODELS = ("pbm", "ubm", "cascade", "dcm", "dbn", "ccm")
+FITTABLE_CLICK_MODELS = ("pbm", "ubm", "cascade", "dcm", "dbn", "ccm", "trust")
 
 
 class ClickModelFit(NamedTuple):
@@ -106,6 +109,7 @@ def init_click_model(model: str, *, num_docs: int, list_size: int) -> dict:
       "dcm": {"continuation": (list_size,)},
       "dbn": {"satisfaction": (num_docs,), "perseverance": ()},
       "ccm": {"alpha": (3,)},
+      "trust": {"examination": (list_size,), "trust": (list_size,)},
   }[model])
   return {k: jnp.zeros(s, jnp.float32) for k, s in sorted(shapes.items())}
 
@@ -115,8 +119,8 @@ def _session_args(model, params, doc_ids):
   ids = jnp.clip(jnp.asarray(doc_ids, jnp.int32), 0, params["attraction"].shape[0] - 1)
   a = params["attraction"][ids]
   length = a.shape[-1]
-  if model == "pbm":
-    return a, {"examination": jnp.broadcast_to(params["examination"][:length], a.shape)}
+  if model in ("pbm", "trust"):
+    return a, {k: jnp.broadcast_to(params[k][:length], a.shape) for k in ("examination", "trust") if k in params}
   if model == "ubm":
     return a, {"gamma": params["gamma"]}
   if model == "cascade":
@@ -201,6 +205,8 @@ def click_model_predict(model: str, params: dict, doc_ids: Array, clicks: Array,
   w = jnp.ones(a.shape, bool) if where is None else jnp.broadcast_to(jnp.asarray(where, bool), a.shape)
   if model == "pbm":
     cond = marginal = a * extra["examination"]
+  elif model == "trust":
+    cond = marginal = extra["examination"] * (a + extra["trust"] * (1.0 - a))
   elif model == "ubm":
     cond = lik.ubm_conditional_click_prob(clicks, a, extra["gamma"], where=w)
     marginal = P.ubm_examination(a, extra["gamma"], where=w) * a
@@ -385,6 +391,7 @@ _SAMPLERS = {
     "dcm": dcm,
     "dbn": dbn,
     "ccm": ccm,
+    "trust": trust,  # ULTRA's trust table: eps+ = 1 - (k + 2)/100, eps- = epsilon_1_neg/(k + 1); fits o = v eps+
 }
 
 
@@ -399,7 +406,7 @@ def simulate_session_log(key: jax.Array, model: str, attraction: Array, *, num_s
   named model's sampler (:func:`~ultr_jax.simulation.pbm_table` for ``pbm``,
   :func:`~ultr_jax.simulation.ubm`, :func:`~ultr_jax.simulation.cascade`,
   :func:`~ultr_jax.simulation.dcm`, :func:`~ultr_jax.simulation.dbn`,
-  :func:`~ultr_jax.simulation.ccm`) with ``model_params``.
+  :func:`~ultr_jax.simulation.ccm`, :func:`~ultr_jax.simulation.trust`) with ``model_params``.
 
   Args:
     key: PRNG key.

@@ -367,7 +367,7 @@ def ubm_log_likelihood(clicks: Array, attraction: Array, gamma: Array, *, ranks:
   return bernoulli_log_likelihood(clicks, log_q, log_1mq, where=where)
 
 
-LOGIT_MODELS = ("pbm", "ubm", "cascade", "dcm", "dbn", "ccm")
+LOGIT_MODELS = ("pbm", "ubm", "cascade", "dcm", "dbn", "ccm", "trust")
 
 
 def logit_bias_shapes(model: str, num_ranks: int) -> dict[str, tuple[int, ...]]:
@@ -377,7 +377,8 @@ def logit_bias_shapes(model: str, num_ranks: int) -> dict[str, tuple[int, ...]]:
   {'gamma': (3, 4)}
   """
   shapes = {"pbm": {"examination": (num_ranks,)}, "ubm": {"gamma": (num_ranks, num_ranks + 1)}, "cascade": {},
-            "dcm": {"continuation": (num_ranks,)}, "dbn": {"perseverance": ()}, "ccm": {"alpha": (3,)}}
+            "dcm": {"continuation": (num_ranks,)}, "dbn": {"perseverance": ()}, "ccm": {"alpha": (3,)},
+            "trust": {"examination": (num_ranks,), "trust": (num_ranks,)}}
   if model not in shapes:
     raise ValueError(f"unknown click model {model!r} (expected one of {LOGIT_MODELS})")
   return shapes[model]
@@ -402,13 +403,14 @@ def log_probs_from_logs(model: str, clicks: Array, log_attraction: Array, log_no
   dcm      ``continuation[K]`` :math:`\log\lambda`
   dbn      ``perseverance[]`` :math:`\log\gamma`, ``no_satisfaction[..., L]`` :math:`\log(1 - \sigma_i)` per item
   ccm      ``alpha[3]`` :math:`\log\alpha`
+  trust    ``examination[K]`` :math:`\log o`, ``trust[K]`` :math:`\log \rho`
   =======  =============================================================================
 
   Tables are indexed by ``ranks`` (default: the item index; ranks beyond a
   table use its last entry).
 
   Args:
-    model: one of ``pbm``, ``ubm``, ``cascade``, ``dcm``, ``dbn``, ``ccm``.
+    model: one of ``pbm``, ``ubm``, ``cascade``, ``dcm``, ``dbn``, ``ccm``, ``trust``.
     clicks: ``[..., L]`` 0/1 clicks, in displayed order.
     log_attraction, log_no_attraction: ``[..., L]`` :math:`\log a`, :math:`\log(1 - a)`.
     log_bias: dict as above.
@@ -439,6 +441,9 @@ def log_probs_from_logs(model: str, clicks: Array, log_attraction: Array, log_no
 
   if model == "pbm":
     log_q = table("examination") + log_a
+    return log_q, _log1mexp(log_q)
+  if model == "trust":  # o_k (a + rho_k (1 - a)): a click on an unattractive item w.p. rho_k of an attractive one
+    log_q = table("examination") + jnp.logaddexp(log_a, table("trust") + log_1ma)
     return log_q, _log1mexp(log_q)
   if model == "ubm":
     return ubm_log_probs(c, log_a, log_bias["gamma"], ranks=ranks, where=where)
@@ -491,6 +496,8 @@ def logit_log_probs(model: str, clicks: Array, attraction_logits: Array, bias_lo
   dcm      ``continuation[K]``             chain with :math:`c^0 = 1, c^1 = \sigma(\lambda_{r_i})`
   dbn      ``perseverance[]``              chain with :math:`c^0 = \sigma(g), c^1 = \sigma(g)\,\sigma(-u_i)`
   ccm      ``alpha[3]``                    chain with :math:`c^0 = \sigma(\alpha_1), c^1 = \sigma(\alpha_2)(1 - a_i) + \sigma(\alpha_3) a_i`
+  trust    ``examination[K]``,             :math:`\sigma(o_{r_i})\,[a_i + \sigma(t_{r_i})(1 - a_i)]` (independent clicks)
+           ``trust[K]``
   =======  ==============================  ===========================================================
 
   with :math:`a_i = \sigma(s_i)` and, for the DBN, satisfaction logits
@@ -498,7 +505,7 @@ def logit_log_probs(model: str, clicks: Array, attraction_logits: Array, bias_lo
   :func:`log_probs_from_logs` does the work).
 
   Args:
-    model: one of ``pbm``, ``ubm``, ``cascade``, ``dcm``, ``dbn``, ``ccm``.
+    model: one of ``pbm``, ``ubm``, ``cascade``, ``dcm``, ``dbn``, ``ccm``, ``trust``.
     clicks: ``[..., L]`` 0/1 clicks, in displayed order.
     attraction_logits: ``[..., L]`` :math:`s`.
     bias_logits: dict of the model's logits (:func:`logit_bias_shapes`).

@@ -58,7 +58,7 @@ def default_click_model_config() -> ml_collections.ConfigDict:
   c.num_sessions = 60000
   c.test_fraction = 0.2
   c.noise = 0.3  # the logging ranker's score noise (inf: uniform shuffles)
-  c.true_models = ("pbm", "ubm", "dcm", "dbn", "ccm")
+  c.true_models = ("pbm", "ubm", "dcm", "dbn", "ccm", "trust")
   c.fit_models = sim.FITTABLE_CLICK_MODELS
   # Simulator parameters per generating model (the samplers' keyword arguments); ``<name>_per_document =
   # (lo, hi)`` draws ``<name>`` per document, uniform in [lo, hi) (the DBN's satisfaction: with one shared
@@ -68,6 +68,7 @@ def default_click_model_config() -> ml_collections.ConfigDict:
       "dcm": {"continuation": 0.6},
       "dbn": {"perseverance": 0.9, "satisfaction_per_document": (0.2, 0.8)},
       "ccm": {"alpha": (0.9, 0.7, 0.2)},
+      "trust": {},  # ULTRA's table with eps+ = 1 - (k + 2)/100, eps- = 0.65/(k + 1)
   })
   c.l2 = 1.0
   c.max_iters = 500

@@ -12,8 +12,8 @@ r"""Click-model study config: ``get_config()`` (the default) or ``get_config("sm
   ... --config.click_log=/data/baidu_ultr/part-00001.gz --config.click_log_format=baidu
 
 The default simulates 60k sessions (100 queries x 10 documents, a noisy logging ranker) from each of
-PBM, UBM, DCM, DBN and CCM, three seeds each, and fits all six models (the cascade only where no
-session has two clicks) to every log.
+PBM, UBM, DCM, DBN, CCM and trust bias, three seeds each, and fits all seven models (the cascade only where
+no session has two clicks) to every log.
 """
 
 from ultr_jax.train.click_model_study import default_click_model_config

@@ -1,7 +1,12 @@
 r"""Click-model learners: a relevance tower trained as the attraction of a session click model.
 
 Registered names ``click_model_<m>`` for ``m`` in ``pbm``, ``ubm``, ``dcm``,
-``dbn`` and ``ccm`` (:data:`ultr_jax.losses.CLICK_MODEL_LOSSES`). The relevance
+``dbn``, ``ccm`` and ``trust`` (:data:`ultr_jax.losses.CLICK_MODEL_LOSSES`; ``trust``
+is the trust-bias model, :math:`\sigma(o_k)[a_i + \sigma(t_k)(1 - a_i)]`, learned from
+the clicks alone where the ``affine`` method needs its parameters given; its
+click probability is affine in the attraction, so the fit pins down the
+attractions' order and every click probability, not the per-position
+parameters, and it reports no propensities). The relevance
 tower (the baselines' ``ranker`` fields: ``ranker``, ``hidden_sizes``, ...)
 outputs the attraction logit of each item (and, for the DBN, a second output:
 the satisfaction logit); the click model's bias parameters
@@ -89,7 +94,7 @@ def _factory(model: str):
       return attraction
 
     def propensities(params, extra):
-      logits = params["bias"]["examination"] if model == "pbm" else params["bias"]["gamma"][:, 0]
+      logits = params["bias"]["gamma"][:, 0] if model == "ubm" else params["bias"]["examination"]
       log_p = jax.nn.log_sigmoid(logits)
       return jnp.exp(log_p - log_p[..., :1])
 
