@@ -14,7 +14,7 @@ Subpackages (imported on first use, so ``import ultr_jax`` stays cheap):
 
 >>> import ultr_jax
 >>> sorted(ultr_jax.train.available_methods())[:3]
-['cld', 'cld_n', 'cld_pair']
+['affine', 'cld', 'cld_n']
 """
 
 import importlib
