@@ -345,3 +345,59 @@ def test_dbn_recovers_per_document_satisfaction():
   assert np.abs(got - sigma.reshape(-1)).mean() < 0.05
   assert np.corrcoef(got, sigma.reshape(-1))[0, 1] > 0.95
   assert abs(float(fit.params["perseverance"]) - 0.9) < 0.03
+
+
+def _np_ctr(model, ids, clicks, where, num_docs, prior):
+  """Loops over every cell: (clicks + prior * parent) / (impressions + prior)."""
+  s_, l_ = clicks.shape
+  items = [(ids[s, r], r, clicks[s, r]) for s in range(s_) for r in range(l_) if where[s, r]]
+  g = np.mean([c for _, _, c in items])
+
+  def smooth(cell_items, parent):
+    n, k = len(cell_items), sum(c for _, _, c in cell_items)
+    return (k + prior * parent) / (n + prior) if n + prior > 0 else parent
+
+  doc = np.array([smooth([t for t in items if t[0] == d], g) for d in range(num_docs)])
+  if model == "gctr":
+    return np.full(clicks.shape, g)
+  if model == "rctr":
+    rank = [smooth([t for t in items if t[1] == r], g) for r in range(l_)]
+    return np.broadcast_to(rank, clicks.shape)
+  if model == "dctr":
+    return doc[ids]
+  return np.array([[smooth([t for t in items if t[0] == ids[s, r] and t[1] == r], doc[ids[s, r]])
+                    for r in range(l_)] for s in range(s_)])
+
+
+@pytest.mark.parametrize("model", sim.CTR_MODELS)
+@pytest.mark.parametrize("prior", [0.0, 2.0])
+def test_ctr_baselines_match_per_cell_counts(model, prior):
+  _, log = _log("pbm", seed=6, num_queries=3, length=4, num_sessions=300, noise=0.5)
+  where = np.ones(log["clicks"].shape, bool)
+  where[::5, 3] = False  # some sessions show 3 documents
+  params = sim.fit_ctr_model(model, log["doc_ids"], log["clicks"], where=where, num_docs=13, prior=prior)
+  got = sim.ctr_model_predict(model, params, log["doc_ids"])
+  want = _np_ctr(model, log["doc_ids"], log["clicks"], where, 13, prior)
+  np.testing.assert_allclose(got[where], want[where], rtol=1e-5)
+  if model in ("dctr", "drctr"):  # document 12 never shown: its rate is the parent's, the global CTR
+    assert params["document"][12] == pytest.approx(float(params["global"]))
+
+
+def test_a_click_model_beats_the_ctr_baselines_on_its_own_log_and_errors_name_the_problem():
+  _, log = _log("pbm", seed=7, num_queries=10, length=5, num_sessions=12000, noise=0.5)
+  train, test = _split(log, 10000)
+  fit = sim.fit_click_model("pbm", train["doc_ids"], train["clicks"], num_docs=50)
+  pbm = sim.evaluate_click_model("pbm", fit.params, test["doc_ids"], test["clicks"])["perplexity"]
+  ppl = {}
+  for model in sim.CTR_MODELS:
+    p = sim.ctr_model_predict(model, sim.fit_ctr_model(model, train["doc_ids"], train["clicks"], num_docs=50),
+                              test["doc_ids"])
+    ppl[model] = sim.click_prediction_scores(p, p, test["clicks"])["perplexity"]
+  assert pbm < min(ppl.values()), (pbm, ppl)
+  assert ppl["gctr"] > max(ppl["rctr"], ppl["dctr"])  # a rank or a document effect beats none
+  with pytest.raises(ValueError, match="unknown CTR model 'ctr'"):
+    sim.fit_ctr_model("ctr", train["doc_ids"], train["clicks"])
+  with pytest.raises(ValueError, match="prior must be >= 0"):
+    sim.fit_ctr_model("dctr", train["doc_ids"], train["clicks"], prior=-1.0)
+  with pytest.raises(ValueError, match="clicks must be 0 or 1"):
+    sim.fit_ctr_model("dctr", train["doc_ids"], 2 * train["clicks"])

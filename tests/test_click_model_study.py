@@ -28,6 +28,7 @@ def _config(arg):
 def test_default_config_fits_every_model_to_every_simulated_log():
   config = _config("")
   assert tuple(config.fit_models) == sim.FITTABLE_CLICK_MODELS
+  assert set(config.ctr_models) <= set(sim.CTR_MODELS)
   assert set(config.true_models) == set(sim.FITTABLE_CLICK_MODELS) - {"cascade"}
   assert config.num_seeds >= 3 and not config.click_log
   with pytest.raises(ValueError, match="unknown config variant"):
@@ -59,7 +60,11 @@ def test_binary_smoke_run(tmp_path, subprocess_env):
       assert gap == pytest.approx(row[model]["perplexity"]["mean"] - truth["perplexity"]["mean"], abs=1e-6)
   table = (tmp_path / "table.md").read_text()
   assert "| true=pbm |" in table and "n/a" in table and "| true=pbm |" in proc.stdout
-  assert table.splitlines()[2].endswith("| ccm | trust | true parameters |")
+  assert table.splitlines()[2].endswith("| ccm | trust | rctr | dctr | drctr | true parameters |")
+  for row in results.values():  # the CTR baselines: no attraction, conditional = marginal
+    for model in ("rctr", "dctr", "drctr"):
+      entry = row[model]
+      assert entry["perplexity"]["mean"] == entry["ctr_perplexity"]["mean"] and "attraction_mae" not in entry
   assert (tmp_path / "table.csv").exists() and (tmp_path / "fig_perplexity_per_rank.png").stat().st_size > 0
   assert_matches_expected(results, "click_models_smoke")  # the recorded numbers of this config
 

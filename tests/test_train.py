@@ -262,8 +262,9 @@ def test_resume_equals_uninterrupted(tmp_path):
   fit(_toy_method(), train, valid, click_fn=_toy_click_fn, config=_config(steps=20), seeds=(0, 1), workdir=part)
   ckpt_dir = os.path.join(part, "checkpoints", "toy")
   assert sorted(int(d) for d in os.listdir(ckpt_dir) if d.isdigit())[-1] == 20
+  seen = []
   resumed = fit(_toy_method(), train, valid, click_fn=_toy_click_fn, config=_config(steps=30),
-                seeds=(0, 1), workdir=part)
+                seeds=(0, 1), workdir=part, on_eval=seen.append)
   for key in ("w", "b_pos"):
     np.testing.assert_array_equal(resumed.final_params[key], full.final_params[key])
     np.testing.assert_array_equal(resumed.params[key], full.params[key])
@@ -271,6 +272,7 @@ def test_resume_equals_uninterrupted(tmp_path):
   np.testing.assert_array_equal(resumed.best_step, full.best_step)
   assert [h["step"] for h in resumed.history] == [10, 20, 30]
   assert resumed.history == full.history
+  assert seen == full.history[2:]  # on_eval sees the evaluations this call made, not the restored ones
 
 
 def test_batch_indices_cover_each_epoch_and_pad():

@@ -35,13 +35,16 @@ from ultr_jax.simulation.click_models import (
     ubm,
 )
 from ultr_jax.simulation.fitting import (
+    CTR_MODELS,
     FITTABLE_CLICK_MODELS,
     ClickModelFit,
     click_model_log_likelihood,
     click_model_predict,
     click_prediction_scores,
+    ctr_model_predict,
     evaluate_click_model,
     fit_click_model,
+    fit_ctr_model,
     init_click_model,
     simulate_session_log,
 )
@@ -103,13 +106,16 @@ from ultr_jax.simulation.probabilities import (
 )
 
 __all__ = [
+    "CTR_MODELS",
     "FITTABLE_CLICK_MODELS",
     "ClickModelFit",
     "click_model_log_likelihood",
     "click_model_predict",
     "click_prediction_scores",
+    "ctr_model_predict",
     "evaluate_click_model",
     "fit_click_model",
+    "fit_ctr_model",
     "init_click_model",
     "simulate_session_log",
     "simulate_topk_log",

@@ -45,6 +45,7 @@ from ultr_jax.simulation import probabilities as P
 from ultr_jax.types import Array
 
 __all__ = [
+    "CTR_MODELS",
     "FITTABLE_CLICK_MODELS",
     "ClickModelFit",
     "init_click_model",
@@ -53,10 +54,14 @@ __all__ = [
     "fit_click_model",
     "evaluate_click_model",
     "click_prediction_scores",
+    "fit_ctr_model",
+    "ctr_model_predict",
     "simulate_session_log",
 ]
 
 FITTABLE_CLICK_MODELS = ("pbm", "ubm", "cascade", "dcm", "dbn", "ccm", "trust")
+#: Click-through-rate baselines (:func:`fit_ctr_model`): global, per rank, per document, per document and rank.
+CTR_MODELS = ("gctr", "rctr", "dctr", "drctr")
 
 
 class ClickModelFit(NamedTuple):
@@ -382,6 +387,96 @@ def click_prediction_scores(conditional: Array, marginal: Array, clicks: Array, 
       "perplexity_per_rank": [float(v) for v in per_rank],
       "ctr_perplexity": float(click_metrics.click_perplexity(marginal, clicks, where=where)),
   }
+
+
+def fit_ctr_model(model: str, doc_ids: Array, clicks: Array, *, where: Optional[Array] = None,
+                  num_docs: Optional[int] = None, prior: float = 1.0) -> dict:
+  r"""Click-through-rate baselines of a session log, by counting (PyClick's and CLAX's GCTR, RCTR, DCTR).
+
+  Each rate is a smoothed mean of the clicks of its cell, shrunk toward its parent's rate by ``prior``
+  pseudo-impressions:
+
+  .. math::
+      \hat p_{	ext{cell}} = rac{\sum_{	ext{cell}} c + 	ext{prior}\cdot \hat p_{	ext{parent}}}
+                                  {N_{	ext{cell}} + 	ext{prior}}
+
+  =======  ===========================  ================================
+  model    cell                         parent
+  =======  ===========================  ================================
+  gctr     every shown item             none (the plain mean)
+  rctr     the rank                     gctr
+  dctr     the document                 gctr
+  drctr    the (document, rank) pair    the document's dctr
+  =======  ===========================  ================================
+
+  They ignore the clicks above an item, so their conditional and marginal click probabilities are equal
+  (:func:`ctr_model_predict`); a click model that does not beat them on held-out sessions explains nothing
+  the counts do not. Host side (NumPy); arguments as :func:`fit_click_model`.
+
+  Returns:
+    dict of ``float32`` rates: ``global[]`` always, ``rank[L]``, ``document[D]`` and ``document_rank[D, L]``
+    as the model needs.
+
+  >>> ids = np.array([[0, 1], [1, 0]]); c = np.array([[1.0, 0.0], [1.0, 1.0]])
+  >>> p = fit_ctr_model("drctr", ids, c, prior=0.0)
+  >>> print(p["global"], fit_ctr_model("rctr", ids, c, prior=0.0)["rank"], p["document"], p["document_rank"].tolist())
+  0.75 [1.  0.5] [1.  0.5] [[1.0, 1.0], [1.0, 0.0]]
+  """
+  if model not in CTR_MODELS:
+    raise ValueError(f"unknown CTR model {model!r} (expected one of {CTR_MODELS})")
+  if prior < 0:
+    raise ValueError(f"prior must be >= 0, got {prior}")
+  doc_ids, clicks, where, num_docs = _validate(doc_ids, clicks, where, num_docs)
+  length = clicks.shape[-1]
+  ranks = np.broadcast_to(np.arange(length), clicks.shape)[where]
+  docs, c = doc_ids[where].astype(np.int64), clicks[where].astype(np.float64)
+  g = float(c.mean()) if c.size else 0.5
+
+  def rate(cells, size, parent):
+    n = np.bincount(cells, minlength=size).astype(np.float64)
+    k = np.bincount(cells, weights=c, minlength=size)
+    return (k + prior * parent) / np.maximum(n + prior, 1e-12) * (n + prior > 0) + parent * (n + prior == 0)
+
+  out = {"global": np.float32(g)}
+  if model == "rctr":
+    out["rank"] = rate(ranks, length, g).astype(np.float32)
+  if model in ("dctr", "drctr"):
+    out["document"] = rate(docs, num_docs, g).astype(np.float32)
+  if model == "drctr":
+    parent = np.repeat(out["document"].astype(np.float64), length)
+    out["document_rank"] = rate(docs * length + ranks, num_docs * length, parent).reshape(num_docs, length)
+    out["document_rank"] = out["document_rank"].astype(np.float32)
+  return out
+
+
+def ctr_model_predict(model: str, params: dict, doc_ids: Array) -> np.ndarray:
+  """The click probability of every item of ``doc_ids`` (``[S, L]``, displayed order) under a CTR baseline.
+
+  Documents or ranks past the tables get the parent's rate (``global``, or the document's).
+
+  >>> p = fit_ctr_model("rctr", np.array([[0, 1]]), np.array([[1.0, 0.0]]), prior=0.0)
+  >>> print(ctr_model_predict("rctr", p, np.array([[1, 0]])))
+  [[1. 0.]]
+  """
+  if model not in CTR_MODELS:
+    raise ValueError(f"unknown CTR model {model!r} (expected one of {CTR_MODELS})")
+  ids = np.asarray(doc_ids, np.int64)
+  ranks = np.broadcast_to(np.arange(ids.shape[-1]), ids.shape)
+  g = np.float32(params["global"])
+  if model == "gctr":
+    return np.full(ids.shape, g, np.float32)
+  if model == "rctr":
+    table = params["rank"]
+    return np.where(ranks < table.shape[0], table[np.minimum(ranks, table.shape[0] - 1)], g).astype(np.float32)
+  doc = params["document"]
+  known = (ids >= 0) & (ids < doc.shape[0])
+  safe = np.clip(ids, 0, doc.shape[0] - 1)
+  p = np.where(known, doc[safe], g)
+  if model == "drctr":
+    table = params["document_rank"]
+    in_table = known & (ranks < table.shape[1])
+    p = np.where(in_table, table[safe, np.minimum(ranks, table.shape[1] - 1)], p)
+  return p.astype(np.float32)
 
 
 _SAMPLERS = {

@@ -20,7 +20,9 @@ to the generating parameters); on simulated logs ``"true parameters"`` holds
 the held-out scores of the parameters that generated the log (the sampler's
 own click probabilities: the floor, in expectation, of any fitted model);
 ``table.md`` / ``table.csv`` hold the held-out perplexity (rows: the
-generating model, columns: the fitted one, then the true parameters),
+generating model, columns: the fitted one, then the click-through-rate
+baselines of ``config.ctr_models`` (:func:`~ultr_jax.simulation.fit_ctr_model`:
+what counting clicks per rank, document or both predicts), then the true parameters),
 ``fig_perplexity_per_rank.png`` the per-rank curves.
 """
 
@@ -37,7 +39,7 @@ from ultr_jax import simulation as sim
 from ultr_jax.train.results import markdown_table, save_figure, summarize, write_results
 
 __all__ = ["TRUE_PARAMETERS", "default_click_model_config", "simulate_study_logs", "fit_and_score",
-           "score_true_parameters", "run_click_model_study"]
+           "score_ctr_baseline", "score_true_parameters", "run_click_model_study"]
 
 METRICS = ("perplexity", "ctr_perplexity", "log_likelihood", "attraction_mae", "fit_seconds")
 TRUE_PARAMETERS = "true parameters"
@@ -60,6 +62,10 @@ def default_click_model_config() -> ml_collections.ConfigDict:
   c.noise = 0.3  # the logging ranker's score noise (inf: uniform shuffles)
   c.true_models = ("pbm", "ubm", "dcm", "dbn", "ccm", "trust")
   c.fit_models = sim.FITTABLE_CLICK_MODELS
+  # Click-through-rate baselines beside the click models (sim.CTR_MODELS: gctr, rctr, dctr, drctr), smoothed
+  # toward their parent rate by ctr_prior pseudo-impressions: what counting alone predicts.
+  c.ctr_models = ("rctr", "dctr", "drctr")
+  c.ctr_prior = 1.0
   # Simulator parameters per generating model (the samplers' keyword arguments); ``<name>_per_document =
   # (lo, hi)`` draws ``<name>`` per document, uniform in [lo, hi) (the DBN's satisfaction: with one shared
   # value the DBN would be a CCM with alpha = (gamma, gamma (1 - sigma), gamma (1 - sigma))).
@@ -134,6 +140,24 @@ def fit_and_score(model: str, train: dict, test: dict, *, num_docs: int, config,
   out["attraction_mae"] = (float(np.abs(np.asarray(fit.params["attraction"]) - attraction).mean())
                            if attraction is not None else None)
   return out
+
+
+def score_ctr_baseline(model: str, train: dict, test: dict, *, num_docs: int, config) -> dict:
+  """A click-through-rate baseline (:func:`~ultr_jax.simulation.fit_ctr_model`) counted on ``train``, scored on
+  ``test`` in :func:`fit_and_score`'s form (its click probabilities are conditional and marginal at once).
+
+  >>> c = default_click_model_config(); c.num_queries, c.num_sessions = 4, 200
+  >>> logs = simulate_study_logs(c, "pbm", 0)
+  >>> out = score_ctr_baseline("dctr", logs["train"], logs["test"], num_docs=logs["num_docs"], config=c)
+  >>> bool(out["perplexity"] == out["ctr_perplexity"]), out["attraction_mae"]
+  (True, None)
+  """
+  start = time.perf_counter()
+  params = sim.fit_ctr_model(model, train["doc_ids"], train["clicks"], where=train["where"], num_docs=num_docs,
+                             prior=float(config.get("ctr_prior", 1.0)))
+  p = sim.ctr_model_predict(model, params, test["doc_ids"])
+  out = sim.click_prediction_scores(p, p, test["clicks"], where=test["where"])
+  return {**out, "fit_seconds": time.perf_counter() - start, "converged": True, "attraction_mae": None}
 
 
 def score_true_parameters(test: dict) -> dict:
@@ -213,6 +237,17 @@ def run_click_model_study(config: ml_collections.ConfigDict, workdir: Optional[s
   for m in fit_models:
     if m not in sim.FITTABLE_CLICK_MODELS:
       raise ValueError(f"config.fit_models: unknown click model {m!r} (expected {sim.FITTABLE_CLICK_MODELS})")
+  ctr_models = tuple(config.get("ctr_models", ()) or ())
+  for m in ctr_models:
+    if m not in sim.CTR_MODELS:
+      raise ValueError(f"config.ctr_models: unknown CTR model {m!r} (expected {sim.CTR_MODELS})")
+
+  def score(m, train, test, num_docs, attraction=None):
+    if m in ctr_models:
+      return score_ctr_baseline(m, train, test, num_docs=num_docs, config=config)
+    return fit_and_score(m, train, test, num_docs=num_docs, config=config, attraction=attraction)
+
+  columns = fit_models + ctr_models
   if workdir:
     os.makedirs(workdir, exist_ok=True)
   results: dict[str, Any] = {}
@@ -225,24 +260,23 @@ def run_click_model_study(config: ml_collections.ConfigDict, workdir: Optional[s
     pick = lambda idx: {k: sessions[k][idx] for k in ("doc_ids", "clicks", "where")}
     train, test = pick(order[n_test:]), pick(order[:n_test])
     results["log"] = {}
-    for m in fit_models:
-      out = fit_and_score(m, train, test, num_docs=sessions["num_docs"], config=config)
+    for m in columns:
+      out = score(m, train, test, sessions["num_docs"])
       results["log"][m] = None if out is None else _summaries([out])
       print(f"[click models] log: {m} " + ("n/a (several clicks per session)" if out is None else
             f"perplexity {out['perplexity']:.4f}, LL {out['log_likelihood']:.4f} ({out['fit_seconds']:.1f}s)"),
             flush=True)
   else:
     for true_model in config.true_models:
-      per_model: dict[str, list] = {m: [] for m in fit_models}
+      per_model: dict[str, list] = {m: [] for m in columns}
       truth = []
       for s in range(int(config.num_seeds)):
         logs = simulate_study_logs(config, true_model, int(config.seed) + s)
-        for m in fit_models:
-          per_model[m].append(fit_and_score(m, logs["train"], logs["test"], num_docs=logs["num_docs"],
-                                            config=config, attraction=logs["attraction"]))
+        for m in columns:
+          per_model[m].append(score(m, logs["train"], logs["test"], logs["num_docs"], logs["attraction"]))
         truth.append(score_true_parameters(logs["test"]))
       row = {m: (None if any(r is None for r in v) else _summaries(v)) for m, v in per_model.items()}
-      for m in fit_models:  # paired over seeds: the same logs score every model and the truth
+      for m in columns:  # paired over seeds: the same logs score every model and the truth
         if row[m]:
           row[m]["perplexity_minus_true_parameters"] = summarize(
               [a["perplexity"] - b["perplexity"] for a, b in zip(per_model[m], truth)])
@@ -251,13 +285,13 @@ def run_click_model_study(config: ml_collections.ConfigDict, workdir: Optional[s
                 [a["perplexity"] - b["perplexity"] for a, b in zip(per_model[m], per_model[true_model])])
       row[TRUE_PARAMETERS] = _summaries(truth)
       results[f"true={true_model}"] = row
-      best = min((m for m in fit_models if row[m]), key=lambda m: row[m]["perplexity"]["mean"])
+      best = min((m for m in columns if row[m]), key=lambda m: row[m]["perplexity"]["mean"])
       print(f"[click models] true={true_model}: best held-out perplexity {best} "
             f"({row[best]['perplexity']['mean']:.4f}); {time.perf_counter() - start:.0f}s", flush=True)
       if workdir:
-        _write(workdir, results, fit_models)
+        _write(workdir, results, columns)
   if workdir:
-    table = _write(workdir, results, fit_models)
+    table = _write(workdir, results, columns)
     _plot(results, os.path.join(workdir, "fig_perplexity_per_rank.png"))
     print(table, flush=True)
   return results

@@ -409,7 +409,8 @@ def _tree_where(cond, new, old):
 def fit(method: Method, train: RankingDataset, valid: Optional[RankingDataset] = None, *,
         click_fn: Optional[ClickFn] = None, config: Optional[ml_collections.ConfigDict] = None,
         seeds: Sequence[int] = (0,), workdir: Optional[str] = None,
-        name: Optional[str] = None) -> FitResult:
+        name: Optional[str] = None,
+        on_eval: Optional[Callable[[dict], None]] = None) -> FitResult:
   """Trains ``method`` on ``train`` for ``len(seeds)`` independent runs at once.
 
   Args:
@@ -424,6 +425,11 @@ def fit(method: Method, train: RankingDataset, valid: Optional[RankingDataset] =
     workdir: if given, checkpoints go to ``workdir/checkpoints/<name>`` and
       training resumes from the latest one found there.
     name: the run's name (default ``method.name``) for progress and paths.
+    on_eval: called on the host with every evaluation's record as it is made
+      (the dict appended to :attr:`FitResult.history`: ``step``, ``train/<metric>``
+      and ``valid/<metric>`` per seed), e.g. to send it to TensorBoard or
+      wandb, or to append it to a JSON-lines file; records restored from a
+      checkpoint are not replayed.
 
   Returns:
     A :class:`FitResult`.
@@ -438,9 +444,10 @@ def fit(method: Method, train: RankingDataset, valid: Optional[RankingDataset] =
   >>> config = default_train_config()
   >>> config.steps, config.batch_size, config.eval_every, config.progress = 4, 8, 2, False
   >>> m = get_method("naive", {"ranker": "linear"}, num_features=4, list_size=5)
-  >>> result = fit(m, train, splits.valid, config=config, seeds=(0, 1))
-  >>> result.best_step.shape, [h["step"] for h in result.history]
-  ((2,), [2, 4])
+  >>> seen = []  # on_eval: each evaluation's record as it is made (to a logger, a file, ...)
+  >>> result = fit(m, train, splits.valid, config=config, seeds=(0, 1), on_eval=seen.append)
+  >>> result.best_step.shape, [h["step"] for h in result.history], seen == result.history
+  ((2,), [2, 4], True)
   """
   config = _with_defaults(config)
   name = name or method.name
@@ -599,6 +606,8 @@ def fit(method: Method, train: RankingDataset, valid: Optional[RankingDataset] =
       if m is not None:
         record.update({f"valid/{k}": np.asarray(v).tolist() for k, v in m.items()})
       history.append(record)
+      if on_eval is not None:
+        on_eval(record)
       loss_acc, loss_n = None, 0
       if config.progress:
         rate = (step - s0) / max(time.perf_counter() - t0, 1e-9)
