@@ -12,7 +12,7 @@ from ultr_jax.train import Method, available_methods, get_method
 from ultr_jax.train.method import KEY_REASONS, method_inputs_missing
 from ultr_jax.train.methods import baselines
 
-NAMES = ("naive", "ips", "snips", "affine", "dla", "regression_em", "two_tower", "paird", "full_info", "vectorization", "pdgd")
+NAMES = ("naive", "ips", "snips", "affine", "ips_policy_aware", "dla", "regression_em", "two_tower", "paird", "full_info", "vectorization", "pdgd")
 LEARNS_PROPENSITIES = ("dla", "regression_em", "two_tower", "paird")
 Q, L, F = 6, 5, 4
 
@@ -30,6 +30,8 @@ def _batch(seed=0, positions=True):
       # Trust bias (affine): ULTRA's table, clicks on irrelevant items more likely near the top.
       "eps_plus": np.broadcast_to(0.98 - 0.01 * np.arange(L), (Q, L)).astype(np.float32),
       "eps_minus": np.broadcast_to(0.65 / (np.arange(L) + 1.0), (Q, L)).astype(np.float32),
+      # A stochastic logging policy's expected examination (policy-aware IPS).
+      "policy_examination": rng.uniform(0.05, 0.7, size=(Q, L)).astype(np.float32),
   }
   if positions:
     batch["positions"] = np.stack([rng.permutation(L) for _ in range(Q)]).astype(np.int32)
@@ -217,6 +219,17 @@ def test_affine_is_the_affine_loss_on_the_oracle_or_the_config_tables(loss_type,
     get_method("affine", _config(eps_minus=(1.5,)), num_features=F, list_size=L)
   with pytest.raises(ValueError, match="affine: loss_type must be one of"):
     get_method("affine", _config(loss_type="pairwise"), num_features=F, list_size=L)
+
+
+def test_policy_aware_ips_is_ips_on_the_policy_examination():
+  batch = _batch()
+  m = get_method("ips_policy_aware", _config(), num_features=F, list_size=L)
+  ips = get_method("ips", _config(), num_features=F, list_size=L)
+  params, extra = m.init(jax.random.key(0), None)
+  want = ips.loss(params, extra, {**batch, "examination": batch["policy_examination"]}, jax.random.key(0))[0]
+  np.testing.assert_allclose(m.loss(params, extra, batch, jax.random.key(0))[0], want, rtol=1e-6)
+  bare = {k: v for k, v in batch.items() if k != "policy_examination"}
+  assert method_inputs_missing(m, bare) == "policy_examination" and "stochastic" in KEY_REASONS["policy_examination"]
 
 
 def test_affine_needs_the_trust_parameters_by_name():

@@ -28,7 +28,7 @@ def _config(arg):
 def test_default_config_covers_every_method_family_and_bias():
   c = _config("")
   methods = set(c.methods)
-  assert {"naive", "ips", "snips", "affine", "dla", "regression_em", "two_tower", "paird", "vectorization", "lbd", "cld",
+  assert {"naive", "ips", "snips", "affine", "ips_policy_aware", "dla", "regression_em", "two_tower", "paird", "vectorization", "lbd", "cld",
           "cld_pair"} <= methods
   assert {"sif_full", "sif_dr", "dr", "sif_position", "ips_trust_oracle", "ips_dpenalty"} <= methods
   assert {"click_model_ubm", "click_model_dbn"} <= methods
@@ -36,7 +36,7 @@ def test_default_config_covers_every_method_family_and_bias():
   assert sif <= set(_config("full").methods)  # + the SIF channel ablations
   assert set(_config("full").methods) <= set(available_methods())
   assert tuple(c.biases) == ("pbm", "trust", "position_trust", "dcm", "individual", "topk", "context_pbm", "ubm",
-                            "dbn", "ccm")
+                            "dbn", "ccm", "topk_sample")
   # Every click model of the simulators has its column (pbm_table is the pbm column's model, the cascade is DCM
   # at continuation 0).
   assert set(simulation.click_models()) - {"pbm_table", "cascade"} <= set(c.biases)
@@ -67,6 +67,32 @@ def test_logged_identifiability():
   assert rep.to_dict()["num_bias_factors"] == 4 and rep.components == [[0, 2], [1, 3]]
 
 
+def test_a_stochastic_logging_policy_moves_documents_and_carries_policy_examination():
+  # Two displays of one list, in order and rotated: each document at two positions, so identifiable; reversed,
+  # the middle document never moves and its position stays apart.
+  ds = _ds([[0, 1, 2]])
+  assert not report.logged_identifiability(ds).identifiable
+  assert report.logged_identifiability(ds, positions=np.array([[[0, 1, 2]], [[1, 2, 0]]])).identifiable
+  rep = report.logged_identifiability(ds, positions=np.array([[[0, 1, 2]], [[2, 1, 0]]]))
+  assert rep.components == [[0, 2], [1]]
+  # With a top-2 cut only positions 0 and 1 are nodes; document 0 is at both.
+  rep = report.logged_identifiability(ds, top_k=2, positions=np.array([[[0, 1, 2]], [[1, 2, 0]]]))
+  assert rep.identifiable and rep.to_dict()["num_bias_factors"] == 2
+  c = _config("smoke")
+  bias = c.bias_configs.topk_sample
+  data = report.make_bias_data(c)
+  train, _, _ = report._bias_datasets(bias, data, 0)
+  click_fn, cfg = report.make_bias_click_fn(bias, train, top_k=c.logging_policy.top_k)
+  rho = report.with_policy_examination(bias, train, cfg, seed=0, num_samples=200).extras["policy_examination"]
+  assert rho.shape == train.where.shape and np.all(rho[~train.where] == 0)
+  assert np.all(rho[train.where] > 0)  # a Plackett-Luce display shows every candidate now and then
+  pos = report.sampled_display_positions(bias, train, seed=0, num_displays=3)
+  assert pos.shape == (3,) + train.where.shape
+  np.testing.assert_array_equal(np.sort(pos[:, 0, :train.where[0].sum()], -1),
+                                np.broadcast_to(np.arange(train.where[0].sum()), (3, train.where[0].sum())))
+  assert report.with_policy_examination(c.bias_configs.topk, train, cfg, seed=0) is train  # a fixed order: none
+
+
 def test_default_grid_plan_has_a_number_or_a_reason_for_every_cell():
   c = _config("smoke")
   full = _config("full")
@@ -83,9 +109,11 @@ def test_default_grid_plan_has_a_number_or_a_reason_for_every_cell():
               "click_model_ubm", "click_model_dbn"):
       assert (bias, m) in trainable
     for m in ("cld", "cld_pair"):
-      assert ((bias, m) in trainable) == (bias == "topk"), (bias, m)
-      if bias != "topk":
+      assert ((bias, m) in trainable) == (bias in ("topk", "topk_sample")), (bias, m)
+      if bias not in ("topk", "topk_sample"):
         assert "top-k selection log" in plan[bias][m]
+    # Policy-aware IPS needs a stochastic logging policy's expected examination.
+    assert ((bias, "ips_policy_aware") in trainable) == (bias == "topk_sample"), bias
     for m in ("ips_trust_oracle", "ips_dpenalty"):
       assert ((bias, m) in trainable) == (bias == "position_trust"), (bias, m)
     # The affine correction needs the affine trust model's eps+ / eps- (SIF's position_trust is another model).
@@ -241,3 +269,18 @@ def test_pdgd_observation_analysis_runs_and_its_pair_sets_add_up():
   assert np.isnan(module.observation_slopes(scores, labels, np.ones((4, 5)), where))
   g = rng.normal(size=(4, 5))
   assert module.observation_slopes(2 * labels - 3 * g, labels, g, where) == pytest.approx(-1.5)
+
+
+def test_held_out_sessions_of_a_stochastic_display_are_stored_in_display_order():
+  from ultr_jax import data, simulation  # noqa: PLC0415
+  test = data.make_synthetic(num_train=1, num_valid=1, num_test=4, list_size=6, num_features=2, seed=1).test
+  test = test.with_extras(logging_score=np.where(test.where, np.random.default_rng(0).normal(size=test.where.shape),
+                                                 0.0).astype(np.float32))
+  fn = simulation.stochastic_logging_click_fn(simulation.make_click_fn({"name": "pbm_table", "top_k": 3}))
+  log, truth = report.held_out_click_log(test, fn, list_size=6, sessions=50, seed=3)
+  # Each stored session shows its top 3 first: only the first 3 items of a list are shown (where).
+  assert not log.where[:, 3:].any() and log.where[:, :3].sum() == 3 * log.num_queries
+  # The displays differ between sessions of one query (a document moves), and clicks stay with documents.
+  first = log.features[:50, 0, 0]
+  assert len(np.unique(first)) > 1
+  assert 1.0 < truth["click_perplexity"] < 2.0

@@ -562,3 +562,54 @@ def test_train_logging_policy_beats_random():
   # Deterministic in seed; a different sample gives different weights.
   np.testing.assert_array_equal(w, sim.train_logging_policy(train, fraction=0.1, seed=0, steps=200))
   assert not np.array_equal(w, sim.train_logging_policy(train, fraction=0.1, seed=1, steps=200))
+
+
+# ----------------------------------------------------------------------------
+# A stochastic logging policy and the policy-aware propensities (Oosterhuis & de Rijke, SIGIR'20).
+
+
+def _exact_policy_examination(z, table, top_k):
+  """sum_y pi(y) theta_{rank_y(d)} over every permutation y of a short list (Plackett-Luce of z)."""
+  import itertools  # noqa: PLC0415
+  rho = np.zeros(len(z))
+  for perm in itertools.permutations(range(len(z))):  # perm[t] = the item at rank t
+    positions = np.empty(len(z), np.int32)
+    positions[list(perm)] = np.arange(len(z))
+    log_p = float(sim.plackett_luce_log_prob(jnp.asarray(z), jnp.asarray(positions)))
+    rho += np.exp(log_p) * np.where(positions < top_k, np.asarray(table)[positions], 0.0)
+  return rho
+
+
+def test_policy_examination_is_the_expected_examination_over_plackett_luce_displays():
+  z = np.array([1.0, 0.3, -0.5, -1.5], np.float32)
+  table = (0.68, 0.61, 0.48, 0.34)
+  fn = sim.make_click_fn({"name": "pbm_table", "top_k": 2, "table": table})
+  batch = {"labels": jnp.zeros(4), "where": jnp.ones(4, bool), "logging_score": jnp.asarray(z)}
+  got = sim.policy_examination(jax.random.key(0), fn, batch, num_samples=40000, chunk=2000)
+  want = _exact_policy_examination(z, table, top_k=2)
+  np.testing.assert_allclose(got, want, atol=0.006)  # 40k displays: sd <= 0.0025
+  assert want[3] > 0.02  # the last candidate is shown now and then
+  # A cold policy is the logging order; the deterministic top 2 are examined, the others never.
+  cold = sim.policy_examination(jax.random.key(1), fn, batch, num_samples=100, temperature=1e-4)
+  np.testing.assert_allclose(cold, [0.68, 0.61, 0.0, 0.0], atol=1e-6)
+  with pytest.raises(ValueError, match="temperature must be > 0"):
+    sim.stochastic_logging_click_fn(fn, temperature=0.0)
+
+
+def test_policy_aware_ips_is_unbiased_where_the_displayed_examination_is_not():
+  """Over many sessions of a stochastic top-k display, mean c / rho_d is r_d for every candidate; weighting a
+  click by the examination of the one display it came from gives r_d P(d shown) (0 for an unshown item)."""
+  z = jnp.array([[1.5, 0.5, 0.0, -1.0, -2.0]])
+  labels = jnp.array([[1.0, 4.0, 0.0, 3.0, 2.0]])
+  batch = {"labels": labels, "where": jnp.ones((1, 5), bool), "logging_score": z}
+  fn = sim.make_click_fn({"name": "pbm_table", "top_k": 2, "eps": 0.1})
+  rho = sim.policy_examination(jax.random.key(0), fn, batch, num_samples=20000, chunk=2000)
+  sample = jax.jit(jax.vmap(lambda k: sim.stochastic_logging_click_fn(fn)(k, batch)))
+  out = sample(jax.random.split(jax.random.key(1), 40000))
+  c, exam, shown = (np.asarray(out[k])[:, 0] for k in ("clicks", "examination", "shown"))
+  r = np.asarray(sim.relevance_probability(labels))[0]
+  aware = (c / np.asarray(rho)[0]).mean(0)
+  oblivious = np.where(shown, c / np.where(shown, exam, 1.0), 0.0).mean(0)
+  np.testing.assert_allclose(aware, r, rtol=0.1, atol=0.01)
+  np.testing.assert_allclose(oblivious, r * shown.mean(0), rtol=0.1, atol=0.01)
+  assert oblivious[4] < 0.5 * r[4]  # the last candidate is rarely shown, so it looks irrelevant

@@ -43,7 +43,10 @@ __all__ = ["affine_sigmoid_loss", "affine_softmax_loss", "affine_targets"]
 
 def affine_targets(clicks: jax.Array, *, propensities: jax.Array, eps_plus: jax.Array, eps_minus: jax.Array,
                    where: Optional[jax.Array] = None, max_weight: Optional[float] = None) -> jax.Array:
-  r"""Stop-gradient affine estimates of relevance :math:`\hat r_i = (c_i - \theta_i\epsilon^-_i) / (\theta_i(\epsilon^+_i - \epsilon^-_i))`.
+  r"""Stop-gradient affine estimates of relevance from clicks under trust bias.
+
+  .. math::
+      \hat r_i = \frac{c_i - \theta_i\epsilon^-_i}{\theta_i(\epsilon^+_i - \epsilon^-_i)}
 
   Vardasbi et al., "When Inverse Propensity Scoring does not Work: Affine
   Corrections for Unbiased Learning to Rank", CIKM'20, Eq. 13. An item whose

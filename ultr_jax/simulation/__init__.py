@@ -74,6 +74,8 @@ from ultr_jax.simulation.interleaving import (
 from ultr_jax.simulation.logging_policy import (
     apply_logging_policy,
     logging_policy_scores,
+    policy_examination,
+    stochastic_logging_click_fn,
     train_logging_policy,
 )
 from ultr_jax.simulation.position_trust import (
@@ -165,6 +167,7 @@ __all__ = [
     "pbm_examination",
     "pbm_table",
     "pbm_table_examination",
+    "policy_examination",
     "position_trust",
     "relevance_probability",
     "sample_chain_clicks",
@@ -172,6 +175,7 @@ __all__ = [
     "sample_dcm_clicks",
     "sample_ubm_clicks",
     "sif_toy_dataset",
+    "stochastic_logging_click_fn",
     "train_logging_policy",
     "trust",
     "trust_bias_epsilons",

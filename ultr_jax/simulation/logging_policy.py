@@ -14,6 +14,13 @@ Only the resulting order is used (spec-cld 2.3, spec-lbd 4.2,
 spec-identifiability 3.2.1, spec-sif 6.2). Reordering is host side (NumPy):
 after :func:`apply_logging_policy`, item ``i`` of a list is the document
 displayed at position ``i``.
+
+A stochastic logging policy (:func:`stochastic_logging_click_fn`) instead
+samples each session's display from the Plackett-Luce model of the logging
+scores, so under a top-k cut every candidate has a chance to be shown;
+:func:`policy_examination` is then each item's expected examination over the
+policy's displays, the propensity of the policy-aware estimator (Oosterhuis &
+de Rijke, "Policy-Aware Unbiased Learning to Rank for Top-k Rankings", SIGIR'20).
 """
 
 from typing import Optional
@@ -26,7 +33,8 @@ import rax
 
 from ultr_jax.data import RankingDataset, is_per_item
 
-__all__ = ["train_logging_policy", "logging_policy_scores", "apply_logging_policy"]
+__all__ = ["train_logging_policy", "logging_policy_scores", "apply_logging_policy", "stochastic_logging_click_fn",
+           "policy_examination"]
 
 
 def train_logging_policy(dataset: RankingDataset, *, fraction: float = 0.01, seed: int = 0,
@@ -177,3 +185,84 @@ def apply_logging_policy(dataset: RankingDataset, scores: np.ndarray, *,
       doc_ids=None if dataset.doc_ids is None else cut(dataset.doc_ids),
       extras=extras,
   )
+
+
+def stochastic_logging_click_fn(click_fn, *, temperature: float = 1.0, score_key: str = "logging_score"):
+  r"""A click function whose users see a Plackett-Luce sample of the logging scores, not their fixed order.
+
+  Each call draws the display :math:`y \sim \pi(y) = \prod_t e^{z_{y_t}/\tau} / \sum_{u \ge t}
+  e^{z_{y_u}/\tau}` of every list from ``batch[score_key]`` (:math:`z`, temperature :math:`\tau`;
+  :func:`~ultr_jax.simulation.plackett_luce_sample`) and runs ``click_fn`` on it: the batch's
+  ``positions`` become the sampled ranks, so a click model with ``top_k`` shows each session's own top k
+  (its ``shown`` and ``examination`` are those of that display). As :math:`\tau \to 0` it is the
+  deterministic logging order. ``positions`` in the output are the sampled ranks.
+
+  Args:
+    click_fn: ``click_fn(key, batch) -> dict`` (e.g. :func:`~ultr_jax.simulation.make_click_fn`) that reads
+      ``batch["positions"]``.
+    temperature: :math:`\tau > 0`.
+    score_key: the batch entry with the logging scores.
+
+  >>> from ultr_jax.simulation import make_click_fn
+  >>> fn = stochastic_logging_click_fn(make_click_fn({"name": "pbm_table", "top_k": 1}), temperature=1e-3)
+  >>> out = fn(jax.random.key(0), {"labels": jnp.array([1.0, 4.0]), "where": jnp.ones(2, bool),
+  ...                              "logging_score": jnp.array([0.0, 1.0])})
+  >>> out["positions"].tolist(), out["shown"].tolist()  # the second item leads the display
+  ([1, 0], [False, True])
+  """
+  if not temperature > 0:
+    raise ValueError(f"stochastic_logging_click_fn: temperature must be > 0, got {temperature}")
+  from ultr_jax.simulation.interleaving import plackett_luce_sample  # noqa: PLC0415
+
+  def fn(key, batch):
+    k_display, k_click = jax.random.split(key)
+    where = jnp.asarray(batch["where"]).astype(bool)
+    z = jnp.where(where, jnp.asarray(batch[score_key], jnp.float32), 0.0) / temperature
+    positions = plackett_luce_sample(k_display, z, where=where)
+    out = click_fn(k_click, {**batch, "positions": positions})
+    return {**out, "positions": positions}
+
+  return fn
+
+
+def policy_examination(key, click_fn, batch, *, num_samples: int = 1000, temperature: float = 1.0,
+                       score_key: str = "logging_score", chunk: int = 100):
+  r"""Each item's expected examination over a stochastic logging policy's displays: the policy-aware propensity.
+
+  .. math::
+      \rho_d = \mathbb{E}_{y \sim \pi}\bigl[\theta_{\mathrm{rank}_y(d)}\bigr]
+             = \sum_y \pi(y)\, \theta_{\mathrm{rank}_y(d)}
+
+  (Oosterhuis & de Rijke, SIGIR'20, Eq. 9), estimated from ``num_samples`` displays of
+  :func:`stochastic_logging_click_fn` (the ``examination`` ``click_fn`` reports for each, 0 beyond its
+  ``top_k``). With it IPS, :math:`c_d / \rho_d`, is unbiased for every item the policy can show, where
+  the examination of the one display a click came from gives weight 0 to items that display left out
+  (the policy-oblivious estimator, biased by each item's chance to be shown). Run it once per dataset,
+  with many samples (its noise enters the denominator); ``chunk`` samples at a time are vmapped.
+
+  Args:
+    key: PRNG key.
+    click_fn, temperature, score_key: as :func:`stochastic_logging_click_fn`.
+    batch: lists ``[..., L]`` with ``where`` and ``batch[score_key]`` (and what ``click_fn`` reads).
+    num_samples: displays to average (a multiple of ``chunk`` is used, rounded up).
+    chunk: displays vmapped at once.
+
+  Returns:
+    ``float32[..., L]``.
+
+  >>> from ultr_jax.simulation import make_click_fn
+  >>> fn = make_click_fn({"name": "pbm_table", "top_k": 1, "table": (1.0, 0.5)})
+  >>> b = {"labels": jnp.zeros(2), "where": jnp.ones(2, bool), "logging_score": jnp.array([0.0, 0.0])}
+  >>> print(np.round(policy_examination(jax.random.key(0), fn, b, num_samples=4000), 1))  # each shown half the time
+  [0.5 0.5]
+  """
+  sample = stochastic_logging_click_fn(click_fn, temperature=temperature, score_key=score_key)
+  chunk = max(1, min(int(chunk), int(num_samples)))
+  rounds = -(-int(num_samples) // chunk)
+
+  @jax.jit
+  def one_round(k):
+    return jnp.mean(jax.vmap(lambda kk: sample(kk, batch)["examination"])(jax.random.split(k, chunk)), axis=0)
+
+  keys = jax.random.split(key, rounds)
+  return jnp.mean(jnp.stack([one_round(k) for k in keys]), axis=0)

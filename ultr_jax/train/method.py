@@ -58,6 +58,7 @@ KEY_REASONS = {
     "trust_score": "needs the oracle trust score sigma(gamma z) of the position_trust simulator",
     "examination": "needs oracle examination propensities, which this click model does not report",
     "eps_plus": "needs the trust parameters (eps_plus, eps_minus) of the affine trust simulator",
+    "policy_examination": "needs a stochastic logging policy's expected examination (selection='topk_sample')",
     "context": "needs per-item contexts",
     "labels": "trains on graded relevance labels",
 }

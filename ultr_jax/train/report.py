@@ -78,6 +78,8 @@ __all__ = [
     "logged_identifiability",
     "method_inputs_missing",
     "not_applicable_reason",
+    "sampled_display_positions",
+    "with_policy_examination",
     "online_columns",
     "online_not_applicable_reason",
     "plan_cells",
@@ -149,10 +151,47 @@ def make_bias_click_fn(bias: ml_collections.ConfigDict, train, *, top_k: Optiona
   """``(click_fn, click_model_config)`` of one bias (``position_trust`` or any :func:`make_click_fn` model).
 
   A bias with ``selection="topk"`` lists every candidate and shows the top ``click_model.top_k``, else
-  ``top_k`` (the report passes the logging policy's).
+  ``top_k`` (the report passes the logging policy's). With ``logging_temperature`` the logging policy is
+  stochastic: each session shows a Plackett-Luce sample of the lists' ``logging_score`` at that temperature
+  (:func:`~ultr_jax.simulation.stochastic_logging_click_fn`).
   """
   cm = _resolve_click_model(bias, train, top_k)
-  return simulation.make_any_click_fn(cm), cm
+  click_fn = simulation.make_any_click_fn(cm)
+  temperature = bias.get("logging_temperature")
+  if temperature:
+    click_fn = simulation.stochastic_logging_click_fn(click_fn, temperature=float(temperature))
+  return click_fn, cm
+
+
+def with_policy_examination(bias: ml_collections.ConfigDict, train, click_cfg: Mapping[str, Any], *, seed: int,
+                            num_samples: int = 2000):
+  """``train`` with ``extras["policy_examination"]`` under a stochastic logging policy, else ``train`` itself.
+
+  Each candidate's expected examination over ``num_samples`` displays of the bias's logging policy
+  (:func:`~ultr_jax.simulation.policy_examination`): the propensity of policy-aware IPS
+  (``ips_policy_aware``), computed once per dataset.
+  """
+  temperature = bias.get("logging_temperature")
+  if not temperature:
+    return train
+  batch = {k: jnp.asarray(v) for k, v in train.as_batch().items() if k != "qid"}
+  rho = simulation.policy_examination(jax.random.key(seed), simulation.make_any_click_fn(click_cfg), batch,
+                                      num_samples=num_samples, temperature=float(temperature))
+  return train.with_extras(policy_examination=np.where(train.where, np.asarray(rho), 0.0).astype(np.float32))
+
+
+def sampled_display_positions(bias: ml_collections.ConfigDict, train, *, seed: int, num_displays: int = 10):
+  """``num_displays`` Plackett-Luce displays of every list under a stochastic logging policy: ``int[R, Q, L]``.
+
+  The records the identifiability check sees for such a bias (None for a fixed logging order).
+  """
+  temperature = bias.get("logging_temperature")
+  if not temperature:
+    return None
+  where = jnp.asarray(train.where)
+  z = jnp.where(where, jnp.asarray(train.extras["logging_score"], jnp.float32), 0.0) / float(temperature)
+  keys = jax.random.split(jax.random.key(seed), num_displays)
+  return np.asarray(jax.vmap(lambda k: simulation.plackett_luce_sample(k, z, where=where))(keys))
 
 
 def _bias_datasets(bias: ml_collections.ConfigDict, data: Mapping[str, Any], seed: int,
@@ -183,7 +222,8 @@ def held_out_click_log(test: RankingDataset, click_fn, *, list_size: int, sessio
   The test lists (every candidate, in logging order) are cut to the training lists' ``list_size`` (the
   logged top k of a ``display`` bias; a ``selection="topk"`` bias keeps every candidate and its click model
   shows the top k), each list is repeated ``sessions`` times, and ``click_fn`` draws one session for each
-  (key ``seed``). Only shown items count (``where`` is the shown mask).
+  (key ``seed``). Only shown items count (``where`` is the shown mask). Under a stochastic logging policy
+  (the click function reports the sampled ``positions``) each session is stored in its display order.
 
   The second value holds the generating model's own ``click_ll`` (mean log-likelihood per shown item, nats)
   and ``click_perplexity`` (Dupret & Piwowarski, per rank, averaged) of these sessions, from its exact
@@ -210,7 +250,12 @@ def held_out_click_log(test: RankingDataset, click_fn, *, list_size: int, sessio
                      "click metrics need sessions (no num_impressions)")
   where = log.where & np.asarray(out.get("shown", log.where), bool)
   clicks = np.asarray(out["clicks"], np.float32)
-  q = out["conditional_click_prob"]
+  q = np.asarray(out["conditional_click_prob"], np.float32)
+  if "positions" in out:  # a stochastic logging policy: store each session in the order it was displayed
+    positions = np.asarray(out["positions"])
+    order = np.argsort(positions, axis=-1, kind="stable")
+    log = simulation.apply_logging_policy(log, -positions.astype(np.float64))
+    where, clicks, q = (np.take_along_axis(a, order, axis=-1) for a in (where, clicks, q))
   truth = {"click_ll": float(metrics_lib.click_log_likelihood(q, clicks, where=where)),
            "click_perplexity": float(metrics_lib.click_perplexity(q, clicks, where=where))}
   return log.replace(where=where).with_extras(clicks=clicks), truth
@@ -279,12 +324,14 @@ def click_table(results: Mapping[str, Any], biases, methods) -> tuple[str, dict]
 # Identifiability of a logged dataset.
 
 
-def logged_identifiability(dataset, *, top_k: Optional[int] = None, contexts=None):
+def logged_identifiability(dataset, *, top_k: Optional[int] = None, contexts=None, positions=None):
   """IG check on the displayed ``(document, position)`` records of a logged dataset.
 
   Items are ``dataset.doc_ids`` (distinct feature vectors when absent); bias factors are the positions,
   or ``context * L + position`` with ``contexts`` (``int[Q, L]``). With ``top_k`` only the first
-  ``top_k`` positions count (the others were never displayed).
+  ``top_k`` positions count (the others were never displayed). ``positions`` (``int[R, Q, L]``: R
+  displays of every list, e.g. a stochastic logging policy's, :func:`sampled_display_positions`) replace
+  the stored order (item ``i`` at position ``i``).
 
   >>> from ultr_jax.data import RankingDataset
   >>> ds = RankingDataset(np.zeros((2, 2, 1), np.float32), np.zeros((2, 2), np.float32),
@@ -294,16 +341,23 @@ def logged_identifiability(dataset, *, top_k: Optional[int] = None, contexts=Non
   """
   where = np.asarray(dataset.where, bool)
   q, l = where.shape
-  positions = np.broadcast_to(np.arange(l, dtype=np.int32), (q, l))
-  if top_k is not None:
-    where = where & (positions < int(top_k))
   if dataset.doc_ids is not None:
-    items = np.where(where, dataset.doc_ids, 0)
+    items = np.asarray(dataset.doc_ids)
   else:
     items, _ = graph_lib.feature_vector_ids(dataset.features, where)
-    items = np.where(where, items, 0)
+  positions = np.arange(l, dtype=np.int32) if positions is None else np.asarray(positions, np.int32)
+  positions = positions.reshape((-1, q, l) if positions.ndim == 3 else (1, 1, l) if positions.ndim == 1 else
+                                (1, q, l))
+  positions = np.broadcast_to(positions, (positions.shape[0], q, l))
+  r = positions.shape[0]
+  positions = positions.reshape(r * q, l)
+  where, items = np.tile(where, (r, 1)), np.tile(items, (r, 1))
+  if contexts is not None:
+    contexts = np.tile(np.asarray(contexts), (r, 1))
+  if top_k is not None:
+    where = where & (positions < int(top_k))
   factors = graph_lib.bias_factor_ids(positions, contexts, list_size=l)
-  return graph_lib.check_identifiability(items, np.where(where, factors, 0), where=where)
+  return graph_lib.check_identifiability(np.where(where, items, 0), np.where(where, factors, 0), where=where)
 
 
 def _ig_label(rep) -> str:
@@ -388,6 +442,7 @@ def plan_cells(config: ml_collections.ConfigDict, data: Optional[Mapping[str, An
     bias = config.bias_configs[bias_name]
     train, _, _ = _bias_datasets(bias, data, int(config.seed) + 1000 * b_idx)
     click_fn, click_cfg = make_bias_click_fn(bias, train, top_k=config.logging_policy.top_k)
+    train = with_policy_examination(bias, train, click_cfg, seed=0, num_samples=1)  # its entry, for tracing
     probe = _probe_batch(train, click_fn)
     plan[bias_name] = {}
     for name in config.methods:
@@ -490,9 +545,11 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
     bias = config.bias_configs[bias_name]
     train, valid, test = _bias_datasets(bias, data, int(config.seed) + 1000 * b_idx)
     click_fn, click_cfg = make_bias_click_fn(bias, train, top_k=config.logging_policy.top_k)
+    train = with_policy_examination(bias, train, click_cfg, seed=int(config.seed) + 1000 * b_idx + 2)
     top_k = click_cfg.get("top_k")
     contexts = train.extras.get("context") if click_cfg.get("name") == "context_pbm" else None
-    rep = logged_identifiability(train, top_k=top_k, contexts=contexts)
+    rep = logged_identifiability(train, top_k=top_k, contexts=contexts,
+                                 positions=sampled_display_positions(bias, train, seed=int(config.seed) + 1000 * b_idx))
     ig = {**rep.to_dict(), "label": _ig_label(rep),
           "bias_factors": "(context, position)" if contexts is not None else "position",
           "click_model": click_cfg}

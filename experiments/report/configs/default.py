@@ -26,12 +26,13 @@ SIF_VARIANTS = ("sif_full", "sif_dr", "dr", "sif_position", "ips_trust_oracle", 
 SIF_ABLATIONS = ("sif_lambda0", "sif_exp", "sif_dec")
 # The click-model learners: a relevance tower as the attraction of a UBM / DBN fitted by session likelihood.
 CLICK_MODEL_LEARNERS = ("click_model_ubm", "click_model_dbn")
-METHODS = ("naive", "ips", "snips", "affine", "dla", "regression_em", "two_tower", "paird", "vectorization", "lbd", "cld",
+METHODS = ("naive", "ips", "snips", "affine", "ips_policy_aware", "dla", "regression_em", "two_tower", "paird", "vectorization", "lbd", "cld",
            "cld_pair", *SIF_VARIANTS, *CLICK_MODEL_LEARNERS, "full_info")
 ALL_METHODS = METHODS[:-1] + SIF_ABLATIONS + METHODS[-1:]
 # New columns go last: a bias's index seeds its data (context_pbm's contexts), so appending keeps every
 # other column.
-BIASES = ("pbm", "trust", "position_trust", "dcm", "individual", "topk", "context_pbm", "ubm", "dbn", "ccm")
+BIASES = ("pbm", "trust", "position_trust", "dcm", "individual", "topk", "context_pbm", "ubm", "dbn", "ccm",
+          "topk_sample")
 
 
 def _biases(top_k: int) -> ml_collections.ConfigDict:
@@ -52,6 +53,11 @@ def _biases(top_k: int) -> ml_collections.ConfigDict:
   # Click chains: DBN (perseverance 0.9, satisfaction = attraction) and CCM (alpha 0.9, 0.8, 0.2).
   c.dbn = {"click_model": {"name": "dbn", "perseverance": 0.9, "eps": 0.1}}
   c.ccm = {"click_model": {"name": "ccm", "alpha": (0.9, 0.8, 0.2), "eps": 0.1}}
+  # Top-k selection under a stochastic logging policy: each session shows a Plackett-Luce sample of the
+  # standardised logging scores (temperature 1), cut to the top k, so every candidate is shown now and then
+  # (policy-aware IPS, Oosterhuis & de Rijke SIGIR'20, weighs clicks by each candidate's expected examination).
+  c.topk_sample = {"click_model": {"name": "pbm_table", "eta": 1.0, "eps": 0.1, "top_k": top_k},
+                   "selection": "topk", "logging_temperature": 1.0}
   # Every user can face top-k selection: --config.bias_configs.<bias>.selection=topk lists every candidate
   # (in the logging policy's order) and shows the top k of the logging policy (`topk` is pbm so).
   for name in c.keys():
@@ -86,7 +92,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config.method_configs.click_model_dbn.dbn_score = "attraction"
   # The click losses' form (the default, listwise softmax, spelled out so it can be set from the command
   # line): --config.method_configs.naive.loss_type=pointwise (sigmoid) or =pairwise.
-  for name in ("naive", "ips", "snips", "affine"):
+  for name in ("naive", "ips", "snips", "affine", "ips_policy_aware"):
     config.method_configs[name].loss_type = "listwise"
   # Batched PDGD: PDGD's update on mini-batches of lists shown as Plackett-Luce samples of the ranker's scores.
   # Its weights assume that display, so it is no default column: --config.methods="('pdgd',)"

@@ -1,6 +1,6 @@
 r"""The baseline ULTR methods as :class:`~ultr_jax.train.Method` factories.
 
-Registered names: ``naive``, ``ips``, ``snips``, ``affine``, ``dla``, ``regression_em``,
+Registered names: ``naive``, ``ips``, ``snips``, ``affine``, ``ips_policy_aware``, ``dla``, ``regression_em``,
 ``two_tower``, ``paird``, ``vectorization``, ``pdgd`` and ``full_info``. Every
 factory has the signature ``factory(config, *, num_features, list_size) -> Method``; config fields
 (read with defaults, so an empty config works):
@@ -64,6 +64,11 @@ field                default                     meaning
   **oracle** propensities from the click simulator (an upper bound on what
   a propensity estimate can give IPS), or by the fixed ``propensities``
   table of the config.
+* ``ips_policy_aware`` is IPS with the batch's ``policy_examination``: each
+  item's expected examination over a stochastic logging policy's displays
+  (:func:`~ultr_jax.simulation.policy_examination`; Oosterhuis & de Rijke,
+  SIGIR'20), unbiased under top-k cuts where ``ips`` weighs only the items
+  that one display showed.
 * ``affine`` corrects trust bias (Vardasbi et al. CIKM'20,
   :func:`~ultr_jax.losses.affine_targets`): it trains on
   :math:`(c - \theta\epsilon^-) / (\theta(\epsilon^+ - \epsilon^-))` with the
@@ -232,11 +237,13 @@ _TABLES = {"ips": {"propensities": "examination"}, "snips": {"propensities": "ex
            "affine": {"propensities": "examination", "eps_plus": "eps_plus", "eps_minus": "eps_minus"}}
 
 
-def _click_method(name, config, num_features, list_size, weighting):
+def _click_method(name, config, num_features, list_size, weighting, propensity_key="examination"):
   towers = _Towers(config, num_features, list_size, with_bias=False)
   loss_type = _get(config, "loss_type", "listwise")
-  fn = click_loss(weighting, loss_type, max_weight=_max_weight(config), name=name)
-  tables = {key: _position_table(name, config, field) for field, key in _TABLES.get(weighting, {}).items()}
+  fn = click_loss(weighting, loss_type, max_weight=_max_weight(config), name=name, propensity_key=propensity_key)
+  # Fixed tables stand in for the click model's oracle entries; the policy-aware propensities have none.
+  fields = _TABLES.get(weighting, {}) if propensity_key == "examination" else {}
+  tables = {key: _position_table(name, config, field) for field, key in fields.items()}
   tables = {key: table for key, table in tables.items() if table is not None}
 
   def loss(params, extra, batch, key):
@@ -265,11 +272,12 @@ _CLICK_LOSSES = {
 }
 
 
-def click_loss(weighting: str, loss_type: str, *, max_weight=None, name=None):
+def click_loss(weighting: str, loss_type: str, *, max_weight=None, name=None, propensity_key="examination"):
   """``fn(scores, batch) -> loss`` of a naive/ips/snips/affine click loss of ``loss_type``.
 
-  Reads ``batch["clicks"]`` and ``batch["where"]`` (and ``"examination"``
-  unless naive; affine also ``"eps_plus"`` and ``"eps_minus"``). The pairwise losses weight each list's pairs by its
+  Reads ``batch["clicks"]`` and ``batch["where"]`` (and the propensities
+  ``batch[propensity_key]``, ``"examination"`` by default, unless naive;
+  affine also ``"eps_plus"`` and ``"eps_minus"``). The pairwise losses weight each list's pairs by its
   ``batch["sessions"]`` when the batch carries them (an aggregated top-k log:
   a mean over the sessions' pair records, as the per-session log gives).
 
@@ -292,7 +300,7 @@ def click_loss(weighting: str, loss_type: str, *, max_weight=None, name=None):
     if pairwise and "sessions" in batch:
       kw["weights"] = jnp.broadcast_to(jnp.asarray(batch["sessions"], jnp.float32)[..., None], where.shape)
     if weighting != "naive":
-      kw.update(propensities=jnp.asarray(batch["examination"], jnp.float32), max_weight=max_weight)
+      kw.update(propensities=jnp.asarray(batch[propensity_key], jnp.float32), max_weight=max_weight)
     if weighting == "affine":
       kw.update(eps_plus=jnp.asarray(batch["eps_plus"], jnp.float32),
                 eps_minus=jnp.asarray(batch["eps_minus"], jnp.float32))
@@ -317,6 +325,12 @@ def ips(config, *, num_features: int, list_size: int) -> Method:
 def snips(config, *, num_features: int, list_size: int) -> Method:
   """SNIPS (batch self-normalised) with the oracle ``examination``."""
   return _click_method("snips", config, num_features, list_size, "snips")
+
+
+@register("ips_policy_aware")
+def ips_policy_aware(config, *, num_features: int, list_size: int) -> Method:
+  """Policy-aware IPS (Oosterhuis & de Rijke SIGIR'20): the batch's ``policy_examination`` as propensities."""
+  return _click_method("ips_policy_aware", config, num_features, list_size, "ips", propensity_key="policy_examination")
 
 
 @register("affine")
