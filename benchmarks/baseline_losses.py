@@ -30,6 +30,11 @@ def _losses():
       "ips_sigmoid": lambda s, o, c, p, w: losses.ips_sigmoid_loss(s, c, propensities=p, where=w),
       "ips_softmax": lambda s, o, c, p, w: losses.ips_softmax_loss(s, c, propensities=p, where=w),
       "snips_softmax": lambda s, o, c, p, w: losses.snips_softmax_loss(s, c, propensities=p, where=w),
+      # Trust bias: eps+ = 1 - p / 10, eps- = p / 2 (any per-item arrays; the cost is the affine targets).
+      "affine_softmax": lambda s, o, c, p, w: losses.affine_softmax_loss(s, c, propensities=p, eps_plus=1.0 - 0.1 * p,
+                                                                         eps_minus=0.5 * p, where=w),
+      "affine_sigmoid": lambda s, o, c, p, w: losses.affine_sigmoid_loss(s, c, propensities=p, eps_plus=1.0 - 0.1 * p,
+                                                                         eps_minus=0.5 * p, where=w),
       "dla": lambda s, o, c, p, w: losses.dla_loss(s, o, c, where=w),
       "regression_em": lambda s, o, c, p, w: losses.regression_em_loss(s, c, propensities=p, where=w),
       "two_tower_product": lambda s, o, c, p, w: losses.two_tower_loss(s, o, c, where=w, mode="product"),
