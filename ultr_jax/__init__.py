@@ -20,7 +20,7 @@ Subpackages (imported on first use, so ``import ultr_jax`` stays cheap):
 import importlib
 from typing import Any
 
-__version__ = "0.1.12"
+__version__ = "0.1.13"
 
 _SUBPACKAGES = ("data", "graph", "losses", "metrics", "models", "simulation", "testing", "train", "types")
 
