@@ -435,7 +435,7 @@ def fit_ctr_model(model: str, doc_ids: Array, clicks: Array, *, where: Optional[
   def rate(cells, size, parent):
     n = np.bincount(cells, minlength=size).astype(np.float64)
     k = np.bincount(cells, weights=c, minlength=size)
-    return (k + prior * parent) / np.maximum(n + prior, 1e-12) * (n + prior > 0) + parent * (n + prior == 0)
+    return np.where(n + prior > 0, (k + prior * parent) / np.maximum(n + prior, 1e-12), parent)
 
   out = {"global": np.float32(g)}
   if model == "rctr":

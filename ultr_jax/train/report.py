@@ -345,10 +345,9 @@ def logged_identifiability(dataset, *, top_k: Optional[int] = None, contexts=Non
     items = np.asarray(dataset.doc_ids)
   else:
     items, _ = graph_lib.feature_vector_ids(dataset.features, where)
-  positions = np.arange(l, dtype=np.int32) if positions is None else np.asarray(positions, np.int32)
-  positions = positions.reshape((-1, q, l) if positions.ndim == 3 else (1, 1, l) if positions.ndim == 1 else
-                                (1, q, l))
-  positions = np.broadcast_to(positions, (positions.shape[0], q, l))
+  if positions is None:
+    positions = np.broadcast_to(np.arange(l, dtype=np.int32), (q, l))
+  positions = np.asarray(positions, np.int32).reshape(-1, q, l)  # [R, Q, L]: R displays of every list
   r = positions.shape[0]
   positions = positions.reshape(r * q, l)
   where, items = np.tile(where, (r, 1)), np.tile(items, (r, 1))
