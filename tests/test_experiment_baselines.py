@@ -109,6 +109,7 @@ def test_trains_on_logged_baidu_clicks(tmp_path):
   config.data.test_path = str(tmp_path / "annotations.feather")
   config.methods = ("naive", "dla", "two_tower")
   config.dcg_cutoffs = (1, 10)  # Baidu-ULTR's annotations are compared by DCG@k (Hager et al.)
+  config.write_runs = True
   workdir = tmp_path / "work"
   results = experiment.train_and_evaluate(config, str(workdir))
   assert results["_meta"]["click_model"] == "logged clicks" and results["_meta"]["true_propensities"] is None
@@ -128,6 +129,14 @@ def test_trains_on_logged_baidu_clicks(tmp_path):
   assert 0 < results["naive"]["dcg@1"] <= 15 and results["naive"]["dcg@1"] <= results["naive"]["dcg@10"]
   table = (workdir / "table.md").read_text()
   assert "| dcg@1 | dcg@10 |" in table
+  # One TREC run file per method and seed, a line per annotated document, ranks 1.. per query.
+  _, _, test = experiment.load_datasets(config, logged_clicks=True)
+  for name in config.methods:
+    for seed in (0, 1):
+      rows = [line.split() for line in (workdir / "runs" / f"{name}.seed{seed}.txt").read_text().splitlines()]
+      assert len(rows) == int(test.where.sum()) and {r[5] for r in rows} == {name}
+      first = [r for r in rows if r[0] == str(test.qid[0])]
+      assert [int(r[3]) for r in first] == list(range(1, int(test.where[0].sum()) + 1))
   assert "logged clicks of" in table and "part-0_split-*.feather" in table and "on 5 held-out click pages" in table
   assert "| click_ll | click_perplexity |" in table and table.count("| n/a | n/a |") == 2
   train, valid, test = experiment.load_datasets(config, logged_clicks=True)

@@ -30,9 +30,10 @@ import numpy as np
 from ultr_jax import data as data_lib
 from ultr_jax import simulation
 from ultr_jax.train import methods as methods_lib
-from ultr_jax.train.loop import evaluate, evaluate_clicks, fit
+from ultr_jax.train.loop import evaluate, evaluate_clicks, fit, predict
 from ultr_jax.train.method import KEY_REASONS, method_inputs_missing
-from ultr_jax.train.results import markdown_table, plot_learning_curves, summarize, summarize_metrics, write_results
+from ultr_jax.train.results import (markdown_table, plot_learning_curves, summarize, summarize_metrics, write_results,
+                                    write_run)
 
 __all__ = ["default_data_config", "default_logging_policy_config", "load_datasets", "prepare_logged_data",
            "true_position_propensities", "by_frequency_bucket", "check_logged_click_method", "hold_out_pages",
@@ -362,6 +363,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
                      seeds=[config.seed + i for i in range(config.num_seeds)],
                      workdir=workdir, name=name)
     test_metrics = evaluate(method, fit_result.params, test, dcg_cutoffs=dcg_cutoffs)
+    if workdir is not None and config.get("write_runs"):  # TREC run files of the test lists, one per seed
+      scores = predict(method, fit_result.params, test)
+      for i, seed_scores in enumerate(scores):
+        write_run(os.path.join(workdir, "runs", f"{name}.seed{config.seed + i}.txt"), seed_scores, test.qid,
+                  test.where, doc_ids=test.doc_ids, run_name=name)
     if held_clicks is not None and method.click_logits is not None:
       test_metrics.update(evaluate_clicks(method, fit_result.params, fit_result.extra, held_clicks))
     metric_columns = METRIC_COLUMNS + dcg_columns + (CLICK_COLUMNS if held_clicks is not None else ())

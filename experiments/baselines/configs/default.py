@@ -33,6 +33,9 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   # Unnormalised DCG@k columns besides nDCG (none by default): Baidu-ULTR's annotations are compared by
   # DCG@1/3/5/10 (Hager et al. SIGIR 2024), e.g. --config.dcg_cutoffs="(1,3,5,10)".
   config.dcg_cutoffs = ()
+  # TREC run files of every method's test rankings (runs/<method>.seed<seed>.txt in the workdir, for trec_eval
+  # or ir_measures): --config.write_runs=True.
+  config.write_runs = False
 
   config.methods = METHODS
   config.method_configs = ml_collections.ConfigDict()
