@@ -32,6 +32,7 @@ import optax
 import rax
 
 from ultr_jax.data import RankingDataset, is_per_item
+from ultr_jax.simulation.interleaving import plackett_luce_sample
 
 __all__ = ["train_logging_policy", "logging_policy_scores", "apply_logging_policy", "stochastic_logging_click_fn",
            "policy_examination"]
@@ -212,8 +213,6 @@ def stochastic_logging_click_fn(click_fn, *, temperature: float = 1.0, score_key
   """
   if not temperature > 0:
     raise ValueError(f"stochastic_logging_click_fn: temperature must be > 0, got {temperature}")
-  from ultr_jax.simulation.interleaving import plackett_luce_sample  # noqa: PLC0415
-
   def fn(key, batch):
     k_display, k_click = jax.random.split(key)
     where = jnp.asarray(batch["where"]).astype(bool)
