@@ -12,7 +12,8 @@ from ultr_jax.train import Method, available_methods, get_method
 from ultr_jax.train.method import KEY_REASONS, method_inputs_missing
 from ultr_jax.train.methods import baselines
 
-NAMES = ("naive", "ips", "snips", "affine", "ips_policy_aware", "dla", "regression_em", "two_tower", "paird", "full_info", "vectorization", "pdgd")
+NAMES = ("naive", "ips", "snips", "affine", "ips_policy_aware", "dla", "regression_em", "two_tower", "paird",
+         "full_info", "vectorization", "pdgd")
 LEARNS_PROPENSITIES = ("dla", "regression_em", "two_tower", "paird")
 Q, L, F = 6, 5, 4
 

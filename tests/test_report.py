@@ -28,8 +28,8 @@ def _config(arg):
 def test_default_config_covers_every_method_family_and_bias():
   c = _config("")
   methods = set(c.methods)
-  assert {"naive", "ips", "snips", "affine", "ips_policy_aware", "dla", "regression_em", "two_tower", "paird", "vectorization", "lbd", "cld",
-          "cld_pair"} <= methods
+  assert {"naive", "ips", "snips", "affine", "ips_policy_aware", "dla", "regression_em", "two_tower", "paird",
+          "vectorization", "lbd", "cld", "cld_pair"} <= methods
   assert {"sif_full", "sif_dr", "dr", "sif_position", "ips_trust_oracle", "ips_dpenalty"} <= methods
   assert {"click_model_ubm", "click_model_dbn"} <= methods
   sif = {m for m in available_methods() if m.startswith("sif_")} | {"dr", "ips_trust_oracle", "ips_dpenalty"}

@@ -261,7 +261,7 @@ def hold_out_pages(train, fraction: float, *, seed: int = 0):
 
 
 def by_frequency_bucket(method, params, test, *, dcg_cutoffs=()) -> dict:
-  """Test nDCG@10 (and DCG@k for ``dcg_cutoffs``; means over seeds) per query-frequency bucket of ``test.extras["frequency_bucket"]``.
+  """Test nDCG@10 (and DCG@k for ``dcg_cutoffs``; means over seeds) per ``test.extras["frequency_bucket"]``.
 
   Baidu-ULTR's annotated queries come in 10 buckets of monthly search frequency (0: the most frequent);
   Hager et al. (SIGIR 2024) break their results down by them. Keys are the buckets as strings.

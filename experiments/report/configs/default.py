@@ -26,8 +26,8 @@ SIF_VARIANTS = ("sif_full", "sif_dr", "dr", "sif_position", "ips_trust_oracle", 
 SIF_ABLATIONS = ("sif_lambda0", "sif_exp", "sif_dec")
 # The click-model learners: a relevance tower as the attraction of a UBM / DBN fitted by session likelihood.
 CLICK_MODEL_LEARNERS = ("click_model_ubm", "click_model_dbn")
-METHODS = ("naive", "ips", "snips", "affine", "ips_policy_aware", "dla", "regression_em", "two_tower", "paird", "vectorization", "lbd", "cld",
-           "cld_pair", *SIF_VARIANTS, *CLICK_MODEL_LEARNERS, "full_info")
+METHODS = ("naive", "ips", "snips", "affine", "ips_policy_aware", "dla", "regression_em", "two_tower", "paird",
+           "vectorization", "lbd", "cld", "cld_pair", *SIF_VARIANTS, *CLICK_MODEL_LEARNERS, "full_info")
 ALL_METHODS = METHODS[:-1] + SIF_ABLATIONS + METHODS[-1:]
 # New columns go last: a bias's index seeds its data (context_pbm's contexts), so appending keeps every
 # other column.
