@@ -1,4 +1,5 @@
 """Setup for ultr_jax: unbiased learning to rank in JAX."""
+
 import os
 import re
 
@@ -13,42 +14,43 @@ def _version():
 
 
 setup(
-    name="ultr_jax",
-    version=_version(),
-    description=(
-        "Unbiased learning to rank in JAX: identifiability checks, biased"
-        " click simulation, and debiasing methods (IPS, DLA, REM, LBD, CLD,"
-        " SIF) with reproducible experiments."
-    ),
-    long_description=open(os.path.join(_HERE, "README.md")).read(),
-    long_description_content_type="text/markdown",
-    packages=find_packages(include=["ultr_jax", "ultr_jax.*"]),
-    python_requires=">=3.10",
-    install_requires=[
-        "jax>=0.4.35",
-        "flax>=0.10",
-        "optax>=0.2.5",
-        "chex>=0.1.87",
-        "orbax-checkpoint>=0.9",
-        "absl-py>=2.0",
-        "rax>=0.4",
-        "ml_collections>=0.1.1",
-        "numpy>=1.26",
-        "matplotlib>=3.7",
-        "scipy>=1.11",
+  name="ultr_jax",
+  version=_version(),
+  description=(
+    "Unbiased learning to rank in JAX: identifiability checks, biased"
+    " click simulation, and debiasing methods (IPS, DLA, REM, LBD, CLD,"
+    " SIF) with reproducible experiments."
+  ),
+  long_description=open(os.path.join(_HERE, "README.md")).read(),
+  long_description_content_type="text/markdown",
+  packages=find_packages(include=["ultr_jax", "ultr_jax.*"]),
+  python_requires=">=3.10",
+  install_requires=[
+    "jax>=0.4.35",
+    "flax>=0.10",
+    "optax>=0.2.5",
+    "chex>=0.1.87",
+    "orbax-checkpoint>=0.9",
+    "absl-py>=2.0",
+    "rax>=0.4",
+    "ml_collections>=0.1.1",
+    "numpy>=1.26",
+    "matplotlib>=3.7",
+    "scipy>=1.11",
+  ],
+  extras_require={
+    # Baidu-ULTR's Arrow/Parquet files (ultr_jax.data.load_baidu_ultr).
+    "baidu": ["pyarrow>=14"],
+    "test": [
+      "pyarrow>=14",
+      "pytest>=7",
+      "pytest-xdist>=3",
+      "ruff>=0.6",
+      "scikit-learn>=1.3",
+      "nbclient>=0.10",
+      "nbformat>=5.9",
+      "ipykernel>=6",
     ],
-    extras_require={
-        # Baidu-ULTR's Arrow/Parquet files (ultr_jax.data.load_baidu_ultr).
-        "baidu": ["pyarrow>=14"],
-        "test": [
-            "pyarrow>=14",
-            "pytest>=7",
-            "pytest-xdist>=3",
-            "scikit-learn>=1.3",
-            "nbclient>=0.10",
-            "nbformat>=5.9",
-            "ipykernel>=6",
-        ],
-    },
-    license="Apache-2.0",
+  },
+  license="Apache-2.0",
 )
