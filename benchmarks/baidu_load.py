@@ -54,20 +54,25 @@ def make_tables(pages: int, seed: int = 0):
   qid = np.repeat(np.arange(pages), sizes)
   position = np.concatenate([rng.permutation(n) + 1 for n in sizes])
   n = len(qid)
-  cols = {"query_id": qid.astype(np.int32), "position": position.astype(np.int32),
-          "click": (rng.random(n) < 0.2).astype(np.int32)}
+  cols = {
+    "query_id": qid.astype(np.int32),
+    "position": position.astype(np.int32),
+    "click": (rng.random(n) < 0.2).astype(np.int32),
+  }
   for name in baidu.LTR_FEATURES:
     cols[name] = rng.random(n).astype(np.float32)
   emb = rng.normal(size=(n, EMB)).astype(np.float16)
-  doc = pa.table({**cols, "query_document_embedding":
-                  pa.FixedSizeListArray.from_arrays(pa.array(emb.reshape(-1)), EMB)})
+  doc = pa.table(
+    {**cols, "query_document_embedding": pa.FixedSizeListArray.from_arrays(pa.array(emb.reshape(-1)), EMB)}
+  )
   offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int32)
   page_cols = {"query_id": np.arange(pages, dtype=np.int32)}
   for name, values in cols.items():
     if name != "query_id":
       page_cols[name] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
   page_cols["query_document_embedding"] = pa.ListArray.from_arrays(
-      pa.array(offsets), doc["query_document_embedding"].combine_chunks())
+    pa.array(offsets), doc["query_document_embedding"].combine_chunks()
+  )
   return doc, pa.table(page_cols), n
 
 
@@ -80,8 +85,11 @@ def row_loop(path, features):
   cols = []
   for f in features:
     col = table.column(f).combine_chunks()
-    cols.append(col.flatten().to_numpy().reshape(len(col), -1) if pa.types.is_fixed_size_list(col.type)
-                else col.to_numpy()[:, None])
+    cols.append(
+      col.flatten().to_numpy().reshape(len(col), -1)
+      if pa.types.is_fixed_size_list(col.type)
+      else col.to_numpy()[:, None]
+    )
   x = np.concatenate(cols, axis=1).astype(np.float32)
   pages, current = [], None
   for r in range(len(qid)):
@@ -99,7 +107,6 @@ def row_loop(path, features):
   return feats, clicks
 
 
-
 def write_sessions(path, pages: int, seed: int = 0) -> int:
   rng = np.random.default_rng(seed)
   tokens = lambda n: "\x01".join(map(str, rng.integers(1, 30000, n)))  # noqa: E731
@@ -111,8 +118,12 @@ def write_sessions(path, pages: int, seed: int = 0) -> int:
       n = int(rng.integers(3, 11))
       title, abstract = tokens(20), tokens(120)
       for pos in range(1, n + 1):
-        fh.write("\t".join([str(pos), f"{rng.integers(1 << 62):032x}", title, abstract, "0",
-                            str(int(rng.random() < 0.2))] + ["0"] * 27) + "\n")
+        fh.write(
+          "\t".join(
+            [str(pos), f"{rng.integers(1 << 62):032x}", title, abstract, "0", str(int(rng.random() < 0.2))] + ["0"] * 27
+          )
+          + "\n"
+        )
       docs += n
   return docs
 
@@ -169,10 +180,14 @@ def main():
     page_path = os.path.join(tmp, "pages.parquet")
     pa.feather.write_feather(doc, doc_path)
     pa.parquet.write_table(page, page_path)
-    print(f"{args.pages} pages, {n} documents; feather {os.path.getsize(doc_path) / 2**20:.0f} MiB, "
-          f"parquet {os.path.getsize(page_path) / 2**20:.0f} MiB")
-    print("| features | file | pyarrow read alone (s) | ours (s) | ours / read | docs/s ours | row loop (s) | "
-          "row loop / ours |")
+    print(
+      f"{args.pages} pages, {n} documents; feather {os.path.getsize(doc_path) / 2**20:.0f} MiB, "
+      f"parquet {os.path.getsize(page_path) / 2**20:.0f} MiB"
+    )
+    print(
+      "| features | file | pyarrow read alone (s) | ours (s) | ours / read | docs/s ours | row loop (s) | "
+      "row loop / ours |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for label, features in (("ltr (12)", baidu.LTR_FEATURES), ("bert (768)", baidu.BERT_FEATURES)):
       ours = data.load_baidu_ultr(doc_path, features=features)
@@ -182,14 +197,16 @@ def main():
       t_ref = median_seconds(lambda: row_loop(doc_path, features), args.repeats)
       columns = ["query_id", "position", "click", *features]
       for file_label, path, read in (
-          ("feather, row per document", doc_path, lambda: pa.feather.read_table(doc_path, columns=columns)),
-          ("parquet, row per page", page_path, lambda: pa.parquet.read_table(page_path, columns=columns))):
+        ("feather, row per document", doc_path, lambda: pa.feather.read_table(doc_path, columns=columns)),
+        ("parquet, row per page", page_path, lambda: pa.parquet.read_table(page_path, columns=columns)),
+      ):
         t_read = median_seconds(read, args.repeats)
         t = median_seconds(lambda: data.load_baidu_ultr(path, features=features), args.repeats)
         ref = f"{t_ref:.3f} | {t_ref / t:.1f}x" if path == doc_path else "n/a | n/a"
         print(f"| {label} | {file_label} | {t_read:.3f} | {t:.3f} | {t / t_read:.1f}x | {n / t:,.0f} | {ref} |")
     if args.sessions:
       sessions_table(tmp, args.sessions, args.repeats)
+
 
 if __name__ == "__main__":
   main()

@@ -25,32 +25,38 @@ from ultr_jax import losses
 
 def _losses():
   return {
-      "naive_sigmoid": lambda s, o, c, p, w: losses.naive_sigmoid_loss(s, c, where=w),
-      "naive_softmax": lambda s, o, c, p, w: losses.naive_softmax_loss(s, c, where=w),
-      "ips_sigmoid": lambda s, o, c, p, w: losses.ips_sigmoid_loss(s, c, propensities=p, where=w),
-      "ips_softmax": lambda s, o, c, p, w: losses.ips_softmax_loss(s, c, propensities=p, where=w),
-      "snips_softmax": lambda s, o, c, p, w: losses.snips_softmax_loss(s, c, propensities=p, where=w),
-      # Trust bias: eps+ = 1 - p / 10, eps- = p / 2 (any per-item arrays; the cost is the affine targets).
-      "affine_softmax": lambda s, o, c, p, w: losses.affine_softmax_loss(s, c, propensities=p, eps_plus=1.0 - 0.1 * p,
-                                                                         eps_minus=0.5 * p, where=w),
-      "affine_sigmoid": lambda s, o, c, p, w: losses.affine_sigmoid_loss(s, c, propensities=p, eps_plus=1.0 - 0.1 * p,
-                                                                         eps_minus=0.5 * p, where=w),
-      "dla": lambda s, o, c, p, w: losses.dla_loss(s, o, c, where=w),
-      "regression_em": lambda s, o, c, p, w: losses.regression_em_loss(s, c, propensities=p, where=w),
-      "two_tower_product": lambda s, o, c, p, w: losses.two_tower_loss(s, o, c, where=w, mode="product"),
-      "paird": lambda s, o, c, p, w: losses.pairwise_debiasing_loss(s, c, t_plus=p, t_minus=p, where=w),
-      # The pairwise click losses next to rax's pairwise logistic loss, the same value on 0/1 clicks.
-      "rax.pairwise_logistic (1/p weights)": lambda s, o, c, p, w: rax.pairwise_logistic_loss(
-          s, c, where=w, weights=1.0 / p),
-      "naive_pairwise": lambda s, o, c, p, w: losses.naive_pairwise_loss(s, c, where=w),
-      "ips_pairwise": lambda s, o, c, p, w: losses.ips_pairwise_loss(s, c, propensities=p, where=w),
-      # LambdaRank on clicks next to rax's (the same pairs and DCG lambdaweights, up to rax's list-size factor).
-      "rax.pairwise_logistic + dcg_lambdaweight": lambda s, o, c, p, w: rax.pairwise_logistic_loss(
-          s, c, where=w, lambdaweight_fn=rax.dcg_lambdaweight),
-      "naive_lambdarank": lambda s, o, c, p, w: losses.naive_pairwise_loss(
-          s, c, where=w, lambdaweight_fn=losses.lambdarank_weights),
-      "ips_lambdarank": lambda s, o, c, p, w: losses.ips_pairwise_loss(
-          s, c, propensities=p, where=w, lambdaweight_fn=losses.lambdarank_weights),
+    "naive_sigmoid": lambda s, o, c, p, w: losses.naive_sigmoid_loss(s, c, where=w),
+    "naive_softmax": lambda s, o, c, p, w: losses.naive_softmax_loss(s, c, where=w),
+    "ips_sigmoid": lambda s, o, c, p, w: losses.ips_sigmoid_loss(s, c, propensities=p, where=w),
+    "ips_softmax": lambda s, o, c, p, w: losses.ips_softmax_loss(s, c, propensities=p, where=w),
+    "snips_softmax": lambda s, o, c, p, w: losses.snips_softmax_loss(s, c, propensities=p, where=w),
+    # Trust bias: eps+ = 1 - p / 10, eps- = p / 2 (any per-item arrays; the cost is the affine targets).
+    "affine_softmax": lambda s, o, c, p, w: losses.affine_softmax_loss(
+      s, c, propensities=p, eps_plus=1.0 - 0.1 * p, eps_minus=0.5 * p, where=w
+    ),
+    "affine_sigmoid": lambda s, o, c, p, w: losses.affine_sigmoid_loss(
+      s, c, propensities=p, eps_plus=1.0 - 0.1 * p, eps_minus=0.5 * p, where=w
+    ),
+    "dla": lambda s, o, c, p, w: losses.dla_loss(s, o, c, where=w),
+    "regression_em": lambda s, o, c, p, w: losses.regression_em_loss(s, c, propensities=p, where=w),
+    "two_tower_product": lambda s, o, c, p, w: losses.two_tower_loss(s, o, c, where=w, mode="product"),
+    "paird": lambda s, o, c, p, w: losses.pairwise_debiasing_loss(s, c, t_plus=p, t_minus=p, where=w),
+    # The pairwise click losses next to rax's pairwise logistic loss, the same value on 0/1 clicks.
+    "rax.pairwise_logistic (1/p weights)": lambda s, o, c, p, w: rax.pairwise_logistic_loss(
+      s, c, where=w, weights=1.0 / p
+    ),
+    "naive_pairwise": lambda s, o, c, p, w: losses.naive_pairwise_loss(s, c, where=w),
+    "ips_pairwise": lambda s, o, c, p, w: losses.ips_pairwise_loss(s, c, propensities=p, where=w),
+    # LambdaRank on clicks next to rax's (the same pairs and DCG lambdaweights, up to rax's list-size factor).
+    "rax.pairwise_logistic + dcg_lambdaweight": lambda s, o, c, p, w: rax.pairwise_logistic_loss(
+      s, c, where=w, lambdaweight_fn=rax.dcg_lambdaweight
+    ),
+    "naive_lambdarank": lambda s, o, c, p, w: losses.naive_pairwise_loss(
+      s, c, where=w, lambdaweight_fn=losses.lambdarank_weights
+    ),
+    "ips_lambdarank": lambda s, o, c, p, w: losses.ips_pairwise_loss(
+      s, c, propensities=p, where=w, lambdaweight_fn=losses.lambdarank_weights
+    ),
   }
 
 
@@ -83,8 +89,7 @@ def main():
 
   ref_step = jax.jit(jax.value_and_grad(lambda s, o, c, p, w: rax.softmax_loss(s, c, where=w), argnums=(0, 1)))
   ref = _time(ref_step, data, args.repeats, args.inner)
-  print(f"{args.queries} lists x {args.list_size} items; reference rax.softmax_loss value+grad: "
-        f"{ref * 1e6:.1f} us")
+  print(f"{args.queries} lists x {args.list_size} items; reference rax.softmax_loss value+grad: {ref * 1e6:.1f} us")
   print("| loss | us / step | ratio to rax.softmax_loss |")
   print("|---|---|---|")
   for name, fn in _losses().items():

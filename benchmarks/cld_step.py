@@ -65,17 +65,25 @@ def main():
   pos = np.broadcast_to(np.arange(l), (b, l))
   shown = pos < args.k
   batch = {
-      "features": jnp.asarray(rng.uniform(0, 1, (b, l, f)), jnp.float32),
-      "where": jnp.ones((b, l), bool),
-      "shown": jnp.asarray(shown),
-      "clicks": jnp.asarray(np.where(shown, rng.uniform(0, 0.5, (b, l)), 0.0), jnp.float32),
-      "examination": jnp.asarray(np.where(shown, 1.0 / (pos + 1), 0.0), jnp.float32),
-      "sessions": jnp.asarray(rng.integers(1, 100, b), jnp.float32),
+    "features": jnp.asarray(rng.uniform(0, 1, (b, l, f)), jnp.float32),
+    "where": jnp.ones((b, l), bool),
+    "shown": jnp.asarray(shown),
+    "clicks": jnp.asarray(np.where(shown, rng.uniform(0, 0.5, (b, l)), 0.0), jnp.float32),
+    "examination": jnp.asarray(np.where(shown, 1.0 / (pos + 1), 0.0), jnp.float32),
+    "sessions": jnp.asarray(rng.integers(1, 100, b), jnp.float32),
   }
   ips_batch = {**batch, "where": batch["shown"]}
   hidden = tuple(int(h) for h in args.hidden.split(","))
-  config = ml_collections.ConfigDict({"ranker": "mlp", "hidden_sizes": hidden, "activation": "elu",
-                                      "layer_norm": False, "dropout": args.dropout, "loss_type": "listwise"})
+  config = ml_collections.ConfigDict(
+    {
+      "ranker": "mlp",
+      "hidden_sizes": hidden,
+      "activation": "elu",
+      "layer_norm": False,
+      "dropout": args.dropout,
+      "loss_type": "listwise",
+    }
+  )
   kw = dict(num_features=f, list_size=l)
   tx = optax.adam(1e-3)
   steps, states, batches = {}, {}, {}
@@ -98,15 +106,18 @@ def main():
       times[name].append(time.perf_counter() - t0)
       states[name] = (p, o)
   ref = np.asarray(times["ips"])
-  print(f"device: {jax.devices()[0].device_kind}; B={b} L={l} k={args.k} F={f}; MLP {hidden} "
-        f"dropout {args.dropout}; "
-        f"{args.reps} interleaved rounds")
+  print(
+    f"device: {jax.devices()[0].device_kind}; B={b} L={l} k={args.k} F={f}; MLP {hidden} "
+    f"dropout {args.dropout}; "
+    f"{args.reps} interleaved rounds"
+  )
   print(f"{'method':14s} {'ms/step':>9s} {'x IPS':>7s} {'x IPS 10-90%':>15s}")
   for name in METHODS:
     t = np.asarray(times[name])
     r = t / ref
-    print(f"{name:14s} {1e3 * np.median(t):9.2f} {np.median(r):7.2f} "
-          f"{np.percentile(r, 10):7.2f}-{np.percentile(r, 90):.2f}")
+    print(
+      f"{name:14s} {1e3 * np.median(t):9.2f} {np.median(r):7.2f} {np.percentile(r, 10):7.2f}-{np.percentile(r, 90):.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -70,8 +70,9 @@ def scipy_pbm_fit(ids, clicks, num_docs):
     g_o = np.bincount(ranks, r, minlength=length) * (1 - o)
     return -ll / n, -np.concatenate([g_a, g_o]) / n
 
-  res = scipy.optimize.minimize(objective, np.zeros(num_docs + length), jac=True, method="L-BFGS-B",
-                                options={"maxiter": 500, "gtol": 1e-5})
+  res = scipy.optimize.minimize(
+    objective, np.zeros(num_docs + length), jac=True, method="L-BFGS-B", options={"maxiter": 500, "gtol": 1e-5}
+  )
   return -res.fun, res.nit
 
 
@@ -85,11 +86,13 @@ def main():
   rng = np.random.default_rng(0)
   attraction = rng.beta(1.0, 3.0, size=(args.queries, 10)).astype(np.float32)
   num_docs = attraction.size
-  dbn_log = sim.simulate_session_log(jax.random.key(0), "dbn", attraction, num_sessions=args.sessions,
-                                     perseverance=0.9, satisfaction=0.5)
+  dbn_log = sim.simulate_session_log(
+    jax.random.key(0), "dbn", attraction, num_sessions=args.sessions, perseverance=0.9, satisfaction=0.5
+  )
   ids, clicks = np.asarray(dbn_log["doc_ids"]), np.asarray(dbn_log["clicks"])
-  print(f"log: {args.sessions} sessions x 10 ranks, {num_docs} documents, "
-        f"{clicks.sum(1).mean():.2f} clicks per session")
+  print(
+    f"log: {args.sessions} sessions x 10 ranks, {num_docs} documents, {clicks.sum(1).mean():.2f} clicks per session"
+  )
 
   # 1. The DBN likelihood of the log at the true parameters.
   a = attraction.reshape(-1)[ids]
@@ -98,29 +101,40 @@ def main():
   args_j = tuple(jnp.asarray(x) for x in (clicks, a, c0, c1))
   ll_fn(*args_j).block_until_ready()
   t_jax, ll_jax = best_of(lambda: ll_fn(*args_j), args.repeats)
-  t_np, ll_np = best_of(lambda: numpy_chain_ll(clicks.astype(np.float64), a.astype(np.float64),
-                                               c0.astype(np.float64), c1.astype(np.float64)), args.repeats)
+  t_np, ll_np = best_of(
+    lambda: numpy_chain_ll(
+      clicks.astype(np.float64), a.astype(np.float64), c0.astype(np.float64), c1.astype(np.float64)
+    ),
+    args.repeats,
+  )
   err = float(np.max(np.abs(np.asarray(ll_jax, np.float64) - ll_np)))
-  print(f"DBN log-likelihood: ultr_jax {t_jax * 1e3:.1f} ms ({args.sessions / t_jax / 1e6:.1f}M sessions/s), "
-        f"NumPy {t_np * 1e3:.1f} ms; ratio {t_jax / t_np:.2f}x; max |diff| {err:.1e}")
+  print(
+    f"DBN log-likelihood: ultr_jax {t_jax * 1e3:.1f} ms ({args.sessions / t_jax / 1e6:.1f}M sessions/s), "
+    f"NumPy {t_np * 1e3:.1f} ms; ratio {t_jax / t_np:.2f}x; max |diff| {err:.1e}"
+  )
 
   # 2. PBM fit: ultr_jax L-BFGS (float32) vs scipy L-BFGS-B (float64, analytic gradient).
   pbm_log = sim.simulate_session_log(jax.random.key(1), "pbm", attraction, num_sessions=args.sessions)
   p_ids, p_clicks = np.asarray(pbm_log["doc_ids"]), np.asarray(pbm_log["clicks"])
   fit = sim.fit_click_model("pbm", p_ids, p_clicks, num_docs=num_docs, l2=0.0, max_iters=500, tol=1e-5)
-  t_fit, fit = best_of(lambda: sim.fit_click_model("pbm", p_ids, p_clicks, num_docs=num_docs, l2=0.0,
-                                                   max_iters=500, tol=1e-5), args.repeats)
+  t_fit, fit = best_of(
+    lambda: sim.fit_click_model("pbm", p_ids, p_clicks, num_docs=num_docs, l2=0.0, max_iters=500, tol=1e-5),
+    args.repeats,
+  )
   t_sp, (ll_sp, nit) = best_of(lambda: scipy_pbm_fit(p_ids, p_clicks, num_docs), 1)
-  print(f"PBM fit: ultr_jax {t_fit:.2f} s ({fit.iterations} iterations, LL {fit.log_likelihood:.5f}), "
-        f"scipy {t_sp:.2f} s ({nit} iterations, LL {ll_sp:.5f}); ratio {t_fit / t_sp:.2f}x; "
-        f"LL diff {fit.log_likelihood - ll_sp:+.1e}")
+  print(
+    f"PBM fit: ultr_jax {t_fit:.2f} s ({fit.iterations} iterations, LL {fit.log_likelihood:.5f}), "
+    f"scipy {t_sp:.2f} s ({nit} iterations, LL {ll_sp:.5f}); ratio {t_fit / t_sp:.2f}x; "
+    f"LL diff {fit.log_likelihood - ll_sp:+.1e}"
+  )
 
   # 3. DBN fit, for scale.
   sim.fit_click_model("dbn", ids, clicks, num_docs=num_docs, max_iters=500)
-  t_dbn, fit = best_of(lambda: sim.fit_click_model("dbn", ids, clicks, num_docs=num_docs, max_iters=500),
-                       args.repeats)
-  print(f"DBN fit: ultr_jax {t_dbn:.2f} s ({fit.iterations} iterations, converged {fit.converged}, "
-        f"{args.sessions * fit.iterations / t_dbn / 1e6:.1f}M session-iterations/s)")
+  t_dbn, fit = best_of(lambda: sim.fit_click_model("dbn", ids, clicks, num_docs=num_docs, max_iters=500), args.repeats)
+  print(
+    f"DBN fit: ultr_jax {t_dbn:.2f} s ({fit.iterations} iterations, converged {fit.converged}, "
+    f"{args.sessions * fit.iterations / t_dbn / 1e6:.1f}M session-iterations/s)"
+  )
 
 
 if __name__ == "__main__":

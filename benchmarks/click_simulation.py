@@ -137,8 +137,7 @@ def main():
   parser.add_argument("--sessions", type=int, default=10, help="sessions per list per call")
   parser.add_argument("--loop-lists", type=int, default=1000, help="lists timed in the Python loop")
   parser.add_argument("--repeats", type=int, default=5)
-  parser.add_argument("--prng", default="threefry2x32,rbg",
-                      help="comma-separated jax PRNG implementations to time")
+  parser.add_argument("--prng", default="threefry2x32,rbg", help="comma-separated jax PRNG implementations to time")
   args = parser.parse_args()
 
   q, l, s = args.queries, args.list_size, args.sessions
@@ -147,19 +146,24 @@ def main():
   where = np.ones((q, l), bool)
   batch = {"labels": jnp.asarray(labels), "where": jnp.asarray(where)}
   total = q * s
-  print(f"backend {jax.default_backend()} ({jax.devices()[0].device_kind}); "
-        f"{q} lists x {l} docs x {s} sessions per call = {total:,} sessions")
+  print(
+    f"backend {jax.default_backend()} ({jax.devices()[0].device_kind}); "
+    f"{q} lists x {l} docs x {s} sessions per call = {total:,} sessions"
+  )
   print(f"{'model':<9} {'impl':<22} {'sessions/s':>14} {'1st row /':>10}")
-  for name, np_fn, loop_fn in (("pbm", numpy_pbm, loop_pbm), ("cascade", numpy_cascade, loop_cascade),
-                               ("dbn", numpy_dbn, loop_dbn), ("ubm", numpy_ubm, loop_ubm)):
+  for name, np_fn, loop_fn in (
+    ("pbm", numpy_pbm, loop_pbm),
+    ("cascade", numpy_cascade, loop_cascade),
+    ("dbn", numpy_dbn, loop_dbn),
+    ("ubm", numpy_ubm, loop_ubm),
+  ):
     cfg = {"name": "pbm_table" if name == "pbm" else name, "num_sessions": s}
     click_fn = jax.jit(sim.make_click_fn(cfg))
     rates = {}
     for impl in args.prng.split(","):
       keys = iter(jax.random.split(jax.random.key(0, impl=impl), args.repeats + 1))
       click_fn(next(keys), batch)["clicks"].block_until_ready()  # compile
-      t_jax = _best_time(lambda: click_fn(next(keys), batch)["clicks"].block_until_ready(),
-                         args.repeats)
+      t_jax = _best_time(lambda: click_fn(next(keys), batch)["clicks"].block_until_ready(), args.repeats)
       rates[f"jax jit ({impl})"] = total / t_jax
     t_np = _best_time(lambda: np_fn(rng, labels, s), args.repeats)
     sub = labels[: args.loop_lists].tolist()

@@ -36,8 +36,7 @@ def make_log(queries, sessions, rankers=3, seed=0):
   rng = np.random.default_rng(seed)
   rel = rng.beta(1.0, 3.0, size=(queries, 10)).astype(np.float32)
   items = np.arange(queries * 10, dtype=np.int32).reshape(queries, 10)
-  orders = np.stack([np.argsort(-(rel + rng.standard_normal(rel.shape, np.float32)), axis=1)
-                     for _ in range(rankers)])
+  orders = np.stack([np.argsort(-(rel + rng.standard_normal(rel.shape, np.float32)), axis=1) for _ in range(rankers)])
   pick = rng.integers(0, rankers, size=(queries, sessions))
   order = orders[pick, np.arange(queries)[:, None]]
   shown = np.take_along_axis(np.broadcast_to(items[:, None], order.shape), order, -1)
@@ -73,8 +72,9 @@ def scipy_all_pairs(c, n):
     ll = c * logp + (n - c) * np.log(-np.expm1(logp))
     return -np.sum(np.where(n > 0, ll, 0.0)) / n.sum()
 
-  res = scipy.optimize.minimize(f, np.zeros(t + len(iu[0])), method="L-BFGS-B",
-                                options={"maxiter": 20000, "gtol": 1e-10, "ftol": 1e-15})
+  res = scipy.optimize.minimize(
+    f, np.zeros(t + len(iu[0])), method="L-BFGS-B", options={"maxiter": 20000, "gtol": 1e-10, "ftol": 1e-15}
+  )
   o = scipy.special.expit(res.x[:t])
   return o / o[0]
 
@@ -96,8 +96,10 @@ def main():
   args = p.parse_args()
   items, factors, clicks = make_log(args.queries, args.sessions)
   n_items, n_records = args.queries * 10, items.size
-  print(f"log: {args.queries} queries x {args.sessions} sessions x 10 positions = {n_records:,} "
-        f"records, {n_items:,} items; backend {jax.default_backend()}")
+  print(
+    f"log: {args.queries} queries x {args.sessions} sessions x 10 positions = {n_records:,} "
+    f"records, {n_items:,} items; backend {jax.default_backend()}"
+  )
   x, t, c = jax.device_put((items, factors, clicks))
 
   def jax_sets():
@@ -105,12 +107,10 @@ def main():
 
   jax_sets()
   t_js, sets = best_of(jax_sets, args.repeats)
-  t_ns, (c_np, n_np) = best_of(lambda: numpy_sets(items, factors, clicks, n_items, 10),
-                               args.repeats)
+  t_ns, (c_np, n_np) = best_of(lambda: numpy_sets(items, factors, clicks, n_items, 10), args.repeats)
   np.testing.assert_allclose(sets.clicks, c_np, rtol=1e-4)
   np.testing.assert_allclose(sets.items, n_np, rtol=1e-6)
-  print(f"intervention sets: ultr_jax {t_js * 1e3:.1f} ms, numpy {t_ns * 1e3:.1f} ms, "
-        f"ratio {t_js / t_ns:.2f}")
+  print(f"intervention sets: ultr_jax {t_js * 1e3:.1f} ms, numpy {t_ns * 1e3:.1f} ms, ratio {t_js / t_ns:.2f}")
 
   def jax_fit():
     return jax.block_until_ready(hv.all_pairs_estimate(sets))
@@ -119,8 +119,10 @@ def main():
   t_jf, est = best_of(jax_fit, args.repeats)
   t_sf, o_scipy = best_of(lambda: scipy_all_pairs(c_np, n_np), args.repeats)
   np.testing.assert_allclose(est.propensities, o_scipy, rtol=2e-3)
-  print(f"all-pairs fit: ultr_jax {t_jf * 1e3:.1f} ms (converged {bool(est.converged)}), "
-        f"scipy L-BFGS-B {t_sf * 1e3:.1f} ms, ratio {t_jf / t_sf:.2f}")
+  print(
+    f"all-pairs fit: ultr_jax {t_jf * 1e3:.1f} ms (converged {bool(est.converged)}), "
+    f"scipy L-BFGS-B {t_sf * 1e3:.1f} ms, ratio {t_jf / t_sf:.2f}"
+  )
 
   def jax_pivot():
     return jax.block_until_ready(hv.pivot_estimate(sets))
@@ -129,12 +131,17 @@ def main():
   t_jp, piv = best_of(jax_pivot, args.repeats)
   print(f"pivot estimate: ultr_jax {t_jp * 1e3:.2f} ms")
   truth = PBM / PBM[0]
-  for name, o in (("all_pairs", est.propensities), ("pivot", piv.propensities),
-                  ("ctr", hv.ctr_estimate(sets).propensities)):
+  for name, o in (
+    ("all_pairs", est.propensities),
+    ("pivot", piv.propensities),
+    ("ctr", hv.ctr_estimate(sets).propensities),
+  ):
     print(f"  {name:9s} relative MAE vs the PBM table: {np.mean(np.abs(np.asarray(o) / truth - 1)):.4f}")
   total_j, total_n = t_js + t_jf, t_ns + t_sf
-  print(f"sets + all-pairs fit: ultr_jax {total_j * 1e3:.1f} ms, numpy + scipy "
-        f"{total_n * 1e3:.1f} ms, ratio {total_j / total_n:.2f}")
+  print(
+    f"sets + all-pairs fit: ultr_jax {total_j * 1e3:.1f} ms, numpy + scipy "
+    f"{total_n * 1e3:.1f} ms, ratio {total_j / total_n:.2f}"
+  )
 
 
 if __name__ == "__main__":

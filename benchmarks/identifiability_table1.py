@@ -60,11 +60,9 @@ def _dla_epochs_numpy(docs, pos, ctr, r, o, epochs):
   cnt = np.bincount(pos, minlength=npos)
   for _ in range(epochs):
     ot = o[pos]
-    r = np.clip(np.bincount(docs, ctr * ot, nd) /
-                (np.bincount(docs, ot * ot, nd) + 1e-8), 0, 1)
+    r = np.clip(np.bincount(docs, ctr * ot, nd) / (np.bincount(docs, ot * ot, nd) + 1e-8), 0, 1)
     x = r[docs]
-    o = np.clip(np.bincount(pos, ctr * x / (x * x + 1e-8), npos) /
-                np.maximum(cnt, 1), 0, 1)
+    o = np.clip(np.bincount(pos, ctr * x / (x * x + 1e-8), npos) / np.maximum(cnt, 1), 0, 1)
   return r, o
 
 
@@ -72,22 +70,27 @@ def main():
   p = argparse.ArgumentParser()
   p.add_argument("--epoch_scale", type=float, default=1.0)
   p.add_argument("--runs", type=int, default=10)
-  p.add_argument("--compilation_cache_dir", default="",
-                 help="JAX's persistent compilation cache (\"\": off, the"
-                      " cold figure); a second run with the same directory"
-                      " gives the warm figure")
+  p.add_argument(
+    "--compilation_cache_dir",
+    default="",
+    help='JAX\'s persistent compilation cache ("": off, the'
+    " cold figure); a second run with the same directory"
+    " gives the warm figure",
+  )
   args = p.parse_args()
   if args.compilation_cache_dir:
     from ultr_jax.train import enable_compilation_cache
+
     enable_compilation_cache(os.path.abspath(args.compilation_cache_dir))
   root = shared_data_dir()
   if root is not None and (root / "identifiability" / "K=2").is_dir():
     ds = load_ultra(root / "identifiability" / "K=2")
   else:
     ds = generate_design_dataset(DESIGN_GRAPHS[2])
-  epochs = {m: max(1, int(e * args.epoch_scale)) for m, e in
-            {"dla": 20_000, "regression_em": 100_000,
-             "two_tower": 20_000}.items()}
+  epochs = {
+    m: max(1, int(e * args.epoch_scale))
+    for m, e in {"dla": 20_000, "regression_em": 100_000, "two_tower": 20_000}.items()
+  }
 
   # Reference: one DLA run.
   rng = np.random.default_rng(0)
@@ -107,24 +110,23 @@ def main():
   t = time.perf_counter()
   loop(docs, pos, ctr, r0.copy(), o0.copy(), epochs["dla"])
   t_ref = time.perf_counter() - t
-  print(f"reference ({ref_name}): one DLA run, {epochs['dla']} epochs:"
-        f" {t_ref:.2f}s")
+  print(f"reference ({ref_name}): one DLA run, {epochs['dla']} epochs: {t_ref:.2f}s")
 
   t = time.perf_counter()
   rows = study.table1(
-      jax.random.PRNGKey(0), ds, runs=args.runs, epochs=epochs,
-      num_docs=10000,
-      log=lambda msg: print(f"  {msg} at {time.perf_counter() - t:.1f}s",
-                            flush=True))
+    jax.random.PRNGKey(0),
+    ds,
+    runs=args.runs,
+    epochs=epochs,
+    num_docs=10000,
+    log=lambda msg: print(f"  {msg} at {time.perf_counter() - t:.1f}s", flush=True),
+  )
   t_ours = time.perf_counter() - t
-  mcc = {k: round(float(v["mcc"].mean()), 3) for k, v in rows.items()
-         if not k.startswith("_")}
-  print(f"ultr_jax: Table 1 ({len(mcc)} rows x {args.runs} runs, epochs"
-        f" {epochs}, compile included): {t_ours:.2f}s")
+  mcc = {k: round(float(v["mcc"].mean()), 3) for k, v in rows.items() if not k.startswith("_")}
+  print(f"ultr_jax: Table 1 ({len(mcc)} rows x {args.runs} runs, epochs {epochs}, compile included): {t_ours:.2f}s")
   print(f"MCC: {mcc}")
   print(f"devices: {jax.devices()}")
-  print(f"ratio (all of Table 1) / (one reference DLA run):"
-        f" {t_ours / t_ref:.2f}")
+  print(f"ratio (all of Table 1) / (one reference DLA run): {t_ours / t_ref:.2f}")
 
 
 if __name__ == "__main__":

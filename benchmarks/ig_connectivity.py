@@ -28,8 +28,7 @@ from ultr_jax.graph import connected_components
 
 
 def _scipy(n, s, d):
-  a = scipy.sparse.coo_matrix(
-      (np.ones(s.shape[0], np.int8), (s, d)), shape=(n, n))
+  a = scipy.sparse.coo_matrix((np.ones(s.shape[0], np.int8), (s, d)), shape=(n, n))
   return csgraph.connected_components(a, directed=False)
 
 
@@ -61,8 +60,10 @@ def bench(name, n, s, d, repeats):
   first[lab_ref[::-1]] = np.arange(n)[::-1]
   assert np.array_equal(labels, first[lab_ref])
   ratio = t_k / t_s
-  print(f"{name}: nodes={n} edges={s.shape[0]} components={k_ref} "
-        f"kernel={t_k * 1e3:.1f}ms scipy={t_s * 1e3:.1f}ms ratio={ratio:.2f}")
+  print(
+    f"{name}: nodes={n} edges={s.shape[0]} components={k_ref} "
+    f"kernel={t_k * 1e3:.1f}ms scipy={t_s * 1e3:.1f}ms ratio={ratio:.2f}"
+  )
   return ratio
 
 
@@ -84,8 +85,7 @@ def main():
   perm = rng.permutation(side * side).astype(np.int32)
   r_grid = bench("grid", side * side, perm[gs], perm[gd], args.repeats)
   print(f"device={jax.devices()[0].device_kind}")
-  print(f"ratio random={r_rand:.2f} (target <= 1.0) grid={r_grid:.2f}"
-        f" (target <= 1.5)")
+  print(f"ratio random={r_rand:.2f} (target <= 1.0) grid={r_grid:.2f} (target <= 1.5)")
   print(f"worse of the two ratios: {max(r_rand, r_grid):.2f}")
 
 

@@ -44,19 +44,24 @@ def main():
   args = ap.parse_args()
   rng = np.random.default_rng(0)
   b, l, f = args.batch, 10, args.features
-  batch = {"features": jnp.asarray(rng.uniform(-1, 1, (b, l, f)), jnp.float32),
-           "where": jnp.ones((b, l), bool),
-           "clicks": jnp.asarray(rng.random((b, l)) < 0.2, jnp.float32)}
+  batch = {
+    "features": jnp.asarray(rng.uniform(-1, 1, (b, l, f)), jnp.float32),
+    "where": jnp.ones((b, l), bool),
+    "clicks": jnp.asarray(rng.random((b, l)) < 0.2, jnp.float32),
+  }
   print(f"devices: {jax.devices()}  B={b} L={l} F={f}")
   members = grid_members([1.0, 100.0, 10000.0], [0.1, 0.2, 0.3, 0.4])
   if args.linear_grid_only:
     rows = {}
     for ln in (True, False):
-      gcfg = ml_collections.ConfigDict({"ranker": "linear", "layer_norm": ln, "lams": [m[1] for m in members],
-                                        "ts": [m[2] for m in members]})
+      gcfg = ml_collections.ConfigDict(
+        {"ranker": "linear", "layer_norm": ln, "lams": [m[1] for m in members], "ts": [m[2] for m in members]}
+      )
       rows[ln] = _time_step(make_lbd_grid(gcfg, num_features=f, list_size=l), batch, args.reps)
-    print(f"Linear lbd_grid[{len(members)}]: with input LayerNorm {rows[True] * 1e3:.1f} ms/step, "
-          f"without {rows[False] * 1e3:.1f} ms/step; ratio {rows[True] / rows[False]:.2f}x")
+    print(
+      f"Linear lbd_grid[{len(members)}]: with input LayerNorm {rows[True] * 1e3:.1f} ms/step, "
+      f"without {rows[False] * 1e3:.1f} ms/step; ratio {rows[True] / rows[False]:.2f}x"
+    )
     return
   for hidden in ((64, 32), (512, 256, 128)):
     cfg = ml_collections.ConfigDict({"ranker": "mlp", "hidden_sizes": hidden})
@@ -64,14 +69,15 @@ def main():
     for name in ("naive", "unlimited", "lbd"):
       m = get_method(name, cfg, num_features=f, list_size=l)
       rows[name] = _time_step(m, batch, args.reps)
-    gcfg = ml_collections.ConfigDict({**cfg.to_dict(), "lams": [m[1] for m in members],
-                                      "ts": [m[2] for m in members]})
+    gcfg = ml_collections.ConfigDict({**cfg.to_dict(), "lams": [m[1] for m in members], "ts": [m[2] for m in members]})
     grid = make_lbd_grid(gcfg, num_features=f, list_size=l)
     rows[f"lbd_grid[{len(members)}] per member"] = _time_step(grid, batch, max(3, args.reps // 5)) / len(members)
     print(f"\nDNN hidden {hidden}:")
     for name, t in rows.items():
-        print(f"  {name:28s} {1.0 / t:9.1f} steps/s   {t * 1e3:8.2f} ms/step   "
-              f"ratio to naive {t / rows['naive']:.2f}x   to unlimited {t / rows['unlimited']:.2f}x")
+      print(
+        f"  {name:28s} {1.0 / t:9.1f} steps/s   {t * 1e3:8.2f} ms/step   "
+        f"ratio to naive {t / rows['naive']:.2f}x   to unlimited {t / rows['unlimited']:.2f}x"
+      )
 
 
 if __name__ == "__main__":

@@ -106,8 +106,9 @@ def numpy_dbgd(train, impressions, top_k=10, unit=1.0, lr=0.01, seed=0):
     x, y = train.features[q], train.labels[q]
     u = rng.standard_normal(w.shape)
     u /= np.linalg.norm(u)
-    shown, teams = _team_draft(rng, np.argsort(-(x @ w), kind="stable"), np.argsort(-(x @ (w + unit * u)),
-                                                                                     kind="stable"))
+    shown, teams = _team_draft(
+      rng, np.argsort(-(x @ w), kind="stable"), np.argsort(-(x @ (w + unit * u)), kind="stable")
+    )
     clicks = _user(rng, y[shown[:top_k]])
     credit = np.bincount(teams[:top_k], weights=clicks, minlength=2)
     if credit[1] > credit[0]:
@@ -119,7 +120,7 @@ def _rank_weights(scores, tau=3.0):
   ranks = np.empty(scores.shape)
   for j, row in enumerate(scores):
     ranks[j, np.argsort(-row, kind="stable")] = np.arange(1, scores.shape[1] + 1)
-  return ranks ** -tau
+  return ranks**-tau
 
 
 def numpy_mgd_pm(train, impressions, top_k=10, unit=1.0, lr=0.01, candidates=9, samples=1000, seed=0):
@@ -167,8 +168,19 @@ def _team_draft_multileave(rng, orders, length):
   return np.asarray(shown), np.asarray(teams)
 
 
-def numpy_nsgd(train, impressions, top_k=10, unit=1.0, lr=0.01, candidates=9, history=60, worst=25,
-               tie_queries=10, tie_window=50, seed=0):
+def numpy_nsgd(
+  train,
+  impressions,
+  top_k=10,
+  unit=1.0,
+  lr=0.01,
+  candidates=9,
+  history=60,
+  worst=25,
+  tie_queries=10,
+  tie_window=50,
+  seed=0,
+):
   """NSGD as the authors' code runs it, one impression at a time: the null space of the worst remembered
   losing directions (SVD), 2 (n + 1) draws ranked by |u . x_mean|, team-draft multileaving, ties broken
   on the stored difficult queries. The ranker has a bias weight (a constant feature), as the JAX linear
@@ -185,7 +197,7 @@ def numpy_nsgd(train, impressions, top_k=10, unit=1.0, lr=0.01, candidates=9, hi
     basis = np.eye(w.size)
     if worst and np.any(losers):
       _, sv, vh = np.linalg.svd(losers)
-      basis = vh[int(np.sum(sv > sv.max() * max(losers.shape) * 1e-7)):]
+      basis = vh[int(np.sum(sv > sv.max() * max(losers.shape) * 1e-7)) :]
     pool = rng.standard_normal((2 * (candidates + 1), len(basis))) @ basis
     pool /= np.linalg.norm(pool, axis=1, keepdims=True)
     u = pool[np.argsort(-np.abs(pool @ x.mean(axis=0)), kind="stable")[:candidates]]
@@ -236,8 +248,10 @@ def main():
   config.num_impressions = args.impressions
   config.eval_every = args.impressions // 10
   seeds = tuple(range(args.seeds))
-  print(f"{args.impressions} impressions x {args.seeds} seeds (JAX, vmapped); "
-        f"{args.numpy_impressions} impressions x 1 seed (NumPy)")
+  print(
+    f"{args.impressions} impressions x {args.seeds} seeds (JAX, vmapped); "
+    f"{args.numpy_impressions} impressions x 1 seed (NumPy)"
+  )
   config.mgd.multileave = "probabilistic"
   numpy_mgd = lambda train, n: numpy_mgd_pm(train, n, samples=args.pm_samples)
   for method, reference in (("pdgd", numpy_pdgd), ("dbgd", numpy_dbgd), ("mgd", numpy_mgd), ("nsgd", numpy_nsgd)):
@@ -251,14 +265,16 @@ def main():
     t = time.perf_counter()
     w = reference(data.train, args.numpy_impressions)
     numpy_rate = args.numpy_impressions / (time.perf_counter() - t)
-    numpy_ndcg = float(ndcg(jnp.asarray(data.test.features @ w.astype(np.float32)), data.test.labels,
-                            where=data.test.where, topn=10))
+    numpy_ndcg = float(
+      ndcg(jnp.asarray(data.test.features @ w.astype(np.float32)), data.test.labels, where=data.test.where, topn=10)
+    )
     at = int(np.searchsorted(out["impressions"], args.numpy_impressions))
-    same = (f"JAX {out['curve'][:, at].mean():.4f} at {out['impressions'][at]}"
-            if at < len(out["impressions"]) else "")
-    print(f"{method}: JAX {jax_rate:,.0f} impressions/s warm (first call with compilation {first:.1f} s, "
-          f"warm {warm:.2f} s incl. {config.num_impressions // config.eval_every + 1} test evaluations); "
-          f"NumPy {numpy_rate:,.0f} impressions/s; ratio {jax_rate / numpy_rate:.1f}x")
+    same = f"JAX {out['curve'][:, at].mean():.4f} at {out['impressions'][at]}" if at < len(out["impressions"]) else ""
+    print(
+      f"{method}: JAX {jax_rate:,.0f} impressions/s warm (first call with compilation {first:.1f} s, "
+      f"warm {warm:.2f} s incl. {config.num_impressions // config.eval_every + 1} test evaluations); "
+      f"NumPy {numpy_rate:,.0f} impressions/s; ratio {jax_rate / numpy_rate:.1f}x"
+    )
     print(f"  test nDCG@10 (sanity): NumPy {numpy_ndcg:.4f} after {args.numpy_impressions} impressions; {same}")
 
 

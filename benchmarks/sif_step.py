@@ -79,12 +79,16 @@ def main():
     m = get_method(name, cfg, num_features=ds.num_features, list_size=ds.list_size)
     steps[name] = make_step(m, tx, click_fn, batch, args.seeds)
   times = time_steps(steps, args.repeats)
-  print(f"batch {args.batch} queries x 10 docs, {args.seeds} seeds vmapped, {args.repeats} interleaved "
-        f"repeats; min and median ms/step, ratios to ips")
+  print(
+    f"batch {args.batch} queries x 10 docs, {args.seeds} seeds vmapped, {args.repeats} interleaved "
+    f"repeats; min and median ms/step, ratios to ips"
+  )
   lo, med = {n: t.min() for n, t in times.items()}, {n: np.median(t) for n, t in times.items()}
   for name in times:
-    print(f"{name:12s} min {lo[name] * 1e3:7.3f} ({lo[name] / lo['ips']:.2f}x)   "
-          f"median {med[name] * 1e3:7.3f} ({med[name] / med['ips']:.2f}x)")
+    print(
+      f"{name:12s} min {lo[name] * 1e3:7.3f} ({lo[name] / lo['ips']:.2f}x)   "
+      f"median {med[name] * 1e3:7.3f} ({med[name] / med['ips']:.2f}x)"
+    )
 
 
 if __name__ == "__main__":

@@ -38,7 +38,6 @@ def make_file(path, lines, num_features, density, seed, comments):
       f.write(f"{labels[i]} qid:{qid[i]} {feats}{tail}\n")
 
 
-
 def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("--lines", type=int, default=50_000)
@@ -49,8 +48,10 @@ def main():
 
   tmp = tempfile.mkdtemp()
   cases = [("MSLR-like dense", args.lines, 136, 1.0, False), ("Yahoo-like sparse", args.sparse_lines, 700, 0.3, True)]
-  print(f"{'file':<20} {'MB':>6} {'sklearn s':>10} {'cold s':>8} {'load s':>8} {'warm s':>8}"
-        f" {'skl/cold':>9} {'skl/load':>9} {'skl/warm':>9}")
+  print(
+    f"{'file':<20} {'MB':>6} {'sklearn s':>10} {'cold s':>8} {'load s':>8} {'warm s':>8}"
+    f" {'skl/cold':>9} {'skl/load':>9} {'skl/warm':>9}"
+  )
   for name, lines, nf, density, comments in cases:
     path = os.path.join(tmp, name.split()[0] + ".txt")
     make_file(path, lines, nf, density, 0, comments)
@@ -65,8 +66,10 @@ def main():
     data.load_svmlight(path, num_features=nf, cache_dir=cache)  # writes the cache
     warm = median_seconds(lambda: data.load_svmlight(path, num_features=nf, cache_dir=cache), args.repeats)
     sk, cold, load = map(statistics.median, (sk, cold, load))
-    print(f"{name:<20} {mb:6.1f} {sk:10.3f} {cold:8.3f} {load:8.3f} {warm:8.3f}"
-          f" {sk / cold:9.2f} {sk / load:9.2f} {sk / warm:9.2f}")
+    print(
+      f"{name:<20} {mb:6.1f} {sk:10.3f} {cold:8.3f} {load:8.3f} {warm:8.3f}"
+      f" {sk / cold:9.2f} {sk / load:9.2f} {sk / warm:9.2f}"
+    )
 
 
 if __name__ == "__main__":

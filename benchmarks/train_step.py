@@ -72,8 +72,12 @@ def main():
   parser.add_argument("--seeds", type=int, default=3)
   parser.add_argument("--methods", default="naive,ips,dla,two_tower")
   parser.add_argument("--displays", default="logged", help="comma-separated config.display values")
-  parser.add_argument("--clicks", default="simulated", choices=("simulated", "logged"),
-                      help="simulated in every step, or simulated once and stored (a click log)")
+  parser.add_argument(
+    "--clicks",
+    default="simulated",
+    choices=("simulated", "logged"),
+    help="simulated in every step, or simulated once and stored (a click log)",
+  )
   parser.add_argument("--num_features", type=int, default=136)
   parser.add_argument("--feature_dtype", default="float32", help="storage dtype of the features")
   args = parser.parse_args()
@@ -81,8 +85,9 @@ def main():
   print(f"backend {jax.default_backend()}, devices {jax.device_count()}")
   peak = matmul_peak()
   print(f"matmul peak (float32 2048^3): {peak / 1e9:.1f} GFLOP/s")
-  splits = data_lib.make_synthetic(num_train=2000, num_valid=10, num_test=10, list_size=20,
-                                   num_features=args.num_features, seed=0)
+  splits = data_lib.make_synthetic(
+    num_train=2000, num_valid=10, num_test=10, list_size=20, num_features=args.num_features, seed=0
+  )
   train = splits.train
   cfg = ml_collections.ConfigDict({"name": "pbm_table", "eta": 1.0, "eps": 0.1})
   click_fn = simulation.make_click_fn(cfg)
@@ -101,12 +106,18 @@ def main():
   config.num_devices = 1
   batch = jax.tree.map(jnp.asarray, train.as_batch(np.arange(args.batch)))
   batch.pop("qid", None)
-  print(f"{'method':<14} {'display':<13} {'steps/s':>9} {'queries/s':>11} {'GFLOP/step':>11} {'GFLOP/s':>9} "
-        f"{'of peak':>8} {'vs logged':>9} {'vs first':>9}")
+  print(
+    f"{'method':<14} {'display':<13} {'steps/s':>9} {'queries/s':>11} {'GFLOP/step':>11} {'GFLOP/s':>9} "
+    f"{'of peak':>8} {'vs logged':>9} {'vs first':>9}"
+  )
   first_rates = {}  # display -> the first method's rate (e.g. --methods naive,pdgd: PDGD's step against naive's)
   for name in args.methods.split(","):
-    method = get_method(name, ml_collections.ConfigDict({"ranker": "mlp", "hidden_sizes": (256, 128)}),
-                        num_features=train.num_features, list_size=train.list_size)
+    method = get_method(
+      name,
+      ml_collections.ConfigDict({"ranker": "mlp", "hidden_sizes": (256, 128)}),
+      num_features=train.num_features,
+      list_size=train.list_size,
+    )
     flops = step_flops(method, loop_lib.make_optimizer(config), click_fn, batch, args.seeds)
     logged_rate = None
     for display in args.displays.split(","):
@@ -125,8 +136,10 @@ def main():
       achieved = flops * rate  # the logged step's FLOPs (a display adds one scoring pass and a sort)
       ratio = f"{rate / logged_rate:9.2f}" if logged_rate else f"{'n/a':>9}"
       first = first_rates.setdefault(display, rate)
-      print(f"{name:<14} {display:<13} {rate:9.1f} {rate * args.batch * args.seeds:11.0f} {flops / 1e9:11.4f} "
-            f"{achieved / 1e9:9.2f} {achieved / peak:8.2%} {ratio} {rate / first:9.2f}")
+      print(
+        f"{name:<14} {display:<13} {rate:9.1f} {rate * args.batch * args.seeds:11.0f} {flops / 1e9:11.4f} "
+        f"{achieved / 1e9:9.2f} {achieved / peak:8.2%} {ratio} {rate / first:9.2f}"
+      )
 
 
 if __name__ == "__main__":

@@ -88,8 +88,10 @@ def main():
     t_floor = median_seconds(lambda: gzip_lines(path), args.repeats)
     t_ref = median_seconds(lambda: text_reader(path), args.repeats)
     t = median_seconds(lambda: read(path), args.repeats)
-    print(f"{args.pages} pages, {len(log.items)} rows, {int(log.clicks.sum())} clicks, "
-          f"{os.path.getsize(path) / 2**20:.0f} MiB gzip")
+    print(
+      f"{args.pages} pages, {len(log.items)} rows, {int(log.clicks.sum())} clicks, "
+      f"{os.path.getsize(path) / 2**20:.0f} MiB gzip"
+    )
     print("| reader | seconds | pages/s | vs ours |")
     print("|---|---|---|---|")
     for name, sec in (("ours (read_yandex_sessions)", t), ("text reader", t_ref), ("gzip lines alone", t_floor)):

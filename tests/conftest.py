@@ -21,8 +21,11 @@
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-for _flag, _value in (("xla_force_host_platform_device_count", "8"), ("xla_backend_optimization_level", "0"),
-                      ("xla_cpu_use_fusion_emitters", "false")):
+for _flag, _value in (
+  ("xla_force_host_platform_device_count", "8"),
+  ("xla_backend_optimization_level", "0"),
+  ("xla_cpu_use_fusion_emitters", "false"),
+):
   if _flag not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --{_flag}={_value}".strip()
 
@@ -42,10 +45,7 @@ def shared_data() -> pathlib.Path:
   """Path to ``../shared/data``; skips the test where it is absent."""
   path = shared_data_dir()
   if path is None:
-    pytest.skip(
-        "reference data ../shared/data is absent (set ULTR_JAX_SHARED_DATA to"
-        " its location to run this test)"
-    )
+    pytest.skip("reference data ../shared/data is absent (set ULTR_JAX_SHARED_DATA to its location to run this test)")
   return path
 
 

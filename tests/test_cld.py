@@ -28,11 +28,14 @@ def _heckman(rel, sel, c, rho, shown, **kw):
   return heckman_loss(rel, sel, c, mills_coef=0.3, shown=shown, **kw)
 
 
-LOSSES = {"cld": _pointwise, "cld_logit": lambda *a, **k: _pointwise(*a, link="logit", **k),
-          "cld_mean": lambda *a, **k: _pointwise(*a, target="mean", **k),
-          "cld_pair": _pair,
-          "cld_pair_one": lambda *a, **k: _pair(*a, bpr_weight="one", unobs_weight=1.0, **k),
-          "heckman": _heckman}
+LOSSES = {
+  "cld": _pointwise,
+  "cld_logit": lambda *a, **k: _pointwise(*a, link="logit", **k),
+  "cld_mean": lambda *a, **k: _pointwise(*a, target="mean", **k),
+  "cld_pair": _pair,
+  "cld_pair_one": lambda *a, **k: _pair(*a, bpr_weight="one", unobs_weight=1.0, **k),
+  "heckman": _heckman,
+}
 LOSSES = {k: jax.jit(v) for k, v in LOSSES.items()}  # eager dispatch is slow on a busy CPU
 
 
@@ -52,10 +55,11 @@ def _batch(key, shape=(3, 6), k=3):
 
 def test_hand_value_selected_and_clicked():
   one = jnp.ones(1)
-  got = cld_loss(0.3 * one, 0.5 * one, one, propensities=0.5 * one, shown=one > 0, gamma=0.2,
-                 link="probit", sq_weight=1.0)
+  got = cld_loss(
+    0.3 * one, 0.5 * one, one, propensities=0.5 * one, shown=one > 0, gamma=0.2, link="probit", sq_weight=1.0
+  )
   z = (0.5 + 0.2 * 1.7) / np.sqrt(0.96)
-  ref = 1.7 ** 2 - scipy.stats.norm.logcdf(z)
+  ref = 1.7**2 - scipy.stats.norm.logcdf(z)
   np.testing.assert_allclose(float(got), ref, rtol=1e-6)
   np.testing.assert_allclose(float(got), 3.10770, atol=5e-6)
 
@@ -85,12 +89,16 @@ def test_aggregated_ctr_equals_per_session_records():
   rel, sel, _, rho, shown = _batch(key, shape=(2, 5), k=3)
   n = 7
   sess = jax.random.bernoulli(jax.random.key(2), 0.4, (n, 2, 5)) & shown
-  per_session = jax.jit(cld_loss, static_argnames=("gamma",))(jnp.broadcast_to(rel, sess.shape), jnp.broadcast_to(sel, sess.shape),
-                         sess.astype(jnp.float32), propensities=jnp.broadcast_to(rho, sess.shape),
-                         shown=jnp.broadcast_to(shown, sess.shape), gamma=0.3)
+  per_session = jax.jit(cld_loss, static_argnames=("gamma",))(
+    jnp.broadcast_to(rel, sess.shape),
+    jnp.broadcast_to(sel, sess.shape),
+    sess.astype(jnp.float32),
+    propensities=jnp.broadcast_to(rho, sess.shape),
+    shown=jnp.broadcast_to(shown, sess.shape),
+    gamma=0.3,
+  )
   ctr = sess.mean(0)
-  agg = cld_loss(rel, sel, ctr, propensities=rho, shown=shown, gamma=0.3,
-                 weights=jnp.full(rel.shape, float(n)))
+  agg = cld_loss(rel, sel, ctr, propensities=rho, shown=shown, gamma=0.3, weights=jnp.full(rel.shape, float(n)))
   np.testing.assert_allclose(float(agg), float(per_session), rtol=1e-5)
 
 
@@ -115,8 +123,9 @@ def test_pair_loss_matches_brute_force():
       for m in (i, j):
         obj += a * (ls(sel[m] + d) if s[m] else ls(-sel[m]))
       den += a
-  got = cld_pair_loss(jnp.asarray(rel, jnp.float32), jnp.asarray(sel, jnp.float32), jnp.asarray(y),
-                      shown=shown, unobs_weight=0.7)
+  got = cld_pair_loss(
+    jnp.asarray(rel, jnp.float32), jnp.asarray(sel, jnp.float32), jnp.asarray(y), shown=shown, unobs_weight=0.7
+  )
   np.testing.assert_allclose(float(got), -obj / den, rtol=1e-5)
 
 
@@ -152,8 +161,9 @@ def test_log_sigmoid_with_shared_exp_matches_jax_far_into_the_tails():
 def test_no_relevance_gradient_from_unshown_items_and_finite_at_zero_rho():
   rel, sel, c, rho, shown = _batch(jax.random.key(4))
   assert float(jnp.min(rho)) == 0.0
-  g_rel, g_sel = jax.grad(lambda r, s: cld_loss(r, s, c, propensities=rho, shown=shown, gamma=0.3),
-                          argnums=(0, 1))(rel, sel)
+  g_rel, g_sel = jax.grad(lambda r, s: cld_loss(r, s, c, propensities=rho, shown=shown, gamma=0.3), argnums=(0, 1))(
+    rel, sel
+  )
   assert np.all(np.isfinite(g_rel)) and np.all(np.isfinite(g_sel))
   np.testing.assert_array_equal(np.asarray(g_rel)[~np.asarray(shown)], 0.0)
   assert np.all(np.asarray(g_rel)[np.asarray(shown)] != 0.0)
@@ -188,11 +198,11 @@ def test_check_grads(name):
     rel, sel, c, rho, shown = _batch(jax.random.key(7))
     rel, sel = rel.astype(jnp.float64), sel.astype(jnp.float64)
     if name == "heckman":  # the inverse Mills ratio is a stop-gradient input: check d/d f_beta only
-      check_grads(lambda r: LOSSES[name](r, sel, c, rho, shown), (rel,), order=1, modes=("rev",),
-                  atol=1e-4, rtol=1e-4)
+      check_grads(lambda r: LOSSES[name](r, sel, c, rho, shown), (rel,), order=1, modes=("rev",), atol=1e-4, rtol=1e-4)
     else:
-      check_grads(lambda r, s: LOSSES[name](r, s, c, rho, shown), (rel, sel), order=1, modes=("rev",),
-                  atol=1e-4, rtol=1e-4)
+      check_grads(
+        lambda r, s: LOSSES[name](r, s, c, rho, shown), (rel, sel), order=1, modes=("rev",), atol=1e-4, rtol=1e-4
+      )
 
 
 # --- 10.1.4 invariances ------------------------------------------------------------------
@@ -205,8 +215,7 @@ def test_mask_equals_truncation(name):
   where = jnp.arange(8) < n
   # padding carries garbage that must not matter
   junk = lambda a, v: jnp.where(where, a, v)
-  masked = LOSSES[name](junk(rel, 50.0), junk(sel, -9.0), junk(c, 1.0), junk(rho, 0.0),
-                        shown, where=where[None])
+  masked = LOSSES[name](junk(rel, 50.0), junk(sel, -9.0), junk(c, 1.0), junk(rho, 0.0), shown, where=where[None])
   trunc = LOSSES[name](rel[..., :n], sel[..., :n], c[..., :n], rho[..., :n], shown[..., :n])
   np.testing.assert_allclose(float(masked), float(trunc), rtol=1e-5)
 
@@ -254,13 +263,19 @@ def _fit_linear_cld(x, y_clicks, rho, s, *, gamma, sq_weight):
 
   @jax.jit
   def vg(theta):
-    return jax.value_and_grad(lambda t: cld_loss(x @ t[:d], x @ t[d:], y_clicks, propensities=rho,
-                                                 shown=s, gamma=gamma, sq_weight=sq_weight,
-                                                 target="mean"))(theta)
+    return jax.value_and_grad(
+      lambda t: cld_loss(
+        x @ t[:d], x @ t[d:], y_clicks, propensities=rho, shown=s, gamma=gamma, sq_weight=sq_weight, target="mean"
+      )
+    )(theta)
 
-  res = scipy.optimize.minimize(lambda t: tuple(np.asarray(v) for v in vg(jnp.asarray(t))),
-                                np.zeros(2 * d), jac=True, method="L-BFGS-B",
-                                options={"maxiter": 2000, "gtol": 1e-10, "ftol": 1e-15})
+  res = scipy.optimize.minimize(
+    lambda t: tuple(np.asarray(v) for v in vg(jnp.asarray(t))),
+    np.zeros(2 * d),
+    jac=True,
+    method="L-BFGS-B",
+    options={"maxiter": 2000, "gtol": 1e-10, "ftol": 1e-15},
+  )
   return res.x[:d], res.x[d:]
 
 
@@ -270,7 +285,7 @@ def _tobit_data(n, gamma_true, seed):
   omega = np.array([0.0, 0.6, 0.4, -0.3, 1.0])
   x = np.concatenate([np.ones((n, 1)), rng.standard_normal((n, 4))], axis=1)
   eps = rng.standard_normal(n)
-  mu = gamma_true * eps + np.sqrt(1 - gamma_true ** 2) * rng.standard_normal(n)
+  mu = gamma_true * eps + np.sqrt(1 - gamma_true**2) * rng.standard_normal(n)
   s = x @ omega + eps > 0
   y = np.where(s, x @ beta + mu, 0.0)
   return x, y, s, beta
@@ -284,8 +299,9 @@ def _ols(x, y, s):
 def test_gamma_zero_decouples_into_least_squares_plus_probit(sq_weight):
   with jax.enable_x64(True):
     x, y, s, _ = _tobit_data(3000, 0.5, seed=1)
-    b, w = _fit_linear_cld(jnp.asarray(x), jnp.asarray(y), jnp.ones(len(y)), jnp.asarray(s),
-                           gamma=0.0, sq_weight=sq_weight)
+    b, w = _fit_linear_cld(
+      jnp.asarray(x), jnp.asarray(y), jnp.ones(len(y)), jnp.asarray(s), gamma=0.0, sq_weight=sq_weight
+    )
     np.testing.assert_allclose(b, _ols(x, y, s), atol=1e-5)
 
     def probit_nll(t):
@@ -332,8 +348,13 @@ def test_heckman_recovers_outcome_on_tobit_data():
     vg = jax.jit(jax.value_and_grad(fun))
     t = np.zeros(11)
     for _ in range(3):  # alternate: lambda is a stop-gradient input
-      t = scipy.optimize.minimize(lambda v: tuple(np.asarray(a) for a in vg(jnp.asarray(v))), t, jac=True,
-                                  method="L-BFGS-B", options={"maxiter": 2000, "gtol": 1e-10}).x
+      t = scipy.optimize.minimize(
+        lambda v: tuple(np.asarray(a) for a in vg(jnp.asarray(v))),
+        t,
+        jac=True,
+        method="L-BFGS-B",
+        options={"maxiter": 2000, "gtol": 1e-10},
+      ).x
     lam = np.asarray(losses.inverse_mills_ratio(jnp.asarray(x @ t[5:10])))
     two_step = np.linalg.lstsq(np.c_[x, lam][s], y[s], rcond=None)[0]
     np.testing.assert_allclose(t[:5], two_step[:5], atol=2e-3)
@@ -353,8 +374,10 @@ def test_borda_matches_numpy():
   got = np.asarray(losses.borda_scores(jnp.asarray(a), jnp.asarray(b), where=jnp.asarray(where)))
   for q in range(4):
     n = where[q].sum()
-    ra = np.empty(n); ra[np.argsort(-a[q, :n], kind="stable")] = np.arange(1, n + 1)
-    rb = np.empty(n); rb[np.argsort(-b[q, :n], kind="stable")] = np.arange(1, n + 1)
+    ra = np.empty(n)
+    ra[np.argsort(-a[q, :n], kind="stable")] = np.arange(1, n + 1)
+    rb = np.empty(n)
+    rb[np.argsort(-b[q, :n], kind="stable")] = np.arange(1, n + 1)
     np.testing.assert_allclose(got[q, :n], 2 * n - ra - rb)
     np.testing.assert_array_equal(got[q, n:], 0.0)
 

@@ -31,11 +31,14 @@ def _batch(b=3, l=6, f=4, k=3):
   rng = np.random.default_rng(0)
   pos = np.broadcast_to(np.arange(l), (b, l))
   shown = pos < k
-  return {"features": jnp.asarray(rng.normal(size=(b, l, f)), jnp.float32),
-          "where": jnp.asarray(np.arange(l)[None] < np.array([6, 5, 2])[:, None]),
-          "shown": jnp.asarray(shown), "sessions": jnp.array([3.0, 0.0, 5.0]),
-          "clicks": jnp.asarray(np.where(shown, rng.uniform(0, 1, (b, l)), 0), jnp.float32),
-          "examination": jnp.asarray(np.where(shown, 1.0 / (pos + 1), 0.0), jnp.float32)}
+  return {
+    "features": jnp.asarray(rng.normal(size=(b, l, f)), jnp.float32),
+    "where": jnp.asarray(np.arange(l)[None] < np.array([6, 5, 2])[:, None]),
+    "shown": jnp.asarray(shown),
+    "sessions": jnp.array([3.0, 0.0, 5.0]),
+    "clicks": jnp.asarray(np.where(shown, rng.uniform(0, 1, (b, l)), 0), jnp.float32),
+    "examination": jnp.asarray(np.where(shown, 1.0 / (pos + 1), 0.0), jnp.float32),
+  }
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -43,8 +46,7 @@ def test_method_loss_grads_and_score(name):
   m = get_method(name, CONFIG, num_features=4, list_size=6)
   batch = _batch()
   params, extra = m.init(jax.random.key(0), batch)
-  (loss, (aux, _)), grads = jax.jit(jax.value_and_grad(m.loss, has_aux=True))(
-      params, extra, batch, jax.random.key(1))
+  (loss, (aux, _)), grads = jax.jit(jax.value_and_grad(m.loss, has_aux=True))(params, extra, batch, jax.random.key(1))
   assert np.isfinite(float(loss))
   assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
   assert any(np.any(g != 0) for g in jax.tree.leaves(grads))
@@ -61,16 +63,28 @@ def test_cld_method_loss_is_the_weighted_cld_loss():
   params, extra = m.init(jax.random.key(0), batch)
   loss, _ = m.loss(params, extra, batch, jax.random.key(1))
   sel = m.score({"relevance": params["selection"]}, batch)
-  ref = losses.cld_loss(m.score(params, batch), sel, batch["clicks"], propensities=batch["examination"],
-                        shown=batch["shown"], where=batch["where"], gamma=0.3, link="logit",
-                        weights=jnp.broadcast_to(batch["sessions"][:, None], (3, 6)))
+  ref = losses.cld_loss(
+    m.score(params, batch),
+    sel,
+    batch["clicks"],
+    propensities=batch["examination"],
+    shown=batch["shown"],
+    where=batch["where"],
+    gamma=0.3,
+    link="logit",
+    weights=jnp.broadcast_to(batch["sessions"][:, None], (3, 6)),
+  )
   np.testing.assert_allclose(float(loss), float(ref), rtol=1e-6)
 
 
 def test_rank_agg_scores_are_borda_of_ips_and_heckman():
   agg = get_method("rank_agg", CONFIG, num_features=4, list_size=6)
-  ips = get_method("ips", ml_collections.ConfigDict({**CONFIG.to_dict(), "ranker": "mlp", "layer_norm": False}),
-                   num_features=4, list_size=6)
+  ips = get_method(
+    "ips",
+    ml_collections.ConfigDict({**CONFIG.to_dict(), "ranker": "mlp", "layer_norm": False}),
+    num_features=4,
+    list_size=6,
+  )
   heck = get_method("heckman_rank", CONFIG, num_features=4, list_size=6)
   batch = _batch()
   p_ips, _ = ips.init(jax.random.key(0), batch)
@@ -84,15 +98,18 @@ def test_rank_agg_scores_are_borda_of_ips_and_heckman():
 def test_rank_agg_loss_is_its_ips_loss_on_the_shown_items_plus_heckman(loss_type):
   config = ml_collections.ConfigDict({"hidden_sizes": (8, 4), "dropout": 0.0, "loss_type": loss_type})
   agg = get_method("rank_agg", config, num_features=4, list_size=6)
-  ips = get_method("ips", ml_collections.ConfigDict({**config.to_dict(), "layer_norm": False}),
-                   num_features=4, list_size=6)
+  ips = get_method(
+    "ips", ml_collections.ConfigDict({**config.to_dict(), "layer_norm": False}), num_features=4, list_size=6
+  )
   heck = get_method("heckman_rank", config, num_features=4, list_size=6)
   batch = _batch()
   params, extra = agg.init(jax.random.key(0), batch)
   loss, _ = agg.loss(params, extra, batch, jax.random.key(1))
   shown = {**batch, "where": batch["where"] & batch["shown"]}
-  want = (ips.loss(params["ips"], {}, shown, jax.random.key(1))[0]
-          + heck.loss(params["heckman"], {}, batch, jax.random.key(1))[0])
+  want = (
+    ips.loss(params["ips"], {}, shown, jax.random.key(1))[0]
+    + heck.loss(params["heckman"], {}, batch, jax.random.key(1))[0]
+  )
   np.testing.assert_allclose(float(loss), float(want), rtol=1e-6)
 
 
@@ -109,8 +126,9 @@ def test_cld_trains_through_the_loop_and_beats_its_init():
   log = simulate_topk_log(jax.random.key(0), ds.labels, where=ds.where, k=4, num_sessions=20000, threshold=1.0)
   train = topk_log_dataset(ds, log, drop_unseen=False)
   m = get_method("cld", ml_collections.ConfigDict(), num_features=f, list_size=l)
-  cfg = ml_collections.ConfigDict({"steps": 150, "batch_size": 64, "learning_rate": 0.05, "eval_every": 150,
-                                   "progress": False})
+  cfg = ml_collections.ConfigDict(
+    {"steps": 150, "batch_size": 64, "learning_rate": 0.05, "eval_every": 150, "progress": False}
+  )
   res = fit(m, train, None, config=cfg, seeds=(0, 1))
   init = jax.vmap(lambda k: m.init(k, None)[0])(jax.random.split(jax.random.key(9), 2))
   after = evaluate(m, res.params, ds, cutoffs=(3,))["ndcg@3"]
@@ -120,8 +138,7 @@ def test_cld_trains_through_the_loop_and_beats_its_init():
 
 
 def _study_and_configs():
-  return (cld_study,
-          _load("cld_config", ROOT / "experiments" / "cld" / "configs" / "default.py"))
+  return (cld_study, _load("cld_config", ROOT / "experiments" / "cld" / "configs" / "default.py"))
 
 
 def test_study_grid_keys():
@@ -143,10 +160,14 @@ def test_study_grid_keys():
   # the smoke config exercises both parts, and the paper config neither sweep
   smoke = study.grid_points(configs.get_config("smoke"))
   assert [k for k in smoke if k.startswith("hidden=")] == [
-      "hidden=2/k=2/eta=1.0/noise=0.1/sessions=2000", "hidden=2/k=3/eta=1.0/noise=0.1/sessions=2000"]
+    "hidden=2/k=2/eta=1.0/noise=0.1/sessions=2000",
+    "hidden=2/k=3/eta=1.0/noise=0.1/sessions=2000",
+  ]
   assert len(smoke) == 8
   assert list(study.grid_points(configs.get_config("paper"))) == [
-      "k=5/eta=1.0/noise=0.1/sessions=100000", "k=5/eta=0.1/noise=0.1/sessions=100000"]
+    "k=5/eta=1.0/noise=0.1/sessions=100000",
+    "k=5/eta=0.1/noise=0.1/sessions=100000",
+  ]
 
 
 def test_study_learner_views_share_data_and_production_order():
@@ -160,10 +181,12 @@ def test_study_learner_views_share_data_and_production_order():
   view = study.learner_view(splits, c.data.num_hidden_sweep)
   # the same as hiding inside topk_selection_data, from the same generated data
   d = c.data
-  raw = data_lib.make_synthetic(d.num_train, d.num_valid, d.num_test, list_size=d.list_size, num_features=8,
-                                seed=d.seed, noise=d.label_noise)
-  ref, _ = topk_selection_data(raw, num_hidden=2, threshold=c.threshold, logging_fraction=c.logging_fraction,
-                               seed=d.seed)
+  raw = data_lib.make_synthetic(
+    d.num_train, d.num_valid, d.num_test, list_size=d.list_size, num_features=8, seed=d.seed, noise=d.label_noise
+  )
+  ref, _ = topk_selection_data(
+    raw, num_hidden=2, threshold=c.threshold, logging_fraction=c.logging_fraction, seed=d.seed
+  )
   for a, b, full in zip(view, ref, splits):
     assert a.num_features == 6
     np.testing.assert_array_equal(a.features, b.features)
@@ -179,8 +202,10 @@ def _fake_raw(study, config, gains):
   seeds = np.arange(4.0)
   out = {}
   for key, entry in study.grid_points(config).items():
-    out[key] = {m: {k: 0.5 + gains.get(key, {}).get(m, 0.0) + 0.01 * seeds for k in study.METRICS}
-                for m in entry["methods"] + ["oracle"]}
+    out[key] = {
+      m: {k: 0.5 + gains.get(key, {}).get(m, 0.0) + 0.01 * seeds for k in study.METRICS}
+      for m in entry["methods"] + ["oracle"]
+    }
   return out
 
 
@@ -189,10 +214,10 @@ def test_study_orderings():
   s = configs.get_config("smoke")
   key = lambda **kw: study.point_key(**{"k": 3, "eta": 1.0, "noise": 0.1, "sessions": 2000, **kw})
   good = {
-      key(): {"ips": 0.1},  # 1: IPS beats naive
-      key(eta=0.0, assumed_eta=0.0): {"heckman_rank": 0.3, "ips": 0.05},  # 2: Heckman falls by 0.3, ips by 0.05
-      key(k=2, hidden=2): {"cld": 0.2},  # 3: CLD gains 0.2 over IPS at k=2 and nothing at k=3 (hidden sweep)
-      key(assumed_eta=2.0): {"ips": -0.3, "cld": -0.05},  # 4: eta-hat = 2 costs IPS 0.4, CLD 0.15
+    key(): {"ips": 0.1},  # 1: IPS beats naive
+    key(eta=0.0, assumed_eta=0.0): {"heckman_rank": 0.3, "ips": 0.05},  # 2: Heckman falls by 0.3, ips by 0.05
+    key(k=2, hidden=2): {"cld": 0.2},  # 3: CLD gains 0.2 over IPS at k=2 and nothing at k=3 (hidden sweep)
+    key(assumed_eta=2.0): {"ips": -0.3, "cld": -0.05},  # 4: eta-hat = 2 costs IPS 0.4, CLD 0.15
   }
   good[key()]["cld"] = 0.1
   out = study.orderings(_fake_raw(study, s, good), s)

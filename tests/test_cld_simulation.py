@@ -37,8 +37,9 @@ def test_aggregated_log_ctrs_sessions_and_cutoff():
   q = 50
   labels = jnp.broadcast_to(LABELS, (q, 7))
   where = jnp.ones((q, 7), bool).at[-1, 4:].set(False)
-  log = simulate_topk_log(jax.random.key(1), labels, where=where, k=5, num_sessions=40000,
-                          eta=1.0, noise=0.1, threshold=2)
+  log = simulate_topk_log(
+    jax.random.key(1), labels, where=where, k=5, num_sessions=40000, eta=1.0, noise=0.1, threshold=2
+  )
   n = np.asarray(log["sessions"])
   assert n.sum() == 40000
   # uniform query draw: counts are Multinomial(N, 1/Q)
@@ -57,8 +58,7 @@ def test_assumed_eta_changes_only_the_propensities():
   labels = jnp.broadcast_to(LABELS, (4, 7))
   where = jnp.ones((4, 7), bool)
   a = simulate_topk_log(jax.random.key(2), labels, where=where, k=3, num_sessions=100, eta=1.0)
-  b = simulate_topk_log(jax.random.key(2), labels, where=where, k=3, num_sessions=100, eta=1.0,
-                        assumed_eta=2.0)
+  b = simulate_topk_log(jax.random.key(2), labels, where=where, k=3, num_sessions=100, eta=1.0, assumed_eta=2.0)
   np.testing.assert_array_equal(np.asarray(a["clicks"]), np.asarray(b["clicks"]))
   np.testing.assert_allclose(np.asarray(b["examination"][0]), [1, 0.25, 1 / 9, 0, 0, 0, 0], rtol=1e-6)
   np.testing.assert_allclose(np.asarray(b["true_examination"][0]), [1, 0.5, 1 / 3, 0, 0, 0, 0], rtol=1e-6)
@@ -67,8 +67,7 @@ def test_assumed_eta_changes_only_the_propensities():
 @pytest.mark.parametrize("num_hidden", [0, 2])
 def test_selection_data_orders_hides_and_binarises(num_hidden):
   splits = make_synthetic(60, 10, 10, list_size=8, num_features=6, seed=3)
-  out, w = topk_selection_data(splits, num_hidden=num_hidden, threshold=2, logging_fraction=0.2,
-                               logging_steps=100)
+  out, w = topk_selection_data(splits, num_hidden=num_hidden, threshold=2, logging_fraction=0.2, logging_steps=100)
   for raw, ds in zip(splits, out):
     assert ds.num_features == 6 - num_hidden
     s = ds.extras["logging_scores"]

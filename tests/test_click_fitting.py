@@ -14,8 +14,9 @@ from ultr_jax import simulation as sim
 def _log(model, seed=0, num_queries=10, length=5, num_sessions=30000, noise=np.inf, **params):
   rng = np.random.default_rng(seed)
   attraction = rng.uniform(0.05, 0.95, size=(num_queries, length)).astype(np.float32)
-  log = sim.simulate_session_log(jax.random.key(seed), model, attraction, num_sessions=num_sessions,
-                                 noise=noise, **params)
+  log = sim.simulate_session_log(
+    jax.random.key(seed), model, attraction, num_sessions=num_sessions, noise=noise, **params
+  )
   return attraction.reshape(-1), {k: np.asarray(v) for k, v in log.items()}
 
 
@@ -54,8 +55,9 @@ def _scipy_fit(np_ll, sizes, ids, clicks):
     parts = np.split(theta, np.cumsum(sizes)[:-1])
     return -np_ll(*(sig(p) for p in parts), ids, clicks).mean()
 
-  res = optimize.minimize(objective, np.zeros(sum(sizes)), method="L-BFGS-B",
-                          options={"maxiter": 2000, "ftol": 1e-13, "gtol": 1e-9})
+  res = optimize.minimize(
+    objective, np.zeros(sum(sizes)), method="L-BFGS-B", options={"maxiter": 2000, "ftol": 1e-13, "gtol": 1e-9}
+  )
   return -res.fun, [sig(p) for p in np.split(res.x, np.cumsum(sizes)[:-1])]
 
 
@@ -67,8 +69,10 @@ def test_maximum_likelihood_matches_scipy_on_an_independent_numpy_likelihood(mod
   fit = sim.fit_click_model(model, ids, clicks, num_docs=12, l2=0.0, tol=1e-6, max_iters=2000)
   np_ll = _np_pbm_ll if model == "pbm" else _np_dcm_ll
   ref_ll, ref = _scipy_fit(np_ll, [12, 4], ids, clicks)
-  mine = [np.asarray(fit.params["attraction"], np.float64),
-          np.asarray(fit.params["examination" if model == "pbm" else "continuation"], np.float64)]
+  mine = [
+    np.asarray(fit.params["attraction"], np.float64),
+    np.asarray(fit.params["examination" if model == "pbm" else "continuation"], np.float64),
+  ]
   # Our optimum, scored by the NumPy likelihood, is scipy's (float32 vs float64 optimisers).
   assert abs(np_ll(*mine, ids, clicks).mean() - ref_ll) < 2e-5
   assert abs(fit.log_likelihood - ref_ll) < 2e-5
@@ -91,22 +95,30 @@ def test_fit_is_at_least_as_likely_as_the_truth():
   assert fit.log_likelihood - true_ll < 0.01  # and not absurdly better: 50 + 5 parameters on 30k sessions
 
 
-@pytest.mark.parametrize("model, truth", [
+@pytest.mark.parametrize(
+  "model, truth",
+  [
     ("pbm", {"examination": jnp.array([0.68, 0.61, 0.48, 0.34, 0.28])}),
     ("dcm", {"continuation": jnp.full(5, 0.6)}),
     ("dbn", {"perseverance": jnp.float32(0.85), "satisfaction": jnp.full(50, 0.4)}),
     # ULTRA's trust table: o = v eps+, rho = eps- / eps+ with eps+ = 1 - (k + 2)/100, eps- = 0.65/(k + 1).
-    ("trust", {"examination": jnp.array([0.68, 0.61, 0.48, 0.34, 0.28]) * (1 - (jnp.arange(5) + 2) / 100),
-               "trust": 0.65 / (jnp.arange(5) + 1) / (1 - (jnp.arange(5) + 2) / 100)}),
-])
+    (
+      "trust",
+      {
+        "examination": jnp.array([0.68, 0.61, 0.48, 0.34, 0.28]) * (1 - (jnp.arange(5) + 2) / 100),
+        "trust": 0.65 / (jnp.arange(5) + 1) / (1 - (jnp.arange(5) + 2) / 100),
+      },
+    ),
+  ],
+)
 def test_a_simulated_logs_true_probabilities_are_the_true_parameters_predictions(model, truth):
   """The sampler's own conditional and marginal click probabilities (``simulate_session_log``) are what the
   fitting module predicts with the generating parameters (two separate implementations)."""
-  kwargs = {"pbm": {}, "dcm": {"continuation": 0.6}, "dbn": {"perseverance": 0.85, "satisfaction": 0.4},
-            "trust": {}}[model]
+  kwargs = {"pbm": {}, "dcm": {"continuation": 0.6}, "dbn": {"perseverance": 0.85, "satisfaction": 0.4}, "trust": {}}[
+    model
+  ]
   attraction, log = _log(model, seed=4, num_sessions=200, **kwargs)
-  pred = sim.click_model_predict(model, {"attraction": jnp.asarray(attraction), **truth}, log["doc_ids"],
-                                 log["clicks"])
+  pred = sim.click_model_predict(model, {"attraction": jnp.asarray(attraction), **truth}, log["doc_ids"], log["clicks"])
   np.testing.assert_allclose(log["conditional_click_prob"], pred["conditional"], rtol=2e-5, atol=1e-7)
   np.testing.assert_allclose(log["click_prob"], pred["marginal"], rtol=2e-5, atol=1e-7)
 
@@ -117,11 +129,11 @@ def test_a_simulated_logs_true_probabilities_are_the_true_parameters_predictions
 # absolute error below 0.05 is the 2-sigma bound; the shared bias parameters see every session.
 
 RECOVERY = {
-    "pbm": {},
-    "ubm": {},
-    "dcm": dict(continuation=(0.8, 0.6, 0.5, 0.3, 0.3)),
-    "dbn": dict(perseverance=0.85, satisfaction=0.4),
-    "ccm": dict(alpha=(0.9, 0.7, 0.2)),
+  "pbm": {},
+  "ubm": {},
+  "dcm": dict(continuation=(0.8, 0.6, 0.5, 0.3, 0.3)),
+  "dbn": dict(perseverance=0.85, satisfaction=0.4),
+  "ccm": dict(alpha=(0.9, 0.7, 0.2)),
 }
 
 
@@ -167,8 +179,11 @@ def test_trust_fit_recovers_every_click_probability_but_only_an_affine_map_of_th
   # The same click probabilities from a' = 0.1 + 0.8 a: A' = A / v, B' = B - A u / v, o' = A' + B', rho' = B' / o'.
   u, v = 0.1, 0.8
   big_a, big_b = o * (1 - rho) / v, o * rho - o * (1 - rho) * u / v
-  other = {"attraction": jnp.asarray(u + v * attraction), "examination": jnp.asarray(big_a + big_b),
-           "trust": jnp.asarray(big_b / (big_a + big_b))}
+  other = {
+    "attraction": jnp.asarray(u + v * attraction),
+    "examination": jnp.asarray(big_a + big_b),
+    "trust": jnp.asarray(big_b / (big_a + big_b)),
+  }
   truth = {"attraction": jnp.asarray(attraction), "examination": jnp.asarray(o), "trust": jnp.asarray(rho)}
   lls = [sim.click_model_log_likelihood("trust", p, log["doc_ids"][:500], log["clicks"][:500]) for p in (truth, other)]
   np.testing.assert_allclose(lls[0], lls[1], rtol=1e-5)
@@ -208,8 +223,9 @@ def test_evaluate_by_hand_and_pbm_conditionals_are_marginals():
   np.testing.assert_allclose(out["perplexity_per_rank"], ppl, rtol=1e-6)
   np.testing.assert_allclose(out["perplexity"], np.mean(ppl), rtol=1e-6)
   assert out["ctr_perplexity"] == pytest.approx(out["perplexity"])
-  pred = sim.click_model_predict("dcm", {"attraction": params["attraction"], "continuation": jnp.array([0.5, 0.5])},
-                                 ids, clicks)
+  pred = sim.click_model_predict(
+    "dcm", {"attraction": params["attraction"], "continuation": jnp.array([0.5, 0.5])}, ids, clicks
+  )
   np.testing.assert_allclose(pred["marginal"][0], [0.5, 0.8 * (1 - 0.5 * 0.5)], rtol=1e-6)
   np.testing.assert_allclose(pred["conditional"][0], [0.5, 0.8 * 0.5], rtol=1e-6)
 
@@ -249,8 +265,7 @@ def test_input_errors_name_the_problem():
   with pytest.raises(ValueError, match="integers"):
     sim.fit_click_model("pbm", ids.astype(float), np.zeros((2, 3)))
   # Masked entries are not checked: garbage there is fine.
-  fit = sim.fit_click_model("cascade", np.array([[0, -1]]), np.array([[1.0, 7.0]]),
-                            where=np.array([[True, False]]))
+  fit = sim.fit_click_model("cascade", np.array([[0, -1]]), np.array([[1.0, 7.0]]), where=np.array([[True, False]]))
   assert fit.params["attraction"].shape == (1,)
 
 
@@ -269,6 +284,7 @@ def _write_log(path, log, doc_names=None):
 
 def test_a_session_log_file_round_trips_and_fits_like_the_arrays(tmp_path):
   from ultr_jax.data import click_log_sessions, read_click_log
+
   _, log = _log("dcm", seed=6, num_queries=4, length=5, num_sessions=400, continuation=0.5)
   _write_log(tmp_path / "log.tsv", log)
   out = click_log_sessions(read_click_log(tmp_path / "log.tsv"))
@@ -284,6 +300,7 @@ def test_a_session_log_file_round_trips_and_fits_like_the_arrays(tmp_path):
 
 def test_session_log_gaps_and_errors(tmp_path):
   from ultr_jax.data import click_log_sessions, read_click_log
+
   p = tmp_path / "log.tsv"
   head = "session_id\tquery_id\tdoc_id\tposition\tclick\n"
   # Session s2 shows positions 1 and 3: position 2 is masked, ranks are kept.
@@ -324,9 +341,15 @@ def test_a_fit_sharded_over_sessions_equals_the_single_device_fit(model):
 def test_per_document_parameters_follow_their_documents():
   """DBN with perseverance 1: document 0 always satisfies, the others never; every document attracts.
   So each session clicks down to document 0, wherever it is shown, and stops there."""
-  log = sim.simulate_session_log(jax.random.key(0), "dbn", np.ones((1, 3), np.float32), num_sessions=50,
-                                 noise=np.inf, perseverance=1.0,
-                                 satisfaction=np.array([[1.0, 0.0, 0.0]], np.float32))
+  log = sim.simulate_session_log(
+    jax.random.key(0),
+    "dbn",
+    np.ones((1, 3), np.float32),
+    num_sessions=50,
+    noise=np.inf,
+    perseverance=1.0,
+    satisfaction=np.array([[1.0, 0.0, 0.0]], np.float32),
+  )
   ids, clicks = np.asarray(log["doc_ids"]), np.asarray(log["clicks"])
   rank_of_doc0 = np.argmax(ids == 0, axis=1)
   np.testing.assert_array_equal(clicks, (np.arange(3) <= rank_of_doc0[:, None]).astype(np.float32))
@@ -337,8 +360,9 @@ def test_dbn_recovers_per_document_satisfaction():
   rng = np.random.default_rng(8)
   attraction = rng.uniform(0.3, 0.95, size=(10, 5)).astype(np.float32)
   sigma = rng.uniform(0.1, 0.9, size=(10, 5)).astype(np.float32)
-  log = sim.simulate_session_log(jax.random.key(8), "dbn", attraction, num_sessions=30000, noise=np.inf,
-                                 perseverance=0.9, satisfaction=sigma)
+  log = sim.simulate_session_log(
+    jax.random.key(8), "dbn", attraction, num_sessions=30000, noise=np.inf, perseverance=0.9, satisfaction=sigma
+  )
   fit = sim.fit_click_model("dbn", np.asarray(log["doc_ids"]), np.asarray(log["clicks"]), num_docs=50)
   got = np.asarray(fit.params["satisfaction"])
   # The same 2-sigma bound as the attraction's (each document is clicked in ~1,500 sessions).
@@ -365,8 +389,12 @@ def _np_ctr(model, ids, clicks, where, num_docs, prior):
     return np.broadcast_to(rank, clicks.shape)
   if model == "dctr":
     return doc[ids]
-  return np.array([[smooth([t for t in items if t[0] == ids[s, r] and t[1] == r], doc[ids[s, r]])
-                    for r in range(l_)] for s in range(s_)])
+  return np.array(
+    [
+      [smooth([t for t in items if t[0] == ids[s, r] and t[1] == r], doc[ids[s, r]]) for r in range(l_)]
+      for s in range(s_)
+    ]
+  )
 
 
 @pytest.mark.parametrize("model", sim.CTR_MODELS)
@@ -390,8 +418,9 @@ def test_a_click_model_beats_the_ctr_baselines_on_its_own_log_and_errors_name_th
   pbm = sim.evaluate_click_model("pbm", fit.params, test["doc_ids"], test["clicks"])["perplexity"]
   ppl = {}
   for model in sim.CTR_MODELS:
-    p = sim.ctr_model_predict(model, sim.fit_ctr_model(model, train["doc_ids"], train["clicks"], num_docs=50),
-                              test["doc_ids"])
+    p = sim.ctr_model_predict(
+      model, sim.fit_ctr_model(model, train["doc_ids"], train["clicks"], num_docs=50), test["doc_ids"]
+    )
     ppl[model] = sim.click_prediction_scores(p, p, test["clicks"])["perplexity"]
   assert pbm < min(ppl.values()), (pbm, ppl)
   assert ppl["gctr"] > max(ppl["rctr"], ppl["dctr"])  # a rank or a document effect beats none

@@ -14,17 +14,19 @@ from jax.test_util import check_grads
 from ultr_jax import simulation as sim
 
 CHAIN_PARAMS = {
-    "cascade": {},
-    "dcm": dict(continuation=np.array([0.7, 0.4, 0.9, 0.2])),
-    "dbn": dict(perseverance=0.8, satisfaction=np.array([0.5, 0.3, 0.9, 0.6])),
-    "ccm": dict(alpha=(0.9, 0.7, 0.2)),
+  "cascade": {},
+  "dcm": dict(continuation=np.array([0.7, 0.4, 0.9, 0.2])),
+  "dbn": dict(perseverance=0.8, satisfaction=np.array([0.5, 0.3, 0.9, 0.6])),
+  "ccm": dict(alpha=(0.9, 0.7, 0.2)),
 }
 
 
 def _params(model, length):
   """The model's parameters with per-item arrays cycled to ``length`` items."""
-  return {k: (np.resize(v, length).astype(np.float32) if isinstance(v, np.ndarray) else v)
-          for k, v in CHAIN_PARAMS[model].items()}
+  return {
+    k: (np.resize(v, length).astype(np.float32) if isinstance(v, np.ndarray) else v)
+    for k, v in CHAIN_PARAMS[model].items()
+  }
 
 
 def _continuations(model, a):
@@ -82,9 +84,12 @@ def test_chain_likelihood_equals_the_latent_enumeration(model):
   c0, c1 = _continuations(model, A4)
   joint = _chain_joint_by_latents(A4, c0, c1)
   vectors = _all_click_vectors(4)
-  ll = sim.chain_log_likelihood(jnp.asarray(vectors), jnp.asarray(A4, jnp.float32),
-                                continue_no_click=jnp.asarray(c0, jnp.float32),
-                                continue_click=jnp.asarray(c1, jnp.float32))
+  ll = sim.chain_log_likelihood(
+    jnp.asarray(vectors),
+    jnp.asarray(A4, jnp.float32),
+    continue_no_click=jnp.asarray(c0, jnp.float32),
+    continue_click=jnp.asarray(c1, jnp.float32),
+  )
   want = np.array([joint.get(tuple(int(v) for v in row), 0.0) for row in vectors])
   np.testing.assert_allclose(np.exp(np.asarray(ll, np.float64)), want, rtol=2e-6, atol=1e-12)
   assert abs(np.exp(np.asarray(ll, np.float64)).sum() - 1.0) < 1e-5
@@ -97,9 +102,15 @@ def test_chain_conditionals_are_ratios_of_the_joint_and_sum_to_the_samplers_marg
   c0, c1 = _continuations(model, A4)
   joint = _chain_joint_by_latents(A4, c0, c1)
   vectors = _all_click_vectors(4)
-  q = np.asarray(sim.chain_conditional_click_prob(
-      jnp.asarray(vectors), jnp.asarray(A4, jnp.float32), continue_no_click=jnp.asarray(c0, jnp.float32),
-      continue_click=jnp.asarray(c1, jnp.float32)), np.float64)
+  q = np.asarray(
+    sim.chain_conditional_click_prob(
+      jnp.asarray(vectors),
+      jnp.asarray(A4, jnp.float32),
+      continue_no_click=jnp.asarray(c0, jnp.float32),
+      continue_click=jnp.asarray(c1, jnp.float32),
+    ),
+    np.float64,
+  )
   for row, q_row in zip(vectors.astype(int), q):
     for i in range(4):
       prefix = tuple(row[:i])
@@ -110,8 +121,11 @@ def test_chain_conditionals_are_ratios_of_the_joint_and_sum_to_the_samplers_marg
       assert abs(q_row[i] - p_click / p_prefix) < 2e-6, (row, i)
   # Marginal click rates: sum over histories of P(history) q equals the model's marginal.
   marginal = sum(p * np.asarray(c, float) for c, p in joint.items())
-  exam = sim.chain_examination(jnp.asarray(A4, jnp.float32), continue_no_click=jnp.asarray(c0, jnp.float32),
-                               continue_click=jnp.asarray(c1, jnp.float32))
+  exam = sim.chain_examination(
+    jnp.asarray(A4, jnp.float32),
+    continue_no_click=jnp.asarray(c0, jnp.float32),
+    continue_click=jnp.asarray(c1, jnp.float32),
+  )
   np.testing.assert_allclose(np.asarray(exam) * A4, marginal, rtol=2e-6)
 
 
@@ -120,11 +134,12 @@ def test_chain_continuations_match_the_click_models():
   a = jnp.asarray(A4, jnp.float32)
   key = jax.random.key(0)
   outs = {
-      "cascade": sim.cascade(key, a),
-      "dcm": sim.dcm(key, a, continuation=jnp.asarray(CHAIN_PARAMS["dcm"]["continuation"], jnp.float32)),
-      "dbn": sim.dbn(key, a, perseverance=0.8,
-                     satisfaction=jnp.asarray(CHAIN_PARAMS["dbn"]["satisfaction"], jnp.float32)),
-      "ccm": sim.ccm(key, a, alpha=(0.9, 0.7, 0.2)),
+    "cascade": sim.cascade(key, a),
+    "dcm": sim.dcm(key, a, continuation=jnp.asarray(CHAIN_PARAMS["dcm"]["continuation"], jnp.float32)),
+    "dbn": sim.dbn(
+      key, a, perseverance=0.8, satisfaction=jnp.asarray(CHAIN_PARAMS["dbn"]["satisfaction"], jnp.float32)
+    ),
+    "ccm": sim.ccm(key, a, alpha=(0.9, 0.7, 0.2)),
   }
   for model, out in outs.items():
     c0, c1 = sim.chain_continuations(model, a, **CHAIN_PARAMS[model])
@@ -149,8 +164,9 @@ def test_ubm_likelihood_equals_the_latent_enumeration_and_the_marginals():
   np.testing.assert_allclose(np.exp(ll), want, rtol=2e-6)
   q = np.asarray(sim.ubm_conditional_click_prob(*args), np.float64)
   marginal = (np.exp(ll)[:, None] * vectors).sum(0)
-  np.testing.assert_allclose(marginal, sim.ubm_examination(jnp.asarray(a, jnp.float32),
-                                                           jnp.asarray(gamma, jnp.float32)) * a, rtol=2e-6)
+  np.testing.assert_allclose(
+    marginal, sim.ubm_examination(jnp.asarray(a, jnp.float32), jnp.asarray(gamma, jnp.float32)) * a, rtol=2e-6
+  )
   # q_i = P(c_i = 1 | prefix): a click at rank 1 moves rank 2 to gamma[1, 1].
   np.testing.assert_allclose(q[vectors[:, 0] == 1, 1], gamma[1, 1] * a[1], rtol=1e-6)
   np.testing.assert_allclose(q[vectors[:, 0] == 0, 1], gamma[1, 0] * a[1], rtol=1e-6)
@@ -161,12 +177,13 @@ def _likelihoods():
   gamma = jnp.asarray(np.tril(rng.uniform(0.1, 1.0, size=(6, 7))), jnp.float32)
   fns = {}
   for model in sorted(CHAIN_PARAMS):
+
     def chain(clicks, a, where=None, model=model):
       c0, c1 = sim.chain_continuations(model, a, **_params(model, a.shape[-1]))
       return sim.chain_log_likelihood(clicks, a, continue_no_click=c0, continue_click=c1, where=where)
+
     fns[model] = chain
-  fns["ubm"] = lambda clicks, a, where=None: sim.ubm_log_likelihood(clicks, a, gamma[:a.shape[-1]],
-                                                                     where=where)
+  fns["ubm"] = lambda clicks, a, where=None: sim.ubm_log_likelihood(clicks, a, gamma[: a.shape[-1]], where=where)
   return fns
 
 
@@ -219,8 +236,14 @@ def test_vmap_equals_loop_and_compiles_once(model):
 def test_gradients_are_finite_checked_and_zero_when_all_masked(model):
   fn = jax.jit(LIKELIHOODS[model])  # one compile per shape (eagerly: one per primitive)
   clicks, a = _sessions(model, n=3)
-  check_grads(lambda x: fn(clicks, jax.nn.sigmoid(x)).sum(), (jnp.log(a / (1 - a)),), order=1,
-              modes=("rev",), atol=5e-2, rtol=5e-2)
+  check_grads(
+    lambda x: fn(clicks, jax.nn.sigmoid(x)).sum(),
+    (jnp.log(a / (1 - a)),),
+    order=1,
+    modes=("rev",),
+    atol=5e-2,
+    rtol=5e-2,
+  )
   g = jax.grad(lambda x: fn(clicks, x).sum())(a)
   chex.assert_tree_all_finite(g)
   g0 = jax.grad(lambda x: fn(clicks, x, jnp.zeros(clicks.shape, bool)).sum())(a)
@@ -252,9 +275,12 @@ def test_logit_log_probs_equal_the_probability_functions_for_every_model():
     elif model == "ubm":
       want = sim.ubm_log_likelihood(clicks, a, sig(bias["gamma"]))
     else:
-      params = {"cascade": {}, "dcm": {"continuation": sig(bias.get("continuation", 0.0))},
-                "dbn": {"perseverance": sig(bias.get("perseverance", 0.0)), "satisfaction": sig(u)},
-                "ccm": {"alpha": sig(bias.get("alpha", np.zeros(3)))}}[model]
+      params = {
+        "cascade": {},
+        "dcm": {"continuation": sig(bias.get("continuation", 0.0))},
+        "dbn": {"perseverance": sig(bias.get("perseverance", 0.0)), "satisfaction": sig(u)},
+        "ccm": {"alpha": sig(bias.get("alpha", np.zeros(3)))},
+      }[model]
       c0, c1 = sim.chain_continuations(model, a, **params)
       want = sim.chain_log_likelihood(clicks, a, continue_no_click=c0, continue_click=c1)
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6, err_msg=model)

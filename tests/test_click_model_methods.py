@@ -31,8 +31,10 @@ def _data(seed=0):
   sat = rng.normal(size=(Q, L)).astype(np.float32)
   clicks = (rng.random((Q, L)) < 0.4).astype(np.float32)
   where = np.arange(L) < rng.integers(2, L + 1, size=(Q, 1))
-  bias = {m: {k: rng.normal(size=s).astype(np.float32) for k, s in losses.click_model_bias_shapes(m, L).items()}
-          for m in MODELS}
+  bias = {
+    m: {k: rng.normal(size=s).astype(np.float32) for k, s in losses.click_model_bias_shapes(m, L).items()}
+    for m in MODELS
+  }
   return scores, sat, clicks, where, bias
 
 
@@ -49,8 +51,9 @@ def _reference(model, scores, sat, clicks, where, bias):
   if model == "dcm":
     c0, c1 = sim.chain_continuations("dcm", a, continuation=jnp.asarray(b["continuation"], jnp.float32))
   elif model == "dbn":
-    c0, c1 = sim.chain_continuations("dbn", a, perseverance=float(b["perseverance"]),
-                                     satisfaction=jnp.asarray(sig(sat), jnp.float32))
+    c0, c1 = sim.chain_continuations(
+      "dbn", a, perseverance=float(b["perseverance"]), satisfaction=jnp.asarray(sig(sat), jnp.float32)
+    )
   else:
     c0, c1 = sim.chain_continuations("ccm", a, alpha=jnp.asarray(b["alpha"], jnp.float32))
   return sim.chain_log_likelihood(clicks, a, continue_no_click=c0, continue_click=c1, where=where)
@@ -59,8 +62,9 @@ def _reference(model, scores, sat, clicks, where, bias):
 @pytest.mark.parametrize("model", MODELS)
 def test_loss_is_the_click_models_session_likelihood(model):
   scores, sat, clicks, where, bias = _data()
-  got = losses.click_model_loss(scores, clicks, model=model, bias=bias[model], where=where,
-                                satisfaction_scores=sat, reduce_fn=None)
+  got = losses.click_model_loss(
+    scores, clicks, model=model, bias=bias[model], where=where, satisfaction_scores=sat, reduce_fn=None
+  )
   want = _reference(model, scores, sat, clicks, where, bias[model])
   np.testing.assert_allclose(got, -np.asarray(want), rtol=2e-5, atol=1e-5)
   mean = losses.click_model_loss(scores, clicks, model=model, bias=bias[model], where=where, satisfaction_scores=sat)
@@ -74,10 +78,18 @@ def test_items_are_taken_in_display_order_by_position(model):
   where = np.ones_like(where)
   perm = np.stack([np.random.default_rng(i).permutation(L) for i in range(Q)])
   take = lambda x: np.take_along_axis(x, perm, axis=1)
-  plain = losses.click_model_loss(scores, clicks, model=model, bias=bias[model], satisfaction_scores=sat,
-                                  reduce_fn=None)
-  permuted = losses.click_model_loss(take(scores), take(clicks), model=model, bias=bias[model],
-                                     positions=perm, satisfaction_scores=take(sat), reduce_fn=None)
+  plain = losses.click_model_loss(
+    scores, clicks, model=model, bias=bias[model], satisfaction_scores=sat, reduce_fn=None
+  )
+  permuted = losses.click_model_loss(
+    take(scores),
+    take(clicks),
+    model=model,
+    bias=bias[model],
+    positions=perm,
+    satisfaction_scores=take(sat),
+    reduce_fn=None,
+  )
   np.testing.assert_allclose(permuted, plain, rtol=1e-5)
 
 
@@ -105,12 +117,15 @@ def test_click_logits_score_the_session_likelihood_in_item_order(model):
 def test_mask_equals_truncation_zero_grads_when_masked_and_check_grads(model):
   scores, sat, clicks, _, bias = _data(2)
   fn = lambda s, b, where=None, c=clicks, u=sat: losses.click_model_loss(
-      s, c, model=model, bias=b, where=where, satisfaction_scores=u, reduce_fn=None)
+    s, c, model=model, bias=b, where=where, satisfaction_scores=u, reduce_fn=None
+  )
   pad = lambda x, v: np.concatenate([x, np.full((Q, 2), v, np.float32)], axis=1)
   where = np.broadcast_to(np.arange(L + 2) < L, (Q, L + 2))
   # Garbage in the padding (scores, clicks, satisfaction); the bias tables cover the padded positions.
-  bias_pad = {k: (np.concatenate([v, np.zeros((2,) + v.shape[1:], np.float32)]) if v.ndim >= 1 and k != "alpha"
-                  else v) for k, v in bias[model].items()}
+  bias_pad = {
+    k: (np.concatenate([v, np.zeros((2,) + v.shape[1:], np.float32)]) if v.ndim >= 1 and k != "alpha" else v)
+    for k, v in bias[model].items()
+  }
   if model == "ubm":
     bias_pad["gamma"] = np.pad(bias[model]["gamma"], ((0, 2), (0, 2)))
   got = fn(pad(scores, 50.0), bias_pad, where, pad(clicks, 1.0), pad(sat, -50.0))
@@ -118,8 +133,14 @@ def test_mask_equals_truncation_zero_grads_when_masked_and_check_grads(model):
   g = jax.grad(lambda s, b: fn(s, b, jnp.zeros((Q, L), bool)).sum(), argnums=(0, 1))(scores, bias[model])
   chex.assert_tree_all_finite(g)
   assert all(np.all(np.asarray(x) == 0) for x in jax.tree.leaves(g))
-  check_grads(lambda s, b: fn(s, b).sum(), (jnp.asarray(scores), jax.tree.map(jnp.asarray, bias[model])),
-              order=1, modes=("rev",), atol=5e-2, rtol=5e-2)
+  check_grads(
+    lambda s, b: fn(s, b).sum(),
+    (jnp.asarray(scores), jax.tree.map(jnp.asarray, bias[model])),
+    order=1,
+    modes=("rev",),
+    atol=5e-2,
+    rtol=5e-2,
+  )
 
 
 def test_extreme_logits_stay_finite():
@@ -156,19 +177,29 @@ def test_method_loss_grads_score_and_propensities(name):
   features = rng.normal(size=(Q, L, 4)).astype(np.float32)
   where = np.arange(L) < rng.integers(2, L + 1, size=(Q, 1))
   where[3] = False
-  batch = jax.tree.map(jnp.asarray, {
-      "features": features, "where": where, "clicks": ((rng.random((Q, L)) < 0.4) & where).astype(np.float32),
-      "positions": np.stack([rng.permutation(L) for _ in range(Q)]).astype(np.int32)})
-  method = get_method(name, ml_collections.ConfigDict({"ranker": "mlp", "hidden_sizes": (8,), "dropout": 0.1}),
-                      num_features=4, list_size=L)
+  batch = jax.tree.map(
+    jnp.asarray,
+    {
+      "features": features,
+      "where": where,
+      "clicks": ((rng.random((Q, L)) < 0.4) & where).astype(np.float32),
+      "positions": np.stack([rng.permutation(L) for _ in range(Q)]).astype(np.int32),
+    },
+  )
+  method = get_method(
+    name,
+    ml_collections.ConfigDict({"ranker": "mlp", "hidden_sizes": (8,), "dropout": 0.1}),
+    num_features=4,
+    list_size=L,
+  )
   params, extra = method.init(jax.random.key(0), batch)
-  (value, _), grads = jax.jit(jax.value_and_grad(method.loss, has_aux=True))(params, extra, batch,
-                                                                              jax.random.key(1))
+  (value, _), grads = jax.jit(jax.value_and_grad(method.loss, has_aux=True))(params, extra, batch, jax.random.key(1))
   assert np.isfinite(float(value))
   chex.assert_tree_all_finite(grads)
   assert any(np.any(np.asarray(g) != 0) for g in jax.tree.leaves(grads["bias"]))
   g_feat = jax.grad(lambda x: method.loss(params, extra, {**batch, "features": x}, jax.random.key(1))[0])(
-      batch["features"])
+    batch["features"]
+  )
   np.testing.assert_array_equal(g_feat[3], 0.0)  # the all-masked list
   # Items beyond a top-k cut (not shown) are left out of the likelihood.
   shown = batch["positions"] < 3
@@ -186,8 +217,12 @@ def test_method_loss_grads_score_and_propensities(name):
 
 
 def _fit(name, batch, steps=600):
-  method = get_method(name, ml_collections.ConfigDict({"ranker": "linear"}),
-                      num_features=batch["features"].shape[-1], list_size=batch["where"].shape[-1])
+  method = get_method(
+    name,
+    ml_collections.ConfigDict({"ranker": "linear"}),
+    num_features=batch["features"].shape[-1],
+    list_size=batch["where"].shape[-1],
+  )
   params, extra = method.init(jax.random.key(0), batch)
   tx = optax.adam(0.05)
 
@@ -198,6 +233,7 @@ def _fit(name, batch, steps=600):
       grads = jax.grad(lambda p: method.loss(p, extra, batch, key)[0])(params)
       updates, opt_state = tx.update(grads, opt_state, params)
       return (optax.apply_updates(params, updates), opt_state), None
+
     return jax.lax.scan(step, (params, tx.init(params)), jax.random.split(jax.random.key(1), steps))[0][0]
 
   params = run(params)
@@ -217,8 +253,12 @@ def test_a_dbn_learner_fits_dbn_clicks_best_and_recovers_the_perseverance():
   order = np.argsort(-(x @ w + 1.5 * rng.normal(size=(n, l))), axis=1)
   x, rel = np.take_along_axis(x, order[..., None], 1), np.take_along_axis(rel, order, 1)
   sessions = lambda seed: sim.dbn(jax.random.key(seed), jnp.asarray(rel, jnp.float32), perseverance=0.8)["clicks"]
-  batch = {"features": jnp.asarray(x), "where": jnp.ones((n, l), bool), "clicks": sessions(0),
-           "labels": jnp.asarray(rel, jnp.float32)}
+  batch = {
+    "features": jnp.asarray(x),
+    "where": jnp.ones((n, l), bool),
+    "clicks": sessions(0),
+    "labels": jnp.asarray(rel, jnp.float32),
+  }
   held_out = {**batch, "clicks": sessions(1)}
   logging_ndcg = float(rax.ndcg_metric(-jnp.broadcast_to(jnp.arange(l, dtype=jnp.float32), (n, l)), batch["labels"]))
   nll = {}
@@ -233,6 +273,7 @@ def test_a_dbn_learner_fits_dbn_clicks_best_and_recovers_the_perseverance():
 
 def test_dbn_score_options():
   from ultr_jax.train.methods.baselines import make_relevance_tower
+
   x = jnp.asarray(np.random.default_rng(0).normal(size=(2, 3, 4)), jnp.float32)
   cfg = lambda **kw: ml_collections.ConfigDict({"ranker": "linear", **kw})
   attraction = get_method("click_model_dbn", cfg(), num_features=4, list_size=3)
@@ -240,7 +281,8 @@ def test_dbn_score_options():
   params, _ = attraction.init(jax.random.key(0), None)
   out = make_relevance_tower(cfg(), output_size=2).apply({"params": params["relevance"]}, x)
   np.testing.assert_allclose(attraction.score(params, {"features": x}), out[..., 0], rtol=1e-6)
-  np.testing.assert_allclose(product.score(params, {"features": x}),
-                             jax.nn.log_sigmoid(out[..., 0]) + jax.nn.log_sigmoid(out[..., 1]), rtol=1e-6)
+  np.testing.assert_allclose(
+    product.score(params, {"features": x}), jax.nn.log_sigmoid(out[..., 0]) + jax.nn.log_sigmoid(out[..., 1]), rtol=1e-6
+  )
   with pytest.raises(ValueError, match="dbn_score"):
     get_method("click_model_dbn", cfg(dbn_score="relevance"), num_features=4, list_size=3)

@@ -36,9 +36,18 @@ def test_default_config_fits_every_model_to_every_simulated_log():
 
 
 def test_binary_smoke_run(tmp_path, subprocess_env):
-  proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "click_models" / "main.py"),
-                         f"--config={CONFIG}:smoke", f"--workdir={tmp_path}"],
-                        capture_output=True, text=True, env=subprocess_env, timeout=600)
+  proc = subprocess.run(
+    [
+      sys.executable,
+      str(ROOT / "experiments" / "click_models" / "main.py"),
+      f"--config={CONFIG}:smoke",
+      f"--workdir={tmp_path}",
+    ],
+    capture_output=True,
+    text=True,
+    env=subprocess_env,
+    timeout=600,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   results = json.loads((tmp_path / "results.json").read_text())
   assert sorted(results) == ["true=dcm", "true=pbm"]
@@ -78,8 +87,10 @@ def test_click_log_mode_fits_a_session_file(tmp_path, fmt):
     if fmt == "tsv":
       lines += [f"s{s},q{d // 5},d{d},{p + 1},{int(c)}" for p, (d, c) in enumerate(zip(ids, clicks))]
     else:  # Baidu-ULTR's raw session layout: a query line, then pos, url_md5, title, abstract, type, click, ...
-      lines += [f"{s}\tq{ids[0] // 5}\t"] + ["\t".join([str(p + 1), f"d{d}", "1", "2", "0", str(int(c))] + ["0"] * 27)
-                                           for p, (d, c) in enumerate(zip(ids, clicks))]
+      lines += [f"{s}\tq{ids[0] // 5}\t"] + [
+        "\t".join([str(p + 1), f"d{d}", "1", "2", "0", str(int(c))] + ["0"] * 27)
+        for p, (d, c) in enumerate(zip(ids, clicks))
+      ]
   (tmp_path / "log.csv").write_text("\n".join(lines) + "\n")
   config = _config("smoke")
   config.click_log = str(tmp_path / "log.csv")

@@ -25,7 +25,8 @@ def make_pages(seed=0, num_pages=9, max_len=7):
   for p in range(num_pages):
     n = int(rng.integers(1, max_len + 1))
     positions = rng.permutation(np.sort(rng.choice(np.arange(1, max_len + 1), n, replace=False)))
-    pages.append({
+    pages.append(
+      {
         "query_id": int(rng.integers(0, 4)) if p % 3 else 100 + p,  # repeated query ids on separate pages
         "position": positions.tolist(),
         "click": rng.integers(0, 2, n).tolist(),
@@ -33,7 +34,8 @@ def make_pages(seed=0, num_pages=9, max_len=7):
         "tf": rng.integers(0, 50, n).tolist(),
         "query_document_embedding": rng.normal(size=(n, EMB)).astype(np.float16).tolist(),
         "media_type": rng.integers(0, 5, n).tolist(),
-    })
+      }
+    )
   # Two consecutive pages with the same query id are still two pages in the page layout only; keep
   # consecutive ids distinct so both layouts describe the same pages.
   for a, b in zip(pages, pages[1:]):
@@ -72,15 +74,17 @@ def document_table(pages):
       cols[k].extend(v if isinstance(v, list) else [v] * n)
   table = {k: v for k, v in cols.items() if k != "query_document_embedding"}
   emb = pa.FixedSizeListArray.from_arrays(
-      pa.array(np.asarray(cols["query_document_embedding"], np.float16).reshape(-1)), EMB)
+    pa.array(np.asarray(cols["query_document_embedding"], np.float16).reshape(-1)), EMB
+  )
   return pa.table({**table, "query_document_embedding": emb})
 
 
 def page_table(pages):
   """One row per page, per-document columns as lists (the hub builder's output)."""
   cols = {k: [p[k] for p in pages] for k in pages[0] if k != "query_document_embedding"}
-  emb = pa.array([np.asarray(p["query_document_embedding"], np.float16).tolist() for p in pages],
-                 pa.list_(pa.list_(pa.float16())))
+  emb = pa.array(
+    [np.asarray(p["query_document_embedding"], np.float16).tolist() for p in pages], pa.list_(pa.list_(pa.float16()))
+  )
   return pa.table({**cols, "query_document_embedding": emb})
 
 
@@ -127,7 +131,7 @@ def test_list_size_truncation_equals_slicing(tmp_path, layout):
   np.testing.assert_array_equal(cut.extras["clicks"], full.extras["clicks"][:, :3])
   np.testing.assert_array_equal(cut.doc_ids, full.doc_ids[:, :3])
   wide = data.load_baidu_ultr(path, features=("bm25",), list_size=full.list_size + 2)
-  assert not wide.where[:, full.list_size:].any()
+  assert not wide.where[:, full.list_size :].any()
 
 
 @pytest.mark.parametrize("layout", ["document", "page"])
@@ -148,8 +152,9 @@ def test_several_files_and_max_sessions(tmp_path, layout):
 
 
 def test_an_empty_page_row_stays_an_all_masked_page(tmp_path):
-  table = pa.table({"query_id": [1, 2, 3], "position": [[1, 2], [], [1]], "click": [[0, 1], [], [1]],
-                    "bm25": [[0.1, 0.2], [], [0.3]]})
+  table = pa.table(
+    {"query_id": [1, 2, 3], "position": [[1, 2], [], [1]], "click": [[0, 1], [], [1]], "bm25": [[0.1, 0.2], [], [0.3]]}
+  )
   ds = data.load_baidu_ultr(write(tmp_path, table, ".parquet"), features=("bm25",))
   np.testing.assert_array_equal(ds.qid, [1, 2, 3])
   np.testing.assert_array_equal(ds.where, [[True, True], [False, False], [True, False]])
@@ -158,16 +163,28 @@ def test_an_empty_page_row_stays_an_all_masked_page(tmp_path):
 
 def test_annotations_keep_file_order_and_query_buckets(tmp_path):
   """Annotation files have labels and a per-query frequency bucket, and no positions."""
-  table = pa.table({"query_id": [5, 5, 5, 8, 8], "label": [4, 0, 2, 1, 3], "frequency_bucket": [2, 2, 2, 7, 7],
-                    "bm25": [1.0, 2.0, 3.0, 4.0, 5.0]})
+  table = pa.table(
+    {
+      "query_id": [5, 5, 5, 8, 8],
+      "label": [4, 0, 2, 1, 3],
+      "frequency_bucket": [2, 2, 2, 7, 7],
+      "bm25": [1.0, 2.0, 3.0, 4.0, 5.0],
+    }
+  )
   ds = data.load_baidu_ultr(write(tmp_path, table, ".feather"), features=("bm25",))
   np.testing.assert_array_equal(ds.labels, [[4, 0, 2], [1, 3, 0]])
   np.testing.assert_array_equal(ds.features[..., 0], [[1, 2, 3], [4, 5, 0]])
   np.testing.assert_array_equal(ds.where, [[True, True, True], [True, True, False]])
   np.testing.assert_array_equal(ds.extras["frequency_bucket"], [2, 7])
   assert "clicks" not in ds.extras
-  page = pa.table({"query_id": [5, 8], "label": [[4, 0, 2], [1, 3]], "frequency_bucket": [2, 7],
-                   "bm25": [[1.0, 2.0, 3.0], [4.0, 5.0]]})
+  page = pa.table(
+    {
+      "query_id": [5, 8],
+      "label": [[4, 0, 2], [1, 3]],
+      "frequency_bucket": [2, 7],
+      "bm25": [[1.0, 2.0, 3.0], [4.0, 5.0]],
+    }
+  )
   ds2 = data.load_baidu_ultr(write(tmp_path, page, ".parquet"), features=("bm25",))
   for name in ("labels", "features", "where", "qid"):
     np.testing.assert_array_equal(getattr(ds2, name), getattr(ds, name))
@@ -188,8 +205,14 @@ def test_feather_v1_and_uncompressed_files_read_the_same(tmp_path):
 
 def test_ltr_feature_set_and_dtype(tmp_path):
   n = 4
-  table = pa.table({"query_id": [1] * n, "position": [1, 2, 3, 4], "click": [0, 1, 0, 0],
-                    **{name: np.arange(n, dtype=np.float64) + i for i, name in enumerate(baidu.LTR_FEATURES)}})
+  table = pa.table(
+    {
+      "query_id": [1] * n,
+      "position": [1, 2, 3, 4],
+      "click": [0, 1, 0, 0],
+      **{name: np.arange(n, dtype=np.float64) + i for i, name in enumerate(baidu.LTR_FEATURES)},
+    }
+  )
   ds = data.load_baidu_ultr(write(tmp_path, table, ".feather"), features="ltr", dtype=np.float16)
   assert ds.features.shape == (1, 4, len(baidu.LTR_FEATURES)) and ds.features.dtype == np.float16
   np.testing.assert_array_equal(ds.features[0, :, 3], np.arange(n) + 3)
@@ -202,14 +225,14 @@ def _doc_table(**overrides):
 
 
 BAD_DOCUMENT_FILES = [
-    ({"position": [1, 0, 1]}, "row 1, field 'position': 0 is not an integer >= 1"),
-    ({"position": [1, 1, 1]}, "row 1, field 'position': its page already shows a document at position 1"),
-    ({"click": [0, 2, 1]}, "row 1, field 'click': 2 is not an integer in [0, 1]"),
-    ({"bm25": [0.5, float("nan"), 0.2]}, "row 1, field 'bm25': value nan is not finite"),
-    ({"bm25": [0.5, None, 0.2]}, "row 1, field 'bm25': missing value"),
-    ({"bm25": ["a", "b", "c"]}, "row 0, field 'bm25': expected numbers"),
-    ({"query_id": ["a", "a", "b"]}, "row 0, field 'query_id': expected integers"),
-    ({"label": [1.0, -1.0, 0.0]}, "row 1, field 'label': -1.0 is negative"),
+  ({"position": [1, 0, 1]}, "row 1, field 'position': 0 is not an integer >= 1"),
+  ({"position": [1, 1, 1]}, "row 1, field 'position': its page already shows a document at position 1"),
+  ({"click": [0, 2, 1]}, "row 1, field 'click': 2 is not an integer in [0, 1]"),
+  ({"bm25": [0.5, float("nan"), 0.2]}, "row 1, field 'bm25': value nan is not finite"),
+  ({"bm25": [0.5, None, 0.2]}, "row 1, field 'bm25': missing value"),
+  ({"bm25": ["a", "b", "c"]}, "row 0, field 'bm25': expected numbers"),
+  ({"query_id": ["a", "a", "b"]}, "row 0, field 'query_id': expected integers"),
+  ({"label": [1.0, -1.0, 0.0]}, "row 1, field 'label': -1.0 is negative"),
 ]
 
 
@@ -240,20 +263,23 @@ def test_bad_files_and_vectors(tmp_path):
   path = write(tmp_path, _doc_table(), ".feather", "nocol")
   with pytest.raises(ValueError, match=r"nocol\.feather: no column 'query_document_embedding'"):
     data.load_baidu_ultr(path)  # the default features are the embeddings
-  empty = pa.table({"query_id": pa.array([], pa.int32()), "click": pa.array([], pa.int32()),
-                    "bm25": pa.array([], pa.float32())})
+  empty = pa.table(
+    {"query_id": pa.array([], pa.int32()), "click": pa.array([], pa.int32()), "bm25": pa.array([], pa.float32())}
+  )
   with pytest.raises(ValueError, match=r"empty\.feather: no documents"):
     data.load_baidu_ultr(write(tmp_path, empty, ".feather", "empty"), features=("bm25",))
   no_clicks = pa.table({"query_id": [1], "bm25": [0.5]})
   with pytest.raises(ValueError, match="neither a 'click' nor a 'label' column"):
     data.load_baidu_ultr(write(tmp_path, no_clicks, ".feather", "nolabels"), features=("bm25",))
   # Page layout: list columns of one row must agree in length.
-  page = pa.table({"query_id": [1, 2], "position": [[1, 2], [1]], "click": [[0, 1], [1, 0]],
-                   "bm25": [[0.1, 0.2], [0.3]]})
+  page = pa.table(
+    {"query_id": [1, 2], "position": [[1, 2], [1]], "click": [[0, 1], [1, 0]], "bm25": [[0.1, 0.2], [0.3]]}
+  )
   with pytest.raises(ValueError, match=r"pages\.parquet, row 1, field 'click': 2 values where the other columns"):
     data.load_baidu_ultr(write(tmp_path, page, ".parquet", "pages"), features=("bm25",))
-  page = pa.table({"query_id": [1, 2], "position": [[1, 2], [1, 1]], "click": [[0, 1], [1, 0]],
-                   "bm25": [[0.1, 0.2], [0.3, 0.4]]})
+  page = pa.table(
+    {"query_id": [1, 2], "position": [[1, 2], [1, 1]], "click": [[0, 1], [1, 0]], "bm25": [[0.1, 0.2], [0.3, 0.4]]}
+  )
   with pytest.raises(ValueError, match=r"row 1, document 1, field 'position': its page already shows"):
     data.load_baidu_ultr(write(tmp_path, page, ".parquet", "dup"), features=("bm25",))
   (tmp_path / "x.csv").write_text("query_id\n1\n")
@@ -283,14 +309,25 @@ def test_logged_clicks_train_dla_like_arrays_in_memory(tmp_path):
   relevance = 1 / (1 + np.exp(-(x @ w) * 2))
   exam = 1 / np.arange(1, L + 1)
   clicks = (rng.random((num_pages, L)) < relevance * exam).astype(np.int64)
-  pages = [{"query_id": q, "position": list(range(1, L + 1)), "click": clicks[q].tolist(),
-            **{f"f{j}": x[q, :, j].tolist() for j in range(F)}} for q in range(num_pages)]
+  pages = [
+    {
+      "query_id": q,
+      "position": list(range(1, L + 1)),
+      "click": clicks[q].tolist(),
+      **{f"f{j}": x[q, :, j].tolist() for j in range(F)},
+    }
+    for q in range(num_pages)
+  ]
   cols = {k: [v for p in pages for v in (p[k] if isinstance(p[k], list) else [p[k]] * L)] for k in pages[0]}
   path = write(tmp_path, pa.table(cols), ".feather")
   loaded = data.load_baidu_ultr(path, features=[f"f{j}" for j in range(F)])
-  in_memory = data.RankingDataset(features=x, labels=np.zeros((num_pages, L), np.float32),
-                                  where=np.ones((num_pages, L), bool), qid=np.arange(num_pages),
-                                  extras={"clicks": clicks.astype(np.float32)})
+  in_memory = data.RankingDataset(
+    features=x,
+    labels=np.zeros((num_pages, L), np.float32),
+    where=np.ones((num_pages, L), bool),
+    qid=np.arange(num_pages),
+    extras={"clicks": clicks.astype(np.float32)},
+  )
   np.testing.assert_array_equal(loaded.features, in_memory.features)
   config = train.default_train_config()
   config.steps, config.batch_size, config.eval_every, config.learning_rate = 300, 64, 300, 0.05

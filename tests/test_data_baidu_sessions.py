@@ -68,6 +68,7 @@ def test_sessions_match_a_python_reference(tmp_path, suffix, query_key):
 
 def test_sessions_lay_out_as_pages_and_feed_the_identifiability_check(tmp_path):
   from ultr_jax.graph import check_identifiability  # noqa: PLC0415
+
   pages = random_pages(seed=1)
   log = data.read_baidu_sessions(write_sessions(tmp_path / "part-00001.gz", pages))
   out = data.click_log_sessions(log)
@@ -86,13 +87,13 @@ def test_sessions_lay_out_as_pages_and_feed_the_identifiability_check(tmp_path):
 
 
 BAD_SESSION_FILES = [
-    (_doc_line(1, "u", 0) + "\n", r":1: a document line before any query line"),
-    ("1\tq\t\n1\tu\tt\ta\n", r":2: 4 fields: a query line has at most 3"),
-    ("1\tq\t\n" + _doc_line(0, "u", 0) + "\n", r":2: field 'pos': '0' is not an integer >= 1"),
-    ("1\tq\t\n" + _doc_line("x", "u", 0) + "\n", r":2: field 'pos': 'x' is not an integer >= 1"),
-    ("1\tq\t\n" + _doc_line(1, "u", 2) + "\n", r":2: field 'click': '2' is not 0 or 1"),
-    ("1\tq\t\n" + _doc_line(1, "", 1) + "\n", r":2: field 'url_md5': empty"),
-    ("1\tq\t\n", r": no document lines"),
+  (_doc_line(1, "u", 0) + "\n", r":1: a document line before any query line"),
+  ("1\tq\t\n1\tu\tt\ta\n", r":2: 4 fields: a query line has at most 3"),
+  ("1\tq\t\n" + _doc_line(0, "u", 0) + "\n", r":2: field 'pos': '0' is not an integer >= 1"),
+  ("1\tq\t\n" + _doc_line("x", "u", 0) + "\n", r":2: field 'pos': 'x' is not an integer >= 1"),
+  ("1\tq\t\n" + _doc_line(1, "u", 2) + "\n", r":2: field 'click': '2' is not 0 or 1"),
+  ("1\tq\t\n" + _doc_line(1, "", 1) + "\n", r":2: field 'url_md5': empty"),
+  ("1\tq\t\n", r": no document lines"),
 ]
 
 

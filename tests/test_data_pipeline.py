@@ -9,8 +9,9 @@ from ultr_jax import data
 
 @pytest.fixture(scope="module")
 def synth():
-  return data.make_synthetic(num_train=120, num_valid=30, num_test=30, list_size=12, num_features=8, seed=5,
-                             min_list_size=3)
+  return data.make_synthetic(
+    num_train=120, num_valid=30, num_test=30, list_size=12, num_features=8, seed=5, min_list_size=3
+  )
 
 
 # ---------------------------------------------------------------- synthetic
@@ -75,8 +76,9 @@ def test_split_deterministic_disjoint_and_complete(synth):
   allq = np.concatenate([x.qid for x in a])
   np.testing.assert_array_equal(np.sort(allq), np.sort(ds.qid))
   assert all(np.all(np.diff(x.qid) > 0) for x in a)  # file order kept
-  np.testing.assert_array_equal(a.valid.extras["true_score"],
-                                ds.extras["true_score"][np.searchsorted(ds.qid, a.valid.qid)])
+  np.testing.assert_array_equal(
+    a.valid.extras["true_score"], ds.extras["true_score"][np.searchsorted(ds.qid, a.valid.qid)]
+  )
   with pytest.raises(ValueError, match="fractions"):
     data.train_valid_test_split(ds, (0.8, 0.3, 0.1))
 
@@ -93,7 +95,7 @@ def test_batches_fixed_shape_cover_every_query_once(synth, batch_size):
     pad = b["qid"] < 0
     assert not b["where"][pad].any() and np.all(b["doc_ids"][pad] == -1) and np.all(b["features"][pad] == 0)
   for e in range(2):
-    q = np.concatenate([b["qid"] for b in out[e * per_epoch:(e + 1) * per_epoch]])
+    q = np.concatenate([b["qid"] for b in out[e * per_epoch : (e + 1) * per_epoch]])
     np.testing.assert_array_equal(np.sort(q[q >= 0]), np.sort(ds.qid))
   docs = sum(int(b["where"].sum()) for b in out)
   assert docs == 2 * ds.num_documents
@@ -109,7 +111,7 @@ def test_batches_shuffle_deterministic_and_unshuffled_order(synth):
   n = len(first) // 2
   assert not np.array_equal(np.concatenate(first[:n]), np.concatenate(first[n:]))  # new order per epoch
   plain = np.concatenate([b["qid"] for b in data.batches(ds, 8, shuffle=False)])
-  np.testing.assert_array_equal(plain[:ds.num_queries], ds.qid)
+  np.testing.assert_array_equal(plain[: ds.num_queries], ds.qid)
   forever = data.batches(ds, 8, seed=0, epochs=None)
   assert len([next(forever) for _ in range(3 * n + 1)]) == 3 * n + 1
 
@@ -120,8 +122,8 @@ def test_pad_queries(synth, multiple):
   p = data.pad_queries(ds, multiple)
   assert p.num_queries % multiple == 0 and p.num_queries - ds.num_queries < multiple
   assert p.num_documents == ds.num_documents
-  np.testing.assert_array_equal(p.features[:ds.num_queries], ds.features)
-  assert np.all(p.qid[ds.num_queries:] == -1) and not p.where[ds.num_queries:].any()
+  np.testing.assert_array_equal(p.features[: ds.num_queries], ds.features)
+  assert np.all(p.qid[ds.num_queries :] == -1) and not p.where[ds.num_queries :].any()
 
 
 def test_concatenate(synth):
@@ -148,17 +150,16 @@ def test_minmax_matches_sklearn_scaler_on_real_documents(synth):
 
 def test_lbd_pm1_global_fit_keeps_zeros():
   f = np.array([[[0.0, 1.0], [2.0, 5.0], [4.0, 5.0]]], np.float32)
-  ds = data.RankingDataset(features=f, labels=np.zeros((1, 3), np.float32), where=np.ones((1, 3), bool),
-                           qid=np.array([0]))
+  ds = data.RankingDataset(
+    features=f, labels=np.zeros((1, 3), np.float32), where=np.ones((1, 3), bool), qid=np.array([0])
+  )
   other = ds.replace(features=f * 2)  # a "test split" with larger values
   st = data.fit_normalizer([ds, other], "minmax_pm1")
   np.testing.assert_array_equal(st.min, [0, 1]) and np.testing.assert_array_equal(st.max, [8, 10])
   out = data.normalize_features(ds, method="minmax_pm1", stats=st)
   # x' = 2 (x - min) / (max - min) - 1; absent (zero) features stay 0
-  np.testing.assert_allclose(out.features[0], [[0, -1], [2 * 2 / 8 - 1, 2 * 4 / 9 - 1], [0, 2 * 4 / 9 - 1]],
-                             rtol=1e-6)
-  log = data.normalize_features(ds, method="log_minmax_pm1", stats=data.fit_normalizer([ds, other],
-                                                                                       "log_minmax_pm1"))
+  np.testing.assert_allclose(out.features[0], [[0, -1], [2 * 2 / 8 - 1, 2 * 4 / 9 - 1], [0, 2 * 4 / 9 - 1]], rtol=1e-6)
+  log = data.normalize_features(ds, method="log_minmax_pm1", stats=data.fit_normalizer([ds, other], "log_minmax_pm1"))
   np.testing.assert_allclose(log.features[0, 1, 0], 2 * np.log10(3) / np.log10(9) - 1, rtol=1e-6)
   with pytest.raises(ValueError, match="fit for"):
     data.normalize_features(ds, method="zscore", stats=st)

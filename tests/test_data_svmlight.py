@@ -25,15 +25,15 @@ def simple_parse(text: str):
 
 
 MESSY = (
-    "# a whole-line comment\n"
-    "2 qid:10 1:0.5 3:-1.25 7:3e-2 # trailing comment\n"
-    "0 qid:10 2:1 4:.5 5:5. 6:+7\n"
-    "\n"
-    "   # indented comment\n"
-    "1 qid:11 1:12345678.5 2:-0.000001 3:1.23456789012345678 7:1E5\r\n"
-    "4 qid:11 5:99999999\n"
-    "3 qid:12 1:2 6:0.333333\t 7:-42\n"
-    "0 qid:12\n"
+  "# a whole-line comment\n"
+  "2 qid:10 1:0.5 3:-1.25 7:3e-2 # trailing comment\n"
+  "0 qid:10 2:1 4:.5 5:5. 6:+7\n"
+  "\n"
+  "   # indented comment\n"
+  "1 qid:11 1:12345678.5 2:-0.000001 3:1.23456789012345678 7:1E5\r\n"
+  "4 qid:11 5:99999999\n"
+  "3 qid:12 1:2 6:0.333333\t 7:-42\n"
+  "0 qid:12\n"
 )
 
 
@@ -112,8 +112,9 @@ def test_fast_path_equals_reference_parser_and_sklearn(tmp_path, seed):
 
 
 def test_round_trip_through_writer(tmp_path):
-  ds = data.make_synthetic(num_train=30, num_valid=1, num_test=1, list_size=9, num_features=6, seed=3,
-                           min_list_size=2).train
+  ds = data.make_synthetic(
+    num_train=30, num_valid=1, num_test=1, list_size=9, num_features=6, seed=3, min_list_size=2
+  ).train
   p = tmp_path / "rt.txt"
   data.write_svmlight(ds, p)
   back = data.load_svmlight(p, cache=False, list_size=ds.list_size, num_features=6)
@@ -126,13 +127,14 @@ def test_round_trip_through_writer(tmp_path):
 
 
 def test_query_file_variant_and_explicit_query_path(tmp_path):
-  ds = data.make_synthetic(num_train=12, num_valid=1, num_test=1, list_size=5, num_features=4, seed=1,
-                           min_list_size=1).train
+  ds = data.make_synthetic(
+    num_train=12, num_valid=1, num_test=1, list_size=5, num_features=4, seed=1, min_list_size=1
+  ).train
   p = tmp_path / "lgb.txt"
   data.write_svmlight(ds, p, query_file=True)
   assert "qid" not in p.read_text()
   back = data.load_svmlight(p, cache=False, list_size=5)
-  np.testing.assert_array_equal(back.features[..., :back.num_features], ds.features[..., :back.num_features])
+  np.testing.assert_array_equal(back.features[..., : back.num_features], ds.features[..., : back.num_features])
   np.testing.assert_array_equal(back.where, ds.where)
   np.testing.assert_array_equal(back.qid, np.arange(12))
   other = tmp_path / "groups.txt"
@@ -204,21 +206,21 @@ def test_unwritable_cache_warns_and_still_loads(tmp_path):
 
 
 MALFORMED = [
-    ("bad qid", "1 qid:1 1:1\n0 qid:abc 1:2\n", {}, 2, "qid"),
-    ("non-numeric label", "1 qid:1 1:1\nx qid:1 1:2\n", {}, 2, "label"),
-    ("non-numeric value", "1 qid:1 1:1\n# c\n0 qid:1 1:2 2:zz\n", {}, 3, "value"),
-    ("feature id zero", "1 qid:1 0:1\n", {}, 1, "feature id"),
-    ("feature id too large", "1 qid:1 1:1\n1 qid:1 1:1 9:2\n", {"num_features": 8}, 2, "feature id"),
-    ("non-integer feature id", "1 qid:1 1:1\n1 qid:1 1.5:2\n", {}, 2, "feature id"),
-    ("not id:value", "1 qid:1 1:1\n1 qid:1 5\n", {}, 2, "feature"),
-    ("label above max", "1 qid:1 1:1\n5 qid:1 1:1\n", {}, 2, "label"),
-    ("negative label", "1 qid:1 1:1\n-1 qid:1 1:1\n", {}, 2, "label"),
-    ("label above custom max", "2 qid:1 1:1\n", {"max_label": 1}, 1, "label"),
-    ("mixed qid", "1 qid:1 1:1\n1 1:1\n", {}, 2, "qid"),
-    ("qid not after label", "1 1:1 qid:3\n", {}, 1, "qid"),
-    ("non-finite value", "1 qid:1 1:nan\n", {}, 1, "value"),
-    ("empty file", "", {}, 1, "label"),
-    ("comments only", "# nothing\n\n", {}, 1, "label"),
+  ("bad qid", "1 qid:1 1:1\n0 qid:abc 1:2\n", {}, 2, "qid"),
+  ("non-numeric label", "1 qid:1 1:1\nx qid:1 1:2\n", {}, 2, "label"),
+  ("non-numeric value", "1 qid:1 1:1\n# c\n0 qid:1 1:2 2:zz\n", {}, 3, "value"),
+  ("feature id zero", "1 qid:1 0:1\n", {}, 1, "feature id"),
+  ("feature id too large", "1 qid:1 1:1\n1 qid:1 1:1 9:2\n", {"num_features": 8}, 2, "feature id"),
+  ("non-integer feature id", "1 qid:1 1:1\n1 qid:1 1.5:2\n", {}, 2, "feature id"),
+  ("not id:value", "1 qid:1 1:1\n1 qid:1 5\n", {}, 2, "feature"),
+  ("label above max", "1 qid:1 1:1\n5 qid:1 1:1\n", {}, 2, "label"),
+  ("negative label", "1 qid:1 1:1\n-1 qid:1 1:1\n", {}, 2, "label"),
+  ("label above custom max", "2 qid:1 1:1\n", {"max_label": 1}, 1, "label"),
+  ("mixed qid", "1 qid:1 1:1\n1 1:1\n", {}, 2, "qid"),
+  ("qid not after label", "1 1:1 qid:3\n", {}, 1, "qid"),
+  ("non-finite value", "1 qid:1 1:nan\n", {}, 1, "value"),
+  ("empty file", "", {}, 1, "label"),
+  ("comments only", "# nothing\n\n", {}, 1, "label"),
 ]
 
 
@@ -246,9 +248,10 @@ def test_missing_query_file_without_qids(tmp_path):
   assert f"{p}:1: field 'qid'" in msg and f"{p}.query is missing" in msg, msg
 
 
-@pytest.mark.parametrize("counts,line,what", [("2\n", 2, "too short"),
-                                               ("2\n2\n", 2, "too long"), ("1\nx\n", 2, "non-integer"),
-                                               ("0\n3\n", 1, "< 1")])
+@pytest.mark.parametrize(
+  "counts,line,what",
+  [("2\n", 2, "too short"), ("2\n2\n", 2, "too long"), ("1\nx\n", 2, "non-integer"), ("0\n3\n", 1, "< 1")],
+)
 def test_bad_query_file(tmp_path, counts, line, what):
   p = write(tmp_path, "1 1:1\n0 1:2\n2 1:3\n")
   q = tmp_path / "f.txt.query"

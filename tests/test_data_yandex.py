@@ -78,7 +78,7 @@ def test_sessions_match_the_generated_pages(tmp_path, layout, suffix):
   assert log.num_items == num_items and log.num_positions == max(want["positions"]) + 1
   np.testing.assert_array_equal(log.weights, 1.0)
   # Each row's line is its page record's line.
-  with (gzip.open(path, "rt") if suffix == ".gz" else open(path)) as f:
+  with gzip.open(path, "rt") if suffix == ".gz" else open(path) as f:
     text = f.read().splitlines()
   for row in range(len(log.items)):
     fields = text[log.lines[row] - 1].split("\t")
@@ -105,7 +105,9 @@ def test_max_sessions_reads_the_first_pages(tmp_path):
     assert log.num_items == num_items
 
 
-@pytest.mark.parametrize("layout,text,match", [
+@pytest.mark.parametrize(
+  "layout,text,match",
+  [
     ("relpred", "1\t0\tQ\t7\t213\n", r"log.txt:1: a page record without results"),
     ("relpred", "1\t0\tQ\t7\t213\ta\n1\t3\tC\ta\textra\n", r"log.txt:2: a click record has 4 fields, got 5"),
     ("relpred", "1\t0\tQ\t7\t213\ta\n2\t3\tC\ta\n", r"log.txt:2: field 'SessionID': a click in session '2' before"),
@@ -113,12 +115,16 @@ def test_max_sessions_reads_the_first_pages(tmp_path):
     ("relpred", "1\tM\t3\t77\n", r"log.txt:1: unknown record type '3' in field 3 .*personalized layout"),
     ("relpred", "1\t0\tQ\t7\t213\ta\t\tb\n", r"log.txt:1: field 7 \(the URLID at position 2\): empty"),
     ("personalized", "1\tM\t3\n", r"log.txt:1: a metadata record has 4 fields"),
-    ("personalized", "1\t0\tQ\t0\t7\t5,6\ta,1\n1\t3\tC\t1\ta\n",
-     r"log.txt:2: field 'SERPID': '1' is not a page of session '1'"),
+    (
+      "personalized",
+      "1\t0\tQ\t0\t7\t5,6\ta,1\n1\t3\tC\t1\ta\n",
+      r"log.txt:2: field 'SERPID': '1' is not a page of session '1'",
+    ),
     ("personalized", "1\t0\tQ\t7\t213\ta\tb\n1\t3\tC\ta\n", r"log.txt:2: a click record has 5 fields, got 4"),
     ("personalized", "1\tM\t3\t77\n", r"log.txt: no result pages"),
     ("relpred", "", r"log.txt: no result pages"),
-])
+  ],
+)
 def test_errors_name_the_file_line_and_field(tmp_path, layout, text, match):
   (tmp_path / "log.txt").write_text(text)
   with pytest.raises(ValueError, match=match):

@@ -15,15 +15,28 @@ import sys
 
 import pytest
 
-from ultr_jax.testing import (assert_matches_expected, compare_to_expected, expected_metrics_path,
-                              load_expected, lookup)
+from ultr_jax.testing import assert_matches_expected, compare_to_expected, expected_metrics_path, load_expected, lookup
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FILES = sorted((ROOT / "expected_metrics").glob("*.json"))
-REQUIRED = ("baselines_default", "baselines_smoke", "identifiability_default", "identifiability_smoke",
-            "lbd_default", "lbd_smoke",
-            "cld_default", "cld_smoke", "sif_default", "sif_smoke", "report_default", "report_smoke",
-            "click_models_default", "click_models_smoke", "online_default", "online_smoke")
+REQUIRED = (
+  "baselines_default",
+  "baselines_smoke",
+  "identifiability_default",
+  "identifiability_smoke",
+  "lbd_default",
+  "lbd_smoke",
+  "cld_default",
+  "cld_smoke",
+  "sif_default",
+  "sif_smoke",
+  "report_default",
+  "report_smoke",
+  "click_models_default",
+  "click_models_smoke",
+  "online_default",
+  "online_smoke",
+)
 
 
 def _nested(metrics: dict) -> dict:
@@ -73,15 +86,17 @@ def test_perturbed_results_fail_the_comparison():
   assert sum(p.startswith("ips|") for p in compare_to_expected(missing, expected)) == 5
   nan = copy.deepcopy(results)
   nan["naive"]["ndcg@1"]["mean"] = math.nan
-  assert compare_to_expected(nan, expected) == [f"naive|ndcg@1: got nan, expected {lookup(results, 'naive|ndcg@1'):.4f}"]
+  assert compare_to_expected(nan, expected) == [
+    f"naive|ndcg@1: got nan, expected {lookup(results, 'naive|ndcg@1'):.4f}"
+  ]
 
 
 def test_load_expected_rejects_malformed_files(tmp_path):
   cases = {
-      "no_metrics.json": {"config": "c"},
-      "empty.json": {"config": "c", "metrics": {}},
-      "nan.json": {"config": "c", "metrics": {"a|b": None}},
-      "negative.json": {"config": "c", "metrics": {"a|b": 0.5}, "tolerance": {"default": -0.1}},
+    "no_metrics.json": {"config": "c"},
+    "empty.json": {"config": "c", "metrics": {}},
+    "nan.json": {"config": "c", "metrics": {"a|b": None}},
+    "negative.json": {"config": "c", "metrics": {"a|b": 0.5}, "tolerance": {"default": -0.1}},
   }
   for name, body in cases.items():
     (tmp_path / name).write_text(json.dumps(body))
@@ -97,8 +112,9 @@ def test_cli_exit_status(tmp_path):
   bad_metrics = dict(metrics, **{"ips|ndcg@10": metrics["ips|ndcg@10"] - 0.2})
   bad = tmp_path / "bad.json"
   bad.write_text(json.dumps(_nested(bad_metrics)))
-  run = lambda p: subprocess.run([sys.executable, "-m", "ultr_jax.testing", str(p), str(expected)],
-                                 capture_output=True, text=True, cwd=ROOT)
+  run = lambda p: subprocess.run(
+    [sys.executable, "-m", "ultr_jax.testing", str(p), str(expected)], capture_output=True, text=True, cwd=ROOT
+  )
   ok, fail = run(good), run(bad)
   assert ok.returncode == 0 and f"{len(metrics)} of {len(metrics)} metrics match" in ok.stdout
   assert fail.returncode == 1 and "MISMATCH ips|ndcg@10" in fail.stdout
@@ -108,8 +124,16 @@ def test_cli_exit_status(tmp_path):
 def test_cld_smoke_binary_matches_expected(tmp_path, default_xla_env):
   env = default_xla_env  # the file is recorded as a user runs the binary
   proc = subprocess.run(
-      [sys.executable, str(ROOT / "experiments" / "cld" / "main.py"),
-       f"--config={ROOT / 'experiments' / 'cld' / 'configs' / 'default.py'}:smoke", f"--workdir={tmp_path}"],
-      capture_output=True, text=True, env=env, timeout=1800)
+    [
+      sys.executable,
+      str(ROOT / "experiments" / "cld" / "main.py"),
+      f"--config={ROOT / 'experiments' / 'cld' / 'configs' / 'default.py'}:smoke",
+      f"--workdir={tmp_path}",
+    ],
+    capture_output=True,
+    text=True,
+    env=env,
+    timeout=1800,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert_matches_expected(json.loads((tmp_path / "results.json").read_text()), "cld_smoke")

@@ -19,7 +19,8 @@ METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "err@10")
 
 def _config(arg):
   spec = importlib.util.spec_from_file_location(
-      "baselines_config", ROOT / "experiments" / "baselines" / "configs" / "default.py")
+    "baselines_config", ROOT / "experiments" / "baselines" / "configs" / "default.py"
+  )
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module.get_config(arg)
@@ -38,10 +39,17 @@ def test_default_config_is_the_issue_protocol():
 def test_binary_smoke_run(tmp_path, subprocess_env):
   env = subprocess_env
   proc = subprocess.run(
-      [sys.executable, str(ROOT / "experiments" / "baselines" / "main.py"),
-       f"--config={ROOT / 'experiments' / 'baselines' / 'configs' / 'default.py'}:smoke",
-       f"--workdir={tmp_path}"],
-      capture_output=True, text=True, env=env, timeout=600)
+    [
+      sys.executable,
+      str(ROOT / "experiments" / "baselines" / "main.py"),
+      f"--config={ROOT / 'experiments' / 'baselines' / 'configs' / 'default.py'}:smoke",
+      f"--workdir={tmp_path}",
+    ],
+    capture_output=True,
+    text=True,
+    env=env,
+    timeout=600,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   results = json.loads((tmp_path / "results.json").read_text())
   assert set(EXPECTED_METHODS) <= set(results)
@@ -76,6 +84,7 @@ def _write_baidu(ds, path, clicks=None):
   """A RankingDataset as a Baidu-ULTR file: one row per document, the features as the embedding."""
   pa = pytest.importorskip("pyarrow")
   import pyarrow.feather  # noqa: F401,PLC0415
+
   q, i = np.nonzero(ds.where)
   cols = {"query_id": ds.qid[q].astype(np.int32), "position": (i + 1).astype(np.int32)}
   if clicks is None:  # annotations: labels and each query's frequency bucket
@@ -165,21 +174,27 @@ def test_trains_on_logged_baidu_clicks(tmp_path):
   config.data.propensities = str(table)
   train_from_file, _, _ = experiment.load_datasets(config, logged_clicks=True)
   np.testing.assert_allclose(train_from_file.extras["examination"], train.extras["examination"], rtol=1e-6)
-  for spec, message in (("1,0.5", "2 propensities for lists of 6 positions"), ("1,0.5,x", "neither comma"),
-                        ("1,0.5,0,1,1,1", "must be finite and > 0")):
+  for spec, message in (
+    ("1,0.5", "2 propensities for lists of 6 positions"),
+    ("1,0.5,x", "neither comma"),
+    ("1,0.5,0,1,1,1", "must be finite and > 0"),
+  ):
     config.data.propensities = spec
     with pytest.raises(ValueError, match=message):
       experiment.load_datasets(config, logged_clicks=True)
   # The JSON of the identifiability check's harvest (here written by hand; None: not identified).
   report = tmp_path / "check.json"
-  report.write_text(json.dumps({"propensities": {"all_pairs": [float(p) for p in exam],
-                                                 "pivot": [1.0, None] + [0.5] * 4}}))
+  report.write_text(
+    json.dumps({"propensities": {"all_pairs": [float(p) for p in exam], "pivot": [1.0, None] + [0.5] * 4}})
+  )
   config.data.propensities = str(report)
   from_json, _, _ = experiment.load_datasets(config, logged_clicks=True)
   np.testing.assert_allclose(from_json.extras["examination"], train.extras["examination"], rtol=1e-6)
-  for spec, message in ((f"{report}:pivot", r"does not identify the pivot propensities of positions \[2\]"),
-                        (f"{report}:ctr", "no propensities of 'ctr'"),
-                        (str(tmp_path / "absent.json"), "no such file")):
+  for spec, message in (
+    (f"{report}:pivot", r"does not identify the pivot propensities of positions \[2\]"),
+    (f"{report}:ctr", "no propensities of 'ctr'"),
+    (str(tmp_path / "absent.json"), "no such file"),
+  ):
     config.data.propensities = spec
     with pytest.raises(ValueError, match=message):
       experiment.load_datasets(config, logged_clicks=True)

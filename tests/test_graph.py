@@ -8,8 +8,7 @@ import pytest
 import scipy.sparse
 from scipy.sparse import csgraph
 
-from ultr_jax.graph import (check_identifiability, connected_components,
-                            factor_components, star_edges)
+from ultr_jax.graph import check_identifiability, connected_components, factor_components, star_edges
 
 
 def _scipy_labels(n, s, d):
@@ -36,8 +35,7 @@ def test_matches_scipy_random_graphs(seed):
   # padded/masked edges carry garbage ids that must be ignored
   s_pad = np.where(mask, s, -7)
   d_pad = np.where(mask, d, n + 5)
-  labels, k, ok = connected_components(
-      s_pad, d_pad, num_nodes=n, edge_mask=mask)
+  labels, k, ok = connected_components(s_pad, d_pad, num_nodes=n, edge_mask=mask)
   k_ref, lab_ref = _scipy_labels(n, s[mask], d[mask])
   assert bool(ok)
   assert int(k) == k_ref
@@ -45,13 +43,12 @@ def test_matches_scipy_random_graphs(seed):
 
 
 def test_no_edges_and_all_masked():
-  labels, k, ok = connected_components(
-      jnp.zeros((0,), jnp.int32), jnp.zeros((0,), jnp.int32), num_nodes=5)
+  labels, k, ok = connected_components(jnp.zeros((0,), jnp.int32), jnp.zeros((0,), jnp.int32), num_nodes=5)
   assert int(k) == 5 and bool(ok)
   np.testing.assert_array_equal(labels, np.arange(5))
   labels, k, _ = connected_components(
-      jnp.array([0, 1]), jnp.array([4, 3]), num_nodes=5,
-      edge_mask=jnp.array([False, False]))
+    jnp.array([0, 1]), jnp.array([4, 3]), num_nodes=5, edge_mask=jnp.array([False, False])
+  )
   assert int(k) == 5
 
 
@@ -90,8 +87,7 @@ def test_vmap_equals_loop():
   d = rng.integers(0, 20, (4, 15))
   batched = jax.vmap(lambda a, b: connected_components(a, b, num_nodes=20)[0])(s, d)
   for i in range(4):
-    np.testing.assert_array_equal(
-        batched[i], connected_components(s[i], d[i], num_nodes=20)[0])
+    np.testing.assert_array_equal(batched[i], connected_components(s[i], d[i], num_nodes=20)[0])
 
 
 def _clique_components(items, factors, n_factors):
@@ -114,8 +110,7 @@ def test_star_edges_equal_clique_components(seed):
   q, l, n_items = 30, 6, 40
   items = rng.integers(0, n_items, (q, l))
   factors = rng.integers(0, 25, (q, l))
-  labels, present, k, ok = factor_components(
-      items, factors, num_items=n_items, num_factors=25)
+  labels, present, k, ok = factor_components(items, factors, num_items=n_items, num_factors=25)
   _, lab_ref = _clique_components(items, factors, 25)
   np.testing.assert_array_equal(np.asarray(labels), lab_ref)
   pres = np.zeros(25, bool)
@@ -146,12 +141,13 @@ def test_report_json_and_summary():
 
 def test_shared_data_component_structure(shared_data):
   from ultr_jax.data import load_ultra
+
   expected = {
-      "K=1": [list(range(10))],
-      "K=2": [[0, 1, 2, 3], [4, 5, 6, 7, 8, 9]],
-      "K=2_node_intervention": [list(range(10))],
-      "K=3": [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]],
-      "K=4": [[0, 1, 2], [3, 4, 5], [6, 7], [8, 9]],
+    "K=1": [list(range(10))],
+    "K=2": [[0, 1, 2, 3], [4, 5, 6, 7, 8, 9]],
+    "K=2_node_intervention": [list(range(10))],
+    "K=3": [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]],
+    "K=4": [[0, 1, 2], [3, 4, 5], [6, 7], [8, 9]],
   }
   for name, comps in expected.items():
     ds = load_ultra(shared_data / "identifiability" / name)

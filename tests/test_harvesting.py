@@ -18,8 +18,7 @@ ESTIMATORS = ("all_pairs", "pivot", "adjacent_chain")
 def _reference_sets(items, factors, clicks, where, weights, num_factors):
   """The intervention sets by Python dictionaries and loops."""
   clk, imp = {}, {}
-  for x, t, c, m, w in zip(items.ravel(), factors.ravel(), clicks.ravel(), where.ravel(),
-                           weights.ravel()):
+  for x, t, c, m, w in zip(items.ravel(), factors.ravel(), clicks.ravel(), where.ravel(), weights.ravel()):
     if m:
       clk[x, t] = clk.get((x, t), 0.0) + w * c
       imp[x, t] = imp.get((x, t), 0.0) + w
@@ -47,16 +46,14 @@ def _pbm_log(seed, *, queries=2000, list_size=10, sessions=20, rankers=3, noise=
   rng = np.random.default_rng(seed)
   rel = rng.beta(1.0, 3.0, size=(queries, list_size))
   items = np.arange(queries * list_size).reshape(queries, list_size)
-  orders = np.stack([np.argsort(-(rel + noise * rng.standard_normal(rel.shape)), axis=1)
-                     for _ in range(rankers)])
+  orders = np.stack([np.argsort(-(rel + noise * rng.standard_normal(rel.shape)), axis=1) for _ in range(rankers)])
   pick = rng.integers(0, rankers, size=(queries, sessions))
   order = orders[pick, np.arange(queries)[:, None]]  # [Q, S, L]
   shown = np.take_along_axis(np.broadcast_to(items[:, None], order.shape), order, -1)
   r = np.take_along_axis(np.broadcast_to(rel[:, None], order.shape), order, -1)
   clicks = (rng.random(shown.shape) < PBM[:list_size] * r).astype(np.float32)
   positions = np.broadcast_to(np.arange(list_size), shown.shape)
-  return (shown.reshape(-1, list_size), positions.reshape(-1, list_size),
-          clicks.reshape(-1, list_size))
+  return (shown.reshape(-1, list_size), positions.reshape(-1, list_size), clicks.reshape(-1, list_size))
 
 
 def _population_records(seed, num_items=40, num_factors=6, per_item=3):
@@ -83,8 +80,7 @@ def test_intervention_sets_match_dictionary_reference(seed):
   items_p = np.where(where, items, 99)
   factors_p = np.where(where, factors, -3)
   clicks_p = np.where(where, clicks, np.nan)
-  sets = hv.intervention_sets(items_p, factors_p, clicks_p, num_items=15, num_factors=5,
-                              where=where, weights=weights)
+  sets = hv.intervention_sets(items_p, factors_p, clicks_p, num_items=15, num_factors=5, where=where, weights=weights)
   ref = _reference_sets(items, factors, clicks, where, weights, 5)
   for got, want in zip(sets, ref):
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
@@ -98,8 +94,9 @@ def test_aggregated_ctrs_with_weights_equal_sessions():
   imp = np.bincount(cell.ravel(), minlength=5000)
   clk = np.bincount(cell.ravel(), weights=clicks.ravel(), minlength=5000)
   keep = np.flatnonzero(imp)
-  aggregated = hv.intervention_sets(keep // 10, keep % 10, clk[keep] / imp[keep], num_items=500,
-                                    num_factors=10, weights=imp[keep])
+  aggregated = hv.intervention_sets(
+    keep // 10, keep % 10, clk[keep] / imp[keep], num_items=500, num_factors=10, weights=imp[keep]
+  )
   for a, b in zip(per_session, aggregated):
     np.testing.assert_allclose(a, b, rtol=1e-5)
 
@@ -135,8 +132,7 @@ def test_all_pairs_converges_to_the_exact_propensities(num_factors, per_item, ti
   factors = np.stack([rng.choice(num_factors, per_item, replace=False) for _ in range(40)])
   items = np.repeat(np.arange(40)[:, None], per_item, axis=1)
   weights = rng.integers(1, 50, factors.shape).astype(np.float32)
-  est = hv.harvest_propensities(items, factors, o[factors] * r[items], weights=weights,
-                                allow_unidentified=True)
+  est = hv.harvest_propensities(items, factors, o[factors] * r[items], weights=weights, allow_unidentified=True)
   ok = np.asarray(est.identified)
   assert bool(est.converged) and ok.sum() >= 2
   np.testing.assert_allclose(np.asarray(est.propensities)[ok], (o / o[0])[ok], rtol=1e-4)
@@ -164,8 +160,7 @@ def _scipy_all_pairs(sets, pivot=0):
     return -np.sum(np.where(n > 0, ll, 0.0)) / n.sum()
 
   z0 = np.zeros(t + len(iu[0]))
-  res = scipy.optimize.minimize(f, z0, method="L-BFGS-B", options={"maxiter": 20000, "gtol": 1e-10,
-                                                                   "ftol": 1e-15})
+  res = scipy.optimize.minimize(f, z0, method="L-BFGS-B", options={"maxiter": 20000, "gtol": 1e-10, "ftol": 1e-15})
   o = scipy.special.expit(res.x[:t])
   return o / o[pivot], res.fun
 
@@ -217,8 +212,7 @@ def _two_component_log():
   rng = np.random.default_rng(5)
   q, s = 300, 6
   base = np.arange(q * 5).reshape(q, 5)
-  perm = np.stack([np.concatenate([rng.permutation(3), 3 + rng.permutation(2)])
-                   for _ in range(q * s)]).reshape(q, s, 5)
+  perm = np.stack([np.concatenate([rng.permutation(3), 3 + rng.permutation(2)]) for _ in range(q * s)]).reshape(q, s, 5)
   items = np.take_along_axis(np.broadcast_to(base[:, None], perm.shape), perm, -1).reshape(-1, 5)
   factors = np.broadcast_to(np.arange(5), items.shape)
   clicks = (rng.random(items.shape) < 0.5 * PBM[:5]).astype(np.float32)
@@ -246,16 +240,16 @@ def test_pairs_without_clicks_identify_nothing():
   items = np.array([[0, 1], [1, 0]])
   factors = np.array([[0, 1], [0, 1]])
   for method in ESTIMATORS:
-    est = hv.harvest_propensities(items, factors, np.zeros((2, 2)), method=method,
-                                  allow_unidentified=True)
+    est = hv.harvest_propensities(items, factors, np.zeros((2, 2)), method=method, allow_unidentified=True)
     assert np.asarray(est.identified).tolist() == [False, False], method
 
 
 def test_chain_breaks_at_a_missing_link():
   items, factors, ctr, weights, _ = _population_records(0, num_factors=4, per_item=2)
   keep = ~np.isin(factors, [2]).any(axis=1)  # no item is shown at factor 2
-  est = hv.harvest_propensities(items[keep], factors[keep], ctr[keep], weights=weights[keep],
-                                method="adjacent_chain", allow_unidentified=True)
+  est = hv.harvest_propensities(
+    items[keep], factors[keep], ctr[keep], weights=weights[keep], method="adjacent_chain", allow_unidentified=True
+  )
   assert np.asarray(est.identified).tolist() == [True, True, False, False]
 
 
@@ -263,10 +257,12 @@ def test_chain_breaks_at_a_missing_link():
 def test_mask_equals_dropping_records(method):
   items, factors, clicks = _pbm_log(1, queries=60, sessions=6)
   where = np.random.default_rng(0).random(items.shape) < 0.7
-  masked = hv.harvest_propensities(np.where(where, items, -1), factors, clicks, where=where,
-                                   method=method, num_items=600, allow_unidentified=True)
-  kept = hv.harvest_propensities(items[where], factors[where], clicks[where], method=method,
-                                 num_items=600, num_factors=10, allow_unidentified=True)
+  masked = hv.harvest_propensities(
+    np.where(where, items, -1), factors, clicks, where=where, method=method, num_items=600, allow_unidentified=True
+  )
+  kept = hv.harvest_propensities(
+    items[where], factors[where], clicks[where], method=method, num_items=600, num_factors=10, allow_unidentified=True
+  )
   np.testing.assert_array_equal(masked.identified, kept.identified)
   np.testing.assert_allclose(masked.propensities, kept.propensities, rtol=1e-5)
 
@@ -276,14 +272,12 @@ def test_vmap_over_logs_equals_loop_and_compiles_once():
   sets = [hv.intervention_sets(*log, num_items=800, num_factors=10) for log in logs]
   batched = jax.vmap(hv.all_pairs_estimate)(jax.tree.map(lambda *a: jnp.stack(a), *sets))
   for i, s in enumerate(sets):
-    np.testing.assert_allclose(batched.propensities[i], hv.all_pairs_estimate(s).propensities,
-                               rtol=1e-4)
+    np.testing.assert_allclose(batched.propensities[i], hv.all_pairs_estimate(s).propensities, rtol=1e-4)
 
   @jax.jit
   @chex.assert_max_traces(n=1)
   def estimate(items, factors, clicks):
-    return hv.all_pairs_estimate(
-        hv.intervention_sets(items, factors, clicks, num_items=800, num_factors=10))
+    return hv.all_pairs_estimate(hv.intervention_sets(items, factors, clicks, num_items=800, num_factors=10))
 
   for log in logs:
     estimate(*log)
@@ -311,15 +305,16 @@ def test_bad_records_get_clear_errors():
     hv.harvest_propensities(items, factors, np.ones((1, 2)), pivot=3)
 
 
-@pytest.mark.parametrize("name,identified", [("K=1", list(range(10))),
-                                              ("K=2", [0, 1, 2, 3]),
-                                              ("K=2_node_intervention", list(range(10)))])
+@pytest.mark.parametrize(
+  "name,identified", [("K=1", list(range(10))), ("K=2", [0, 1, 2, 3]), ("K=2_node_intervention", list(range(10)))]
+)
 def test_identifiability_paper_datasets(shared_data, name, identified):
   """The paper's logs with their click model's exact CTRs: all-pairs harvesting recovers the
   examination table on the pivot's IG component, and only there."""
   import json
 
   from ultr_jax.data import load_ultra
+
   cm = json.loads((shared_data / "identifiability" / "click_model.json").read_text())
   exam = np.asarray(cm["exam_prob"])
   ds = load_ultra(shared_data / "identifiability" / name)
@@ -327,8 +322,7 @@ def test_identifiability_paper_datasets(shared_data, name, identified):
   ctr = exam[pos] * np.asarray(cm["click_prob"])[ds.labels.astype(int)]
   est = hv.harvest_propensities(ds.doc_ids, pos, ctr, where=ds.where, allow_unidentified=True)
   assert np.flatnonzero(est.identified).tolist() == identified
-  np.testing.assert_allclose(np.asarray(est.propensities)[identified],
-                             (exam / exam[0])[identified], rtol=1e-3)
+  np.testing.assert_allclose(np.asarray(est.propensities)[identified], (exam / exam[0])[identified], rtol=1e-3)
 
 
 def _write_log(path, items, positions, clicks, *, sep="\t"):
@@ -336,12 +330,17 @@ def _write_log(path, items, positions, clicks, *, sep="\t"):
     fh.write(sep.join(["session", "query_id", "doc_id", "position", "click"]) + "\n")
     for s in range(items.shape[0]):
       for j in range(items.shape[1]):
-        fh.write(sep.join([str(s), f"q{items[s, j] // 10}", f"doc-{items[s, j]}",
-                           str(positions[s, j] + 1), str(int(clicks[s, j]))]) + "\n")
+        fh.write(
+          sep.join(
+            [str(s), f"q{items[s, j] // 10}", f"doc-{items[s, j]}", str(positions[s, j] + 1), str(int(clicks[s, j]))]
+          )
+          + "\n"
+        )
 
 
 def test_read_click_log_gives_the_records(tmp_path):
   from ultr_jax.data import read_click_log
+
   items, factors, clicks = _pbm_log(2, queries=30, sessions=4)
   _write_log(tmp_path / "log.tsv", items, factors, clicks)
   log = read_click_log(tmp_path / "log.tsv")
@@ -360,31 +359,37 @@ def test_read_click_log_gives_the_records(tmp_path):
 
 def test_read_click_log_aggregated_rows(tmp_path):
   from ultr_jax.data import read_click_log
+
   p = tmp_path / "agg.csv"
-  p.write_text("query_id,doc_id,position,click,impressions\n"
-               "q,a,1,3,4\nq,b,2,1,4\nq,b,1,2,2\nq,a,2,0,2\n")
+  p.write_text("query_id,doc_id,position,click,impressions\nq,a,1,3,4\nq,b,2,1,4\nq,b,1,2,2\nq,a,2,0,2\n")
   log = read_click_log(p)
   np.testing.assert_allclose(log.clicks, [0.75, 0.25, 1.0, 0.0])
   np.testing.assert_allclose(log.weights, [4, 4, 2, 2])
-  est = hv.harvest_propensities(log.items, log.positions, log.clicks, weights=log.weights,
-                                method="pivot")
+  est = hv.harvest_propensities(log.items, log.positions, log.clicks, weights=log.weights, method="pivot")
   # C[1,0] = ctr(a,2) + ctr(b,2) = 0.25; C[0,1] = ctr(a,1) + ctr(b,1) = 1.75
   np.testing.assert_allclose(est.propensities, [1.0, 0.25 / 1.75], rtol=1e-6)
 
 
-@pytest.mark.parametrize("text,match", [
+@pytest.mark.parametrize(
+  "text,match",
+  [
     ("query_id,doc_id,click\nq,a,1\n", r"log.csv:1: the header .* lacks the column\(s\) \['position'\]"),
     ("query_id,doc_id,position,click\nq,a,1,1\n\nq,b,2\n", r"log.csv:4: 3 fields, but the header names 4"),
     ("query_id,doc_id,position,click\nq,a,1,1\nq,b,two,0\n", r"log.csv:3: field 'position': 'two' is not an integer"),
     ("query_id,doc_id,position,click\nq,a,0,1\n", r"log.csv:2: field 'position': 0 is below the top position 1"),
     ("query_id,doc_id,position,click\nq,a,1,1\nq,b,2,2\n", r"log.csv:3: field 'click': 2.0 is not 0 or 1"),
     ("query_id,doc_id,position,click,impressions\nq,a,1,5,4\n", r"log.csv:2: field 'click': 5.0 is not a click count"),
-    ("query_id,doc_id,position,click,impressions\nq,a,1,0,0\n", r"log.csv:2: field 'impressions': 0.0 is not a positive"),
+    (
+      "query_id,doc_id,position,click,impressions\nq,a,1,0,0\n",
+      r"log.csv:2: field 'impressions': 0.0 is not a positive",
+    ),
     ("query_id,doc_id,position,click\n", r"no data rows"),
     ("", r"log.csv:1: empty file"),
-])
+  ],
+)
 def test_read_click_log_errors_name_file_line_and_field(tmp_path, text, match):
   from ultr_jax.data import read_click_log
+
   (tmp_path / "log.csv").write_text(text)
   with pytest.raises(ValueError, match=match):
     read_click_log(tmp_path / "log.csv")
@@ -396,8 +401,12 @@ def _write_baidu_sessions(path, items, positions, clicks):
     for s in range(items.shape[0]):
       fh.write(f"{s}\tq{items[s, 0] // 10}\t\n")  # every row's items are one query's
       for j in range(items.shape[1]):
-        fh.write("\t".join([str(positions[s, j] + 1), f"doc-{items[s, j]}", "1\x012", "3", "0",
-                            str(int(clicks[s, j]))] + ["0"] * 27) + "\n")
+        fh.write(
+          "\t".join(
+            [str(positions[s, j] + 1), f"doc-{items[s, j]}", "1\x012", "3", "0", str(int(clicks[s, j]))] + ["0"] * 27
+          )
+          + "\n"
+        )
 
 
 def _write_yandex_sessions(path, items, positions, clicks):
@@ -415,16 +424,27 @@ def test_check_binary_on_a_click_log(tmp_path, subprocess_env, fmt):
   import pathlib
   import subprocess
   import sys
+
   items, factors, clicks = _two_component_log()
   assert np.all(items // 10 == items[:, :1] // 10)
   path = tmp_path / {"tsv": "log.tsv", "baidu": "part-00000.txt", "yandex": "train.txt"}[fmt]
-  {"tsv": _write_log, "baidu": _write_baidu_sessions, "yandex": _write_yandex_sessions}[fmt](path, items, factors,
-                                                                                            clicks)
+  {"tsv": _write_log, "baidu": _write_baidu_sessions, "yandex": _write_yandex_sessions}[fmt](
+    path, items, factors, clicks
+  )
   out = tmp_path / "r.json"
-  subprocess.run([sys.executable, "experiments/identifiability/check.py",
-                  f"--click_log={path}", f"--click_log_format={fmt}", f"--out={out}"], check=True,
-                 capture_output=True, env=subprocess_env,
-                 cwd=str(pathlib.Path(__file__).parent.parent))
+  subprocess.run(
+    [
+      sys.executable,
+      "experiments/identifiability/check.py",
+      f"--click_log={path}",
+      f"--click_log_format={fmt}",
+      f"--out={out}",
+    ],
+    check=True,
+    capture_output=True,
+    env=subprocess_env,
+    cwd=str(pathlib.Path(__file__).parent.parent),
+  )
   r = json.loads(out.read_text())
   assert r["identifiable"] is False and r["components"] == [[0, 1, 2], [3, 4]]
   want = hv.harvest_propensities(items, factors, clicks, allow_unidentified=True).propensities

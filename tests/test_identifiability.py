@@ -13,28 +13,37 @@ import numpy as np
 import pytest
 from scipy.sparse.csgraph import minimum_spanning_tree
 
-from ultr_jax.graph import (DESIGN_GRAPHS, apply_interventions, apply_merge,
-                            check_identifiability, fit_dla, fit_regression_em,
-                            fit_two_tower, generate_design_dataset,
-                            intervention_cost, intervention_plan, merge_plan,
-                            prim_mst, random_intervention_plan, UnionFind)
+from ultr_jax.graph import (
+  DESIGN_GRAPHS,
+  apply_interventions,
+  apply_merge,
+  check_identifiability,
+  fit_dla,
+  fit_regression_em,
+  fit_two_tower,
+  generate_design_dataset,
+  intervention_cost,
+  intervention_plan,
+  merge_plan,
+  prim_mst,
+  random_intervention_plan,
+  UnionFind,
+)
 from ultr_jax.graph import embedding, study
 
-FITS = {"dla": fit_dla, "regression_em": fit_regression_em,
-        "two_tower": fit_two_tower}
+FITS = {"dla": fit_dla, "regression_em": fit_regression_em, "two_tower": fit_two_tower}
 
 
 def _small(k, seed=0):
-  return generate_design_dataset(DESIGN_GRAPHS[k], seed=seed, block_size=40,
-                                 num_queries=60, borrow=4)
+  return generate_design_dataset(DESIGN_GRAPHS[k], seed=seed, block_size=40, num_queries=60, borrow=4)
 
 
 def _components(ds):
-  return check_identifiability(ds.doc_ids, ds.extras["positions"],
-                               where=ds.where, num_factors=ds.list_size)
+  return check_identifiability(ds.doc_ids, ds.extras["positions"], where=ds.where, num_factors=ds.list_size)
 
 
 # ---------------------------------------------------------------- generator
+
 
 @pytest.mark.parametrize("k", [1, 2, 3, 4])
 def test_generator_has_design_components(k):
@@ -49,6 +58,7 @@ def test_generator_has_design_components(k):
 
 
 # ------------------------------------------------------------------- MST
+
 
 @pytest.mark.parametrize("seed", range(5))
 def test_prim_matches_scipy_total_weight(seed):
@@ -74,8 +84,7 @@ def test_merge_plan_is_mst_over_components(seed):
   assert len(plan.pairs) == comps.size - 1
   # reference: dense component cost matrix (Eq. 8) + scipy MST
   d = np.linalg.norm(x[:, None] - x[None], axis=-1)
-  c = np.array([[d[np.ix_(labels == a, labels == b)].min() for b in comps]
-                for a in comps])
+  c = np.array([[d[np.ix_(labels == a, labels == b)].min() for b in comps] for a in comps])
   np.fill_diagonal(c, 0)
   ref = minimum_spanning_tree(np.triu(c + 1e-300 * (c == 0), 1)).sum()
   np.testing.assert_allclose(plan.total_cost, ref, rtol=1e-9)
@@ -89,10 +98,10 @@ def test_merge_plan_is_mst_over_components(seed):
   assert len({uf.find(int(c)) for c in comps}) == 1
 
 
-@pytest.mark.parametrize("k,pairs", [(2, [(4, 3)]), (3, [(4, 3), (7, 6)]),
-                                     (4, None)])
+@pytest.mark.parametrize("k,pairs", [(2, [(4, 3)]), (3, [(4, 3), (7, 6)]), (4, None)])
 def test_merge_positions_as_in_paper(shared_data, k, pairs):
   from ultr_jax.data import load_ultra
+
   ds = load_ultra(shared_data / "identifiability" / f"K={k}")
   rep = _components(ds)
   plan = merge_plan(np.arange(10.0), rep.labels, rep.present)
@@ -107,6 +116,7 @@ def test_merge_positions_as_in_paper(shared_data, k, pairs):
 
 # ----------------------------------------------------------- intervention
 
+
 def test_intervention_cost_matches_proposition1_monte_carlo():
   # Var[Omega | r'] = (1/(N R)) * C(x, t1, t2), with R = 1 (r' = r).
   r, o1, o2, n = 0.4, 0.7, 0.3, 2000
@@ -114,8 +124,7 @@ def test_intervention_cost_matches_proposition1_monte_carlo():
   c1 = rng.binomial(n, r * o1, 200_000) / n
   c2 = rng.binomial(n, r * o2, 200_000) / n
   omega = (c1 / r) / o1 - (c2 / r) / o2  # o'(t) = ctr / r'(x)
-  np.testing.assert_allclose(omega.var(), intervention_cost(r, o1, o2) / n,
-                             rtol=0.02)
+  np.testing.assert_allclose(omega.var(), intervention_cost(r, o1, o2) / n, rtol=0.02)
   assert abs(omega.mean()) < 3e-3
 
 
@@ -137,9 +146,7 @@ def test_intervention_plan_is_brute_force_argmin(seed):
   p = plan[0]
   assert ds.doc_ids[p.query, p.position_a] == p.doc
   np.testing.assert_allclose(p.cost, best)
-  np.testing.assert_allclose(
-      intervention_cost(r_hat[p.doc], o_hat[p.position_a], o_hat[p.position_b]),
-      best)
+  np.testing.assert_allclose(intervention_cost(r_hat[p.doc], o_hat[p.position_a], o_hat[p.position_b]), best)
 
 
 @pytest.mark.parametrize("k", [2, 3, 4])
@@ -147,11 +154,10 @@ def test_interventions_connect_the_graph(k):
   ds = _small(k)
   rep = _components(ds)
   rng = np.random.default_rng(k)
-  for plan in (intervention_plan(ds.doc_ids, ds.where, rep.labels,
-                                 rng.uniform(0.1, 1, 400),
-                                 rng.uniform(0.1, 1, 10)),
-               random_intervention_plan(rng, ds.doc_ids, ds.where,
-                                        rep.labels)):
+  for plan in (
+    intervention_plan(ds.doc_ids, ds.where, rep.labels, rng.uniform(0.1, 1, 400), rng.uniform(0.1, 1, 10)),
+    random_intervention_plan(rng, ds.doc_ids, ds.where, rep.labels),
+  ):
     assert len(plan) == k - 1
     out = apply_interventions(ds, plan)
     assert out.num_queries == ds.num_queries + k - 1
@@ -166,20 +172,21 @@ def test_shared_data_intervention_matches_published_swap(shared_data):
   """The published K=2_node_intervention swaps positions 0 and 4 of a list
   whose position-0 document has label 4 (spec 3.1.2)."""
   from ultr_jax.data import load_ultra
+
   ds = load_ultra(shared_data / "identifiability" / "K=2")
   rep = _components(ds)
   r_true = np.asarray(study.true_relevance(np.arange(5.0)))
   doc_label = np.zeros(10000)
   doc_label[ds.doc_ids.ravel()] = ds.labels.ravel()
   o = np.asarray(study.PBM_EXAMINATION)
-  plan = intervention_plan(ds.doc_ids, ds.where, rep.labels,
-                           r_true[doc_label.astype(int)], o)
+  plan = intervention_plan(ds.doc_ids, ds.where, rep.labels, r_true[doc_label.astype(int)], o)
   (p,) = plan
   assert {p.position_a, p.position_b} == {0, 4}
   assert doc_label[p.doc] == 4
 
 
 # ------------------------------------------------------------ embedding fits
+
 
 def _records(seed=0, n_items=12, n_factors=4, n=40):
   rng = np.random.default_rng(seed)
@@ -199,8 +206,7 @@ def test_fit_padding_equals_truncation(name):
     key = jax.random.PRNGKey(1)
     r1, o1 = FITS[name](key, items, factors, ctr, where=np.ones(40, bool), **kw)
     pad = lambda a, v: np.concatenate([a, np.full(7, v, a.dtype)])  # noqa
-    r2, o2 = FITS[name](key, pad(items, 3), pad(factors, 2), pad(ctr, 0.9),
-                        where=pad(np.ones(40, bool), False), **kw)
+    r2, o2 = FITS[name](key, pad(items, 3), pad(factors, 2), pad(ctr, 0.9), where=pad(np.ones(40, bool), False), **kw)
   np.testing.assert_allclose(r1, r2, rtol=1e-9, atol=1e-12)
   np.testing.assert_allclose(o1, o2, rtol=1e-9, atol=1e-12)
 
@@ -212,8 +218,7 @@ def test_fit_vmap_equals_loop_and_compiles_once(name):
   chex.clear_trace_counter()
 
   def one(k):
-    return FITS[name](k, items, factors, ctr, where=np.ones(40, bool),
-                      num_items=12, num_factors=4, epochs=30)
+    return FITS[name](k, items, factors, ctr, where=np.ones(40, bool), num_items=12, num_factors=4, epochs=30)
 
   with jax.enable_x64(True):
     keys = jax.random.split(jax.random.PRNGKey(0), 3)
@@ -228,10 +233,8 @@ def test_fit_vmap_equals_loop_and_compiles_once(name):
 def _mixed_records(seed=0, n_items=15, n_factors=5, n=60):
   """Items with 0, 1 and several records, some duplicated, 8 padded slots."""
   rng = np.random.default_rng(seed)
-  items = np.concatenate([np.arange(6), rng.integers(6, n_items - 2, n - 6),
-                          np.zeros(8, np.int64)])
-  factors = np.concatenate([rng.integers(0, n_factors - 1, n),
-                            np.full(8, n_factors - 1)])
+  items = np.concatenate([np.arange(6), rng.integers(6, n_items - 2, n - 6), np.zeros(8, np.int64)])
+  factors = np.concatenate([rng.integers(0, n_factors - 1, n), np.full(8, n_factors - 1)])
   where = np.arange(n + 8) < n
   r = rng.uniform(0.1, 0.9, n_items)
   o = rng.uniform(0.2, 1.0, n_factors)
@@ -239,10 +242,13 @@ def _mixed_records(seed=0, n_items=15, n_factors=5, n=60):
   return items, factors, where, ctr
 
 
-_VARIANTS = [("dla", {}), ("dla", {"o_update": "least_squares",
-                                  "init_obs": 1.0}),
-             ("regression_em", {}), ("regression_em", {"variant": "paper"}),
-             ("two_tower", {})]
+_VARIANTS = [
+  ("dla", {}),
+  ("dla", {"o_update": "least_squares", "init_obs": 1.0}),
+  ("regression_em", {}),
+  ("regression_em", {"variant": "paper"}),
+  ("two_tower", {}),
+]
 
 
 @pytest.mark.parametrize("name,kw", _VARIANTS)
@@ -255,11 +261,9 @@ def test_fit_dense_layout_equals_segment_sum(name, kw):
   with jax.enable_x64(True):
     key = jax.random.PRNGKey(3)
     r1, o1 = FITS[name](key, items, factors, ctr, where=where, **args)
-    traced = jax.jit(lambda i, f, w: FITS[name](key, i, f, ctr, where=w,
-                                                **args))
+    traced = jax.jit(lambda i, f, w: FITS[name](key, i, f, ctr, where=w, **args))
     r2, o2 = traced(items, factors, where)
-  lay = embedding.record_layout(items, factors, where, num_items=15,
-                                num_factors=5)
+  lay = embedding.record_layout(items, factors, where, num_items=15, num_factors=5)
   assert lay.single_rec is not None and lay.tier_rec  # both paths are used
   np.testing.assert_allclose(r1, r2, rtol=1e-10, atol=1e-13)
   np.testing.assert_allclose(o1, o2, rtol=1e-10, atol=1e-13)
@@ -274,14 +278,13 @@ def test_fit_runs_equals_single_runs(name, kw):
   args = dict(num_items=15, num_factors=5, epochs=150, **kw)
   with jax.enable_x64(True):
     keys = jax.random.split(jax.random.PRNGKey(0), 3)
-    lay = embedding.record_layout(items, factors, where, num_items=15,
-                                  num_factors=5)
-    rb, ob = jax.jit(lambda k, c: embedding.fit_runs(
-        name, k, c, where=where, layout=lay, **args),
-                     compiler_options=embedding.COMPILER_OPTIONS)(keys, ctrs)
+    lay = embedding.record_layout(items, factors, where, num_items=15, num_factors=5)
+    rb, ob = jax.jit(
+      lambda k, c: embedding.fit_runs(name, k, c, where=where, layout=lay, **args),
+      compiler_options=embedding.COMPILER_OPTIONS,
+    )(keys, ctrs)
     for i in range(3):
-      ri, oi = FITS[name](keys[i], items, factors, ctrs[i], where=where,
-                          **args)
+      ri, oi = FITS[name](keys[i], items, factors, ctrs[i], where=where, **args)
       np.testing.assert_allclose(rb[i], ri, rtol=1e-10, atol=1e-13)
       np.testing.assert_allclose(ob[i], oi, rtol=1e-10, atol=1e-13)
 
@@ -296,8 +299,7 @@ def test_padded_layouts_share_shapes_and_fits(name, kw):
   a = _mixed_records(0)
   b = _mixed_records(2, n=75)
   n = b[0].size
-  lays = [embedding.record_layout(i, f, w, num_items=15, num_factors=5)
-          for i, f, w, _ in (a, b)]
+  lays = [embedding.record_layout(i, f, w, num_items=15, num_factors=5) for i, f, w, _ in (a, b)]
   pads = embedding.pad_layouts(lays, n)
   shapes = [[x.shape for x in jax.tree.leaves(p)] for p in pads]
   assert shapes[0] == shapes[1]
@@ -306,11 +308,10 @@ def test_padded_layouts_share_shapes_and_fits(name, kw):
   args = dict(num_items=15, num_factors=5, epochs=20, **kw)
   with jax.enable_x64(True):
     keys = jax.random.split(jax.random.PRNGKey(0), 2)
-    fit = jax.jit(chex.assert_max_traces(
-        lambda c, w, l: embedding.fit_runs(name, keys, c, where=w, layout=l,
-                                           **args), n=1))
-    own = jax.jit(lambda c, w, l: embedding.fit_runs(
-        name, keys, c, where=w, layout=l, **args))
+    fit = jax.jit(
+      chex.assert_max_traces(lambda c, w, l: embedding.fit_runs(name, keys, c, where=w, layout=l, **args), n=1)
+    )
+    own = jax.jit(lambda c, w, l: embedding.fit_runs(name, keys, c, where=w, layout=l, **args))
     for (i, f, w, c), lay, pad in zip((a, b), lays, pads):
       c2 = np.stack([c, c * 0.9])
       r1, o1 = own(c2, w, lay)
@@ -324,18 +325,14 @@ def test_count_le_matches_searchsorted():
   """The binned search counts like np.searchsorted(side="right") and flags
   a bin holding more than _PER_BIN entries below the query."""
   rng = np.random.default_rng(0)
-  c = np.sort(np.concatenate([rng.uniform(0, 1, (3, 40)),
-                              np.full((3, 6), np.inf)], axis=1), axis=1)
+  c = np.sort(np.concatenate([rng.uniform(0, 1, (3, 40)), np.full((3, 6), np.inf)], axis=1), axis=1)
   c[2, :8] = 0.25  # a crowded bin
   c = np.sort(c, axis=1)
   with jax.enable_x64(True):
     table = embedding._bin_table(jnp.asarray(c))
-    thr = np.concatenate([rng.uniform(0, 1.2, (3, 50)),
-                          c[:, :40:7], np.zeros((3, 1))], axis=1)
-    k, ok = jax.vmap(lambda q: embedding._count_le(jnp.asarray(c), table, q),
-                     in_axes=1, out_axes=1)(jnp.asarray(thr))
-  want = np.stack([np.searchsorted(c[i], thr[i], side="right")
-                   for i in range(3)])
+    thr = np.concatenate([rng.uniform(0, 1.2, (3, 50)), c[:, :40:7], np.zeros((3, 1))], axis=1)
+    k, ok = jax.vmap(lambda q: embedding._count_le(jnp.asarray(c), table, q), in_axes=1, out_axes=1)(jnp.asarray(thr))
+  want = np.stack([np.searchsorted(c[i], thr[i], side="right") for i in range(3)])
   ok = np.asarray(ok)
   np.testing.assert_array_equal(np.asarray(k)[ok], want[ok])
   assert ok.mean() > 0.9
@@ -346,10 +343,14 @@ def test_count_le_matches_searchsorted():
 def _single_grid(rng, small, w=60):
   """A one-record grid ``[1, 4, w]`` of CTRs and its mask: moderate CTRs,
   CTRs in ``small``, zero CTRs and empty cells, and CTRs up to 0.9."""
-  c = np.stack([rng.uniform(0.05, 0.9, w), rng.uniform(*small, w),
-                np.concatenate([rng.uniform(0.1, 0.5, w - 15),
-                                np.zeros(15)]),
-                rng.uniform(0.1, 0.9, w)])[None]
+  c = np.stack(
+    [
+      rng.uniform(0.05, 0.9, w),
+      rng.uniform(*small, w),
+      np.concatenate([rng.uniform(0.1, 0.5, w - 15), np.zeros(15)]),
+      rng.uniform(0.1, 0.9, w),
+    ]
+  )[None]
   valid = np.ones_like(c, bool)
   valid[0, 2, -10:] = False  # empty cells
   return np.where(valid, c, 0.0), valid
@@ -380,8 +381,7 @@ def test_dla_single_sums_match_the_records():
     assert (c[0, 0] > o[0, 0] + eps / o[0, 0]).any()  # some r' clipped
     u = eps / (o[0, 1] / (o[0, 1] ** 2 + eps) * c[0, 1].min()) ** 2
     assert 1e-5 < u <= embedding._SERIES_TOL
-    _, ok = embedding._dla_single_sums(srt, table, c_min * 0.5,
-                                       jnp.asarray(o))
+    _, ok = embedding._dla_single_sums(srt, table, c_min * 0.5, jnp.asarray(o))
     assert not bool(ok)  # u beyond the tolerance: the caller sums records
 
 
@@ -402,19 +402,15 @@ def test_regression_em_single_sums_match_the_records():
     return np.where(valid, t, 0.0).sum(-1)
 
   with jax.enable_x64(True):
-    srt = embedding._sorted_singles(jnp.asarray(c),
-                                    jnp.asarray(valid, jnp.float64),
-                                    embedding._rem_moments)
+    srt = embedding._sorted_singles(jnp.asarray(c), jnp.asarray(valid, jnp.float64), embedding._rem_moments)
     table = embedding._bin_table(srt.c)
     total, ok = embedding._rem_single_sums(srt, table, jnp.asarray(o))
     assert bool(ok)
-    np.testing.assert_allclose(np.asarray(total), records(c, o), rtol=1e-13,
-                               atol=0)
+    np.testing.assert_allclose(np.asarray(total), records(c, o), rtol=1e-13, atol=0)
     assert (c[0, 0] > o[0, 0] + eps).any()  # some r' clipped
     q = eps * (1 - o[0, 1] * c[0, 1]) / (o[0, 1] * (1 - c[0, 1]) ** 2)
     assert 1e-5 < q.max() <= embedding._SERIES_TOL
-    _, ok = embedding._rem_single_sums(srt, table,
-                                       jnp.asarray(o * [1, 0.1, 1, 1]))
+    _, ok = embedding._rem_single_sums(srt, table, jnp.asarray(o * [1, 0.1, 1, 1]))
     assert not bool(ok)  # q beyond the tolerance: the caller sums records
 
 
@@ -430,13 +426,10 @@ def test_single_record_sums_equal_record_by_record(name, ctrs):
   form)."""
   rng = np.random.default_rng(1)
   n_single = 200
-  items = np.concatenate([np.arange(n_single), np.repeat(
-      np.arange(n_single, n_single + 20), 3)])
+  items = np.concatenate([np.arange(n_single), np.repeat(np.arange(n_single, n_single + 20), 3)])
   single_p = [0.8, 0.05, 0.05, 0.05, 0.05] if ctrs == "skewed" else None
-  factors = np.concatenate([rng.choice(5, n_single, p=single_p),
-                            rng.integers(0, 5, 60)])
-  lay = embedding.record_layout(items, factors, np.ones(items.size, bool),
-                                num_items=n_single + 20, num_factors=5)
+  factors = np.concatenate([rng.choice(5, n_single, p=single_p), rng.integers(0, 5, 60)])
+  lay = embedding.record_layout(items, factors, np.ones(items.size, bool), num_items=n_single + 20, num_factors=5)
   assert (lay.single_factor is not None) == (ctrs == "skewed")
   if ctrs != "extreme":
     ctr = rng.uniform(0.05, 0.6, items.size) * (1.0 - 0.15 * factors)
@@ -475,8 +468,7 @@ def test_iterate_exact_stop_equals_all_epochs():
     s0 = (jnp.array([1e6, 37.0]), jnp.array([1.0, -2.0]))
     for step, epochs in ((fixed, 1000), (cycle, 1001), (drift, 999)):
       fast = jax.jit(lambda s: embedding._iterate(step, s, epochs))(s0)
-      slow = jax.jit(lambda s: embedding._iterate(
-          step, s, epochs, exact_stop=False))(s0)
+      slow = jax.jit(lambda s: embedding._iterate(step, s, epochs, exact_stop=False))(s0)
       want = s0
       for _ in range(epochs):
         want = step(want)
@@ -486,9 +478,7 @@ def test_iterate_exact_stop_equals_all_epochs():
   # the early stop does skip blocks: a while loop that stops after the first
   # unchanged block runs few iterations
   n = []
-  jax.jit(lambda s: embedding._iterate(
-      lambda x: jax.debug.callback(lambda: n.append(1)) or x, s, 640))(
-          jnp.zeros(2))
+  jax.jit(lambda s: embedding._iterate(lambda x: jax.debug.callback(lambda: n.append(1)) or x, s, 640))(jnp.zeros(2))
   jax.effects_barrier()
   assert 0 < len(n) <= 128
 
@@ -498,8 +488,7 @@ def _connected_records(seed):
   rng = np.random.default_rng(seed)
   n_items = 30
   items = np.repeat(np.arange(n_items), 2)
-  factors = np.concatenate([rng.choice(4, 2, replace=False)
-                            for _ in range(n_items)])
+  factors = np.concatenate([rng.choice(4, 2, replace=False) for _ in range(n_items)])
   return items, factors, rng.uniform(0.1, 0.9, n_items), rng.uniform(0.2, 0.9, 4)
 
 
@@ -510,9 +499,17 @@ def test_theorem1_connected_ig_identifies_relevance(seed):
   ctr = r[items] * o[factors]
   with jax.enable_x64(True):
     for k in range(3):
-      rp, op = fit_dla(jax.random.PRNGKey(k), items, factors, ctr,
-                       where=np.ones(items.size, bool), num_items=30,
-                       num_factors=4, epochs=3000, o_update="least_squares")
+      rp, op = fit_dla(
+        jax.random.PRNGKey(k),
+        items,
+        factors,
+        ctr,
+        where=np.ones(items.size, bool),
+        num_items=30,
+        num_factors=4,
+        epochs=3000,
+        o_update="least_squares",
+      )
       rp = np.asarray(rp)
       fit_err = np.abs(rp[items] * np.asarray(op)[factors] - ctr).max()
       assert fit_err < 1e-6
@@ -542,12 +539,19 @@ def test_theorem1_disconnected_ig_is_not_identifiable():
   with jax.enable_x64(True):
     scales = []
     for k in range(3):
-      rp, op = fit_dla(jax.random.PRNGKey(k), items, factors, ctr,
-                       where=np.ones(40, bool), num_items=20, num_factors=4,
-                       epochs=2000, o_update="least_squares")
+      rp, op = fit_dla(
+        jax.random.PRNGKey(k),
+        items,
+        factors,
+        ctr,
+        where=np.ones(40, bool),
+        num_items=20,
+        num_factors=4,
+        epochs=2000,
+        o_update="least_squares",
+      )
       rp = np.asarray(rp)
-      np.testing.assert_allclose(rp[items] * np.asarray(op)[factors], ctr,
-                                 atol=1e-6)
+      np.testing.assert_allclose(rp[items] * np.asarray(op)[factors], ctr, atol=1e-6)
       scales.append((r / rp)[in1].mean() / (r / rp)[~in1].mean())
   assert np.ptp(scales) > 1e-2
 
@@ -556,9 +560,16 @@ def test_proposition3_tree_merge_keeps_exact_fit():
   ds = _small(4)
   rep = _components(ds)
   plan = merge_plan(np.arange(10.0), rep.labels, rep.present)
-  m = study.run_method(jax.random.PRNGKey(0), ds, method="dla", runs=2,
-                       epochs=3000, num_clicks=1e15, canonical=plan.canonical,
-                       o_update="least_squares")
+  m = study.run_method(
+    jax.random.PRNGKey(0),
+    ds,
+    method="dla",
+    runs=2,
+    epochs=3000,
+    num_clicks=1e15,
+    canonical=plan.canonical,
+    o_update="least_squares",
+  )
   assert m["click_mse"].max() < 1e-10
 
 
@@ -567,12 +578,18 @@ def test_proposition4_error_bound_after_merging():
   ds = _small(3)
   rep = _components(ds)
   plan = merge_plan(np.arange(10.0), rep.labels, rep.present)
-  m = study.run_method(jax.random.PRNGKey(0), ds, method="dla", runs=1,
-                       epochs=3000, num_clicks=1e15, canonical=plan.canonical,
-                       o_update="least_squares")
+  m = study.run_method(
+    jax.random.PRNGKey(0),
+    ds,
+    method="dla",
+    runs=1,
+    epochs=3000,
+    num_clicks=1e15,
+    canonical=plan.canonical,
+    o_update="least_squares",
+  )
   r_true = np.zeros(400)
-  r_true[ds.doc_ids.ravel()] = np.asarray(
-      study.true_relevance(ds.labels)).ravel()
+  r_true[ds.doc_ids.ravel()] = np.asarray(study.true_relevance(ds.labels)).ravel()
   ratio = m["relevance"][0] / r_true
   o_true = np.asarray(study.PBM_EXAMINATION)
   o_pred = m["observation"][0]
@@ -585,13 +602,13 @@ def test_proposition4_error_bound_after_merging():
 
 # ------------------------------------------------------------------ study
 
+
 def test_no_debias_is_deterministic_and_nm_recovers_ranking():
   ds = _small(2)
   key = jax.random.PRNGKey(0)
   nd = study.run_method(key, ds, method="no_debias", runs=2, epochs=1)
   assert nd["mcc"].std() < 1e-3
-  nm = study.run_method(key, ds, method="dla", runs=2, epochs=1000,
-                        canonical=study.node_merging_canonical(ds))
+  nm = study.run_method(key, ds, method="dla", runs=2, epochs=1000, canonical=study.node_merging_canonical(ds))
   assert (nm["mcc"] > nd["mcc"].max()).all()
   assert (nm["click_mse"] < 1e-7).all()
 
@@ -599,12 +616,12 @@ def test_no_debias_is_deterministic_and_nm_recovers_ranking():
 def test_click_cache_simulates_once_per_dataset_and_key():
   """Rows sharing a click cache reuse one simulation per (dataset, key) and
   give exactly the numbers of uncached calls."""
-  ds = generate_design_dataset(DESIGN_GRAPHS[2], block_size=40,
-                               num_queries=60, borrow=3)
+  ds = generate_design_dataset(DESIGN_GRAPHS[2], block_size=40, num_queries=60, borrow=3)
   key = jax.random.PRNGKey(4)
   cache = {}
   run = lambda k, m, **kw: study.run_method(  # noqa: E731
-      k, ds, method=m, runs=2, epochs=50, **kw)
+    k, ds, method=m, runs=2, epochs=50, **kw
+  )
   cached = [run(key, m, click_cache=cache) for m in ("no_debias", "dla")]
   assert len(cache) == 1
   run(jax.random.PRNGKey(5), "dla", click_cache=cache)
@@ -620,41 +637,55 @@ def test_main_smoke(tmp_path, subprocess_env):
   import pathlib
   import subprocess
   import sys
+
   root = pathlib.Path(__file__).parent.parent
   subprocess.run(
-      [sys.executable, "experiments/identifiability/main.py",
-       "--config=experiments/identifiability/configs/default.py:smoke",
-       f"--workdir={tmp_path}", "--config.figures=('4b',)",
-       "--config.context.enabled=False"],
-      check=True, capture_output=True, cwd=str(root), env=subprocess_env)
+    [
+      sys.executable,
+      "experiments/identifiability/main.py",
+      "--config=experiments/identifiability/configs/default.py:smoke",
+      f"--workdir={tmp_path}",
+      "--config.figures=('4b',)",
+      "--config.context.enabled=False",
+    ],
+    check=True,
+    capture_output=True,
+    cwd=str(root),
+    env=subprocess_env,
+  )
   res = json.loads((tmp_path / "results.json").read_text())
   assert len(res) == 10
   for row in ("DLA", "DLA + node intervention", "DLA + node merging"):
-    assert set(res[row]) >= {"mcc", "ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10",
-                             "click_mse"}
+    assert set(res[row]) >= {"mcc", "ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "click_mse"}
   assert (tmp_path / "table.md").exists() and (tmp_path / "fig4b.png").exists()
   assert any((tmp_path / "jax_cache").iterdir())  # compilation_cache_dir
   assert "(XLA cache " in (tmp_path / "table.md").read_text()  # cold or warm
   from ultr_jax.testing import assert_matches_expected
+
   assert_matches_expected(res, "identifiability_smoke")
 
 
 # -------------------------------------------------------- paper (slow)
 
 PAPER_TABLE1 = {  # mean, std of MCC / nDCG@1 / nDCG@10
-    "DLA": ((0.707, 0.105), (0.836, 0.061), (0.886, 0.040)),
-    "Regression-EM": ((0.580, 0.117), (0.786, 0.035), (0.857, 0.027)),
-    "Two-Tower": ((0.830, 0.050), (0.883, 0.034), (0.925, 0.022)),
+  "DLA": ((0.707, 0.105), (0.836, 0.061), (0.886, 0.040)),
+  "Regression-EM": ((0.580, 0.117), (0.786, 0.035), (0.857, 0.027)),
+  "Two-Tower": ((0.830, 0.050), (0.883, 0.034), (0.925, 0.022)),
 }
 
 
 @pytest.mark.slow
 def test_table1_reproduction(shared_data):
   from ultr_jax.data import load_ultra
+
   ds = load_ultra(shared_data / "identifiability" / "K=2")
   rows = study.table1(
-      jax.random.PRNGKey(0), ds, runs=10, num_docs=10000,
-      epochs={"dla": 20_000, "regression_em": 100_000, "two_tower": 20_000})
+    jax.random.PRNGKey(0),
+    ds,
+    runs=10,
+    num_docs=10000,
+    epochs={"dla": 20_000, "regression_em": 100_000, "two_tower": 20_000},
+  )
   s = {k: study.summarise(v) for k, v in rows.items() if not k.startswith("_")}
   nd = s["No debias"]
   assert abs(nd["mcc"]["mean"] - 0.521) < 2e-3
@@ -677,30 +708,31 @@ def test_table1_reproduction(shared_data):
 @pytest.mark.slow
 def test_figure3b_and_4b_node_merging(shared_data):
   from ultr_jax.data import load_ultra
+
   key = jax.random.PRNGKey(0)
   for k, target in ((2, 0.975), (3, 0.959), (4, 0.739)):
     ds = load_ultra(shared_data / "identifiability" / f"K={k}")
-    m = study.run_method(key, ds, method="dla", runs=3, epochs=20_000,
-                         canonical=study.node_merging_canonical(ds))
+    m = study.run_method(key, ds, method="dla", runs=3, epochs=20_000, canonical=study.node_merging_canonical(ds))
     assert abs(m["mcc"].mean() - target) < 0.01, k
   ds = load_ultra(shared_data / "identifiability" / "K=2")
   for a, target in ((1, 0.745), (2, 0.846), (3, 0.975)):
-    m = study.run_method(key, ds, method="dla", runs=3, epochs=20_000,
-                         canonical=study.node_merging_canonical(
-                             ds, pairs=[(a, 4)]))
+    m = study.run_method(
+      key, ds, method="dla", runs=3, epochs=20_000, canonical=study.node_merging_canonical(ds, pairs=[(a, 4)])
+    )
     assert abs(m["mcc"].mean() - target) < 0.01, a
 
 
 def test_context_study_end_to_end():
   from ultr_jax.graph import context_study as cs
+
   f, y, wh = cs.synthetic_letor(0, num_queries=100, num_docs=300)
   w = np.random.default_rng(0).uniform(-1, 1, 10)
-  out = cs.context_study(jax.random.PRNGKey(0), f, y, wh, num_contexts=50,
-                         w=w, runs=2, two_tower_epochs=50, log=lambda *_: None)
+  out = cs.context_study(
+    jax.random.PRNGKey(0), f, y, wh, num_contexts=50, w=w, runs=2, two_tower_epochs=50, log=lambda *_: None
+  )
   k = out["report"]["num_components"]
   assert k > 1 and out["merge_pairs"] == k - 1
-  for row in ("No debias", "DLA", "DLA + node merging", "Two-Tower",
-              "Two-Tower + node merging"):
+  for row in ("No debias", "DLA", "DLA + node merging", "Two-Tower", "Two-Tower + node merging"):
     assert out[row]["mcc"].shape == (2,)  # the runs, fitted in one batched call
     assert np.isfinite(out[row]["mcc"]).all()
   # two runs, two click simulations

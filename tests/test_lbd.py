@@ -61,8 +61,9 @@ def test_softmax_click_loss_mask_equals_truncation():
   logits = jnp.array([[0.3, -1.0, 2.0, 7.0, -4.0]])
   clicks = jnp.array([[1.0, 0.0, 1.0, 1.0, 0.0]])
   where = jnp.array([[True, True, True, False, False]])
-  np.testing.assert_allclose(L.softmax_click_loss(logits, clicks, where=where),
-                             L.softmax_click_loss(logits[:, :3], clicks[:, :3]), rtol=1e-6)
+  np.testing.assert_allclose(
+    L.softmax_click_loss(logits, clicks, where=where), L.softmax_click_loss(logits[:, :3], clicks[:, :3]), rtol=1e-6
+  )
 
 
 def test_softmax_click_loss_all_masked_is_zero_with_zero_grads():
@@ -106,8 +107,11 @@ def test_bernoulli_mask_mean(t):
 
 def test_t1_lambda0_is_click_data_and_obs_heads_get_no_gradient():
   b = _batch()
-  m = make_lbd(ml_collections.ConfigDict({"ranker": "dnn", "hidden_sizes": (8,), "lam": 0.0, "t": 1.0}),
-               num_features=3, list_size=5)
+  m = make_lbd(
+    ml_collections.ConfigDict({"ranker": "dnn", "hidden_sizes": (8,), "lam": 0.0, "t": 1.0}),
+    num_features=3,
+    list_size=5,
+  )
   p, extra = m.init(jax.random.key(0), b)
   (loss, _), grads = jax.jit(jax.value_and_grad(m.loss, has_aux=True))(p, extra, b, jax.random.key(1))
   naive = jax.jit(lambda p: L.softmax_click_loss(m.score(p, b), b["clicks"], where=b["where"]))(p)
@@ -140,7 +144,7 @@ def test_gp_closed_form_on_linear_heads_with_dropout_and_padding():
     mask = np.asarray(jax.random.bernoulli(key, keep, where.shape + (n,)), np.float64) / keep
     count = int(np.sum(where)) * n
     g = np.einsum("bdp,fp->bdf", mask, np.asarray(bw)) / count  # G_d = 1/(Dn) sum_p m_dp/k b_p
-    expected = float((g ** 2 * np.asarray(where)[..., None]).sum())
+    expected = float((g**2 * np.asarray(where)[..., None]).sum())
     np.testing.assert_allclose(gp, expected, rtol=1e-10)
 
 
@@ -152,7 +156,7 @@ def test_gp_expectation_over_dropout_by_monte_carlo():
     keys = jax.random.split(jax.random.key(0), 40000)
     draws = jax.vmap(lambda k: L.gradient_penalty(lambda x: x @ bw + c, feats, key=k, keep=keep))(keys)
     bnp = np.asarray(bw).T  # [n, F]
-    bracket = (1 / keep - 1) * (bnp ** 2).sum() + (bnp.sum(0) ** 2).sum()
+    bracket = (1 / keep - 1) * (bnp**2).sum() + (bnp.sum(0) ** 2).sum()
     expected = d_count * bracket / (d_count * n) ** 2
     se = float(np.std(draws) / np.sqrt(draws.size))
     assert abs(float(np.mean(draws)) - expected) < 4 * se, (float(np.mean(draws)), expected, se)
@@ -191,8 +195,9 @@ def test_gp_all_masked_is_finite_with_zero_grads():
   feats = jnp.zeros((2, 3, 3))
   params = tower.init(jax.random.key(0), feats)
   for mode in ("code", "paper"):
-    fn = lambda p: L.lbd_forward(lambda x: tower.apply(p, x), feats, where=jnp.zeros((2, 3), bool),
-                                 key=jax.random.key(1), mode=mode)[2]
+    fn = lambda p: L.lbd_forward(
+      lambda x: tower.apply(p, x), feats, where=jnp.zeros((2, 3), bool), key=jax.random.key(1), mode=mode
+    )[2]
     value, grads = jax.jit(jax.value_and_grad(fn))(params)
     assert value == 0.0
     assert all(np.all(g == 0) for g in jax.tree.leaves(grads))
@@ -206,22 +211,27 @@ def test_lambda_zero_gives_exactly_unlimited_gradients():
     unlimited = get_method("unlimited", ml_collections.ConfigDict(cfg), num_features=3, list_size=5)
     lips = make_lbd(ml_collections.ConfigDict({**cfg, "lam": 100.0, "t": 0.0}), num_features=3, list_size=5)
     # members in a mixed order: the lambda = 0 ones skip the penalty, the others get theirs
-    grid = make_lbd_grid(ml_collections.ConfigDict({**cfg, "lams": [100.0, 0.0], "ts": [0.0, 0.0]}),
-                         num_features=3, list_size=5)
+    grid = make_lbd_grid(
+      ml_collections.ConfigDict({**cfg, "lams": [100.0, 0.0], "ts": [0.0, 0.0]}), num_features=3, list_size=5
+    )
     p, extra = unlimited.init(jax.random.key(0), b)
     p = jax.tree.map(lambda x: x.astype(jnp.float64), p)
     gp = {"towers": jax.tree.map(lambda x: jnp.stack([x, 1.1 * x]), p["tower"])}
-    g_unl = jax.jit(jax.grad(lambda q: unlimited.loss(q, extra, b, jax.random.key(3))[0]))(
-        grid_member_params(gp, 1))
-    (_, (metrics, _)), g_grid = jax.jit(jax.value_and_grad(
-        lambda q: grid.loss(q, extra, b, jax.random.key(4)), has_aux=True))(gp)
+    g_unl = jax.jit(jax.grad(lambda q: unlimited.loss(q, extra, b, jax.random.key(3))[0]))(grid_member_params(gp, 1))
+    (_, (metrics, _)), g_grid = jax.jit(
+      jax.value_and_grad(lambda q: grid.loss(q, extra, b, jax.random.key(4)), has_aux=True)
+    )(gp)
     member_key = jax.random.split(jax.random.key(4), 2)[0]
     g_lips = jax.jit(jax.grad(lambda q: lips.loss(q, extra, b, member_key)[0]))(grid_member_params(gp, 0))
     assert float(metrics["gp"]) > 0
     chex.assert_trees_all_close(g_unl, grid_member_params(g_grid, 1), rtol=1e-12, atol=1e-14)
     chex.assert_trees_all_close(g_lips, grid_member_params(g_grid, 0), rtol=1e-10, atol=1e-12)
-    assert not np.allclose(jax.tree.leaves(g_lips)[0], jax.tree.leaves(
-        jax.jit(jax.grad(lambda q: unlimited.loss(q, extra, b, member_key)[0]))(grid_member_params(gp, 0)))[0])
+    assert not np.allclose(
+      jax.tree.leaves(g_lips)[0],
+      jax.tree.leaves(
+        jax.jit(jax.grad(lambda q: unlimited.loss(q, extra, b, member_key)[0]))(grid_member_params(gp, 0))
+      )[0],
+    )
 
 
 def test_penalty_changes_gradients_when_lambda_positive():
@@ -245,14 +255,22 @@ def test_rescale_gp_weight_is_identity_at_reference_shape():
 
 def test_scores_depend_only_on_the_relevance_head():
   b = _batch()
-  methods = [make_lbd(ml_collections.ConfigDict({"ranker": "dnn", "hidden_sizes": (8,), "lam": lam, "t": t}),
-                      num_features=3, list_size=5) for lam, t in [(0.0, 0.0), (1e4, 0.4), (100.0, 1.0)]]
+  methods = [
+    make_lbd(
+      ml_collections.ConfigDict({"ranker": "dnn", "hidden_sizes": (8,), "lam": lam, "t": t}),
+      num_features=3,
+      list_size=5,
+    )
+    for lam, t in [(0.0, 0.0), (1e4, 0.4), (100.0, 1.0)]
+  ]
   p, _ = methods[0].init(jax.random.key(0), b)
   ref = methods[0].score(p, b)
   out = p["tower"]["params"]["Dense_1"]
   noisy = jax.tree.map(lambda x: x, p)
   noisy["tower"]["params"]["Dense_1"] = {
-      "kernel": out["kernel"].at[:, 1:].add(5.0), "bias": out["bias"].at[1:].add(-3.0)}
+    "kernel": out["kernel"].at[:, 1:].add(5.0),
+    "bias": out["bias"].at[1:].add(-3.0),
+  }
   for m in methods:
     np.testing.assert_array_equal(m.score(p, b), ref)
     np.testing.assert_array_equal(m.score(noisy, b), ref)
@@ -298,7 +316,7 @@ def _coupling_problem(seed=0, q=300, f=6, n=10):
   log_r = x @ a_star
   log_r -= log_r.max()  # probabilities <= 1; a per-list constant does not matter
   exponent = 1.0 + x @ w  # unclipped
-  clicks = np.exp(log_r) * PBM_V ** exponent  # expected clicks, no sampling noise
+  clicks = np.exp(log_r) * PBM_V**exponent  # expected clicks, no sampling noise
   return a_star, w, x, clicks
 
 
@@ -307,8 +325,8 @@ def _fit_linear_multi(x, clicks, mu, init, n=10):
 
   def unpack(theta):
     a = theta[:f]
-    bw = theta[f:f + f * n].reshape(f, n)
-    c = theta[f + f * n:]
+    bw = theta[f : f + f * n].reshape(f, n)
+    c = theta[f + f * n :]
     return a, bw, c
 
   def objective(theta):
@@ -317,15 +335,19 @@ def _fit_linear_multi(x, clicks, mu, init, n=10):
     logits = x @ a + jnp.diagonal(s_obs, axis1=-2, axis2=-1)
     sv = L.softmax_click_loss(logits, clicks, eps=0.0)
     # expected repo-form GP (keep 0.1) up to its constant: 9 sum_p |b_p|^2 + |sum_p b_p|^2
-    gp = 9 * jnp.sum(bw ** 2) + jnp.sum(jnp.sum(bw, axis=1) ** 2)
+    gp = 9 * jnp.sum(bw**2) + jnp.sum(jnp.sum(bw, axis=1) ** 2)
     return sv + mu * gp
 
   with jax.enable_x64(True):
     x, clicks = jnp.asarray(x), jnp.asarray(clicks)
     fg = jax.jit(jax.value_and_grad(objective))
-    res = scipy.optimize.minimize(lambda th: tuple(np.asarray(v, np.float64) for v in fg(jnp.asarray(th))),
-                                  init, jac=True, method="L-BFGS-B",
-                                  options={"maxiter": 20000, "ftol": 1e-15, "gtol": 1e-10})
+    res = scipy.optimize.minimize(
+      lambda th: tuple(np.asarray(v, np.float64) for v in fg(jnp.asarray(th))),
+      init,
+      jac=True,
+      method="L-BFGS-B",
+      options={"maxiter": 20000, "ftol": 1e-15, "gtol": 1e-10},
+    )
     a, bw, c = unpack(res.x)
     return res, np.asarray(a), np.asarray(bw), np.asarray(c)
 
@@ -364,8 +386,7 @@ def test_skip_zero_lambda_gp_leaves_gradients_unchanged():
   base = {"ranker": "linear", "lams": [0.0, 1e4, 0.0], "ts": [0.0, 0.0, 0.2]}
   grads = []
   for skip in (True, False):
-    grid = make_lbd_grid(ml_collections.ConfigDict({**base, "skip_zero_lambda_gp": skip}),
-                         num_features=3, list_size=5)
+    grid = make_lbd_grid(ml_collections.ConfigDict({**base, "skip_zero_lambda_gp": skip}), num_features=3, list_size=5)
     p, extra = grid.init(jax.random.key(0), b)
     grads.append(jax.jit(jax.grad(lambda q: grid.loss(q, extra, b, jax.random.key(1))[0]))(p))
   chex.assert_trees_all_close(grads[0], grads[1], rtol=1e-5, atol=1e-6)

@@ -21,9 +21,11 @@ R = np.array([0.1, 0.16, 0.28, 0.52, 1.0])
 
 def _batch(q=6, l=10, f=12, seed=0):
   rng = np.random.default_rng(seed)
-  return {"features": jnp.asarray(rng.uniform(-1, 1, (q, l, f)), jnp.float32),
-          "labels": jnp.asarray(rng.integers(0, 5, (q, l)), jnp.float32),
-          "where": jnp.ones((q, l), bool)}
+  return {
+    "features": jnp.asarray(rng.uniform(-1, 1, (q, l, f)), jnp.float32),
+    "labels": jnp.asarray(rng.integers(0, 5, (q, l)), jnp.float32),
+    "where": jnp.ones((q, l), bool),
+  }
 
 
 CRUX = list(range(10))
@@ -61,8 +63,8 @@ def test_exponent_bounds_at_eta_0_1():
   f[1] = -np.sign(w)
   b = {"features": jnp.asarray(f), "labels": jnp.full((2, 10), 4.0), "where": jnp.ones((2, 10), bool)}
   exam = np.asarray(S.make_individual_click_fn(CRUX, 0.1, redraw=False)(jax.random.key(0), b)["examination"])
-  np.testing.assert_allclose(exam[0], V ** 1.5164, rtol=1e-4)
-  np.testing.assert_allclose(exam[1], V ** 0.4836, rtol=1e-4)
+  np.testing.assert_allclose(exam[0], V**1.5164, rtol=1e-4)
+  np.testing.assert_allclose(exam[1], V**0.4836, rtol=1e-4)
   assert exam[1, 0] < 0.831 and exam[0, 0] > 0.556 and exam[0, 9] > 0.013 and exam[1, 9] < 0.257
   # the clip at 0 binds for large eta: o = 1
   exam6 = np.asarray(S.make_individual_click_fn(CRUX, 0.6, redraw=False)(jax.random.key(0), b)["examination"])
@@ -136,13 +138,20 @@ def test_grid_members_and_selection():
 def test_smoke_binary_writes_results(tmp_path, subprocess_env):
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env = subprocess_env
-  cmd = [sys.executable, os.path.join(root, "experiments/lbd/main.py"),
-         "--config=" + os.path.join(root, "experiments/lbd/configs/default.py:smoke"),
-         f"--workdir={tmp_path}", "--config.etas=(0.0, 0.6)", "--config.lams=(100.0,)", "--config.ts=(0.2,)",
-         "--config.baselines=('labeled_data', 'click_data', 'two_tower')", "--config.rankers=('linear',)",
-         f"--config.compilation_cache_dir={tmp_path}/cache",
-         # one grid job per eta: the recorded (unsplit) numbers must not change
-         "--config.grid_etas_per_job=1"]
+  cmd = [
+    sys.executable,
+    os.path.join(root, "experiments/lbd/main.py"),
+    "--config=" + os.path.join(root, "experiments/lbd/configs/default.py:smoke"),
+    f"--workdir={tmp_path}",
+    "--config.etas=(0.0, 0.6)",
+    "--config.lams=(100.0,)",
+    "--config.ts=(0.2,)",
+    "--config.baselines=('labeled_data', 'click_data', 'two_tower')",
+    "--config.rankers=('linear',)",
+    f"--config.compilation_cache_dir={tmp_path}/cache",
+    # one grid job per eta: the recorded (unsplit) numbers must not change
+    "--config.grid_etas_per_job=1",
+  ]
   proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
   assert proc.returncode == 0, proc.stderr[-3000:]
   res = json.load(open(tmp_path / "results.json"))
@@ -160,12 +169,24 @@ def test_smoke_binary_writes_results(tmp_path, subprocess_env):
 def test_effects_compare_lbd_with_click_data_on_the_same_tower():
   # fake per-seed results: LBD below the foundation's Click Data but above Click Data on the LBD tower
   etas = [0.0, 0.6]
-  methods = {"lbd": 0.80, "unlimited": 0.70, "lbd_lips": 0.79, "lbd_ber": 0.78, "click_data": 0.85,
-             "click_data_lbd_tower": 0.75, "two_tower": 0.72, "dla": 0.74}
+  methods = {
+    "lbd": 0.80,
+    "unlimited": 0.70,
+    "lbd_lips": 0.79,
+    "lbd_ber": 0.78,
+    "click_data": 0.85,
+    "click_data_lbd_tower": 0.75,
+    "two_tower": 0.72,
+    "dla": 0.74,
+  }
   noise = np.array([0.0, 0.001, -0.001])
-  res = {f"eta={e:g}": {**{f"linear/{m}": {"ndcg@10": {"per_seed": (v + noise).tolist()}} for m, v in methods.items()},
-                        "selected": {"linear": {"lbd": {"lam": 100.0 if e == 0 else 1.0, "t": 0.1 if e == 0 else 0.4}}}}
-         for e in etas}
+  res = {
+    f"eta={e:g}": {
+      **{f"linear/{m}": {"ndcg@10": {"per_seed": (v + noise).tolist()}} for m, v in methods.items()},
+      "selected": {"linear": {"lbd": {"lam": 100.0 if e == 0 else 1.0, "t": 0.1 if e == 0 else 0.4}}},
+    }
+    for e in etas
+  }
   e3 = S.effects(res, etas)["E3"]["linear"]
   assert not e3["lbd_not_significantly_below_click_at_every_eta"]
   assert e3["lbd_not_significantly_below_same_tower_click_at_every_eta"]
@@ -191,10 +212,13 @@ def test_effects_e1_ranker_order_is_a_welch_interval_per_eta():
   e1 = S.effects(res, etas)["E1"]
   order = e1["linear_minus_dnn_gap"]
   for i, e in enumerate(etas):
-    lin = np.subtract(res[f"eta={e:g}"]["linear/lbd"]["ndcg@10"]["per_seed"],
-                      res[f"eta={e:g}"]["linear/unlimited"]["ndcg@10"]["per_seed"])
-    dnn = np.subtract(res[f"eta={e:g}"]["dnn/lbd"]["ndcg@10"]["per_seed"],
-                      res[f"eta={e:g}"]["dnn/unlimited"]["ndcg@10"]["per_seed"])
+    lin = np.subtract(
+      res[f"eta={e:g}"]["linear/lbd"]["ndcg@10"]["per_seed"],
+      res[f"eta={e:g}"]["linear/unlimited"]["ndcg@10"]["per_seed"],
+    )
+    dnn = np.subtract(
+      res[f"eta={e:g}"]["dnn/lbd"]["ndcg@10"]["per_seed"], res[f"eta={e:g}"]["dnn/unlimited"]["ndcg@10"]["per_seed"]
+    )
     ref = scipy_stats.ttest_ind(lin, dnn, equal_var=False).confidence_interval(0.90)
     np.testing.assert_allclose(order[f"eta={e:g}"]["interval"], [ref.low, ref.high], rtol=1e-12)
     np.testing.assert_allclose(order[f"eta={e:g}"]["diff"], lin.mean() - dnn.mean(), rtol=1e-12)
@@ -204,10 +228,14 @@ def test_effects_e1_ranker_order_is_a_welch_interval_per_eta():
 
 def test_tied_with_best_keeps_the_members_validation_cannot_separate():
   base = np.array([0.90, 0.92, 0.91])
-  rows = [{"variant": "lbd", "lam": lam, "t": t, "valid_per_seed": (base + off).tolist()}
-          for lam, t, off in ((1.0, 0.1, np.array([-0.002, 0.003, -0.002])),  # tied: differences change sign
-                              (1e4, 0.4, np.array([0.0, 0.0, 0.0])),         # the best
-                              (1e2, 0.2, np.array([-0.010, -0.011, -0.009])))]  # behind in every seed
+  rows = [
+    {"variant": "lbd", "lam": lam, "t": t, "valid_per_seed": (base + off).tolist()}
+    for lam, t, off in (
+      (1.0, 0.1, np.array([-0.002, 0.003, -0.002])),  # tied: differences change sign
+      (1e4, 0.4, np.array([0.0, 0.0, 0.0])),  # the best
+      (1e2, 0.2, np.array([-0.010, -0.011, -0.009])),
+    )
+  ]  # behind in every seed
   rows.append({"variant": "lbd_ber", "lam": 0.0, "t": 0.4, "valid_per_seed": (base + 1).tolist()})
   tied = S.tied_with_best(rows)
   assert [(r["lam"], r["t"]) for r in tied] == [(1e4, 0.4), (1.0, 0.1)]
@@ -215,9 +243,14 @@ def test_tied_with_best_keeps_the_members_validation_cannot_separate():
   assert S.tied_with_best([{k: v for k, v in r.items() if k != "valid_per_seed"} for r in rows]) is None
   # effects() reports the tie sets per eta when every grid row carries per-seed validation scores.
   cell = {"ndcg@10": {"per_seed": base.tolist()}}
-  res = {f"eta={e:g}": {**{f"linear/{m}": cell for m in ("lbd", "unlimited", "lbd_lips", "lbd_ber")},
-                        "selected": {"linear": {"lbd": {"lam": 1e4, "t": 0.4}}}, "grid": {"linear": rows}}
-         for e in (0.1, 0.6)}
+  res = {
+    f"eta={e:g}": {
+      **{f"linear/{m}": cell for m in ("lbd", "unlimited", "lbd_lips", "lbd_ber")},
+      "selected": {"linear": {"lbd": {"lam": 1e4, "t": 0.4}}},
+      "grid": {"linear": rows},
+    }
+    for e in (0.1, 0.6)
+  }
   e5 = S.effects(res, [0.1, 0.6])["E5"]["linear"]
   assert [(r["lam"], r["t"]) for r in e5["tied_with_best"]["eta=0.6"]] == [(1e4, 0.4), (1.0, 0.1)]
 
@@ -227,9 +260,11 @@ def test_validation_and_test_lists_keep_every_candidate():
   # lists are cut to the displayed top k. (The validation set used to be cut to the top 10,
   # so (lambda, t) was selected on a re-ranking of the logged top 10 only.)
   import importlib.util
+
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  spec = importlib.util.spec_from_file_location("lbd_default_config",
-                                                os.path.join(root, "experiments/lbd/configs/default.py"))
+  spec = importlib.util.spec_from_file_location(
+    "lbd_default_config", os.path.join(root, "experiments/lbd/configs/default.py")
+  )
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   cfg = module.get_config("smoke")

@@ -39,8 +39,9 @@ class Case:
 def _dla_frozen(s0, a0, clicks, where):
   pw = losses.dla_weights(a0, where=where, max_weight=100.0)
   rw = losses.dla_weights(s0, where=where, max_weight=100.0)
-  return lambda s, a: (rax.softmax_loss(s, clicks, where=where, weights=pw)
-                       + rax.softmax_loss(a, clicks, where=where, weights=rw))
+  return lambda s, a: (
+    rax.softmax_loss(s, clicks, where=where, weights=pw) + rax.softmax_loss(a, clicks, where=where, weights=rw)
+  )
 
 
 def _rem_frozen(s0, a0, clicks, where):
@@ -67,45 +68,100 @@ def _pdgd_frozen(s0, a0, clicks, where):
 
 
 CASES = [
-    Case("naive_sigmoid", lambda s, c, a, **kw: losses.naive_sigmoid_loss(s, c, **kw), "prob"),
-    Case("naive_softmax", lambda s, c, a, **kw: losses.naive_softmax_loss(s, c, **kw), "prob"),
-    Case("ips_sigmoid", lambda s, c, a, **kw: losses.ips_sigmoid_loss(s, c, propensities=a, **kw), "prob"),
-    Case("ips_softmax", lambda s, c, a, **kw: losses.ips_softmax_loss(s, c, propensities=a, **kw), "prob"),
-    # Trust bias: examination a, eps+ = 0.95, eps- = a / 2 (targets negative on unclicked items).
-    Case("affine_softmax", lambda s, c, a, **kw: losses.affine_softmax_loss(
-        s, c, propensities=a, eps_plus=jnp.full_like(a, 0.95), eps_minus=0.5 * a, **kw), "prob"),
-    Case("affine_sigmoid", lambda s, c, a, **kw: losses.affine_sigmoid_loss(
-        s, c, propensities=a, eps_plus=jnp.full_like(a, 0.95), eps_minus=0.5 * a, **kw), "prob"),
-    Case("snips_sigmoid", lambda s, c, a, **kw: losses.snips_sigmoid_loss(s, c, propensities=a, **kw),
-         "prob", separable=False),
-    Case("snips_softmax", lambda s, c, a, **kw: losses.snips_softmax_loss(s, c, propensities=a, **kw),
-         "prob", separable=False),
-    Case("dla", lambda s, c, a, **kw: losses.dla_loss(s, a, c, max_weight=100.0, **kw), "logit",
-         grad_aux=True, frozen=_dla_frozen),
-    Case("regression_em", lambda s, c, a, **kw: losses.regression_em_loss(s, c, propensities=a, **kw),
-         "prob", frozen=_rem_frozen),
-    Case("two_tower_additive", lambda s, c, a, **kw: losses.two_tower_loss(s, a, c, mode="additive", **kw),
-         "logit", grad_aux=True),
-    Case("two_tower_product", lambda s, c, a, **kw: losses.two_tower_loss(s, a, c, mode="product", **kw),
-         "logit", grad_aux=True),
-    Case("naive_pairwise", lambda s, c, a, **kw: losses.naive_pairwise_loss(s, c, **kw), "prob"),
-    Case("ips_pairwise", lambda s, c, a, **kw: losses.ips_pairwise_loss(s, c, propensities=a, **kw), "prob"),
-    Case("naive_lambdarank", lambda s, c, a, **kw: losses.naive_pairwise_loss(
-        s, c, lambdaweight_fn=losses.lambdarank_weights, **kw), "prob"),
-    Case("ips_lambdarank", lambda s, c, a, **kw: losses.ips_pairwise_loss(
-        s, c, propensities=a, lambdaweight_fn=losses.lambdarank_weights, **kw), "prob"),
-    # Click-through rates (an aggregated log) with per-item weights (session counts).
-    Case("ips_pairwise_ctr", lambda s, c, a, **kw: losses.ips_pairwise_loss(
-        s, c * a, propensities=jnp.sqrt(a), weights=1.0 + c, **kw), "prob"),
-    Case("paird", lambda s, c, a, **kw: losses.pairwise_debiasing_loss(s, c, t_plus=a, t_minus=jnp.sqrt(a),
-                                                                       **kw), "prob"),
-    # Online: the displayed ranking is the order of aux; the swap weights are held constant.
-    Case("pdgd", lambda s, c, a, *, where, **kw: losses.pdgd_loss(s, c, positions=_positions(a, where), where=where,
-                                                                  **kw), "logit", frozen=_pdgd_frozen),
-    # PDGD with its three switches off (every displayed pair, weight 1, the log pair probability).
-    Case("pdgd_switched", lambda s, c, a, *, where, **kw: losses.pdgd_loss(
-        s, c, positions=_positions(a, where), where=where, pairs="all", debias=False, surrogate="log_probability",
-        **kw), "logit"),
+  Case("naive_sigmoid", lambda s, c, a, **kw: losses.naive_sigmoid_loss(s, c, **kw), "prob"),
+  Case("naive_softmax", lambda s, c, a, **kw: losses.naive_softmax_loss(s, c, **kw), "prob"),
+  Case("ips_sigmoid", lambda s, c, a, **kw: losses.ips_sigmoid_loss(s, c, propensities=a, **kw), "prob"),
+  Case("ips_softmax", lambda s, c, a, **kw: losses.ips_softmax_loss(s, c, propensities=a, **kw), "prob"),
+  # Trust bias: examination a, eps+ = 0.95, eps- = a / 2 (targets negative on unclicked items).
+  Case(
+    "affine_softmax",
+    lambda s, c, a, **kw: losses.affine_softmax_loss(
+      s, c, propensities=a, eps_plus=jnp.full_like(a, 0.95), eps_minus=0.5 * a, **kw
+    ),
+    "prob",
+  ),
+  Case(
+    "affine_sigmoid",
+    lambda s, c, a, **kw: losses.affine_sigmoid_loss(
+      s, c, propensities=a, eps_plus=jnp.full_like(a, 0.95), eps_minus=0.5 * a, **kw
+    ),
+    "prob",
+  ),
+  Case(
+    "snips_sigmoid",
+    lambda s, c, a, **kw: losses.snips_sigmoid_loss(s, c, propensities=a, **kw),
+    "prob",
+    separable=False,
+  ),
+  Case(
+    "snips_softmax",
+    lambda s, c, a, **kw: losses.snips_softmax_loss(s, c, propensities=a, **kw),
+    "prob",
+    separable=False,
+  ),
+  Case(
+    "dla",
+    lambda s, c, a, **kw: losses.dla_loss(s, a, c, max_weight=100.0, **kw),
+    "logit",
+    grad_aux=True,
+    frozen=_dla_frozen,
+  ),
+  Case(
+    "regression_em",
+    lambda s, c, a, **kw: losses.regression_em_loss(s, c, propensities=a, **kw),
+    "prob",
+    frozen=_rem_frozen,
+  ),
+  Case(
+    "two_tower_additive",
+    lambda s, c, a, **kw: losses.two_tower_loss(s, a, c, mode="additive", **kw),
+    "logit",
+    grad_aux=True,
+  ),
+  Case(
+    "two_tower_product",
+    lambda s, c, a, **kw: losses.two_tower_loss(s, a, c, mode="product", **kw),
+    "logit",
+    grad_aux=True,
+  ),
+  Case("naive_pairwise", lambda s, c, a, **kw: losses.naive_pairwise_loss(s, c, **kw), "prob"),
+  Case("ips_pairwise", lambda s, c, a, **kw: losses.ips_pairwise_loss(s, c, propensities=a, **kw), "prob"),
+  Case(
+    "naive_lambdarank",
+    lambda s, c, a, **kw: losses.naive_pairwise_loss(s, c, lambdaweight_fn=losses.lambdarank_weights, **kw),
+    "prob",
+  ),
+  Case(
+    "ips_lambdarank",
+    lambda s, c, a, **kw: losses.ips_pairwise_loss(
+      s, c, propensities=a, lambdaweight_fn=losses.lambdarank_weights, **kw
+    ),
+    "prob",
+  ),
+  # Click-through rates (an aggregated log) with per-item weights (session counts).
+  Case(
+    "ips_pairwise_ctr",
+    lambda s, c, a, **kw: losses.ips_pairwise_loss(s, c * a, propensities=jnp.sqrt(a), weights=1.0 + c, **kw),
+    "prob",
+  ),
+  Case(
+    "paird", lambda s, c, a, **kw: losses.pairwise_debiasing_loss(s, c, t_plus=a, t_minus=jnp.sqrt(a), **kw), "prob"
+  ),
+  # Online: the displayed ranking is the order of aux; the swap weights are held constant.
+  Case(
+    "pdgd",
+    lambda s, c, a, *, where, **kw: losses.pdgd_loss(s, c, positions=_positions(a, where), where=where, **kw),
+    "logit",
+    frozen=_pdgd_frozen,
+  ),
+  # PDGD with its three switches off (every displayed pair, weight 1, the log pair probability).
+  Case(
+    "pdgd_switched",
+    lambda s, c, a, *, where, **kw: losses.pdgd_loss(
+      s, c, positions=_positions(a, where), where=where, pairs="all", debias=False, surrogate="log_probability", **kw
+    ),
+    "logit",
+  ),
 ]
 IDS = [c.name for c in CASES]
 
@@ -130,6 +186,7 @@ def _jitted(case):
   Called eagerly, a loss compiles each of its primitives separately for every new shape (about 20 ms
   each on CPU); jitted, it compiles once per shape.
   """
+
   @functools.partial(jax.jit, static_argnames="reduce_fn")
   def fn(s, c, a, *, where, reduce_fn):
     return case.fn(s, c, a, where=where, reduce_fn=reduce_fn)
@@ -160,8 +217,7 @@ def test_arbitrary_leading_dims(case):
   flat = f(s, c, a, where=w, reduce_fn=jnp.mean)
   for lead in [(3, 4), (2, 3, 2), (1, 12)]:
     r = lambda x: x.reshape(*lead, 6)
-    np.testing.assert_allclose(f(r(s), r(c), r(a), where=r(w), reduce_fn=jnp.mean), flat,
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(f(r(s), r(c), r(a), where=r(w), reduce_fn=jnp.mean), flat, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -200,9 +256,11 @@ def test_all_masked_gives_zero_loss_and_finite_zero_grads(case):
   s2, c2, a2, w2 = _data(jax.random.key(5), (3, 5), case)
   w_mixed = w2.at[1].set(False)
   keep = jnp.array([0, 2])
-  np.testing.assert_allclose(f(s2, c2, a2, where=w_mixed, reduce_fn=jnp.mean),
-                             f(s2[keep], c2[keep], a2[keep], where=w2[keep], reduce_fn=jnp.mean),
-                             rtol=1e-5)
+  np.testing.assert_allclose(
+    f(s2, c2, a2, where=w_mixed, reduce_fn=jnp.mean),
+    f(s2[keep], c2[keep], a2[keep], where=w2[keep], reduce_fn=jnp.mean),
+    rtol=1e-5,
+  )
   g = jax.jit(jax.grad(lambda s: f(s, c2, a2, where=w_mixed, reduce_fn=jnp.mean)))(s2)
   assert np.all(np.isfinite(g)) and np.all(g[1] == 0.0)
 
@@ -263,26 +321,29 @@ def test_naive_losses_closed_form():
   s, c = np.array([1.0, -0.5, 0.2]), np.array([1.0, 0.0, 1.0])
   bce = -(c * np.log(sig(s)) + (1 - c) * np.log(sig(-s)))
   np.testing.assert_allclose(losses.naive_sigmoid_loss(jnp.array(s), jnp.array(c)), bce.mean(), rtol=1e-6)
-  np.testing.assert_allclose(losses.naive_softmax_loss(jnp.array(s), jnp.array(c)),
-                             -(c * log_softmax(s)).sum(), rtol=1e-6)
+  np.testing.assert_allclose(
+    losses.naive_softmax_loss(jnp.array(s), jnp.array(c)), -(c * log_softmax(s)).sum(), rtol=1e-6
+  )
 
 
 def test_ips_weights_clip_pad_and_stop_gradient():
   p = jnp.array([1.0, 0.25, 0.01, 0.0])
   where = jnp.array([True, True, True, False])
   np.testing.assert_allclose(losses.ips_weights(p, where=where), [1.0, 4.0, 100.0, 1.0], rtol=1e-6)
-  np.testing.assert_allclose(losses.ips_weights(p, where=where, max_weight=10.0), [1.0, 4.0, 10.0, 1.0],
-                             rtol=1e-6)
+  np.testing.assert_allclose(losses.ips_weights(p, where=where, max_weight=10.0), [1.0, 4.0, 10.0, 1.0], rtol=1e-6)
   g = jax.grad(lambda p: losses.ips_weights(p, where=where).sum())(p)
   np.testing.assert_array_equal(g, 0.0)
   with pytest.raises(ValueError, match="max_weight"):
     losses.ips_weights(p, max_weight=0.0)
 
 
-@pytest.mark.parametrize("fn, ref", [
+@pytest.mark.parametrize(
+  "fn, ref",
+  [
     (losses.ips_sigmoid_loss, lambda s, g: np.mean(-(g * np.log(sig(s)) + (1 - g) * np.log(sig(-s))))),
     (losses.ips_softmax_loss, lambda s, g: -(g * log_softmax(s)).sum()),
-])
+  ],
+)
 def test_ips_is_unbiased_under_pbm(fn, ref):
   """Both IPS losses are linear in the clicks, so E_c[loss] = loss(E[c]) = loss on relevance."""
   with jax.enable_x64(True):
@@ -298,11 +359,17 @@ def test_ips_is_unbiased_under_pbm(fn, ref):
     np.testing.assert_allclose(np.sum(probs * np.asarray(vals)), ref(s, gamma), rtol=1e-10)
 
 
-@pytest.mark.parametrize("fn, ips_fn, ref", [
-    (losses.affine_sigmoid_loss, losses.ips_sigmoid_loss,
-     lambda s, g: np.mean(-(g * np.log(sig(s)) + (1 - g) * np.log(sig(-s))))),
+@pytest.mark.parametrize(
+  "fn, ips_fn, ref",
+  [
+    (
+      losses.affine_sigmoid_loss,
+      losses.ips_sigmoid_loss,
+      lambda s, g: np.mean(-(g * np.log(sig(s)) + (1 - g) * np.log(sig(-s)))),
+    ),
     (losses.affine_softmax_loss, losses.ips_softmax_loss, lambda s, g: -(g * log_softmax(s)).sum()),
-])
+  ],
+)
 def test_affine_is_unbiased_under_trust_bias_and_ips_is_not(fn, ips_fn, ref):
   """Vardasbi et al. CIKM'20: E_c[affine loss] = loss on relevance; IPS keeps the eps- term."""
   with jax.enable_x64(True):
@@ -332,8 +399,9 @@ def test_affine_targets_reduce_to_ips_clip_and_skip_uninformative_items():
   where = jnp.array([True, True, True, True, False])
   ips_like = losses.affine_targets(c, propensities=p, eps_plus=jnp.ones(5), eps_minus=jnp.zeros(5), where=where)
   np.testing.assert_allclose(ips_like, c * losses.ips_weights(p, where=where) * where, rtol=1e-6)
-  clipped = losses.affine_targets(c, propensities=p, eps_plus=jnp.ones(5), eps_minus=jnp.zeros(5), where=where,
-                                  max_weight=10.0)
+  clipped = losses.affine_targets(
+    c, propensities=p, eps_plus=jnp.ones(5), eps_minus=jnp.zeros(5), where=where, max_weight=10.0
+  )
   np.testing.assert_allclose(clipped, [1.0, 4.0, 10.0, 0.0, 0.0], rtol=1e-6)
   # eps+ <= eps-: a click says nothing about relevance; the item gets no target rather than a sign flip.
   flat = losses.affine_targets(c, propensities=jnp.ones(5), eps_plus=jnp.full(5, 0.3), eps_minus=jnp.full(5, 0.3))
@@ -355,8 +423,9 @@ def test_snips_normalises_within_the_batch():
   # No clicks: plain IPS weights.
   np.testing.assert_allclose(losses.snips_weights(p, jnp.zeros_like(c)), losses.ips_weights(p))
   s = jnp.array([[0.1, 0.2, -0.3], [1.0, 0.0, 0.5]])
-  np.testing.assert_allclose(losses.snips_softmax_loss(s, c, propensities=p),
-                             losses.naive_softmax_loss(s, c, weights=w), rtol=1e-6)
+  np.testing.assert_allclose(
+    losses.snips_softmax_loss(s, c, propensities=p), losses.naive_softmax_loss(s, c, weights=w), rtol=1e-6
+  )
 
 
 def test_dla_closed_form_and_stop_gradients():
@@ -422,8 +491,9 @@ def test_em_propensity_update_reference_and_fixed_point():
     pos = np.stack([rng.permutation(5) for _ in range(8)]) % 4  # K = 4, some positions shared
     where = rng.random((8, 5)) < 0.8
     theta = np.array([0.9, 0.7, 0.5, 0.3])
-    new = losses.em_propensity_update(jnp.array(theta), jnp.array(s), jnp.array(c), jnp.array(pos),
-                                      where=jnp.array(where), step_size=0.3)
+    new = losses.em_propensity_update(
+      jnp.array(theta), jnp.array(s), jnp.array(c), jnp.array(pos), where=jnp.array(where), step_size=0.3
+    )
     g = sig(s)
     th_i = theta[pos]
     post = c + (1 - c) * th_i * (1 - g) / (1 - th_i * g)
@@ -437,8 +507,9 @@ def test_em_propensity_update_reference_and_fixed_point():
     gamma = sig(s)
     truth = np.array([1.0, 0.5, 0.33, 0.25]) * 0.99
     exp_clicks = truth[pos] * gamma
-    fixed = losses.em_propensity_update(jnp.array(truth), jnp.array(s), jnp.array(exp_clicks),
-                                        jnp.array(pos), step_size=1.0)
+    fixed = losses.em_propensity_update(
+      jnp.array(truth), jnp.array(s), jnp.array(exp_clicks), jnp.array(pos), step_size=1.0
+    )
     np.testing.assert_allclose(fixed, truth, rtol=1e-10)
 
 
@@ -446,11 +517,17 @@ def test_two_tower_closed_form():
   with jax.enable_x64(True):
     r, o, c = np.array([0.3, -2.0, 1.5]), np.array([1.0, -0.5, -3.0]), np.array([1.0, 0.0, 0.0])
     p = sig(r + o)
-    np.testing.assert_allclose(losses.two_tower_loss(jnp.array(r), jnp.array(o), jnp.array(c)),
-                               np.mean(-(c * np.log(p) + (1 - c) * np.log(1 - p))), rtol=1e-10)
+    np.testing.assert_allclose(
+      losses.two_tower_loss(jnp.array(r), jnp.array(o), jnp.array(c)),
+      np.mean(-(c * np.log(p) + (1 - c) * np.log(1 - p))),
+      rtol=1e-10,
+    )
     p = sig(r) * sig(o)
-    np.testing.assert_allclose(losses.two_tower_loss(jnp.array(r), jnp.array(o), jnp.array(c), mode="product"),
-                               np.mean(-(c * np.log(p) + (1 - c) * np.log(1 - p))), rtol=1e-10)
+    np.testing.assert_allclose(
+      losses.two_tower_loss(jnp.array(r), jnp.array(o), jnp.array(c), mode="product"),
+      np.mean(-(c * np.log(p) + (1 - c) * np.log(1 - p))),
+      rtol=1e-10,
+    )
   with pytest.raises(ValueError, match="mode"):
     losses.two_tower_loss(jnp.zeros(2), jnp.zeros(2), jnp.zeros(2), mode="sum")
 
@@ -472,12 +549,14 @@ def test_pairwise_debiasing_loss_reference():
     c = (rng.random((3, 6)) < 0.4).astype(float)
     tp, tm = rng.uniform(0.2, 1, (3, 6)), rng.uniform(0.2, 1, (3, 6))
     where = np.arange(6) < np.array([[6], [4], [5]])
-    got = losses.pairwise_debiasing_loss(jnp.array(s), jnp.array(c), t_plus=jnp.array(tp),
-                                         t_minus=jnp.array(tm), where=jnp.array(where), reduce_fn=jnp.sum)
+    got = losses.pairwise_debiasing_loss(
+      jnp.array(s), jnp.array(c), t_plus=jnp.array(tp), t_minus=jnp.array(tm), where=jnp.array(where), reduce_fn=jnp.sum
+    )
     refs = [_pairwise_reference(s[q], c[q], tp[q], tm[q], where[q]) for q in range(3)]
     np.testing.assert_allclose(got, sum(r[0] for r in refs), rtol=1e-10)
-    mean = losses.pairwise_debiasing_loss(jnp.array(s), jnp.array(c), t_plus=jnp.array(tp),
-                                          t_minus=jnp.array(tm), where=jnp.array(where))
+    mean = losses.pairwise_debiasing_loss(
+      jnp.array(s), jnp.array(c), t_plus=jnp.array(tp), t_minus=jnp.array(tm), where=jnp.array(where)
+    )
     np.testing.assert_allclose(mean, sum(r[0] for r in refs) / sum(r[1] for r in refs), rtol=1e-10)
     assert int(losses.click_pairs(jnp.array(c), where=jnp.array(where)).sum()) == sum(r[1] for r in refs)
 
@@ -504,14 +583,14 @@ def test_pairwise_click_losses_reference():
     args = dict(where=jnp.array(where), weights=jnp.array(v))
     refs = [_click_pair_reference(s[q], c[q], theta[q], v[q], where[q]) for q in range(3)]
     total, mass = sum(r[0] for r in refs), sum(r[1] for r in refs)
-    ips = lambda **kw: losses.ips_pairwise_loss(jnp.array(s), jnp.array(c), propensities=jnp.array(theta),
-                                                **args, **kw)
+    ips = lambda **kw: losses.ips_pairwise_loss(jnp.array(s), jnp.array(c), propensities=jnp.array(theta), **args, **kw)
     np.testing.assert_allclose(ips(reduce_fn=jnp.sum), total, rtol=1e-10)
     np.testing.assert_allclose(ips(), total / mass, rtol=1e-10)
     np.testing.assert_allclose(ips(reduce_fn=None).sum(axis=(-2, -1)), [r[0] for r in refs], rtol=1e-10)
     naive = [_click_pair_reference(s[q], c[q], np.ones(6), v[q], where[q]) for q in range(3)]
-    np.testing.assert_allclose(losses.naive_pairwise_loss(jnp.array(s), jnp.array(c), **args),
-                               sum(r[0] for r in naive) / mass, rtol=1e-10)
+    np.testing.assert_allclose(
+      losses.naive_pairwise_loss(jnp.array(s), jnp.array(c), **args), sum(r[0] for r in naive) / mass, rtol=1e-10
+    )
     # Clipped weights: theta below 1/max_weight counts as 1/max_weight.
     clipped = [_click_pair_reference(s[q], c[q], np.maximum(theta[q], 0.5), v[q], where[q]) for q in range(3)]
     np.testing.assert_allclose(ips(max_weight=2.0), sum(r[0] for r in clipped) / mass, rtol=1e-10)
@@ -523,8 +602,9 @@ def test_pairwise_click_losses_on_binary_clicks_are_rax_pairwise_logistic():
   got = losses.ips_pairwise_loss(s, c, propensities=a, where=w)
   want = rax.pairwise_logistic_loss(s, c, where=w, weights=1.0 / a)
   np.testing.assert_allclose(got, want, rtol=1e-6)
-  np.testing.assert_allclose(losses.naive_pairwise_loss(s, c, where=w),
-                             rax.pairwise_logistic_loss(s, c, where=w), rtol=1e-6)
+  np.testing.assert_allclose(
+    losses.naive_pairwise_loss(s, c, where=w), rax.pairwise_logistic_loss(s, c, where=w), rtol=1e-6
+  )
 
 
 def test_lambdarank_click_losses_on_binary_clicks_are_rax_lambdarank():
@@ -534,17 +614,23 @@ def test_lambdarank_click_losses_on_binary_clicks_are_rax_lambdarank():
   unweighted_lam = lambda s_, l_, *, where, segments, weights: lam(s_, l_, where=where)  # no IPS in the gains
   ours_lam = lambda *args, **kw: 6.0 * losses.lambdarank_weights(*args, **kw)  # rax scales by the list size, 6
   for ours, theirs in (
-      (lambda x: losses.naive_pairwise_loss(x, c, where=w, lambdaweight_fn=ours_lam, reduce_fn=jnp.sum),
-       lambda x: rax.pairwise_logistic_loss(x, c, where=w, lambdaweight_fn=lam, reduce_fn=jnp.sum)),
-      (lambda x: losses.ips_pairwise_loss(x, c, propensities=a, where=w, lambdaweight_fn=ours_lam,
-                                          reduce_fn=jnp.sum),
-       lambda x: rax.pairwise_logistic_loss(x, c, where=w, weights=1.0 / a, lambdaweight_fn=unweighted_lam,
-                                            reduce_fn=jnp.sum))):
+    (
+      lambda x: losses.naive_pairwise_loss(x, c, where=w, lambdaweight_fn=ours_lam, reduce_fn=jnp.sum),
+      lambda x: rax.pairwise_logistic_loss(x, c, where=w, lambdaweight_fn=lam, reduce_fn=jnp.sum),
+    ),
+    (
+      lambda x: losses.ips_pairwise_loss(x, c, propensities=a, where=w, lambdaweight_fn=ours_lam, reduce_fn=jnp.sum),
+      lambda x: rax.pairwise_logistic_loss(
+        x, c, where=w, weights=1.0 / a, lambdaweight_fn=unweighted_lam, reduce_fn=jnp.sum
+      ),
+    ),
+  ):
     np.testing.assert_allclose(ours(s), theirs(s), rtol=1e-5)
     np.testing.assert_allclose(jax.grad(ours)(s), jax.grad(theirs)(s), rtol=1e-5, atol=1e-7)
   plain = losses.naive_pairwise_loss(s, c, where=w, reduce_fn=jnp.sum)
-  assert float(plain) != pytest.approx(float(losses.naive_pairwise_loss(
-      s, c, where=w, lambdaweight_fn=losses.lambdarank_weights, reduce_fn=jnp.sum)))
+  assert float(plain) != pytest.approx(
+    float(losses.naive_pairwise_loss(s, c, where=w, lambdaweight_fn=losses.lambdarank_weights, reduce_fn=jnp.sum))
+  )
 
 
 def test_pairwise_click_loss_on_ctrs_is_the_expected_session_loss():
@@ -570,8 +656,9 @@ def test_pairwise_debiasing_update_reference():
     c[:, 1], c[3:, 2] = 0.0, 1.0
     pos = np.stack([np.arange(l)] * q)
     tp0, tm0 = np.linspace(1, 0.5, k), np.linspace(1, 0.8, k)
-    tp, tm = losses.pairwise_debiasing_update(jnp.array(tp0), jnp.array(tm0), jnp.array(s), jnp.array(c),
-                                              jnp.array(pos), step_size=alpha, p=p)
+    tp, tm = losses.pairwise_debiasing_update(
+      jnp.array(tp0), jnp.array(tm0), jnp.array(s), jnp.array(c), jnp.array(pos), step_size=alpha, p=p
+    )
     plus, minus = np.zeros(k), np.zeros(k)
     for b in range(q):
       for i in range(l):
@@ -600,13 +687,20 @@ def test_log_space_helpers_are_finite_at_the_edges():
   assert out[0] == -jnp.inf and out[4] == 0.0
 
 
-@pytest.mark.parametrize("loss_fn", [losses.ips_sigmoid_loss, losses.ips_softmax_loss, losses.snips_sigmoid_loss,
-                                     losses.snips_softmax_loss, losses.ips_pairwise_loss])
+@pytest.mark.parametrize(
+  "loss_fn",
+  [
+    losses.ips_sigmoid_loss,
+    losses.ips_softmax_loss,
+    losses.snips_sigmoid_loss,
+    losses.snips_softmax_loss,
+    losses.ips_pairwise_loss,
+  ],
+)
 def test_never_examined_items_are_finite_and_carry_no_weight(loss_fn):
   # A top-k log keeps unshown candidates with examination 0 (they are never clicked).
   scores = jnp.array([1.0, 0.5, 0.2])
   clicks = jnp.array([1.0, 0.0, 0.0])
-  value, grads = jax.value_and_grad(
-      lambda s: loss_fn(s, clicks, propensities=jnp.array([1.0, 0.5, 0.0])))(scores)
+  value, grads = jax.value_and_grad(lambda s: loss_fn(s, clicks, propensities=jnp.array([1.0, 0.5, 0.0])))(scores)
   assert np.isfinite(float(value)) and np.all(np.isfinite(grads))
   np.testing.assert_array_equal(losses.ips_weights(jnp.array([1.0, 0.5, 0.0])), [1.0, 2.0, 0.0])

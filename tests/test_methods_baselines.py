@@ -12,8 +12,20 @@ from ultr_jax.train import Method, available_methods, get_method
 from ultr_jax.train.method import KEY_REASONS, method_inputs_missing
 from ultr_jax.train.methods import baselines
 
-NAMES = ("naive", "ips", "snips", "affine", "ips_policy_aware", "dla", "regression_em", "two_tower", "paird",
-         "full_info", "vectorization", "pdgd")
+NAMES = (
+  "naive",
+  "ips",
+  "snips",
+  "affine",
+  "ips_policy_aware",
+  "dla",
+  "regression_em",
+  "two_tower",
+  "paird",
+  "full_info",
+  "vectorization",
+  "pdgd",
+)
 LEARNS_PROPENSITIES = ("dla", "regression_em", "two_tower", "paird")
 Q, L, F = 6, 5, 4
 
@@ -23,16 +35,16 @@ def _batch(seed=0, positions=True):
   where = np.arange(L) < rng.integers(2, L + 1, size=(Q, 1))
   where[3] = False  # one all-masked (padding) query
   batch = {
-      "features": rng.normal(size=(Q, L, F)).astype(np.float32),
-      "where": where,
-      "labels": rng.integers(0, 5, size=(Q, L)).astype(np.float32),
-      "clicks": ((rng.random((Q, L)) < 0.4) & where).astype(np.float32),
-      "examination": np.broadcast_to(1.0 / (np.arange(L) + 1.0), (Q, L)).astype(np.float32),
-      # Trust bias (affine): ULTRA's table, clicks on irrelevant items more likely near the top.
-      "eps_plus": np.broadcast_to(0.98 - 0.01 * np.arange(L), (Q, L)).astype(np.float32),
-      "eps_minus": np.broadcast_to(0.65 / (np.arange(L) + 1.0), (Q, L)).astype(np.float32),
-      # A stochastic logging policy's expected examination (policy-aware IPS).
-      "policy_examination": rng.uniform(0.05, 0.7, size=(Q, L)).astype(np.float32),
+    "features": rng.normal(size=(Q, L, F)).astype(np.float32),
+    "where": where,
+    "labels": rng.integers(0, 5, size=(Q, L)).astype(np.float32),
+    "clicks": ((rng.random((Q, L)) < 0.4) & where).astype(np.float32),
+    "examination": np.broadcast_to(1.0 / (np.arange(L) + 1.0), (Q, L)).astype(np.float32),
+    # Trust bias (affine): ULTRA's table, clicks on irrelevant items more likely near the top.
+    "eps_plus": np.broadcast_to(0.98 - 0.01 * np.arange(L), (Q, L)).astype(np.float32),
+    "eps_minus": np.broadcast_to(0.65 / (np.arange(L) + 1.0), (Q, L)).astype(np.float32),
+    # A stochastic logging policy's expected examination (policy-aware IPS).
+    "policy_examination": rng.uniform(0.05, 0.7, size=(Q, L)).astype(np.float32),
   }
   if positions:
     batch["positions"] = np.stack([rng.permutation(L) for _ in range(Q)]).astype(np.int32)
@@ -58,8 +70,7 @@ def test_loss_and_grads_are_finite(name, positions):
   def run(params, extra, batch, key):
     out = jax.value_and_grad(method.loss, has_aux=True)(params, extra, batch, key)
     # Gradient w.r.t. the features: the all-masked query must get none.
-    g_feat = jax.grad(lambda x: method.loss(params, extra, {**batch, "features": x}, key)[0])(
-        batch["features"])
+    g_feat = jax.grad(lambda x: method.loss(params, extra, {**batch, "features": x}, key)[0])(batch["features"])
     return out, g_feat
 
   ((loss, (metrics, new_extra)), grads), g_feat = run(params, extra, batch, jax.random.key(1))
@@ -86,8 +97,12 @@ def test_score_uses_the_relevance_tower_only(name):
   if name == "vectorization":  # its base vector is a mean over the list's valid items: `where` stays
     features_only["where"] = batch["where"]
     garbage = {**batch, "features": jnp.where(batch["where"][..., None], batch["features"], 1e3)}
-    np.testing.assert_allclose(jnp.where(batch["where"], method.score(params, garbage), 0.0),
-                               jnp.where(batch["where"], scores, 0.0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+      jnp.where(batch["where"], method.score(params, garbage), 0.0),
+      jnp.where(batch["where"], scores, 0.0),
+      rtol=1e-5,
+      atol=1e-6,
+    )
   np.testing.assert_array_equal(method.score(params, features_only), scores)
   # Larger lists at evaluation (test lists keep every candidate).
   assert method.score(params, {"features": jnp.ones((2, 3 * L, F))}).shape == (2, 3 * L)
@@ -117,8 +132,9 @@ def test_propensities_are_reported_relative_to_position_one(name):
 def test_linear_ranker_and_pointwise_configs():
   batch = _batch()
   for name in ("naive", "ips", "snips"):
-    m = get_method(name, _config(ranker="linear", loss_type="pointwise", propensity_clip=0.2),
-                   num_features=F, list_size=L)
+    m = get_method(
+      name, _config(ranker="linear", loss_type="pointwise", propensity_clip=0.2), num_features=F, list_size=L
+    )
     params, extra = m.init(jax.random.key(0), None)
     assert set(params) == {"relevance"}
     assert params["relevance"]["out"]["kernel"].shape == (F, 1)
@@ -147,8 +163,9 @@ def test_pairwise_loss_type_is_the_pairwise_losses_weighted_by_sessions():
   batch = _batch()
   sessions = jnp.arange(Q, dtype=jnp.float32) + 1.0
   for name, fn, extra_kw in (
-      ("naive", baselines.losses.naive_pairwise_loss, {}),
-      ("ips", baselines.losses.ips_pairwise_loss, {"propensities": batch["examination"]})):
+    ("naive", baselines.losses.naive_pairwise_loss, {}),
+    ("ips", baselines.losses.ips_pairwise_loss, {"propensities": batch["examination"]}),
+  ):
     m = get_method(name, _config(loss_type="pairwise"), num_features=F, list_size=L)
     params, extra = m.init(jax.random.key(0), None)
     scores = m.score(params, batch)
@@ -156,18 +173,30 @@ def test_pairwise_loss_type_is_the_pairwise_losses_weighted_by_sessions():
     np.testing.assert_allclose(got, fn(scores, batch["clicks"], where=batch["where"], **extra_kw), rtol=1e-6)
     weighted = m.loss(params, extra, {**batch, "sessions": sessions}, jax.random.key(0))[0]
     v = jnp.broadcast_to(sessions[:, None], (Q, L))
-    np.testing.assert_allclose(weighted, fn(scores, batch["clicks"], where=batch["where"], weights=v,
-                                            **extra_kw), rtol=1e-6)
+    np.testing.assert_allclose(
+      weighted, fn(scores, batch["clicks"], where=batch["where"], weights=v, **extra_kw), rtol=1e-6
+    )
     assert float(weighted) != pytest.approx(float(got))
   for name, fn, extra_kw in (  # LambdaRank: the same pairs, weighted by rax's DCG lambdaweights
-      ("naive", baselines.losses.naive_pairwise_loss, {}),
-      ("ips", baselines.losses.ips_pairwise_loss, {"propensities": batch["examination"]})):
+    ("naive", baselines.losses.naive_pairwise_loss, {}),
+    ("ips", baselines.losses.ips_pairwise_loss, {"propensities": batch["examination"]}),
+  ):
     m = get_method(name, _config(loss_type="lambdarank"), num_features=F, list_size=L)
     params, extra = m.init(jax.random.key(0), None)
     got = m.loss(params, extra, {**batch, "sessions": sessions}, jax.random.key(0))[0]
     v = jnp.broadcast_to(sessions[:, None], (Q, L))
-    np.testing.assert_allclose(got, fn(m.score(params, batch), batch["clicks"], where=batch["where"], weights=v,
-                                       lambdaweight_fn=baselines.losses.lambdarank_weights, **extra_kw), rtol=1e-6)
+    np.testing.assert_allclose(
+      got,
+      fn(
+        m.score(params, batch),
+        batch["clicks"],
+        where=batch["where"],
+        weights=v,
+        lambdaweight_fn=baselines.losses.lambdarank_weights,
+        **extra_kw,
+      ),
+      rtol=1e-6,
+    )
   with pytest.raises(ValueError, match="snips: loss_type must be one of"):
     get_method("snips", _config(loss_type="pairwise"), num_features=F, list_size=L)
 
@@ -179,8 +208,7 @@ def test_fixed_propensities_replace_the_oracle_examination(name, loss_type):
   batch = _batch()
   table = np.array([1.0, 0.7, 0.4, 0.3])  # shorter than the list: position 4 uses the last
   oracle = get_method(name, _config(loss_type=loss_type), num_features=F, list_size=L)
-  fixed = get_method(name, _config(loss_type=loss_type, propensities=tuple(table)), num_features=F,
-                     list_size=L)
+  fixed = get_method(name, _config(loss_type=loss_type, propensities=tuple(table)), num_features=F, list_size=L)
   params, extra = oracle.init(jax.random.key(0), None)
   exam = jnp.asarray(table[np.minimum(np.asarray(batch["positions"]), 3)], jnp.float32)
   want = oracle.loss(params, extra, {**batch, "examination": exam}, jax.random.key(0))[0]
@@ -191,8 +219,10 @@ def test_fixed_propensities_replace_the_oracle_examination(name, loss_type):
   np.testing.assert_allclose(fixed.loss(params, extra, no_exam, jax.random.key(0))[0], want, rtol=1e-6)
 
 
-@pytest.mark.parametrize("loss_type, fn", [("listwise", baselines.losses.affine_softmax_loss),
-                                           ("pointwise", baselines.losses.affine_sigmoid_loss)])
+@pytest.mark.parametrize(
+  "loss_type, fn",
+  [("listwise", baselines.losses.affine_softmax_loss), ("pointwise", baselines.losses.affine_sigmoid_loss)],
+)
 def test_affine_is_the_affine_loss_on_the_oracle_or_the_config_tables(loss_type, fn):
   batch = _batch()
   m = get_method("affine", _config(loss_type=loss_type), num_features=F, list_size=L)
@@ -200,20 +230,30 @@ def test_affine_is_the_affine_loss_on_the_oracle_or_the_config_tables(loss_type,
   scores = m.score(params, batch)
   kw = {k: batch[k] for k in ("eps_plus", "eps_minus")}
   got = m.loss(params, extra, batch, jax.random.key(0))[0]
-  np.testing.assert_allclose(got, fn(scores, batch["clicks"], propensities=batch["examination"], where=batch["where"],
-                                     **kw), rtol=1e-6)
+  np.testing.assert_allclose(
+    got, fn(scores, batch["clicks"], propensities=batch["examination"], where=batch["where"], **kw), rtol=1e-6
+  )
   # eps+ = 1, eps- = 0: IPS.
   ips = get_method("ips", _config(loss_type=loss_type), num_features=F, list_size=L)
   no_trust = {**batch, "eps_plus": jnp.ones((Q, L)), "eps_minus": jnp.zeros((Q, L))}
-  np.testing.assert_allclose(m.loss(params, extra, no_trust, jax.random.key(0))[0],
-                             ips.loss(params, extra, batch, jax.random.key(0))[0], rtol=1e-6)
+  np.testing.assert_allclose(
+    m.loss(params, extra, no_trust, jax.random.key(0))[0],
+    ips.loss(params, extra, batch, jax.random.key(0))[0],
+    rtol=1e-6,
+  )
   # Fixed per-position tables replace the batch's oracle entries (positions past a table's end use its last).
   tables = {"propensities": (1.0, 0.6, 0.5), "eps_plus": (0.9, 0.8), "eps_minus": (0.3, 0.2, 0.1, 0.05)}
   fixed = get_method("affine", _config(loss_type=loss_type, **tables), num_features=F, list_size=L)
   pos = np.asarray(batch["positions"])
   look = {k: jnp.asarray(np.asarray(t)[np.minimum(pos, len(t) - 1)], jnp.float32) for k, t in tables.items()}
-  want = fn(scores, batch["clicks"], propensities=look["propensities"], eps_plus=look["eps_plus"],
-            eps_minus=look["eps_minus"], where=batch["where"])
+  want = fn(
+    scores,
+    batch["clicks"],
+    propensities=look["propensities"],
+    eps_plus=look["eps_plus"],
+    eps_minus=look["eps_minus"],
+    where=batch["where"],
+  )
   bare = {k: v for k, v in batch.items() if k not in ("examination", "eps_plus", "eps_minus")}
   np.testing.assert_allclose(fixed.loss(params, extra, bare, jax.random.key(0))[0], want, rtol=1e-6)
   with pytest.raises(ValueError, match=r"affine: eps_minus\[0\] = 1.5 must be a probability in \[0, 1\]"):
@@ -241,21 +281,27 @@ def test_affine_needs_the_trust_parameters_by_name():
   assert method_inputs_missing(m, _batch()) is None
 
 
-@pytest.mark.parametrize("table, match", [
+@pytest.mark.parametrize(
+  "table, match",
+  [
     ((1.0, float("nan")), r"ips: propensities\[1\] = nan must be finite and > 0"),
     ((1.0, 0.0), r"propensities\[1\] = 0.0"),
     ((), "non-empty"),
-])
+  ],
+)
 def test_bad_fixed_propensities_raise(table, match):
   with pytest.raises(ValueError, match=match):
     get_method("ips", _config(propensities=table), num_features=F, list_size=L)
 
 
-@pytest.mark.parametrize("config, match", [
+@pytest.mark.parametrize(
+  "config, match",
+  [
     ({"loss_type": "hinge"}, "loss_type"),
     ({"propensity_clip": 2.0}, "propensity_clip"),
     ({"ranker": "tree"}, "ranker"),
-])
+  ],
+)
 def test_bad_config_raises(config, match):
   with pytest.raises(ValueError, match=match):
     get_method("ips", ml_collections.ConfigDict(config), num_features=F, list_size=L)
@@ -273,22 +319,35 @@ def test_pdgd_is_the_pdgd_loss_on_the_displayed_positions(top_k):
   batch = _batch()
   m = get_method("pdgd", _config(top_k=top_k), num_features=F, list_size=L)
   params, extra = m.init(jax.random.key(0), None)
-  want = baselines.losses.pdgd_loss(m.score(params, batch), batch["clicks"], positions=batch["positions"],
-                                    where=batch["where"], top_k=top_k)
+  want = baselines.losses.pdgd_loss(
+    m.score(params, batch), batch["clicks"], positions=batch["positions"], where=batch["where"], top_k=top_k
+  )
   got = m.loss(params, extra, batch, jax.random.key(0))[0]
   np.testing.assert_allclose(got, want, rtol=1e-6)
   # The displayed positions matter (the pairs PDGD infers follow them), so they are read, not the item index.
-  in_index_order = baselines.losses.pdgd_loss(m.score(params, batch), batch["clicks"],
-                                              positions=jnp.broadcast_to(jnp.arange(L), (Q, L)),
-                                              where=batch["where"], top_k=top_k)
+  in_index_order = baselines.losses.pdgd_loss(
+    m.score(params, batch),
+    batch["clicks"],
+    positions=jnp.broadcast_to(jnp.arange(L), (Q, L)),
+    where=batch["where"],
+    top_k=top_k,
+  )
   assert float(got) != pytest.approx(float(in_index_order))
   with pytest.raises(ValueError, match="pdgd: top_k must be >= 1"):
     get_method("pdgd", _config(top_k=0), num_features=F, list_size=L)
-  switched = get_method("pdgd", _config(top_k=top_k, pairs="all", debias=False, surrogate="log_probability"),
-                        num_features=F, list_size=L)
-  want = baselines.losses.pdgd_loss(m.score(params, batch), batch["clicks"], positions=batch["positions"],
-                                    where=batch["where"], top_k=top_k, pairs="all", debias=False,
-                                    surrogate="log_probability")
+  switched = get_method(
+    "pdgd", _config(top_k=top_k, pairs="all", debias=False, surrogate="log_probability"), num_features=F, list_size=L
+  )
+  want = baselines.losses.pdgd_loss(
+    m.score(params, batch),
+    batch["clicks"],
+    positions=batch["positions"],
+    where=batch["where"],
+    top_k=top_k,
+    pairs="all",
+    debias=False,
+    surrogate="log_probability",
+  )
   np.testing.assert_allclose(switched.loss(params, extra, batch, jax.random.key(0))[0], want, rtol=1e-6)
   with pytest.raises(ValueError, match="pdgd: pairs must be one of"):
     get_method("pdgd", _config(pairs="above"), num_features=F, list_size=L)
@@ -320,21 +379,30 @@ def _pbm_problem(seed=0, num_queries=250, sessions=4, list_size=10, num_features
   gamma = 1.0 / (1.0 + np.exp(-(2.0 * (x @ w_true) - 1.0)))
   theta = 1.0 / (np.arange(list_size) + 1.0)
   where = np.ones(gamma.shape, bool)
-  where[::7, list_size - 3:] = False  # some padded lists
+  where[::7, list_size - 3 :] = False  # some padded lists
   eps_plus = 0.98 - 0.01 * np.arange(list_size) if trust else np.ones(list_size)
   eps_minus = 0.65 / (np.arange(list_size) + 1.0) if trust else np.zeros(list_size)
   click_prob = theta * (eps_plus * gamma + eps_minus * (1.0 - gamma))
   clicks = ((rng.random(gamma.shape) < click_prob) & where).astype(np.float32)
-  batch = {"features": x, "where": where, "clicks": clicks, "labels": gamma.astype(np.float32),
-           "examination": np.broadcast_to(theta, gamma.shape).astype(np.float32),
-           "eps_plus": np.broadcast_to(eps_plus, gamma.shape).astype(np.float32),
-           "eps_minus": np.broadcast_to(eps_minus, gamma.shape).astype(np.float32)}
+  batch = {
+    "features": x,
+    "where": where,
+    "clicks": clicks,
+    "labels": gamma.astype(np.float32),
+    "examination": np.broadcast_to(theta, gamma.shape).astype(np.float32),
+    "eps_plus": np.broadcast_to(eps_plus, gamma.shape).astype(np.float32),
+    "eps_minus": np.broadcast_to(eps_minus, gamma.shape).astype(np.float32),
+  }
   return jax.tree.map(jnp.asarray, batch), theta
 
 
 def _train(name, batch, steps=800, learning_rate=0.05):
-  method = get_method(name, ml_collections.ConfigDict({"ranker": "linear"}),
-                      num_features=batch["features"].shape[-1], list_size=batch["where"].shape[-1])
+  method = get_method(
+    name,
+    ml_collections.ConfigDict({"ranker": "linear"}),
+    num_features=batch["features"].shape[-1],
+    list_size=batch["where"].shape[-1],
+  )
   params, extra = method.init(jax.random.key(0), batch)
   tx = optax.adam(learning_rate)
 
@@ -376,8 +444,9 @@ def test_tiny_trust_problem_affine_and_the_trust_learner_beat_naive():
   assert min(ndcg["affine"], ndcg["click_model_trust"]) > ndcg["naive"] + 0.05, ndcg
 
 
-@pytest.mark.parametrize("name, config", [("two_tower", {}), ("two_tower", {"two_tower_mode": "product"}),
-                                          ("regression_em", {})])
+@pytest.mark.parametrize(
+  "name, config", [("two_tower", {}), ("two_tower", {"two_tower_mode": "product"}), ("regression_em", {})]
+)
 def test_click_logits_are_the_methods_click_model(name, config):
   """The click models among the baselines predict clicks: two-tower's loss is their cross-entropy, and
   Regression-EM's click probability is theta_k sigma(s)."""

@@ -34,7 +34,7 @@ def _ranked(scores, where):
 def np_ndcg(scores, labels, where, k):
   order = _ranked(scores, where)
   k = len(order) if k is None else k
-  dcg = sum((2.0**labels[i] - 1) / np.log2(r + 2) for r, i in enumerate(order[:k]))
+  dcg = sum((2.0 ** labels[i] - 1) / np.log2(r + 2) for r, i in enumerate(order[:k]))
   ideal = sorted((labels[i] for i in order), reverse=True)
   idcg = sum((2.0**y - 1) / np.log2(r + 2) for r, y in enumerate(ideal[:k]))
   return 0.0 if idcg == 0 else dcg / idcg
@@ -43,7 +43,7 @@ def np_ndcg(scores, labels, where, k):
 def np_dcg(scores, labels, where, k):
   order = _ranked(scores, where)
   k = len(order) if k is None else k
-  return sum((2.0**labels[i] - 1) / np.log2(r + 2) for r, i in enumerate(order[:k]))
+  return sum((2.0 ** labels[i] - 1) / np.log2(r + 2) for r, i in enumerate(order[:k]))
 
 
 def np_precision(scores, labels, where, k, thr=1):
@@ -122,7 +122,8 @@ def test_hand_values():
   assert float(metrics.ndcg(s, y, topn=3)) == pytest.approx(0.38685, abs=1e-5)
   assert float(metrics.ndcg(s, y, topn=3)) == pytest.approx(expected, rel=1e-6)
   assert float(metrics.average_precision(s, jnp.array([1.0, 0.0, 1.0, 0.0]))) == pytest.approx(
-      (1 + 2 / 3) / 2, rel=1e-6)
+    (1 + 2 / 3) / 2, rel=1e-6
+  )
   # ERR of [4, 0, 2] ranked in order: R = 15/16, 0, 3/16.
   e = metrics.err(jnp.array([3.0, 2.0, 1.0]), jnp.array([4.0, 0.0, 2.0]))
   assert float(e) == pytest.approx(15 / 16 + (1 / 16) * (3 / 16) / 3, rel=1e-6)
@@ -168,8 +169,7 @@ def test_ranking_metrics_keys_and_values():
   s, y, w = (jnp.asarray(a, jnp.float32) for a in _lists())
   w = w.astype(bool)
   chex.clear_trace_counter()
-  fn = jax.jit(chex.assert_max_traces(n=1)(
-      lambda a, b, c: metrics.ranking_metrics(a, b, where=c, return_mask=True)))
+  fn = jax.jit(chex.assert_max_traces(n=1)(lambda a, b, c: metrics.ranking_metrics(a, b, where=c, return_mask=True)))
   out, mask = fn(s, y, w)
   fn(s + 1.0, y, w)
   assert set(out) == {"ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "err@10", "mrr", "map"}
@@ -193,7 +193,9 @@ def test_mcc_matches_numpy():
   for q in range(4):
     assert float(per[q]) == pytest.approx(np.corrcoef(x[q][w[q]], y[q][w[q]])[0, 1], rel=1e-4)
   # Scale and shift invariance; a constant side gives 0 with finite gradient.
-  assert float(metrics.mcc(jnp.asarray(3 * x + 1), jnp.asarray(y), where=jnp.asarray(w))) == pytest.approx(got, rel=1e-5)
+  assert float(metrics.mcc(jnp.asarray(3 * x + 1), jnp.asarray(y), where=jnp.asarray(w))) == pytest.approx(
+    got, rel=1e-5
+  )
   g = jax.grad(lambda a: metrics.mcc(a, jnp.asarray(y)))(jnp.ones((4, 6)))
   assert float(metrics.mcc(jnp.ones((4, 6)), jnp.asarray(y))) == 0.0
   assert np.all(np.isfinite(g))
@@ -210,8 +212,9 @@ def test_click_metrics_match_numpy():
   ll = c * np.log(p) + (1 - c) * np.log(1 - p)
   assert float(metrics.click_log_likelihood(jp, jc, where=jw)) == pytest.approx(ll[w].mean(), rel=1e-5)
   logit = np.log(p) - np.log1p(-p)
-  assert float(metrics.click_log_likelihood(jnp.asarray(logit, jnp.float32), jc, where=jw, logits=True)) == \
-      pytest.approx(ll[w].mean(), rel=1e-4)
+  assert float(
+    metrics.click_log_likelihood(jnp.asarray(logit, jnp.float32), jc, where=jw, logits=True)
+  ) == pytest.approx(ll[w].mean(), rel=1e-4)
   ppl = metrics.click_perplexity_per_rank(jp, jc, where=jw)
   ref = 2.0 ** (-(ll / np.log(2)).mean(0))
   np.testing.assert_allclose(ppl[:5], ref[:5], rtol=1e-5)
@@ -225,8 +228,9 @@ def test_click_metrics_match_numpy():
 def test_click_log_likelihood_grads():
   logits = jnp.array([[0.3, -1.2, 2.0]])
   c = jnp.array([[1.0, 0.0, 0.5]])
-  jtu.check_grads(lambda x: metrics.click_log_likelihood(x, c, logits=True), (logits,), order=1,
-                  modes=["rev"], atol=1e-2, rtol=1e-2)
+  jtu.check_grads(
+    lambda x: metrics.click_log_likelihood(x, c, logits=True), (logits,), order=1, modes=["rev"], atol=1e-2, rtol=1e-2
+  )
   masked = jnp.zeros((1, 3), bool)
   val, g = jax.value_and_grad(lambda x: metrics.click_log_likelihood(x, c, where=masked, logits=True))(logits)
   assert float(val) == 0.0 and np.all(g == 0)

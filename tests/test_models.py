@@ -12,12 +12,12 @@ F = 5
 
 def _feature_towers():
   return {
-      "linear": models.LinearRanker(),
-      "mlp": models.MLPRanker(hidden_sizes=(7, 3), activation="relu", layer_norm=True),
-      "mlp_no_ln": models.MLPRanker(hidden_sizes=(4,), layer_norm=False),
-      "mlp_ln_before": models.MLPRanker(hidden_sizes=(4,), norm_position="before", ln_epsilon=1e-3),
-      "linear_ln": models.LinearRanker(input_norm=True),
-      "feature_bias": models.FeatureBias(hidden_sizes=(6,)),
+    "linear": models.LinearRanker(),
+    "mlp": models.MLPRanker(hidden_sizes=(7, 3), activation="relu", layer_norm=True),
+    "mlp_no_ln": models.MLPRanker(hidden_sizes=(4,), layer_norm=False),
+    "mlp_ln_before": models.MLPRanker(hidden_sizes=(4,), norm_position="before", ln_epsilon=1e-3),
+    "linear_ln": models.LinearRanker(input_norm=True),
+    "feature_bias": models.FeatureBias(hidden_sizes=(6,)),
   }
 
 
@@ -57,8 +57,9 @@ def test_parameter_counts():
   assert count(models.MLPRanker(hidden_sizes=(8,), layer_norm=False), x) == 136 * 8 + 8 + 9
   assert count(models.DocumentEmbedding(num_docs=11), jnp.zeros((3,), jnp.int32)) == 11
   assert count(models.PositionBias(num_positions=10), jnp.zeros((3,), jnp.int32)) == 10
-  assert count(models.ContextPositionBias(num_contexts=4, num_positions=10),
-               jnp.zeros((3,), jnp.int32), jnp.array(0)) == 40
+  assert (
+    count(models.ContextPositionBias(num_contexts=4, num_positions=10), jnp.zeros((3,), jnp.int32), jnp.array(0)) == 40
+  )
   assert count(models.FeatureBias(hidden_sizes=(3,)), jnp.zeros((2, 4))) == 4 * 3 + 3 + 4
 
 
@@ -99,14 +100,14 @@ def test_two_tower_combinations():
   with pytest.raises(ValueError, match="mode"):
     models.combine_towers(r, o, mode="max")
 
-  tt = models.TwoTower(relevance=models.LinearRanker(), bias=models.PositionBias(num_positions=4),
-                       mode="product")
+  tt = models.TwoTower(relevance=models.LinearRanker(), bias=models.PositionBias(num_positions=4), mode="product")
   x, pos = jax.random.normal(jax.random.key(0), (2, 4, F)), jnp.tile(jnp.arange(4), (2, 1))
   params = tt.init(jax.random.key(1), x, pos)
   rel, obs = tt.apply(params, x, pos)
   np.testing.assert_allclose(tt.apply(params, x, method="score"), rel)
-  np.testing.assert_allclose(tt.apply(params, x, pos, method="click_log_prob"),
-                             models.combine_towers(rel, obs, mode="product"))
+  np.testing.assert_allclose(
+    tt.apply(params, x, pos, method="click_log_prob"), models.combine_towers(rel, obs, mode="product")
+  )
 
 
 def test_make_ranker_rejects_unknown_names():

@@ -74,10 +74,12 @@ def _check(name, text, value):
   assert value, f"{name}: empty RESULT"
   assert all(0.0 <= v <= 1.0 for v in value.values()), value
   assert set(value) <= _table_rows(text), (sorted(value), sorted(_table_rows(text)))
-  expected = {"identifiability": {"DLA", "DLA + node merging"},
-              "lbd": {"linear/click_data", "linear/lbd"},
-              "cld": {"naive", "ips", "cld"},
-              "sif": {"naive", "sif_full"}}[name]
+  expected = {
+    "identifiability": {"DLA", "DLA + node merging"},
+    "lbd": {"linear/click_data", "linear/lbd"},
+    "cld": {"naive", "ips", "cld"},
+    "sif": {"naive", "sif_full"},
+  }[name]
   assert expected <= set(value), (name, sorted(value))
 
 
@@ -113,8 +115,7 @@ def test_notebook_runs_in_smoke_mode(path, tmp_path_factory, monkeypatch, subpro
   # The last cell of the test exports the checked value as JSON.
   probe = "RESULT" if path.stem != "quickstart" else "METRIC_VALUES"
   nb.cells.append(nbformat.v4.new_code_cell(f"import json as _json; print('@@' + _json.dumps({probe}))"))
-  client = nbclient.NotebookClient(nb, kernel_name=kernel, timeout=300,
-                                   resources={"metadata": {"path": str(ROOT)}})
+  client = nbclient.NotebookClient(nb, kernel_name=kernel, timeout=300, resources={"metadata": {"path": str(ROOT)}})
   t0 = time.perf_counter()
   client.execute(env={**subprocess_env, "ULTR_JAX_SMOKE": "1"})  # raises CellExecutionError on any cell error
   seconds = time.perf_counter() - t0

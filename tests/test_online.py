@@ -16,7 +16,13 @@ import rax
 from ultr_jax import losses, simulation as sim
 from ultr_jax.data import make_synthetic
 from ultr_jax.testing import assert_matches_expected, expected_metrics_path, load_expected
-from ultr_jax.train import ONLINE_CLICK_MODELS, ONLINE_METHODS, default_online_config, online_click_model, online_learning
+from ultr_jax.train import (
+  ONLINE_CLICK_MODELS,
+  ONLINE_METHODS,
+  default_online_config,
+  online_click_model,
+  online_learning,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "experiments" / "online" / "configs" / "default.py"
@@ -86,8 +92,9 @@ def test_plackett_luce_probabilities_sum_to_one_and_match_numpy():
 def test_plackett_luce_sample_follows_its_distribution_and_puts_masked_items_last():
   scores = jnp.array([1.0, 0.0, -0.5, 3.0])
   where = jnp.array([True, True, True, False])
-  positions = np.asarray(jax.vmap(lambda k: sim.plackett_luce_sample(k, scores, where=where))(
-      jax.random.split(jax.random.key(0), 40000)))
+  positions = np.asarray(
+    jax.vmap(lambda k: sim.plackett_luce_sample(k, scores, where=where))(jax.random.split(jax.random.key(0), 40000))
+  )
   assert (positions[:, 3] == 3).all()
   assert (np.sort(positions, axis=1) == np.arange(4)).all()
   for perm in itertools.permutations(range(3)):
@@ -168,8 +175,9 @@ def np_pm_slot_probs(scores, where, shown, tau=3.0):
 def test_probabilistic_multileave_follows_its_distribution_and_puts_masked_items_last():
   scores = np.array([[3.0, 2.0, 1.0, 9.0], [0.0, 1.0, 3.0, 9.0], [1.0, 3.0, 2.0, 9.0]], np.float32)
   where = np.array([True, True, True, False])
-  positions = np.asarray(jax.vmap(lambda k: sim.probabilistic_multileave(k, scores, where=where))(
-      jax.random.split(jax.random.key(0), 40000)))
+  positions = np.asarray(
+    jax.vmap(lambda k: sim.probabilistic_multileave(k, scores, where=where))(jax.random.split(jax.random.key(0), 40000))
+  )
   assert (positions[:, 3] == 3).all() and (np.sort(positions, axis=1) == np.arange(4)).all()
   for perm in itertools.permutations(range(3)):
     # Each slot's ranker is uniform: P(list) = prod over slots of the rankers' mean slot probability.
@@ -211,14 +219,16 @@ def test_multileave_preferences_equal_the_enumerated_expectation():
     np.testing.assert_allclose(pref[q], ref, atol=1e-6)
     np.testing.assert_allclose(pref[q], -pref[q].T, atol=1e-7)
     for y in range(n):  # one column only
-      np.testing.assert_allclose(sim.multileave_preferences(clicks[q], assignment[q], where=where[q], against=y),
-                                 pref[q][:, y], atol=1e-7)
+      np.testing.assert_allclose(
+        sim.multileave_preferences(clicks[q], assignment[q], where=where[q], against=y), pref[q][:, y], atol=1e-7
+      )
   # One-hot assignments (team-draft's teams): the sign of the credit difference.
   teams = jnp.array([[0, 2, 1, 2, 0, 1]])
   credit = sim.multileave_credit(clicks[:1], teams, num_teams=3)
   one_hot = jax.nn.one_hot(teams, 3, axis=-2)
-  np.testing.assert_array_equal(sim.multileave_preferences(clicks[:1], one_hot),
-                                np.sign(credit[..., :, None] - credit[..., None, :]))
+  np.testing.assert_array_equal(
+    sim.multileave_preferences(clicks[:1], one_hot), np.sign(credit[..., :, None] - credit[..., None, :])
+  )
   assert not np.asarray(sim.multileave_preferences(np.zeros(size), assignment[0])).any()  # no clicks: all ties
 
 
@@ -239,16 +249,26 @@ def test_probabilistic_multileave_refuses_a_tau_whose_weights_underflow(tau):
 @pytest.mark.parametrize("seed", range(4))
 def test_pdgd_pair_weights_equal_swapped_ranking_probabilities(seed, pairs, debias):
   scores, clicks, positions, where = _case(seed)
-  got = np.asarray(losses.pdgd_pair_weights(scores, clicks, positions=positions, where=where, top_k=5, pairs=pairs,
-                                            debias=debias))
+  got = np.asarray(
+    losses.pdgd_pair_weights(scores, clicks, positions=positions, where=where, top_k=5, pairs=pairs, debias=debias)
+  )
   np.testing.assert_allclose(got, np_pdgd_weights(scores, clicks, positions, where, 5, pairs, debias), atol=1e-5)
 
 
 def test_pdgd_with_every_switch_off_is_the_naive_pairwise_loss_on_the_displayed_items():
   cases = [_case(s, num_clicks=1 + s % 3) for s in range(6)]
   scores, clicks, positions, where = (np.stack(x) for x in zip(*cases))
-  got = losses.pdgd_loss(scores, clicks, positions=positions, where=where, top_k=5, reduce_fn=None, pairs="all",
-                         debias=False, surrogate="log_probability")
+  got = losses.pdgd_loss(
+    scores,
+    clicks,
+    positions=positions,
+    where=where,
+    top_k=5,
+    reduce_fn=None,
+    pairs="all",
+    debias=False,
+    surrogate="log_probability",
+  )
   shown = where & (positions < 5)
   want = jnp.sum(losses.naive_pairwise_loss(scores, clicks, where=shown, reduce_fn=None), axis=(-2, -1))
   np.testing.assert_allclose(got, want, rtol=1e-5)
@@ -265,8 +285,9 @@ def test_pdgd_with_every_switch_off_is_the_naive_pairwise_loss_on_the_displayed_
 
 def test_pdgd_gradient_is_the_papers_estimate():
   scores, clicks, positions, where = _case(7)
-  grad = np.asarray(jax.grad(lambda s: losses.pdgd_loss(s, clicks, positions=positions, where=where, top_k=5))(
-      jnp.asarray(scores)))
+  grad = np.asarray(
+    jax.grad(lambda s: losses.pdgd_loss(s, clicks, positions=positions, where=where, top_k=5))(jnp.asarray(scores))
+  )
   w = np_pdgd_weights(scores, clicks, positions, where, 5)
   order = [i for i in np.argsort(positions, kind="stable")][:5]
   expected = np.zeros(len(scores))
@@ -284,8 +305,13 @@ def test_pdgd_mask_equals_truncation_and_vmap_equals_loop():
   loss = jax.jit(losses.pdgd_loss, static_argnames=("top_k", "reduce_fn"))
   scores, clicks, positions, where = _case(3, size=6, num_valid=6)
   base = loss(scores, clicks, positions=positions, top_k=4)
-  padded = loss(np.r_[scores, 50.0, -7.0], np.r_[clicks, 1.0, 1.0], positions=np.r_[positions, 6, 7],
-                where=np.r_[np.ones(6, bool), False, False], top_k=4)
+  padded = loss(
+    np.r_[scores, 50.0, -7.0],
+    np.r_[clicks, 1.0, 1.0],
+    positions=np.r_[positions, 6, 7],
+    where=np.r_[np.ones(6, bool), False, False],
+    top_k=4,
+  )
   np.testing.assert_allclose(padded, base, rtol=1e-6)
   cases = [_case(s) for s in range(5)]
   stacked = [np.stack(x) for x in zip(*cases)]
@@ -335,8 +361,11 @@ def test_online_click_models_follow_their_tables():
   click, stop = (np.asarray(v) for v in ONLINE_CLICK_MODELS["navigational"])
   fn = online_click_model("navigational", top_k=3)
   labels = jnp.array([4.0, 4.0, 0.0, 4.0])
-  clicks = np.asarray(jax.vmap(lambda k: fn(k, labels, positions=jnp.arange(4), where=jnp.ones(4, bool)))(
-      jax.random.split(jax.random.key(0), 40000)))
+  clicks = np.asarray(
+    jax.vmap(lambda k: fn(k, labels, positions=jnp.arange(4), where=jnp.ones(4, bool)))(
+      jax.random.split(jax.random.key(0), 40000)
+    )
+  )
   p1 = click[4] * (1 - click[4] * stop[4])  # the second item is seen unless the first was clicked and satisfied
   assert clicks[:, 0].mean() == pytest.approx(click[4], abs=0.01)
   assert clicks[:, 1].mean() == pytest.approx(p1, abs=0.01)
@@ -372,20 +401,31 @@ def test_online_learner_vmap_over_seeds_equals_one_run_per_seed(method, small_da
 
 def test_seeds_split_over_a_mesh_equal_the_single_device_run(small_data):
   from ultr_jax.train import make_mesh
+
   c = _small_config(num_impressions=200, eval_every=100)
   plain = online_learning("dbgd", small_data.train, small_data.test, click_model="perfect", config=c, seeds=(0, 1))
   mesh = make_mesh(2)  # tests run with 8 fake CPU devices
-  sharded = online_learning("dbgd", small_data.train, small_data.test, click_model="perfect", config=c, seeds=(0, 1),
-                            mesh=mesh)
+  sharded = online_learning(
+    "dbgd", small_data.train, small_data.test, click_model="perfect", config=c, seeds=(0, 1), mesh=mesh
+  )
   np.testing.assert_allclose(sharded["curve"], plain["curve"], atol=1e-6)
   with pytest.raises(ValueError, match="3 seeds do not split over the mesh's 2 devices"):
-    online_learning("dbgd", small_data.train, small_data.test, click_model="perfect", config=c, seeds=(0, 1, 2),
-                    mesh=mesh)
+    online_learning(
+      "dbgd", small_data.train, small_data.test, click_model="perfect", config=c, seeds=(0, 1, 2), mesh=mesh
+    )
 
 
-@pytest.mark.parametrize("method,multileave", [("pdgd", None), ("dbgd", "team_draft"), ("mgd", "team_draft"),
-                                               ("dbgd", "probabilistic"), ("nsgd", "team_draft"),
-                                               ("nsgd", "probabilistic")])  # MGD's is in the next tests
+@pytest.mark.parametrize(
+  "method,multileave",
+  [
+    ("pdgd", None),
+    ("dbgd", "team_draft"),
+    ("mgd", "team_draft"),
+    ("dbgd", "probabilistic"),
+    ("nsgd", "team_draft"),
+    ("nsgd", "probabilistic"),
+  ],
+)  # MGD's is in the next tests
 def test_online_learners_start_at_zero_and_move(method, multileave, small_data):
   c = _small_config(num_impressions=200, eval_every=100)
   if multileave:
@@ -405,6 +445,7 @@ def test_dueling_learner_with_a_zero_step_stays_put(small_data):
 
 def test_a_sweep_over_users_compiles_each_method_once(small_data):
   from ultr_jax.train import online
+
   c = _small_config(num_impressions=150, eval_every=50)  # a spec no other test uses: a fresh program
   for click_model in ONLINE_CLICK_MODELS:
     online_learning("dbgd", small_data.train, small_data.test, click_model=click_model, config=c, seeds=(3,))
@@ -412,8 +453,9 @@ def test_a_sweep_over_users_compiles_each_method_once(small_data):
 
 
 def test_pdgd_learns_from_perfect_clicks(small_data):
-  out = online_learning("pdgd", small_data.train, small_data.test, click_model="perfect", config=_small_config(),
-                        seeds=(0, 1, 2))
+  out = online_learning(
+    "pdgd", small_data.train, small_data.test, click_model="perfect", config=_small_config(), seeds=(0, 1, 2)
+  )
   assert (out["curve"][:, -1] > out["curve"][:, 0] + 0.1).all()
 
 
@@ -431,6 +473,7 @@ def test_mgd_learns_from_perfect_clicks(multileave, small_data):
 
 def _empty_memory(history=6, tie_queries=3, size=8, list_size=5, num_features=2):
   from ultr_jax.train import online
+
   params = {"w": jnp.zeros(size - 1), "b": jnp.zeros(())}
   return online._nsgd_memory(params, jnp.zeros((list_size, num_features)), (history, 2, tie_queries, 4))
 
@@ -441,6 +484,7 @@ def test_nsgd_directions_are_the_pools_projections_on_the_null_space_most_sensit
   with the largest |u . x_mean|, in that order."""
   import scipy.linalg
   from ultr_jax.train import online
+
   rng = np.random.default_rng(0)
   losers = np.concatenate([rng.normal(size=(3, 8)), np.zeros((2, 8))]).astype(np.float32)
   pool = rng.normal(size=(10, 8)).astype(np.float32)
@@ -454,14 +498,16 @@ def test_nsgd_directions_are_the_pools_projections_on_the_null_space_most_sensit
   np.testing.assert_allclose(got @ losers.T, 0.0, atol=1e-5)
   # No losers remembered yet (all slots empty): the whole space, only normalised.
   free = np.asarray(online._nsgd_directions(jnp.asarray(pool), jnp.zeros((5, 8)), 10, sensitivity=lambda u: u[0]))
-  np.testing.assert_allclose(np.sort(np.abs(free[:, 0])), np.sort(np.abs(pool[:, 0]) / np.linalg.norm(pool, axis=1)),
-                             rtol=1e-5)
+  np.testing.assert_allclose(
+    np.sort(np.abs(free[:, 0])), np.sort(np.abs(pool[:, 0]) / np.linalg.norm(pool, axis=1)), rtol=1e-5
+  )
 
 
 def test_nsgd_remembers_the_losers_the_authors_keep_in_a_ring():
   """Directions that lost and whose margin is among the 4 lowest of all rankers (the current one's is 0) are
   written in order at the ring's head, wrapping around; the others are dropped."""
   from ultr_jax.train import online
+
   mem = _empty_memory(history=6)
   rng = np.random.default_rng(1)
   ring, margins, head = np.zeros((6, 8)), np.full(6, np.inf), 0
@@ -483,6 +529,7 @@ def test_nsgd_keeps_the_most_difficult_recent_queries():
   easiest stored query's if it is harder (lower sum of 1 / rank of its clicks); a query without clicks is
   never stored. Checked against a plain loop over 60 impressions."""
   from ultr_jax.train import online
+
   rng = np.random.default_rng(2)
   mem = _empty_memory(tie_queries=3)
   slots = [None] * 3  # (rr, time)
@@ -491,8 +538,9 @@ def test_nsgd_keeps_the_most_difficult_recent_queries():
     positions = rng.permutation(5)
     where = np.array([True] * 4 + [bool(t % 2)])
     x = rng.normal(size=(5, 2)).astype(np.float32)
-    mem = online._nsgd_remember_query(mem, jnp.asarray(x), jnp.asarray(where), jnp.asarray(clicks),
-                                      jnp.asarray(positions), 4)
+    mem = online._nsgd_remember_query(
+      mem, jnp.asarray(x), jnp.asarray(where), jnp.asarray(clicks), jnp.asarray(positions), 4
+    )
     rr = float(np.sum((clicks > 0) * where / (positions + 1.0)))
     slot = None
     if rr > 0:
@@ -508,8 +556,9 @@ def test_nsgd_keeps_the_most_difficult_recent_queries():
       np.testing.assert_array_equal(mem.query_x[slot], x)
       np.testing.assert_array_equal(mem.query_clicked[slot], (clicks > 0) & where)
     np.testing.assert_allclose(mem.query_rr, [np.inf if e is None else e[0] for e in slots], rtol=1e-6)
-    np.testing.assert_array_equal(np.asarray(mem.query_time)[[e is not None for e in slots]],
-                                  [e[1] for e in slots if e is not None])
+    np.testing.assert_array_equal(
+      np.asarray(mem.query_time)[[e is not None for e in slots]], [e[1] for e in slots if e is not None]
+    )
     assert int(mem.time) == t + 1
   assert None not in slots  # the test went through the full-queue rules
 
@@ -520,12 +569,16 @@ def test_nsgd_breaks_ties_on_the_difficult_queries_as_a_loop_does():
   the outcome as it was."""
   import rax
   from ultr_jax.train import online
+
   rng = np.random.default_rng(3)
   mem = _empty_memory(tie_queries=3)
   where = np.array([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
   clicked = (rng.uniform(size=(3, 5)) < 0.4) & where
-  mem = mem._replace(query_where=jnp.asarray(where), query_clicked=jnp.asarray(clicked),
-                     query_rr=jnp.asarray([0.5, np.inf, 1.0], jnp.float32))  # the second slot is empty
+  mem = mem._replace(
+    query_where=jnp.asarray(where),
+    query_clicked=jnp.asarray(clicked),
+    query_rr=jnp.asarray([0.5, np.inf, 1.0], jnp.float32),
+  )  # the second slot is empty
   for trial in range(20):
     scores = rng.integers(0, 3, size=(4, 3, 5)).astype(np.float32)  # many ties
     wins = (rng.uniform(size=4) < 0.6).astype(np.float32)
@@ -551,7 +604,9 @@ def test_nsgd_learns_from_perfect_clicks(small_data):
 def test_nsgd_config_errors(small_data):
   c = _small_config()
   c.nsgd.worst = 7  # the linear ranker on 6 features has 7 parameters
-  with pytest.raises(ValueError, match=r"config.nsgd.worst \(7\) must be below the ranker's number of parameters \(7\)"):
+  with pytest.raises(
+    ValueError, match=r"config.nsgd.worst \(7\) must be below the ranker's number of parameters \(7\)"
+  ):
     online_learning("nsgd", small_data.train, small_data.test, click_model="perfect", config=c)
   c = _small_config()
   c.nsgd.history = 2
@@ -578,12 +633,19 @@ def test_a_cascade_config_learns_exactly_as_its_preset(method, small_data):
   config with eps = 0, perseverance 1 and satisfaction 0. Deterministic clicks, the same keys: the two
   runs must be the same run."""
   import dataclasses
+
   binary = lambda d: dataclasses.replace(d, labels=np.where(d.labels >= 2, 4.0, 0.0).astype(np.float32))
   train, test = binary(small_data.train), binary(small_data.test)
   c = _small_config(num_impressions=200, eval_every=100)
   preset = online_learning(method, train, test, click_model="perfect", config=c, seeds=(0, 1))
-  config = online_learning(method, train, test, config=c, seeds=(0, 1),
-                           click_model={"name": "dbn", "perseverance": 1.0, "satisfaction": 0.0, "eps": 0.0})
+  config = online_learning(
+    method,
+    train,
+    test,
+    config=c,
+    seeds=(0, 1),
+    click_model={"name": "dbn", "perseverance": 1.0, "satisfaction": 0.0, "eps": 0.0},
+  )
   np.testing.assert_allclose(config["curve"], preset["curve"], atol=1e-6)
   np.testing.assert_allclose(config["online_ndcg@10"], preset["online_ndcg@10"], atol=1e-6)
   assert not np.all(preset["curve"] == preset["curve"][0, 0])  # and it is a run that learns something
@@ -591,13 +653,20 @@ def test_a_cascade_config_learns_exactly_as_its_preset(method, small_data):
 
 def test_pdgd_learns_under_position_bias(small_data):
   c = _small_config()
-  out = online_learning("pdgd", small_data.train, small_data.test, click_model=c.click_model_configs.pbm.to_dict(),
-                        config=c, seeds=(0, 1, 2))
+  out = online_learning(
+    "pdgd",
+    small_data.train,
+    small_data.test,
+    click_model=c.click_model_configs.pbm.to_dict(),
+    config=c,
+    seeds=(0, 1, 2),
+  )
   assert (out["curve"][:, -1] > out["curve"][:, 0] + 0.1).all()
 
 
 def test_positions_by_counting_equal_rax_ranks_with_ties_and_masks():
   from ultr_jax.train.online import _positions_by_counting
+
   rng = np.random.default_rng(0)
   scores = rng.integers(0, 4, (50, 9)).astype(np.float32)  # many ties
   where = rng.random((50, 9)) < 0.7
@@ -615,14 +684,21 @@ def test_pdgd_on_the_logged_display_shows_the_stored_order_and_learns(small_data
   c = _small_config()
   c.pdgd.display = "logged"
   one = small_data.train.subset(np.array([3]))
-  stored = rax.ndcg_metric(-jnp.arange(one.list_size, dtype=jnp.float32), jnp.asarray(one.labels[0]),
-                           where=jnp.asarray(one.where[0]), topn=10)
+  stored = rax.ndcg_metric(
+    -jnp.arange(one.list_size, dtype=jnp.float32), jnp.asarray(one.labels[0]), where=jnp.asarray(one.where[0]), topn=10
+  )
   out = online_learning("pdgd", one, small_data.test, click_model="perfect", config=c, seeds=(0, 1))
   np.testing.assert_allclose(out["online_ndcg@10"], float(stored), rtol=1e-6)
   own = online_learning("pdgd", one, small_data.test, click_model="perfect", config=_small_config(), seeds=(0, 1))
   assert not np.allclose(own["online_ndcg@10"], float(stored))  # its own display is another list
-  out = online_learning("pdgd", small_data.train, small_data.test, click_model=c.click_model_configs.pbm.to_dict(),
-                        config=c, seeds=(0, 1, 2))
+  out = online_learning(
+    "pdgd",
+    small_data.train,
+    small_data.test,
+    click_model=c.click_model_configs.pbm.to_dict(),
+    config=c,
+    seeds=(0, 1, 2),
+  )
   assert (out["curve"][:, -1] > out["curve"][:, 0] + 0.1).all()
   c.pdgd.display = "random"
   with pytest.raises(ValueError, match="config.pdgd.display: unknown 'random'"):
@@ -649,6 +725,7 @@ def test_pdgd_on_the_model_display_shows_its_own_ranking_unsampled(small_data):
   """``display="model"``: with a frozen ranker (learning rate 0, random init) every impression of one query
   shows that ranker's sorted list, so each seed's online nDCG@10 is its initial ranker's nDCG@10 there."""
   from ultr_jax.models import make_ranker
+
   c = _small_config(zero_init=False)
   c.pdgd.display, c.pdgd.learning_rate = "model", 0.0
   one = small_data.train.subset(np.array([3]))
@@ -664,6 +741,7 @@ def test_pdgd_on_the_model_display_shows_its_own_ranking_unsampled(small_data):
 
 def test_the_study_resolves_config_users_and_refuses_unknown_or_shadowing_ones():
   from ultr_jax.train import online
+
   c = _small_config(click_models=("perfect", "pbm"))
   assert online._study_users(c) == {"perfect": "perfect", "pbm": {"name": "pbm_table", "eta": 1.0, "eps": 0.1}}
   c.click_models = ("pbm", "nope")
@@ -706,9 +784,18 @@ def test_default_config_is_the_papers_protocol():
 
 
 def _smoke_run(tmp_path, env):
-  proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "online" / "main.py"),
-                         f"--config={CONFIG}:smoke", f"--workdir={tmp_path}"],
-                        capture_output=True, text=True, env=env, timeout=600)
+  proc = subprocess.run(
+    [
+      sys.executable,
+      str(ROOT / "experiments" / "online" / "main.py"),
+      f"--config={CONFIG}:smoke",
+      f"--workdir={tmp_path}",
+    ],
+    capture_output=True,
+    text=True,
+    env=env,
+    timeout=600,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   results = json.loads((tmp_path / "results.json").read_text())
   assert sorted(results) == ["click_model=informational", "click_model=perfect", "full_info"]
@@ -748,12 +835,18 @@ def test_binary_smoke_run_at_xla_defaults_matches_every_expected_metric(tmp_path
 def test_study_runs_on_letor_files(tmp_path):
   from ultr_jax.data import write_svmlight
   from ultr_jax.train.online import run_online_study
-  splits = make_synthetic(num_train=30, num_valid=1, num_test=10, list_size=9, num_features=5, seed=3,
-                          min_list_size=4)  # ragged lists, as in LETOR files
+
+  splits = make_synthetic(
+    num_train=30, num_valid=1, num_test=10, list_size=9, num_features=5, seed=3, min_list_size=4
+  )  # ragged lists, as in LETOR files
   write_svmlight(splits.train, tmp_path / "train.txt")
   write_svmlight(splits.test, tmp_path / "test.txt")
   c = _config("smoke")
-  c.data.source, c.data.train_path, c.data.test_path = "svmlight", str(tmp_path / "train.txt"), str(tmp_path / "test.txt")
+  c.data.source, c.data.train_path, c.data.test_path = (
+    "svmlight",
+    str(tmp_path / "train.txt"),
+    str(tmp_path / "test.txt"),
+  )
   c.data.normalize = "query_minmax"
   c.methods, c.click_models, c.full_info.enabled = ("pdgd",), ("perfect",), False
   results = run_online_study(c, str(tmp_path / "out"))
@@ -767,6 +860,7 @@ def test_study_runs_on_letor_files(tmp_path):
 
 def test_study_runs_a_config_user_end_to_end(tmp_path):
   from ultr_jax.train.online import run_online_study
+
   c = _config("smoke")
   c.click_models, c.methods, c.full_info.enabled = ("pbm",), ("pdgd",), False
   results = run_online_study(c, str(tmp_path))
@@ -779,12 +873,15 @@ def test_config_users_read_the_lists_per_item_extras(small_data):
   """context_pbm reads each item's context and SIF's position+trust users its logging score; both come
   from the training lists' extras, and a list without them is refused by name before any run."""
   from ultr_jax.train import online_users_missing
+
   train = small_data.train
   rng = np.random.default_rng(0)
   ctx_users = {"name": "context_pbm", "num_contexts": 3}
   assert online_users_missing(ctx_users, train, top_k=5) == "click_fn: context_pbm needs batch['context']"
-  train = train.with_extras(context=rng.integers(0, 3, train.where.shape).astype(np.int32),
-                            logging_score=rng.normal(size=train.where.shape).astype(np.float32))
+  train = train.with_extras(
+    context=rng.integers(0, 3, train.where.shape).astype(np.int32),
+    logging_score=rng.normal(size=train.where.shape).astype(np.float32),
+  )
   assert online_users_missing(ctx_users, train, top_k=5) is None
   c = _small_config()
   for users in (ctx_users, {"name": "position_trust", "alpha": 0.6, "delta": 0.3, "gamma": 1.0}):

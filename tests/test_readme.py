@@ -50,10 +50,11 @@ def test_commands_name_existing_files():
   assert len(commands) >= 2
   for path in re.findall(r"(experiments/\S+?\.py)", "\n".join(commands)):
     assert os.path.exists(os.path.join(ROOT, path)), path
-  # The test command is the one .ci/run runs.
+  # The test command is the one .ci/run runs, and it runs the linter and the tests.
+  test_command = commands[1].strip()
+  assert "python -m pytest -n auto" in test_command and "ruff check" in test_command
   with open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8") as f:
-    assert 'pip install -e ".[test]" && python -m pytest -n auto' in f.read()
-  assert 'pip install -e ".[test]" && python -m pytest -n auto' in commands[1]
+    assert test_command in f.read()
 
 
 def test_online_example_runs(capsys):
@@ -61,7 +62,8 @@ def test_online_example_runs(capsys):
   assert len(blocks) >= 4 and "online_learning" in blocks[3]
   exec(compile(blocks[3], "README.md:online", "exec"), {})  # pylint: disable=exec-used
   printed = capsys.readouterr().out.strip().split("\n")
-  curves = {line.split()[0]: np.array([float(v) for v in line.split(None, 1)[1].strip("[]").split()])
-            for line in printed}
+  curves = {
+    line.split()[0]: np.array([float(v) for v in line.split(None, 1)[1].strip("[]").split()]) for line in printed
+  }
   assert curves["pdgd"][0] == curves["dbgd"][0]  # both start at w = 0
   assert curves["pdgd"][-1] > curves["dbgd"][-1] > curves["dbgd"][0]  # both learn; PDGD faster

@@ -18,8 +18,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def _config(arg):
-  spec = importlib.util.spec_from_file_location("report_config",
-                                                ROOT / "experiments" / "report" / "configs" / "default.py")
+  spec = importlib.util.spec_from_file_location(
+    "report_config", ROOT / "experiments" / "report" / "configs" / "default.py"
+  )
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module.get_config(arg)
@@ -28,15 +29,39 @@ def _config(arg):
 def test_default_config_covers_every_method_family_and_bias():
   c = _config("")
   methods = set(c.methods)
-  assert {"naive", "ips", "snips", "affine", "ips_policy_aware", "dla", "regression_em", "two_tower", "paird",
-          "vectorization", "lbd", "cld", "cld_pair"} <= methods
+  assert {
+    "naive",
+    "ips",
+    "snips",
+    "affine",
+    "ips_policy_aware",
+    "dla",
+    "regression_em",
+    "two_tower",
+    "paird",
+    "vectorization",
+    "lbd",
+    "cld",
+    "cld_pair",
+  } <= methods
   assert {"sif_full", "sif_dr", "dr", "sif_position", "ips_trust_oracle", "ips_dpenalty"} <= methods
   assert {"click_model_ubm", "click_model_dbn"} <= methods
   sif = {m for m in available_methods() if m.startswith("sif_")} | {"dr", "ips_trust_oracle", "ips_dpenalty"}
   assert sif <= set(_config("full").methods)  # + the SIF channel ablations
   assert set(_config("full").methods) <= set(available_methods())
-  assert tuple(c.biases) == ("pbm", "trust", "position_trust", "dcm", "individual", "topk", "context_pbm", "ubm",
-                            "dbn", "ccm", "topk_sample")
+  assert tuple(c.biases) == (
+    "pbm",
+    "trust",
+    "position_trust",
+    "dcm",
+    "individual",
+    "topk",
+    "context_pbm",
+    "ubm",
+    "dbn",
+    "ccm",
+    "topk_sample",
+  )
   # Every click model of the simulators has its column (pbm_table is the pbm column's model, the cascade is DCM
   # at continuation 0).
   assert set(simulation.click_models()) - {"pbm_table", "cascade"} <= set(c.biases)
@@ -48,8 +73,9 @@ def test_default_config_covers_every_method_family_and_bias():
 def _ds(doc_ids):
   doc_ids = np.asarray(doc_ids)
   q, l = doc_ids.shape
-  return RankingDataset(np.zeros((q, l, 1), np.float32), np.zeros((q, l), np.float32), np.ones((q, l), bool),
-                        np.arange(q), doc_ids=doc_ids)
+  return RankingDataset(
+    np.zeros((q, l, 1), np.float32), np.zeros((q, l), np.float32), np.ones((q, l), bool), np.arange(q), doc_ids=doc_ids
+  )
 
 
 def test_logged_identifiability():
@@ -88,8 +114,10 @@ def test_a_stochastic_logging_policy_moves_documents_and_carries_policy_examinat
   assert np.all(rho[train.where] > 0)  # a Plackett-Luce display shows every candidate now and then
   pos = report.sampled_display_positions(bias, train, seed=0, num_displays=3)
   assert pos.shape == (3,) + train.where.shape
-  np.testing.assert_array_equal(np.sort(pos[:, 0, :train.where[0].sum()], -1),
-                                np.broadcast_to(np.arange(train.where[0].sum()), (3, train.where[0].sum())))
+  np.testing.assert_array_equal(
+    np.sort(pos[:, 0, : train.where[0].sum()], -1),
+    np.broadcast_to(np.arange(train.where[0].sum()), (3, train.where[0].sum())),
+  )
   assert report.with_policy_examination(c.bias_configs.topk, train, cfg, seed=0) is train  # a fixed order: none
 
 
@@ -105,8 +133,19 @@ def test_default_grid_plan_has_a_number_or_a_reason_for_every_cell():
       assert reason is None or reason.startswith("n/a: "), (bias, method, reason)
   trainable = {(b, m) for b, row in plan.items() for m, r in row.items() if r is None}
   for bias in full.biases:
-    for m in ("naive", "ips", "dla", "regression_em", "two_tower", "paird", "lbd", "sif_full", "dr",
-              "click_model_ubm", "click_model_dbn"):
+    for m in (
+      "naive",
+      "ips",
+      "dla",
+      "regression_em",
+      "two_tower",
+      "paird",
+      "lbd",
+      "sif_full",
+      "dr",
+      "click_model_ubm",
+      "click_model_dbn",
+    ):
       assert (bias, m) in trainable
     for m in ("cld", "cld_pair"):
       assert ((bias, m) in trainable) == (bias in ("topk", "topk_sample")), (bias, m)
@@ -180,22 +219,29 @@ def test_held_out_click_log_and_the_true_models_perplexity_against_numpy(selecti
   q, l, k, sessions = 5, 6, 4, 300
   labels = rng.integers(0, 5, size=(q, l)).astype(np.float32)
   where = np.arange(l) < np.array([6, 6, 3, 5, 6])[:, None]
-  test = RankingDataset(rng.normal(size=(q, l, 2)).astype(np.float32), np.where(where, labels, 0), where,
-                        np.arange(q), extras={"logging_score": rng.normal(size=(q, l)).astype(np.float32)})
+  test = RankingDataset(
+    rng.normal(size=(q, l, 2)).astype(np.float32),
+    np.where(where, labels, 0),
+    where,
+    np.arange(q),
+    extras={"logging_score": rng.normal(size=(q, l)).astype(np.float32)},
+  )
   cfg = {"name": "pbm_table", "eta": 1.0, "eps": 0.1, **({"top_k": k} if selection == "topk" else {})}
-  log, truth = report.held_out_click_log(test, simulation.make_click_fn(cfg),
-                                         list_size=k if selection == "display" else l, sessions=sessions, seed=3)
+  log, truth = report.held_out_click_log(
+    test, simulation.make_click_fn(cfg), list_size=k if selection == "display" else l, sessions=sessions, seed=3
+  )
   size = k if selection == "display" else l
   assert log.num_queries == q * sessions and log.list_size == size
   np.testing.assert_array_equal(log.labels, np.repeat(test.labels[:, :size], sessions, axis=0))
-  np.testing.assert_array_equal(log.extras["logging_score"], np.repeat(test.extras["logging_score"][:, :size],
-                                                                       sessions, axis=0))
+  np.testing.assert_array_equal(
+    log.extras["logging_score"], np.repeat(test.extras["logging_score"][:, :size], sessions, axis=0)
+  )
   shown = np.repeat(where[:, :size], sessions, axis=0) & (np.arange(size) < k)
   np.testing.assert_array_equal(log.where, shown)
   clicks = log.extras["clicks"]
   assert clicks.shape == shown.shape and np.all(clicks[~shown] == 0) and clicks[shown].mean() > 0.05
   table = np.array([0.68, 0.61, 0.48, 0.34, 0.28, 0.20])
-  p = (0.1 + 0.9 * (2 ** log.labels - 1) / 15) * table[:size]
+  p = (0.1 + 0.9 * (2**log.labels - 1) / 15) * table[:size]
   ll = clicks * np.log(p) + (1 - clicks) * np.log(1 - p)
   per_rank = [np.exp(-ll[shown[:, r], r].mean()) for r in range(size) if shown[:, r].any()]
   assert truth["click_ll"] == pytest.approx(ll[shown].mean(), rel=1e-5)
@@ -227,8 +273,10 @@ def test_online_learners_as_columns(tmp_path):
   for bias, row in plan.items():  # the lists carry the contexts and logging scores those users read
     assert row == {"naive": None, "online_pdgd": None, "online_nsgd": None}, (bias, row)
   lists = report.make_bias_data(c)["candidates"][0]  # no contexts drawn: context_pbm's users cannot click
-  assert (report.online_not_applicable_reason({"name": "context_pbm", "num_contexts": 2}, lists, c)
-          == "n/a: online users: click_fn: context_pbm needs batch['context']")
+  assert (
+    report.online_not_applicable_reason({"name": "context_pbm", "num_contexts": 2}, lists, c)
+    == "n/a: online users: click_fn: context_pbm needs batch['context']"
+  )
   c.biases = ("pbm", "position_trust")
   saved = report.run_report(c, str(tmp_path))
   for column in ("online_pdgd", "online_nsgd"):
@@ -243,16 +291,19 @@ def test_online_learners_as_columns(tmp_path):
 
 
 def test_pdgd_observation_analysis_runs_and_its_pair_sets_add_up():
-  spec = importlib.util.spec_from_file_location("pdgd_observation", ROOT / "experiments" / "report" /
-                                                "pdgd_observation.py")
+  spec = importlib.util.spec_from_file_location(
+    "pdgd_observation", ROOT / "experiments" / "report" / "pdgd_observation.py"
+  )
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  out = module.main(smoke=True, bias_name="individual", reps=3,
-                    variants=("pdgd considered/debias/probability", "naive listwise"))
+  out = module.main(
+    smoke=True, bias_name="individual", reps=3, variants=("pdgd considered/debias/probability", "naive listwise")
+  )
   pairs = out["pairs"]
   # 'all' is 'considered' plus 'below'; 'above' is part of 'considered'.
-  assert pairs["all"]["pairs_per_draw"] == pytest.approx(pairs["considered"]["pairs_per_draw"]
-                                                         + pairs["below"]["pairs_per_draw"])
+  assert pairs["all"]["pairs_per_draw"] == pytest.approx(
+    pairs["considered"]["pairs_per_draw"] + pairs["below"]["pairs_per_draw"]
+  )
   assert 0 < pairs["above"]["pairs_per_draw"] <= pairs["considered"]["pairs_per_draw"]
   assert all(np.isfinite(v) for s in pairs.values() for v in s.values())
   assert len(out["learners"]) == 2
@@ -273,9 +324,11 @@ def test_pdgd_observation_analysis_runs_and_its_pair_sets_add_up():
 
 def test_held_out_sessions_of_a_stochastic_display_are_stored_in_display_order():
   from ultr_jax import data, simulation  # noqa: PLC0415
+
   test = data.make_synthetic(num_train=1, num_valid=1, num_test=4, list_size=6, num_features=2, seed=1).test
-  test = test.with_extras(logging_score=np.where(test.where, np.random.default_rng(0).normal(size=test.where.shape),
-                                                 0.0).astype(np.float32))
+  test = test.with_extras(
+    logging_score=np.where(test.where, np.random.default_rng(0).normal(size=test.where.shape), 0.0).astype(np.float32)
+  )
   fn = simulation.stochastic_logging_click_fn(simulation.make_click_fn({"name": "pbm_table", "top_k": 3}))
   log, truth = report.held_out_click_log(test, fn, list_size=6, sessions=50, seed=3)
   # Each stored session shows its top 3 first: only the first 3 items of a list are shown (where).

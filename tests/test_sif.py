@@ -34,7 +34,9 @@ def test_zero_for_constant_cells_and_nonnegative():
   cells = jnp.array([0, 0, 1, 1, 1, 2])
   p = jnp.array([0.3, 0.3, 0.7, 0.7, 0.7, 0.1])
   for est in ("entropy", "variance"):
-    assert float(losses.conditional_mi_binary(p, cells, num_cells=3, estimator=est, clamp=False)) == pytest.approx(0.0, abs=1e-7)
+    assert float(losses.conditional_mi_binary(p, cells, num_cells=3, estimator=est, clamp=False)) == pytest.approx(
+      0.0, abs=1e-7
+    )
   rng = np.random.default_rng(0)
   for _ in range(50):
     p = jnp.asarray(rng.uniform(0.01, 0.99, 40))
@@ -58,8 +60,9 @@ def test_equals_enumerated_discrete_mi_float64():
         pbw = pb if b else 1 - pb
         mi += pzw[z, w] * qb * np.log(qb / pbw)
     zz, ww = np.meshgrid(np.arange(nz), np.arange(nw), indexing="ij")
-    est = losses.conditional_mi_binary(jnp.asarray(q.ravel()), jnp.asarray(ww.ravel()),
-                                       weights=jnp.asarray(pzw.ravel()), num_cells=nw)
+    est = losses.conditional_mi_binary(
+      jnp.asarray(q.ravel()), jnp.asarray(ww.ravel()), weights=jnp.asarray(pzw.ravel()), num_cells=nw
+    )
     assert abs(float(est) - mi) < 1e-9
 
 
@@ -76,9 +79,13 @@ def test_permutation_invariance_and_mask_equals_truncation():
   c = jnp.asarray(rng.integers(0, 3, (5, 8)))
   base = losses.conditional_mi_binary(p, c, num_cells=3)
   perm = rng.permutation(8)
-  assert float(losses.conditional_mi_binary(p[:, perm], c[:, perm], num_cells=3)) == pytest.approx(float(base), rel=1e-5)
+  assert float(losses.conditional_mi_binary(p[:, perm], c[:, perm], num_cells=3)) == pytest.approx(
+    float(base), rel=1e-5
+  )
   flat = rng.permutation(40)
-  assert float(losses.conditional_mi_binary(p.ravel()[flat], c.ravel()[flat], num_cells=3)) == pytest.approx(float(base), rel=1e-5)
+  assert float(losses.conditional_mi_binary(p.ravel()[flat], c.ravel()[flat], num_cells=3)) == pytest.approx(
+    float(base), rel=1e-5
+  )
   where = jnp.arange(8) < 5
   masked = losses.conditional_mi_binary(jnp.where(where, p, 0.9), c, where=where, num_cells=3)
   assert float(masked) == pytest.approx(float(losses.conditional_mi_binary(p[:, :5], c[:, :5], num_cells=3)), rel=1e-5)
@@ -131,7 +138,7 @@ def test_projection_and_decision_gradient_finite_differences():
     for k in range(3):
       sk, dk = np.asarray(s[:, k]), np.asarray(d[:, k])
       r = np.corrcoef(sk, dk)[0, 1]
-      val += r ** 2 * dk.var() / (2 * dk.mean() * (1 - dk.mean())) / 3
+      val += r**2 * dk.var() / (2 * dk.mean() * (1 - dk.mean())) / 3
     assert float(i_d(s, "variance")) == pytest.approx(val, rel=1e-6)
 
 
@@ -163,8 +170,11 @@ def test_theorem1_and_corollary1_bounds():
     # I(E; X | K) by the estimator: items (x, k) with mass p(x, k), cells k.
     xs, ks = np.meshgrid(np.arange(4), np.arange(3), indexing="ij")
     with jax.enable_x64(True):
-      mi = float(losses.conditional_mi_binary(jnp.asarray(e.ravel()), jnp.asarray(ks.ravel()),
-                                              weights=jnp.asarray(pxk.ravel()), num_cells=3))
+      mi = float(
+        losses.conditional_mi_binary(
+          jnp.asarray(e.ravel()), jnp.asarray(ks.ravel()), weights=jnp.asarray(pxk.ravel()), num_cells=3
+        )
+      )
     assert mi == pytest.approx(kl, rel=1e-6, abs=1e-12)  # E[KL(p_obs || p_obs(E|K))] = I(E; X | K)
     bound = 2 * np.sqrt(0.5 * kl)
     assert gap <= bound + 1e-12
@@ -192,8 +202,12 @@ def test_dr_double_robustness_with_observed_exposure():
   target = m_true.mean()  # L* = E_{X,K}[m]
 
   def est(e, m):
-    per = np.asarray(losses.doubly_robust_risk(jnp.asarray(loss), jnp.asarray(exposed), jnp.asarray(e),
-                                               jnp.asarray(m), reduce_fn=None), np.float64)
+    per = np.asarray(
+      losses.doubly_robust_risk(
+        jnp.asarray(loss), jnp.asarray(exposed), jnp.asarray(e), jnp.asarray(m), reduce_fn=None
+      ),
+      np.float64,
+    )
     return per.mean(), per.std() / np.sqrt(n)
 
   e_wrong = np.clip(e_true * 1.5, 0, 0.99)
@@ -237,12 +251,13 @@ def _toy_batch(alpha=0.6, n=64, seed=0):
 
 def test_reduction_to_ips_and_zero_exposure_penalty():
   ds, batch = _toy_batch()
-  cfg = ml_collections.ConfigDict({"ranker": "linear", "trust_head": False, "exposure_slope": False,
-                                   "channels": ()})
+  cfg = ml_collections.ConfigDict({"ranker": "linear", "trust_head": False, "exposure_slope": False, "channels": ()})
   m = get_method("sif_full", cfg, num_features=20, list_size=10)
   params, extra = m.init(jax.random.key(0), batch)
-  params["bias"]["exposure_bias"] = jnp.log(jnp.array([0.68, 0.61, 0.48, 0.34, 0.28, 0.2, 0.11, 0.1, 0.08, 0.06]) /
-                                            (1 - jnp.array([0.68, 0.61, 0.48, 0.34, 0.28, 0.2, 0.11, 0.1, 0.08, 0.06])))
+  params["bias"]["exposure_bias"] = jnp.log(
+    jnp.array([0.68, 0.61, 0.48, 0.34, 0.28, 0.2, 0.11, 0.1, 0.08, 0.06])
+    / (1 - jnp.array([0.68, 0.61, 0.48, 0.34, 0.28, 0.2, 0.11, 0.1, 0.08, 0.06]))
+  )
   _, (metrics, _) = m.loss(params, extra, batch, jax.random.key(1))
   s = m.score(params, batch)
   ips = losses.listwise_risk(s, losses.ips_targets(batch["clicks"], batch["examination"], tau=0.01))
@@ -260,15 +275,20 @@ def test_methods_gradient_routing(name):
   ds, batch = _toy_batch(n=16)
   m = get_method(name, {"ranker": "linear"}, num_features=20, list_size=10)
   params, extra = m.init(jax.random.key(0), batch)
-  (loss, (metrics, new_extra)), grads = jax.value_and_grad(m.loss, has_aux=True)(params, extra, batch, jax.random.key(1))
+  (loss, (metrics, new_extra)), grads = jax.value_and_grad(m.loss, has_aux=True)(
+    params, extra, batch, jax.random.key(1)
+  )
   assert np.isfinite(float(loss))
   assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
+
   # I_D never reaches the bias tower; I_E never reaches the ranker.
   def part(term):
     def f(p):
       _, (mm, _) = m.loss(p, extra, batch, jax.random.key(1))
       return mm[term]
+
     return jax.grad(f)(params)
+
   g_d = part("I_D")
   assert all(float(jnp.abs(v).max()) == 0.0 for v in jax.tree.leaves(g_d["bias"]))
   g_e = part("I_E")
@@ -297,8 +317,7 @@ def test_dual_ascent_rises_and_settles():
   lam, ema = jnp.float32(0.0), jnp.float32(0.0)
   lams = []
   for t in range(3000):
-    lam, ema = losses.dual_ascent_update(lam, ema, i0 / (1.0 + lam), budget=budget, eta=5.0,
-                                         first=jnp.asarray(t == 0))
+    lam, ema = losses.dual_ascent_update(lam, ema, i0 / (1.0 + lam), budget=budget, eta=5.0, first=jnp.asarray(t == 0))
     lams.append(float(lam))
   assert lams[10] > 0 and lams[500] > lams[10]
   assert float(ema) == pytest.approx(budget, rel=0.05)
@@ -309,8 +328,9 @@ def test_dual_ascent_rises_and_settles():
 
 def test_dual_ascent_in_method_state():
   ds, batch = _toy_batch(n=32)
-  m = get_method("sif_dec", {"ranker": "linear", "dual": True, "budget_D": 0.0, "dual_eta": 10.0},
-                 num_features=20, list_size=10)
+  m = get_method(
+    "sif_dec", {"ranker": "linear", "dual": True, "budget_D": 0.0, "dual_eta": 10.0}, num_features=20, list_size=10
+  )
   params, extra = m.init(jax.random.key(0), batch)
   assert float(extra["lambda_D"]) == 0.0
   _, (metrics, extra) = m.loss(params, extra, batch, jax.random.key(1))

@@ -32,9 +32,18 @@ def test_t6_variants_and_checks():
 
 @pytest.mark.slow
 def test_smoke_binary(tmp_path, default_xla_env):
-  out = subprocess.run([sys.executable, os.path.join(ROOT, "experiments/sif/main.py"),
-                        "--config=" + os.path.join(ROOT, "experiments/sif/configs/default.py") + ":smoke",
-                        f"--workdir={tmp_path}"], capture_output=True, text=True, timeout=1800, env=default_xla_env)
+  out = subprocess.run(
+    [
+      sys.executable,
+      os.path.join(ROOT, "experiments/sif/main.py"),
+      "--config=" + os.path.join(ROOT, "experiments/sif/configs/default.py") + ":smoke",
+      f"--workdir={tmp_path}",
+    ],
+    capture_output=True,
+    text=True,
+    timeout=1800,
+    env=default_xla_env,
+  )
   assert out.returncode == 0, out.stderr[-3000:]
   res = json.loads((tmp_path / "results.json").read_text())
   for key in ("setting=position/alpha=0", "setting=trust/alpha=0.6"):
@@ -46,6 +55,7 @@ def test_smoke_binary(tmp_path, default_xla_env):
   for fig in ("fig2_leakage_ess.png", "fig3_propensity_mae.png", "fig4_ndcg_ablation.png", "fig5_leakage_steps.png"):
     assert (tmp_path / fig).stat().st_size > 1000
   from ultr_jax.testing import assert_matches_expected  # noqa: PLC0415
+
   assert_matches_expected(res, "sif_smoke")  # expected_metrics/sif_smoke.json
 
 
@@ -56,8 +66,11 @@ def test_relative_mae_against_the_toy_click_model():
   from ultr_jax.simulation import make_position_trust_click_fn  # noqa: PLC0415
 
   ds, _ = study.sif_toy_dataset(8, seed=0)
-  batch = {"labels": jnp.asarray(ds.labels), "where": jnp.asarray(ds.where),
-           "logging_score": jnp.asarray(ds.extras["logging_score"])}
+  batch = {
+    "labels": jnp.asarray(ds.labels),
+    "where": jnp.asarray(ds.where),
+    "logging_score": jnp.asarray(ds.extras["logging_score"]),
+  }
   exam = np.asarray(make_position_trust_click_fn({"alpha": 0.0})(jax.random.key(0), batch)["examination"])
   assert study.relative_mae(0.3 * exam[0]) == pytest.approx(0.0, abs=1e-7)
   table = exam[0] / exam[0, 0]
@@ -86,8 +99,10 @@ def test_shuffle_display_moves_items_with_their_data():
 
 
 def test_second_half_change_reads_the_midpoint_and_the_end_per_seed():
-  hist = [{"step": s, "train/oracle_I_D": [0.01 + 1e-4 * s, 0.02 + 2e-4 * s], "train/other": [0.0, 0.0]}
-          for s in (1000, 2000, 2900, 4000, 5000, 6000)]
+  hist = [
+    {"step": s, "train/oracle_I_D": [0.01 + 1e-4 * s, 0.02 + 2e-4 * s], "train/other": [0.0, 0.0]}
+    for s in (1000, 2000, 2900, 4000, 5000, 6000)
+  ]
   hist.insert(2, {"step": 3000, "train/loss": [1.0, 1.0]})  # rows without the key are skipped
   r = study.second_half_change(hist, "oracle_I_D")
   assert r["steps"] == [2900, 6000]  # the logged step nearest half of the last one

@@ -20,16 +20,16 @@ CRUX = [1, 3]
 IND_W = [0.4, -0.3]
 
 CONFIGS = {
-    "pbm": dict(name="pbm", eta=1.3),
-    "pbm_table": dict(name="pbm_table", eta=1.0),
-    "trust": dict(name="trust", eta=1.0, epsilon_1_neg=0.65),
-    "cascade": dict(name="cascade"),
-    "dcm": dict(name="dcm", continuation=[0.9, 0.7, 0.5, 0.4]),
-    "ubm": dict(name="ubm", eta=1.2),
-    "context_pbm": dict(name="context_pbm", context_vectors=CTX_VECTORS.tolist(), w=CTX_W.tolist()),
-    "individual": dict(name="individual", crux_indices=CRUX, w=IND_W, eta=1.5),
-    "dbn": dict(name="dbn", perseverance=0.85, satisfaction=[0.9, 0.6, 0.3]),
-    "ccm": dict(name="ccm", alpha=[0.9, 0.7, 0.3]),
+  "pbm": dict(name="pbm", eta=1.3),
+  "pbm_table": dict(name="pbm_table", eta=1.0),
+  "trust": dict(name="trust", eta=1.0, epsilon_1_neg=0.65),
+  "cascade": dict(name="cascade"),
+  "dcm": dict(name="dcm", continuation=[0.9, 0.7, 0.5, 0.4]),
+  "ubm": dict(name="ubm", eta=1.2),
+  "context_pbm": dict(name="context_pbm", context_vectors=CTX_VECTORS.tolist(), w=CTX_W.tolist()),
+  "individual": dict(name="individual", crux_indices=CRUX, w=IND_W, eta=1.5),
+  "dbn": dict(name="dbn", perseverance=0.85, satisfaction=[0.9, 0.6, 0.3]),
+  "ccm": dict(name="ccm", alpha=[0.9, 0.7, 0.3]),
 }
 
 
@@ -93,8 +93,7 @@ def _np_click_prob(name, batch, cfg, top_k=None):
         c = e * r
         keep *= (1 - r) * a1 + r * (a2 * (1 - r) + a3 * r)
       elif name == "ubm":  # gamma by distance d = (p + 1) - l to the last click (l = 0: none)
-        g = np.array([TABLE[min(p + 1 - l, len(TABLE)) - 1] ** cfg["eta"] if l <= p else 0.0
-                      for l in range(len(last))])
+        g = np.array([TABLE[min(p + 1 - l, len(TABLE)) - 1] ** cfg["eta"] if l <= p else 0.0 for l in range(len(last))])
         e = float(last @ g)
         c = e * r
         moved = last * g * r
@@ -179,8 +178,7 @@ def test_cld_simulator_targets():
   """spec-cld 10.1.7: eta=1, k=5, eps-=0.1, 20,000 sessions."""
   n = 20000
   labels = jnp.array([0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0])
-  fn = sim.make_click_fn(dict(name="pbm", eta=1.0, eps=0.1, relevance="binary", threshold=1,
-                              top_k=5, num_sessions=n))
+  fn = sim.make_click_fn(dict(name="pbm", eta=1.0, eps=0.1, relevance="binary", threshold=1, top_k=5, num_sessions=n))
   out = fn(jax.random.key(3), {"labels": labels, "where": jnp.ones(7, bool)})
   ctr = np.asarray(out["clicks"]).mean(0)
   for pos, p in ((2, 1 / 3), (1, 0.05)):
@@ -190,12 +188,13 @@ def test_cld_simulator_targets():
 
 
 def test_relevance_tables():
-  np.testing.assert_allclose(sim.relevance_probability(jnp.arange(5.0)), [0.1, 0.16, 0.28, 0.52, 1.0],
-                             rtol=1e-6)
-  np.testing.assert_allclose(sim.relevance_probability(jnp.arange(5.0), ymax=5),
-                             [0.1, 0.12903, 0.18710, 0.30323, 0.53548], atol=1e-5)
-  np.testing.assert_allclose(sim.binary_relevance_probability(jnp.arange(5.0), threshold=3, eps=0.2),
-                             [0.2, 0.2, 0.2, 1.0, 1.0])
+  np.testing.assert_allclose(sim.relevance_probability(jnp.arange(5.0)), [0.1, 0.16, 0.28, 0.52, 1.0], rtol=1e-6)
+  np.testing.assert_allclose(
+    sim.relevance_probability(jnp.arange(5.0), ymax=5), [0.1, 0.12903, 0.18710, 0.30323, 0.53548], atol=1e-5
+  )
+  np.testing.assert_allclose(
+    sim.binary_relevance_probability(jnp.arange(5.0), threshold=3, eps=0.2), [0.2, 0.2, 0.2, 1.0, 1.0]
+  )
   # Labels beyond ymax reuse the last value (ULTRA).
   assert float(sim.relevance_probability(jnp.array(7.0))) == pytest.approx(1.0)
 
@@ -215,10 +214,8 @@ def test_table_beyond_ten_reuses_last():
 def test_zero_coupling_reduces_to_table_pbm():
   batch = _jbatch(_batch())
   base = sim.make_click_fn(dict(name="pbm_table"))(jax.random.key(0), batch)
-  ind = sim.make_click_fn(dict(name="individual", crux_indices=CRUX, w=[0.0, 0.0]))(
-      jax.random.key(0), batch)
-  ctx = sim.make_click_fn(dict(name="context_pbm", num_contexts=3, w=[0.0] * 10))(
-      jax.random.key(0), batch)
+  ind = sim.make_click_fn(dict(name="individual", crux_indices=CRUX, w=[0.0, 0.0]))(jax.random.key(0), batch)
+  ctx = sim.make_click_fn(dict(name="context_pbm", num_contexts=3, w=[0.0] * 10))(jax.random.key(0), batch)
   for out in (ind, ctx):
     np.testing.assert_allclose(out["examination"], base["examination"], rtol=1e-6)
     np.testing.assert_array_equal(out["clicks"], base["clicks"])
@@ -229,8 +226,9 @@ def test_per_list_context_broadcasts():
   per_item = {**batch, "context": jnp.broadcast_to(batch["context"][:, :1], batch["labels"].shape)}
   per_list = {**batch, "context": batch["context"][:, 0]}
   fn = sim.make_click_fn(CONFIGS["context_pbm"])
-  np.testing.assert_allclose(fn(jax.random.key(0), per_item)["examination"],
-                             fn(jax.random.key(0), per_list)["examination"])
+  np.testing.assert_allclose(
+    fn(jax.random.key(0), per_item)["examination"], fn(jax.random.key(0), per_list)["examination"]
+  )
 
 
 def test_dcm_joint_probabilities():
@@ -273,7 +271,7 @@ def _chain_joint(a, c0, c1):
     return 1.0 if j == n else (1 - reach) + reach * (1 - a[j]) * no_clicks_from(j + 1, c0[j])
 
   joint = {}
-  for bits in range(2 ** n):
+  for bits in range(2**n):
     c = [(bits >> j) & 1 for j in range(n)]
     last = max((j for j in range(n) if c[j]), default=-1)
     prob, reach = 1.0, 1.0
@@ -292,8 +290,13 @@ def test_chain_sessions_have_the_joint_click_probabilities_of_the_model(model):
   if model == "dbn":
     gamma, sigma = 0.8, np.array([0.5, 0.3, 0.9])
     c0, c1 = np.full(3, gamma), gamma * (1 - sigma)
-    out = sim.dbn(jax.random.key(11), jnp.asarray(a, jnp.float32), perseverance=gamma,
-                  satisfaction=jnp.asarray(sigma, jnp.float32), num_sessions=n)
+    out = sim.dbn(
+      jax.random.key(11),
+      jnp.asarray(a, jnp.float32),
+      perseverance=gamma,
+      satisfaction=jnp.asarray(sigma, jnp.float32),
+      num_sessions=n,
+    )
   else:
     alpha = (0.9, 0.7, 0.2)
     c0, c1 = np.full(3, alpha[0]), alpha[1] * (1 - a) + alpha[2] * a
@@ -314,18 +317,20 @@ def test_chain_models_reduce_to_cascade_and_dcm_and_follow_positions():
   rng = np.random.default_rng(1)
   r = jnp.asarray(rng.uniform(0.1, 0.9, size=6), jnp.float32)
   cascade = sim.cascade(jax.random.key(0), r)["examination"]
-  np.testing.assert_allclose(sim.dbn(jax.random.key(0), r, perseverance=1.0, satisfaction=1.0)["examination"],
-                             cascade, rtol=1e-6)
-  np.testing.assert_allclose(sim.ccm(jax.random.key(0), r, alpha=(1.0, 0.0, 0.0))["examination"], cascade,
-                             rtol=1e-6)
-  np.testing.assert_allclose(sim.dbn(jax.random.key(0), r, perseverance=1.0, satisfaction=0.6)["examination"],
-                             sim.dcm(jax.random.key(0), r, continuation=0.4)["examination"], rtol=1e-6)
+  np.testing.assert_allclose(
+    sim.dbn(jax.random.key(0), r, perseverance=1.0, satisfaction=1.0)["examination"], cascade, rtol=1e-6
+  )
+  np.testing.assert_allclose(sim.ccm(jax.random.key(0), r, alpha=(1.0, 0.0, 0.0))["examination"], cascade, rtol=1e-6)
+  np.testing.assert_allclose(
+    sim.dbn(jax.random.key(0), r, perseverance=1.0, satisfaction=0.6)["examination"],
+    sim.dcm(jax.random.key(0), r, continuation=0.4)["examination"],
+    rtol=1e-6,
+  )
   plain = sim.dbn(jax.random.key(0), r, perseverance=0.8)
   perm = jnp.asarray(rng.permutation(6))
   permuted = sim.dbn(jax.random.key(0), r[perm], positions=perm, perseverance=0.8)
   np.testing.assert_allclose(permuted["examination"], plain["examination"][perm], rtol=1e-6)
-  sessions = sim.dbn(jax.random.key(0), r[perm], positions=perm, perseverance=1.0, satisfaction=1.0,
-                     num_sessions=50)
+  sessions = sim.dbn(jax.random.key(0), r[perm], positions=perm, perseverance=1.0, satisfaction=1.0, num_sessions=50)
   assert float(sessions["clicks"].sum(-1).max()) <= 1.0  # the cascade clicks once at most
 
 
@@ -333,7 +338,7 @@ def _ubm_enumerate(a, gamma, ranks):
   """Exact UBM marginals by enumerating every click vector (items in displayed order)."""
   n = len(a)
   exam, click = np.zeros(n), np.zeros(n)
-  for bits in range(2 ** n):
+  for bits in range(2**n):
     c = [(bits >> j) & 1 for j in range(n)]
     prob, last, e = 1.0, 0, np.zeros(n)
     for j in range(n):
@@ -357,14 +362,19 @@ def test_ubm_marginals_match_enumeration_and_follow_positions():
   np.testing.assert_allclose(out["click_prob"], click, rtol=2e-6)
   # Item j of the permuted array is displayed at position perm[j].
   perm = rng.permutation(5)
-  permuted = sim.ubm(jax.random.key(0), jnp.asarray(a[perm], jnp.float32), positions=jnp.asarray(perm),
-                     gamma=jnp.asarray(gamma, jnp.float32))
+  permuted = sim.ubm(
+    jax.random.key(0),
+    jnp.asarray(a[perm], jnp.float32),
+    positions=jnp.asarray(perm),
+    gamma=jnp.asarray(gamma, jnp.float32),
+  )
   np.testing.assert_allclose(permuted["examination"], exam[perm], rtol=2e-6)
   # A masked item in the middle is skipped: its neighbours see the list without it (ranks kept).
   where = np.array([True, True, False, True, True])
   exam_m, _ = _ubm_enumerate(a[where], gamma, np.flatnonzero(where))
-  masked = sim.ubm(jax.random.key(0), jnp.asarray(a, jnp.float32), where=jnp.asarray(where),
-                   gamma=jnp.asarray(gamma, jnp.float32))
+  masked = sim.ubm(
+    jax.random.key(0), jnp.asarray(a, jnp.float32), where=jnp.asarray(where), gamma=jnp.asarray(gamma, jnp.float32)
+  )
   np.testing.assert_allclose(np.asarray(masked["examination"])[where], exam_m, rtol=2e-6)
   assert float(masked["examination"][2]) == 0.0
 
@@ -375,8 +385,10 @@ def test_ubm_sessions_have_the_joint_probabilities_of_the_model():
   a = jnp.array([0.7, 0.5])
   gamma = jnp.array([[0.9, 0.0, 0.0], [0.3, 0.8, 0.0]])
   c = np.asarray(sim.ubm(jax.random.key(8), a, gamma=gamma, num_sessions=n)["clicks"])
-  for got, want in (((c[:, 0] * c[:, 1]).mean(), 0.9 * 0.7 * 0.8 * 0.5),
-                    (((1 - c[:, 0]) * c[:, 1]).mean(), (1 - 0.9 * 0.7) * 0.3 * 0.5)):
+  for got, want in (
+    ((c[:, 0] * c[:, 1]).mean(), 0.9 * 0.7 * 0.8 * 0.5),
+    (((1 - c[:, 0]) * c[:, 1]).mean(), (1 - 0.9 * 0.7) * 0.3 * 0.5),
+  ):
     assert abs(got - want) <= 5 * np.sqrt(want * (1 - want) / n)
 
 
@@ -498,8 +510,14 @@ def _ds(seed=0, q=40, l=9, f=6):
   features = rng.normal(size=(q, l, f)).astype(np.float32) * where[..., None]
   labels = np.where(where, rng.integers(0, 5, size=(q, l)), 0).astype(np.float32)
   doc_ids = np.where(where, np.arange(q * l).reshape(q, l), -1).astype(np.int32)
-  return RankingDataset(features, labels, where, np.arange(q), doc_ids,
-                        extras={"context": rng.integers(0, 3, size=(q, l)), "query_tag": np.arange(q)})
+  return RankingDataset(
+    features,
+    labels,
+    where,
+    np.arange(q),
+    doc_ids,
+    extras={"context": rng.integers(0, 3, size=(q, l)), "query_tag": np.arange(q)},
+  )
 
 
 def test_apply_logging_policy_reorders():
@@ -546,18 +564,18 @@ def test_nan_scores_rank_last_among_real():
 
 
 def test_train_logging_policy_beats_random():
-  splits = data_lib.make_synthetic(num_train=400, num_valid=10, num_test=10, list_size=10,
-                                   num_features=8, seed=0)
+  splits = data_lib.make_synthetic(num_train=400, num_valid=10, num_test=10, list_size=10, num_features=8, seed=0)
   train = splits.train
   w = sim.train_logging_policy(train, fraction=0.1, seed=0, steps=200)
   assert w.shape == (train.num_features,) and np.all(np.isfinite(w))
   ordered = sim.apply_logging_policy(train, sim.logging_policy_scores(w, train))
   from ultr_jax import metrics
+
   arange = -jnp.arange(train.list_size, dtype=jnp.float32)  # displayed order
-  logged = float(metrics.ndcg(jnp.broadcast_to(arange, ordered.labels.shape), ordered.labels,
-                              where=ordered.where, topn=10))
-  original = float(metrics.ndcg(jnp.broadcast_to(arange, train.labels.shape), train.labels,
-                                where=train.where, topn=10))
+  logged = float(
+    metrics.ndcg(jnp.broadcast_to(arange, ordered.labels.shape), ordered.labels, where=ordered.where, topn=10)
+  )
+  original = float(metrics.ndcg(jnp.broadcast_to(arange, train.labels.shape), train.labels, where=train.where, topn=10))
   assert logged > original + 0.05
   # Deterministic in seed; a different sample gives different weights.
   np.testing.assert_array_equal(w, sim.train_logging_policy(train, fraction=0.1, seed=0, steps=200))
@@ -571,6 +589,7 @@ def test_train_logging_policy_beats_random():
 def _exact_policy_examination(z, table, top_k):
   """sum_y pi(y) theta_{rank_y(d)} over every permutation y of a short list (Plackett-Luce of z)."""
   import itertools  # noqa: PLC0415
+
   rho = np.zeros(len(z))
   for perm in itertools.permutations(range(len(z))):  # perm[t] = the item at rank t
     positions = np.empty(len(z), np.int32)

@@ -12,15 +12,15 @@ import rax
 
 from ultr_jax.data import RankingDataset
 from ultr_jax.train import (
-    Method,
-    default_train_config,
-    enable_compilation_cache,
-    evaluate,
-    fit,
-    get_method,
-    markdown_table,
-    summarize,
-    write_results,
+  Method,
+  default_train_config,
+  enable_compilation_cache,
+  evaluate,
+  fit,
+  get_method,
+  markdown_table,
+  summarize,
+  write_results,
 )
 from ultr_jax.train import loop as loop_lib
 
@@ -104,8 +104,14 @@ def test_fit_learns_and_vmaps_seeds():
 def test_best_state_is_the_best_validation_state(capsys):
   train, valid = _toy_dataset(seed=0), _toy_dataset(seed=1)
   method = _toy_method()
-  result = fit(method, train, valid, click_fn=_toy_click_fn,
-               config=_config(steps=40, progress=True, progress_every=4), seeds=(0, 1))
+  result = fit(
+    method,
+    train,
+    valid,
+    click_fn=_toy_click_fn,
+    config=_config(steps=40, progress=True, progress_every=4),
+    seeds=(0, 1),
+  )
   # progress: a timing line every 4 steps between evaluations, the loss and metric at each evaluation
   err = capsys.readouterr().err
   assert [int(s) for s in re.findall(r"step (\d+)/40 \(", err)] == [4, 8, 12, 16, 24, 28, 32, 36]
@@ -118,8 +124,14 @@ def test_best_state_is_the_best_validation_state(capsys):
 
 def test_early_stopping_stops():
   train, valid = _toy_dataset(seed=0), _toy_dataset(seed=1)
-  result = fit(_toy_method(), train, valid, click_fn=_toy_click_fn,
-               config=_config(steps=400, learning_rate=0.0, patience=2), seeds=(0,))
+  result = fit(
+    _toy_method(),
+    train,
+    valid,
+    click_fn=_toy_click_fn,
+    config=_config(steps=400, learning_rate=0.0, patience=2),
+    seeds=(0,),
+  )
   # lr = 0: the first evaluation is the best, two more without improvement.
   assert len(result.history) == 3
 
@@ -162,8 +174,9 @@ def test_logged_clicks_without_click_fn():
   # All-zero logged clicks: the softmax loss is exactly 0 and nothing moves,
   # which would not hold if the loop simulated or read any other target.
   clicks = np.zeros_like(train.labels)
-  result = fit(_toy_method(), train.with_extras(clicks=clicks), None, click_fn=None,
-               config=_config(steps=20), seeds=(0,))
+  result = fit(
+    _toy_method(), train.with_extras(clicks=clicks), None, click_fn=None, config=_config(steps=20), seeds=(0,)
+  )
   assert result.history[-1]["train/loss"] == [0.0]
   assert result.history[-1]["train/target_mean"] == [0.0]
 
@@ -171,8 +184,13 @@ def test_logged_clicks_without_click_fn():
 def test_display_batch_moves_every_item_array_with_its_item():
   rng = np.random.default_rng(0)
   where = np.arange(5)[None, :] < np.array([[5], [3]])
-  batch = {"features": jnp.asarray(rng.normal(size=(2, 5, 3)), jnp.float32), "labels": jnp.arange(10.0).reshape(2, 5),
-           "where": jnp.asarray(where), "qid": jnp.array([7, 8]), "positions": jnp.array([[4, 3, 2, 1, 0]] * 2)}
+  batch = {
+    "features": jnp.asarray(rng.normal(size=(2, 5, 3)), jnp.float32),
+    "labels": jnp.arange(10.0).reshape(2, 5),
+    "where": jnp.asarray(where),
+    "qid": jnp.array([7, 8]),
+    "positions": jnp.array([[4, 3, 2, 1, 0]] * 2),
+  }
   scores = jnp.asarray(rng.normal(size=(2, 5)), jnp.float32)
   out = loop_lib.display_batch(batch, scores)
   for q in range(2):  # the valid items by descending score, then the masked ones in stored order
@@ -185,6 +203,7 @@ def test_display_batch_moves_every_item_array_with_its_item():
   np.testing.assert_array_equal(out["positions"], np.broadcast_to(np.arange(5), (2, 5)))
   # A Plackett-Luce draw: the order of plackett_luce_sample's positions; with far-apart scores, the sorted one.
   from ultr_jax.simulation import plackett_luce_sample
+
   key = jax.random.key(3)
   drawn = loop_lib.display_batch(batch, scores, mode="model_sample", key=key)
   order = jnp.argsort(plackett_luce_sample(key, scores, where=batch["where"]), axis=-1)
@@ -206,9 +225,11 @@ def test_model_display_equals_the_logged_display_of_the_models_order():
   shown = fit(_toy_method(), train, valid, config=_config(learning_rate=0.0, display="model"), **kw)
   scores = np.where(train.where, train.features @ np.asarray(shown.final_params["w"][0]), -np.inf)
   order = np.argsort(-scores, axis=1, kind="stable")
-  presorted = train.replace(features=np.take_along_axis(train.features, order[..., None], 1),
-                            labels=np.take_along_axis(train.labels, order, 1),
-                            where=np.take_along_axis(train.where, order, 1))
+  presorted = train.replace(
+    features=np.take_along_axis(train.features, order[..., None], 1),
+    labels=np.take_along_axis(train.labels, order, 1),
+    where=np.take_along_axis(train.where, order, 1),
+  )
   logged = fit(_toy_method(), presorted, valid, config=_config(learning_rate=0.0), **kw)
   stored = fit(_toy_method(), train, valid, config=_config(learning_rate=0.0), **kw)
   got, want = [[h["train/loss"] for h in r.history] for r in (shown, logged)]
@@ -221,8 +242,9 @@ def test_a_model_sample_display_trains_compiles_once_and_needs_simulated_clicks(
   train, valid = _toy_dataset(seed=0), _toy_dataset(seed=1)
   method = _toy_method(traces)
   before = evaluate(method, jax.vmap(lambda s: method.init(jax.random.key(s), None)[0])(jnp.arange(2)), valid)
-  result = fit(method, train, valid, click_fn=_toy_click_fn, config=_config(steps=60, display="model_sample"),
-               seeds=(0, 1))
+  result = fit(
+    method, train, valid, click_fn=_toy_click_fn, config=_config(steps=60, display="model_sample"), seeds=(0, 1)
+  )
   assert len(traces) == 1
   assert np.all(evaluate(method, result.params, valid)["ndcg@10"] > before["ndcg@10"] + 0.02)
   with pytest.raises(ValueError, match="needs a click_fn"):
@@ -236,8 +258,9 @@ def test_pdgd_learns_from_its_own_plackett_luce_samples():
   train, valid = _toy_dataset(seed=0), _toy_dataset(seed=1)
   method = get_method("pdgd", {"ranker": "linear"}, num_features=NUM_FEATURES, list_size=train.where.shape[-1])
   before = evaluate(method, jax.vmap(lambda s: method.init(jax.random.key(s), None)[0])(jnp.arange(2)), valid)
-  result = fit(method, train, valid, click_fn=_toy_click_fn, config=_config(steps=60, display="model_sample"),
-               seeds=(0, 1))
+  result = fit(
+    method, train, valid, click_fn=_toy_click_fn, config=_config(steps=60, display="model_sample"), seeds=(0, 1)
+  )
   assert np.all(evaluate(method, result.params, valid)["ndcg@10"] > before["ndcg@10"] + 0.02)
 
 
@@ -256,15 +279,30 @@ def test_sharded_equals_single_device(display):
 
 def test_resume_equals_uninterrupted(tmp_path):
   train, valid = _toy_dataset(seed=0), _toy_dataset(seed=1)
-  full = fit(_toy_method(), train, valid, click_fn=_toy_click_fn, config=_config(steps=30),
-             seeds=(0, 1), workdir=str(tmp_path / "full"))
+  full = fit(
+    _toy_method(),
+    train,
+    valid,
+    click_fn=_toy_click_fn,
+    config=_config(steps=30),
+    seeds=(0, 1),
+    workdir=str(tmp_path / "full"),
+  )
   part = str(tmp_path / "part")
   fit(_toy_method(), train, valid, click_fn=_toy_click_fn, config=_config(steps=20), seeds=(0, 1), workdir=part)
   ckpt_dir = os.path.join(part, "checkpoints", "toy")
   assert sorted(int(d) for d in os.listdir(ckpt_dir) if d.isdigit())[-1] == 20
   seen = []
-  resumed = fit(_toy_method(), train, valid, click_fn=_toy_click_fn, config=_config(steps=30),
-                seeds=(0, 1), workdir=part, on_eval=seen.append)
+  resumed = fit(
+    _toy_method(),
+    train,
+    valid,
+    click_fn=_toy_click_fn,
+    config=_config(steps=30),
+    seeds=(0, 1),
+    workdir=part,
+    on_eval=seen.append,
+  )
   for key in ("w", "b_pos"):
     np.testing.assert_array_equal(resumed.final_params[key], full.final_params[key])
     np.testing.assert_array_equal(resumed.params[key], full.params[key])
@@ -307,8 +345,7 @@ def test_summarize_and_results(tmp_path):
   np.testing.assert_allclose(s["ci90"], 2.353363 * s["std"] / 2, rtol=1e-5)
   assert summarize([0.7]) == {"mean": 0.7, "std": 0.0, "ci90": 0.0}
   rows = {"ips": {"ndcg@10": summarize([0.5, 0.7])}, "naive": {"ndcg@10": 0.4}}
-  write_results(str(tmp_path), {"ips": {"x": np.float32(1.5), "nan": float("nan")}}, rows=rows,
-                columns=["ndcg@10"])
+  write_results(str(tmp_path), {"ips": {"x": np.float32(1.5), "nan": float("nan")}}, rows=rows, columns=["ndcg@10"])
   assert json.loads((tmp_path / "results.json").read_text()) == {"ips": {"x": 1.5, "nan": None}}
   assert "| ips | 0.6000 ± " in (tmp_path / "table.md").read_text()
   assert (tmp_path / "table.csv").read_text().splitlines()[0] == "method,ndcg@10,ndcg@10_std,ndcg@10_ci90"
@@ -330,8 +367,10 @@ def test_evaluate_clicks_equals_the_click_metrics_on_the_whole_set_in_any_chunks
   import dataclasses  # noqa: PLC0415
   from ultr_jax import data, metrics  # noqa: PLC0415
   from ultr_jax.train import evaluate_clicks  # noqa: PLC0415
-  ds = data.make_synthetic(num_train=11, num_valid=1, num_test=1, list_size=5, num_features=3, seed=2,
-                           min_list_size=2).train
+
+  ds = data.make_synthetic(
+    num_train=11, num_valid=1, num_test=1, list_size=5, num_features=3, seed=2, min_list_size=2
+  ).train
   rng = np.random.default_rng(0)
   ds = dataclasses.replace(ds, extras={"clicks": ((rng.random(ds.where.shape) < 0.3) & ds.where).astype(np.float32)})
   m = get_method("click_model_ubm", {"ranker": "linear"}, num_features=3, list_size=5)
@@ -354,12 +393,18 @@ def test_evaluate_clicks_equals_the_click_metrics_on_the_whole_set_in_any_chunks
 def test_predict_is_the_score_of_every_list_in_any_chunks_and_writes_a_trec_run(tmp_path):
   from ultr_jax import data  # noqa: PLC0415
   from ultr_jax.train import predict, write_run  # noqa: PLC0415
-  ds = data.make_synthetic(num_train=11, num_valid=1, num_test=1, list_size=6, num_features=3, seed=4,
-                           min_list_size=2).train
+
+  ds = data.make_synthetic(
+    num_train=11, num_valid=1, num_test=1, list_size=6, num_features=3, seed=4, min_list_size=2
+  ).train
   m = get_method("naive", {"ranker": "mlp", "hidden_sizes": (4,)}, num_features=3, list_size=6)
   params = jax.vmap(lambda k: m.init(k, None)[0])(jax.random.split(jax.random.key(0), 2))
-  want = np.stack([np.asarray(m.score(jax.tree.map(lambda p: p[s], params), {"features": jnp.asarray(ds.features)}))
-                   for s in range(2)])
+  want = np.stack(
+    [
+      np.asarray(m.score(jax.tree.map(lambda p: p[s], params), {"features": jnp.asarray(ds.features)}))
+      for s in range(2)
+    ]
+  )
   for batch_size in (4, 512):  # a padded last chunk, and one chunk
     got = predict(m, params, ds, batch_size=batch_size)
     assert got.shape == (2, 11, 6) and got.dtype == np.float32

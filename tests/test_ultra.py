@@ -12,8 +12,7 @@ from ultr_jax.data import load_ultra
 
 def _write(tmp_path, feature, init_list, labels, rank_cutoff=3):
   (tmp_path / "train").mkdir(exist_ok=True)
-  (tmp_path / "settings.json").write_text(
-      json.dumps({"feature_size": 4, "rank_cutoff": rank_cutoff}))
+  (tmp_path / "settings.json").write_text(json.dumps({"feature_size": 4, "rank_cutoff": rank_cutoff}))
   (tmp_path / "train" / "train.feature").write_text(feature)
   (tmp_path / "train" / "train.init_list").write_text(init_list)
   (tmp_path / "train" / "train.labels").write_text(labels)
@@ -35,15 +34,17 @@ def test_loads_lists_labels_and_features(tmp_path):
   np.testing.assert_array_equal(ds.extras["positions"][1], [0, 1, 2])
 
 
-@pytest.mark.parametrize("init_list,labels,rank_cutoff,needle", [
+@pytest.mark.parametrize(
+  "init_list,labels,rank_cutoff,needle",
+  [
     ("5 d0 d1\n6 d1 d2\n", "5 1 2\n6 3 0\n", 3, "train.labels:2"),
     ("5 d0 d1\n", "5 1\n", 3, "train.labels:1"),
     ("5 d0 d1 d2 d3\n", "5 1 1 1 1\n", 3, "train.init_list:1"),
     ("5 d0 dX\n", "5 1 1\n", 3, "train.init_list:1"),
     ("5 d0\n6 d1\n", "5 1\n7 1\n", 3, "train.labels:2"),
-])
-def test_bad_input_names_file_and_line(tmp_path, init_list, labels,
-                                       rank_cutoff, needle):
+  ],
+)
+def test_bad_input_names_file_and_line(tmp_path, init_list, labels, rank_cutoff, needle):
   _write(tmp_path, FEAT, init_list, labels, rank_cutoff)
   with pytest.raises(ValueError, match=needle.replace(".", r"\.")):
     load_ultra(tmp_path)
@@ -72,9 +73,16 @@ def test_shared_data(shared_data):
 def test_check_binary(shared_data, tmp_path):
   out = tmp_path / "r.json"
   subprocess.run(
-      [sys.executable, "experiments/identifiability/check.py",
-       f"--data={shared_data / 'identifiability' / 'K=3'}", f"--out={out}"],
-      check=True, capture_output=True, cwd=str(__import__("pathlib").Path(__file__).parent.parent))
+    [
+      sys.executable,
+      "experiments/identifiability/check.py",
+      f"--data={shared_data / 'identifiability' / 'K=3'}",
+      f"--out={out}",
+    ],
+    check=True,
+    capture_output=True,
+    cwd=str(__import__("pathlib").Path(__file__).parent.parent),
+  )
   r = json.loads(out.read_text())
   assert r["identifiable"] is False and r["num_components"] == 3
   assert r["components"] == [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]

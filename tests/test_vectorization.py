@@ -43,8 +43,7 @@ def test_against_numpy_loops():
   got = losses.observation_density_loss(mean, log_var, obs, where=where)
   np.testing.assert_allclose(got, want_loss, rtol=1e-5)
   scores = losses.vectorization_scores(rel, mean, log_var, where=where)
-  np.testing.assert_allclose(jnp.where(where, scores, 0.0), np.where(where, want_scores, 0.0), rtol=1e-5,
-                             atol=1e-6)
+  np.testing.assert_allclose(jnp.where(where, scores, 0.0), np.where(where, want_scores, 0.0), rtol=1e-5, atol=1e-6)
 
 
 def test_mask_equals_truncation_and_padding_garbage_is_ignored():
@@ -66,8 +65,9 @@ def test_vmap_equals_loop():
   mean, log_var, _, rel, where = _arrays(2)
   batched = jax.vmap(lambda r, m, v, w: losses.vectorization_scores(r, m, v, where=w))(rel, mean, log_var, where)
   for q in range(Q):
-    np.testing.assert_allclose(batched[q], losses.vectorization_scores(rel[q], mean[q], log_var[q], where=where[q]),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+      batched[q], losses.vectorization_scores(rel[q], mean[q], log_var[q], where=where[q]), rtol=1e-6
+    )
 
 
 def test_gradients_stop_at_the_observation_and_vanish_when_all_masked():
@@ -75,8 +75,9 @@ def test_gradients_stop_at_the_observation_and_vanish_when_all_masked():
   g_obs = jax.grad(lambda o: losses.observation_density_loss(mean, log_var, o, where=where))(obs)
   np.testing.assert_array_equal(g_obs, 0.0)  # the density follows o, never the reverse
   none = np.zeros_like(where)
-  value, grads = jax.value_and_grad(lambda m, v: losses.observation_density_loss(m, v, obs, where=none),
-                                    argnums=(0, 1))(mean, log_var)
+  value, grads = jax.value_and_grad(
+    lambda m, v: losses.observation_density_loss(m, v, obs, where=none), argnums=(0, 1)
+  )(mean, log_var)
   assert float(value) == 0.0
   for g in grads:
     np.testing.assert_array_equal(g, 0.0)
@@ -88,10 +89,15 @@ def test_check_grads():
   mean, log_var, obs, rel, where = _arrays(4)
   with jax.enable_x64(True):
     m, v, o, r = (jnp.asarray(a, jnp.float64) for a in (mean, log_var, obs, rel))
-    check_grads(jax.jit(lambda m, v: losses.observation_density_loss(m, v, o, where=where)), (m, v), order=2,
-                modes=["rev"])
-    check_grads(jax.jit(lambda r, m, v: losses.vectorization_scores(r, m, v, where=where).sum()), (r, m, v),
-                order=2, modes=["rev"])
+    check_grads(
+      jax.jit(lambda m, v: losses.observation_density_loss(m, v, o, where=where)), (m, v), order=2, modes=["rev"]
+    )
+    check_grads(
+      jax.jit(lambda r, m, v: losses.vectorization_scores(r, m, v, where=where).sum()),
+      (r, m, v),
+      order=2,
+      modes=["rev"],
+    )
 
 
 def test_density_minimum_is_the_mean_and_variance_of_the_observations():
@@ -111,14 +117,16 @@ def test_density_minimum_is_the_mean_and_variance_of_the_observations():
 def _batch(seed=0):
   rng = np.random.default_rng(seed)
   where = np.arange(L) < np.array([[6], [5], [3], [0]])
-  return {"features": jnp.asarray(rng.normal(size=(Q, L, 5)), jnp.float32), "where": jnp.asarray(where),
-          "clicks": jnp.asarray((rng.random((Q, L)) < 0.4) & where, jnp.float32),
-          "positions": jnp.asarray(np.stack([rng.permutation(L) for _ in range(Q)]), jnp.int32)}
+  return {
+    "features": jnp.asarray(rng.normal(size=(Q, L, 5)), jnp.float32),
+    "where": jnp.asarray(where),
+    "clicks": jnp.asarray((rng.random((Q, L)) < 0.4) & where, jnp.float32),
+    "positions": jnp.asarray(np.stack([rng.permutation(L) for _ in range(Q)]), jnp.int32),
+  }
 
 
 def test_method_freezes_observation_and_density_while_the_ranker_pretrains():
-  config = {"ranker": "mlp", "hidden_sizes": (8,), "density_sizes": (8,), "pretrain_steps": 2,
-            "dimension": D}
+  config = {"ranker": "mlp", "hidden_sizes": (8,), "density_sizes": (8,), "pretrain_steps": 2, "dimension": D}
   method = get_method("vectorization", config, num_features=5, list_size=L)
   batch = _batch()
   params, extra = method.init(jax.random.key(0), batch)
@@ -141,8 +149,10 @@ def test_method_freezes_observation_and_density_while_the_ranker_pretrains():
 def test_method_click_logit_is_the_inner_product_of_relevance_and_observation():
   """With a linear ranker of output size d, the click loss equals rax's softmax on <r(x), o(k)>."""
   import rax
-  method = get_method("vectorization", {"ranker": "linear", "density_sizes": (4,), "dimension": 2},
-                      num_features=5, list_size=L)
+
+  method = get_method(
+    "vectorization", {"ranker": "linear", "density_sizes": (4,), "dimension": 2}, num_features=5, list_size=L
+  )
   batch = _batch(1)
   params, extra = method.init(jax.random.key(2), batch)
   params["observation"] = jnp.asarray(np.random.default_rng(0).normal(size=(L, 2)), jnp.float32)

@@ -26,14 +26,14 @@ _SUBPACKAGES = ("data", "graph", "losses", "metrics", "models", "simulation", "t
 
 # Shortcuts to the most used entry points: name -> submodule holding it.
 _SHORTCUTS = {
-    "RankingDataset": "data",
-    "check_identifiability": "graph",
-    "make_click_fn": "simulation",
-    "get_method": "train",
-    "available_methods": "train",
-    "fit": "train",
-    "evaluate": "train",
-    "train_and_evaluate": "train",
+  "RankingDataset": "data",
+  "check_identifiability": "graph",
+  "make_click_fn": "simulation",
+  "get_method": "train",
+  "available_methods": "train",
+  "fit": "train",
+  "evaluate": "train",
+  "train_and_evaluate": "train",
 }
 
 __all__ = ["__version__", *_SUBPACKAGES, *_SHORTCUTS]

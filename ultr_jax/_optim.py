@@ -9,8 +9,9 @@ import optax
 __all__ = ["lbfgs_minimize"]
 
 
-def lbfgs_minimize(fn: Callable[[Any], jax.Array], params: Any, *, max_iters: int,
-                   tol: float) -> tuple[Any, jax.Array, jax.Array]:
+def lbfgs_minimize(
+  fn: Callable[[Any], jax.Array], params: Any, *, max_iters: int, tol: float
+) -> tuple[Any, jax.Array, jax.Array]:
   """Minimises a smooth scalar ``fn`` by ``optax.lbfgs`` (zoom line search) in a ``lax.while_loop``.
 
   Stops when the gradient norm is at most ``tol`` or after ``max_iters`` (static) iterations. Returns
@@ -29,5 +30,6 @@ def lbfgs_minimize(fn: Callable[[Any], jax.Array], params: Any, *, max_iters: in
     return (state[2] > tol) & (state[3] < max_iters)
 
   params, _, gnorm, iters = jax.lax.while_loop(
-      cond, step, (params, opt.init(params), jnp.asarray(jnp.inf), jnp.int32(0)))
+    cond, step, (params, opt.init(params), jnp.asarray(jnp.inf), jnp.int32(0))
+  )
   return params, gnorm, iters

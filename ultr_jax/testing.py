@@ -16,8 +16,15 @@ import pathlib
 import sys
 from typing import Any, Mapping, Optional
 
-__all__ = ["shared_data_dir", "lookup", "compare_to_expected", "load_expected", "expected_from_results",
-           "expected_metrics_path", "assert_matches_expected"]
+__all__ = [
+  "shared_data_dir",
+  "lookup",
+  "compare_to_expected",
+  "load_expected",
+  "expected_from_results",
+  "expected_metrics_path",
+  "assert_matches_expected",
+]
 
 
 def shared_data_dir() -> Optional[pathlib.Path]:
@@ -91,8 +98,9 @@ def load_expected(path: str) -> dict:
   return expected
 
 
-def expected_from_results(results: Mapping[str, Any], paths, *, config: str,
-                          tolerance: Any = 1e-3, **provenance: Any) -> dict:
+def expected_from_results(
+  results: Mapping[str, Any], paths, *, config: str, tolerance: Any = 1e-3, **provenance: Any
+) -> dict:
   """An expected-metrics mapping (the :func:`load_expected` format) from a run's results.
 
   ``tolerance`` is a number, a ``{"default": t, path: t}`` mapping, or a
@@ -167,8 +175,9 @@ def assert_matches_expected(results: Mapping[str, Any], expected: Any) -> None:
     expected = load_expected(str(path if path.exists() else expected_metrics_path(str(expected))))
   problems = compare_to_expected(results, expected)
   if problems:
-    raise AssertionError(f"{len(problems)} of {len(expected['metrics'])} metrics differ from "
-                         f"{expected['config']}:\n" + "\n".join(problems))
+    raise AssertionError(
+      f"{len(problems)} of {len(expected['metrics'])} metrics differ from {expected['config']}:\n" + "\n".join(problems)
+    )
 
 
 def _main(argv: list[str]) -> int:
@@ -181,8 +190,10 @@ def _main(argv: list[str]) -> int:
   problems = compare_to_expected(results, expected)
   for line in problems:
     print("MISMATCH", line)
-  print(f"{len(expected['metrics']) - len(problems)} of {len(expected['metrics'])} metrics match "
-        f"{argv[2]} ({expected['config']})")
+  print(
+    f"{len(expected['metrics']) - len(problems)} of {len(expected['metrics'])} metrics match "
+    f"{argv[2]} ({expected['config']})"
+  )
   return 1 if problems else 0
 
 

@@ -20,7 +20,8 @@ from ml_collections import config_flags
 import ultr_jax.train
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Path to a config file, e.g. configs/default.py[:smoke].", lock_config=True)
+  "config", None, "Path to a config file, e.g. configs/default.py[:smoke].", lock_config=True
+)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results, tables and checkpoints.")
 _DISTRIBUTED = flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() (multi-host).")
 _DEBUG_COMPILES = flags.DEFINE_bool("debug_compiles", False, "Log compilations and tracing-cache misses.")

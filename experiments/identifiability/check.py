@@ -33,24 +33,25 @@ from ultr_jax.data import CLICK_LOG_FORMATS, load_ultra, read_click_log
 from ultr_jax.graph import HARVESTING_METHODS, check_identifiability, intervention_sets
 from ultr_jax.graph import records
 
-_DATA = flags.DEFINE_string(
-    "data", None, "ULTRA directory (with settings.json) or SVMlight file.")
+_DATA = flags.DEFINE_string("data", None, "ULTRA directory (with settings.json) or SVMlight file.")
 _CLICK_LOG = flags.DEFINE_string(
-    "click_log", None, "A click log (TSV/CSV) instead of --data: also harvests propensities.")
+  "click_log", None, "A click log (TSV/CSV) instead of --data: also harvests propensities."
+)
 _CLICK_LOG_FORMAT = flags.DEFINE_enum(
-    "click_log_format", "tsv", list(CLICK_LOG_FORMATS),
-    "tsv: query_id, doc_id, position, click rows; baidu: a raw Baidu-ULTR session file (part-XXXXX.gz); "
-    "yandex / yandex_personalized: the Yandex Relevance Prediction / Personalized Web Search Challenge log.")
+  "click_log_format",
+  "tsv",
+  list(CLICK_LOG_FORMATS),
+  "tsv: query_id, doc_id, position, click rows; baidu: a raw Baidu-ULTR session file (part-XXXXX.gz); "
+  "yandex / yandex_personalized: the Yandex Relevance Prediction / Personalized Web Search Challenge log.",
+)
 _SPLIT = flags.DEFINE_string("split", "train", "ULTRA split to read.")
 _OUT = flags.DEFINE_string("out", None, "Where to write the JSON report.")
-_LIST_SIZE = flags.DEFINE_integer(
-    "list_size", 10, "Displayed positions per SVMlight query (top-k).")
-_NUM_CONTEXTS = flags.DEFINE_integer(
-    "num_contexts", 0, "Random context types per item (0: positions only).")
+_LIST_SIZE = flags.DEFINE_integer("list_size", 10, "Displayed positions per SVMlight query (top-k).")
+_NUM_CONTEXTS = flags.DEFINE_integer("num_contexts", 0, "Random context types per item (0: positions only).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the random contexts.")
 _FEATURE_IDENTITY = flags.DEFINE_bool(
-    "feature_identity", False,
-    "ULTRA: identify documents by feature vector instead of document id.")
+  "feature_identity", False, "ULTRA: identify documents by feature vector instead of document id."
+)
 flags.mark_flags_as_mutual_exclusive(["data", "click_log"], required=True)
 
 HARVEST = ("all_pairs", "pivot", "ctr")
@@ -58,19 +59,20 @@ HARVEST = ("all_pairs", "pivot", "ctr")
 
 def _click_log_report():
   log = read_click_log(_CLICK_LOG.value, format=_CLICK_LOG_FORMAT.value)
-  report = check_identifiability(log.items, log.positions, num_items=log.num_items,
-                                 num_factors=log.num_positions)
+  report = check_identifiability(log.items, log.positions, num_items=log.num_items, num_factors=log.num_positions)
   out = report.to_dict()
   out["num_rows"] = int(log.items.size)
   out["propensities"] = {}
   lines = [f"{'position':>8} " + " ".join(f"{m:>9}" for m in HARVEST)]
   # read_click_log has checked the rows: build the sets once and run every estimator on them.
-  sets = intervention_sets(log.items, log.positions, log.clicks, weights=log.weights,
-                           num_items=log.num_items, num_factors=log.num_positions)
+  sets = intervention_sets(
+    log.items, log.positions, log.clicks, weights=log.weights, num_items=log.num_items, num_factors=log.num_positions
+  )
   for m in HARVEST:
     est = HARVESTING_METHODS[m](sets)
-    out["propensities"][m] = [float(v) if ok else None
-                              for v, ok in zip(np.asarray(est.propensities), np.asarray(est.identified))]
+    out["propensities"][m] = [
+      float(v) if ok else None for v, ok in zip(np.asarray(est.propensities), np.asarray(est.identified))
+    ]
   for k in range(log.num_positions):
     cells = (out["propensities"][m][k] for m in HARVEST)
     lines.append(f"{k + 1:>8} " + " ".join("        -" if v is None else f"{v:9.4f}" for v in cells))
@@ -95,21 +97,22 @@ def main(argv):
       items = ds.doc_ids
     positions = ds.extras["positions"]
   else:
-    features, _, where, _ = records.read_svmlight_ranking(
-        path, list_size=_LIST_SIZE.value)
+    features, _, where, _ = records.read_svmlight_ranking(path, list_size=_LIST_SIZE.value)
     items, _ = records.feature_vector_ids(features, where)
     positions = np.broadcast_to(np.arange(where.shape[1]), where.shape)
   list_size = where.shape[1]
   contexts = None
   if _NUM_CONTEXTS.value > 0:
-    contexts = records.random_contexts(
-        where.shape[0], list_size, _NUM_CONTEXTS.value, _SEED.value)
+    contexts = records.random_contexts(where.shape[0], list_size, _NUM_CONTEXTS.value, _SEED.value)
   factors = records.bias_factor_ids(positions, contexts, list_size=list_size)
   num_factors = list_size * max(1, _NUM_CONTEXTS.value)
   report = check_identifiability(
-      items, factors, where=where, num_factors=num_factors,
-      factor_names=records.bias_factor_names(
-          num_factors, list_size=list_size, with_contexts=contexts is not None))
+    items,
+    factors,
+    where=where,
+    num_factors=num_factors,
+    factor_names=records.bias_factor_names(num_factors, list_size=list_size, with_contexts=contexts is not None),
+  )
   print(report.summary())
   _write(report.to_dict())
 

@@ -22,11 +22,9 @@ from ml_collections import config_flags
 
 from ultr_jax.train.identifiability_study import run_identifiability_study
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "configs/default.py[:smoke]", lock_config=True)
+_CONFIG = config_flags.DEFINE_config_file("config", None, "configs/default.py[:smoke]", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
-_DATA = flags.DEFINE_string(
-    "data", None, "Shortcut for --config.data (an ULTRA dataset, e.g. K=2).")
+_DATA = flags.DEFINE_string("data", None, "Shortcut for --config.data (an ULTRA dataset, e.g. K=2).")
 flags.mark_flags_as_required(["config", "workdir"])
 
 

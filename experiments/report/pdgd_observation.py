@@ -37,11 +37,11 @@ from ultr_jax.train import evaluate, fit, get_method, report
 
 CONFIG = pathlib.Path(__file__).resolve().parent / "configs" / "default.py"
 VARIANTS = {
-    "pdgd considered/debias/probability": ("pdgd", {"pairs": "considered", "surrogate": "probability"}),
-    "pdgd all/debias/probability": ("pdgd", {"pairs": "all", "surrogate": "probability"}),
-    "pdgd considered/debias/log_probability": ("pdgd", {"pairs": "considered", "surrogate": "log_probability"}),
-    "pdgd all/debias/log_probability": ("pdgd", {"pairs": "all", "surrogate": "log_probability"}),
-    "naive listwise": ("naive", {}),
+  "pdgd considered/debias/probability": ("pdgd", {"pairs": "considered", "surrogate": "probability"}),
+  "pdgd all/debias/probability": ("pdgd", {"pairs": "all", "surrogate": "probability"}),
+  "pdgd considered/debias/log_probability": ("pdgd", {"pairs": "considered", "surrogate": "log_probability"}),
+  "pdgd all/debias/log_probability": ("pdgd", {"pairs": "all", "surrogate": "log_probability"}),
+  "naive listwise": ("naive", {}),
 }
 
 
@@ -71,9 +71,21 @@ def pair_set_gaps(train, click_fn, g: np.ndarray, *, top_k: int, reps: int = 50)
   sums = {name: np.zeros(3) for name in ("considered", "all", "above", "below")}
   for rep in range(reps):
     clicks = click_fn(jax.random.key(rep), batch)["clicks"]
-    pref = {p: np.asarray(losses.pdgd_pair_weights(jnp.zeros(train.where.shape), clicks, positions=positions,
-                                                   where=batch["where"], top_k=k, pairs=p, debias=False)) > 0
-            for p in ("considered", "all")}
+    pref = {
+      p: np.asarray(
+        losses.pdgd_pair_weights(
+          jnp.zeros(train.where.shape),
+          clicks,
+          positions=positions,
+          where=batch["where"],
+          top_k=k,
+          pairs=p,
+          debias=False,
+        )
+      )
+      > 0
+      for p in ("considered", "all")
+    }
     c = np.asarray(clicks)[:, :k] > 0
     last = np.where(c.any(-1), k - 1 - np.argmax(c[:, ::-1], axis=-1), -1)
     above = pref["considered"] & (np.arange(k)[None, None, :] < last[:, None, None])
@@ -82,12 +94,15 @@ def pair_set_gaps(train, click_fn, g: np.ndarray, *, top_k: int, reps: int = 50)
     dg = g[:, None, :] - g[:, :, None]
     for name, mask in sets.items():
       sums[name] += [mask.sum(), (dy * mask).sum(), (dg * mask).sum()]
-  return {name: {"pairs_per_draw": n / reps, "label_gap": sy / n, "observation_gap": sg / n}
-          for name, (n, sy, sg) in sums.items()}
+  return {
+    name: {"pairs_per_draw": n / reps, "label_gap": sy / n, "observation_gap": sg / n}
+    for name, (n, sy, sg) in sums.items()
+  }
 
 
-def surrogate_observation_ratios(scores: np.ndarray, train, click_fn, g: np.ndarray, *, top_k: int,
-                                 reps: int = 20) -> dict:
+def surrogate_observation_ratios(
+  scores: np.ndarray, train, click_fn, g: np.ndarray, *, top_k: int, reps: int = 20
+) -> dict:
   """Observation gap per unit of label gap of PDGD's considered pairs, weighted as each surrogate's gradient.
 
   At a model with scores ``f`` (training lists, logging order), a pair "clicked ``i`` over ``j``" moves the
@@ -105,8 +120,14 @@ def surrogate_observation_ratios(scores: np.ndarray, train, click_fn, g: np.ndar
   sums = {name: np.zeros(2) for name in weights}
   for rep in range(reps):
     clicks = click_fn(jax.random.key(rep), batch)["clicks"]
-    pref = np.asarray(losses.pdgd_pair_weights(jnp.zeros(train.where.shape), clicks, positions=positions,
-                                               where=batch["where"], top_k=k, debias=False)) > 0
+    pref = (
+      np.asarray(
+        losses.pdgd_pair_weights(
+          jnp.zeros(train.where.shape), clicks, positions=positions, where=batch["where"], top_k=k, debias=False
+        )
+      )
+      > 0
+    )
     for name, w in weights.items():
       sums[name] += [(w * dg * pref).sum(), (w * dy * pref).sum()]
   return {name: float(num / den) for name, (num, den) in sums.items()}
@@ -117,9 +138,11 @@ def observation_slopes(scores: np.ndarray, labels: np.ndarray, g: np.ndarray, wh
 
   NaN where ``g`` does not vary within queries (a click model without individual observation).
   """
+
   def centred(a):
     mean = (a * where).sum(-1, keepdims=True) / np.maximum(where.sum(-1, keepdims=True), 1)
     return (a - mean)[where]
+
   x = np.stack([centred(labels), centred(g)], axis=1)
   if not np.any(np.abs(x[:, 1]) > 1e-12):
     return float("nan")
@@ -133,11 +156,18 @@ def main(smoke: bool = False, bias_name: str = "individual", reps: int = 50, var
   bias = config.bias_configs[bias_name]
   train, valid, test = report._bias_datasets(bias, data, config.seed)  # pylint: disable=protected-access
   click_fn, click_model = report.make_bias_click_fn(bias, train, top_k=config.logging_policy.top_k)
-  out = {"pairs": pair_set_gaps(train, click_fn, observation_exponent(train.features, click_model),
-                                top_k=config.logging_policy.top_k, reps=reps), "learners": {}}
+  out = {
+    "pairs": pair_set_gaps(
+      train, click_fn, observation_exponent(train.features, click_model), top_k=config.logging_policy.top_k, reps=reps
+    ),
+    "learners": {},
+  }
   for name, stats in out["pairs"].items():
-    print(f"pairs {name:10s} {stats['pairs_per_draw']:9.0f} per draw  label gap {stats['label_gap']:.3f}  "
-          f"observation gap {stats['observation_gap']:+.3f}", flush=True)
+    print(
+      f"pairs {name:10s} {stats['pairs_per_draw']:9.0f} per draw  label gap {stats['label_gap']:.3f}  "
+      f"observation gap {stats['observation_gap']:+.3f}",
+      flush=True,
+    )
   g_test = observation_exponent(test.features, click_model)
   g_train = observation_exponent(train.features, click_model)
   seeds = [config.seed + i for i in range(config.num_seeds)]
@@ -152,16 +182,24 @@ def main(smoke: bool = False, bias_name: str = "individual", reps: int = 50, var
     ndcg = evaluate(method, result.params, test)["ndcg@10"]
     scores = np.asarray(jax.vmap(method.score, in_axes=(0, None))(result.params, batch), np.float64)
     slopes = [observation_slopes(s, test.labels, g_test, test.where) for s in scores]
-    train_scores = np.asarray(jax.vmap(method.score, in_axes=(0, None))(
-        result.params, jax.tree.map(jnp.asarray, train.as_batch())), np.float64)
-    ratios = [surrogate_observation_ratios(f, train, click_fn, g_train, top_k=config.logging_policy.top_k,
-                                           reps=max(1, reps // 2)) for f in train_scores]
+    train_scores = np.asarray(
+      jax.vmap(method.score, in_axes=(0, None))(result.params, jax.tree.map(jnp.asarray, train.as_batch())), np.float64
+    )
+    ratios = [
+      surrogate_observation_ratios(
+        f, train, click_fn, g_train, top_k=config.logging_policy.top_k, reps=max(1, reps // 2)
+      )
+      for f in train_scores
+    ]
     ratios = {name: [r[name] for r in ratios] for name in ratios[0]}
     out["learners"][label] = {"ndcg@10": ndcg.tolist(), "b_g/b_y": slopes, "gradient_g_per_y": ratios}
-    print(f"{label:40s} nDCG@10 {np.mean(ndcg):.4f}  b_g/b_y {np.mean(slopes):+.3f} "
-          f"(seeds {', '.join(f'{v:+.2f}' for v in slopes)})  considered pairs' g per y under the "
-          f"probability / log gradient {np.mean(ratios['probability']):+.3f} / "
-          f"{np.mean(ratios['log_probability']):+.3f}", flush=True)
+    print(
+      f"{label:40s} nDCG@10 {np.mean(ndcg):.4f}  b_g/b_y {np.mean(slopes):+.3f} "
+      f"(seeds {', '.join(f'{v:+.2f}' for v in slopes)})  considered pairs' g per y under the "
+      f"probability / log gradient {np.mean(ratios['probability']):+.3f} / "
+      f"{np.mean(ratios['log_probability']):+.3f}",
+      flush=True,
+    )
   return out
 
 

@@ -12,7 +12,8 @@ from ml_collections import config_flags
 from ultr_jax.train import sif_study as study
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Path to a config file, e.g. configs/default.py[:smoke].", lock_config=True)
+  "config", None, "Path to a config file, e.g. configs/default.py[:smoke].", lock_config=True
+)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results.json, table.md and figures.")
 flags.mark_flags_as_required(["config", "workdir"])
 

@@ -63,8 +63,20 @@ PathLike = Union[str, os.PathLike]
 #: The MonoBERT query-document embedding (768 values per document).
 BERT_FEATURES = ("query_document_embedding",)
 #: The lexical features of Hager et al.'s ``ltr`` data (one value each).
-LTR_FEATURES = ("bm25", "bm25_title", "bm25_abstract", "tf_idf", "tf", "idf", "ql_jelinek_mercer_short",
-                "ql_jelinek_mercer_long", "ql_dirichlet", "document_length", "title_length", "abstract_length")
+LTR_FEATURES = (
+  "bm25",
+  "bm25_title",
+  "bm25_abstract",
+  "tf_idf",
+  "tf",
+  "idf",
+  "ql_jelinek_mercer_short",
+  "ql_jelinek_mercer_long",
+  "ql_dirichlet",
+  "document_length",
+  "title_length",
+  "abstract_length",
+)
 _FEATURE_SETS = {"bert": BERT_FEATURES, "ltr": LTR_FEATURES}
 _PER_DOCUMENT = ("position", "click", "label")  # scalars per document: they tell the layout
 _SUFFIXES = (".feather", ".arrow", ".ipc", ".parquet")
@@ -77,8 +89,10 @@ def _pyarrow():
     import pyarrow.feather  # pylint: disable=g-import-not-at-top,unused-import
     import pyarrow.parquet  # pylint: disable=g-import-not-at-top,unused-import
   except ImportError as e:  # pragma: no cover - pyarrow is in the test extras
-    raise ImportError("load_baidu_ultr reads Arrow and Parquet files with pyarrow: "
-                      "pip install 'ultr_jax[baidu]' (or pip install pyarrow)") from e
+    raise ImportError(
+      "load_baidu_ultr reads Arrow and Parquet files with pyarrow: "
+      "pip install 'ultr_jax[baidu]' (or pip install pyarrow)"
+    ) from e
   return pyarrow
 
 
@@ -95,8 +109,11 @@ def _open(path: pathlib.Path):
       schema = pa.parquet.read_schema(path)
       read = lambda cols: pa.parquet.read_table(path, columns=list(cols), memory_map=True)  # noqa: E731
     else:
-      read = lambda cols: pa.feather.read_table(path, columns=None if cols is None else list(cols),  # noqa: E731
-                                                memory_map=True)
+      read = lambda cols: pa.feather.read_table(
+        path,
+        columns=None if cols is None else list(cols),  # noqa: E731
+        memory_map=True,
+      )
       try:  # Feather V2 is the Arrow IPC file format: its schema costs no read
         with pa.memory_map(str(path)) as source:
           schema = pa.ipc.open_file(source).schema
@@ -109,6 +126,7 @@ def _open(path: pathlib.Path):
 
 class _Where(NamedTuple):
   """Names a document in error messages: its file, row (and index within a page row)."""
+
   path: pathlib.Path
   page_layout: bool
   row: np.ndarray  # [D] the table row of each document
@@ -131,8 +149,9 @@ def _flatten(pa, column, lengths: Optional[np.ndarray], path, field):
   got = np.asarray(pa.compute.list_value_length(column).to_numpy(zero_copy_only=False), np.int64)
   if lengths is not None and not np.array_equal(got, lengths):
     bad = int(np.flatnonzero(got != lengths)[0])
-    raise ValueError(f"{path}, row {bad}, field {field!r}: {got[bad]} values where the other columns have "
-                     f"{lengths[bad]}")
+    raise ValueError(
+      f"{path}, row {bad}, field {field!r}: {got[bad]} values where the other columns have {lengths[bad]}"
+    )
   return column.flatten(), got
 
 
@@ -205,8 +224,9 @@ def _integers(values: np.ndarray, where: _Where, field: str, low: int, high: Opt
 def _feature_names(features) -> tuple:
   if isinstance(features, str):
     if features not in _FEATURE_SETS:
-      raise ValueError(f"features: unknown set {features!r}; expected one of {sorted(_FEATURE_SETS)} or a "
-                       "sequence of column names")
+      raise ValueError(
+        f"features: unknown set {features!r}; expected one of {sorted(_FEATURE_SETS)} or a sequence of column names"
+      )
     return _FEATURE_SETS[features]
   names = tuple(features)
   if not names:
@@ -231,8 +251,10 @@ def _read_file(path: pathlib.Path, feature_names, extra_columns, max_sessions: O
     raise ValueError(f"{path}: no column {missing[0]!r} (the file has {schema.names})")
   present = [c for c in optional if c in schema.names]
   if not any(c in present for c in ("click", "label")):
-    raise ValueError(f"{path}: neither a 'click' nor a 'label' column: a Baidu-ULTR file holds clicks or "
-                     f"annotations (the file has {schema.names})")
+    raise ValueError(
+      f"{path}: neither a 'click' nor a 'label' column: a Baidu-ULTR file holds clicks or "
+      f"annotations (the file has {schema.names})"
+    )
   layout_key = next(c for c in _PER_DOCUMENT if c in present)
   page_layout = _is_list(pa, schema.field(layout_key).type)
   columns = list(dict.fromkeys(wanted + tuple(present)))
@@ -260,17 +282,22 @@ def _read_file(path: pathlib.Path, feature_names, extra_columns, max_sessions: O
         flat[name] = None  # per page
         continue
       if not _is_list(pa, col.type):
-        raise ValueError(f"{path}, row 0, field {name!r}: a page-per-row file needs a list per row here, got "
-                         f"the Arrow type {col.type}")
+        raise ValueError(
+          f"{path}, row 0, field {name!r}: a page-per-row file needs a list per row here, got the Arrow type {col.type}"
+        )
       flat[name], _ = _flatten(pa, col, lengths, path, name)
     pages = {"query_id": qid_rows}
-    docs = {name: _numbers(pa, col, where, name, name not in feature_names)
-            for name, col in flat.items() if col is not None}
+    docs = {
+      name: _numbers(pa, col, where, name, name not in feature_names) for name, col in flat.items() if col is not None
+    }
     if "frequency_bucket" in columns:
       if flat["frequency_bucket"] is None:
-        pages["frequency_bucket"] = _numbers(pa, table.column("frequency_bucket"),
-                                             _Where(path, False, np.arange(num_rows), np.zeros(num_rows, int)),
-                                             "frequency_bucket")
+        pages["frequency_bucket"] = _numbers(
+          pa,
+          table.column("frequency_bucket"),
+          _Where(path, False, np.arange(num_rows), np.zeros(num_rows, int)),
+          "frequency_bucket",
+        )
       else:  # one value per document: the page's first document's
         first = np.minimum(starts, max(len(session) - 1, 0))
         pages["frequency_bucket"] = docs.pop("frequency_bucket")[first] if len(session) else np.zeros(num_rows)
@@ -282,18 +309,27 @@ def _read_file(path: pathlib.Path, feature_names, extra_columns, max_sessions: O
       cut = int(np.searchsorted(session, max_sessions))
       table, session = table.slice(0, cut), session[:cut]
     where = _Where(path, False, np.arange(len(session)), np.zeros(len(session), np.int64))
-    docs = {name: _numbers(pa, table.column(name), where, name, name not in feature_names)
-            for name in columns if name != "query_id"}
-    first = np.flatnonzero(new[:len(session)])
+    docs = {
+      name: _numbers(pa, table.column(name), where, name, name not in feature_names)
+      for name in columns
+      if name != "query_id"
+    }
+    first = np.flatnonzero(new[: len(session)])
     pages = {"query_id": qid_rows[first]}
     if "frequency_bucket" in docs:
       pages["frequency_bucket"] = docs.pop("frequency_bucket")[first]
   return docs, session, where, pages
 
 
-def load_baidu_ultr(paths: Union[PathLike, Sequence[PathLike]], *, features: Union[str, Sequence[str]] = "bert",
-                    list_size: Optional[int] = None, max_sessions: Optional[int] = None,
-                    extra_columns: Sequence[str] = (), dtype=np.float32) -> RankingDataset:
+def load_baidu_ultr(
+  paths: Union[PathLike, Sequence[PathLike]],
+  *,
+  features: Union[str, Sequence[str]] = "bert",
+  list_size: Optional[int] = None,
+  max_sessions: Optional[int] = None,
+  extra_columns: Sequence[str] = (),
+  dtype=np.float32,
+) -> RankingDataset:
   r"""Loads Baidu-ULTR click or annotation files as padded pages.
 
   Args:
@@ -376,8 +412,7 @@ def load_baidu_ultr(paths: Union[PathLike, Sequence[PathLike]], *, features: Uni
     repeated[first] = False
     if repeated.any():
       doc = int(np.flatnonzero(repeated)[0])
-      raise ValueError(f"{where(doc, 'position')}: its page already shows a document at position "
-                       f"{slot[doc] + 1}")
+      raise ValueError(f"{where(doc, 'position')}: its page already shows a document at position {slot[doc] + 1}")
     parts.append((docs, session, slot, num, pages, where))
     if remaining is not None:
       remaining -= num
@@ -418,9 +453,9 @@ def load_baidu_ultr(paths: Union[PathLike, Sequence[PathLike]], *, features: Uni
       if values.shape[1] != width:
         raise ValueError(f"{where(0, name)}: vectors of width {values.shape[1]}, where {paths[0]} has {width}")
       with np.errstate(over="ignore"):  # an overflow of dtype is named below
-        flat_features[rows, column:column + width] = values if every else values[keep]
+        flat_features[rows, column : column + width] = values if every else values[keep]
       column += width
-    if not np.isfinite(out_features[page_offset:page_offset + num]).all():
+    if not np.isfinite(out_features[page_offset : page_offset + num]).all():
       _raise_not_finite(docs, feature_names, keep, where, dtype)
     mask[s, i] = True
     doc_ids[s, i] = np.flatnonzero(keep) + doc_offset
@@ -432,9 +467,9 @@ def load_baidu_ultr(paths: Union[PathLike, Sequence[PathLike]], *, features: Uni
       if docs[name].ndim != 1:
         raise ValueError(f"extra column {name!r}: expected one number per document, got vectors")
       extra[name][s, i] = docs[name][keep]
-    qid[page_offset:page_offset + num] = pages["query_id"]
+    qid[page_offset : page_offset + num] = pages["query_id"]
     if bucket is not None:
-      bucket[page_offset:page_offset + num] = pages["frequency_bucket"]
+      bucket[page_offset : page_offset + num] = pages["frequency_bucket"]
     page_offset += num
     doc_offset += len(session)
 
@@ -443,8 +478,7 @@ def load_baidu_ultr(paths: Union[PathLike, Sequence[PathLike]], *, features: Uni
     extras["clicks"] = clicks
   if bucket is not None:
     extras["frequency_bucket"] = bucket
-  return RankingDataset(features=out_features, labels=labels, where=mask, qid=qid, doc_ids=doc_ids,
-                        extras=extras)
+  return RankingDataset(features=out_features, labels=labels, where=mask, qid=qid, doc_ids=doc_ids, extras=extras)
 
 
 # ----------------------------------------------------------------------------
@@ -454,8 +488,7 @@ _SESSION_FIELDS = {"pos": 0, "url_md5": 1, "click": 5}  # of a document line (0-
 QUERY_KEYS = ("query", "qid")
 
 
-def read_baidu_sessions(path: PathLike, *, query_key: str = "query", max_sessions: Optional[int] = None
-                        ) -> ClickLog:
+def read_baidu_sessions(path: PathLike, *, query_key: str = "query", max_sessions: Optional[int] = None) -> ClickLog:
   r"""Reads a raw Baidu-ULTR session file (``part-XXXXX.gz``) as a session :class:`~ultr_jax.data.ClickLog`.
 
   The release's tab-separated text (gzip or plain): each result page starts
@@ -526,9 +559,11 @@ def read_baidu_sessions(path: PathLike, *, query_key: str = "query", max_session
         if query is None:
           raise ValueError(f"{path}:{line_no}: a document line before any query line")
         if len(fields) <= click_col:
-          raise ValueError(f"{path}:{line_no}: {len(fields)} fields: a query line has at most 3, a document "
-                           f"line at least {click_col + 1} (pos, url_md5, title, abstract, multimedia_type, "
-                           "click, ...)")
+          raise ValueError(
+            f"{path}:{line_no}: {len(fields)} fields: a query line has at most 3, a document "
+            f"line at least {click_col + 1} (pos, url_md5, title, abstract, multimedia_type, "
+            "click, ...)"
+          )
         pos, click, url = fields[pos_col], fields[click_col], fields[url_col]
         if not pos.isdigit() or int(pos) < 1:
           raise ValueError(f"{path}:{line_no}: field 'pos': {show(pos)} is not an integer >= 1")
@@ -550,7 +585,16 @@ def read_baidu_sessions(path: PathLike, *, query_key: str = "query", max_session
   doc_ids = decode_ids(urls, path, "url_md5")
   pos_arr = np.asarray(positions, np.int32)
   session_arr = np.asarray(sessions, np.int32)
-  return ClickLog(items=np.asarray(items, np.int32), positions=pos_arr, clicks=np.asarray(clicks, np.float32),
-                  weights=np.ones(len(items), np.float32), query_ids=qids[session_arr], doc_ids=doc_ids,
-                  num_items=len(item_ids), num_positions=int(pos_arr.max()) + 1,
-                  sessions=session_arr, path=str(path), lines=np.asarray(lines, np.int32))
+  return ClickLog(
+    items=np.asarray(items, np.int32),
+    positions=pos_arr,
+    clicks=np.asarray(clicks, np.float32),
+    weights=np.ones(len(items), np.float32),
+    query_ids=qids[session_arr],
+    doc_ids=doc_ids,
+    num_items=len(item_ids),
+    num_positions=int(pos_arr.max()) + 1,
+    sessions=session_arr,
+    path=str(path),
+    lines=np.asarray(lines, np.int32),
+  )

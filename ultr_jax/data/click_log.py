@@ -103,8 +103,7 @@ def _numbers(path, column: np.ndarray, field: str, dtype) -> np.ndarray:
       dtype(value)
     except ValueError:
       kind = "an integer" if dtype is np.int64 else "a number"
-      raise ValueError(f"{path}:{_line_of(path, row)}: field {field!r}: {str(value)!r} is not {kind}"
-                       ) from None
+      raise ValueError(f"{path}:{_line_of(path, row)}: field {field!r}: {str(value)!r} is not {kind}") from None
   raise AssertionError("unreachable")
 
 
@@ -153,8 +152,7 @@ def decode_ids(ids, path, field: str) -> np.ndarray:
     raise ValueError(f"{path}: a {field} is not UTF-8 ({e})") from None
 
 
-def read_click_log(path, *, delimiter: Optional[str] = None, position_base: int = 1,
-                   format: str = "tsv") -> ClickLog:  # pylint: disable=redefined-builtin
+def read_click_log(path, *, delimiter: Optional[str] = None, position_base: int = 1, format: str = "tsv") -> ClickLog:  # pylint: disable=redefined-builtin
   r"""Reads a click log (see the module docstring for the columns).
 
   Args:
@@ -189,9 +187,11 @@ def read_click_log(path, *, delimiter: Optional[str] = None, position_base: int 
     raise ValueError(f"format must be one of {CLICK_LOG_FORMATS}, got {format!r}")
   if format == "baidu":
     from ultr_jax.data.baidu import read_baidu_sessions  # noqa: PLC0415  (baidu imports this module)
+
     return read_baidu_sessions(path)
   if format.startswith("yandex"):
     from ultr_jax.data.yandex import read_yandex_sessions  # noqa: PLC0415  (yandex imports this module)
+
     return read_yandex_sessions(path, layout="personalized" if format == "yandex_personalized" else "relpred")
   path = os.fspath(path)
   with open(path, encoding="utf-8") as fh:
@@ -205,13 +205,14 @@ def read_click_log(path, *, delimiter: Optional[str] = None, position_base: int 
     raise ValueError(f"{path}:1: the header {names} lacks the column(s) {missing}")
   col = {c: names.index(c) for c in (*_REQUIRED, "impressions", "session_id") if c in names}
   if "impressions" in col and "session_id" in col:
-    raise ValueError(f"{path}:1: a log has either session_id (one row per shown document and session) "
-                     "or impressions (aggregated counts), not both")
+    raise ValueError(
+      f"{path}:1: a log has either session_id (one row per shown document and session) "
+      "or impressions (aggregated counts), not both"
+    )
   try:
     with warnings.catch_warnings():  # NumPy's note that blank lines are not counted
       warnings.simplefilter("ignore", UserWarning)
-      raw = np.loadtxt(path, dtype=str, delimiter=delim, skiprows=1, ndmin=2, comments=None,
-                       encoding="utf-8")
+      raw = np.loadtxt(path, dtype=str, delimiter=delim, skiprows=1, ndmin=2, comments=None, encoding="utf-8")
   except ValueError as e:
     _ragged_row(path, delim, len(names))
     raise ValueError(f"{path}: {e}") from None
@@ -221,8 +222,7 @@ def read_click_log(path, *, delimiter: Optional[str] = None, position_base: int 
   q, d = raw[:, col["query_id"]], raw[:, col["doc_id"]]
   position = _numbers(path, raw[:, col["position"]], "position", np.int64) - position_base
   if (position < 0).any():
-    _first_bad(path, position < 0, "position", position + position_base,
-               f"is below the top position {position_base}")
+    _first_bad(path, position < 0, "position", position + position_base, f"is below the top position {position_base}")
   clicks = _numbers(path, raw[:, col["click"]], "click", np.float64)
   if "impressions" in col:
     imp = _numbers(path, raw[:, col["impressions"]], "impressions", np.float64)
@@ -245,11 +245,18 @@ def read_click_log(path, *, delimiter: Optional[str] = None, position_base: int 
     # Dense ids in order of first appearance, so sessions keep the file's order.
     _, first, inverse = np.unique(raw[:, col["session_id"]], return_index=True, return_inverse=True)
     sessions = np.argsort(np.argsort(first))[inverse.reshape(-1)]
-  return ClickLog(items=items.reshape(-1).astype(np.int32), positions=position.astype(np.int32),
-                  clicks=ctr.astype(np.float32), weights=weights.astype(np.float32), query_ids=q,
-                  doc_ids=d, num_items=int(items.max()) + 1,
-                  num_positions=int(position.max()) + 1,
-                  sessions=None if sessions is None else sessions.astype(np.int32), path=path)
+  return ClickLog(
+    items=items.reshape(-1).astype(np.int32),
+    positions=position.astype(np.int32),
+    clicks=ctr.astype(np.float32),
+    weights=weights.astype(np.float32),
+    query_ids=q,
+    doc_ids=d,
+    num_items=int(items.max()) + 1,
+    num_positions=int(position.max()) + 1,
+    sessions=None if sessions is None else sessions.astype(np.int32),
+    path=path,
+  )
 
 
 def click_log_sessions(log: ClickLog, *, list_size: Optional[int] = None) -> dict:
@@ -284,14 +291,17 @@ def click_log_sessions(log: ClickLog, *, list_size: Optional[int] = None) -> dic
   [[0, 1], [1, 0]] [[0.0, 1.0], [1.0, 0.0]] [[True, True], [True, False]]
   """
   if log.sessions is None:
-    raise ValueError(f"{log.path}: the log has no session_id column; session click models need one "
-                     "row per (session, shown document)")
+    raise ValueError(
+      f"{log.path}: the log has no session_id column; session click models need one row per (session, shown document)"
+    )
   length = log.num_positions if list_size is None else int(list_size)
   bad = log.positions >= length
   if bad.any():
     row = int(np.flatnonzero(bad)[0])
-    raise ValueError(f"{log.path}:{_row_line(log, row)}: field 'position': position {log.positions[row] + 1} "
-                     f"(1-based) is beyond list_size {length}")
+    raise ValueError(
+      f"{log.path}:{_row_line(log, row)}: field 'position': position {log.positions[row] + 1} "
+      f"(1-based) is beyond list_size {length}"
+    )
   num_sessions = int(log.sessions.max()) + 1
   # One query per session: the first row's query must be every row's.
   _, query = np.unique(log.query_ids, return_inverse=True)
@@ -301,16 +311,20 @@ def click_log_sessions(log: ClickLog, *, list_size: Optional[int] = None) -> dic
   bad = query != query[first_row[log.sessions]]
   if bad.any():
     row = int(np.flatnonzero(bad)[0])
-    raise ValueError(f"{log.path}:{_row_line(log, row)}: field 'query_id': {str(log.query_ids[row])!r}, but "
-                     f"its session began with query {str(log.query_ids[first_row[log.sessions[row]]])!r}")
+    raise ValueError(
+      f"{log.path}:{_row_line(log, row)}: field 'query_id': {str(log.query_ids[row])!r}, but "
+      f"its session began with query {str(log.query_ids[first_row[log.sessions[row]]])!r}"
+    )
   cell = log.sessions.astype(np.int64) * length + log.positions
   _, first = np.unique(cell, return_index=True)
   repeated = np.ones(len(cell), bool)
   repeated[first] = False  # every row but the first of its (session, position) cell
   if repeated.any():
     row = int(np.flatnonzero(repeated)[0])
-    raise ValueError(f"{log.path}:{_row_line(log, row)}: field 'position': its session already shows a "
-                     f"document at position {log.positions[row] + 1}")
+    raise ValueError(
+      f"{log.path}:{_row_line(log, row)}: field 'position': its session already shows a "
+      f"document at position {log.positions[row] + 1}"
+    )
   doc_ids = np.zeros((num_sessions, length), np.int32)
   clicks = np.zeros((num_sessions, length), np.float32)
   where = np.zeros((num_sessions, length), bool)

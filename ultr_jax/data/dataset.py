@@ -58,9 +58,7 @@ class RankingDataset:
     if self.where.dtype != np.bool_:
       raise ValueError(f"where must be bool, got {self.where.dtype}")
     if self.features.ndim != 3 or self.features.shape[:2] != (q, l):
-      raise ValueError(
-          f"features must be [Q, L, F] = [{q}, {l}, F], got {self.features.shape}"
-      )
+      raise ValueError(f"features must be [Q, L, F] = [{q}, {l}, F], got {self.features.shape}")
     if self.labels.shape != (q, l):
       raise ValueError(f"labels must be [{q}, {l}], got {self.labels.shape}")
     if self.qid.shape != (q,):
@@ -94,12 +92,12 @@ class RankingDataset:
     """The queries at ``indices`` (any NumPy index), extras included."""
     idx = np.asarray(indices)
     return RankingDataset(
-        features=self.features[idx],
-        labels=self.labels[idx],
-        where=self.where[idx],
-        qid=self.qid[idx],
-        doc_ids=None if self.doc_ids is None else self.doc_ids[idx],
-        extras={k: v[idx] for k, v in self.extras.items()},
+      features=self.features[idx],
+      labels=self.labels[idx],
+      where=self.where[idx],
+      qid=self.qid[idx],
+      doc_ids=None if self.doc_ids is None else self.doc_ids[idx],
+      extras={k: v[idx] for k, v in self.extras.items()},
     )
 
   def first_items(self, k: int) -> "RankingDataset":
@@ -115,9 +113,14 @@ class RankingDataset:
     (array([[2., 1.]], dtype=float32), (1, 2, 2), (1,))
     """
     cut = lambda a: a[:, :k] if is_per_item(a, self.list_size) else a  # noqa: E731
-    return RankingDataset(features=self.features[:, :k], labels=self.labels[:, :k], where=self.where[:, :k],
-                          qid=self.qid, doc_ids=None if self.doc_ids is None else self.doc_ids[:, :k],
-                          extras={name: cut(np.asarray(v)) for name, v in self.extras.items()})
+    return RankingDataset(
+      features=self.features[:, :k],
+      labels=self.labels[:, :k],
+      where=self.where[:, :k],
+      qid=self.qid,
+      doc_ids=None if self.doc_ids is None else self.doc_ids[:, :k],
+      extras={name: cut(np.asarray(v)) for name, v in self.extras.items()},
+    )
 
   def replace(self, **changes) -> "RankingDataset":
     return dataclasses.replace(self, **changes)
@@ -130,11 +133,11 @@ class RankingDataset:
     """The standard batch dict (see :mod:`ultr_jax.types`) for ``indices``."""
     ds = self if indices is None else self.subset(indices)
     batch = {
-        "features": ds.features,
-        "labels": ds.labels,
-        "where": ds.where,
-        "qid": ds.qid,
-        **ds.extras,
+      "features": ds.features,
+      "labels": ds.labels,
+      "where": ds.where,
+      "qid": ds.qid,
+      **ds.extras,
     }
     if ds.doc_ids is not None:
       batch["doc_ids"] = ds.doc_ids

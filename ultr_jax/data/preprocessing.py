@@ -27,8 +27,15 @@ import numpy as np
 
 from ultr_jax.data.dataset import RankingDataset
 
-__all__ = ["NORMALIZATIONS", "NormalizerStats", "fit_normalizer", "normalize_features",
-           "drop_queries_without_relevant", "DatasetStats", "stats"]
+__all__ = [
+  "NORMALIZATIONS",
+  "NormalizerStats",
+  "fit_normalizer",
+  "normalize_features",
+  "drop_queries_without_relevant",
+  "DatasetStats",
+  "stats",
+]
 
 NORMALIZATIONS = ("minmax", "minmax_pm1", "log_minmax_pm1", "query_minmax", "zscore", "log1p_zscore")
 
@@ -70,8 +77,9 @@ def fit_normalizer(datasets: Sequence[RankingDataset], method: str) -> Normalize
   return NormalizerStats(method, x.min(0), x.max(0), mean, std)
 
 
-def normalize_features(ds: RankingDataset, *, method: str = "minmax",
-                       stats: Optional[NormalizerStats] = None) -> RankingDataset:
+def normalize_features(
+  ds: RankingDataset, *, method: str = "minmax", stats: Optional[NormalizerStats] = None
+) -> RankingDataset:
   r"""Normalises ``ds.features`` with ``method`` (see the module docstring).
 
   Global methods use ``stats`` (from :func:`fit_normalizer`, e.g. on
@@ -151,10 +159,12 @@ class DatasetStats:
   def __str__(self) -> str:
     total = max(self.num_documents, 1)
     hist = ", ".join(f"{k:g}: {v} ({v / total:.1%})" for k, v in self.label_histogram.items())
-    return (f"{self.num_queries} queries, {self.num_documents} documents, {self.num_features} features\n"
-            f"list length: mean {self.mean_list_length:.2f}, max {self.max_list_length}"
-            f" (padded to {self.list_size}); {self.empty_queries} empty queries\n"
-            f"labels: {hist}")
+    return (
+      f"{self.num_queries} queries, {self.num_documents} documents, {self.num_features} features\n"
+      f"list length: mean {self.mean_list_length:.2f}, max {self.max_list_length}"
+      f" (padded to {self.list_size}); {self.empty_queries} empty queries\n"
+      f"labels: {hist}"
+    )
 
 
 def stats(ds: RankingDataset) -> DatasetStats:
@@ -170,8 +180,12 @@ def stats(ds: RankingDataset) -> DatasetStats:
   lengths = ds.where.sum(1)
   values, counts = np.unique(ds.labels[ds.where], return_counts=True)
   return DatasetStats(
-      num_queries=ds.num_queries, num_documents=ds.num_documents, num_features=ds.num_features,
-      list_size=ds.list_size, mean_list_length=float(lengths.mean()) if len(lengths) else 0.0,
-      max_list_length=int(lengths.max()) if len(lengths) else 0,
-      label_histogram={float(v): int(c) for v, c in zip(values, counts)},
-      empty_queries=int((lengths == 0).sum()))
+    num_queries=ds.num_queries,
+    num_documents=ds.num_documents,
+    num_features=ds.num_features,
+    list_size=ds.list_size,
+    mean_list_length=float(lengths.mean()) if len(lengths) else 0.0,
+    max_list_length=int(lengths.max()) if len(lengths) else 0,
+    label_histogram={float(v): int(c) for v, c in zip(values, counts)},
+    empty_queries=int((lengths == 0).sum()),
+  )

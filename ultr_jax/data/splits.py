@@ -46,12 +46,12 @@ def take_queries(ds: RankingDataset, indices: Sequence[int]) -> RankingDataset:
     return out
 
   return RankingDataset(
-      features=take("features", ds.features),
-      labels=take("labels", ds.labels),
-      where=take("where", ds.where),
-      qid=take("qid", ds.qid),
-      doc_ids=None if ds.doc_ids is None else take("doc_ids", ds.doc_ids),
-      extras={k: take(k, v) for k, v in ds.extras.items()},
+    features=take("features", ds.features),
+    labels=take("labels", ds.labels),
+    where=take("where", ds.where),
+    qid=take("qid", ds.qid),
+    doc_ids=None if ds.doc_ids is None else take("doc_ids", ds.doc_ids),
+    extras={k: take(k, v) for k, v in ds.extras.items()},
   )
 
 
@@ -87,12 +87,12 @@ def concatenate(datasets: Sequence[RankingDataset]) -> RankingDataset:
   keys = set.intersection(*(set(d.extras) for d in datasets))
   has_ids = all(d.doc_ids is not None for d in datasets)
   return RankingDataset(
-      features=np.concatenate([d.features for d in datasets]),
-      labels=np.concatenate([d.labels for d in datasets]),
-      where=np.concatenate([d.where for d in datasets]),
-      qid=np.concatenate([d.qid for d in datasets]),
-      doc_ids=np.concatenate([d.doc_ids for d in datasets]) if has_ids else None,
-      extras={k: np.concatenate([d.extras[k] for d in datasets]) for k in sorted(keys)},
+    features=np.concatenate([d.features for d in datasets]),
+    labels=np.concatenate([d.labels for d in datasets]),
+    where=np.concatenate([d.where for d in datasets]),
+    qid=np.concatenate([d.qid for d in datasets]),
+    doc_ids=np.concatenate([d.doc_ids for d in datasets]) if has_ids else None,
+    extras={k: np.concatenate([d.extras[k] for d in datasets]) for k in sorted(keys)},
   )
 
 
@@ -123,8 +123,15 @@ def train_valid_test_split(ds: RankingDataset, fractions: Sequence[float] = (0.8
   return Splits(*parts)
 
 
-def batches(ds: RankingDataset, batch_size: int, *, seed: Optional[int] = None, shuffle: bool = True,
-            epochs: Optional[int] = 1, drop_qid: bool = False) -> Iterator[dict]:
+def batches(
+  ds: RankingDataset,
+  batch_size: int,
+  *,
+  seed: Optional[int] = None,
+  shuffle: bool = True,
+  epochs: Optional[int] = 1,
+  drop_qid: bool = False,
+) -> Iterator[dict]:
   r"""Yields fixed-shape batch dicts (:meth:`RankingDataset.as_batch`) of ``batch_size`` queries.
 
   Every batch has shape ``[batch_size, L, ...]``: the last partial batch of
@@ -150,7 +157,7 @@ def batches(ds: RankingDataset, batch_size: int, *, seed: Optional[int] = None, 
     n = -(-q // batch_size) * batch_size
     order = np.concatenate([order, np.full(n - q, -1, np.int64)])
     for a in range(0, n, batch_size):
-      batch = take_queries(ds, order[a:a + batch_size]).as_batch()
+      batch = take_queries(ds, order[a : a + batch_size]).as_batch()
       if drop_qid:
         batch.pop("qid")
       yield batch

@@ -29,8 +29,7 @@ import numpy as np
 
 from ultr_jax.data.dataset import RankingDataset
 
-__all__ = ["SVMLightRows", "read_svmlight", "load_svmlight", "write_svmlight", "rows_to_dataset",
-           "default_cache_dir"]
+__all__ = ["SVMLightRows", "read_svmlight", "load_svmlight", "write_svmlight", "rows_to_dataset", "default_cache_dir"]
 
 PathLike = Union[str, os.PathLike]
 _CACHE_VERSION = 1
@@ -91,7 +90,9 @@ def _parse_reference(data: bytes, path):
       try:
         q = int(rest[0][4:])
       except ValueError:
-        raise _err(path, line_no, "qid", f"bad qid {rest[0].decode(errors='replace')!r} (expected qid:<integer>)") from None
+        raise _err(
+          path, line_no, "qid", f"bad qid {rest[0].decode(errors='replace')!r} (expected qid:<integer>)"
+        ) from None
       rest = rest[1:]
     if qids and (q is None) != (qids[-1] is None):
       raise _err(path, line_no, "qid", "some lines have a qid: field and others do not")
@@ -117,8 +118,14 @@ def _parse_reference(data: bytes, path):
     lines.append(line_no)
     indptr.append(len(idx))
   qid = None if not qids or qids[0] is None else np.array(qids, np.int64)
-  return (np.array(labels, np.float64), qid, np.array(indptr, np.int64), np.array(idx, np.int64),
-          np.array(val, np.float64), np.array(lines, np.int64))
+  return (
+    np.array(labels, np.float64),
+    qid,
+    np.array(indptr, np.int64),
+    np.array(idx, np.int64),
+    np.array(val, np.float64),
+    np.array(lines, np.int64),
+  )
 
 
 # ---------------------------------------------------------------------------
@@ -183,7 +190,7 @@ def _parse8(buf: np.ndarray, e: np.ndarray, lens: np.ndarray, integer: bool):
 def _parse_wide(buf, e, lens, width, integer):
   """Digit-matrix decoding of tokens up to ``width`` <= 15 bytes (see _parse_numbers)."""
   cols = np.arange(-width, 0, dtype=np.int64)
-  powers = _POW10[width - 1::-1]
+  powers = _POW10[width - 1 :: -1]
   pos = e[:, None] + cols
   valid = cols >= -lens[:, None]
   m = np.where(valid, buf[np.maximum(pos, 0)], np.uint8(48))
@@ -227,17 +234,17 @@ def _parse_numbers(buf: np.ndarray, s: np.ndarray, e: np.ndarray, integer: bool)
   # instead of page-faulting fresh memory for every whole-file intermediate.
   if short.all():
     for a in range(0, n, _SWAR_CHUNK):
-      out[a:a + _SWAR_CHUNK], ok = _parse8(buf, e[a:a + _SWAR_CHUNK], lens[a:a + _SWAR_CHUNK], integer)
+      out[a : a + _SWAR_CHUNK], ok = _parse8(buf, e[a : a + _SWAR_CHUNK], lens[a : a + _SWAR_CHUNK], integer)
       slow.append(a + np.flatnonzero(~ok))
   else:
     si = np.flatnonzero(short)
     for a in range(0, len(si), _SWAR_CHUNK):
-      c = si[a:a + _SWAR_CHUNK]
+      c = si[a : a + _SWAR_CHUNK]
       out[c], ok = _parse8(buf, e[c], lens[c], integer)
       slow.append(c[~ok])
     wi = np.flatnonzero(~short & (lens <= 15))
     for a in range(0, len(wi), _CHUNK):
-      w = wi[a:a + _CHUNK]
+      w = wi[a : a + _CHUNK]
       out[w], ok = _parse_wide(buf, e[w], lens[w], 15, integer)
       slow.append(w[~ok])
     slow.append(np.flatnonzero(lens > 15))
@@ -247,7 +254,7 @@ def _parse_numbers(buf: np.ndarray, s: np.ndarray, e: np.ndarray, integer: bool)
       return None
     for i in slow.tolist():
       try:
-        out[i] = float(buf[s[i]:e[i]].tobytes())
+        out[i] = float(buf[s[i] : e[i]].tobytes())
       except ValueError:
         return None
   return out
@@ -289,7 +296,7 @@ def _parse_fast(data: bytes):
     return None
   prev, nxt = buf[starts - 1], buf[ends]
   t = (nxt == 58).view(np.uint8) | ((prev == 58).view(np.uint8) << 1) | ((prev == 1).view(np.uint8) << 2)
-  nl = np.flatnonzero(buf == 10)[_PAD - 1:-1]  # newlines ending lines 1..n of the file
+  nl = np.flatnonzero(buf == 10)[_PAD - 1 : -1]  # newlines ending lines 1..n of the file
   line_start = nl + 1
   first_tok = np.searchsorted(starts, line_start)
   counts = np.diff(np.append(first_tok, len(starts)))
@@ -318,7 +325,7 @@ def _parse_fast(data: bytes):
   qid = None
   if nq:
     qid = _parse_numbers(buf, starts[qi], ends[qi], integer=True)
-    if qid is None or np.any(qid > 2.0 ** 53):
+    if qid is None or np.any(qid > 2.0**53):
       return None
     qid = qid.astype(np.int64)
   indptr = np.append(np.searchsorted(ii, lab_t), len(ii)).astype(np.int64)
@@ -350,8 +357,7 @@ def _validate(path, labels, indptr, idx, val, line, num_features, max_label) -> 
     num_features = int(idx.max()) if len(idx) else 0
   bad = np.flatnonzero(idx > num_features)
   if len(bad):
-    raise _err(path, line[row_of(bad[0])], "feature id",
-               f"feature id {idx[bad[0]]} > num_features={num_features}")
+    raise _err(path, line[row_of(bad[0])], "feature id", f"feature id {idx[bad[0]]} > num_features={num_features}")
   return num_features
 
 
@@ -372,13 +378,18 @@ def _read_query_file(qpath, num_rows: int, data_path) -> np.ndarray:
       raise _err(qpath, line_no, "query count", f"count {c} < 1")
     total += c
     if total > num_rows:
-      raise _err(qpath, line_no, "query count",
-                 f".query file too long: counts reach {total} but {data_path} has {num_rows} rows")
+      raise _err(
+        qpath, line_no, "query count", f".query file too long: counts reach {total} but {data_path} has {num_rows} rows"
+      )
     counts.append(c)
     last = line_no
   if total != num_rows:
-    raise _err(qpath, last + 1, "query count",
-               f".query file too short: counts sum to {total} but {data_path} has {num_rows} rows")
+    raise _err(
+      qpath,
+      last + 1,
+      "query count",
+      f".query file too short: counts sum to {total} but {data_path} has {num_rows} rows",
+    )
   return np.asarray(counts, np.int64)
 
 
@@ -410,9 +421,15 @@ def _atomic_savez(path: pathlib.Path, arrays: dict) -> None:
     raise
 
 
-def read_svmlight(path: PathLike, *, query_path: Optional[PathLike] = None, num_features: Optional[int] = None,
-                  max_label: Optional[float] = 4, cache: bool = True,
-                  cache_dir: Optional[PathLike] = None) -> SVMLightRows:
+def read_svmlight(
+  path: PathLike,
+  *,
+  query_path: Optional[PathLike] = None,
+  num_features: Optional[int] = None,
+  max_label: Optional[float] = 4,
+  cache: bool = True,
+  cache_dir: Optional[PathLike] = None,
+) -> SVMLightRows:
   r"""Parses an SVMlight/LETOR file into CSR rows grouped by query.
 
   Queries come from the ``qid:`` fields (rows of a qid keep file order; a qid
@@ -454,8 +471,9 @@ def read_svmlight(path: PathLike, *, query_path: Optional[PathLike] = None, num_
     h = hashlib.blake2b(data, digest_size=20)
     if qdata is not None:
       h.update(b"\0query\0" + qdata)
-    opts = json.dumps({"v": _CACHE_VERSION, "F": num_features, "max_label": max_label,
-                       "explicit_q": explicit_q, "q": qdata is not None})
+    opts = json.dumps(
+      {"v": _CACHE_VERSION, "F": num_features, "max_label": max_label, "explicit_q": explicit_q, "q": qdata is not None}
+    )
     h.update(opts.encode())
     cache_file = pathlib.Path(cache_dir or default_cache_dir()) / f"{path.name}.{h.hexdigest()}.npz"
     if cache_file.is_file():
@@ -476,8 +494,7 @@ def read_svmlight(path: PathLike, *, query_path: Optional[PathLike] = None, num_
   n = len(labels)
   if explicit_q or qid is None:
     if qid is None and qdata is None:
-      raise _err(path, int(line[0]), "qid",
-                 f"lines carry no qid: field and the .query file {qpath} is missing")
+      raise _err(path, int(line[0]), "qid", f"lines carry no qid: field and the .query file {qpath} is missing")
     counts = _read_query_file(qpath, n, path)
     group = np.repeat(np.arange(len(counts)), counts)
     if qid is None:
@@ -487,9 +504,16 @@ def read_svmlight(path: PathLike, *, query_path: Optional[PathLike] = None, num_
     rank = np.empty(len(uniq), np.int64)
     rank[np.argsort(first, kind="stable")] = np.arange(len(uniq))
     group = rank[inv.reshape(-1)]
-  rows = SVMLightRows(labels=labels.astype(np.float32), qid=qid.astype(np.int64), group=group.astype(np.int64),
-                      indptr=indptr, indices=(idx - 1).astype(np.int32), values=val.astype(np.float32),
-                      line=line, num_features=int(num_features))
+  rows = SVMLightRows(
+    labels=labels.astype(np.float32),
+    qid=qid.astype(np.int64),
+    group=group.astype(np.int64),
+    indptr=indptr,
+    indices=(idx - 1).astype(np.int32),
+    values=val.astype(np.float32),
+    line=line,
+    num_features=int(num_features),
+  )
   if cache_file is not None:
     try:
       _atomic_savez(cache_file, rows._asdict())
@@ -545,9 +569,16 @@ def rows_to_dataset(rows: SVMLightRows, *, list_size: Optional[int] = None) -> R
   return RankingDataset(features=features, labels=labels, where=where, qid=qid, doc_ids=doc_ids)
 
 
-def load_svmlight(path: PathLike, *, query_path: Optional[PathLike] = None, num_features: Optional[int] = None,
-                  list_size: Optional[int] = None, max_label: Optional[float] = 4, cache: bool = True,
-                  cache_dir: Optional[PathLike] = None) -> RankingDataset:
+def load_svmlight(
+  path: PathLike,
+  *,
+  query_path: Optional[PathLike] = None,
+  num_features: Optional[int] = None,
+  list_size: Optional[int] = None,
+  max_label: Optional[float] = 4,
+  cache: bool = True,
+  cache_dir: Optional[PathLike] = None,
+) -> RankingDataset:
   r"""Loads an SVMlight/LETOR file (``qid:`` or ``.query`` grouped) as a :class:`RankingDataset`.
 
   ``features`` is ``float32[Q, L, F]`` (absent features and padding are 0),
@@ -563,8 +594,9 @@ def load_svmlight(path: PathLike, *, query_path: Optional[PathLike] = None, num_
   >>> print(ds.features.shape, ds.labels.sum(), ds.where.sum())
   (2, 2, 2) 3.0 3
   """
-  rows = read_svmlight(path, query_path=query_path, num_features=num_features, max_label=max_label,
-                       cache=cache, cache_dir=cache_dir)
+  rows = read_svmlight(
+    path, query_path=query_path, num_features=num_features, max_label=max_label, cache=cache, cache_dir=cache_dir
+  )
   return rows_to_dataset(rows, list_size=list_size)
 
 
@@ -574,8 +606,7 @@ def _fmt(x) -> str:
   return str(int(x)) if x == int(x) and abs(x) < 2**24 else str(x)
 
 
-def write_svmlight(ds: RankingDataset, path: PathLike, *, query_file: bool = False,
-                   doc_comments: bool = False) -> None:
+def write_svmlight(ds: RankingDataset, path: PathLike, *, query_file: bool = False, doc_comments: bool = False) -> None:
   r"""Writes ``ds`` as SVMlight (atomically), omitting zero features.
 
   Lines carry ``qid:`` unless ``query_file`` is True, in which case a

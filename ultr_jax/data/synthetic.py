@@ -12,10 +12,20 @@ __all__ = ["DEFAULT_LABEL_FRACTIONS", "make_synthetic"]
 DEFAULT_LABEL_FRACTIONS = (0.45, 0.30, 0.15, 0.07, 0.03)
 
 
-def make_synthetic(num_train: int = 1000, num_valid: int = 200, num_test: int = 200, list_size: int = 20,
-                   num_features: int = 32, seed: int = 0, *, min_list_size: Optional[int] = None,
-                   hidden_size: int = 32, noise: float = 0.5, query_shift: float = 0.5,
-                   label_fractions: Sequence[float] = DEFAULT_LABEL_FRACTIONS) -> Splits:
+def make_synthetic(
+  num_train: int = 1000,
+  num_valid: int = 200,
+  num_test: int = 200,
+  list_size: int = 20,
+  num_features: int = 32,
+  seed: int = 0,
+  *,
+  min_list_size: Optional[int] = None,
+  hidden_size: int = 32,
+  noise: float = 0.5,
+  query_shift: float = 0.5,
+  label_fractions: Sequence[float] = DEFAULT_LABEL_FRACTIONS,
+) -> Splits:
   r"""Generates train/valid/test lists whose relevance is a fixed random MLP of the features.
 
   Features ``x ~ N(mu_q, I)`` with a per-query shift ``mu_q ~ N(0, query_shift^2 I)``.
@@ -77,9 +87,12 @@ def make_synthetic(num_train: int = 1000, num_valid: int = 200, num_test: int = 
   doc_ids = np.full((q, list_size), -1, np.int32)
   doc_ids[where] = np.arange(int(where.sum()), dtype=np.int32)
   full = RankingDataset(
-      features=np.where(where[..., None], x, 0).astype(np.float32),
-      labels=np.where(where, labels, 0).astype(np.float32),
-      where=where, qid=np.arange(q, dtype=np.int64), doc_ids=doc_ids,
-      extras={"true_score": np.where(where, score, 0).astype(np.float32)})
+    features=np.where(where[..., None], x, 0).astype(np.float32),
+    labels=np.where(where, labels, 0).astype(np.float32),
+    where=where,
+    qid=np.arange(q, dtype=np.int64),
+    doc_ids=doc_ids,
+    extras={"true_score": np.where(where, score, 0).astype(np.float32)},
+  )
   bounds = np.cumsum((0,) + sizes)
   return Splits(*(full.subset(np.arange(bounds[i], bounds[i + 1])) for i in range(3)))

@@ -28,8 +28,7 @@ def _err(path, line_no, field, msg):
   return ValueError(f"{path}:{line_no}: field {field!r}: {msg}")
 
 
-def read_ultra_features(path, *, feature_size: Optional[int] = None,
-                        dense: bool = True):
+def read_ultra_features(path, *, feature_size: Optional[int] = None, dense: bool = True):
   r"""Reads an ULTRA ``.feature`` file.
 
   Each line is ``doc_id idx:val idx:val ...`` (0-based feature indices).
@@ -76,21 +75,19 @@ def read_ultra_features(path, *, feature_size: Optional[int] = None,
       seen.add(n)
   if not dense:
     return names, None
-  width = feature_size if feature_size is not None else 1 + max(
-      (k for r in rows for k, _ in r), default=-1)
+  width = feature_size if feature_size is not None else 1 + max((k for r in rows for k, _ in r), default=-1)
   out = np.zeros((len(rows), width), np.float32)
   for i, pairs in enumerate(rows):
     for k, v in pairs:
       if not 0 <= k < width:
-        raise _err(path, i + 1, "feature",
-                   f"index {k} outside [0, {width}) (feature_size)")
+        raise _err(path, i + 1, "feature", f"index {k} outside [0, {width}) (feature_size)")
       out[i, k] = v
   return names, out
 
 
-def load_ultra(directory, split: str = "train", *,
-               with_features: bool = False,
-               list_size: Optional[int] = None) -> RankingDataset:
+def load_ultra(
+  directory, split: str = "train", *, with_features: bool = False, list_size: Optional[int] = None
+) -> RankingDataset:
   r"""Loads one split of an ULTRA-format directory as a :class:`RankingDataset`.
 
   ``doc_ids[q, i]`` is the row of the displayed document in ``S.feature``
@@ -137,9 +134,7 @@ def load_ultra(directory, split: str = "train", *,
   for p in (feat_path, list_path, label_path):
     if not p.is_file():
       raise ValueError(f"{p}: missing ULTRA file")
-  names, feats = read_ultra_features(
-      feat_path, feature_size=settings.get("feature_size"),
-      dense=with_features)
+  names, feats = read_ultra_features(feat_path, feature_size=settings.get("feature_size"), dense=with_features)
   index = {n: i for i, n in enumerate(names)}
 
   def read_lines(path):
@@ -154,24 +149,22 @@ def load_ultra(directory, split: str = "train", *,
   lists = read_lines(list_path)
   labels = read_lines(label_path)
   if len(lists) != len(labels):
-    raise ValueError(
-        f"{label_path}: {len(labels)} queries, but {list_path} has"
-        f" {len(lists)} (field 'qid')")
+    raise ValueError(f"{label_path}: {len(labels)} queries, but {list_path} has {len(lists)} (field 'qid')")
   doc_label = np.full(len(names), -1.0)
   doc_label_line = np.zeros(len(names), np.int64)
   qids, rows, lab_rows = [], [], []
   for (ln, lp), (lb, ll) in zip(lists, labels):
     if lp[0] != ll[0]:
-      raise _err(label_path, lb, "qid",
-                 f"query {ll[0]!r} where {list_path}:{ln} has {lp[0]!r}")
+      raise _err(label_path, lb, "qid", f"query {ll[0]!r} where {list_path}:{ln} has {lp[0]!r}")
     if len(lp) != len(ll):
-      raise _err(label_path, lb, "labels",
-                 f"{len(ll) - 1} labels for {len(lp) - 1} documents in"
-                 f" {list_path}:{ln}")
+      raise _err(label_path, lb, "labels", f"{len(ll) - 1} labels for {len(lp) - 1} documents in {list_path}:{ln}")
     if rank_cutoff is not None and len(lp) - 1 > rank_cutoff:
-      raise _err(list_path, ln, "doc_id",
-                 f"{len(lp) - 1} documents: position {len(lp) - 2} is beyond"
-                 f" rank_cutoff={rank_cutoff} of settings.json")
+      raise _err(
+        list_path,
+        ln,
+        "doc_id",
+        f"{len(lp) - 1} documents: position {len(lp) - 2} is beyond rank_cutoff={rank_cutoff} of settings.json",
+      )
     try:
       qid = int(lp[0])
     except ValueError:
@@ -179,8 +172,7 @@ def load_ultra(directory, split: str = "train", *,
     ids = []
     for name in lp[1:]:
       if name not in index:
-        raise _err(list_path, ln, "doc_id",
-                   f"document {name!r} is not in {feat_path}")
+        raise _err(list_path, ln, "doc_id", f"document {name!r} is not in {feat_path}")
       ids.append(index[name])
     try:
       labs = [float(v) for v in ll[1:]]
@@ -190,9 +182,12 @@ def load_ultra(directory, split: str = "train", *,
       if doc_label[i] < 0:
         doc_label[i], doc_label_line[i] = y, lb
       elif doc_label[i] != y:
-        raise _err(label_path, lb, "labels",
-                   f"document {names[i]!r} has label {y:g} here but"
-                   f" {doc_label[i]:g} at line {doc_label_line[i]}")
+        raise _err(
+          label_path,
+          lb,
+          "labels",
+          f"document {names[i]!r} has label {y:g} here but {doc_label[i]:g} at line {doc_label_line[i]}",
+        )
     qids.append(qid)
     rows.append(ids)
     lab_rows.append(labs)
@@ -204,8 +199,8 @@ def load_ultra(directory, split: str = "train", *,
   doc_ids = np.full((q, size), -1, np.int32)
   lab = np.zeros((q, size), np.float32)
   for j, (ids, labs) in enumerate(zip(rows, lab_rows)):
-    doc_ids[j, :len(ids)] = ids
-    lab[j, :len(labs)] = labs
+    doc_ids[j, : len(ids)] = ids
+    lab[j, : len(labs)] = labs
   where = doc_ids >= 0
   if with_features:
     features = np.where(where[..., None], feats[np.maximum(doc_ids, 0)], 0.0)
@@ -213,8 +208,10 @@ def load_ultra(directory, split: str = "train", *,
   else:
     features = np.zeros((q, size, 0), np.float32)
   return RankingDataset(
-      features=features, labels=lab, where=where,
-      qid=np.asarray(qids, np.int64), doc_ids=doc_ids,
-      extras={"positions": np.broadcast_to(
-          np.arange(size, dtype=np.int32), (q, size)).copy()})
-
+    features=features,
+    labels=lab,
+    where=where,
+    qid=np.asarray(qids, np.int64),
+    doc_ids=doc_ids,
+    extras={"positions": np.broadcast_to(np.arange(size, dtype=np.int32), (q, size)).copy()},
+  )

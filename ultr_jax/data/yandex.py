@@ -39,8 +39,7 @@ PathLike = Union[str, os.PathLike]
 YANDEX_LAYOUTS = ("relpred", "personalized")
 
 
-def read_yandex_sessions(path: PathLike, *, layout: str = "relpred", max_sessions: Optional[int] = None
-                         ) -> ClickLog:
+def read_yandex_sessions(path: PathLike, *, layout: str = "relpred", max_sessions: Optional[int] = None) -> ClickLog:
   r"""Reads a Yandex search log as a session :class:`~ultr_jax.data.ClickLog` (one row per shown result).
 
   Args:
@@ -95,13 +94,16 @@ def read_yandex_sessions(path: PathLike, *, layout: str = "relpred", max_session
         kind = fields[2] if len(fields) > 2 else b""
         if personalized and len(fields) > 1 and fields[1] == b"M":
           if len(fields) != 4:
-            raise ValueError(f"{path}:{line_no}: a metadata record has 4 fields (SessionID, M, Day, UserID), "
-                             f"got {len(fields)}")
+            raise ValueError(
+              f"{path}:{line_no}: a metadata record has 4 fields (SessionID, M, Day, UserID), got {len(fields)}"
+            )
           continue
         if (kind in (b"Q", b"T")) if personalized else (kind == b"Q"):
           if len(fields) <= first_url:
-            raise ValueError(f"{path}:{line_no}: a page record without results ({len(fields)} fields; the "
-                             f"results start at field {first_url + 1})")
+            raise ValueError(
+              f"{path}:{line_no}: a page record without results ({len(fields)} fields; the "
+              f"results start at field {first_url + 1})"
+            )
           if max_sessions is not None and page + 1 >= max_sessions:
             break
           page += 1
@@ -113,8 +115,7 @@ def read_yandex_sessions(path: PathLike, *, layout: str = "relpred", max_session
           row_of = dict(zip(reversed(results), range(start + n - 1, start - 1, -1)))  # first row of each URL
           if b"" in row_of:
             pos = results.index(b"")
-            raise ValueError(f"{path}:{line_no}: field {first_url + pos + 1} (the URLID at position "
-                             f"{pos + 1}): empty")
+            raise ValueError(f"{path}:{line_no}: field {first_url + pos + 1} (the URLID at position {pos + 1}): empty")
           urls.extend(results)
           items.extend([intern((query, url), len(item_ids)) for url in results])
           page_qids.append(query)
@@ -128,12 +129,16 @@ def read_yandex_sessions(path: PathLike, *, layout: str = "relpred", max_session
           if len(fields) != want:
             raise ValueError(f"{path}:{line_no}: a click record has {want} fields, got {len(fields)}")
           if fields[0] != session_id:
-            raise ValueError(f"{path}:{line_no}: field 'SessionID': a click in session {show(fields[0])} "
-                             "before any page of that session")
+            raise ValueError(
+              f"{path}:{line_no}: field 'SessionID': a click in session {show(fields[0])} "
+              "before any page of that session"
+            )
           targets = page_rows.get(fields[3]) if personalized else row_of
           if targets is None:
-            raise ValueError(f"{path}:{line_no}: field 'SERPID': {show(fields[3])} is not a page of session "
-                             f"{show(fields[0])} shown above")
+            raise ValueError(
+              f"{path}:{line_no}: field 'SERPID': {show(fields[3])} is not a page of session "
+              f"{show(fields[0])} shown above"
+            )
           row = targets.get(fields[-1])
           if row is None:
             unmatched += 1
@@ -141,24 +146,37 @@ def read_yandex_sessions(path: PathLike, *, layout: str = "relpred", max_session
           else:
             clicked.append(row)
           continue
-        raise ValueError(f"{path}:{line_no}: unknown record type {show(kind)} in field 3 (expected "
-                         f"{'M (in field 2), Q, T or C' if personalized else 'Q or C'}; is this the "
-                         f"{'relpred' if personalized else 'personalized'} layout?)")
+        raise ValueError(
+          f"{path}:{line_no}: unknown record type {show(kind)} in field 3 (expected "
+          f"{'M (in field 2), Q, T or C' if personalized else 'Q or C'}; is this the "
+          f"{'relpred' if personalized else 'personalized'} layout?)"
+        )
   except (OSError, EOFError) as e:
     raise ValueError(f"{path}: cannot read the log ({e})") from None
   if not items:
     raise ValueError(f"{path}: no result pages")
   if unmatched:
-    warnings.warn(f"{path}: {unmatched} click(s) on URLs their page does not show were skipped (the first "
-                  f"on line {first_unmatched})", stacklevel=2)
+    warnings.warn(
+      f"{path}: {unmatched} click(s) on URLs their page does not show were skipped (the first "
+      f"on line {first_unmatched})",
+      stacklevel=2,
+    )
   sizes = np.asarray(page_sizes, np.int64)
   sessions = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)
   positions = (np.arange(len(urls)) - np.repeat(np.cumsum(sizes) - sizes, sizes)).astype(np.int32)
   clicks = np.zeros(len(urls), np.float32)
   clicks[np.asarray(clicked, np.int64)] = 1.0
   query_ids = decode_ids(page_qids, path, "QueryID")[sessions]
-  return ClickLog(items=np.asarray(items, np.int32), positions=positions, clicks=clicks,
-                  weights=np.ones(len(urls), np.float32), query_ids=query_ids,
-                  doc_ids=decode_ids(urls, path, "URLID"), num_items=len(item_ids),
-                  num_positions=int(positions.max()) + 1, sessions=sessions, path=str(path),
-                  lines=np.repeat(np.asarray(page_lines, np.int32), sizes))
+  return ClickLog(
+    items=np.asarray(items, np.int32),
+    positions=positions,
+    clicks=clicks,
+    weights=np.ones(len(urls), np.float32),
+    query_ids=query_ids,
+    doc_ids=decode_ids(urls, path, "URLID"),
+    num_items=len(item_ids),
+    num_positions=int(positions.max()) + 1,
+    sessions=sessions,
+    path=str(path),
+    lines=np.repeat(np.asarray(page_lines, np.int32), sizes),
+  )

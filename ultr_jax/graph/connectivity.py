@@ -37,11 +37,11 @@ import numpy as np
 from ultr_jax.types import Array
 
 __all__ = [
-    "connected_components",
-    "star_edges",
-    "factor_components",
-    "IdentifiabilityReport",
-    "check_identifiability",
+  "connected_components",
+  "star_edges",
+  "factor_components",
+  "IdentifiabilityReport",
+  "check_identifiability",
 ]
 
 
@@ -58,12 +58,12 @@ def _hook_round(f, s, d, num_nodes):
 
 @functools.partial(jax.jit, static_argnames=("num_nodes", "max_iters"))
 def connected_components(
-    senders: Array,
-    receivers: Array,
-    *,
-    num_nodes: int,
-    edge_mask: Optional[Array] = None,
-    max_iters: int = 100,
+  senders: Array,
+  receivers: Array,
+  *,
+  num_nodes: int,
+  edge_mask: Optional[Array] = None,
+  max_iters: int = 100,
 ) -> tuple[Array, Array, Array]:
   r"""Connected components of an undirected graph given as a padded edge list.
 
@@ -119,16 +119,18 @@ def connected_components(
     f_new = _hook_round(f, s, d, num_nodes)
     return f_new, jnp.any(f_new != f), it + 1
 
-  labels, changed, _ = jax.lax.while_loop(
-      cond, body, (f0, jnp.bool_(num_nodes > 0), jnp.int32(0)))
+  labels, changed, _ = jax.lax.while_loop(cond, body, (f0, jnp.bool_(num_nodes > 0), jnp.int32(0)))
   num_components = jnp.sum(labels == f0).astype(jnp.int32)
   return labels, num_components, ~changed
 
 
 @functools.partial(jax.jit, static_argnames=("num_items",))
 def star_edges(
-    item_ids: Array, factor_ids: Array, *, num_items: int,
-    where: Optional[Array] = None,
+  item_ids: Array,
+  factor_ids: Array,
+  *,
+  num_items: int,
+  where: Optional[Array] = None,
 ) -> tuple[Array, Array, Array]:
   r"""Star edges of the IG: each record joined to its item's representative.
 
@@ -154,20 +156,22 @@ def star_edges(
   """
   x = jnp.ravel(jnp.asarray(item_ids, jnp.int32))
   t = jnp.ravel(jnp.asarray(factor_ids, jnp.int32))
-  m = (jnp.ones(x.shape, bool) if where is None
-       else jnp.ravel(jnp.asarray(where, bool)))
+  m = jnp.ones(x.shape, bool) if where is None else jnp.ravel(jnp.asarray(where, bool))
   big = jnp.iinfo(jnp.int32).max
-  rep = jax.ops.segment_min(
-      jnp.where(m, t, big), jnp.where(m, x, 0), num_segments=num_items)
+  rep = jax.ops.segment_min(jnp.where(m, t, big), jnp.where(m, x, 0), num_segments=num_items)
   receivers = jnp.where(m, rep[jnp.where(m, x, 0)], 0)
   return jnp.where(m, t, 0), receivers, m
 
 
-@functools.partial(
-    jax.jit, static_argnames=("num_items", "num_factors", "max_iters"))
+@functools.partial(jax.jit, static_argnames=("num_items", "num_factors", "max_iters"))
 def factor_components(
-    item_ids: Array, factor_ids: Array, *, num_items: int, num_factors: int,
-    where: Optional[Array] = None, max_iters: int = 100,
+  item_ids: Array,
+  factor_ids: Array,
+  *,
+  num_items: int,
+  num_factors: int,
+  where: Optional[Array] = None,
+  max_iters: int = 100,
 ) -> tuple[Array, Array, Array, Array]:
   r"""Components of the IG over the bias factors that occur in the records.
 
@@ -193,13 +197,10 @@ def factor_components(
   [0, 0, 2, 3, 4] [True, True, True, True, False] 3
   """
   t = jnp.ravel(jnp.asarray(factor_ids, jnp.int32))
-  m = (jnp.ones(t.shape, bool) if where is None
-       else jnp.ravel(jnp.asarray(where, bool)))
+  m = jnp.ones(t.shape, bool) if where is None else jnp.ravel(jnp.asarray(where, bool))
   s, r, em = star_edges(item_ids, factor_ids, num_items=num_items, where=where)
-  labels, _, converged = connected_components(
-      s, r, num_nodes=num_factors, edge_mask=em, max_iters=max_iters)
-  present = jax.ops.segment_max(
-      m.astype(jnp.int32), jnp.where(m, t, 0), num_segments=num_factors) > 0
+  labels, _, converged = connected_components(s, r, num_nodes=num_factors, edge_mask=em, max_iters=max_iters)
+  present = jax.ops.segment_max(m.astype(jnp.int32), jnp.where(m, t, 0), num_segments=num_factors) > 0
   ids = jnp.arange(num_factors, dtype=jnp.int32)
   k = jnp.sum(present & (labels == ids)).astype(jnp.int32)
   return labels, present, k, converged
@@ -236,13 +237,13 @@ class IdentifiabilityReport:
   def to_dict(self) -> dict:
     """The JSON-ready summary (``identifiable``, ``num_components``, ...)."""
     return {
-        "identifiable": bool(self.identifiable),
-        "num_components": int(self.num_components),
-        "components": [[int(t) for t in c] for c in self.components],
-        "num_bias_factors": int(self.present.sum()),
-        "num_records": int(self.num_records),
-        "num_items": int(self.num_items),
-        "converged": bool(self.converged),
+      "identifiable": bool(self.identifiable),
+      "num_components": int(self.num_components),
+      "components": [[int(t) for t in c] for c in self.components],
+      "num_bias_factors": int(self.present.sum()),
+      "num_records": int(self.num_records),
+      "num_items": int(self.num_items),
+      "converged": bool(self.converged),
     }
 
   def to_json(self) -> str:
@@ -250,14 +251,13 @@ class IdentifiabilityReport:
 
   def summary(self, max_components: int = 20, max_members: int = 30) -> str:
     """A readable multi-line report."""
-    name = ((lambda t: str(self.factor_names[t])) if self.factor_names
-            else str)
+    name = (lambda t: str(self.factor_names[t])) if self.factor_names else str
     verdict = "IDENTIFIABLE" if self.identifiable else "NOT identifiable"
     lines = [
-        f"Identifiability graph: {int(self.present.sum())} bias factors, "
-        f"{self.num_records} records, {self.num_items} distinct items",
-        f"Connected components: {self.num_components} -> {verdict}"
-        + ("" if self.converged else " (WARNING: kernel did not converge)"),
+      f"Identifiability graph: {int(self.present.sum())} bias factors, "
+      f"{self.num_records} records, {self.num_items} distinct items",
+      f"Connected components: {self.num_components} -> {verdict}"
+      + ("" if self.converged else " (WARNING: kernel did not converge)"),
     ]
     sizes = sorted((-len(c), i) for i, c in enumerate(self.components))
     sizes = [(-n, i) for n, i in sizes]
@@ -270,14 +270,20 @@ class IdentifiabilityReport:
       lines.append(f"  ... {len(sizes) - max_components} more components")
     if not self.identifiable:
       lines.append(
-          "Relevance is only recoverable up to a separate scale per component;"
-          " connect them by node intervention or node merging.")
+        "Relevance is only recoverable up to a separate scale per component;"
+        " connect them by node intervention or node merging."
+      )
     return "\n".join(lines)
 
 
 def check_identifiability(
-    item_ids, factor_ids, *, where=None, num_items: Optional[int] = None,
-    num_factors: Optional[int] = None, factor_names=None,
+  item_ids,
+  factor_ids,
+  *,
+  where=None,
+  num_items: Optional[int] = None,
+  num_factors: Optional[int] = None,
+  factor_names=None,
 ) -> IdentifiabilityReport:
   r"""Algorithm 1 (IdentifiabilityCheck): is the IG of the records connected?
 
@@ -303,9 +309,7 @@ def check_identifiability(
   t = np.asarray(factor_ids)
   m = np.ones(x.shape, bool) if where is None else np.asarray(where, bool)
   if x.shape != t.shape or m.shape != x.shape:
-    raise ValueError(
-        f"item_ids {x.shape}, factor_ids {t.shape} and where {m.shape} must"
-        " have the same shape")
+    raise ValueError(f"item_ids {x.shape}, factor_ids {t.shape} and where {m.shape} must have the same shape")
   if m.any():
     if x[m].min() < 0 or t[m].min() < 0:
       raise ValueError("item_ids and factor_ids must be >= 0 where valid")
@@ -313,24 +317,22 @@ def check_identifiability(
     num_items = int(x[m].max()) + 1 if m.any() else 1
   if num_factors is None:
     num_factors = int(t[m].max()) + 1 if m.any() else 1
-  labels, present, k, converged = factor_components(
-      x, t, num_items=num_items, num_factors=num_factors, where=m)
+  labels, present, k, converged = factor_components(x, t, num_items=num_items, num_factors=num_factors, where=m)
   labels = np.asarray(labels)
   present = np.asarray(present)
   ids = np.flatnonzero(present)
   order = np.argsort(labels[ids], kind="stable")
   sorted_ids = ids[order]
   _, starts = np.unique(labels[sorted_ids], return_index=True)
-  components = [c.tolist() for c in np.split(sorted_ids, starts[1:])] if len(
-      ids) else []
+  components = [c.tolist() for c in np.split(sorted_ids, starts[1:])] if len(ids) else []
   return IdentifiabilityReport(
-      identifiable=int(k) == 1,
-      num_components=int(k),
-      components=components,
-      labels=labels,
-      present=present,
-      num_records=int(m.sum()),
-      num_items=int(np.unique(x[m]).size),
-      converged=bool(converged),
-      factor_names=None if factor_names is None else list(factor_names),
+    identifiable=int(k) == 1,
+    num_components=int(k),
+    components=components,
+    labels=labels,
+    present=present,
+    num_records=int(m.sum()),
+    num_items=int(np.unique(x[m]).size),
+    converged=bool(converged),
+    factor_names=None if factor_names is None else list(factor_names),
   )

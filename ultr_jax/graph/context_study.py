@@ -29,19 +29,17 @@ import numpy as np
 from ultr_jax.graph import embedding
 from ultr_jax.graph.connectivity import check_identifiability
 from ultr_jax.graph.merging import merge_plan
-from ultr_jax.graph.records import (bias_factor_ids, feature_vector_ids,
-                                    random_contexts)
+from ultr_jax.graph.records import bias_factor_ids, feature_vector_ids, random_contexts
 from ultr_jax.graph.study import PBM_EXAMINATION, embedding_metrics, simulate_ctr
 
-__all__ = ["CLICK_PROB", "synthetic_letor", "cpbm_examination",
-           "context_study"]
+__all__ = ["CLICK_PROB", "synthetic_letor", "cpbm_examination", "context_study"]
 
 CLICK_PROB = (0.1, 0.16, 0.28, 0.52, 1.0)
 
 
-def synthetic_letor(seed: int = 0, *, num_queries: int = 2000,
-                    num_docs: int = 5000, list_size: int = 10,
-                    num_features: int = 20):
+def synthetic_letor(
+  seed: int = 0, *, num_queries: int = 2000, num_docs: int = 5000, list_size: int = 10, num_features: int = 20
+):
   r"""Toy LETOR data: ``num_queries`` lists of ``list_size`` documents drawn
   from a pool of ``num_docs`` feature vectors, labels from a linear score.
 
@@ -55,10 +53,8 @@ def synthetic_letor(seed: int = 0, *, num_queries: int = 2000,
   pool = rng.normal(size=(num_docs, num_features)).astype(np.float32)
   score = pool @ rng.normal(size=num_features)
   labels = np.digitize(score, np.quantile(score, [0.4, 0.75, 0.93, 0.98]))
-  idx = np.stack([rng.choice(num_docs, list_size, replace=False)
-                  for _ in range(num_queries)])
-  return (pool[idx], labels[idx].astype(np.float32),
-          np.ones(idx.shape, bool))
+  idx = np.stack([rng.choice(num_docs, list_size, replace=False) for _ in range(num_queries)])
+  return (pool[idx], labels[idx].astype(np.float32), np.ones(idx.shape, bool))
 
 
 def cpbm_examination(context_features, w, exam=PBM_EXAMINATION):
@@ -71,12 +67,22 @@ def cpbm_examination(context_features, w, exam=PBM_EXAMINATION):
   return np.asarray(exam)[None, :] ** eta[:, None]
 
 
-def context_study(key, features, labels, where, *, num_contexts: int,
-                  w: np.ndarray, seed: int = 0, num_clicks: float = 1e6,
-                  epochs: int = 100, runs: int = 1,
-                  two_tower_epochs: int = 2000,
-                  context_features: Optional[np.ndarray] = None,
-                  log=print) -> dict:
+def context_study(
+  key,
+  features,
+  labels,
+  where,
+  *,
+  num_contexts: int,
+  w: np.ndarray,
+  seed: int = 0,
+  num_clicks: float = 1e6,
+  epochs: int = 100,
+  runs: int = 1,
+  two_tower_epochs: int = 2000,
+  context_features: Optional[np.ndarray] = None,
+  log=print,
+) -> dict:
   r"""IG check, node merging and DLA / Two-Tower with and without merging.
 
   Args:
@@ -94,61 +100,71 @@ def context_study(key, features, labels, where, *, num_contexts: int,
   """
   q, l = where.shape
   rng = np.random.default_rng(seed)
-  xc = (rng.normal(0, 0.35, size=(num_contexts, len(w)))
-        if context_features is None else context_features)
+  xc = rng.normal(0, 0.35, size=(num_contexts, len(w))) if context_features is None else context_features
   ctx = random_contexts(q, l, num_contexts, seed)
   pos = np.broadcast_to(np.arange(l), (q, l))
   factors = bias_factor_ids(pos, ctx, list_size=l)
   items, n_items = feature_vector_ids(features, where)
   num_factors = num_contexts * l
-  report = check_identifiability(items, factors, where=where,
-                                 num_items=n_items, num_factors=num_factors)
-  log(f"IG: {report.num_components} components over"
-      f" {int(report.present.sum())} bias factors")
-  bias_feat = np.concatenate(
-      [np.repeat(xc, l, axis=0), 10.0 * np.tile(np.arange(l), num_contexts)[:, None]],
-      axis=1)
+  report = check_identifiability(items, factors, where=where, num_items=n_items, num_factors=num_factors)
+  log(f"IG: {report.num_components} components over {int(report.present.sum())} bias factors")
+  bias_feat = np.concatenate([np.repeat(xc, l, axis=0), 10.0 * np.tile(np.arange(l), num_contexts)[:, None]], axis=1)
   plan = merge_plan(bias_feat, report.labels, report.present)
   exam = cpbm_examination(xc, w).reshape(-1)  # [n_c * L], id = c * L + p
   rel = np.asarray(CLICK_PROB)[labels.astype(int)]
   p_click = np.where(where, rel * exam[factors], 0.0)
-  out = {"report": report.to_dict() | {"components": len(report.components)},
-         "merge_pairs": len(plan.pairs)}
+  out = {"report": report.to_dict() | {"components": len(report.components)}, "merge_pairs": len(plan.pairs)}
   with jax.enable_x64(True):
     keys = jax.random.split(key, runs)
     items_f = np.maximum(items, 0).ravel()
-    rows = {"No debias": ("no_debias", None), "DLA": ("dla", None),
-            "DLA + node merging": ("dla", plan.canonical),
-            "Two-Tower": ("two_tower", None),
-            "Two-Tower + node merging": ("two_tower", plan.canonical)}
+    rows = {
+      "No debias": ("no_debias", None),
+      "DLA": ("dla", None),
+      "DLA + node merging": ("dla", plan.canonical),
+      "Two-Tower": ("two_tower", None),
+      "Two-Tower + node merging": ("two_tower", plan.canonical),
+    }
     # Dense record layouts built on the host; a method's rows with and
     # without merging share their shapes, hence one compiled row function.
     raw = np.arange(num_factors, dtype=np.int32)
-    lays = [embedding.record_layout(items_f, c[factors].ravel(), where,
-                                    num_items=n_items, num_factors=num_factors)
-            for c in (raw, plan.canonical)]
-    layouts = dict(zip(("raw", "merged"), embedding.pad_layouts(
-        lays, items_f.size)))
-    common = [jnp.asarray(a) for a in (
-        p_click, where, items_f, factors, rel,
-        np.where(where, np.arange(q * l).reshape(q, l), -1), labels)]
+    lays = [
+      embedding.record_layout(items_f, c[factors].ravel(), where, num_items=n_items, num_factors=num_factors)
+      for c in (raw, plan.canonical)
+    ]
+    layouts = dict(zip(("raw", "merged"), embedding.pad_layouts(lays, items_f.size)))
+    common = [
+      jnp.asarray(a)
+      for a in (p_click, where, items_f, factors, rel, np.where(where, np.arange(q * l).reshape(q, l), -1), labels)
+    ]
     # the same clicks for every row (one compiled simulation, per run)
     sims = [_clicks(k, common[0], common[1], jnp.float64(num_clicks)) for k in keys]
-    ctr = jnp.stack([c for c, _ in sims])      # [runs, Q, L]
-    k_fit = jnp.stack([k for _, k in sims])    # [runs] keys
+    ctr = jnp.stack([c for c, _ in sims])  # [runs, Q, L]
+    k_fit = jnp.stack([k for _, k in sims])  # [runs] keys
     for name, (method, canonical) in rows.items():
       can = raw if canonical is None else np.asarray(canonical, np.int32)
       f_ids = np.zeros_like(can[factors]) if method == "no_debias" else can[factors]
-      kw = {"dla": dict(epochs=epochs, o_update="least_squares", init_obs=1.0),
-            "two_tower": dict(epochs=two_tower_epochs),
-            "no_debias": {}}[method]
-      layout = (None if method == "no_debias"
-                else layouts["raw" if canonical is None else "merged"])
+      kw = {
+        "dla": dict(epochs=epochs, o_update="least_squares", init_obs=1.0),
+        "two_tower": dict(epochs=two_tower_epochs),
+        "no_debias": {},
+      }[method]
+      layout = None if method == "no_debias" else layouts["raw" if canonical is None else "merged"]
       # all runs of a row in one call (the fits batched over runs)
-      out[name] = jax.tree.map(np.asarray, _row(
-          ctr, k_fit, jnp.asarray(f_ids), jnp.asarray(can), layout, *common[1:],
-          method=method, num_items=n_items, num_factors=num_factors,
-          kw=tuple(sorted(kw.items()))))
+      out[name] = jax.tree.map(
+        np.asarray,
+        _row(
+          ctr,
+          k_fit,
+          jnp.asarray(f_ids),
+          jnp.asarray(can),
+          layout,
+          *common[1:],
+          method=method,
+          num_items=n_items,
+          num_factors=num_factors,
+          kw=tuple(sorted(kw.items())),
+        ),
+      )
       log(f"{name}: MCC {out[name]['mcc'].mean():.4f}")
   return out
 
@@ -161,28 +177,37 @@ def _clicks(k, p_click, where, num_clicks):
 
 
 @functools.partial(
-    jax.jit, static_argnames=("method", "num_items", "num_factors", "kw"),
-    compiler_options=embedding.COMPILER_OPTIONS)
-def _row(ctr, k_fit, f_ids, can, layout, where, items_f, factors, rel,
-         rec_ids, labels, *, method, num_items, num_factors, kw):
+  jax.jit, static_argnames=("method", "num_items", "num_factors", "kw"), compiler_options=embedding.COMPILER_OPTIONS
+)
+def _row(
+  ctr, k_fit, f_ids, can, layout, where, items_f, factors, rel, rec_ids, labels, *, method, num_items, num_factors, kw
+):
   """All runs of one row (``ctr [R, Q, L]``, ``k_fit [R]``): the fits and the metrics."""
   runs, q, l = ctr.shape
   wh = where.ravel()
   if method == "no_debias":
-    r, _ = jax.vmap(lambda c: embedding.fit_no_debias(
-        None, items_f, f_ids.ravel(), c, where=wh, num_items=num_items,
-        num_factors=num_factors))(ctr.reshape(runs, -1))
+    r, _ = jax.vmap(
+      lambda c: embedding.fit_no_debias(
+        None, items_f, f_ids.ravel(), c, where=wh, num_items=num_items, num_factors=num_factors
+      )
+    )(ctr.reshape(runs, -1))
     o_full = jnp.ones((runs, num_factors))
   else:
     r, o = embedding.fit_runs(
-        method, k_fit, ctr.reshape(runs, -1), where=wh, layout=layout,
-        num_items=num_items, num_factors=num_factors, **dict(kw))
+      method,
+      k_fit,
+      ctr.reshape(runs, -1),
+      where=wh,
+      layout=layout,
+      num_items=num_items,
+      num_factors=num_factors,
+      **dict(kw),
+    )
     o_full = o[:, can]
 
   def metrics(r, o_full, ctr):
     pred = r[items_f].reshape(q, l) * o_full[factors]
     # MCC over records (the paper's semi-synthetic convention)
-    return embedding_metrics(rel.ravel(), r[items_f], wh, rec_ids, labels,
-                             where, pred, ctr)
+    return embedding_metrics(rel.ravel(), r[items_f], wh, rec_ids, labels, where, pred, ctr)
 
   return jax.vmap(metrics)(r, o_full, ctr)

@@ -37,15 +37,15 @@ import optax
 from ultr_jax.types import Array, PRNGKey
 
 __all__ = [
-    "fit_dla",
-    "fit_regression_em",
-    "fit_two_tower",
-    "fit_no_debias",
-    "FIT_FUNCTIONS",
-    "RecordLayout",
-    "record_layout",
-    "pad_layouts",
-    "fit_runs",
+  "fit_dla",
+  "fit_regression_em",
+  "fit_two_tower",
+  "fit_no_debias",
+  "FIT_FUNCTIONS",
+  "RecordLayout",
+  "record_layout",
+  "pad_layouts",
+  "fit_runs",
 ]
 
 _EPS = 1e-8
@@ -92,18 +92,19 @@ class RecordLayout(NamedTuple):
   an outer ``jit``) :func:`record_layout` puts every record in ``multi``,
   one per row, with ``item_seg``: the plain ``segment_sum`` algorithm.
   """
-  single_rec: Optional[Array]      # int32[rows_s, width_s] or None
-  single_factor: Optional[Array]   # int32[rows_s] or None
-  single_item: Optional[Array]     # item id of each single cell
-  multi_rec: Array                 # int32[rows_m, width_m]
+
+  single_rec: Optional[Array]  # int32[rows_s, width_s] or None
+  single_factor: Optional[Array]  # int32[rows_s] or None
+  single_item: Optional[Array]  # item id of each single cell
+  multi_rec: Array  # int32[rows_m, width_m]
   multi_factor: Optional[Array]
-  multi_pos: Array                 # multi-state index of each cell
-  tier_rec: tuple                  # int32[D_j, m_j]
-  tier_fac: tuple                  # factor of each tier slot
-  tier_cell: tuple                 # flattened multi-grid cell of each slot
-  item_seg: Optional[Array]        # int32[n]: traced layout's item per row
-  multi_items: Array               # item id of each multi-state entry
-  gather: Array                    # int32[num_items]
+  multi_pos: Array  # multi-state index of each cell
+  tier_rec: tuple  # int32[D_j, m_j]
+  tier_fac: tuple  # factor of each tier slot
+  tier_cell: tuple  # flattened multi-grid cell of each slot
+  item_seg: Optional[Array]  # int32[n]: traced layout's item per row
+  multi_items: Array  # item id of each multi-state entry
+  gather: Array  # int32[num_items]
 
 
 def _grid(recs, fac, num_factors, n):
@@ -111,8 +112,7 @@ def _grid(recs, fac, num_factors, n):
   fcount = np.bincount(fac, minlength=num_factors)
   if recs.size == 0:
     return np.full((num_factors, 1), n, np.int64), None
-  cands = np.unique(np.concatenate(
-      [fcount[fcount > 0], 2 ** np.arange(int(np.log2(fcount.max())) + 2)]))
+  cands = np.unique(np.concatenate([fcount[fcount > 0], 2 ** np.arange(int(np.log2(fcount.max())) + 2)]))
   cost = [np.ceil(fcount / w).sum() * (w + 16) for w in cands]
   width = int(cands[int(np.argmin(cost))])
   rows_per = np.ceil(fcount / width).astype(np.int64)
@@ -124,11 +124,9 @@ def _grid(recs, fac, num_factors, n):
   by_fac = recs[np.argsort(fac, kind="stable")]
   fstart = np.concatenate([[0], np.cumsum(fcount)])
   row_first = np.concatenate([[0], np.cumsum(rows_per)])[:-1]
-  off = ((np.arange(row_factor.size) - row_first[row_factor])[:, None] * width
-         + np.arange(width)[None, :])
+  off = (np.arange(row_factor.size) - row_first[row_factor])[:, None] * width + np.arange(width)[None, :]
   ok = off < fcount[row_factor][:, None]
-  cells = np.where(ok, by_fac[np.minimum(fstart[row_factor][:, None] + off,
-                                         recs.size - 1)], n)
+  cells = np.where(ok, by_fac[np.minimum(fstart[row_factor][:, None] + off, recs.size - 1)], n)
   return cells, None if identity else row_factor
 
 
@@ -174,15 +172,19 @@ def _host_layout(items, factors, where, num_items, num_factors, max_tiers=8):
   i32 = lambda a: jnp.asarray(np.asarray(a, np.int32))  # noqa: E731
   opt = lambda a: None if a is None else i32(a)  # noqa: E731
   return RecordLayout(
-      single_rec=i32(s_cells) if single.size else None,
-      single_factor=opt(s_factor) if single.size else None,
-      single_item=i32(item_of[s_cells]) if single.size else None,
-      multi_rec=i32(m_cells), multi_factor=opt(m_factor),
-      multi_pos=i32(pos[item_of[m_cells]]),
-      tier_rec=tuple(i32(t) for t in tiers),
-      tier_fac=tuple(i32(fac_of[t]) for t in tiers),
-      tier_cell=tuple(i32(cell[t]) for t in tiers),
-      item_seg=None, multi_items=i32(m_items), gather=i32(gather))
+    single_rec=i32(s_cells) if single.size else None,
+    single_factor=opt(s_factor) if single.size else None,
+    single_item=i32(item_of[s_cells]) if single.size else None,
+    multi_rec=i32(m_cells),
+    multi_factor=opt(m_factor),
+    multi_pos=i32(pos[item_of[m_cells]]),
+    tier_rec=tuple(i32(t) for t in tiers),
+    tier_fac=tuple(i32(fac_of[t]) for t in tiers),
+    tier_cell=tuple(i32(cell[t]) for t in tiers),
+    item_seg=None,
+    multi_items=i32(m_items),
+    gather=i32(gather),
+  )
 
 
 def _traced_layout(items, factors, where, num_items):
@@ -193,14 +195,22 @@ def _traced_layout(items, factors, where, num_items):
   rec = jnp.arange(n, dtype=jnp.int32)[:, None]
   ident = jnp.arange(num_items, dtype=jnp.int32)
   return RecordLayout(
-      single_rec=None, single_factor=None, single_item=None,
-      multi_rec=rec, multi_factor=factors, multi_pos=items[:, None],
-      tier_rec=(rec,), tier_fac=(factors[:, None],), tier_cell=(rec,),
-      item_seg=items, multi_items=ident, gather=ident)
+    single_rec=None,
+    single_factor=None,
+    single_item=None,
+    multi_rec=rec,
+    multi_factor=factors,
+    multi_pos=items[:, None],
+    tier_rec=(rec,),
+    tier_fac=(factors[:, None],),
+    tier_cell=(rec,),
+    item_seg=items,
+    multi_items=ident,
+    gather=ident,
+  )
 
 
-def record_layout(items, factors, where, *, num_items: int,
-                  num_factors: int) -> RecordLayout:
+def record_layout(items, factors, where, *, num_items: int, num_factors: int) -> RecordLayout:
   r"""The :class:`RecordLayout` of records :math:`(x_i, t_i)`, ``where``.
 
   Concrete ids give the dense layout (built with NumPy); traced ids (under
@@ -215,8 +225,7 @@ def record_layout(items, factors, where, *, num_items: int,
   [[0], [3]] [[1, 2]] [0, 2, 1, 6]
   """
   if any(isinstance(a, jax.core.Tracer) for a in (items, factors, where)):
-    return _traced_layout(jnp.ravel(items), jnp.ravel(factors),
-                          jnp.ravel(where), num_items)
+    return _traced_layout(jnp.ravel(items), jnp.ravel(factors), jnp.ravel(where), num_items)
   return _host_layout(items, factors, where, num_items, num_factors)
 
 
@@ -240,13 +249,11 @@ def pad_layouts(layouts, num_records: int):
   True
   """
   lays = [jax.tree.map(np.asarray, l) for l in layouts]
-  if len({l.single_rec is None for l in lays}) > 1 or any(
-      l.item_seg is not None for l in lays):
+  if len({l.single_rec is None for l in lays}) > 1 or any(l.item_seg is not None for l in lays):
     return list(layouts)
   n = int(num_records)
   widths = sorted({t.shape[1] for l in lays for t in l.tier_rec})
-  depth = {m: max(sum(t.shape[0] for t in l.tier_rec if t.shape[1] == m)
-                  for l in lays) for m in widths}
+  depth = {m: max(sum(t.shape[0] for t in l.tier_rec if t.shape[1] == m) for l in lays) for m in widths}
   has_single = lays[0].single_rec is not None
 
   def grid_shape(get):
@@ -258,6 +265,7 @@ def pad_layouts(layouts, num_records: int):
   size_m = sum(depth.values())
   out = []
   for l in lays:
+
     def pad_grid(cells, rf, shape):
       rows, w = cells.shape
       g = np.full(shape, n, np.int64)
@@ -268,57 +276,69 @@ def pad_layouts(layouts, num_records: int):
 
     def remap_cell(idx, old_shape, new_shape):  # flat grid cell -> new flat
       r, c = np.divmod(idx, old_shape[1])
-      return np.where(idx >= old_shape[0] * old_shape[1],
-                      new_shape[0] * new_shape[1], r * new_shape[1] + c)
+      return np.where(idx >= old_shape[0] * old_shape[1], new_shape[0] * new_shape[1], r * new_shape[1] + c)
 
     # multi state: old tier rows -> new offsets
     old_off, tiers = 0, {}
-    new_off = dict(zip(widths, np.concatenate(
-        [[0], np.cumsum([depth[m] for m in widths])[:-1]]).astype(np.int64)))
+    new_off = dict(zip(widths, np.concatenate([[0], np.cumsum([depth[m] for m in widths])[:-1]]).astype(np.int64)))
     remap = np.zeros(sum(t.shape[0] for t in l.tier_rec), np.int64)
     for t, f, c in zip(l.tier_rec, l.tier_fac, l.tier_cell):
       d, m = t.shape
-      remap[old_off:old_off + d] = new_off[m] + np.arange(d)
+      remap[old_off : old_off + d] = new_off[m] + np.arange(d)
       tiers[m] = (t, f, c)
       old_off += d
     items = np.zeros(size_m, np.int64)
     items[remap] = l.multi_items
     m_cells, m_fac = pad_grid(l.multi_rec, l.multi_factor, m_shape)
     mpos = np.zeros(m_shape, np.int64)
-    mpos[:l.multi_pos.shape[0], :l.multi_pos.shape[1]] = remap[l.multi_pos] \
-        if remap.size else 0
+    mpos[: l.multi_pos.shape[0], : l.multi_pos.shape[1]] = remap[l.multi_pos] if remap.size else 0
     t_rec, t_fac, t_cell = [], [], []
     for m in widths:
       t, f, c = tiers.get(m, (np.zeros((0, m), np.int64),) * 3)
       d = depth[m]
-      pr = np.full((d, m), n, np.int64); pr[:t.shape[0]] = t
-      pf = np.zeros((d, m), np.int64); pf[:t.shape[0]] = f
+      pr = np.full((d, m), n, np.int64)
+      pr[: t.shape[0]] = t
+      pf = np.zeros((d, m), np.int64)
+      pf[: t.shape[0]] = f
       pc = np.full((d, m), m_shape[0] * m_shape[1], np.int64)
-      pc[:t.shape[0]] = remap_cell(c, l.multi_rec.shape, m_shape)
-      t_rec.append(pr); t_fac.append(pf); t_cell.append(pc)
+      pc[: t.shape[0]] = remap_cell(c, l.multi_rec.shape, m_shape)
+      t_rec.append(pr)
+      t_fac.append(pf)
+      t_cell.append(pc)
     s_old = l.single_rec.size if has_single else 0
     s_new = s_shape[0] * s_shape[1] if has_single else 0
     m_old = l.multi_items.shape[0]
     g = l.gather.astype(np.int64)
     gather = np.where(
-        g < s_old,
-        remap_cell(g, l.single_rec.shape, s_shape) if has_single else g,
-        np.where(g < s_old + m_old,
-                 s_new + remap[np.clip(g - s_old, 0, max(m_old - 1, 0))]
-                 if m_old else g, g - s_old - m_old + s_new + size_m))
+      g < s_old,
+      remap_cell(g, l.single_rec.shape, s_shape) if has_single else g,
+      np.where(
+        g < s_old + m_old,
+        s_new + remap[np.clip(g - s_old, 0, max(m_old - 1, 0))] if m_old else g,
+        g - s_old - m_old + s_new + size_m,
+      ),
+    )
     i32 = lambda a: jnp.asarray(np.asarray(a, np.int32))  # noqa: E731
     if has_single:
       s_cells, s_fac = pad_grid(l.single_rec, l.single_factor, s_shape)
       s_item = np.zeros(s_shape, np.int64)
-      s_item[:l.single_item.shape[0], :l.single_item.shape[1]] = l.single_item
-    out.append(RecordLayout(
+      s_item[: l.single_item.shape[0], : l.single_item.shape[1]] = l.single_item
+    out.append(
+      RecordLayout(
         single_rec=i32(s_cells) if has_single else None,
         single_factor=i32(s_fac) if has_single else None,
         single_item=i32(s_item) if has_single else None,
-        multi_rec=i32(m_cells), multi_factor=i32(m_fac), multi_pos=i32(mpos),
-        tier_rec=tuple(map(i32, t_rec)), tier_fac=tuple(map(i32, t_fac)),
-        tier_cell=tuple(map(i32, t_cell)), item_seg=None,
-        multi_items=i32(items), gather=i32(gather)))
+        multi_rec=i32(m_cells),
+        multi_factor=i32(m_fac),
+        multi_pos=i32(mpos),
+        tier_rec=tuple(map(i32, t_rec)),
+        tier_fac=tuple(map(i32, t_fac)),
+        tier_cell=tuple(map(i32, t_cell)),
+        item_seg=None,
+        multi_items=i32(items),
+        gather=i32(gather),
+      )
+    )
   return out
 
 
@@ -348,6 +368,7 @@ def _fsum(grid, row_factor, num_factors):
 
 class _Data(NamedTuple):
   """CTRs and masks of a layout's cells, runs first: ``[R, ...]``."""
+
   cs: Optional[Array]
   ws: Optional[Array]
   cm: Array
@@ -370,8 +391,7 @@ class _Data(NamedTuple):
     s = jnp.concatenate([t.sum(-1) for t in tiers], axis=1)
     if self.lay.item_seg is None:
       return s
-    return jax.vmap(lambda v: _seg_sum(v, self.lay.item_seg,
-                                       self.num_items))(s)
+    return jax.vmap(lambda v: _seg_sum(v, self.lay.item_seg, self.num_items))(s)
 
   def assemble(self, single, multi, fill):
     """Per-item ``[R, num_items]`` from the single grid, multi state, fill."""
@@ -385,12 +405,17 @@ def _data(ctr, where, lay, num_items, num_factors):
   c = jnp.concatenate([ctr, jnp.zeros((ctr.shape[0], 1), ctr.dtype)], axis=1)
   w = jnp.append(where.astype(ctr.dtype), 0.0)[None]  # [1, n + 1]
   s = lay.single_rec
-  return _Data(cs=None if s is None else c[:, s],
-               ws=None if s is None else w[:, s],
-               cm=c[:, lay.multi_rec], wm=w[:, lay.multi_rec],
-               ct=tuple(c[:, t] for t in lay.tier_rec),
-               wt=tuple(w[:, t] for t in lay.tier_rec), lay=lay,
-               num_items=num_items, num_factors=num_factors)
+  return _Data(
+    cs=None if s is None else c[:, s],
+    ws=None if s is None else w[:, s],
+    cm=c[:, lay.multi_rec],
+    wm=w[:, lay.multi_rec],
+    ct=tuple(c[:, t] for t in lay.tier_rec),
+    wt=tuple(w[:, t] for t in lay.tier_rec),
+    lay=lay,
+    num_items=num_items,
+    num_factors=num_factors,
+  )
 
 
 def _iterate(step, state, epochs: int, *, exact_stop: bool = True):
@@ -404,6 +429,7 @@ def _iterate(step, state, epochs: int, *, exact_stop: bool = True):
   ``epochs % block`` epochs then run as usual. The result equals that of
   all ``epochs`` epochs.
   """
+
   def run(s, k):
     return jax.lax.scan(lambda c, _: (step(c), None), s, None, length=k)[0]
 
@@ -412,18 +438,17 @@ def _iterate(step, state, epochs: int, *, exact_stop: bool = True):
   chunk = next((c for c in range(_CHUNK, 15, -1) if epochs % c == 0), _CHUNK)
   blocks, rem = divmod(epochs, chunk)
   if blocks and exact_stop:
+
     def cond(c):
       return (c[0] < blocks) & ~c[2]
 
     def body(c):
       i, s, _ = c
       s2 = run(s, chunk)
-      same = jnp.all(jnp.stack([jnp.all(a == b) for a, b in zip(
-          jax.tree.leaves(s2), jax.tree.leaves(s))]))
+      same = jnp.all(jnp.stack([jnp.all(a == b) for a, b in zip(jax.tree.leaves(s2), jax.tree.leaves(s))]))
       return i + 1, s2, same
 
-    _, state, _ = jax.lax.while_loop(
-        cond, body, (jnp.int32(0), state, jnp.bool_(False)))
+    _, state, _ = jax.lax.while_loop(cond, body, (jnp.int32(0), state, jnp.bool_(False)))
   elif blocks:
     state = run(state, blocks * chunk)
   return run(state, rem) if rem else state
@@ -437,6 +462,7 @@ class _Sorted(NamedTuple):
   moment functions over the ``k`` smallest CTRs of the row; ``n``: records
   per row ``[R, rows]``.
   """
+
   c: Array
   prefix: Array
   n: Array
@@ -447,9 +473,7 @@ def _sorted_singles(cs, ws, moments):
   c = jnp.sort(jnp.where(ws > 0, cs, jnp.inf), axis=-1)
   ok = jnp.isfinite(c)
   m = jnp.where(ok[..., None], moments(jnp.where(ok, c, 0.0)), 0.0)
-  prefix = jnp.concatenate(
-      [jnp.zeros(m.shape[:-2] + (1, m.shape[-1]), m.dtype),
-       jnp.cumsum(m, axis=-2)], axis=-2)
+  prefix = jnp.concatenate([jnp.zeros(m.shape[:-2] + (1, m.shape[-1]), m.dtype), jnp.cumsum(m, axis=-2)], axis=-2)
   return _Sorted(c=c, prefix=prefix, n=ok.sum(-1))
 
 
@@ -465,8 +489,7 @@ def _bin_table(c):
   f = jnp.clip(jnp.floor(c * _BINS), 0, _BINS).astype(jnp.int32)
   flat = f.reshape(-1, f.shape[-1])
   hist = jax.vmap(lambda v: jnp.zeros(_BINS + 1, jnp.int32).at[v].add(1))(flat)
-  table = jnp.concatenate([jnp.zeros((flat.shape[0], 1), jnp.int32),
-                           jnp.cumsum(hist, axis=-1)[:, :_BINS]], axis=-1)
+  table = jnp.concatenate([jnp.zeros((flat.shape[0], 1), jnp.int32), jnp.cumsum(hist, axis=-1)[:, :_BINS]], axis=-1)
   return table.reshape(c.shape[:-1] + (_BINS + 1,))
 
 
@@ -474,8 +497,7 @@ def _take_last(a, idx):
   """``take_along_axis(a, idx, axis=-1)`` as one flat gather (XLA CPU's
   batched gathers compute their indices element by element: ~10x slower)."""
   rows = int(np.prod(a.shape[:-1]))
-  flat = (jnp.arange(rows, dtype=idx.dtype).reshape(idx.shape[:-1] + (1,))
-          * a.shape[-1] + idx)
+  flat = jnp.arange(rows, dtype=idx.dtype).reshape(idx.shape[:-1] + (1,)) * a.shape[-1] + idx
   return a.reshape(-1)[flat]
 
 
@@ -485,8 +507,7 @@ def _count_le(c, table, thr):
   and at most :data:`_PER_BIN` compares (two gathers, no loop); ``ok`` False
   where the bin of ``thr`` holds more entries below it than that."""
   w = c.shape[-1]
-  cp = jnp.concatenate([c, jnp.full(c.shape[:-1] + (_PER_BIN + 1,), jnp.inf,
-                                    c.dtype)], axis=-1)
+  cp = jnp.concatenate([c, jnp.full(c.shape[:-1] + (_PER_BIN + 1,), jnp.inf, c.dtype)], axis=-1)
   b = jnp.clip(jnp.floor(thr * _BINS), 0, _BINS).astype(jnp.int32)
   k0 = _take_last(table, b[..., None])  # c < b / _BINS
   idx = jnp.minimum(k0 + jnp.arange(_PER_BIN + 1), w + _PER_BIN)
@@ -520,10 +541,18 @@ def _start(lay, r_items):
 
 
 def fit_dla(
-    key: PRNGKey, items: Array, factors: Array, ctr: Array, *, where: Array,
-    num_items: int, num_factors: int, epochs: int,
-    o_update: str = "mean_ratio", init_obs: Optional[float] = None,
-    layout: Optional[RecordLayout] = None,
+  key: PRNGKey,
+  items: Array,
+  factors: Array,
+  ctr: Array,
+  *,
+  where: Array,
+  num_items: int,
+  num_factors: int,
+  epochs: int,
+  o_update: str = "mean_ratio",
+  init_obs: Optional[float] = None,
+  layout: Optional[RecordLayout] = None,
 ) -> tuple[Array, Array]:
   r"""DLA as alternating least squares on embeddings (Gauss-Seidel).
 
@@ -567,17 +596,33 @@ def fit_dla(
   [1.  0.4 0.6] 0.5
   """
   if layout is None:
-    layout = record_layout(items, factors, where, num_items=num_items,
-                           num_factors=num_factors)
-  return _single(_fit_dla, key, ctr, where, layout, num_items=num_items,
-                  num_factors=num_factors, epochs=epochs, o_update=o_update,
-                  init_obs=init_obs)
+    layout = record_layout(items, factors, where, num_items=num_items, num_factors=num_factors)
+  return _single(
+    _fit_dla,
+    key,
+    ctr,
+    where,
+    layout,
+    num_items=num_items,
+    num_factors=num_factors,
+    epochs=epochs,
+    o_update=o_update,
+    init_obs=init_obs,
+  )
 
 
 def fit_regression_em(
-    key: PRNGKey, items: Array, factors: Array, ctr: Array, *, where: Array,
-    num_items: int, num_factors: int, epochs: int, variant: str = "repo",
-    layout: Optional[RecordLayout] = None,
+  key: PRNGKey,
+  items: Array,
+  factors: Array,
+  ctr: Array,
+  *,
+  where: Array,
+  num_items: int,
+  num_factors: int,
+  epochs: int,
+  variant: str = "repo",
+  layout: Optional[RecordLayout] = None,
 ) -> tuple[Array, Array]:
   r"""Regression-EM (Wang et al., WSDM 2018) on embeddings.
 
@@ -606,17 +651,32 @@ def fit_regression_em(
   0.5
   """
   if layout is None:
-    layout = record_layout(items, factors, where, num_items=num_items,
-                           num_factors=num_factors)
-  return _single(_fit_regression_em, key, ctr, where, layout,
-                 num_items=num_items, num_factors=num_factors, epochs=epochs,
-                 variant=variant)
+    layout = record_layout(items, factors, where, num_items=num_items, num_factors=num_factors)
+  return _single(
+    _fit_regression_em,
+    key,
+    ctr,
+    where,
+    layout,
+    num_items=num_items,
+    num_factors=num_factors,
+    epochs=epochs,
+    variant=variant,
+  )
 
 
 def fit_two_tower(
-    key: PRNGKey, items: Array, factors: Array, ctr: Array, *, where: Array,
-    num_items: int, num_factors: int, epochs: int,
-    learning_rate: float = 1e-2, layout: Optional[RecordLayout] = None,
+  key: PRNGKey,
+  items: Array,
+  factors: Array,
+  ctr: Array,
+  *,
+  where: Array,
+  num_items: int,
+  num_factors: int,
+  epochs: int,
+  learning_rate: float = 1e-2,
+  layout: Optional[RecordLayout] = None,
 ) -> tuple[Array, Array]:
   r"""Two-Tower (Guo et al., 2019): sigmoid embeddings, Adam on the mean BCE.
 
@@ -641,11 +701,18 @@ def fit_two_tower(
   0.5
   """
   if layout is None:
-    layout = record_layout(items, factors, where, num_items=num_items,
-                           num_factors=num_factors)
-  return _single(_fit_two_tower, key, ctr, where, layout,
-                 num_items=num_items, num_factors=num_factors, epochs=epochs,
-                 learning_rate=learning_rate)
+    layout = record_layout(items, factors, where, num_items=num_items, num_factors=num_factors)
+  return _single(
+    _fit_two_tower,
+    key,
+    ctr,
+    where,
+    layout,
+    num_items=num_items,
+    num_factors=num_factors,
+    epochs=epochs,
+    learning_rate=learning_rate,
+  )
 
 
 def _dla_moments(c):
@@ -653,8 +720,7 @@ def _dla_moments(c):
   (the inverse powers 0 where ``c = 0``)."""
   pos = c > 0
   c2 = jnp.where(pos, 1.0 / jnp.where(pos, c * c, 1.0), 0.0)
-  return jnp.stack([pos.astype(c.dtype), c, c2, c2 * c2, c2 * c2 * c2],
-                   axis=-1)
+  return jnp.stack([pos.astype(c.dtype), c, c2, c2 * c2, c2 * c2 * c2], axis=-1)
 
 
 def _dla_single_sums(srt, table, c_min, o):
@@ -700,8 +766,7 @@ def _dla_single_sums(srt, table, c_min, o):
   return total, ok
 
 
-def _fit_dla(keys, ctr, where, lay, *, num_items, num_factors, epochs,
-             o_update="mean_ratio", init_obs=None):
+def _fit_dla(keys, ctr, where, lay, *, num_items, num_factors, epochs, o_update="mean_ratio", init_obs=None):
   # keys [R], ctr [R, n] -> r [R, num_items], o [R, num_factors]
   if o_update not in ("mean_ratio", "least_squares"):
     raise ValueError(f"unknown o_update {o_update!r}")
@@ -709,8 +774,7 @@ def _fit_dla(keys, ctr, where, lay, *, num_items, num_factors, epochs,
   dtype = ctr.dtype
   k1, k2 = jax.vmap(jax.random.split, out_axes=1)(keys)
   r_init = _init(k1, num_items, dtype)
-  o = (_init(k2, num_factors, dtype) if init_obs is None
-       else jnp.full((keys.shape[0], num_factors), init_obs, dtype))
+  o = _init(k2, num_factors, dtype) if init_obs is None else jnp.full((keys.shape[0], num_factors), init_obs, dtype)
   count_t = d.fac_sum(d.ws, d.wm)
   has_t = count_t > 0
   inv_t = 1.0 / jnp.where(has_t, count_t, 1.0)
@@ -737,12 +801,11 @@ def _fit_dla(keys, ctr, where, lay, *, num_items, num_factors, epochs,
     rm = multi_r(o)
     rx = rm[:, lay.multi_pos]
     if o_update == "mean_ratio":
-      o_new = d.fac_sum(None if rs is None else term(d.cs, d.ws, rs),
-                        term(d.cm, d.wm, rx)) * inv_t
+      o_new = d.fac_sum(None if rs is None else term(d.cs, d.ws, rs), term(d.cm, d.wm, rx)) * inv_t
     else:
       o_new = d.fac_sum(None if rs is None else d.cs * rs, d.cm * rx) / (
-          d.fac_sum(None if rs is None else d.ws * rs * rs,
-                    d.wm * rx * rx) + _EPS)
+        d.fac_sum(None if rs is None else d.ws * rs * rs, d.wm * rx * rx) + _EPS
+      )
     return rs, rm, update_o(o, o_new)
 
   rs, rm = _start(lay, r_init)
@@ -759,16 +822,14 @@ def _fit_dla(keys, ctr, where, lay, *, num_items, num_factors, epochs,
   c_min = jnp.min(jnp.where(d.cs > 0, d.cs, jnp.inf), axis=-1)
 
   def single_sum(o):
-    total, ok = _dla_single_sums(srt, table, c_min,
-                                 _rows(o, lay.single_factor)[..., 0])
+    total, ok = _dla_single_sums(srt, table, c_min, _rows(o, lay.single_factor)[..., 0])
     exact = lambda: term(d.cs, d.ws, single_r(o)).sum(-1)  # noqa: E731
     return jax.lax.cond(ok, lambda: total, exact)
 
   def fast_epoch(carry):
     _, _, o = carry
     rm = multi_r(o)
-    o_new = d.fac_sum(single_sum(o)[..., None],
-                      term(d.cm, d.wm, rm[:, lay.multi_pos])) * inv_t
+    o_new = d.fac_sum(single_sum(o)[..., None], term(d.cm, d.wm, rm[:, lay.multi_pos])) * inv_t
     return rm, o, update_o(o, o_new)
 
   rm, o_prev, o = _iterate(fast_epoch, (rm, o, o), epochs)
@@ -779,10 +840,11 @@ def _rem_moments(c):
   """Moments of :func:`_rem_single_sums`: ``[1, c]`` and ``c^j g^i`` for
   ``g = (1 - c)^-2``, ``i = 1, 2, 3``, ``j < i + 2``."""
   g = 1.0 / (1.0 - c) ** 2
-  pw = [jnp.ones_like(c), c, c * c, c ** 3, c ** 4]
-  return jnp.stack([pw[0], c] + [pw[j] * g for j in range(3)]
-                   + [pw[j] * g * g for j in range(4)]
-                   + [pw[j] * g ** 3 for j in range(5)], axis=-1)
+  pw = [jnp.ones_like(c), c, c * c, c**3, c**4]
+  return jnp.stack(
+    [pw[0], c] + [pw[j] * g for j in range(3)] + [pw[j] * g * g for j in range(4)] + [pw[j] * g**3 for j in range(5)],
+    axis=-1,
+  )
 
 
 def _rem_single_sums(srt, table, o):
@@ -819,23 +881,18 @@ def _rem_single_sums(srt, table, o):
   c_total = _prefix_at(srt, srt.n)[..., 1]
   s = jnp.where(k > 0, _EPS / jnp.where(o > 0, o, 1.0), 0.0)
   g = w * m[2] - (1 + o * w) * m[3] + o * m[4]
-  h = (w * m[5] - (2 * o * w + 1) * m[6] + (o * o * w + 2 * o) * m[7]
-       - o * o * m[8])
-  o3 = o ** 3
-  kk = (w * m[9] - (3 * o * w + 1) * m[10]
-        + (3 * o * o * w + 3 * o) * m[11] - (o3 * w + 3 * o * o) * m[12]
-        + o3 * m[13])
+  h = w * m[5] - (2 * o * w + 1) * m[6] + (o * o * w + 2 * o) * m[7] - o * o * m[8]
+  o3 = o**3
+  kk = w * m[9] - (3 * o * w + 1) * m[10] + (3 * o * o * w + 3 * o) * m[11] - (o3 * w + 3 * o * o) * m[12] + o3 * m[13]
   total = m[0] * w - s * (g - s * (h - s * kk)) + (c_total - m[1])
   # q grows with c: its largest value is at the largest unclipped CTR
   c_hi = _take_last(srt.c, jnp.maximum(k - 1, 0)[..., None])[..., 0]
   q = jnp.where(k > 0, s * (1 - o * c_hi) / (1 - c_hi) ** 2, 0.0)
-  ok = jnp.all(found & ((o > 0) | (k == 0)) & (q <= _SERIES_TOL)
-               & jnp.isfinite(total))
+  ok = jnp.all(found & ((o > 0) | (k == 0)) & (q <= _SERIES_TOL) & jnp.isfinite(total))
   return total, ok
 
 
-def _fit_regression_em(keys, ctr, where, lay, *, num_items, num_factors,
-                       epochs, variant="repo"):
+def _fit_regression_em(keys, ctr, where, lay, *, num_items, num_factors, epochs, variant="repo"):
   if variant not in ("repo", "paper"):
     raise ValueError(f"unknown variant {variant!r}")
   d = _data(ctr, where, lay, num_items, num_factors)
@@ -869,7 +926,7 @@ def _fit_regression_em(keys, ctr, where, lay, *, num_items, num_factors,
       if variant == "repo":
         p = post_repo(c, ot)
       else:
-        rho = rm[:, start:start + c.shape[1], None]
+        rho = rm[:, start : start + c.shape[1], None]
         if lay.item_seg is not None:
           rho = rm[:, lay.item_seg][:, :, None]
         p = post(c, ot, rho)
@@ -889,11 +946,8 @@ def _fit_regression_em(keys, ctr, where, lay, *, num_items, num_factors,
     if rs is not None:  # one record per item: the mean is the record itself
       rs = single_r(rs, o)
     rm, multi = multi_o(rm, o)
-    o_new = d.fac_sum(
-        None if rs is None else post_o(d.cs, d.ws, rs,
-                                       _rows(o, lay.single_factor)),
-        multi)
-    o = jnp.where(has_t, jnp.clip(o_new * inv_t, 0., 1.), o)
+    o_new = d.fac_sum(None if rs is None else post_o(d.cs, d.ws, rs, _rows(o, lay.single_factor)), multi)
+    o = jnp.where(has_t, jnp.clip(o_new * inv_t, 0.0, 1.0), o)
     return rs, rm, o
 
   rs, rm = _start(lay, r_init)
@@ -908,17 +962,20 @@ def _fit_regression_em(keys, ctr, where, lay, *, num_items, num_factors,
   table = _bin_table(srt.c)
 
   def single_sum(o):
-    total, ok = _rem_single_sums(srt, table,
-                                 _rows(o, lay.single_factor)[..., 0])
-    exact = lambda: post_o(d.cs, d.ws, single_r(d.cs, o),  # noqa: E731
-                           _rows(o, lay.single_factor)).sum(-1)
+    total, ok = _rem_single_sums(srt, table, _rows(o, lay.single_factor)[..., 0])
+    exact = lambda: post_o(
+      d.cs,
+      d.ws,
+      single_r(d.cs, o),  # noqa: E731
+      _rows(o, lay.single_factor),
+    ).sum(-1)
     return jax.lax.cond(ok, lambda: total, exact)
 
   def fast_epoch(carry):
     rm, _, o = carry
     rm, multi = multi_o(rm, o)
     o_new = d.fac_sum(single_sum(o)[..., None], multi)
-    return rm, o, jnp.where(has_t, jnp.clip(o_new * inv_t, 0., 1.), o)
+    return rm, o, jnp.where(has_t, jnp.clip(o_new * inv_t, 0.0, 1.0), o)
 
   rm, o_prev, o = _iterate(fast_epoch, (rm, o, o), epochs)
   return d.assemble(single_r(rs, o_prev), rm, r_init), o
@@ -930,15 +987,13 @@ def _sigmoid(x):
   return 0.5 * jnp.tanh(0.5 * x) + 0.5
 
 
-def _fit_two_tower(keys, ctr, where, lay, *, num_items, num_factors, epochs,
-                   learning_rate=1e-2):
+def _fit_two_tower(keys, ctr, where, lay, *, num_items, num_factors, epochs, learning_rate=1e-2):
   d = _data(ctr, where, lay, num_items, num_factors)
   dtype = ctr.dtype
   runs = keys.shape[0]
   a0 = jnp.zeros((runs, num_items), dtype)
   a_s, a_m = _start(lay, a0)
-  params = {"as": a_s, "am": a_m,
-            "b": _init(keys, num_factors, dtype, jax.random.normal)}
+  params = {"as": a_s, "am": a_m, "b": _init(keys, num_factors, dtype, jax.random.normal)}
   opt = optax.adam(learning_rate)
   scale = -1.0 / jnp.maximum(d.fac_sum(d.ws, d.wm).sum(-1), 1.0)[:, None, None]
 
@@ -963,8 +1018,7 @@ def _fit_two_tower(keys, ctr, where, lay, *, num_items, num_factors, epochs,
       g["as"] = gs * (1.0 - sa)
     sa = _sigmoid(p["am"])
     gm = dlogp(_cols(sa, lay.multi_pos), _rows(sb, lay.multi_factor), d.cm, d.wm)
-    flat = jnp.concatenate([gm.reshape(runs, -1), jnp.zeros((runs, 1), dtype)],
-                           axis=1)
+    flat = jnp.concatenate([gm.reshape(runs, -1), jnp.zeros((runs, 1), dtype)], axis=1)
     g["am"] = d.item_sum([flat[:, t] for t in lay.tier_cell]) * (1.0 - sa)
     g["b"] = d.fac_sum(gs, gm) * (1.0 - sb)
     return g
@@ -974,30 +1028,25 @@ def _fit_two_tower(keys, ctr, where, lay, *, num_items, num_factors, epochs,
     upd, s = opt.update(grads(p), s, p)
     return optax.apply_updates(p, upd), s
 
-  params, _ = _iterate(step, (params, opt.init(params)), epochs,
-                       exact_stop=False)
+  params, _ = _iterate(step, (params, opt.init(params)), epochs, exact_stop=False)
   sig = _sigmoid
-  return (d.assemble(None if params["as"] is None else sig(params["as"]),
-                     sig(params["am"]), sig(a0)), sig(params["b"]))
+  return (d.assemble(None if params["as"] is None else sig(params["as"]), sig(params["am"]), sig(a0)), sig(params["b"]))
 
 
 _STATIC = ("num_items", "num_factors", "epochs")
 _JITTED = {
-    _fit_dla: jax.jit(_fit_dla, static_argnames=_STATIC + ("o_update",)),
-    _fit_regression_em: jax.jit(_fit_regression_em,
-                                static_argnames=_STATIC + ("variant",)),
-    _fit_two_tower: jax.jit(_fit_two_tower, static_argnames=_STATIC),
+  _fit_dla: jax.jit(_fit_dla, static_argnames=_STATIC + ("o_update",)),
+  _fit_regression_em: jax.jit(_fit_regression_em, static_argnames=_STATIC + ("variant",)),
+  _fit_two_tower: jax.jit(_fit_two_tower, static_argnames=_STATIC),
 }
 
 
 def _single(kernel, key, ctr, where, layout, **kw):
-  r, o = _JITTED[kernel](jnp.asarray(key)[None], jnp.asarray(ctr).reshape(1, -1),
-                where, layout, **kw)
+  r, o = _JITTED[kernel](jnp.asarray(key)[None], jnp.asarray(ctr).reshape(1, -1), where, layout, **kw)
   return r[0], o[0]
 
 
-def fit_no_debias(key, items, factors, ctr, *, where, num_items, num_factors,
-                  epochs=1, **unused):
+def fit_no_debias(key, items, factors, ctr, *, where, num_items, num_factors, epochs=1, **unused):
   r"""No debiasing: one shared bias factor, so :math:`r'(x) \propto
   \operatorname{mean}_{i: x_i = x} c_i` (DLA with all :math:`t_i = 0`,
   :math:`o' = 1`).
@@ -1019,19 +1068,27 @@ def fit_no_debias(key, items, factors, ctr, *, where, num_items, num_factors,
 
 
 FIT_FUNCTIONS = {
-    "no_debias": fit_no_debias,
-    "dla": fit_dla,
-    "regression_em": fit_regression_em,
-    "two_tower": fit_two_tower,
+  "no_debias": fit_no_debias,
+  "dla": fit_dla,
+  "regression_em": fit_regression_em,
+  "two_tower": fit_two_tower,
 }
 
-_KERNELS = {"dla": _fit_dla, "regression_em": _fit_regression_em,
-            "two_tower": _fit_two_tower}
+_KERNELS = {"dla": _fit_dla, "regression_em": _fit_regression_em, "two_tower": _fit_two_tower}
 
 
-def fit_runs(method: str, keys: Array, ctr: Array, *, where: Array,
-             layout: RecordLayout, num_items: int, num_factors: int,
-             epochs: int, **kwargs) -> tuple[Array, Array]:
+def fit_runs(
+  method: str,
+  keys: Array,
+  ctr: Array,
+  *,
+  where: Array,
+  layout: RecordLayout,
+  num_items: int,
+  num_factors: int,
+  epochs: int,
+  **kwargs,
+) -> tuple[Array, Array]:
   r"""``R`` independent fits of ``method`` on one record layout, batched.
 
   The same as ``jax.vmap`` of the single-run function over ``keys`` and the
@@ -1061,6 +1118,5 @@ def fit_runs(method: str, keys: Array, ctr: Array, *, where: Array,
   (2, 3) [0.5 0.5]
   """
   return _KERNELS[method](
-      keys, jnp.asarray(ctr), where, layout, num_items=num_items,
-      num_factors=num_factors, epochs=epochs, **kwargs)
-
+    keys, jnp.asarray(ctr), where, layout, num_items=num_items, num_factors=num_factors, epochs=epochs, **kwargs
+  )

@@ -67,15 +67,15 @@ from ultr_jax.graph.connectivity import connected_components
 from ultr_jax.types import Array
 
 __all__ = [
-    "InterventionSets",
-    "HarvestedPropensities",
-    "intervention_sets",
-    "ctr_estimate",
-    "pivot_estimate",
-    "adjacent_chain_estimate",
-    "all_pairs_estimate",
-    "harvest_propensities",
-    "HARVESTING_METHODS",
+  "InterventionSets",
+  "HarvestedPropensities",
+  "intervention_sets",
+  "ctr_estimate",
+  "pivot_estimate",
+  "adjacent_chain_estimate",
+  "all_pairs_estimate",
+  "harvest_propensities",
+  "HARVESTING_METHODS",
 ]
 
 _HIGHEST = jax.lax.Precision.HIGHEST
@@ -115,9 +115,16 @@ class HarvestedPropensities(NamedTuple):
 
 
 @functools.partial(jax.jit, static_argnames=("num_items", "num_factors"))
-def intervention_sets(items: Array, factors: Array, clicks: Array, *, num_items: int,
-                      num_factors: int, where: Optional[Array] = None,
-                      weights: Optional[Array] = None) -> InterventionSets:
+def intervention_sets(
+  items: Array,
+  factors: Array,
+  clicks: Array,
+  *,
+  num_items: int,
+  num_factors: int,
+  where: Optional[Array] = None,
+  weights: Optional[Array] = None,
+) -> InterventionSets:
   r"""The intervention sets :math:`S_{k,k'}` of a click log, as :class:`InterventionSets`.
 
   Per cell (item :math:`x`, factor :math:`t`): clicks :math:`\sum w c` and
@@ -150,14 +157,15 @@ def intervention_sets(items: Array, factors: Array, clicks: Array, *, num_items:
   [[2.0, 2.0], [0.0, 0.0]] [[2.0, 2.0], [2.0, 2.0]]
   """
   if num_items * num_factors >= 2**31:  # the int32 cell ids (static sizes: raised while tracing)
-    raise ValueError(f"{num_items} items x {num_factors} factors is too many (item, factor) cells for the"
-                     " dense intervention sets (< 2^31); harvest per position, or per context type")
+    raise ValueError(
+      f"{num_items} items x {num_factors} factors is too many (item, factor) cells for the"
+      " dense intervention sets (< 2^31); harvest per position, or per context type"
+    )
   x = jnp.ravel(jnp.asarray(items, jnp.int32))
   t = jnp.ravel(jnp.asarray(factors, jnp.int32))
   c = jnp.ravel(jnp.asarray(clicks, jnp.float32))
   m = jnp.ones(x.shape, bool) if where is None else jnp.ravel(jnp.asarray(where, bool))
-  w = jnp.ones(x.shape, jnp.float32) if weights is None else jnp.ravel(
-      jnp.asarray(weights, jnp.float32))
+  w = jnp.ones(x.shape, jnp.float32) if weights is None else jnp.ravel(jnp.asarray(weights, jnp.float32))
   w = jnp.where(m, w, 0.0)
   cell = jnp.where(m, x * num_factors + t, 0)
   n_cells = num_items * num_factors
@@ -168,16 +176,16 @@ def intervention_sets(items: Array, factors: Array, clicks: Array, *, num_items:
   shown = (imp > 0).astype(jnp.float32)
   ctr = jnp.where(imp > 0, clk / jnp.where(imp > 0, imp, 1.0), 0.0)
   return InterventionSets(
-      clicks=jnp.matmul(ctr.T, shown, precision=_HIGHEST),
-      items=jnp.matmul(shown.T, shown, precision=_HIGHEST),
-      factor_clicks=jnp.sum(clk, axis=0),
-      factor_impressions=jnp.sum(imp, axis=0))
+    clicks=jnp.matmul(ctr.T, shown, precision=_HIGHEST),
+    items=jnp.matmul(shown.T, shown, precision=_HIGHEST),
+    factor_clicks=jnp.sum(clk, axis=0),
+    factor_impressions=jnp.sum(imp, axis=0),
+  )
 
 
 def _finish(ratio, identified, pivot, converged=True):
   ratio = (ratio / ratio[pivot]).at[pivot].set(1.0)
-  return HarvestedPropensities(jnp.where(identified, ratio, jnp.nan), identified,
-                               jnp.asarray(converged, bool))
+  return HarvestedPropensities(jnp.where(identified, ratio, jnp.nan), identified, jnp.asarray(converged, bool))
 
 
 @functools.partial(jax.jit, static_argnames=("pivot",))
@@ -252,8 +260,9 @@ def adjacent_chain_estimate(sets: InterventionSets) -> HarvestedPropensities:
 
 
 @functools.partial(jax.jit, static_argnames=("pivot", "max_iters"))
-def all_pairs_estimate(sets: InterventionSets, *, pivot: int = 0, max_iters: int = 1000,
-                       tol: float = 1e-7) -> HarvestedPropensities:
+def all_pairs_estimate(
+  sets: InterventionSets, *, pivot: int = 0, max_iters: int = 1000, tol: float = 1e-7
+) -> HarvestedPropensities:
   r"""The all-pairs extremum estimator (Agarwal et al., WSDM 2019).
 
   Maximises the Bernoulli log-likelihood of every ordered pair :math:`k \neq
@@ -307,8 +316,9 @@ def all_pairs_estimate(sets: InterventionSets, *, pivot: int = 0, max_iters: int
   # so that the start is feasible.
   imp = sets.factor_impressions
   ctr = sets.factor_clicks / jnp.where(imp > 0, imp, 1.0)
-  o0 = jnp.where((imp > 0) & (ctr > 0) & (ctr[pivot] > 0),
-                 jnp.clip(ctr / jnp.where(ctr[pivot] > 0, ctr[pivot], 1.0), 1e-3, 1e3), 1.0)
+  o0 = jnp.where(
+    (imp > 0) & (ctr > 0) & (ctr[pivot] > 0), jnp.clip(ctr / jnp.where(ctr[pivot] > 0, ctr[pivot], 1.0), 1e-3, 1e3), 1.0
+  )
   r0 = (c + c.T) / jnp.maximum((n + n.T) * (o0[:, None] + o0[None, :]) / 2, 1e-12)
   r0 = jnp.clip(r0, 1e-6, 0.999 / jnp.maximum(o0[:, None], o0[None, :]))
   params = (jnp.log(o0), jnp.log(r0))
@@ -317,25 +327,34 @@ def all_pairs_estimate(sets: InterventionSets, *, pivot: int = 0, max_iters: int
   informative = (n > 0) & ((c + c.T) > 0)
   ids = jnp.arange(num_factors)
   labels, _, _ = connected_components(
-      jnp.repeat(ids, num_factors), jnp.tile(ids, num_factors), num_nodes=num_factors,
-      edge_mask=informative.ravel())
+    jnp.repeat(ids, num_factors), jnp.tile(ids, num_factors), num_nodes=num_factors, edge_mask=informative.ravel()
+  )
   has_clicks = jnp.any(informative, axis=1)
   ok = (labels == labels[pivot]) & has_clicks[pivot] & (has_clicks | (ids == pivot))
   return _finish(jnp.exp(params[0] - params[0][pivot]), ok, pivot, gnorm <= tol)
 
 
 HARVESTING_METHODS = {
-    "all_pairs": all_pairs_estimate,
-    "pivot": pivot_estimate,
-    "adjacent_chain": adjacent_chain_estimate,
-    "ctr": ctr_estimate,
+  "all_pairs": all_pairs_estimate,
+  "pivot": pivot_estimate,
+  "adjacent_chain": adjacent_chain_estimate,
+  "ctr": ctr_estimate,
 }
 
 
-def harvest_propensities(items, factors, clicks, *, method: str = "all_pairs", where=None,
-                         weights=None, num_items: Optional[int] = None,
-                         num_factors: Optional[int] = None, pivot: int = 0,
-                         allow_unidentified: bool = False) -> HarvestedPropensities:
+def harvest_propensities(
+  items,
+  factors,
+  clicks,
+  *,
+  method: str = "all_pairs",
+  where=None,
+  weights=None,
+  num_items: Optional[int] = None,
+  num_factors: Optional[int] = None,
+  pivot: int = 0,
+  allow_unidentified: bool = False,
+) -> HarvestedPropensities:
   r"""Position (bias-factor) propensities from a click log of several rankers.
 
   The host-side entry point: checks the records, builds
@@ -366,8 +385,7 @@ def harvest_propensities(items, factors, clicks, *, method: str = "all_pairs", w
   [1.0, 0.5]
   """
   if method not in HARVESTING_METHODS:
-    raise ValueError(f"unknown harvesting method {method!r}; expected one of "
-                     f"{sorted(HARVESTING_METHODS)}")
+    raise ValueError(f"unknown harvesting method {method!r}; expected one of {sorted(HARVESTING_METHODS)}")
   x, t, c = np.asarray(items), np.asarray(factors), np.asarray(clicks, np.float64)
   m = np.ones(x.shape, bool) if where is None else np.asarray(where, bool)
   w = None if weights is None else np.asarray(weights, np.float64)
@@ -396,8 +414,7 @@ def harvest_propensities(items, factors, clicks, *, method: str = "all_pairs", w
     raise ValueError(f"weights[{i}] = {w[i]} must be a finite impression count >= 0")
   if not 0 <= pivot < num_factors:
     raise ValueError(f"pivot {pivot} is outside [0, {num_factors})")
-  sets = intervention_sets(x, t, c, num_items=num_items, num_factors=num_factors, where=m,
-                           weights=w)
+  sets = intervention_sets(x, t, c, num_items=num_items, num_factors=num_factors, where=m, weights=w)
   fn = HARVESTING_METHODS[method]
   est = fn(sets) if method == "adjacent_chain" else fn(sets, pivot=pivot)
   if not allow_unidentified:
@@ -405,8 +422,9 @@ def harvest_propensities(items, factors, clicks, *, method: str = "all_pairs", w
     missing = np.flatnonzero(occurs & ~np.asarray(est.identified))
     if missing.size:
       raise ValueError(
-          f"{method}: the propensities of factors {missing.tolist()} are not identified from"
-          f" this log (no chain of shared, clicked items links them to factor"
-          f" {0 if method == 'adjacent_chain' else pivot}; see check_identifiability);"
-          " pass allow_unidentified=True to get NaN for them")
+        f"{method}: the propensities of factors {missing.tolist()} are not identified from"
+        f" this log (no chain of shared, clicked items links them to factor"
+        f" {0 if method == 'adjacent_chain' else pivot}; see check_identifiability);"
+        " pass allow_unidentified=True to get NaN for them"
+      )
   return est

@@ -31,11 +31,11 @@ from ultr_jax.data.dataset import RankingDataset
 from ultr_jax.graph.mst import prim_mst
 
 __all__ = [
-    "Intervention",
-    "intervention_cost",
-    "intervention_plan",
-    "random_intervention_plan",
-    "apply_interventions",
+  "Intervention",
+  "intervention_cost",
+  "intervention_plan",
+  "random_intervention_plan",
+  "apply_interventions",
 ]
 
 
@@ -78,9 +78,9 @@ def _best_records(doc_ids, where, r_hat, num_positions):
   return out_q, out_r, out_d
 
 
-def intervention_plan(doc_ids, where, labels, r_hat, o_hat, *,
-                      present: Optional[np.ndarray] = None
-                      ) -> list[Intervention]:
+def intervention_plan(
+  doc_ids, where, labels, r_hat, o_hat, *, present: Optional[np.ndarray] = None
+) -> list[Intervention]:
   r"""Algorithm 2 (NodeIntervention) for position bias: ``K - 1`` min-cost swaps.
 
   Args:
@@ -113,13 +113,10 @@ def intervention_plan(doc_ids, where, labels, r_hat, o_hat, *,
   comps = np.unique(labels[present])
   k = comps.size
   # target of a move into component B: argmax_{t in B} o_hat(t)
-  target = np.array([
-      np.flatnonzero(present & (labels == c))[
-          np.argmax(o_hat[present & (labels == c)])] for c in comps])
+  target = np.array([np.flatnonzero(present & (labels == c))[np.argmax(o_hat[present & (labels == c)])] for c in comps])
   # cost_move[t, B]: move the best x shown at t into B's target
   with np.errstate(divide="ignore"):
-    cost_move = intervention_cost(
-        rmax[:, None], o_hat[:, None], o_hat[target][None, :])
+    cost_move = intervention_cost(rmax[:, None], o_hat[:, None], o_hat[target][None, :])
   cost_move[~present | ~np.isfinite(rmax)] = np.inf
   cost = np.full((k, k), np.inf)
   move = {}
@@ -141,14 +138,13 @@ def intervention_plan(doc_ids, where, labels, r_hat, o_hat, *,
   for i, j, _ in prim_mst(cost, start):
     ab, ba = move[i, j], move[j, i]
     t_from, t_to, c = ab if ab[2] <= ba[2] else ba
-    plan.append(Intervention(query=int(best_q[t_from]), position_a=t_from,
-                             position_b=t_to, doc=int(best_doc[t_from]),
-                             cost=c))
+    plan.append(
+      Intervention(query=int(best_q[t_from]), position_a=t_from, position_b=t_to, doc=int(best_doc[t_from]), cost=c)
+    )
   return plan
 
 
-def random_intervention_plan(rng: np.random.Generator, doc_ids, where, labels,
-                             *, present=None) -> list[Intervention]:
+def random_intervention_plan(rng: np.random.Generator, doc_ids, where, labels, *, present=None) -> list[Intervention]:
   r"""The random-cost ablation (Figure 4a): Eq. 3 replaced by
   :math:`C \sim U[0, 1]`, i.e. a random MST over components, and for each of
   its edges a random logged list with a random position of one component
@@ -175,9 +171,9 @@ def random_intervention_plan(rng: np.random.Generator, doc_ids, where, labels,
     pos_b = rng.choice(np.flatnonzero(present & (labels == comps[j])))
     rows = np.flatnonzero(where[:, pos_a] & where[:, pos_b])
     q = int(rng.choice(rows))
-    plan.append(Intervention(query=q, position_a=int(pos_a),
-                             position_b=int(pos_b),
-                             doc=int(doc_ids[q, pos_a]), cost=float(c)))
+    plan.append(
+      Intervention(query=q, position_a=int(pos_a), position_b=int(pos_b), doc=int(doc_ids[q, pos_a]), cost=float(c))
+    )
   return plan
 
 
@@ -215,11 +211,10 @@ def apply_interventions(ds: RankingDataset, plan) -> RankingDataset:
     return np.concatenate([a, b.astype(a.dtype)], axis=0)
 
   return RankingDataset(
-      features=cat(ds.features, swap(new.features)),
-      labels=cat(ds.labels, swap(new.labels)),
-      where=cat(ds.where, swap(new.where)),
-      qid=cat(ds.qid, qid),
-      doc_ids=None if ds.doc_ids is None else cat(ds.doc_ids,
-                                                  swap(new.doc_ids)),
-      extras={k: cat(ds.extras[k], extras[k]) for k in ds.extras},
+    features=cat(ds.features, swap(new.features)),
+    labels=cat(ds.labels, swap(new.labels)),
+    where=cat(ds.where, swap(new.where)),
+    qid=cat(ds.qid, qid),
+    doc_ids=None if ds.doc_ids is None else cat(ds.doc_ids, swap(new.doc_ids)),
+    extras={k: cat(ds.extras[k], extras[k]) for k in ds.extras},
   )

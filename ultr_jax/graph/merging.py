@@ -67,8 +67,7 @@ def merge_plan(bias_features, labels, present=None, *, start=None) -> MergePlan:
     x = x[:, None]
   labels = np.asarray(labels)
   t_count = labels.shape[0]
-  present = (np.ones(t_count, bool) if present is None
-             else np.asarray(present, bool))
+  present = np.ones(t_count, bool) if present is None else np.asarray(present, bool)
   ids = np.flatnonzero(present)
   comp_labels, sizes = np.unique(labels[ids], return_counts=True)
   if start is None:
@@ -87,7 +86,7 @@ def merge_plan(bias_features, labels, present=None, *, start=None) -> MergePlan:
     # distances from the new members to every unfound factor, in chunks
     chunk = max(1, int(4e6 // (rest.size * x.shape[1])))
     for lo in range(0, m.size, chunk):
-      mm = m[lo:lo + chunk]
+      mm = m[lo : lo + chunk]
       d = np.sqrt(((x[rest][:, None, :] - x[mm][None, :, :]) ** 2).sum(-1))
       j = np.argmin(d, axis=1)
       dmin = d[np.arange(rest.size), j]

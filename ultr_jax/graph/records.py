@@ -18,16 +18,15 @@ from typing import Optional
 import numpy as np
 
 __all__ = [
-    "feature_vector_ids",
-    "random_contexts",
-    "bias_factor_ids",
-    "bias_factor_names",
-    "read_svmlight_ranking",
+  "feature_vector_ids",
+  "random_contexts",
+  "bias_factor_ids",
+  "bias_factor_names",
+  "read_svmlight_ranking",
 ]
 
 
-def feature_vector_ids(features: np.ndarray, where: Optional[np.ndarray] = None
-                       ) -> tuple[np.ndarray, int]:
+def feature_vector_ids(features: np.ndarray, where: Optional[np.ndarray] = None) -> tuple[np.ndarray, int]:
   r"""Ids of distinct feature vectors: :math:`x_i = x_j \iff f_i = f_j`.
 
   Args:
@@ -45,8 +44,7 @@ def feature_vector_ids(features: np.ndarray, where: Optional[np.ndarray] = None
   f = np.ascontiguousarray(np.asarray(features, np.float32))
   lead = f.shape[:-1]
   rows = f.reshape(-1, f.shape[-1])
-  m = (np.ones(rows.shape[0], bool) if where is None
-       else np.asarray(where, bool).reshape(-1))
+  m = np.ones(rows.shape[0], bool) if where is None else np.asarray(where, bool).reshape(-1)
   keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1])))
   keys = keys.reshape(-1)
   out = np.full(rows.shape[0], -1, np.int32)
@@ -61,8 +59,7 @@ def feature_vector_ids(features: np.ndarray, where: Optional[np.ndarray] = None
   return out.reshape(lead), n
 
 
-def random_contexts(num_queries: int, list_size: int, num_contexts: int,
-                    seed: int = 0) -> np.ndarray:
+def random_contexts(num_queries: int, list_size: int, num_contexts: int, seed: int = 0) -> np.ndarray:
   r"""A random context type per displayed item, :math:`c \sim U\{0..n_c-1\}`.
 
   As in the paper's code: ``randint(0, n_context, size=(Q, L))`` with a seed.
@@ -71,12 +68,10 @@ def random_contexts(num_queries: int, list_size: int, num_contexts: int,
   (2, 3)
   """
   rng = np.random.RandomState(seed)
-  return rng.randint(0, num_contexts, size=(num_queries, list_size)).astype(
-      np.int32)
+  return rng.randint(0, num_contexts, size=(num_queries, list_size)).astype(np.int32)
 
 
-def bias_factor_ids(positions: np.ndarray, contexts: Optional[np.ndarray] = None,
-                    *, list_size: int) -> np.ndarray:
+def bias_factor_ids(positions: np.ndarray, contexts: Optional[np.ndarray] = None, *, list_size: int) -> np.ndarray:
   r"""Bias factor of each item: :math:`t = p` or :math:`t = c \cdot L + p`.
 
   >>> bias_factor_ids(np.array([[0, 1, 2]]), np.array([[0, 2, 1]]), list_size=3)
@@ -88,8 +83,7 @@ def bias_factor_ids(positions: np.ndarray, contexts: Optional[np.ndarray] = None
   return (np.asarray(contexts, np.int64) * list_size + p).astype(np.int32)
 
 
-def bias_factor_names(num_factors: int, *, list_size: int,
-                      with_contexts: bool) -> list[str]:
+def bias_factor_names(num_factors: int, *, list_size: int, with_contexts: bool) -> list[str]:
   """Readable names: ``"p3"`` or ``"c12#p3"`` (context 12, position 3).
 
   >>> bias_factor_names(4, list_size=2, with_contexts=True)
@@ -100,8 +94,7 @@ def bias_factor_names(num_factors: int, *, list_size: int,
   return [f"c{t // list_size}#p{t % list_size}" for t in range(num_factors)]
 
 
-def read_svmlight_ranking(path, *, list_size: int = 10,
-                          num_features: Optional[int] = None):
+def read_svmlight_ranking(path, *, list_size: int = 10, num_features: Optional[int] = None):
   r"""Reads an SVMlight/LETOR file whose line order per query is the ranking.
 
   Lines are ``label qid:Q idx:val ...`` (1-based indices, as in LETOR); the
@@ -149,8 +142,7 @@ def read_svmlight_ranking(path, *, list_size: int = 10,
           if k < 1:
             raise ValueError
         except ValueError:
-          raise ValueError(
-              f"{path}:{line_no}: field 'feature': bad token {tok!r}") from None
+          raise ValueError(f"{path}:{line_no}: field 'feature': bad token {tok!r}") from None
         feats.append((k - 1, v))
         width = max(width, k)
       if q not in per_q:

@@ -30,12 +30,12 @@ from ultr_jax.data.dataset import RankingDataset
 from ultr_jax.graph import embedding
 
 __all__ = [
-    "PBM_EXAMINATION",
-    "NDCG_CUTOFFS",
-    "true_relevance",
-    "simulate_ctr",
-    "embedding_metrics",
-    "run_method",
+  "PBM_EXAMINATION",
+  "NDCG_CUTOFFS",
+  "true_relevance",
+  "simulate_ctr",
+  "embedding_metrics",
+  "run_method",
 ]
 
 #: Eye-tracking examination probabilities o(p), p = 0..9 (spec A2).
@@ -50,7 +50,7 @@ def true_relevance(labels, *, eps: float = 0.1, y_max: int = 5):
   [0.1, 0.12903, 0.1871, 0.30323, 0.53548]
   """
   y = jnp.asarray(labels)
-  return eps + (1.0 - eps) * (2.0 ** y - 1.0) / (2.0 ** y_max - 1.0)
+  return eps + (1.0 - eps) * (2.0**y - 1.0) / (2.0**y_max - 1.0)
 
 
 def simulate_ctr(key, p, num_clicks: float):
@@ -65,8 +65,7 @@ def simulate_ctr(key, p, num_clicks: float):
   return jax.random.binomial(key, n, p, dtype=p.dtype) / n
 
 
-def embedding_metrics(r_true_doc, r_pred_doc, doc_present, doc_ids, labels,
-                      where, clicks_pred, ctr):
+def embedding_metrics(r_true_doc, r_pred_doc, doc_present, doc_ids, labels, where, clicks_pred, ctr):
   r"""MCC over documents, nDCG@1/3/5/10 over lists and click MSE over records.
 
   .. math::
@@ -104,15 +103,11 @@ def embedding_metrics(r_true_doc, r_pred_doc, doc_present, doc_ids, labels,
 _LIGHT = {"xla_backend_optimization_level": 0}
 
 
-@functools.partial(jax.jit, static_argnames=("num_docs",),
-                   compiler_options=_LIGHT)
-def _simulate(key, doc_ids, positions, labels, where, exam, num_clicks, eps,
-              y_max, *, num_docs):
+@functools.partial(jax.jit, static_argnames=("num_docs",), compiler_options=_LIGHT)
+def _simulate(key, doc_ids, positions, labels, where, exam, num_clicks, eps, y_max, *, num_docs):
   r_true = true_relevance(labels, eps=eps, y_max=y_max)
   docs = jnp.maximum(doc_ids, 0)
-  r_true_doc = jax.ops.segment_max(
-      jnp.where(where, r_true, -1.0).ravel(), docs.ravel(),
-      num_segments=num_docs)
+  r_true_doc = jax.ops.segment_max(jnp.where(where, r_true, -1.0).ravel(), docs.ravel(), num_segments=num_docs)
   p = jnp.where(where, r_true * exam[positions], 0.0)
   k_click, k_fit = jax.random.split(key)
   ctr = jnp.where(where, simulate_ctr(k_click, p, num_clicks), 0.0)
@@ -120,20 +115,28 @@ def _simulate(key, doc_ids, positions, labels, where, exam, num_clicks, eps,
 
 
 @functools.partial(
-    jax.jit, static_argnames=("method", "num_docs", "num_factors", "epochs",
-                              "fit_kwargs"),
-    compiler_options=embedding.COMPILER_OPTIONS)
-def _fit(k_fit, ctr, docs, where, layout, *, method, num_docs, num_factors,
-         epochs, fit_kwargs):
+  jax.jit,
+  static_argnames=("method", "num_docs", "num_factors", "epochs", "fit_kwargs"),
+  compiler_options=embedding.COMPILER_OPTIONS,
+)
+def _fit(k_fit, ctr, docs, where, layout, *, method, num_docs, num_factors, epochs, fit_kwargs):
   # ctr [R, n], docs / where [n]: flat records (padded with where False)
   if method == "no_debias":
     fit = embedding.fit_no_debias
-    return jax.vmap(lambda c: fit(None, docs, jnp.zeros_like(docs), c,
-                                  where=where, num_items=num_docs,
-                                  num_factors=num_factors))(ctr)
+    return jax.vmap(
+      lambda c: fit(None, docs, jnp.zeros_like(docs), c, where=where, num_items=num_docs, num_factors=num_factors)
+    )(ctr)
   return embedding.fit_runs(
-      method, k_fit, ctr, where=where, layout=layout, num_items=num_docs,
-      num_factors=num_factors, epochs=epochs, **dict(fit_kwargs))
+    method,
+    k_fit,
+    ctr,
+    where=where,
+    layout=layout,
+    num_items=num_docs,
+    num_factors=num_factors,
+    epochs=epochs,
+    **dict(fit_kwargs),
+  )
 
 
 def _positions(ds):
@@ -146,20 +149,29 @@ def _positions(ds):
 @functools.partial(jax.jit, compiler_options=_LIGHT)
 def _score(ctr, r, o_pos, r_true_doc, doc_ids, positions, labels, where):
   docs = jnp.maximum(doc_ids, 0)
-  m = embedding_metrics(r_true_doc, r, r_true_doc >= 0, doc_ids, labels,
-                        where, r[docs] * o_pos[positions], ctr)
+  m = embedding_metrics(r_true_doc, r, r_true_doc >= 0, doc_ids, labels, where, r[docs] * o_pos[positions], ctr)
   m["observation"] = o_pos
   m["relevance"] = r
   return m
 
 
 def run_method(
-    key, ds: RankingDataset, *, method: str, runs: int, epochs: int,
-    num_clicks: float = 1e6, canonical: Optional[np.ndarray] = None,
-    examination=PBM_EXAMINATION, eps: float = 0.1, y_max: int = 5,
-    num_docs: Optional[int] = None, share_shapes=(),
-    num_lists: Optional[int] = None, click_cache: Optional[dict] = None,
-    **fit_kwargs,
+  key,
+  ds: RankingDataset,
+  *,
+  method: str,
+  runs: int,
+  epochs: int,
+  num_clicks: float = 1e6,
+  canonical: Optional[np.ndarray] = None,
+  examination=PBM_EXAMINATION,
+  eps: float = 0.1,
+  y_max: int = 5,
+  num_docs: Optional[int] = None,
+  share_shapes=(),
+  num_lists: Optional[int] = None,
+  click_cache: Optional[dict] = None,
+  **fit_kwargs,
 ) -> dict[str, np.ndarray]:
   r"""Simulates PBM clicks and fits ``method`` ``runs`` times (vmapped, float64).
 
@@ -205,9 +217,17 @@ def run_method(
   q = max([d.where.shape[0] for d, _ in share_shapes] + [num_lists or 0])
   # by the dataset's identity: each entry keeps its dataset alive, so an id
   # is never reused while the cache holds it
-  cache_key = (id(ds), tuple(np.asarray(jax.random.key_data(key)).ravel()),
-               runs, float(num_clicks), tuple(examination), eps, y_max,
-               num_docs, q)
+  cache_key = (
+    id(ds),
+    tuple(np.asarray(jax.random.key_data(key)).ravel()),
+    runs,
+    float(num_clicks),
+    tuple(examination),
+    eps,
+    y_max,
+    num_docs,
+    q,
+  )
   ds_given, ds = ds, _pad_lists(ds, q)
   positions = _positions(ds)
   l = int(np.max(positions)) + 1
@@ -220,14 +240,18 @@ def run_method(
   n = ds.where.size
   layout = None
   if method != "no_debias":
-    group = [(ds, canonical)] + [
-        (d, np.arange(l) if c is None else np.asarray(c))
-        for d, c in share_shapes]
+    group = [(ds, canonical)] + [(d, np.arange(l) if c is None else np.asarray(c)) for d, c in share_shapes]
     n = max(d.where.size for d, _ in group)
-    lays = [embedding.record_layout(
+    lays = [
+      embedding.record_layout(
         _pad(np.maximum(d.doc_ids, 0).ravel(), n),
-        _pad(c[_positions(d)].ravel(), n), _pad(d.where.ravel(), n),
-        num_items=nd, num_factors=l) for d, c in group]
+        _pad(c[_positions(d)].ravel(), n),
+        _pad(d.where.ravel(), n),
+        num_items=nd,
+        num_factors=l,
+      )
+      for d, c in group
+    ]
     layout = embedding.pad_layouts(lays, n)[0] if len(lays) > 1 else lays[0]
   with jax.enable_x64(True):
     keys = jax.random.split(key, runs)
@@ -238,27 +262,42 @@ def run_method(
     if click_cache is not None and cache_key in click_cache:
       _, ctr, k_fit, r_true_doc = click_cache[cache_key]
     else:
-      sims = [_simulate(k, doc_ids, positions, labels, where,
-                        jnp.asarray(exam), jnp.float64(num_clicks),
-                        jnp.float64(eps), jnp.float64(y_max), num_docs=nd)
-              for k in keys]
+      sims = [
+        _simulate(
+          k,
+          doc_ids,
+          positions,
+          labels,
+          where,
+          jnp.asarray(exam),
+          jnp.float64(num_clicks),
+          jnp.float64(eps),
+          jnp.float64(y_max),
+          num_docs=nd,
+        )
+        for k in keys
+      ]
       ctr = jnp.stack([c for c, _, _ in sims])
       k_fit = jnp.stack([k for _, k, _ in sims])
       r_true_doc = sims[0][2]
       if click_cache is not None:
         click_cache[cache_key] = ds_given, ctr, k_fit, r_true_doc
     pad = n - ds.where.size
-    r, o = _fit(k_fit, jnp.pad(ctr.reshape(runs, -1), ((0, 0), (0, pad))),
-                jnp.pad(jnp.maximum(doc_ids, 0).ravel(), (0, pad)),
-                jnp.pad(where.ravel(), (0, pad)), layout,
-                method=method, num_docs=nd, num_factors=l, epochs=epochs,
-                fit_kwargs=tuple(sorted(fit_kwargs.items())))
-    o_pos = (jnp.ones((runs, l), jnp.float64) if method == "no_debias"
-             else o[:, jnp.asarray(canonical, jnp.int32)])
-    out = [_score(ctr[i], r[i], o_pos[i], r_true_doc, doc_ids, positions,
-                  labels, where) for i in range(runs)]
-    return jax.tree.map(lambda *v: np.stack([np.asarray(x) for x in v]),
-                        *out)
+    r, o = _fit(
+      k_fit,
+      jnp.pad(ctr.reshape(runs, -1), ((0, 0), (0, pad))),
+      jnp.pad(jnp.maximum(doc_ids, 0).ravel(), (0, pad)),
+      jnp.pad(where.ravel(), (0, pad)),
+      layout,
+      method=method,
+      num_docs=nd,
+      num_factors=l,
+      epochs=epochs,
+      fit_kwargs=tuple(sorted(fit_kwargs.items())),
+    )
+    o_pos = jnp.ones((runs, l), jnp.float64) if method == "no_debias" else o[:, jnp.asarray(canonical, jnp.int32)]
+    out = [_score(ctr[i], r[i], o_pos[i], r_true_doc, doc_ids, positions, labels, where) for i in range(runs)]
+    return jax.tree.map(lambda *v: np.stack([np.asarray(x) for x in v]), *out)
 
 
 def _pad_lists(ds, q):
@@ -268,13 +307,20 @@ def _pad_lists(ds, q):
   extra = q - ds.where.shape[0]
   if extra <= 0:
     return ds
-  pad = lambda a, v: np.concatenate(  # noqa: E731
-      [a, np.full((extra,) + a.shape[1:], v, a.dtype)])
+  pad = (
+    lambda a, v: np.concatenate(  # noqa: E731
+      [a, np.full((extra,) + a.shape[1:], v, a.dtype)]
+    )
+  )
   return dataclasses.replace(
-      ds, features=pad(ds.features, 0), labels=pad(ds.labels, 0),
-      where=pad(ds.where, False), qid=pad(ds.qid, -1),
-      doc_ids=pad(ds.doc_ids, 0),
-      extras={**ds.extras, "positions": pad(_positions(ds), 0)})
+    ds,
+    features=pad(ds.features, 0),
+    labels=pad(ds.labels, 0),
+    where=pad(ds.where, False),
+    qid=pad(ds.qid, -1),
+    doc_ids=pad(ds.doc_ids, 0),
+    extras={**ds.extras, "positions": pad(_positions(ds), 0)},
+  )
 
 
 def _pad(a, n):
@@ -287,8 +333,11 @@ def summarise(metrics: dict) -> dict:
   >>> summarise({"mcc": np.array([0.5, 0.7]), "observation": np.ones((2, 3))})
   {'mcc': {'mean': 0.6, 'std': 0.1}}
   """
-  return {k: {"mean": round(float(np.mean(v)), 12), "std": round(float(np.std(v)), 12)}
-          for k, v in metrics.items() if np.ndim(v) == 1}
+  return {
+    k: {"mean": round(float(np.mean(v)), 12), "std": round(float(np.std(v)), 12)}
+    for k, v in metrics.items()
+    if np.ndim(v) == 1
+  }
 
 
 def position_components(ds: RankingDataset):
@@ -301,10 +350,9 @@ def position_components(ds: RankingDataset):
   3
   """
   from ultr_jax.graph.connectivity import check_identifiability
-  positions = ds.extras.get(
-      "positions", np.broadcast_to(np.arange(ds.list_size), ds.where.shape))
-  rep = check_identifiability(ds.doc_ids, positions, where=ds.where,
-                              num_factors=int(np.max(positions)) + 1)
+
+  positions = ds.extras.get("positions", np.broadcast_to(np.arange(ds.list_size), ds.where.shape))
+  rep = check_identifiability(ds.doc_ids, positions, where=ds.where, num_factors=int(np.max(positions)) + 1)
   return rep.labels, rep.present, rep.num_components
 
 
@@ -320,20 +368,28 @@ def node_merging_canonical(ds: RankingDataset, pairs=None) -> np.ndarray:
   """
   from ultr_jax.graph.merging import merge_plan
   from ultr_jax.graph.mst import UnionFind
+
   labels, present, _ = position_components(ds)
   if pairs is None:
-    return merge_plan(np.arange(labels.shape[0], dtype=np.float64), labels,
-                      present).canonical
+    return merge_plan(np.arange(labels.shape[0], dtype=np.float64), labels, present).canonical
   uf = UnionFind(labels.shape[0])
   for a, b in pairs:
     uf.union(a, b)
   return uf.canonical()
 
 
-def node_intervention_dataset(key, ds: RankingDataset, *, epochs: int,
-                              num_clicks: float = 1e6, random_cost=False,
-                              seed: int = 0, num_docs=None, num_lists=None,
-                              **dla_kwargs):
+def node_intervention_dataset(
+  key,
+  ds: RankingDataset,
+  *,
+  epochs: int,
+  num_clicks: float = 1e6,
+  random_cost=False,
+  seed: int = 0,
+  num_docs=None,
+  num_lists=None,
+  **dla_kwargs,
+):
   r"""Algorithm 2 applied to ``ds``: estimates :math:`\hat r, \hat o` from one
   DLA + node merging fit (paper C.3), the min-cost plan (or the random-cost
   ablation), and the dataset with the swapped lists appended.
@@ -343,32 +399,44 @@ def node_intervention_dataset(key, ds: RankingDataset, *, epochs: int,
 
   Returns ``(dataset, plan)``.
   """
-  from ultr_jax.graph.intervention import (apply_interventions,
-                                           intervention_plan,
-                                           random_intervention_plan)
+  from ultr_jax.graph.intervention import apply_interventions, intervention_plan, random_intervention_plan
+
   labels, present, k = position_components(ds)
   if k == 1:
     return ds, []
   if random_cost:
-    plan = random_intervention_plan(np.random.default_rng(seed), ds.doc_ids,
-                                    ds.where, labels, present=present)
+    plan = random_intervention_plan(np.random.default_rng(seed), ds.doc_ids, ds.where, labels, present=present)
   else:
-    m = run_method(key, ds, method="dla", runs=1, epochs=epochs,
-                   num_clicks=num_clicks, num_docs=num_docs,
-                   num_lists=num_lists, canonical=node_merging_canonical(ds),
-                   **dla_kwargs)
-    plan = intervention_plan(ds.doc_ids, ds.where, labels, m["relevance"][0],
-                             m["observation"][0], present=present)
+    m = run_method(
+      key,
+      ds,
+      method="dla",
+      runs=1,
+      epochs=epochs,
+      num_clicks=num_clicks,
+      num_docs=num_docs,
+      num_lists=num_lists,
+      canonical=node_merging_canonical(ds),
+      **dla_kwargs,
+    )
+    plan = intervention_plan(ds.doc_ids, ds.where, labels, m["relevance"][0], m["observation"][0], present=present)
   return apply_interventions(ds, plan), plan
 
 
-TABLE1_METHODS = (("DLA", "dla"), ("Regression-EM", "regression_em"),
-                  ("Two-Tower", "two_tower"))
+TABLE1_METHODS = (("DLA", "dla"), ("Regression-EM", "regression_em"), ("Two-Tower", "two_tower"))
 
 
-def table1(key, ds: RankingDataset, *, runs: int, epochs: dict,
-           num_clicks: float = 1e6, method_kwargs: Optional[dict] = None,
-           num_docs=None, log=print) -> dict:
+def table1(
+  key,
+  ds: RankingDataset,
+  *,
+  runs: int,
+  epochs: dict,
+  num_clicks: float = 1e6,
+  method_kwargs: Optional[dict] = None,
+  num_docs=None,
+  log=print,
+) -> dict:
   r"""Table 1: No debias, and each method raw, + node intervention and + node
   merging, ``runs`` runs each.
 
@@ -392,28 +460,28 @@ def table1(key, ds: RankingDataset, *, runs: int, epochs: dict,
   # rows share one compiled click simulation and one compiled scoring.
   num_lists = ds.where.shape[0] + position_components(ds)[2] - 1
   ds_ni, plan = node_intervention_dataset(
-      k_est, ds, epochs=epochs["dla"], num_clicks=num_clicks,
-      num_docs=num_docs, num_lists=num_lists,
-      **method_kwargs.get("dla", {}))
+    k_est,
+    ds,
+    epochs=epochs["dla"],
+    num_clicks=num_clicks,
+    num_docs=num_docs,
+    num_lists=num_lists,
+    **method_kwargs.get("dla", {}),
+  )
   # every row on `ds` (and every row on `ds_ni`) sees the same clicks:
   # simulated once per dataset
-  common = dict(runs=runs, num_clicks=num_clicks, num_docs=num_docs,
-                click_cache={})
+  common = dict(runs=runs, num_clicks=num_clicks, num_docs=num_docs, click_cache={})
   shared = ((ds, None), (ds_ni, None), (ds, canonical))
   rows = {}
 
-  rows["No debias"] = run_method(k_run, ds, method="no_debias", epochs=1,
-                                 share_shapes=shared, **common)
+  rows["No debias"] = run_method(k_run, ds, method="no_debias", epochs=1, share_shapes=shared, **common)
   log("No debias done")
   # the three rows of a method share one compiled fit (padded layouts)
   for name, method in TABLE1_METHODS:
-    kw = dict(epochs=epochs[method], share_shapes=shared, **common,
-              **method_kwargs.get(method, {}))
+    kw = dict(epochs=epochs[method], share_shapes=shared, **common, **method_kwargs.get(method, {}))
     rows[name] = run_method(k_run, ds, method=method, **kw)
-    rows[f"{name} + node intervention"] = run_method(
-        k_run, ds_ni, method=method, **kw)
-    rows[f"{name} + node merging"] = run_method(
-        k_run, ds, method=method, canonical=canonical, **kw)
+    rows[f"{name} + node intervention"] = run_method(k_run, ds_ni, method=method, **kw)
+    rows[f"{name} + node merging"] = run_method(k_run, ds, method=method, canonical=canonical, **kw)
     log(f"{name} rows done")
   rows["_plan"] = plan
   rows["_canonical"] = canonical

@@ -22,13 +22,44 @@ __all__ = ["DESIGN_GRAPHS", "LABEL_PROBS", "generate_design_dataset"]
 #: Design graphs on the 10 positions (edges), for K = 1..4 components: the
 #: published graphs for K = 1, 2 and the published components for K = 3, 4.
 DESIGN_GRAPHS = {
-    1: [(0, 1), (0, 2), (0, 3), (1, 3), (1, 4), (3, 4), (3, 5), (4, 5), (4, 6),
-        (5, 6), (5, 7), (6, 7), (6, 8), (6, 9), (7, 8), (7, 9), (8, 9)],
-    2: [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (4, 5), (4, 6), (5, 6), (5, 7),
-        (6, 7), (6, 8), (6, 9), (7, 8), (7, 9), (8, 9)],
-    3: [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (4, 5), (4, 6), (5, 6), (7, 8),
-        (7, 9), (8, 9)],
-    4: [(0, 1), (0, 2), (1, 2), (3, 4), (3, 5), (4, 5), (6, 7), (8, 9)],
+  1: [
+    (0, 1),
+    (0, 2),
+    (0, 3),
+    (1, 3),
+    (1, 4),
+    (3, 4),
+    (3, 5),
+    (4, 5),
+    (4, 6),
+    (5, 6),
+    (5, 7),
+    (6, 7),
+    (6, 8),
+    (6, 9),
+    (7, 8),
+    (7, 9),
+    (8, 9),
+  ],
+  2: [
+    (0, 1),
+    (0, 2),
+    (0, 3),
+    (1, 2),
+    (1, 3),
+    (4, 5),
+    (4, 6),
+    (5, 6),
+    (5, 7),
+    (6, 7),
+    (6, 8),
+    (6, 9),
+    (7, 8),
+    (7, 9),
+    (8, 9),
+  ],
+  3: [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (4, 5), (4, 6), (5, 6), (7, 8), (7, 9), (8, 9)],
+  4: [(0, 1), (0, 2), (1, 2), (3, 4), (3, 5), (4, 5), (6, 7), (8, 9)],
 }
 
 #: Label distribution over unique documents in the published data.
@@ -36,9 +67,14 @@ LABEL_PROBS = (0.386, 0.343, 0.222, 0.036, 0.014)
 
 
 def generate_design_dataset(
-    edges: Sequence[tuple[int, int]], *, seed: int = 0, num_positions: int = 10,
-    block_size: int = 1000, num_queries: int = 1150, borrow: int = 50,
-    label_probs: Optional[Sequence[float]] = None,
+  edges: Sequence[tuple[int, int]],
+  *,
+  seed: int = 0,
+  num_positions: int = 10,
+  block_size: int = 1000,
+  num_queries: int = 1150,
+  borrow: int = 50,
+  label_probs: Optional[Sequence[float]] = None,
 ) -> RankingDataset:
   r"""A dataset whose IG over positions equals the design graph ``edges``.
 
@@ -84,8 +120,9 @@ def generate_design_dataset(
     per = min(borrow, spare // max(len(adj), 1))
     if adj and per < 1:
       raise ValueError(
-          f"num_queries={num_queries} leaves no slot of position {p} for its"
-          f" {len(adj)} neighbours (block_size={block_size})")
+        f"num_queries={num_queries} leaves no slot of position {p} for its"
+        f" {len(adj)} neighbours (block_size={block_size})"
+      )
     borrowed = [q * block_size + rng.integers(0, block_size, per) for q in adj]
     fill = spare - per * len(adj)
     extra = p * block_size + rng.integers(0, block_size, fill)
@@ -105,10 +142,10 @@ def generate_design_dataset(
         table[i, p], table[j, p] = table[j, p], table[i, p]
   doc_ids = table.astype(np.int32)
   return RankingDataset(
-      features=np.zeros((num_queries, num_positions, 0), np.float32),
-      labels=doc_label[doc_ids],
-      where=np.ones((num_queries, num_positions), bool),
-      qid=np.arange(num_queries, dtype=np.int64),
-      doc_ids=doc_ids,
-      extras={"positions": np.broadcast_to(
-          np.arange(num_positions, dtype=np.int32), doc_ids.shape).copy()})
+    features=np.zeros((num_queries, num_positions, 0), np.float32),
+    labels=doc_label[doc_ids],
+    where=np.ones((num_queries, num_positions), bool),
+    qid=np.arange(num_queries, dtype=np.int64),
+    doc_ids=doc_ids,
+    extras={"positions": np.broadcast_to(np.arange(num_positions, dtype=np.int32), doc_ids.shape).copy()},
+  )

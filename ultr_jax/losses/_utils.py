@@ -45,16 +45,22 @@ def one_hot_positions(positions: jax.Array, num_positions: int, where: jax.Array
   return jax.nn.one_hot(pos, num_positions) * where[..., None]
 
 
-def per_position_sum(values: jax.Array, positions: jax.Array, num_positions: int,
-                     where: jax.Array) -> jax.Array:
+def per_position_sum(values: jax.Array, positions: jax.Array, num_positions: int, where: jax.Array) -> jax.Array:
   """Sum of ``values`` ``[..., L]`` per position over every leading dim -> ``[K]``."""
   oh = one_hot_positions(positions, num_positions, where)
   v = jnp.where(where, values, 0.0)
   return jnp.einsum("...l,...lk->k", v, oh)
 
 
-def click_pair_loss(scores: jax.Array, clicks: jax.Array, item_weights: jax.Array, where: jax.Array,
-                    weights: Optional[jax.Array], reduce_fn, lambdaweight_fn=None) -> jax.Array:
+def click_pair_loss(
+  scores: jax.Array,
+  clicks: jax.Array,
+  item_weights: jax.Array,
+  where: jax.Array,
+  weights: Optional[jax.Array],
+  reduce_fn,
+  lambdaweight_fn=None,
+) -> jax.Array:
   r"""Pairwise logistic loss over (clicked i, unclicked j) pairs, weighted by the clicked item.
 
   Pair mass :math:`m_{ij} = v_i c_i (1 - c_j)` (``v = weights``, 1 when

@@ -41,8 +41,15 @@ from ultr_jax.losses import _utils
 __all__ = ["affine_sigmoid_loss", "affine_softmax_loss", "affine_targets"]
 
 
-def affine_targets(clicks: jax.Array, *, propensities: jax.Array, eps_plus: jax.Array, eps_minus: jax.Array,
-                   where: Optional[jax.Array] = None, max_weight: Optional[float] = None) -> jax.Array:
+def affine_targets(
+  clicks: jax.Array,
+  *,
+  propensities: jax.Array,
+  eps_plus: jax.Array,
+  eps_minus: jax.Array,
+  where: Optional[jax.Array] = None,
+  max_weight: Optional[float] = None,
+) -> jax.Array:
   r"""Stop-gradient affine estimates of relevance from clicks under trust bias.
 
   .. math::
@@ -83,9 +90,17 @@ def affine_targets(clicks: jax.Array, *, propensities: jax.Array, eps_plus: jax.
   return jax.lax.stop_gradient(jnp.where(informative, target, 0.0))
 
 
-def affine_softmax_loss(scores: jax.Array, clicks: jax.Array, *, propensities: jax.Array, eps_plus: jax.Array,
-                        eps_minus: jax.Array, where: Optional[jax.Array] = None, max_weight: Optional[float] = None,
-                        reduce_fn: Optional[Callable] = jnp.mean) -> jax.Array:
+def affine_softmax_loss(
+  scores: jax.Array,
+  clicks: jax.Array,
+  *,
+  propensities: jax.Array,
+  eps_plus: jax.Array,
+  eps_minus: jax.Array,
+  where: Optional[jax.Array] = None,
+  max_weight: Optional[float] = None,
+  reduce_fn: Optional[Callable] = jnp.mean,
+) -> jax.Array:
   r"""Listwise softmax cross-entropy on the affine relevance estimates (:func:`affine_targets`).
 
   .. math::
@@ -103,14 +118,23 @@ def affine_softmax_loss(scores: jax.Array, clicks: jax.Array, *, propensities: j
   1.3863
   """
   where = _utils.as_where(where, scores.shape)
-  target = affine_targets(clicks, propensities=propensities, eps_plus=eps_plus, eps_minus=eps_minus, where=where,
-                          max_weight=max_weight)
+  target = affine_targets(
+    clicks, propensities=propensities, eps_plus=eps_plus, eps_minus=eps_minus, where=where, max_weight=max_weight
+  )
   return rax.softmax_loss(scores, target, where=where, reduce_fn=reduce_fn)
 
 
-def affine_sigmoid_loss(scores: jax.Array, clicks: jax.Array, *, propensities: jax.Array, eps_plus: jax.Array,
-                        eps_minus: jax.Array, where: Optional[jax.Array] = None, max_weight: Optional[float] = None,
-                        reduce_fn: Optional[Callable] = jnp.mean) -> jax.Array:
+def affine_sigmoid_loss(
+  scores: jax.Array,
+  clicks: jax.Array,
+  *,
+  propensities: jax.Array,
+  eps_plus: jax.Array,
+  eps_minus: jax.Array,
+  where: Optional[jax.Array] = None,
+  max_weight: Optional[float] = None,
+  reduce_fn: Optional[Callable] = jnp.mean,
+) -> jax.Array:
   r"""Pointwise sigmoid cross-entropy on the affine relevance estimates (:func:`affine_targets`).
 
   .. math::
@@ -126,6 +150,7 @@ def affine_sigmoid_loss(scores: jax.Array, clicks: jax.Array, *, propensities: j
   -0.1867
   """
   where = _utils.as_where(where, scores.shape)
-  target = affine_targets(clicks, propensities=propensities, eps_plus=eps_plus, eps_minus=eps_minus, where=where,
-                          max_weight=max_weight)
+  target = affine_targets(
+    clicks, propensities=propensities, eps_plus=eps_plus, eps_minus=eps_minus, where=where, max_weight=max_weight
+  )
   return _utils.target_bce(scores, target, where, reduce_fn)

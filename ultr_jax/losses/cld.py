@@ -37,12 +37,12 @@ from jax.scipy.stats import norm
 from ultr_jax.losses import _utils
 
 __all__ = [
-    "cld_loss",
-    "cld_pair_loss",
-    "heckman_loss",
-    "inverse_mills_ratio",
-    "borda_scores",
-    "cld_log_cdf",
+  "cld_loss",
+  "cld_pair_loss",
+  "heckman_loss",
+  "inverse_mills_ratio",
+  "borda_scores",
+  "cld_log_cdf",
 ]
 
 _LINKS = ("probit", "logit")
@@ -98,11 +98,21 @@ def _weighted_reduce(values, where, weights, reduce_fn):
   return jnp.where(den > 0, total / jnp.where(den > 0, den, 1.0), 0.0)
 
 
-def cld_loss(rel_scores: jax.Array, sel_scores: jax.Array, clicks: jax.Array, *,
-             propensities: jax.Array, shown: jax.Array, where: Optional[jax.Array] = None,
-             weights: Optional[jax.Array] = None, gamma: float = 0.1, link: str = "probit",
-             sq_weight: float = 1.0, target: str = "sessions",
-             reduce_fn: Optional[Callable] = jnp.mean) -> jax.Array:
+def cld_loss(
+  rel_scores: jax.Array,
+  sel_scores: jax.Array,
+  clicks: jax.Array,
+  *,
+  propensities: jax.Array,
+  shown: jax.Array,
+  where: Optional[jax.Array] = None,
+  weights: Optional[jax.Array] = None,
+  gamma: float = 0.1,
+  link: str = "probit",
+  sq_weight: float = 1.0,
+  target: str = "sessions",
+  reduce_fn: Optional[Callable] = jnp.mean,
+) -> jax.Array:
   r"""Negative CLD log-likelihood (Eq. 9): a Type-II Tobit over shown and unshown records.
 
   With :math:`y_i = c_i/\rho_i`, residual :math:`u_i = y_i - f_\beta(x_i)` and
@@ -169,7 +179,7 @@ def cld_loss(rel_scores: jax.Array, sel_scores: jax.Array, clicks: jax.Array, *,
   safe_prop = jnp.where(sel, propensities, 1.0)  # double where: rho may be 0 off the top k
   inv_prop = jax.lax.stop_gradient(1.0 / safe_prop)
   c = jax.lax.stop_gradient(jnp.where(sel, clicks, 0.0))
-  scale = 1.0 / jnp.sqrt(1.0 - gamma ** 2)
+  scale = 1.0 / jnp.sqrt(1.0 - gamma**2)
 
   # One link evaluation serves two cases: the unshown term log F(-f_omega) and the shown term at
   # y = 0 (or at y = c/rho with target="mean") share one masked argument, so the "sessions" form
@@ -190,11 +200,19 @@ def cld_loss(rel_scores: jax.Array, sel_scores: jax.Array, clicks: jax.Array, *,
   return _weighted_reduce(nll, where, weights, reduce_fn)
 
 
-def cld_pair_loss(rel_scores: jax.Array, sel_scores: jax.Array, targets: jax.Array, *,
-                  shown: jax.Array, where: Optional[jax.Array] = None,
-                  weights: Optional[jax.Array] = None, bpr_weight: str = "ips_diff",
-                  sel_weight: float = 1.0, unobs_weight: Union[float, str] = "balanced",
-                  include_selected_ties: bool = False) -> jax.Array:
+def cld_pair_loss(
+  rel_scores: jax.Array,
+  sel_scores: jax.Array,
+  targets: jax.Array,
+  *,
+  shown: jax.Array,
+  where: Optional[jax.Array] = None,
+  weights: Optional[jax.Array] = None,
+  bpr_weight: str = "ips_diff",
+  sel_weight: float = 1.0,
+  unobs_weight: Union[float, str] = "balanced",
+  include_selected_ties: bool = False,
+) -> jax.Array:
   r"""Negative CLD\ :sup:`pair` objective (Eq. 12) over the ordered pairs of each list.
 
   With :math:`\Delta_{ij} = f_\beta(x_i) - f_\beta(x_j)` and debiased targets
@@ -272,10 +290,10 @@ def cld_pair_loss(rel_scores: jax.Array, sel_scores: jax.Array, targets: jax.Arr
   # Shown members need the pair's score difference ([..., L, L]); the unshown term
   # log sigma(-f_omega(x_m)) depends on the item alone, so it is evaluated once per item
   # ([..., L]) and weighted by the item's total pair weight (as i and as j).
-  shown_terms = (jnp.where(si, _log_sigmoid(fo_i + delta), 0.0)
-                 + jnp.where(sj, _log_sigmoid(fo_j + delta), 0.0))
-  pair_obj = (jnp.where(obs, pw * w * _log_sigmoid(delta), 0.0)
-              + sel_weight * jnp.where(obs | unobs, a * shown_terms, 0.0))
+  shown_terms = jnp.where(si, _log_sigmoid(fo_i + delta), 0.0) + jnp.where(sj, _log_sigmoid(fo_j + delta), 0.0)
+  pair_obj = jnp.where(obs, pw * w * _log_sigmoid(delta), 0.0) + sel_weight * jnp.where(
+    obs | unobs, a * shown_terms, 0.0
+  )
   item_pair_w = jnp.sum(a, axis=-1) + jnp.sum(a, axis=-2)
   unshown_obj = jnp.where(where & ~s, item_pair_w * _log_sigmoid(-sel_scores), 0.0)
   obj = jnp.sum(pair_obj) + sel_weight * jnp.sum(unshown_obj)
@@ -294,10 +312,18 @@ def inverse_mills_ratio(z: jax.Array) -> jax.Array:
   return jnp.exp(norm.logpdf(z) - log_ndtr(z))
 
 
-def heckman_loss(rel_scores: jax.Array, sel_scores: jax.Array, clicks: jax.Array, *,
-                 mills_coef: jax.Array, shown: jax.Array, where: Optional[jax.Array] = None,
-                 weights: Optional[jax.Array] = None, outcome: str = "ls",
-                 return_parts: bool = False):
+def heckman_loss(
+  rel_scores: jax.Array,
+  sel_scores: jax.Array,
+  clicks: jax.Array,
+  *,
+  mills_coef: jax.Array,
+  shown: jax.Array,
+  where: Optional[jax.Array] = None,
+  weights: Optional[jax.Array] = None,
+  outcome: str = "ls",
+  return_parts: bool = False,
+):
   r"""Heckman\ :sup:`rank` (Ovaisi et al., WWW'20; spec 5, A28) as one joint objective.
 
   Stage 1 is a probit of the selection :math:`s` on :math:`x` over every
@@ -347,8 +373,7 @@ def heckman_loss(rel_scores: jax.Array, sel_scores: jax.Array, clicks: jax.Array
   return total
 
 
-def borda_scores(scores_a: jax.Array, scores_b: jax.Array, *,
-                 where: Optional[jax.Array] = None) -> jax.Array:
+def borda_scores(scores_a: jax.Array, scores_b: jax.Array, *, where: Optional[jax.Array] = None) -> jax.Array:
   r"""RankAgg's Borda count of two rankings (spec 5, A29): :math:`2n - \mathrm{rank}_a - \mathrm{rank}_b`.
 
   Ranks are 1-based within each list (descending score, ties by order of

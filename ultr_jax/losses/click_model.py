@@ -38,8 +38,13 @@ import rax
 from ultr_jax.simulation import likelihood as lik
 from ultr_jax.types import Array
 
-__all__ = ["CLICK_MODEL_LOSSES", "click_model_bias_shapes", "click_model_click_logits",
-           "click_model_log_likelihood_from_logits", "click_model_loss"]
+__all__ = [
+  "CLICK_MODEL_LOSSES",
+  "click_model_bias_shapes",
+  "click_model_click_logits",
+  "click_model_log_likelihood_from_logits",
+  "click_model_loss",
+]
 
 CLICK_MODEL_LOSSES = ("pbm", "ubm", "dcm", "dbn", "ccm", "trust")
 
@@ -59,9 +64,16 @@ def _take(x, idx):
   return jnp.take_along_axis(x, idx, axis=-1)
 
 
-def click_model_log_likelihood_from_logits(scores: Array, clicks: Array, *, model: str, bias: dict,
-                                           where: Optional[Array] = None, positions: Optional[Array] = None,
-                                           satisfaction_scores: Optional[Array] = None) -> Array:
+def click_model_log_likelihood_from_logits(
+  scores: Array,
+  clicks: Array,
+  *,
+  model: str,
+  bias: dict,
+  where: Optional[Array] = None,
+  positions: Optional[Array] = None,
+  satisfaction_scores: Optional[Array] = None,
+) -> Array:
   r"""Session log-likelihood of the clicks under ``model`` with attraction :math:`\sigma(\text{scores})`.
 
   Args:
@@ -83,8 +95,7 @@ def click_model_log_likelihood_from_logits(scores: Array, clicks: Array, *, mode
   >>> print(round(float(ll), 6), round(float(jnp.log(0.5 * 0.75)), 6))
   -0.980829 -0.980829
   """
-  log_q, log_1mq, c, where, _ = _display_log_probs(scores, clicks, model, bias, where, positions,
-                                                   satisfaction_scores)
+  log_q, log_1mq, c, where, _ = _display_log_probs(scores, clicks, model, bias, where, positions, satisfaction_scores)
   return lik.bernoulli_log_likelihood(c, log_q, log_1mq, where=where)
 
 
@@ -104,14 +115,22 @@ def _display_log_probs(scores, clicks, model, bias, where, positions, satisfacti
   order = jnp.argsort(jnp.where(where, positions, jnp.iinfo(jnp.int32).max), axis=-1, stable=True)
   sat = None if satisfaction_scores is None else _take(jnp.asarray(satisfaction_scores, jnp.float32), order)
   c, where = _take(c, order), _take(where, order)
-  log_q, log_1mq = lik.logit_log_probs(model, c, _take(s, order), bias, ranks=_take(positions, order),
-                                       where=where, satisfaction_logits=sat)
+  log_q, log_1mq = lik.logit_log_probs(
+    model, c, _take(s, order), bias, ranks=_take(positions, order), where=where, satisfaction_logits=sat
+  )
   return log_q, log_1mq, c, where, order
 
 
-def click_model_click_logits(scores: Array, clicks: Array, *, model: str, bias: dict,
-                             where: Optional[Array] = None, positions: Optional[Array] = None,
-                             satisfaction_scores: Optional[Array] = None) -> Array:
+def click_model_click_logits(
+  scores: Array,
+  clicks: Array,
+  *,
+  model: str,
+  bias: dict,
+  where: Optional[Array] = None,
+  positions: Optional[Array] = None,
+  satisfaction_scores: Optional[Array] = None,
+) -> Array:
   r"""Per-item logit of a click given the session's clicks above it, under ``model``.
 
   .. math::
@@ -131,14 +150,21 @@ def click_model_click_logits(scores: Array, clicks: Array, *, model: str, bias: 
   >>> print(1 / (1 + jnp.exp(-z)))  # 1/2, then 1/2 * 1/2 after a click
   [0.5  0.25]
   """
-  log_q, log_1mq, _, _, order = _display_log_probs(scores, clicks, model, bias, where, positions,
-                                                   satisfaction_scores)
+  log_q, log_1mq, _, _, order = _display_log_probs(scores, clicks, model, bias, where, positions, satisfaction_scores)
   return _take(log_q - log_1mq, jnp.argsort(order, axis=-1))
 
 
-def click_model_loss(scores: Array, clicks: Array, *, model: str, bias: dict, where: Optional[Array] = None,
-                     positions: Optional[Array] = None, satisfaction_scores: Optional[Array] = None,
-                     reduce_fn: Optional[Callable[..., Array]] = jnp.mean) -> Array:
+def click_model_loss(
+  scores: Array,
+  clicks: Array,
+  *,
+  model: str,
+  bias: dict,
+  where: Optional[Array] = None,
+  positions: Optional[Array] = None,
+  satisfaction_scores: Optional[Array] = None,
+  reduce_fn: Optional[Callable[..., Array]] = jnp.mean,
+) -> Array:
   r"""Negative session log-likelihood of a click model with a learned attraction (see the module docstring).
 
   Args:
@@ -156,9 +182,13 @@ def click_model_loss(scores: Array, clicks: Array, *, model: str, bias: dict, wh
   >>> print(round(float(loss), 4))  # -(log(1/4 * 3/4) + 2 log(3/4)) / 2
   1.1247
   """
-  ll = click_model_log_likelihood_from_logits(scores, clicks, model=model, bias=bias, where=where,
-                                              positions=positions, satisfaction_scores=satisfaction_scores)
+  ll = click_model_log_likelihood_from_logits(
+    scores, clicks, model=model, bias=bias, where=where, positions=positions, satisfaction_scores=satisfaction_scores
+  )
   s = jnp.asarray(scores)
-  valid = jnp.ones(s.shape[:-1], bool) if where is None else jnp.any(
-      jnp.broadcast_to(jnp.asarray(where, bool), s.shape), axis=-1)
+  valid = (
+    jnp.ones(s.shape[:-1], bool)
+    if where is None
+    else jnp.any(jnp.broadcast_to(jnp.asarray(where, bool), s.shape), axis=-1)
+  )
   return rax.utils.safe_reduce(-ll, where=valid, reduce_fn=reduce_fn)

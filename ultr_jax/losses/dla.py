@@ -30,8 +30,9 @@ from ultr_jax.losses import _utils
 __all__ = ["dla_weights", "dla_loss"]
 
 
-def dla_weights(logits: jax.Array, *, where: Optional[jax.Array] = None,
-                max_weight: Optional[float] = None) -> jax.Array:
+def dla_weights(
+  logits: jax.Array, *, where: Optional[jax.Array] = None, max_weight: Optional[float] = None
+) -> jax.Array:
   r"""Stop-gradient inverse softmax-probability weights relative to item 0.
 
   .. math::
@@ -56,9 +57,16 @@ def dla_weights(logits: jax.Array, *, where: Optional[jax.Array] = None,
   return jax.lax.stop_gradient(jnp.where(valid, jnp.exp(log_w), 1.0))
 
 
-def dla_loss(scores: jax.Array, observation_logits: jax.Array, clicks: jax.Array, *,
-             where: Optional[jax.Array] = None, max_weight: Optional[float] = None,
-             reduce_fn: Optional[Callable] = jnp.mean, return_parts: bool = False):
+def dla_loss(
+  scores: jax.Array,
+  observation_logits: jax.Array,
+  clicks: jax.Array,
+  *,
+  where: Optional[jax.Array] = None,
+  max_weight: Optional[float] = None,
+  reduce_fn: Optional[Callable] = jnp.mean,
+  return_parts: bool = False,
+):
   r"""DLA loss :math:`\ell_R + \ell_E` (see the module docstring).
 
   Args:

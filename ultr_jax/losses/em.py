@@ -39,8 +39,9 @@ __all__ = ["em_posteriors", "regression_em_loss", "em_propensity_update"]
 _LOG_EPS = 1e-6
 
 
-def em_posteriors(scores: jax.Array, propensities: jax.Array, clicks: jax.Array, *,
-                  where: Optional[jax.Array] = None) -> dict:
+def em_posteriors(
+  scores: jax.Array, propensities: jax.Array, clicks: jax.Array, *, where: Optional[jax.Array] = None
+) -> dict:
   r"""E-step posteriors of the PBM, stop-gradiented, ``[..., L]`` each.
 
   Returns a dict with ``"e1r1"`` :math:`P(E{=}1,R{=}1\mid C) = c`,
@@ -73,17 +74,22 @@ def em_posteriors(scores: jax.Array, propensities: jax.Array, clicks: jax.Array,
   c = jnp.where(where, clicks, 0.0)
   zero = lambda x: jnp.where(where, x, 0.0)
   return {
-      "e1r1": zero(c),
-      "e1_c0": zero(e1_c0),
-      "r1_c0": zero(r1_c0),
-      "relevance": zero(c + (1.0 - c) * r1_c0),
-      "examination": zero(c + (1.0 - c) * e1_c0),
+    "e1r1": zero(c),
+    "e1_c0": zero(e1_c0),
+    "r1_c0": zero(r1_c0),
+    "relevance": zero(c + (1.0 - c) * r1_c0),
+    "examination": zero(c + (1.0 - c) * e1_c0),
   }
 
 
-def regression_em_loss(scores: jax.Array, clicks: jax.Array, *, propensities: jax.Array,
-                       where: Optional[jax.Array] = None,
-                       reduce_fn: Optional[Callable] = jnp.mean) -> jax.Array:
+def regression_em_loss(
+  scores: jax.Array,
+  clicks: jax.Array,
+  *,
+  propensities: jax.Array,
+  where: Optional[jax.Array] = None,
+  reduce_fn: Optional[Callable] = jnp.mean,
+) -> jax.Array:
   r"""REM ranker M-step: BCE of :math:`\sigma(s)` against :math:`P(R{=}1\mid C)`.
 
   .. math::
@@ -104,9 +110,15 @@ def regression_em_loss(scores: jax.Array, clicks: jax.Array, *, propensities: ja
   return rax.pointwise_sigmoid_loss(scores, target, where=where, reduce_fn=reduce_fn)
 
 
-def em_propensity_update(propensities: jax.Array, scores: jax.Array, clicks: jax.Array,
-                         positions: jax.Array, *, where: Optional[jax.Array] = None,
-                         step_size: float = 0.05) -> jax.Array:
+def em_propensity_update(
+  propensities: jax.Array,
+  scores: jax.Array,
+  clicks: jax.Array,
+  positions: jax.Array,
+  *,
+  where: Optional[jax.Array] = None,
+  step_size: float = 0.05,
+) -> jax.Array:
   r"""REM closed-form propensity M-step with ULTRA's running average.
 
   .. math::

@@ -30,18 +30,19 @@ import rax
 from ultr_jax.losses import _utils
 
 __all__ = [
-    "ips_pairwise_loss",
-    "ips_weights",
-    "snips_weights",
-    "ips_sigmoid_loss",
-    "ips_softmax_loss",
-    "snips_sigmoid_loss",
-    "snips_softmax_loss",
+  "ips_pairwise_loss",
+  "ips_weights",
+  "snips_weights",
+  "ips_sigmoid_loss",
+  "ips_softmax_loss",
+  "snips_sigmoid_loss",
+  "snips_softmax_loss",
 ]
 
 
-def ips_weights(propensities: jax.Array, *, where: Optional[jax.Array] = None,
-                max_weight: Optional[float] = None) -> jax.Array:
+def ips_weights(
+  propensities: jax.Array, *, where: Optional[jax.Array] = None, max_weight: Optional[float] = None
+) -> jax.Array:
   r"""Stop-gradient inverse-propensity weights :math:`\min(1/\theta_i, w_{max})`.
 
   An item that cannot be examined (:math:`\theta_i = 0`, e.g. a candidate a
@@ -70,8 +71,9 @@ def ips_weights(propensities: jax.Array, *, where: Optional[jax.Array] = None,
   return jax.lax.stop_gradient(w)
 
 
-def snips_weights(propensities: jax.Array, clicks: jax.Array, *, where: Optional[jax.Array] = None,
-                  max_weight: Optional[float] = None) -> jax.Array:
+def snips_weights(
+  propensities: jax.Array, clicks: jax.Array, *, where: Optional[jax.Array] = None, max_weight: Optional[float] = None
+) -> jax.Array:
   r"""IPS weights self-normalised within the batch: :math:`w_i \sum_j c_j / \sum_j c_j w_j`.
 
   Sums run over every leading dim and the list. Without clicks the plain IPS
@@ -93,9 +95,15 @@ def _unbiased_bce(scores, clicks, weights, where, reduce_fn):
   return _utils.target_bce(scores, clicks * weights, where, reduce_fn)
 
 
-def ips_sigmoid_loss(scores: jax.Array, clicks: jax.Array, *, propensities: jax.Array,
-                     where: Optional[jax.Array] = None, max_weight: Optional[float] = None,
-                     reduce_fn: Optional[Callable] = jnp.mean) -> jax.Array:
+def ips_sigmoid_loss(
+  scores: jax.Array,
+  clicks: jax.Array,
+  *,
+  propensities: jax.Array,
+  where: Optional[jax.Array] = None,
+  max_weight: Optional[float] = None,
+  reduce_fn: Optional[Callable] = jnp.mean,
+) -> jax.Array:
   r"""Pointwise IPS sigmoid cross-entropy (unbiased BCE).
 
   .. math::
@@ -123,9 +131,15 @@ def ips_sigmoid_loss(scores: jax.Array, clicks: jax.Array, *, propensities: jax.
   return _unbiased_bce(scores, clicks, w, where, reduce_fn)
 
 
-def ips_softmax_loss(scores: jax.Array, clicks: jax.Array, *, propensities: jax.Array,
-                     where: Optional[jax.Array] = None, max_weight: Optional[float] = None,
-                     reduce_fn: Optional[Callable] = jnp.mean) -> jax.Array:
+def ips_softmax_loss(
+  scores: jax.Array,
+  clicks: jax.Array,
+  *,
+  propensities: jax.Array,
+  where: Optional[jax.Array] = None,
+  max_weight: Optional[float] = None,
+  reduce_fn: Optional[Callable] = jnp.mean,
+) -> jax.Array:
   r"""Listwise IPS softmax cross-entropy (ULTRA's ``IPWrank`` listwise loss).
 
   .. math::
@@ -145,10 +159,17 @@ def ips_softmax_loss(scores: jax.Array, clicks: jax.Array, *, propensities: jax.
   return rax.softmax_loss(scores, clicks, where=where, weights=w, reduce_fn=reduce_fn)
 
 
-def ips_pairwise_loss(scores: jax.Array, clicks: jax.Array, *, propensities: jax.Array,
-                      where: Optional[jax.Array] = None, weights: Optional[jax.Array] = None,
-                      max_weight: Optional[float] = None, lambdaweight_fn: Optional[Callable] = None,
-                      reduce_fn: Optional[Callable] = jnp.mean) -> jax.Array:
+def ips_pairwise_loss(
+  scores: jax.Array,
+  clicks: jax.Array,
+  *,
+  propensities: jax.Array,
+  where: Optional[jax.Array] = None,
+  weights: Optional[jax.Array] = None,
+  max_weight: Optional[float] = None,
+  lambdaweight_fn: Optional[Callable] = None,
+  reduce_fn: Optional[Callable] = jnp.mean,
+) -> jax.Array:
   r"""Pairwise IPS logistic (BPR) loss: clicked over unclicked items, weighted by the clicked one.
 
   .. math::
@@ -184,9 +205,15 @@ def ips_pairwise_loss(scores: jax.Array, clicks: jax.Array, *, propensities: jax
   return _utils.click_pair_loss(scores, clicks, w, where, weights, reduce_fn, lambdaweight_fn)
 
 
-def snips_sigmoid_loss(scores: jax.Array, clicks: jax.Array, *, propensities: jax.Array,
-                       where: Optional[jax.Array] = None, max_weight: Optional[float] = None,
-                       reduce_fn: Optional[Callable] = jnp.mean) -> jax.Array:
+def snips_sigmoid_loss(
+  scores: jax.Array,
+  clicks: jax.Array,
+  *,
+  propensities: jax.Array,
+  where: Optional[jax.Array] = None,
+  max_weight: Optional[float] = None,
+  reduce_fn: Optional[Callable] = jnp.mean,
+) -> jax.Array:
   r"""Pointwise SNIPS sigmoid cross-entropy: :func:`ips_sigmoid_loss` with :func:`snips_weights`.
 
   .. math::
@@ -201,9 +228,15 @@ def snips_sigmoid_loss(scores: jax.Array, clicks: jax.Array, *, propensities: ja
   return _unbiased_bce(scores, clicks, w, where, reduce_fn)
 
 
-def snips_softmax_loss(scores: jax.Array, clicks: jax.Array, *, propensities: jax.Array,
-                       where: Optional[jax.Array] = None, max_weight: Optional[float] = None,
-                       reduce_fn: Optional[Callable] = jnp.mean) -> jax.Array:
+def snips_softmax_loss(
+  scores: jax.Array,
+  clicks: jax.Array,
+  *,
+  propensities: jax.Array,
+  where: Optional[jax.Array] = None,
+  max_weight: Optional[float] = None,
+  reduce_fn: Optional[Callable] = jnp.mean,
+) -> jax.Array:
   r"""Listwise SNIPS softmax cross-entropy: :func:`ips_softmax_loss` with :func:`snips_weights`.
 
   .. math::

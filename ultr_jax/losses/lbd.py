@@ -28,13 +28,13 @@ import jax.numpy as jnp
 from ultr_jax.types import Array
 
 __all__ = [
-    "factual_observation",
-    "bernoulli_click_logits",
-    "softmax_click_loss",
-    "lbd_forward",
-    "gradient_penalty",
-    "rescale_gp_weight",
-    "REFERENCE_GP_SHAPE",
+  "factual_observation",
+  "bernoulli_click_logits",
+  "softmax_click_loss",
+  "lbd_forward",
+  "gradient_penalty",
+  "rescale_gp_weight",
+  "REFERENCE_GP_SHAPE",
 ]
 
 # (B, T, n) of the authors' runs; the lambda grid {1, 100, 10000} is on this scale.
@@ -63,8 +63,9 @@ def factual_observation(s_obs: Array, positions: Optional[Array] = None) -> Arra
   return jnp.take_along_axis(s_obs, idx[..., None], axis=-1)[..., 0]
 
 
-def bernoulli_click_logits(s_rel: Array, s_obs: Array, *, positions: Optional[Array] = None,
-                           key: Optional[jax.Array] = None, t=0.0) -> tuple[Array, Array]:
+def bernoulli_click_logits(
+  s_rel: Array, s_obs: Array, *, positions: Optional[Array] = None, key: Optional[jax.Array] = None, t=0.0
+) -> tuple[Array, Array]:
   r"""Click logits with Bernoulli decoupling (Section 5 of the paper; spec 2.2-2.3).
 
   .. math::
@@ -98,8 +99,7 @@ def bernoulli_click_logits(s_rel: Array, s_obs: Array, *, positions: Optional[Ar
   return s_rel + gamma * factual, gamma
 
 
-def softmax_click_loss(logits: Array, clicks: Array, *, where: Optional[Array] = None,
-                       eps: float = 1e-7) -> Array:
+def softmax_click_loss(logits: Array, clicks: Array, *, where: Optional[Array] = None, eps: float = 1e-7) -> Array:
   r"""Listwise softmax cross-entropy per click over the whole batch (spec 2.5, ULTRA's ``softmax_loss``).
 
   .. math::
@@ -139,9 +139,16 @@ def _safe_norm(v: Array, axis: int = -1) -> Array:
   return jnp.where(pos, jnp.sqrt(jnp.where(pos, sq, 1.0)), 0.0)
 
 
-def lbd_forward(tower_fn: Callable[[Array], tuple[Array, Array]], features: Array, *,
-                where: Optional[Array] = None, key: Optional[jax.Array] = None, keep: float = 0.1,
-                mode: str = "code", paper_transform: str = "exp") -> tuple[Array, Array, Array]:
+def lbd_forward(
+  tower_fn: Callable[[Array], tuple[Array, Array]],
+  features: Array,
+  *,
+  where: Optional[Array] = None,
+  key: Optional[jax.Array] = None,
+  keep: float = 0.1,
+  mode: str = "code",
+  paper_transform: str = "exp",
+) -> tuple[Array, Array, Array]:
   r"""One forward pass of the tower plus the LBD gradient penalty (spec 2.4, ambiguity A1).
 
   ``mode="code"`` (default; the authors' code, the scale of the paper's
@@ -215,9 +222,16 @@ def lbd_forward(tower_fn: Callable[[Array], tuple[Array, Array]], features: Arra
   return s_rel, s_obs, penalty
 
 
-def gradient_penalty(obs_fn: Callable[[Array], Array], features: Array, *, where: Optional[Array] = None,
-                     key: Optional[jax.Array] = None, keep: float = 0.1, mode: str = "code",
-                     paper_transform: str = "exp") -> Array:
+def gradient_penalty(
+  obs_fn: Callable[[Array], Array],
+  features: Array,
+  *,
+  where: Optional[Array] = None,
+  key: Optional[jax.Array] = None,
+  keep: float = 0.1,
+  mode: str = "code",
+  paper_transform: str = "exp",
+) -> Array:
   r"""The LBD gradient penalty of ``obs_fn: [..., F] -> [..., n]`` alone (see :func:`lbd_forward`).
 
   .. math::
@@ -229,12 +243,12 @@ def gradient_penalty(obs_fn: Callable[[Array], Array], features: Array, *, where
   2.5
   """
   tower = lambda x: (jnp.zeros(x.shape[:-1], x.dtype), obs_fn(x))
-  return lbd_forward(tower, features, where=where, key=key, keep=keep, mode=mode,
-                     paper_transform=paper_transform)[2]
+  return lbd_forward(tower, features, where=where, key=key, keep=keep, mode=mode, paper_transform=paper_transform)[2]
 
 
-def rescale_gp_weight(lam, *, batch_size: int, list_size: int, num_positions: int,
-                      reference: tuple[int, int, int] = REFERENCE_GP_SHAPE):
+def rescale_gp_weight(
+  lam, *, batch_size: int, list_size: int, num_positions: int, reference: tuple[int, int, int] = REFERENCE_GP_SHAPE
+):
   r"""The code-form :math:`\lambda` that keeps the paper's strength at another batch shape (spec 2.4).
 
   The code-form penalty weighs the per-document mean bracket by
@@ -246,4 +260,4 @@ def rescale_gp_weight(lam, *, batch_size: int, list_size: int, num_positions: in
   25.0
   """
   b0, t0, n0 = reference
-  return lam * (batch_size * list_size * num_positions ** 2) / (b0 * t0 * n0 ** 2)
+  return lam * (batch_size * list_size * num_positions**2) / (b0 * t0 * n0**2)

@@ -15,9 +15,14 @@ from ultr_jax.losses import _utils
 __all__ = ["lambdarank_weights", "naive_pairwise_loss", "naive_sigmoid_loss", "naive_softmax_loss"]
 
 
-def naive_sigmoid_loss(scores: jax.Array, clicks: jax.Array, *, where: Optional[jax.Array] = None,
-                       weights: Optional[jax.Array] = None,
-                       reduce_fn: Optional[Callable] = jnp.mean) -> jax.Array:
+def naive_sigmoid_loss(
+  scores: jax.Array,
+  clicks: jax.Array,
+  *,
+  where: Optional[jax.Array] = None,
+  weights: Optional[jax.Array] = None,
+  reduce_fn: Optional[Callable] = jnp.mean,
+) -> jax.Array:
   r"""Pointwise sigmoid cross-entropy on clicks (:func:`rax.pointwise_sigmoid_loss`).
 
   .. math::
@@ -41,9 +46,14 @@ def naive_sigmoid_loss(scores: jax.Array, clicks: jax.Array, *, where: Optional[
   return rax.pointwise_sigmoid_loss(scores, clicks, where=where, weights=weights, reduce_fn=reduce_fn)
 
 
-def naive_softmax_loss(scores: jax.Array, clicks: jax.Array, *, where: Optional[jax.Array] = None,
-                       weights: Optional[jax.Array] = None,
-                       reduce_fn: Optional[Callable] = jnp.mean) -> jax.Array:
+def naive_softmax_loss(
+  scores: jax.Array,
+  clicks: jax.Array,
+  *,
+  where: Optional[jax.Array] = None,
+  weights: Optional[jax.Array] = None,
+  reduce_fn: Optional[Callable] = jnp.mean,
+) -> jax.Array:
   r"""Listwise softmax cross-entropy on clicks (:func:`rax.softmax_loss`).
 
   .. math::
@@ -66,9 +76,15 @@ def naive_softmax_loss(scores: jax.Array, clicks: jax.Array, *, where: Optional[
   return rax.softmax_loss(scores, clicks, where=where, weights=weights, reduce_fn=reduce_fn)
 
 
-def naive_pairwise_loss(scores: jax.Array, clicks: jax.Array, *, where: Optional[jax.Array] = None,
-                        weights: Optional[jax.Array] = None, lambdaweight_fn: Optional[Callable] = None,
-                        reduce_fn: Optional[Callable] = jnp.mean) -> jax.Array:
+def naive_pairwise_loss(
+  scores: jax.Array,
+  clicks: jax.Array,
+  *,
+  where: Optional[jax.Array] = None,
+  weights: Optional[jax.Array] = None,
+  lambdaweight_fn: Optional[Callable] = None,
+  reduce_fn: Optional[Callable] = jnp.mean,
+) -> jax.Array:
   r"""Pairwise logistic (BPR) loss of clicked over unclicked items.
 
   .. math::
@@ -106,8 +122,14 @@ def naive_pairwise_loss(scores: jax.Array, clicks: jax.Array, *, where: Optional
   return _utils.click_pair_loss(scores, clicks, jnp.ones_like(scores), where, weights, reduce_fn, lambdaweight_fn)
 
 
-def lambdarank_weights(scores: jax.Array, labels: jax.Array, *, where: Optional[jax.Array] = None,
-                       segments: Optional[jax.Array] = None, weights: Optional[jax.Array] = None) -> jax.Array:
+def lambdarank_weights(
+  scores: jax.Array,
+  labels: jax.Array,
+  *,
+  where: Optional[jax.Array] = None,
+  segments: Optional[jax.Array] = None,
+  weights: Optional[jax.Array] = None,
+) -> jax.Array:
   r"""LambdaRank's weight of each pair: the DCG change of swapping the two items, ``[..., L * L]``.
 
   .. math::

@@ -56,10 +56,16 @@ def _pair_losses(scores, clicks, where):
   return jnp.where(pairs, jax.nn.softplus(-diff), 0.0), pairs
 
 
-def pairwise_debiasing_loss(scores: jax.Array, clicks: jax.Array, *, t_plus: jax.Array,
-                            t_minus: jax.Array, where: Optional[jax.Array] = None,
-                            max_weight: Optional[float] = None,
-                            reduce_fn: Optional[Callable] = jnp.mean) -> jax.Array:
+def pairwise_debiasing_loss(
+  scores: jax.Array,
+  clicks: jax.Array,
+  *,
+  t_plus: jax.Array,
+  t_minus: jax.Array,
+  where: Optional[jax.Array] = None,
+  max_weight: Optional[float] = None,
+  reduce_fn: Optional[Callable] = jnp.mean,
+) -> jax.Array:
   r"""Debiased pairwise logistic loss (see the module docstring).
 
   Args:
@@ -86,10 +92,17 @@ def pairwise_debiasing_loss(scores: jax.Array, clicks: jax.Array, *, t_plus: jax
   return rax.utils.safe_reduce(loss, where=pairs, reduce_fn=reduce_fn)
 
 
-def pairwise_debiasing_update(t_plus: jax.Array, t_minus: jax.Array, scores: jax.Array,
-                              clicks: jax.Array, positions: jax.Array, *,
-                              where: Optional[jax.Array] = None, step_size: float = 0.05,
-                              p: float = 1.0) -> tuple[jax.Array, jax.Array]:
+def pairwise_debiasing_update(
+  t_plus: jax.Array,
+  t_minus: jax.Array,
+  scores: jax.Array,
+  clicks: jax.Array,
+  positions: jax.Array,
+  *,
+  where: Optional[jax.Array] = None,
+  step_size: float = 0.05,
+  p: float = 1.0,
+) -> tuple[jax.Array, jax.Array]:
   r"""Closed-form :math:`t^\pm` update with a running average (ULTRA ``PairDebias``).
 
   Args:
@@ -130,5 +143,4 @@ def pairwise_debiasing_update(t_plus: jax.Array, t_minus: jax.Array, scores: jax
     target = jnp.where(ok, ratio, 1.0) ** (1.0 / (p + 1.0))
     return jnp.where(ok, (1.0 - step_size) * t + step_size * target, t)
 
-  return (jax.lax.stop_gradient(update(t_plus, plus, n_plus)),
-          jax.lax.stop_gradient(update(t_minus, minus, n_minus)))
+  return (jax.lax.stop_gradient(update(t_plus, plus, n_plus)), jax.lax.stop_gradient(update(t_minus, minus, n_minus)))

@@ -100,9 +100,16 @@ def check_switches(pairs: str, surrogate: str = "probability") -> None:
 
 
 @functools.partial(jax.jit, static_argnames=("top_k", "pairs", "debias"))
-def pdgd_pair_weights(scores: jax.Array, clicks: jax.Array, *, positions: jax.Array,
-                      where: Optional[jax.Array] = None, top_k: Optional[int] = None,
-                      pairs: str = "considered", debias: bool = True) -> jax.Array:
+def pdgd_pair_weights(
+  scores: jax.Array,
+  clicks: jax.Array,
+  *,
+  positions: jax.Array,
+  where: Optional[jax.Array] = None,
+  top_k: Optional[int] = None,
+  pairs: str = "considered",
+  debias: bool = True,
+) -> jax.Array:
   r"""PDGD's inferred preference pairs and their debiasing weights, in displayed order.
 
   .. math::
@@ -150,10 +157,19 @@ def pdgd_pair_weights(scores: jax.Array, clicks: jax.Array, *, positions: jax.Ar
 
 
 @functools.partial(jax.jit, static_argnames=("top_k", "reduce_fn", "pairs", "debias", "surrogate"))
-def pdgd_loss(scores: jax.Array, clicks: jax.Array, *, positions: jax.Array,
-              where: Optional[jax.Array] = None, weights: Optional[jax.Array] = None,
-              top_k: Optional[int] = None, reduce_fn: Optional[Callable] = jnp.mean,
-              pairs: str = "considered", debias: bool = True, surrogate: str = "probability") -> jax.Array:
+def pdgd_loss(
+  scores: jax.Array,
+  clicks: jax.Array,
+  *,
+  positions: jax.Array,
+  where: Optional[jax.Array] = None,
+  weights: Optional[jax.Array] = None,
+  top_k: Optional[int] = None,
+  reduce_fn: Optional[Callable] = jnp.mean,
+  pairs: str = "considered",
+  debias: bool = True,
+  surrogate: str = "probability",
+) -> jax.Array:
   r"""PDGD surrogate loss: its negative gradient is PDGD's gradient estimate.
 
   .. math::

@@ -36,18 +36,18 @@ import rax
 from ultr_jax.losses import _utils
 
 __all__ = [
-    "binary_entropy",
-    "conditional_mi_binary",
-    "cell_marginals",
-    "project_within_cells",
-    "effective_sample_size",
-    "ips_targets",
-    "dr_targets",
-    "listwise_risk",
-    "doubly_robust_risk",
-    "bias_likelihood_loss",
-    "dual_ascent_update",
-    "oracle_leakage",
+  "binary_entropy",
+  "conditional_mi_binary",
+  "cell_marginals",
+  "project_within_cells",
+  "effective_sample_size",
+  "ips_targets",
+  "dr_targets",
+  "listwise_risk",
+  "doubly_robust_risk",
+  "bias_likelihood_loss",
+  "dual_ascent_update",
+  "oracle_leakage",
 ]
 
 _P_CLIP = 1e-6
@@ -92,8 +92,14 @@ def _to_items(oh, values):
   return tuple(out[k] for k in range(values.shape[0]))
 
 
-def cell_marginals(probs: jax.Array, cells: jax.Array, *, where: Optional[jax.Array] = None,
-                   weights: Optional[jax.Array] = None, num_cells: int) -> jax.Array:
+def cell_marginals(
+  probs: jax.Array,
+  cells: jax.Array,
+  *,
+  where: Optional[jax.Array] = None,
+  weights: Optional[jax.Array] = None,
+  num_cells: int,
+) -> jax.Array:
   r"""Within-cell (weighted) mean :math:`\bar p_w = \sum_{i\in w} m_i p_i / \sum_{i \in w} m_i`.
 
   Pools over every leading axis; empty cells give 0.
@@ -118,10 +124,18 @@ def cell_marginals(probs: jax.Array, cells: jax.Array, *, where: Optional[jax.Ar
   return jnp.where(mass > 0, _pooled(m * p, oh) / safe, 0.0)
 
 
-def conditional_mi_binary(probs: jax.Array, cells: jax.Array, *, where: Optional[jax.Array] = None,
-                          weights: Optional[jax.Array] = None, num_cells: int,
-                          estimator: str = "entropy", marginal: Optional[jax.Array] = None,
-                          clamp: bool = True, min_count: int = 2) -> jax.Array:
+def conditional_mi_binary(
+  probs: jax.Array,
+  cells: jax.Array,
+  *,
+  where: Optional[jax.Array] = None,
+  weights: Optional[jax.Array] = None,
+  num_cells: int,
+  estimator: str = "entropy",
+  marginal: Optional[jax.Array] = None,
+  clamp: bool = True,
+  min_count: int = 2,
+) -> jax.Array:
   r"""Closed-form conditional MI of a binary channel, :math:`\hat I(B; Z \mid W)` (spec 5.4).
 
   .. math::
@@ -193,9 +207,16 @@ def conditional_mi_binary(probs: jax.Array, cells: jax.Array, *, where: Optional
   return jnp.maximum(value, 0.0) if clamp else value
 
 
-def project_within_cells(target: jax.Array, scores: jax.Array, cells: jax.Array, *,
-                         where: Optional[jax.Array] = None, num_cells: int,
-                         ridge: float = 1e-8, clip: float = 1e-4) -> jax.Array:
+def project_within_cells(
+  target: jax.Array,
+  scores: jax.Array,
+  cells: jax.Array,
+  *,
+  where: Optional[jax.Array] = None,
+  num_cells: int,
+  ridge: float = 1e-8,
+  clip: float = 1e-4,
+) -> jax.Array:
   r"""Within-cell OLS projection of a channel probability onto a score (spec 5.4, Î_D).
 
   .. math::
@@ -256,8 +277,9 @@ def effective_sample_size(weights: jax.Array, *, where: Optional[jax.Array] = No
   return jnp.where(sq > 0, jnp.sum(w) ** 2 / jnp.where(sq > 0, sq, 1.0), 0.0)
 
 
-def ips_targets(clicks: jax.Array, propensities: jax.Array, *, where: Optional[jax.Array] = None,
-                tau: float = 0.01) -> jax.Array:
+def ips_targets(
+  clicks: jax.Array, propensities: jax.Array, *, where: Optional[jax.Array] = None, tau: float = 0.01
+) -> jax.Array:
   r"""IPS targets :math:`t_i = c_i / \max(\rho_i, \tau)` (stop-gradient), 0 where masked.
 
   ``propensities`` are the click propensities :math:`\rho_i` (exposure times
@@ -272,9 +294,15 @@ def ips_targets(clicks: jax.Array, propensities: jax.Array, *, where: Optional[j
   return jnp.where(where, clicks / rho, 0.0)
 
 
-def dr_targets(clicks: jax.Array, propensities: jax.Array, imputed: jax.Array, *,
-               where: Optional[jax.Array] = None, displayed: Optional[jax.Array] = None,
-               tau: float = 0.01) -> jax.Array:
+def dr_targets(
+  clicks: jax.Array,
+  propensities: jax.Array,
+  imputed: jax.Array,
+  *,
+  where: Optional[jax.Array] = None,
+  displayed: Optional[jax.Array] = None,
+  tau: float = 0.01,
+) -> jax.Array:
   r"""Expected-treatment doubly robust targets (spec 5.3; Oosterhuis 2023 style).
 
   .. math::
@@ -306,8 +334,9 @@ def dr_targets(clicks: jax.Array, propensities: jax.Array, imputed: jax.Array, *
   return jnp.where(displayed, t_disp, jnp.where(where, m, 0.0))
 
 
-def listwise_risk(scores: jax.Array, targets: jax.Array, *, where: Optional[jax.Array] = None,
-                  reduce_fn: Optional[Callable] = jnp.mean) -> jax.Array:
+def listwise_risk(
+  scores: jax.Array, targets: jax.Array, *, where: Optional[jax.Array] = None, reduce_fn: Optional[Callable] = jnp.mean
+) -> jax.Array:
   r"""Listwise softmax cross-entropy with (weighted) targets, :math:`-\sum_i t_i \log\mathrm{softmax}(s)_i`.
 
   The ULTRA listwise risk (SIF-ref :math:`R_{LTR}`), via :func:`rax.softmax_loss`;
@@ -319,9 +348,15 @@ def listwise_risk(scores: jax.Array, targets: jax.Array, *, where: Optional[jax.
   return rax.softmax_loss(scores, targets, where=where, reduce_fn=reduce_fn)
 
 
-def doubly_robust_risk(loss: jax.Array, exposure: jax.Array, propensities: jax.Array,
-                       imputed: jax.Array, *, where: Optional[jax.Array] = None,
-                       reduce_fn: Optional[Callable] = jnp.mean) -> jax.Array:
+def doubly_robust_risk(
+  loss: jax.Array,
+  exposure: jax.Array,
+  propensities: jax.Array,
+  imputed: jax.Array,
+  *,
+  where: Optional[jax.Array] = None,
+  reduce_fn: Optional[Callable] = jnp.mean,
+) -> jax.Array:
   r"""The literal doubly robust risk of SIF eq. 33 with **observed** exposure.
 
   .. math::
@@ -349,9 +384,13 @@ def doubly_robust_risk(loss: jax.Array, exposure: jax.Array, propensities: jax.A
   return _utils.reduce_items(value, where, reduce_fn)
 
 
-def bias_likelihood_loss(clicks: jax.Array, click_probs: jax.Array, *,
-                         where: Optional[jax.Array] = None,
-                         reduce_fn: Optional[Callable] = jnp.mean) -> jax.Array:
+def bias_likelihood_loss(
+  clicks: jax.Array,
+  click_probs: jax.Array,
+  *,
+  where: Optional[jax.Array] = None,
+  reduce_fn: Optional[Callable] = jnp.mean,
+) -> jax.Array:
   r"""Click likelihood of the bias tower, :math:`\mathrm{BCE}(c_i, \mathrm{clip}(\rho_i \hat r_i))` (spec 5.3).
 
   .. math::
@@ -370,9 +409,17 @@ def bias_likelihood_loss(clicks: jax.Array, click_probs: jax.Array, *,
   return _utils.reduce_items(bce, where, reduce_fn)
 
 
-def dual_ascent_update(lam: jax.Array, ema: jax.Array, value: jax.Array, *, budget: float,
-                       eta: float = 1.0, lam_max: float = 100.0, decay: float = 0.9,
-                       first: Optional[jax.Array] = None) -> tuple[jax.Array, jax.Array]:
+def dual_ascent_update(
+  lam: jax.Array,
+  ema: jax.Array,
+  value: jax.Array,
+  *,
+  budget: float,
+  eta: float = 1.0,
+  lam_max: float = 100.0,
+  decay: float = 0.9,
+  first: Optional[jax.Array] = None,
+) -> tuple[jax.Array, jax.Array]:
   r"""Projected dual ascent on a leakage budget, on an EMA of the estimate (spec 5.5).
 
   .. math::
@@ -401,10 +448,18 @@ def dual_ascent_update(lam: jax.Array, ema: jax.Array, value: jax.Array, *, budg
   return new_lam, new_ema
 
 
-def oracle_leakage(scores: jax.Array, oracle_probs: jax.Array, positions: jax.Array,
-                   labels: jax.Array, *, where: Optional[jax.Array] = None, k_top: int = 3,
-                   num_labels: int = 5, by_label: bool = True,
-                   estimator: str = "entropy") -> jax.Array:
+def oracle_leakage(
+  scores: jax.Array,
+  oracle_probs: jax.Array,
+  positions: jax.Array,
+  labels: jax.Array,
+  *,
+  where: Optional[jax.Array] = None,
+  k_top: int = 3,
+  num_labels: int = 5,
+  by_label: bool = True,
+  estimator: str = "entropy",
+) -> jax.Array:
   r"""Oracle-conditioned trust leakage of a ranker's scores (spec 6.4 and T6), in nats.
 
   The oracle channel probability :math:`d^*` is projected onto the scores

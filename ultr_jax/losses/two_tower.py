@@ -23,8 +23,9 @@ from ultr_jax.losses import _utils
 __all__ = ["two_tower_log_probs", "two_tower_loss"]
 
 
-def two_tower_log_probs(relevance_logits: jax.Array, observation_logits: jax.Array, *,
-                        mode: str = "additive") -> tuple[jax.Array, jax.Array]:
+def two_tower_log_probs(
+  relevance_logits: jax.Array, observation_logits: jax.Array, *, mode: str = "additive"
+) -> tuple[jax.Array, jax.Array]:
   r"""``(log P(C=1), log P(C=0))`` of a two-tower click model, ``[..., L]`` each.
 
   >>> lp, ln = two_tower_log_probs(jnp.array(0.0), jnp.array(0.0), mode="product")
@@ -42,10 +43,16 @@ def two_tower_log_probs(relevance_logits: jax.Array, observation_logits: jax.Arr
   raise ValueError(f"unknown two-tower mode {mode!r} (additive, product)")
 
 
-def two_tower_loss(relevance_logits: jax.Array, observation_logits: jax.Array, clicks: jax.Array, *,
-                   where: Optional[jax.Array] = None, mode: str = "additive",
-                   weights: Optional[jax.Array] = None,
-                   reduce_fn: Optional[Callable] = jnp.mean) -> jax.Array:
+def two_tower_loss(
+  relevance_logits: jax.Array,
+  observation_logits: jax.Array,
+  clicks: jax.Array,
+  *,
+  where: Optional[jax.Array] = None,
+  mode: str = "additive",
+  weights: Optional[jax.Array] = None,
+  reduce_fn: Optional[Callable] = jnp.mean,
+) -> jax.Array:
   r"""Sigmoid cross-entropy of the two-tower click model on clicks.
 
   .. math::

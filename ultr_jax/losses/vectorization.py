@@ -33,8 +33,9 @@ def _masked(where, mean, log_var):
   return w, jnp.where(w[..., None], mean, 0.0), jnp.where(w[..., None], log_var, 0.0)
 
 
-def observation_density_loss(mean: Array, log_var: Array, observation: Array, *,
-                             where: Optional[Array] = None) -> Array:
+def observation_density_loss(
+  mean: Array, log_var: Array, observation: Array, *, where: Optional[Array] = None
+) -> Array:
   r"""Gaussian fit of the density model to the (stop-gradient) observation vectors.
 
   .. math::
@@ -84,8 +85,7 @@ def base_vector(mean: Array, log_var: Array, *, where: Optional[Array] = None) -
   return jnp.where(total > 0, jnp.sum(precision * mean, axis=-2) / jnp.where(total > 0, total, 1.0), 0.0)
 
 
-def vectorization_scores(relevance: Array, mean: Array, log_var: Array, *,
-                         where: Optional[Array] = None) -> Array:
+def vectorization_scores(relevance: Array, mean: Array, log_var: Array, *, where: Optional[Array] = None) -> Array:
   r"""Ranking scores :math:`\langle r(x_i), \bar o \rangle` with each list's :func:`base_vector`.
 
   Args:

@@ -30,8 +30,9 @@ def _log_probs(pred, logits, eps):
   return jnp.log(p), jnp.log1p(-p)
 
 
-def click_mse(click_prob: Array, clicks: Array, *, where: Optional[Array] = None,
-              reduce_fn: ReduceFn = jnp.mean) -> Array:
+def click_mse(
+  click_prob: Array, clicks: Array, *, where: Optional[Array] = None, reduce_fn: ReduceFn = jnp.mean
+) -> Array:
   r"""Squared error of predicted click probabilities (Identifiability 3.1.5's click MSE).
 
   .. math::
@@ -54,9 +55,15 @@ def click_mse(click_prob: Array, clicks: Array, *, where: Optional[Array] = None
   return rax.utils.safe_reduce(se, where=where, reduce_fn=reduce_fn)
 
 
-def click_log_likelihood(click_prob: Array, clicks: Array, *, where: Optional[Array] = None,
-                         logits: bool = False, eps: float = 1e-7,
-                         reduce_fn: ReduceFn = jnp.mean) -> Array:
+def click_log_likelihood(
+  click_prob: Array,
+  clicks: Array,
+  *,
+  where: Optional[Array] = None,
+  logits: bool = False,
+  eps: float = 1e-7,
+  reduce_fn: ReduceFn = jnp.mean,
+) -> Array:
   r"""Bernoulli log-likelihood of the clicks (nats).
 
   .. math::
@@ -82,8 +89,9 @@ def click_log_likelihood(click_prob: Array, clicks: Array, *, where: Optional[Ar
   return rax.utils.safe_reduce(ll, where=where, reduce_fn=reduce_fn)
 
 
-def click_perplexity_per_rank(click_prob: Array, clicks: Array, *, where: Optional[Array] = None,
-                              logits: bool = False, eps: float = 1e-7) -> Array:
+def click_perplexity_per_rank(
+  click_prob: Array, clicks: Array, *, where: Optional[Array] = None, logits: bool = False, eps: float = 1e-7
+) -> Array:
   r"""Click perplexity at every rank (Dupret & Piwowarski SIGIR'08).
 
   .. math::
@@ -105,20 +113,19 @@ def click_perplexity_per_rank(click_prob: Array, clicks: Array, *, where: Option
   >>> print(click_perplexity_per_rank(jnp.full((2, 2), 0.5), jnp.array([[1., 0.], [0., 0.]])))
   [2. 2.]
   """
-  ll = click_log_likelihood(click_prob, clicks, where=where, logits=logits, eps=eps,
-                            reduce_fn=None)
+  ll = click_log_likelihood(click_prob, clicks, where=where, logits=logits, eps=eps, reduce_fn=None)
   ll = ll.reshape((-1, ll.shape[-1]))
   if where is None:
     count = jnp.full((ll.shape[-1],), float(ll.shape[0]))
   else:
-    count = jnp.sum(jnp.broadcast_to(where, jnp.shape(clicks)).reshape(ll.shape), axis=0,
-                    dtype=jnp.float32)
+    count = jnp.sum(jnp.broadcast_to(where, jnp.shape(clicks)).reshape(ll.shape), axis=0, dtype=jnp.float32)
   mean_ll = jnp.sum(ll, axis=0) / jnp.maximum(count, 1.0)
   return jnp.exp(-mean_ll)  # 2^{-mean log2 p} = e^{-mean ln p}
 
 
-def click_perplexity(click_prob: Array, clicks: Array, *, where: Optional[Array] = None,
-                     logits: bool = False, eps: float = 1e-7) -> Array:
+def click_perplexity(
+  click_prob: Array, clicks: Array, *, where: Optional[Array] = None, logits: bool = False, eps: float = 1e-7
+) -> Array:
   r"""Mean click perplexity over the ranks that hold valid items.
 
   .. math::

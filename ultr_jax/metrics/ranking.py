@@ -28,8 +28,7 @@ __all__ = ["ndcg", "dcg", "err", "mrr", "average_precision", "precision", "mcc",
 ReduceFn = Optional[Callable[..., Array]]
 
 
-def query_mask(labels: Array, *, where: Optional[Array] = None,
-               drop_no_relevant: bool = False) -> Array:
+def query_mask(labels: Array, *, where: Optional[Array] = None, drop_no_relevant: bool = False) -> Array:
   r"""Which lists count in a metric's reduction.
 
   .. math::
@@ -61,10 +60,17 @@ def _reduce(values, labels, where, drop_no_relevant, reduce_fn):
   return rax.utils.safe_reduce(values, where=mask, reduce_fn=reduce_fn)
 
 
-def ndcg(scores: Array, labels: Array, *, where: Optional[Array] = None,
-         topn: Optional[int] = None, weights: Optional[Array] = None,
-         key: Optional[Array] = None, drop_no_relevant: bool = False,
-         reduce_fn: ReduceFn = jnp.mean) -> Array:
+def ndcg(
+  scores: Array,
+  labels: Array,
+  *,
+  where: Optional[Array] = None,
+  topn: Optional[int] = None,
+  weights: Optional[Array] = None,
+  key: Optional[Array] = None,
+  drop_no_relevant: bool = False,
+  reduce_fn: ReduceFn = jnp.mean,
+) -> Array:
   r"""nDCG@k through :func:`rax.ndcg_metric` (Järvelin & Kekäläinen 2002).
 
   .. math::
@@ -89,15 +95,21 @@ def ndcg(scores: Array, labels: Array, *, where: Optional[Array] = None,
   >>> print(round(float(ndcg(jnp.array([3., 2., 1., 0.]), jnp.array([0., 1., 0., 1.]), topn=3)), 5))
   0.38685
   """
-  values = rax.ndcg_metric(scores, labels, where=where, topn=topn, weights=weights, key=key,
-                           reduce_fn=None)
+  values = rax.ndcg_metric(scores, labels, where=where, topn=topn, weights=weights, key=key, reduce_fn=None)
   return _reduce(values, labels, where, drop_no_relevant, reduce_fn)
 
 
-def dcg(scores: Array, labels: Array, *, where: Optional[Array] = None,
-        topn: Optional[int] = None, weights: Optional[Array] = None,
-        key: Optional[Array] = None, drop_no_relevant: bool = False,
-        reduce_fn: ReduceFn = jnp.mean) -> Array:
+def dcg(
+  scores: Array,
+  labels: Array,
+  *,
+  where: Optional[Array] = None,
+  topn: Optional[int] = None,
+  weights: Optional[Array] = None,
+  key: Optional[Array] = None,
+  drop_no_relevant: bool = False,
+  reduce_fn: ReduceFn = jnp.mean,
+) -> Array:
   r"""Unnormalised DCG@k through :func:`rax.dcg_metric`, the metric of Baidu-ULTR's expert annotations.
 
   .. math::
@@ -116,10 +128,17 @@ def dcg(scores: Array, labels: Array, *, where: Optional[Array] = None,
   return _reduce(values, labels, where, drop_no_relevant, reduce_fn)
 
 
-def precision(scores: Array, labels: Array, *, where: Optional[Array] = None,
-              topn: Optional[int] = None, relevance_threshold: float = 1.0,
-              key: Optional[Array] = None, drop_no_relevant: bool = False,
-              reduce_fn: ReduceFn = jnp.mean) -> Array:
+def precision(
+  scores: Array,
+  labels: Array,
+  *,
+  where: Optional[Array] = None,
+  topn: Optional[int] = None,
+  relevance_threshold: float = 1.0,
+  key: Optional[Array] = None,
+  drop_no_relevant: bool = False,
+  reduce_fn: ReduceFn = jnp.mean,
+) -> Array:
   r"""Precision@k through :func:`rax.precision_metric`: the share of relevant items among the top k.
 
   .. math::
@@ -136,9 +155,17 @@ def precision(scores: Array, labels: Array, *, where: Optional[Array] = None,
   return _reduce(values, labels, where, drop_no_relevant, reduce_fn)
 
 
-def err(scores: Array, labels: Array, *, where: Optional[Array] = None,
-        topn: Optional[int] = None, max_label: float = 4.0, key: Optional[Array] = None,
-        drop_no_relevant: bool = False, reduce_fn: ReduceFn = jnp.mean) -> Array:
+def err(
+  scores: Array,
+  labels: Array,
+  *,
+  where: Optional[Array] = None,
+  topn: Optional[int] = None,
+  max_label: float = 4.0,
+  key: Optional[Array] = None,
+  drop_no_relevant: bool = False,
+  reduce_fn: ReduceFn = jnp.mean,
+) -> Array:
   r"""Expected reciprocal rank (Chapelle et al. CIKM'09).
 
   .. math::
@@ -182,10 +209,17 @@ def err(scores: Array, labels: Array, *, where: Optional[Array] = None,
   return _reduce(values, labels, where, drop_no_relevant, reduce_fn)
 
 
-def mrr(scores: Array, labels: Array, *, where: Optional[Array] = None,
-        topn: Optional[int] = None, relevance_threshold: float = 1.0,
-        key: Optional[Array] = None, drop_no_relevant: bool = False,
-        reduce_fn: ReduceFn = jnp.mean) -> Array:
+def mrr(
+  scores: Array,
+  labels: Array,
+  *,
+  where: Optional[Array] = None,
+  topn: Optional[int] = None,
+  relevance_threshold: float = 1.0,
+  key: Optional[Array] = None,
+  drop_no_relevant: bool = False,
+  reduce_fn: ReduceFn = jnp.mean,
+) -> Array:
   r"""Mean reciprocal rank through :func:`rax.mrr_metric`.
 
   .. math::
@@ -206,10 +240,17 @@ def mrr(scores: Array, labels: Array, *, where: Optional[Array] = None,
   return _reduce(values, labels, where, drop_no_relevant, reduce_fn)
 
 
-def average_precision(scores: Array, labels: Array, *, where: Optional[Array] = None,
-                      topn: Optional[int] = None, relevance_threshold: float = 1.0,
-                      key: Optional[Array] = None, drop_no_relevant: bool = False,
-                      reduce_fn: ReduceFn = jnp.mean) -> Array:
+def average_precision(
+  scores: Array,
+  labels: Array,
+  *,
+  where: Optional[Array] = None,
+  topn: Optional[int] = None,
+  relevance_threshold: float = 1.0,
+  key: Optional[Array] = None,
+  drop_no_relevant: bool = False,
+  reduce_fn: ReduceFn = jnp.mean,
+) -> Array:
   r"""Average precision (MAP when averaged) through :func:`rax.ap_metric`.
 
   .. math::
@@ -233,8 +274,14 @@ def average_precision(scores: Array, labels: Array, *, where: Optional[Array] = 
   return _reduce(values, labels, where, drop_no_relevant, reduce_fn)
 
 
-def mcc(predicted: Array, true: Array, *, where: Optional[Array] = None,
-        per_list: bool = False, reduce_fn: ReduceFn = jnp.mean) -> Array:
+def mcc(
+  predicted: Array,
+  true: Array,
+  *,
+  where: Optional[Array] = None,
+  per_list: bool = False,
+  reduce_fn: ReduceFn = jnp.mean,
+) -> Array:
   r"""Pearson correlation of true and predicted relevance (the identifiability paper's "MCC").
 
   .. math::
@@ -281,11 +328,19 @@ def mcc(predicted: Array, true: Array, *, where: Optional[Array] = None,
   return rax.utils.safe_reduce(corr, where=jnp.any(where, axis=-1), reduce_fn=reduce_fn)
 
 
-def ranking_metrics(scores: Array, labels: Array, *, where: Optional[Array] = None,
-                    cutoffs: Sequence[int] = (1, 3, 5, 10), err_topn: int = 10,
-                    max_label: float = 4.0, key: Optional[Array] = None,
-                    return_mask: bool = False, drop_no_relevant: bool = False,
-                    dcg_cutoffs: Sequence[int] = ()):
+def ranking_metrics(
+  scores: Array,
+  labels: Array,
+  *,
+  where: Optional[Array] = None,
+  cutoffs: Sequence[int] = (1, 3, 5, 10),
+  err_topn: int = 10,
+  max_label: float = 4.0,
+  key: Optional[Array] = None,
+  return_mask: bool = False,
+  drop_no_relevant: bool = False,
+  dcg_cutoffs: Sequence[int] = (),
+):
   r"""Per-list nDCG@k for every cut-off, ERR@10, MRR and MAP (unreduced), and DCG@k if asked.
 
   The evaluation helper of the training loop:

@@ -80,4 +80,4 @@ class LBDTower(nn.Module):
     if self.layer_norm:
       h = nn.LayerNorm(epsilon=self.ln_epsilon)(h)
     out = nn.Dense(n_out, kernel_init=nn.initializers.glorot_uniform(), bias_init=glorot_bias_init)(h)
-    return out[..., 0], out[..., 1:1 + self.num_positions]
+    return out[..., 0], out[..., 1 : 1 + self.num_positions]

@@ -25,26 +25,26 @@ import jax.numpy as jnp
 from ultr_jax.losses.two_tower import two_tower_log_probs
 
 __all__ = [
-    "LinearRanker",
-    "MLPRanker",
-    "DocumentEmbedding",
-    "PositionBias",
-    "ContextPositionBias",
-    "FeatureBias",
-    "TwoTower",
-    "combine_towers",
-    "make_ranker",
-    "num_params",
-    "ACTIVATIONS",
+  "LinearRanker",
+  "MLPRanker",
+  "DocumentEmbedding",
+  "PositionBias",
+  "ContextPositionBias",
+  "FeatureBias",
+  "TwoTower",
+  "combine_towers",
+  "make_ranker",
+  "num_params",
+  "ACTIVATIONS",
 ]
 
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
-    "relu": nn.relu,
-    "elu": nn.elu,
-    "gelu": nn.gelu,
-    "tanh": jnp.tanh,
-    "sigmoid": nn.sigmoid,
-    "silu": nn.silu,
+  "relu": nn.relu,
+  "elu": nn.elu,
+  "gelu": nn.gelu,
+  "tanh": jnp.tanh,
+  "sigmoid": nn.sigmoid,
+  "silu": nn.silu,
 }
 
 
@@ -149,8 +149,9 @@ class DocumentEmbedding(nn.Module):
   @nn.compact
   def __call__(self, doc_ids: jax.Array, *, deterministic: bool = True) -> jax.Array:
     del deterministic
-    table = self.param("logits", nn.initializers.normal(self.init_std) if self.init_std else
-                       nn.initializers.zeros, (self.num_docs,))
+    table = self.param(
+      "logits", nn.initializers.normal(self.init_std) if self.init_std else nn.initializers.zeros, (self.num_docs,)
+    )
     return jnp.take(table, jnp.clip(doc_ids, 0, self.num_docs - 1), axis=0)
 
 
@@ -192,8 +193,7 @@ class ContextPositionBias(nn.Module):
   num_positions: int
 
   @nn.compact
-  def __call__(self, positions: jax.Array, contexts: jax.Array, *,
-               deterministic: bool = True) -> jax.Array:
+  def __call__(self, positions: jax.Array, contexts: jax.Array, *, deterministic: bool = True) -> jax.Array:
     del deterministic
     table = self.param("logits", nn.initializers.zeros, (self.num_contexts, self.num_positions))
     contexts = jnp.asarray(contexts)
@@ -223,13 +223,16 @@ class FeatureBias(nn.Module):
 
   @nn.compact
   def __call__(self, z: jax.Array, *, deterministic: bool = True) -> jax.Array:
-    return MLPRanker(hidden_sizes=self.hidden_sizes, activation=self.activation,
-                     layer_norm=self.layer_norm, dropout=self.dropout, name="mlp")(
-                         z, deterministic=deterministic)
+    return MLPRanker(
+      hidden_sizes=self.hidden_sizes,
+      activation=self.activation,
+      layer_norm=self.layer_norm,
+      dropout=self.dropout,
+      name="mlp",
+    )(z, deterministic=deterministic)
 
 
-def combine_towers(relevance_logits: jax.Array, observation_logits: jax.Array, *,
-                   mode: str = "additive") -> jax.Array:
+def combine_towers(relevance_logits: jax.Array, observation_logits: jax.Array, *, mode: str = "additive") -> jax.Array:
   r"""Click log-probability of a two-tower model, ``[..., L] -> [..., L]``.
 
   * ``"additive"``: :math:`\log P(C=1) = \log\sigma(r + o)` (additive logits,
@@ -263,8 +266,10 @@ class TwoTower(nn.Module):
   mode: str = "additive"
 
   def __call__(self, relevance_inputs, bias_inputs, *, deterministic: bool = True):
-    return (self.relevance(relevance_inputs, deterministic=deterministic),
-            self.bias(bias_inputs, deterministic=deterministic))
+    return (
+      self.relevance(relevance_inputs, deterministic=deterministic),
+      self.bias(bias_inputs, deterministic=deterministic),
+    )
 
   def click_log_prob(self, relevance_inputs, bias_inputs, *, deterministic: bool = True):
     r, o = self(relevance_inputs, bias_inputs, deterministic=deterministic)
@@ -274,10 +279,17 @@ class TwoTower(nn.Module):
     return self.relevance(relevance_inputs, deterministic=deterministic)
 
 
-def make_ranker(kind: str = "mlp", *, hidden_sizes: Sequence[int] = (512, 256, 128),
-                activation: str = "elu", layer_norm: bool = True,
-                dropout: float = 0.0, norm_position: str = "after",
-                ln_epsilon: float = 1e-6, output_size: int = 1) -> nn.Module:
+def make_ranker(
+  kind: str = "mlp",
+  *,
+  hidden_sizes: Sequence[int] = (512, 256, 128),
+  activation: str = "elu",
+  layer_norm: bool = True,
+  dropout: float = 0.0,
+  norm_position: str = "after",
+  ln_epsilon: float = 1e-6,
+  output_size: int = 1,
+) -> nn.Module:
   """A ranker by name: ``"linear"`` or ``"mlp"``.
 
   ``norm_position="before"`` is the ULTRA/LBD code's layout (a LayerNorm before every dense layer;
@@ -292,12 +304,21 @@ def make_ranker(kind: str = "mlp", *, hidden_sizes: Sequence[int] = (512, 256, 1
   if norm_position not in ("after", "before"):
     raise ValueError(f"norm_position must be 'after' or 'before', got {norm_position!r}")
   if kind == "linear":
-    return LinearRanker(input_norm=bool(layer_norm) and norm_position == "before",
-                        ln_epsilon=float(ln_epsilon), output_size=int(output_size))
+    return LinearRanker(
+      input_norm=bool(layer_norm) and norm_position == "before",
+      ln_epsilon=float(ln_epsilon),
+      output_size=int(output_size),
+    )
   if kind == "mlp":
-    return MLPRanker(hidden_sizes=tuple(int(h) for h in hidden_sizes), activation=activation,
-                     layer_norm=layer_norm, dropout=float(dropout), norm_position=norm_position,
-                     ln_epsilon=float(ln_epsilon), output_size=int(output_size))
+    return MLPRanker(
+      hidden_sizes=tuple(int(h) for h in hidden_sizes),
+      activation=activation,
+      layer_norm=layer_norm,
+      dropout=float(dropout),
+      norm_position=norm_position,
+      ln_epsilon=float(ln_epsilon),
+      output_size=int(output_size),
+    )
   raise ValueError(f"unknown ranker {kind!r} (linear, mlp)")
 
 

@@ -42,22 +42,22 @@ from ultr_jax.simulation import probabilities as P
 from ultr_jax.types import Array, Batch, PRNGKey
 
 __all__ = [
-    "sample_clicks",
-    "sample_dcm_clicks",
-    "pbm",
-    "pbm_table",
-    "trust",
-    "cascade",
-    "dcm",
-    "dbn",
-    "ccm",
-    "sample_chain_clicks",
-    "ubm",
-    "sample_ubm_clicks",
-    "context_pbm",
-    "individual",
-    "click_models",
-    "make_click_fn",
+  "sample_clicks",
+  "sample_dcm_clicks",
+  "pbm",
+  "pbm_table",
+  "trust",
+  "cascade",
+  "dcm",
+  "dbn",
+  "ccm",
+  "sample_chain_clicks",
+  "ubm",
+  "sample_ubm_clicks",
+  "context_pbm",
+  "individual",
+  "click_models",
+  "make_click_fn",
 ]
 
 
@@ -65,9 +65,14 @@ __all__ = [
 # Samplers.
 
 
-def sample_clicks(key: PRNGKey, click_prob: Array, *, where: Optional[Array] = None,
-                  num_sessions: Optional[int] = None,
-                  num_impressions: Optional[int] = None) -> Array:
+def sample_clicks(
+  key: PRNGKey,
+  click_prob: Array,
+  *,
+  where: Optional[Array] = None,
+  num_sessions: Optional[int] = None,
+  num_impressions: Optional[int] = None,
+) -> Array:
   r"""Independent Bernoulli (or aggregated Binomial) clicks.
 
   .. math::
@@ -100,8 +105,14 @@ def sample_clicks(key: PRNGKey, click_prob: Array, *, where: Optional[Array] = N
   return c
 
 
-def sample_dcm_clicks(key: PRNGKey, attraction: Array, *, continuation: Array | float = 0.0,
-                      where: Optional[Array] = None, num_sessions: Optional[int] = None) -> Array:
+def sample_dcm_clicks(
+  key: PRNGKey,
+  attraction: Array,
+  *,
+  continuation: Array | float = 0.0,
+  where: Optional[Array] = None,
+  num_sessions: Optional[int] = None,
+) -> Array:
   r"""One DCM / cascade session per list, in displayed (array) order.
 
   The user scans down the list; at an examined item they click with
@@ -149,9 +160,15 @@ def sample_dcm_clicks(key: PRNGKey, attraction: Array, *, continuation: Array | 
   return (attracted & (jnp.arange(list_size) <= first_stop[..., None])).astype(jnp.float32)
 
 
-def sample_chain_clicks(key: PRNGKey, attraction: Array, *, continue_no_click: Array | float,
-                        continue_click: Array | float, where: Optional[Array] = None,
-                        num_sessions: Optional[int] = None) -> Array:
+def sample_chain_clicks(
+  key: PRNGKey,
+  attraction: Array,
+  *,
+  continue_no_click: Array | float,
+  continue_click: Array | float,
+  where: Optional[Array] = None,
+  num_sessions: Optional[int] = None,
+) -> Array:
   r"""One click-chain session per list (DBN, CCM), in displayed (array) order.
 
   The user scans down the list; an examined item is clicked when attractive
@@ -185,8 +202,7 @@ def sample_chain_clicks(key: PRNGKey, attraction: Array, *, continue_no_click: A
   shape = r.shape if num_sessions is None else (num_sessions,) + r.shape
   k_a, k_u = jax.random.split(key)
   attracted = jax.random.uniform(k_a, shape) < r
-  cont = jnp.where(attracted, jnp.asarray(continue_click, jnp.float32),
-                   jnp.asarray(continue_no_click, jnp.float32))
+  cont = jnp.where(attracted, jnp.asarray(continue_click, jnp.float32), jnp.asarray(continue_no_click, jnp.float32))
   stop = jax.random.uniform(k_u, shape) >= cont
   if where is not None:
     attracted = attracted & where
@@ -196,8 +212,15 @@ def sample_chain_clicks(key: PRNGKey, attraction: Array, *, continue_no_click: A
   return (attracted & (jnp.arange(list_size) <= first_stop[..., None])).astype(jnp.float32)
 
 
-def sample_ubm_clicks(key: PRNGKey, attraction: Array, gamma: Array, *, ranks: Optional[Array] = None,
-                      where: Optional[Array] = None, num_sessions: Optional[int] = None) -> Array:
+def sample_ubm_clicks(
+  key: PRNGKey,
+  attraction: Array,
+  gamma: Array,
+  *,
+  ranks: Optional[Array] = None,
+  where: Optional[Array] = None,
+  num_sessions: Optional[int] = None,
+) -> Array:
   r"""User browsing model sessions (Dupret & Piwowarski SIGIR'08), items in displayed order.
 
   The user scans down the list; item ``j`` at rank :math:`r_j` is examined
@@ -262,8 +285,7 @@ def _independent(key, exam, click_prob, where, shown, top_k, num_sessions, num_i
   exam = jnp.where(shown, exam, 0.0)
   click_prob = jnp.where(shown, click_prob, 0.0)
   out = {"examination": exam, "click_prob": click_prob}
-  clicks = sample_clicks(key, click_prob, where=shown, num_sessions=num_sessions,
-                         num_impressions=num_impressions)
+  clicks = sample_clicks(key, click_prob, where=shown, num_sessions=num_sessions, num_impressions=num_impressions)
   out["clicks"] = clicks
   if num_impressions is not None:
     out["click_counts"] = jnp.round(clicks * num_impressions).astype(jnp.int32)
@@ -274,9 +296,17 @@ def _independent(key, exam, click_prob, where, shown, top_k, num_sessions, num_i
   return out
 
 
-def pbm(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
-        positions: Optional[Array] = None, eta: float = 1.0, top_k: Optional[int] = None,
-        num_sessions: Optional[int] = None, num_impressions: Optional[int] = None) -> dict:
+def pbm(
+  key: PRNGKey,
+  attraction: Array,
+  *,
+  where: Optional[Array] = None,
+  positions: Optional[Array] = None,
+  eta: float = 1.0,
+  top_k: Optional[int] = None,
+  num_sessions: Optional[int] = None,
+  num_impressions: Optional[int] = None,
+) -> dict:
   r"""Position-based model with :math:`(1/\mathrm{rank})^\eta` examination (CLD Eq. 13).
 
   .. math::
@@ -305,10 +335,18 @@ def pbm(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
   return _independent(key, exam, exam * r, where, shown, top_k, num_sessions, num_impressions)
 
 
-def pbm_table(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
-              positions: Optional[Array] = None, eta: float = 1.0,
-              table: Sequence[float] = P.ULTRA_EXAM_TABLE, top_k: Optional[int] = None,
-              num_sessions: Optional[int] = None, num_impressions: Optional[int] = None) -> dict:
+def pbm_table(
+  key: PRNGKey,
+  attraction: Array,
+  *,
+  where: Optional[Array] = None,
+  positions: Optional[Array] = None,
+  eta: float = 1.0,
+  table: Sequence[float] = P.ULTRA_EXAM_TABLE,
+  top_k: Optional[int] = None,
+  num_sessions: Optional[int] = None,
+  num_impressions: Optional[int] = None,
+) -> dict:
   r"""ULTRA's position-based model: eye-tracking table to the power :math:`\eta`.
 
   .. math::
@@ -326,10 +364,19 @@ def pbm_table(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
   return _independent(key, exam, exam * r, where, shown, top_k, num_sessions, num_impressions)
 
 
-def trust(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
-          positions: Optional[Array] = None, eta: float = 1.0, epsilon_1_neg: float = 0.65,
-          table: Sequence[float] = P.ULTRA_EXAM_TABLE, top_k: Optional[int] = None,
-          num_sessions: Optional[int] = None, num_impressions: Optional[int] = None) -> dict:
+def trust(
+  key: PRNGKey,
+  attraction: Array,
+  *,
+  where: Optional[Array] = None,
+  positions: Optional[Array] = None,
+  eta: float = 1.0,
+  epsilon_1_neg: float = 0.65,
+  table: Sequence[float] = P.ULTRA_EXAM_TABLE,
+  top_k: Optional[int] = None,
+  num_sessions: Optional[int] = None,
+  num_impressions: Optional[int] = None,
+) -> dict:
   r"""Trust-bias model (Agarwal et al. WWW'19; Vardasbi et al. CIKM'20; ULTRA).
 
   .. math::
@@ -361,10 +408,17 @@ def _display_order(positions, where):
   return order, inverse
 
 
-def dcm(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
-        positions: Optional[Array] = None, continuation: Array | float | Sequence[float] = 0.5,
-        top_k: Optional[int] = None, num_sessions: Optional[int] = None,
-        num_impressions: Optional[int] = None) -> dict:
+def dcm(
+  key: PRNGKey,
+  attraction: Array,
+  *,
+  where: Optional[Array] = None,
+  positions: Optional[Array] = None,
+  continuation: Array | float | Sequence[float] = 0.5,
+  top_k: Optional[int] = None,
+  num_sessions: Optional[int] = None,
+  num_impressions: Optional[int] = None,
+) -> dict:
   r"""Dependent click model (Guo et al. WSDM'09); the cascade model at :math:`\lambda=0`.
 
   .. math::
@@ -408,15 +462,24 @@ def dcm(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
     r_s, shown_s, lam_s, inverse = r, shown, lam, None
   exam_s = P.dcm_examination(r_s, continuation=lam_s, where=shown_s)
   sample = lambda: sample_dcm_clicks(key, r_s, continuation=lam_s, where=shown_s, num_sessions=num_sessions)
-  conditional = lambda c: LL.chain_conditional_click_prob(c, r_s, continue_no_click=1.0, continue_click=lam_s,
-                                                          where=shown_s)
-  return _sequential_out(key, exam_s, inverse, sample, conditional, r, where, shown, top_k, num_sessions,
-                         num_impressions)
+  conditional = lambda c: LL.chain_conditional_click_prob(
+    c, r_s, continue_no_click=1.0, continue_click=lam_s, where=shown_s
+  )
+  return _sequential_out(
+    key, exam_s, inverse, sample, conditional, r, where, shown, top_k, num_sessions, num_impressions
+  )
 
 
-def cascade(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
-            positions: Optional[Array] = None, top_k: Optional[int] = None,
-            num_sessions: Optional[int] = None, num_impressions: Optional[int] = None) -> dict:
+def cascade(
+  key: PRNGKey,
+  attraction: Array,
+  *,
+  where: Optional[Array] = None,
+  positions: Optional[Array] = None,
+  top_k: Optional[int] = None,
+  num_sessions: Optional[int] = None,
+  num_impressions: Optional[int] = None,
+) -> dict:
   r"""Cascade model (Craswell et al. WSDM'08; ULTRA ``cascade_model``): stop at the first click.
 
   .. math::
@@ -428,12 +491,19 @@ def cascade(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
   >>> print(out["click_prob"])
   [0.5   0.25  0.125]
   """
-  return dcm(key, attraction, where=where, positions=positions, continuation=0.0, top_k=top_k,
-             num_sessions=num_sessions, num_impressions=num_impressions)
+  return dcm(
+    key,
+    attraction,
+    where=where,
+    positions=positions,
+    continuation=0.0,
+    top_k=top_k,
+    num_sessions=num_sessions,
+    num_impressions=num_impressions,
+  )
 
 
-def _sequential_out(key, exam_s, inverse, sample, conditional, r, where, shown, top_k, num_sessions,
-                    num_impressions):
+def _sequential_out(key, exam_s, inverse, sample, conditional, r, where, shown, top_k, num_sessions, num_impressions):
   """The dict of a sequential model from its display-order examination ``exam_s``, session sampler
   ``sample()`` and filter ``conditional(clicks) -> P(C_i = 1 | c_<i)``, both in display order
   (``inverse`` maps display order back to array order; None: the same)."""
@@ -443,8 +513,12 @@ def _sequential_out(key, exam_s, inverse, sample, conditional, r, where, shown, 
   if num_impressions is not None:
     return _independent(key, exam, click_prob, where, shown, top_k, num_sessions, num_impressions)
   clicks_s = sample()
-  out = {"examination": exam, "click_prob": click_prob, "clicks": back(clicks_s),
-         "conditional_click_prob": back(conditional(clicks_s))}
+  out = {
+    "examination": exam,
+    "click_prob": click_prob,
+    "clicks": back(clicks_s),
+    "conditional_click_prob": back(conditional(clicks_s)),
+  }
   if top_k is not None:
     out["shown"] = shown
   return out
@@ -462,8 +536,7 @@ def _per_item(value, positions, shape, name):
   return jnp.broadcast_to(jnp.asarray(value, jnp.float32), shape)
 
 
-def _chain_model(key, r, where, positions, shown, given_positions, c0, c1, top_k, num_sessions,
-                 num_impressions):
+def _chain_model(key, r, where, positions, shown, given_positions, c0, c1, top_k, num_sessions, num_impressions):
   """A click-chain model's dict, the chain run in order of ``positions``."""
   if given_positions:
     order, inverse = _display_order(positions, shown)
@@ -473,18 +546,29 @@ def _chain_model(key, r, where, positions, shown, given_positions, c0, c1, top_k
     r_s, shown_s, c0_s, c1_s = r, shown, c0, c1
     inverse = None
   exam_s = P.chain_examination(r_s, continue_no_click=c0_s, continue_click=c1_s, where=shown_s)
-  sample = lambda: sample_chain_clicks(key, r_s, continue_no_click=c0_s, continue_click=c1_s,
-                                       where=shown_s, num_sessions=num_sessions)
-  conditional = lambda c: LL.chain_conditional_click_prob(c, r_s, continue_no_click=c0_s, continue_click=c1_s,
-                                                          where=shown_s)
-  return _sequential_out(key, exam_s, inverse, sample, conditional, r, where, shown, top_k, num_sessions,
-                         num_impressions)
+  sample = lambda: sample_chain_clicks(
+    key, r_s, continue_no_click=c0_s, continue_click=c1_s, where=shown_s, num_sessions=num_sessions
+  )
+  conditional = lambda c: LL.chain_conditional_click_prob(
+    c, r_s, continue_no_click=c0_s, continue_click=c1_s, where=shown_s
+  )
+  return _sequential_out(
+    key, exam_s, inverse, sample, conditional, r, where, shown, top_k, num_sessions, num_impressions
+  )
 
 
-def dbn(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
-        positions: Optional[Array] = None, perseverance: float = 0.9,
-        satisfaction: Optional[Array | float | Sequence[float]] = None, top_k: Optional[int] = None,
-        num_sessions: Optional[int] = None, num_impressions: Optional[int] = None) -> dict:
+def dbn(
+  key: PRNGKey,
+  attraction: Array,
+  *,
+  where: Optional[Array] = None,
+  positions: Optional[Array] = None,
+  perseverance: float = 0.9,
+  satisfaction: Optional[Array | float | Sequence[float]] = None,
+  top_k: Optional[int] = None,
+  num_sessions: Optional[int] = None,
+  num_impressions: Optional[int] = None,
+) -> dict:
   r"""Dynamic Bayesian network click model (Chapelle & Zhang, WWW'09).
 
   An examined item is clicked when attractive (:math:`a_i`); a click
@@ -527,14 +611,22 @@ def dbn(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
   r, where, positions, shown = _prepare(attraction, where, positions, top_k)
   sigma = r if satisfaction is None else _per_item(satisfaction, positions, r.shape, "dbn.satisfaction")
   gamma = float(perseverance)
-  return _chain_model(key, r, where, positions, shown, given_positions, gamma, gamma * (1.0 - sigma),
-                      top_k, num_sessions, num_impressions)
+  return _chain_model(
+    key, r, where, positions, shown, given_positions, gamma, gamma * (1.0 - sigma), top_k, num_sessions, num_impressions
+  )
 
 
-def ccm(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
-        positions: Optional[Array] = None, alpha: Sequence[float] = (0.9, 0.8, 0.2),
-        top_k: Optional[int] = None, num_sessions: Optional[int] = None,
-        num_impressions: Optional[int] = None) -> dict:
+def ccm(
+  key: PRNGKey,
+  attraction: Array,
+  *,
+  where: Optional[Array] = None,
+  positions: Optional[Array] = None,
+  alpha: Sequence[float] = (0.9, 0.8, 0.2),
+  top_k: Optional[int] = None,
+  num_sessions: Optional[int] = None,
+  num_impressions: Optional[int] = None,
+) -> dict:
   r"""Click chain model (Guo, Liu, Kannan, Minka, Taylor, Wang & Faloutsos, WWW'09).
 
   Without a click the user goes on with probability :math:`\alpha_1`; after
@@ -571,14 +663,24 @@ def ccm(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
   given_positions = positions is not None
   r, where, positions, shown = _prepare(attraction, where, positions, top_k)
   a1, a2, a3 = (float(v) for v in alpha)
-  return _chain_model(key, r, where, positions, shown, given_positions, a1, a2 * (1.0 - r) + a3 * r,
-                      top_k, num_sessions, num_impressions)
+  return _chain_model(
+    key, r, where, positions, shown, given_positions, a1, a2 * (1.0 - r) + a3 * r, top_k, num_sessions, num_impressions
+  )
 
 
-def ubm(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
-        positions: Optional[Array] = None, gamma: Optional[Array] = None, eta: float = 1.0,
-        table: Sequence[float] = P.ULTRA_EXAM_TABLE, top_k: Optional[int] = None,
-        num_sessions: Optional[int] = None, num_impressions: Optional[int] = None) -> dict:
+def ubm(
+  key: PRNGKey,
+  attraction: Array,
+  *,
+  where: Optional[Array] = None,
+  positions: Optional[Array] = None,
+  gamma: Optional[Array] = None,
+  eta: float = 1.0,
+  table: Sequence[float] = P.ULTRA_EXAM_TABLE,
+  top_k: Optional[int] = None,
+  num_sessions: Optional[int] = None,
+  num_impressions: Optional[int] = None,
+) -> dict:
   r"""User browsing model (Dupret & Piwowarski SIGIR'08): examination by rank and last-click distance.
 
   .. math::
@@ -625,15 +727,26 @@ def ubm(key: PRNGKey, attraction: Array, *, where: Optional[Array] = None,
   exam_s = P.ubm_examination(r_s, g, ranks=ranks_s, where=shown_s)
   sample = lambda: sample_ubm_clicks(key, r_s, g, ranks=ranks_s, where=shown_s, num_sessions=num_sessions)
   conditional = lambda c: LL.ubm_conditional_click_prob(c, r_s, g, ranks=ranks_s, where=shown_s)
-  return _sequential_out(key, exam_s, inverse, sample, conditional, r, where, shown, top_k, num_sessions,
-                         num_impressions)
+  return _sequential_out(
+    key, exam_s, inverse, sample, conditional, r, where, shown, top_k, num_sessions, num_impressions
+  )
 
 
-def context_pbm(key: PRNGKey, attraction: Array, context: Array, *, context_vectors: Array,
-                w: Array, where: Optional[Array] = None, positions: Optional[Array] = None,
-                eta: float = 1.0, table: Sequence[float] = P.ULTRA_EXAM_TABLE,
-                top_k: Optional[int] = None, num_sessions: Optional[int] = None,
-                num_impressions: Optional[int] = None) -> dict:
+def context_pbm(
+  key: PRNGKey,
+  attraction: Array,
+  context: Array,
+  *,
+  context_vectors: Array,
+  w: Array,
+  where: Optional[Array] = None,
+  positions: Optional[Array] = None,
+  eta: float = 1.0,
+  table: Sequence[float] = P.ULTRA_EXAM_TABLE,
+  top_k: Optional[int] = None,
+  num_sessions: Optional[int] = None,
+  num_impressions: Optional[int] = None,
+) -> dict:
   r"""Context-dependent PBM (Identifiability ICML'24 C.2; Fang et al. 2019).
 
   .. math::
@@ -658,16 +771,24 @@ def context_pbm(key: PRNGKey, attraction: Array, context: Array, *, context_vect
   [0.4624 0.3721]
   """
   r, where, positions, shown = _prepare(attraction, where, positions, top_k)
-  exam = P.context_pbm_examination(positions, context, context_vectors=context_vectors, w=w,
-                                   eta=eta, table=table)
+  exam = P.context_pbm_examination(positions, context, context_vectors=context_vectors, w=w, eta=eta, table=table)
   return _independent(key, exam, exam * r, where, shown, top_k, num_sessions, num_impressions)
 
 
-def individual(key: PRNGKey, attraction: Array, crux_features: Array, w: Array, *,
-               where: Optional[Array] = None, positions: Optional[Array] = None,
-               eta: float = 1.0, table: Sequence[float] = P.ULTRA_EXAM_TABLE,
-               top_k: Optional[int] = None, num_sessions: Optional[int] = None,
-               num_impressions: Optional[int] = None) -> dict:
+def individual(
+  key: PRNGKey,
+  attraction: Array,
+  crux_features: Array,
+  w: Array,
+  *,
+  where: Optional[Array] = None,
+  positions: Optional[Array] = None,
+  eta: float = 1.0,
+  table: Sequence[float] = P.ULTRA_EXAM_TABLE,
+  top_k: Optional[int] = None,
+  num_sessions: Optional[int] = None,
+  num_impressions: Optional[int] = None,
+) -> dict:
   r"""Individual-level observation model of LBD (NeurIPS'22, spec-lbd 4.3).
 
   .. math::
@@ -699,20 +820,29 @@ def individual(key: PRNGKey, attraction: Array, crux_features: Array, w: Array, 
 
 _MODELS = ("pbm", "pbm_table", "trust", "cascade", "dcm", "ubm", "context_pbm", "individual", "dbn", "ccm")
 
-_COMMON_KEYS = {"name", "eta", "eps", "eps_plus", "ymax", "relevance", "threshold", "top_k",
-                "num_sessions", "num_impressions"}
+_COMMON_KEYS = {
+  "name",
+  "eta",
+  "eps",
+  "eps_plus",
+  "ymax",
+  "relevance",
+  "threshold",
+  "top_k",
+  "num_sessions",
+  "num_impressions",
+}
 _MODEL_KEYS = {
-    "pbm": set(),
-    "pbm_table": {"table"},
-    "trust": {"table", "epsilon_1_neg"},
-    "cascade": set(),
-    "dcm": {"continuation"},
-    "ubm": {"table", "gamma"},
-    "context_pbm": {"table", "context_vectors", "num_contexts", "context_dim", "context_scale",
-                    "context_seed", "w"},
-    "individual": {"table", "crux_indices", "w"},
-    "dbn": {"perseverance", "satisfaction"},
-    "ccm": {"alpha"},
+  "pbm": set(),
+  "pbm_table": {"table"},
+  "trust": {"table", "epsilon_1_neg"},
+  "cascade": set(),
+  "dcm": {"continuation"},
+  "ubm": {"table", "gamma"},
+  "context_pbm": {"table", "context_vectors", "num_contexts", "context_dim", "context_scale", "context_seed", "w"},
+  "individual": {"table", "crux_indices", "w"},
+  "dbn": {"perseverance", "satisfaction"},
+  "ccm": {"alpha"},
 }
 
 
@@ -775,11 +905,16 @@ def make_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict]:
     raise ValueError(f"click_model: unknown keys {sorted(unknown)} for model {name!r}")
   relevance = cfg.get("relevance", "graded")
   if relevance == "graded":
-    rel_fn = functools.partial(P.relevance_probability, eps=cfg.get("eps", 0.1),
-                               eps_plus=cfg.get("eps_plus", 1.0), ymax=cfg.get("ymax", 4))
+    rel_fn = functools.partial(
+      P.relevance_probability, eps=cfg.get("eps", 0.1), eps_plus=cfg.get("eps_plus", 1.0), ymax=cfg.get("ymax", 4)
+    )
   elif relevance == "binary":
-    rel_fn = functools.partial(P.binary_relevance_probability, threshold=cfg.get("threshold", 3),
-                               eps=cfg.get("eps", 0.1), eps_plus=cfg.get("eps_plus", 1.0))
+    rel_fn = functools.partial(
+      P.binary_relevance_probability,
+      threshold=cfg.get("threshold", 3),
+      eps=cfg.get("eps", 0.1),
+      eps_plus=cfg.get("eps_plus", 1.0),
+    )
   else:
     raise ValueError(f"click_model.relevance: expected 'graded' or 'binary', got {relevance!r}")
   common = {k: cfg[k] for k in ("top_k", "num_sessions", "num_impressions") if k in cfg}
@@ -820,9 +955,12 @@ def make_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict]:
     if "context_vectors" in cfg:
       vectors = np.asarray(cfg["context_vectors"], np.float32)
     elif "num_contexts" in cfg:
-      vectors = P.make_context_vectors(int(cfg["num_contexts"]), dim=int(cfg.get("context_dim", 10)),
-                                       scale=float(cfg.get("context_scale", 0.35)),
-                                       seed=int(cfg.get("context_seed", 0)))
+      vectors = P.make_context_vectors(
+        int(cfg["num_contexts"]),
+        dim=int(cfg.get("context_dim", 10)),
+        scale=float(cfg.get("context_scale", 0.35)),
+        seed=int(cfg.get("context_seed", 0)),
+      )
     else:
       raise ValueError("click_model: context_pbm needs context_vectors or num_contexts")
     w = np.asarray(cfg.get("w", P.IDENTIFIABILITY_CONTEXT_W), np.float32)

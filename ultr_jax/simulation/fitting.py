@@ -45,18 +45,18 @@ from ultr_jax.simulation import probabilities as P
 from ultr_jax.types import Array
 
 __all__ = [
-    "CTR_MODELS",
-    "FITTABLE_CLICK_MODELS",
-    "ClickModelFit",
-    "init_click_model",
-    "click_model_log_likelihood",
-    "click_model_predict",
-    "fit_click_model",
-    "evaluate_click_model",
-    "click_prediction_scores",
-    "fit_ctr_model",
-    "ctr_model_predict",
-    "simulate_session_log",
+  "CTR_MODELS",
+  "FITTABLE_CLICK_MODELS",
+  "ClickModelFit",
+  "init_click_model",
+  "click_model_log_likelihood",
+  "click_model_predict",
+  "fit_click_model",
+  "evaluate_click_model",
+  "click_prediction_scores",
+  "fit_ctr_model",
+  "ctr_model_predict",
+  "simulate_session_log",
 ]
 
 FITTABLE_CLICK_MODELS = ("pbm", "ubm", "cascade", "dcm", "dbn", "ccm", "trust")
@@ -107,7 +107,8 @@ def init_click_model(model: str, *, num_docs: int, list_size: int) -> dict:
   """
   _check_model(model)
   shapes = {"attraction": (num_docs,)}
-  shapes.update({
+  shapes.update(
+    {
       "pbm": {"examination": (list_size,)},
       "ubm": {"gamma": (list_size, list_size + 1)},
       "cascade": {},
@@ -115,7 +116,8 @@ def init_click_model(model: str, *, num_docs: int, list_size: int) -> dict:
       "dbn": {"satisfaction": (num_docs,), "perseverance": ()},
       "ccm": {"alpha": (3,)},
       "trust": {"examination": (list_size,), "trust": (list_size,)},
-  }[model])
+    }[model]
+  )
   return {k: jnp.zeros(s, jnp.float32) for k, s in sorted(shapes.items())}
 
 
@@ -133,8 +135,9 @@ def _session_args(model, params, doc_ids):
   elif model == "dcm":
     c0, c1 = lik.chain_continuations("dcm", a, continuation=params["continuation"][:length])
   elif model == "dbn":
-    c0, c1 = lik.chain_continuations("dbn", a, perseverance=params["perseverance"],
-                                     satisfaction=params["satisfaction"][ids])
+    c0, c1 = lik.chain_continuations(
+      "dbn", a, perseverance=params["perseverance"], satisfaction=params["satisfaction"][ids]
+    )
   else:
     c0, c1 = lik.chain_continuations("ccm", a, alpha=params["alpha"])
   return a, {"c0": c0, "c1": c1}
@@ -148,8 +151,10 @@ def _log_likelihood_logits(model, theta, doc_ids, clicks, where):
   log_1ma = jax.nn.log_sigmoid(-theta["attraction"])[ids]
   bias = {k: v for k, v in theta.items() if k not in ("attraction", "satisfaction")}
   if model == "dbn":
-    log_bias = {"perseverance": jax.nn.log_sigmoid(theta["perseverance"]),
-                "no_satisfaction": jax.nn.log_sigmoid(-theta["satisfaction"])[ids]}
+    log_bias = {
+      "perseverance": jax.nn.log_sigmoid(theta["perseverance"]),
+      "no_satisfaction": jax.nn.log_sigmoid(-theta["satisfaction"])[ids],
+    }
   else:
     log_bias = lik.log_bias_from_logits(model, bias)
   log_q, log_1mq = lik.log_probs_from_logs(model, clicks, log_a, log_1ma, log_bias, where=where)
@@ -161,8 +166,9 @@ def _logits(params: dict) -> dict:
   return {k: jax.scipy.special.logit(jnp.asarray(v, jnp.float32)) for k, v in params.items()}
 
 
-def click_model_log_likelihood(model: str, params: dict, doc_ids: Array, clicks: Array, *,
-                               where: Optional[Array] = None) -> Array:
+def click_model_log_likelihood(
+  model: str, params: dict, doc_ids: Array, clicks: Array, *, where: Optional[Array] = None
+) -> Array:
   r"""Log-likelihood of each session under a click model: :math:`\sum_i \log P(c_i \mid c_{<i})`.
 
   Args:
@@ -184,8 +190,9 @@ def click_model_log_likelihood(model: str, params: dict, doc_ids: Array, clicks:
   return _log_likelihood_logits(model, _logits(params), doc_ids, clicks, where)
 
 
-def click_model_predict(model: str, params: dict, doc_ids: Array, clicks: Array, *,
-                        where: Optional[Array] = None) -> dict:
+def click_model_predict(
+  model: str, params: dict, doc_ids: Array, clicks: Array, *, where: Optional[Array] = None
+) -> dict:
   r"""Click probabilities of a click model on logged sessions.
 
   Returns both the conditional probability :math:`P(C_i = 1 \mid c_{<i})`
@@ -216,8 +223,9 @@ def click_model_predict(model: str, params: dict, doc_ids: Array, clicks: Array,
     cond = lik.ubm_conditional_click_prob(clicks, a, extra["gamma"], where=w)
     marginal = P.ubm_examination(a, extra["gamma"], where=w) * a
   else:
-    cond = lik.chain_conditional_click_prob(clicks, a, continue_no_click=extra["c0"],
-                                            continue_click=extra["c1"], where=w)
+    cond = lik.chain_conditional_click_prob(
+      clicks, a, continue_no_click=extra["c0"], continue_click=extra["c1"], where=w
+    )
     marginal = P.chain_examination(a, continue_no_click=extra["c0"], continue_click=extra["c1"], where=w) * a
   return {"conditional": jnp.where(w, cond, 0.0), "marginal": jnp.where(w, marginal, 0.0)}
 
@@ -232,7 +240,7 @@ def _fit(model, logits, doc_ids, clicks, where, l2, max_iters, tol):
 
   def objective(theta):
     ll = _log_likelihood_logits(model, theta, doc_ids, clicks, where)
-    prior = 0.5 * l2 * sum(jnp.sum(v ** 2) for v in jax.tree.leaves(theta))
+    prior = 0.5 * l2 * sum(jnp.sum(v**2) for v in jax.tree.leaves(theta))
     return (prior - jnp.sum(ll)) / num_sessions
 
   theta, gnorm, iters = lbfgs_minimize(objective, logits, max_iters=max_iters, tol=tol)
@@ -256,8 +264,10 @@ def _validate(doc_ids, clicks, where, num_docs, model=None):
     many = np.sum(np.where(where, clicks, 0.0), axis=-1) > 1
     if many.any():
       idx = tuple(int(i) for i in np.argwhere(many)[0])
-      raise ValueError(f"cascade: session {list(idx)} has {int(np.sum(np.where(where, clicks, 0)[idx]))} clicks; "
-                       "the cascade model explains at most one click per session (fit 'dcm' instead)")
+      raise ValueError(
+        f"cascade: session {list(idx)} has {int(np.sum(np.where(where, clicks, 0)[idx]))} clicks; "
+        "the cascade model explains at most one click per session (fit 'dcm' instead)"
+      )
   if num_docs is None:
     num_docs = int(doc_ids[where].max()) + 1 if where.any() else 1
   bad = where & ((doc_ids < 0) | (doc_ids >= num_docs))
@@ -267,10 +277,19 @@ def _validate(doc_ids, clicks, where, num_docs, model=None):
   return doc_ids.astype(np.int32), clicks, where, int(num_docs)
 
 
-def fit_click_model(model: str, doc_ids: Array, clicks: Array, *, where: Optional[Array] = None,
-                    num_docs: Optional[int] = None, l2: float = 1.0, max_iters: int = 500,
-                    tol: float = 1e-5, init: Optional[dict] = None,
-                    mesh: Optional[jax.sharding.Mesh] = None) -> ClickModelFit:
+def fit_click_model(
+  model: str,
+  doc_ids: Array,
+  clicks: Array,
+  *,
+  where: Optional[Array] = None,
+  num_docs: Optional[int] = None,
+  l2: float = 1.0,
+  max_iters: int = 500,
+  tol: float = 1e-5,
+  init: Optional[dict] = None,
+  mesh: Optional[jax.sharding.Mesh] = None,
+) -> ClickModelFit:
   r"""Fits a click model to logged sessions by MAP / maximum likelihood.
 
   .. math::
@@ -323,15 +342,23 @@ def fit_click_model(model: str, doc_ids: Array, clicks: Array, *, where: Optiona
     shard = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(axis))
     arrays = tuple(jax.device_put(x, shard) for x in arrays)
     logits = jax.device_put(logits, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
-  theta, mean_ll, gnorm, iters = _fit(model, logits, *(jnp.asarray(x) for x in arrays), jnp.float32(l2),
-                                      int(max_iters), jnp.float32(tol))
-  return ClickModelFit(model=model, params=_probabilities(theta), logits=theta,
-                       log_likelihood=float(mean_ll), grad_norm=float(gnorm), iterations=int(iters),
-                       converged=bool(gnorm <= tol))
+  theta, mean_ll, gnorm, iters = _fit(
+    model, logits, *(jnp.asarray(x) for x in arrays), jnp.float32(l2), int(max_iters), jnp.float32(tol)
+  )
+  return ClickModelFit(
+    model=model,
+    params=_probabilities(theta),
+    logits=theta,
+    log_likelihood=float(mean_ll),
+    grad_norm=float(gnorm),
+    iterations=int(iters),
+    converged=bool(gnorm <= tol),
+  )
 
 
-def evaluate_click_model(model: str, params: dict, doc_ids: Array, clicks: Array, *,
-                         where: Optional[Array] = None) -> dict:
+def evaluate_click_model(
+  model: str, params: dict, doc_ids: Array, clicks: Array, *, where: Optional[Array] = None
+) -> dict:
   r"""Held-out scores of a click model on logged sessions.
 
   * ``log_likelihood``: mean session log-likelihood (nats; higher is better);
@@ -355,12 +382,17 @@ def evaluate_click_model(model: str, params: dict, doc_ids: Array, clicks: Array
   doc_ids, clicks, where, _ = _validate(doc_ids, clicks, where, params["attraction"].shape[0])
   ll = click_model_log_likelihood(model, params, doc_ids, clicks, where=where)
   pred = click_model_predict(model, params, doc_ids, clicks, where=where)
-  return click_prediction_scores(pred["conditional"], pred["marginal"], clicks, where=where,
-                                 session_log_likelihood=ll)
+  return click_prediction_scores(pred["conditional"], pred["marginal"], clicks, where=where, session_log_likelihood=ll)
 
 
-def click_prediction_scores(conditional: Array, marginal: Array, clicks: Array, *, where: Optional[Array] = None,
-                            session_log_likelihood: Optional[Array] = None) -> dict:
+def click_prediction_scores(
+  conditional: Array,
+  marginal: Array,
+  clicks: Array,
+  *,
+  where: Optional[Array] = None,
+  session_log_likelihood: Optional[Array] = None,
+) -> dict:
   r"""The scores of :func:`evaluate_click_model` from any click predictions on logged sessions.
 
   ``conditional`` holds :math:`P(C_{s,r} = 1 \mid c_{s,<r})`, ``marginal`` :math:`P(C_{s,r} = 1)`, each
@@ -377,20 +409,28 @@ def click_prediction_scores(conditional: Array, marginal: Array, clicks: Array, 
   clicks = jnp.asarray(clicks, jnp.float32)
   where = jnp.ones(clicks.shape, bool) if where is None else jnp.asarray(where, bool)
   if session_log_likelihood is None:
-    session_log_likelihood = click_metrics.click_log_likelihood(conditional, clicks, where=where,
-                                                                reduce_fn=None).sum(-1)
+    session_log_likelihood = click_metrics.click_log_likelihood(conditional, clicks, where=where, reduce_fn=None).sum(
+      -1
+    )
   per_rank = click_metrics.click_perplexity_per_rank(conditional, clicks, where=where)
   sessions = np.any(np.asarray(where), axis=-1)
   return {
-      "log_likelihood": float(np.asarray(session_log_likelihood)[sessions].mean()) if sessions.any() else 0.0,
-      "perplexity": float(click_metrics.click_perplexity(conditional, clicks, where=where)),
-      "perplexity_per_rank": [float(v) for v in per_rank],
-      "ctr_perplexity": float(click_metrics.click_perplexity(marginal, clicks, where=where)),
+    "log_likelihood": float(np.asarray(session_log_likelihood)[sessions].mean()) if sessions.any() else 0.0,
+    "perplexity": float(click_metrics.click_perplexity(conditional, clicks, where=where)),
+    "perplexity_per_rank": [float(v) for v in per_rank],
+    "ctr_perplexity": float(click_metrics.click_perplexity(marginal, clicks, where=where)),
   }
 
 
-def fit_ctr_model(model: str, doc_ids: Array, clicks: Array, *, where: Optional[Array] = None,
-                  num_docs: Optional[int] = None, prior: float = 1.0) -> dict:
+def fit_ctr_model(
+  model: str,
+  doc_ids: Array,
+  clicks: Array,
+  *,
+  where: Optional[Array] = None,
+  num_docs: Optional[int] = None,
+  prior: float = 1.0,
+) -> dict:
   r"""Click-through-rate baselines of a session log, by counting (PyClick's and CLAX's GCTR, RCTR, DCTR).
 
   Each rate is a smoothed mean of the clicks of its cell, shrunk toward its parent's rate by ``prior``
@@ -480,18 +520,19 @@ def ctr_model_predict(model: str, params: dict, doc_ids: Array) -> np.ndarray:
 
 
 _SAMPLERS = {
-    "pbm": pbm_table,  # ULTRA's eye-tracking table; pass table=... / eta=...
-    "ubm": ubm,
-    "cascade": cascade,
-    "dcm": dcm,
-    "dbn": dbn,
-    "ccm": ccm,
-    "trust": trust,  # ULTRA's trust table: eps+ = 1 - (k + 2)/100, eps- = epsilon_1_neg/(k + 1); fits o = v eps+
+  "pbm": pbm_table,  # ULTRA's eye-tracking table; pass table=... / eta=...
+  "ubm": ubm,
+  "cascade": cascade,
+  "dcm": dcm,
+  "dbn": dbn,
+  "ccm": ccm,
+  "trust": trust,  # ULTRA's trust table: eps+ = 1 - (k + 2)/100, eps- = epsilon_1_neg/(k + 1); fits o = v eps+
 }
 
 
-def simulate_session_log(key: jax.Array, model: str, attraction: Array, *, num_sessions: int,
-                         noise: float = 0.3, **model_params) -> dict:
+def simulate_session_log(
+  key: jax.Array, model: str, attraction: Array, *, num_sessions: int, noise: float = 0.3, **model_params
+) -> dict:
   r"""A synthetic session log: a noisy logging ranker, then one click model's sessions.
 
   Each session draws a query uniformly, displays its ``L`` documents in the
@@ -538,9 +579,16 @@ def simulate_session_log(key: jax.Array, model: str, attraction: Array, *, num_s
     score = a[queries] + noise * jax.random.normal(k_n, (num_sessions, length))
   order = jnp.argsort(-score, axis=-1)
   doc_ids = (queries[:, None] * length + order).astype(jnp.int32)
-  per_item = {k: (jnp.asarray(v, jnp.float32).reshape(-1)[doc_ids] if np.shape(v) == a.shape else v)
-              for k, v in model_params.items()}  # per-document [Q, L] parameters follow their documents
+  per_item = {
+    k: (jnp.asarray(v, jnp.float32).reshape(-1)[doc_ids] if np.shape(v) == a.shape else v)
+    for k, v in model_params.items()
+  }  # per-document [Q, L] parameters follow their documents
   out = _SAMPLERS[model](k_c, a.reshape(-1)[doc_ids], **per_item)
-  return {"doc_ids": doc_ids, "clicks": out["clicks"], "where": jnp.ones(doc_ids.shape, bool),
-          "queries": queries.astype(jnp.int32), "click_prob": out["click_prob"],
-          "conditional_click_prob": out["conditional_click_prob"]}
+  return {
+    "doc_ids": doc_ids,
+    "clicks": out["clicks"],
+    "where": jnp.ones(doc_ids.shape, bool),
+    "queries": queries.astype(jnp.int32),
+    "click_prob": out["click_prob"],
+    "conditional_click_prob": out["conditional_click_prob"],
+  }

@@ -38,8 +38,15 @@ import rax
 from ultr_jax._numerics import as_float
 from ultr_jax.types import Array, PRNGKey
 
-__all__ = ["plackett_luce_sample", "plackett_luce_log_prob", "team_draft_multileave", "multileave_credit",
-           "probabilistic_multileave", "probabilistic_multileave_assignment", "multileave_preferences"]
+__all__ = [
+  "plackett_luce_sample",
+  "plackett_luce_log_prob",
+  "team_draft_multileave",
+  "multileave_credit",
+  "probabilistic_multileave",
+  "probabilistic_multileave_assignment",
+  "multileave_preferences",
+]
 
 
 def _mask(scores, where):
@@ -57,8 +64,9 @@ def _per_list(one, key, scores, where):
   n, size = scores.shape[-2:]
   batch = scores.shape[:-2]
   flat = math.prod(batch)
-  out = jax.vmap(one)(jax.random.split(key, flat), scores.reshape(flat, n, size),
-                      _batched_where(scores, where).reshape(flat, size))
+  out = jax.vmap(one)(
+    jax.random.split(key, flat), scores.reshape(flat, n, size), _batched_where(scores, where).reshape(flat, size)
+  )
   return jax.tree.map(lambda a: a.reshape(batch + (size,)), out)
 
 
@@ -96,8 +104,9 @@ def plackett_luce_sample(key: PRNGKey, scores: Array, *, where: Optional[Array] 
   return (rax.utils.ranks(noisy, where=_mask(scores, where)) - 1).astype(jnp.int32)
 
 
-def plackett_luce_log_prob(scores: Array, positions: Array, *, where: Optional[Array] = None,
-                           top_k: Optional[int] = None) -> Array:
+def plackett_luce_log_prob(
+  scores: Array, positions: Array, *, where: Optional[Array] = None, top_k: Optional[int] = None
+) -> Array:
   r"""Log-probability of a ranking (its top ``k``) under the Plackett-Luce model.
 
   .. math::
@@ -219,8 +228,10 @@ def _rank_weights(scores, where, tau):
   """
   size = scores.shape[-1]
   if tau <= 0 or tau * math.log(max(size, 2)) > 80.0:
-    raise ValueError(f"tau must be > 0 with tau * ln(list size) <= 80 (r^-tau stays a normal float); got tau={tau} "
-                     f"for lists of {size} items")
+    raise ValueError(
+      f"tau must be > 0 with tau * ln(list size) <= 80 (r^-tau stays a normal float); got tau={tau} "
+      f"for lists of {size} items"
+    )
   ranks = rax.utils.ranks(scores, where=jnp.broadcast_to(where, scores.shape))
   return jnp.where(where, ranks.astype(scores.dtype) ** -tau, 0.0)
 
@@ -243,8 +254,7 @@ def _probabilistic_one(key, scores, where, tau):
   return _fill_positions(docs, where)[0]
 
 
-def probabilistic_multileave(key: PRNGKey, scores: Array, *, where: Optional[Array] = None,
-                             tau: float = 3.0) -> Array:
+def probabilistic_multileave(key: PRNGKey, scores: Array, *, where: Optional[Array] = None, tau: float = 3.0) -> Array:
   r"""Probabilistic multileaving of ``n`` rankers' rankings into one displayed list.
 
   Ranker :math:`j` puts a soft distribution over the items from its ranks
@@ -281,8 +291,9 @@ def probabilistic_multileave(key: PRNGKey, scores: Array, *, where: Optional[Arr
   return _per_list(functools.partial(_probabilistic_one, tau=float(tau)), key, as_float(scores), where)
 
 
-def probabilistic_multileave_assignment(scores: Array, positions: Array, *, where: Optional[Array] = None,
-                                        tau: float = 3.0) -> Array:
+def probabilistic_multileave_assignment(
+  scores: Array, positions: Array, *, where: Optional[Array] = None, tau: float = 3.0
+) -> Array:
   r"""Posterior probability that ranker :math:`j` placed each item of a probabilistic multileave.
 
   Given the displayed list, the slots' rankers are independent (the shown
@@ -324,8 +335,9 @@ def probabilistic_multileave_assignment(scores: Array, positions: Array, *, wher
   return slot / jnp.where(where, jnp.sum(slot, axis=-2, keepdims=True), 1.0)
 
 
-def multileave_preferences(clicks: Array, assignment: Array, *, where: Optional[Array] = None,
-                           against: Optional[int] = None) -> Array:
+def multileave_preferences(
+  clicks: Array, assignment: Array, *, where: Optional[Array] = None, against: Optional[int] = None
+) -> Array:
   r"""Expected pairwise outcome of a multileaved comparison.
 
   Each clicked item is credited to one ranker, :math:`a_i \sim` ``assignment[..., :, i]``,

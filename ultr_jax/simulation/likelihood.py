@@ -37,18 +37,18 @@ import numpy as np
 from ultr_jax.types import Array
 
 __all__ = [
-    "bernoulli_log_likelihood",
-    "chain_continuations",
-    "chain_conditional_click_prob",
-    "chain_log_likelihood",
-    "chain_log_probs",
-    "log_bias_from_logits",
-    "log_probs_from_logs",
-    "logit_bias_shapes",
-    "logit_log_probs",
-    "ubm_conditional_click_prob",
-    "ubm_log_likelihood",
-    "ubm_log_probs",
+  "bernoulli_log_likelihood",
+  "chain_continuations",
+  "chain_conditional_click_prob",
+  "chain_log_likelihood",
+  "chain_log_probs",
+  "log_bias_from_logits",
+  "log_probs_from_logs",
+  "logit_bias_shapes",
+  "logit_log_probs",
+  "ubm_conditional_click_prob",
+  "ubm_log_likelihood",
+  "ubm_log_probs",
 ]
 
 CHAIN_MODELS = ("cascade", "dcm", "dbn", "ccm")
@@ -71,8 +71,7 @@ def _safe_log(p: Array) -> Array:
   return jnp.log(jnp.clip(p, 0.0, 1.0))
 
 
-def bernoulli_log_likelihood(clicks: Array, log_q: Array, log_1mq: Array, *,
-                             where: Optional[Array] = None) -> Array:
+def bernoulli_log_likelihood(clicks: Array, log_q: Array, log_1mq: Array, *, where: Optional[Array] = None) -> Array:
   r"""Session log-likelihood :math:`\sum_i c_i \log q_i + (1 - c_i)\log(1 - q_i)` over valid items.
 
   Takes :math:`\log q` and :math:`\log(1 - q)` separately so neither loses
@@ -98,9 +97,15 @@ def bernoulli_log_likelihood(clicks: Array, log_q: Array, log_1mq: Array, *,
   return jnp.sum(jnp.where(where, term, 0.0), axis=-1)
 
 
-def chain_continuations(model: str, attraction: Array, *, continuation: Array | float = 0.5,
-                        perseverance: Array | float = 0.9, satisfaction: Optional[Array | float] = None,
-                        alpha: Sequence[float] | Array = (0.9, 0.8, 0.2)) -> tuple[Array, Array]:
+def chain_continuations(
+  model: str,
+  attraction: Array,
+  *,
+  continuation: Array | float = 0.5,
+  perseverance: Array | float = 0.9,
+  satisfaction: Optional[Array | float] = None,
+  alpha: Sequence[float] | Array = (0.9, 0.8, 0.2),
+) -> tuple[Array, Array]:
   r"""The continuation probabilities :math:`(c^0, c^1)` of a click-chain model.
 
   A chain user examines the items in order and goes on after item ``i`` with
@@ -150,9 +155,15 @@ def chain_continuations(model: str, attraction: Array, *, continuation: Array | 
   raise ValueError(f"unknown click-chain model {model!r} (expected one of {CHAIN_MODELS})")
 
 
-def chain_log_probs(clicks: Array, log_attraction: Array, log_no_attraction: Array, *,
-                    log_continue_no_click: Array | float, log_continue_click: Array | float,
-                    where: Optional[Array] = None) -> tuple[Array, Array]:
+def chain_log_probs(
+  clicks: Array,
+  log_attraction: Array,
+  log_no_attraction: Array,
+  *,
+  log_continue_no_click: Array | float,
+  log_continue_click: Array | float,
+  where: Optional[Array] = None,
+) -> tuple[Array, Array]:
   r"""Log conditional click and no-click probabilities of a click chain, from log-space parameters.
 
   The filter of :func:`chain_conditional_click_prob` with every input a
@@ -197,8 +208,7 @@ def chain_log_probs(clicks: Array, log_attraction: Array, log_no_attraction: Arr
     return jnp.where(w_i, nxt, log_e), (log_q, log_1mq)
 
   move = lambda x: jnp.moveaxis(x, -1, 0)
-  xs = (c, full(log_attraction), full(log_no_attraction), full(log_continue_no_click),
-        full(log_continue_click), where)
+  xs = (c, full(log_attraction), full(log_no_attraction), full(log_continue_no_click), full(log_continue_click), where)
   _, (log_q, log_1mq) = jax.lax.scan(step, jnp.zeros(c.shape[:-1], jnp.float32), tuple(map(move, xs)))
   return jnp.moveaxis(log_q, 0, -1), jnp.moveaxis(log_1mq, 0, -1)
 
@@ -208,14 +218,25 @@ def _chain_log_q(clicks, attraction, c0, c1, where):
   c = jnp.asarray(clicks, jnp.float32)
   a = jnp.broadcast_to(jnp.asarray(attraction, jnp.float32), c.shape)
   where = _where(c, where)
-  log_q, log_1mq = chain_log_probs(c, _safe_log(a), _safe_log(1.0 - a),
-                                   log_continue_no_click=_safe_log(jnp.asarray(c0, jnp.float32)),
-                                   log_continue_click=_safe_log(jnp.asarray(c1, jnp.float32)), where=where)
+  log_q, log_1mq = chain_log_probs(
+    c,
+    _safe_log(a),
+    _safe_log(1.0 - a),
+    log_continue_no_click=_safe_log(jnp.asarray(c0, jnp.float32)),
+    log_continue_click=_safe_log(jnp.asarray(c1, jnp.float32)),
+    where=where,
+  )
   return log_q, log_1mq, where
 
 
-def chain_conditional_click_prob(clicks: Array, attraction: Array, *, continue_no_click: Array | float,
-                                 continue_click: Array | float, where: Optional[Array] = None) -> Array:
+def chain_conditional_click_prob(
+  clicks: Array,
+  attraction: Array,
+  *,
+  continue_no_click: Array | float,
+  continue_click: Array | float,
+  where: Optional[Array] = None,
+) -> Array:
   r"""Conditional click probabilities :math:`P(C_i = 1 \mid c_{<i})` of a click chain (cascade, DCM, DBN, CCM).
 
   With :math:`\epsilon_i = P(E_i = 1 \mid c_{<i})`, the filter
@@ -248,8 +269,14 @@ def chain_conditional_click_prob(clicks: Array, attraction: Array, *, continue_n
   return jnp.where(where, jnp.exp(log_q), 0.0)
 
 
-def chain_log_likelihood(clicks: Array, attraction: Array, *, continue_no_click: Array | float,
-                         continue_click: Array | float, where: Optional[Array] = None) -> Array:
+def chain_log_likelihood(
+  clicks: Array,
+  attraction: Array,
+  *,
+  continue_no_click: Array | float,
+  continue_click: Array | float,
+  where: Optional[Array] = None,
+) -> Array:
   r"""Session log-likelihood of a click chain: :math:`\sum_i \log P(c_i \mid c_{<i})`.
 
   See :func:`chain_conditional_click_prob`; computed from :math:`\log q` and
@@ -272,8 +299,14 @@ def chain_log_likelihood(clicks: Array, attraction: Array, *, continue_no_click:
   return bernoulli_log_likelihood(clicks, log_q, log_1mq, where=where)
 
 
-def ubm_log_probs(clicks: Array, log_attraction: Array, log_gamma: Array, *, ranks: Optional[Array] = None,
-                  where: Optional[Array] = None) -> tuple[Array, Array]:
+def ubm_log_probs(
+  clicks: Array,
+  log_attraction: Array,
+  log_gamma: Array,
+  *,
+  ranks: Optional[Array] = None,
+  where: Optional[Array] = None,
+) -> tuple[Array, Array]:
   r"""Log conditional click and no-click probabilities of the UBM, from log-space parameters.
 
   :math:`\log q_i = \log\gamma[r_i, l_i] + \log a_i` (see
@@ -313,13 +346,13 @@ def _ubm_log_q(clicks, attraction, gamma, ranks, where):
   c = jnp.asarray(clicks, jnp.float32)
   a = jnp.broadcast_to(jnp.asarray(attraction, jnp.float32), c.shape)
   where = _where(c, where)
-  log_q, log_1mq = ubm_log_probs(c, _safe_log(a), _safe_log(jnp.asarray(gamma, jnp.float32)), ranks=ranks,
-                                 where=where)
+  log_q, log_1mq = ubm_log_probs(c, _safe_log(a), _safe_log(jnp.asarray(gamma, jnp.float32)), ranks=ranks, where=where)
   return log_q, log_1mq, where
 
 
-def ubm_conditional_click_prob(clicks: Array, attraction: Array, gamma: Array, *,
-                               ranks: Optional[Array] = None, where: Optional[Array] = None) -> Array:
+def ubm_conditional_click_prob(
+  clicks: Array, attraction: Array, gamma: Array, *, ranks: Optional[Array] = None, where: Optional[Array] = None
+) -> Array:
   r"""Conditional click probabilities of the user browsing model (Dupret & Piwowarski SIGIR'08).
 
   .. math::
@@ -349,8 +382,9 @@ def ubm_conditional_click_prob(clicks: Array, attraction: Array, gamma: Array, *
   return jnp.where(where, jnp.exp(log_q), 0.0)
 
 
-def ubm_log_likelihood(clicks: Array, attraction: Array, gamma: Array, *, ranks: Optional[Array] = None,
-                       where: Optional[Array] = None) -> Array:
+def ubm_log_likelihood(
+  clicks: Array, attraction: Array, gamma: Array, *, ranks: Optional[Array] = None, where: Optional[Array] = None
+) -> Array:
   r"""Session log-likelihood of the UBM: :math:`\sum_i \log P(c_i \mid c_{<i})`.
 
   See :func:`ubm_conditional_click_prob`.
@@ -376,17 +410,30 @@ def logit_bias_shapes(model: str, num_ranks: int) -> dict[str, tuple[int, ...]]:
   >>> logit_bias_shapes("ubm", 3)
   {'gamma': (3, 4)}
   """
-  shapes = {"pbm": {"examination": (num_ranks,)}, "ubm": {"gamma": (num_ranks, num_ranks + 1)}, "cascade": {},
-            "dcm": {"continuation": (num_ranks,)}, "dbn": {"perseverance": ()}, "ccm": {"alpha": (3,)},
-            "trust": {"examination": (num_ranks,), "trust": (num_ranks,)}}
+  shapes = {
+    "pbm": {"examination": (num_ranks,)},
+    "ubm": {"gamma": (num_ranks, num_ranks + 1)},
+    "cascade": {},
+    "dcm": {"continuation": (num_ranks,)},
+    "dbn": {"perseverance": ()},
+    "ccm": {"alpha": (3,)},
+    "trust": {"examination": (num_ranks,), "trust": (num_ranks,)},
+  }
   if model not in shapes:
     raise ValueError(f"unknown click model {model!r} (expected one of {LOGIT_MODELS})")
   return shapes[model]
 
 
-def log_probs_from_logs(model: str, clicks: Array, log_attraction: Array, log_no_attraction: Array,
-                        log_bias: dict, *, ranks: Optional[Array] = None,
-                        where: Optional[Array] = None) -> tuple[Array, Array]:
+def log_probs_from_logs(
+  model: str,
+  clicks: Array,
+  log_attraction: Array,
+  log_no_attraction: Array,
+  log_bias: dict,
+  *,
+  ranks: Optional[Array] = None,
+  where: Optional[Array] = None,
+) -> tuple[Array, Array]:
   r"""Log conditional click / no-click probabilities of any session click model from log-probabilities.
 
   The one switch over the models behind :func:`logit_log_probs` (and the
@@ -459,8 +506,7 @@ def log_probs_from_logs(model: str, clicks: Array, log_attraction: Array, log_no
     log_alpha = jnp.asarray(log_bias["alpha"], jnp.float32)
     log_c0 = jnp.broadcast_to(log_alpha[..., 0, None], c.shape)
     log_c1 = jnp.logaddexp(log_alpha[..., 1, None] + log_1ma, log_alpha[..., 2, None] + log_a)
-  return chain_log_probs(c, log_a, log_1ma, log_continue_no_click=log_c0, log_continue_click=log_c1,
-                         where=where)
+  return chain_log_probs(c, log_a, log_1ma, log_continue_no_click=log_c0, log_continue_click=log_c1, where=where)
 
 
 def log_bias_from_logits(model: str, bias_logits: dict, *, satisfaction_logits: Optional[Array] = None) -> dict:
@@ -473,14 +519,23 @@ def log_bias_from_logits(model: str, bias_logits: dict, *, satisfaction_logits: 
   if model == "dbn":
     if satisfaction_logits is None:
       raise ValueError("dbn: satisfaction_logits are required (one per item)")
-    return {"perseverance": jax.nn.log_sigmoid(jnp.asarray(bias_logits["perseverance"], jnp.float32)),
-            "no_satisfaction": jax.nn.log_sigmoid(-jnp.asarray(satisfaction_logits, jnp.float32))}
+    return {
+      "perseverance": jax.nn.log_sigmoid(jnp.asarray(bias_logits["perseverance"], jnp.float32)),
+      "no_satisfaction": jax.nn.log_sigmoid(-jnp.asarray(satisfaction_logits, jnp.float32)),
+    }
   return {k: jax.nn.log_sigmoid(jnp.asarray(v, jnp.float32)) for k, v in bias_logits.items()}
 
 
-def logit_log_probs(model: str, clicks: Array, attraction_logits: Array, bias_logits: dict, *,
-                    ranks: Optional[Array] = None, where: Optional[Array] = None,
-                    satisfaction_logits: Optional[Array] = None) -> tuple[Array, Array]:
+def logit_log_probs(
+  model: str,
+  clicks: Array,
+  attraction_logits: Array,
+  bias_logits: dict,
+  *,
+  ranks: Optional[Array] = None,
+  where: Optional[Array] = None,
+  satisfaction_logits: Optional[Array] = None,
+) -> tuple[Array, Array]:
   r"""Log conditional click / no-click probabilities of a click model whose parameters are logits.
 
   Every probability is :math:`\sigma` of a logit and enters only through
@@ -522,5 +577,6 @@ def logit_log_probs(model: str, clicks: Array, attraction_logits: Array, bias_lo
   """
   s = jnp.asarray(attraction_logits, jnp.float32)
   log_bias = log_bias_from_logits(model, bias_logits, satisfaction_logits=satisfaction_logits)
-  return log_probs_from_logs(model, clicks, jax.nn.log_sigmoid(s), jax.nn.log_sigmoid(-s), log_bias,
-                             ranks=ranks, where=where)
+  return log_probs_from_logs(
+    model, clicks, jax.nn.log_sigmoid(s), jax.nn.log_sigmoid(-s), log_bias, ranks=ranks, where=where
+  )

@@ -34,13 +34,24 @@ import rax
 from ultr_jax.data import RankingDataset, is_per_item
 from ultr_jax.simulation.interleaving import plackett_luce_sample
 
-__all__ = ["train_logging_policy", "logging_policy_scores", "apply_logging_policy", "stochastic_logging_click_fn",
-           "policy_examination"]
+__all__ = [
+  "train_logging_policy",
+  "logging_policy_scores",
+  "apply_logging_policy",
+  "stochastic_logging_click_fn",
+  "policy_examination",
+]
 
 
-def train_logging_policy(dataset: RankingDataset, *, fraction: float = 0.01, seed: int = 0,
-                         steps: int = 500, learning_rate: float = 0.05,
-                         l2: float = 1e-4) -> np.ndarray:
+def train_logging_policy(
+  dataset: RankingDataset,
+  *,
+  fraction: float = 0.01,
+  seed: int = 0,
+  steps: int = 500,
+  learning_rate: float = 0.05,
+  l2: float = 1e-4,
+) -> np.ndarray:
   r"""Fits a linear RankSVM-style production ranker on a fraction of the queries.
 
   .. math::
@@ -123,9 +134,14 @@ def logging_policy_scores(weights: np.ndarray, dataset: RankingDataset) -> np.nd
   return np.where(dataset.where, scores, -np.inf).astype(np.float32)
 
 
-def apply_logging_policy(dataset: RankingDataset, scores: np.ndarray, *,
-                         top_k: Optional[int] = None, keep_all: bool = False,
-                         record_scores: bool = False) -> RankingDataset:
+def apply_logging_policy(
+  dataset: RankingDataset,
+  scores: np.ndarray,
+  *,
+  top_k: Optional[int] = None,
+  keep_all: bool = False,
+  record_scores: bool = False,
+) -> RankingDataset:
   r"""Orders every list by descending logging score (item ``i`` shown at position ``i``).
 
   .. math::
@@ -179,12 +195,12 @@ def apply_logging_policy(dataset: RankingDataset, scores: np.ndarray, *,
   if record_scores:
     extras["logging_scores"] = np.where(where, cut(scores), -np.inf).astype(np.float32)
   return RankingDataset(
-      features=cut(dataset.features),
-      labels=cut(dataset.labels),
-      where=where,
-      qid=dataset.qid,
-      doc_ids=None if dataset.doc_ids is None else cut(dataset.doc_ids),
-      extras=extras,
+    features=cut(dataset.features),
+    labels=cut(dataset.labels),
+    where=where,
+    qid=dataset.qid,
+    doc_ids=None if dataset.doc_ids is None else cut(dataset.doc_ids),
+    extras=extras,
   )
 
 
@@ -213,6 +229,7 @@ def stochastic_logging_click_fn(click_fn, *, temperature: float = 1.0, score_key
   """
   if not temperature > 0:
     raise ValueError(f"stochastic_logging_click_fn: temperature must be > 0, got {temperature}")
+
   def fn(key, batch):
     k_display, k_click = jax.random.split(key)
     where = jnp.asarray(batch["where"]).astype(bool)
@@ -224,8 +241,16 @@ def stochastic_logging_click_fn(click_fn, *, temperature: float = 1.0, score_key
   return fn
 
 
-def policy_examination(key, click_fn, batch, *, num_samples: int = 1000, temperature: float = 1.0,
-                       score_key: str = "logging_score", chunk: int = 100):
+def policy_examination(
+  key,
+  click_fn,
+  batch,
+  *,
+  num_samples: int = 1000,
+  temperature: float = 1.0,
+  score_key: str = "logging_score",
+  chunk: int = 100,
+):
   r"""Each item's expected examination over a stochastic logging policy's displays: the policy-aware propensity.
 
   .. math::

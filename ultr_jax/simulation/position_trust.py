@@ -33,11 +33,22 @@ from ultr_jax.types import Array, Batch, PRNGKey
 __all__ = ["position_trust", "make_position_trust_click_fn", "make_any_click_fn", "sif_toy_dataset"]
 
 
-def position_trust(key: PRNGKey, attraction: Array, logging_score: Array, *,
-                   where: Optional[Array] = None, positions: Optional[Array] = None,
-                   alpha: float = 0.6, delta: float = 0.3, gamma: float = 1.0, eta: float = 1.0,
-                   table: Sequence[float] = P.ULTRA_EXAM_TABLE, top_k: Optional[int] = None,
-                   num_sessions: Optional[int] = None, expected: bool = False) -> dict:
+def position_trust(
+  key: PRNGKey,
+  attraction: Array,
+  logging_score: Array,
+  *,
+  where: Optional[Array] = None,
+  positions: Optional[Array] = None,
+  alpha: float = 0.6,
+  delta: float = 0.3,
+  gamma: float = 1.0,
+  eta: float = 1.0,
+  table: Sequence[float] = P.ULTRA_EXAM_TABLE,
+  top_k: Optional[int] = None,
+  num_sessions: Optional[int] = None,
+  expected: bool = False,
+) -> dict:
   r"""Position+trust clicks (SIF Section VI-D, spec 6.2).
 
   .. math::
@@ -81,11 +92,11 @@ def position_trust(key: PRNGKey, attraction: Array, logging_score: Array, *,
   click_prob = jnp.minimum(1.0, exam * r * (1.0 + trust))
   zero = lambda v: jnp.where(shown, v, 0.0)
   out = {
-      "examination": zero(exam),
-      "click_prob": zero(click_prob),
-      "trust": zero(trust),
-      "trust_score": zero(trust_score),
-      "click_propensity": zero(exam * (1.0 + trust)),
+    "examination": zero(exam),
+    "click_prob": zero(click_prob),
+    "trust": zero(trust),
+    "trust_score": zero(trust_score),
+    "click_propensity": zero(exam * (1.0 + trust)),
   }
   if expected:
     clicks = out["click_prob"]
@@ -101,8 +112,22 @@ def position_trust(key: PRNGKey, attraction: Array, logging_score: Array, *,
   return out
 
 
-_KEYS = {"alpha", "alpha_key", "delta", "gamma", "eta", "eps", "eps_plus", "ymax", "table", "top_k",
-         "num_sessions", "expected", "score_key", "name"}
+_KEYS = {
+  "alpha",
+  "alpha_key",
+  "delta",
+  "gamma",
+  "eta",
+  "eps",
+  "eps_plus",
+  "ymax",
+  "table",
+  "top_k",
+  "num_sessions",
+  "expected",
+  "score_key",
+  "name",
+}
 
 
 def make_position_trust_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict]:
@@ -133,16 +158,19 @@ def make_position_trust_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict
     raise ValueError(f"position_trust click_model: unknown keys {sorted(unknown)}")
   score_key = cfg.get("score_key", "logging_score")
   alpha_key = cfg.get("alpha_key")
-  kwargs = dict(alpha=float(cfg.get("alpha", 0.6)), delta=float(cfg.get("delta", 0.3)),
-                gamma=float(cfg.get("gamma", 1.0)), eta=float(cfg.get("eta", 1.0)),
-                expected=bool(cfg.get("expected", False)))
+  kwargs = dict(
+    alpha=float(cfg.get("alpha", 0.6)),
+    delta=float(cfg.get("delta", 0.3)),
+    gamma=float(cfg.get("gamma", 1.0)),
+    eta=float(cfg.get("eta", 1.0)),
+    expected=bool(cfg.get("expected", False)),
+  )
   if "table" in cfg:
     kwargs["table"] = tuple(float(v) for v in cfg["table"])
   for k in ("top_k", "num_sessions"):
     if k in cfg:
       kwargs[k] = int(cfg[k])
-  rel = dict(eps=float(cfg.get("eps", 0.1)), eps_plus=float(cfg.get("eps_plus", 1.0)),
-             ymax=int(cfg.get("ymax", 4)))
+  rel = dict(eps=float(cfg.get("eps", 0.1)), eps_plus=float(cfg.get("eps_plus", 1.0)), ymax=int(cfg.get("ymax", 4)))
 
   def click_fn(key: PRNGKey, batch: Batch) -> dict:
     for k in ("labels", "where", score_key):
@@ -152,8 +180,9 @@ def make_position_trust_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict
     kw = dict(kwargs)
     if alpha_key is not None and alpha_key in batch:
       kw["alpha"] = jnp.asarray(batch[alpha_key], jnp.float32)[..., None]
-    return position_trust(key, attraction, batch[score_key], where=jnp.asarray(batch["where"], bool),
-                          positions=batch.get("positions"), **kw)
+    return position_trust(
+      key, attraction, batch[score_key], where=jnp.asarray(batch["where"], bool), positions=batch.get("positions"), **kw
+    )
 
   return jax.jit(click_fn)
 
@@ -174,10 +203,17 @@ def make_any_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict]:
   return make_click_fn(config)
 
 
-def sif_toy_dataset(num_queries: int, *, seed: int = 0, num_features: int = 20, list_size: int = 10,
-                    logging_corr: float = 0.7, noise: float = 0.5,
-                    quantiles: Sequence[float] = (0.5, 0.75, 0.9, 0.97),
-                    params: Optional[dict] = None) -> tuple[RankingDataset, dict]:
+def sif_toy_dataset(
+  num_queries: int,
+  *,
+  seed: int = 0,
+  num_features: int = 20,
+  list_size: int = 10,
+  logging_corr: float = 0.7,
+  noise: float = 0.5,
+  quantiles: Sequence[float] = (0.5, 0.75, 0.9, 0.97),
+  params: Optional[dict] = None,
+) -> tuple[RankingDataset, dict]:
   r"""The synthetic toy of spec-sif 7.1 (T6/T7), displayed in logging order.
 
   .. math::
@@ -217,7 +253,7 @@ def sif_toy_dataset(num_queries: int, *, seed: int = 0, num_features: int = 20, 
     n = wrng.standard_normal(num_features)
     n -= (n @ w_star) * w_star
     n /= np.linalg.norm(n)
-    w_log = logging_corr * w_star + np.sqrt(1.0 - logging_corr ** 2) * n
+    w_log = logging_corr * w_star + np.sqrt(1.0 - logging_corr**2) * n
   else:
     w_star, w_log = params["w_star"], params["w_log"]
   u = x @ w_star + noise * rng.standard_normal((num_queries, list_size))
@@ -232,10 +268,12 @@ def sif_toy_dataset(num_queries: int, *, seed: int = 0, num_features: int = 20, 
   take = lambda a: np.take_along_axis(a, order, axis=1)
   x = np.take_along_axis(x, order[..., None], axis=1)
   labels, rs = take(labels), take(rs)
-  ds = RankingDataset(features=x.astype(np.float32), labels=labels,
-                      where=np.ones((num_queries, list_size), bool),
-                      qid=np.arange(num_queries), extras={
-                          "logging_score": ((rs - rs_mean) / rs_std).astype(np.float32)})
-  world = {"w_star": w_star, "w_log": w_log, "thresholds": thresholds, "rs_mean": rs_mean,
-           "rs_std": rs_std}
+  ds = RankingDataset(
+    features=x.astype(np.float32),
+    labels=labels,
+    where=np.ones((num_queries, list_size), bool),
+    qid=np.arange(num_queries),
+    extras={"logging_score": ((rs - rs_mean) / rs_std).astype(np.float32)},
+  )
+  world = {"w_star": w_star, "w_log": w_log, "thresholds": thresholds, "rs_mean": rs_mean, "rs_std": rs_std}
   return ds, world

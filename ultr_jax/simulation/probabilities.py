@@ -30,20 +30,20 @@ import numpy as np
 from ultr_jax.types import Array
 
 __all__ = [
-    "ULTRA_EXAM_TABLE",
-    "IDENTIFIABILITY_CONTEXT_W",
-    "relevance_probability",
-    "binary_relevance_probability",
-    "pbm_examination",
-    "pbm_table_examination",
-    "trust_bias_epsilons",
-    "context_pbm_examination",
-    "make_context_vectors",
-    "individual_examination",
-    "dcm_examination",
-    "chain_examination",
-    "ubm_gamma",
-    "ubm_examination",
+  "ULTRA_EXAM_TABLE",
+  "IDENTIFIABILITY_CONTEXT_W",
+  "relevance_probability",
+  "binary_relevance_probability",
+  "pbm_examination",
+  "pbm_table_examination",
+  "trust_bias_epsilons",
+  "context_pbm_examination",
+  "make_context_vectors",
+  "individual_examination",
+  "dcm_examination",
+  "chain_examination",
+  "ubm_gamma",
+  "ubm_examination",
 ]
 
 #: Eye-tracking examination probabilities of positions 1..10 (Joachims et
@@ -54,15 +54,20 @@ ULTRA_EXAM_TABLE = (0.68, 0.61, 0.48, 0.34, 0.28, 0.20, 0.11, 0.10, 0.08, 0.06)
 #: The fixed context weight vector ``w`` of the identifiability repo's CPBM
 #: ``click_model.json`` (spec-identifiability 3.2.2).
 IDENTIFIABILITY_CONTEXT_W = (
-    -0.13390555877443555, 0.1988461661157539, -0.026005814485797307,
-    -0.14176620063529133, -0.38422296795127564, 0.06025565950422718,
-    -0.35635814410370004, 0.5520134349350745, 0.6957929543729735,
-    -0.46464952897752965,
+  -0.13390555877443555,
+  0.1988461661157539,
+  -0.026005814485797307,
+  -0.14176620063529133,
+  -0.38422296795127564,
+  0.06025565950422718,
+  -0.35635814410370004,
+  0.5520134349350745,
+  0.6957929543729735,
+  -0.46464952897752965,
 )
 
 
-def relevance_probability(labels: Array, *, eps: float = 0.1, eps_plus: float = 1.0,
-                          ymax: int = 4) -> Array:
+def relevance_probability(labels: Array, *, eps: float = 0.1, eps_plus: float = 1.0, ymax: int = 4) -> Array:
   r"""ERR-style click probability given examination (Chapelle et al. 2009).
 
   .. math::
@@ -89,8 +94,9 @@ def relevance_probability(labels: Array, *, eps: float = 0.1, eps_plus: float = 
   return eps + (eps_plus - eps) * (jnp.exp2(y) - 1.0) / (2.0**ymax - 1.0)
 
 
-def binary_relevance_probability(labels: Array, *, threshold: float = 3.0, eps: float = 0.1,
-                                 eps_plus: float = 1.0) -> Array:
+def binary_relevance_probability(
+  labels: Array, *, threshold: float = 3.0, eps: float = 0.1, eps_plus: float = 1.0
+) -> Array:
   r"""Binary click probability given examination (CLD 2.6, LBD/SIF binary variants).
 
   .. math::
@@ -136,9 +142,9 @@ def pbm_examination(positions: Array, *, eta: float = 1.0, top_k: Optional[int] 
   return _cut(exam, p, top_k)
 
 
-def pbm_table_examination(positions: Array, *, eta: float = 1.0,
-                          table: Sequence[float] = ULTRA_EXAM_TABLE,
-                          top_k: Optional[int] = None) -> Array:
+def pbm_table_examination(
+  positions: Array, *, eta: float = 1.0, table: Sequence[float] = ULTRA_EXAM_TABLE, top_k: Optional[int] = None
+) -> Array:
   r"""Eye-tracking examination table raised to :math:`\eta` (ULTRA's PBM).
 
   .. math::
@@ -191,8 +197,7 @@ def trust_bias_epsilons(positions: Array, *, epsilon_1_neg: float = 0.65) -> tup
   return 1.0 - (p + 2.0) / 100.0, epsilon_1_neg / (p + 1.0)
 
 
-def make_context_vectors(num_contexts: int, *, dim: int = 10, scale: float = 0.35,
-                         seed: int = 0) -> np.ndarray:
+def make_context_vectors(num_contexts: int, *, dim: int = 10, scale: float = 0.35, seed: int = 0) -> np.ndarray:
   r"""Random context embeddings :math:`X_t \sim \mathcal{N}(0, 0.35^2 I)` (CPBM).
 
   spec-identifiability 3.2.2 (the repo's ``np.random.normal(0, scale=0.35)``:
@@ -214,10 +219,16 @@ def make_context_vectors(num_contexts: int, *, dim: int = 10, scale: float = 0.3
   return rng.normal(0.0, scale, size=(num_contexts, dim)).astype(np.float32)
 
 
-def context_pbm_examination(positions: Array, context: Array, *, context_vectors: Array,
-                            w: Array, eta: float = 1.0,
-                            table: Sequence[float] = ULTRA_EXAM_TABLE,
-                            top_k: Optional[int] = None) -> Array:
+def context_pbm_examination(
+  positions: Array,
+  context: Array,
+  *,
+  context_vectors: Array,
+  w: Array,
+  eta: float = 1.0,
+  table: Sequence[float] = ULTRA_EXAM_TABLE,
+  top_k: Optional[int] = None,
+) -> Array:
   r"""Context-dependent PBM (CPBM, Fang et al. 2019; Identifiability C.2).
 
   .. math::
@@ -254,9 +265,15 @@ def context_pbm_examination(positions: Array, context: Array, *, context_vectors
   return _cut(jnp.exp(eta * exponent * _log_table(table, p)), p, top_k)
 
 
-def individual_examination(positions: Array, crux_features: Array, w: Array, *,
-                           eta: float = 1.0, table: Sequence[float] = ULTRA_EXAM_TABLE,
-                           top_k: Optional[int] = None) -> Array:
+def individual_examination(
+  positions: Array,
+  crux_features: Array,
+  w: Array,
+  *,
+  eta: float = 1.0,
+  table: Sequence[float] = ULTRA_EXAM_TABLE,
+  top_k: Optional[int] = None,
+) -> Array:
   r"""Individual-level observation of LBD (NeurIPS'22, spec-lbd 4.3).
 
   .. math::
@@ -281,14 +298,18 @@ def individual_examination(positions: Array, crux_features: Array, w: Array, *,
   [0.5607 1.    ]
   """
   p = jnp.asarray(positions)
-  exponent = jnp.maximum(1.0 + jnp.asarray(crux_features, jnp.float32) @ jnp.asarray(w, jnp.float32),
-                         0.0)
+  exponent = jnp.maximum(1.0 + jnp.asarray(crux_features, jnp.float32) @ jnp.asarray(w, jnp.float32), 0.0)
   return _cut(jnp.exp(eta * exponent * _log_table(table, p)), p, top_k)
 
 
-def chain_examination(attraction: Array, *, continue_no_click: Array | float,
-                      continue_click: Array | float, prior: Optional[Array] = None,
-                      where: Optional[Array] = None) -> Array:
+def chain_examination(
+  attraction: Array,
+  *,
+  continue_no_click: Array | float,
+  continue_click: Array | float,
+  prior: Optional[Array] = None,
+  where: Optional[Array] = None,
+) -> Array:
   r"""Marginal examination of a click-chain model: DBN, CCM, DCM and cascade alike.
 
   Items are scanned in list order. An examined item is clicked with
@@ -323,14 +344,14 @@ def chain_examination(attraction: Array, *, continue_no_click: Array | float,
   if where is None:
     where = jnp.ones(r.shape, bool)
   gate = where if prior is None else where & (jnp.asarray(prior) > 0)
-  keep = ((1.0 - r) * jnp.asarray(continue_no_click, jnp.float32)
-          + r * jnp.asarray(continue_click, jnp.float32))
+  keep = (1.0 - r) * jnp.asarray(continue_no_click, jnp.float32) + r * jnp.asarray(continue_click, jnp.float32)
   log_keep = jnp.where(gate, jnp.log(jnp.clip(keep, 0.0, 1.0)), 0.0)  # -inf where keep == 0
   return _exclusive_survival(log_keep, where, prior)
 
 
-def dcm_examination(attraction: Array, *, continuation: Array | float = 0.0,
-                    prior: Optional[Array] = None, where: Optional[Array] = None) -> Array:
+def dcm_examination(
+  attraction: Array, *, continuation: Array | float = 0.0, prior: Optional[Array] = None, where: Optional[Array] = None
+) -> Array:
   r"""Marginal examination of the cascade / dependent click model (DCM).
 
   Items are scanned in list order. An examined item is clicked with
@@ -419,8 +440,9 @@ def ubm_gamma(num_positions: int, *, eta: float = 1.0, table: Sequence[float] = 
   return np.where(dist >= 1, g, 0.0).astype(np.float32)
 
 
-def ubm_examination(attraction: Array, gamma: Array, *, ranks: Optional[Array] = None,
-                    where: Optional[Array] = None) -> Array:
+def ubm_examination(
+  attraction: Array, gamma: Array, *, ranks: Optional[Array] = None, where: Optional[Array] = None
+) -> Array:
   r"""Marginal examination of the user browsing model (UBM), items in displayed order.
 
   With :math:`\pi_j(l)` the probability that, before the ``j``-th displayed

@@ -38,9 +38,16 @@ from ultr_jax.types import Array, PRNGKey
 __all__ = ["topk_click_probability", "simulate_topk_log", "topk_selection_data", "topk_log_dataset"]
 
 
-def topk_click_probability(labels: Array, *, k: int, eta: float = 1.0, noise: float = 0.1,
-                           threshold: float = 2.0, where: Optional[Array] = None,
-                           positions: Optional[Array] = None) -> tuple[Array, Array]:
+def topk_click_probability(
+  labels: Array,
+  *,
+  k: int,
+  eta: float = 1.0,
+  noise: float = 0.1,
+  threshold: float = 2.0,
+  where: Optional[Array] = None,
+  positions: Optional[Array] = None,
+) -> tuple[Array, Array]:
   r"""Click probability and examination of the top-k PBM (CLD Eq. 13, spec 2.6).
 
   .. math::
@@ -73,9 +80,18 @@ def topk_click_probability(labels: Array, *, k: int, eta: float = 1.0, noise: fl
   return exam * attraction, exam
 
 
-def simulate_topk_log(key: PRNGKey, labels: Array, *, where: Array, k: int, num_sessions: int,
-                      eta: float = 1.0, noise: float = 0.1, threshold: float = 2.0,
-                      assumed_eta: Optional[float] = None) -> dict:
+def simulate_topk_log(
+  key: PRNGKey,
+  labels: Array,
+  *,
+  where: Array,
+  k: int,
+  num_sessions: int,
+  eta: float = 1.0,
+  noise: float = 0.1,
+  threshold: float = 2.0,
+  assumed_eta: Optional[float] = None,
+) -> dict:
   r"""Draws ``num_sessions`` top-k sessions and returns the aggregated log (spec 2.9, 3.4).
 
   .. math::
@@ -111,21 +127,35 @@ def simulate_topk_log(key: PRNGKey, labels: Array, *, where: Array, k: int, num_
   sessions = jax.ops.segment_sum(jnp.ones_like(qs, jnp.float32), qs, num_segments=q)
   positions = jnp.broadcast_to(jnp.arange(l, dtype=jnp.int32), (q, l))
   shown = where & (positions < k)
-  p_click, exam = topk_click_probability(labels, k=k, eta=eta, noise=noise, threshold=threshold,
-                                         where=where, positions=positions)
+  p_click, exam = topk_click_probability(
+    labels, k=k, eta=eta, noise=noise, threshold=threshold, where=where, positions=positions
+  )
   n = jnp.broadcast_to(sessions[:, None], (q, l))
   counts = jax.random.binomial(k_c, n, jnp.clip(p_click, 0.0, 1.0)).astype(jnp.float32)
   counts = jnp.where(shown & (n > 0), counts, 0.0)
   ctr = jnp.where(n > 0, counts / jnp.maximum(n, 1.0), 0.0)
   a_eta = eta if assumed_eta is None else assumed_eta
   assumed = jnp.where(shown, P.pbm_examination(positions, eta=a_eta, top_k=k), 0.0)
-  return {"sessions": sessions, "click_counts": counts, "clicks": ctr, "shown": shown,
-          "examination": assumed, "true_examination": exam, "positions": positions}
+  return {
+    "sessions": sessions,
+    "click_counts": counts,
+    "clicks": ctr,
+    "shown": shown,
+    "examination": assumed,
+    "true_examination": exam,
+    "positions": positions,
+  }
 
 
-def topk_selection_data(splits: Splits, *, num_hidden: int = 0, threshold: float = 2.0,
-                        logging_fraction: float = 0.01, seed: int = 0,
-                        logging_steps: int = 300) -> tuple[Splits, np.ndarray]:
+def topk_selection_data(
+  splits: Splits,
+  *,
+  num_hidden: int = 0,
+  threshold: float = 2.0,
+  logging_fraction: float = 0.01,
+  seed: int = 0,
+  logging_steps: int = 300,
+) -> tuple[Splits, np.ndarray]:
   r"""Production-orders every split, hides features, binarises labels (spec 2.1-2.3, 10.2).
 
   The production ranker is a linear RankSVM fitted on ``logging_fraction``
@@ -155,15 +185,19 @@ def topk_selection_data(splits: Splits, *, num_hidden: int = 0, threshold: float
   for ds in splits:
     ordered = apply_logging_policy(ds, logging_policy_scores(w, ds), record_scores=True)
     f = ordered.num_features - num_hidden
-    out.append(ordered.replace(
+    out.append(
+      ordered.replace(
         features=np.ascontiguousarray(ordered.features[..., :f]),
         labels=np.where(ordered.where, ordered.labels >= threshold, False).astype(np.float32),
-        extras={**ordered.extras, "grades": ordered.labels}))
+        extras={**ordered.extras, "grades": ordered.labels},
+      )
+    )
   return Splits(*out), w
 
 
-def topk_log_dataset(train: RankingDataset, log: dict, *, shown_only: bool = False,
-                     drop_unseen: bool = True) -> RankingDataset:
+def topk_log_dataset(
+  train: RankingDataset, log: dict, *, shown_only: bool = False, drop_unseen: bool = True
+) -> RankingDataset:
   r"""The training lists carrying a top-k log from :func:`simulate_topk_log` as extras.
 
   ``shown_only`` masks the unshown documents (Naive / IPS train on the top-k

@@ -42,8 +42,8 @@ class Checkpointer:
       _quiet_orbax()
     self.directory = os.path.abspath(directory)
     self._manager = ocp.CheckpointManager(
-        self.directory,
-        options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
+      self.directory,
+      options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
     )
 
   def latest_step(self) -> Optional[int]:
@@ -51,9 +51,9 @@ class Checkpointer:
 
   def save(self, step: int, state: Any, meta: dict) -> None:
     self._manager.save(
-        step,
-        args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
-        force=True,
+      step,
+      args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
+      force=True,
     )
 
   def restore(self, state_like: Any, step: Optional[int] = None) -> tuple[Any, dict]:
@@ -63,8 +63,8 @@ class Checkpointer:
       raise FileNotFoundError(f"no checkpoint in {self.directory}")
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, state_like)
     restored = self._manager.restore(
-        step,
-        args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()),
+      step,
+      args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()),
     )
     return restored["state"], restored["meta"]
 

@@ -82,8 +82,12 @@ def grid_points(config):
   mis_methods = [m for m in methods if m in config.misspec_methods]
   for k in config.sweeps.misspec_k:
     for a in config.sweeps.assumed_eta:
-      add(f"misspec/k={int(k)}", mis_methods + (["heckman_rank"] if "rank_agg" in mis_methods else []),
-          k=int(k), assumed_eta=float(a))
+      add(
+        f"misspec/k={int(k)}",
+        mis_methods + (["heckman_rank"] if "rank_agg" in mis_methods else []),
+        k=int(k),
+        assumed_eta=float(a),
+      )
   for k in config.sweeps.get("k_hidden", ()):
     add("k_hidden", methods, k=int(k), hidden=int(config.data.num_hidden_sweep))
   return points
@@ -107,12 +111,19 @@ def load_data(config):
     main_hidden = 0
   else:
     d = config.data
-    splits = data_lib.make_synthetic(d.num_train, d.num_valid, d.num_test, list_size=d.list_size,
-                                     num_features=d.num_features + d.num_hidden, seed=d.seed,
-                                     noise=d.label_noise)
+    splits = data_lib.make_synthetic(
+      d.num_train,
+      d.num_valid,
+      d.num_test,
+      list_size=d.list_size,
+      num_features=d.num_features + d.num_hidden,
+      seed=d.seed,
+      noise=d.label_noise,
+    )
     main_hidden = int(d.num_hidden)
-  splits, _ = simulation.topk_selection_data(splits, num_hidden=0, threshold=config.threshold,
-                                             logging_fraction=config.logging_fraction, seed=config.data.seed)
+  splits, _ = simulation.topk_selection_data(
+    splits, num_hidden=0, threshold=config.threshold, logging_fraction=config.logging_fraction, seed=config.data.seed
+  )
   return splits, main_hidden
 
 
@@ -141,8 +152,7 @@ def _train_config(config, steps=None):
 
 def _fit_eval(name, train, test, config, seeds, *, valid=None, method_name=None):
   method_config = ml_collections.ConfigDict({**config.method.to_dict(), **config.get("overrides", {}).get(name, {})})
-  method = get_method(method_name or name, method_config, num_features=train.num_features,
-                      list_size=train.list_size)
+  method = get_method(method_name or name, method_config, num_features=train.num_features, list_size=train.list_size)
   result = fit(method, train, valid, config=_train_config(config), seeds=seeds, name=name)
   m = evaluate(method, result.params, test, cutoffs=(1, 3), batch_size=config.eval_batch_size)
   return method, result.params, {k: np.asarray(m[k]) for k in METRICS}
@@ -152,9 +162,16 @@ def run_point(params, methods, splits, config, seeds, oracle=None):
   """Trains and evaluates ``methods`` on one simulated log. Returns ``{method: {metric: [S]}}``."""
   train, valid, test = splits
   log = simulation.simulate_topk_log(
-      jax.random.key(config.sim_seed), train.labels, where=train.where, k=params["k"],
-      num_sessions=params["sessions"], eta=params["eta"], noise=params["noise"], threshold=1.0,
-      assumed_eta=params["assumed_eta"])
+    jax.random.key(config.sim_seed),
+    train.labels,
+    where=train.where,
+    k=params["k"],
+    num_sessions=params["sessions"],
+    eta=params["eta"],
+    noise=params["noise"],
+    threshold=1.0,
+    assumed_eta=params["assumed_eta"],
+  )
   # Unseen queries stay (zero sessions -> zero weight / no clicks), so every point has the same
   # shapes and the persistent compilation cache serves all points after the first.
   full = simulation.topk_log_dataset(train, log, drop_unseen=False)
@@ -181,8 +198,12 @@ def _summ(per_method):
   return {m: {k: summarize(v) for k, v in metrics.items()} for m, metrics in per_method.items()}
 
 
-ORDERINGS = ("ips_beats_naive", "heckman_falls_fastest", "cld_gain_larger_at_small_k",
-             "underestimated_propensity_hurts_ips_more")
+ORDERINGS = (
+  "ips_beats_naive",
+  "heckman_falls_fastest",
+  "cld_gain_larger_at_small_k",
+  "underestimated_propensity_hurts_ips_more",
+)
 
 
 def _interval(diffs):
@@ -223,14 +244,16 @@ def _entry(claim, grid, keys, raw, metric, diff_fn):
 def _drop_margin(pts, metric):
   """Heckman-rank's drop between two points minus the largest other drop, per seed."""
   lo, hi = pts
-  drops = {m: np.asarray(lo[m][metric]) - np.asarray(hi[m][metric]) for m in lo
-           if m in hi and m != "oracle"}
+  drops = {m: np.asarray(lo[m][metric]) - np.asarray(hi[m][metric]) for m in lo if m in hi and m != "oracle"}
   if "heckman_rank" not in drops or len(drops) < 2:
     return None
   h = drops.pop("heckman_rank")
   margin = h - np.max(np.stack(list(drops.values())), axis=0)
-  return margin, {"heckman_drop": summarize(h), "drops": {m: summarize(d) for m, d in drops.items()},
-                  "versus": {m: _interval(h - d) for m, d in drops.items()}}
+  return margin, {
+    "heckman_drop": summarize(h),
+    "drops": {m: summarize(d) for m, d in drops.items()},
+    "versus": {m: _interval(h - d) for m, d in drops.items()},
+  }
 
 
 def _gain_difference(pts, metric):
@@ -290,25 +313,55 @@ def orderings(raw, config):
     return point_key(p["k"], p["eta"], p["noise"], p["sessions"], p.get("assumed_eta"), hidden)
 
   out = {}
-  ips_naive = lambda pts, m: (None if any(x not in pts[0] for x in ("ips", "naive")) else
-                              (np.asarray(pts[0]["ips"][m]) - np.asarray(pts[0]["naive"][m]), {}))
-  out["ips_beats_naive"] = _entry(f"IPS > Naive at k={base['k']}, eta={base['eta']}", "visible",
-                                  [key()], raw, metric, ips_naive)
+  ips_naive = lambda pts, m: (
+    None
+    if any(x not in pts[0] for x in ("ips", "naive"))
+    else (np.asarray(pts[0]["ips"][m]) - np.asarray(pts[0]["naive"][m]), {})
+  )
+  out["ips_beats_naive"] = _entry(
+    f"IPS > Naive at k={base['k']}, eta={base['eta']}", "visible", [key()], raw, metric, ips_naive
+  )
   out["heckman_falls_fastest"] = _entry(
-      f"Heckman-rank falls fastest as eta rises {eta_lo} -> {eta_hi} (k={base['k']})", "visible",
-      [key(eta=eta_lo, assumed_eta=eta_lo), key(eta=eta_hi, assumed_eta=eta_hi)], raw, metric, _drop_margin)
+    f"Heckman-rank falls fastest as eta rises {eta_lo} -> {eta_hi} (k={base['k']})",
+    "visible",
+    [key(eta=eta_lo, assumed_eta=eta_lo), key(eta=eta_hi, assumed_eta=eta_hi)],
+    raw,
+    metric,
+    _drop_margin,
+  )
   claim = f"CLD's gain over IPS is larger at k={k_small} than at k={k_large}"
-  o3 = _entry(claim + f" ({n_hidden} features hidden)", f"hidden={n_hidden}",
-              [key(n_hidden, k=k_small), key(n_hidden, k=k_large)], raw, metric, _gain_difference)
-  o3["visible"] = _entry(claim + " (all features visible; information)", "visible",
-                         [key(k=k_small), key(k=k_large)], raw, metric, _gain_difference)
+  o3 = _entry(
+    claim + f" ({n_hidden} features hidden)",
+    f"hidden={n_hidden}",
+    [key(n_hidden, k=k_small), key(n_hidden, k=k_large)],
+    raw,
+    metric,
+    _gain_difference,
+  )
+  o3["visible"] = _entry(
+    claim + " (all features visible; information)",
+    "visible",
+    [key(k=k_small), key(k=k_large)],
+    raw,
+    metric,
+    _gain_difference,
+  )
   out["cld_gain_larger_at_small_k"] = o3
-  combos = [(f"k={int(k)},assumed_eta={float(a)}", (int(k), float(a))) for k in config.sweeps.misspec_k
-            for a in config.sweeps.assumed_eta if float(a) > float(base["eta"])]
+  combos = [
+    (f"k={int(k)},assumed_eta={float(a)}", (int(k), float(a)))
+    for k in config.sweeps.misspec_k
+    for a in config.sweeps.assumed_eta
+    if float(a) > float(base["eta"])
+  ]
   keys = [kk for _, (k, a) in combos for kk in (key(k=k), key(k=k, assumed_eta=a))]
   out["underestimated_propensity_hurts_ips_more"] = _entry(
-      f"an assumed eta > {base['eta']} hurts IPS more than CLD ({', '.join(c for c, _ in combos)})", "visible",
-      keys, raw, metric, lambda pts, m: _misspec_margin(pts, m, combos) if combos else None)
+    f"an assumed eta > {base['eta']} hurts IPS more than CLD ({', '.join(c for c, _ in combos)})",
+    "visible",
+    keys,
+    raw,
+    metric,
+    lambda pts, m: _misspec_margin(pts, m, combos) if combos else None,
+  )
   return out
 
 
@@ -324,26 +377,42 @@ def _ordering_rows(ords):
 def _ordering_line(name, e):
   if e["holds"] is None:
     return f"{name} [{e['grid']}]: missing {e['missing']}"
-  return (f"{name} [{e['grid']}] {e['metric']}: {e['mean']:+.4f} ± {e['ci90']:.4f} "
-          f"[{e['interval'][0]:+.4f}, {e['interval'][1]:+.4f}] holds={e['holds']}")
+  return (
+    f"{name} [{e['grid']}] {e['metric']}: {e['mean']:+.4f} ± {e['ci90']:.4f} "
+    f"[{e['interval'][0]:+.4f}, {e['interval'][1]:+.4f}] holds={e['holds']}"
+  )
 
 
 def _plots(results, points, workdir, config):
   try:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
   except ImportError:  # pragma: no cover
     return []
   base = dict(config.table2)
   files = []
-  sweeps = [("k", "k", {}), ("k_hidden", "k", {}), ("eta", "eta", {}), ("sessions", "sessions", {}),
-            ("noise", "noise", {})]
+  sweeps = [
+    ("k", "k", {}),
+    ("k_hidden", "k", {}),
+    ("eta", "eta", {}),
+    ("sessions", "sessions", {}),
+    ("noise", "noise", {}),
+  ]
   sweeps += [(f"misspec/k={int(k)}", "assumed_eta", {"k": int(k)}) for k in config.sweeps.misspec_k]
   for tag, axis, fixed in sweeps:
-    keys = [(key, e["params"]) for key, e in points.items() if tag in e["tags"] or
-            (tag.startswith("misspec") and e["params"]["k"] == fixed.get("k") and e["params"]["hidden"] is None
-             and all(e["params"][a] == base[a] for a in ("eta", "noise", "sessions")))]
+    keys = [
+      (key, e["params"])
+      for key, e in points.items()
+      if tag in e["tags"]
+      or (
+        tag.startswith("misspec")
+        and e["params"]["k"] == fixed.get("k")
+        and e["params"]["hidden"] is None
+        and all(e["params"][a] == base[a] for a in ("eta", "noise", "sessions"))
+      )
+    ]
     keys = sorted({k: p for k, p in keys}.items(), key=lambda kv: kv[1][axis])
     if len(keys) < 2:
       continue
@@ -406,10 +475,14 @@ def run(config, workdir):
     return views[n]
 
   n_hidden_points = sum(e["params"]["hidden"] is not None for e in points.values())
-  print(f"[cld] {len(points)} grid points ({n_hidden_points} with {config.data.get('num_hidden_sweep', 0)} "
-        f"features hidden), {all_features.train.num_queries} train queries, "
-        f"{all_features.train.num_features - main_hidden} of {all_features.train.num_features} features "
-        f"visible on the main grid", file=sys.stderr, flush=True)
+  print(
+    f"[cld] {len(points)} grid points ({n_hidden_points} with {config.data.get('num_hidden_sweep', 0)} "
+    f"features hidden), {all_features.train.num_queries} train queries, "
+    f"{all_features.train.num_features - main_hidden} of {all_features.train.num_features} features "
+    f"visible on the main grid",
+    file=sys.stderr,
+    flush=True,
+  )
   raw, results, timing = {}, {}, {}
   for key, entry in points.items():
     t = time.perf_counter()
@@ -417,8 +490,12 @@ def run(config, workdir):
     raw[key] = run_point(entry["params"], entry["methods"], splits, config, seeds, oracle)
     results[key] = _summ(raw[key])
     timing[key] = time.perf_counter() - t
-    print(f"[cld] {key}: {timing[key]:.1f}s " + " ".join(
-        f"{m}={results[key][m]['ndcg@1']['mean']:.3f}" for m in results[key]), file=sys.stderr, flush=True)
+    print(
+      f"[cld] {key}: {timing[key]:.1f}s "
+      + " ".join(f"{m}={results[key][m]['ndcg@1']['mean']:.3f}" for m in results[key]),
+      file=sys.stderr,
+      flush=True,
+    )
   base = dict(config.table2)
   t2 = point_key(base["k"], base["eta"], base["noise"], base["sessions"])
   out = {"table2": results[t2]}
@@ -430,10 +507,12 @@ def run(config, workdir):
   out["seconds"] = {"total": time.perf_counter() - t0, **timing}
   keys = [t2] + [point_key(base["k"], e, base["noise"], base["sessions"]) for e in config.table2_etas]
   table = "## Table 2/3 analogues\n\n" + _table(results, list(dict.fromkeys(keys)))
-  table += ("\n## Orderings (seed-level differences, 90% t-intervals)\n\n"
-            "| ordering | grid | claim | metric | mean | ci90 | holds | verdict |\n|---|---|---|---|---|---|---|---|\n")
+  table += (
+    "\n## Orderings (seed-level differences, 90% t-intervals)\n\n"
+    "| ordering | grid | claim | metric | mean | ci90 | holds | verdict |\n|---|---|---|---|---|---|---|---|\n"
+  )
   for name, e in _ordering_rows(out["orderings"]):
-    stats = ("| | |" if e["holds"] is None else f"| {e['mean']:+.4f} | {e['ci90']:.4f} |")
+    stats = "| | |" if e["holds"] is None else f"| {e['mean']:+.4f} | {e['ci90']:.4f} |"
     table += f"| {name} | {e['grid']} | {e['claim']} | {e['metric']} {stats} {e['holds']} | {e['verdict']} |\n"
     print(f"[cld] ordering {_ordering_line(name, e)}", file=sys.stderr, flush=True)
   table += "\n## All points\n\n" + _table(results, list(points))

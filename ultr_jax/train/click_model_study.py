@@ -38,8 +38,15 @@ from ultr_jax import data as data_lib
 from ultr_jax import simulation as sim
 from ultr_jax.train.results import markdown_table, save_figure, summarize, write_results
 
-__all__ = ["TRUE_PARAMETERS", "default_click_model_config", "simulate_study_logs", "fit_and_score",
-           "score_ctr_baseline", "score_true_parameters", "run_click_model_study"]
+__all__ = [
+  "TRUE_PARAMETERS",
+  "default_click_model_config",
+  "simulate_study_logs",
+  "fit_and_score",
+  "score_ctr_baseline",
+  "score_true_parameters",
+  "run_click_model_study",
+]
 
 METRICS = ("perplexity", "ctr_perplexity", "log_likelihood", "attraction_mae", "fit_seconds")
 TRUE_PARAMETERS = "true parameters"
@@ -69,13 +76,17 @@ def default_click_model_config() -> ml_collections.ConfigDict:
   # Simulator parameters per generating model (the samplers' keyword arguments); ``<name>_per_document =
   # (lo, hi)`` draws ``<name>`` per document, uniform in [lo, hi) (the DBN's satisfaction: with one shared
   # value the DBN would be a CCM with alpha = (gamma, gamma (1 - sigma), gamma (1 - sigma))).
-  c.simulators = ml_collections.ConfigDict({
-      "pbm": {}, "ubm": {}, "cascade": {},
+  c.simulators = ml_collections.ConfigDict(
+    {
+      "pbm": {},
+      "ubm": {},
+      "cascade": {},
       "dcm": {"continuation": 0.6},
       "dbn": {"perseverance": 0.9, "satisfaction_per_document": (0.2, 0.8)},
       "ccm": {"alpha": (0.9, 0.7, 0.2)},
       "trust": {},  # ULTRA's table with eps+ = 1 - (k + 2)/100, eps- = 0.65/(k + 1)
-  })
+    }
+  )
   c.l2 = 1.0
   c.max_iters = 500
   c.tol = 1e-5
@@ -88,8 +99,11 @@ def default_click_model_config() -> ml_collections.ConfigDict:
 def _attraction(config, seed) -> np.ndarray:
   """ULTRA's ERR-style click probability of graded labels drawn with ``label_fractions``."""
   rng = np.random.default_rng(seed)
-  labels = rng.choice(len(config.label_fractions), size=(config.num_queries, config.list_size),
-                      p=np.asarray(config.label_fractions) / np.sum(config.label_fractions))
+  labels = rng.choice(
+    len(config.label_fractions),
+    size=(config.num_queries, config.list_size),
+    p=np.asarray(config.label_fractions) / np.sum(config.label_fractions),
+  )
   return np.asarray(sim.relevance_probability(labels.astype(np.float32)))
 
 
@@ -107,15 +121,25 @@ def simulate_study_logs(config: ml_collections.ConfigDict, true_model: str, seed
   for name, value in dict(config.simulators.get(true_model, {})).items():
     if name.endswith("_per_document"):
       lo, hi = value
-      params[name[:-len("_per_document")]] = rng.uniform(lo, hi, size=attraction.shape).astype(np.float32)
+      params[name[: -len("_per_document")]] = rng.uniform(lo, hi, size=attraction.shape).astype(np.float32)
     else:
       params[name] = value
-  log = sim.simulate_session_log(jax.random.key(seed), true_model, attraction,
-                                 num_sessions=int(config.num_sessions), noise=float(config.noise), **params)
+  log = sim.simulate_session_log(
+    jax.random.key(seed),
+    true_model,
+    attraction,
+    num_sessions=int(config.num_sessions),
+    noise=float(config.noise),
+    **params,
+  )
   log = {k: np.asarray(v) for k, v in log.items() if k != "queries"}
   n_train = int(round(config.num_sessions * (1 - config.test_fraction)))
-  return {"train": {k: v[:n_train] for k, v in log.items()}, "test": {k: v[n_train:] for k, v in log.items()},
-          "attraction": attraction.reshape(-1), "num_docs": attraction.size}
+  return {
+    "train": {k: v[:n_train] for k, v in log.items()},
+    "test": {k: v[n_train:] for k, v in log.items()},
+    "attraction": attraction.reshape(-1),
+    "num_docs": attraction.size,
+  }
 
 
 def fit_and_score(model: str, train: dict, test: dict, *, num_docs: int, config, attraction=None) -> dict:
@@ -131,14 +155,23 @@ def fit_and_score(model: str, train: dict, test: dict, *, num_docs: int, config,
   if model == "cascade" and np.any(np.sum(np.where(train["where"], train["clicks"], 0.0), axis=-1) > 1):
     return None  # fit_click_model refuses it: the cascade cannot explain a second click
   start = time.perf_counter()
-  fit = sim.fit_click_model(model, train["doc_ids"], train["clicks"], where=train["where"], num_docs=num_docs,
-                            l2=float(config.l2), max_iters=int(config.max_iters), tol=float(config.tol))
+  fit = sim.fit_click_model(
+    model,
+    train["doc_ids"],
+    train["clicks"],
+    where=train["where"],
+    num_docs=num_docs,
+    l2=float(config.l2),
+    max_iters=int(config.max_iters),
+    tol=float(config.tol),
+  )
   seconds = time.perf_counter() - start
   out = sim.evaluate_click_model(model, fit.params, test["doc_ids"], test["clicks"], where=test["where"])
   out["fit_seconds"] = seconds
   out["converged"] = fit.converged
-  out["attraction_mae"] = (float(np.abs(np.asarray(fit.params["attraction"]) - attraction).mean())
-                           if attraction is not None else None)
+  out["attraction_mae"] = (
+    float(np.abs(np.asarray(fit.params["attraction"]) - attraction).mean()) if attraction is not None else None
+  )
   return out
 
 
@@ -153,8 +186,14 @@ def score_ctr_baseline(model: str, train: dict, test: dict, *, num_docs: int, co
   (True, None)
   """
   start = time.perf_counter()
-  params = sim.fit_ctr_model(model, train["doc_ids"], train["clicks"], where=train["where"], num_docs=num_docs,
-                             prior=float(config.get("ctr_prior", 1.0)))
+  params = sim.fit_ctr_model(
+    model,
+    train["doc_ids"],
+    train["clicks"],
+    where=train["where"],
+    num_docs=num_docs,
+    prior=float(config.get("ctr_prior", 1.0)),
+  )
   p = sim.ctr_model_predict(model, params, test["doc_ids"])
   out = sim.click_prediction_scores(p, p, test["clicks"], where=test["where"])
   return {**out, "fit_seconds": time.perf_counter() - start, "converged": True, "attraction_mae": None}
@@ -175,8 +214,9 @@ def score_true_parameters(test: dict) -> dict:
   >>> bool(1.0 < out["perplexity"] < out["ctr_perplexity"] < 2.0)  # the history helps the DCM
   True
   """
-  out = sim.click_prediction_scores(test["conditional_click_prob"], test["click_prob"], test["clicks"],
-                                    where=test["where"])
+  out = sim.click_prediction_scores(
+    test["conditional_click_prob"], test["click_prob"], test["clicks"], where=test["where"]
+  )
   return {**out, "fit_seconds": None, "converged": True, "attraction_mae": None}
 
 
@@ -193,8 +233,10 @@ def _summaries(per_seed: list[dict]) -> dict:
 
 def _plot(results: dict, path: str) -> None:
   import matplotlib
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+
   rows = list(results)
   fig, axes = plt.subplots(1, len(rows), figsize=(4 * len(rows), 3.2), squeeze=False)
   for ax, row in zip(axes[0], rows):
@@ -214,16 +256,20 @@ def _plot(results: dict, path: str) -> None:
 
 def _write(workdir, results, fit_models):
   rows = {row: {m: (e["perplexity"] if e else "n/a") for m, e in entry.items()} for row, entry in results.items()}
-  ll_rows = {row: {m: (e["log_likelihood"] if e else "n/a") for m, e in entry.items()}
-             for row, entry in results.items()}
+  ll_rows = {
+    row: {m: (e["log_likelihood"] if e else "n/a") for m, e in entry.items()} for row, entry in results.items()
+  }
   simulated = any(TRUE_PARAMETERS in entry for entry in results.values())
   columns = [*fit_models, *([TRUE_PARAMETERS] if simulated else [])]
-  table = ("Held-out conditional perplexity (lower is better; rows: the log, columns: the fitted model"
-           + (f"; '{TRUE_PARAMETERS}': the parameters that generated the log, the floor" if simulated else "")
-           + ")\n\n"
-           + markdown_table(rows, columns, row_header="log") + "\n\n"
-           + "Held-out log-likelihood per session (nats; higher is better)\n\n"
-           + markdown_table(ll_rows, columns, row_header="log"))
+  table = (
+    "Held-out conditional perplexity (lower is better; rows: the log, columns: the fitted model"
+    + (f"; '{TRUE_PARAMETERS}': the parameters that generated the log, the floor" if simulated else "")
+    + ")\n\n"
+    + markdown_table(rows, columns, row_header="log")
+    + "\n\n"
+    + "Held-out log-likelihood per session (nats; higher is better)\n\n"
+    + markdown_table(ll_rows, columns, row_header="log")
+  )
   write_results(workdir, results, table=table, rows=rows, columns=columns, row_header="log")
   return table
 
@@ -263,9 +309,15 @@ def run_click_model_study(config: ml_collections.ConfigDict, workdir: Optional[s
     for m in columns:
       out = score(m, train, test, sessions["num_docs"])
       results["log"][m] = None if out is None else _summaries([out])
-      print(f"[click models] log: {m} " + ("n/a (several clicks per session)" if out is None else
-            f"perplexity {out['perplexity']:.4f}, LL {out['log_likelihood']:.4f} ({out['fit_seconds']:.1f}s)"),
-            flush=True)
+      print(
+        f"[click models] log: {m} "
+        + (
+          "n/a (several clicks per session)"
+          if out is None
+          else f"perplexity {out['perplexity']:.4f}, LL {out['log_likelihood']:.4f} ({out['fit_seconds']:.1f}s)"
+        ),
+        flush=True,
+      )
   else:
     for true_model in config.true_models:
       per_model: dict[str, list] = {m: [] for m in columns}
@@ -279,15 +331,20 @@ def run_click_model_study(config: ml_collections.ConfigDict, workdir: Optional[s
       for m in columns:  # paired over seeds: the same logs score every model and the truth
         if row[m]:
           row[m]["perplexity_minus_true_parameters"] = summarize(
-              [a["perplexity"] - b["perplexity"] for a, b in zip(per_model[m], truth)])
+            [a["perplexity"] - b["perplexity"] for a, b in zip(per_model[m], truth)]
+          )
           if row.get(true_model) and m != true_model:
             row[m]["perplexity_minus_true_model"] = summarize(
-                [a["perplexity"] - b["perplexity"] for a, b in zip(per_model[m], per_model[true_model])])
+              [a["perplexity"] - b["perplexity"] for a, b in zip(per_model[m], per_model[true_model])]
+            )
       row[TRUE_PARAMETERS] = _summaries(truth)
       results[f"true={true_model}"] = row
       best = min((m for m in columns if row[m]), key=lambda m: row[m]["perplexity"]["mean"])
-      print(f"[click models] true={true_model}: best held-out perplexity {best} "
-            f"({row[best]['perplexity']['mean']:.4f}); {time.perf_counter() - start:.0f}s", flush=True)
+      print(
+        f"[click models] true={true_model}: best held-out perplexity {best} "
+        f"({row[best]['perplexity']['mean']:.4f}); {time.perf_counter() - start:.0f}s",
+        flush=True,
+      )
       if workdir:
         _write(workdir, results, columns)
   if workdir:

@@ -32,13 +32,27 @@ from ultr_jax import simulation
 from ultr_jax.train import methods as methods_lib
 from ultr_jax.train.loop import evaluate, evaluate_clicks, fit, predict
 from ultr_jax.train.method import KEY_REASONS, method_inputs_missing
-from ultr_jax.train.results import (markdown_table, plot_learning_curves, summarize, summarize_metrics, write_results,
-                                    write_run)
+from ultr_jax.train.results import (
+  markdown_table,
+  plot_learning_curves,
+  summarize,
+  summarize_metrics,
+  write_results,
+  write_run,
+)
 
-__all__ = ["default_data_config", "default_logging_policy_config", "load_datasets", "prepare_logged_data",
-           "true_position_propensities", "by_frequency_bucket", "check_logged_click_method", "hold_out_pages",
-           "with_position_propensities",
-           "train_and_evaluate"]
+__all__ = [
+  "default_data_config",
+  "default_logging_policy_config",
+  "load_datasets",
+  "prepare_logged_data",
+  "true_position_propensities",
+  "by_frequency_bucket",
+  "check_logged_click_method",
+  "hold_out_pages",
+  "with_position_propensities",
+  "train_and_evaluate",
+]
 
 METRIC_COLUMNS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "err@10")
 CLICK_COLUMNS = ("click_ll", "click_perplexity")
@@ -59,11 +73,27 @@ def default_data_config() -> ml_collections.ConfigDict:
   >>> default_data_config().num_train
   1000
   """
-  return ml_collections.ConfigDict({
-      "source": "synthetic", "seed": 0, "num_train": 1000, "num_valid": 200, "num_test": 200,
-      "list_size": 20, "num_features": 32, "train_path": "", "valid_path": "", "test_path": "",
-      "path": "", "normalize": "", "features": "bert", "max_sessions": 0, "propensities": "",
-      "feature_dtype": "float32", "click_test_fraction": 0.1})
+  return ml_collections.ConfigDict(
+    {
+      "source": "synthetic",
+      "seed": 0,
+      "num_train": 1000,
+      "num_valid": 200,
+      "num_test": 200,
+      "list_size": 20,
+      "num_features": 32,
+      "train_path": "",
+      "valid_path": "",
+      "test_path": "",
+      "path": "",
+      "normalize": "",
+      "features": "bert",
+      "max_sessions": 0,
+      "propensities": "",
+      "feature_dtype": "float32",
+      "click_test_fraction": 0.1,
+    }
+  )
 
 
 def default_logging_policy_config() -> ml_collections.ConfigDict:
@@ -108,10 +138,12 @@ def with_position_propensities(train, spec: str, *, field: str = "propensities")
     with open(json_path, encoding="utf-8") as fh:
       harvested = json.load(fh).get("propensities", {})
     if method not in harvested:
-      raise ValueError(f"{json_path}: no propensities of {method!r} (it has {sorted(harvested)}); write it with "
-                       "experiments/identifiability/check.py --click_log=...")
+      raise ValueError(
+        f"{json_path}: no propensities of {method!r} (it has {sorted(harvested)}); write it with "
+        "experiments/identifiability/check.py --click_log=..."
+      )
     values = harvested[method]
-    missing = [k + 1 for k, v in enumerate(values[:train.list_size]) if v is None]
+    missing = [k + 1 for k, v in enumerate(values[: train.list_size]) if v is None]
     if missing:
       raise ValueError(f"{json_path}: the log does not identify the {method} propensities of positions {missing}")
   elif os.path.isfile(spec):
@@ -136,7 +168,7 @@ def with_position_propensities(train, spec: str, *, field: str = "propensities")
     raise ValueError(f"{field}: {len(prop)} propensities for lists of {train.list_size} positions")
   if not np.all(np.isfinite(prop) & (prop > 0)):
     raise ValueError(f"{field}: propensities must be finite and > 0, got {prop.tolist()}")
-  exam = np.where(train.where, prop[:train.list_size], 0.0).astype(np.float32)
+  exam = np.where(train.where, prop[: train.list_size], 0.0).astype(np.float32)
   return dataclasses.replace(train, extras={**train.extras, "examination": exam})
 
 
@@ -151,11 +183,14 @@ def _load_baidu(d) -> tuple[Any, Any, Any]:
   dtype = np.dtype(d.get("feature_dtype") or "float32")
   if dtype.kind != "f":
     raise ValueError(f"config.data.feature_dtype: expected a float dtype, got {d.feature_dtype!r}")
-  train = data_lib.load_baidu_ultr(_files(d.train_path, "train_path"), features=features,
-                                   max_sessions=max_sessions, dtype=dtype)
+  train = data_lib.load_baidu_ultr(
+    _files(d.train_path, "train_path"), features=features, max_sessions=max_sessions, dtype=dtype
+  )
   if "clicks" not in train.extras:
-    raise ValueError(f"config.data.train_path={d.train_path!r}: the files have no 'click' column; the "
-                     "training split of source='baidu' is Baidu-ULTR's click data")
+    raise ValueError(
+      f"config.data.train_path={d.train_path!r}: the files have no 'click' column; the "
+      "training split of source='baidu' is Baidu-ULTR's click data"
+    )
   if d.get("propensities"):
     train = with_position_propensities(train, d.propensities, field="config.data.propensities")
   test = data_lib.load_baidu_ultr(_files(d.test_path, "test_path"), features=features, dtype=dtype)
@@ -194,14 +229,21 @@ def load_datasets(config: ml_collections.ConfigDict, *, logged_clicks: bool = Fa
   d = config.data
   if d.source == "baidu":
     if not logged_clicks:
-      raise ValueError("config.data.source='baidu' holds logged clicks and no training labels; this study "
-                       "simulates clicks from labels. The baselines study trains on logged clicks "
-                       "(experiments/baselines/main.py).")
+      raise ValueError(
+        "config.data.source='baidu' holds logged clicks and no training labels; this study "
+        "simulates clicks from labels. The baselines study trains on logged clicks "
+        "(experiments/baselines/main.py)."
+      )
     return _normalized(d, *_load_baidu(d))
   if d.source == "synthetic":
     splits = data_lib.make_synthetic(
-        num_train=d.num_train, num_valid=d.num_valid, num_test=d.num_test,
-        list_size=d.list_size, num_features=d.num_features, seed=d.seed)
+      num_train=d.num_train,
+      num_valid=d.num_valid,
+      num_test=d.num_test,
+      list_size=d.list_size,
+      num_features=d.num_features,
+      seed=d.seed,
+    )
     return splits.train, splits.valid, splits.test
   if d.source == "svmlight":
     load = lambda p: data_lib.load_svmlight(p, num_features=d.get("num_features") or None)
@@ -282,8 +324,10 @@ def by_frequency_bucket(method, params, test, *, dcg_cutoffs=()) -> dict:
     idx = np.full(counts.max(), -1)
     idx[:n] = np.flatnonzero(buckets == b)
     metrics = evaluate(method, params, data_lib.take_queries(test, idx), cutoffs=(10,), dcg_cutoffs=dcg_cutoffs)
-    out[str(int(b))] = {**{k: float(np.mean(metrics[k])) for k in ("ndcg@10", *(f"dcg@{c}" for c in dcg_cutoffs))},
-                        "queries": int(n)}
+    out[str(int(b))] = {
+      **{k: float(np.mean(metrics[k])) for k in ("ndcg@10", *(f"dcg@{c}" for c in dcg_cutoffs))},
+      "queries": int(n),
+    }
   return out
 
 
@@ -308,13 +352,18 @@ def check_logged_click_method(method, train) -> None:
     batch.pop("labels")
   missing = method_inputs_missing(method, batch)
   if missing is not None:
-    fix = {"examination": ("give position propensities with config.data.propensities (every method) or "
-                           f"method_configs.{method.name}.propensities (ips and snips)"),
-           "labels": "evaluate the labels' ceiling on annotated data instead"}.get(
-               missing, f"add {missing!r} to the training data's extras")
-    raise ValueError(f"method {method.name!r} reads batch[{missing!r}], which logged clicks do not carry "
-                     f"(it {KEY_REASONS.get(missing, 'needs that entry')}); leave the method out of "
-                     f"config.methods or {fix}")
+    fix = {
+      "examination": (
+        "give position propensities with config.data.propensities (every method) or "
+        f"method_configs.{method.name}.propensities (ips and snips)"
+      ),
+      "labels": "evaluate the labels' ceiling on annotated data instead",
+    }.get(missing, f"add {missing!r} to the training data's extras")
+    raise ValueError(
+      f"method {method.name!r} reads batch[{missing!r}], which logged clicks do not carry "
+      f"(it {KEY_REASONS.get(missing, 'needs that entry')}); leave the method out of "
+      f"config.methods or {fix}"
+    )
 
 
 def _pearson(a: np.ndarray, b: np.ndarray) -> float:
@@ -345,29 +394,49 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
   else:
     train, valid, test = prepare_logged_data(train, valid, test, config)
     click_fn = simulation.make_click_fn(config.click_model)
-    true_prop = true_position_propensities(click_fn, train.subset(np.arange(min(256, train.num_queries))),
-                                           jax.random.key(config.seed))
+    true_prop = true_position_propensities(
+      click_fn, train.subset(np.arange(min(256, train.num_queries))), jax.random.key(config.seed)
+    )
   results: dict[str, Any] = {}
   rows: dict[str, dict] = {}
   histories: dict[str, list] = {}
-  built = {name: methods_lib.get_method(name, config.method_configs.get(name, ml_collections.ConfigDict()),
-                                       num_features=train.num_features, list_size=train.list_size)
-           for name in config.methods}
+  built = {
+    name: methods_lib.get_method(
+      name,
+      config.method_configs.get(name, ml_collections.ConfigDict()),
+      num_features=train.num_features,
+      list_size=train.list_size,
+    )
+    for name in config.methods
+  }
   if logged:  # every method is checked before any trains
     for method in built.values():
       check_logged_click_method(method, train)
   dcg_cutoffs = tuple(int(k) for k in (config.get("dcg_cutoffs", ()) or ()))
   dcg_columns = tuple(f"dcg@{k}" for k in dcg_cutoffs)
   for name, method in built.items():
-    fit_result = fit(method, train, valid, click_fn=click_fn, config=config.train,
-                     seeds=[config.seed + i for i in range(config.num_seeds)],
-                     workdir=workdir, name=name)
+    fit_result = fit(
+      method,
+      train,
+      valid,
+      click_fn=click_fn,
+      config=config.train,
+      seeds=[config.seed + i for i in range(config.num_seeds)],
+      workdir=workdir,
+      name=name,
+    )
     test_metrics = evaluate(method, fit_result.params, test, dcg_cutoffs=dcg_cutoffs)
     if workdir is not None and config.get("write_runs"):  # TREC run files of the test lists, one per seed
       scores = predict(method, fit_result.params, test)
       for i, seed_scores in enumerate(scores):
-        write_run(os.path.join(workdir, "runs", f"{name}.seed{config.seed + i}.txt"), seed_scores, test.qid,
-                  test.where, doc_ids=test.doc_ids, run_name=name)
+        write_run(
+          os.path.join(workdir, "runs", f"{name}.seed{config.seed + i}.txt"),
+          seed_scores,
+          test.qid,
+          test.where,
+          doc_ids=test.doc_ids,
+          run_name=name,
+        )
     if held_clicks is not None and method.click_logits is not None:
       test_metrics.update(evaluate_clicks(method, fit_result.params, fit_result.extra, held_clicks))
     metric_columns = METRIC_COLUMNS + dcg_columns + (CLICK_COLUMNS if held_clicks is not None else ())
@@ -381,8 +450,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
       row["propensity_corr"] = "n/a"
     elif method.propensities is not None:
       learned = np.asarray(jax.vmap(method.propensities)(fit_result.params, fit_result.extra))
-      corr = [_pearson(learned[s, : len(true_prop)], true_prop[: learned.shape[1]])
-              for s in range(learned.shape[0])]
+      corr = [_pearson(learned[s, : len(true_prop)], true_prop[: learned.shape[1]]) for s in range(learned.shape[0])]
       summary = summarize(corr)
       entry["propensity_corr"] = summary["mean"]
       entry["std"]["propensity_corr"] = summary["std"]
@@ -398,24 +466,30 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
     rows[name] = row
   columns = [*METRIC_COLUMNS, *dcg_columns, *(CLICK_COLUMNS if held_clicks is not None else ()), "propensity_corr"]
   results["_meta"] = {
-      "true_propensities": None if true_prop is None else true_prop.tolist(),
-      "click_model": "logged clicks" if logged else config.click_model.to_dict(),
-      "num_seeds": config.num_seeds,
-      "data": config.data.to_dict(),
-      "seconds": time.perf_counter() - t_start,
+    "true_propensities": None if true_prop is None else true_prop.tolist(),
+    "click_model": "logged clicks" if logged else config.click_model.to_dict(),
+    "num_seeds": config.num_seeds,
+    "data": config.data.to_dict(),
+    "seconds": time.perf_counter() - t_start,
   }
   table = markdown_table(rows, columns)
   clicks = f"logged clicks of {config.data.train_path}" if logged else f"click model {config.click_model.name}"
   if logged and config.data.get("propensities"):
     clicks += f", position propensities from {config.data.propensities}"
   if held_clicks is not None:
-    clicks += (f"; click_ll (nats per shown document) and click_perplexity on {held_clicks.num_queries} held-out "
-               "click pages, for the methods that are click models")
+    clicks += (
+      f"; click_ll (nats per shown document) and click_perplexity on {held_clicks.num_queries} held-out "
+      "click pages, for the methods that are click models"
+    )
   table += f"\n\nTest metrics, mean ± 90% t-interval half-width over {config.num_seeds} seeds; {clicks}.\n"
   if workdir is not None:
     write_results(workdir, results, table=table, rows=rows, columns=columns)
-    plot_learning_curves(histories, os.path.join(workdir, "curves.png"),
-                         metrics=("train/loss", f"valid/{config.train.select_metric}"), relative=("train/loss",))
+    plot_learning_curves(
+      histories,
+      os.path.join(workdir, "curves.png"),
+      metrics=("train/loss", f"valid/{config.train.select_metric}"),
+      relative=("train/loss",),
+    )
   print(table, flush=True)
   print(f"total time {time.perf_counter() - t_start:.1f}s", file=sys.stderr, flush=True)
   return results

@@ -19,8 +19,14 @@ import jax
 import numpy as np
 
 from ultr_jax.data import load_ultra
-from ultr_jax.graph import (DESIGN_GRAPHS, apply_interventions, context_study, generate_design_dataset,
-                            read_svmlight_ranking, study)
+from ultr_jax.graph import (
+  DESIGN_GRAPHS,
+  apply_interventions,
+  context_study,
+  generate_design_dataset,
+  read_svmlight_ranking,
+  study,
+)
 from ultr_jax.train.compilation import enable_compilation_cache
 from ultr_jax.train.results import atomic_write_text, save_figure
 
@@ -50,21 +56,21 @@ def _table_md(summary):
 
 
 def _kw(cfg, method):
-  return {"dla": {"o_update": cfg.dla_o_update},
-          "regression_em": {"variant": cfg.rem_variant}}.get(method, {})
+  return {"dla": {"o_update": cfg.dla_o_update}, "regression_em": {"variant": cfg.rem_variant}}.get(method, {})
 
 
 def identifiability_figures(cfg, key, workdir, share=()):
   """Figures 3a, 3b, 4a, 4b and 6 (those in ``cfg.figures``) as PNGs in ``workdir``; returns their data."""
   import matplotlib
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
   ep = cfg.figure_epochs
   out = {}
   dla = lambda k, d, **kw: study.run_method(  # noqa: E731
-      k, d, method="dla", runs=cfg.runs, epochs=ep, num_docs=None,
-      **_kw(cfg, "dla"), **kw)
+    k, d, method="dla", runs=cfg.runs, epochs=ep, num_docs=None, **_kw(cfg, "dla"), **kw
+  )
   data = {k: _dataset(cfg, k) for k in (1, 2, 3, 4)}
   grid = [float(n) for n in cfg.click_grid]
   if "3a" in cfg.figures:
@@ -72,104 +78,117 @@ def identifiability_figures(cfg, key, workdir, share=()):
     for k in (1, 2, 3, 4):
       res[k] = [dla(key, data[k], num_clicks=n)["mcc"] for n in grid]
       logging.info("fig3a K=%d done", k)
-    out["3a"] = {f"K={k}": {"clicks": grid,
-                            "mean": [float(v.mean()) for v in r],
-                            "std": [float(v.std()) for v in r]}
-                 for k, r in res.items()}
+    out["3a"] = {
+      f"K={k}": {"clicks": grid, "mean": [float(v.mean()) for v in r], "std": [float(v.std()) for v in r]}
+      for k, r in res.items()
+    }
     fig, ax = plt.subplots(figsize=(4.5, 3.2))
     for k, r in res.items():
-      mu = np.array([v.mean() for v in r]); sd = np.array([v.std() for v in r])
+      mu = np.array([v.mean() for v in r])
+      sd = np.array([v.std() for v in r])
       ax.plot(grid, mu, marker="o", label=f"K={k}")
       ax.fill_between(grid, mu - sd, mu + sd, alpha=0.2)
-    ax.set_xscale("log"); ax.set_xlabel("clicks N"); ax.set_ylabel("MCC")
-    ax.set_title("Fig. 3a: DLA vs. clicks"); ax.legend()
-    fig.tight_layout(); save_figure(fig, os.path.join(workdir, "fig3a.png"), dpi=120)
+    ax.set_xscale("log")
+    ax.set_xlabel("clicks N")
+    ax.set_ylabel("MCC")
+    ax.set_title("Fig. 3a: DLA vs. clicks")
+    ax.legend()
+    fig.tight_layout()
+    save_figure(fig, os.path.join(workdir, "fig3a.png"), dpi=120)
   if "3b" in cfg.figures or "6" in cfg.figures:
     res, obs = {}, {}
     for k in (1, 2, 3, 4):
       d = data[k]
-      ni, _ = study.node_intervention_dataset(
-          key, d, epochs=ep, num_clicks=cfg.num_clicks, **_kw(cfg, "dla"))
+      ni, _ = study.node_intervention_dataset(key, d, epochs=ep, num_clicks=cfg.num_clicks, **_kw(cfg, "dla"))
       r_dla = dla(key, d, num_clicks=cfg.num_clicks)
-      r_nm = dla(key, d, num_clicks=cfg.num_clicks,
-                 canonical=study.node_merging_canonical(d))
+      r_nm = dla(key, d, num_clicks=cfg.num_clicks, canonical=study.node_merging_canonical(d))
       r_ni = dla(key, ni, num_clicks=cfg.num_clicks)
-      res[k] = {"DLA": r_dla["mcc"], "DLA + node merging": r_nm["mcc"],
-                "DLA + node intervention": r_ni["mcc"]}
+      res[k] = {"DLA": r_dla["mcc"], "DLA + node merging": r_nm["mcc"], "DLA + node intervention": r_ni["mcc"]}
       obs[k] = {"DLA": r_dla["observation"], "NM": r_nm["observation"]}
       logging.info("fig3b K=%d done", k)
-    out["3b"] = {name: {"K": [1, 2, 3, 4],
-                        "mean": [float(res[k][name].mean()) for k in res],
-                        "std": [float(res[k][name].std()) for k in res]}
-                 for name in res[1]}
+    out["3b"] = {
+      name: {
+        "K": [1, 2, 3, 4],
+        "mean": [float(res[k][name].mean()) for k in res],
+        "std": [float(res[k][name].std()) for k in res],
+      }
+      for name in res[1]
+    }
     fig, ax = plt.subplots(figsize=(4.5, 3.2))
     for name in res[1]:
-      ax.errorbar([1, 2, 3, 4], out["3b"][name]["mean"],
-                  yerr=out["3b"][name]["std"], marker="o", capsize=3,
-                  label=name)
-    ax.set_xlabel("K (components)"); ax.set_ylabel("MCC")
-    ax.set_title("Fig. 3b"); ax.legend(fontsize=7)
-    fig.tight_layout(); save_figure(fig, os.path.join(workdir, "fig3b.png"), dpi=120)
+      ax.errorbar([1, 2, 3, 4], out["3b"][name]["mean"], yerr=out["3b"][name]["std"], marker="o", capsize=3, label=name)
+    ax.set_xlabel("K (components)")
+    ax.set_ylabel("MCC")
+    ax.set_title("Fig. 3b")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, os.path.join(workdir, "fig3b.png"), dpi=120)
     gt = np.asarray(study.PBM_EXAMINATION)
     out["6"] = {"GT": (gt / gt[0]).tolist()}
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
     for ax, k in zip(axes, (2, 3, 4)):
       dl = obs[k]["DLA"] / obs[k]["DLA"][:, :1]
       nm = obs[k]["NM"] / obs[k]["NM"][:, :1]
-      out["6"][f"K={k}"] = {"NM": nm.mean(0).tolist(),
-                            "DLA_mean": dl.mean(0).tolist()}
+      out["6"][f"K={k}"] = {"NM": nm.mean(0).tolist(), "DLA_mean": dl.mean(0).tolist()}
       ax.boxplot(dl, positions=np.arange(10), widths=0.5, showfliers=False)
       ax.plot(np.arange(10), gt / gt[0], "k-o", ms=3, label="GT")
       ax.plot(np.arange(10), nm.mean(0), "r-s", ms=3, label="NM")
-      ax.set_title(f"Fig. 6: K={k}"); ax.set_xlabel("position")
+      ax.set_title(f"Fig. 6: K={k}")
+      ax.set_xlabel("position")
       ax.legend(fontsize=7)
     axes[0].set_ylabel("o'(p) / o'(0)")
-    fig.tight_layout(); save_figure(fig, os.path.join(workdir, "fig6.png"), dpi=120)
+    fig.tight_layout()
+    save_figure(fig, os.path.join(workdir, "fig6.png"), dpi=120)
   if "4a" in cfg.figures:
     d = data[2]
-    ni_min, _ = study.node_intervention_dataset(
-        key, d, epochs=ep, num_clicks=cfg.num_clicks, **_kw(cfg, "dla"))
+    ni_min, _ = study.node_intervention_dataset(key, d, epochs=ep, num_clicks=cfg.num_clicks, **_kw(cfg, "dla"))
     res = {"min cost": [], "random cost": []}
     for n in grid:
       res["min cost"].append(dla(key, ni_min, num_clicks=n)["mcc"])
       # the random-cost plan is redrawn for every run
       vals = []
       for i in range(cfg.runs):
-        ni_rand, _ = study.node_intervention_dataset(
-            key, d, epochs=ep, random_cost=True, seed=cfg.seed * 1000 + i)
-        vals.append(study.run_method(
-            jax.random.fold_in(key, i), ni_rand, method="dla", runs=1,
-            epochs=ep, num_clicks=n, **_kw(cfg, "dla"))["mcc"][0])
+        ni_rand, _ = study.node_intervention_dataset(key, d, epochs=ep, random_cost=True, seed=cfg.seed * 1000 + i)
+        vals.append(
+          study.run_method(
+            jax.random.fold_in(key, i), ni_rand, method="dla", runs=1, epochs=ep, num_clicks=n, **_kw(cfg, "dla")
+          )["mcc"][0]
+        )
       res["random cost"].append(np.array(vals))
-    out["4a"] = {name: {"clicks": grid, "mean": [float(v.mean()) for v in r],
-                        "std": [float(v.std()) for v in r]}
-                 for name, r in res.items()}
+    out["4a"] = {
+      name: {"clicks": grid, "mean": [float(v.mean()) for v in r], "std": [float(v.std()) for v in r]}
+      for name, r in res.items()
+    }
     fig, ax = plt.subplots(figsize=(4.5, 3.2))
     for name, r in res.items():
-      mu = np.array([v.mean() for v in r]); sd = np.array([v.std() for v in r])
+      mu = np.array([v.mean() for v in r])
+      sd = np.array([v.std() for v in r])
       ax.plot(grid, mu, marker="o", label=name)
       ax.fill_between(grid, mu - sd, mu + sd, alpha=0.2)
-    ax.set_xscale("log"); ax.set_xlabel("clicks N"); ax.set_ylabel("MCC")
-    ax.set_title("Fig. 4a: intervention cost"); ax.legend()
-    fig.tight_layout(); save_figure(fig, os.path.join(workdir, "fig4a.png"), dpi=120)
+    ax.set_xscale("log")
+    ax.set_xlabel("clicks N")
+    ax.set_ylabel("MCC")
+    ax.set_title("Fig. 4a: intervention cost")
+    ax.legend()
+    fig.tight_layout()
+    save_figure(fig, os.path.join(workdir, "fig4a.png"), dpi=120)
   if "4b" in cfg.figures:
     d = data[2]
     res = {}
-    cans = {a: study.node_merging_canonical(d, pairs=[(a, 4)])
-            for a in (1, 2, 3)}
+    cans = {a: study.node_merging_canonical(d, pairs=[(a, 4)]) for a in (1, 2, 3)}
     for a, can in cans.items():  # one compiled fit for the three
-      res[f"{a} & 4"] = dla(key, d, num_clicks=cfg.num_clicks, canonical=can,
-                            share_shapes=[(d, c) for c in cans.values()]
-                            + list(share))["mcc"]
-    out["4b"] = {n: {"mean": float(v.mean()), "std": float(v.std())}
-                 for n, v in res.items()}
+      res[f"{a} & 4"] = dla(
+        key, d, num_clicks=cfg.num_clicks, canonical=can, share_shapes=[(d, c) for c in cans.values()] + list(share)
+      )["mcc"]
+    out["4b"] = {n: {"mean": float(v.mean()), "std": float(v.std())} for n, v in res.items()}
     fig, ax = plt.subplots(figsize=(4.0, 3.2))
     names = list(res)
-    ax.bar(names, [res[n].mean() for n in names],
-           yerr=[res[n].std() for n in names], capsize=3)
-    ax.set_ylim(0.5, 1.0); ax.set_ylabel("MCC")
+    ax.bar(names, [res[n].mean() for n in names], yerr=[res[n].std() for n in names], capsize=3)
+    ax.set_ylim(0.5, 1.0)
+    ax.set_ylabel("MCC")
     ax.set_title("Fig. 4b: merged positions (K=2)")
-    fig.tight_layout(); save_figure(fig, os.path.join(workdir, "fig4b.png"), dpi=120)
+    fig.tight_layout()
+    save_figure(fig, os.path.join(workdir, "fig4b.png"), dpi=120)
   return out
 
 
@@ -179,8 +198,7 @@ def identifiability_context_study(cfg, key):
   if c.svmlight:
     features, labels, where, _ = read_svmlight_ranking(c.svmlight)
   else:
-    features, labels, where = context_study.synthetic_letor(
-        cfg.seed, num_queries=c.num_queries, num_docs=c.num_docs)
+    features, labels, where = context_study.synthetic_letor(cfg.seed, num_queries=c.num_queries, num_docs=c.num_docs)
   root = cfg.data_root or os.path.dirname(cfg.data or "")
   path = os.path.join(root, "click_model.json")
   if root and os.path.exists(path):
@@ -191,17 +209,32 @@ def identifiability_context_study(cfg, key):
   out = {}
   for nc in c.num_contexts:
     res = context_study.context_study(
-        key, features, labels, where, num_contexts=int(nc), w=w,
-        seed=cfg.seed, epochs=c.epochs, runs=c.runs,
-        two_tower_epochs=c.two_tower_epochs, log=logging.info)
+      key,
+      features,
+      labels,
+      where,
+      num_contexts=int(nc),
+      w=w,
+      seed=cfg.seed,
+      epochs=c.epochs,
+      runs=c.runs,
+      two_tower_epochs=c.two_tower_epochs,
+      log=logging.info,
+    )
     out[f"contexts={nc}"] = {
-        "report": res.pop("report"), "merge_pairs": res.pop("merge_pairs"),
-        **{row: study.summarise(m) for row, m in res.items()}}
-    print(f"contexts={nc}:", {row: round(v["mcc"]["mean"], 4)
-                              for row, v in out[f"contexts={nc}"].items()
-                              if isinstance(v, dict) and "mcc" in v})
+      "report": res.pop("report"),
+      "merge_pairs": res.pop("merge_pairs"),
+      **{row: study.summarise(m) for row, m in res.items()},
+    }
+    print(
+      f"contexts={nc}:",
+      {
+        row: round(v["mcc"]["mean"], 4)
+        for row, v in out[f"contexts={nc}"].items()
+        if isinstance(v, dict) and "mcc" in v
+      },
+    )
   return out
-
 
 
 def run_identifiability_study(cfg, workdir: str) -> dict:
@@ -213,16 +246,19 @@ def run_identifiability_study(cfg, workdir: str) -> dict:
   cache = enable_compilation_cache(cfg.compilation_cache_dir, workdir)
   # a run that finds compiled programs in the cache skips ~9 s of compiles
   cached = len(os.listdir(cache)) if cache and os.path.isdir(cache) else 0
-  timing_note = (f"XLA cache {cache}: {cached} entries at the start"
-                 if cache else "XLA cache off")
+  timing_note = f"XLA cache {cache}: {cached} entries at the start" if cache else "XLA cache off"
   key = jax.random.PRNGKey(cfg.seed)
   ds = load_ultra(cfg.data) if cfg.data else _dataset(cfg, 2)
   t0 = time.time()
   rows = study.table1(
-      key, ds, runs=cfg.runs, epochs=dict(cfg.epochs),
-      num_clicks=cfg.num_clicks,
-      method_kwargs={m: _kw(cfg, m) for m in ("dla", "regression_em")},
-      log=logging.info)
+    key,
+    ds,
+    runs=cfg.runs,
+    epochs=dict(cfg.epochs),
+    num_clicks=cfg.num_clicks,
+    method_kwargs={m: _kw(cfg, m) for m in ("dla", "regression_em")},
+    log=logging.info,
+  )
   plan = rows.pop("_plan")
   rows.pop("_canonical")
   summary = {name: study.summarise(m) for name, m in rows.items()}
@@ -231,9 +267,10 @@ def run_identifiability_study(cfg, workdir: str) -> dict:
   print(table)
   print("intervention plan:", plan)
   atomic_write_text(os.path.join(workdir, "results.json"), json.dumps(summary, indent=1))
-  atomic_write_text(os.path.join(workdir, "table.md"),
-         table + f"\nIntervention plan: {plan}\nTable 1 time: {seconds:.1f}s"
-         f" ({timing_note})\n")
+  atomic_write_text(
+    os.path.join(workdir, "table.md"),
+    table + f"\nIntervention plan: {plan}\nTable 1 time: {seconds:.1f}s ({timing_note})\n",
+  )
   if cfg.figures:
     # Figure 4b pads its lists as Table 1 did (the + NI dataset has one list
     # more), so it reuses Table 1's compiled simulation and scoring
@@ -241,6 +278,7 @@ def run_identifiability_study(cfg, workdir: str) -> dict:
     figs = identifiability_figures(cfg, key, workdir, share)
     atomic_write_text(os.path.join(workdir, "figures.json"), json.dumps(figs, indent=1))
   if cfg.context.enabled:
-    atomic_write_text(os.path.join(workdir, "context_results.json"),
-           json.dumps(identifiability_context_study(cfg, key), indent=1))
+    atomic_write_text(
+      os.path.join(workdir, "context_results.json"), json.dumps(identifiability_context_study(cfg, key), indent=1)
+    )
   return summary

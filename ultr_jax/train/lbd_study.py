@@ -45,33 +45,41 @@ from ultr_jax.train.methods.lbd import make_lbd, make_lbd_grid, stack_runs
 from ultr_jax.train.results import best_and_ties, save_figure, summarize, write_results
 
 __all__ = [
-    "LBD_BASE_W",
-    "YAHOO_CRUX",
-    "ISTELLA_CRUX",
-    "make_lbd_synthetic",
-    "select_crux_features",
-    "redraw_no_click",
-    "make_individual_click_fn",
-    "stack_click_fn",
-    "grid_members",
-    "select_on_validation",
-    "effects",
-    "welch_difference",
-    "tied_with_best",
-    "prepare_lists",
-    "run_lbd_study",
+  "LBD_BASE_W",
+  "YAHOO_CRUX",
+  "ISTELLA_CRUX",
+  "make_lbd_synthetic",
+  "select_crux_features",
+  "redraw_no_click",
+  "make_individual_click_fn",
+  "stack_click_fn",
+  "grid_members",
+  "select_on_validation",
+  "effects",
+  "welch_difference",
+  "tied_with_best",
+  "prepare_lists",
+  "run_lbd_study",
 ]
 
 #: The repo's coupling vector at eta = 0.1, divided by eta (``w = eta * LBD_BASE_W``), spec 4.3.
-LBD_BASE_W = np.array([-1.0, -0.05692682, -0.32078125, -0.61167928, 0.63807999,
-                       1.0, 0.20537273, -0.61056782, 0.56496459, -0.15535264])
+LBD_BASE_W = np.array(
+  [-1.0, -0.05692682, -0.32078125, -0.61167928, 0.63807999, 1.0, 0.20537273, -0.61056782, 0.56496459, -0.15535264]
+)
 #: The repo's crux indices (0-based) for Yahoo! and Istella-S (ExtraTrees importance).
 YAHOO_CRUX = (635, 374, 444, 593, 380, 15, 124, 448, 416, 479)
 ISTELLA_CRUX = (192, 188, 219, 5, 209, 194, 35, 211, 183, 212)
 
 METRICS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "err@10")
-BASELINES = {"labeled_data": "full_info", "click_data": "naive", "ips": "ips", "dla": "dla",
-             "regression_em": "regression_em", "paird": "paird", "two_tower": "two_tower"}
+BASELINES = {
+  "labeled_data": "full_info",
+  "click_data": "naive",
+  "ips": "ips",
+  "dla": "dla",
+  "regression_em": "regression_em",
+  "paird": "paird",
+  "two_tower": "two_tower",
+}
 LBD_FAMILY = ("unlimited", "lbd_lips", "lbd_ber", "lbd")
 METHOD_ORDER = tuple(BASELINES) + LBD_FAMILY
 
@@ -80,11 +88,18 @@ METHOD_ORDER = tuple(BASELINES) + LBD_FAMILY
 # Data and clicks.
 
 
-def make_lbd_synthetic(num_train: int = 3000, num_valid: int = 500, num_test: int = 500, *,
-                       list_size: int = 20, num_features: int = 50, num_linear: int = 15,
-                       num_tanh: int = 8, seed: int = 0,
-                       label_fractions: Sequence[float] = (0.50, 0.25, 0.15, 0.07, 0.03)
-                       ) -> tuple[Splits, np.ndarray]:
+def make_lbd_synthetic(
+  num_train: int = 3000,
+  num_valid: int = 500,
+  num_test: int = 500,
+  *,
+  list_size: int = 20,
+  num_features: int = 50,
+  num_linear: int = 15,
+  num_tanh: int = 8,
+  seed: int = 0,
+  label_fractions: Sequence[float] = (0.50, 0.25, 0.15, 0.07, 0.03),
+) -> tuple[Splits, np.ndarray]:
   r"""The synthetic default of spec-lbd 5.2 and its true linear relevance weights ``u``.
 
   .. math::
@@ -114,9 +129,14 @@ def make_lbd_synthetic(num_train: int = 3000, num_valid: int = 500, num_test: in
   thresholds = np.quantile(z, np.cumsum(label_fractions)[:-1])
   labels = np.searchsorted(thresholds, z, side="right").astype(np.float32)
   doc_ids = np.arange(q * list_size, dtype=np.int32).reshape(q, list_size)
-  full = RankingDataset(features=x.astype(np.float32), labels=labels, where=np.ones((q, list_size), bool),
-                        qid=np.arange(q, dtype=np.int64), doc_ids=doc_ids,
-                        extras={"true_score": z.astype(np.float32)})
+  full = RankingDataset(
+    features=x.astype(np.float32),
+    labels=labels,
+    where=np.ones((q, list_size), bool),
+    qid=np.arange(q, dtype=np.int64),
+    doc_ids=doc_ids,
+    extras={"true_score": z.astype(np.float32)},
+  )
   bounds = np.cumsum((0,) + sizes)
   return Splits(*(full.subset(np.arange(bounds[i], bounds[i + 1])) for i in range(3))), u
 
@@ -171,6 +191,7 @@ def redraw_no_click(click_fn, *, max_draws: int = 100):
   >>> print(bool(jnp.all(out["clicks"].sum(-1) > 0)))
   True
   """
+
   def wrapped(key, batch):
     out = dict(click_fn(key, batch))
     where = jnp.asarray(batch["where"], bool)
@@ -194,9 +215,16 @@ def redraw_no_click(click_fn, *, max_draws: int = 100):
   return wrapped
 
 
-def make_individual_click_fn(crux_indices: Sequence[int], eta: Optional[float] = None, *,
-                             base_w: Sequence[float] = LBD_BASE_W, eps: float = 0.1, redraw: bool = True,
-                             max_draws: int = 100, w_key: str = "lbd_w"):
+def make_individual_click_fn(
+  crux_indices: Sequence[int],
+  eta: Optional[float] = None,
+  *,
+  base_w: Sequence[float] = LBD_BASE_W,
+  eps: float = 0.1,
+  redraw: bool = True,
+  max_draws: int = 100,
+  w_key: str = "lbd_w",
+):
   r"""LBD's click simulator (spec 4.3): ``click_fn(key, batch) -> {"clicks", "examination", ...}``.
 
   .. math::
@@ -227,8 +255,9 @@ def make_individual_click_fn(crux_indices: Sequence[int], eta: Optional[float] =
     w = fixed_w if fixed_w is not None else jnp.asarray(batch[w_key], jnp.float32)[..., None, :]
     # sum_i w_i x_i as (w * x) @ 1, so w may differ per list.
     scaled = jnp.asarray(batch["features"], jnp.float32)[..., crux] * w
-    return simulation.individual(key, attraction, scaled, jnp.ones(crux.size, jnp.float32), where=where,
-                                 positions=batch.get("positions"))
+    return simulation.individual(
+      key, attraction, scaled, jnp.ones(crux.size, jnp.float32), where=where, positions=batch.get("positions")
+    )
 
   return redraw_no_click(click_fn, max_draws=max_draws) if redraw else click_fn
 
@@ -343,8 +372,15 @@ def tied_with_best(grid_rows: Sequence[dict], variant: str = "lbd") -> Optional[
   for i in (best, *tied):
     r = rows[i]
     d = _paired(rows[best]["valid_per_seed"], r["valid_per_seed"])
-    out.append({"lam": r["lam"], "t": r["t"], "valid": float(np.mean(r["valid_per_seed"])),
-                "behind_best": d["diff"], "ci90": d["ci90"]})
+    out.append(
+      {
+        "lam": r["lam"],
+        "t": r["t"],
+        "valid": float(np.mean(r["valid_per_seed"])),
+        "behind_best": d["diff"],
+        "ci90": d["ci90"],
+      }
+    )
   return out
 
 
@@ -353,6 +389,7 @@ def effects(results: dict, etas: Sequence[float], *, metric: str = "ndcg@10") ->
 
   A difference is "significant" when its 90% seed-level interval excludes 0.
   """
+
   def seeds(eta, ranker, method):
     return results[_eta_key(eta)][f"{ranker}/{method}"][metric]["per_seed"]
 
@@ -360,25 +397,35 @@ def effects(results: dict, etas: Sequence[float], *, metric: str = "ndcg@10") ->
   out: dict[str, Any] = {}
   e1 = {}
   for ranker in rankers:
-    e1[ranker] = {_eta_key(e): _paired(seeds(e, ranker, "lbd"), seeds(e, ranker, "unlimited"))
-                  for e in etas if e >= 0.1 - 1e-9}
+    e1[ranker] = {
+      _eta_key(e): _paired(seeds(e, ranker, "lbd"), seeds(e, ranker, "unlimited")) for e in etas if e >= 0.1 - 1e-9
+    }
   holds = all(v["diff"] - v["ci90"] > 0 for r in e1.values() for v in r.values())
   gap = {r: float(np.mean([v["diff"] for v in e1[r].values()])) if e1[r] else float("nan") for r in rankers}
-  out["E1"] = {"lbd_minus_unlimited": e1, "mean_gap": gap,
-               "holds_all_significant": bool(holds),
-               "linear_gap_larger": bool(gap.get("linear", np.nan) > gap.get("dnn", np.nan))}
+  out["E1"] = {
+    "lbd_minus_unlimited": e1,
+    "mean_gap": gap,
+    "holds_all_significant": bool(holds),
+    "linear_gap_larger": bool(gap.get("linear", np.nan) > gap.get("dnn", np.nan)),
+  }
   if len(rankers) == 2:  # the ranker order, per eta: Welch (the two rankers' seeds are different models)
-    order = {k: welch_difference(np.subtract(seeds(e, "linear", "lbd"), seeds(e, "linear", "unlimited")),
-                                 np.subtract(seeds(e, "dnn", "lbd"), seeds(e, "dnn", "unlimited")))
-             for e in etas if e >= 0.1 - 1e-9 for k in [_eta_key(e)]}
+    order = {
+      k: welch_difference(
+        np.subtract(seeds(e, "linear", "lbd"), seeds(e, "linear", "unlimited")),
+        np.subtract(seeds(e, "dnn", "lbd"), seeds(e, "dnn", "unlimited")),
+      )
+      for e in etas
+      if e >= 0.1 - 1e-9
+      for k in [_eta_key(e)]
+    }
     out["E1"]["linear_minus_dnn_gap"] = order
-    out["E1"]["linear_gap_larger_significant"] = bool(order) and all(
-        v["interval"][0] > 0 for v in order.values())
+    out["E1"]["linear_gap_larger_significant"] = bool(order) and all(v["interval"][0] > 0 for v in order.values())
   e2 = {}
   for ranker in rankers:
     present = [n for n in ("two_tower", "dla", "click_data") if f"{ranker}/{n}" in results[_eta_key(etas[0])]]
-    e2[ranker] = {name: _paired(seeds(0.0, ranker, "lbd"), seeds(0.0, ranker, name))
-                  for name in present} if 0.0 in etas else {}
+    e2[ranker] = (
+      {name: _paired(seeds(0.0, ranker, "lbd"), seeds(0.0, ranker, name)) for name in present} if 0.0 in etas else {}
+    )
     if 0.1 in etas and "dla" in present:
       e2[ranker]["eta=0.1/lbd_minus_dla"] = _paired(seeds(0.1, ranker, "lbd"), seeds(0.1, ranker, "dla"))
   out["E2"] = e2
@@ -387,36 +434,49 @@ def effects(results: dict, etas: Sequence[float], *, metric: str = "ndcg@10") ->
   for ranker in rankers:
     if f"{ranker}/click_data" not in results[_eta_key(top)] or f"{ranker}/two_tower" not in results[_eta_key(top)]:
       continue
-    curve = {name: [float(np.mean(seeds(e, ranker, name))) for e in etas]
-             for name in ("click_data", "two_tower", "unlimited", "lbd")}
-    at_top = {f"{name}_minus_click_data": _paired(seeds(top, ranker, name), seeds(top, ranker, "click_data"))
-              for name in ("two_tower", "unlimited", "lbd")}
+    curve = {
+      name: [float(np.mean(seeds(e, ranker, name))) for e in etas]
+      for name in ("click_data", "two_tower", "unlimited", "lbd")
+    }
+    at_top = {
+      f"{name}_minus_click_data": _paired(seeds(top, ranker, name), seeds(top, ranker, "click_data"))
+      for name in ("two_tower", "unlimited", "lbd")
+    }
     lbd_ge_click = [_paired(seeds(e, ranker, "lbd"), seeds(e, ranker, "click_data")) for e in etas]
-    e3[ranker] = {"curves": curve, f"at_eta={top:g}": at_top,
-                  "two_tower_below_click_at_top": at_top["two_tower_minus_click_data"]["diff"] < 0,
-                  "unlimited_below_click_at_top": at_top["unlimited_minus_click_data"]["diff"] < 0,
-                  "lbd_not_significantly_below_click_at_every_eta":
-                      all(v["diff"] + v["ci90"] >= 0 for v in lbd_ge_click),
-                  "lbd_minus_click_data": lbd_ge_click}
+    e3[ranker] = {
+      "curves": curve,
+      f"at_eta={top:g}": at_top,
+      "two_tower_below_click_at_top": at_top["two_tower_minus_click_data"]["diff"] < 0,
+      "unlimited_below_click_at_top": at_top["unlimited_minus_click_data"]["diff"] < 0,
+      "lbd_not_significantly_below_click_at_every_eta": all(v["diff"] + v["ci90"] >= 0 for v in lbd_ge_click),
+      "lbd_minus_click_data": lbd_ge_click,
+    }
     # Click Data on the LBD tower itself (lambda = 0, t = 1): spec 2.1 has the baselines share the
     # LBD network, which the foundation's rankers do not (plain linear / post-LayerNorm MLP), so
     # this is the same-architecture comparator.
     if f"{ranker}/click_data_lbd_tower" in results[_eta_key(top)]:
       same = [_paired(seeds(e, ranker, "lbd"), seeds(e, ranker, "click_data_lbd_tower")) for e in etas]
-      e3[ranker]["curves"]["click_data_lbd_tower"] = [float(np.mean(seeds(e, ranker, "click_data_lbd_tower")))
-                                                      for e in etas]
+      e3[ranker]["curves"]["click_data_lbd_tower"] = [
+        float(np.mean(seeds(e, ranker, "click_data_lbd_tower"))) for e in etas
+      ]
       e3[ranker]["lbd_minus_click_data_lbd_tower"] = same
       e3[ranker]["lbd_not_significantly_below_same_tower_click_at_every_eta"] = all(
-          v["diff"] + v["ci90"] >= 0 for v in same)
-      e3[ranker]["unlimited_below_same_tower_click_at_top"] = bool(np.mean(
-          np.subtract(seeds(top, ranker, "unlimited"), seeds(top, ranker, "click_data_lbd_tower"))) < 0)
+        v["diff"] + v["ci90"] >= 0 for v in same
+      )
+      e3[ranker]["unlimited_below_same_tower_click_at_top"] = bool(
+        np.mean(np.subtract(seeds(top, ranker, "unlimited"), seeds(top, ranker, "click_data_lbd_tower"))) < 0
+      )
   out["E3"] = e3
   e4 = {}
   for ranker in rankers:
-    e4[ranker] = {_eta_key(e): {"lbd_minus_lips": _paired(seeds(e, ranker, "lbd"), seeds(e, ranker, "lbd_lips")),
-                                "lbd_minus_ber": _paired(seeds(e, ranker, "lbd"), seeds(e, ranker, "lbd_ber")),
-                                "lips_minus_ber": _paired(seeds(e, ranker, "lbd_lips"),
-                                                          seeds(e, ranker, "lbd_ber"))} for e in etas}
+    e4[ranker] = {
+      _eta_key(e): {
+        "lbd_minus_lips": _paired(seeds(e, ranker, "lbd"), seeds(e, ranker, "lbd_lips")),
+        "lbd_minus_ber": _paired(seeds(e, ranker, "lbd"), seeds(e, ranker, "lbd_ber")),
+        "lips_minus_ber": _paired(seeds(e, ranker, "lbd_lips"), seeds(e, ranker, "lbd_ber")),
+      }
+      for e in etas
+    }
   out["E4"] = e4
   e5 = {}
   for ranker in rankers:
@@ -425,11 +485,13 @@ def effects(results: dict, etas: Sequence[float], *, metric: str = "ndcg@10") ->
     t = [s["t"] for s in sel]
     rho_lam = scipy_stats.spearmanr(etas, log_lam).statistic if len(set(log_lam)) > 1 else 0.0
     rho_t = scipy_stats.spearmanr(etas, t).statistic if len(set(t)) > 1 else 0.0
-    e5[ranker] = {"selected": {_eta_key(e): s for e, s in zip(etas, sel)},
-                  "spearman_eta_log10_lambda": float(rho_lam), "spearman_eta_t": float(rho_t),
-                  "drift_as_paper": bool(rho_lam < 0 and rho_t > 0)}
-    tied = {_eta_key(e): tied_with_best(results[_eta_key(e)].get("grid", {}).get(ranker, []))
-            for e in etas}
+    e5[ranker] = {
+      "selected": {_eta_key(e): s for e, s in zip(etas, sel)},
+      "spearman_eta_log10_lambda": float(rho_lam),
+      "spearman_eta_t": float(rho_t),
+      "drift_as_paper": bool(rho_lam < 0 and rho_t > 0),
+    }
+    tied = {_eta_key(e): tied_with_best(results[_eta_key(e)].get("grid", {}).get(ranker, [])) for e in etas}
     if all(v is not None for v in tied.values()):
       e5[ranker]["tied_with_best"] = tied
   out["E5"] = e5
@@ -447,11 +509,13 @@ def _eta_key(eta: float) -> str:
 def _load(config):
   d = config.data
   if d.source == "synthetic":
-    splits, u = make_lbd_synthetic(d.num_train, d.num_valid, d.num_test, list_size=d.list_size,
-                                   num_features=d.num_features, seed=d.seed)
-    crux = np.argsort(-np.abs(u), kind="stable")[:len(LBD_BASE_W)]
+    splits, u = make_lbd_synthetic(
+      d.num_train, d.num_valid, d.num_test, list_size=d.list_size, num_features=d.num_features, seed=d.seed
+    )
+    crux = np.argsort(-np.abs(u), kind="stable")[: len(LBD_BASE_W)]
     return splits.train, splits.valid, splits.test, crux, "top-|u| of the synthetic relevance"
   from ultr_jax.train.experiment import load_datasets  # svmlight / ultra
+
   train, valid, test = load_datasets(config)
   if d.get("crux_indices"):
     return train, valid, test, np.asarray(d.crux_indices), "given"
@@ -470,15 +534,16 @@ def prepare_lists(config: ml_collections.ConfigDict):
   train, valid, test, crux, crux_how = _load(config)
   lp = config.logging_policy
   weights = simulation.train_logging_policy(train, fraction=lp.fraction, seed=lp.seed, steps=lp.steps)
-  train, valid, test = (simulation.apply_logging_policy(ds, simulation.logging_policy_scores(weights, ds), top_k=k)
-                        for ds, k in ((train, lp.top_k), (valid, None), (test, None)))
+  train, valid, test = (
+    simulation.apply_logging_policy(ds, simulation.logging_policy_scores(weights, ds), top_k=k)
+    for ds, k in ((train, lp.top_k), (valid, None), (test, None))
+  )
   return train, valid, test, crux, crux_how
 
 
 def _summ(values) -> dict:
   s = summarize(values)
-  return {"mean": s["mean"], "std": s["std"], "ci90": s["ci90"],
-          "per_seed": np.asarray(values, np.float64).tolist()}
+  return {"mean": s["mean"], "std": s["std"], "ci90": s["ci90"], "per_seed": np.asarray(values, np.float64).tolist()}
 
 
 def _ranker_cfg(config, ranker) -> ml_collections.ConfigDict:
@@ -503,8 +568,9 @@ def _flat_runs(tree: Any, lead: int) -> Any:
   return jax.tree.map(lambda x: np.reshape(np.asarray(x), (-1,) + np.shape(x)[lead:]), tree)
 
 
-def _evaluate_runs(method, params, dataset: RankingDataset, lead_shape: Sequence[int], *,
-                   budget: int = 20000) -> dict[str, np.ndarray]:
+def _evaluate_runs(
+  method, params, dataset: RankingDataset, lead_shape: Sequence[int], *, budget: int = 20000
+) -> dict[str, np.ndarray]:
   """``evaluate`` of every run of ``params`` (leading axes ``lead_shape``) in one jitted pass per chunk.
 
   Returns metrics shaped ``lead_shape``. ``budget`` caps runs x queries per chunk (memory).
@@ -557,21 +623,35 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
     stacked = stack_runs(method, n_eta, optimizer=method.optimizer or make_optimizer(tcfg))
     res = fit(stacked, train, None, click_fn=eta_click_fn, config=tcfg, seeds=seeds, name=f"{name}[{ranker}]")
     m = _evaluate_runs(method, res.params, test, (n_seed, n_eta))
-    return {_eta_key(e): {f"{ranker}/{name}": {k: _summ(m[k][:, i]) for k in METRICS}}
-            for i, e in enumerate(etas)}
+    return {_eta_key(e): {f"{ranker}/{name}": {k: _summ(m[k][:, i]) for k in METRICS}} for i, e in enumerate(etas)}
 
   def grid_job(ranker, chunk):
     """The (lambda, t) grid of ``ranker`` for the etas ``chunk`` (indices into ``etas``)."""
     tcfg, rcfg = _train_cfg(config, ranker), _ranker_cfg(config, ranker)
-    gcfg = ml_collections.ConfigDict({**rcfg.to_dict(), "lams": [m[1] for m in members],
-                                      "ts": [m[2] for m in members], "keep": config.keep,
-                                      "gp_mode": config.gp_mode, "optimizer": tcfg.optimizer,
-                                      "skip_zero_lambda_gp": config.get("skip_zero_lambda_gp", True),
-                                      "learning_rate": tcfg.learning_rate, "grad_clip": tcfg.grad_clip})
+    gcfg = ml_collections.ConfigDict(
+      {
+        **rcfg.to_dict(),
+        "lams": [m[1] for m in members],
+        "ts": [m[2] for m in members],
+        "keep": config.keep,
+        "gp_mode": config.gp_mode,
+        "optimizer": tcfg.optimizer,
+        "skip_zero_lambda_gp": config.get("skip_zero_lambda_gp", True),
+        "learning_rate": tcfg.learning_rate,
+        "grad_clip": tcfg.grad_clip,
+      }
+    )
     grid = make_lbd_grid(gcfg, num_features=train.num_features, list_size=train.list_size)
     stacked = stack_runs(grid, len(chunk), optimizer=grid.optimizer)
-    res = fit(stacked, train, None, click_fn=stack_click_fn(click_fn, ws[list(chunk)]), config=tcfg,
-              seeds=seeds, name=f"lbd_grid[{ranker}, eta={','.join(f'{etas[i]:g}' for i in chunk)}]")
+    res = fit(
+      stacked,
+      train,
+      None,
+      click_fn=stack_click_fn(click_fn, ws[list(chunk)]),
+      config=tcfg,
+      seeds=seeds,
+      name=f"lbd_grid[{ranker}, eta={','.join(f'{etas[i]:g}' for i in chunk)}]",
+    )
     single = make_lbd(rcfg, num_features=train.num_features, list_size=train.list_size)
     runs = {"tower": res.params["towers"]}  # leaves [S, E, G, ...]
     lead = (n_seed, len(chunk), len(members))
@@ -581,14 +661,27 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
     for i, e in enumerate(etas[j] for j in chunk):
       vscore = valid_m[config.select_metric][:, i, :].mean(0)
       chosen = select_on_validation(members, vscore)
-      entry = {f"{ranker}/{variant}": {k: _summ(test_m[k][:, i, g]) for k in METRICS}
-               for variant, g in chosen.items()}
-      entry["selected"] = {ranker: {v: {"lam": members[g][1], "t": members[g][2]} for v, g in chosen.items()
-                                    if v in ("lbd", "lbd_lips", "lbd_ber")}}
-      entry["grid"] = {ranker: [{"variant": v, "lam": lam, "t": t, "valid": float(vscore[g]),
-                                 "valid_per_seed": valid_m[config.select_metric][:, i, g].tolist(),
-                                 "test": float(np.mean(test_m["ndcg@10"][:, i, g]))}
-                                for g, (v, lam, t) in enumerate(members)]}
+      entry = {f"{ranker}/{variant}": {k: _summ(test_m[k][:, i, g]) for k in METRICS} for variant, g in chosen.items()}
+      entry["selected"] = {
+        ranker: {
+          v: {"lam": members[g][1], "t": members[g][2]}
+          for v, g in chosen.items()
+          if v in ("lbd", "lbd_lips", "lbd_ber")
+        }
+      }
+      entry["grid"] = {
+        ranker: [
+          {
+            "variant": v,
+            "lam": lam,
+            "t": t,
+            "valid": float(vscore[g]),
+            "valid_per_seed": valid_m[config.select_metric][:, i, g].tolist(),
+            "test": float(np.mean(test_m["ndcg@10"][:, i, g])),
+          }
+          for g, (v, lam, t) in enumerate(members)
+        ]
+      }
       out[_eta_key(e)] = entry
     return out
 
@@ -605,12 +698,16 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
     ranker, name, chunk = job
     t0 = time.perf_counter()
     out = grid_job(ranker, chunk) if name == "lbd_grid" else baseline_job(ranker, name)
-    label = f"{ranker}/{name}" + (f"[eta={','.join(f'{etas[i]:g}' for i in chunk)}]" if len(chunks) > 1
-                                  and name == "lbd_grid" else "")
+    label = f"{ranker}/{name}" + (
+      f"[eta={','.join(f'{etas[i]:g}' for i in chunk)}]" if len(chunks) > 1 and name == "lbd_grid" else ""
+    )
     timings[label] = time.perf_counter() - t0
-    print(f"[lbd study] {label}: {len(chunk)} etas in {timings[label]:.0f}s "
-          f"(done at {time.perf_counter() - t_start:.0f}s, job {jobs.index(job) + 1} of {len(jobs)})",
-          file=sys.stderr, flush=True)
+    print(
+      f"[lbd study] {label}: {len(chunk)} etas in {timings[label]:.0f}s "
+      f"(done at {time.perf_counter() - t_start:.0f}s, job {jobs.index(job) + 1} of {len(jobs)})",
+      file=sys.stderr,
+      flush=True,
+    )
     return out
 
   workers = max(1, int(config.get("workers", 1)))
@@ -620,8 +717,9 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
       outs = list(pool.map(run, jobs))
   results: dict[str, Any] = {_eta_key(e): {"selected": {}, "grid": {}} for e in etas}
-  order = {j: i for i, j in enumerate([(r, n) for r in config.rankers
-                                       for n in tuple(config.baselines) + ("lbd_grid",)])}
+  order = {
+    j: i for i, j in enumerate([(r, n) for r in config.rankers for n in tuple(config.baselines) + ("lbd_grid",)])
+  }
   for job, out in sorted(zip(jobs, outs), key=lambda jo: (order[jo[0][:2]], jo[0][2])):
     for key, cells in out.items():
       for k, v in cells.items():
@@ -630,15 +728,20 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
         else:
           results[key][k] = v
   results["_effects"] = effects(results, etas)
-  results["_meta"] = {"crux_indices": np.asarray(crux).tolist(), "crux_selection": crux_how,
-                      "base_w": LBD_BASE_W.tolist(), "seeds": seeds, "members": members,
-                      "config": config.to_dict(), "timings": timings,
-                      "seconds": time.perf_counter() - t_start,
-                      "process_cpu_seconds": time.process_time() - c_start}
+  results["_meta"] = {
+    "crux_indices": np.asarray(crux).tolist(),
+    "crux_selection": crux_how,
+    "base_w": LBD_BASE_W.tolist(),
+    "seeds": seeds,
+    "members": members,
+    "config": config.to_dict(),
+    "timings": timings,
+    "seconds": time.perf_counter() - t_start,
+    "process_cpu_seconds": time.process_time() - c_start,
+  }
   table = table_1(results, etas, config.table_eta) + e5_ties_text(results["_effects"])
   print(table, flush=True)
-  print(json.dumps({k: results["_effects"][k] for k in ("E1", "E5")}, indent=1, default=float)[:4000],
-        flush=True)
+  print(json.dumps({k: results["_effects"][k] for k in ("E1", "E5")}, indent=1, default=float)[:4000], flush=True)
   if workdir is not None:
     os.makedirs(workdir, exist_ok=True)
     write_results(workdir, results, table=table)
@@ -663,16 +766,22 @@ def e5_ties_text(effects_out: dict) -> str:
       lines.append(f"- {ranker} {key}: {members}")
   if not lines:
     return ""
-  return ("\nE5, LBD (lambda, t) tied with the selected one on validation (paired 90% interval includes 0):\n"
-          + "\n".join(lines))
+  return (
+    "\nE5, LBD (lambda, t) tied with the selected one on validation (paired 90% interval includes 0):\n"
+    + "\n".join(lines)
+  )
 
 
 def table_1(results: dict, etas: Sequence[float], eta: float) -> str:
   """The Table 1/4 analogue at ``eta``: nDCG@1/3/5/10 and ERR@10, mean ± 90% CI over seeds (Markdown)."""
   key = _eta_key(eta if eta in etas else etas[min(1, len(etas) - 1)])
   entry = results[key]
-  lines = [f"Table 1 analogue at {key} (test; mean ± 90% t-interval over seeds)", "",
-           "| ranker | method | " + " | ".join(METRICS) + " |", "|---|---|" + "---|" * len(METRICS)]
+  lines = [
+    f"Table 1 analogue at {key} (test; mean ± 90% t-interval over seeds)",
+    "",
+    "| ranker | method | " + " | ".join(METRICS) + " |",
+    "|---|---|" + "---|" * len(METRICS),
+  ]
   for ranker in ("dnn", "linear"):
     for name in METHOD_ORDER:
       k = f"{ranker}/{name}"
@@ -689,6 +798,7 @@ def table_1(results: dict, etas: Sequence[float], eta: float) -> str:
 def plot_figures(results: dict, etas: Sequence[float], config, workdir: str) -> list[str]:
   """Figure 3(a)/(b) analogues (nDCG@10 against eta) and Figure 4 heat maps ((lambda, t) per eta), as PNGs."""
   import matplotlib
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 

@@ -46,16 +46,16 @@ from ultr_jax.train.method import Method
 from ultr_jax.train import sharding as sharding_lib
 
 __all__ = [
-    "DISPLAYS",
-    "default_train_config",
-    "display_batch",
-    "make_optimizer",
-    "fit",
-    "evaluate",
-    "evaluate_clicks",
-    "predict",
-    "FitResult",
-    "DEFAULT_CUTOFFS",
+  "DISPLAYS",
+  "default_train_config",
+  "display_batch",
+  "make_optimizer",
+  "fit",
+  "evaluate",
+  "evaluate_clicks",
+  "predict",
+  "FitResult",
+  "DEFAULT_CUTOFFS",
 ]
 
 DEFAULT_CUTOFFS = (1, 3, 5, 10)
@@ -140,8 +140,9 @@ class FitResult(NamedTuple):
 # Device-resident data and batch gathering.
 
 
-def display_batch(batch: Mapping[str, jax.Array], scores: jax.Array, *, mode: str = "model",
-                  key: Optional[jax.Array] = None) -> dict[str, jax.Array]:
+def display_batch(
+  batch: Mapping[str, jax.Array], scores: jax.Array, *, mode: str = "model", key: Optional[jax.Array] = None
+) -> dict[str, jax.Array]:
   r"""The batch with each list reordered as a ranker with ``scores`` displays it.
 
   ``mode="model"`` sorts each list by ``scores`` (descending; ties keep the stored order);
@@ -206,8 +207,7 @@ def _gather(data: Mapping[str, jax.Array], idx: jax.Array) -> dict[str, jax.Arra
   return batch
 
 
-def _batch_indices(num_queries: int, batch_size: int, step: int, seeds: Sequence[int],
-                   data_seed: int) -> np.ndarray:
+def _batch_indices(num_queries: int, batch_size: int, step: int, seeds: Sequence[int], data_seed: int) -> np.ndarray:
   """``int32[S, B]`` query indices of ``step``: a fresh permutation per epoch.
 
   Deterministic in ``(data_seed, seed, step)``, so a resumed run sees the
@@ -222,7 +222,7 @@ def _batch_indices(num_queries: int, batch_size: int, step: int, seeds: Sequence
     while sum(len(c) for c in chunks) < per_step:
       epoch, offset = divmod(pos, num_queries)
       perm = np.random.default_rng([data_seed, int(seed), epoch]).permutation(num_queries)
-      take = perm[offset:offset + per_step - sum(len(c) for c in chunks)]
+      take = perm[offset : offset + per_step - sum(len(c) for c in chunks)]
       chunks.append(take)
       pos += len(take)
     out[s, :per_step] = np.concatenate(chunks)
@@ -246,13 +246,21 @@ def _score_chunk(params, batch, *, score_fn):
 # graph per chunk shape (the metrics' sorts dominate compile time).
 @functools.partial(jax.jit, static_argnames=("cutoffs", "dcg_cutoffs"))
 def _metrics_chunk(scores, labels, where, *, cutoffs, dcg_cutoffs=()):
-  return jax.vmap(lambda s: metrics_lib.ranking_metrics(s, labels, where=where, cutoffs=cutoffs,
-                                                        dcg_cutoffs=dcg_cutoffs))(scores)
+  return jax.vmap(
+    lambda s: metrics_lib.ranking_metrics(s, labels, where=where, cutoffs=cutoffs, dcg_cutoffs=dcg_cutoffs)
+  )(scores)
 
 
-def evaluate(method: Method, params: Any, dataset: RankingDataset, *,
-             cutoffs: Sequence[int] = DEFAULT_CUTOFFS, batch_size: int = 512,
-             drop_no_relevant: bool = False, dcg_cutoffs: Sequence[int] = ()) -> dict[str, np.ndarray]:
+def evaluate(
+  method: Method,
+  params: Any,
+  dataset: RankingDataset,
+  *,
+  cutoffs: Sequence[int] = DEFAULT_CUTOFFS,
+  batch_size: int = 512,
+  drop_no_relevant: bool = False,
+  dcg_cutoffs: Sequence[int] = (),
+) -> dict[str, np.ndarray]:
   """Ranking metrics of ``method.score`` on ``dataset``, per seed.
 
   Args:
@@ -291,8 +299,9 @@ def evaluate(method: Method, params: Any, dataset: RankingDataset, *,
   counted_all = where_all.any(-1) & (has_rel if drop_no_relevant else True)
   for idx, batch in _padded_chunks(dataset, batch_size):
     scores = _score_chunk(params, batch, score_fn=method.score)
-    per_query = jax.device_get(_metrics_chunk(scores, batch["labels"], batch["where"], cutoffs=cutoffs,
-                                              dcg_cutoffs=dcg_cutoffs))
+    per_query = jax.device_get(
+      _metrics_chunk(scores, batch["labels"], batch["where"], cutoffs=cutoffs, dcg_cutoffs=dcg_cutoffs)
+    )
     counted = np.where(idx >= 0, counted_all[np.maximum(idx, 0)], False).astype(np.float64)  # [C]
     part = {k: (np.asarray(v, np.float64) * counted).sum(-1) for k, v in per_query.items()}
     sums = part if sums is None else {k: sums[k] + part[k] for k in sums}
@@ -346,13 +355,15 @@ def predict(method: Method, params: Any, dataset: RankingDataset, *, batch_size:
 def _click_chunk(params, extra, batch, *, logits_fn):
   """Per-rank sums of the click log-likelihood ``[S, L]`` of one chunk."""
   z = jax.vmap(logits_fn, in_axes=(0, 0, None))(params, extra, batch)  # [S, C, L]
-  ll = jax.vmap(lambda zz: metrics_lib.click_log_likelihood(zz, batch["clicks"], where=batch["where"], logits=True,
-                                                             reduce_fn=None))(z)
+  ll = jax.vmap(
+    lambda zz: metrics_lib.click_log_likelihood(zz, batch["clicks"], where=batch["where"], logits=True, reduce_fn=None)
+  )(z)
   return jnp.sum(ll, axis=1)
 
 
-def evaluate_clicks(method: Method, params: Any, extra: Any, dataset: RankingDataset, *,
-                    batch_size: int = 512) -> dict[str, np.ndarray]:
+def evaluate_clicks(
+  method: Method, params: Any, extra: Any, dataset: RankingDataset, *, batch_size: int = 512
+) -> dict[str, np.ndarray]:
   r"""Held-out click metrics of a method that is a click model (it has ``click_logits``), per seed.
 
   ``click_ll``: the mean Bernoulli log-likelihood of the held-out clicks per shown document (nats);
@@ -385,8 +396,9 @@ def evaluate_clicks(method: Method, params: Any, extra: Any, dataset: RankingDat
     rows = np.minimum(idx, q - 1)
     batch = {k: v for k, v in dataset.as_batch(rows).items() if k != "qid"}
     batch["where"] = batch["where"] & (idx < q)[:, None]
-    part = np.asarray(_click_chunk(params, extra, jax.tree.map(jnp.asarray, batch), logits_fn=method.click_logits),
-                      np.float64)
+    part = np.asarray(
+      _click_chunk(params, extra, jax.tree.map(jnp.asarray, batch), logits_fn=method.click_logits), np.float64
+    )
     sums = part if sums is None else sums + part
   count = dataset.where.sum(0).astype(np.float64)  # [L] shown documents per rank
   ranks = count > 0
@@ -400,17 +412,26 @@ def evaluate_clicks(method: Method, params: Any, extra: Any, dataset: RankingDat
 
 def _tree_where(cond, new, old):
   """Per-seed select: ``cond`` is ``bool[S]``; leaves have a leading seed axis."""
+
   def sel(n, o):
     c = cond.reshape(cond.shape + (1,) * (n.ndim - 1))
     return jnp.where(c, n, o)
+
   return jax.tree.map(sel, new, old)
 
 
-def fit(method: Method, train: RankingDataset, valid: Optional[RankingDataset] = None, *,
-        click_fn: Optional[ClickFn] = None, config: Optional[ml_collections.ConfigDict] = None,
-        seeds: Sequence[int] = (0,), workdir: Optional[str] = None,
-        name: Optional[str] = None,
-        on_eval: Optional[Callable[[dict], None]] = None) -> FitResult:
+def fit(
+  method: Method,
+  train: RankingDataset,
+  valid: Optional[RankingDataset] = None,
+  *,
+  click_fn: Optional[ClickFn] = None,
+  config: Optional[ml_collections.ConfigDict] = None,
+  seeds: Sequence[int] = (0,),
+  workdir: Optional[str] = None,
+  name: Optional[str] = None,
+  on_eval: Optional[Callable[[dict], None]] = None,
+) -> FitResult:
   """Trains ``method`` on ``train`` for ``len(seeds)`` independent runs at once.
 
   Args:
@@ -455,9 +476,11 @@ def fit(method: Method, train: RankingDataset, valid: Optional[RankingDataset] =
   if display not in DISPLAYS:
     raise ValueError(f"config.display: unknown {display!r}; expected one of {DISPLAYS}")
   if display != "logged" and click_fn is None:
-    raise ValueError(f"config.display={display!r} shows the lists as the ranker being trained orders them, so "
-                     "the clicks must be simulated on that order: it needs a click_fn (logged clicks were made "
-                     "on the logged order)")
+    raise ValueError(
+      f"config.display={display!r} shows the lists as the ranker being trained orders them, so "
+      "the clicks must be simulated on that order: it needs a click_fn (logged clicks were made "
+      "on the logged order)"
+    )
   seeds = [int(s) for s in seeds]
   num_seeds = len(seeds)
   mesh = sharding_lib.make_mesh(config.num_devices or None)
@@ -481,16 +504,16 @@ def fit(method: Method, train: RankingDataset, valid: Optional[RankingDataset] =
 
     params, extra, opt_state, rng = jax.vmap(one)(seed_ids, batch)
     return {
-        "params": params,
-        "extra": extra,
-        "opt_state": opt_state,
-        "rng": rng,
-        "step": jnp.zeros((), jnp.int32),
-        "best_params": params,
-        "best_extra": extra,
-        "best_metric": jnp.full((num_seeds,), -jnp.inf, jnp.float32),
-        "best_step": jnp.zeros((num_seeds,), jnp.int32),
-        "evals_since_best": jnp.zeros((num_seeds,), jnp.int32),
+      "params": params,
+      "extra": extra,
+      "opt_state": opt_state,
+      "rng": rng,
+      "step": jnp.zeros((), jnp.int32),
+      "best_params": params,
+      "best_extra": extra,
+      "best_metric": jnp.full((num_seeds,), -jnp.inf, jnp.float32),
+      "best_step": jnp.zeros((num_seeds,), jnp.int32),
+      "evals_since_best": jnp.zeros((num_seeds,), jnp.int32),
     }
 
   idx0 = jnp.asarray(_batch_indices(train.num_queries, batch_size, 0, seeds, config.data_seed))
@@ -508,21 +531,21 @@ def fit(method: Method, train: RankingDataset, valid: Optional[RankingDataset] =
         b = display_batch(b, method.score(params, b), mode=display, key=jax.random.fold_in(key, 1))
       if click_fn is not None:
         b = {**b, **click_fn(click_key, b)}
-      (loss, (aux, new_extra)), grads = jax.value_and_grad(method.loss, has_aux=True)(
-          params, extra, b, loss_key)
+      (loss, (aux, new_extra)), grads = jax.value_and_grad(method.loss, has_aux=True)(params, extra, b, loss_key)
       updates, opt_state = tx.update(grads, opt_state, params)
       params = optax.apply_updates(params, updates)
       return params, new_extra, opt_state, {"loss": loss, **aux}
 
     params, extra, opt_state, step_metrics = jax.vmap(one)(
-        state["params"], state["extra"], state["opt_state"], state["rng"], batch)
-    new_state = {**state, "params": params, "extra": extra, "opt_state": opt_state,
-                 "step": state["step"] + 1}
+      state["params"], state["extra"], state["opt_state"], state["rng"], batch
+    )
+    new_state = {**state, "params": params, "extra": extra, "opt_state": opt_state, "step": state["step"] + 1}
     return new_state, step_metrics
 
   def train_steps(state, data, idx, live):
     """``K`` steps in one call (``idx [K, S, B]``); a step where ``live [K]`` is False leaves the
     state as it was (so a shorter last call reuses the same compiled function)."""
+
     def body(st, xs):
       i, ok = xs
       new, sm = train_step(st, data, i)
@@ -537,12 +560,12 @@ def fit(method: Method, train: RankingDataset, valid: Optional[RankingDataset] =
   def update_best(state, metric):
     improved = metric > state["best_metric"]
     return {
-        **state,
-        "best_params": _tree_where(improved, state["params"], state["best_params"]),
-        "best_extra": _tree_where(improved, state["extra"], state["best_extra"]),
-        "best_metric": jnp.where(improved, metric, state["best_metric"]),
-        "best_step": jnp.where(improved, state["step"], state["best_step"]),
-        "evals_since_best": jnp.where(improved, 0, state["evals_since_best"] + 1),
+      **state,
+      "best_params": _tree_where(improved, state["params"], state["best_params"]),
+      "best_extra": _tree_where(improved, state["extra"], state["best_extra"]),
+      "best_metric": jnp.where(improved, metric, state["best_metric"]),
+      "best_step": jnp.where(improved, state["step"], state["best_step"]),
+      "evals_since_best": jnp.where(improved, 0, state["evals_since_best"] + 1),
     }
 
   update_best = jax.jit(update_best, donate_argnums=(0,))
@@ -551,8 +574,7 @@ def fit(method: Method, train: RankingDataset, valid: Optional[RankingDataset] =
   history: list[dict] = []
   ckpt = None
   if workdir is not None:
-    ckpt = Checkpointer(os.path.join(os.path.abspath(workdir), "checkpoints", name),
-                        max_to_keep=config.max_to_keep)
+    ckpt = Checkpointer(os.path.join(os.path.abspath(workdir), "checkpoints", name), max_to_keep=config.max_to_keep)
     if ckpt.latest_step() is not None:
       state, meta = ckpt.restore(state)
       state = jax.device_put(state, rep)
@@ -569,8 +591,7 @@ def fit(method: Method, train: RankingDataset, valid: Optional[RankingDataset] =
   t0, s0 = time.perf_counter(), step
   periods = [eval_every, ckpt_every] + ([int(config.progress_every)] if config.progress_every else [])
   period = functools.reduce(math.gcd, periods)
-  per_call = max(d for d in range(1, min(period, max(1, int(config.steps_per_call))) + 1)
-                 if period % d == 0)
+  per_call = max(d for d in range(1, min(period, max(1, int(config.steps_per_call))) + 1) if period % d == 0)
 
   def do_eval(state):
     if valid is None:
@@ -588,8 +609,12 @@ def fit(method: Method, train: RankingDataset, valid: Optional[RankingDataset] =
   while step < total:
     # up to the next multiple of per_call (every evaluation, checkpoint and progress line is at one)
     n = min(per_call - step % per_call, total - step)
-    idx = np.stack([_batch_indices(train.num_queries, batch_size, step + min(j, n - 1), seeds,
-                                   config.data_seed) for j in range(per_call)])
+    idx = np.stack(
+      [
+        _batch_indices(train.num_queries, batch_size, step + min(j, n - 1), seeds, config.data_seed)
+        for j in range(per_call)
+      ]
+    )
     state, sm = train_steps(state, data, jnp.asarray(idx), jnp.arange(per_call) < n)
     step += n
     loss_acc = sm if loss_acc is None else jax.tree.map(jnp.add, loss_acc, sm)
@@ -597,8 +622,11 @@ def fit(method: Method, train: RankingDataset, valid: Optional[RankingDataset] =
     at_eval = step % eval_every == 0 or step == total
     if config.progress and config.progress_every and step % config.progress_every == 0 and not at_eval:
       rate = (step - s0) / max(time.perf_counter() - t0, 1e-9)  # includes the first step's compile
-      print(f"[{name}] step {step}/{total} ({rate:.2f} steps/s, ~{(total - step) / rate:.0f}s left)",
-            file=sys.stderr, flush=True)
+      print(
+        f"[{name}] step {step}/{total} ({rate:.2f} steps/s, ~{(total - step) / rate:.0f}s left)",
+        file=sys.stderr,
+        flush=True,
+      )
     if at_eval:
       state, m = do_eval(state)
       means = jax.device_get(jax.tree.map(lambda v: v / loss_n, loss_acc))
@@ -632,5 +660,11 @@ def fit(method: Method, train: RankingDataset, valid: Optional[RankingDataset] =
   else:
     params, extra = state["best_params"], state["best_extra"]
     best_step, best_metric = np.asarray(state["best_step"]), np.asarray(state["best_metric"])
-  return FitResult(params=params, extra=extra, history=history, best_step=best_step,
-                   best_metric=best_metric, final_params=state["params"])
+  return FitResult(
+    params=params,
+    extra=extra,
+    history=history,
+    best_step=best_step,
+    best_metric=best_metric,
+    final_params=state["params"],
+  )

@@ -53,14 +53,14 @@ class Method:
 
 #: Why a missing batch entry makes a method inapplicable (the cell's "n/a: ..." text).
 KEY_REASONS = {
-    "shown": "needs a top-k selection log (shown mask)",
-    "click_propensity": "needs the oracle click propensity pi*(1+d*) of the position_trust simulator",
-    "trust_score": "needs the oracle trust score sigma(gamma z) of the position_trust simulator",
-    "examination": "needs oracle examination propensities, which this click model does not report",
-    "eps_plus": "needs the trust parameters (eps_plus, eps_minus) of the affine trust simulator",
-    "policy_examination": "needs a stochastic logging policy's expected examination (selection='topk_sample')",
-    "context": "needs per-item contexts",
-    "labels": "trains on graded relevance labels",
+  "shown": "needs a top-k selection log (shown mask)",
+  "click_propensity": "needs the oracle click propensity pi*(1+d*) of the position_trust simulator",
+  "trust_score": "needs the oracle trust score sigma(gamma z) of the position_trust simulator",
+  "examination": "needs oracle examination propensities, which this click model does not report",
+  "eps_plus": "needs the trust parameters (eps_plus, eps_minus) of the affine trust simulator",
+  "policy_examination": "needs a stochastic logging policy's expected examination (selection='topk_sample')",
+  "context": "needs per-item contexts",
+  "labels": "trains on graded relevance labels",
 }
 
 

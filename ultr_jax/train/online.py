@@ -87,17 +87,26 @@ from ultr_jax.train import sharding as sharding_lib
 from ultr_jax.train.loop import DISPLAYS
 from ultr_jax.train.results import markdown_table, save_figure, summarize, summarize_metrics, write_results
 
-__all__ = ["ONLINE_METHODS", "MULTILEAVE_METHODS", "ONLINE_CLICK_MODELS", "online_click_model",
-           "default_online_config", "online_learning", "online_users_missing", "full_info_reference", "run_online_study"]
+__all__ = [
+  "ONLINE_METHODS",
+  "MULTILEAVE_METHODS",
+  "ONLINE_CLICK_MODELS",
+  "online_click_model",
+  "default_online_config",
+  "online_learning",
+  "online_users_missing",
+  "full_info_reference",
+  "run_online_study",
+]
 
 ONLINE_METHODS = ("pdgd", "dbgd", "mgd", "nsgd")
 MULTILEAVE_METHODS = ("team_draft", "probabilistic")
 
 #: ``name -> (P(click | grade), P(stop | click, grade))`` for grades 0..4 (PDGD paper, Table 1).
 ONLINE_CLICK_MODELS: Mapping[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
-    "perfect": ((0.0, 0.2, 0.4, 0.8, 1.0), (0.0, 0.0, 0.0, 0.0, 0.0)),
-    "navigational": ((0.05, 0.3, 0.5, 0.7, 0.95), (0.2, 0.3, 0.5, 0.7, 0.9)),
-    "informational": ((0.4, 0.6, 0.7, 0.8, 0.9), (0.1, 0.2, 0.3, 0.4, 0.5)),
+  "perfect": ((0.0, 0.2, 0.4, 0.8, 1.0), (0.0, 0.0, 0.0, 0.0, 0.0)),
+  "navigational": ((0.05, 0.3, 0.5, 0.7, 0.95), (0.2, 0.3, 0.5, 0.7, 0.9)),
+  "informational": ((0.4, 0.6, 0.7, 0.8, 0.9), (0.1, 0.2, 0.3, 0.4, 0.5)),
 }
 
 METRICS = ("ndcg@10", "online_ndcg@10")
@@ -105,15 +114,18 @@ METRICS = ("ndcg@10", "online_ndcg@10")
 
 def _cascade_clicks(key, labels, *, positions, where, click, stop, top_k):
   grade = jnp.clip(jnp.asarray(labels), 0, click.shape[-1] - 1).astype(jnp.int32)
-  out = sim.dbn(key, click[grade], where=where, positions=positions, perseverance=1.0,
-                satisfaction=stop[grade], top_k=top_k)
+  out = sim.dbn(
+    key, click[grade], where=where, positions=positions, perseverance=1.0, satisfaction=stop[grade], top_k=top_k
+  )
   return out["clicks"]
 
 
 def _click_tables(name: str) -> tuple[jax.Array, jax.Array]:
   if name not in ONLINE_CLICK_MODELS:
-    raise ValueError(f"click_model: unknown online click model {name!r}; expected one of "
-                     f"{tuple(ONLINE_CLICK_MODELS)} or a make_click_fn config mapping")
+    raise ValueError(
+      f"click_model: unknown online click model {name!r}; expected one of "
+      f"{tuple(ONLINE_CLICK_MODELS)} or a make_click_fn config mapping"
+    )
   click, stop = ONLINE_CLICK_MODELS[name]
   return jnp.asarray(click, jnp.float32), jnp.asarray(stop, jnp.float32)
 
@@ -130,8 +142,10 @@ def _click_config(click_model: Mapping[str, Any], top_k: int) -> str:
   """
   cfg = _as_dict(click_model)
   if int(cfg.setdefault("top_k", top_k)) != top_k:
-    raise ValueError(f"click_model.top_k ({cfg['top_k']}) differs from the learners' top_k ({top_k}): the users "
-                     "must see the ranking the learner shows")
+    raise ValueError(
+      f"click_model.top_k ({cfg['top_k']}) differs from the learners' top_k ({top_k}): the users "
+      "must see the ranking the learner shows"
+    )
   sim.make_any_click_fn(cfg)
   to_list = lambda v: v.tolist() if isinstance(v, np.ndarray) else list(v) if isinstance(v, tuple) else v
   return json.dumps({k: to_list(v) for k, v in cfg.items()}, sort_keys=True)
@@ -181,8 +195,9 @@ def online_click_model(click_model: Union[str, Mapping[str, Any]], *, top_k: int
   if isinstance(click_model, str):
     click, stop = _click_tables(click_model)
     cascade = functools.partial(_cascade_clicks, click=click, stop=stop, top_k=int(top_k))
-    return lambda key, labels, *, positions, where, features=None, **_: cascade(key, labels, positions=positions,
-                                                                                 where=where)
+    return lambda key, labels, *, positions, where, features=None, **_: cascade(
+      key, labels, positions=positions, where=where
+    )
   return _config_clicks(_click_config(click_model, int(top_k)))
 
 
@@ -199,16 +214,19 @@ def default_online_config() -> ml_collections.ConfigDict:
   # 20 candidates, or ``source="svmlight"`` / ``"ultra"`` files; the users issue the training queries, the test
   # queries score the learner offline (the validation split is not used).
   from ultr_jax.train.experiment import default_data_config
+
   c.data = default_data_config()
   c.top_k = 10
   c.click_models = tuple(ONLINE_CLICK_MODELS)
   # More users for ``click_models``, by name: make_click_fn configs, cut to the top_k shown (the report's
   # position and trust bias and DCM columns), e.g. --config.click_models="('informational','pbm')".
-  c.click_model_configs = ml_collections.ConfigDict({
+  c.click_model_configs = ml_collections.ConfigDict(
+    {
       "pbm": {"name": "pbm_table", "eta": 1.0, "eps": 0.1},
       "trust": {"name": "trust", "eta": 1.0, "eps": 0.1},
       "dcm": {"name": "dcm", "continuation": 0.5, "eps": 0.1},
-  })
+    }
+  )
   c.methods = ONLINE_METHODS
   c.ranker = "linear"
   c.hidden_sizes = (32,)  # the mlp ranker's
@@ -219,18 +237,30 @@ def default_online_config() -> ml_collections.ConfigDict:
   # PDGD's display: "model_sample" (Plackett-Luce samples of its scores: the method), or, as diagnostics,
   # "logged" (the lists' stored order, the logging policy's: cuts the feedback loop) or "model" (by score).
   # Its switches (losses.pdgd_loss) take its update apart: pairs="all", debias=False, surrogate="log_probability".
-  c.pdgd = ml_collections.ConfigDict({"learning_rate": 0.1, "display": "model_sample", "pairs": "considered",
-                                      "debias": True, "surrogate": "probability"})
+  c.pdgd = ml_collections.ConfigDict(
+    {"learning_rate": 0.1, "display": "model_sample", "pairs": "considered", "debias": True, "surrogate": "probability"}
+  )
   # The dueling bandits' comparison: "team_draft" or "probabilistic" multileaving (tau: its steepness).
   c.dbgd = ml_collections.ConfigDict({"learning_rate": 0.01, "unit": 1.0, "multileave": "team_draft", "tau": 3.0})
-  c.mgd = ml_collections.ConfigDict({"learning_rate": 0.01, "unit": 1.0, "num_candidates": 9,
-                                     "multileave": "team_draft", "tau": 3.0})
+  c.mgd = ml_collections.ConfigDict(
+    {"learning_rate": 0.01, "unit": 1.0, "num_candidates": 9, "multileave": "team_draft", "tau": 3.0}
+  )
   # NSGD: MGD plus the null space of the `worst` of the last `history` losing directions, and ties broken on
   # the `tie_queries` most difficult recent queries (stored at most `tie_window` impressions ago); the
   # settings of the authors' SIGIR'18 script.
-  c.nsgd = ml_collections.ConfigDict({"learning_rate": 0.01, "unit": 1.0, "num_candidates": 9,
-                                      "multileave": "team_draft", "tau": 3.0, "history": 60, "worst": 25,
-                                      "tie_queries": 10, "tie_window": 50})
+  c.nsgd = ml_collections.ConfigDict(
+    {
+      "learning_rate": 0.01,
+      "unit": 1.0,
+      "num_candidates": 9,
+      "multileave": "team_draft",
+      "tau": 3.0,
+      "history": 60,
+      "worst": 25,
+      "tie_queries": 10,
+      "tie_window": 50,
+    }
+  )
   # The ceiling: the same ranker trained offline on the true labels (listwise softmax, Adam, full batch).
   c.full_info = ml_collections.ConfigDict({"enabled": True, "steps": 1000, "learning_rate": 0.01})
   return c
@@ -247,6 +277,7 @@ def _unit_direction(key, params):
 
 class _Spec(NamedTuple):
   """The static part of a run: one compiled program per distinct spec."""
+
   method: str
   ranker: str
   hidden_sizes: tuple[int, ...]
@@ -280,24 +311,42 @@ def _spec(method: str, config: ml_collections.ConfigDict, click_config: str = ""
     nsgd = tuple(int(cfg[k]) for k in ("history", "worst", "tie_queries", "tie_window"))
     history, worst, tie_queries, _ = nsgd
     if history < n - 1 or not 0 <= worst <= history or tie_queries < 0:
-      raise ValueError(f"config.nsgd: need history >= num_candidates, 0 <= worst <= history and tie_queries >= 0; "
-                       f"got history={history}, num_candidates={n - 1}, worst={worst}, tie_queries={tie_queries}")
+      raise ValueError(
+        f"config.nsgd: need history >= num_candidates, 0 <= worst <= history and tie_queries >= 0; "
+        f"got history={history}, num_candidates={n - 1}, worst={worst}, tie_queries={tie_queries}"
+      )
   display = str(cfg.get("display", "model_sample")) if method == "pdgd" else "model_sample"
   if display not in DISPLAYS:
     raise ValueError(f"config.pdgd.display: unknown {display!r}; expected one of {DISPLAYS}")
   switches = ()
   if method == "pdgd":
-    switches = (str(cfg.get("pairs", "considered")), bool(cfg.get("debias", True)),
-                str(cfg.get("surrogate", "probability")))
+    switches = (
+      str(cfg.get("pairs", "considered")),
+      bool(cfg.get("debias", True)),
+      str(cfg.get("surrogate", "probability")),
+    )
     losses_lib.pdgd.check_switches(switches[0], switches[2])
   multileave = str(cfg.get("multileave", ""))
   if method != "pdgd" and multileave not in MULTILEAVE_METHODS:
     raise ValueError(f"config.{method}.multileave: unknown {multileave!r}; expected one of {MULTILEAVE_METHODS}")
-  return _Spec(method, str(config.ranker), tuple(int(h) for h in config.hidden_sizes), bool(config.zero_init),
-               int(config.top_k), every, total // every, float(cfg.learning_rate),
-               float(cfg.get("unit", 0.0)), n, multileave,
-               float(cfg.tau) if multileave == "probabilistic" else 0.0,  # tau alone: no new program for team-draft
-               click_config, nsgd, display, switches)
+  return _Spec(
+    method,
+    str(config.ranker),
+    tuple(int(h) for h in config.hidden_sizes),
+    bool(config.zero_init),
+    int(config.top_k),
+    every,
+    total // every,
+    float(cfg.learning_rate),
+    float(cfg.get("unit", 0.0)),
+    n,
+    multileave,
+    float(cfg.tau) if multileave == "probabilistic" else 0.0,  # tau alone: no new program for team-draft
+    click_config,
+    nsgd,
+    display,
+    switches,
+  )
 
 
 def _positions_by_counting(scores, where):
@@ -322,8 +371,16 @@ def _pdgd_step(spec, apply_fn, clicks_of):
       positions = _positions_by_counting(jnp.zeros(w.shape), w)
     clicks = clicks_of(k_click, x, y, w, e, positions, click, stop)
     pairs, debias, surrogate = spec.pdgd
-    loss = lambda p: losses_lib.pdgd_loss(apply_fn(p, x), clicks, positions=positions, where=w, top_k=spec.top_k,
-                                          pairs=pairs, debias=debias, surrogate=surrogate)
+    loss = lambda p: losses_lib.pdgd_loss(
+      apply_fn(p, x),
+      clicks,
+      positions=positions,
+      where=w,
+      top_k=spec.top_k,
+      pairs=pairs,
+      debias=debias,
+      surrogate=surrogate,
+    )
     updates, opt_state = opt.update(jax.grad(loss)(params), opt_state, params)
     return optax.apply_updates(params, updates), opt_state, positions
 
@@ -332,6 +389,7 @@ def _pdgd_step(spec, apply_fn, clicks_of):
 
 class _NSGDMemory(NamedTuple):
   """NSGD's state: a ring of recent losing directions and the recent difficult queries."""
+
   directions: jax.Array  # [G, P] flattened parameter directions that lost to the current ranker
   margins: jax.Array  # [G] their credit minus the current ranker's (< 0; +inf marks an empty slot)
   head: jax.Array  # [] the next slot of the ring to write
@@ -348,14 +406,22 @@ def _nsgd_memory(params, x, nsgd) -> _NSGDMemory:
   history, worst, tie_queries, _ = nsgd
   size = ravel_pytree(params)[0].size
   if worst >= size:
-    raise ValueError(f"config.nsgd.worst ({worst}) must be below the ranker's number of parameters ({size}): the "
-                     "null space of that many directions can be empty")
+    raise ValueError(
+      f"config.nsgd.worst ({worst}) must be below the ranker's number of parameters ({size}): the "
+      "null space of that many directions can be empty"
+    )
   num_items = x.shape[0]
-  return _NSGDMemory(jnp.zeros((history, size), jnp.float32), jnp.full((history,), jnp.inf, jnp.float32),
-                     jnp.int32(0), jnp.zeros((tie_queries,) + x.shape, x.dtype),
-                     jnp.zeros((tie_queries, num_items), bool), jnp.zeros((tie_queries, num_items), bool),
-                     jnp.full((tie_queries,), jnp.inf, jnp.float32), jnp.zeros((tie_queries,), jnp.int32),
-                     jnp.int32(0))
+  return _NSGDMemory(
+    jnp.zeros((history, size), jnp.float32),
+    jnp.full((history,), jnp.inf, jnp.float32),
+    jnp.int32(0),
+    jnp.zeros((tie_queries,) + x.shape, x.dtype),
+    jnp.zeros((tie_queries, num_items), bool),
+    jnp.zeros((tie_queries, num_items), bool),
+    jnp.full((tie_queries,), jnp.inf, jnp.float32),
+    jnp.zeros((tie_queries,), jnp.int32),
+    jnp.int32(0),
+  )
 
 
 def _nsgd_directions(pool, losers, num, *, sensitivity):
@@ -394,13 +460,17 @@ def _nsgd_remember_query(memory: _NSGDMemory, x, where, clicks, positions, windo
   filled = jnp.isfinite(memory.query_rr)
   stale = filled & (memory.time - memory.query_time > window)
   full = jnp.all(filled)
-  slot = jnp.where(~full, jnp.argmin(filled), jnp.where(jnp.any(stale), jnp.argmax(stale),
-                                                      jnp.argmax(memory.query_rr)))
+  slot = jnp.where(~full, jnp.argmin(filled), jnp.where(jnp.any(stale), jnp.argmax(stale), jnp.argmax(memory.query_rr)))
   store = (rr > 0) & (~full | jnp.any(stale) | (jnp.max(memory.query_rr) > rr))
   put = lambda a, v: a.at[slot].set(jnp.where(store, v, a[slot]))
-  return memory._replace(query_x=put(memory.query_x, x), query_where=put(memory.query_where, where),
-                         query_clicked=put(memory.query_clicked, clicked), query_rr=put(memory.query_rr, rr),
-                         query_time=put(memory.query_time, memory.time), time=time)
+  return memory._replace(
+    query_x=put(memory.query_x, x),
+    query_where=put(memory.query_where, where),
+    query_clicked=put(memory.query_clicked, clicked),
+    query_rr=put(memory.query_rr, rr),
+    query_time=put(memory.query_time, memory.time),
+    time=time,
+  )
 
 
 def _nsgd_break_ties(wins, scores, memory: _NSGDMemory):
@@ -420,9 +490,11 @@ def _nsgd_remember_losers(memory: _NSGDMemory, directions, margin, keep: int = 4
   lost = (margin < 0) & (margin <= everyone[min(keep, everyone.shape[0]) - 1])
   size = memory.margins.shape[0]
   slot = jnp.where(lost, (memory.head + jnp.cumsum(lost) - 1) % size, size)  # size: dropped
-  return memory._replace(directions=memory.directions.at[slot].set(directions, mode="drop"),
-                         margins=memory.margins.at[slot].set(margin.astype(jnp.float32), mode="drop"),
-                         head=(memory.head + jnp.sum(lost).astype(jnp.int32)) % size)
+  return memory._replace(
+    directions=memory.directions.at[slot].set(directions, mode="drop"),
+    margins=memory.margins.at[slot].set(margin.astype(jnp.float32), mode="drop"),
+    head=(memory.head + jnp.sum(lost).astype(jnp.int32)) % size,
+  )
 
 
 def _nsgd_candidates(key, params, memory: _NSGDMemory, apply_fn, x, where, num: int, worst: int):
@@ -462,7 +534,7 @@ def _dueling_step(spec, apply_fn, clicks_of):
       margin = credit[1:] - credit[0]
     else:
       assignment = sim.probabilistic_multileave_assignment(scores, positions, where=w, tau=spec.tau)
-      shown = jnp.argsort(positions)[:spec.top_k]  # only the displayed items can be clicked
+      shown = jnp.argsort(positions)[: spec.top_k]  # only the displayed items can be clicked
       margin = sim.multileave_preferences(clicks[shown], assignment[:, shown], where=w[shown], against=0)[1:]
     wins = (margin > 0).astype(jnp.float32)
     if nsgd:
@@ -483,11 +555,13 @@ def _compiled_run(spec: _Spec):
   apply_fn = lambda p, x: model.apply(p, x)
   if spec.click_config:
     config_clicks = _config_clicks(spec.click_config)
-    clicks_of = lambda key, x, y, w, e, positions, click, stop: config_clicks(key, y, positions=positions, where=w,
-                                                                             features=x, **e)
+    clicks_of = lambda key, x, y, w, e, positions, click, stop: config_clicks(
+      key, y, positions=positions, where=w, features=x, **e
+    )
   else:
     clicks_of = lambda key, x, y, w, e, positions, click, stop: _cascade_clicks(
-        key, y, positions=positions, where=w, click=click, stop=stop, top_k=spec.top_k)
+      key, y, positions=positions, where=w, click=click, stop=stop, top_k=spec.top_k
+    )
   init_extra, step = (_pdgd_step if spec.method == "pdgd" else _dueling_step)(spec, apply_fn, clicks_of)
 
   def one_seed(key, click, stop, xs, ys, ws, es, xt, yt, wt):
@@ -511,8 +585,9 @@ def _compiled_run(spec: _Spec):
       return carry, (evaluate(carry[0]), jnp.mean(shown))
 
     first = evaluate(params)
-    _, (curve, online) = jax.lax.scan(block, (params, init_extra(params, xs[0])),
-                                      jax.random.split(k_run, spec.num_blocks))
+    _, (curve, online) = jax.lax.scan(
+      block, (params, init_extra(params, xs[0])), jax.random.split(k_run, spec.num_blocks)
+    )
     return jnp.concatenate([first[None], curve]), jnp.mean(online)
 
   return jax.jit(jax.vmap(one_seed, in_axes=(0,) + (None,) * 9))
@@ -540,18 +615,32 @@ def online_users_missing(click_model: Mapping[str, Any], dataset: RankingDataset
   first = jax.tree.map(lambda a: a[0], _item_extras(dataset))
   positions = jnp.arange(dataset.list_size)
   try:
-    jax.eval_shape(lambda key: fn(key, jnp.asarray(dataset.labels[0]), positions=positions,
-                                  where=jnp.asarray(dataset.where[0]), features=jnp.asarray(dataset.features[0]),
-                                  **first), jax.random.key(0))
+    jax.eval_shape(
+      lambda key: fn(
+        key,
+        jnp.asarray(dataset.labels[0]),
+        positions=positions,
+        where=jnp.asarray(dataset.where[0]),
+        features=jnp.asarray(dataset.features[0]),
+        **first,
+      ),
+      jax.random.key(0),
+    )
   except (KeyError, ValueError) as e:
     return str(e).strip("'\"")
   return None
 
 
-def online_learning(method: str, train: RankingDataset, test: RankingDataset, *,
-                    click_model: Union[str, Mapping[str, Any]],
-                    config: Optional[ml_collections.ConfigDict] = None, seeds=(0,),
-                    mesh: Optional[jax.sharding.Mesh] = None) -> dict[str, np.ndarray]:
+def online_learning(
+  method: str,
+  train: RankingDataset,
+  test: RankingDataset,
+  *,
+  click_model: Union[str, Mapping[str, Any]],
+  config: Optional[ml_collections.ConfigDict] = None,
+  seeds=(0,),
+  mesh: Optional[jax.sharding.Mesh] = None,
+) -> dict[str, np.ndarray]:
   r"""Runs one online learner for ``config.num_impressions`` impressions per seed (vmapped over seeds).
 
   One compiled program per method and static config: the cascade users, the data and the seeds are
@@ -603,12 +692,17 @@ def online_learning(method: str, train: RankingDataset, test: RankingDataset, *,
     arrays = [jax.device_put(a, sharding_lib.replicated(mesh)) for a in arrays]
   curve, online = _compiled_run(spec)(keys, *arrays)
   curve, online = np.asarray(curve), np.asarray(online)
-  return {"ndcg@10": curve[:, -1], "online_ndcg@10": online, "curve": curve,
-          "impressions": np.arange(0, spec.num_blocks * spec.eval_every + 1, spec.eval_every)}
+  return {
+    "ndcg@10": curve[:, -1],
+    "online_ndcg@10": online,
+    "curve": curve,
+    "impressions": np.arange(0, spec.num_blocks * spec.eval_every + 1, spec.eval_every),
+  }
 
 
-def full_info_reference(train: RankingDataset, test: RankingDataset, *,
-                        config: Optional[ml_collections.ConfigDict] = None, seeds=(0,)) -> dict[str, np.ndarray]:
+def full_info_reference(
+  train: RankingDataset, test: RankingDataset, *, config: Optional[ml_collections.ConfigDict] = None, seeds=(0,)
+) -> dict[str, np.ndarray]:
   r"""The online learners' ceiling: the same ranker trained offline on the true labels.
 
   :func:`rax.softmax_loss` on the graded labels of every training query (full batch, Adam,
@@ -620,8 +714,9 @@ def full_info_reference(train: RankingDataset, test: RankingDataset, *,
   config = default_online_config() if config is None else config
   model = make_ranker(str(config.ranker), hidden_sizes=tuple(int(h) for h in config.hidden_sizes))
   opt = optax.adam(float(config.full_info.learning_rate))
-  xs, ys, ws, xt, yt, wt = (jnp.asarray(a) for a in (train.features, train.labels, train.where,
-                                                     test.features, test.labels, test.where))
+  xs, ys, ws, xt, yt, wt = (
+    jnp.asarray(a) for a in (train.features, train.labels, train.where, test.features, test.labels, test.where)
+  )
 
   def one_seed(key):
     params = model.init(key, xs[0])
@@ -641,8 +736,10 @@ def full_info_reference(train: RankingDataset, test: RankingDataset, *,
 
 def _plot(results: Mapping[str, Any], path: str, ceiling: Optional[float] = None) -> None:
   import matplotlib
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+
   rows = [r for r in results if r.startswith("click_model=")]
   fig, axes = plt.subplots(1, len(rows), figsize=(4 * len(rows), 3.2), squeeze=False)
   for ax, row in zip(axes[0], rows):
@@ -673,8 +770,10 @@ def _study_users(config: ml_collections.ConfigDict) -> dict[str, Union[str, dict
     elif name in ONLINE_CLICK_MODELS:
       users[name] = name
     else:
-      raise ValueError(f"config.click_models: unknown online click model {name!r}; expected one of "
-                       f"{tuple(ONLINE_CLICK_MODELS)} or a name in config.click_model_configs {tuple(configs)}")
+      raise ValueError(
+        f"config.click_models: unknown online click model {name!r}; expected one of "
+        f"{tuple(ONLINE_CLICK_MODELS)} or a name in config.click_model_configs {tuple(configs)}"
+      )
   return users
 
 
@@ -690,6 +789,7 @@ def run_online_study(config: ml_collections.ConfigDict, workdir: Optional[str]) 
   ``full_info`` holds the ceiling, :func:`full_info_reference` (with ``config.full_info.enabled``).
   """
   from ultr_jax.train.experiment import load_datasets
+
   for m in config.methods:
     if m not in ONLINE_METHODS:
       raise ValueError(f"config.methods: unknown online method {m!r} (expected {ONLINE_METHODS})")
@@ -716,16 +816,18 @@ def run_online_study(config: ml_collections.ConfigDict, workdir: Optional[str]) 
     results[row_key] = {}
     raw = {}
     for method in config.methods:
-      out = online_learning(method, train, test, click_model=users[click_model], config=config, seeds=seeds,
-                            mesh=mesh)
+      out = online_learning(method, train, test, click_model=users[click_model], config=config, seeds=seeds, mesh=mesh)
       raw[method] = out
       entry, row = summarize_metrics(out, METRICS)
       entry["curve"] = out["curve"].mean(axis=0).tolist()
       entry["impressions"] = out["impressions"].tolist()
       results[row_key][method] = entry
       rows[f"{click_model}/{method}"] = row
-      print(f"[online] {click_model}/{method}: ndcg@10 {entry['ndcg@10']:.4f}, online ndcg@10 "
-            f"{entry['online_ndcg@10']:.4f}; {time.perf_counter() - start:.0f}s", flush=True)
+      print(
+        f"[online] {click_model}/{method}: ndcg@10 {entry['ndcg@10']:.4f}, online ndcg@10 "
+        f"{entry['online_ndcg@10']:.4f}; {time.perf_counter() - start:.0f}s",
+        flush=True,
+      )
     # Seed-paired gaps: PDGD against every other learner, and NSGD against MGD, the learner it extends.
     pairs = [("pdgd", m) for m in raw if m != "pdgd"] + [("nsgd", "mgd")]
     for a, b in pairs:

@@ -65,26 +65,33 @@ from ultr_jax.train.experiment import CLICK_COLUMNS, METRIC_COLUMNS, load_datase
 from ultr_jax.train.loop import evaluate, evaluate_clicks, fit
 from ultr_jax.train.method import KEY_REASONS, method_inputs_missing
 from ultr_jax.train.online import online_learning, online_users_missing
-from ultr_jax.train.results import (atomic_write_text, best_and_ties, markdown_table, plot_learning_curves,
-                                    save_figure, summarize_metrics, write_results)
+from ultr_jax.train.results import (
+  atomic_write_text,
+  best_and_ties,
+  markdown_table,
+  plot_learning_curves,
+  save_figure,
+  summarize_metrics,
+  write_results,
+)
 
 __all__ = [
-    "CLICK_TRUTH",
-    "KEY_REASONS",
-    "click_table",
-    "held_out_click_log",
-    "make_bias_data",
-    "make_bias_click_fn",
-    "logged_identifiability",
-    "method_inputs_missing",
-    "not_applicable_reason",
-    "sampled_display_positions",
-    "with_policy_examination",
-    "online_columns",
-    "online_not_applicable_reason",
-    "plan_cells",
-    "plot_heatmap",
-    "run_report",
+  "CLICK_TRUTH",
+  "KEY_REASONS",
+  "click_table",
+  "held_out_click_log",
+  "make_bias_data",
+  "make_bias_click_fn",
+  "logged_identifiability",
+  "method_inputs_missing",
+  "not_applicable_reason",
+  "sampled_display_positions",
+  "with_policy_examination",
+  "online_columns",
+  "online_not_applicable_reason",
+  "plan_cells",
+  "plot_heatmap",
+  "run_report",
 ]
 
 # ----------------------------------------------------------------------------
@@ -113,8 +120,10 @@ def make_bias_data(config: ml_collections.ConfigDict) -> dict[str, Any]:
   weights = simulation.train_logging_policy(train, fraction=lp.fraction, seed=lp.seed, steps=lp.steps)
   out: dict[str, Any] = {"weights": np.asarray(weights)}
   for layout, top_k in (("display", lp.top_k), ("candidates", None)):
-    ordered = [simulation.apply_logging_policy(ds, simulation.logging_policy_scores(weights, ds), top_k=k)
-               for ds, k in ((train, top_k), (valid, top_k), (test, None))]
+    ordered = [
+      simulation.apply_logging_policy(ds, simulation.logging_policy_scores(weights, ds), top_k=k)
+      for ds, k in ((train, top_k), (valid, top_k), (test, None))
+    ]
     scores = _standardised_logging_scores(weights, ordered)
     out[layout] = tuple(ds.with_extras(logging_score=z) for ds, z in zip(ordered, scores))
   return out
@@ -146,8 +155,7 @@ def _resolve_click_model(bias: ml_collections.ConfigDict, train, top_k: Optional
   return cm
 
 
-def make_bias_click_fn(bias: ml_collections.ConfigDict, train, *, top_k: Optional[int] = None
-                       ) -> tuple[Any, dict]:
+def make_bias_click_fn(bias: ml_collections.ConfigDict, train, *, top_k: Optional[int] = None) -> tuple[Any, dict]:
   """``(click_fn, click_model_config)`` of one bias (``position_trust`` or any :func:`make_click_fn` model).
 
   A bias with ``selection="topk"`` lists every candidate and shows the top ``click_model.top_k``, else
@@ -163,8 +171,9 @@ def make_bias_click_fn(bias: ml_collections.ConfigDict, train, *, top_k: Optiona
   return click_fn, cm
 
 
-def with_policy_examination(bias: ml_collections.ConfigDict, train, click_cfg: Mapping[str, Any], *, seed: int,
-                            num_samples: int = 2000):
+def with_policy_examination(
+  bias: ml_collections.ConfigDict, train, click_cfg: Mapping[str, Any], *, seed: int, num_samples: int = 2000
+):
   """``train`` with ``extras["policy_examination"]`` under a stochastic logging policy, else ``train`` itself.
 
   Each candidate's expected examination over ``num_samples`` displays of the bias's logging policy
@@ -175,8 +184,13 @@ def with_policy_examination(bias: ml_collections.ConfigDict, train, click_cfg: M
   if not temperature:
     return train
   batch = {k: jnp.asarray(v) for k, v in train.as_batch().items() if k != "qid"}
-  rho = simulation.policy_examination(jax.random.key(seed), simulation.make_any_click_fn(click_cfg), batch,
-                                      num_samples=num_samples, temperature=float(temperature))
+  rho = simulation.policy_examination(
+    jax.random.key(seed),
+    simulation.make_any_click_fn(click_cfg),
+    batch,
+    num_samples=num_samples,
+    temperature=float(temperature),
+  )
   return train.with_extras(policy_examination=np.where(train.where, np.asarray(rho), 0.0).astype(np.float32))
 
 
@@ -194,8 +208,7 @@ def sampled_display_positions(bias: ml_collections.ConfigDict, train, *, seed: i
   return np.asarray(jax.vmap(lambda k: simulation.plackett_luce_sample(k, z, where=where))(keys))
 
 
-def _bias_datasets(bias: ml_collections.ConfigDict, data: Mapping[str, Any], seed: int,
-                   layout: Optional[str] = None):
+def _bias_datasets(bias: ml_collections.ConfigDict, data: Mapping[str, Any], seed: int, layout: Optional[str] = None):
   if layout is None:
     layout = _layout(bias)
   train, valid, test = data[layout]
@@ -215,8 +228,9 @@ def _bias_datasets(bias: ml_collections.ConfigDict, data: Mapping[str, Any], see
 CLICK_TRUTH = "true click model"
 
 
-def held_out_click_log(test: RankingDataset, click_fn, *, list_size: int, sessions: int, seed: int = 0
-                       ) -> tuple[RankingDataset, dict[str, float]]:
+def held_out_click_log(
+  test: RankingDataset, click_fn, *, list_size: int, sessions: int, seed: int = 0
+) -> tuple[RankingDataset, dict[str, float]]:
   r"""Fresh sessions of the test queries, shown as the training lists are, and the true model's click metrics.
 
   The test lists (every candidate, in logging order) are cut to the training lists' ``list_size`` (the
@@ -246,8 +260,10 @@ def held_out_click_log(test: RankingDataset, click_fn, *, list_size: int, sessio
   batch = {name: jnp.asarray(v) for name, v in log.as_batch().items() if name != "qid"}
   out = jax.jit(click_fn)(jax.random.key(seed), batch)
   if "conditional_click_prob" not in out:
-    raise ValueError(f"the click model returns no conditional_click_prob (keys: {sorted(out)}); held-out "
-                     "click metrics need sessions (no num_impressions)")
+    raise ValueError(
+      f"the click model returns no conditional_click_prob (keys: {sorted(out)}); held-out "
+      "click metrics need sessions (no num_impressions)"
+    )
   where = log.where & np.asarray(out.get("shown", log.where), bool)
   clicks = np.asarray(out["clicks"], np.float32)
   q = np.asarray(out["conditional_click_prob"], np.float32)
@@ -256,8 +272,10 @@ def held_out_click_log(test: RankingDataset, click_fn, *, list_size: int, sessio
     order = np.argsort(positions, axis=-1, kind="stable")
     log = simulation.apply_logging_policy(log, -positions.astype(np.float64))
     where, clicks, q = (np.take_along_axis(a, order, axis=-1) for a in (where, clicks, q))
-  truth = {"click_ll": float(metrics_lib.click_log_likelihood(q, clicks, where=where)),
-           "click_perplexity": float(metrics_lib.click_perplexity(q, clicks, where=where))}
+  truth = {
+    "click_ll": float(metrics_lib.click_log_likelihood(q, clicks, where=where)),
+    "click_perplexity": float(metrics_lib.click_perplexity(q, clicks, where=where)),
+  }
   return log.replace(where=where).with_extras(clicks=clicks), truth
 
 
@@ -289,34 +307,52 @@ def click_table(results: Mapping[str, Any], biases, methods) -> tuple[str, dict]
     rows[m] = {}
     for b in biases:
       cell = results.get(b, {}).get(m, {})
-      rows[m][b] = ({"mean": cell["click_perplexity"], "ci90": cell["ci90"]["click_perplexity"]}
-                    if "click_perplexity" in cell else "n/a")
-  rows[CLICK_TRUTH] = {b: (results["_clicks"][b]["true_model"]["click_perplexity"]
-                           if b in results.get("_clicks", {}) else "n/a") for b in biases}
+      rows[m][b] = (
+        {"mean": cell["click_perplexity"], "ci90": cell["ci90"]["click_perplexity"]}
+        if "click_perplexity" in cell
+        else "n/a"
+      )
+  rows[CLICK_TRUTH] = {
+    b: (results["_clicks"][b]["true_model"]["click_perplexity"] if b in results.get("_clicks", {}) else "n/a")
+    for b in biases
+  }
   for b in biases:
-    cells = {m: results[b][m] for m in click_methods
-             if np.isfinite(results.get(b, {}).get(m, {}).get("click_perplexity", np.nan))}
+    cells = {
+      m: results[b][m]
+      for m in click_methods
+      if np.isfinite(results.get(b, {}).get(m, {}).get("click_perplexity", np.nan))
+    }
     if cells:
       seeds = lambda metric: {m: cell["per_seed"][metric] for m, cell in cells.items()}  # noqa: E731
       by_ppl, tied_ppl = best_and_ties(seeds("click_perplexity"), higher_is_better=False)
       by_ndcg, tied_ndcg = best_and_ties(seeds("ndcg@10"))
-      summary[b] = {"best_by_perplexity": by_ppl, "tied_by_perplexity": tied_ppl,
-                    "best_by_ndcg": by_ndcg, "tied_by_ndcg": tied_ndcg,
-                    "perplexity_pick_ranks_worse": by_ppl != by_ndcg and by_ppl not in tied_ndcg}
+      summary[b] = {
+        "best_by_perplexity": by_ppl,
+        "tied_by_perplexity": tied_ppl,
+        "best_by_ndcg": by_ndcg,
+        "tied_by_ndcg": tied_ndcg,
+        "perplexity_pick_ranks_worse": by_ppl != by_ndcg and by_ppl not in tied_ndcg,
+      }
   text = markdown_table(rows, list(biases), row_header="method")
-  text += ("\n\nHeld-out click perplexity (per rank, averaged; 1 is perfect, 2 a coin), mean ± 90% t-interval "
-           f"half-width over seeds, on fresh sessions of the test queries shown as in training. '{CLICK_TRUTH}': "
-           "the generating model's own perplexity on the same sessions, the floor. Only methods that "
-           "predict clicks (click_logits) have a row.\n")
+  text += (
+    "\n\nHeld-out click perplexity (per rank, averaged; 1 is perfect, 2 a coin), mean ± 90% t-interval "
+    f"half-width over seeds, on fresh sessions of the test queries shown as in training. '{CLICK_TRUTH}': "
+    "the generating model's own perplexity on the same sessions, the floor. Only methods that "
+    "predict clicks (click_logits) have a row.\n"
+  )
   if summary:
-    text += ("\nBest by held-out click perplexity, and by test nDCG@10, among these methods (tied: a seed-paired "
-             "90% interval of the difference that includes 0):\n")
+    text += (
+      "\nBest by held-out click perplexity, and by test nDCG@10, among these methods (tied: a seed-paired "
+      "90% interval of the difference that includes 0):\n"
+    )
     tied = lambda ms: f" (tied: {', '.join(ms)})" if ms else ""
     for b, s in summary.items():
-      text += (f"- {b}: {s['best_by_perplexity']}{tied(s['tied_by_perplexity'])} by perplexity; "
-               f"{s['best_by_ndcg']}{tied(s['tied_by_ndcg'])} by nDCG@10"
-               + ("; the perplexity pick ranks worse beyond the interval" if s["perplexity_pick_ranks_worse"]
-                  else "") + "\n")
+      text += (
+        f"- {b}: {s['best_by_perplexity']}{tied(s['tied_by_perplexity'])} by perplexity; "
+        f"{s['best_by_ndcg']}{tied(s['tied_by_ndcg'])} by nDCG@10"
+        + ("; the perplexity pick ranks worse beyond the interval" if s["perplexity_pick_ranks_worse"] else "")
+        + "\n"
+      )
   return text, summary
 
 
@@ -393,8 +429,9 @@ def _online_users(click_cfg: Mapping[str, Any], config: ml_collections.ConfigDic
   return {**click_cfg, "top_k": int(click_cfg.get("top_k") or config.logging_policy.top_k)}
 
 
-def online_not_applicable_reason(click_cfg: Mapping[str, Any], train, config: ml_collections.ConfigDict
-                                 ) -> Optional[str]:
+def online_not_applicable_reason(
+  click_cfg: Mapping[str, Any], train, config: ml_collections.ConfigDict
+) -> Optional[str]:
   """``"n/a: <why>"`` where the online learners cannot face a bias's users on ``train``'s lists, else None."""
   users = _online_users(click_cfg, config)
   why = online_users_missing(users, train, top_k=users["top_k"])
@@ -447,8 +484,12 @@ def plan_cells(config: ml_collections.ConfigDict, data: Optional[Mapping[str, An
     for name in config.methods:
       memo_key = (name, _probe_key(probe))
       if memo_key not in memo:  # biases whose batches have the same entries share the trace
-        method = methods_lib.get_method(name, config.method_configs.get(name, ml_collections.ConfigDict()),
-                                        num_features=train.num_features, list_size=train.list_size)
+        method = methods_lib.get_method(
+          name,
+          config.method_configs.get(name, ml_collections.ConfigDict()),
+          num_features=train.num_features,
+          list_size=train.list_size,
+        )
         memo[memo_key] = method_inputs_missing(method, probe)
       missing = memo[memo_key]
       plan[bias_name][name] = None if missing is None else _reason_text(missing, bias_name)
@@ -485,8 +526,7 @@ def plot_heatmap(results: Mapping[str, Any], biases, methods, path: str, *, metr
   cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#dddddd")
   finite = values[np.isfinite(values)]
   vmin, vmax = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-  im = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=vmin, vmax=max(vmax, vmin + 1e-6),
-                 aspect="auto")
+  im = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=vmin, vmax=max(vmax, vmin + 1e-6), aspect="auto")
   for i in range(len(methods)):
     for j in range(len(biases)):
       v = values[i, j]
@@ -509,14 +549,18 @@ def plot_heatmap(results: Mapping[str, Any], biases, methods, path: str, *, metr
 def _write(workdir, results, rows, biases, methods, num_seeds, final: bool) -> str:
   columns = ["identifiability (IG)", *methods]
   table = markdown_table(rows, columns, row_header="bias")
-  table += (f"\n\nTest nDCG@10, mean ± 90% t-interval half-width over {num_seeds} seeds; "
-            "identifiability: the IG check (Theorem 1 of Identifiability Matters) on the logged "
-            "(document, position) records, (context, position) for context_pbm; K = connected "
-            "components. n/a: the click model cannot provide an input the method needs. diverged: "
-            "training left non-finite parameters, so the number is not the method's.\n")
+  table += (
+    f"\n\nTest nDCG@10, mean ± 90% t-interval half-width over {num_seeds} seeds; "
+    "identifiability: the IG check (Theorem 1 of Identifiability Matters) on the logged "
+    "(document, position) records, (context, position) for context_pbm; K = connected "
+    "components. n/a: the click model cannot provide an input the method needs. diverged: "
+    "training left non-finite parameters, so the number is not the method's.\n"
+  )
   if any(m.startswith("online_") for m in methods):
-    table += ("online_<method>: an online learner under the same users, ranking the full candidate lists "
-              "itself (its online nDCG@10 is in results.json).\n")
+    table += (
+      "online_<method>: an online learner under the same users, ranking the full candidate lists "
+      "itself (its online nDCG@10 is in results.json).\n"
+    )
   if not final:
     table += "\n(partial: the report is still running)\n"
   if workdir is not None:
@@ -547,36 +591,49 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
     train = with_policy_examination(bias, train, click_cfg, seed=int(config.seed) + 1000 * b_idx + 2)
     top_k = click_cfg.get("top_k")
     contexts = train.extras.get("context") if click_cfg.get("name") == "context_pbm" else None
-    rep = logged_identifiability(train, top_k=top_k, contexts=contexts,
-                                 positions=sampled_display_positions(bias, train, seed=int(config.seed) + 1000 * b_idx))
-    ig = {**rep.to_dict(), "label": _ig_label(rep),
-          "bias_factors": "(context, position)" if contexts is not None else "position",
-          "click_model": click_cfg}
+    rep = logged_identifiability(
+      train,
+      top_k=top_k,
+      contexts=contexts,
+      positions=sampled_display_positions(bias, train, seed=int(config.seed) + 1000 * b_idx),
+    )
+    ig = {
+      **rep.to_dict(),
+      "label": _ig_label(rep),
+      "bias_factors": "(context, position)" if contexts is not None else "position",
+      "click_model": click_cfg,
+    }
     results["_identifiability"][bias_name] = ig
     row: dict[str, Any] = {"identifiability (IG)": ig["label"]}
     results[bias_name] = {}
     timings[bias_name] = {}
     probe = _probe_batch(train, click_fn)
-    print(f"[report] bias {bias_name}: IG {ig['label']} ({ig['num_records']} records)",
-          file=sys.stderr, flush=True)
+    print(f"[report] bias {bias_name}: IG {ig['label']} ({ig['num_records']} records)", file=sys.stderr, flush=True)
     held = None
     if sessions_per_list:
-      held, truth = held_out_click_log(test, click_fn, list_size=train.list_size, sessions=sessions_per_list,
-                                       seed=int(config.seed) + 1000 * b_idx + 1)
+      held, truth = held_out_click_log(
+        test, click_fn, list_size=train.list_size, sessions=sessions_per_list, seed=int(config.seed) + 1000 * b_idx + 1
+      )
       results["_clicks"][bias_name] = {"true_model": truth, "pages": held.num_queries}
     histories: dict[str, list] = {}
     for name in methods:
       t0 = time.perf_counter()
       method_cfg = config.method_configs.get(name, ml_collections.ConfigDict())
-      method = methods_lib.get_method(name, method_cfg, num_features=train.num_features,
-                                      list_size=train.list_size)
+      method = methods_lib.get_method(name, method_cfg, num_features=train.num_features, list_size=train.list_size)
       reason = not_applicable_reason(method, bias_name, probe)
       if reason is not None:
         results[bias_name][name] = {"n/a": reason}
         row[name] = reason
         continue
-      fit_result = fit(method, train, valid if config.get("select_on_valid", True) else None,
-                       click_fn=click_fn, config=config.train, seeds=seeds, name=f"{bias_name}/{name}")
+      fit_result = fit(
+        method,
+        train,
+        valid if config.get("select_on_valid", True) else None,
+        click_fn=click_fn,
+        config=config.train,
+        seeds=seeds,
+        name=f"{bias_name}/{name}",
+      )
       per_seed = evaluate(method, fit_result.params, test)
       if held is not None and method.click_logits is not None:  # the method predicts clicks: score them
         per_seed.update(evaluate_clicks(method, fit_result.params, fit_result.extra, held))
@@ -591,8 +648,11 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
         s = summaries["ndcg@10"]
         row[name] = f"{s['mean']:.4f} ± {s['ci90']:.4f} (diverged: non-finite parameters)"
       timings[bias_name][name] = time.perf_counter() - t0
-      print(f"[report] {bias_name}/{name}: ndcg@10 {entry['ndcg@10']:.4f} "
-            f"({timings[bias_name][name]:.1f}s)", file=sys.stderr, flush=True)
+      print(
+        f"[report] {bias_name}/{name}: ndcg@10 {entry['ndcg@10']:.4f} ({timings[bias_name][name]:.1f}s)",
+        file=sys.stderr,
+        flush=True,
+      )
     if online_columns(config):
       candidates, reason = _online_lists(bias, data, int(config.seed) + 1000 * b_idx, click_cfg, config)
     for column in online_columns(config):
@@ -600,20 +660,35 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
       if reason is not None:
         results[bias_name][column], row[column] = {"n/a": reason}, reason
         continue
-      results[bias_name][column], row[column] = _online_cell(column[len("online_"):], click_cfg, candidates,
-                                                             config, seeds)
+      results[bias_name][column], row[column] = _online_cell(
+        column[len("online_") :], click_cfg, candidates, config, seeds
+      )
       timings[bias_name][column] = time.perf_counter() - t0
-      print(f"[report] {bias_name}/{column}: ndcg@10 {results[bias_name][column]['ndcg@10']:.4f} "
-            f"({timings[bias_name][column]:.1f}s)", file=sys.stderr, flush=True)
+      print(
+        f"[report] {bias_name}/{column}: ndcg@10 {results[bias_name][column]['ndcg@10']:.4f} "
+        f"({timings[bias_name][column]:.1f}s)",
+        file=sys.stderr,
+        flush=True,
+      )
     rows[bias_name] = row
     if workdir is not None and histories:
-      plot_learning_curves(histories, os.path.join(workdir, "curves", f"{bias_name}.png"), relative=("train/loss",),
-                           metrics=("train/loss", f"valid/{config.train.select_metric}"))
-    results["_meta"] = {"methods": columns, "biases": biases[:b_idx + 1], "num_seeds": len(seeds),
-                        "data": config.data.to_dict(), "logging_policy": config.logging_policy.to_dict(),
-                        "train": config.train.to_dict(), "seconds_per_cell": timings,
-                        **({"online": config.online.to_dict()} if online_columns(config) else {}),
-                        "seconds": time.perf_counter() - t_start}
+      plot_learning_curves(
+        histories,
+        os.path.join(workdir, "curves", f"{bias_name}.png"),
+        relative=("train/loss",),
+        metrics=("train/loss", f"valid/{config.train.select_metric}"),
+      )
+    results["_meta"] = {
+      "methods": columns,
+      "biases": biases[: b_idx + 1],
+      "num_seeds": len(seeds),
+      "data": config.data.to_dict(),
+      "logging_policy": config.logging_policy.to_dict(),
+      "train": config.train.to_dict(),
+      "seconds_per_cell": timings,
+      **({"online": config.online.to_dict()} if online_columns(config) else {}),
+      "seconds": time.perf_counter() - t_start,
+    }
     _write(workdir, results, rows, biases, columns, len(seeds), final=b_idx == len(biases) - 1)
   table = _write(None, results, rows, biases, columns, len(seeds), final=True)
   if sessions_per_list:
@@ -625,8 +700,9 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
   if workdir is not None:
     plot_heatmap(results, biases, columns, os.path.join(workdir, "heatmap.png"))
     results["_meta"]["seconds"] = time.perf_counter() - t_start
-    write_results(workdir, results, table=table, rows=rows,
-                  columns=["identifiability (IG)", *columns], row_header="bias")
+    write_results(
+      workdir, results, table=table, rows=rows, columns=["identifiability (IG)", *columns], row_header="bias"
+    )
   print(table, flush=True)
   if sessions_per_list:
     print(clicks_text, flush=True)

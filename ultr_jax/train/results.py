@@ -12,15 +12,15 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 __all__ = [
-    "best_and_ties",
-    "summarize",
-    "summarize_metrics",
-    "atomic_write_text",
-    "write_results",
-    "write_run",
-    "markdown_table",
-    "plot_learning_curves",
-    "save_figure",
+  "best_and_ties",
+  "summarize",
+  "summarize_metrics",
+  "atomic_write_text",
+  "write_results",
+  "write_run",
+  "markdown_table",
+  "plot_learning_curves",
+  "save_figure",
 ]
 
 
@@ -50,8 +50,7 @@ def summarize(values: Sequence[float], *, confidence: float = 0.9) -> dict[str, 
   return {"mean": mean, "std": std, f"ci{int(round(confidence * 100))}": half}
 
 
-def best_and_ties(per_seed: Mapping[Any, Sequence[float]], *, higher_is_better: bool = True
-                  ) -> tuple[Any, list]:
+def best_and_ties(per_seed: Mapping[Any, Sequence[float]], *, higher_is_better: bool = True) -> tuple[Any, list]:
   """The key with the best mean, and the keys the best does not beat over seeds.
 
   A key is tied with the best when the 90% t-interval of its seed-paired difference to the best includes 0
@@ -100,9 +99,13 @@ def summarize_metrics(per_seed: Mapping[str, Any], names: Sequence[str]) -> tupl
   return entry, row
 
 
-def plot_learning_curves(histories: Mapping[str, Sequence[Mapping[str, Any]]], path: str, *,
-                         metrics: Sequence[str] = ("train/loss", "valid/ndcg@10"),
-                         relative: Sequence[str] = ()) -> str:
+def plot_learning_curves(
+  histories: Mapping[str, Sequence[Mapping[str, Any]]],
+  path: str,
+  *,
+  metrics: Sequence[str] = ("train/loss", "valid/ndcg@10"),
+  relative: Sequence[str] = (),
+) -> str:
   """Learning curves of several runs as one PNG: a panel per metric against the training step.
 
   Each run is drawn as its mean over seeds with the seeds' min-max band. ``histories`` maps a run's name
@@ -144,8 +147,10 @@ def plot_learning_curves(histories: Mapping[str, Sequence[Mapping[str, Any]]], p
       if values.shape[-1] > 1:
         ax.fill_between(steps, values.min(-1), values.max(-1), color=colours[name], alpha=0.15, lw=0)
     ax.set_xlabel("training step")
-    ax.set_title(f"{metric}: relative change since the first evaluation" if metric in relative else metric,
-                 fontsize=10 if metric in relative else None)
+    ax.set_title(
+      f"{metric}: relative change since the first evaluation" if metric in relative else metric,
+      fontsize=10 if metric in relative else None,
+    )
   fig.suptitle("mean over seeds; band: the seeds' range", fontsize=9)
   right = 1 - 2 / fig.get_figwidth()  # the legend takes the right 2 inches
   fig.tight_layout(rect=(0, 0, right, 1))
@@ -200,6 +205,7 @@ def save_figure(fig: Any, path: str, **savefig_kwargs: Any) -> str:
   True
   """
   import matplotlib.pyplot as plt
+
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".png")
@@ -233,8 +239,9 @@ def _jsonable(obj: Any) -> Any:
   return obj
 
 
-def markdown_table(rows: Mapping[str, Mapping[str, Any]], columns: Sequence[str], *,
-                   row_header: str = "method", precision: int = 4) -> str:
+def markdown_table(
+  rows: Mapping[str, Mapping[str, Any]], columns: Sequence[str], *, row_header: str = "method", precision: int = 4
+) -> str:
   """Formats ``rows[name][column]`` as a Markdown table.
 
   Cells may be numbers, ``{"mean", "std"}``/``{"mean", "ci90"}`` dicts
@@ -245,6 +252,7 @@ def markdown_table(rows: Mapping[str, Mapping[str, Any]], columns: Sequence[str]
   |---|---|
   | ips | 0.7123 |
   """
+
   def cell(v):
     if v is None:
       return "–"
@@ -258,8 +266,8 @@ def markdown_table(rows: Mapping[str, Mapping[str, Any]], columns: Sequence[str]
     return str(v)
 
   lines = [
-      "| " + " | ".join([row_header, *columns]) + " |",
-      "|" + "---|" * (len(columns) + 1),
+    "| " + " | ".join([row_header, *columns]) + " |",
+    "|" + "---|" * (len(columns) + 1),
   ]
   for name, row in rows.items():
     lines.append("| " + " | ".join([name, *(cell(row.get(c)) for c in columns)]) + " |")
@@ -285,9 +293,15 @@ def _csv_table(rows: Mapping[str, Mapping[str, Any]], columns: Sequence[str], ro
   return out.getvalue()
 
 
-def write_results(workdir: str, results: Mapping[str, Any], *, table: Optional[str] = None,
-                  rows: Optional[Mapping[str, Mapping[str, Any]]] = None,
-                  columns: Optional[Sequence[str]] = None, row_header: str = "method") -> None:
+def write_results(
+  workdir: str,
+  results: Mapping[str, Any],
+  *,
+  table: Optional[str] = None,
+  rows: Optional[Mapping[str, Mapping[str, Any]]] = None,
+  columns: Optional[Sequence[str]] = None,
+  row_header: str = "method",
+) -> None:
   """Writes ``results.json`` (and ``table.md`` / ``table.csv``) atomically.
 
   Args:
@@ -306,8 +320,9 @@ def write_results(workdir: str, results: Mapping[str, Any], *, table: Optional[s
   >>> sorted(os.listdir(workdir)), json.load(open(os.path.join(workdir, "results.json")))
   (['results.json', 'table.csv', 'table.md'], {'naive': {'ndcg@10': 0.5, 'bad': None}})
   """
-  atomic_write_text(os.path.join(workdir, "results.json"),
-                    json.dumps(_jsonable(results), indent=2, sort_keys=False) + "\n")
+  atomic_write_text(
+    os.path.join(workdir, "results.json"), json.dumps(_jsonable(results), indent=2, sort_keys=False) + "\n"
+  )
   if table is None and rows is not None and columns is not None:
     table = markdown_table(rows, columns, row_header=row_header)
   if table is not None:
@@ -316,8 +331,16 @@ def write_results(workdir: str, results: Mapping[str, Any], *, table: Optional[s
     atomic_write_text(os.path.join(workdir, "table.csv"), _csv_table(rows, columns, row_header))
 
 
-def write_run(path: str, scores: np.ndarray, qid: np.ndarray, where: np.ndarray, *,
-              doc_ids: Optional[np.ndarray] = None, run_name: str = "ultr_jax", depth: Optional[int] = None) -> int:
+def write_run(
+  path: str,
+  scores: np.ndarray,
+  qid: np.ndarray,
+  where: np.ndarray,
+  *,
+  doc_ids: Optional[np.ndarray] = None,
+  run_name: str = "ultr_jax",
+  depth: Optional[int] = None,
+) -> int:
   """Writes a TREC run file (``trec_eval``, ``ir_measures``): ``qid Q0 docno rank score run_name`` per line.
 
   Each query's valid items (``where``) in descending ``scores``, ties in list order, ranks from 1, at
@@ -349,8 +372,10 @@ def write_run(path: str, scores: np.ndarray, qid: np.ndarray, where: np.ndarray,
   scores = np.asarray(scores)
   where = np.asarray(where, bool)
   if scores.ndim != 2 or scores.shape != where.shape or np.shape(qid) != scores.shape[:1]:
-    raise ValueError(f"write_run: scores {scores.shape} must be [Q, L] like where {where.shape}, qid {np.shape(qid)} "
-                     "[Q] (one model: index predict()'s seed axis)")
+    raise ValueError(
+      f"write_run: scores {scores.shape} must be [Q, L] like where {where.shape}, qid {np.shape(qid)} "
+      "[Q] (one model: index predict()'s seed axis)"
+    )
   if not np.all(np.isfinite(scores[where])):
     q, i = np.argwhere(where & ~np.isfinite(scores))[0]
     raise ValueError(f"write_run: the score of query {qid[q]} item {i} is {scores[q, i]}: a run needs finite scores")

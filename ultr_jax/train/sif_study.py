@@ -16,10 +16,24 @@ import numpy as np
 from ultr_jax import losses
 from ultr_jax import metrics as metrics_lib
 from ultr_jax.data import RankingDataset
-from ultr_jax.simulation import (ULTRA_EXAM_TABLE, make_position_trust_click_fn, position_trust,
-                                 relevance_probability, sif_toy_dataset)
-from ultr_jax.train import (default_train_config, enable_compilation_cache, evaluate, fit, get_method, markdown_table,
-                            save_figure, summarize, write_results)
+from ultr_jax.simulation import (
+  ULTRA_EXAM_TABLE,
+  make_position_trust_click_fn,
+  position_trust,
+  relevance_probability,
+  sif_toy_dataset,
+)
+from ultr_jax.train import (
+  default_train_config,
+  enable_compilation_cache,
+  evaluate,
+  fit,
+  get_method,
+  markdown_table,
+  save_figure,
+  summarize,
+  write_results,
+)
 from ultr_jax.train.methods.sif import with_leakage_diagnostics
 
 METRICS = ("ndcg@3", "ndcg@5", "ndcg@10", "err@10")
@@ -39,8 +53,11 @@ def load_data(config):
     return train, valid, test
   if d.source == "svmlight":
     from ultr_jax.data import load_svmlight  # noqa: PLC0415
-    from ultr_jax.simulation import (apply_logging_policy, logging_policy_scores,  # noqa: PLC0415
-                                     train_logging_policy)
+    from ultr_jax.simulation import (
+      apply_logging_policy,
+      logging_policy_scores,  # noqa: PLC0415
+      train_logging_policy,
+    )
 
     sets = [load_svmlight(p) for p in (d.train_path, d.valid_path, d.test_path)]
     w = train_logging_policy(sets[0], fraction=0.01, seed=d.seed)
@@ -50,8 +67,7 @@ def load_data(config):
       rs = np.where(ds.where, ds.features @ np.asarray(w, np.float32), 0.0)
       if stats is None:  # global training-set statistics (spec 5.1)
         stats = (rs[ds.where].mean(), rs[ds.where].std() + 1e-8)
-      out.append(ds.with_extras(logging_score=np.where(ds.where, (rs - stats[0]) / stats[1], 0.0)
-                                .astype(np.float32)))
+      out.append(ds.with_extras(logging_score=np.where(ds.where, (rs - stats[0]) / stats[1], 0.0).astype(np.float32)))
     return tuple(out)
   raise ValueError(f"data.source: expected 'toy' or 'svmlight', got {d.source!r}")
 
@@ -74,9 +90,14 @@ def shuffle_display(ds: RankingDataset, seed: int) -> RankingDataset:
   perm = np.argsort(np.random.default_rng(seed).random(ds.where.shape), axis=1, kind="stable")
   take = lambda a: np.take_along_axis(a, perm.reshape(perm.shape + (1,) * (a.ndim - 2)), axis=1)
   per_item = lambda v: v.ndim >= 2 and v.shape[1] == ds.list_size
-  return RankingDataset(features=take(ds.features), labels=take(ds.labels), where=take(ds.where),
-                        qid=ds.qid, doc_ids=None if ds.doc_ids is None else take(ds.doc_ids),
-                        extras={k: take(v) if per_item(v) else v for k, v in ds.extras.items()})
+  return RankingDataset(
+    features=take(ds.features),
+    labels=take(ds.labels),
+    where=take(ds.where),
+    qid=ds.qid,
+    doc_ids=None if ds.doc_ids is None else take(ds.doc_ids),
+    extras={k: take(v) if per_item(v) else v for k, v in ds.extras.items()},
+  )
 
 
 def _oracle_scores(test: RankingDataset, gamma: float) -> np.ndarray:
@@ -88,9 +109,15 @@ def held_out_leakage(method, params, test: RankingDataset, *, gamma=1.0, k_top=3
   batch = jax.tree.map(jnp.asarray, {k: v for k, v in test.as_batch().items() if k != "qid"})
   scores = jax.vmap(method.score, in_axes=(0, None))(params, batch)
   pos = jnp.broadcast_to(jnp.arange(test.list_size), test.where.shape)
-  fn = lambda s: losses.oracle_leakage(s, jnp.asarray(_oracle_scores(test, gamma)), pos,
-                                       batch["labels"], where=batch["where"], k_top=k_top,
-                                       by_label=by_label)
+  fn = lambda s: losses.oracle_leakage(
+    s,
+    jnp.asarray(_oracle_scores(test, gamma)),
+    pos,
+    batch["labels"],
+    where=batch["where"],
+    k_top=k_top,
+    by_label=by_label,
+  )
   return np.asarray(jax.vmap(fn)(scores), np.float64)
 
 
@@ -124,8 +151,9 @@ def propensity_mae_trajectory(history, eta=1.0):
   Each record holds the propensities averaged over its evaluation interval.
   """
   recs = [h for h in history if "train/propensities" in h]
-  return [h["step"] for h in recs], np.stack([relative_mae(h["train/propensities"], eta) for h in recs]) \
-      if recs else np.zeros((0, 0))
+  return [h["step"] for h in recs], np.stack(
+    [relative_mae(h["train/propensities"], eta) for h in recs]
+  ) if recs else np.zeros((0, 0))
 
 
 def _train_config(config, overrides):
@@ -154,13 +182,17 @@ def t6_train(train, alpha, lambdas, *, steps, learning_rate, k_top=3, estimator=
   x = jnp.asarray(train.features)
   where = jnp.asarray(train.where)
   z = jnp.asarray(train.extras["logging_score"])
-  out = position_trust(jax.random.key(0), relevance_probability(jnp.asarray(train.labels)), z,
-                       where=where, alpha=alpha, expected=True)
+  out = position_trust(
+    jax.random.key(0), relevance_probability(jnp.asarray(train.labels)), z, where=where, alpha=alpha, expected=True
+  )
   c = out["clicks"]
   pos = jnp.broadcast_to(jnp.arange(train.list_size), where.shape)
   top = where & (pos < k_top)
-  targets = [c, losses.ips_targets(c, out["examination"], where=where),
-             losses.ips_targets(c, out["click_propensity"], where=where)]
+  targets = [
+    c,
+    losses.ips_targets(c, out["examination"], where=where),
+    losses.ips_targets(c, out["click_propensity"], where=where),
+  ]
   targets += [targets[1]] * len(lambdas)
   lam = jnp.asarray([0.0, 0.0, 0.0] + [float(l) for l in lambdas], jnp.float32)
   labels = ["naive", "ips_pos", "ips_full"] + [f"ips_pos+D(lambda={l:g})" for l in lambdas]
@@ -174,6 +206,7 @@ def t6_train(train, alpha, lambdas, *, steps, learning_rate, k_top=3, estimator=
   def train_one(t, lam):
     def step(w, _):
       return w - learning_rate * jax.grad(objective)(w, t, lam), None
+
     w, _ = jax.lax.scan(step, jnp.zeros(x.shape[-1] + 1), None, length=steps)
     return w
 
@@ -183,8 +216,9 @@ def t6_train(train, alpha, lambdas, *, steps, learning_rate, k_top=3, estimator=
 def run_t6(config, data, alpha):
   """T6 at one alpha: NDCG@10 and oracle-conditioned leakage on the test lists per variant."""
   train, valid, test = data
-  labels, weights = t6_train(train, alpha, config.t6.lambdas, steps=config.t6.steps,
-                             learning_rate=config.t6.learning_rate, k_top=config.k_top)
+  labels, weights = t6_train(
+    train, alpha, config.t6.lambdas, steps=config.t6.steps, learning_rate=config.t6.learning_rate, k_top=config.k_top
+  )
   x = jnp.asarray(test.features)
   scores = jnp.einsum("qlf,vf->vql", x, weights[:, :-1]) + weights[:, -1][:, None, None]
   where = jnp.asarray(test.where)
@@ -193,10 +227,12 @@ def run_t6(config, data, alpha):
   rows = {}
   for v, label in enumerate(labels):
     met = metrics_lib.ranking_metrics(scores[v], jnp.asarray(test.labels), where=where, cutoffs=(10,))
-    leak = lambda by_label: float(losses.oracle_leakage(scores[v], d, pos, jnp.asarray(test.labels),
-                                                        where=where, k_top=config.k_top, by_label=by_label))
-    rows[label] = {"ndcg@10": float(np.mean(met["ndcg@10"])), "leakage_(k,y)": leak(True),
-                   "leakage_(k)": leak(False)}
+    leak = lambda by_label: float(
+      losses.oracle_leakage(
+        scores[v], d, pos, jnp.asarray(test.labels), where=where, k_top=config.k_top, by_label=by_label
+      )
+    )
+    rows[label] = {"ndcg@10": float(np.mean(met["ndcg@10"])), "leakage_(k,y)": leak(True), "leakage_(k)": leak(False)}
   return rows
 
 
@@ -209,16 +245,18 @@ def t6_checks(rows):
   largest = lam_rows[int(np.argmax(lams))]
   moderate = sorted([k for k, l in zip(lam_rows, lams) if 1 <= l <= 30], key=lambda k: lams[lam_rows.index(k)])
   return {
-      "naive<ips_pos": g("naive") < g("ips_pos"),
-      "ips_pos<best_moderate_penalty": any(g(k) > g("ips_pos") for k in moderate),
-      "best_penalty_vs_ips_full": g(best) - g("ips_full"),
-      # (k, y) cells over the moderate lambdas (<= 30; beyond, the ranker collapses), (k) cells over all.
-      "leakage_(k,y)_falls_over_moderate_lambda": bool(
-          g(moderate[-1], "leakage_(k,y)") < g(moderate[0], "leakage_(k,y)")) if moderate else None,
-      "leakage_(k)_nonincreasing_in_lambda": bool(np.all(np.diff(
-          [g(k, "leakage_(k)") for k in sorted(lam_rows, key=lambda k: lams[lam_rows.index(k)])]) <= 1e-4)),
-      "too_large_lambda_below_ips_pos": g(largest) < g("ips_pos"),
-      "penalty_gain": max(g(k) for k in moderate) - g("ips_pos") if moderate else float("nan"),
+    "naive<ips_pos": g("naive") < g("ips_pos"),
+    "ips_pos<best_moderate_penalty": any(g(k) > g("ips_pos") for k in moderate),
+    "best_penalty_vs_ips_full": g(best) - g("ips_full"),
+    # (k, y) cells over the moderate lambdas (<= 30; beyond, the ranker collapses), (k) cells over all.
+    "leakage_(k,y)_falls_over_moderate_lambda": bool(g(moderate[-1], "leakage_(k,y)") < g(moderate[0], "leakage_(k,y)"))
+    if moderate
+    else None,
+    "leakage_(k)_nonincreasing_in_lambda": bool(
+      np.all(np.diff([g(k, "leakage_(k)") for k in sorted(lam_rows, key=lambda k: lams[lam_rows.index(k)])]) <= 1e-4)
+    ),
+    "too_large_lambda_below_ips_pos": g(largest) < g("ips_pos"),
+    "penalty_gain": max(g(k) for k in moderate) - g("ips_pos") if moderate else float("nan"),
   }
 
 
@@ -234,8 +272,11 @@ def exposure_slope_size(params):
   >>> exposure_slope_size({"bias": {"exposure_slope": np.array([[0.1, -0.3], [0.0, 0.2]])}}).tolist()
   [0.2, 0.1]
   """
-  leaves = [v for path, v in jax.tree_util.tree_flatten_with_path(params)[0]
-            if getattr(path[-1], "key", None) == "exposure_slope"]
+  leaves = [
+    v
+    for path, v in jax.tree_util.tree_flatten_with_path(params)[0]
+    if getattr(path[-1], "key", None) == "exposure_slope"
+  ]
   return np.abs(np.asarray(leaves[0], np.float64)).mean(-1) if leaves else None
 
 
@@ -248,12 +289,13 @@ def run_t7(config, data, setting, alpha, *, methods=None, train_overrides=None):
   click_fn = make_position_trust_click_fn({"alpha_key": "trust_alpha"})
   tc = _train_config(config, dict(train_overrides or {}))
   rows, histories = {}, {}
-  for name in (config.methods if methods is None else methods):
+  for name in config.methods if methods is None else methods:
     mcfg = ml_collections.ConfigDict(dict(config.ranker))
     if name in config.method_configs:
       mcfg.update(dict(config.method_configs[name]))
-    m = with_leakage_diagnostics(get_method(name, mcfg, num_features=train.num_features,
-                                            list_size=train.list_size), k_top=config.k_top)
+    m = with_leakage_diagnostics(
+      get_method(name, mcfg, num_features=train.num_features, list_size=train.list_size), k_top=config.k_top
+    )
     t0 = time.perf_counter()
     res = fit(m, train, valid, click_fn=click_fn, config=tc, seeds=tuple(range(config.num_seeds)))
     met = evaluate(m, res.params, test, cutoffs=(3, 5, 10))
@@ -293,8 +335,14 @@ def run_t8(config, data):
     if display not in ("logging", "random"):
       raise ValueError(f"t8.displays: expected 'logging' or 'random', got {display!r}")
     tr = shuffle_display(train, config.data.seed) if display == "random" else train
-    rows, hist = run_t7(config, (tr, valid, test), "position", 0.0, methods=t8.methods,
-                        train_overrides={"steps": t8.steps, "eval_every": t8.eval_every})
+    rows, hist = run_t7(
+      config,
+      (tr, valid, test),
+      "position",
+      0.0,
+      methods=t8.methods,
+      train_overrides={"steps": t8.steps, "eval_every": t8.eval_every},
+    )
     curves = {}
     for name, h in hist.items():
       steps, traj = propensity_mae_trajectory(h)
@@ -316,6 +364,7 @@ def _curve(history, key):
 def write_figures(workdir, t7, histories, key_setting):
   """PNG analogues of Figures 2-5 from the T7 run at ``key_setting``."""
   import matplotlib  # noqa: PLC0415
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # noqa: PLC0415
 
@@ -334,30 +383,40 @@ def write_figures(workdir, t7, histories, key_setting):
     if name in hist:
       ax.plot(*_curve(hist[name], "oracle_I_D"), style, label=f"leakage ({name})")
       ax2.plot(*_curve(hist[name], "ess_model"), style, color="gray", label=f"ESS ({name})")
-  ax.set_xlabel("step"); ax.set_ylabel("oracle I_D (nats)"); ax2.set_ylabel("ESS per batch")
-  ax.legend(loc="upper left"); ax2.legend(loc="upper right")
+  ax.set_xlabel("step")
+  ax.set_ylabel("oracle I_D (nats)")
+  ax2.set_ylabel("ESS per batch")
+  ax.legend(loc="upper left")
+  ax2.legend(loc="upper right")
   ax.set_title(f"Fig. 2 analogue ({key_setting})")
   save(fig, "fig2_leakage_ess.png")
 
   names = [n for n in ("dla", "sif_full", "sif_dr", "sif_exp", "sif_dec") if n in rows and "propensity_mae" in rows[n]]
   fig, ax = plt.subplots(figsize=(6, 4))
-  ax.bar(names, [rows[n]["propensity_mae"]["mean"] for n in names],
-         yerr=[rows[n]["propensity_mae"]["std"] for n in names])
-  ax.set_ylabel("exposure-propensity MAE_rel"); ax.set_title("Fig. 3 analogue")
+  ax.bar(
+    names, [rows[n]["propensity_mae"]["mean"] for n in names], yerr=[rows[n]["propensity_mae"]["std"] for n in names]
+  )
+  ax.set_ylabel("exposure-propensity MAE_rel")
+  ax.set_title("Fig. 3 analogue")
   save(fig, "fig3_propensity_mae.png")
 
   names = [n for n in ("dla", "sif_exp", "sif_dec", "sif_full", "sif_dr") if n in rows]
   fig, ax = plt.subplots(figsize=(6, 4))
   ax.bar(names, [rows[n]["ndcg@10"]["mean"] for n in names], yerr=[rows[n]["ndcg@10"]["std"] for n in names])
   lo = min(rows[n]["ndcg@10"]["mean"] for n in names)
-  ax.set_ylim(lo - 0.05, None); ax.set_ylabel("NDCG@10"); ax.set_title("Fig. 4 analogue")
+  ax.set_ylim(lo - 0.05, None)
+  ax.set_ylabel("NDCG@10")
+  ax.set_title("Fig. 4 analogue")
   save(fig, "fig4_ndcg_ablation.png")
 
   fig, ax = plt.subplots(figsize=(6, 4))
   for name in ("sif_full", "sif_dr", "dla", "sif_dec"):
     if name in hist:
       ax.plot(*_curve(hist[name], "oracle_I_D"), label=name)
-  ax.set_xlabel("step"); ax.set_ylabel("oracle I_D (nats)"); ax.legend(); ax.set_title("Fig. 5 analogue")
+  ax.set_xlabel("step")
+  ax.set_ylabel("oracle I_D (nats)")
+  ax.legend()
+  ax.set_title("Fig. 5 analogue")
   save(fig, "fig5_leakage_steps.png")
   return paths
 
@@ -379,8 +438,11 @@ def second_half_change(history, key):
   last = rows[-1]
   mid = min(rows[:-1], key=lambda h: abs(h["step"] - last["step"] / 2))
   a, b = np.asarray(mid[f"train/{key}"], float), np.asarray(last[f"train/{key}"], float)
-  return {"steps": [int(mid["step"]), int(last["step"])], "values": [float(a.mean()), float(b.mean())],
-          "change": summarize(b - a)}
+  return {
+    "steps": [int(mid["step"]), int(last["step"])],
+    "values": [float(a.mean()), float(b.mean())],
+    "change": summarize(b - a),
+  }
 
 
 def t7_checks(t7, histories, alpha_key, position_key):
@@ -425,10 +487,11 @@ def run(config, workdir):
     for alpha in config.t6.alphas:
       rows = run_t6(config, data, alpha)
       t6[f"alpha={alpha:g}"] = {"rows": rows, "checks": t6_checks(rows)}
-      table = markdown_table(rows, ["ndcg@10", "leakage_(k,y)", "leakage_(k)"], row_header="variant",
-                             precision=4)
-      report.append(f"### T6 (oracle mechanism, population clicks), alpha = {alpha:g}\n\n{table}\n\n"
-                    f"checks: {json.dumps(t6_checks(rows), default=float)}\n")
+      table = markdown_table(rows, ["ndcg@10", "leakage_(k,y)", "leakage_(k)"], row_header="variant", precision=4)
+      report.append(
+        f"### T6 (oracle mechanism, population clicks), alpha = {alpha:g}\n\n{table}\n\n"
+        f"checks: {json.dumps(t6_checks(rows), default=float)}\n"
+      )
       print(report[-1], flush=True)
   t8 = {}
   if config.t8.enabled:
@@ -436,8 +499,7 @@ def run(config, workdir):
     for dkey, block in t8.items():
       cols = ["ndcg@10", "propensity_mae", "propensity_mae_final", "steps_to_mae<0.05"]
       cell = lambda r, c: ("never" if r[c] is None else r[c]) if c in r else "-"
-      table = markdown_table({n: {c: cell(r, c) for c in cols} for n, r in block["rows"].items()}, cols,
-                             precision=4)
+      table = markdown_table({n: {c: cell(r, c) for c in cols} for n, r in block["rows"].items()}, cols, precision=4)
       report.append(f"### T8 (position-only PBM, {config.t8.steps} steps) [{dkey}]\n\n{table}\n")
       print(report[-1], flush=True)
   results, histories = {}, {}
@@ -453,10 +515,15 @@ def run(config, workdir):
     report.append(f"### {title} [{key}]\n\n{table}\n")
     print(report[-1], flush=True)
   if results:
-    t3 = {a: {n: results[f"setting=trust/alpha={a:g}"][n]["ndcg@10"] for n in
-              results[f"setting=trust/alpha={a:g}"]} for a in config.alphas}
-    table3 = markdown_table({n: {f"alpha={a:g}": t3[a][n] for a in config.alphas} for n in config.methods},
-                            [f"alpha={a:g}" for a in config.alphas], precision=4)
+    t3 = {
+      a: {n: results[f"setting=trust/alpha={a:g}"][n]["ndcg@10"] for n in results[f"setting=trust/alpha={a:g}"]}
+      for a in config.alphas
+    }
+    table3 = markdown_table(
+      {n: {f"alpha={a:g}": t3[a][n] for a in config.alphas} for n in config.methods},
+      [f"alpha={a:g}" for a in config.alphas],
+      precision=4,
+    )
     report.append(f"### Table III analogue (NDCG@10 by trust strength)\n\n{table3}\n")
     print(report[-1], flush=True)
   fig_key = f"setting=trust/alpha={config.figure_alpha:g}"
@@ -465,14 +532,22 @@ def run(config, workdir):
   for dkey, block in t8.items():
     for name, row in block["rows"].items():
       if "propensity_mae_final" in row:
-        checks[f"t8/{dkey}/{name}"] = {"mae_final": row["propensity_mae_final"]["mean"],
-                                       "steps_to_mae<0.05": row["steps_to_mae<0.05"]}
+        checks[f"t8/{dkey}/{name}"] = {
+          "mae_final": row["propensity_mae_final"]["mean"],
+          "steps_to_mae<0.05": row["steps_to_mae<0.05"],
+        }
   report.append(f"### T7/T8 checks\n\n{json.dumps(checks, default=float, indent=1)}\n")
   print(report[-1], flush=True)
   elapsed = time.perf_counter() - t_start
   report.append(f"total wall time: {elapsed:.1f} s\n")
   print(report[-1], flush=True)
-  payload = {**results, "t6": t6, "t8": t8, "checks": checks, "seconds": elapsed,
-             "histories": {k: {n: h for n, h in v.items()} for k, v in histories.items()}}
+  payload = {
+    **results,
+    "t6": t6,
+    "t8": t8,
+    "checks": checks,
+    "seconds": elapsed,
+    "histories": {k: {n: h for n, h in v.items()} for k, v in histories.items()},
+  }
   write_results(workdir, payload, table="\n".join(report))
   return payload, figures

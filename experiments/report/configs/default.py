@@ -26,27 +26,53 @@ SIF_VARIANTS = ("sif_full", "sif_dr", "dr", "sif_position", "ips_trust_oracle", 
 SIF_ABLATIONS = ("sif_lambda0", "sif_exp", "sif_dec")
 # The click-model learners: a relevance tower as the attraction of a UBM / DBN fitted by session likelihood.
 CLICK_MODEL_LEARNERS = ("click_model_ubm", "click_model_dbn")
-METHODS = ("naive", "ips", "snips", "affine", "ips_policy_aware", "dla", "regression_em", "two_tower", "paird",
-           "vectorization", "lbd", "cld", "cld_pair", *SIF_VARIANTS, *CLICK_MODEL_LEARNERS, "full_info")
+METHODS = (
+  "naive",
+  "ips",
+  "snips",
+  "affine",
+  "ips_policy_aware",
+  "dla",
+  "regression_em",
+  "two_tower",
+  "paird",
+  "vectorization",
+  "lbd",
+  "cld",
+  "cld_pair",
+  *SIF_VARIANTS,
+  *CLICK_MODEL_LEARNERS,
+  "full_info",
+)
 ALL_METHODS = METHODS[:-1] + SIF_ABLATIONS + METHODS[-1:]
 # New columns go last: a bias's index seeds its data (context_pbm's contexts), so appending keeps every
 # other column.
-BIASES = ("pbm", "trust", "position_trust", "dcm", "individual", "topk", "context_pbm", "ubm", "dbn", "ccm",
-          "topk_sample")
+BIASES = (
+  "pbm",
+  "trust",
+  "position_trust",
+  "dcm",
+  "individual",
+  "topk",
+  "context_pbm",
+  "ubm",
+  "dbn",
+  "ccm",
+  "topk_sample",
+)
 
 
 def _biases(top_k: int) -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.pbm = {"click_model": {"name": "pbm_table", "eta": 1.0, "eps": 0.1}}
   c.trust = {"click_model": {"name": "trust", "eta": 1.0, "eps": 0.1}}
-  c.position_trust = {"click_model": {"name": "position_trust", "alpha": 0.6, "delta": 0.3, "gamma": 1.0,
-                                      "eta": 1.0, "eps": 0.1}}
+  c.position_trust = {
+    "click_model": {"name": "position_trust", "alpha": 0.6, "delta": 0.3, "gamma": 1.0, "eta": 1.0, "eps": 0.1}
+  }
   c.dcm = {"click_model": {"name": "dcm", "continuation": 0.5, "eps": 0.1}}
   # Individual-level observation (LBD): crux features picked by ridge importance, w = w_scale * LBD's w.
-  c.individual = {"click_model": {"name": "individual", "eta": 1.0, "eps": 0.1}, "num_crux": 5,
-                  "w_scale": 0.3}
-  c.topk = {"click_model": {"name": "pbm_table", "eta": 1.0, "eps": 0.1, "top_k": top_k},
-            "selection": "topk"}
+  c.individual = {"click_model": {"name": "individual", "eta": 1.0, "eps": 0.1}, "num_crux": 5, "w_scale": 0.3}
+  c.topk = {"click_model": {"name": "pbm_table", "eta": 1.0, "eps": 0.1, "top_k": top_k}, "selection": "topk"}
   c.context_pbm = {"click_model": {"name": "context_pbm", "eta": 1.0, "eps": 0.1, "num_contexts": 5}}
   # User browsing model: examination by rank and distance to the last click (the PBM table before one).
   c.ubm = {"click_model": {"name": "ubm", "eta": 1.0, "eps": 0.1}}
@@ -56,8 +82,11 @@ def _biases(top_k: int) -> ml_collections.ConfigDict:
   # Top-k selection under a stochastic logging policy: each session shows a Plackett-Luce sample of the
   # standardised logging scores (temperature 1), cut to the top k, so every candidate is shown now and then
   # (policy-aware IPS, Oosterhuis & de Rijke SIGIR'20, weighs clicks by each candidate's expected examination).
-  c.topk_sample = {"click_model": {"name": "pbm_table", "eta": 1.0, "eps": 0.1, "top_k": top_k},
-                   "selection": "topk", "logging_temperature": 1.0}
+  c.topk_sample = {
+    "click_model": {"name": "pbm_table", "eta": 1.0, "eps": 0.1, "top_k": top_k},
+    "selection": "topk",
+    "logging_temperature": 1.0,
+  }
   # Every user can face top-k selection: --config.bias_configs.<bias>.selection=topk lists every candidate
   # (in the logging policy's order) and shows the top k of the logging policy (`topk` is pbm so).
   for name in c.keys():
@@ -98,9 +127,9 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   # Its weights assume that display, so it is no default column: --config.methods="('pdgd',)"
   # --config.train.display=model_sample (README).
   # Its switches take PDGD apart: pairs="all", debias=False, surrogate="log_probability".
-  config.method_configs.pdgd = ml_collections.ConfigDict({**mlp, "top_k": config.logging_policy.top_k,
-                                                          "pairs": "considered", "debias": True,
-                                                          "surrogate": "probability"})
+  config.method_configs.pdgd = ml_collections.ConfigDict(
+    {**mlp, "top_k": config.logging_policy.top_k, "pairs": "considered", "debias": True, "surrogate": "probability"}
+  )
 
   config.train = default_train_config()
   config.train.steps = 600
@@ -121,8 +150,11 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   # --config.online.pdgd.display=logged shows PDGD the logging policy's lists instead of its own (README).
   online = default_online_config()
   config.online = ml_collections.ConfigDict(
-      {k: online[k] for k in ("ranker", "hidden_sizes", "zero_init", "num_impressions", "eval_every",
-                              "pdgd", "dbgd", "mgd", "nsgd")})
+    {
+      k: online[k]
+      for k in ("ranker", "hidden_sizes", "zero_init", "num_impressions", "eval_every", "pdgd", "dbgd", "mgd", "nsgd")
+    }
+  )
   config.online.methods = ()
 
   if arg == "smoke":

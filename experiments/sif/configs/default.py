@@ -14,8 +14,7 @@ r"""Default config of the SIF study (spec-sif 7.1 T6/T7 toy; position-only and p
 
 import ml_collections
 
-METHODS = ("naive", "ips", "dla", "regression_em", "paird", "dr", "sif_exp", "sif_dec", "sif_full",
-           "sif_dr")
+METHODS = ("naive", "ips", "dla", "regression_em", "paird", "dr", "sif_exp", "sif_dec", "sif_full", "sif_dr")
 
 
 def get_config(arg: str = "") -> ml_collections.ConfigDict:

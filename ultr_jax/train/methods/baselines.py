@@ -128,14 +128,14 @@ def make_relevance_tower(config, *, output_size: int = 1):
   (8, 4)
   """
   return models.make_ranker(
-      _get(config, "ranker", "mlp"),
-      hidden_sizes=tuple(_get(config, "hidden_sizes", (512, 256, 128))),
-      activation=_get(config, "activation", "elu"),
-      layer_norm=bool(_get(config, "layer_norm", True)),
-      dropout=float(_get(config, "dropout", 0.0)),
-      norm_position=_get(config, "norm_position", "after"),
-      ln_epsilon=float(_get(config, "ln_epsilon", 1e-6)),
-      output_size=output_size,
+    _get(config, "ranker", "mlp"),
+    hidden_sizes=tuple(_get(config, "hidden_sizes", (512, 256, 128))),
+    activation=_get(config, "activation", "elu"),
+    layer_norm=bool(_get(config, "layer_norm", True)),
+    dropout=float(_get(config, "dropout", 0.0)),
+    norm_position=_get(config, "norm_position", "after"),
+    ln_epsilon=float(_get(config, "ln_epsilon", 1e-6)),
+    output_size=output_size,
   )
 
 
@@ -180,8 +180,7 @@ class _Towers:
     """Training-mode relevance logits (dropout on when configured)."""
     x = jnp.asarray(batch["features"], jnp.float32)
     if key is not None and self.dropout > 0:
-      return self.ranker.apply({"params": params["relevance"]}, x, deterministic=False,
-                               rngs={"dropout": key})
+      return self.ranker.apply({"params": params["relevance"]}, x, deterministic=False, rngs={"dropout": key})
     return self.ranker.apply({"params": params["relevance"]}, x)
 
   def score(self, params, batch):
@@ -199,8 +198,14 @@ def _where(batch):
 
 
 def _make(name, towers, loss, propensities=None, click_logits=None):
-  return Method(name=name, init=lambda key, batch: (towers.init(key), {}), loss=loss,
-                score=towers.score, propensities=propensities, click_logits=click_logits)
+  return Method(
+    name=name,
+    init=lambda key, batch: (towers.init(key), {}),
+    loss=loss,
+    score=towers.score,
+    propensities=propensities,
+    click_logits=click_logits,
+  )
 
 
 # ----------------------------------------------------------------------------
@@ -217,12 +222,10 @@ def _position_table(name, config, field="propensities"):
     return None
   table = np.asarray(table, np.float64)
   if table.ndim != 1 or table.size == 0:
-    raise ValueError(f"{name}: {field} must be a non-empty list, one value per position,"
-                     f" got shape {table.shape}")
+    raise ValueError(f"{name}: {field} must be a non-empty list, one value per position, got shape {table.shape}")
   if field == "propensities":
     bad = ~(np.isfinite(table) & (table > 0))
-    why = ("must be finite and > 0 (an unidentified position's NaN from harvest_propensities cannot weight"
-           " clicks)")
+    why = "must be finite and > 0 (an unidentified position's NaN from harvest_propensities cannot weight clicks)"
   else:
     bad = ~(np.isfinite(table) & (table >= 0) & (table <= 1))
     why = "must be a probability in [0, 1]"
@@ -233,8 +236,11 @@ def _position_table(name, config, field="propensities"):
 
 
 # The config tables a click method may take in place of the batch's oracle entries: config field -> batch key.
-_TABLES = {"ips": {"propensities": "examination"}, "snips": {"propensities": "examination"},
-           "affine": {"propensities": "examination", "eps_plus": "eps_plus", "eps_minus": "eps_minus"}}
+_TABLES = {
+  "ips": {"propensities": "examination"},
+  "snips": {"propensities": "examination"},
+  "affine": {"propensities": "examination", "eps_plus": "eps_plus", "eps_minus": "eps_minus"},
+}
 
 
 def _click_method(name, config, num_features, list_size, weighting, propensity_key="examination"):
@@ -257,18 +263,18 @@ def _click_method(name, config, num_features, list_size, weighting, propensity_k
 
 
 _CLICK_LOSSES = {
-    ("naive", "listwise"): losses.naive_softmax_loss,
-    ("naive", "pointwise"): losses.naive_sigmoid_loss,
-    ("naive", "pairwise"): losses.naive_pairwise_loss,
-    ("ips", "listwise"): losses.ips_softmax_loss,
-    ("ips", "pointwise"): losses.ips_sigmoid_loss,
-    ("ips", "pairwise"): losses.ips_pairwise_loss,
-    ("naive", "lambdarank"): functools.partial(losses.naive_pairwise_loss, lambdaweight_fn=losses.lambdarank_weights),
-    ("ips", "lambdarank"): functools.partial(losses.ips_pairwise_loss, lambdaweight_fn=losses.lambdarank_weights),
-    ("snips", "listwise"): losses.snips_softmax_loss,
-    ("snips", "pointwise"): losses.snips_sigmoid_loss,
-    ("affine", "listwise"): losses.affine_softmax_loss,
-    ("affine", "pointwise"): losses.affine_sigmoid_loss,
+  ("naive", "listwise"): losses.naive_softmax_loss,
+  ("naive", "pointwise"): losses.naive_sigmoid_loss,
+  ("naive", "pairwise"): losses.naive_pairwise_loss,
+  ("ips", "listwise"): losses.ips_softmax_loss,
+  ("ips", "pointwise"): losses.ips_sigmoid_loss,
+  ("ips", "pairwise"): losses.ips_pairwise_loss,
+  ("naive", "lambdarank"): functools.partial(losses.naive_pairwise_loss, lambdaweight_fn=losses.lambdarank_weights),
+  ("ips", "lambdarank"): functools.partial(losses.ips_pairwise_loss, lambdaweight_fn=losses.lambdarank_weights),
+  ("snips", "listwise"): losses.snips_softmax_loss,
+  ("snips", "pointwise"): losses.snips_sigmoid_loss,
+  ("affine", "listwise"): losses.affine_softmax_loss,
+  ("affine", "pointwise"): losses.affine_sigmoid_loss,
 }
 
 
@@ -302,8 +308,9 @@ def click_loss(weighting: str, loss_type: str, *, max_weight=None, name=None, pr
     if weighting != "naive":
       kw.update(propensities=jnp.asarray(batch[propensity_key], jnp.float32), max_weight=max_weight)
     if weighting == "affine":
-      kw.update(eps_plus=jnp.asarray(batch["eps_plus"], jnp.float32),
-                eps_minus=jnp.asarray(batch["eps_minus"], jnp.float32))
+      kw.update(
+        eps_plus=jnp.asarray(batch["eps_plus"], jnp.float32), eps_minus=jnp.asarray(batch["eps_minus"], jnp.float32)
+      )
     return fn(scores, clicks, where=where, **kw)
 
   return loss
@@ -367,14 +374,23 @@ def pdgd(config, *, num_features: int, list_size: int) -> Method:
   if top_k is not None and int(top_k) < 1:
     raise ValueError(f"pdgd: top_k must be >= 1 or None, got {top_k}")
   top_k = None if top_k is None else int(top_k)
-  switches = {"pairs": str(_get(config, "pairs", "considered")), "debias": bool(_get(config, "debias", True)),
-              "surrogate": str(_get(config, "surrogate", "probability"))}
+  switches = {
+    "pairs": str(_get(config, "pairs", "considered")),
+    "debias": bool(_get(config, "debias", True)),
+    "surrogate": str(_get(config, "surrogate", "probability")),
+  }
   pdgd_lib.check_switches(switches["pairs"], switches["surrogate"])
 
   def loss(params, extra, batch, key):
     scores = towers.relevance(params, batch, key)
-    value = losses.pdgd_loss(scores, jnp.asarray(batch["clicks"], jnp.float32), positions=batch_positions(batch),
-                             where=_where(batch), top_k=top_k, **switches)
+    value = losses.pdgd_loss(
+      scores,
+      jnp.asarray(batch["clicks"], jnp.float32),
+      positions=batch_positions(batch),
+      where=_where(batch),
+      top_k=top_k,
+      **switches,
+    )
     return value, ({}, extra)
 
   return _make("pdgd", towers, loss)
@@ -398,8 +414,9 @@ def dla(config, *, num_features: int, list_size: int) -> Method:
     where = _where(batch)
     scores = towers.relevance(params, batch, key)
     obs = towers.observation(params, batch_positions(batch))
-    ranker_loss, exam_loss = losses.dla_loss(scores, obs, jnp.asarray(batch["clicks"], jnp.float32),
-                                             where=where, max_weight=max_weight, return_parts=True)
+    ranker_loss, exam_loss = losses.dla_loss(
+      scores, obs, jnp.asarray(batch["clicks"], jnp.float32), where=where, max_weight=max_weight, return_parts=True
+    )
     return ranker_loss + exam_loss, ({"ranker_loss": ranker_loss, "propensity_loss": exam_loss}, extra)
 
   def propensities(params, extra):
@@ -432,8 +449,7 @@ def regression_em(config, *, num_features: int, list_size: int) -> Method:
     scores = towers.relevance(params, batch, key)
     clicks = jnp.asarray(batch["clicks"], jnp.float32)
     value = losses.regression_em_loss(scores, clicks, propensities=jnp.take(theta, positions), where=where)
-    new_theta = losses.em_propensity_update(theta, scores, clicks, positions, where=where,
-                                            step_size=step_size)
+    new_theta = losses.em_propensity_update(theta, scores, clicks, positions, where=where, step_size=step_size)
     return value, ({}, {"propensities": new_theta})
 
   def propensities(params, extra):
@@ -446,8 +462,9 @@ def regression_em(config, *, num_features: int, list_size: int) -> Method:
     log_p = log_theta + jax.nn.log_sigmoid(towers.score(params, batch))
     return log_p - log1mexp(jnp.minimum(log_p, -1e-7))
 
-  return Method(name="regression_em", init=init, loss=loss, score=towers.score,
-                propensities=propensities, click_logits=click_logits)
+  return Method(
+    name="regression_em", init=init, loss=loss, score=towers.score, propensities=propensities, click_logits=click_logits
+  )
 
 
 # ----------------------------------------------------------------------------
@@ -466,8 +483,7 @@ def two_tower(config, *, num_features: int, list_size: int) -> Method:
     where = _where(batch)
     scores = towers.relevance(params, batch, key)
     obs = towers.observation(params, batch_positions(batch))
-    value = losses.two_tower_loss(scores, obs, jnp.asarray(batch["clicks"], jnp.float32),
-                                  where=where, mode=mode)
+    value = losses.two_tower_loss(scores, obs, jnp.asarray(batch["clicks"], jnp.float32), where=where, mode=mode)
     return value, ({}, extra)
 
   def propensities(params, extra):
@@ -508,11 +524,16 @@ def paird(config, *, num_features: int, list_size: int) -> Method:
     scores = towers.relevance(params, batch, key)
     clicks = jnp.asarray(batch["clicks"], jnp.float32)
     value = losses.pairwise_debiasing_loss(
-        scores, clicks, t_plus=jnp.take(extra["t_plus"], positions),
-        t_minus=jnp.take(extra["t_minus"], positions), where=where, max_weight=max_weight)
+      scores,
+      clicks,
+      t_plus=jnp.take(extra["t_plus"], positions),
+      t_minus=jnp.take(extra["t_minus"], positions),
+      where=where,
+      max_weight=max_weight,
+    )
     t_plus, t_minus = losses.pairwise_debiasing_update(
-        extra["t_plus"], extra["t_minus"], scores, clicks, positions, where=where,
-        step_size=step_size, p=p)
+      extra["t_plus"], extra["t_minus"], scores, clicks, positions, where=where, step_size=step_size, p=p
+    )
     return value, ({}, {"t_plus": t_plus, "t_minus": t_minus})
 
   def propensities(params, extra):
@@ -547,16 +568,19 @@ def vectorization(config, *, num_features: int, list_size: int) -> Method:
   density_l2 = float(_get(config, "density_l2", 1e-3))
   num_positions = int(_get(config, "num_positions", list_size))
   ranker = make_relevance_tower(config, output_size=d)
-  density = models.MLPRanker(hidden_sizes=tuple(_get(config, "density_sizes", (256, 64))),
-                             activation="elu", layer_norm=False, output_size=2 * d)
+  density = models.MLPRanker(
+    hidden_sizes=tuple(_get(config, "density_sizes", (256, 64))), activation="elu", layer_norm=False, output_size=2 * d
+  )
   dropout = float(_get(config, "dropout", 0.0))
 
   def init(key, batch):
     k_rel, k_den = jax.random.split(key)
     x = jnp.zeros((1, 1, num_features), jnp.float32)
-    params = {"relevance": ranker.init(k_rel, x)["params"],
-              "observation": jnp.ones((num_positions, d), jnp.float32),
-              "density": density.init(k_den, x)["params"]}
+    params = {
+      "relevance": ranker.init(k_rel, x)["params"],
+      "observation": jnp.ones((num_positions, d), jnp.float32),
+      "density": density.init(k_den, x)["params"],
+    }
     return params, {"step": jnp.zeros((), jnp.int32)}
 
   def _density(params, x):
@@ -579,9 +603,12 @@ def vectorization(config, *, num_features: int, list_size: int) -> Method:
     clicks = jnp.asarray(batch["clicks"], jnp.float32)
     click_loss = losses.naive_softmax_loss(jnp.sum(r * o, axis=-1), clicks, where=where)
     density_loss = losses.observation_density_loss(mean, log_var, o, where=where)
-    kernels = [leaf for path, leaf in jax.tree_util.tree_leaves_with_path(params["density"])
-               if getattr(path[-1], "key", None) == "kernel"]
-    l2 = density_l2 * 0.5 * sum(jnp.sum(k ** 2) for k in kernels)
+    kernels = [
+      leaf
+      for path, leaf in jax.tree_util.tree_leaves_with_path(params["density"])
+      if getattr(path[-1], "key", None) == "kernel"
+    ]
+    l2 = density_l2 * 0.5 * sum(jnp.sum(k**2) for k in kernels)
     total = click_loss + density_loss + jnp.where(frozen, 0.0, l2)
     metrics = {"click_loss": click_loss, "density_loss": density_loss}
     return total, (metrics, {"step": extra["step"] + 1})

@@ -64,10 +64,13 @@ class _Tower:
 
   def __init__(self, kind, config, num_features):
     self.dropout = float(_get(config, "dropout", 0.5)) if kind == "mlp" else 0.0
-    self.module = models.make_ranker(kind, hidden_sizes=tuple(_get(config, "hidden_sizes", (256, 128, 64))),
-                                     activation=_get(config, "activation", "elu"),
-                                     layer_norm=bool(_get(config, "layer_norm", False)),
-                                     dropout=self.dropout)
+    self.module = models.make_ranker(
+      kind,
+      hidden_sizes=tuple(_get(config, "hidden_sizes", (256, 128, 64))),
+      activation=_get(config, "activation", "elu"),
+      layer_norm=bool(_get(config, "layer_norm", False)),
+      dropout=self.dropout,
+    )
     self.num_features = int(num_features)
 
   def init(self, key):
@@ -132,8 +135,19 @@ def _pointwise(name, config, num_features, ranker):
 
   def loss_fn(params, f_beta, f_omega, batch):
     where, shown, clicks, rho, weights = _log(batch)
-    value = losses.cld_loss(f_beta, f_omega, clicks, propensities=rho, shown=shown, where=where,
-                            weights=weights, gamma=gamma, link=link, sq_weight=sq_weight, target=target)
+    value = losses.cld_loss(
+      f_beta,
+      f_omega,
+      clicks,
+      propensities=rho,
+      shown=shown,
+      where=where,
+      weights=weights,
+      gamma=gamma,
+      link=link,
+      sq_weight=sq_weight,
+      target=target,
+    )
     return value, {}
 
   return _two_tower_method(name, config, num_features, ranker, loss_fn)
@@ -148,9 +162,18 @@ def _pairwise(name, config, num_features, ranker):
   def loss_fn(params, f_beta, f_omega, batch):
     where, shown, clicks, rho, weights = _log(batch)
     y = jnp.where(shown, clicks / jnp.where(shown, rho, 1.0), 0.0)
-    value = losses.cld_pair_loss(f_beta, f_omega, y, shown=shown, where=where, weights=weights,
-                                 bpr_weight=bpr_weight, sel_weight=sel_weight, unobs_weight=unobs_weight,
-                                 include_selected_ties=ties)
+    value = losses.cld_pair_loss(
+      f_beta,
+      f_omega,
+      y,
+      shown=shown,
+      where=where,
+      weights=weights,
+      bpr_weight=bpr_weight,
+      sel_weight=sel_weight,
+      unobs_weight=unobs_weight,
+      include_selected_ties=ties,
+    )
     return value, {}
 
   return _two_tower_method(name, config, num_features, ranker, loss_fn)
@@ -192,9 +215,16 @@ def _heckman_parts(config, num_features):
     where, shown, clicks, _, weights = _log(batch)
     x = _features(batch)
     total, (s_part, o_part) = losses.heckman_loss(
-        rel.apply(params["relevance"], x), sel.apply(params["selection"], x), clicks,
-        mills_coef=params["mills"], shown=shown, where=where, weights=weights, outcome=outcome,
-        return_parts=True)
+      rel.apply(params["relevance"], x),
+      sel.apply(params["selection"], x),
+      clicks,
+      mills_coef=params["mills"],
+      shown=shown,
+      where=where,
+      weights=weights,
+      outcome=outcome,
+      return_parts=True,
+    )
     return total, {"selection_loss": s_part, "outcome_loss": o_part}
 
   def score(params, batch):
@@ -207,8 +237,12 @@ def _heckman_parts(config, num_features):
 def heckman_rank(config, *, num_features: int, list_size: int) -> Method:
   """Heckman-rank: probit selection stage + outcome on [x, inverse Mills ratio]; no propensities."""
   init, loss, score = _heckman_parts(config, num_features)
-  return Method(name="heckman_rank", init=lambda key, batch: (init(key), {}),
-                loss=lambda p, e, b, k: (lambda v: (v[0], (v[1], e)))(loss(p, b)), score=score)
+  return Method(
+    name="heckman_rank",
+    init=lambda key, batch: (init(key), {}),
+    loss=lambda p, e, b, k: (lambda v: (v[0], (v[1], e)))(loss(p, b)),
+    score=score,
+  )
 
 
 @register("rank_agg")

@@ -67,8 +67,10 @@ def _factory(model: str):
 
     def init(key, batch):
       x = jnp.zeros((1, 1, num_features), jnp.float32)
-      params = {"relevance": ranker.init(key, x)["params"],
-                "bias": {k: jnp.zeros(s, jnp.float32) for k, s in shapes.items()}}
+      params = {
+        "relevance": ranker.init(key, x)["params"],
+        "bias": {k: jnp.zeros(s, jnp.float32) for k, s in shapes.items()},
+      }
       return params, {}
 
     def outputs(params, batch, key=None):
@@ -82,9 +84,15 @@ def _factory(model: str):
     def loss(params, extra, batch, key):
       where = _shown(batch)
       attraction, satisfaction = outputs(params, batch, key)
-      value = losses.click_model_loss(attraction, jnp.asarray(batch["clicks"], jnp.float32), model=model,
-                                      bias=params["bias"], where=where, positions=batch_positions(batch),
-                                      satisfaction_scores=satisfaction)
+      value = losses.click_model_loss(
+        attraction,
+        jnp.asarray(batch["clicks"], jnp.float32),
+        model=model,
+        bias=params["bias"],
+        where=where,
+        positions=batch_positions(batch),
+        satisfaction_scores=satisfaction,
+      )
       return value, ({}, extra)
 
     def score(params, batch):
@@ -100,12 +108,24 @@ def _factory(model: str):
 
     def click_logits(params, extra, batch):
       attraction, satisfaction = outputs(params, batch)
-      return losses.click_model_click_logits(attraction, jnp.asarray(batch["clicks"], jnp.float32), model=model,
-                                             bias=params["bias"], where=_shown(batch),
-                                             positions=batch_positions(batch), satisfaction_scores=satisfaction)
+      return losses.click_model_click_logits(
+        attraction,
+        jnp.asarray(batch["clicks"], jnp.float32),
+        model=model,
+        bias=params["bias"],
+        where=_shown(batch),
+        positions=batch_positions(batch),
+        satisfaction_scores=satisfaction,
+      )
 
-    return Method(name=f"click_model_{model}", init=init, loss=loss, score=score,
-                  propensities=propensities if model in ("pbm", "ubm") else None, click_logits=click_logits)
+    return Method(
+      name=f"click_model_{model}",
+      init=init,
+      loss=loss,
+      score=score,
+      propensities=propensities if model in ("pbm", "ubm") else None,
+      click_logits=click_logits,
+    )
 
   factory.__doc__ = f"Relevance tower as the attraction of a {model.upper()} click model (session likelihood)."
   return factory

@@ -47,14 +47,13 @@ from ultr_jax.models.lbd import LBDTower
 from ultr_jax.train.method import Method
 from ultr_jax.train.methods import register
 
-__all__ = ["make_lbd", "make_lbd_grid", "grid_member_params", "per_member_optimizer", "stack_runs",
-           "VARIANT_DEFAULTS"]
+__all__ = ["make_lbd", "make_lbd_grid", "grid_member_params", "per_member_optimizer", "stack_runs", "VARIANT_DEFAULTS"]
 
 VARIANT_DEFAULTS = {
-    "unlimited": (0.0, 0.0),
-    "lbd_lips": (100.0, 0.0),
-    "lbd_ber": (0.0, 0.1),
-    "lbd": (100.0, 0.1),
+  "unlimited": (0.0, 0.0),
+  "lbd_lips": (100.0, 0.0),
+  "lbd_ber": (0.0, 0.1),
+  "lbd": (100.0, 0.1),
 }
 
 
@@ -66,8 +65,11 @@ def _tower(config, list_size: int) -> LBDTower:
     hidden = tuple(int(h) for h in config.get("hidden_sizes", (512, 256, 128)))
   else:
     raise ValueError(f"lbd: unknown ranker {ranker!r} (dnn, mlp, linear)")
-  return LBDTower(num_positions=int(config.get("num_positions", 0) or list_size), hidden_sizes=hidden,
-                  layer_norm=bool(config.get("layer_norm", True)))
+  return LBDTower(
+    num_positions=int(config.get("num_positions", 0) or list_size),
+    hidden_sizes=hidden,
+    layer_norm=bool(config.get("layer_norm", True)),
+  )
 
 
 def _optimizer(config):
@@ -93,6 +95,7 @@ def per_member_optimizer(tx: optax.GradientTransformation) -> optax.GradientTran
   [[-0.6 -0.8]
    [-0.3 -0.4]]
   """
+
   def init(params):
     return jax.vmap(tx.init)(params)
 
@@ -120,15 +123,22 @@ def _single_loss(tower, config, tparams, batch, key, lam, t):
   k_bern, k_drop = jax.random.split(key)
   compute_gp = not (isinstance(lam, (int, float)) and lam == 0.0)
   if compute_gp:
-    s_rel, s_obs, gp = lbd_forward(tower_fn, features, where=where, key=k_drop,
-                                   keep=float(config.get("keep", 0.1)), mode=config.get("gp_mode", "code"),
-                                   paper_transform=config.get("paper_transform", "exp"))
+    s_rel, s_obs, gp = lbd_forward(
+      tower_fn,
+      features,
+      where=where,
+      key=k_drop,
+      keep=float(config.get("keep", 0.1)),
+      mode=config.get("gp_mode", "code"),
+      paper_transform=config.get("paper_transform", "exp"),
+    )
   else:
     s_rel, s_obs = tower_fn(features)
     gp = jnp.zeros((), s_rel.dtype)
   static_t0 = isinstance(t, (int, float)) and t == 0.0
-  logits, gamma = bernoulli_click_logits(s_rel, s_obs, positions=batch.get("positions"),
-                                         key=None if static_t0 else k_bern, t=t)
+  logits, gamma = bernoulli_click_logits(
+    s_rel, s_obs, positions=batch.get("positions"), key=None if static_t0 else k_bern, t=t
+  )
   sv = softmax_click_loss(logits, clicks, where=where)
   loss = sv + lam * gp
   n_real = jnp.maximum(jnp.sum(where), 1)
@@ -136,8 +146,7 @@ def _single_loss(tower, config, tparams, batch, key, lam, t):
   return loss, metrics
 
 
-def make_lbd(config: ml_collections.ConfigDict, *, num_features: int, list_size: int,
-             name: str = "lbd") -> Method:
+def make_lbd(config: ml_collections.ConfigDict, *, num_features: int, list_size: int, name: str = "lbd") -> Method:
   r"""One LBD-family model with fixed ``(config.lam, config.t)`` (defaults per ``name``).
 
   .. math::  \mathcal L = \mathcal L_{sv}(s_{rel} + \gamma\, s_{obs,p}) + \lambda\, \mathcal L_{gp}
@@ -191,10 +200,13 @@ def make_lbd_grid(config: ml_collections.ConfigDict, *, num_features: int, list_
     raise ValueError(f"lbd_grid: lams and ts must be equal-length non-empty lists, got {config.lams}, {config.ts}")
   g = int(lams.size)
   tower = _tower(config, list_size)
-  tx_cfg = ml_collections.ConfigDict({
+  tx_cfg = ml_collections.ConfigDict(
+    {
       "optimizer": config.get("optimizer", "adagrad") or "adagrad",
       "learning_rate": config.get("learning_rate", 0.05),
-      "grad_clip": config.get("grad_clip", 5.0)})
+      "grad_clip": config.get("grad_clip", 5.0),
+    }
+  )
   tx = per_member_optimizer(_optimizer(tx_cfg))
   select = int(config.get("select", 0))
 
@@ -247,8 +259,9 @@ def grid_member_params(params: Any, member: int, *, seed_axis: bool = False) -> 
   return {"tower": jax.tree.map(take, params["towers"])}
 
 
-def stack_runs(method: Method, num_runs: int, *, optimizer: optax.GradientTransformation,
-               runs_key: str = "runs") -> Method:
+def stack_runs(
+  method: Method, num_runs: int, *, optimizer: optax.GradientTransformation, runs_key: str = "runs"
+) -> Method:
   r"""``num_runs`` independent copies of ``method`` trained in one vmapped step, each on its own clicks.
 
   The copies start from the same initialisation and share the batch and the
@@ -296,13 +309,15 @@ def stack_runs(method: Method, num_runs: int, *, optimizer: optax.GradientTransf
   def score(params, batch):
     return method.score(jax.tree.map(lambda x: x[0], params), batch)
 
-  return Method(name=f"{method.name}[x{r}]", init=init, loss=loss, score=score,
-                optimizer=per_member_optimizer(optimizer))
+  return Method(
+    name=f"{method.name}[x{r}]", init=init, loss=loss, score=score, optimizer=per_member_optimizer(optimizer)
+  )
 
 
 def _variant(name):
   def factory(config, *, num_features, list_size):
     return make_lbd(config, num_features=num_features, list_size=list_size, name=name)
+
   factory.__name__ = f"make_{name}"
   return factory
 

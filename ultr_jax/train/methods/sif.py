@@ -65,13 +65,13 @@ __all__ = ["make_sif_method", "with_leakage_diagnostics", "VARIANTS"]
 
 #: name -> (trust_head, exposure_slope, channels, risk)
 VARIANTS = {
-    "sif_lambda0": (True, True, (), "ips"),
-    "sif_exp": (True, True, ("E",), "ips"),
-    "sif_dec": (True, True, ("D",), "ips"),
-    "sif_full": (True, True, ("E", "D"), "ips"),
-    "sif_dr": (True, True, ("E", "D"), "dr"),
-    "dr": (False, False, (), "dr"),
-    "sif_position": (False, True, ("E",), "ips"),
+  "sif_lambda0": (True, True, (), "ips"),
+  "sif_exp": (True, True, ("E",), "ips"),
+  "sif_dec": (True, True, ("D",), "ips"),
+  "sif_full": (True, True, ("E", "D"), "ips"),
+  "sif_dr": (True, True, ("E", "D"), "dr"),
+  "dr": (False, False, (), "dr"),
+  "sif_position": (False, True, ("E",), "ips"),
 }
 
 
@@ -111,25 +111,37 @@ def make_sif_method(name, config, *, num_features: int, list_size: int) -> Metho
   snips = bool(_get(config, "snips", False))
 
   ranker = make_relevance_tower(config)
-  bias = models.SIFBiasTower(num_positions=num_positions, k_top=k_top,
-                             gamma_d=float(_get(config, "gamma_D", 1.0)), trust_head=trust_head,
-                             learn_gamma_d=bool(_get(config, "learn_gamma_D", False)),
-                             exposure_slope=slope)
+  bias = models.SIFBiasTower(
+    num_positions=num_positions,
+    k_top=k_top,
+    gamma_d=float(_get(config, "gamma_D", 1.0)),
+    trust_head=trust_head,
+    learn_gamma_d=bool(_get(config, "learn_gamma_D", False)),
+    exposure_slope=slope,
+  )
   imputer = None
   if risk == "dr":
-    imputer = models.make_ranker("mlp", hidden_sizes=tuple(_get(config, "imputer_hidden", (32,))),
-                                 activation="elu", layer_norm=False)
+    imputer = models.make_ranker(
+      "mlp", hidden_sizes=tuple(_get(config, "imputer_hidden", (32,))), activation="elu", layer_norm=False
+    )
 
   def init(key, batch):
     kr, kb, ki = jax.random.split(key, 3)
     x = jnp.zeros((1, 1, num_features), jnp.float32)
-    params = {"relevance": ranker.init(kr, x)["params"],
-              "bias": bias.init(kb, jnp.zeros((1, 1), jnp.int32), jnp.zeros((1, 1)))["params"]}
+    params = {
+      "relevance": ranker.init(kr, x)["params"],
+      "bias": bias.init(kb, jnp.zeros((1, 1), jnp.int32), jnp.zeros((1, 1)))["params"],
+    }
     if imputer is not None:
       params["imputer"] = imputer.init(ki, x)["params"]
-    extra = {"lambda_E": jnp.float32(lam0["E"]), "lambda_D": jnp.float32(lam0["D"]),
-             "ema_E": jnp.float32(0.0), "ema_D": jnp.float32(0.0), "steps": jnp.int32(0),
-             "exposure": jnp.ones((num_positions,), jnp.float32)}
+    extra = {
+      "lambda_E": jnp.float32(lam0["E"]),
+      "lambda_D": jnp.float32(lam0["D"]),
+      "ema_E": jnp.float32(0.0),
+      "ema_D": jnp.float32(0.0),
+      "steps": jnp.int32(0),
+      "exposure": jnp.ones((num_positions,), jnp.float32),
+    }
     return params, extra
 
   def loss(params, extra, batch, key):
@@ -147,8 +159,7 @@ def make_sif_method(name, config, *, num_features: int, list_size: int) -> Metho
     rhat = bias.apply({"params": params["bias"]}, s, method=models.SIFBiasTower.calibrate)
     l_bias = losses.bias_likelihood_loss(clicks, rho * rhat, where=disp)
     if risk == "dr":
-      m = jax.nn.sigmoid(imputer.apply({"params": params["imputer"]},
-                                       jnp.asarray(batch["features"], jnp.float32)))
+      m = jax.nn.sigmoid(imputer.apply({"params": params["imputer"]}, jnp.asarray(batch["features"], jnp.float32)))
       l_imp = losses.bias_likelihood_loss(clicks, sg(rho) * m, where=disp)
       targets = losses.dr_targets(clicks, rho, m, where=where, displayed=disp, tau=tau)
       r_ltr = losses.listwise_risk(s, targets, where=where)
@@ -175,9 +186,16 @@ def make_sif_method(name, config, *, num_features: int, list_size: int) -> Metho
     new_extra = dict(extra)
     for ch, value in (("E", i_e), ("D", i_d)):
       if dual and ch in channels:
-        lam, ema = losses.dual_ascent_update(extra[f"lambda_{ch}"], extra[f"ema_{ch}"], value,
-                                             budget=budgets[ch], eta=dual_eta, lam_max=lam_max,
-                                             decay=decay, first=first)
+        lam, ema = losses.dual_ascent_update(
+          extra[f"lambda_{ch}"],
+          extra[f"ema_{ch}"],
+          value,
+          budget=budgets[ch],
+          eta=dual_eta,
+          lam_max=lam_max,
+          decay=decay,
+          first=first,
+        )
         new_extra[f"lambda_{ch}"] = lam
       else:
         ema = jnp.where(first, sg(value), decay * extra[f"ema_{ch}"] + (1 - decay) * sg(value))
@@ -188,10 +206,18 @@ def make_sif_method(name, config, *, num_features: int, list_size: int) -> Metho
     new_extra["exposure"] = jnp.where(seen, upd, extra["exposure"])
     new_extra["steps"] = extra["steps"] + 1
     w = jnp.where(disp, 1.0 / jnp.maximum(sg(rho), tau), 0.0)
-    metrics = {"risk": r_ltr, "bias_loss": l_bias, "imputation_loss": l_imp, "I_E": i_e, "I_D": i_d,
-               "lambda_E": extra["lambda_E"], "lambda_D": extra["lambda_D"],
-               "ema_I_E": new_extra["ema_E"], "ema_I_D": new_extra["ema_D"],
-               "ess": losses.effective_sample_size(w, where=disp)}
+    metrics = {
+      "risk": r_ltr,
+      "bias_loss": l_bias,
+      "imputation_loss": l_imp,
+      "I_E": i_e,
+      "I_D": i_d,
+      "lambda_E": extra["lambda_E"],
+      "lambda_D": extra["lambda_D"],
+      "ema_I_E": new_extra["ema_E"],
+      "ema_I_D": new_extra["ema_D"],
+      "ess": losses.effective_sample_size(w, where=disp),
+    }
     return total, (metrics, new_extra)
 
   def score(params, batch):
@@ -238,8 +264,7 @@ def _oracle_method(name, config, num_features, list_size, penalty):
     if prop_key not in batch:
       raise ValueError(f"{name}: batch needs {prop_key!r} (use the position_trust click_fn)")
     s = _relevance(ranker, params, batch)
-    targets = losses.ips_targets(jnp.asarray(batch["clicks"], jnp.float32), batch[prop_key],
-                                 where=where, tau=tau)
+    targets = losses.ips_targets(jnp.asarray(batch["clicks"], jnp.float32), batch[prop_key], where=where, tau=tau)
     r_ltr = losses.listwise_risk(s, targets, where=where)
     metrics = {"risk": r_ltr}
     total = r_ltr
@@ -271,8 +296,9 @@ def ips_dpenalty(config, *, num_features: int, list_size: int) -> Method:
 # Diagnostics for any method.
 
 
-def with_leakage_diagnostics(method: Method, *, k_top: int = 3, num_labels: int = 5,
-                             oracle_key: str = "trust_score") -> Method:
+def with_leakage_diagnostics(
+  method: Method, *, k_top: int = 3, num_labels: int = 5, oracle_key: str = "trust_score"
+) -> Method:
   r"""``method`` with two extra logged metrics, for comparing any method's leakage.
 
   * ``oracle_I_D``: :func:`~ultr_jax.losses.oracle_leakage` of the method's
@@ -293,8 +319,14 @@ def with_leakage_diagnostics(method: Method, *, k_top: int = 3, num_labels: int 
     if oracle_key in batch and "labels" in batch:
       s = jax.lax.stop_gradient(method.score(params, batch))
       metrics["oracle_I_D"] = losses.oracle_leakage(
-          s, batch[oracle_key], batch_positions(batch), batch["labels"],
-          where=jnp.asarray(batch["where"], bool), k_top=k_top, num_labels=num_labels)
+        s,
+        batch[oracle_key],
+        batch_positions(batch),
+        batch["labels"],
+        where=jnp.asarray(batch["where"], bool),
+        k_top=k_top,
+        num_labels=num_labels,
+      )
     if method.propensities is not None:
       p = jax.lax.stop_gradient(method.propensities(params, extra))
       pos = jnp.clip(batch_positions(batch), 0, p.shape[-1] - 1)
@@ -303,5 +335,11 @@ def with_leakage_diagnostics(method: Method, *, k_top: int = 3, num_labels: int 
       metrics["propensities"] = p
     return value, (metrics, new_extra)
 
-  return Method(name=method.name, init=method.init, loss=loss, score=method.score,
-                propensities=method.propensities, optimizer=method.optimizer)
+  return Method(
+    name=method.name,
+    init=method.init,
+    loss=loss,
+    score=method.score,
+    propensities=method.propensities,
+    optimizer=method.optimizer,
+  )
