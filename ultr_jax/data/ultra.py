@@ -230,6 +230,11 @@ def load_ultra(
   for p in (feat_path, list_path, label_path):
     if not p.is_file():
       raise ValueError(f"{p}: missing ULTRA file")
+  if with_features and settings["feature_size"] > _io.extent_limit(feat_path.stat().st_size):
+    raise ValueError(
+      f"{root / 'settings.json'}: field 'feature_size': {settings['feature_size']} is absurdly large for "
+      f"{feat_path} ({feat_path.stat().st_size} bytes)"
+    )
   names, feats = read_ultra_features(feat_path, feature_size=settings["feature_size"], dense=with_features)
   if rank_cutoff is not None and rank_cutoff > _io.extent_limit(len(names)):
     raise ValueError(
