@@ -65,6 +65,7 @@ SVM_CASES = [
   ("qid beyond int64", b"1 qid:99999999999999999999999 1:1\n", {}, 1, "qid"),
   ("Unicode digit qid", "1 qid:\u0663 1:1\n".encode(), {}, 1, "qid"),
   ("label above max_label", b"1 qid:1 1:1\n4.5 qid:1 1:1\n", {}, 2, "label"),
+  ("label glued to qid (found by the fuzz test)", b"1 qid:1 1:1\n2qid:1 1:1\n", {}, 2, "label"),
 ]
 
 

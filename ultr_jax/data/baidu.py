@@ -121,7 +121,7 @@ def _open(path: pathlib.Path):
           schema = pa.ipc.open_file(source).schema
       except pa.ArrowInvalid:  # Feather V1 (or not Arrow at all)
         schema = read(None).schema
-  except (pa.ArrowInvalid, OSError) as e:
+  except (pa.ArrowException, OSError, EOFError, UnicodeDecodeError) as e:
     raise ValueError(f"{path}: not a readable {suffix[1:]} file ({e})") from e
   return schema, read
 
@@ -262,7 +262,7 @@ def _read_file(path: pathlib.Path, feature_names, extra_columns, max_sessions: O
   columns = list(dict.fromkeys(wanted + tuple(present)))
   try:
     table = read(columns)
-  except (pa.ArrowException, OSError, EOFError) as e:
+  except (pa.ArrowException, OSError, EOFError, UnicodeDecodeError) as e:
     raise ValueError(f"{path}: not a readable {path.suffix[1:]} file ({type(e).__name__}: {e})") from e
 
   qid_col = table.column("query_id").combine_chunks()

@@ -253,6 +253,8 @@ def read_click_log(path, *, delimiter: Optional[str] = None, position_base: int 
     raise ValueError(f"{path}: {e}") from None
   if raw.shape[0] == 0:
     raise ValueError(f"{path}: no data rows after the header")
+  if raw.shape[1] != len(names):  # every row alike, but not as the header says
+    _ragged_row(path, delim, len(names))
   raw = np.char.strip(raw)
   q, d = raw[:, col["query_id"]], raw[:, col["doc_id"]]
   position = _numbers(path, raw[:, col["position"]], "position", np.int64) - position_base

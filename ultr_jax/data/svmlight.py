@@ -303,6 +303,8 @@ def _parse_fast(data: bytes):
   if b"#" in data:
     data = _COMMENT_RE.sub(b"", data)
   nq = data.count(b"qid:")
+  if nq and data.count(b" qid:") + data.count(b"\tqid:") != nq:  # "2qid:7": not a label then a qid
+    return None
   if nq:
     data = data.replace(b"qid:", b"   \x01")
   # One pass over the bytes: anything outside the grammar's alphabet (a byte >= 0x80, a control
