@@ -530,7 +530,8 @@ def read_baidu_sessions(path: PathLike, *, query_key: str = "query", max_session
   ``experiments/click_models/main.py --config.click_log=... --config.click_log_format=baidu``).
 
   Args:
-    path: the session file (``.gz`` is decompressed on the fly).
+    path: the session file (gzip, recognised by its magic bytes, is
+      decompressed on the fly).
     query_key: what makes two pages the same query, so that a document shown
       at different positions on them is one item: ``"query"`` (the query's
       token ids, default) or ``"qid"``.

@@ -187,7 +187,7 @@ def read_click_log(path, *, delimiter: Optional[str] = None, position_base: int 
   r"""Reads a click log (see the module docstring for the columns).
 
   Args:
-    path: the text file.
+    path: the text file (UTF-8; gzip is decompressed).
     delimiter: column separator (default: a tab if the header has one, else a
       comma).
     position_base: the rank of the top position in the file (1, or 0).

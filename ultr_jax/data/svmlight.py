@@ -14,7 +14,9 @@ fall back to :func:`float`. The fast path takes only files whose bytes
 (outside comments) are all in the grammar's alphabet (digits, ``.+-eE:``,
 ``qid:``, space, tab, CR, LF), checked in one pass; anything else is handed to
 a line-by-line reference parser, which checks every token against the grammar
-and raises ``ValueError`` naming the file, the 1-based line and the field.
+(tokens are separated by ASCII whitespace, vertical tab and form feed
+included) and raises ``ValueError`` naming the file, the 1-based line and the
+field.
 
 Numbers are decimal (``[+-]digits[.digits][e[+-]digits]``; no ``nan``,
 ``inf``, hex or ``_``) and must fit float32; a feature id may appear once per

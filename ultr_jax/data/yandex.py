@@ -43,7 +43,8 @@ def read_yandex_sessions(path: PathLike, *, layout: str = "relpred", max_session
   r"""Reads a Yandex search log as a session :class:`~ultr_jax.data.ClickLog` (one row per shown result).
 
   Args:
-    path: the log (``.gz`` is decompressed on the fly).
+    path: the log (gzip, recognised by its magic bytes, is decompressed on
+      the fly).
     layout: ``"relpred"`` (the Relevance Prediction Challenge's records) or
       ``"personalized"`` (the Personalized Web Search Challenge's); see the
       module docstring.
