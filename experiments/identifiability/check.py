@@ -3,8 +3,9 @@ r"""Identifiability check (Algorithm 1, Chen et al. ICML 2024) for a dataset.
   # ULTRA-format directory (bias factor = position):
   python experiments/identifiability/check.py \
       --data=../shared/data/identifiability/K=2 --out=/tmp/k2.json
-  # SVMlight/LETOR file whose line order is the logged ranking, with 200
-  # random context types (bias factor = (context, position)):
+  # SVMlight/LETOR file (qid: fields or a .query file; read by
+  # ultr_jax.data.load_svmlight) whose line order is the logged ranking, with
+  # 200 random context types (bias factor = (context, position)):
   python experiments/identifiability/check.py --data=train.txt \
       --num_contexts=200 --out=/tmp/ctx.json
   # A click log (query_id, doc_id, position, click[, impressions] rows; see
@@ -29,7 +30,7 @@ import tempfile
 from absl import app, flags
 import numpy as np
 
-from ultr_jax.data import CLICK_LOG_FORMATS, load_ultra, read_click_log
+from ultr_jax.data import CLICK_LOG_FORMATS, load_svmlight, load_ultra, read_click_log
 from ultr_jax.graph import HARVESTING_METHODS, check_identifiability, intervention_sets
 from ultr_jax.graph import records
 
@@ -47,6 +48,7 @@ _CLICK_LOG_FORMAT = flags.DEFINE_enum(
 _SPLIT = flags.DEFINE_string("split", "train", "ULTRA split to read.")
 _OUT = flags.DEFINE_string("out", None, "Where to write the JSON report.")
 _LIST_SIZE = flags.DEFINE_integer("list_size", 10, "Displayed positions per SVMlight query (top-k).")
+_MAX_LABEL = flags.DEFINE_float("max_label", 4, "SVMlight: labels outside [0, max_label] are an error.")
 _NUM_CONTEXTS = flags.DEFINE_integer("num_contexts", 0, "Random context types per item (0: positions only).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the random contexts.")
 _FEATURE_IDENTITY = flags.DEFINE_bool(
@@ -97,8 +99,10 @@ def main(argv):
       items = ds.doc_ids
     positions = ds.extras["positions"]
   else:
-    features, _, where, _ = records.read_svmlight_ranking(path, list_size=_LIST_SIZE.value)
-    items, _ = records.feature_vector_ids(features, where)
+    # The library's loader: its checks (grammar, finite values, float32 range, duplicate ids), qid: or .query groups.
+    ds = load_svmlight(path, list_size=_LIST_SIZE.value, max_label=_MAX_LABEL.value, cache=False)
+    where = ds.where
+    items, _ = records.feature_vector_ids(ds.features, where)
     positions = np.broadcast_to(np.arange(where.shape[1]), where.shape)
   list_size = where.shape[1]
   contexts = None
@@ -122,9 +126,14 @@ def _write(result: dict):
     out_dir = os.path.dirname(os.path.abspath(_OUT.value))
     os.makedirs(out_dir, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out_dir, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-      json.dump(result, fh)
-    os.replace(tmp, _OUT.value)
+    try:
+      with os.fdopen(fd, "w") as fh:
+        json.dump(result, fh)
+      os.replace(tmp, _OUT.value)
+    except BaseException:
+      if os.path.exists(tmp):
+        os.unlink(tmp)
+      raise
 
 
 if __name__ == "__main__":

@@ -53,7 +53,8 @@ from typing import NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
-from ultr_jax.data.click_log import ClickLog, decode_ids, session_file, session_lines
+from ultr_jax.data import _io
+from ultr_jax.data.click_log import READ_ERRORS, ClickLog, check_positions, decode_ids, session_file, session_lines
 from ultr_jax.data.dataset import RankingDataset
 
 __all__ = ["BERT_FEATURES", "LTR_FEATURES", "QUERY_KEYS", "load_baidu_ultr", "read_baidu_sessions"]
@@ -80,6 +81,7 @@ LTR_FEATURES = (
 _FEATURE_SETS = {"bert": BERT_FEATURES, "ltr": LTR_FEATURES}
 _PER_DOCUMENT = ("position", "click", "label")  # scalars per document: they tell the layout
 _SUFFIXES = (".feather", ".arrow", ".ipc", ".parquet")
+_F32_MAX = float(np.finfo(np.float32).max)
 
 
 def _pyarrow():
@@ -119,7 +121,7 @@ def _open(path: pathlib.Path):
           schema = pa.ipc.open_file(source).schema
       except pa.ArrowInvalid:  # Feather V1 (or not Arrow at all)
         schema = read(None).schema
-  except (pa.ArrowInvalid, OSError) as e:
+  except (pa.ArrowException, OSError, EOFError, UnicodeDecodeError) as e:
     raise ValueError(f"{path}: not a readable {suffix[1:]} file ({e})") from e
   return schema, read
 
@@ -258,7 +260,10 @@ def _read_file(path: pathlib.Path, feature_names, extra_columns, max_sessions: O
   layout_key = next(c for c in _PER_DOCUMENT if c in present)
   page_layout = _is_list(pa, schema.field(layout_key).type)
   columns = list(dict.fromkeys(wanted + tuple(present)))
-  table = read(columns)
+  try:
+    table = read(columns)
+  except (pa.ArrowException, OSError, EOFError, UnicodeDecodeError) as e:
+    raise ValueError(f"{path}: not a readable {path.suffix[1:]} file ({type(e).__name__}: {e})") from e
 
   qid_col = table.column("query_id").combine_chunks()
   if not pa.types.is_integer(qid_col.type):
@@ -357,7 +362,9 @@ def load_baidu_ultr(
   Raises:
     ValueError: an unknown file type, an unreadable file, a missing column,
       a missing value, a non-finite value (for the features: among the
-      documents kept, or one that overflows ``dtype``), a position < 1, a
+      documents kept, or one that overflows ``dtype``), a label or extra
+      value outside the float32 range, a position < 1 (or, without
+      ``list_size``, above ``max(65536, number of documents in the file)``), a
       click other than 0/1,
       a negative label, vectors of different widths, list columns of
       different lengths in one page row, or two documents at one position of
@@ -395,6 +402,13 @@ def load_baidu_ultr(
     num = len(pages["query_id"])
     if "position" in docs:
       slot = _integers(docs["position"], where, "position", 1) - 1
+      limit = _io.extent_limit(len(slot))
+      if list_size is None and len(slot) and slot.max() >= limit:
+        doc = int(np.flatnonzero(slot >= limit)[0])
+        raise ValueError(
+          f"{where(doc, 'position')}: {slot[doc] + 1} is absurdly large for a file of {len(slot)} documents "
+          f"(more than {limit}); pass list_size= to keep the top positions only"
+        )
     else:
       first_doc = np.searchsorted(session, np.arange(num))  # pages are contiguous runs of documents
       slot = np.arange(len(session)) - first_doc[session]
@@ -405,6 +419,12 @@ def load_baidu_ultr(
       if bad.any():
         doc = int(np.flatnonzero(bad)[0])
         raise ValueError(f"{where(doc, 'label')}: {docs['label'][doc]} is negative")
+    for name in ("label",) + extra_columns:  # stored as float32
+      if name in docs and docs[name].dtype.kind == "f" and docs[name].dtype.itemsize > 4:
+        bad = np.abs(docs[name]) > _F32_MAX
+        if bad.any():
+          doc = int(np.flatnonzero(bad.reshape(len(bad), -1).any(1))[0])
+          raise ValueError(f"{where(doc, name)}: {docs[name][doc]} is outside the float32 range")
     # Two documents of one page at one position.
     cell = session.astype(np.int64) * (int(slot.max()) + 1 if len(slot) else 1) + slot
     _, first = np.unique(cell, return_index=True)
@@ -488,6 +508,13 @@ _SESSION_FIELDS = {"pos": 0, "url_md5": 1, "click": 5}  # of a document line (0-
 QUERY_KEYS = ("query", "qid")
 
 
+def _cut_short(path, line_no: int, why: str) -> str:
+  return (
+    f"{path}:{line_no}: field 'qid': a query line (qid, query, query_reformulation) where {why}: "
+    "is it a document line (pos, url_md5, title, abstract, multimedia_type, click, ...) cut short?"
+  )
+
+
 def read_baidu_sessions(path: PathLike, *, query_key: str = "query", max_sessions: Optional[int] = None) -> ClickLog:
   r"""Reads a raw Baidu-ULTR session file (``part-XXXXX.gz``) as a session :class:`~ultr_jax.data.ClickLog`.
 
@@ -503,7 +530,8 @@ def read_baidu_sessions(path: PathLike, *, query_key: str = "query", max_session
   ``experiments/click_models/main.py --config.click_log=... --config.click_log_format=baidu``).
 
   Args:
-    path: the session file (``.gz`` is decompressed on the fly).
+    path: the session file (gzip, recognised by its magic bytes, is
+      decompressed on the fly).
     query_key: what makes two pages the same query, so that a document shown
       at different positions on them is one item: ``"query"`` (the query's
       token ids, default) or ``"qid"``.
@@ -518,8 +546,14 @@ def read_baidu_sessions(path: PathLike, *, query_key: str = "query", max_session
 
   Raises:
     ValueError: a document line before any query line, a line with 4 to 5
-      fields, a ``pos`` that is not an integer >= 1, a ``click`` that is not
-      0 or 1, or an empty ``url_md5`` (naming the file, line and field).
+      fields, a ``pos`` that is not an integer >= 1 or is absurdly large
+      (more than ``max(65536, number of documents)``), a ``click`` that is
+      not 0 or 1, an empty ``url_md5``, an id that is not UTF-8, a file that
+      does not decompress, or a query line that looks like a document line
+      cut to 3 fields or fewer: one no document line follows, or one whose
+      qid is the pos after the document line above it and whose next
+      document line is at the pos after that (naming the file, line and
+      field).
 
   >>> import gzip, pathlib, tempfile
   >>> p = pathlib.Path(tempfile.mkdtemp()) / "part-00000.gz"
@@ -538,8 +572,11 @@ def read_baidu_sessions(path: PathLike, *, query_key: str = "query", max_session
   path = session_file(path, max_sessions)
   # Bytes, not text: only the few fields kept are decoded, not the long title and abstract token lists.
   item_ids: dict = {}
-  page_qids, urls, positions, clicks, sessions, lines, items = [], [], [], [], [], [], []
+  page_qids, page_lines, urls, positions, clicks, sessions, lines, items = [], [], [], [], [], [], [], []
   session, query = -1, None
+  page_start = 0  # the line of the latest query line
+  prev_pos = None  # the pos of the line above when it is a document line, else None
+  suspect = None  # (line, qid) of a query line that may be a document line cut short
   pos_col, url_col, click_col = (_SESSION_FIELDS[k] for k in ("pos", "url_md5", "click"))
   show = lambda b: repr(b.decode("utf-8", "replace"))  # noqa: E731
   intern = item_ids.setdefault
@@ -550,11 +587,19 @@ def read_baidu_sessions(path: PathLike, *, query_key: str = "query", max_session
         if len(fields) == 1 and not fields[0]:
           continue
         if len(fields) <= 3:  # a query line starts a page
+          if query is not None and page_start >= (lines[-1] if lines else 0):
+            raise ValueError(_cut_short(path, page_start, "no document line follows it"))
           if max_sessions is not None and session + 1 >= max_sessions:
             break
           session += 1
           page_qids.append(fields[0])
+          page_lines.append(line_no)
+          page_start = line_no
           query = fields[1] if query_key == "query" and len(fields) > 1 else fields[0]
+          # A document line cut to <= 3 fields reads as a query line whose qid is a position:
+          # the pos of the line above plus one, with the next document line at the pos after.
+          suspect = (line_no, int(fields[0])) if prev_pos is not None and fields[0] == b"%d" % (prev_pos + 1) else None
+          prev_pos = None
           continue
         if query is None:
           raise ValueError(f"{path}:{line_no}: a document line before any query line")
@@ -565,25 +610,40 @@ def read_baidu_sessions(path: PathLike, *, query_key: str = "query", max_session
             "click, ...)"
           )
         pos, click, url = fields[pos_col], fields[click_col], fields[url_col]
-        if not pos.isdigit() or int(pos) < 1:
+        prev_pos = int(pos) if pos.isdigit() else 0
+        if prev_pos < 1:
           raise ValueError(f"{path}:{line_no}: field 'pos': {show(pos)} is not an integer >= 1")
+        if suspect is not None:
+          if prev_pos == suspect[1] + 1:
+            raise ValueError(
+              _cut_short(
+                path,
+                suspect[0],
+                f"its qid {suspect[1]} continues the positions above it and line {line_no} continues at pos {prev_pos}",
+              )
+            )
+          suspect = None
         if click != b"0" and click != b"1":
           raise ValueError(f"{path}:{line_no}: field 'click': {show(click)} is not 0 or 1")
         if not url:
           raise ValueError(f"{path}:{line_no}: field 'url_md5': empty")
         urls.append(url)
-        positions.append(int(pos) - 1)
+        positions.append(prev_pos - 1)
         clicks.append(click == b"1")
         sessions.append(session)
         lines.append(line_no)
         items.append(intern((query, url), len(item_ids)))
-  except (OSError, EOFError) as e:
-    raise ValueError(f"{path}: cannot read the session file ({e})") from None
+  except READ_ERRORS as e:
+    raise ValueError(f"{path}: cannot read the session file ({type(e).__name__}: {e})") from e
   if not lines:
     raise ValueError(f"{path}: no document lines")
-  qids = decode_ids(page_qids, path, "qid")
-  doc_ids = decode_ids(urls, path, "url_md5")
-  pos_arr = np.asarray(positions, np.int32)
+  if page_start > lines[-1] and (max_sessions is None or session < max_sessions):
+    raise ValueError(_cut_short(path, page_start, "no document line follows it"))
+  qids = decode_ids(page_qids, path, "qid", page_lines)
+  doc_ids = decode_ids(urls, path, "url_md5", lines)
+  pos_arr = np.asarray(positions, np.int64)
+  check_positions(path, pos_arr, np.asarray(lines), "pos")
+  pos_arr = pos_arr.astype(np.int32)
   session_arr = np.asarray(sessions, np.int32)
   return ClickLog(
     items=np.asarray(items, np.int32),

@@ -20,7 +20,6 @@ naming the file, the line and the field.
 """
 
 import contextlib
-import gzip
 import io
 import os
 import pathlib
@@ -28,6 +27,8 @@ import warnings
 from typing import NamedTuple, Optional
 
 import numpy as np
+
+from ultr_jax.data import _io
 
 __all__ = ["CLICK_LOG_FORMATS", "ClickLog", "read_click_log", "click_log_sessions"]
 
@@ -70,41 +71,51 @@ def _row_line(log: ClickLog, row: int) -> int:
   return int(log.lines[row]) if log.lines is not None else _line_of(log.path, row)
 
 
+def _text(path) -> io.StringIO:
+  """The file as text with universal newlines (gzip decompressed; ValueError naming a non-UTF-8 line)."""
+  return io.StringIO(_io.read_text(path), newline=None)
+
+
 def _line_of(path, row: int) -> int:
   """1-based line number of data row ``row`` (blank lines are skipped, as np.loadtxt does)."""
   seen = -1
-  with open(path, encoding="utf-8") as fh:
-    for line_no, line in enumerate(fh, start=1):
-      if line_no == 1 or not line.strip():
-        continue
-      seen += 1
-      if seen == row:
-        return line_no
+  for line_no, line in enumerate(_text(path), start=1):
+    if line_no == 1 or not line.strip():
+      continue
+    seen += 1
+    if seen == row:
+      return line_no
   return -1
 
 
 def _ragged_row(path, delim: str, num_fields: int):
   """Raises for the first data line whose field count differs from the header's."""
-  with open(path, encoding="utf-8") as fh:
-    for line_no, line in enumerate(fh, start=1):
-      if line_no > 1 and line.strip():
-        n = len(line.rstrip("\r\n").split(delim))
-        if n != num_fields:
-          raise ValueError(f"{path}:{line_no}: {n} fields, but the header names {num_fields}")
+  for line_no, line in enumerate(_text(path), start=1):
+    if line_no > 1 and line.strip():
+      n = len(line.rstrip("\r\n").split(delim))
+      if n != num_fields:
+        raise ValueError(f"{path}:{line_no}: {n} fields, but the header names {num_fields}")
 
 
 def _numbers(path, column: np.ndarray, field: str, dtype) -> np.ndarray:
-  try:
-    return column.astype(dtype)
-  except ValueError:
-    pass
-  for row, value in enumerate(column):  # error path: find the first bad row
-    try:
-      dtype(value)
-    except ValueError:
-      kind = "an integer" if dtype is np.int64 else "a number"
-      raise ValueError(f"{path}:{_line_of(path, row)}: field {field!r}: {str(value)!r} is not {kind}") from None
-  raise AssertionError("unreachable")
+  """The column's decimal numbers (ASCII ``[+-]digits[.digits][e[+-]digits]``, integers for int64).
+
+  NumPy's own conversion would take ``1_0``, Unicode digits, ``nan`` and ``inf``: each distinct
+  string is checked against the grammar instead (a log column holds few distinct values).
+  """
+  uniq, inverse = np.unique(column, return_inverse=True)
+  pattern = _io.INT_RE if dtype is np.int64 else _io.NUM_RE
+  values = np.empty(len(uniq), np.float64)
+  for k, value in enumerate(uniq.tolist()):
+    ok = pattern.fullmatch(value.encode("utf-8", "replace"))
+    if ok:
+      values[k] = float(value)
+    if not ok or not np.isfinite(values[k]) or (dtype is np.int64 and abs(values[k]) >= 2**53):
+      row = int(np.flatnonzero(inverse.reshape(-1) == k)[0])
+      kind = "an integer" if dtype is np.int64 else "a finite decimal number"
+      raise ValueError(f"{path}:{_line_of(path, row)}: field {field!r}: {value!r} is not {kind}")
+  out = values[inverse.reshape(-1)]
+  return out.astype(np.int64) if dtype is np.int64 else out
 
 
 def _first_bad(path, bad: np.ndarray, field: str, values: np.ndarray, msg: str):
@@ -127,36 +138,56 @@ def session_file(path, max_sessions: Optional[int]) -> pathlib.Path:
 
 @contextlib.contextmanager
 def session_lines(path: pathlib.Path):
-  """The file's lines as bytes (``.gz`` decompressed on the fly).
+  """The file's lines as bytes (gzip, recognised by its magic bytes, decompressed on the fly).
 
-  GzipFile reads lines in Python; a 1 MiB buffer in front of it halves that.
+  The caller turns :data:`READ_ERRORS` raised while iterating (a corrupt or truncated gzip
+  stream) into a ValueError naming the file.
   """
-  opener = gzip.open if path.suffix.lower() == ".gz" else open
-  with opener(path, "rb") as raw, io.BufferedReader(raw, 1 << 20) as fh:
+  with _io.binary_lines(path) as fh:
     yield fh
 
 
-def decode_ids(ids, path, field: str) -> np.ndarray:
+#: What reading a (gzip) file can raise besides the reader's own ValueErrors.
+READ_ERRORS = _io.DECODER_ERRORS
+
+
+def check_positions(path, positions: np.ndarray, lines: np.ndarray, field: str = "position") -> None:
+  """Raises for a 0-based position absurdly larger than the data (see ``MAX_INFERRED_EXTENT``)."""
+  limit = _io.extent_limit(len(positions))
+  bad = np.flatnonzero(positions >= limit)
+  if len(bad):
+    row = int(bad[0])
+    raise ValueError(
+      f"{path}:{int(lines[row])}: field {field!r}: position {int(positions[row]) + 1} (1-based) is absurdly large "
+      f"for a log of {len(positions)} rows (a page of more than {limit} positions)"
+    )
+
+
+def decode_ids(ids, path, field: str, lines=None) -> np.ndarray:
   """A ``str`` array of the byte-string ids a session reader collected (ASCII fast, else UTF-8).
 
-  Raises ValueError naming ``path`` and ``field`` for ids that are not UTF-8.
+  Raises ValueError naming ``path``, ``field`` (and the line, given ``lines[i]`` of every id) for
+  ids that are not UTF-8.
   """
   raw = np.asarray(ids, dtype=bytes)
   try:
     return raw.astype(np.str_)  # ASCII: several times faster than np.char.decode
   except UnicodeDecodeError:
     pass
-  try:
-    return np.char.decode(raw, "utf-8")
-  except UnicodeDecodeError as e:
-    raise ValueError(f"{path}: a {field} is not UTF-8 ({e})") from None
+  for i, value in enumerate(ids):  # error path: name the first id that is not UTF-8
+    try:
+      value.decode("utf-8")
+    except UnicodeDecodeError as e:
+      at = f"line {int(lines[i])}, " if lines is not None else ""
+      raise ValueError(f"{path}: a {field} is not UTF-8 ({at}field {field!r}: {value!r}: {e.reason})") from e
+  return np.char.decode(raw, "utf-8")
 
 
 def read_click_log(path, *, delimiter: Optional[str] = None, position_base: int = 1, format: str = "tsv") -> ClickLog:  # pylint: disable=redefined-builtin
   r"""Reads a click log (see the module docstring for the columns).
 
   Args:
-    path: the text file.
+    path: the text file (UTF-8; gzip is decompressed).
     delimiter: column separator (default: a tab if the header has one, else a
       comma).
     position_base: the rank of the top position in the file (1, or 0).
@@ -172,8 +203,11 @@ def read_click_log(path, *, delimiter: Optional[str] = None, position_base: int 
     A :class:`ClickLog`.
 
   Raises:
-    ValueError: a missing column, a row with the wrong number of fields, a
-      position below ``position_base``, a click that is not 0/1 (or not in
+    ValueError: a file that is not UTF-8 (gzip is decompressed), a missing
+      column, a row with the wrong number of fields, a position that is not
+      an ASCII integer, is below ``position_base`` or is absurdly large (more
+      than ``max(65536, number of rows)``), a click or impression count that
+      is not a finite decimal number, a click that is not 0/1 (or not in
       ``[0, impressions]``), naming the file and line.
 
   >>> import pathlib, tempfile
@@ -194,8 +228,9 @@ def read_click_log(path, *, delimiter: Optional[str] = None, position_base: int 
 
     return read_yandex_sessions(path, layout="personalized" if format == "yandex_personalized" else "relpred")
   path = os.fspath(path)
-  with open(path, encoding="utf-8") as fh:
-    header = fh.readline().rstrip("\r\n")
+  text = _text(path)
+  header = text.readline().rstrip("\r\n")
+  text.seek(0)
   if not header:
     raise ValueError(f"{path}:1: empty file; expected a header with columns {list(_REQUIRED)}")
   delim = delimiter or ("\t" if "\t" in header else ",")
@@ -212,17 +247,28 @@ def read_click_log(path, *, delimiter: Optional[str] = None, position_base: int 
   try:
     with warnings.catch_warnings():  # NumPy's note that blank lines are not counted
       warnings.simplefilter("ignore", UserWarning)
-      raw = np.loadtxt(path, dtype=str, delimiter=delim, skiprows=1, ndmin=2, comments=None, encoding="utf-8")
+      raw = np.loadtxt(text, dtype=str, delimiter=delim, skiprows=1, ndmin=2, comments=None)
   except ValueError as e:
     _ragged_row(path, delim, len(names))
     raise ValueError(f"{path}: {e}") from None
   if raw.shape[0] == 0:
     raise ValueError(f"{path}: no data rows after the header")
+  if raw.shape[1] != len(names):  # every row alike, but not as the header says
+    _ragged_row(path, delim, len(names))
   raw = np.char.strip(raw)
   q, d = raw[:, col["query_id"]], raw[:, col["doc_id"]]
   position = _numbers(path, raw[:, col["position"]], "position", np.int64) - position_base
   if (position < 0).any():
     _first_bad(path, position < 0, "position", position + position_base, f"is below the top position {position_base}")
+  limit = _io.extent_limit(len(position))
+  if (position >= limit).any():
+    _first_bad(
+      path,
+      position >= limit,
+      "position",
+      position + position_base,
+      f"is absurdly large for a log of {len(position)} rows (more than {limit} positions)",
+    )
   clicks = _numbers(path, raw[:, col["click"]], "click", np.float64)
   if "impressions" in col:
     imp = _numbers(path, raw[:, col["impressions"]], "impressions", np.float64)

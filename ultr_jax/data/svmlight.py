@@ -10,10 +10,19 @@ Parsing is vectorised over the whole file's bytes: tokens are located with
 NumPy on the byte array, and numbers are decoded by a right-aligned
 digit-matrix product, exact (correctly rounded, like ``strtod``) for tokens of
 at most 15 significant characters; rarer tokens (exponents, long mantissas)
-fall back to :func:`float`. Anything the fast path does not understand is
-handed to a line-by-line reference parser, which raises ``ValueError`` naming
-the file, the 1-based line and the field. Parsed arrays are cached as ``.npz``
-keyed by the content hash of the file(s) and the options.
+fall back to :func:`float`. The fast path takes only files whose bytes
+(outside comments) are all in the grammar's alphabet (digits, ``.+-eE:``,
+``qid:``, space, tab, CR, LF), checked in one pass; anything else is handed to
+a line-by-line reference parser, which checks every token against the grammar
+(tokens are separated by ASCII whitespace, vertical tab and form feed
+included) and raises ``ValueError`` naming the file, the 1-based line and the
+field.
+
+Numbers are decimal (``[+-]digits[.digits][e[+-]digits]``; no ``nan``,
+``inf``, hex or ``_``) and must fit float32; a feature id may appear once per
+line. Gzip input (recognised by its magic bytes) is decompressed. Parsed arrays
+are cached as ``.npz`` keyed by the content hash of the file(s) and the
+options.
 """
 
 import hashlib
@@ -27,12 +36,18 @@ from typing import NamedTuple, Optional, Union
 
 import numpy as np
 
+from ultr_jax.data import _io
 from ultr_jax.data.dataset import RankingDataset
 
 __all__ = ["SVMLightRows", "read_svmlight", "load_svmlight", "write_svmlight", "rows_to_dataset", "default_cache_dir"]
 
 PathLike = Union[str, os.PathLike]
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2  # 2: stricter checks (grammar bytes, float32 range, duplicate ids, absurd ids)
+_F32_MAX = float(np.finfo(np.float32).max)
+_I32_MAX = int(np.iinfo(np.int32).max)
+# Bytes the fast path accepts once comments are cut and "qid:" is replaced by " \x01".
+_FAST_BYTES = b"0123456789.+-eE: \t\n\r\x01"
+_NUM_RE, _INT_RE, _NONFINITE = _io.NUM_RE, _io.INT_RE, _io.NONFINITE
 _COMMENT_RE = re.compile(rb"[ \t]*#[^\n]*")
 _POW10 = 10.0 ** np.arange(23)
 _CHUNK = 1 << 16
@@ -72,6 +87,19 @@ def _err(path, line_no, field, msg) -> ValueError:
 # Reference (line-by-line) parser: exact error messages.
 
 
+def _show(tok: bytes) -> str:
+  """A quoted token for an error message, non-ASCII and control bytes escaped: ``'0.5\\xc2\\xa0'``."""
+  return repr(tok)[1:]
+
+
+def _number(tok: bytes, path, line_no, field, what) -> float:
+  """``tok`` as a float if it is a decimal number of the grammar, else ValueError naming the line and field."""
+  if not _NUM_RE.fullmatch(tok):
+    why = "non-finite" if tok.lstrip(b"+-").lower() in _NONFINITE else "non-numeric"
+    raise _err(path, line_no, field, f"{why} {what} {_show(tok)} (expected a decimal number)")
+  return float(tok)
+
+
 def _parse_reference(data: bytes, path):
   """Line-by-line parse; returns raw arrays (labels, qid or None, indptr, idx, val, line)."""
   labels, qids, lines, indptr, idx, val = [], [], [], [0], [], []
@@ -80,37 +108,29 @@ def _parse_reference(data: bytes, path):
     if not text:
       continue
     toks = text.split()
-    try:
-      label = float(toks[0])
-    except ValueError:
-      raise _err(path, line_no, "label", f"non-numeric label {toks[0].decode(errors='replace')!r}") from None
+    label = _number(toks[0], path, line_no, "label", "label")
     rest = toks[1:]
     q = None
     if rest and rest[0].startswith(b"qid:"):
-      try:
-        q = int(rest[0][4:])
-      except ValueError:
-        raise _err(
-          path, line_no, "qid", f"bad qid {rest[0].decode(errors='replace')!r} (expected qid:<integer>)"
-        ) from None
+      if not _INT_RE.fullmatch(rest[0][4:]) or abs(int(rest[0][4:])) >= 2**63:
+        raise _err(path, line_no, "qid", f"bad qid {_show(rest[0])} (expected qid:<64-bit integer>)")
+      q = int(rest[0][4:])
       rest = rest[1:]
     if qids and (q is None) != (qids[-1] is None):
       raise _err(path, line_no, "qid", "some lines have a qid: field and others do not")
     for tok in rest:
-      shown = tok.decode(errors="replace")
+      shown = _show(tok)
       if tok.startswith(b"qid:"):
-        raise _err(path, line_no, "qid", f"{shown!r} must directly follow the label")
+        raise _err(path, line_no, "qid", f"{shown} must directly follow the label")
       parts = tok.split(b":")
       if len(parts) != 2:
-        raise _err(path, line_no, "feature", f"{shown!r} is not of the form id:value")
-      try:
-        fid = int(parts[0])
-      except ValueError:
-        raise _err(path, line_no, "feature id", f"non-integer feature id in {shown!r}") from None
-      try:
-        fval = float(parts[1])
-      except ValueError:
-        raise _err(path, line_no, "value", f"non-numeric value in {shown!r}") from None
+        raise _err(path, line_no, "feature", f"{shown} is not of the form id:value")
+      if not _INT_RE.fullmatch(parts[0]):
+        raise _err(path, line_no, "feature id", f"non-integer feature id in {shown}")
+      fid = int(parts[0])
+      if fid > _I32_MAX:
+        raise _err(path, line_no, "feature id", f"feature id {fid} does not fit int32")
+      fval = _number(parts[1], path, line_no, "value", f"value of {shown}:")
       idx.append(fid)
       val.append(fval)
     labels.append(label)
@@ -287,6 +307,10 @@ def _parse_fast(data: bytes):
   nq = data.count(b"qid:")
   if nq:
     data = data.replace(b"qid:", b"   \x01")
+  # One pass over the bytes: anything outside the grammar's alphabet (a byte >= 0x80, a control
+  # byte, a letter other than e/E) goes to the reference parser, which names it.
+  if data.translate(None, _FAST_BYTES):
+    return None
   ncolon = data.count(b":")
   buf = np.frombuffer(b"\n" * _PAD + data + b"\n", np.uint8)
   notsep = ((buf > 32) & (buf != 58)).view(np.int8)
@@ -316,6 +340,9 @@ def _parse_fast(data: bytes):
   qi = np.flatnonzero(t == _Q) if nq else None
   if nq and (len(qi) != nq or nq != len(rows)):
     return None
+  # "qid:" must follow whitespace ("2qid:7" is not a label and a qid): the byte before its 4 blanks.
+  if nq and not np.all((buf[starts[qi] - 5] == 32) | (buf[starts[qi] - 5] == 9)):
+    return None
   vi = ii + 1
   labels = _parse_numbers(buf, starts[lab_t], ends[lab_t], integer=False)
   idx = _parse_numbers(buf, starts[ii], ends[ii], integer=True)
@@ -336,29 +363,80 @@ def _parse_fast(data: bytes):
 # Validation, grouping, caching.
 
 
-def _validate(path, labels, indptr, idx, val, line, num_features, max_label) -> int:
+def _float32(x: np.ndarray) -> np.ndarray:
+  with np.errstate(over="ignore", invalid="ignore"):
+    return x.astype(np.float32)
+
+
+def _validate(path, labels, indptr, idx, val, line, num_features, max_label):
+  """Checks the parsed rows; returns ``(num_features, labels float32, values float32)``."""
+
   def row_of(k):
     return int(np.searchsorted(indptr, k, side="right") - 1)
 
-  bad = np.flatnonzero(~np.isfinite(labels))
+  labels32 = _float32(labels)
+  bad = np.flatnonzero(~np.isfinite(labels32))
   if len(bad):
-    raise _err(path, line[bad[0]], "label", f"non-finite label {labels[bad[0]]}")
+    why = "non-finite label" if not np.isfinite(labels[bad[0]]) else "label outside the float32 range:"
+    raise _err(path, line[bad[0]], "label", f"{why} {labels[bad[0]]}")
   if max_label is not None:
     bad = np.flatnonzero((labels < 0) | (labels > max_label))
     if len(bad):
       raise _err(path, line[bad[0]], "label", f"label {labels[bad[0]]:g} outside [0, {max_label}]")
-  bad = np.flatnonzero(~np.isfinite(val))
+  val32 = _float32(val)
+  bad = np.flatnonzero(~np.isfinite(val32))
   if len(bad):
-    raise _err(path, line[row_of(bad[0])], "value", f"non-finite value {val[bad[0]]}")
+    why = "non-finite value" if not np.isfinite(val[bad[0]]) else "value outside the float32 range:"
+    raise _err(path, line[row_of(bad[0])], "value", f"{why} {val[bad[0]]}")
   bad = np.flatnonzero(idx < 1)
   if len(bad):
     raise _err(path, line[row_of(bad[0])], "feature id", f"feature id {idx[bad[0]]} < 1 (ids are 1-based)")
   if num_features is None:
+    limit = _io.extent_limit(len(idx))
+    bad = np.flatnonzero(idx > limit)
+    if len(bad):
+      raise _err(
+        path,
+        line[row_of(bad[0])],
+        "feature id",
+        f"feature id {idx[bad[0]]} is absurdly large for a file of {len(idx)} values (more than {limit}); "
+        "pass num_features= to allow it",
+      )
     num_features = int(idx.max()) if len(idx) else 0
   bad = np.flatnonzero(idx > num_features)
   if len(bad):
     raise _err(path, line[row_of(bad[0])], "feature id", f"feature id {idx[bad[0]]} > num_features={num_features}")
-  return num_features
+  _check_duplicate_ids(path, indptr, idx, line)
+  return num_features, labels32, val32
+
+
+def _check_duplicate_ids(path, indptr, idx, line) -> None:
+  """Raises for a feature id given twice on one line.
+
+  Rows with increasing ids (the usual layout) are cleared with one ``diff``; only the rows that
+  are not are sorted.
+  """
+  if len(idx) < 2:
+    return
+  down = np.diff(idx) <= 0
+  starts = indptr[1:-1]
+  starts = starts[(starts > 0) & (starts < len(idx))]
+  down[starts - 1] = False  # a pair across two rows
+  if not down.any():
+    return
+  n = len(indptr) - 1
+  row_of_entry = np.repeat(np.arange(n), np.diff(indptr))
+  suspect = np.zeros(n, bool)
+  suspect[row_of_entry[1:][down]] = True
+  e = np.flatnonzero(suspect[row_of_entry])
+  key = row_of_entry[e] * (int(idx.max()) + 1) + idx[e]
+  order = np.argsort(key, kind="stable")
+  dup = np.flatnonzero(key[order][1:] == key[order][:-1])
+  if len(dup):
+    first = int(e[order[1:][dup]].min())  # the first repeat in file order
+    raise _err(
+      path, line[row_of_entry[first]], "feature id", f"feature id {idx[first]} appears more than once on the line"
+    )
 
 
 def _read_query_file(qpath, num_rows: int, data_path) -> np.ndarray:
@@ -366,14 +444,13 @@ def _read_query_file(qpath, num_rows: int, data_path) -> np.ndarray:
   if not qpath.is_file():
     raise ValueError(f"{qpath}:0: field 'query count': .query file for {data_path} is missing")
   counts, total, last = [], 0, 0
-  for line_no, raw in enumerate(qpath.read_bytes().split(b"\n"), start=1):
+  for line_no, raw in enumerate(_io.read_bytes(qpath).split(b"\n"), start=1):
     text = raw.strip()
     if not text:
       continue
-    try:
-      c = int(text)
-    except ValueError:
-      raise _err(qpath, line_no, "query count", f"non-integer count {text.decode(errors='replace')!r}") from None
+    if not _INT_RE.fullmatch(text):
+      raise _err(qpath, line_no, "query count", f"non-integer count {_show(text)}")
+    c = int(text)
     if c < 1:
       raise _err(qpath, line_no, "query count", f"count {c} < 1")
     total += c
@@ -441,7 +518,9 @@ def read_svmlight(
   Args:
     path: the data file.
     query_path: LightGBM-style group file (counts per query, in order).
-    num_features: ``F``; ids above it are an error (default: the largest id).
+    num_features: ``F``; ids above it are an error (default: the largest id,
+      which may be at most ``max(65536, number of values in the file)``:
+      a larger one is taken for a typo and is an error unless ``F`` is given).
     max_label: labels outside ``[0, max_label]`` are an error (None: no check).
     cache: read/write a ``.npz`` cache keyed by the content hash + options.
     cache_dir: cache directory (default :func:`default_cache_dir`).
@@ -450,9 +529,12 @@ def read_svmlight(
     :class:`SVMLightRows`.
 
   Raises:
-    ValueError: naming the file, the 1-based line and the field, for a bad
-      label, ``qid``, feature id or value, an out-of-range label or id, an
-      empty file, or a missing/short/long ``.query`` file.
+    ValueError: naming the file, the 1-based line and the field, for a byte
+      outside the grammar (non-ASCII, control bytes, ``nan``, ``inf``, ...),
+      a bad label, ``qid``, feature id or value, a number outside the
+      float32 range, an out-of-range label or id, a feature id given twice on
+      a line, an empty file, a missing/short/long ``.query`` file, or gzip
+      input that does not decompress.
 
   >>> import tempfile, os
   >>> p = os.path.join(tempfile.mkdtemp(), "a.txt")
@@ -462,6 +544,8 @@ def read_svmlight(
   3 [0, 0, 1] 7.5
   """
   path = pathlib.Path(path)
+  if num_features is not None and not 0 <= int(num_features) <= _I32_MAX:
+    raise ValueError(f"num_features must be in [0, {_I32_MAX}], got {num_features}")
   data = path.read_bytes()
   explicit_q = query_path is not None
   qpath = pathlib.Path(query_path) if explicit_q else pathlib.Path(str(path) + ".query")
@@ -484,13 +568,14 @@ def read_svmlight(
       except Exception:  # a corrupt cache entry is re-parsed
         pass
 
+  data = _io.gunzip(data, path)
   parsed = _parse_fast(data)
   if parsed is None:
     parsed = _parse_reference(data, path)
   labels, qid, indptr, idx, val, line = parsed
   if len(labels) == 0:
     raise _err(path, 1, "label", "empty file (no data lines)")
-  num_features = _validate(path, labels, indptr, idx, val, line, num_features, max_label)
+  num_features, labels, val = _validate(path, labels, indptr, idx, val, line, num_features, max_label)
   n = len(labels)
   if explicit_q or qid is None:
     if qid is None and qdata is None:
@@ -505,12 +590,12 @@ def read_svmlight(
     rank[np.argsort(first, kind="stable")] = np.arange(len(uniq))
     group = rank[inv.reshape(-1)]
   rows = SVMLightRows(
-    labels=labels.astype(np.float32),
+    labels=labels,
     qid=qid.astype(np.int64),
     group=group.astype(np.int64),
     indptr=indptr,
     indices=(idx - 1).astype(np.int32),
-    values=val.astype(np.float32),
+    values=val,
     line=line,
     num_features=int(num_features),
   )

@@ -13,34 +13,73 @@ everywhere it is shown. This is the format of the Identifiability paper's
 fully synthetic data (Chen et al., ICML 2024, Section 5.1).
 """
 
-import json
+import math
 import pathlib
+import warnings
 from typing import Optional
 
 import numpy as np
 
+from ultr_jax.data import _io
 from ultr_jax.data.dataset import RankingDataset
 
 __all__ = ["load_ultra", "read_ultra_features"]
+
+_F32_MAX = float(np.finfo(np.float32).max)
+_REPEATED = ("warn", "error", "allow")
 
 
 def _err(path, line_no, field, msg):
   return ValueError(f"{path}:{line_no}: field {field!r}: {msg}")
 
 
+def _show(tok: bytes) -> str:
+  return repr(tok.decode("utf-8", "backslashreplace"))
+
+
+def _lines(path) -> list:
+  """``(line_no, tokens)`` of the file's non-blank lines; tokens are bytes split at ASCII whitespace.
+
+  The file must be UTF-8 (gzip is decompressed); otherwise a ValueError names the file and line.
+  """
+  data = _io.read_bytes(path)
+  _io.decode_utf8(data, path)
+  return [(line_no, toks) for line_no, raw in enumerate(data.split(b"\n"), 1) if (toks := raw.split())]
+
+
+def _number(tok: bytes, path, line_no, field) -> float:
+  """A decimal number that fits float32, else ValueError naming the line and field."""
+  if not _io.NUM_RE.fullmatch(tok):
+    why = "non-finite" if tok.lstrip(b"+-").lower() in _io.NONFINITE else "non-numeric"
+    raise _err(path, line_no, field, f"{why} value {_show(tok)} (expected a decimal number)")
+  v = float(tok)
+  if abs(v) > _F32_MAX:
+    raise _err(path, line_no, field, f"{_show(tok)} is outside the float32 range")
+  return v
+
+
 def read_ultra_features(path, *, feature_size: Optional[int] = None, dense: bool = True):
   r"""Reads an ULTRA ``.feature`` file.
 
-  Each line is ``doc_id idx:val idx:val ...`` (0-based feature indices).
+  Each line is ``doc_id idx:val idx:val ...`` (0-based feature indices, each
+  at most once per line; values decimal numbers that fit float32).
 
   Args:
-    path: the ``.feature`` file.
-    feature_size: number of features ``F`` (default: max index + 1).
+    path: the ``.feature`` file (UTF-8; gzip is decompressed).
+    feature_size: number of features ``F`` (default: max index + 1, which
+      may be at most ``max(65536, number of values in the file)``).
     dense: return a dense ``float32[D, F]`` matrix; otherwise ``None`` in its
-      place (only ids are parsed).
+      place (the lines are still checked).
 
   Returns:
     ``(doc_names list[str], features float32[D, F] or None)``, in file order.
+
+  Raises:
+    ValueError: naming the file, line and field, for a byte that is not
+      UTF-8, a token that is not ``idx:val``, a non-integer or negative
+      index, an index given twice on a line or at least ``feature_size``, a
+      value that is not a finite decimal number in the float32 range, or a
+      document id given twice.
 
   >>> import tempfile, os
   >>> d = tempfile.mkdtemp(); p = os.path.join(d, "x.feature")
@@ -49,44 +88,91 @@ def read_ultra_features(path, *, feature_size: Optional[int] = None, dense: bool
   >>> print(names, f.sum())
   ['a', 'b'] 3.5
   """
-  names, rows = [], []
-  with open(path) as fh:
-    for line_no, line in enumerate(fh, 1):
-      parts = line.split()
-      if not parts:
-        continue
-      names.append(parts[0])
-      if dense:
-        pairs = []
-        for tok in parts[1:]:
-          k, sep, v = tok.partition(":")
-          try:
-            if not sep:
-              raise ValueError
-            pairs.append((int(k), float(v)))
-          except ValueError:
-            raise _err(path, line_no, "feature", f"bad token {tok!r}") from None
-        rows.append(pairs)
-  if len(set(names)) != len(names):
+  names, lines, cols, vals, rows = [], [], [], [], []
+  for line_no, toks in _lines(path):
+    names.append(toks[0].decode("utf-8"))
+    lines.append(line_no)
     seen = set()
-    for i, n in enumerate(names):
-      if n in seen:
-        raise _err(path, i + 1, "doc_id", f"duplicate document id {n!r}")
-      seen.add(n)
+    for tok in toks[1:]:
+      k, sep, v = tok.partition(b":")
+      if not sep:
+        raise _err(path, line_no, "feature", f"bad token {_show(tok)} (expected idx:val)")
+      if not _io.INT_RE.fullmatch(k) or int(k) < 0:
+        raise _err(path, line_no, "feature", f"bad index in {_show(tok)} (expected an integer >= 0)")
+      k = int(k)
+      if k in seen:
+        raise _err(path, line_no, "feature", f"index {k} appears more than once on the line")
+      seen.add(k)
+      cols.append(k)
+      vals.append(_number(v, path, line_no, "feature"))
+      rows.append(len(names) - 1)
+  if len(set(names)) != len(names):
+    first = {}
+    for n, line_no in zip(names, lines):
+      if n in first:
+        raise _err(path, line_no, "doc_id", f"duplicate document id {n!r} (first at line {first[n]})")
+      first[n] = line_no
+  cols = np.asarray(cols, np.int64)
+  if feature_size is None:
+    limit = _io.extent_limit(len(cols))
+    if len(cols) and cols.max() >= limit:
+      j = int(np.flatnonzero(cols >= limit)[0])
+      raise _err(
+        path,
+        lines[rows[j]],
+        "feature",
+        f"index {cols[j]} is absurdly large for a file of {len(cols)} values (at least {limit}); "
+        "give feature_size to allow it",
+      )
+    width = int(cols.max()) + 1 if len(cols) else 0
+  else:
+    width = int(feature_size)
+    bad = np.flatnonzero(cols >= width)
+    if len(bad):
+      j = int(bad[0])
+      raise _err(path, lines[rows[j]], "feature", f"index {cols[j]} outside [0, {width}) (feature_size)")
   if not dense:
     return names, None
-  width = feature_size if feature_size is not None else 1 + max((k for r in rows for k, _ in r), default=-1)
-  out = np.zeros((len(rows), width), np.float32)
-  for i, pairs in enumerate(rows):
-    for k, v in pairs:
-      if not 0 <= k < width:
-        raise _err(path, i + 1, "feature", f"index {k} outside [0, {width}) (feature_size)")
-      out[i, k] = v
+  out = np.zeros((len(names), width), np.float32)
+  out[np.asarray(rows, np.int64), cols] = np.asarray(vals, np.float64)
   return names, out
 
 
+def _settings(root: pathlib.Path) -> dict:
+  """``settings.json``, checked: ``feature_size`` an integer >= 1, ``rank_cutoff`` >= 1, ``max_label`` >= 0."""
+  path = root / "settings.json"
+  if not path.is_file():
+    raise ValueError(
+      f"{path}: missing; an ULTRA directory holds settings.json with the feature_size (and rank_cutoff) "
+      "that all its splits share"
+    )
+  settings = _io.read_json(path)
+  if not isinstance(settings, dict):
+    raise ValueError(f"{path}: expected a JSON object, got {type(settings).__name__}")
+
+  def integer(key, low, required):
+    v = settings.get(key)
+    if v is None and not required:
+      return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < low:
+      raise ValueError(f"{path}: field {key!r}: expected an integer >= {low}, got {v!r}")
+    return v
+
+  out = {"feature_size": integer("feature_size", 1, True), "rank_cutoff": integer("rank_cutoff", 1, False)}
+  m = settings.get("max_label")
+  if m is not None and (isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m < math.inf):
+    raise ValueError(f"{path}: field 'max_label': expected a finite number >= 0, got {m!r}")
+  out["max_label"] = m
+  return out
+
+
 def load_ultra(
-  directory, split: str = "train", *, with_features: bool = False, list_size: Optional[int] = None
+  directory,
+  split: str = "train",
+  *,
+  with_features: bool = False,
+  list_size: Optional[int] = None,
+  repeated_docs: str = "warn",
 ) -> RankingDataset:
   r"""Loads one split of an ULTRA-format directory as a :class:`RankingDataset`.
 
@@ -103,11 +189,22 @@ def load_ultra(
       460 MB dense).
     list_size: pad to this size (default: ``rank_cutoff`` of the settings,
       or the longest list).
+    repeated_docs: a list that shows one document twice: ``"warn"`` (kept,
+      with a warning naming the file and the first such line; the
+      Identifiability paper's own synthetic data has a few), ``"error"`` (a
+      ValueError naming the file, line and field) or ``"allow"`` (kept
+      silently).
 
   Raises:
-    ValueError: naming the file, line and field, for an unknown document, a
-      list longer than ``rank_cutoff``, ``init_list`` and ``labels`` lines of
-      different lengths or query ids, or one document with two labels.
+    ValueError: naming the file, line and field, for a missing or malformed
+      ``settings.json`` (it must be a JSON object with an integer
+      ``feature_size``; ``rank_cutoff`` and ``max_label`` are optional), a
+      file that is not UTF-8, an unknown document, a document shown twice in
+      one list, a list longer than ``rank_cutoff``, ``init_list`` and
+      ``labels`` lines of different lengths or query ids, a label that is not
+      a finite number in ``[0, max_label]`` (``max_label`` of the settings,
+      else no upper bound), one document with two labels, or a bad
+      ``.feature`` line (see :func:`read_ultra_features`).
 
   >>> import tempfile, os
   >>> d = tempfile.mkdtemp(); os.mkdir(os.path.join(d, "train"))
@@ -121,12 +218,11 @@ def load_ultra(
   >>> print(ds.doc_ids.tolist(), ds.labels.sum())
   [[2, 0, -1], [1, 2, 0]] 5.0
   """
+  if repeated_docs not in _REPEATED:
+    raise ValueError(f"repeated_docs must be one of {_REPEATED}, got {repeated_docs!r}")
   root = pathlib.Path(directory)
-  settings = {}
-  if (root / "settings.json").is_file():
-    with open(root / "settings.json") as fh:
-      settings = json.load(fh)
-  rank_cutoff = settings.get("rank_cutoff")
+  settings = _settings(root)
+  rank_cutoff, max_label = settings["rank_cutoff"], settings["max_label"]
   sdir = root / split
   feat_path = sdir / f"{split}.feature"
   list_path = sdir / f"{split}.init_list"
@@ -134,28 +230,28 @@ def load_ultra(
   for p in (feat_path, list_path, label_path):
     if not p.is_file():
       raise ValueError(f"{p}: missing ULTRA file")
-  names, feats = read_ultra_features(feat_path, feature_size=settings.get("feature_size"), dense=with_features)
-  index = {n: i for i, n in enumerate(names)}
+  if with_features and settings["feature_size"] > _io.extent_limit(feat_path.stat().st_size):
+    raise ValueError(
+      f"{root / 'settings.json'}: field 'feature_size': {settings['feature_size']} is absurdly large for "
+      f"{feat_path} ({feat_path.stat().st_size} bytes)"
+    )
+  names, feats = read_ultra_features(feat_path, feature_size=settings["feature_size"], dense=with_features)
+  if rank_cutoff is not None and rank_cutoff > _io.extent_limit(len(names)):
+    raise ValueError(
+      f"{root / 'settings.json'}: field 'rank_cutoff': {rank_cutoff} is absurdly large for {len(names)} documents"
+    )
+  index = {n.encode("utf-8"): i for i, n in enumerate(names)}
 
-  def read_lines(path):
-    out = []
-    with open(path) as fh:
-      for line_no, line in enumerate(fh, 1):
-        parts = line.split()
-        if parts:
-          out.append((line_no, parts))
-    return out
-
-  lists = read_lines(list_path)
-  labels = read_lines(label_path)
+  lists = _lines(list_path)
+  labels = _lines(label_path)
   if len(lists) != len(labels):
     raise ValueError(f"{label_path}: {len(labels)} queries, but {list_path} has {len(lists)} (field 'qid')")
-  doc_label = np.full(len(names), -1.0)
+  doc_label = np.full(len(names), np.nan)
   doc_label_line = np.zeros(len(names), np.int64)
-  qids, rows, lab_rows = [], [], []
+  qids, rows, lab_rows, repeated = [], [], [], []
   for (ln, lp), (lb, ll) in zip(lists, labels):
     if lp[0] != ll[0]:
-      raise _err(label_path, lb, "qid", f"query {ll[0]!r} where {list_path}:{ln} has {lp[0]!r}")
+      raise _err(label_path, lb, "qid", f"query {_show(ll[0])} where {list_path}:{ln} has {_show(lp[0])}")
     if len(lp) != len(ll):
       raise _err(label_path, lb, "labels", f"{len(ll) - 1} labels for {len(lp) - 1} documents in {list_path}:{ln}")
     if rank_cutoff is not None and len(lp) - 1 > rank_cutoff:
@@ -165,21 +261,32 @@ def load_ultra(
         "doc_id",
         f"{len(lp) - 1} documents: position {len(lp) - 2} is beyond rank_cutoff={rank_cutoff} of settings.json",
       )
-    try:
-      qid = int(lp[0])
-    except ValueError:
-      raise _err(list_path, ln, "qid", f"not an integer: {lp[0]!r}") from None
+    if not _io.INT_RE.fullmatch(lp[0]) or abs(int(lp[0])) >= 2**63:
+      raise _err(list_path, ln, "qid", f"not a 64-bit integer: {_show(lp[0])}")
+    qid = int(lp[0])
     ids = []
     for name in lp[1:]:
-      if name not in index:
-        raise _err(list_path, ln, "doc_id", f"document {name!r} is not in {feat_path}")
-      ids.append(index[name])
-    try:
-      labs = [float(v) for v in ll[1:]]
-    except ValueError:
-      raise _err(label_path, lb, "labels", "non-numeric label") from None
+      i = index.get(name)
+      if i is None:
+        raise _err(list_path, ln, "doc_id", f"document {_show(name)} is not in {feat_path}")
+      ids.append(i)
+    if len(set(ids)) != len(ids):
+      j = next(j for j in range(len(ids)) if ids[j] in ids[:j])
+      msg = f"document {names[ids[j]]!r} is shown twice in one list (positions {ids.index(ids[j])} and {j})"
+      if repeated_docs == "error":
+        raise _err(list_path, ln, "doc_id", msg)
+      repeated.append((ln, msg))
+    labs = [_number(v, label_path, lb, "labels") for v in ll[1:]]
     for i, y in zip(ids, labs):
-      if doc_label[i] < 0:
+      if y < 0 or (max_label is not None and y > max_label):
+        raise _err(
+          label_path,
+          lb,
+          "labels",
+          f"label {y:g} of document {names[i]!r} is outside [0, {'inf' if max_label is None else max_label}]"
+          + (" (max_label of settings.json)" if max_label is not None else ""),
+        )
+      if np.isnan(doc_label[i]):
         doc_label[i], doc_label_line[i] = y, lb
       elif doc_label[i] != y:
         raise _err(
@@ -191,6 +298,13 @@ def load_ultra(
     qids.append(qid)
     rows.append(ids)
     lab_rows.append(labs)
+  if repeated and repeated_docs == "warn":
+    ln, msg = repeated[0]
+    warnings.warn(
+      f"{list_path}:{ln}: field 'doc_id': {msg}; {len(repeated)} list(s) of {len(rows)} show a document twice "
+      "(kept; repeated_docs='error' refuses them, 'allow' keeps them silently)",
+      stacklevel=2,
+    )
   longest = max((len(r) for r in rows), default=0)
   size = list_size or rank_cutoff or longest
   if longest > size:

@@ -30,7 +30,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from ultr_jax.data.click_log import ClickLog, decode_ids, session_file, session_lines
+from ultr_jax.data.click_log import READ_ERRORS, ClickLog, decode_ids, session_file, session_lines
 
 __all__ = ["YANDEX_LAYOUTS", "read_yandex_sessions"]
 
@@ -43,7 +43,8 @@ def read_yandex_sessions(path: PathLike, *, layout: str = "relpred", max_session
   r"""Reads a Yandex search log as a session :class:`~ultr_jax.data.ClickLog` (one row per shown result).
 
   Args:
-    path: the log (``.gz`` is decompressed on the fly).
+    path: the log (gzip, recognised by its magic bytes, is decompressed on
+      the fly).
     layout: ``"relpred"`` (the Relevance Prediction Challenge's records) or
       ``"personalized"`` (the Personalized Web Search Challenge's); see the
       module docstring.
@@ -59,8 +60,9 @@ def read_yandex_sessions(path: PathLike, *, layout: str = "relpred", max_session
   Raises:
     ValueError: a record of an unknown type or with the wrong number of
       fields, a page without results, a click before any page of its
-      session, or (``personalized``) a click naming a SERPID its session has
-      not shown, naming the file, line and field.
+      session, (``personalized``) a click naming a SERPID its session has
+      not shown, or an id that is not UTF-8, naming the file, line and
+      field; a file that does not decompress, naming the file.
 
   >>> import pathlib, tempfile
   >>> p = pathlib.Path(tempfile.mkdtemp()) / "relpred.txt"
@@ -151,8 +153,8 @@ def read_yandex_sessions(path: PathLike, *, layout: str = "relpred", max_session
           f"{'M (in field 2), Q, T or C' if personalized else 'Q or C'}; is this the "
           f"{'relpred' if personalized else 'personalized'} layout?)"
         )
-  except (OSError, EOFError) as e:
-    raise ValueError(f"{path}: cannot read the log ({e})") from None
+  except READ_ERRORS as e:
+    raise ValueError(f"{path}: cannot read the log ({type(e).__name__}: {e})") from e
   if not items:
     raise ValueError(f"{path}: no result pages")
   if unmatched:
@@ -166,17 +168,18 @@ def read_yandex_sessions(path: PathLike, *, layout: str = "relpred", max_session
   positions = (np.arange(len(urls)) - np.repeat(np.cumsum(sizes) - sizes, sizes)).astype(np.int32)
   clicks = np.zeros(len(urls), np.float32)
   clicks[np.asarray(clicked, np.int64)] = 1.0
-  query_ids = decode_ids(page_qids, path, "QueryID")[sessions]
+  row_lines = np.repeat(np.asarray(page_lines, np.int32), sizes)
+  query_ids = decode_ids(page_qids, path, "QueryID", page_lines)[sessions]
   return ClickLog(
     items=np.asarray(items, np.int32),
     positions=positions,
     clicks=clicks,
     weights=np.ones(len(urls), np.float32),
     query_ids=query_ids,
-    doc_ids=decode_ids(urls, path, "URLID"),
+    doc_ids=decode_ids(urls, path, "URLID", row_lines),
     num_items=len(item_ids),
     num_positions=int(positions.max()) + 1,
     sessions=sessions,
     path=str(path),
-    lines=np.repeat(np.asarray(page_lines, np.int32), sizes),
+    lines=row_lines,
   )
