@@ -35,6 +35,7 @@ class Case:
   # frozen(s0, a0) -> fn(s, a) with every stop-gradient quantity fixed at (s0, a0);
   # None when the stop-gradient parts do not depend on the differentiated inputs.
   frozen: Optional[Callable] = None
+  parts: int = 1  # a multi-part loss reduces each (non-negative) part separately
 
 
 def _dla_frozen(s0, a0, clicks, where):
@@ -111,6 +112,7 @@ CASES = [
     "logit",
     grad_aux=True,
     frozen=_dla_frozen,
+    parts=2,
   ),
   Case(
     "regression_em",
@@ -196,12 +198,13 @@ CASES = [
     "heckman",
     lambda s, c, a, **kw: losses.heckman_loss(s, c, selection_scores=a, mills_coef=0.3, shown=_shown(a), **kw),
     "logit",
+    parts=2,
   ),
   Case("lbd_softmax_click", lambda s, c, a, **kw: losses.softmax_click_loss(s, c, weights=a, **kw), "prob"),
   Case(
     "sif_bias_likelihood", lambda s, c, a, **kw: losses.bias_likelihood_loss(a * jax.nn.sigmoid(s), c, **kw), "prob"
   ),
-  Case("sif_listwise_risk", lambda s, c, a, **kw: losses.listwise_risk(s, c / a, **kw), "prob"),
+  Case("sif_listwise_risk", lambda s, c, a, **kw: losses.listwise_risk(s, losses.ips_targets(c, a), **kw), "prob"),
   # PDGD with its three switches off (every displayed pair, weight 1, the log pair probability).
   Case(
     "pdgd_switched",
@@ -359,6 +362,7 @@ def test_compiles_once(case):
 
 
 _WRAPPED_MEAN = lambda a, where=None: jnp.mean(a, where=where)  # noqa: E731  (a mean that is not jnp.mean)
+_MASKED_MAX = lambda a, where=None: jnp.max(a, where=where, initial=-jnp.inf)  # noqa: E731
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -372,9 +376,11 @@ def test_any_reduce_fn_is_consistent(case):
   total = f(s, c, a, where=w, reduce_fn=jnp.sum)
   per = f(s, c, a, where=w, reduce_fn=None)
   np.testing.assert_allclose(per.sum(), total, rtol=1e-5, atol=1e-5)
-  # Any other reduction runs on the same per-record values (here the largest one).
-  biggest = f(s, c, a, where=w, reduce_fn=jnp.max)
-  assert np.isfinite(float(biggest)) and float(biggest) <= float(jnp.max(per)) + 1e-5
+  # Any other reduction runs on the same per-record values (here the largest one; a sum of the parts' largest).
+  biggest = f(s, c, a, where=w, reduce_fn=_MASKED_MAX)
+  assert np.isfinite(float(biggest)) and float(biggest) <= case.parts * float(jnp.max(per)) + 1e-5
+  if case.parts == 1:
+    assert float(biggest) >= float(jnp.max(per)) - 1e-5 or float(jnp.max(per)) == 0.0
   # All masked: every mean is 0 (rax's safe_reduce), not NaN.
   none_valid = jnp.zeros_like(w)
   for m in (jnp.mean, _WRAPPED_MEAN):
@@ -424,10 +430,11 @@ def test_extreme_inputs_of_the_cld_family_are_finite():
     fn = lambda r, o: losses.heckman_loss(r, one, selection_scores=o, mills_coef=0.5, shown=shown, outcome=outcome)
     value, grads = jax.value_and_grad(fn, argnums=(0, 1))(1e30 * one, -1e30 * one)
     assert np.isfinite(float(value)) and all(np.all(np.isfinite(g)) for g in grads), outcome
-  # The inverse Mills ratio: the exact log-space form up to z = -100, the asymptotic series beyond, continuous.
+  # The inverse Mills ratio: the log-space form up to z = -100 (float32 cancellation: ~3e-4 there), the
+  # asymptotic series beyond, continuous at the switch.
   z = jnp.array([-99.999, -100.001, -1e6, -1e15])
   lam = np.asarray(losses.inverse_mills_ratio(z), np.float64)
-  np.testing.assert_allclose(lam, -np.asarray(z, np.float64) / (1 - 1 / np.asarray(z, np.float64) ** 2), rtol=1e-4)
+  np.testing.assert_allclose(lam, -np.asarray(z, np.float64) / (1 - 1 / np.asarray(z, np.float64) ** 2), rtol=1e-3)
 
 
 # Every loss: (function, the names of its named extra inputs).
@@ -493,7 +500,7 @@ def test_mean_detection_is_by_behaviour():
   from ultr_jax.losses import _utils
 
   assert _utils.is_mean(jnp.mean) and _utils.is_mean(_WRAPPED_MEAN) and _utils.is_mean(functools.partial(jnp.mean))
-  assert not _utils.is_mean(jnp.sum) and not _utils.is_mean(jnp.max)
+  assert not _utils.is_mean(jnp.sum) and not _utils.is_mean(_MASKED_MAX) and not _utils.is_mean(jnp.max)
   assert not _utils.is_mean(lambda a, where=None: jnp.mean(a))  # ignores the mask: not the masked mean
   # Inside jit too (the probe runs eagerly at trace time).
   assert float(jax.jit(lambda x: _utils.reduce_loss(x, x > 0, _WRAPPED_MEAN, mass=2 * x))(jnp.ones(3))) == 0.5
