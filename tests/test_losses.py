@@ -398,6 +398,8 @@ def test_extreme_propensities_are_finite(case):
     value, grad = jax.jit(jax.value_and_grad(fn))(s)
     assert np.isfinite(float(value)), (tiny, float(value))
     assert np.all(np.isfinite(grad))
+    # Bounded by the default cap (1e8 per weight), not merely finite (an uncapped 1/1e-30 gives ~1e30).
+    assert abs(float(value)) < 1e11 and float(jnp.max(jnp.abs(grad))) < 1e11, (tiny, float(value))
 
 
 def test_default_weight_cap_and_opt_out():
