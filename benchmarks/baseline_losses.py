@@ -37,9 +37,11 @@ def _losses():
     "affine_sigmoid": lambda s, o, c, p, w: losses.affine_sigmoid_loss(
       s, c, propensities=p, eps_plus=1.0 - 0.1 * p, eps_minus=0.5 * p, where=w
     ),
-    "dla": lambda s, o, c, p, w: losses.dla_loss(s, o, c, where=w),
+    "dla": lambda s, o, c, p, w: losses.dla_loss(s, c, observation_logits=o, where=w),
     "regression_em": lambda s, o, c, p, w: losses.regression_em_loss(s, c, propensities=p, where=w),
-    "two_tower_product": lambda s, o, c, p, w: losses.two_tower_loss(s, o, c, where=w, mode="product"),
+    "two_tower_product": lambda s, o, c, p, w: losses.two_tower_loss(
+      s, c, observation_logits=o, where=w, mode="product"
+    ),
     "paird": lambda s, o, c, p, w: losses.pairwise_debiasing_loss(s, c, t_plus=p, t_minus=p, where=w),
     # The pairwise click losses next to rax's pairwise logistic loss, the same value on 0/1 clicks.
     "rax.pairwise_logistic (1/p weights)": lambda s, o, c, p, w: rax.pairwise_logistic_loss(

@@ -65,8 +65,8 @@ def test_cld_method_loss_is_the_weighted_cld_loss():
   sel = m.score({"relevance": params["selection"]}, batch)
   ref = losses.cld_loss(
     m.score(params, batch),
-    sel,
     batch["clicks"],
+    selection_scores=sel,
     propensities=batch["examination"],
     shown=batch["shown"],
     where=batch["where"],

@@ -82,10 +82,10 @@ def test_bernoulli_t0_and_t1_identities():
   s_rel = jax.random.normal(jax.random.key(1), (3, 4))
   s_obs = jax.random.normal(jax.random.key(2), (3, 4, 4))
   factual = jnp.stack([s_obs[:, i, i] for i in range(4)], axis=-1)
-  z0, g0 = L.bernoulli_click_logits(s_rel, s_obs, key=jax.random.key(3), t=0.0)
+  z0, g0 = L.bernoulli_click_logits(s_rel, observation_logits=s_obs, key=jax.random.key(3), t=0.0)
   np.testing.assert_array_equal(z0, s_rel + factual)
   assert np.all(g0 == 1)
-  z1, g1 = L.bernoulli_click_logits(s_rel, s_obs, key=jax.random.key(3), t=1.0)
+  z1, g1 = L.bernoulli_click_logits(s_rel, observation_logits=s_obs, key=jax.random.key(3), t=1.0)
   np.testing.assert_array_equal(z1, s_rel)
   assert np.all(g1 == 0)
 
@@ -99,7 +99,9 @@ def test_factual_observation_uses_explicit_positions():
 @pytest.mark.parametrize("t", [0.1, 0.4])
 def test_bernoulli_mask_mean(t):
   shape = (200, 50)
-  _, gamma = L.bernoulli_click_logits(jnp.zeros(shape), jnp.zeros(shape + (3,)), key=jax.random.key(7), t=t)
+  _, gamma = L.bernoulli_click_logits(
+    jnp.zeros(shape), observation_logits=jnp.zeros(shape + (3,)), key=jax.random.key(7), t=t
+  )
   n = gamma.size
   se = np.sqrt(t * (1 - t) / n)
   assert abs(float(gamma.mean()) - (1 - t)) < 3 * se

@@ -7,6 +7,7 @@ in ``CASES``.
 
 import dataclasses
 import functools
+import math
 from typing import Callable, Optional
 
 import chex
@@ -34,6 +35,7 @@ class Case:
   # frozen(s0, a0) -> fn(s, a) with every stop-gradient quantity fixed at (s0, a0);
   # None when the stop-gradient parts do not depend on the differentiated inputs.
   frozen: Optional[Callable] = None
+  parts: int = 1  # a multi-part loss reduces each (non-negative) part separately
 
 
 def _dla_frozen(s0, a0, clicks, where):
@@ -45,8 +47,13 @@ def _dla_frozen(s0, a0, clicks, where):
 
 
 def _rem_frozen(s0, a0, clicks, where):
-  target = losses.em_posteriors(s0, a0, clicks, where=where)["relevance"]
+  target = losses.em_posteriors(s0, clicks, propensities=a0, where=where)["relevance"]
   return lambda s, a: rax.pointwise_sigmoid_loss(s, target, where=where)
+
+
+def _shown(aux):
+  """The top-3 items of each list are shown (a top-k log), independent of the padding."""
+  return jnp.broadcast_to(jnp.arange(aux.shape[-1]) < 3, aux.shape)
 
 
 def _positions(aux, where):
@@ -101,10 +108,11 @@ CASES = [
   ),
   Case(
     "dla",
-    lambda s, c, a, **kw: losses.dla_loss(s, a, c, max_weight=100.0, **kw),
+    lambda s, c, a, **kw: losses.dla_loss(s, c, observation_logits=a, max_weight=100.0, **kw),
     "logit",
     grad_aux=True,
     frozen=_dla_frozen,
+    parts=2,
   ),
   Case(
     "regression_em",
@@ -114,13 +122,13 @@ CASES = [
   ),
   Case(
     "two_tower_additive",
-    lambda s, c, a, **kw: losses.two_tower_loss(s, a, c, mode="additive", **kw),
+    lambda s, c, a, **kw: losses.two_tower_loss(s, c, observation_logits=a, mode="additive", **kw),
     "logit",
     grad_aux=True,
   ),
   Case(
     "two_tower_product",
-    lambda s, c, a, **kw: losses.two_tower_loss(s, a, c, mode="product", **kw),
+    lambda s, c, a, **kw: losses.two_tower_loss(s, c, observation_logits=a, mode="product", **kw),
     "logit",
     grad_aux=True,
   ),
@@ -154,6 +162,49 @@ CASES = [
     "logit",
     frozen=_pdgd_frozen,
   ),
+  # CLD family: the first 3 items of each list are the shown top-k; aux is the selection index.
+  Case(
+    "cld",
+    lambda s, c, a, **kw: losses.cld_loss(
+      s, c, selection_scores=a, propensities=jnp.full_like(a, 0.5), shown=_shown(a), gamma=0.3, **kw
+    ),
+    "logit",
+    grad_aux=True,
+  ),
+  Case(
+    "cld_logit_mean",
+    lambda s, c, a, **kw: losses.cld_loss(
+      s,
+      c,
+      selection_scores=a,
+      propensities=jnp.full_like(a, 0.5),
+      shown=_shown(a),
+      link="logit",
+      target="mean",
+      weights=1.0 + c,
+      **kw,
+    ),
+    "logit",
+    grad_aux=True,
+  ),
+  Case(
+    "cld_pair",
+    lambda s, c, a, **kw: losses.cld_pair_loss(s, 2.0 * c, selection_scores=a, shown=_shown(a), unobs_weight=1.0, **kw),
+    "logit",
+    grad_aux=True,
+  ),
+  # The inverse Mills ratio of the selection index is stop-gradiented: only the ranker's gradient is checked.
+  Case(
+    "heckman",
+    lambda s, c, a, **kw: losses.heckman_loss(s, c, selection_scores=a, mills_coef=0.3, shown=_shown(a), **kw),
+    "logit",
+    parts=2,
+  ),
+  Case("lbd_softmax_click", lambda s, c, a, **kw: losses.softmax_click_loss(s, c, weights=a, **kw), "prob"),
+  Case(
+    "sif_bias_likelihood", lambda s, c, a, **kw: losses.bias_likelihood_loss(a * jax.nn.sigmoid(s), c, **kw), "prob"
+  ),
+  Case("sif_listwise_risk", lambda s, c, a, **kw: losses.listwise_risk(s, losses.ips_targets(c, a), **kw), "prob"),
   # PDGD with its three switches off (every displayed pair, weight 1, the log pair probability).
   Case(
     "pdgd_switched",
@@ -310,6 +361,208 @@ def test_compiles_once(case):
     step(s, c, a, w)
 
 
+_WRAPPED_MEAN = lambda a, where=None: jnp.mean(a, where=where)  # noqa: E731  (a mean that is not jnp.mean)
+_MASKED_MAX = lambda a, where=None: jnp.max(a, where=where, initial=-jnp.inf)  # noqa: E731
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_any_reduce_fn_is_consistent(case):
+  """A mean is a mean whatever object computes it; sum, mean and None agree with each other."""
+  f = _jitted(case)
+  s, c, a, w = _data(jax.random.key(20), (4, 6), case)
+  mean = f(s, c, a, where=w, reduce_fn=jnp.mean)
+  for other in (_WRAPPED_MEAN, functools.partial(jnp.mean)):
+    np.testing.assert_allclose(f(s, c, a, where=w, reduce_fn=other), mean, rtol=1e-6, atol=1e-7)
+  total = f(s, c, a, where=w, reduce_fn=jnp.sum)
+  per = f(s, c, a, where=w, reduce_fn=None)
+  np.testing.assert_allclose(per.sum(), total, rtol=1e-5, atol=1e-5)
+  # Any other reduction runs on the same per-record values (here the largest one; a sum of the parts' largest).
+  biggest = f(s, c, a, where=w, reduce_fn=_MASKED_MAX)
+  assert np.isfinite(float(biggest)) and float(biggest) <= case.parts * float(jnp.max(per)) + 1e-5
+  if case.parts == 1:
+    assert float(biggest) >= float(jnp.max(per)) - 1e-5 or float(jnp.max(per)) == 0.0
+  # All masked: every mean is 0 (rax's safe_reduce), not NaN.
+  none_valid = jnp.zeros_like(w)
+  for m in (jnp.mean, _WRAPPED_MEAN):
+    assert float(f(s, c, a, where=none_valid, reduce_fn=m)) == 0.0
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.aux == "prob"], ids=[c.name for c in CASES if c.aux == "prob"])
+def test_extreme_propensities_are_finite(case):
+  """Propensities of 1e-30 (and 0): finite losses and gradients under the default weight cap."""
+  f = _jitted(case)
+  s, c, a, w = _data(jax.random.key(21), (4, 6), case)
+  for tiny in (1e-30, 1e-45):
+    a_tiny = jnp.where(jnp.arange(6) % 2 == 0, tiny, a)
+    fn = lambda s: f(s, c, a_tiny, where=w, reduce_fn=jnp.mean)
+    value, grad = jax.jit(jax.value_and_grad(fn))(s)
+    assert np.isfinite(float(value)), (tiny, float(value))
+    assert np.all(np.isfinite(grad))
+    # Bounded by the default cap (1e8 per weight), not merely finite (an uncapped 1/1e-30 gives ~1e30).
+    assert abs(float(value)) < 1e11 and float(jnp.max(jnp.abs(grad))) < 1e11, (tiny, float(value))
+
+
+def test_default_weight_cap_and_opt_out():
+  p = jnp.array([1.0, 1e-30])
+  np.testing.assert_allclose(losses.ips_weights(p), [1.0, losses.DEFAULT_MAX_WEIGHT], rtol=1e-6)
+  np.testing.assert_allclose(losses.ips_weights(p, max_weight=math.inf), [1.0, 1e30], rtol=1e-6)
+  s, c = jnp.array([0.0, 0.0]), jnp.array([0.0, 1.0])
+  capped = losses.ips_softmax_loss(s, c, propensities=p)
+  np.testing.assert_allclose(capped, 1e8 * np.log(2.0), rtol=1e-5)
+  # DLA at scores of +-1e30: the ranker-side weights hit the cap instead of overflowing to inf * 0 = NaN.
+  value, grads = jax.value_and_grad(lambda s, o: losses.dla_loss(s, c, observation_logits=o), argnums=(0, 1))(
+    jnp.array([1e30, -1e30]), jnp.zeros(2)
+  )
+  assert np.isfinite(float(value)) and all(np.all(np.isfinite(g)) for g in grads)
+  with pytest.raises(ValueError, match="max_weight"):
+    losses.ips_weights(p, max_weight=0.0)
+
+
+def test_extreme_inputs_of_the_cld_family_are_finite():
+  one = jnp.ones(3)
+  shown = jnp.array([True, True, False])
+  for link in ("probit", "logit"):
+    fn = lambda r, o: losses.cld_loss(
+      r, one, selection_scores=o, propensities=jnp.array([1e-30, 0.5, 0.0]), shown=shown, link=link
+    )
+    for scale in (1e30, -1e30):
+      value, grads = jax.value_and_grad(fn, argnums=(0, 1))(scale * one, -scale * one)
+      assert np.isfinite(float(value)) and all(np.all(np.isfinite(g)) for g in grads), (link, scale)
+  for outcome in ("ls", "probit"):
+    fn = lambda r, o: losses.heckman_loss(r, one, selection_scores=o, mills_coef=0.5, shown=shown, outcome=outcome)
+    value, grads = jax.value_and_grad(fn, argnums=(0, 1))(1e30 * one, -1e30 * one)
+    assert np.isfinite(float(value)) and all(np.all(np.isfinite(g)) for g in grads), outcome
+  # The inverse Mills ratio: the log-space form up to z = -100 (float32 cancellation: ~3e-4 there), the
+  # asymptotic series beyond, continuous at the switch.
+  z = jnp.array([-99.999, -100.001, -1e6, -1e15])
+  lam = np.asarray(losses.inverse_mills_ratio(z), np.float64)
+  np.testing.assert_allclose(lam, -np.asarray(z, np.float64) / (1 - 1 / np.asarray(z, np.float64) ** 2), rtol=1e-3)
+
+
+# Every loss: (function, the names of its named extra inputs).
+LOSSES = {
+  "naive_sigmoid_loss": (),
+  "naive_softmax_loss": (),
+  "naive_pairwise_loss": (),
+  "ips_sigmoid_loss": ("propensities",),
+  "ips_softmax_loss": ("propensities",),
+  "ips_pairwise_loss": ("propensities",),
+  "snips_sigmoid_loss": ("propensities",),
+  "snips_softmax_loss": ("propensities",),
+  "affine_sigmoid_loss": ("propensities", "eps_plus", "eps_minus"),
+  "affine_softmax_loss": ("propensities", "eps_plus", "eps_minus"),
+  "dla_loss": ("observation_logits",),
+  "regression_em_loss": ("propensities",),
+  "two_tower_loss": ("observation_logits",),
+  "pairwise_debiasing_loss": ("t_plus", "t_minus"),
+  "pdgd_loss": ("positions",),
+  "cld_loss": ("selection_scores", "propensities", "shown"),
+  "cld_pair_loss": ("selection_scores", "shown"),
+  "heckman_loss": ("selection_scores", "shown", "mills_coef"),
+  "softmax_click_loss": (),
+  "bias_likelihood_loss": (),
+  "listwise_risk": (),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOSSES))
+def test_every_loss_follows_the_calling_convention(name):
+  """fn(scores, clicks_or_labels, *, where=None, weights=None, reduce_fn=jnp.mean, **named inputs)."""
+  import inspect
+
+  fn = getattr(losses, name)
+  assert name in losses.__all__
+  params = inspect.signature(getattr(fn, "__wrapped__", fn)).parameters
+  positional = [p for p in params.values() if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+  assert len(positional) == 2, [p.name for p in positional]
+  assert positional[1].name in ("clicks", "labels", "targets"), positional[1].name
+  keyword = {p.name: p for p in params.values() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+  for required in ("where", "weights", "reduce_fn", *LOSSES[name]):
+    assert required in keyword, required
+  assert keyword["where"].default is None and keyword["weights"].default is None
+  assert keyword["reduce_fn"].default is jnp.mean
+  for old in ("rel_scores", "sel_scores", "s_rel", "s_obs", "return_parts", "relevance_logits", "click_probs"):
+    assert old not in keyword
+  # The documented vocabulary names every named input.
+  for named in LOSSES[name]:
+    assert named in losses.__doc__ or named in ("mills_coef",), named
+
+
+def test_renamed_positional_forms_are_rejected():
+  z, c = jnp.zeros(2), jnp.array([1.0, 0.0])
+  with pytest.raises(TypeError):
+    losses.dla_loss(z, z, c)  # the observation logits are keyword-only now
+  with pytest.raises(TypeError):
+    losses.two_tower_loss(z, z, c)
+  with pytest.raises(TypeError):
+    losses.cld_loss(z, z, c, propensities=z + 1, shown=c > 0)
+
+
+def test_mean_detection_is_by_behaviour():
+  from ultr_jax.losses import _utils
+
+  assert _utils.is_mean(jnp.mean) and _utils.is_mean(_WRAPPED_MEAN) and _utils.is_mean(functools.partial(jnp.mean))
+  assert not _utils.is_mean(jnp.sum) and not _utils.is_mean(_MASKED_MAX) and not _utils.is_mean(jnp.max)
+  assert not _utils.is_mean(lambda a, where=None: jnp.mean(a))  # ignores the mask: not the masked mean
+  # Inside jit too (the probe runs eagerly at trace time).
+  assert float(jax.jit(lambda x: _utils.reduce_loss(x, x > 0, _WRAPPED_MEAN, mass=2 * x))(jnp.ones(3))) == 0.5
+
+
+# ----------------------------------------------------------------------------
+# Stateful estimators: (init, update) pairs with the numbers of the functions they replaced.
+
+# From the pre-refactor em_propensity_update / pairwise_debiasing_update / dual_ascent_update (main at 413cbc9) on
+# _estimator_data(): three steps each.
+_OLD_THETA = [0.8604283332824707, 0.8398184180259705, 0.868363618850708, 0.8782802820205688]
+_OLD_T_PLUS = [1.0, 0.7954901456832886, 0.7414978742599487, 0.769061803817749]
+_OLD_T_MINUS = [1.0, 0.7142432332038879, 0.7596334218978882, 0.7509691715240479]
+_OLD_LAM, _OLD_EMA = 0.21900001168251038, 0.06450000405311584
+
+
+def _estimator_data():
+  rng = np.random.default_rng(0)
+  b, l, k = 6, 5, 4
+  s = jnp.asarray(rng.normal(size=(3, b, l)), jnp.float32)
+  c = jnp.asarray(rng.random((3, b, l)) < 0.4, jnp.float32)
+  pos = jnp.asarray(np.stack([np.stack([rng.permutation(l) for _ in range(b)]) for _ in range(3)]) % k, jnp.int32)
+  w = jnp.asarray(rng.random((3, b, l)) < 0.85)
+  return s, c, pos, w
+
+
+def test_estimators_reproduce_the_old_numbers():
+  s, c, pos, w = _estimator_data()
+  em = losses.regression_em_estimator(4, step_size=0.3, init_value=0.9)
+  pd = losses.pairwise_debiasing_estimator(4, step_size=0.3, p=1.0)
+  da = losses.dual_ascent_estimator(budget=0.02, eta=2.0)
+  em_state, pd_state, da_state = em.init(), pd.init(), da.init()
+  em_update, pd_update = jax.jit(em.update), jax.jit(pd.update)
+  for t in range(3):
+    em_state = em_update(em_state, s[t], c[t], positions=pos[t], where=w[t])
+    pd_state = pd_update(pd_state, s[t], c[t], positions=pos[t], where=w[t])
+    da_state = da.update(da_state, jnp.float32(0.05 * (t + 1)))
+  np.testing.assert_allclose(em_state.propensities, _OLD_THETA, rtol=1e-6)
+  np.testing.assert_allclose(pd_state.t_plus, _OLD_T_PLUS, rtol=1e-6)
+  np.testing.assert_allclose(pd_state.t_minus, _OLD_T_MINUS, rtol=1e-6)
+  np.testing.assert_allclose([da_state.lam, da_state.ema], [_OLD_LAM, _OLD_EMA], rtol=1e-6)
+  assert int(da_state.steps) == 3
+  # States are pytrees of arrays (jit/scan-able) and NamedTuples.
+  assert isinstance(em_state, losses.RegressionEMState) and isinstance(pd_state, losses.PairwiseDebiasingState)
+  assert len(jax.tree_util.tree_leaves(pd_state)) == 2
+
+
+def test_dual_ascent_estimator_without_ascent_only_tracks_the_ema():
+  est = losses.dual_ascent_estimator(budget=0.0, decay=0.5, ascend=False)
+  state = est.init(lam=3.0)
+  for value in (0.4, 0.2):
+    state = est.update(state, jnp.float32(value))
+  np.testing.assert_allclose([state.lam, state.ema], [3.0, 0.3], rtol=1e-6)  # first step starts the EMA at 0.4
+
+
+def test_regression_em_estimator_rejects_bad_init():
+  with pytest.raises(ValueError, match="init_value"):
+    losses.regression_em_estimator(3, init_value=1.0)
+
+
 # ----------------------------------------------------------------------------
 # Closed forms and NumPy references.
 
@@ -437,13 +690,15 @@ def test_dla_closed_form_and_stop_gradients():
     gamma = np.exp(log_softmax(s))
     ranker = -(c * theta[0] / theta * log_softmax(s)).sum()
     exam = -(c * gamma[0] / gamma * log_softmax(o)).sum()
-    r, e = losses.dla_loss(jnp.array(s), jnp.array(o), jnp.array(c), return_parts=True)
-    np.testing.assert_allclose([r, e], [ranker, exam], rtol=1e-10)
+    total, aux = losses.dla_loss(jnp.array(s), jnp.array(c), observation_logits=jnp.array(o), return_aux=True)
+    r, e = aux["ranker_loss"], aux["propensity_loss"]
+    np.testing.assert_allclose([r, e, total], [ranker, exam, ranker + exam], rtol=1e-10)
     np.testing.assert_allclose(losses.dla_weights(jnp.array(o)), [1.0, 2.0, 6.0], rtol=1e-10)
     np.testing.assert_allclose(losses.dla_weights(jnp.array(o), max_weight=3.0), [1.0, 2.0, 3.0])
     # The ranker part trains only the ranker, the examination part only the tower.
-    g_r = jax.grad(lambda o: losses.dla_loss(jnp.array(s), o, jnp.array(c), return_parts=True)[0])(jnp.array(o))
-    g_e = jax.grad(lambda s: losses.dla_loss(s, jnp.array(o), jnp.array(c), return_parts=True)[1])(jnp.array(s))
+    parts = lambda s, o: losses.dla_loss(s, jnp.array(c), observation_logits=o, return_aux=True)[1]
+    g_r = jax.grad(lambda o: parts(jnp.array(s), o)["ranker_loss"])(jnp.array(o))
+    g_e = jax.grad(lambda s: parts(s, jnp.array(o))["propensity_loss"])(jnp.array(s))
     np.testing.assert_array_equal(g_r, 0.0)
     np.testing.assert_array_equal(g_e, 0.0)
 
@@ -455,7 +710,7 @@ def test_dla_fixed_point_recovers_propensities():
     theta = np.array([1.0, 0.6, 0.3, 0.2])
     s = jnp.log(jnp.array(gamma))
     clicks = jnp.array(theta * gamma)  # expected clicks
-    grad = jax.grad(lambda o: losses.dla_loss(s, o, clicks))
+    grad = jax.grad(lambda o: losses.dla_loss(s, clicks, observation_logits=o))
     o = jax.jit(lambda o: jax.lax.fori_loop(0, 2000, lambda _, o: o - 0.5 * grad(o), o))(jnp.zeros(4))
     est = np.exp(o - o[0])
     np.testing.assert_allclose(est, theta, rtol=1e-4)
@@ -467,7 +722,7 @@ def test_em_posteriors_match_bayes_rule():
     s = rng.normal(size=(4, 6)) * 3
     theta = rng.uniform(0.05, 0.95, size=(4, 6))
     c = (rng.random((4, 6)) < 0.3).astype(float)
-    p = losses.em_posteriors(jnp.array(s), jnp.array(theta), jnp.array(c))
+    p = losses.em_posteriors(jnp.array(s), jnp.array(c), propensities=jnp.array(theta))
     g = sig(s)
     e1_c0 = theta * (1 - g) / (1 - theta * g)
     r1_c0 = (1 - theta) * g / (1 - theta * g)
@@ -518,18 +773,18 @@ def test_two_tower_closed_form():
     r, o, c = np.array([0.3, -2.0, 1.5]), np.array([1.0, -0.5, -3.0]), np.array([1.0, 0.0, 0.0])
     p = sig(r + o)
     np.testing.assert_allclose(
-      losses.two_tower_loss(jnp.array(r), jnp.array(o), jnp.array(c)),
+      losses.two_tower_loss(jnp.array(r), jnp.array(c), observation_logits=jnp.array(o)),
       np.mean(-(c * np.log(p) + (1 - c) * np.log(1 - p))),
       rtol=1e-10,
     )
     p = sig(r) * sig(o)
     np.testing.assert_allclose(
-      losses.two_tower_loss(jnp.array(r), jnp.array(o), jnp.array(c), mode="product"),
+      losses.two_tower_loss(jnp.array(r), jnp.array(c), observation_logits=jnp.array(o), mode="product"),
       np.mean(-(c * np.log(p) + (1 - c) * np.log(1 - p))),
       rtol=1e-10,
     )
   with pytest.raises(ValueError, match="mode"):
-    losses.two_tower_loss(jnp.zeros(2), jnp.zeros(2), jnp.zeros(2), mode="sum")
+    losses.two_tower_loss(jnp.zeros(2), jnp.zeros(2), observation_logits=jnp.zeros(2), mode="sum")
 
 
 def _pairwise_reference(s, c, tp, tm, where):

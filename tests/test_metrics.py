@@ -234,3 +234,45 @@ def test_click_log_likelihood_grads():
   masked = jnp.zeros((1, 3), bool)
   val, g = jax.value_and_grad(lambda x: metrics.click_log_likelihood(x, c, where=masked, logits=True))(logits)
   assert float(val) == 0.0 and np.all(g == 0)
+
+
+RANKING_FNS = {
+  "ndcg": metrics.ndcg,
+  "dcg": metrics.dcg,
+  "err": metrics.err,
+  "mrr": metrics.mrr,
+  "map": metrics.average_precision,
+  "precision": functools.partial(metrics.precision, topn=2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RANKING_FNS))
+def test_nan_scores_give_nan_never_a_valid_rankings_value(name):
+  """A diverged model (NaN scores) must not score like the all-zero (tied) ranking rax would make of it."""
+  fn = RANKING_FNS[name]
+  y = jnp.array([[2.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 2.0]])
+  w = jnp.array([[True, True, True, False], [True, True, True, True]])
+  s = jnp.array([[0.3, 0.1, 0.2, 0.0], [0.5, 0.2, 0.1, 0.4]])
+  nan_list = s.at[1].set(jnp.nan)
+  per = _jit(fn, reduce_fn=None)(nan_list, y, where=w)
+  assert np.isnan(per[1]) and np.isfinite(per[0])
+  np.testing.assert_allclose(per[0], _jit(fn, reduce_fn=None)(s, y, where=w)[0])  # other lists unchanged
+  for reduce_fn in (jnp.mean, jnp.sum):
+    assert np.isnan(float(_jit(fn, reduce_fn=reduce_fn)(nan_list, y, where=w)))
+  # A single NaN item is enough; a NaN on a padded item is not (it is never ranked).
+  assert np.isnan(float(fn(s.at[0, 1].set(jnp.nan), y, where=w)))
+  np.testing.assert_allclose(fn(s.at[0, 3].set(jnp.nan), y, where=w), fn(s, y, where=w))
+  all_nan = jnp.full_like(s, jnp.nan)
+  assert np.isnan(float(fn(all_nan, y, where=w))) and np.isfinite(float(fn(jnp.zeros_like(s), y, where=w)))
+
+
+def test_nan_scores_in_ranking_metrics_and_mcc():
+  y = jnp.array([[2.0, 0.0, 1.0], [0.0, 1.0, 2.0]])
+  s = jnp.array([[jnp.nan, 0.1, 0.2], [0.5, 0.2, 0.1]])
+  out = metrics.ranking_metrics(s, y)
+  for key, values in out.items():
+    assert np.isnan(values[0]) and np.isfinite(values[1]), key
+  assert np.isnan(float(metrics.mcc(s, y)))
+  per = metrics.mcc(s, y, per_list=True, reduce_fn=None)
+  assert np.isnan(per[0]) and np.isfinite(per[1])
+  assert float(metrics.mcc(jnp.zeros(3), jnp.arange(3.0))) == 0.0  # a constant (valid) prediction still gives 0

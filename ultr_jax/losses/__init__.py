@@ -1,10 +1,56 @@
-"""ultr_jax.losses: pure ULTR losses over ``[..., list_size]`` (rax convention).
+r"""ultr_jax.losses: pure ULTR losses over ``[..., list_size]`` (rax convention).
+
+**One calling convention** for every loss::
+
+    loss = fn(scores, clicks_or_labels, *, where=None, weights=None, reduce_fn=jnp.mean, **named_inputs)
+
+* ``scores``: ``[..., L]`` the ranker's logits (the prediction always comes
+  first; :func:`bias_likelihood_loss` takes predicted click probabilities);
+* ``clicks_or_labels``: ``[..., L]`` clicks, click-through rates, targets or labels;
+* ``where``: ``bool[..., L]`` valid items; ``weights``: ``[..., L]`` per-item weights;
+* ``reduce_fn``: any reduction ``f(values, where=...)``: a mean (``jnp.mean``
+  or anything that computes the masked mean: over items, lists or pairs, or per
+  unit of mass where the family says so; an all-masked mean is 0, rax's
+  ``safe_reduce``), ``jnp.sum``, any other reduction, or None for the
+  per-item / per-list / per-pair values (whose ``jnp.sum`` is the
+  ``reduce_fn=jnp.sum`` loss). All go through one helper, ``_utils.reduce_loss``.
+* multi-part losses return ``(loss, aux)`` with an ``aux`` dict of the parts
+  when called with ``return_aux=True`` (:func:`dla_loss`, :func:`heckman_loss`).
+
+**Named extra inputs** (keyword-only, the same name in every family):
+
+=======================  ==============================================================
+``propensities``         examination probabilities :math:`\theta_i` at each item's position (IPS, SNIPS,
+                         affine, Regression-EM, CLD)
+``observation_logits``   the bias / observation tower's logits (DLA, two-tower, LBD)
+``selection_scores``     the selection model's index :math:`f_\omega(x)` (CLD, CLD-pair, Heckman)
+``positions``            ``int[..., L]`` 0-based displayed positions (PDGD, the estimators' updates)
+``shown``                ``bool[..., L]`` the items a top-k log displayed (CLD, Heckman)
+``eps_plus/eps_minus``   trust-bias click probabilities (affine)
+``t_plus/t_minus``       PairD's bias ratios per item
+``max_weight``           cap of every inverse-propensity-style weight; None means
+                         :data:`DEFAULT_MAX_WEIGHT` (``1e8``, far above any weight of the
+                         expected-metrics runs), ``math.inf`` no cap
+=======================  ==============================================================
+
+**Numerics**: with the default cap, propensities down to :math:`10^{-30}` and scores of
+:math:`\pm 10^{30}` give finite losses and gradients (CLD and Heckman bound their scores at
+:math:`\pm 10^{15}` before a square or a probit link).
+
+**Stateful estimators** (Regression-EM's propensities, PairD's ratios, SIF's dual
+ascent) are optax-style ``(init, update)`` pairs (:class:`Estimator`), never state
+hidden in a loss.
 
 One module per family; append your family's import block and ``__all__``
 entries below (one block per module).
 """
 
 __all__: list[str] = []
+
+from ultr_jax.losses._utils import DEFAULT_MAX_WEIGHT  # noqa: E402
+from ultr_jax.losses.estimator import Estimator  # noqa: E402
+
+__all__ += ["DEFAULT_MAX_WEIGHT", "Estimator"]
 
 from ultr_jax.losses.naive import (  # noqa: E402
   lambdarank_weights,
@@ -43,21 +89,41 @@ from ultr_jax.losses.dla import dla_loss, dla_weights  # noqa: E402
 
 __all__ += ["dla_loss", "dla_weights"]
 
-from ultr_jax.losses.em import em_posteriors, em_propensity_update, regression_em_loss  # noqa: E402
+from ultr_jax.losses.em import (  # noqa: E402
+  RegressionEMState,
+  em_posteriors,
+  em_propensity_update,
+  regression_em_estimator,
+  regression_em_loss,
+)
 
-__all__ += ["em_posteriors", "em_propensity_update", "regression_em_loss"]
+__all__ += [
+  "RegressionEMState",
+  "em_posteriors",
+  "em_propensity_update",
+  "regression_em_estimator",
+  "regression_em_loss",
+]
 
 from ultr_jax.losses.two_tower import two_tower_log_probs, two_tower_loss  # noqa: E402
 
 __all__ += ["two_tower_log_probs", "two_tower_loss"]
 
 from ultr_jax.losses.pairwise import (  # noqa: E402
+  PairwiseDebiasingState,
   click_pairs,
+  pairwise_debiasing_estimator,
   pairwise_debiasing_loss,
   pairwise_debiasing_update,
 )
 
-__all__ += ["click_pairs", "pairwise_debiasing_loss", "pairwise_debiasing_update"]
+__all__ += [
+  "PairwiseDebiasingState",
+  "click_pairs",
+  "pairwise_debiasing_estimator",
+  "pairwise_debiasing_loss",
+  "pairwise_debiasing_update",
+]
 
 from ultr_jax.losses.cld import (  # noqa: E402
   borda_scores,
@@ -71,12 +137,14 @@ from ultr_jax.losses.cld import (  # noqa: E402
 __all__ += ["borda_scores", "cld_log_cdf", "cld_loss", "cld_pair_loss", "heckman_loss", "inverse_mills_ratio"]
 
 from ultr_jax.losses.sif import (  # noqa: E402
+  DualAscentState,
   bias_likelihood_loss,
   binary_entropy,
   cell_marginals,
   conditional_mi_binary,
   doubly_robust_risk,
   dr_targets,
+  dual_ascent_estimator,
   dual_ascent_update,
   effective_sample_size,
   ips_targets,
@@ -86,12 +154,14 @@ from ultr_jax.losses.sif import (  # noqa: E402
 )
 
 __all__ += [
+  "DualAscentState",
   "bias_likelihood_loss",
   "binary_entropy",
   "cell_marginals",
   "conditional_mi_binary",
   "doubly_robust_risk",
   "dr_targets",
+  "dual_ascent_estimator",
   "dual_ascent_update",
   "effective_sample_size",
   "ips_targets",
@@ -123,3 +193,23 @@ __all__ += [
 from ultr_jax.losses.pdgd import pdgd_loss, pdgd_pair_weights  # noqa: E402
 
 __all__ += ["pdgd_loss", "pdgd_pair_weights"]
+
+from ultr_jax.losses.lbd import (  # noqa: E402
+  REFERENCE_GP_SHAPE,
+  bernoulli_click_logits,
+  factual_observation,
+  gradient_penalty,
+  lbd_forward,
+  rescale_gp_weight,
+  softmax_click_loss,
+)
+
+__all__ += [
+  "REFERENCE_GP_SHAPE",
+  "bernoulli_click_logits",
+  "factual_observation",
+  "gradient_penalty",
+  "lbd_forward",
+  "rescale_gp_weight",
+  "softmax_click_loss",
+]

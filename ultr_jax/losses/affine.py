@@ -34,8 +34,6 @@ from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
-import rax
-
 from ultr_jax.losses import _utils
 
 __all__ = ["affine_sigmoid_loss", "affine_softmax_loss", "affine_targets"]
@@ -69,7 +67,7 @@ def affine_targets(
     eps_plus: ``[..., L]`` :math:`P(C = 1 \mid E = 1, R = 1)` at each item's position.
     eps_minus: ``[..., L]`` :math:`P(C = 1 \mid E = 1, R = 0)` at each item's position.
     where: ``[..., L]`` bool mask.
-    max_weight: optional clip of :math:`1/\alpha_i` (None: no clipping).
+    max_weight: clip of :math:`1/\alpha_i` (None: ``DEFAULT_MAX_WEIGHT`` = 1e8; ``math.inf``: none).
 
   Returns:
     ``[..., L]`` targets, unbiased for the relevance probability :math:`r_i`.
@@ -98,6 +96,7 @@ def affine_softmax_loss(
   eps_plus: jax.Array,
   eps_minus: jax.Array,
   where: Optional[jax.Array] = None,
+  weights: Optional[jax.Array] = None,
   max_weight: Optional[float] = None,
   reduce_fn: Optional[Callable] = jnp.mean,
 ) -> jax.Array:
@@ -109,8 +108,9 @@ def affine_softmax_loss(
   Linear in :math:`\hat r`, so unbiased for :math:`-\sum_i r_i
   \log\mathrm{softmax}(s)_i` under trust bias (Vardasbi et al., CIKM'20);
   it equals :func:`ips_softmax_loss` when :math:`\epsilon^- = 0` and
-  :math:`\epsilon^+ = 1`. Arguments as :func:`affine_targets`; ``reduce_fn``
-  over lists with a valid item (None: per list ``[...]``).
+  :math:`\epsilon^+ = 1`. Arguments as :func:`affine_targets`; ``weights``
+  multiply the targets (rax's convention); ``reduce_fn`` over lists with a
+  valid item (None: per list ``[...]``).
 
   >>> s = jnp.array([0.0, 0.0]); c = jnp.array([0.0, 1.0])
   >>> kw = dict(propensities=jnp.array([1.0, 0.5]), eps_plus=jnp.ones(2), eps_minus=jnp.zeros(2))
@@ -121,7 +121,7 @@ def affine_softmax_loss(
   target = affine_targets(
     clicks, propensities=propensities, eps_plus=eps_plus, eps_minus=eps_minus, where=where, max_weight=max_weight
   )
-  return rax.softmax_loss(scores, target, where=where, reduce_fn=reduce_fn)
+  return _utils.softmax_loss(scores, target, where, weights, reduce_fn)
 
 
 def affine_sigmoid_loss(
@@ -132,6 +132,7 @@ def affine_sigmoid_loss(
   eps_plus: jax.Array,
   eps_minus: jax.Array,
   where: Optional[jax.Array] = None,
+  weights: Optional[jax.Array] = None,
   max_weight: Optional[float] = None,
   reduce_fn: Optional[Callable] = jnp.mean,
 ) -> jax.Array:
@@ -142,7 +143,8 @@ def affine_sigmoid_loss(
 
   Linear in :math:`\hat r`, so its expectation over clicks is the BCE on the
   relevance probabilities; :func:`ips_sigmoid_loss` when :math:`\epsilon^- = 0,\
-  \epsilon^+ = 1`. ``reduce_fn`` over valid items (None: ``[..., L]``).
+  \epsilon^+ = 1`. ``weights`` multiply the per-item losses; ``reduce_fn``
+  over valid items (None: ``[..., L]``).
 
   >>> s = jnp.array([1.0, -1.0]); c = jnp.array([1.0, 0.0])
   >>> kw = dict(propensities=jnp.ones(2), eps_plus=jnp.ones(2), eps_minus=jnp.full(2, 0.5))
@@ -153,4 +155,4 @@ def affine_sigmoid_loss(
   target = affine_targets(
     clicks, propensities=propensities, eps_plus=eps_plus, eps_minus=eps_minus, where=where, max_weight=max_weight
   )
-  return _utils.target_bce(scores, target, where, reduce_fn)
+  return _utils.target_bce(scores, target, where, reduce_fn, weights)

@@ -46,25 +46,7 @@ __all__ = [
 ]
 
 _LINKS = ("probit", "logit")
-
-
-@jax.custom_jvp
-def _log_sigmoid(x):
-  """``jax.nn.log_sigmoid`` whose derivative reuses the forward ``exp`` (2 transcendentals, not 3)."""
-  return _log_sigmoid_parts(x)[0]
-
-
-def _log_sigmoid_parts(x):
-  e = jnp.exp(-jnp.abs(x))  # in (0, 1]: no overflow
-  value = jnp.minimum(x, 0.0) - jnp.log1p(e)
-  deriv = jnp.where(x >= 0, e, 1.0) / (1.0 + e)  # sigma(-x)
-  return value, deriv
-
-
-@_log_sigmoid.defjvp
-def _log_sigmoid_jvp(primals, tangents):
-  value, deriv = _log_sigmoid_parts(primals[0])
-  return value, deriv * tangents[0]
+_MILLS_TAIL = -100.0
 
 
 def cld_log_cdf(z: jax.Array, link: str = "probit") -> jax.Array:
@@ -79,30 +61,21 @@ def cld_log_cdf(z: jax.Array, link: str = "probit") -> jax.Array:
   if link == "probit":
     return log_ndtr(z)
   if link == "logit":
-    return _log_sigmoid(z)
+    return jax.nn.log_sigmoid(z)
   raise ValueError(f"link must be one of {_LINKS}, got {link!r}")
 
 
 def _weighted_reduce(values, where, weights, reduce_fn):
-  """Σ w v / Σ w over valid items (``jnp.mean``), Σ w v (``jnp.sum``) or per item (None)."""
+  """Σ w v / Σ w over valid items (a mean), Σ w v (``jnp.sum``), per item (None): :func:`_utils.reduce_loss`."""
   w = jnp.where(where, 1.0 if weights is None else weights, 0.0)
-  v = jnp.where(where, values, 0.0) * w
-  if reduce_fn is None:
-    return v
-  total = jnp.sum(v)
-  if reduce_fn is jnp.sum:
-    return total
-  if reduce_fn is not jnp.mean:
-    raise ValueError("reduce_fn must be jnp.mean, jnp.sum or None")
-  den = jnp.sum(w)
-  return jnp.where(den > 0, total / jnp.where(den > 0, den, 1.0), 0.0)
+  return _utils.reduce_loss(jnp.where(where, values, 0.0) * w, where, reduce_fn, mass=w)
 
 
 def cld_loss(
-  rel_scores: jax.Array,
-  sel_scores: jax.Array,
+  scores: jax.Array,
   clicks: jax.Array,
   *,
+  selection_scores: jax.Array,
   propensities: jax.Array,
   shown: jax.Array,
   where: Optional[jax.Array] = None,
@@ -111,6 +84,7 @@ def cld_loss(
   link: str = "probit",
   sq_weight: float = 1.0,
   target: str = "sessions",
+  max_weight: Optional[float] = None,
   reduce_fn: Optional[Callable] = jnp.mean,
 ) -> jax.Array:
   r"""Negative CLD log-likelihood (Eq. 9): a Type-II Tobit over shown and unshown records.
@@ -139,10 +113,13 @@ def cld_loss(
   The relevance scores of unshown items get exactly zero gradient; the
   propensities are read only where shown (they may be 0 elsewhere).
 
+  Scores are bounded to :math:`\pm 10^{15}` (``_utils.SCORE_BOUND``) before the
+  square and the link, so extreme scores give a finite loss and gradient.
+
   Args:
-    rel_scores: ``[..., L]`` ranker scores :math:`f_\beta(x)`.
-    sel_scores: ``[..., L]`` selection index :math:`f_\omega(x)`.
+    scores: ``[..., L]`` ranker scores :math:`f_\beta(x)`.
     clicks: ``[..., L]`` clicks or CTRs (ignored where not shown).
+    selection_scores: ``[..., L]`` selection index :math:`f_\omega(x)`.
     propensities: ``[..., L]`` :math:`\rho` at the displayed position.
     shown: ``bool[..., L]`` selection indicator :math:`s` (top k).
     where: ``bool[..., L]`` padding mask.
@@ -151,8 +128,10 @@ def cld_loss(
     link: ``"probit"`` (paper) or ``"logit"`` (released code).
     sq_weight: coefficient of the squared residual.
     target: ``"sessions"`` or ``"mean"`` (see above).
-    reduce_fn: ``jnp.mean`` (weighted mean over valid records), ``jnp.sum``,
-      or None (per-item weighted values, 0 where masked).
+    max_weight: cap of :math:`1/\rho` (None: ``DEFAULT_MAX_WEIGHT`` = 1e8; ``math.inf``: none).
+    reduce_fn: a mean (weighted mean over valid records, :math:`\sum w\ell / \sum w`),
+      ``jnp.sum`` (:math:`\sum w\ell`), any other reduction of the weighted
+      records, or None (per-item weighted values, 0 where masked).
 
   Returns:
     scalar loss (``[..., L]`` with ``reduce_fn=None``).
@@ -160,10 +139,10 @@ def cld_loss(
   Spec 10.1 hand values (selected & clicked; not selected):
 
   >>> one = jnp.ones(1)
-  >>> print(round(float(cld_loss(0.3 * one, 0.5 * one, one, propensities=0.5 * one,
+  >>> print(round(float(cld_loss(0.3 * one, one, selection_scores=0.5 * one, propensities=0.5 * one,
   ...                            shown=one > 0, gamma=0.2)), 5))
   3.1077
-  >>> print(round(float(cld_loss(0.3 * one, 0.5 * one, 0 * one, propensities=0 * one,
+  >>> print(round(float(cld_loss(0.3 * one, 0 * one, selection_scores=0.5 * one, propensities=0 * one,
   ...                            shown=one < 0, gamma=0.2)), 5))
   1.17591
   """
@@ -171,13 +150,15 @@ def cld_loss(
     raise ValueError(f"gamma must satisfy |gamma| < 1, got {gamma}")
   if target not in ("sessions", "mean"):
     raise ValueError(f"target must be 'sessions' or 'mean', got {target!r}")
-  rel_scores = jnp.asarray(rel_scores)
+  rel_scores = _utils.bound_scores(jnp.asarray(scores))
+  sel_scores = _utils.bound_scores(jnp.asarray(selection_scores))
   where = _utils.as_where(where, rel_scores.shape)
   shown = jnp.asarray(shown).astype(bool)
   sel = shown & where
   unsel = ~shown & where
   safe_prop = jnp.where(sel, propensities, 1.0)  # double where: rho may be 0 off the top k
-  inv_prop = jax.lax.stop_gradient(1.0 / safe_prop)
+  max_weight = _utils.DEFAULT_MAX_WEIGHT if max_weight is None else max_weight
+  inv_prop = jax.lax.stop_gradient(1.0 / jnp.maximum(safe_prop, 1.0 / max_weight))
   c = jax.lax.stop_gradient(jnp.where(sel, clicks, 0.0))
   scale = 1.0 / jnp.sqrt(1.0 - gamma**2)
 
@@ -201,10 +182,10 @@ def cld_loss(
 
 
 def cld_pair_loss(
-  rel_scores: jax.Array,
-  sel_scores: jax.Array,
+  scores: jax.Array,
   targets: jax.Array,
   *,
+  selection_scores: jax.Array,
   shown: jax.Array,
   where: Optional[jax.Array] = None,
   weights: Optional[jax.Array] = None,
@@ -212,6 +193,7 @@ def cld_pair_loss(
   sel_weight: float = 1.0,
   unobs_weight: Union[float, str] = "balanced",
   include_selected_ties: bool = False,
+  reduce_fn: Optional[Callable] = jnp.mean,
 ) -> jax.Array:
   r"""Negative CLD\ :sup:`pair` objective (Eq. 12) over the ordered pairs of each list.
 
@@ -237,10 +219,10 @@ def cld_pair_loss(
   unshown send no gradient to :math:`f_\beta`.
 
   Args:
-    rel_scores: ``[..., L]`` ranker scores.
-    sel_scores: ``[..., L]`` selection logits.
+    scores: ``[..., L]`` ranker scores.
     targets: ``[..., L]`` :math:`y = c/\rho` (0 where unshown or not clicked;
       a CTR over :math:`\rho` for aggregated logs).
+    selection_scores: ``[..., L]`` selection logits.
     shown: ``bool[..., L]``.
     where: ``bool[..., L]``.
     weights: optional ``[..., L]`` item weights; the pair ``(i, j)`` gets
@@ -249,18 +231,23 @@ def cld_pair_loss(
     sel_weight: :math:`C`, weight of the selection terms (A9).
     unobs_weight: float or ``"balanced"``.
     include_selected_ties: see above.
+    reduce_fn: a mean (the objective over :math:`\sum a_{ij}`, above),
+      ``jnp.sum`` (the un-normalised objective), any other reduction of the
+      per-list objectives, or None (per-list objectives ``[...]``, whose sum
+      is the ``jnp.sum`` loss).
 
   Returns:
-    scalar loss.
+    scalar loss (``[...]`` with ``reduce_fn=None``).
 
   >>> f = jnp.array([1.0, 0.0, 0.0]); s = jnp.array([True, True, False])
-  >>> print(round(float(cld_pair_loss(f, jnp.zeros(3), jnp.array([2.0, 0.0, 0.0]), shown=s,
+  >>> print(round(float(cld_pair_loss(f, jnp.array([2.0, 0.0, 0.0]), selection_scores=jnp.zeros(3), shown=s,
   ...                                 unobs_weight=1.0)), 4))
   1.4077
   """
   if bpr_weight not in ("ips_diff", "one"):
     raise ValueError(f"bpr_weight must be 'ips_diff' or 'one', got {bpr_weight!r}")
-  rel_scores = jnp.asarray(rel_scores)
+  rel_scores = jnp.asarray(scores)
+  sel_scores = jnp.asarray(selection_scores)
   l = rel_scores.shape[-1]
   where = _utils.as_where(where, rel_scores.shape)
   s = jnp.asarray(shown).astype(bool) & where
@@ -290,39 +277,54 @@ def cld_pair_loss(
   # Shown members need the pair's score difference ([..., L, L]); the unshown term
   # log sigma(-f_omega(x_m)) depends on the item alone, so it is evaluated once per item
   # ([..., L]) and weighted by the item's total pair weight (as i and as j).
-  shown_terms = jnp.where(si, _log_sigmoid(fo_i + delta), 0.0) + jnp.where(sj, _log_sigmoid(fo_j + delta), 0.0)
-  pair_obj = jnp.where(obs, pw * w * _log_sigmoid(delta), 0.0) + sel_weight * jnp.where(
+  log_sigmoid = jax.nn.log_sigmoid
+  shown_terms = jnp.where(si, log_sigmoid(fo_i + delta), 0.0) + jnp.where(sj, log_sigmoid(fo_j + delta), 0.0)
+  pair_obj = jnp.where(obs, pw * w * log_sigmoid(delta), 0.0) + sel_weight * jnp.where(
     obs | unobs, a * shown_terms, 0.0
   )
   item_pair_w = jnp.sum(a, axis=-1) + jnp.sum(a, axis=-2)
-  unshown_obj = jnp.where(where & ~s, item_pair_w * _log_sigmoid(-sel_scores), 0.0)
-  obj = jnp.sum(pair_obj) + sel_weight * jnp.sum(unshown_obj)
-  den = jnp.sum(a)
-  return jnp.where(den > 0, -jnp.sum(obj) / jnp.where(den > 0, den, 1.0), 0.0)
+  unshown_obj = jnp.where(where & ~s, item_pair_w * log_sigmoid(-sel_scores), 0.0)
+  per_list = -(jnp.sum(pair_obj, axis=(-2, -1)) + sel_weight * jnp.sum(unshown_obj, axis=-1))
+  return _utils.reduce_loss(per_list, jnp.any(where, axis=-1), reduce_fn, mass=jnp.sum(a, axis=(-2, -1)))
 
 
 def inverse_mills_ratio(z: jax.Array) -> jax.Array:
   r"""Inverse Mills ratio :math:`\lambda(z) = \varphi(z)/\Phi(z)`, in log space.
 
-  .. math:: \lambda(z) = \exp\big(\log\varphi(z) - \log\Phi(z)\big) \approx -z \ (z \to -\infty)
+  .. math:: \lambda(z) = \exp\big(\log\varphi(z) - \log\Phi(z)\big)
+            \approx \frac{-z}{1 - z^{-2} + 3 z^{-4}} \ (z < -100)
+
+  Below :math:`z = -100` the two logs (about :math:`-z^2/2`) cancel to fewer
+  digits than float32 holds, so the asymptotic series (error below
+  :math:`10^{-11}` there) is used instead; it keeps :math:`\lambda` finite down to
+  :math:`z = -10^{15}`.
 
   >>> print(round(float(inverse_mills_ratio(jnp.array(0.0))), 5))
   0.79788
+  >>> print(f"{float(inverse_mills_ratio(jnp.array(-1e15))):.3g}")
+  1e+15
   """
-  return jnp.exp(norm.logpdf(z) - log_ndtr(z))
+  z = jnp.asarray(z)
+  tail = z < _MILLS_TAIL
+  zt = jnp.where(tail, z, _MILLS_TAIL)  # double where: each branch sees only its own inputs
+  zb = jnp.where(tail, 0.0, z)
+  inv2 = 1.0 / jnp.square(zt)
+  asymptotic = -zt / (1.0 - inv2 + 3.0 * jnp.square(inv2))
+  return jnp.where(tail, asymptotic, jnp.exp(norm.logpdf(zb) - log_ndtr(zb)))
 
 
 def heckman_loss(
-  rel_scores: jax.Array,
-  sel_scores: jax.Array,
+  scores: jax.Array,
   clicks: jax.Array,
   *,
+  selection_scores: jax.Array,
   mills_coef: jax.Array,
   shown: jax.Array,
   where: Optional[jax.Array] = None,
   weights: Optional[jax.Array] = None,
   outcome: str = "ls",
-  return_parts: bool = False,
+  reduce_fn: Optional[Callable] = jnp.mean,
+  return_aux: bool = False,
 ):
   r"""Heckman\ :sup:`rank` (Ovaisi et al., WWW'20; spec 5, A28) as one joint objective.
 
@@ -338,27 +340,31 @@ def heckman_loss(
 
   (``outcome="ls"``, the textbook second stage; ``"probit"`` uses the probit
   likelihood of the CTR instead). No propensities: Heckman corrects selection
-  only. Rank by :math:`f_\beta` (the :math:`x` part). Each stage is
-  normalised by its (weighted) record count.
+  only. Rank by :math:`f_\beta` (the :math:`x` part). With a mean each
+  stage is normalised by its (weighted) record count; ``reduce_fn`` reduces
+  each stage's weighted records (None: per item, the two stages summed).
+  Scores are bounded to :math:`\pm 10^{15}` as in :func:`cld_loss`.
 
   Args:
-    rel_scores: ``[..., L]`` :math:`f_\beta(x)`; sel_scores: ``[..., L]``
-      :math:`f_\theta(x)`; clicks: ``[..., L]`` clicks or CTRs;
+    scores: ``[..., L]`` :math:`f_\beta(x)`; clicks: ``[..., L]`` clicks or CTRs;
+    selection_scores: ``[..., L]`` :math:`f_\theta(x)`;
     mills_coef: scalar :math:`\beta_\lambda`; shown, where, weights: as
       :func:`cld_loss`; outcome: ``"ls"`` or ``"probit"``;
-    return_parts: also return ``(selection, outcome)`` losses.
+    reduce_fn: see above;
+    return_aux: also return ``{"selection_loss": ..., "outcome_loss": ...}``.
 
   >>> one = jnp.ones(1)
-  >>> print(round(float(heckman_loss(0 * one, 0 * one, one, mills_coef=0.0, shown=one > 0)), 4))
+  >>> print(round(float(heckman_loss(0 * one, one, selection_scores=0 * one, mills_coef=0.0, shown=one > 0)), 4))
   1.6931
   """
   if outcome not in ("ls", "probit"):
     raise ValueError(f"outcome must be 'ls' or 'probit', got {outcome!r}")
-  rel_scores = jnp.asarray(rel_scores)
+  rel_scores = _utils.bound_scores(jnp.asarray(scores))
+  sel_scores = _utils.bound_scores(jnp.asarray(selection_scores))
   where = _utils.as_where(where, rel_scores.shape)
   s = jnp.asarray(shown).astype(bool) & where
   sel_nll = -jnp.where(s, log_ndtr(sel_scores), log_ndtr(-sel_scores))
-  sel_part = _weighted_reduce(sel_nll, where, weights, jnp.mean)
+  sel_part = _weighted_reduce(sel_nll, where, weights, reduce_fn)
   lam = jax.lax.stop_gradient(inverse_mills_ratio(sel_scores))
   pred = rel_scores + mills_coef * lam
   c = jnp.where(s, clicks, 0.0)
@@ -366,10 +372,10 @@ def heckman_loss(
     out_nll = jnp.square(c - pred)
   else:
     out_nll = -(c * log_ndtr(pred) + (1.0 - c) * log_ndtr(-pred))
-  out_part = _weighted_reduce(out_nll, s, weights, jnp.mean)
+  out_part = _weighted_reduce(out_nll, s, weights, reduce_fn)
   total = sel_part + out_part
-  if return_parts:
-    return total, (sel_part, out_part)
+  if return_aux:
+    return total, {"selection_loss": sel_part, "outcome_loss": out_part}
   return total
 
 

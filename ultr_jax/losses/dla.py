@@ -23,8 +23,6 @@ from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
-import rax
-
 from ultr_jax.losses import _utils
 
 __all__ = ["dla_weights", "dla_loss"]
@@ -42,7 +40,7 @@ def dla_weights(
   Args:
     logits: ``[..., L]`` tower logits :math:`z`.
     where: ``[..., L]`` bool mask (weights are 1 at padding).
-    max_weight: optional clip.
+    max_weight: clip (None: ``DEFAULT_MAX_WEIGHT`` = 1e8; ``math.inf``: none).
 
   Returns:
     ``[..., L]`` weights (1 at item 0).
@@ -59,41 +57,49 @@ def dla_weights(
 
 def dla_loss(
   scores: jax.Array,
-  observation_logits: jax.Array,
   clicks: jax.Array,
   *,
+  observation_logits: jax.Array,
   where: Optional[jax.Array] = None,
+  weights: Optional[jax.Array] = None,
   max_weight: Optional[float] = None,
   reduce_fn: Optional[Callable] = jnp.mean,
-  return_parts: bool = False,
+  return_aux: bool = False,
 ):
   r"""DLA loss :math:`\ell_R + \ell_E` (see the module docstring).
 
   Args:
     scores: ``[..., L]`` ranker logits.
+    clicks: ``[..., L]`` clicks.
     observation_logits: ``[..., L]`` propensity-tower logits of each item's
       displayed position.
-    clicks: ``[..., L]`` clicks.
     where: ``[..., L]`` bool mask.
-    max_weight: clip of both weight vectors (ULTRA's
-      ``max_propensity_weight``; None = no clip).
+    weights: optional ``[..., L]`` per-item weights (multiply the clicks of both parts).
+    max_weight: clip of both weight vectors (ULTRA's ``max_propensity_weight``;
+      None: ``DEFAULT_MAX_WEIGHT`` = 1e8, which keeps the loss finite at scores
+      of :math:`\pm 10^{30}`; ``math.inf``: no clip).
     reduce_fn: reduction over lists (None: per-list ``[...]``).
-    return_parts: if True return ``(ranker_loss, propensity_loss)``.
+    return_aux: if True return ``(loss, {"ranker_loss": ..., "propensity_loss": ...})``.
 
   Returns:
-    The summed loss (or both parts).
+    The summed loss, or ``(loss, aux)``.
 
   With uniform towers both parts are the naive softmax loss:
 
   >>> z = jnp.zeros(2); c = jnp.array([1.0, 0.0])
-  >>> round(float(dla_loss(z, z, c)), 4)  # 2 log 2
+  >>> round(float(dla_loss(z, c, observation_logits=z)), 4)  # 2 log 2
   1.3863
+  >>> loss, aux = dla_loss(jnp.array([1e30, -1e30]), c, observation_logits=z, return_aux=True)
+  >>> bool(jnp.isfinite(loss)), sorted(aux)
+  (True, ['propensity_loss', 'ranker_loss'])
   """
   where = _utils.as_where(where, scores.shape)
   prop_w = dla_weights(observation_logits, where=where, max_weight=max_weight)
   rel_w = dla_weights(scores, where=where, max_weight=max_weight)
-  ranker = rax.softmax_loss(scores, clicks, where=where, weights=prop_w, reduce_fn=reduce_fn)
-  exam = rax.softmax_loss(observation_logits, clicks, where=where, weights=rel_w, reduce_fn=reduce_fn)
-  if return_parts:
-    return ranker, exam
+  if weights is not None:
+    prop_w, rel_w = prop_w * weights, rel_w * weights
+  ranker = _utils.softmax_loss(scores, clicks, where, prop_w, reduce_fn)
+  exam = _utils.softmax_loss(observation_logits, clicks, where, rel_w, reduce_fn)
+  if return_aux:
+    return ranker + exam, {"ranker_loss": ranker, "propensity_loss": exam}
   return ranker + exam

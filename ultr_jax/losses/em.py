@@ -23,24 +23,32 @@ position the mean posterior examination over the batch,
 applied as ULTRA's running update
 :math:`\theta_k \leftarrow (1-\alpha)\theta_k + \alpha\hat\theta_k`
 (``EM_step_size`` :math:`\alpha`). This is the standard (Wang et al. /
-ULTRA) form; no propensity tower is trained by gradient.
+ULTRA) form; no propensity tower is trained by gradient. The propensities are
+the state of :func:`regression_em_estimator`, an ``(init, update)`` pair
+(:class:`~ultr_jax.losses.Estimator`); the loss only reads them.
 """
 
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
-import rax
 
 from ultr_jax.losses import _utils
+from ultr_jax.losses.estimator import Estimator
 
-__all__ = ["em_posteriors", "regression_em_loss", "em_propensity_update"]
+__all__ = [
+  "em_posteriors",
+  "regression_em_loss",
+  "em_propensity_update",
+  "RegressionEMState",
+  "regression_em_estimator",
+]
 
 _LOG_EPS = 1e-6
 
 
 def em_posteriors(
-  scores: jax.Array, propensities: jax.Array, clicks: jax.Array, *, where: Optional[jax.Array] = None
+  scores: jax.Array, clicks: jax.Array, *, propensities: jax.Array, where: Optional[jax.Array] = None
 ) -> dict:
   r"""E-step posteriors of the PBM, stop-gradiented, ``[..., L]`` each.
 
@@ -51,12 +59,12 @@ def em_posteriors(
 
   Args:
     scores: ``[..., L]`` relevance logits (:math:`\gamma = \sigma(s)`).
+    clicks: ``[..., L]`` 0/1 clicks.
     propensities: ``[..., L]`` examination probabilities of each item's
       position, clipped into :math:`[10^{-6}, 1 - 10^{-6}]`.
-    clicks: ``[..., L]`` 0/1 clicks.
     where: ``[..., L]`` bool mask.
 
-  >>> p = em_posteriors(jnp.array([0.0]), jnp.array([0.5]), jnp.array([0.0]))
+  >>> p = em_posteriors(jnp.array([0.0]), jnp.array([0.0]), propensities=jnp.array([0.5]))
   >>> round(float(p["e1_c0"][0]), 4), round(float(p["r1_c0"][0]), 4)  # .25/.75 each
   (0.3333, 0.3333)
   """
@@ -88,6 +96,7 @@ def regression_em_loss(
   *,
   propensities: jax.Array,
   where: Optional[jax.Array] = None,
+  weights: Optional[jax.Array] = None,
   reduce_fn: Optional[Callable] = jnp.mean,
 ) -> jax.Array:
   r"""REM ranker M-step: BCE of :math:`\sigma(s)` against :math:`P(R{=}1\mid C)`.
@@ -98,16 +107,18 @@ def regression_em_loss(
 
   Args:
     scores: ``[..., L]`` logits; clicks: ``[..., L]``;
-    propensities: ``[..., L]`` current examination estimates per item;
-    where: mask; reduce_fn: over valid items (None: ``[..., L]``).
+    propensities: ``[..., L]`` current examination estimates per item
+    (e.g. ``state.propensities[positions]`` of :func:`regression_em_estimator`);
+    where: mask; weights: optional per-item weights;
+    reduce_fn: over valid items (None: ``[..., L]``).
 
   >>> s = jnp.array([0.0, 0.0]); c = jnp.array([1.0, 0.0])
   >>> round(float(regression_em_loss(s, c, propensities=jnp.array([1.0, 1.0]))), 4)
   0.6931
   """
   where = _utils.as_where(where, scores.shape)
-  target = em_posteriors(scores, propensities, clicks, where=where)["relevance"]
-  return rax.pointwise_sigmoid_loss(scores, target, where=where, reduce_fn=reduce_fn)
+  target = em_posteriors(scores, clicks, propensities=propensities, where=where)["relevance"]
+  return _utils.sigmoid_loss(scores, target, where, weights, reduce_fn)
 
 
 def em_propensity_update(
@@ -148,9 +159,55 @@ def em_propensity_update(
   k = propensities.shape[-1]
   pos = jnp.clip(positions, 0, k - 1)
   theta_items = jnp.take(propensities, pos)
-  post = em_posteriors(scores, theta_items, clicks, where=where)["examination"]
+  post = em_posteriors(scores, clicks, propensities=theta_items, where=where)["examination"]
   total = _utils.per_position_sum(post, pos, k, where)
   count = _utils.per_position_sum(jnp.ones_like(post), pos, k, where)
   mean = total / jnp.where(count > 0, count, 1.0)
   new = (1.0 - step_size) * propensities + step_size * mean
   return jax.lax.stop_gradient(jnp.where(count > 0, new, propensities))
+
+
+class RegressionEMState(NamedTuple):
+  """State of :func:`regression_em_estimator`: the per-position examination estimates ``[K]``."""
+
+  propensities: jax.Array
+
+
+def regression_em_estimator(num_positions: int, *, step_size: float = 0.05, init_value: float = 0.9) -> Estimator:
+  r"""Regression-EM's propensity M-step as an ``(init, update)`` pair (Wang et al., WSDM'18, Section 4).
+
+  ``init()`` gives :math:`\theta_k = ` ``init_value`` for every position;
+  ``update(state, scores, clicks, *, positions, where=None)`` applies
+  :func:`em_propensity_update`,
+
+  .. math::
+      \theta_k \leftarrow (1-\alpha)\,\theta_k + \alpha\,
+      \mathrm{mean}_{i: k_i = k}\, P(E{=}1 \mid C)_i ,
+
+  with the E-step of :func:`em_posteriors` at the current scores (stop-gradient).
+
+  Args:
+    num_positions: ``K``.
+    step_size: :math:`\alpha` (ULTRA's ``EM_step_size``; 1 = plain EM).
+    init_value: the initial propensity of every position, in (0, 1).
+
+  Returns:
+    An :class:`~ultr_jax.losses.Estimator` with state :class:`RegressionEMState`.
+
+  >>> est = regression_em_estimator(2, step_size=1.0, init_value=0.5)
+  >>> state = est.update(est.init(), jnp.zeros(2), jnp.array([1.0, 0.0]), positions=jnp.arange(2))
+  >>> [round(float(x), 4) for x in state.propensities]
+  [1.0, 0.3333]
+  """
+  if not 0.0 < init_value < 1.0:
+    raise ValueError(f"regression_em_estimator: init_value must be in (0, 1), got {init_value}")
+
+  def init() -> RegressionEMState:
+    return RegressionEMState(jnp.full((int(num_positions),), init_value, jnp.float32))
+
+  def update(state: RegressionEMState, scores, clicks, *, positions, where=None) -> RegressionEMState:
+    return RegressionEMState(
+      em_propensity_update(state.propensities, scores, clicks, positions, where=where, step_size=step_size)
+    )
+
+  return Estimator(init=init, update=update)

@@ -2,9 +2,12 @@ r"""Inverse propensity scoring (IPS) and self-normalised IPS (SNIPS) losses.
 
 Propensities :math:`\theta_i = P(E_i = 1)` are given (e.g. the simulator's
 oracle ``examination``, or estimates). Weights are
-:math:`w_i = 1/\theta_i`, set to 1 at padding, optionally clipped at
-``max_weight`` (equivalently, propensities clipped below at
-``1/max_weight``), and wrapped in ``stop_gradient``.
+:math:`w_i = 1/\theta_i`, set to 1 at padding, clipped at ``max_weight``
+(equivalently, propensities clipped below at ``1/max_weight``), and wrapped
+in ``stop_gradient``. **Default clip**: ``max_weight=None`` caps the weights
+at :math:`10^8` (``losses.DEFAULT_MAX_WEIGHT``), far above any weight of the
+expected-metrics runs, so a propensity of :math:`10^{-30}` gives a finite loss
+and gradient; ``max_weight=math.inf`` switches clipping off.
 
 SNIPS is self-normalised **within the batch** (over every leading dim at
 once): the clicked items' weights are rescaled so that their total equals
@@ -25,8 +28,6 @@ from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
-import rax
-
 from ultr_jax.losses import _utils
 
 __all__ = [
@@ -53,7 +54,7 @@ def ips_weights(
   Args:
     propensities: ``[..., L]`` examination probabilities :math:`\theta_i \ge 0`.
     where: ``[..., L]`` bool mask; weights are 1 at padding.
-    max_weight: optional clip of the weights (None: no clipping).
+    max_weight: clip of the weights (None: ``DEFAULT_MAX_WEIGHT`` = 1e8; ``math.inf``: none).
 
   Returns:
     ``[..., L]`` weights.
@@ -62,6 +63,8 @@ def ips_weights(
   [1.0, 2.0, 10.0]
   >>> ips_weights(jnp.array([1.0, 0.0])).tolist()  # never examined: no IPS weight
   [1.0, 0.0]
+  >>> print(f"{float(ips_weights(jnp.array([1e-30]))[0]):.3g}")  # the default clip, 1e8
+  1e+08
   """
   where = _utils.as_where(where, propensities.shape)
   examined = where & (propensities > 0)
@@ -91,8 +94,8 @@ def snips_weights(
   return jax.lax.stop_gradient(jnp.where(where, w * scale, 1.0))
 
 
-def _unbiased_bce(scores, clicks, weights, where, reduce_fn):
-  return _utils.target_bce(scores, clicks * weights, where, reduce_fn)
+def _unbiased_bce(scores, clicks, ips, where, weights, reduce_fn):
+  return _utils.target_bce(scores, clicks * ips, where, reduce_fn, weights)
 
 
 def ips_sigmoid_loss(
@@ -101,6 +104,7 @@ def ips_sigmoid_loss(
   *,
   propensities: jax.Array,
   where: Optional[jax.Array] = None,
+  weights: Optional[jax.Array] = None,
   max_weight: Optional[float] = None,
   reduce_fn: Optional[Callable] = jnp.mean,
 ) -> jax.Array:
@@ -119,7 +123,8 @@ def ips_sigmoid_loss(
   Args:
     scores: ``[..., L]`` logits; clicks: ``[..., L]``;
     propensities: ``[..., L]`` examination probabilities;
-    where: ``[..., L]`` bool mask; max_weight: weight clip;
+    where: ``[..., L]`` bool mask; weights: optional ``[..., L]`` per-item
+    weights; max_weight: weight clip (None: the default 1e8);
     reduce_fn: over valid items; None returns ``[..., L]``.
 
   >>> s = jnp.array([0.0, 0.0]); c = jnp.array([1.0, 0.0])
@@ -128,7 +133,7 @@ def ips_sigmoid_loss(
   """
   where = _utils.as_where(where, scores.shape)
   w = ips_weights(propensities, where=where, max_weight=max_weight)
-  return _unbiased_bce(scores, clicks, w, where, reduce_fn)
+  return _unbiased_bce(scores, clicks, w, where, weights, reduce_fn)
 
 
 def ips_softmax_loss(
@@ -137,6 +142,7 @@ def ips_softmax_loss(
   *,
   propensities: jax.Array,
   where: Optional[jax.Array] = None,
+  weights: Optional[jax.Array] = None,
   max_weight: Optional[float] = None,
   reduce_fn: Optional[Callable] = jnp.mean,
 ) -> jax.Array:
@@ -148,7 +154,8 @@ def ips_softmax_loss(
   Unbiased for :math:`-\sum_i r_i \log\mathrm{softmax}(s)_i` under the PBM
   (Joachims et al., WSDM'17; Ai et al., SIGIR'18).
 
-  Returns the mean over lists (None: per-list ``[...]``).
+  ``weights`` multiply the clicks (rax's convention). Returns the mean over
+  lists (None: per-list ``[...]``).
 
   >>> s = jnp.array([0.0, 0.0]); c = jnp.array([0.0, 1.0])
   >>> round(float(ips_softmax_loss(s, c, propensities=jnp.array([1.0, 0.5]))), 4)  # 2 log 2
@@ -156,7 +163,7 @@ def ips_softmax_loss(
   """
   where = _utils.as_where(where, scores.shape)
   w = ips_weights(propensities, where=where, max_weight=max_weight)
-  return rax.softmax_loss(scores, clicks, where=where, weights=w, reduce_fn=reduce_fn)
+  return _utils.softmax_loss(scores, clicks, where, w if weights is None else w * weights, reduce_fn)
 
 
 def ips_pairwise_loss(
@@ -211,6 +218,7 @@ def snips_sigmoid_loss(
   *,
   propensities: jax.Array,
   where: Optional[jax.Array] = None,
+  weights: Optional[jax.Array] = None,
   max_weight: Optional[float] = None,
   reduce_fn: Optional[Callable] = jnp.mean,
 ) -> jax.Array:
@@ -225,7 +233,7 @@ def snips_sigmoid_loss(
   """
   where = _utils.as_where(where, scores.shape)
   w = snips_weights(propensities, clicks, where=where, max_weight=max_weight)
-  return _unbiased_bce(scores, clicks, w, where, reduce_fn)
+  return _unbiased_bce(scores, clicks, w, where, weights, reduce_fn)
 
 
 def snips_softmax_loss(
@@ -234,6 +242,7 @@ def snips_softmax_loss(
   *,
   propensities: jax.Array,
   where: Optional[jax.Array] = None,
+  weights: Optional[jax.Array] = None,
   max_weight: Optional[float] = None,
   reduce_fn: Optional[Callable] = jnp.mean,
 ) -> jax.Array:
@@ -248,4 +257,4 @@ def snips_softmax_loss(
   """
   where = _utils.as_where(where, scores.shape)
   w = snips_weights(propensities, clicks, where=where, max_weight=max_weight)
-  return rax.softmax_loss(scores, clicks, where=where, weights=w, reduce_fn=reduce_fn)
+  return _utils.softmax_loss(scores, clicks, where, w if weights is None else w * weights, reduce_fn)

@@ -25,6 +25,7 @@ from typing import Callable, Optional
 import jax
 import jax.numpy as jnp
 
+from ultr_jax.losses._utils import reduce_loss
 from ultr_jax.types import Array
 
 __all__ = [
@@ -41,11 +42,11 @@ __all__ = [
 REFERENCE_GP_SHAPE = (256, 10, 10)
 
 
-def factual_observation(s_obs: Array, positions: Optional[Array] = None) -> Array:
+def factual_observation(observation_logits: Array, positions: Optional[Array] = None) -> Array:
   r"""The observation logit of each item's displayed position: :math:`s_{obs,\,pos_i}(x_i)`.
 
   Args:
-    s_obs: ``[..., L, n]`` observation logits of every head.
+    observation_logits: ``[..., L, n]`` observation logits :math:`s_{obs}` of every head.
     positions: ``int[..., L]`` 0-based displayed positions (default: item
       ``i`` is at position ``i``); positions ``>= n`` use the last head.
 
@@ -56,15 +57,20 @@ def factual_observation(s_obs: Array, positions: Optional[Array] = None) -> Arra
   >>> print(factual_observation(s_obs))
   [[0. 4.]]
   """
-  n = s_obs.shape[-1]
+  n = observation_logits.shape[-1]
   if positions is None:
-    positions = jnp.broadcast_to(jnp.arange(s_obs.shape[-2]), s_obs.shape[:-1])
+    positions = jnp.broadcast_to(jnp.arange(observation_logits.shape[-2]), observation_logits.shape[:-1])
   idx = jnp.clip(positions.astype(jnp.int32), 0, n - 1)
-  return jnp.take_along_axis(s_obs, idx[..., None], axis=-1)[..., 0]
+  return jnp.take_along_axis(observation_logits, idx[..., None], axis=-1)[..., 0]
 
 
 def bernoulli_click_logits(
-  s_rel: Array, s_obs: Array, *, positions: Optional[Array] = None, key: Optional[jax.Array] = None, t=0.0
+  scores: Array,
+  *,
+  observation_logits: Array,
+  positions: Optional[Array] = None,
+  key: Optional[jax.Array] = None,
+  t=0.0,
 ) -> tuple[Array, Array]:
   r"""Click logits with Bernoulli decoupling (Section 5 of the paper; spec 2.2-2.3).
 
@@ -77,8 +83,8 @@ def bernoulli_click_logits(
   term; ``t = 1`` drops all of them.
 
   Args:
-    s_rel: ``[..., L]`` relevance logits.
-    s_obs: ``[..., L, n]`` observation logits of every head.
+    scores: ``[..., L]`` relevance logits :math:`s_{rel}`.
+    observation_logits: ``[..., L, n]`` observation logits :math:`s_{obs}` of every head.
     positions: see :func:`factual_observation`.
     key: PRNG key for :math:`\gamma`; None means :math:`\gamma = 1`.
     t: drop probability (a float or a traced scalar).
@@ -87,50 +93,63 @@ def bernoulli_click_logits(
     ``(logits [..., L], gamma [..., L])``.
 
   >>> s_rel, s_obs = jnp.zeros((1, 2)), jnp.ones((1, 2, 2))
-  >>> logits, gamma = bernoulli_click_logits(s_rel, s_obs, key=jax.random.key(0), t=1.0)
+  >>> logits, gamma = bernoulli_click_logits(s_rel, observation_logits=s_obs, key=jax.random.key(0), t=1.0)
   >>> print(logits, gamma)
   [[0. 0.]] [[0. 0.]]
   """
-  factual = factual_observation(s_obs, positions)
+  factual = factual_observation(observation_logits, positions)
   if key is None:
     gamma = jnp.ones_like(factual)
   else:
     gamma = jax.random.bernoulli(key, 1.0 - jnp.asarray(t, factual.dtype), factual.shape).astype(factual.dtype)
-  return s_rel + gamma * factual, gamma
+  return scores + gamma * factual, gamma
 
 
-def softmax_click_loss(logits: Array, clicks: Array, *, where: Optional[Array] = None, eps: float = 1e-7) -> Array:
+def softmax_click_loss(
+  scores: Array,
+  clicks: Array,
+  *,
+  where: Optional[Array] = None,
+  weights: Optional[Array] = None,
+  reduce_fn: Optional[Callable] = jnp.mean,
+  eps: float = 1e-7,
+) -> Array:
   r"""Listwise softmax cross-entropy per click over the whole batch (spec 2.5, ULTRA's ``softmax_loss``).
 
   .. math::
       \mathcal L_{sv} = -\frac{\sum_{q,i} w_{qi}\, \log \mathrm{softmax}(z_q)_i}{\sum_{q,i} w_{qi}},
-      \qquad w_{qi} = c_{qi} + \epsilon
+      \qquad w_{qi} = v_{qi}\,(c_{qi} + \epsilon)
 
   with padded items (``where=False``) removed from the softmax and given
   :math:`w = 0`. An all-masked batch gives 0 with zero gradients.
 
   Args:
-    logits: ``[..., L]`` click logits.
+    scores: ``[..., L]`` click logits :math:`z`.
     clicks: ``[..., L]`` 0/1 clicks.
     where: ``bool[..., L]`` real items.
+    weights: optional ``[..., L]`` item weights :math:`v` (default 1).
+    reduce_fn: a mean (the formula above: per unit of click mass), ``jnp.sum``
+      (the numerator), any other reduction of the per-item terms, or None
+      (per-item :math:`-w_{qi}\log\mathrm{softmax}(z_q)_i`, ``[..., L]``).
     eps: the repo's ``1e-7`` added to every weight.
 
   Returns:
-    A scalar.
+    A scalar (``[..., L]`` with ``reduce_fn=None``).
 
   >>> z = jnp.array([[0.0, 0.0]])
   >>> print(round(float(softmax_click_loss(z, jnp.array([[1.0, 0.0]]), eps=0.0)), 4))
   0.6931
   """
   if where is None:
-    where = jnp.ones(logits.shape, bool)
+    where = jnp.ones(scores.shape, bool)
   w = jnp.where(where, clicks + eps, 0.0)
+  if weights is not None:
+    w = w * jnp.where(where, weights, 0.0)
   any_real = jnp.any(where, axis=-1, keepdims=True)
-  safe = jnp.where(where, logits, 0.0)
+  safe = jnp.where(where, scores, 0.0)
   logp = jax.nn.log_softmax(safe, axis=-1, where=where & any_real)
   logp = jnp.where(where, logp, 0.0)
-  total = jnp.sum(w)
-  return -jnp.sum(w * logp) / jnp.where(total > 0, total, 1.0)
+  return reduce_loss(-(w * logp), where, reduce_fn, mass=w)
 
 
 def _safe_norm(v: Array, axis: int = -1) -> Array:

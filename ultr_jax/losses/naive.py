@@ -43,7 +43,8 @@ def naive_sigmoid_loss(
   >>> round(float(naive_sigmoid_loss(s, c)), 4)  # log 2
   0.6931
   """
-  return rax.pointwise_sigmoid_loss(scores, clicks, where=where, weights=weights, reduce_fn=reduce_fn)
+  where = _utils.as_where(where, scores.shape)
+  return _utils.sigmoid_loss(scores, clicks, where, weights, reduce_fn)
 
 
 def naive_softmax_loss(
@@ -73,7 +74,8 @@ def naive_softmax_loss(
   >>> round(float(naive_softmax_loss(s, c)), 4)  # log 2
   0.6931
   """
-  return rax.softmax_loss(scores, clicks, where=where, weights=weights, reduce_fn=reduce_fn)
+  where = _utils.as_where(where, scores.shape)
+  return _utils.softmax_loss(scores, clicks, where, weights, reduce_fn)
 
 
 def naive_pairwise_loss(

@@ -25,18 +25,26 @@ its weight grows without bound), such a position keeps its value here. The
 ranker loss is the mean over valid pairs (ULTRA sums; a constant scale).
 Pairs are all (clicked, unclicked)
 pairs of valid items (both orders of display, as in the paper), built with
-an ``[..., L, L]`` mask (no Python loops).
+an ``[..., L, L]`` mask (no Python loops). The ratios are the state of
+:func:`pairwise_debiasing_estimator`, an ``(init, update)`` pair
+(:class:`~ultr_jax.losses.Estimator`); the loss only reads them.
 """
 
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
-import rax
 
 from ultr_jax.losses import _utils
+from ultr_jax.losses.estimator import Estimator
 
-__all__ = ["click_pairs", "pairwise_debiasing_loss", "pairwise_debiasing_update"]
+__all__ = [
+  "click_pairs",
+  "pairwise_debiasing_loss",
+  "pairwise_debiasing_update",
+  "PairwiseDebiasingState",
+  "pairwise_debiasing_estimator",
+]
 
 
 def click_pairs(clicks: jax.Array, *, where: Optional[jax.Array] = None) -> jax.Array:
@@ -63,6 +71,7 @@ def pairwise_debiasing_loss(
   t_plus: jax.Array,
   t_minus: jax.Array,
   where: Optional[jax.Array] = None,
+  weights: Optional[jax.Array] = None,
   max_weight: Optional[float] = None,
   reduce_fn: Optional[Callable] = jnp.mean,
 ) -> jax.Array:
@@ -74,7 +83,10 @@ def pairwise_debiasing_loss(
     t_plus: ``[..., L]`` :math:`t^+` of each item's position.
     t_minus: ``[..., L]`` :math:`t^-` of each item's position.
     where: ``[..., L]`` mask.
-    max_weight: optional clip of :math:`1/(t^+_i t^-_j)`.
+    weights: optional ``[..., L]`` item weights; the pair ``(i, j)`` gets
+      ``weights[i]`` (rax's convention).
+    max_weight: clip of :math:`1/(t^+_i t^-_j)` (None: ``DEFAULT_MAX_WEIGHT`` = 1e8;
+      ``math.inf``: none).
     reduce_fn: over valid pairs (rax's pairwise convention); None returns
       ``[..., L, L]`` per-pair losses (0 off the pairs).
 
@@ -88,8 +100,10 @@ def pairwise_debiasing_loss(
   tm = jnp.where(where, t_minus, 1.0)
   log_w = -(jnp.log(jnp.maximum(tp, 1e-12))[..., :, None] + jnp.log(jnp.maximum(tm, 1e-12))[..., None, :])
   w = jax.lax.stop_gradient(jnp.exp(_utils.clip_log_weights(log_w, max_weight)))
+  if weights is not None:
+    w = w * jax.lax.stop_gradient(jnp.where(where, weights, 0.0))[..., :, None]
   loss = jnp.where(pairs, losses * w, 0.0)
-  return rax.utils.safe_reduce(loss, where=pairs, reduce_fn=reduce_fn)
+  return _utils.reduce_loss(loss, pairs, reduce_fn)
 
 
 def pairwise_debiasing_update(
@@ -144,3 +158,45 @@ def pairwise_debiasing_update(
     return jnp.where(ok, (1.0 - step_size) * t + step_size * target, t)
 
   return (jax.lax.stop_gradient(update(t_plus, plus, n_plus)), jax.lax.stop_gradient(update(t_minus, minus, n_minus)))
+
+
+class PairwiseDebiasingState(NamedTuple):
+  """State of :func:`pairwise_debiasing_estimator`: the bias ratios :math:`t^+`, :math:`t^-`, ``[K]`` each."""
+
+  t_plus: jax.Array
+  t_minus: jax.Array
+
+
+def pairwise_debiasing_estimator(num_positions: int, *, step_size: float = 0.05, p: float = 1.0) -> Estimator:
+  r"""PairD's closed-form bias-ratio update as an ``(init, update)`` pair (Hu et al., WWW'19, Eqs. 12-13).
+
+  ``init()`` gives :math:`t^\pm_k = 1`; ``update(state, scores, clicks, *,
+  positions, where=None)`` applies :func:`pairwise_debiasing_update` (the
+  running average of the :math:`(p+1)`-th roots of the position-normalised
+  pair-loss sums, see the module docstring) at the current scores (stop-gradient).
+
+  Args:
+    num_positions: ``K``.
+    step_size: :math:`\alpha` of :math:`t \leftarrow (1-\alpha)t + \alpha\hat t`.
+    p: regularisation exponent (ULTRA ``regulation_p``).
+
+  Returns:
+    An :class:`~ultr_jax.losses.Estimator` with state :class:`PairwiseDebiasingState`.
+
+  >>> est = pairwise_debiasing_estimator(2, step_size=1.0)
+  >>> state = est.update(est.init(), jnp.zeros(2), jnp.array([0.0, 1.0]), positions=jnp.arange(2))
+  >>> [float(x) for x in state.t_plus], [float(x) for x in state.t_minus]
+  ([1.0, 1.0], [1.0, 1.0])
+  """
+
+  def init() -> PairwiseDebiasingState:
+    ones = jnp.ones((int(num_positions),), jnp.float32)
+    return PairwiseDebiasingState(ones, ones)
+
+  def update(state: PairwiseDebiasingState, scores, clicks, *, positions, where=None) -> PairwiseDebiasingState:
+    t_plus, t_minus = pairwise_debiasing_update(
+      state.t_plus, state.t_minus, scores, clicks, positions, where=where, step_size=step_size, p=p
+    )
+    return PairwiseDebiasingState(t_plus, t_minus)
+
+  return Estimator(init=init, update=update)

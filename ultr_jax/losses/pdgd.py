@@ -39,8 +39,6 @@ from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
-import rax
-
 from ultr_jax._numerics import as_float
 from ultr_jax.losses import _utils
 
@@ -210,6 +208,4 @@ def pdgd_loss(
   diff = jnp.where(on, s[..., :, None] - s[..., None, :], 0.0)
   term = jax.nn.sigmoid(diff) if surrogate == "probability" else jax.nn.log_sigmoid(diff)
   per_list = -jnp.sum(jnp.where(on, w * term, 0.0), axis=(-2, -1))
-  if reduce_fn is None:
-    return per_list
-  return rax.utils.safe_reduce(per_list, where=jnp.any(where, axis=-1), reduce_fn=reduce_fn)
+  return _utils.reduce_lists(per_list, where, reduce_fn)

@@ -24,16 +24,18 @@ Section 5). Every function is pure over ``[..., list_size]`` with a bool
 * :func:`ips_targets` / :func:`dr_targets` and :func:`listwise_risk` make the
   ranker risk :math:`R_{LTR}`; :func:`doubly_robust_risk` is the literal eq. 33
   with observed exposure; :func:`bias_likelihood_loss` fits the bias tower.
-* :func:`dual_ascent_update` is the multiplier update of spec 5.5 on an EMA.
+* :func:`dual_ascent_update` is the multiplier update of spec 5.5 on an EMA;
+  :func:`dual_ascent_estimator` holds it as an ``(init, update)`` pair
+  (:class:`~ultr_jax.losses.Estimator`).
 """
 
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
-import rax
 
 from ultr_jax.losses import _utils
+from ultr_jax.losses.estimator import Estimator
 
 __all__ = [
   "binary_entropy",
@@ -47,6 +49,8 @@ __all__ = [
   "doubly_robust_risk",
   "bias_likelihood_loss",
   "dual_ascent_update",
+  "DualAscentState",
+  "dual_ascent_estimator",
   "oracle_leakage",
 ]
 
@@ -335,17 +339,24 @@ def dr_targets(
 
 
 def listwise_risk(
-  scores: jax.Array, targets: jax.Array, *, where: Optional[jax.Array] = None, reduce_fn: Optional[Callable] = jnp.mean
+  scores: jax.Array,
+  targets: jax.Array,
+  *,
+  where: Optional[jax.Array] = None,
+  weights: Optional[jax.Array] = None,
+  reduce_fn: Optional[Callable] = jnp.mean,
 ) -> jax.Array:
   r"""Listwise softmax cross-entropy with (weighted) targets, :math:`-\sum_i t_i \log\mathrm{softmax}(s)_i`.
 
-  The ULTRA listwise risk (SIF-ref :math:`R_{LTR}`), via :func:`rax.softmax_loss`;
-  mean over lists (all-masked lists excluded).
+  The ULTRA listwise risk (SIF-ref :math:`R_{LTR}`), via :func:`rax.softmax_loss`
+  (``weights`` multiply the targets); mean over lists (all-masked lists
+  excluded; None: per list ``[...]``).
 
   >>> print(round(float(listwise_risk(jnp.zeros(2), jnp.array([2.0, 0.0]))), 4))
   1.3863
   """
-  return rax.softmax_loss(scores, targets, where=where, reduce_fn=reduce_fn)
+  scores = jnp.asarray(scores)
+  return _utils.softmax_loss(scores, targets, _utils.as_where(where, scores.shape), weights, reduce_fn)
 
 
 def doubly_robust_risk(
@@ -385,10 +396,11 @@ def doubly_robust_risk(
 
 
 def bias_likelihood_loss(
-  clicks: jax.Array,
   click_probs: jax.Array,
+  clicks: jax.Array,
   *,
   where: Optional[jax.Array] = None,
+  weights: Optional[jax.Array] = None,
   reduce_fn: Optional[Callable] = jnp.mean,
 ) -> jax.Array:
   r"""Click likelihood of the bias tower, :math:`\mathrm{BCE}(c_i, \mathrm{clip}(\rho_i \hat r_i))` (spec 5.3).
@@ -397,16 +409,23 @@ def bias_likelihood_loss(
       L_{bias} = -\frac{1}{n}\sum_i c_i \log \pi_i + (1 - c_i)\log(1 - \pi_i),
       \quad \pi_i = \mathrm{clip}(\rho_i \hat r_i, 10^{-6}, 1 - 10^{-6})
 
-  Mean over valid items (``reduce_fn=None``: per item, 0 where masked).
+  Args:
+    click_probs: ``[..., L]`` predicted click probabilities :math:`\rho_i \hat r_i`
+      (the prediction comes first, as scores do in every loss).
+    clicks: ``[..., L]`` clicks.
+    where: ``bool[..., L]``; weights: optional per-item weights;
+    reduce_fn: over valid items (None: per item, 0 where masked).
 
-  >>> print(round(float(bias_likelihood_loss(jnp.array([1.0, 0.0]), jnp.array([0.5, 0.5]))), 4))
+  >>> print(round(float(bias_likelihood_loss(jnp.array([0.5, 0.5]), jnp.array([1.0, 0.0]))), 4))
   0.6931
   """
   clicks = jnp.asarray(clicks)
   where = _utils.as_where(where, clicks.shape)
   p = jnp.clip(jnp.where(where, click_probs, 0.5), _P_CLIP, 1.0 - _P_CLIP)
   bce = -(clicks * jnp.log(p) + (1.0 - clicks) * jnp.log1p(-p))
-  return _utils.reduce_items(bce, where, reduce_fn)
+  if weights is not None:
+    bce = bce * weights
+  return _utils.reduce_loss(bce, where, reduce_fn)
 
 
 def dual_ascent_update(
@@ -446,6 +465,65 @@ def dual_ascent_update(
     new_ema = jnp.where(first, value, new_ema)
   new_lam = jnp.clip(lam + eta * (new_ema - budget), 0.0, lam_max)
   return new_lam, new_ema
+
+
+class DualAscentState(NamedTuple):
+  r"""State of :func:`dual_ascent_estimator`: the multiplier :math:`\lambda`, the EMA :math:`\bar I` and the step count."""
+
+  lam: jax.Array
+  ema: jax.Array
+  steps: jax.Array
+
+
+def dual_ascent_estimator(
+  *,
+  budget: float,
+  eta: float = 1.0,
+  lam_max: float = 100.0,
+  decay: float = 0.9,
+  ascend: bool = True,
+) -> Estimator:
+  r"""SIF's leakage multiplier as an ``(init, update)`` pair (spec 5.5; :func:`dual_ascent_update`).
+
+  ``init(lam=0.0)`` gives :math:`\lambda` = ``lam``, :math:`\bar I = 0`, no steps;
+  ``update(state, value)`` with this step's leakage estimate :math:`\hat I`:
+
+  .. math::
+      \bar I \leftarrow \begin{cases} \hat I & \text{first step} \\
+        \delta \bar I + (1 - \delta)\,\mathrm{sg}(\hat I) & \text{otherwise} \end{cases},\qquad
+      \lambda \leftarrow \mathrm{clip}\bigl(\lambda + \eta(\bar I - \varepsilon),\ 0,\ \lambda_{\max}\bigr)
+
+  With ``ascend=False`` only the EMA moves (a fixed multiplier that still
+  tracks its leakage).
+
+  Args:
+    budget: :math:`\varepsilon` (nats); eta: step size; lam_max: cap;
+    decay: EMA decay :math:`\delta`; ascend: update :math:`\lambda`.
+
+  Returns:
+    An :class:`~ultr_jax.losses.Estimator` with state :class:`DualAscentState`.
+
+  >>> est = dual_ascent_estimator(budget=0.01)
+  >>> state = est.update(est.init(), jnp.array(0.05))
+  >>> print(round(float(state.lam), 4), round(float(state.ema), 4), int(state.steps))
+  0.04 0.05 1
+  """
+
+  def init(lam=0.0) -> DualAscentState:
+    return DualAscentState(jnp.float32(lam), jnp.float32(0.0), jnp.int32(0))
+
+  def update(state: DualAscentState, value) -> DualAscentState:
+    first = state.steps == 0
+    if ascend:
+      lam, ema = dual_ascent_update(
+        state.lam, state.ema, value, budget=budget, eta=eta, lam_max=lam_max, decay=decay, first=first
+      )
+    else:
+      value = jax.lax.stop_gradient(value)
+      lam, ema = state.lam, jnp.where(first, value, decay * state.ema + (1 - decay) * value)
+    return DualAscentState(lam, ema, state.steps + 1)
+
+  return Estimator(init=init, update=update)
 
 
 def oracle_leakage(

@@ -24,33 +24,35 @@ __all__ = ["two_tower_log_probs", "two_tower_loss"]
 
 
 def two_tower_log_probs(
-  relevance_logits: jax.Array, observation_logits: jax.Array, *, mode: str = "additive"
+  scores: jax.Array, observation_logits: jax.Array, *, mode: str = "additive"
 ) -> tuple[jax.Array, jax.Array]:
   r"""``(log P(C=1), log P(C=0))`` of a two-tower click model, ``[..., L]`` each.
+
+  ``scores`` are the relevance logits :math:`r`, ``observation_logits`` the bias logits :math:`o`.
 
   >>> lp, ln = two_tower_log_probs(jnp.array(0.0), jnp.array(0.0), mode="product")
   >>> round(float(jnp.exp(lp)), 4), round(float(jnp.exp(ln)), 4)
   (0.25, 0.75)
   """
   if mode == "additive":
-    z = relevance_logits + observation_logits
+    z = scores + observation_logits
     return jax.nn.log_sigmoid(z), jax.nn.log_sigmoid(-z)
   if mode == "product":
-    log_r, log_o = jax.nn.log_sigmoid(relevance_logits), jax.nn.log_sigmoid(observation_logits)
+    log_r, log_o = jax.nn.log_sigmoid(scores), jax.nn.log_sigmoid(observation_logits)
     # 1 - sigma(r) sigma(o) = sigma(-r) + sigma(r) sigma(-o): positive terms, no cancellation.
-    log_n = jnp.logaddexp(jax.nn.log_sigmoid(-relevance_logits), log_r + jax.nn.log_sigmoid(-observation_logits))
+    log_n = jnp.logaddexp(jax.nn.log_sigmoid(-scores), log_r + jax.nn.log_sigmoid(-observation_logits))
     return log_r + log_o, log_n
   raise ValueError(f"unknown two-tower mode {mode!r} (additive, product)")
 
 
 def two_tower_loss(
-  relevance_logits: jax.Array,
-  observation_logits: jax.Array,
+  scores: jax.Array,
   clicks: jax.Array,
   *,
+  observation_logits: jax.Array,
   where: Optional[jax.Array] = None,
-  mode: str = "additive",
   weights: Optional[jax.Array] = None,
+  mode: str = "additive",
   reduce_fn: Optional[Callable] = jnp.mean,
 ) -> jax.Array:
   r"""Sigmoid cross-entropy of the two-tower click model on clicks.
@@ -59,23 +61,23 @@ def two_tower_loss(
       \ell = -\sum_i c_i \log P(C_i{=}1) + (1 - c_i)\log P(C_i{=}0)
 
   Args:
-    relevance_logits: ``[..., L]`` relevance-tower logits :math:`r`.
-    observation_logits: ``[..., L]`` bias-tower logits :math:`o`.
+    scores: ``[..., L]`` relevance-tower logits :math:`r`.
     clicks: ``[..., L]`` clicks.
+    observation_logits: ``[..., L]`` bias-tower logits :math:`o`.
     where: ``[..., L]`` mask.
-    mode: ``"additive"`` or ``"product"``.
     weights: optional ``[..., L]`` per-item weights.
+    mode: ``"additive"`` or ``"product"``.
     reduce_fn: over valid items (None: ``[..., L]``).
 
   >>> z = jnp.zeros(2); c = jnp.array([1.0, 0.0])
-  >>> round(float(two_tower_loss(z, z, c, mode="product")), 4)  # (log 4 + log 4/3) / 2
+  >>> round(float(two_tower_loss(z, c, observation_logits=z, mode="product")), 4)  # (log 4 + log 4/3) / 2
   0.837
   """
-  where = _utils.as_where(where, relevance_logits.shape)
-  r = jnp.where(where, relevance_logits, 0.0)
+  where = _utils.as_where(where, scores.shape)
+  r = jnp.where(where, scores, 0.0)
   o = jnp.where(where, observation_logits, 0.0)
   log_p, log_n = two_tower_log_probs(r, o, mode=mode)
   loss = -(clicks * log_p + (1.0 - clicks) * log_n)
   if weights is not None:
     loss = loss * weights
-  return _utils.reduce_items(loss, where, reduce_fn)
+  return _utils.reduce_loss(loss, where, reduce_fn)

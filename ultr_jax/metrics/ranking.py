@@ -10,6 +10,9 @@ lists that do not count) or its reduction over the lists that count.
   from the same list's labels (all its valid items);
 * ties in the scores keep the order of appearance (rax's ``ranks``; pass
   ``key`` for random tie-breaking); masked items are never ranked;
+* a list with a NaN score on a valid item scores NaN (so does any mean over
+  it): a diverged model never looks like a valid ranking (rax ranks NaN
+  scores as if they were some number);
 * a list whose IDCG is 0 (no relevant item) scores 0 and **is averaged in**
   by default; ``drop_no_relevant=True`` leaves such lists out of the
   reduction (SIF's resolution); an all-masked list never counts (rax's
@@ -55,8 +58,17 @@ def query_mask(labels: Array, *, where: Optional[Array] = None, drop_no_relevant
   return mask
 
 
-def _reduce(values, labels, where, drop_no_relevant, reduce_fn):
+def _nan_lists(scores, where):
+  """``bool[...]``: lists with a NaN score on a valid item (their metric is NaN, never a ranking's value)."""
+  nan = jnp.isnan(jnp.asarray(scores))
+  if where is not None:
+    nan = nan & jnp.asarray(where, bool)
+  return jnp.any(nan, axis=-1)
+
+
+def _reduce(values, labels, where, drop_no_relevant, reduce_fn, scores):
   mask = query_mask(labels, where=where, drop_no_relevant=drop_no_relevant)
+  values = jnp.where(_nan_lists(scores, where), jnp.nan, values)
   return rax.utils.safe_reduce(values, where=mask, reduce_fn=reduce_fn)
 
 
@@ -94,9 +106,11 @@ def ndcg(
 
   >>> print(round(float(ndcg(jnp.array([3., 2., 1., 0.]), jnp.array([0., 1., 0., 1.]), topn=3)), 5))
   0.38685
+  >>> print(ndcg(jnp.array([[3., 2.], [jnp.nan, 0.]]), jnp.array([[1., 0.], [1., 0.]]), reduce_fn=None))
+  [ 1. nan]
   """
   values = rax.ndcg_metric(scores, labels, where=where, topn=topn, weights=weights, key=key, reduce_fn=None)
-  return _reduce(values, labels, where, drop_no_relevant, reduce_fn)
+  return _reduce(values, labels, where, drop_no_relevant, reduce_fn, scores)
 
 
 def dcg(
@@ -125,7 +139,7 @@ def dcg(
   1.923
   """
   values = rax.dcg_metric(scores, labels, where=where, topn=topn, weights=weights, key=key, reduce_fn=None)
-  return _reduce(values, labels, where, drop_no_relevant, reduce_fn)
+  return _reduce(values, labels, where, drop_no_relevant, reduce_fn, scores)
 
 
 def precision(
@@ -152,7 +166,7 @@ def precision(
   """
   binary = (jnp.asarray(labels) >= relevance_threshold).astype(jnp.result_type(float))
   values = rax.precision_metric(scores, binary, where=where, topn=topn, key=key, reduce_fn=None)
-  return _reduce(values, labels, where, drop_no_relevant, reduce_fn)
+  return _reduce(values, labels, where, drop_no_relevant, reduce_fn, scores)
 
 
 def err(
@@ -206,7 +220,7 @@ def err(
   exclusive = csum - log_keep
   rank = jnp.arange(1, r.shape[-1] + 1, dtype=r.dtype)
   values = jnp.sum(r_sorted / rank * jnp.exp(exclusive), axis=-1)
-  return _reduce(values, labels, where, drop_no_relevant, reduce_fn)
+  return _reduce(values, labels, where, drop_no_relevant, reduce_fn, scores)
 
 
 def mrr(
@@ -237,7 +251,7 @@ def mrr(
   """
   binary = (jnp.asarray(labels) >= relevance_threshold).astype(jnp.result_type(float))
   values = rax.mrr_metric(scores, binary, where=where, topn=topn, key=key, reduce_fn=None)
-  return _reduce(values, labels, where, drop_no_relevant, reduce_fn)
+  return _reduce(values, labels, where, drop_no_relevant, reduce_fn, scores)
 
 
 def average_precision(
@@ -271,7 +285,7 @@ def average_precision(
   """
   binary = (jnp.asarray(labels) >= relevance_threshold).astype(jnp.result_type(float))
   values = rax.ap_metric(scores, binary, where=where, topn=topn, key=key, reduce_fn=None)
-  return _reduce(values, labels, where, drop_no_relevant, reduce_fn)
+  return _reduce(values, labels, where, drop_no_relevant, reduce_fn, scores)
 
 
 def mcc(
@@ -291,7 +305,7 @@ def mcc(
   over every valid item of the batch (``per_list=False``, the paper's
   definition, a scalar) or within each list (``per_list=True``, reduced
   with ``reduce_fn``). A constant side gives 0 (double-``where``, so the
-  gradient is finite).
+  gradient is finite); a NaN on a valid item gives NaN.
 
   Args:
     predicted: ``[..., L]`` predicted relevance :math:`\hat r`.
@@ -323,6 +337,7 @@ def mcc(
   denom2 = sxx * syy
   ok = denom2 > 0
   corr = jnp.where(ok, sxy / jnp.sqrt(jnp.where(ok, denom2, 1.0)), 0.0)
+  corr = jnp.where(jnp.isnan(sxy) | jnp.isnan(denom2), jnp.nan, corr)  # NaN in, NaN out (never 0)
   if not per_list:
     return corr
   return rax.utils.safe_reduce(corr, where=jnp.any(where, axis=-1), reduce_fn=reduce_fn)

@@ -414,10 +414,15 @@ def dla(config, *, num_features: int, list_size: int) -> Method:
     where = _where(batch)
     scores = towers.relevance(params, batch, key)
     obs = towers.observation(params, batch_positions(batch))
-    ranker_loss, exam_loss = losses.dla_loss(
-      scores, obs, jnp.asarray(batch["clicks"], jnp.float32), where=where, max_weight=max_weight, return_parts=True
+    value, parts = losses.dla_loss(
+      scores,
+      jnp.asarray(batch["clicks"], jnp.float32),
+      observation_logits=obs,
+      where=where,
+      max_weight=max_weight,
+      return_aux=True,
     )
-    return ranker_loss + exam_loss, ({"ranker_loss": ranker_loss, "propensity_loss": exam_loss}, extra)
+    return value, (parts, extra)
 
   def propensities(params, extra):
     logits = towers.bias_table(params)
@@ -438,19 +443,20 @@ def regression_em(config, *, num_features: int, list_size: int) -> Method:
   init_value = float(_get(config, "em_init", 0.9))
   if not 0.0 < init_value < 1.0:
     raise ValueError(f"regression_em: em_init must be in (0, 1), got {init_value}")
+  estimator = losses.regression_em_estimator(towers.num_positions, step_size=step_size, init_value=init_value)
 
   def init(key, batch):
-    return towers.init(key), {"propensities": jnp.full((towers.num_positions,), init_value, jnp.float32)}
+    return towers.init(key), estimator.init()._asdict()
 
   def loss(params, extra, batch, key):
     where = _where(batch)
     positions = jnp.clip(batch_positions(batch), 0, towers.num_positions - 1)
-    theta = extra["propensities"]
+    state = losses.RegressionEMState(**extra)
     scores = towers.relevance(params, batch, key)
     clicks = jnp.asarray(batch["clicks"], jnp.float32)
-    value = losses.regression_em_loss(scores, clicks, propensities=jnp.take(theta, positions), where=where)
-    new_theta = losses.em_propensity_update(theta, scores, clicks, positions, where=where, step_size=step_size)
-    return value, ({}, {"propensities": new_theta})
+    value = losses.regression_em_loss(scores, clicks, propensities=jnp.take(state.propensities, positions), where=where)
+    state = estimator.update(state, scores, clicks, positions=positions, where=where)
+    return value, ({}, state._asdict())
 
   def propensities(params, extra):
     return _relative(extra["propensities"])
@@ -483,7 +489,8 @@ def two_tower(config, *, num_features: int, list_size: int) -> Method:
     where = _where(batch)
     scores = towers.relevance(params, batch, key)
     obs = towers.observation(params, batch_positions(batch))
-    value = losses.two_tower_loss(scores, obs, jnp.asarray(batch["clicks"], jnp.float32), where=where, mode=mode)
+    clicks = jnp.asarray(batch["clicks"], jnp.float32)
+    value = losses.two_tower_loss(scores, clicks, observation_logits=obs, where=where, mode=mode)
     return value, ({}, extra)
 
   def propensities(params, extra):
@@ -513,28 +520,27 @@ def paird(config, *, num_features: int, list_size: int) -> Method:
   step_size = float(_get(config, "em_step_size", 0.05))
   p = float(_get(config, "pair_p", 1.0))
   max_weight = _max_weight(config)
+  estimator = losses.pairwise_debiasing_estimator(towers.num_positions, step_size=step_size, p=p)
 
   def init(key, batch):
-    ones = jnp.ones((towers.num_positions,), jnp.float32)
-    return towers.init(key), {"t_plus": ones, "t_minus": ones}
+    return towers.init(key), estimator.init()._asdict()
 
   def loss(params, extra, batch, key):
     where = _where(batch)
     positions = jnp.clip(batch_positions(batch), 0, towers.num_positions - 1)
+    state = losses.PairwiseDebiasingState(**extra)
     scores = towers.relevance(params, batch, key)
     clicks = jnp.asarray(batch["clicks"], jnp.float32)
     value = losses.pairwise_debiasing_loss(
       scores,
       clicks,
-      t_plus=jnp.take(extra["t_plus"], positions),
-      t_minus=jnp.take(extra["t_minus"], positions),
+      t_plus=jnp.take(state.t_plus, positions),
+      t_minus=jnp.take(state.t_minus, positions),
       where=where,
       max_weight=max_weight,
     )
-    t_plus, t_minus = losses.pairwise_debiasing_update(
-      extra["t_plus"], extra["t_minus"], scores, clicks, positions, where=where, step_size=step_size, p=p
-    )
-    return value, ({}, {"t_plus": t_plus, "t_minus": t_minus})
+    state = estimator.update(state, scores, clicks, positions=positions, where=where)
+    return value, ({}, state._asdict())
 
   def propensities(params, extra):
     return _relative(extra["t_plus"])

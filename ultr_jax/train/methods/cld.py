@@ -137,8 +137,8 @@ def _pointwise(name, config, num_features, ranker):
     where, shown, clicks, rho, weights = _log(batch)
     value = losses.cld_loss(
       f_beta,
-      f_omega,
       clicks,
+      selection_scores=f_omega,
       propensities=rho,
       shown=shown,
       where=where,
@@ -164,8 +164,8 @@ def _pairwise(name, config, num_features, ranker):
     y = jnp.where(shown, clicks / jnp.where(shown, rho, 1.0), 0.0)
     value = losses.cld_pair_loss(
       f_beta,
-      f_omega,
       y,
+      selection_scores=f_omega,
       shown=shown,
       where=where,
       weights=weights,
@@ -214,18 +214,18 @@ def _heckman_parts(config, num_features):
   def loss(params, batch):
     where, shown, clicks, _, weights = _log(batch)
     x = _features(batch)
-    total, (s_part, o_part) = losses.heckman_loss(
+    total, parts = losses.heckman_loss(
       rel.apply(params["relevance"], x),
-      sel.apply(params["selection"], x),
       clicks,
+      selection_scores=sel.apply(params["selection"], x),
       mills_coef=params["mills"],
       shown=shown,
       where=where,
       weights=weights,
       outcome=outcome,
-      return_parts=True,
+      return_aux=True,
     )
-    return total, {"selection_loss": s_part, "outcome_loss": o_part}
+    return total, parts
 
   def score(params, batch):
     return rel.apply(params["relevance"], _features(batch))

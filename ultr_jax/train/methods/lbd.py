@@ -137,7 +137,7 @@ def _single_loss(tower, config, tparams, batch, key, lam, t):
     gp = jnp.zeros((), s_rel.dtype)
   static_t0 = isinstance(t, (int, float)) and t == 0.0
   logits, gamma = bernoulli_click_logits(
-    s_rel, s_obs, positions=batch.get("positions"), key=None if static_t0 else k_bern, t=t
+    s_rel, observation_logits=s_obs, positions=batch.get("positions"), key=None if static_t0 else k_bern, t=t
   )
   sv = softmax_click_loss(logits, clicks, where=where)
   loss = sv + lam * gp

@@ -27,7 +27,7 @@ stop-gradient), :math:`L_{bias} \to \phi` (ranker output frozen),
 :math:`\hat I_E \to (a, u)` only, :math:`\hat I_D \to \theta` only (through
 the scores; the trust head enters under stop-gradient). The multipliers
 and the leakage EMAs live in the method's ``extra`` state; with
-``dual=True`` they follow :func:`~ultr_jax.losses.dual_ascent_update`.
+``dual=True`` they follow :func:`~ultr_jax.losses.dual_ascent_estimator`.
 
 Config fields (read with defaults; the ranker fields are those of
 :mod:`~ultr_jax.train.methods.baselines`): ``lambda_E`` (1.0), ``lambda_D``
@@ -109,6 +109,12 @@ def make_sif_method(name, config, *, num_features: int, list_size: int) -> Metho
   lam_max = float(_get(config, "lambda_max", 100.0))
   decay = float(_get(config, "ema_decay", 0.9))
   snips = bool(_get(config, "snips", False))
+  multipliers = {
+    ch: losses.dual_ascent_estimator(
+      budget=budgets[ch], eta=dual_eta, lam_max=lam_max, decay=decay, ascend=dual and ch in channels
+    )
+    for ch in ("E", "D")
+  }
 
   ranker = make_relevance_tower(config)
   bias = models.SIFBiasTower(
@@ -157,10 +163,10 @@ def make_sif_method(name, config, *, num_features: int, list_size: int) -> Metho
     out = bias.apply({"params": params["bias"]}, pos, z)
     e, d, rho = out["exposure"], out["trust"], out["click_propensity"]
     rhat = bias.apply({"params": params["bias"]}, s, method=models.SIFBiasTower.calibrate)
-    l_bias = losses.bias_likelihood_loss(clicks, rho * rhat, where=disp)
+    l_bias = losses.bias_likelihood_loss(rho * rhat, clicks, where=disp)
     if risk == "dr":
       m = jax.nn.sigmoid(imputer.apply({"params": params["imputer"]}, jnp.asarray(batch["features"], jnp.float32)))
-      l_imp = losses.bias_likelihood_loss(clicks, sg(rho) * m, where=disp)
+      l_imp = losses.bias_likelihood_loss(sg(rho) * m, clicks, where=disp)
       targets = losses.dr_targets(clicks, rho, m, where=where, displayed=disp, tau=tau)
       r_ltr = losses.listwise_risk(s, targets, where=where)
     else:
@@ -185,21 +191,9 @@ def make_sif_method(name, config, *, num_features: int, list_size: int) -> Metho
     first = extra["steps"] == 0
     new_extra = dict(extra)
     for ch, value in (("E", i_e), ("D", i_d)):
-      if dual and ch in channels:
-        lam, ema = losses.dual_ascent_update(
-          extra[f"lambda_{ch}"],
-          extra[f"ema_{ch}"],
-          value,
-          budget=budgets[ch],
-          eta=dual_eta,
-          lam_max=lam_max,
-          decay=decay,
-          first=first,
-        )
-        new_extra[f"lambda_{ch}"] = lam
-      else:
-        ema = jnp.where(first, sg(value), decay * extra[f"ema_{ch}"] + (1 - decay) * sg(value))
-      new_extra[f"ema_{ch}"] = ema
+      state = losses.DualAscentState(extra[f"lambda_{ch}"], extra[f"ema_{ch}"], extra["steps"])
+      state = multipliers[ch].update(state, value)
+      new_extra[f"lambda_{ch}"], new_extra[f"ema_{ch}"] = state.lam, state.ema
     marg = losses.cell_marginals(sg(e), pos, where=disp, num_cells=num_positions)
     seen = losses.cell_marginals(jnp.ones_like(e), pos, where=disp, num_cells=num_positions) > 0
     upd = jnp.where(first, marg, 0.99 * extra["exposure"] + 0.01 * marg)
