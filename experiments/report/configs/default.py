@@ -18,7 +18,7 @@ Any field can be overridden, e.g. ``--config.methods="('naive','dla')"`` or
 
 import ml_collections
 
-from ultr_jax.train import default_online_config, default_train_config, experiment
+from ultr_jax.train import default_online_config, default_train_config, experiment, method_defaults
 
 # SIF-ref's main variants and the two oracle-propensity baselines of its T6 toy; the channel ablations
 # (SIF_ABLATIONS) join them in the ":full" variant (21 more trained cells, about 7 more minutes).
@@ -130,6 +130,10 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config.method_configs.pdgd = ml_collections.ConfigDict(
     {**mlp, "top_k": config.logging_policy.top_k, "pairs": "considered", "debias": True, "surrogate": "probability"}
   )
+  # Every method's full section (its declared fields and defaults under the values above), so that any
+  # documented field is a flag and a misspelt one is refused.
+  for name in list(config.method_configs.keys()):
+    config.method_configs[name] = method_defaults(name, config.method_configs[name])
 
   config.train = default_train_config()
   config.train.steps = 600

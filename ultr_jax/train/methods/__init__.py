@@ -75,17 +75,42 @@ def available_methods() -> list[str]:
   return sorted(_REGISTRY)
 
 
-def method_defaults(name: str) -> ml_collections.ConfigDict:
+# The types of the fields whose default is None, so that a binary's locked config can take them as
+# flags (an ml_collections placeholder of the type; --config.method_configs.ips.propensities=(1,0.7,...)).
+_NONE_TYPES = {
+  "propensities": tuple,
+  "eps_plus": tuple,
+  "eps_minus": tuple,
+  "top_k": int,
+  "num_positions": int,
+  "trust_head": bool,
+  "exposure_slope": bool,
+  "channels": tuple,
+  "risk": str,
+  "lams": tuple,
+  "ts": tuple,
+}
+
+
+def method_defaults(name: str, overrides: Optional[Mapping[str, Any]] = None) -> ml_collections.ConfigDict:
   """The config fields method ``name`` declares, with their defaults (None: "the default", e.g. the list size).
 
-  >>> d = method_defaults("ips")
-  >>> d.propensity_clip, d.loss_type, "gamma" in d
-  (0.0, 'listwise', False)
+  ``overrides`` replace defaults (an unknown key raises ``ValueError``). A None default is an
+  ``ml_collections`` placeholder of its type, so a binary's config section built from it takes every
+  field as a flag, and refuses a misspelt one.
+
+  >>> d = method_defaults("ips", {"ranker": "linear"})
+  >>> d.propensity_clip, d.loss_type, d.ranker, d.propensities, "gamma" in d
+  (0.0, 'listwise', 'linear', None, False)
   """
   _load_families()
   if name not in _REGISTRY:
     raise KeyError(f"unknown method {name!r}; available: {sorted(_REGISTRY)}")
-  return ml_collections.ConfigDict(_DEFAULTS[name])
+  merged = merge_config(_DEFAULTS[name], overrides, what=f"method {name!r} config")
+  out = ml_collections.ConfigDict()
+  for k, v in merged.items():
+    out[k] = ml_collections.config_dict.placeholder(_NONE_TYPES.get(k, object)) if v is None else v
+  return out
 
 
 def get_method(name: str, config=None, *, num_features: int, list_size: int) -> Method:

@@ -128,10 +128,12 @@ TOWER_DEFAULTS = {
   "norm_position": "after",
   "ln_epsilon": 1e-6,
 }
-_CLICK = {**TOWER_DEFAULTS, "loss_type": "listwise"}
-_WEIGHTED = {**_CLICK, "propensity_clip": 0.0}
-_TABLE = {**_WEIGHTED, "propensities": None}
-_LEARNED = {**TOWER_DEFAULTS, "num_positions": None}  # None: list_size
+# Every baseline takes ``num_positions`` (None: list_size), the size of its position tables, if any.
+_LEARNED = {**TOWER_DEFAULTS, "num_positions": None}
+# The click losses' fields (naive validates, and ignores, propensity_clip: one config fits naive and IPS).
+_CLICK = {**_LEARNED, "loss_type": "listwise", "propensity_clip": 0.0}
+_WEIGHTED = _CLICK
+_TABLE = {**_CLICK, "propensities": None}
 
 
 def make_relevance_tower(config, *, output_size: int = 1):
@@ -263,7 +265,7 @@ _TABLES = {
 def _click_method(name, config, num_features, list_size, weighting, propensity_key="examination"):
   towers = _Towers(config, num_features, list_size, with_bias=False)
   loss_type = config.loss_type
-  max_weight = None if weighting == "naive" else _max_weight(config)
+  max_weight = _max_weight(config)  # validated for every weighting; naive ignores it
   fn = click_loss(weighting, loss_type, max_weight=max_weight, name=name, propensity_key=propensity_key)
   # Fixed tables stand in for the click model's oracle entries; the policy-aware propensities have none.
   fields = _TABLES.get(weighting, {}) if propensity_key == "examination" else {}
@@ -367,7 +369,7 @@ def affine(config, *, num_features: int, list_size: int) -> Method:
   return _click_method("affine", config, num_features, list_size, "affine")
 
 
-@register("full_info", defaults=TOWER_DEFAULTS)
+@register("full_info", defaults=_LEARNED)
 def full_info(config, *, num_features: int, list_size: int) -> Method:
   """Listwise softmax on the true graded labels (no clicks): the ceiling."""
   towers = _Towers(config, num_features, list_size, with_bias=False)
@@ -386,7 +388,7 @@ def full_info(config, *, num_features: int, list_size: int) -> Method:
 
 @register(
   "pdgd",
-  defaults={**TOWER_DEFAULTS, "top_k": None, "pairs": "considered", "debias": True, "surrogate": "probability"},
+  defaults={**_LEARNED, "top_k": None, "pairs": "considered", "debias": True, "surrogate": "probability"},
 )
 def pdgd(config, *, num_features: int, list_size: int) -> Method:
   """PDGD's pairwise update (Oosterhuis & de Rijke 2018) on the displayed lists of a batch.

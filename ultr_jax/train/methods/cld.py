@@ -53,7 +53,7 @@ from ultr_jax.train.method import Method
 from ultr_jax.train.methods import register
 from ultr_jax.train.methods.baselines import click_loss
 
-__all__ = ["cld_towers", "CLD_TOWER_DEFAULTS"]
+__all__ = ["cld_towers", "CLD_TOWER_DEFAULTS", "FAMILY_DEFAULTS"]
 
 #: The towers' config fields (:func:`cld_towers`) and defaults; the dropout applies to an MLP ranker only.
 CLD_TOWER_DEFAULTS = {"hidden_sizes": (256, 128, 64), "activation": "elu", "layer_norm": False, "dropout": 0.5}
@@ -66,6 +66,10 @@ _PAIRWISE = {
   "include_selected_ties": False,
 }
 _HECKMAN = {**CLD_TOWER_DEFAULTS, "heckman_outcome": "ls"}
+#: The family's one config section (the CLD study's ``config.method``): every CLD-family method takes
+#: every field of the family, so one section configures them all; a field a method does not use (the
+#: pairwise weights for pointwise CLD, say) is accepted and has no effect. A key outside it is an error.
+FAMILY_DEFAULTS = {**_POINTWISE, **_PAIRWISE, **_HECKMAN, "loss_type": "listwise"}
 #: The batch entries every CLD-family loss reads (a top-k log).
 _REQUIRES = ("shown", "clicks", "examination")
 
@@ -191,25 +195,25 @@ def _pairwise(name, config, num_features, ranker):
   return _two_tower_method(name, config, num_features, ranker, loss_fn)
 
 
-@register("cld", defaults={**_POINTWISE, "ranker": "linear"})
+@register("cld", defaults={**FAMILY_DEFAULTS, "ranker": "linear"})
 def cld(config, *, num_features: int, list_size: int) -> Method:
   """Pointwise CLD (Eq. 9) with a linear ranker and a linear selection model."""
   return _pointwise("cld", config, num_features, config.ranker)
 
 
-@register("cld_n", defaults=_POINTWISE)
+@register("cld_n", defaults={**FAMILY_DEFAULTS, "ranker": "mlp"})
 def cld_n(config, *, num_features: int, list_size: int) -> Method:
   """CLD-N: pointwise CLD with the neural ranker (Table 3)."""
   return _pointwise("cld_n", config, num_features, "mlp")
 
 
-@register("cld_pair", defaults={**_PAIRWISE, "ranker": "mlp"})
+@register("cld_pair", defaults={**FAMILY_DEFAULTS, "ranker": "mlp"})
 def cld_pair(config, *, num_features: int, list_size: int) -> Method:
   """CLD-pair (Eq. 12): neural ranker, linear selection model."""
   return _pairwise("cld_pair", config, num_features, config.ranker)
 
 
-@register("cld_pair_l", defaults=_PAIRWISE)
+@register("cld_pair_l", defaults={**FAMILY_DEFAULTS, "ranker": "linear"})
 def cld_pair_l(config, *, num_features: int, list_size: int) -> Method:
   """CLD-pair-L: CLD-pair with a linear ranker (Table 3)."""
   return _pairwise("cld_pair_l", config, num_features, "linear")
@@ -245,7 +249,7 @@ def _heckman_parts(config, num_features):
   return init, loss, score
 
 
-@register("heckman_rank", defaults=_HECKMAN)
+@register("heckman_rank", defaults={**FAMILY_DEFAULTS, "ranker": "linear"})
 def heckman_rank(config, *, num_features: int, list_size: int) -> Method:
   """Heckman-rank: probit selection stage + outcome on [x, inverse Mills ratio]; no propensities."""
   init, loss, score = _heckman_parts(config, num_features)
@@ -258,7 +262,7 @@ def heckman_rank(config, *, num_features: int, list_size: int) -> Method:
   )
 
 
-@register("rank_agg", defaults={**_HECKMAN, "ranker": "mlp", "loss_type": "listwise"})
+@register("rank_agg", defaults={**FAMILY_DEFAULTS, "ranker": "mlp"})
 def rank_agg(config, *, num_features: int, list_size: int) -> Method:
   r"""RankAgg: Borda count (A29) of an IPS ranker on the top-k records and Heckman-rank.
 

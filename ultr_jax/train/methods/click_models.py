@@ -125,6 +125,7 @@ def _factory(model: str):
       score=score,
       propensities=propensities if model in ("pbm", "ubm") else None,
       click_logits=click_logits,
+      requires=("clicks",),
     )
 
   factory.__doc__ = f"Relevance tower as the attraction of a {model.upper()} click model (session likelihood)."
