@@ -141,6 +141,9 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config.train.learning_rate = 3e-3
   config.train.eval_every = 200
   config.train.progress = False
+  # A cell whose training diverges is marked (the table's "diverged", a non-zero exit) rather than stopping
+  # the whole grid.
+  config.train.on_divergence = "mark"
   # Keep each seed's best state on the validation nDCG@10 (False: the final state; saves compiles).
   config.select_on_valid = True
 
