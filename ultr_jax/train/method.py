@@ -80,7 +80,7 @@ def method_inputs_missing(method, batch: Mapping[str, Any]) -> Optional[str]:
   >>> from ultr_jax.train import get_method
   >>> m = get_method("cld", {}, num_features=2, list_size=3)
   >>> m.requires
-  ('clicks', 'shown', 'examination')
+  ('shown', 'clicks', 'examination')
   >>> b = {"features": jnp.ones((1, 3, 2)), "where": jnp.ones((1, 3), bool), "clicks": jnp.zeros((1, 3)),
   ...      "examination": jnp.ones((1, 3))}
   >>> method_inputs_missing(m, b)

@@ -86,7 +86,13 @@ def record_run(
 
 
 def run_diverged(workdir: str) -> dict:
-  """``{run name: [seeds]}`` of the runs recorded as diverged in ``workdir`` (this process)."""
+  """``{run name: [seeds]}`` of the runs recorded as diverged in ``workdir`` (this process).
+
+  >>> import tempfile
+  >>> workdir = tempfile.mkdtemp()
+  >>> record_run(workdir, "dla", diverged=[0, 2]); run_diverged(workdir)
+  {'dla': [0, 2]}
+  """
   return dict(_RUNS.get(os.path.abspath(workdir), {}).get("diverged", {}))
 
 
