@@ -45,6 +45,8 @@ def finished(tmp_path_factory):
   workdir = tmp_path_factory.mktemp("finished")
   proc = _run(workdir, env=_subprocess_env())
   assert proc.returncode == 0, proc.stderr[-3000:]
+  # The progress lines (absl.logging under the binary's app) reach the console.
+  assert "[naive] step 10/20 loss" in proc.stderr and "[naive] step 20/20 loss" in proc.stderr
   return workdir
 
 

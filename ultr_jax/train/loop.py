@@ -820,6 +820,8 @@ def fit(
       return
     which = [seeds[i] for i in np.flatnonzero(bad)]
     if config.on_divergence == "raise":
+      if ckpt is not None:
+        ckpt.close()  # the last good checkpoint stays; the diverged state is not saved
       raise FloatingPointError(
         f"[{name}] diverged at step {step}: seed(s) {which} have a non-finite loss "
         f"({np.asarray(means['loss']).tolist()}) or parameters. Lower the learning rate or clip the "
