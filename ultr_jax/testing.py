@@ -74,7 +74,9 @@ def load_expected(path: str) -> dict:
   * ``"tolerance"``: one absolute tolerance or ``{"default": t, path: t}``
     (all ``>= 0``; 0 when absent);
   * optional free-text provenance: ``"command"``, ``"source"``,
-    ``"tolerance_rule"``, ``"notes"``.
+    ``"tolerance_rule"``, ``"notes"``;
+  * optional ``"fingerprint"``: the hash of the run's fingerprints (``results["_fingerprint"]["hash"]``,
+    written by :func:`~ultr_jax.train.write_results`); when both sides have one they must be equal.
 
   Raises:
     ValueError: naming the file and the field that is missing or malformed.
@@ -90,6 +92,8 @@ def load_expected(path: str) -> dict:
   for key, value in metrics.items():
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
       raise ValueError(f"{path}: metrics[{key!r}] must be a finite number, got {value!r}")
+  if "fingerprint" in expected and not isinstance(expected["fingerprint"], str):
+    raise ValueError(f"{path}: field 'fingerprint' must be a string (a results file's _fingerprint.hash)")
   tolerance = expected.get("tolerance", 0.0)
   tols = tolerance.values() if isinstance(tolerance, Mapping) else [tolerance]
   for t in tols:
@@ -116,7 +120,16 @@ def expected_from_results(
     tol: Any = {p: float(tolerance(p)) for p in paths}
   else:
     tol = tolerance
-  return {"config": config, **provenance, "metrics": metrics, "tolerance": tol}
+  out = {"config": config, **provenance, "metrics": metrics, "tolerance": tol}
+  fingerprint = _fingerprint(results)
+  if fingerprint is not None:
+    out["fingerprint"] = fingerprint
+  return out
+
+
+def _fingerprint(results: Mapping[str, Any]) -> Optional[str]:
+  entry = results.get("_fingerprint")
+  return entry.get("hash") if isinstance(entry, Mapping) else None
 
 
 def compare_to_expected(results: Mapping[str, Any], expected: Mapping[str, Any]) -> list[str]:
@@ -127,7 +140,10 @@ def compare_to_expected(results: Mapping[str, Any], expected: Mapping[str, Any])
   metric matches when ``|result - expected| <= tolerance``.
 
   Returns:
-    One readable line per mismatch (empty when the run matches).
+    One readable line per mismatch (empty when the run matches). When both ``results``
+    (``"_fingerprint"``) and ``expected`` (``"fingerprint"``) carry a run fingerprint, a difference
+    is a mismatch too (another configuration, data or click model made the results); a side
+    without one is not compared. Seeds marked diverged (``"_diverged"``) are a mismatch.
 
   >>> compare_to_expected({"ips": {"ndcg@10": 0.71}},
   ...                     {"metrics": {"ips|ndcg@10": 0.70}, "tolerance": 0.02})
@@ -135,9 +151,19 @@ def compare_to_expected(results: Mapping[str, Any], expected: Mapping[str, Any])
   >>> compare_to_expected({"ips": {"ndcg@10": 0.60}},
   ...                     {"metrics": {"ips|ndcg@10": 0.70}, "tolerance": 0.02})
   ['ips|ndcg@10: got 0.6000, expected 0.7000 ± 0.0200']
+  >>> compare_to_expected({"ips": {"ndcg@10": 0.70}, "_fingerprint": {"hash": "ab12"}},
+  ...                     {"metrics": {"ips|ndcg@10": 0.70}, "fingerprint": "cd34"})
+  ["fingerprint: the results' run fingerprint is 'ab12', the expected run's 'cd34' (another configuration)"]
   """
   tolerance = expected.get("tolerance", 0.0)
   problems = []
+  got_fp, want_fp = _fingerprint(results), expected.get("fingerprint")
+  if got_fp is not None and want_fp is not None and got_fp != want_fp:
+    problems.append(
+      f"fingerprint: the results' run fingerprint is {got_fp!r}, the expected run's {want_fp!r} (another configuration)"
+    )
+  if results.get("_diverged"):
+    problems.append(f"diverged: {results['_diverged']} (run -> seeds with a non-finite loss or parameters)")
   for path, want in expected["metrics"].items():
     tol = tolerance if not isinstance(tolerance, Mapping) else tolerance.get(path, tolerance.get("default", 0.0))
     try:

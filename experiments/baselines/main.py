@@ -18,6 +18,7 @@ import jax
 from ml_collections import config_flags
 
 import ultr_jax.train
+from ultr_jax.train.results import run_in_progress
 
 _CONFIG = config_flags.DEFINE_config_file(
   "config", None, "Path to a config file, e.g. configs/default.py[:smoke].", lock_config=True
@@ -33,7 +34,9 @@ def main(argv):
   jax.config.update("jax_log_compiles", _DEBUG_COMPILES.value)
   jax.config.update("jax_explain_cache_misses", _DEBUG_COMPILES.value)
   ultr_jax.train.maybe_initialize_distributed(_DISTRIBUTED.value)
-  ultr_jax.train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  with run_in_progress(_WORKDIR.value) as run:  # IN_PROGRESS until the results are written
+    ultr_jax.train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  return run.exit_code  # non-zero when a run diverged (on_divergence='mark')
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from ultr_jax.train import cld_study as study
+from ultr_jax.train.results import run_in_progress
 
 _CONFIG = config_flags.DEFINE_config_file(
   "config", None, "Path to a config file, e.g. configs/default.py[:smoke|:paper].", lock_config=True
@@ -17,7 +18,9 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 def main(argv):
   del argv
-  study.run(_CONFIG.value, _WORKDIR.value)
+  with run_in_progress(_WORKDIR.value) as run:  # IN_PROGRESS until the results are written
+    study.run(_CONFIG.value, _WORKDIR.value)
+  return run.exit_code  # non-zero when a run diverged (on_divergence='mark')
 
 
 if __name__ == "__main__":

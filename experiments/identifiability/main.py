@@ -21,6 +21,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from ultr_jax.train.identifiability_study import run_identifiability_study
+from ultr_jax.train.results import run_in_progress
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "configs/default.py[:smoke]", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
@@ -33,7 +34,9 @@ def main(argv):
   cfg = _CONFIG.value
   if _DATA.value:
     cfg.data = _DATA.value
-  run_identifiability_study(cfg, _WORKDIR.value)
+  with run_in_progress(_WORKDIR.value) as run:  # IN_PROGRESS until the results are written
+    run_identifiability_study(cfg, _WORKDIR.value)
+  return run.exit_code  # non-zero when a run diverged (on_divergence='mark')
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from ultr_jax.train import report
+from ultr_jax.train.results import run_in_progress
 
 _CONFIG = config_flags.DEFINE_config_file(
   "config", None, "Path to a config file, e.g. configs/default.py[:smoke].", lock_config=True
@@ -22,7 +23,9 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 def main(argv):
   del argv
-  report.run_report(_CONFIG.value, _WORKDIR.value)
+  with run_in_progress(_WORKDIR.value) as run:  # IN_PROGRESS until the results are written
+    report.run_report(_CONFIG.value, _WORKDIR.value)
+  return run.exit_code  # non-zero when a run diverged (on_divergence='mark')
 
 
 if __name__ == "__main__":

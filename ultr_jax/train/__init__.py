@@ -15,9 +15,11 @@ from ultr_jax.train.loop import (
   display_batch,
   evaluate,
   evaluate_clicks,
+  fingerprint_diff,
   fit,
   make_optimizer,
   predict,
+  run_fingerprint,
 )
 from ultr_jax.train.method import Method
 from ultr_jax.train.online import (
@@ -29,12 +31,14 @@ from ultr_jax.train.online import (
   online_learning,
   online_users_missing,
 )
-from ultr_jax.train.methods import available_methods, get_method, register
+from ultr_jax.train.config import merge_config
+from ultr_jax.train.methods import available_methods, get_method, method_defaults, register
 from ultr_jax.train.results import (
   atomic_write_text,
   best_and_ties,
   markdown_table,
   plot_learning_curves,
+  run_in_progress,
   save_figure,
   summarize,
   summarize_metrics,
@@ -61,8 +65,11 @@ __all__ = [
   "enable_compilation_cache",
   "evaluate",
   "evaluate_clicks",
+  "fingerprint_diff",
   "fit",
   "get_method",
+  "merge_config",
+  "method_defaults",
   "make_mesh",
   "make_optimizer",
   "markdown_table",
@@ -73,6 +80,8 @@ __all__ = [
   "plot_learning_curves",
   "predict",
   "register",
+  "run_fingerprint",
+  "run_in_progress",
   "save_figure",
   "summarize",
   "summarize_metrics",

@@ -31,7 +31,7 @@ class Checkpointer:
 
   The state is any pytree of arrays (params of every tower, non-trained
   method state, optimizer state, step, RNG key data, best-so-far state); a
-  small JSON ``meta`` (training history, config) is stored beside it. Orbax
+  small JSON ``meta`` (training history, the run's fingerprint) is stored beside it. Orbax
   writes each step to a temporary directory and renames it when complete,
   so an interrupted save never corrupts the latest good checkpoint.
   Orbax's per-save INFO log records are dropped unless ``verbose=True``.
@@ -55,6 +55,15 @@ class Checkpointer:
       args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
       force=True,
     )
+
+  def restore_meta(self, step: Optional[int] = None) -> dict:
+    """The JSON ``meta`` saved at ``step`` (default latest) alone, without the state (e.g. to check its fingerprint
+    before restoring a state whose shapes may differ)."""
+    step = self.latest_step() if step is None else step
+    if step is None:
+      raise FileNotFoundError(f"no checkpoint in {self.directory}")
+    restored = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+    return dict(restored["meta"] or {})
 
   def restore(self, state_like: Any, step: Optional[int] = None) -> tuple[Any, dict]:
     """Restores ``(state, meta)`` at ``step`` (default latest) shaped like ``state_like``."""

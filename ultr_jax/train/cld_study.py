@@ -24,7 +24,8 @@ import numpy as np
 
 from ultr_jax import data as data_lib
 from ultr_jax import simulation
-from ultr_jax.train import enable_compilation_cache, evaluate, fit, get_method, save_figure, summarize, write_results
+from ultr_jax.train import enable_compilation_cache, evaluate, fit, get_method, method_defaults, save_figure, summarize
+from ultr_jax.train import write_results
 
 METRICS = ("ndcg@1", "ndcg@3", "map")
 ALL_METHODS = ("naive", "ips", "heckman_rank", "rank_agg", "cld", "cld_n", "cld_pair", "cld_pair_l", "oracle")
@@ -151,7 +152,9 @@ def _train_config(config, steps=None):
 
 
 def _fit_eval(name, train, test, config, seeds, *, valid=None, method_name=None):
-  method_config = ml_collections.ConfigDict({**config.method.to_dict(), **config.get("overrides", {}).get(name, {})})
+  shared = {**config.method.to_dict(), **config.get("overrides", {}).get(name, {})}
+  known = method_defaults(method_name or name)  # the shared section: each method takes the fields it declares
+  method_config = ml_collections.ConfigDict({k: v for k, v in shared.items() if k in known})
   method = get_method(method_name or name, method_config, num_features=train.num_features, list_size=train.list_size)
   result = fit(method, train, valid, config=_train_config(config), seeds=seeds, name=name)
   m = evaluate(method, result.params, test, cutoffs=(1, 3), batch_size=config.eval_batch_size)

@@ -22,16 +22,25 @@ CLD, SIF ...):
 * the best state on the validation metric is kept per seed, with optional
   early stopping, and the whole state (every tower, the optimizer state,
   the step, the RNG and the best-so-far state) is checkpointed with orbax
-  and resumed from the latest checkpoint.
+  and resumed from the latest checkpoint, once its fingerprint (method and
+  config, data, clicks, training config) matches the run's (:func:`run_fingerprint`);
+* the loss and parameters are checked for finite values at every evaluation: a
+  diverged run stops with an error, or (``on_divergence="mark"``) its seeds are
+  marked ``diverged`` (:attr:`FitResult.diverged`).
 """
 
 import functools
+import hashlib
+import json
 import math
 import os
+import shutil
 import sys
 import time
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
 
+from absl import flags as absl_flags
+from absl import logging
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -41,9 +50,11 @@ import optax
 from ultr_jax import metrics as metrics_lib
 from ultr_jax import simulation
 from ultr_jax.data import RankingDataset
-from ultr_jax.train.checkpoint import Checkpointer
-from ultr_jax.train.method import Method
+from ultr_jax.train import results as results_lib
 from ultr_jax.train import sharding as sharding_lib
+from ultr_jax.train.checkpoint import Checkpointer
+from ultr_jax.train.config import merge_config
+from ultr_jax.train.method import Method
 
 __all__ = [
   "DISPLAYS",
@@ -56,6 +67,8 @@ __all__ = [
   "predict",
   "FitResult",
   "DEFAULT_CUTOFFS",
+  "run_fingerprint",
+  "fingerprint_diff",
 ]
 
 DEFAULT_CUTOFFS = (1, 3, 5, 10)
@@ -97,16 +110,34 @@ def default_train_config() -> ml_collections.ConfigDict:
   # logging policy's), "model" (the current ranker's, by score) or "model_sample" (a Plackett-Luce sample
   # of its scores): ULTRA's deterministic and stochastic online feeds.
   c.display = "logged"
+  # Delete this run's checkpoints (workdir/checkpoints/<name>) and start over, instead of resuming; a
+  # checkpoint of a different configuration is refused otherwise.
+  c.restart = False
+  # A non-finite loss or parameters at an evaluation: "raise" stops with an error; "mark" keeps going and
+  # marks the seeds diverged (FitResult.diverged, the history's "diverged", results.json's "_diverged").
+  c.on_divergence = "raise"
   return c
 
 
+ON_DIVERGENCE = ("raise", "mark")
+# Fields that do not change what a run computes (output, speed, bookkeeping): left out of the fingerprint.
+# ``steps`` is left out too, so a finished run can be extended; a checkpoint past ``steps`` is refused.
+_NOT_FINGERPRINTED = (
+  "steps",
+  "progress",
+  "progress_every",
+  "steps_per_call",
+  "checkpoint_every",
+  "max_to_keep",
+  "eval_batch_size",
+  "num_devices",
+  "restart",
+  "on_divergence",
+)
+
+
 def _with_defaults(config: Optional[ml_collections.ConfigDict]) -> ml_collections.ConfigDict:
-  merged = default_train_config()
-  if config is not None:
-    for key, value in config.items():
-      if key in merged:
-        merged[key] = value
-  return merged
+  return merge_config(default_train_config(), config, what="train config (fit)")
 
 
 def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
@@ -134,6 +165,8 @@ class FitResult(NamedTuple):
   best_step: np.ndarray  # int [S]
   best_metric: np.ndarray  # float [S] (validation select_metric)
   final_params: Any  # params at the last step
+  diverged: Optional[np.ndarray] = None  # bool [S]: the seed's loss or parameters went non-finite
+  fingerprint: Optional[dict] = None  # what shaped the run (run_fingerprint), with a workdir
 
 
 # ----------------------------------------------------------------------------
@@ -199,12 +232,127 @@ def _device_arrays(ds: RankingDataset, sharding) -> dict[str, jax.Array]:
 
 
 def _gather(data: Mapping[str, jax.Array], idx: jax.Array) -> dict[str, jax.Array]:
-  """Rows ``idx`` of every array; ``idx < 0`` yields an all-masked query."""
-  valid = idx >= 0
+  """Rows ``idx`` of every array (plain indexing); ``idx < 0`` yields an all-masked query."""
   safe = jnp.maximum(idx, 0)
-  batch = {k: jnp.take(v, safe, axis=0) for k, v in data.items()}
-  batch["where"] = batch["where"] & valid[..., None]
+  batch = {k: v[safe] for k, v in data.items()}
+  batch["where"] = batch["where"] & (idx >= 0)[..., None]
   return batch
+
+
+def _progress(message: str) -> None:
+  """A progress line: ``absl.logging.info`` under an absl app (its handler prints INFO on stderr);
+  elsewhere (a notebook, a test) absl hides INFO, so the line goes to stderr directly."""
+  if absl_flags.FLAGS.is_parsed():
+    logging.info("%s", message)
+  else:
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+# ----------------------------------------------------------------------------
+# Fingerprints: what shapes a run, so that a checkpoint of another run is never resumed.
+
+
+def _canonical(value: Any) -> Any:
+  """``value`` as plain JSON types (tuples as lists, NumPy scalars as numbers), for comparison."""
+  return json.loads(json.dumps(results_lib._jsonable(value), sort_keys=True, default=str))
+
+
+def _digest(*parts: Any) -> str:
+  h = hashlib.sha256()
+  for part in parts:
+    if isinstance(part, np.ndarray):
+      h.update(str((part.shape, part.dtype.str)).encode())
+      h.update(np.ascontiguousarray(part).tobytes())
+    else:
+      h.update(json.dumps(part, sort_keys=True, default=str).encode())
+  return h.hexdigest()[:16]
+
+
+def _dataset_digest(ds: Optional[RankingDataset]) -> Optional[dict]:
+  """Shapes of ``ds``'s arrays and a cheap content digest: up to 64 evenly spaced queries and each array's sum."""
+  if ds is None:
+    return None
+  arrays = {k: np.asarray(v) for k, v in ds.as_batch().items()}
+  rows = np.unique(np.linspace(0, max(ds.num_queries - 1, 0), num=min(64, ds.num_queries)).astype(np.int64))
+  parts = []
+  for k in sorted(arrays):
+    v = arrays[k]
+    total = float(np.sum(v, dtype=np.float64)) if v.dtype.kind in "biuf" else 0.0
+    parts += [k, np.ascontiguousarray(v[rows]) if v.ndim else v, round(total, 4)]
+  return {"shapes": {k: list(v.shape) for k, v in sorted(arrays.items())}, "digest": _digest(*parts)}
+
+
+def _click_digest(click_fn: Optional[ClickFn], batch: Mapping[str, jax.Array]) -> Optional[str]:
+  """A digest of what ``click_fn`` makes of ``batch`` under a fixed key (its outputs rounded to 5 decimals),
+  so that another click model, or other parameters of it, give another digest."""
+  if click_fn is None:
+    return None
+  out = jax.device_get(click_fn(jax.random.key(0), batch))
+  return _digest(*(x for k in sorted(out) for x in (k, np.round(np.asarray(out[k], np.float64), 5))))
+
+
+def run_fingerprint(
+  method: Method,
+  train: RankingDataset,
+  valid: Optional[RankingDataset] = None,
+  *,
+  click_fn: Optional[ClickFn] = None,
+  config: Optional[ml_collections.ConfigDict] = None,
+  seeds: Sequence[int] = (0,),
+) -> dict:
+  """What shapes a :func:`fit` run: the method (name, full config, initial state's shapes), the data, the clicks
+  and the training config; a checkpoint records it, and one whose fingerprint differs is not resumed.
+
+  ``hash`` digests the rest. Fields of the training config that do not change what is computed
+  (``progress``, ``eval_batch_size``, ``steps``, ...) are left out, so a finished run can be extended.
+
+  >>> from ultr_jax import data
+  >>> from ultr_jax.train import get_method
+  >>> splits = data.make_synthetic(num_train=8, num_valid=2, num_test=2, list_size=4, num_features=3)
+  >>> m = get_method("naive", {"ranker": "linear"}, num_features=3, list_size=4)
+  >>> a = run_fingerprint(m, splits.train)
+  >>> b = run_fingerprint(m, splits.train, config={"learning_rate": 0.5})
+  >>> fingerprint_diff(a, b)
+  ['train_config.learning_rate']
+  """
+  config = _with_defaults(config)
+  key = jax.random.key(0)
+  batch = {k: jnp.asarray(v) for k, v in train.as_batch(np.arange(min(8, train.num_queries))).items() if k != "qid"}
+  shapes = jax.eval_shape(lambda k, b: method.init(k, b), key, batch)
+  leaves = jax.tree_util.tree_leaves_with_path(shapes)
+  fp = {
+    "method": method.name,
+    "method_config": _canonical(method.config) if method.config is not None else None,
+    "method_state": _digest([(jax.tree_util.keystr(p), list(x.shape), str(x.dtype)) for p, x in leaves]),
+    "train_config": _canonical({k: v for k, v in config.items() if k not in _NOT_FINGERPRINTED}),
+    "seeds": [int(s) for s in seeds],
+    "train_data": _dataset_digest(train),
+    "valid_data": _dataset_digest(valid),
+    "clicks": _click_digest(click_fn, batch),
+  }
+  fp["hash"] = _digest(fp)
+  return fp
+
+
+def fingerprint_diff(old: Optional[Mapping[str, Any]], new: Mapping[str, Any]) -> list[str]:
+  """The keys (``a.b`` for nested ones) where two fingerprints differ; ``hash`` is not compared.
+
+  >>> fingerprint_diff({"method": "ips", "train_config": {"lr": 1}}, {"method": "ips", "train_config": {"lr": 2}})
+  ['train_config.lr']
+  """
+  if old is None:
+    return ["<no fingerprint in the checkpoint>"]
+  out = []
+  for k in sorted(set(old) | set(new)):
+    if k == "hash":
+      continue
+    a, b = old.get(k), new.get(k)
+    if isinstance(a, Mapping) and isinstance(b, Mapping) and k != "train_data" and k != "valid_data":
+      out += [f"{k}.{kk}" for kk in sorted(set(a) | set(b)) if a.get(kk) != b.get(kk)]
+    elif a != b:
+      out.append(k)
+  return out
 
 
 def _batch_indices(num_queries: int, batch_size: int, step: int, seeds: Sequence[int], data_seed: int) -> np.ndarray:
@@ -242,6 +390,12 @@ def _score_chunk(params, batch, *, score_fn):
   return jax.vmap(score_fn, in_axes=(0, None))(params, batch)  # [S, C, L]
 
 
+@jax.jit
+def _finite_chunk(scores, where):
+  """``bool[S]``: every real item's score is finite (``scores [S, C, L]``)."""
+  return jnp.all(jnp.isfinite(scores) | ~where[None], axis=(1, 2))
+
+
 # Separate from the scores so that every method shares one compiled metrics
 # graph per chunk shape (the metrics' sorts dominate compile time).
 @functools.partial(jax.jit, static_argnames=("cutoffs", "dcg_cutoffs"))
@@ -277,7 +431,9 @@ def evaluate(
       Baidu-ULTR's annotations; :func:`ultr_jax.metrics.dcg`); none by default.
 
   Returns:
-    ``{"ndcg@1", ..., "err@10", "mrr", "map"}`` (and ``"dcg@k"``) each a ``float64[S]`` array.
+    ``{"ndcg@1", ..., "err@10", "mrr", "map"}`` (and ``"dcg@k"``) each a ``float64[S]`` array. A seed
+    whose scores are not all finite (a diverged model) gets NaN for every metric: NaN scores would
+    rank as ties, and the metric would be the stored order's.
 
   >>> from ultr_jax import data
   >>> from ultr_jax.train import get_method
@@ -290,6 +446,9 @@ def evaluate(
   (2,)
   >>> sorted(evaluate(m, params, test, cutoffs=(3,), dcg_cutoffs=(1,)))
   ['dcg@1', 'err@10', 'map', 'mrr', 'ndcg@3']
+  >>> bad = jax.tree.map(lambda x: x.at[1].set(jnp.nan), params)  # seed 1 diverged
+  >>> np.isnan(evaluate(m, bad, test)["ndcg@10"]).tolist()
+  [False, True]
   """
   cutoffs = tuple(int(k) for k in cutoffs)
   dcg_cutoffs = tuple(int(k) for k in dcg_cutoffs)
@@ -297,8 +456,11 @@ def evaluate(
   labels_all, where_all = dataset.labels, dataset.where
   has_rel = ((labels_all > 0) & where_all).any(-1)
   counted_all = where_all.any(-1) & (has_rel if drop_no_relevant else True)
+  finite = None
   for idx, batch in _padded_chunks(dataset, batch_size):
     scores = _score_chunk(params, batch, score_fn=method.score)
+    ok = np.asarray(jax.device_get(_finite_chunk(scores, batch["where"])))
+    finite = ok if finite is None else finite & ok
     per_query = jax.device_get(
       _metrics_chunk(scores, batch["labels"], batch["where"], cutoffs=cutoffs, dcg_cutoffs=dcg_cutoffs)
     )
@@ -306,7 +468,7 @@ def evaluate(
     part = {k: (np.asarray(v, np.float64) * counted).sum(-1) for k, v in per_query.items()}
     sums = part if sums is None else {k: sums[k] + part[k] for k in sums}
     count = count + counted.sum()
-  return {k: v / max(count, 1.0) for k, v in sums.items()}
+  return {k: np.where(finite, v / max(count, 1.0), np.nan) for k, v in sums.items()}
 
 
 def _padded_chunks(dataset: RankingDataset, batch_size: int):
@@ -410,6 +572,17 @@ def evaluate_clicks(
 # Training.
 
 
+@jax.jit
+def _finite_params(params):
+  """``bool[S]``: every float leaf of the seed's params is finite (leaves carry a leading seed axis)."""
+  oks = [
+    jnp.all(jnp.isfinite(x.reshape(x.shape[0], -1)), axis=1)
+    for x in jax.tree.leaves(params)
+    if jnp.issubdtype(x.dtype, jnp.inexact) and x.ndim > 0
+  ]
+  return functools.reduce(jnp.logical_and, oks) if oks else jnp.ones((), bool)
+
+
 def _tree_where(cond, new, old):
   """Per-seed select: ``cond`` is ``bool[S]``; leaves have a leading seed axis."""
 
@@ -444,7 +617,9 @@ def fit(
     config: see :func:`default_train_config`.
     seeds: one run per seed (vmapped): initialisation, clicks, batch order.
     workdir: if given, checkpoints go to ``workdir/checkpoints/<name>`` and
-      training resumes from the latest one found there.
+      training resumes from the latest one found there, if it was written by
+      the same run (its :func:`run_fingerprint` matches; else ``ValueError``
+      naming what differs, unless ``config.restart`` deletes it).
     name: the run's name (default ``method.name``) for progress and paths.
     on_eval: called on the host with every evaluation's record as it is made
       (the dict appended to :attr:`FitResult.history`: ``step``, ``train/<metric>``
@@ -454,6 +629,10 @@ def fit(
 
   Returns:
     A :class:`FitResult`.
+
+  Raises:
+    ValueError: an unknown config key; a checkpoint of another run in ``workdir``.
+    FloatingPointError: the loss or parameters went non-finite (``config.on_divergence="raise"``).
 
   Logged clicks (here the labels >= 2 as perfect clicks), two seeds at once:
 
@@ -472,6 +651,8 @@ def fit(
   """
   config = _with_defaults(config)
   name = name or method.name
+  if config.on_divergence not in ON_DIVERGENCE:
+    raise ValueError(f"config.on_divergence: unknown {config.on_divergence!r}; expected one of {ON_DIVERGENCE}")
   display = str(config.display)
   if display not in DISPLAYS:
     raise ValueError(f"config.display: unknown {display!r}; expected one of {DISPLAYS}")
@@ -572,18 +753,42 @@ def fit(
 
   # --- Resume ------------------------------------------------------------------
   history: list[dict] = []
-  ckpt = None
+  ckpt, fingerprint = None, None
+  total = int(config.steps)
+  diverged = np.zeros((num_seeds,), bool)
   if workdir is not None:
-    ckpt = Checkpointer(os.path.join(os.path.abspath(workdir), "checkpoints", name), max_to_keep=config.max_to_keep)
-    if ckpt.latest_step() is not None:
+    ckpt_dir = os.path.join(os.path.abspath(workdir), "checkpoints", name)
+    if config.restart and os.path.isdir(ckpt_dir):
+      shutil.rmtree(ckpt_dir)
+      if config.progress:
+        _progress(f"[{name}] restart: deleted the checkpoints in {ckpt_dir}")
+    fingerprint = run_fingerprint(method, train, valid, click_fn=click_fn, config=config, seeds=seeds)
+    ckpt = Checkpointer(ckpt_dir, max_to_keep=config.max_to_keep)
+    latest = ckpt.latest_step()
+    if latest is not None:
+      differ = fingerprint_diff(ckpt.restore_meta(latest).get("fingerprint"), fingerprint)
+      if differ:
+        ckpt.close()
+        raise ValueError(
+          f"[{name}] {ckpt_dir} holds a checkpoint (step {latest}) of a different run: {', '.join(differ)} "
+          "differ(s). Use another workdir, or restart=True in the train config (--config.train.restart=True) "
+          "to delete it and start over"
+        )
+      if latest > total:
+        ckpt.close()
+        raise ValueError(
+          f"[{name}] {ckpt_dir} holds a checkpoint at step {latest}, past config.steps={total}; "
+          "use another workdir or restart=True"
+        )
       state, meta = ckpt.restore(state)
       state = jax.device_put(state, rep)
       history = list(meta.get("history", []))
+      diverged = np.asarray(meta.get("diverged", diverged.tolist()), bool)
       if config.progress:
-        print(f"[{name}] resumed from step {int(state['step'])}", file=sys.stderr, flush=True)
+        _progress(f"[{name}] resumed from step {int(state['step'])}")
+    results_lib.record_run(workdir, name, fingerprint=fingerprint["hash"])
 
   # --- Loop --------------------------------------------------------------------
-  total = int(config.steps)
   step = int(jax.device_get(state["step"]))
   eval_every = max(1, int(config.eval_every))
   ckpt_every = int(config.checkpoint_every) or eval_every
@@ -604,7 +809,28 @@ def fit(
 
   def save(state):
     if ckpt is not None:
-      ckpt.save(int(jax.device_get(state["step"])), state, {"history": history})
+      meta = {"history": history, "fingerprint": fingerprint, "diverged": diverged.tolist()}
+      ckpt.save(int(jax.device_get(state["step"])), state, meta)
+
+  def check_finite(state, means, step):
+    """Marks (or, with on_divergence="raise", refuses) the seeds whose loss or parameters are not finite."""
+    loss = np.asarray(means["loss"], np.float64).reshape(num_seeds, -1)
+    bad = ~np.isfinite(loss).all(-1) | ~np.asarray(jax.device_get(_finite_params(state["params"])))
+    if not bad.any():
+      return
+    which = [seeds[i] for i in np.flatnonzero(bad)]
+    if config.on_divergence == "raise":
+      if ckpt is not None:
+        ckpt.close()  # the last good checkpoint stays; the diverged state is not saved
+      raise FloatingPointError(
+        f"[{name}] diverged at step {step}: seed(s) {which} have a non-finite loss "
+        f"({np.asarray(means['loss']).tolist()}) or parameters. Lower the learning rate or clip the "
+        "gradients (grad_clip), or set on_divergence='mark' to keep going and mark those seeds"
+      )
+    new = bad & ~diverged
+    diverged[:] = diverged | bad
+    if new.any() and config.progress:
+      _progress(f"[{name}] step {step}: seed(s) {[seeds[i] for i in np.flatnonzero(new)]} diverged (marked)")
 
   while step < total:
     # up to the next multiple of per_call (every evaluation, checkpoint and progress line is at one)
@@ -622,17 +848,16 @@ def fit(
     at_eval = step % eval_every == 0 or step == total
     if config.progress and config.progress_every and step % config.progress_every == 0 and not at_eval:
       rate = (step - s0) / max(time.perf_counter() - t0, 1e-9)  # includes the first step's compile
-      print(
-        f"[{name}] step {step}/{total} ({rate:.2f} steps/s, ~{(total - step) / rate:.0f}s left)",
-        file=sys.stderr,
-        flush=True,
-      )
+      _progress(f"[{name}] step {step}/{total} ({rate:.2f} steps/s, ~{(total - step) / rate:.0f}s left)")
     if at_eval:
-      state, m = do_eval(state)
       means = jax.device_get(jax.tree.map(lambda v: v / loss_n, loss_acc))
+      check_finite(state, means, step)
+      state, m = do_eval(state)
       record = {"step": step, **{f"train/{k}": np.asarray(v).tolist() for k, v in means.items()}}
       if m is not None:
         record.update({f"valid/{k}": np.asarray(v).tolist() for k, v in m.items()})
+      if diverged.any():
+        record["diverged"] = diverged.tolist()
       history.append(record)
       if on_eval is not None:
         on_eval(record)
@@ -642,7 +867,7 @@ def fit(
         msg = f"[{name}] step {step}/{total} loss {np.mean(means['loss']):.4f}"
         if m is not None:
           msg += f" valid {select} {np.mean(m[select]):.4f}"
-        print(msg + f" ({rate:.1f} steps/s)", file=sys.stderr, flush=True)
+        _progress(msg + f" ({rate:.1f} steps/s)")
     if step % ckpt_every == 0 or step == total:
       save(state)
     if at_eval and valid is not None and config.patience > 0:
@@ -651,6 +876,8 @@ def fit(
         break
   if ckpt is not None:
     ckpt.close()
+  if diverged.any():
+    results_lib.record_run(workdir, name, diverged=[seeds[i] for i in np.flatnonzero(diverged)])
 
   state = jax.device_get(state)
   if valid is None:
@@ -667,4 +894,6 @@ def fit(
     best_step=best_step,
     best_metric=best_metric,
     final_params=state["params"],
+    diverged=diverged.copy(),
+    fingerprint=fingerprint,
   )

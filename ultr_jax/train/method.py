@@ -25,12 +25,17 @@ checkpointed loop.
   (:func:`ultr_jax.metrics.click_log_likelihood`,
   :func:`~ultr_jax.metrics.click_perplexity` with ``logits=True``).
 * ``optimizer`` (optional): overrides the config's optimizer.
+* ``requires``: the batch entries ``loss`` reads besides ``features`` and ``where`` (which every
+  batch carries), e.g. ``("clicks", "examination")``; declared by the factory (they may depend on
+  its config: IPS given a fixed ``propensities`` table reads no ``examination``), so a study can tell
+  which click models can feed a method without tracing it (:func:`method_inputs_missing`).
+* ``config``: the method's full config (its declared defaults with the user's values over them),
+  set by :func:`~ultr_jax.train.get_method`; it goes into the run's fingerprint.
 """
 
 import dataclasses
 from typing import Any, Callable, Mapping, Optional
 
-import jax
 import optax
 
 from ultr_jax.types import Array, Batch, Params, PRNGKey
@@ -49,6 +54,8 @@ class Method:
   propensities: Optional[Callable[[Params, Any], Array]] = None
   optimizer: Optional[optax.GradientTransformation] = None
   click_logits: Optional[Callable[[Params, Any, Batch], Array]] = None
+  requires: tuple[str, ...] = ()
+  config: Optional[Mapping[str, Any]] = None
 
 
 #: Why a missing batch entry makes a method inapplicable (the cell's "n/a: ..." text).
@@ -65,13 +72,15 @@ KEY_REASONS = {
 
 
 def method_inputs_missing(method, batch: Mapping[str, Any]) -> Optional[str]:
-  """The batch entry ``method.loss`` needs but ``batch`` lacks, or None when its loss traces.
+  """The first entry of ``method.requires`` that ``batch`` lacks, or None when it has them all.
 
-  Traces ``init`` and ``loss`` abstractly (:func:`jax.eval_shape`, nothing is computed) on ``batch``.
+  ``method.requires`` is declared by the method's factory (no tracing, no parsing of errors).
 
   >>> import jax.numpy as jnp
   >>> from ultr_jax.train import get_method
   >>> m = get_method("cld", {}, num_features=2, list_size=3)
+  >>> m.requires
+  ('shown', 'clicks', 'examination')
   >>> b = {"features": jnp.ones((1, 3, 2)), "where": jnp.ones((1, 3), bool), "clicks": jnp.zeros((1, 3)),
   ...      "examination": jnp.ones((1, 3))}
   >>> method_inputs_missing(m, b)
@@ -79,16 +88,7 @@ def method_inputs_missing(method, batch: Mapping[str, Any]) -> Optional[str]:
   >>> method_inputs_missing(m, {**b, "shown": jnp.ones((1, 3), bool)}) is None
   True
   """
-  key = jax.random.key(0)
-  try:
-    params, extra = jax.eval_shape(method.init, key, batch)
-    jax.eval_shape(method.loss, params, extra, batch, key)
-  except KeyError as e:
-    return str(e.args[0]) if e.args else "?"
-  except ValueError as e:  # e.g. "ips_trust_oracle: batch needs 'click_propensity' (...)"
-    msg = str(e)
-    for k in KEY_REASONS:
-      if repr(k) in msg:
-        return k
-    raise
+  for key in method.requires:
+    if key not in batch or batch[key] is None:
+      return key
   return None

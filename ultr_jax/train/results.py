@@ -1,12 +1,24 @@
-"""Summaries over seeds and atomic results writing (JSON, Markdown, CSV)."""
+"""Summaries over seeds and atomic results writing (JSON, Markdown, CSV); a run's in-progress marker.
 
+Files are written atomically (a temp file in the same directory, then ``os.replace``) with the usual
+permissions (``0o666`` less the umask, as ``open`` gives; not the temp file's 0600). A run marks its
+workdir ``IN_PROGRESS`` until its results are written (:func:`run_in_progress`), and the runs that
+:func:`~ultr_jax.train.fit` trains in a workdir leave their fingerprints and diverged seeds with
+:func:`write_results`, which adds them to ``results.json`` (``"_fingerprint"``, ``"_diverged"``).
+"""
+
+import contextlib
 import csv
+import datetime
+import hashlib
 import io
 import json
 import math
 import os
+import sys
 import tempfile
-from typing import Any, Mapping, Optional, Sequence
+import threading
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -21,7 +33,129 @@ __all__ = [
   "markdown_table",
   "plot_learning_curves",
   "save_figure",
+  "run_in_progress",
+  "record_run",
+  "IN_PROGRESS",
 ]
+
+IN_PROGRESS = "IN_PROGRESS"
+#: The result files a run writes; a new run moves a previous run's aside, to ``stale/``.
+RESULT_FILES = ("results.json", "table.md", "table.csv")
+_UMASK_LOCK = threading.Lock()
+# workdir (absolute) -> {"fingerprints": {run name: hash}, "diverged": {run name: [seeds]}}
+_RUNS: dict[str, dict] = {}
+_ACTIVE: list[str] = []  # the workdirs of the runs_in_progress entered, innermost last
+
+
+def _default_mode() -> int:
+  """``0o666`` less the process umask: the mode ``open()`` gives a new file."""
+  with _UMASK_LOCK:
+    umask = os.umask(0)
+    os.umask(umask)
+  return 0o666 & ~umask
+
+
+def _key(workdir: Optional[str]) -> Optional[str]:
+  if workdir is None:
+    workdir = _ACTIVE[-1] if _ACTIVE else None
+  return None if workdir is None else os.path.abspath(workdir)
+
+
+def record_run(
+  workdir: Optional[str], name: str, *, fingerprint: Optional[str] = None, diverged: Optional[Sequence[int]] = None
+) -> None:
+  """Notes a trained run's fingerprint hash and diverged seeds for :func:`write_results` of ``workdir``
+  (None: the innermost :func:`run_in_progress`; nothing when there is none). :func:`~ultr_jax.train.fit` calls it.
+
+  >>> import tempfile
+  >>> workdir = tempfile.mkdtemp()
+  >>> record_run(workdir, "ips", fingerprint="0123abcd", diverged=[1])
+  >>> write_results(workdir, {"ips": {"ndcg@10": 0.5}})
+  >>> r = json.load(open(os.path.join(workdir, "results.json")))
+  >>> r["_fingerprint"]["runs"], r["_diverged"]
+  ({'ips': '0123abcd'}, {'ips': [1]})
+  """
+  key = _key(workdir)
+  if key is None:
+    return
+  entry = _RUNS.setdefault(key, {"fingerprints": {}, "diverged": {}})
+  if fingerprint is not None:
+    entry["fingerprints"][name] = fingerprint
+  if diverged:
+    entry["diverged"][name] = [int(s) for s in diverged]
+
+
+def run_diverged(workdir: str) -> dict:
+  """``{run name: [seeds]}`` of the runs recorded as diverged in ``workdir`` (this process).
+
+  >>> import tempfile
+  >>> workdir = tempfile.mkdtemp()
+  >>> record_run(workdir, "dla", diverged=[0, 2]); run_diverged(workdir)
+  {'dla': [0, 2]}
+  """
+  return dict(_RUNS.get(os.path.abspath(workdir), {}).get("diverged", {}))
+
+
+class _Run:
+  """What :func:`run_in_progress` yields: ``diverged`` (run -> seeds) and ``exit_code`` once the run is over."""
+
+  def __init__(self, workdir: str):
+    self.workdir = workdir
+
+  @property
+  def diverged(self) -> dict:
+    return run_diverged(self.workdir)
+
+  @property
+  def exit_code(self) -> int:
+    """0, or 3 when some run diverged (its seeds marked, ``on_divergence="mark"``)."""
+    return 3 if self.diverged else 0
+
+
+@contextlib.contextmanager
+def run_in_progress(workdir: str) -> Iterator[_Run]:
+  """Marks ``workdir`` as holding a run in progress, for as long as the block runs.
+
+  On entry, a previous run's result files (``results.json``, ``table.md``, ``table.csv``) are moved
+  to ``workdir/stale/``, so no stale result is ever read as this run's, and an ``IN_PROGRESS`` file
+  (the command and its start time) is written. On a normal exit the marker is removed; if the block
+  raises, the marker stays, with the error appended. The yielded object's ``exit_code`` is non-zero
+  when a run in the block diverged (:func:`~ultr_jax.train.fit` with ``on_divergence="mark"``).
+
+  >>> import tempfile
+  >>> workdir = tempfile.mkdtemp()
+  >>> write_results(workdir, {"old": 1})
+  >>> with run_in_progress(workdir) as run:
+  ...   print(sorted(os.listdir(workdir)))
+  ...   write_results(workdir, {"new": 1})
+  ['IN_PROGRESS', 'stale']
+  >>> sorted(os.listdir(workdir)), os.listdir(os.path.join(workdir, "stale")), run.exit_code
+  (['results.json', 'stale'], ['results.json'], 0)
+  """
+  workdir = os.path.abspath(workdir)
+  os.makedirs(workdir, exist_ok=True)
+  present = [f for f in RESULT_FILES if os.path.exists(os.path.join(workdir, f))]
+  if present:
+    stale = os.path.join(workdir, "stale")
+    os.makedirs(stale, exist_ok=True)
+    for f in present:
+      os.replace(os.path.join(workdir, f), os.path.join(stale, f))
+  marker = os.path.join(workdir, IN_PROGRESS)
+  started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+  atomic_write_text(marker, f"started {started} (pid {os.getpid()}): {' '.join(sys.argv)}\n")
+  _RUNS.pop(workdir, None)
+  _ACTIVE.append(workdir)
+  run = _Run(workdir)
+  try:
+    yield run
+  except BaseException as e:
+    with open(marker, "a", encoding="utf-8") as f:
+      f.write(f"failed: {type(e).__name__}: {e}\n")
+    raise
+  else:
+    os.remove(marker)
+  finally:
+    _ACTIVE.remove(workdir)
 
 
 def summarize(values: Sequence[float], *, confidence: float = 0.9) -> dict[str, float]:
@@ -168,7 +302,8 @@ def plot_learning_curves(
 def atomic_write_text(path: str, text: str) -> None:
   """Writes ``text`` to ``path`` atomically (temp file + ``os.replace``).
 
-  A reader sees the old file or the new one, never a half-written one; the directory is created.
+  A reader sees the old file or the new one, never a half-written one; the directory is created; the
+  file gets the usual permissions (``0o666`` less the umask); the temp file is removed on failure.
 
   >>> import tempfile
   >>> path = os.path.join(tempfile.mkdtemp(), "out", "note.txt")
@@ -183,6 +318,7 @@ def atomic_write_text(path: str, text: str) -> None:
       f.write(text)
       f.flush()
       os.fsync(f.fileno())
+    os.chmod(tmp, _default_mode())  # mkstemp's 0600 -> what open() would give
     os.replace(tmp, path)
   except BaseException:
     if os.path.exists(tmp):
@@ -212,6 +348,7 @@ def save_figure(fig: Any, path: str, **savefig_kwargs: Any) -> str:
   os.close(fd)
   try:
     fig.savefig(tmp, **{"dpi": 110, "format": "png", **savefig_kwargs})
+    os.chmod(tmp, _default_mode())
     os.replace(tmp, path)
   except BaseException:
     if os.path.exists(tmp):
@@ -319,13 +456,27 @@ def write_results(
   ...               rows={"naive": {"ndcg@10": 0.5}}, columns=["ndcg@10"])
   >>> sorted(os.listdir(workdir)), json.load(open(os.path.join(workdir, "results.json")))
   (['results.json', 'table.csv', 'table.md'], {'naive': {'ndcg@10': 0.5, 'bad': None}})
+
+  The runs :func:`~ultr_jax.train.fit` trained with this ``workdir`` (or inside its
+  :func:`run_in_progress`) add ``"_fingerprint"`` (``{"runs": {name: hash}, "hash": ...}``) and, when
+  some diverged, ``"_diverged"`` (``{name: [seeds]}``, also noted under the table).
   """
+  recorded = _RUNS.get(os.path.abspath(workdir), {})
+  if recorded.get("fingerprints"):
+    runs = dict(sorted(recorded["fingerprints"].items()))
+    digest = json.dumps(runs, sort_keys=True).encode()
+    results = {**results, "_fingerprint": {"runs": runs, "hash": hashlib.sha256(digest).hexdigest()[:16]}}
+  if recorded.get("diverged"):
+    results = {**results, "_diverged": dict(recorded["diverged"])}
   atomic_write_text(
     os.path.join(workdir, "results.json"), json.dumps(_jsonable(results), indent=2, sort_keys=False) + "\n"
   )
   if table is None and rows is not None and columns is not None:
     table = markdown_table(rows, columns, row_header=row_header)
   if table is not None:
+    if recorded.get("diverged"):
+      runs = "; ".join(f"{name} (seeds {seeds})" for name, seeds in recorded["diverged"].items())
+      table = table.rstrip("\n") + f"\n\n**Diverged** (non-finite loss or parameters): {runs}\n"
     atomic_write_text(os.path.join(workdir, "table.md"), table.rstrip("\n") + "\n")
   if rows is not None and columns is not None:
     atomic_write_text(os.path.join(workdir, "table.csv"), _csv_table(rows, columns, row_header))

@@ -9,7 +9,7 @@ r"""Default config of the baselines study (PBM, eta = 1, synthetic data).
 
 import ml_collections
 
-from ultr_jax.train import default_train_config, experiment
+from ultr_jax.train import default_train_config, experiment, method_defaults
 
 METHODS = ("naive", "ips", "snips", "dla", "regression_em", "two_tower", "paird", "full_info")
 
@@ -38,9 +38,11 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config.write_runs = False
 
   config.methods = METHODS
+  # Every method's full section (its declared fields and defaults), so that any documented field is a flag
+  # (--config.method_configs.ips.propensities=...) and a misspelt one is refused.
   config.method_configs = ml_collections.ConfigDict()
   for name in METHODS:
-    config.method_configs[name] = ml_collections.ConfigDict({"ranker": "mlp", "hidden_sizes": (64, 32)})
+    config.method_configs[name] = method_defaults(name, {"ranker": "mlp", "hidden_sizes": (64, 32)})
 
   config.train = default_train_config()
   config.train.steps = 3000

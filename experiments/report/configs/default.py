@@ -18,7 +18,7 @@ Any field can be overridden, e.g. ``--config.methods="('naive','dla')"`` or
 
 import ml_collections
 
-from ultr_jax.train import default_online_config, default_train_config, experiment
+from ultr_jax.train import default_online_config, default_train_config, experiment, method_defaults
 
 # SIF-ref's main variants and the two oracle-propensity baselines of its T6 toy; the channel ablations
 # (SIF_ABLATIONS) join them in the ":full" variant (21 more trained cells, about 7 more minutes).
@@ -130,6 +130,10 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config.method_configs.pdgd = ml_collections.ConfigDict(
     {**mlp, "top_k": config.logging_policy.top_k, "pairs": "considered", "debias": True, "surrogate": "probability"}
   )
+  # Every method's full section (its declared fields and defaults under the values above), so that any
+  # documented field is a flag and a misspelt one is refused.
+  for name in list(config.method_configs.keys()):
+    config.method_configs[name] = method_defaults(name, config.method_configs[name])
 
   config.train = default_train_config()
   config.train.steps = 600
@@ -137,6 +141,9 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config.train.learning_rate = 3e-3
   config.train.eval_every = 200
   config.train.progress = False
+  # A cell whose training diverges is marked (the table's "diverged", a non-zero exit) rather than stopping
+  # the whole grid.
+  config.train.on_divergence = "mark"
   # Keep each seed's best state on the validation nDCG@10 (False: the final state; saves compiles).
   config.select_on_valid = True
 

@@ -2,8 +2,10 @@ r"""The baseline ULTR methods as :class:`~ultr_jax.train.Method` factories.
 
 Registered names: ``naive``, ``ips``, ``snips``, ``affine``, ``ips_policy_aware``, ``dla``, ``regression_em``,
 ``two_tower``, ``paird``, ``vectorization``, ``pdgd`` and ``full_info``. Every
-factory has the signature ``factory(config, *, num_features, list_size) -> Method``; config fields
-(read with defaults, so an empty config works):
+factory has the signature ``factory(config, *, num_features, list_size) -> Method``; each method
+declares the config fields it reads with their defaults at its registration (:data:`TOWER_DEFAULTS` and
+the method's own; :func:`~ultr_jax.train.method_defaults` lists them), so an empty config works and an
+unknown key is an error:
 
 ===================  ==========================  ==========================================
 field                default                     meaning
@@ -110,31 +112,47 @@ from ultr_jax import losses
 from ultr_jax import models
 from ultr_jax._numerics import log1mexp
 from ultr_jax.losses import pdgd as pdgd_lib
+from ultr_jax.train.config import pick
 from ultr_jax.train.method import Method
 from ultr_jax.train.methods import register
 
-__all__ = ["make_relevance_tower", "batch_positions", "click_loss"]
+__all__ = ["make_relevance_tower", "batch_positions", "click_loss", "TOWER_DEFAULTS"]
 
-
-def _get(config, name, default):
-  value = config.get(name, default) if config is not None else default
-  return default if value is None else value
+#: The relevance tower's config fields (every method with a :func:`make_relevance_tower`) and defaults.
+TOWER_DEFAULTS = {
+  "ranker": "mlp",
+  "hidden_sizes": (512, 256, 128),
+  "activation": "elu",
+  "layer_norm": True,
+  "dropout": 0.0,
+  "norm_position": "after",
+  "ln_epsilon": 1e-6,
+}
+# Every baseline takes ``num_positions`` (None: list_size), the size of its position tables, if any.
+_LEARNED = {**TOWER_DEFAULTS, "num_positions": None}
+# The click losses' fields (naive validates, and ignores, propensity_clip: one config fits naive and IPS).
+_CLICK = {**_LEARNED, "loss_type": "listwise", "propensity_clip": 0.0}
+_WEIGHTED = _CLICK
+_TABLE = {**_CLICK, "propensities": None}
 
 
 def make_relevance_tower(config, *, output_size: int = 1):
   """The relevance tower named by ``config.ranker`` (see the module table), ``output_size`` outputs per item.
 
+  Reads the :data:`TOWER_DEFAULTS` fields of ``config`` (missing ones take their defaults).
+
   >>> make_relevance_tower({"ranker": "mlp", "hidden_sizes": (8, 4)}).hidden_sizes
   (8, 4)
   """
+  c = pick(TOWER_DEFAULTS, config)
   return models.make_ranker(
-    _get(config, "ranker", "mlp"),
-    hidden_sizes=tuple(_get(config, "hidden_sizes", (512, 256, 128))),
-    activation=_get(config, "activation", "elu"),
-    layer_norm=bool(_get(config, "layer_norm", True)),
-    dropout=float(_get(config, "dropout", 0.0)),
-    norm_position=_get(config, "norm_position", "after"),
-    ln_epsilon=float(_get(config, "ln_epsilon", 1e-6)),
+    c.ranker,
+    hidden_sizes=tuple(c.hidden_sizes),
+    activation=c.activation,
+    layer_norm=bool(c.layer_norm),
+    dropout=float(c.dropout),
+    norm_position=c.norm_position,
+    ln_epsilon=float(c.ln_epsilon),
     output_size=output_size,
   )
 
@@ -152,7 +170,7 @@ def batch_positions(batch) -> jax.Array:
 
 
 def _max_weight(config):
-  clip = float(_get(config, "propensity_clip", 0.0))
+  clip = float(config.propensity_clip)
   if clip < 0 or clip > 1:
     raise ValueError(f"propensity_clip must be in [0, 1], got {clip}")
   return None if clip == 0 else 1.0 / clip
@@ -164,9 +182,9 @@ class _Towers:
   def __init__(self, config, num_features, list_size, with_bias: bool):
     self.ranker = make_relevance_tower(config)
     self.num_features = int(num_features)
-    self.num_positions = int(_get(config, "num_positions", list_size))
+    self.num_positions = int(config.get("num_positions") or list_size)
     self.bias = models.PositionBias(num_positions=self.num_positions) if with_bias else None
-    self.dropout = float(_get(config, "dropout", 0.0))
+    self.dropout = float(pick(TOWER_DEFAULTS, config).dropout)
 
   def init(self, key):
     rel_key, bias_key = jax.random.split(key)
@@ -197,7 +215,7 @@ def _where(batch):
   return jnp.asarray(batch["where"]).astype(bool)
 
 
-def _make(name, towers, loss, propensities=None, click_logits=None):
+def _make(name, towers, loss, propensities=None, click_logits=None, requires=("clicks",)):
   return Method(
     name=name,
     init=lambda key, batch: (towers.init(key), {}),
@@ -205,6 +223,7 @@ def _make(name, towers, loss, propensities=None, click_logits=None):
     score=towers.score,
     propensities=propensities,
     click_logits=click_logits,
+    requires=requires,
   )
 
 
@@ -217,7 +236,7 @@ def _position_table(name, config, field="propensities"):
 
   ``propensities`` must be finite and > 0; the affine correction's ``eps_plus`` / ``eps_minus`` in [0, 1].
   """
-  table = _get(config, field, None)
+  table = config.get(field)
   if table is None:
     return None
   table = np.asarray(table, np.float64)
@@ -245,12 +264,16 @@ _TABLES = {
 
 def _click_method(name, config, num_features, list_size, weighting, propensity_key="examination"):
   towers = _Towers(config, num_features, list_size, with_bias=False)
-  loss_type = _get(config, "loss_type", "listwise")
-  fn = click_loss(weighting, loss_type, max_weight=_max_weight(config), name=name, propensity_key=propensity_key)
+  loss_type = config.loss_type
+  max_weight = _max_weight(config)  # validated for every weighting; naive ignores it
+  fn = click_loss(weighting, loss_type, max_weight=max_weight, name=name, propensity_key=propensity_key)
   # Fixed tables stand in for the click model's oracle entries; the policy-aware propensities have none.
   fields = _TABLES.get(weighting, {}) if propensity_key == "examination" else {}
   tables = {key: _position_table(name, config, field) for field, key in fields.items()}
   tables = {key: table for key, table in tables.items() if table is not None}
+  # The batch entries the loss reads: the clicks, and the oracle entries no fixed table stands in for.
+  oracle = {"naive": (), "affine": (propensity_key, "eps_plus", "eps_minus")}.get(weighting, (propensity_key,))
+  requires = ("clicks", *(k for k in oracle if k not in tables))
 
   def loss(params, extra, batch, key):
     scores = towers.relevance(params, batch, key)
@@ -259,7 +282,7 @@ def _click_method(name, config, num_features, list_size, weighting, propensity_k
       batch = {**batch, **{k: jnp.take(t, jnp.clip(positions, 0, t.shape[0] - 1)) for k, t in tables.items()}}
     return fn(scores, batch), ({}, extra)
 
-  return _make(name, towers, loss)
+  return _make(name, towers, loss, requires=requires)
 
 
 _CLICK_LOSSES = {
@@ -316,37 +339,37 @@ def click_loss(weighting: str, loss_type: str, *, max_weight=None, name=None, pr
   return loss
 
 
-@register("naive")
+@register("naive", defaults=_CLICK)
 def naive(config, *, num_features: int, list_size: int) -> Method:
   """Clicks as labels (listwise softmax, pointwise sigmoid or pairwise logistic)."""
   return _click_method("naive", config, num_features, list_size, "naive")
 
 
-@register("ips")
+@register("ips", defaults=_TABLE)
 def ips(config, *, num_features: int, list_size: int) -> Method:
   """IPS with the simulator's oracle ``examination`` as propensities."""
   return _click_method("ips", config, num_features, list_size, "ips")
 
 
-@register("snips")
+@register("snips", defaults=_TABLE)
 def snips(config, *, num_features: int, list_size: int) -> Method:
   """SNIPS (batch self-normalised) with the oracle ``examination``."""
   return _click_method("snips", config, num_features, list_size, "snips")
 
 
-@register("ips_policy_aware")
+@register("ips_policy_aware", defaults=_WEIGHTED)
 def ips_policy_aware(config, *, num_features: int, list_size: int) -> Method:
   """Policy-aware IPS (Oosterhuis & de Rijke SIGIR'20): the batch's ``policy_examination`` as propensities."""
   return _click_method("ips_policy_aware", config, num_features, list_size, "ips", propensity_key="policy_examination")
 
 
-@register("affine")
+@register("affine", defaults={**_TABLE, "eps_plus": None, "eps_minus": None})
 def affine(config, *, num_features: int, list_size: int) -> Method:
   """Affine trust-bias correction (Vardasbi et al. CIKM'20) with the oracle examination and eps_plus/eps_minus."""
   return _click_method("affine", config, num_features, list_size, "affine")
 
 
-@register("full_info")
+@register("full_info", defaults=_LEARNED)
 def full_info(config, *, num_features: int, list_size: int) -> Method:
   """Listwise softmax on the true graded labels (no clicks): the ceiling."""
   towers = _Towers(config, num_features, list_size, with_bias=False)
@@ -356,28 +379,31 @@ def full_info(config, *, num_features: int, list_size: int) -> Method:
     labels = jnp.asarray(batch["labels"], jnp.float32)
     return losses.naive_softmax_loss(scores, labels, where=_where(batch)), ({}, extra)
 
-  return _make("full_info", towers, loss)
+  return _make("full_info", towers, loss, requires=("labels",))
 
 
 # ----------------------------------------------------------------------------
 # PDGD on mini-batches.
 
 
-@register("pdgd")
+@register(
+  "pdgd",
+  defaults={**_LEARNED, "top_k": None, "pairs": "considered", "debias": True, "surrogate": "probability"},
+)
 def pdgd(config, *, num_features: int, list_size: int) -> Method:
   """PDGD's pairwise update (Oosterhuis & de Rijke 2018) on the displayed lists of a batch.
 
   Meant for ``config.train.display = "model_sample"`` (see the module docstring).
   """
   towers = _Towers(config, num_features, list_size, with_bias=False)
-  top_k = _get(config, "top_k", None)
+  top_k = config.top_k
   if top_k is not None and int(top_k) < 1:
     raise ValueError(f"pdgd: top_k must be >= 1 or None, got {top_k}")
   top_k = None if top_k is None else int(top_k)
   switches = {
-    "pairs": str(_get(config, "pairs", "considered")),
-    "debias": bool(_get(config, "debias", True)),
-    "surrogate": str(_get(config, "surrogate", "probability")),
+    "pairs": str(config.pairs),
+    "debias": bool(config.debias),
+    "surrogate": str(config.surrogate),
   }
   pdgd_lib.check_switches(switches["pairs"], switches["surrogate"])
 
@@ -404,7 +430,7 @@ def _relative(p):
   return p / p[..., :1]
 
 
-@register("dla")
+@register("dla", defaults={**_LEARNED, "propensity_clip": 0.0})
 def dla(config, *, num_features: int, list_size: int) -> Method:
   """Dual Learning Algorithm (Ai et al. 2018) with a free logit per position."""
   towers = _Towers(config, num_features, list_size, with_bias=True)
@@ -435,12 +461,12 @@ def dla(config, *, num_features: int, list_size: int) -> Method:
 # Regression-EM.
 
 
-@register("regression_em")
+@register("regression_em", defaults={**_LEARNED, "em_step_size": 0.05, "em_init": 0.9})
 def regression_em(config, *, num_features: int, list_size: int) -> Method:
   """Regression-EM (Wang et al. 2018): closed-form propensity M-step in ``extra``."""
   towers = _Towers(config, num_features, list_size, with_bias=False)
-  step_size = float(_get(config, "em_step_size", 0.05))
-  init_value = float(_get(config, "em_init", 0.9))
+  step_size = float(config.em_step_size)
+  init_value = float(config.em_init)
   if not 0.0 < init_value < 1.0:
     raise ValueError(f"regression_em: em_init must be in (0, 1), got {init_value}")
   estimator = losses.regression_em_estimator(towers.num_positions, step_size=step_size, init_value=init_value)
@@ -469,7 +495,13 @@ def regression_em(config, *, num_features: int, list_size: int) -> Method:
     return log_p - log1mexp(jnp.minimum(log_p, -1e-7))
 
   return Method(
-    name="regression_em", init=init, loss=loss, score=towers.score, propensities=propensities, click_logits=click_logits
+    name="regression_em",
+    init=init,
+    loss=loss,
+    score=towers.score,
+    propensities=propensities,
+    click_logits=click_logits,
+    requires=("clicks",),
   )
 
 
@@ -477,11 +509,11 @@ def regression_em(config, *, num_features: int, list_size: int) -> Method:
 # Two-tower.
 
 
-@register("two_tower")
+@register("two_tower", defaults={**_LEARNED, "two_tower_mode": "additive"})
 def two_tower(config, *, num_features: int, list_size: int) -> Method:
   """Relevance tower + position tower trained on clicks (additive or PBM product)."""
   towers = _Towers(config, num_features, list_size, with_bias=True)
-  mode = _get(config, "two_tower_mode", "additive")
+  mode = config.two_tower_mode
   if mode not in ("additive", "product"):
     raise ValueError(f"two_tower: two_tower_mode must be 'additive' or 'product', got {mode!r}")
 
@@ -513,12 +545,12 @@ def two_tower(config, *, num_features: int, list_size: int) -> Method:
 # Pairwise debiasing.
 
 
-@register("paird")
+@register("paird", defaults={**_LEARNED, "em_step_size": 0.05, "pair_p": 1.0, "propensity_clip": 0.0})
 def paird(config, *, num_features: int, list_size: int) -> Method:
   """Pairwise debiasing / Unbiased LambdaMART's estimator (Hu et al. 2019)."""
   towers = _Towers(config, num_features, list_size, with_bias=False)
-  step_size = float(_get(config, "em_step_size", 0.05))
-  p = float(_get(config, "pair_p", 1.0))
+  step_size = float(config.em_step_size)
+  p = float(config.pair_p)
   max_weight = _max_weight(config)
   estimator = losses.pairwise_debiasing_estimator(towers.num_positions, step_size=step_size, p=p)
 
@@ -545,14 +577,23 @@ def paird(config, *, num_features: int, list_size: int) -> Method:
   def propensities(params, extra):
     return _relative(extra["t_plus"])
 
-  return Method(name="paird", init=init, loss=loss, score=towers.score, propensities=propensities)
+  return Method(name="paird", init=init, loss=loss, score=towers.score, propensities=propensities, requires=("clicks",))
 
 
 # ----------------------------------------------------------------------------
 # Vectorization.
 
 
-@register("vectorization")
+@register(
+  "vectorization",
+  defaults={
+    **_LEARNED,
+    "dimension": 3,
+    "pretrain_steps": 500,
+    "density_sizes": (256, 64),
+    "density_l2": 1e-3,
+  },
+)
 def vectorization(config, *, num_features: int, list_size: int) -> Method:
   """Vectorization-based ULTR (Chen et al. KDD'22; ULTRA's ``vectorization.py``).
 
@@ -567,17 +608,17 @@ def vectorization(config, *, num_features: int, list_size: int) -> Method:
   then everything trains; ``density_l2`` puts an L2 penalty on the density
   kernels. A step counter lives in ``extra``.
   """
-  d = int(_get(config, "dimension", 3))
+  d = int(config.dimension)
   if d < 1:
     raise ValueError(f"vectorization: dimension must be >= 1, got {d}")
-  pretrain = int(_get(config, "pretrain_steps", 500))
-  density_l2 = float(_get(config, "density_l2", 1e-3))
-  num_positions = int(_get(config, "num_positions", list_size))
+  pretrain = int(config.pretrain_steps)
+  density_l2 = float(config.density_l2)
+  num_positions = int(config.num_positions or list_size)
   ranker = make_relevance_tower(config, output_size=d)
   density = models.MLPRanker(
-    hidden_sizes=tuple(_get(config, "density_sizes", (256, 64))), activation="elu", layer_norm=False, output_size=2 * d
+    hidden_sizes=tuple(config.density_sizes), activation="elu", layer_norm=False, output_size=2 * d
   )
-  dropout = float(_get(config, "dropout", 0.0))
+  dropout = float(config.dropout)
 
   def init(key, batch):
     k_rel, k_den = jax.random.split(key)
@@ -626,4 +667,4 @@ def vectorization(config, *, num_features: int, list_size: int) -> Method:
     where = batch.get("where")
     return losses.vectorization_scores(r, mean, log_var, where=None if where is None else _where(batch))
 
-  return Method(name="vectorization", init=init, loss=loss, score=score)
+  return Method(name="vectorization", init=init, loss=loss, score=score, requires=("clicks",))

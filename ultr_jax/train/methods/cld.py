@@ -11,7 +11,8 @@ The batch carries a fixed top-k log (``click_fn=None``; see
 learner, read only where shown) and optionally per-query ``sessions``
 (record weights; the aggregated log then equals the per-session log).
 
-Config fields (read with defaults):
+Config fields (declared with their defaults at each method's registration; an unknown key is an
+error):
 
 ==================  ======================  =======================================
 field               default                 meaning
@@ -47,28 +48,43 @@ import jax.numpy as jnp
 
 from ultr_jax import losses
 from ultr_jax import models
+from ultr_jax.train.config import pick
 from ultr_jax.train.method import Method
 from ultr_jax.train.methods import register
 from ultr_jax.train.methods.baselines import click_loss
 
-__all__ = ["cld_towers"]
+__all__ = ["cld_towers", "CLD_TOWER_DEFAULTS", "FAMILY_DEFAULTS"]
 
-
-def _get(config, name, default):
-  value = config.get(name, default) if config is not None else default
-  return default if value is None else value
+#: The towers' config fields (:func:`cld_towers`) and defaults; the dropout applies to an MLP ranker only.
+CLD_TOWER_DEFAULTS = {"hidden_sizes": (256, 128, 64), "activation": "elu", "layer_norm": False, "dropout": 0.5}
+_POINTWISE = {**CLD_TOWER_DEFAULTS, "gamma": 0.1, "link": "probit", "sq_weight": 1.0, "target": "sessions"}
+_PAIRWISE = {
+  **CLD_TOWER_DEFAULTS,
+  "bpr_weight": "ips_diff",
+  "unobs_weight": "balanced",
+  "sel_weight": 1.0,
+  "include_selected_ties": False,
+}
+_HECKMAN = {**CLD_TOWER_DEFAULTS, "heckman_outcome": "ls"}
+#: The family's one config section (the CLD study's ``config.method``): every CLD-family method takes
+#: every field of the family, so one section configures them all; a field a method does not use (the
+#: pairwise weights for pointwise CLD, say) is accepted and has no effect. A key outside it is an error.
+FAMILY_DEFAULTS = {**_POINTWISE, **_PAIRWISE, **_HECKMAN, "loss_type": "listwise"}
+#: The batch entries every CLD-family loss reads (a top-k log).
+_REQUIRES = ("shown", "clicks", "examination")
 
 
 class _Tower:
   """A flax ranker + its training-mode apply (dropout from the loss key)."""
 
   def __init__(self, kind, config, num_features):
-    self.dropout = float(_get(config, "dropout", 0.5)) if kind == "mlp" else 0.0
+    c = pick(CLD_TOWER_DEFAULTS, config)
+    self.dropout = float(c.dropout) if kind == "mlp" else 0.0
     self.module = models.make_ranker(
       kind,
-      hidden_sizes=tuple(_get(config, "hidden_sizes", (256, 128, 64))),
-      activation=_get(config, "activation", "elu"),
-      layer_norm=bool(_get(config, "layer_norm", False)),
+      hidden_sizes=tuple(c.hidden_sizes),
+      activation=c.activation,
+      layer_norm=bool(c.layer_norm),
       dropout=self.dropout,
     )
     self.num_features = int(num_features)
@@ -124,14 +140,14 @@ def _two_tower_method(name, config, num_features, ranker, loss_fn):
   def score(params, batch):
     return rel.apply(params["relevance"], _features(batch))
 
-  return Method(name=name, init=init, loss=loss, score=score)
+  return Method(name=name, init=init, loss=loss, score=score, requires=_REQUIRES)
 
 
 def _pointwise(name, config, num_features, ranker):
-  gamma = float(_get(config, "gamma", 0.1))
-  link = _get(config, "link", "probit")
-  sq_weight = float(_get(config, "sq_weight", 1.0))
-  target = _get(config, "target", "sessions")
+  gamma = float(config.gamma)
+  link = config.link
+  sq_weight = float(config.sq_weight)
+  target = config.target
 
   def loss_fn(params, f_beta, f_omega, batch):
     where, shown, clicks, rho, weights = _log(batch)
@@ -154,10 +170,10 @@ def _pointwise(name, config, num_features, ranker):
 
 
 def _pairwise(name, config, num_features, ranker):
-  bpr_weight = _get(config, "bpr_weight", "ips_diff")
-  unobs_weight = _get(config, "unobs_weight", "balanced")
-  sel_weight = float(_get(config, "sel_weight", 1.0))
-  ties = bool(_get(config, "include_selected_ties", False))
+  bpr_weight = config.bpr_weight
+  unobs_weight = config.unobs_weight
+  sel_weight = float(config.sel_weight)
+  ties = bool(config.include_selected_ties)
 
   def loss_fn(params, f_beta, f_omega, batch):
     where, shown, clicks, rho, weights = _log(batch)
@@ -179,25 +195,25 @@ def _pairwise(name, config, num_features, ranker):
   return _two_tower_method(name, config, num_features, ranker, loss_fn)
 
 
-@register("cld")
+@register("cld", defaults={**FAMILY_DEFAULTS, "ranker": "linear"})
 def cld(config, *, num_features: int, list_size: int) -> Method:
   """Pointwise CLD (Eq. 9) with a linear ranker and a linear selection model."""
-  return _pointwise("cld", config, num_features, _get(config, "ranker", "linear"))
+  return _pointwise("cld", config, num_features, config.ranker)
 
 
-@register("cld_n")
+@register("cld_n", defaults={**FAMILY_DEFAULTS, "ranker": "mlp"})
 def cld_n(config, *, num_features: int, list_size: int) -> Method:
   """CLD-N: pointwise CLD with the neural ranker (Table 3)."""
   return _pointwise("cld_n", config, num_features, "mlp")
 
 
-@register("cld_pair")
+@register("cld_pair", defaults={**FAMILY_DEFAULTS, "ranker": "mlp"})
 def cld_pair(config, *, num_features: int, list_size: int) -> Method:
   """CLD-pair (Eq. 12): neural ranker, linear selection model."""
-  return _pairwise("cld_pair", config, num_features, _get(config, "ranker", "mlp"))
+  return _pairwise("cld_pair", config, num_features, config.ranker)
 
 
-@register("cld_pair_l")
+@register("cld_pair_l", defaults={**FAMILY_DEFAULTS, "ranker": "linear"})
 def cld_pair_l(config, *, num_features: int, list_size: int) -> Method:
   """CLD-pair-L: CLD-pair with a linear ranker (Table 3)."""
   return _pairwise("cld_pair_l", config, num_features, "linear")
@@ -205,7 +221,7 @@ def cld_pair_l(config, *, num_features: int, list_size: int) -> Method:
 
 def _heckman_parts(config, num_features):
   rel, sel = cld_towers(config, num_features=num_features, ranker="linear")
-  outcome = _get(config, "heckman_outcome", "ls")
+  outcome = config.get("heckman_outcome") or _HECKMAN["heckman_outcome"]
 
   def init(key):
     k1, k2 = jax.random.split(key)
@@ -233,7 +249,7 @@ def _heckman_parts(config, num_features):
   return init, loss, score
 
 
-@register("heckman_rank")
+@register("heckman_rank", defaults={**FAMILY_DEFAULTS, "ranker": "linear"})
 def heckman_rank(config, *, num_features: int, list_size: int) -> Method:
   """Heckman-rank: probit selection stage + outcome on [x, inverse Mills ratio]; no propensities."""
   init, loss, score = _heckman_parts(config, num_features)
@@ -242,10 +258,11 @@ def heckman_rank(config, *, num_features: int, list_size: int) -> Method:
     init=lambda key, batch: (init(key), {}),
     loss=lambda p, e, b, k: (lambda v: (v[0], (v[1], e)))(loss(p, b)),
     score=score,
+    requires=_REQUIRES,
   )
 
 
-@register("rank_agg")
+@register("rank_agg", defaults={**FAMILY_DEFAULTS, "ranker": "mlp"})
 def rank_agg(config, *, num_features: int, list_size: int) -> Method:
   r"""RankAgg: Borda count (A29) of an IPS ranker on the top-k records and Heckman-rank.
 
@@ -257,8 +274,8 @@ def rank_agg(config, *, num_features: int, list_size: int) -> Method:
   ``ips`` method (``{"relevance": ...}``), so already trained IPS and
   Heckman-rank parameters can be combined without retraining.
   """
-  ips = _Tower(_get(config, "ranker", "mlp"), config, num_features)
-  ips_loss_fn = click_loss("ips", _get(config, "loss_type", "listwise"), name="rank_agg")
+  ips = _Tower(config.ranker, config, num_features)
+  ips_loss_fn = click_loss("ips", config.loss_type, name="rank_agg")
   h_init, h_loss, h_score = _heckman_parts(config, num_features)
 
   def init(key, batch):
@@ -277,4 +294,4 @@ def rank_agg(config, *, num_features: int, list_size: int) -> Method:
     a = ips.apply(params["ips"]["relevance"], _features(batch))
     return losses.borda_scores(a, h_score(params["heckman"], batch), where=where)
 
-  return Method(name="rank_agg", init=init, loss=loss, score=score)
+  return Method(name="rank_agg", init=init, loss=loss, score=score, requires=_REQUIRES)

@@ -40,7 +40,7 @@ import jax.numpy as jnp
 from ultr_jax import losses
 from ultr_jax.train.method import Method
 from ultr_jax.train.methods import register
-from ultr_jax.train.methods.baselines import batch_positions, make_relevance_tower
+from ultr_jax.train.methods.baselines import TOWER_DEFAULTS, batch_positions, make_relevance_tower
 
 __all__: list[str] = []
 
@@ -125,6 +125,7 @@ def _factory(model: str):
       score=score,
       propensities=propensities if model in ("pbm", "ubm") else None,
       click_logits=click_logits,
+      requires=("clicks",),
     )
 
   factory.__doc__ = f"Relevance tower as the attraction of a {model.upper()} click model (session likelihood)."
@@ -132,4 +133,5 @@ def _factory(model: str):
 
 
 for _model in losses.CLICK_MODEL_LOSSES:
-  register(f"click_model_{_model}")(_factory(_model))
+  _defaults = {**TOWER_DEFAULTS, "num_positions": None, **({"dbn_score": "attraction"} if _model == "dbn" else {})}
+  register(f"click_model_{_model}", defaults=_defaults)(_factory(_model))

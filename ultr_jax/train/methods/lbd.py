@@ -13,7 +13,8 @@ name          default ``(lam, t)``   meaning
 ``lbd_grid``  ``lams``, ``ts`` lists G independent towers trained in lockstep
 ============  =====================  ============================================
 
-Method config fields (all optional):
+Method config fields (all optional; declared with their defaults in :data:`LBD_DEFAULTS` and
+:data:`GRID_DEFAULTS`, an unknown key is an error through :func:`~ultr_jax.train.get_method`):
 
 * ``ranker``: ``"dnn"``/``"mlp"`` (trunk ``hidden_sizes``) or ``"linear"``
   (LinearMulti: LayerNorm then one dense layer).
@@ -44,16 +45,54 @@ import optax
 
 from ultr_jax.losses.lbd import bernoulli_click_logits, lbd_forward, rescale_gp_weight, softmax_click_loss
 from ultr_jax.models.lbd import LBDTower
+from ultr_jax.train.config import pick
 from ultr_jax.train.method import Method
 from ultr_jax.train.methods import register
 
-__all__ = ["make_lbd", "make_lbd_grid", "grid_member_params", "per_member_optimizer", "stack_runs", "VARIANT_DEFAULTS"]
+__all__ = [
+  "make_lbd",
+  "make_lbd_grid",
+  "grid_member_params",
+  "per_member_optimizer",
+  "stack_runs",
+  "VARIANT_DEFAULTS",
+  "LBD_DEFAULTS",
+  "GRID_DEFAULTS",
+]
 
 VARIANT_DEFAULTS = {
   "unlimited": (0.0, 0.0),
   "lbd_lips": (100.0, 0.0),
   "lbd_ber": (0.0, 0.1),
   "lbd": (100.0, 0.1),
+}
+
+#: The config fields of every LBD-family model and their defaults (``lam`` and ``t``: per variant,
+#: :data:`VARIANT_DEFAULTS`; ``num_positions`` 0: the list size; ``optimizer`` "": the training config's).
+LBD_DEFAULTS = {
+  "ranker": "dnn",
+  "hidden_sizes": (512, 256, 128),
+  "layer_norm": True,
+  "num_positions": 0,
+  "rescale_lambda": True,
+  "obs_transform": "free",
+  "keep": 0.1,
+  "gp_mode": "code",
+  "paper_transform": "exp",
+  "optimizer": "",
+  "learning_rate": 0.05,
+  "grad_clip": 0.0,
+}
+#: ``lbd_grid``'s fields: :data:`LBD_DEFAULTS` less ``(lam, t)``, plus the members' ``lams`` and ``ts``
+#: (required), the member ``select`` that ranks, and its own optimizer (AdaGrad 0.05, clip 5).
+GRID_DEFAULTS = {
+  **LBD_DEFAULTS,
+  "optimizer": "adagrad",
+  "grad_clip": 5.0,
+  "lams": None,
+  "ts": None,
+  "select": 0,
+  "skip_zero_lambda_gp": True,
 }
 
 
@@ -160,6 +199,7 @@ def make_lbd(config: ml_collections.ConfigDict, *, num_features: int, list_size:
   """
   del num_features
   lam0, t0 = VARIANT_DEFAULTS.get(name, VARIANT_DEFAULTS["lbd"])
+  config = pick({**LBD_DEFAULTS, "lam": lam0, "t": t0}, config)
   lam = float(config.get("lam", lam0))
   t = float(config.get("t", t0))
   tower = _tower(config, list_size)
@@ -174,7 +214,7 @@ def make_lbd(config: ml_collections.ConfigDict, *, num_features: int, list_size:
   def score(params, batch):
     return tower.apply(params["tower"], batch["features"])[0]
 
-  return Method(name=name, init=init, loss=loss, score=score, optimizer=_optimizer(config))
+  return Method(name=name, init=init, loss=loss, score=score, optimizer=_optimizer(config), requires=("clicks",))
 
 
 def make_lbd_grid(config: ml_collections.ConfigDict, *, num_features: int, list_size: int) -> Method:
@@ -194,6 +234,9 @@ def make_lbd_grid(config: ml_collections.ConfigDict, *, num_features: int, list_
   2 True
   """
   del num_features
+  config = pick(GRID_DEFAULTS, config)
+  if config.lams is None or config.ts is None:
+    raise ValueError("lbd_grid: config.lams and config.ts (one value per member) are required")
   lams = jnp.asarray([float(v) for v in config.lams], jnp.float32)
   ts = jnp.asarray([float(v) for v in config.ts], jnp.float32)
   if lams.shape != ts.shape or lams.ndim != 1 or lams.size == 0:
@@ -243,7 +286,7 @@ def make_lbd_grid(config: ml_collections.ConfigDict, *, num_features: int, list_
   def score(params, batch):
     return tower.apply(jax.tree.map(lambda p: p[select], params["towers"]), batch["features"])[0]
 
-  return Method(name="lbd_grid", init=init, loss=loss, score=score, optimizer=tx)
+  return Method(name="lbd_grid", init=init, loss=loss, score=score, optimizer=tx, requires=("clicks",))
 
 
 def grid_member_params(params: Any, member: int, *, seed_axis: bool = False) -> dict:
@@ -310,7 +353,13 @@ def stack_runs(
     return method.score(jax.tree.map(lambda x: x[0], params), batch)
 
   return Method(
-    name=f"{method.name}[x{r}]", init=init, loss=loss, score=score, optimizer=per_member_optimizer(optimizer)
+    name=f"{method.name}[x{r}]",
+    init=init,
+    loss=loss,
+    score=score,
+    optimizer=per_member_optimizer(optimizer),
+    requires=(runs_key,),
+    config={"stacked": method.name, "num_runs": r, **(method.config or {})},
   )
 
 
@@ -322,6 +371,6 @@ def _variant(name):
   return factory
 
 
-for _name in VARIANT_DEFAULTS:
-  register(_name)(_variant(_name))
-register("lbd_grid")(make_lbd_grid)
+for _name, (_lam, _t) in VARIANT_DEFAULTS.items():
+  register(_name, defaults={**LBD_DEFAULTS, "lam": _lam, "t": _t})(_variant(_name))
+register("lbd_grid", defaults=GRID_DEFAULTS)(make_lbd_grid)

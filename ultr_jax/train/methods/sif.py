@@ -29,8 +29,8 @@ the scores; the trust head enters under stop-gradient). The multipliers
 and the leakage EMAs live in the method's ``extra`` state; with
 ``dual=True`` they follow :func:`~ultr_jax.losses.dual_ascent_estimator`.
 
-Config fields (read with defaults; the ranker fields are those of
-:mod:`~ultr_jax.train.methods.baselines`): ``lambda_E`` (1.0), ``lambda_D``
+Config fields (declared with their defaults in :data:`SIF_DEFAULTS`, an unknown key is an error;
+the ranker fields are those of :mod:`~ultr_jax.train.methods.baselines`): ``lambda_E`` (1.0), ``lambda_D``
 (10.0), ``dual`` (False), ``budget_E`` / ``budget_D`` (0.01 nats),
 ``dual_eta`` (1.0), ``lambda_max`` (100), ``ema_decay`` (0.9),
 ``estimator`` (``"entropy"``), ``k_top`` (3), ``gamma_D`` (1.0),
@@ -57,11 +57,12 @@ import jax.numpy as jnp
 
 from ultr_jax import losses
 from ultr_jax import models
+from ultr_jax.train.config import pick
 from ultr_jax.train.method import Method
 from ultr_jax.train.methods import register
-from ultr_jax.train.methods.baselines import batch_positions, make_relevance_tower
+from ultr_jax.train.methods.baselines import TOWER_DEFAULTS, batch_positions, make_relevance_tower
 
-__all__ = ["make_sif_method", "with_leakage_diagnostics", "VARIANTS"]
+__all__ = ["make_sif_method", "with_leakage_diagnostics", "VARIANTS", "SIF_DEFAULTS", "ORACLE_DEFAULTS"]
 
 #: name -> (trust_head, exposure_slope, channels, risk)
 VARIANTS = {
@@ -75,8 +76,39 @@ VARIANTS = {
 }
 
 
-def _get(config, name, default):
-  value = config.get(name, default) if config is not None else default
+#: The SIF variants' config fields and defaults (``trust_head``, ``exposure_slope``, ``channels``, ``risk``:
+#: None takes the variant's, :data:`VARIANTS`; ``num_positions`` None: the list size).
+SIF_DEFAULTS = {
+  **TOWER_DEFAULTS,
+  "trust_head": None,
+  "exposure_slope": None,
+  "channels": None,
+  "risk": None,
+  "num_positions": None,
+  "k_top": 3,
+  "tau": 0.01,
+  "estimator": "entropy",
+  "score_key": "logging_score",
+  "dual": False,
+  "budget_E": 0.01,
+  "budget_D": 0.01,
+  "lambda_E": 1.0,
+  "lambda_D": 10.0,
+  "lambda_E_init": 0.0,
+  "lambda_D_init": 0.0,
+  "dual_eta": 1.0,
+  "lambda_max": 100.0,
+  "ema_decay": 0.9,
+  "snips": False,
+  "gamma_D": 1.0,
+  "learn_gamma_D": False,
+  "imputer_hidden": (32,),
+}
+#: The oracle-propensity methods' (``ips_trust_oracle``, ``ips_dpenalty``) fields and defaults.
+ORACLE_DEFAULTS = {**TOWER_DEFAULTS, "tau": 0.01, "k_top": 3, "lambda_D": 10.0, "estimator": "variance"}
+
+
+def _or(value, default):
   return default if value is None else value
 
 
@@ -87,28 +119,29 @@ def _relevance(ranker, params, batch):
 def make_sif_method(name, config, *, num_features: int, list_size: int) -> Method:
   """Builds a SIF-ref variant (``VARIANTS[name]`` defaults, overridable by config)."""
   trust_head, slope, channels, risk = VARIANTS.get(name, VARIANTS["sif_full"])
-  trust_head = bool(_get(config, "trust_head", trust_head))
-  slope = bool(_get(config, "exposure_slope", slope))
-  channels = tuple(_get(config, "channels", channels))
-  risk = _get(config, "risk", risk)
+  config = pick(SIF_DEFAULTS, config)
+  trust_head = bool(_or(config.trust_head, trust_head))
+  slope = bool(_or(config.exposure_slope, slope))
+  channels = tuple(_or(config.channels, channels))
+  risk = _or(config.risk, risk)
   if risk not in ("ips", "dr"):
     raise ValueError(f"{name}: risk must be 'ips' or 'dr', got {risk!r}")
   if set(channels) - {"E", "D"}:
     raise ValueError(f"{name}: channels must be a subset of ('E', 'D'), got {channels!r}")
-  num_positions = int(_get(config, "num_positions", list_size))
-  k_top = min(int(_get(config, "k_top", 3)), num_positions)
-  tau = float(_get(config, "tau", 0.01))
-  estimator = _get(config, "estimator", "entropy")
-  score_key = _get(config, "score_key", "logging_score")
-  dual = bool(_get(config, "dual", False))
-  budgets = {"E": float(_get(config, "budget_E", 0.01)), "D": float(_get(config, "budget_D", 0.01))}
-  lam0 = {"E": float(_get(config, "lambda_E", 1.0)), "D": float(_get(config, "lambda_D", 10.0))}
+  num_positions = int(config.num_positions or list_size)
+  k_top = min(int(config.k_top), num_positions)
+  tau = float(config.tau)
+  estimator = config.estimator
+  score_key = config.score_key
+  dual = bool(config.dual)
+  budgets = {"E": float(config.budget_E), "D": float(config.budget_D)}
+  lam0 = {"E": float(config.lambda_E), "D": float(config.lambda_D)}
   if dual:
-    lam0 = {"E": float(_get(config, "lambda_E_init", 0.0)), "D": float(_get(config, "lambda_D_init", 0.0))}
-  dual_eta = float(_get(config, "dual_eta", 1.0))
-  lam_max = float(_get(config, "lambda_max", 100.0))
-  decay = float(_get(config, "ema_decay", 0.9))
-  snips = bool(_get(config, "snips", False))
+    lam0 = {"E": float(config.lambda_E_init), "D": float(config.lambda_D_init)}
+  dual_eta = float(config.dual_eta)
+  lam_max = float(config.lambda_max)
+  decay = float(config.ema_decay)
+  snips = bool(config.snips)
   multipliers = {
     ch: losses.dual_ascent_estimator(
       budget=budgets[ch], eta=dual_eta, lam_max=lam_max, decay=decay, ascend=dual and ch in channels
@@ -120,16 +153,14 @@ def make_sif_method(name, config, *, num_features: int, list_size: int) -> Metho
   bias = models.SIFBiasTower(
     num_positions=num_positions,
     k_top=k_top,
-    gamma_d=float(_get(config, "gamma_D", 1.0)),
+    gamma_d=float(config.gamma_D),
     trust_head=trust_head,
-    learn_gamma_d=bool(_get(config, "learn_gamma_D", False)),
+    learn_gamma_d=bool(config.learn_gamma_D),
     exposure_slope=slope,
   )
   imputer = None
   if risk == "dr":
-    imputer = models.make_ranker(
-      "mlp", hidden_sizes=tuple(_get(config, "imputer_hidden", (32,))), activation="elu", layer_norm=False
-    )
+    imputer = models.make_ranker("mlp", hidden_sizes=tuple(config.imputer_hidden), activation="elu", layer_norm=False)
 
   def init(key, batch):
     kr, kb, ki = jax.random.split(key, 3)
@@ -220,11 +251,11 @@ def make_sif_method(name, config, *, num_features: int, list_size: int) -> Metho
   def propensities(params, extra):
     return extra["exposure"] / extra["exposure"][..., :1]
 
-  return Method(name=name, init=init, loss=loss, score=score, propensities=propensities)
+  return Method(name=name, init=init, loss=loss, score=score, propensities=propensities, requires=("clicks",))
 
 
 def _register_variant(name):
-  @register(name)
+  @register(name, defaults=SIF_DEFAULTS)
   def factory(config, *, num_features: int, list_size: int) -> Method:
     return make_sif_method(name, config, num_features=num_features, list_size=list_size)
 
@@ -242,11 +273,12 @@ for _name in VARIANTS:
 
 
 def _oracle_method(name, config, num_features, list_size, penalty):
+  config = pick(ORACLE_DEFAULTS, config)
   ranker = make_relevance_tower(config)
-  tau = float(_get(config, "tau", 0.01))
-  k_top = int(_get(config, "k_top", 3))
-  lam_d = float(_get(config, "lambda_D", 10.0))
-  estimator = _get(config, "estimator", "variance")
+  tau = float(config.tau)
+  k_top = int(config.k_top)
+  lam_d = float(config.lambda_D)
+  estimator = config.estimator
   prop_key = "examination" if penalty else "click_propensity"
 
   def init(key, batch):
@@ -271,16 +303,17 @@ def _oracle_method(name, config, num_features, list_size, penalty):
       metrics["I_D"] = i_d
     return total, (metrics, extra)
 
-  return Method(name=name, init=init, loss=loss, score=lambda p, b: _relevance(ranker, p, b))
+  requires = ("examination", "clicks", "trust_score") if penalty else ("click_propensity", "clicks")
+  return Method(name=name, init=init, loss=loss, score=lambda p, b: _relevance(ranker, p, b), requires=requires)
 
 
-@register("ips_trust_oracle")
+@register("ips_trust_oracle", defaults=ORACLE_DEFAULTS)
 def ips_trust_oracle(config, *, num_features: int, list_size: int) -> Method:
   r"""IPS with the oracle click propensity :math:`\pi^*(1 + d^*)` (T6's "IPS-full")."""
   return _oracle_method("ips_trust_oracle", config, num_features, list_size, penalty=False)
 
 
-@register("ips_dpenalty")
+@register("ips_dpenalty", defaults=ORACLE_DEFAULTS)
 def ips_dpenalty(config, *, num_features: int, list_size: int) -> Method:
   r"""IPS with oracle :math:`\pi^*` + ``lambda_D`` times the D-penalty on the oracle :math:`\sigma(\gamma z)` (T6)."""
   return _oracle_method("ips_dpenalty", config, num_features, list_size, penalty=True)
@@ -336,4 +369,6 @@ def with_leakage_diagnostics(
     score=method.score,
     propensities=method.propensities,
     optimizer=method.optimizer,
+    requires=method.requires,
+    config=method.config,
   )
