@@ -12,7 +12,7 @@ import pytest
 
 from ultr_jax import simulation as sim
 from ultr_jax.testing import assert_matches_expected
-from ultr_jax.train.click_model_study import run_click_model_study
+from ultr_jax.studies.click_models import run_click_model_study
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "experiments" / "click_models" / "configs" / "default.py"

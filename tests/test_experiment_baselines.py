@@ -103,6 +103,7 @@ def test_trains_on_logged_baidu_clicks(tmp_path):
   IPS needs propensities, which only a simulator knows: it is refused, unless they are given.
   """
   from ultr_jax import data  # noqa: PLC0415
+  from ultr_jax.studies import baselines  # noqa: PLC0415
   from ultr_jax.train import experiment  # noqa: PLC0415
 
   splits = data.make_synthetic(num_train=48, num_valid=12, num_test=12, list_size=6, num_features=5, seed=3)
@@ -120,7 +121,7 @@ def test_trains_on_logged_baidu_clicks(tmp_path):
   config.dcg_cutoffs = (1, 10)  # Baidu-ULTR's annotations are compared by DCG@k (Hager et al.)
   config.write_runs = True
   workdir = tmp_path / "work"
-  results = experiment.train_and_evaluate(config, str(workdir))
+  results = baselines.train_and_evaluate(config, str(workdir))
   assert results["_meta"]["click_model"] == "logged clicks" and results["_meta"]["true_propensities"] is None
   for name in config.methods:
     assert all(np.isfinite(results[name][m]) for m in METRICS)
@@ -158,14 +159,14 @@ def test_trains_on_logged_baidu_clicks(tmp_path):
   # A method that reads the simulator's propensities is refused by name; other studies refuse the source.
   config.methods = ("ips",)
   with pytest.raises(ValueError, match=r"method 'ips' reads batch\['examination'\]"):
-    experiment.train_and_evaluate(config, None)
+    baselines.train_and_evaluate(config, None)
   config.methods = ("full_info",)  # a click log has no labels to train on
   with pytest.raises(ValueError, match=r"method 'full_info' reads batch\['labels'\].*graded relevance labels"):
-    experiment.train_and_evaluate(config, None)
+    baselines.train_and_evaluate(config, None)
   config.methods = ("ips",)
   # With given propensities IPS trains (they are the position's, 0 at padding).
   config.data.propensities = ",".join(str(p) for p in exam)
-  results = experiment.train_and_evaluate(config, None)
+  results = baselines.train_and_evaluate(config, None)
   assert all(np.isfinite(results["ips"][m]) for m in METRICS)
   train, _, _ = experiment.load_datasets(config, logged_clicks=True)
   np.testing.assert_allclose(train.extras["examination"], np.where(train.where, exam, 0), rtol=1e-6)

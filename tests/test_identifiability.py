@@ -18,9 +18,6 @@ from ultr_jax.graph import (
   apply_interventions,
   apply_merge,
   check_identifiability,
-  fit_dla,
-  fit_regression_em,
-  fit_two_tower,
   generate_design_dataset,
   intervention_cost,
   intervention_plan,
@@ -29,7 +26,8 @@ from ultr_jax.graph import (
   random_intervention_plan,
   UnionFind,
 )
-from ultr_jax.graph import embedding, study
+from ultr_jax.studies.identifiability import embedding, fit_dla, fit_regression_em, fit_two_tower
+from ultr_jax.studies.identifiability import table1 as study
 
 FITS = {"dla": fit_dla, "regression_em": fit_regression_em, "two_tower": fit_two_tower}
 
@@ -723,7 +721,7 @@ def test_figure3b_and_4b_node_merging(shared_data):
 
 
 def test_context_study_end_to_end():
-  from ultr_jax.graph import context_study as cs
+  from ultr_jax.studies.identifiability import context as cs
 
   f, y, wh = cs.synthetic_letor(0, num_queries=100, num_docs=300)
   w = np.random.default_rng(0).uniform(-1, 1, 10)

@@ -740,7 +740,7 @@ def test_pdgd_on_the_model_display_shows_its_own_ranking_unsampled(small_data):
 
 
 def test_the_study_resolves_config_users_and_refuses_unknown_or_shadowing_ones():
-  from ultr_jax.train import online
+  from ultr_jax.studies import online
 
   c = _small_config(click_models=("perfect", "pbm"))
   assert online._study_users(c) == {"perfect": "perfect", "pbm": {"name": "pbm_table", "eta": 1.0, "eps": 0.1}}
@@ -834,7 +834,7 @@ def test_binary_smoke_run_at_xla_defaults_matches_every_expected_metric(tmp_path
 
 def test_study_runs_on_letor_files(tmp_path):
   from ultr_jax.data import write_svmlight
-  from ultr_jax.train.online import run_online_study
+  from ultr_jax.studies.online import run_online_study
 
   splits = make_synthetic(
     num_train=30, num_valid=1, num_test=10, list_size=9, num_features=5, seed=3, min_list_size=4
@@ -859,7 +859,7 @@ def test_study_runs_on_letor_files(tmp_path):
 
 
 def test_study_runs_a_config_user_end_to_end(tmp_path):
-  from ultr_jax.train.online import run_online_study
+  from ultr_jax.studies.online import run_online_study
 
   c = _config("smoke")
   c.click_models, c.methods, c.full_info.enabled = ("pbm",), ("pdgd",), False

@@ -12,7 +12,7 @@ from ultr_jax import simulation
 from ultr_jax.data import RankingDataset
 from ultr_jax.testing import assert_matches_expected
 from ultr_jax.train import available_methods
-from ultr_jax.train import report
+from ultr_jax.studies import report
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

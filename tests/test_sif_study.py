@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.join(ROOT, "experiments", "sif"))
 
 from configs.default import get_config  # noqa: E402
 
-from ultr_jax.train import sif_study as study  # noqa: E402
+from ultr_jax.studies import sif as study  # noqa: E402
 
 
 def test_t6_variants_and_checks():

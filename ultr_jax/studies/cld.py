@@ -24,7 +24,8 @@ import numpy as np
 
 from ultr_jax import data as data_lib
 from ultr_jax import simulation
-from ultr_jax.train import enable_compilation_cache, evaluate, fit, get_method, save_figure, summarize, write_results
+from ultr_jax.studies.figures import save_figure
+from ultr_jax.train import enable_compilation_cache, evaluate, fit, get_method, summarize, write_results
 
 METRICS = ("ndcg@1", "ndcg@3", "map")
 ALL_METHODS = ("naive", "ips", "heckman_rank", "rank_agg", "cld", "cld_n", "cld_pair", "cld_pair_l", "oracle")

@@ -38,11 +38,12 @@ from scipy import stats as scipy_stats
 
 from ultr_jax import simulation
 from ultr_jax.data import RankingDataset, Splits
+from ultr_jax.studies.figures import save_figure
 from ultr_jax.train.compilation import enable_compilation_cache
 from ultr_jax.train.loop import evaluate, fit, make_optimizer
 from ultr_jax.train.methods import get_method
 from ultr_jax.train.methods.lbd import make_lbd, make_lbd_grid, stack_runs
-from ultr_jax.train.results import best_and_ties, save_figure, summarize, write_results
+from ultr_jax.train.results import best_and_ties, summarize, write_results
 
 __all__ = [
   "LBD_BASE_W",
@@ -849,3 +850,6 @@ def plot_figures(results: dict, etas: Sequence[float], config, workdir: str) -> 
     fig.suptitle(f"Figure 4 analogue: validation nDCG@10 over (lambda, t), {ranker}; * = selected", fontsize=9)
     save(fig, f"fig4_{ranker}.png")
   return written
+
+
+run = run_lbd_study

@@ -61,7 +61,9 @@ from ultr_jax import metrics as metrics_lib
 from ultr_jax import simulation
 from ultr_jax.data import RankingDataset
 from ultr_jax.train import methods as methods_lib
-from ultr_jax.train.experiment import CLICK_COLUMNS, METRIC_COLUMNS, load_datasets
+from ultr_jax.studies.baselines import CLICK_COLUMNS, METRIC_COLUMNS
+from ultr_jax.studies.figures import plot_learning_curves, save_figure
+from ultr_jax.train.experiment import load_datasets
 from ultr_jax.train.loop import evaluate, evaluate_clicks, fit
 from ultr_jax.train.method import KEY_REASONS, method_inputs_missing
 from ultr_jax.train.online import online_learning, online_users_missing
@@ -69,8 +71,6 @@ from ultr_jax.train.results import (
   atomic_write_text,
   best_and_ties,
   markdown_table,
-  plot_learning_curves,
-  save_figure,
   summarize_metrics,
   write_results,
 )
@@ -147,7 +147,7 @@ def _resolve_click_model(bias: ml_collections.ConfigDict, train, top_k: Optional
       raise ValueError("a bias with selection='topk' needs click_model.top_k (or the logging policy's top_k)")
     cm["top_k"] = int(top_k)
   if cm.get("name") == "individual" and not cm.get("crux_indices"):
-    from ultr_jax.train.lbd_study import LBD_BASE_W, select_crux_features  # noqa: PLC0415
+    from ultr_jax.studies.lbd import LBD_BASE_W, select_crux_features  # noqa: PLC0415
 
     k = int(bias.get("num_crux", 5))
     cm["crux_indices"] = [int(i) for i in select_crux_features(train, k)]
@@ -708,3 +708,6 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
     print(clicks_text, flush=True)
   print(f"total time {time.perf_counter() - t_start:.1f}s", file=sys.stderr, flush=True)
   return results
+
+
+run = run_report

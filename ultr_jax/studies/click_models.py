@@ -36,7 +36,8 @@ import numpy as np
 
 from ultr_jax import data as data_lib
 from ultr_jax import simulation as sim
-from ultr_jax.train.results import markdown_table, save_figure, summarize, write_results
+from ultr_jax.studies.figures import save_figure
+from ultr_jax.train.results import markdown_table, summarize, write_results
 
 __all__ = [
   "TRUE_PARAMETERS",
@@ -352,3 +353,7 @@ def run_click_model_study(config: ml_collections.ConfigDict, workdir: Optional[s
     _plot(results, os.path.join(workdir, "fig_perplexity_per_rank.png"))
     print(table, flush=True)
   return results
+
+
+run = run_click_model_study
+default_config = default_click_model_config

@@ -22,13 +22,14 @@ from ultr_jax.data import load_ultra
 from ultr_jax.graph import (
   DESIGN_GRAPHS,
   apply_interventions,
-  context_study,
   generate_design_dataset,
   read_svmlight_ranking,
-  study,
 )
+from ultr_jax.studies.figures import save_figure
+from ultr_jax.studies.identifiability import context as context_study
+from ultr_jax.studies.identifiability import table1 as study
 from ultr_jax.train.compilation import enable_compilation_cache
-from ultr_jax.train.results import atomic_write_text, save_figure
+from ultr_jax.train.results import atomic_write_text
 
 __all__ = ["identifiability_figures", "identifiability_context_study", "run_identifiability_study"]
 
@@ -282,3 +283,6 @@ def run_identifiability_study(cfg, workdir: str) -> dict:
       os.path.join(workdir, "context_results.json"), json.dumps(identifiability_context_study(cfg, key), indent=1)
     )
   return summary
+
+
+run = run_identifiability_study

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from ultr_jax import metrics
 from ultr_jax.data.dataset import RankingDataset
-from ultr_jax.graph import embedding
+from ultr_jax.studies.identifiability import embedding
 
 __all__ = [
   "PBM_EXAMINATION",

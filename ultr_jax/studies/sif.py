@@ -23,6 +23,7 @@ from ultr_jax.simulation import (
   relevance_probability,
   sif_toy_dataset,
 )
+from ultr_jax.studies.figures import save_figure
 from ultr_jax.train import (
   default_train_config,
   enable_compilation_cache,
@@ -30,7 +31,6 @@ from ultr_jax.train import (
   fit,
   get_method,
   markdown_table,
-  save_figure,
   summarize,
   write_results,
 )
