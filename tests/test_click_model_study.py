@@ -68,7 +68,7 @@ def test_binary_smoke_run(tmp_path, subprocess_env):
       gap = row[model]["perplexity_minus_true_parameters"]["mean"]
       assert gap == pytest.approx(row[model]["perplexity"]["mean"] - truth["perplexity"]["mean"], abs=1e-6)
   table = (tmp_path / "table.md").read_text()
-  assert "| true=pbm |" in table and "n/a" in table and "| true=pbm |" in proc.stdout
+  assert "| true=pbm |" in table and "n/a" in table and "| true=pbm |" in proc.stderr
   assert table.splitlines()[2].endswith("| ccm | trust | rctr | dctr | drctr | true parameters |")
   for row in results.values():  # the CTR baselines: no attraction, conditional = marginal
     for model in ("rctr", "dctr", "drctr"):

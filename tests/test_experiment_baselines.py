@@ -64,7 +64,7 @@ def test_binary_smoke_run(tmp_path, subprocess_env):
   assert "propensity_corr" not in results["naive"]
   table = (tmp_path / "table.md").read_text()
   assert all(f"| {name} |" in table for name in EXPECTED_METHODS)
-  assert "| dla |" in proc.stdout  # the table is printed too
+  assert "| dla |" in proc.stderr  # the table is logged too (absl, INFO to stderr)
   assert (tmp_path / "table.csv").exists()
   # Learning curves: per evaluation (steps 10 and 20), the train loss and validation metrics per seed.
   for name in EXPECTED_METHODS:

@@ -808,7 +808,7 @@ def _smoke_run(tmp_path, env):
       assert 0.0 < entry["ndcg@10"] <= 1.0 and 0.0 < entry["online_ndcg@10"] <= 1.0
       assert len(entry["curve"]) == 4 and entry["impressions"] == [0, 100, 200, 300]
     assert "pdgd_minus_dbgd" in row["pdgd"] and "nsgd_minus_mgd" in row["nsgd"]
-  assert "| perfect/pdgd |" in (tmp_path / "table.md").read_text() and "| full_info (labels) |" in proc.stdout
+  assert "| perfect/pdgd |" in (tmp_path / "table.md").read_text() and "| full_info (labels) |" in proc.stderr
   assert (tmp_path / "table.csv").exists() and (tmp_path / "fig_online.png").stat().st_size > 0
   return results
 

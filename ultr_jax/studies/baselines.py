@@ -16,10 +16,10 @@ click model. The data half (configs, loaders, the logging policy) is
 """
 
 import os
-import sys
 import time
 from typing import Any, Optional
 
+from absl import logging
 import jax
 import ml_collections
 import numpy as np
@@ -168,8 +168,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
       metrics=("train/loss", f"valid/{config.train.select_metric}"),
       relative=("train/loss",),
     )
-  print(table, flush=True)
-  print(f"total time {time.perf_counter() - t_start:.1f}s", file=sys.stderr, flush=True)
+  logging.info(table)
+  logging.info(f"total time {time.perf_counter() - t_start:.1f}s")
   return results
 
 

@@ -15,9 +15,9 @@ comparisons as seed-level differences with 90% t-intervals and a boolean each.
 """
 
 import os
-import sys
 import time
 
+from absl import logging
 import jax
 import ml_collections
 import numpy as np
@@ -476,13 +476,11 @@ def run(config, workdir):
     return views[n]
 
   n_hidden_points = sum(e["params"]["hidden"] is not None for e in points.values())
-  print(
+  logging.info(
     f"[cld] {len(points)} grid points ({n_hidden_points} with {config.data.get('num_hidden_sweep', 0)} "
     f"features hidden), {all_features.train.num_queries} train queries, "
     f"{all_features.train.num_features - main_hidden} of {all_features.train.num_features} features "
-    f"visible on the main grid",
-    file=sys.stderr,
-    flush=True,
+    f"visible on the main grid"
   )
   raw, results, timing = {}, {}, {}
   for key, entry in points.items():
@@ -491,11 +489,9 @@ def run(config, workdir):
     raw[key] = run_point(entry["params"], entry["methods"], splits, config, seeds, oracle)
     results[key] = _summ(raw[key])
     timing[key] = time.perf_counter() - t
-    print(
+    logging.info(
       f"[cld] {key}: {timing[key]:.1f}s "
-      + " ".join(f"{m}={results[key][m]['ndcg@1']['mean']:.3f}" for m in results[key]),
-      file=sys.stderr,
-      flush=True,
+      + " ".join(f"{m}={results[key][m]['ndcg@1']['mean']:.3f}" for m in results[key])
     )
   base = dict(config.table2)
   t2 = point_key(base["k"], base["eta"], base["noise"], base["sessions"])
@@ -515,9 +511,9 @@ def run(config, workdir):
   for name, e in _ordering_rows(out["orderings"]):
     stats = "| | |" if e["holds"] is None else f"| {e['mean']:+.4f} | {e['ci90']:.4f} |"
     table += f"| {name} | {e['grid']} | {e['claim']} | {e['metric']} {stats} {e['holds']} | {e['verdict']} |\n"
-    print(f"[cld] ordering {_ordering_line(name, e)}", file=sys.stderr, flush=True)
+    logging.info(f"[cld] ordering {_ordering_line(name, e)}")
   table += "\n## All points\n\n" + _table(results, list(points))
   out["figures"] = _plots(results, points, workdir, config)
   write_results(workdir, out, table=table)
-  print(f"[cld] done in {time.perf_counter() - t0:.1f}s -> {workdir}", file=sys.stderr, flush=True)
+  logging.info(f"[cld] done in {time.perf_counter() - t0:.1f}s -> {workdir}")
   return out

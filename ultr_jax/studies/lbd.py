@@ -26,10 +26,10 @@ Pieces, each usable on its own:
 import concurrent.futures
 import json
 import os
-import sys
 import time
 from typing import Any, Optional, Sequence
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -703,11 +703,9 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
       f"[eta={','.join(f'{etas[i]:g}' for i in chunk)}]" if len(chunks) > 1 and name == "lbd_grid" else ""
     )
     timings[label] = time.perf_counter() - t0
-    print(
+    logging.info(
       f"[lbd study] {label}: {len(chunk)} etas in {timings[label]:.0f}s "
-      f"(done at {time.perf_counter() - t_start:.0f}s, job {jobs.index(job) + 1} of {len(jobs)})",
-      file=sys.stderr,
-      flush=True,
+      f"(done at {time.perf_counter() - t_start:.0f}s, job {jobs.index(job) + 1} of {len(jobs)})"
     )
     return out
 
@@ -741,13 +739,13 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
     "process_cpu_seconds": time.process_time() - c_start,
   }
   table = table_1(results, etas, config.table_eta) + e5_ties_text(results["_effects"])
-  print(table, flush=True)
-  print(json.dumps({k: results["_effects"][k] for k in ("E1", "E5")}, indent=1, default=float)[:4000], flush=True)
+  logging.info(table)
+  logging.info(json.dumps({k: results["_effects"][k] for k in ("E1", "E5")}, indent=1, default=float)[:4000])
   if workdir is not None:
     os.makedirs(workdir, exist_ok=True)
     write_results(workdir, results, table=table)
     plot_figures(results, etas, config, workdir)
-  print(f"total time {time.perf_counter() - t_start:.1f}s", file=sys.stderr, flush=True)
+  logging.info(f"total time {time.perf_counter() - t_start:.1f}s")
   return results
 
 

@@ -9,6 +9,7 @@ import os
 import time
 from typing import Any, Mapping, Optional, Union
 
+from absl import logging
 import jax
 import ml_collections
 import numpy as np
@@ -105,7 +106,7 @@ def run_online_study(config: ml_collections.ConfigDict, workdir: Optional[str]) 
     results["full_info"] = entry
     rows["full_info (labels)"] = {**row, "online_ndcg@10": "n/a"}
     ceiling = entry["ndcg@10"]
-    print(f"[online] full_info (labels): ndcg@10 {ceiling:.4f}; {time.perf_counter() - start:.0f}s", flush=True)
+    logging.info(f"[online] full_info (labels): ndcg@10 {ceiling:.4f}; {time.perf_counter() - start:.0f}s")
   for click_model in config.click_models:
     row_key = f"click_model={click_model}"
     results[row_key] = {}
@@ -118,10 +119,9 @@ def run_online_study(config: ml_collections.ConfigDict, workdir: Optional[str]) 
       entry["impressions"] = out["impressions"].tolist()
       results[row_key][method] = entry
       rows[f"{click_model}/{method}"] = row
-      print(
+      logging.info(
         f"[online] {click_model}/{method}: ndcg@10 {entry['ndcg@10']:.4f}, online ndcg@10 "
-        f"{entry['online_ndcg@10']:.4f}; {time.perf_counter() - start:.0f}s",
-        flush=True,
+        f"{entry['online_ndcg@10']:.4f}; {time.perf_counter() - start:.0f}s"
       )
     # Seed-paired gaps: PDGD against every other learner, and NSGD against MGD, the learner it extends.
     pairs = [("pdgd", m) for m in raw if m != "pdgd"] + [("nsgd", "mgd")]
@@ -133,7 +133,7 @@ def run_online_study(config: ml_collections.ConfigDict, workdir: Optional[str]) 
   if workdir:
     write_results(workdir, results, rows=rows, columns=METRICS, row_header="click model/method")
     _plot(results, os.path.join(workdir, "fig_online.png"), ceiling)
-    print(markdown_table(rows, METRICS, row_header="click model/method"), flush=True)
+    logging.info(markdown_table(rows, METRICS, row_header="click model/method"))
   return results
 
 

@@ -47,10 +47,10 @@ seeds' range; :func:`~ultr_jax.train.plot_learning_curves`), whose records are e
 """
 
 import os
-import sys
 import time
 from typing import Any, Mapping, Optional
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -608,7 +608,7 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
     results[bias_name] = {}
     timings[bias_name] = {}
     probe = _probe_batch(train, click_fn)
-    print(f"[report] bias {bias_name}: IG {ig['label']} ({ig['num_records']} records)", file=sys.stderr, flush=True)
+    logging.info(f"[report] bias {bias_name}: IG {ig['label']} ({ig['num_records']} records)")
     held = None
     if sessions_per_list:
       held, truth = held_out_click_log(
@@ -648,11 +648,7 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
         s = summaries["ndcg@10"]
         row[name] = f"{s['mean']:.4f} ± {s['ci90']:.4f} (diverged: non-finite parameters)"
       timings[bias_name][name] = time.perf_counter() - t0
-      print(
-        f"[report] {bias_name}/{name}: ndcg@10 {entry['ndcg@10']:.4f} ({timings[bias_name][name]:.1f}s)",
-        file=sys.stderr,
-        flush=True,
-      )
+      logging.info(f"[report] {bias_name}/{name}: ndcg@10 {entry['ndcg@10']:.4f} ({timings[bias_name][name]:.1f}s)")
     if online_columns(config):
       candidates, reason = _online_lists(bias, data, int(config.seed) + 1000 * b_idx, click_cfg, config)
     for column in online_columns(config):
@@ -664,11 +660,9 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
         column[len("online_") :], click_cfg, candidates, config, seeds
       )
       timings[bias_name][column] = time.perf_counter() - t0
-      print(
+      logging.info(
         f"[report] {bias_name}/{column}: ndcg@10 {results[bias_name][column]['ndcg@10']:.4f} "
-        f"({timings[bias_name][column]:.1f}s)",
-        file=sys.stderr,
-        flush=True,
+        f"({timings[bias_name][column]:.1f}s)"
       )
     rows[bias_name] = row
     if workdir is not None and histories:
@@ -703,10 +697,10 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
     write_results(
       workdir, results, table=table, rows=rows, columns=["identifiability (IG)", *columns], row_header="bias"
     )
-  print(table, flush=True)
+  logging.info(table)
   if sessions_per_list:
-    print(clicks_text, flush=True)
-  print(f"total time {time.perf_counter() - t_start:.1f}s", file=sys.stderr, flush=True)
+    logging.info(clicks_text)
+  logging.info(f"total time {time.perf_counter() - t_start:.1f}s")
   return results
 
 

@@ -8,6 +8,7 @@ import json
 import os
 import time
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -492,7 +493,7 @@ def run(config, workdir):
         f"### T6 (oracle mechanism, population clicks), alpha = {alpha:g}\n\n{table}\n\n"
         f"checks: {json.dumps(t6_checks(rows), default=float)}\n"
       )
-      print(report[-1], flush=True)
+      logging.info(report[-1])
   t8 = {}
   if config.t8.enabled:
     t8 = run_t8(config, data)
@@ -501,7 +502,7 @@ def run(config, workdir):
       cell = lambda r, c: ("never" if r[c] is None else r[c]) if c in r else "-"
       table = markdown_table({n: {c: cell(r, c) for c in cols} for n, r in block["rows"].items()}, cols, precision=4)
       report.append(f"### T8 (position-only PBM, {config.t8.steps} steps) [{dkey}]\n\n{table}\n")
-      print(report[-1], flush=True)
+      logging.info(report[-1])
   results, histories = {}, {}
   settings = [("position", 0.0)] if config.position_setting else []
   settings += [("trust", float(a)) for a in config.alphas]
@@ -513,7 +514,7 @@ def run(config, workdir):
     table = markdown_table({n: {c: r.get(c, "-") for c in cols} for n, r in rows.items()}, cols, precision=4)
     title = "Table I analogue (position-only)" if setting == "position" else f"Table II/III analogue, alpha = {alpha:g}"
     report.append(f"### {title} [{key}]\n\n{table}\n")
-    print(report[-1], flush=True)
+    logging.info(report[-1])
   if results:
     t3 = {
       a: {n: results[f"setting=trust/alpha={a:g}"][n]["ndcg@10"] for n in results[f"setting=trust/alpha={a:g}"]}
@@ -525,7 +526,7 @@ def run(config, workdir):
       precision=4,
     )
     report.append(f"### Table III analogue (NDCG@10 by trust strength)\n\n{table3}\n")
-    print(report[-1], flush=True)
+    logging.info(report[-1])
   fig_key = f"setting=trust/alpha={config.figure_alpha:g}"
   figures = write_figures(workdir, results, histories, fig_key) if fig_key in results else []
   checks = t7_checks(results, histories, fig_key, "setting=position/alpha=0")
@@ -537,10 +538,10 @@ def run(config, workdir):
           "steps_to_mae<0.05": row["steps_to_mae<0.05"],
         }
   report.append(f"### T7/T8 checks\n\n{json.dumps(checks, default=float, indent=1)}\n")
-  print(report[-1], flush=True)
+  logging.info(report[-1])
   elapsed = time.perf_counter() - t_start
   report.append(f"total wall time: {elapsed:.1f} s\n")
-  print(report[-1], flush=True)
+  logging.info(report[-1])
   payload = {
     **results,
     "t6": t6,

@@ -227,8 +227,9 @@ def identifiability_context_study(cfg, key):
       "merge_pairs": res.pop("merge_pairs"),
       **{row: study.summarise(m) for row, m in res.items()},
     }
-    print(
-      f"contexts={nc}:",
+    logging.info(
+      "contexts=%s: %s",
+      nc,
       {
         row: round(v["mcc"]["mean"], 4)
         for row, v in out[f"contexts={nc}"].items()
@@ -265,8 +266,8 @@ def run_identifiability_study(cfg, workdir: str) -> dict:
   summary = {name: study.summarise(m) for name, m in rows.items()}
   seconds = time.time() - t0
   table = _table_md(summary)
-  print(table)
-  print("intervention plan:", plan)
+  logging.info(table)
+  logging.info("intervention plan: %s", plan)
   atomic_write_text(os.path.join(workdir, "results.json"), json.dumps(summary, indent=1))
   atomic_write_text(
     os.path.join(workdir, "table.md"),
