@@ -26,12 +26,28 @@ def _config(arg):
   return module.get_config(arg)
 
 
-def test_default_config_is_the_issue_protocol():
+def test_default_config_builds_every_method_and_simulates_clicks_on_its_data():
+  """Every method of the default config builds from its method_configs on the configured data, and the
+  click model clicks on those lists (position-biased: the top is clicked more than the bottom)."""
+  import jax  # noqa: PLC0415
+
+  from ultr_jax import simulation  # noqa: PLC0415
+  from ultr_jax.train import experiment, get_method  # noqa: PLC0415
+
   config = _config("")
-  assert tuple(config.methods) == EXPECTED_METHODS
-  assert config.click_model.name.startswith("pbm") and config.click_model.eta == 1.0
-  assert config.num_seeds >= 3
-  assert (config.data.num_train, config.data.num_valid, config.data.num_test) == (1000, 200, 200)
+  train, valid, test = experiment.load_datasets(config)
+  assert min(ds.num_queries for ds in (train, valid, test)) > 0
+  for name in config.methods:
+    method = get_method(
+      name, config.method_configs.get(name, {}), num_features=train.num_features, list_size=train.list_size
+    )
+    assert method.name == name
+  batch = jax.tree.map(jax.numpy.asarray, train.as_batch(np.arange(256)))
+  clicks = simulation.make_click_fn(config.click_model)(jax.random.key(0), batch)["clicks"]
+  assert clicks.shape == batch["where"].shape and not np.any(np.asarray(clicks)[~np.asarray(batch["where"])])
+  ctr = np.asarray(clicks).mean(0)
+  assert ctr[0] > ctr[train.list_size - 1]
+  assert config.num_seeds >= 2  # intervals need seeds
   with pytest.raises(ValueError, match="unknown config variant"):
     _config("large")
 

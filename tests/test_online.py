@@ -775,10 +775,16 @@ def _config(arg):
   return module.get_config(arg)
 
 
-def test_default_config_is_the_papers_protocol():
+def test_default_config_resolves_every_user_and_learner():
+  """The study accepts the default config as it is: every user resolves, every learner's spec builds."""
+  from ultr_jax.studies import online as online_study  # noqa: PLC0415
+  from ultr_jax.train import online  # noqa: PLC0415
+
   c = _config("")
-  assert c.num_impressions == 10000 and c.top_k == 10 and c.num_seeds >= 5
-  assert tuple(c.methods) == ONLINE_METHODS and tuple(c.click_models) == tuple(ONLINE_CLICK_MODELS)
+  users = online_study._study_users(c)
+  assert list(users) == list(c.click_models)
+  for method in c.methods:
+    online._spec(method, c)  # raises on an unknown method or impressions not a multiple of eval_every
   with pytest.raises(ValueError, match="unknown config variant"):
     _config("large")
 
