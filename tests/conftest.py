@@ -44,6 +44,8 @@ import pytest  # noqa: E402
 
 from ultr_jax.testing import shared_data_dir  # noqa: E402
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
 
 @pytest.fixture(scope="session")
 def shared_data() -> pathlib.Path:
@@ -58,9 +60,13 @@ def shared_data() -> pathlib.Path:
 def subprocess_env() -> dict:
   """Environment for a binary or notebook kernel run from a test: CPU, one device, Agg plots.
 
-  Keeps this session's other XLA flags (the optimisation level above).
+  Keeps this session's other XLA flags (the optimisation level above) and puts this checkout first on
+  ``PYTHONPATH``.
   """
   env = dict(os.environ, JAX_PLATFORMS="cpu", MPLBACKEND="Agg")
+  # A binary run as ``python experiments/<study>/main.py`` puts its own folder first on sys.path, so without
+  # this it imports whichever ultr_jax is installed, not this checkout's.
+  env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
   env["XLA_FLAGS"] = re.sub(r"--xla_force_host_platform_device_count=\d+", "", env.get("XLA_FLAGS", "")).strip()
   return env
 
