@@ -1,4 +1,5 @@
-r"""CLD study (spec-cld 2.10, 8, 10): Tables 2/3 analogues and the sweeps of Figures 3-6.
+r"""The CLD study (Zhao, Xu et al., "Unbiased Top-k Learning to Rank with Causal Likelihood Decomposition",
+SIGIR-AP 2023, Sections 6-7): Tables 2/3 analogues and the sweeps of Figures 3-6.
 
 Every grid point simulates one fixed top-k log (aggregated counts), trains
 each method with :func:`ultr_jax.train.fit` (seeds vmapped, ``click_fn=None``)
@@ -106,8 +107,8 @@ def load_data(config):
   if config.data.path:
     paths = [os.path.join(config.data.path, f) for f in config.data.files]
     splits = data_lib.Splits(*(data_lib.load_svmlight(p, max_label=4) for p in paths))
-    splits = data_lib.Splits(*(data_lib.drop_queries_without_relevant(ds) for ds in splits))  # spec 2.2
-    stats = data_lib.fit_normalizer([splits.train], "minmax")  # A18: fit on train
+    splits = data_lib.Splits(*(data_lib.drop_queries_without_relevant(ds) for ds in splits))  # as the authors' code
+    stats = data_lib.fit_normalizer([splits.train], "minmax")  # fit on train only (the code fits per split)
     splits = data_lib.Splits(*(data_lib.normalize_features(ds, method="minmax", stats=stats) for ds in splits))
     main_hidden = 0
   else:

@@ -1,4 +1,13 @@
-"""SIF study orchestration (spec-sif 7.1 T6/T7/T8; Tables I-III, Figures 2-5 analogues).
+"""The SIF study (Gong, Ai, Tao & Zhang, "A Causal Information-Flow Framework for ULTR", Section VI).
+
+Analogues of its Tables I-III and Figures 2-5 on a CPU-sized toy, in three runs named by this study (the
+names are ``results.json``'s keys and the config's variants):
+
+* T6: the core mechanism with an oracle bias source and population clicks, under position + trust bias
+  (Section VI-D: the Tables II/III story, SIF-dec above DLA and over-regularisation past a point);
+* T7: the full method with learned towers and sampled clicks on the same toy (Figures 2-5: leakage
+  trajectories, propensity MAE to the PBM oracle);
+* T8: propensity recovery under position bias only (Section VI-C, Table I).
 
 Importable (the tests drive it with the ``smoke`` config); ``main.py`` only
 parses flags and calls :func:`run`.
@@ -66,7 +75,7 @@ def load_data(config):
     for ds in sets:
       ds = apply_logging_policy(ds, logging_policy_scores(w, ds), top_k=d.list_size)
       rs = np.where(ds.where, ds.features @ np.asarray(w, np.float32), 0.0)
-      if stats is None:  # global training-set statistics (spec 5.1)
+      if stats is None:  # global training-set statistics (the bias source z, standardised once)
         stats = (rs[ds.where].mean(), rs[ds.where].std() + 1e-8)
       out.append(ds.with_extras(logging_score=np.where(ds.where, (rs - stats[0]) / stats[1], 0.0).astype(np.float32)))
     return tuple(out)
@@ -123,7 +132,8 @@ def held_out_leakage(method, params, test: RankingDataset, *, gamma=1.0, k_top=3
 
 
 def relative_mae(p, eta=1.0):
-  """``MAE_rel = mean_k |p_k/p_1 - pi_k/pi_1|`` of ``p [..., K]`` against the PBM table ** eta (spec 6.4).
+  """``MAE_rel = mean_k |p_k/p_1 - pi_k/pi_1|`` of ``p [..., K]`` against the PBM table ** eta (Figure 3's
+  "MAE to PBM oracle", up to the scale exposure is identified with).
 
   The toy's clicks at alpha = 0 are the PBM with ``ULTRA_EXAM_TABLE ** eta``
   (``position_trust``'s examination), so this table is the exposure oracle.

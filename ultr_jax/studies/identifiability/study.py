@@ -194,7 +194,8 @@ def identifiability_figures(cfg, key, workdir, share=()):
 
 
 def identifiability_context_study(cfg, key):
-  """Section 5.2 / spec 4.1.11: CPBM with random contexts, IG, merging (``cfg.context``)."""
+  """Section 5.2 and Appendix C.2 (Chen et al., ICML 2024): the contextual PBM with random contexts, IG, merging
+  (``cfg.context``)."""
   c = cfg.context
   if c.svmlight:
     features, labels, where, _ = read_svmlight_ranking(c.svmlight)
