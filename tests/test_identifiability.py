@@ -7,6 +7,7 @@ paper reproductions (Table 1, Figures 3b and 4b) are marked slow.
 import functools
 import itertools
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -282,6 +283,29 @@ def test_fit_runs_equals_single_runs(name, kw):
       ri, oi = FITS[name](keys[i], items, factors, ctrs[i], where=where, **args)
       np.testing.assert_allclose(rb[i], ri, rtol=1e-10, atol=1e-13)
       np.testing.assert_allclose(ob[i], oi, rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("name,kw", _VARIANTS)
+def test_cpu_compiler_option_changes_speed_not_fits(name, kw):
+  """The fits compiled with the CPU-only option (embedding.compiler_options("cpu")) equal the fits compiled with
+  XLA's defaults, which every other backend gets; on a machine with an accelerator, also the fits run there."""
+  items, factors, where, ctr = _mixed_records(1)
+  ctrs = np.clip(ctr * np.random.default_rng(0).uniform(0.8, 1.2, (2, ctr.size)), 0, 1)
+  args = dict(num_items=15, num_factors=5, epochs=150, **kw)
+  assert embedding.compiler_options("cpu") == embedding.CPU_COMPILER_OPTIONS
+  assert embedding.compiler_options("gpu") is None and embedding.compiler_options("tpu") is None
+  with jax.enable_x64(True):
+    keys = jax.random.split(jax.random.PRNGKey(0), 2)
+    lay = embedding.record_layout(items, factors, where, num_items=15, num_factors=5)
+    fit = lambda k, c: embedding.fit_runs(name, k, c, where=where, layout=lay, **args)  # noqa: E731
+    cpu = jax.device_get(jax.jit(fit, compiler_options=embedding.compiler_options("cpu"))(keys, ctrs))
+    default = jax.device_get(jax.jit(fit, compiler_options=embedding.compiler_options("gpu"))(keys, ctrs))
+    chex.assert_trees_all_close(cpu, default, rtol=1e-10, atol=1e-13)
+    accelerators = [d for d in jax.devices() if d.platform != "cpu"]
+    if accelerators:  # the accelerator path: backend_jit with XLA's defaults, on the accelerator
+      with jax.default_device(accelerators[0]):
+        there = jax.device_get(embedding.backend_jit(fit)(keys, ctrs))
+      chex.assert_trees_all_close(there, cpu, rtol=1e-6, atol=1e-9)
 
 
 @pytest.mark.parametrize("name,kw", [("two_tower", {})])

@@ -176,7 +176,7 @@ def _clicks(k, p_click, where, num_clicks):
   return jnp.where(where, simulate_ctr(k_click, p_click, num_clicks), 0.0), k_fit
 
 
-@functools.partial(jax.jit, static_argnames=("method", "num_items", "num_factors", "kw"))
+@functools.partial(embedding.backend_jit, static_argnames=("method", "num_items", "num_factors", "kw"))
 def _row(
   ctr, k_fit, f_ids, can, layout, where, items_f, factors, rel, rec_ids, labels, *, method, num_items, num_factors, kw
 ):

@@ -27,6 +27,7 @@ jax.enable_x64(True)``): click MSE goes below :math:`10^{-8}` and the updates
 divide by small numbers.
 """
 
+import functools
 from typing import NamedTuple, Optional
 
 import jax
@@ -37,6 +38,9 @@ import optax
 from ultr_jax.types import Array, PRNGKey
 
 __all__ = [
+  "CPU_COMPILER_OPTIONS",
+  "backend_jit",
+  "compiler_options",
   "fit_dla",
   "fit_regression_em",
   "fit_two_tower",
@@ -976,11 +980,50 @@ def _fit_two_tower(keys, ctr, where, lay, *, num_items, num_factors, epochs, lea
   return (d.assemble(None if params["as"] is None else sig(params["as"]), sig(params["am"]), sig(a0)), sig(params["b"]))
 
 
+#: XLA:CPU options for the fits' top-level jits: its YNN fusions of float64 row reductions make the Table 1
+#: epochs 3-6x slower (``benchmarks/RESULTS.md``, "Identifiability fits: the CPU compiler option"). Applied on
+#: the CPU backend only (:func:`compiler_options`); other backends compile with XLA's defaults.
+CPU_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
+
+
+def compiler_options(backend: Optional[str] = None) -> Optional[dict]:
+  """The fits' XLA compiler options on ``backend`` (default: JAX's default backend).
+
+  :data:`CPU_COMPILER_OPTIONS` on ``"cpu"``, None (XLA's defaults) on any other backend.
+
+  >>> compiler_options("cpu"), compiler_options("gpu")
+  ({'xla_cpu_experimental_ynn_fusion_type': ''}, None)
+  """
+  backend = jax.default_backend() if backend is None else backend
+  return dict(CPU_COMPILER_OPTIONS) if backend == "cpu" else None
+
+
+def backend_jit(fun, **jit_kwargs):
+  """``jax.jit(fun, **jit_kwargs)`` compiled with :func:`compiler_options` of the default backend.
+
+  The backend is read at the first call, not at import; one jitted function per backend.
+
+  >>> f = backend_jit(lambda x, n: x * n, static_argnames="n")
+  >>> float(f(jnp.float32(2.0), n=3))
+  6.0
+  """
+  jitted = {}
+
+  @functools.wraps(fun)
+  def call(*args, **kwargs):
+    backend = jax.default_backend()
+    if backend not in jitted:
+      jitted[backend] = jax.jit(fun, compiler_options=compiler_options(backend), **jit_kwargs)
+    return jitted[backend](*args, **kwargs)
+
+  return call
+
+
 _STATIC = ("num_items", "num_factors", "epochs")
 _JITTED = {
-  _fit_dla: jax.jit(_fit_dla, static_argnames=_STATIC + ("o_update",)),
-  _fit_regression_em: jax.jit(_fit_regression_em, static_argnames=_STATIC + ("variant",)),
-  _fit_two_tower: jax.jit(_fit_two_tower, static_argnames=_STATIC),
+  _fit_dla: backend_jit(_fit_dla, static_argnames=_STATIC + ("o_update",)),
+  _fit_regression_em: backend_jit(_fit_regression_em, static_argnames=_STATIC + ("variant",)),
+  _fit_two_tower: backend_jit(_fit_two_tower, static_argnames=_STATIC),
 }
 
 
@@ -1036,8 +1079,9 @@ def fit_runs(
 
   The same as ``jax.vmap`` of the single-run function over ``keys`` and the
   CTR rows, in one jitted call.
-  Traceable, not jitted: call it inside a top-level ``jax.jit`` (the layout
-  is an argument; build it with :func:`record_layout` outside the trace).
+  Traceable, not jitted: call it inside a top-level :func:`backend_jit` (or
+  ``jax.jit``; the layout is an argument: build it with :func:`record_layout`
+  outside the trace).
 
   Args:
     method: ``"dla"``, ``"regression_em"`` or ``"two_tower"``.

@@ -111,7 +111,7 @@ def _simulate(key, doc_ids, positions, labels, where, exam, num_clicks, eps, y_m
   return ctr, k_fit, r_true_doc
 
 
-@functools.partial(jax.jit, static_argnames=("method", "num_docs", "num_factors", "epochs", "fit_kwargs"))
+@functools.partial(embedding.backend_jit, static_argnames=("method", "num_docs", "num_factors", "epochs", "fit_kwargs"))
 def _fit(k_fit, ctr, docs, where, layout, *, method, num_docs, num_factors, epochs, fit_kwargs):
   # ctr [R, n], docs / where [n]: flat records (padded with where False)
   if method == "no_debias":
