@@ -1001,7 +1001,9 @@ def compiler_options(backend: Optional[str] = None) -> Optional[dict]:
 def backend_jit(fun, **jit_kwargs):
   """``jax.jit(fun, **jit_kwargs)`` compiled with :func:`compiler_options` of the default backend.
 
-  The backend is read at the first call, not at import; one jitted function per backend.
+  The backend is read at the first call, not at import; one jitted function per backend. For top-level jits
+  only (XLA takes compiler options from the outermost program): the study's fits (``table1._fit``, the context
+  study's rows); the single-run fits, which users may call inside their own jit, are plain ``jax.jit``.
 
   >>> f = backend_jit(lambda x, n: x * n, static_argnames="n")
   >>> float(f(jnp.float32(2.0), n=3))
@@ -1021,9 +1023,9 @@ def backend_jit(fun, **jit_kwargs):
 
 _STATIC = ("num_items", "num_factors", "epochs")
 _JITTED = {
-  _fit_dla: backend_jit(_fit_dla, static_argnames=_STATIC + ("o_update",)),
-  _fit_regression_em: backend_jit(_fit_regression_em, static_argnames=_STATIC + ("variant",)),
-  _fit_two_tower: backend_jit(_fit_two_tower, static_argnames=_STATIC),
+  _fit_dla: jax.jit(_fit_dla, static_argnames=_STATIC + ("o_update",)),
+  _fit_regression_em: jax.jit(_fit_regression_em, static_argnames=_STATIC + ("variant",)),
+  _fit_two_tower: jax.jit(_fit_two_tower, static_argnames=_STATIC),
 }
 
 
