@@ -5,7 +5,7 @@ mean-of-ratios observation update) on the K=2 dataset in a numba-compiled
 per-record loop (a NumPy ``bincount`` loop if numba is missing).
 Ours: the whole Table 1 (No debias + 3 methods x {raw, + NI, + NM}, 10 runs
 per row; DLA / Two-Tower 20k epochs, Regression-EM 100k) through
-:func:`ultr_jax.graph.study.table1`, jitted, ``lax.scan`` over epochs,
+:func:`ultr_jax.studies.identifiability.table1.table1`, jitted, ``lax.scan`` over epochs,
 ``vmap`` over runs, float64.
 
   python benchmarks/identifiability_table1.py                    # full, cold
@@ -25,7 +25,8 @@ import jax
 import numpy as np
 
 from ultr_jax.data import load_ultra
-from ultr_jax.graph import DESIGN_GRAPHS, generate_design_dataset, study
+from ultr_jax.graph import DESIGN_GRAPHS, generate_design_dataset
+from ultr_jax.studies.identifiability import table1 as study
 from ultr_jax.testing import shared_data_dir
 
 try:

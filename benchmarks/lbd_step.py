@@ -26,7 +26,7 @@ import optax
 
 from _timing import time_method_step
 from ultr_jax.train import get_method
-from ultr_jax.train.lbd_study import grid_members
+from ultr_jax.studies.lbd import grid_members
 from ultr_jax.train.methods.lbd import make_lbd_grid
 
 

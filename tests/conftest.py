@@ -16,6 +16,8 @@
 * ``shared_data``: the read-only reference data in ``../shared/data``, read
   in place; tests that need it skip with a clear reason where it is absent.
 * Doctests see ``jax``, ``jnp`` and ``np``.
+* ``assert_compiles_once``: a function compiles once for every call a user makes with new values of the
+  same shapes (see :func:`check_compiles_once`).
 """
 
 import os
@@ -29,15 +31,20 @@ for _flag, _value in (
   if _flag not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --{_flag}={_value}".strip()
 
+import contextlib  # noqa: E402
 import pathlib  # noqa: E402
 import re  # noqa: E402
+from typing import Any, Callable  # noqa: E402
 
 import jax  # noqa: E402
+import jax.monitoring  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from ultr_jax.testing import shared_data_dir  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
@@ -53,9 +60,13 @@ def shared_data() -> pathlib.Path:
 def subprocess_env() -> dict:
   """Environment for a binary or notebook kernel run from a test: CPU, one device, Agg plots.
 
-  Keeps this session's other XLA flags (the optimisation level above).
+  Keeps this session's other XLA flags (the optimisation level above) and puts this checkout first on
+  ``PYTHONPATH``.
   """
   env = dict(os.environ, JAX_PLATFORMS="cpu", MPLBACKEND="Agg")
+  # A binary run as ``python experiments/<study>/main.py`` puts its own folder first on sys.path, so without
+  # this it imports whichever ultr_jax is installed, not this checkout's.
+  env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
   env["XLA_FLAGS"] = re.sub(r"--xla_force_host_platform_device_count=\d+", "", env.get("XLA_FLAGS", "")).strip()
   return env
 
@@ -76,3 +87,63 @@ def default_xla_env(subprocess_env) -> dict:
 @pytest.fixture(autouse=True)
 def _doctest_namespace(doctest_namespace):
   doctest_namespace.update(jax=jax, jnp=jnp, np=np)
+
+
+_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+
+
+@contextlib.contextmanager
+def _count_compiles():
+  """Counts XLA backend compilations (``jax.monitoring``'s compile event) inside the block: ``[count]``."""
+  count = [0]
+
+  def listener(event: str, duration: float, **kwargs: Any) -> None:
+    del duration, kwargs
+    if event == _BACKEND_COMPILE:
+      count[0] += 1
+
+  jax.monitoring.register_event_duration_secs_listener(listener)
+  try:
+    yield count
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listener)
+
+
+def check_compiles_once(fn: Callable[..., Any], make_args: Callable[[int], tuple], *, jit: bool = True, calls: int = 3):
+  """Asserts that ``fn`` traces once and compiles nothing after its first call.
+
+  ``make_args(i)`` returns call ``i``'s ``(args, kwargs)``: new values of the same shapes every call (a
+  second and third batch), with Python scalars (weak-typed) where ``fn`` takes a scalar, their values
+  changing too. With ``jit=True`` the helper jits ``fn`` itself and counts its traces (a Python side
+  effect in the traced function) as well; ``jit=False`` calls ``fn`` as a user does (a library entry point
+  that jits inside) and counts XLA compilations only. Either way any compilation after the first call
+  fails the check: a retrace on values (a static argument, a fresh ``jax.jit`` per call, a Python float
+  baked into the program) shows as one. jit's cache is keyed on shapes and dtypes, so calling an already
+  jitted function again with same-shaped arrays can never retrace; that is why the values and scalars
+  change here. Returns the last call's output.
+  """
+  traces = [0]
+  if jit:
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+      traces[0] += 1
+      return fn(*args, **kwargs)
+
+    run = jax.jit(counted)
+  else:
+    run = fn
+  inputs = [make_args(i) for i in range(calls)]  # built first: their own eager ops are not counted
+  outs = [jax.block_until_ready(run(*inputs[0][0], **inputs[0][1]))]  # compiles (and warms eager primitives)
+  with _count_compiles() as compiles:
+    for args, kwargs in inputs[1:]:
+      outs.append(jax.block_until_ready(run(*args, **kwargs)))
+  if jit:
+    assert traces[0] == 1, f"{getattr(fn, '__name__', fn)} traced {traces[0]} times over {calls} calls"
+  assert compiles[0] == 0, f"{getattr(fn, '__name__', fn)} compiled {compiles[0]} more times after its first call"
+  return outs
+
+
+@pytest.fixture
+def assert_compiles_once() -> Callable[..., Any]:
+  """:func:`check_compiles_once`, as a fixture."""
+  return check_compiles_once

@@ -1,4 +1,4 @@
-"""Tests of the CLD Methods (train/methods/cld.py) and the study's orchestration (train/cld_study.py)."""
+"""Tests of the CLD Methods (train/methods/cld.py) and the study's orchestration (studies/cld.py)."""
 
 import importlib.util
 import pathlib
@@ -13,7 +13,8 @@ from ultr_jax import data as data_lib
 from ultr_jax import losses
 from ultr_jax.data import RankingDataset
 from ultr_jax.simulation import simulate_topk_log, topk_log_dataset, topk_selection_data
-from ultr_jax.train import cld_study, evaluate, fit, get_method
+from ultr_jax.studies import cld as cld_study
+from ultr_jax.train import evaluate, fit, get_method
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NAMES = ("cld", "cld_n", "cld_pair", "cld_pair_l", "heckman_rank", "rank_agg")

@@ -12,7 +12,7 @@ import pytest
 
 from ultr_jax import simulation as sim
 from ultr_jax.testing import assert_matches_expected
-from ultr_jax.train.click_model_study import run_click_model_study
+from ultr_jax.studies.click_models import run_click_model_study
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "experiments" / "click_models" / "configs" / "default.py"
@@ -68,7 +68,7 @@ def test_binary_smoke_run(tmp_path, subprocess_env):
       gap = row[model]["perplexity_minus_true_parameters"]["mean"]
       assert gap == pytest.approx(row[model]["perplexity"]["mean"] - truth["perplexity"]["mean"], abs=1e-6)
   table = (tmp_path / "table.md").read_text()
-  assert "| true=pbm |" in table and "n/a" in table and "| true=pbm |" in proc.stdout
+  assert "| true=pbm |" in table and "n/a" in table and "| true=pbm |" in proc.stderr
   assert table.splitlines()[2].endswith("| ccm | trust | rctr | dctr | drctr | true parameters |")
   for row in results.values():  # the CTR baselines: no attraction, conditional = marginal
     for model in ("rctr", "dctr", "drctr"):

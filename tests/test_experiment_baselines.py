@@ -26,12 +26,28 @@ def _config(arg):
   return module.get_config(arg)
 
 
-def test_default_config_is_the_issue_protocol():
+def test_default_config_builds_every_method_and_simulates_clicks_on_its_data():
+  """Every method of the default config builds from its method_configs on the configured data, and the
+  click model clicks on those lists (position-biased: the top is clicked more than the bottom)."""
+  import jax  # noqa: PLC0415
+
+  from ultr_jax import simulation  # noqa: PLC0415
+  from ultr_jax.train import experiment, get_method  # noqa: PLC0415
+
   config = _config("")
-  assert tuple(config.methods) == EXPECTED_METHODS
-  assert config.click_model.name.startswith("pbm") and config.click_model.eta == 1.0
-  assert config.num_seeds >= 3
-  assert (config.data.num_train, config.data.num_valid, config.data.num_test) == (1000, 200, 200)
+  train, valid, test = experiment.load_datasets(config)
+  assert min(ds.num_queries for ds in (train, valid, test)) > 0
+  for name in config.methods:
+    method = get_method(
+      name, config.method_configs.get(name, {}), num_features=train.num_features, list_size=train.list_size
+    )
+    assert method.name == name
+  batch = jax.tree.map(jax.numpy.asarray, train.as_batch(np.arange(256)))
+  clicks = simulation.make_click_fn(config.click_model)(jax.random.key(0), batch)["clicks"]
+  assert clicks.shape == batch["where"].shape and not np.any(np.asarray(clicks)[~np.asarray(batch["where"])])
+  ctr = np.asarray(clicks).mean(0)
+  assert ctr[0] > ctr[train.list_size - 1]
+  assert config.num_seeds >= 2  # intervals need seeds
   with pytest.raises(ValueError, match="unknown config variant"):
     _config("large")
 
@@ -64,7 +80,7 @@ def test_binary_smoke_run(tmp_path, subprocess_env):
   assert "propensity_corr" not in results["naive"]
   table = (tmp_path / "table.md").read_text()
   assert all(f"| {name} |" in table for name in EXPECTED_METHODS)
-  assert "| dla |" in proc.stdout  # the table is printed too
+  assert "| dla |" in proc.stderr  # the table is logged too (absl, INFO to stderr)
   assert (tmp_path / "table.csv").exists()
   # Learning curves: per evaluation (steps 10 and 20), the train loss and validation metrics per seed.
   for name in EXPECTED_METHODS:
@@ -103,6 +119,7 @@ def test_trains_on_logged_baidu_clicks(tmp_path):
   IPS needs propensities, which only a simulator knows: it is refused, unless they are given.
   """
   from ultr_jax import data  # noqa: PLC0415
+  from ultr_jax.studies import baselines  # noqa: PLC0415
   from ultr_jax.train import experiment  # noqa: PLC0415
 
   splits = data.make_synthetic(num_train=48, num_valid=12, num_test=12, list_size=6, num_features=5, seed=3)
@@ -120,7 +137,7 @@ def test_trains_on_logged_baidu_clicks(tmp_path):
   config.dcg_cutoffs = (1, 10)  # Baidu-ULTR's annotations are compared by DCG@k (Hager et al.)
   config.write_runs = True
   workdir = tmp_path / "work"
-  results = experiment.train_and_evaluate(config, str(workdir))
+  results = baselines.train_and_evaluate(config, str(workdir))
   assert results["_meta"]["click_model"] == "logged clicks" and results["_meta"]["true_propensities"] is None
   for name in config.methods:
     assert all(np.isfinite(results[name][m]) for m in METRICS)
@@ -158,14 +175,14 @@ def test_trains_on_logged_baidu_clicks(tmp_path):
   # A method that reads the simulator's propensities is refused by name; other studies refuse the source.
   config.methods = ("ips",)
   with pytest.raises(ValueError, match=r"method 'ips' reads batch\['examination'\]"):
-    experiment.train_and_evaluate(config, None)
+    baselines.train_and_evaluate(config, None)
   config.methods = ("full_info",)  # a click log has no labels to train on
   with pytest.raises(ValueError, match=r"method 'full_info' reads batch\['labels'\].*graded relevance labels"):
-    experiment.train_and_evaluate(config, None)
+    baselines.train_and_evaluate(config, None)
   config.methods = ("ips",)
   # With given propensities IPS trains (they are the position's, 0 at padding).
   config.data.propensities = ",".join(str(p) for p in exam)
-  results = experiment.train_and_evaluate(config, None)
+  results = baselines.train_and_evaluate(config, None)
   assert all(np.isfinite(results["ips"][m]) for m in METRICS)
   train, _, _ = experiment.load_datasets(config, logged_clicks=True)
   np.testing.assert_allclose(train.extras["examination"], np.where(train.where, exam, 0), rtol=1e-6)

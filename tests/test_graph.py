@@ -1,6 +1,7 @@
 """Tests for ultr_jax.graph.connectivity (IG + connected components kernel)."""
 
-import chex
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -70,15 +71,15 @@ def test_max_iters_reports_not_converged():
   assert not bool(ok)
 
 
-def test_compiles_once():
-  @jax.jit
-  @chex.assert_max_traces(n=1)
-  def f(s, d, m):
-    return connected_components(s, d, num_nodes=10, edge_mask=m)[1]
+def test_compiles_once(assert_compiles_once):
+  """Three edge lists of new values: one trace under jit, and no recompile when called as it is."""
 
-  rng = np.random.default_rng(3)
-  for _ in range(3):
-    f(rng.integers(0, 10, 7), rng.integers(0, 10, 7), rng.random(7) < 0.5)
+  def edges(i):
+    rng = np.random.default_rng(3 + i)
+    return (rng.integers(0, 10, 7), rng.integers(0, 10, 7)), {"edge_mask": rng.random(7) < 0.5}
+
+  assert_compiles_once(lambda s, d, edge_mask: connected_components(s, d, num_nodes=10, edge_mask=edge_mask), edges)
+  assert_compiles_once(functools.partial(connected_components, num_nodes=10), edges, jit=False)
 
 
 def test_vmap_equals_loop():

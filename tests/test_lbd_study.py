@@ -13,7 +13,7 @@ from scipy import stats as scipy_stats
 
 from ultr_jax import simulation
 from ultr_jax.testing import assert_matches_expected
-from ultr_jax.train import lbd_study as S
+from ultr_jax.studies import lbd as S
 
 V = np.array([0.68, 0.61, 0.48, 0.34, 0.28, 0.20, 0.11, 0.10, 0.08, 0.06])
 R = np.array([0.1, 0.16, 0.28, 0.52, 1.0])

@@ -348,17 +348,13 @@ def test_check_grads(case):
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_compiles_once(case):
-  chex.clear_trace_counter()
+def test_compiles_once(case, assert_compiles_once):
+  """One trace and no compile after the first for three batches of new values (new masks too)."""
 
-  @jax.jit
-  @chex.assert_max_traces(n=1)
   def step(s, c, a, w):
     return jax.value_and_grad(lambda s: case.fn(s, c, a, where=w, reduce_fn=jnp.mean))(s)
 
-  for seed in range(3):
-    s, c, a, w = _data(jax.random.key(10 + seed), (4, 6), case)
-    step(s, c, a, w)
+  assert_compiles_once(step, lambda i: (_data(jax.random.key(10 + i), (4, 6), case), {}))
 
 
 _WRAPPED_MEAN = lambda a, where=None: jnp.mean(a, where=where)  # noqa: E731  (a mean that is not jnp.mean)

@@ -12,7 +12,7 @@ from ultr_jax import simulation
 from ultr_jax.data import RankingDataset
 from ultr_jax.testing import assert_matches_expected
 from ultr_jax.train import available_methods
-from ultr_jax.train import report
+from ultr_jax.studies import report
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -49,23 +49,14 @@ def test_default_config_covers_every_method_family_and_bias():
   sif = {m for m in available_methods() if m.startswith("sif_")} | {"dr", "ips_trust_oracle", "ips_dpenalty"}
   assert sif <= set(_config("full").methods)  # + the SIF channel ablations
   assert set(_config("full").methods) <= set(available_methods())
-  assert tuple(c.biases) == (
-    "pbm",
-    "trust",
-    "position_trust",
-    "dcm",
-    "individual",
-    "topk",
-    "context_pbm",
-    "ubm",
-    "dbn",
-    "ccm",
-    "topk_sample",
-  )
+  assert len(set(c.biases)) == len(c.biases)
+  for bias in c.biases:  # every column has a bias config the report can lay out, and a click model
+    report._layout(c.bias_configs[bias])
+    assert c.bias_configs[bias].click_model.name
   # Every click model of the simulators has its column (pbm_table is the pbm column's model, the cascade is DCM
   # at continuation 0).
   assert set(simulation.click_models()) - {"pbm_table", "cascade"} <= set(c.biases)
-  assert c.num_seeds >= 3 and c.data.num_train == 1000
+  assert c.num_seeds >= 2  # intervals need seeds
   with pytest.raises(ValueError, match="unknown config variant"):
     _config("big")
 

@@ -9,8 +9,10 @@ Subpackages (imported on first use, so ``import ultr_jax`` stays cheap):
 * :mod:`ultr_jax.losses`: debiasing losses and estimators (rax convention).
 * :mod:`ultr_jax.models`: flax linen towers.
 * :mod:`ultr_jax.graph`: identifiability graph, node intervention and merging.
-* :mod:`ultr_jax.train`: ``fit``, ``evaluate``, ``train_and_evaluate``, the
-  method registry, checkpoints and results.
+* :mod:`ultr_jax.train`: ``fit``, ``evaluate``, the method registry,
+  checkpoints and results.
+* :mod:`ultr_jax.studies`: the paper reproductions and the report
+  (``run(config, workdir)`` each; the baselines study is ``train_and_evaluate``).
 
 >>> import ultr_jax
 >>> sorted(ultr_jax.train.available_methods())[:3]
@@ -22,7 +24,7 @@ from typing import Any
 
 __version__ = "0.1.13"
 
-_SUBPACKAGES = ("data", "graph", "losses", "metrics", "models", "simulation", "testing", "train", "types")
+_SUBPACKAGES = ("data", "graph", "losses", "metrics", "models", "simulation", "studies", "testing", "train", "types")
 
 # Shortcuts to the most used entry points: name -> submodule holding it.
 _SHORTCUTS = {
@@ -33,7 +35,7 @@ _SHORTCUTS = {
   "available_methods": "train",
   "fit": "train",
   "evaluate": "train",
-  "train_and_evaluate": "train",
+  "train_and_evaluate": "studies.baselines",
 }
 
 __all__ = ["__version__", *_SUBPACKAGES, *_SHORTCUTS]

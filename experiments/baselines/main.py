@@ -1,7 +1,7 @@
 r"""Compares the baseline ULTR methods under a simulated click model.
 
 This file is intentionally tiny: the logic lives in
-``ultr_jax.train.train_and_evaluate`` (tested, importable in Colab).
+``ultr_jax.studies.baselines.train_and_evaluate`` (tested, importable in Colab).
 
   python experiments/baselines/main.py \
       --config=experiments/baselines/configs/default.py --workdir=/tmp/baselines
@@ -18,6 +18,7 @@ import jax
 from ml_collections import config_flags
 
 import ultr_jax.train
+from ultr_jax.studies import baselines
 from ultr_jax.train.results import run_in_progress
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -35,7 +36,7 @@ def main(argv):
   jax.config.update("jax_explain_cache_misses", _DEBUG_COMPILES.value)
   ultr_jax.train.maybe_initialize_distributed(_DISTRIBUTED.value)
   with run_in_progress(_WORKDIR.value) as run:  # IN_PROGRESS until the results are written
-    ultr_jax.train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    baselines.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   return run.exit_code  # non-zero when a run diverged (on_divergence='mark')
 
 

@@ -1,12 +1,12 @@
 r"""CLD study binary: Tables 2/3 analogues and the sweeps of Figures 3-6 (spec-cld).
 
-The logic lives in ``ultr_jax/train/cld_study.py``; see ``configs/default.py`` for the commands.
+The logic lives in ``ultr_jax/studies/cld.py``; see ``configs/default.py`` for the commands.
 """
 
 from absl import app, flags
 from ml_collections import config_flags
 
-from ultr_jax.train import cld_study as study
+from ultr_jax.studies import cld as study
 from ultr_jax.train.results import run_in_progress
 
 _CONFIG = config_flags.DEFINE_config_file(

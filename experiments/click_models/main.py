@@ -1,12 +1,12 @@
 r"""Click-model study: fit PBM, UBM, cascade, DCM, DBN and CCM to session logs, compare held-out perplexity.
 
-See ``configs/default.py`` for the commands; the logic is ``ultr_jax.train.click_model_study``.
+See ``configs/default.py`` for the commands; the logic is ``ultr_jax.studies.click_models``.
 """
 
 from absl import app, flags
 from ml_collections import config_flags
 
-from ultr_jax.train.click_model_study import run_click_model_study
+from ultr_jax.studies.click_models import run_click_model_study
 from ultr_jax.train.results import run_in_progress
 
 _CONFIG = config_flags.DEFINE_config_file(

@@ -14,13 +14,13 @@ intervention, + node merging; 10 runs) and Figures 3a, 3b, 4a, 4b and 6.
 
 Writes ``results.json`` (row -> metric -> {mean, std}), ``table.md``,
 ``figures.json`` and ``fig3a.png`` ... ``fig6.png`` to ``--workdir``; the logic
-is ``ultr_jax.train.identifiability_study``.
+is ``ultr_jax.studies.identifiability``.
 """
 
 from absl import app, flags
 from ml_collections import config_flags
 
-from ultr_jax.train.identifiability_study import run_identifiability_study
+from ultr_jax.studies.identifiability import run_identifiability_study
 from ultr_jax.train.results import run_in_progress
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "configs/default.py[:smoke]", lock_config=True)

@@ -1,6 +1,6 @@
 r"""LBD study: individual-level bias, eta sweep, Table 1 / Figure 3 / Figure 4 analogues (spec-lbd 5.2).
 
-Tiny on purpose: the logic is ``ultr_jax.train.lbd_study.run_lbd_study`` (tested, importable).
+Tiny on purpose: the logic is ``ultr_jax.studies.lbd.run_lbd_study`` (tested, importable).
 
   python experiments/lbd/main.py --config=experiments/lbd/configs/default.py --workdir=/tmp/lbd
   python experiments/lbd/main.py --config=experiments/lbd/configs/default.py:smoke --workdir=/tmp/lbd_smoke
@@ -9,7 +9,7 @@ Tiny on purpose: the logic is ``ultr_jax.train.lbd_study.run_lbd_study`` (tested
 from absl import app, flags
 from ml_collections import config_flags
 
-from ultr_jax.train import lbd_study
+from ultr_jax.studies import lbd as lbd_study
 from ultr_jax.train.results import run_in_progress
 
 _CONFIG = config_flags.DEFINE_config_file(

@@ -6,7 +6,7 @@ See ``configs/default.py`` for the commands; the logic is ``ultr_jax.train.onlin
 from absl import app, flags
 from ml_collections import config_flags
 
-from ultr_jax.train.online import run_online_study
+from ultr_jax.studies.online import run_online_study
 from ultr_jax.train.results import run_in_progress
 
 _CONFIG = config_flags.DEFINE_config_file(

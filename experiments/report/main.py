@@ -1,6 +1,6 @@
 r"""One report: every ULTR method under every simulated bias, with the identifiability check beside it.
 
-This file is intentionally tiny: the logic lives in ``ultr_jax.train.report.run_report`` (tested).
+This file is intentionally tiny: the logic lives in ``ultr_jax.studies.report.run_report`` (tested).
 
   python experiments/report/main.py --config=experiments/report/configs/default.py --workdir=/tmp/report
   python experiments/report/main.py --config=experiments/report/configs/default.py:smoke --workdir=/tmp/rs
@@ -11,7 +11,7 @@ Writes ``results.json``, ``table.md``, ``table.csv`` and ``heatmap.png`` to ``--
 from absl import app, flags
 from ml_collections import config_flags
 
-from ultr_jax.train import report
+from ultr_jax.studies import report
 from ultr_jax.train.results import run_in_progress
 
 _CONFIG = config_flags.DEFINE_config_file(

@@ -33,7 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ultr_jax import losses
-from ultr_jax.train import evaluate, fit, get_method, report
+from ultr_jax.studies import report
+from ultr_jax.train import evaluate, fit, get_method
 
 CONFIG = pathlib.Path(__file__).resolve().parent / "configs" / "default.py"
 VARIANTS = {

@@ -1,6 +1,6 @@
 r"""SIF study: T6 (oracle mechanism) and T7/T8 (learned towers) on the toy of spec-sif 7.1.
 
-The logic lives in ``ultr_jax/train/sif_study.py`` (importable, tested).
+The logic lives in ``ultr_jax/studies/sif.py`` (importable, tested).
 
   python experiments/sif/main.py --config=experiments/sif/configs/default.py --workdir=/tmp/sif
   python experiments/sif/main.py --config=experiments/sif/configs/default.py:smoke --workdir=/tmp/s
@@ -9,7 +9,7 @@ The logic lives in ``ultr_jax/train/sif_study.py`` (importable, tested).
 from absl import app, flags
 from ml_collections import config_flags
 
-from ultr_jax.train import sif_study as study
+from ultr_jax.studies import sif as study
 from ultr_jax.train.results import run_in_progress
 
 _CONFIG = config_flags.DEFINE_config_file(

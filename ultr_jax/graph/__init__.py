@@ -4,25 +4,17 @@ Chen et al., "Identifiability Matters" (ICML 2024): the IG check
 (Algorithm 1, :mod:`~ultr_jax.graph.connectivity`), node intervention
 (Algorithm 2, :mod:`~ultr_jax.graph.intervention`), node merging
 (Algorithm 3, :mod:`~ultr_jax.graph.merging`), propensities by intervention
-harvesting on the same records (:mod:`~ultr_jax.graph.harvesting`), the
-embedding fits of the fully synthetic study (:mod:`~ultr_jax.graph.embedding`), its data
-generator (:mod:`~ultr_jax.graph.synthetic`) and study driver
-(:mod:`~ultr_jax.graph.study`).
+harvesting on the same records (:mod:`~ultr_jax.graph.harvesting`) and the
+fully synthetic study's data generator (:mod:`~ultr_jax.graph.synthetic`). The study itself (its embedding
+fits, Table 1, the figures) is :mod:`ultr_jax.studies.identifiability`.
 """
 
-from ultr_jax.graph import context_study, study  # noqa: F401  (modules)
 from ultr_jax.graph.connectivity import (
   IdentifiabilityReport,
   check_identifiability,
   connected_components,
   factor_components,
   star_edges,
-)
-from ultr_jax.graph.embedding import (
-  fit_dla,
-  fit_no_debias,
-  fit_regression_em,
-  fit_two_tower,
 )
 from ultr_jax.graph.harvesting import (
   HARVESTING_METHODS,
@@ -73,10 +65,6 @@ __all__ = [
   "ctr_estimate",
   "factor_components",
   "feature_vector_ids",
-  "fit_dla",
-  "fit_no_debias",
-  "fit_regression_em",
-  "fit_two_tower",
   "generate_design_dataset",
   "harvest_propensities",
   "intervention_cost",

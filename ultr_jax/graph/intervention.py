@@ -19,7 +19,8 @@ MST over components picks the ``K - 1`` cheapest interventions.
 
 For position bias an intervention is materialised as in the paper's code: a
 copy of a logged list with the documents at positions :math:`a` and
-:math:`b` swapped is appended (Ambiguity A20 of the spec).
+:math:`b` swapped is appended. (Section 4.1 adds one point :math:`(x^*, t^*)`; the code's swapped copy
+of a whole list adds two swapped points and duplicates, and is what an online experiment can show.)
 """
 
 import dataclasses

@@ -3,7 +3,7 @@ r"""Fully synthetic datasets with a prescribed IG (Chen et al., ICML 2024, 5.1).
 The paper's datasets have 10,000 one-hot documents, 1,150 queries of 10
 documents and an IG with ``K = 1..4`` components over the 10 positions
 (Figure 5). Their generator is not described; this one reproduces the
-structure found in the published files (spec 3.1.2): documents fall in 10
+structure found in the authors' published files: documents fall in 10
 blocks of 1,000, position ``p`` shows every document of block ``p`` once
 plus ``borrow`` documents from each block ``q`` adjacent to ``p`` in a
 *design graph* ``H`` on the positions (the rest of its slots repeat its own

@@ -1,5 +1,8 @@
 """ultr_jax.train: the training loop, sharding, checkpoints and results.
 
+The studies that drive it (the baselines study's ``train_and_evaluate`` among them) are
+:mod:`ultr_jax.studies`.
+
 >>> from ultr_jax.train import default_train_config
 >>> default_train_config().select_metric
 'ndcg@10'
@@ -37,9 +40,7 @@ from ultr_jax.train.results import (
   atomic_write_text,
   best_and_ties,
   markdown_table,
-  plot_learning_curves,
   run_in_progress,
-  save_figure,
   summarize,
   summarize_metrics,
   write_results,
@@ -77,24 +78,12 @@ __all__ = [
   "online_click_model",
   "online_learning",
   "online_users_missing",
-  "plot_learning_curves",
   "predict",
   "register",
   "run_fingerprint",
   "run_in_progress",
-  "save_figure",
   "summarize",
   "summarize_metrics",
   "write_results",
   "write_run",
 ]
-
-
-def train_and_evaluate(config, workdir):
-  """See :func:`ultr_jax.train.experiment.train_and_evaluate` (imported lazily)."""
-  from ultr_jax.train.experiment import train_and_evaluate as _run
-
-  return _run(config, workdir)
-
-
-__all__.append("train_and_evaluate")

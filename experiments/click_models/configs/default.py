@@ -16,7 +16,7 @@ PBM, UBM, DCM, DBN, CCM and trust bias, three seeds each, and fits all seven mod
 no session has two clicks) to every log.
 """
 
-from ultr_jax.train.click_model_study import default_click_model_config
+from ultr_jax.studies.click_models import default_click_model_config
 
 
 def get_config(arg: str = ""):

@@ -167,7 +167,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   if arg == "smoke":
     # Compiles dominate (one train step per method x bias), so the smoke grid is small but has
     # trained cells, both "n/a" reasons and the identifiability column; tests check the whole default
-    # grid's cells with ultr_jax.train.report.plan_cells, which only traces.
+    # grid's cells with ultr_jax.studies.report.plan_cells, which only traces.
     config.methods = ("two_tower", "cld", "ips_trust_oracle")
     config.biases = ("pbm", "topk")
     config.select_on_valid = False

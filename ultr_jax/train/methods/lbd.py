@@ -311,7 +311,7 @@ def stack_runs(
   loss key (exactly as ``num_runs`` separate :func:`~ultr_jax.train.fit`
   calls with the same seed would); run ``r`` reads its click-model outputs
   from ``batch[runs_key]``, a dict of ``[num_runs, ...]`` arrays (see
-  :func:`ultr_jax.train.lbd_study.stack_click_fn`), so one compiled step
+  :func:`ultr_jax.studies.lbd.stack_click_fn`), so one compiled step
   serves, e.g., every coupling level ``eta`` of a sweep. The loss is
   :math:`\sum_r \mathcal L(\theta_r; \text{clicks}_r)`, so each run's gradient
   is its own, and ``optimizer`` is applied per run

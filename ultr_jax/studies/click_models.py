@@ -30,13 +30,15 @@ import os
 import time
 from typing import Any, Optional
 
+from absl import logging
 import jax
 import ml_collections
 import numpy as np
 
 from ultr_jax import data as data_lib
 from ultr_jax import simulation as sim
-from ultr_jax.train.results import markdown_table, save_figure, summarize, write_results
+from ultr_jax.studies.figures import save_figure
+from ultr_jax.train.results import markdown_table, summarize, write_results
 
 __all__ = [
   "TRUE_PARAMETERS",
@@ -309,14 +311,13 @@ def run_click_model_study(config: ml_collections.ConfigDict, workdir: Optional[s
     for m in columns:
       out = score(m, train, test, sessions["num_docs"])
       results["log"][m] = None if out is None else _summaries([out])
-      print(
+      logging.info(
         f"[click models] log: {m} "
         + (
           "n/a (several clicks per session)"
           if out is None
           else f"perplexity {out['perplexity']:.4f}, LL {out['log_likelihood']:.4f} ({out['fit_seconds']:.1f}s)"
-        ),
-        flush=True,
+        )
       )
   else:
     for true_model in config.true_models:
@@ -340,15 +341,18 @@ def run_click_model_study(config: ml_collections.ConfigDict, workdir: Optional[s
       row[TRUE_PARAMETERS] = _summaries(truth)
       results[f"true={true_model}"] = row
       best = min((m for m in columns if row[m]), key=lambda m: row[m]["perplexity"]["mean"])
-      print(
+      logging.info(
         f"[click models] true={true_model}: best held-out perplexity {best} "
-        f"({row[best]['perplexity']['mean']:.4f}); {time.perf_counter() - start:.0f}s",
-        flush=True,
+        f"({row[best]['perplexity']['mean']:.4f}); {time.perf_counter() - start:.0f}s"
       )
       if workdir:
         _write(workdir, results, columns)
   if workdir:
     table = _write(workdir, results, columns)
     _plot(results, os.path.join(workdir, "fig_perplexity_per_rank.png"))
-    print(table, flush=True)
+    logging.info(table)
   return results
+
+
+run = run_click_model_study
+default_config = default_click_model_config

@@ -1,4 +1,5 @@
-r"""CLD study (spec-cld 2.10, 8, 10): Tables 2/3 analogues and the sweeps of Figures 3-6.
+r"""The CLD study (Zhao, Xu et al., "Unbiased Top-k Learning to Rank with Causal Likelihood Decomposition",
+SIGIR-AP 2023, Sections 6-7): Tables 2/3 analogues and the sweeps of Figures 3-6.
 
 Every grid point simulates one fixed top-k log (aggregated counts), trains
 each method with :func:`ultr_jax.train.fit` (seeds vmapped, ``click_fn=None``)
@@ -15,16 +16,17 @@ comparisons as seed-level differences with 90% t-intervals and a boolean each.
 """
 
 import os
-import sys
 import time
 
+from absl import logging
 import jax
 import ml_collections
 import numpy as np
 
 from ultr_jax import data as data_lib
 from ultr_jax import simulation
-from ultr_jax.train import enable_compilation_cache, evaluate, fit, get_method, method_defaults, save_figure, summarize
+from ultr_jax.studies.figures import save_figure
+from ultr_jax.train import enable_compilation_cache, evaluate, fit, get_method, method_defaults, summarize
 from ultr_jax.train import write_results
 
 METRICS = ("ndcg@1", "ndcg@3", "map")
@@ -106,8 +108,8 @@ def load_data(config):
   if config.data.path:
     paths = [os.path.join(config.data.path, f) for f in config.data.files]
     splits = data_lib.Splits(*(data_lib.load_svmlight(p, max_label=4) for p in paths))
-    splits = data_lib.Splits(*(data_lib.drop_queries_without_relevant(ds) for ds in splits))  # spec 2.2
-    stats = data_lib.fit_normalizer([splits.train], "minmax")  # A18: fit on train
+    splits = data_lib.Splits(*(data_lib.drop_queries_without_relevant(ds) for ds in splits))  # as the authors' code
+    stats = data_lib.fit_normalizer([splits.train], "minmax")  # fit on train only (the code fits per split)
     splits = data_lib.Splits(*(data_lib.normalize_features(ds, method="minmax", stats=stats) for ds in splits))
     main_hidden = 0
   else:
@@ -478,13 +480,11 @@ def run(config, workdir):
     return views[n]
 
   n_hidden_points = sum(e["params"]["hidden"] is not None for e in points.values())
-  print(
+  logging.info(
     f"[cld] {len(points)} grid points ({n_hidden_points} with {config.data.get('num_hidden_sweep', 0)} "
     f"features hidden), {all_features.train.num_queries} train queries, "
     f"{all_features.train.num_features - main_hidden} of {all_features.train.num_features} features "
-    f"visible on the main grid",
-    file=sys.stderr,
-    flush=True,
+    f"visible on the main grid"
   )
   raw, results, timing = {}, {}, {}
   for key, entry in points.items():
@@ -493,11 +493,9 @@ def run(config, workdir):
     raw[key] = run_point(entry["params"], entry["methods"], splits, config, seeds, oracle)
     results[key] = _summ(raw[key])
     timing[key] = time.perf_counter() - t
-    print(
+    logging.info(
       f"[cld] {key}: {timing[key]:.1f}s "
-      + " ".join(f"{m}={results[key][m]['ndcg@1']['mean']:.3f}" for m in results[key]),
-      file=sys.stderr,
-      flush=True,
+      + " ".join(f"{m}={results[key][m]['ndcg@1']['mean']:.3f}" for m in results[key])
     )
   base = dict(config.table2)
   t2 = point_key(base["k"], base["eta"], base["noise"], base["sessions"])
@@ -517,9 +515,9 @@ def run(config, workdir):
   for name, e in _ordering_rows(out["orderings"]):
     stats = "| | |" if e["holds"] is None else f"| {e['mean']:+.4f} | {e['ci90']:.4f} |"
     table += f"| {name} | {e['grid']} | {e['claim']} | {e['metric']} {stats} {e['holds']} | {e['verdict']} |\n"
-    print(f"[cld] ordering {_ordering_line(name, e)}", file=sys.stderr, flush=True)
+    logging.info(f"[cld] ordering {_ordering_line(name, e)}")
   table += "\n## All points\n\n" + _table(results, list(points))
   out["figures"] = _plots(results, points, workdir, config)
   write_results(workdir, out, table=table)
-  print(f"[cld] done in {time.perf_counter() - t0:.1f}s -> {workdir}", file=sys.stderr, flush=True)
+  logging.info(f"[cld] done in {time.perf_counter() - t0:.1f}s -> {workdir}")
   return out

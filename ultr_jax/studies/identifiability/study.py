@@ -22,13 +22,14 @@ from ultr_jax.data import load_ultra
 from ultr_jax.graph import (
   DESIGN_GRAPHS,
   apply_interventions,
-  context_study,
   generate_design_dataset,
   read_svmlight_ranking,
-  study,
 )
+from ultr_jax.studies.figures import save_figure
+from ultr_jax.studies.identifiability import context as context_study
+from ultr_jax.studies.identifiability import table1 as study
 from ultr_jax.train.compilation import enable_compilation_cache
-from ultr_jax.train.results import atomic_write_text, save_figure
+from ultr_jax.train.results import atomic_write_text
 
 __all__ = ["identifiability_figures", "identifiability_context_study", "run_identifiability_study"]
 
@@ -193,7 +194,8 @@ def identifiability_figures(cfg, key, workdir, share=()):
 
 
 def identifiability_context_study(cfg, key):
-  """Section 5.2 / spec 4.1.11: CPBM with random contexts, IG, merging (``cfg.context``)."""
+  """Section 5.2 and Appendix C.2 (Chen et al., ICML 2024): the contextual PBM with random contexts, IG, merging
+  (``cfg.context``)."""
   c = cfg.context
   if c.svmlight:
     features, labels, where, _ = read_svmlight_ranking(c.svmlight)
@@ -226,8 +228,9 @@ def identifiability_context_study(cfg, key):
       "merge_pairs": res.pop("merge_pairs"),
       **{row: study.summarise(m) for row, m in res.items()},
     }
-    print(
-      f"contexts={nc}:",
+    logging.info(
+      "contexts=%s: %s",
+      nc,
       {
         row: round(v["mcc"]["mean"], 4)
         for row, v in out[f"contexts={nc}"].items()
@@ -264,8 +267,8 @@ def run_identifiability_study(cfg, workdir: str) -> dict:
   summary = {name: study.summarise(m) for name, m in rows.items()}
   seconds = time.time() - t0
   table = _table_md(summary)
-  print(table)
-  print("intervention plan:", plan)
+  logging.info(table)
+  logging.info("intervention plan: %s", plan)
   atomic_write_text(os.path.join(workdir, "results.json"), json.dumps(summary, indent=1))
   atomic_write_text(
     os.path.join(workdir, "table.md"),
@@ -282,3 +285,6 @@ def run_identifiability_study(cfg, workdir: str) -> dict:
       os.path.join(workdir, "context_results.json"), json.dumps(identifiability_context_study(cfg, key), indent=1)
     )
   return summary
+
+
+run = run_identifiability_study

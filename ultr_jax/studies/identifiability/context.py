@@ -26,11 +26,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ultr_jax.graph import embedding
 from ultr_jax.graph.connectivity import check_identifiability
 from ultr_jax.graph.merging import merge_plan
 from ultr_jax.graph.records import bias_factor_ids, feature_vector_ids, random_contexts
-from ultr_jax.graph.study import PBM_EXAMINATION, embedding_metrics, simulate_ctr
+from ultr_jax.studies.identifiability import embedding
+from ultr_jax.studies.identifiability.table1 import PBM_EXAMINATION, embedding_metrics, simulate_ctr
 
 __all__ = ["CLICK_PROB", "synthetic_letor", "cpbm_examination", "context_study"]
 
@@ -176,9 +176,7 @@ def _clicks(k, p_click, where, num_clicks):
   return jnp.where(where, simulate_ctr(k_click, p_click, num_clicks), 0.0), k_fit
 
 
-@functools.partial(
-  jax.jit, static_argnames=("method", "num_items", "num_factors", "kw"), compiler_options=embedding.COMPILER_OPTIONS
-)
+@functools.partial(embedding.backend_jit, static_argnames=("method", "num_items", "num_factors", "kw"))
 def _row(
   ctr, k_fit, f_ids, can, layout, where, items_f, factors, rel, rec_ids, labels, *, method, num_items, num_factors, kw
 ):

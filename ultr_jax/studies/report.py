@@ -43,14 +43,14 @@ perplexity, method x bias, the true model's row, and per bias the best method by
 nDCG@10; in ``results.json``: ``click_ll`` / ``click_perplexity`` in the cells and
 ``results["_clicks"][bias]``), and ``curves/<bias>.png``: every trained method's learning curves under
 that bias (train loss and the validation selection metric against the step, mean over seeds with the
-seeds' range; :func:`~ultr_jax.train.plot_learning_curves`), whose records are each cell's ``history``.
+seeds' range; :func:`~ultr_jax.studies.figures.plot_learning_curves`), whose records are each cell's ``history``.
 """
 
 import os
-import sys
 import time
 from typing import Any, Mapping, Optional
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -61,7 +61,9 @@ from ultr_jax import metrics as metrics_lib
 from ultr_jax import simulation
 from ultr_jax.data import RankingDataset
 from ultr_jax.train import methods as methods_lib
-from ultr_jax.train.experiment import CLICK_COLUMNS, METRIC_COLUMNS, load_datasets
+from ultr_jax.studies.baselines import CLICK_COLUMNS, METRIC_COLUMNS
+from ultr_jax.studies.figures import plot_learning_curves, save_figure
+from ultr_jax.train.experiment import load_datasets
 from ultr_jax.train.loop import evaluate, evaluate_clicks, fit
 from ultr_jax.train.method import KEY_REASONS, method_inputs_missing
 from ultr_jax.train.online import online_learning, online_users_missing
@@ -69,8 +71,6 @@ from ultr_jax.train.results import (
   atomic_write_text,
   best_and_ties,
   markdown_table,
-  plot_learning_curves,
-  save_figure,
   summarize_metrics,
   write_results,
 )
@@ -147,7 +147,7 @@ def _resolve_click_model(bias: ml_collections.ConfigDict, train, top_k: Optional
       raise ValueError("a bias with selection='topk' needs click_model.top_k (or the logging policy's top_k)")
     cm["top_k"] = int(top_k)
   if cm.get("name") == "individual" and not cm.get("crux_indices"):
-    from ultr_jax.train.lbd_study import LBD_BASE_W, select_crux_features  # noqa: PLC0415
+    from ultr_jax.studies.lbd import LBD_BASE_W, select_crux_features  # noqa: PLC0415
 
     k = int(bias.get("num_crux", 5))
     cm["crux_indices"] = [int(i) for i in select_crux_features(train, k)]
@@ -608,7 +608,7 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
     results[bias_name] = {}
     timings[bias_name] = {}
     probe = _probe_batch(train, click_fn)
-    print(f"[report] bias {bias_name}: IG {ig['label']} ({ig['num_records']} records)", file=sys.stderr, flush=True)
+    logging.info(f"[report] bias {bias_name}: IG {ig['label']} ({ig['num_records']} records)")
     held = None
     if sessions_per_list:
       held, truth = held_out_click_log(
@@ -648,11 +648,7 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
         s = summaries["ndcg@10"]
         row[name] = f"{s['mean']:.4f} ± {s['ci90']:.4f} (diverged: non-finite parameters)"
       timings[bias_name][name] = time.perf_counter() - t0
-      print(
-        f"[report] {bias_name}/{name}: ndcg@10 {entry['ndcg@10']:.4f} ({timings[bias_name][name]:.1f}s)",
-        file=sys.stderr,
-        flush=True,
-      )
+      logging.info(f"[report] {bias_name}/{name}: ndcg@10 {entry['ndcg@10']:.4f} ({timings[bias_name][name]:.1f}s)")
     if online_columns(config):
       candidates, reason = _online_lists(bias, data, int(config.seed) + 1000 * b_idx, click_cfg, config)
     for column in online_columns(config):
@@ -664,11 +660,9 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
         column[len("online_") :], click_cfg, candidates, config, seeds
       )
       timings[bias_name][column] = time.perf_counter() - t0
-      print(
+      logging.info(
         f"[report] {bias_name}/{column}: ndcg@10 {results[bias_name][column]['ndcg@10']:.4f} "
-        f"({timings[bias_name][column]:.1f}s)",
-        file=sys.stderr,
-        flush=True,
+        f"({timings[bias_name][column]:.1f}s)"
       )
     rows[bias_name] = row
     if workdir is not None and histories:
@@ -703,8 +697,11 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
     write_results(
       workdir, results, table=table, rows=rows, columns=["identifiability (IG)", *columns], row_header="bias"
     )
-  print(table, flush=True)
+  logging.info(table)
   if sessions_per_list:
-    print(clicks_text, flush=True)
-  print(f"total time {time.perf_counter() - t_start:.1f}s", file=sys.stderr, flush=True)
+    logging.info(clicks_text)
+  logging.info(f"total time {time.perf_counter() - t_start:.1f}s")
   return results
+
+
+run = run_report

@@ -27,6 +27,7 @@ jax.enable_x64(True)``): click MSE goes below :math:`10^{-8}` and the updates
 divide by small numbers.
 """
 
+import functools
 from typing import NamedTuple, Optional
 
 import jax
@@ -37,6 +38,9 @@ import optax
 from ultr_jax.types import Array, PRNGKey
 
 __all__ = [
+  "CPU_COMPILER_OPTIONS",
+  "backend_jit",
+  "compiler_options",
   "fit_dla",
   "fit_regression_em",
   "fit_two_tower",
@@ -343,14 +347,8 @@ def pad_layouts(layouts, num_records: int):
 
 
 def _cols(x, idx):
-  """``x[:, idx]`` for ``x [R, N]`` as one flat gather, run-major.
-
-  XLA CPU gathers ``x[:, idx]`` as whole columns (``R`` strided values per
-  index), then transposes; inside the epoch loop that transpose stops the
-  consumer from vectorising (~2x slower epochs)."""
-  r, n = x.shape
-  off = (jnp.arange(r, dtype=jnp.int32) * n).reshape((r,) + (1,) * idx.ndim)
-  return x.reshape(-1)[off + idx]
+  """``x[:, idx]`` for ``x [R, N]``: ``[R, *idx.shape]``."""
+  return jnp.take(x, idx, axis=1)
 
 
 def _rows(x, row_factor):
@@ -477,57 +475,16 @@ def _sorted_singles(cs, ws, moments):
   return _Sorted(c=c, prefix=prefix, n=ok.sum(-1))
 
 
-#: Bins of the CTR search in :func:`_count_le` and the most sorted CTRs it
-#: compares per query (more in one bin: the caller falls back).
-_BINS = 8192
-_PER_BIN = 4
-
-
-def _bin_table(c):
-  """``[R, rows, _BINS + 1]``: per row, the number of the ``c`` below
-  ``j / _BINS`` (a histogram, built once; exact as ``_BINS`` is a power of 2)."""
-  f = jnp.clip(jnp.floor(c * _BINS), 0, _BINS).astype(jnp.int32)
-  flat = f.reshape(-1, f.shape[-1])
-  hist = jax.vmap(lambda v: jnp.zeros(_BINS + 1, jnp.int32).at[v].add(1))(flat)
-  table = jnp.concatenate([jnp.zeros((flat.shape[0], 1), jnp.int32), jnp.cumsum(hist, axis=-1)[:, :_BINS]], axis=-1)
-  return table.reshape(c.shape[:-1] + (_BINS + 1,))
-
-
-def _take_last(a, idx):
-  """``take_along_axis(a, idx, axis=-1)`` as one flat gather (XLA CPU's
-  batched gathers compute their indices element by element: ~10x slower)."""
-  rows = int(np.prod(a.shape[:-1]))
-  flat = jnp.arange(rows, dtype=idx.dtype).reshape(idx.shape[:-1] + (1,)) * a.shape[-1] + idx
-  return a.reshape(-1)[flat]
-
-
-def _count_le(c, table, thr):
-  """Per row, ``(k, ok)``: ``k`` the number of entries of ascending ``c
-  [..., W]`` (``+inf`` padded) that are ``<= thr [...]``, from the bin table
-  and at most :data:`_PER_BIN` compares (two gathers, no loop); ``ok`` False
-  where the bin of ``thr`` holds more entries below it than that."""
-  w = c.shape[-1]
-  cp = jnp.concatenate([c, jnp.full(c.shape[:-1] + (_PER_BIN + 1,), jnp.inf, c.dtype)], axis=-1)
-  b = jnp.clip(jnp.floor(thr * _BINS), 0, _BINS).astype(jnp.int32)
-  k0 = _take_last(table, b[..., None])  # c < b / _BINS
-  idx = jnp.minimum(k0 + jnp.arange(_PER_BIN + 1), w + _PER_BIN)
-  v = _take_last(cp, idx)
-  le = v <= thr[..., None]
-  k = k0[..., 0] + le[..., :_PER_BIN].sum(-1, dtype=jnp.int32)
-  return k, ~le[..., _PER_BIN]
+def _count_le(c, thr):
+  """Per row, the number of entries of ascending ``c [..., W]`` (``+inf`` padded) that are ``<= thr [...]``."""
+  flat_c = c.reshape(-1, c.shape[-1])
+  k = jax.vmap(lambda row, t: jnp.searchsorted(row, t, side="right"))(flat_c, thr.reshape(-1))
+  return k.reshape(thr.shape).astype(jnp.int32)
 
 
 def _prefix_at(srt, k):
   """Moment sums over the ``k [R, rows]`` smallest CTRs, ``[R, rows, M]``."""
-  p = srt.prefix  # [R, rows, W + 1, M]: gather whole moment rows
-  flat = jnp.arange(k.size, dtype=k.dtype).reshape(k.shape) * p.shape[-2] + k
-  return p.reshape(-1, p.shape[-1])[flat]
-
-
-#: ``compiler_options`` for a top-level ``jax.jit`` around the fits: XLA
-#: CPU's YNN fusions of reductions are slow in float64 (3-5x on the Table 1
-#: epochs); without them the plain fusion emitters vectorise the row sums.
-COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
+  return jnp.take_along_axis(srt.prefix, k[..., None, None], axis=-2)[..., 0, :]  # prefix [R, rows, W + 1, M]
 
 
 def _init(keys, n, dtype, fn=jax.random.uniform):
@@ -723,7 +680,7 @@ def _dla_moments(c):
   return jnp.stack([pos.astype(c.dtype), c, c2, c2 * c2, c2 * c2 * c2], axis=-1)
 
 
-def _dla_single_sums(srt, table, c_min, o):
+def _dla_single_sums(srt, c_min, o):
   r"""DLA's o' terms of the one-record items, summed per grid row in O(1).
 
   An item with one record (CTR :math:`c`, factor :math:`t`, :math:`o =
@@ -743,26 +700,25 @@ def _dla_single_sums(srt, table, c_min, o):
 
   Args:
     srt: :class:`_Sorted` of the single grid with :func:`_dla_moments`.
-    table: :func:`_bin_table` of ``srt.c``.
     c_min: ``[R, rows]`` smallest positive CTR per row (``inf``: none).
     o: ``[R, rows]`` the rows' :math:`o'`.
 
   Returns:
     ``(sums [R, rows], ok)``: ``ok`` False when some :math:`u` may exceed
-    :data:`_SERIES_TOL` (an error above float64 rounding) or a bin is
-    crowded; the caller then sums the records.
+    :data:`_SERIES_TOL` (an error above float64 rounding); the caller then
+    sums the records.
   """
   pos = o > 0  # o' = 0: r' = 0 and every term is 0
   a = jnp.where(pos, o / (o * o + _EPS), 1.0)
   # r' is clipped for c > 1 / a; CTRs are <= 1, so a threshold above 1 is 2
-  k, found = _count_le(srt.c, table, jnp.where(pos & (a > 0.5), 1.0 / a, 2.0))
+  k = _count_le(srt.c, jnp.where(pos & (a > 0.5), 1.0 / a, 2.0))
   m = jnp.moveaxis(_prefix_at(srt, k), -1, 0)
   c_total = _prefix_at(srt, srt.n)[..., 1]
   v = _EPS / (a * a)
   series = (m[0] - v * (m[2] - v * (m[3] - v * m[4]))) / a
   total = jnp.where(pos, series + (c_total - m[1]) / (1.0 + _EPS), 0.0)
   u = jnp.where(jnp.isfinite(c_min), v / (c_min * c_min), 0.0)
-  ok = jnp.all(found & (~pos | (u <= _SERIES_TOL)) & jnp.isfinite(total))
+  ok = jnp.all((~pos | (u <= _SERIES_TOL)) & jnp.isfinite(total))
   return total, ok
 
 
@@ -818,11 +774,10 @@ def _fit_dla(keys, ctr, where, lay, *, num_items, num_factors, epochs, o_update=
 
   # "mean_ratio": the one-record items' o' terms summed in closed form
   srt = _sorted_singles(d.cs, d.ws, _dla_moments)
-  table = _bin_table(srt.c)
   c_min = jnp.min(jnp.where(d.cs > 0, d.cs, jnp.inf), axis=-1)
 
   def single_sum(o):
-    total, ok = _dla_single_sums(srt, table, c_min, _rows(o, lay.single_factor)[..., 0])
+    total, ok = _dla_single_sums(srt, c_min, _rows(o, lay.single_factor)[..., 0])
     exact = lambda: term(d.cs, d.ws, single_r(o)).sum(-1)  # noqa: E731
     return jax.lax.cond(ok, lambda: total, exact)
 
@@ -847,7 +802,7 @@ def _rem_moments(c):
   )
 
 
-def _rem_single_sums(srt, table, o):
+def _rem_single_sums(srt, o):
   r"""Regression-EM's ("repo") o' terms of the one-record items, summed per
   grid row in O(1).
 
@@ -867,16 +822,15 @@ def _rem_single_sums(srt, table, o):
 
   Args:
     srt: :class:`_Sorted` of the single grid with :func:`_rem_moments`.
-    table: :func:`_bin_table` of ``srt.c``.
     o: ``[R, rows]`` the rows' :math:`o'`.
 
   Returns:
     ``(sums [R, rows], ok)``: ``ok`` False when some :math:`q` exceeds
     :data:`_SERIES_TOL` (tiny :math:`o'`, CTRs near 1: an error above float64
-    rounding) or a bin is crowded; the caller then sums the records.
+    rounding); the caller then sums the records.
   """
   w = o + _EPS
-  k, found = _count_le(srt.c, table, w)  # records not clipped
+  k = _count_le(srt.c, w)  # records not clipped
   m = jnp.moveaxis(_prefix_at(srt, k), -1, 0)
   c_total = _prefix_at(srt, srt.n)[..., 1]
   s = jnp.where(k > 0, _EPS / jnp.where(o > 0, o, 1.0), 0.0)
@@ -886,9 +840,9 @@ def _rem_single_sums(srt, table, o):
   kk = w * m[9] - (3 * o * w + 1) * m[10] + (3 * o * o * w + 3 * o) * m[11] - (o3 * w + 3 * o * o) * m[12] + o3 * m[13]
   total = m[0] * w - s * (g - s * (h - s * kk)) + (c_total - m[1])
   # q grows with c: its largest value is at the largest unclipped CTR
-  c_hi = _take_last(srt.c, jnp.maximum(k - 1, 0)[..., None])[..., 0]
+  c_hi = jnp.take_along_axis(srt.c, jnp.maximum(k - 1, 0)[..., None], axis=-1)[..., 0]
   q = jnp.where(k > 0, s * (1 - o * c_hi) / (1 - c_hi) ** 2, 0.0)
-  ok = jnp.all(found & ((o > 0) | (k == 0)) & (q <= _SERIES_TOL) & jnp.isfinite(total))
+  ok = jnp.all(((o > 0) | (k == 0)) & (q <= _SERIES_TOL) & jnp.isfinite(total))
   return total, ok
 
 
@@ -959,10 +913,9 @@ def _fit_regression_em(keys, ctr, where, lay, *, num_items, num_factors, epochs,
 
   # "repo": the one-record items' o' terms summed in closed form
   srt = _sorted_singles(d.cs, d.ws, _rem_moments)
-  table = _bin_table(srt.c)
 
   def single_sum(o):
-    total, ok = _rem_single_sums(srt, table, _rows(o, lay.single_factor)[..., 0])
+    total, ok = _rem_single_sums(srt, _rows(o, lay.single_factor)[..., 0])
     exact = lambda: post_o(
       d.cs,
       d.ws,
@@ -979,12 +932,6 @@ def _fit_regression_em(keys, ctr, where, lay, *, num_items, num_factors, epochs,
 
   rm, o_prev, o = _iterate(fast_epoch, (rm, o, o), epochs)
   return d.assemble(single_r(rs, o_prev), rm, r_init), o
-
-
-def _sigmoid(x):
-  """The logistic function as ``(1 + tanh(x / 2)) / 2``: XLA CPU's float64
-  tanh is ~1.5x faster than its logistic (1 / (1 + exp(-x)))."""
-  return 0.5 * jnp.tanh(0.5 * x) + 0.5
 
 
 def _fit_two_tower(keys, ctr, where, lay, *, num_items, num_factors, epochs, learning_rate=1e-2):
@@ -1009,14 +956,14 @@ def _fit_two_tower(keys, ctr, where, lay, *, num_items, num_factors, epochs, lea
     return scale * w * (c - jnp.where(p < p_max, (1 - c) * p / (1.0 - p), 0.0))
 
   def grads(p):
-    sb = _sigmoid(p["b"])
+    sb = jax.nn.sigmoid(p["b"])
     gs = None
     g = {"as": None}
     if d.cs is not None:
-      sa = _sigmoid(p["as"])
+      sa = jax.nn.sigmoid(p["as"])
       gs = dlogp(sa, _rows(sb, lay.single_factor), d.cs, d.ws)
       g["as"] = gs * (1.0 - sa)
-    sa = _sigmoid(p["am"])
+    sa = jax.nn.sigmoid(p["am"])
     gm = dlogp(_cols(sa, lay.multi_pos), _rows(sb, lay.multi_factor), d.cm, d.wm)
     flat = jnp.concatenate([gm.reshape(runs, -1), jnp.zeros((runs, 1), dtype)], axis=1)
     g["am"] = d.item_sum([flat[:, t] for t in lay.tier_cell]) * (1.0 - sa)
@@ -1029,8 +976,49 @@ def _fit_two_tower(keys, ctr, where, lay, *, num_items, num_factors, epochs, lea
     return optax.apply_updates(p, upd), s
 
   params, _ = _iterate(step, (params, opt.init(params)), epochs, exact_stop=False)
-  sig = _sigmoid
+  sig = jax.nn.sigmoid
   return (d.assemble(None if params["as"] is None else sig(params["as"]), sig(params["am"]), sig(a0)), sig(params["b"]))
+
+
+#: XLA:CPU options for the fits' top-level jits: its YNN fusions of float64 row reductions make the Table 1
+#: epochs 3-6x slower (``benchmarks/RESULTS.md``, "Identifiability fits: the CPU compiler option"). Applied on
+#: the CPU backend only (:func:`compiler_options`); other backends compile with XLA's defaults.
+CPU_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
+
+
+def compiler_options(backend: Optional[str] = None) -> Optional[dict]:
+  """The fits' XLA compiler options on ``backend`` (default: JAX's default backend).
+
+  :data:`CPU_COMPILER_OPTIONS` on ``"cpu"``, None (XLA's defaults) on any other backend.
+
+  >>> compiler_options("cpu"), compiler_options("gpu")
+  ({'xla_cpu_experimental_ynn_fusion_type': ''}, None)
+  """
+  backend = jax.default_backend() if backend is None else backend
+  return dict(CPU_COMPILER_OPTIONS) if backend == "cpu" else None
+
+
+def backend_jit(fun, **jit_kwargs):
+  """``jax.jit(fun, **jit_kwargs)`` compiled with :func:`compiler_options` of the default backend.
+
+  The backend is read at the first call, not at import; one jitted function per backend. For top-level jits
+  only (XLA takes compiler options from the outermost program): the study's fits (``table1._fit``, the context
+  study's rows); the single-run fits, which users may call inside their own jit, are plain ``jax.jit``.
+
+  >>> f = backend_jit(lambda x, n: x * n, static_argnames="n")
+  >>> float(f(jnp.float32(2.0), n=3))
+  6.0
+  """
+  jitted = {}
+
+  @functools.wraps(fun)
+  def call(*args, **kwargs):
+    backend = jax.default_backend()
+    if backend not in jitted:
+      jitted[backend] = jax.jit(fun, compiler_options=compiler_options(backend), **jit_kwargs)
+    return jitted[backend](*args, **kwargs)
+
+  return call
 
 
 _STATIC = ("num_items", "num_factors", "epochs")
@@ -1093,9 +1081,9 @@ def fit_runs(
 
   The same as ``jax.vmap`` of the single-run function over ``keys`` and the
   CTR rows, in one jitted call.
-  Traceable, not jitted: call it inside a top-level ``jax.jit(...,
-  compiler_options=COMPILER_OPTIONS)`` for speed on CPU (the layout is an
-  argument; build it with :func:`record_layout` outside the trace).
+  Traceable, not jitted: call it inside a top-level :func:`backend_jit` (or
+  ``jax.jit``; the layout is an argument: build it with :func:`record_layout`
+  outside the trace).
 
   Args:
     method: ``"dla"``, ``"regression_em"`` or ``"two_tower"``.

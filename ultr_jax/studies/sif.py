@@ -1,4 +1,13 @@
-"""SIF study orchestration (spec-sif 7.1 T6/T7/T8; Tables I-III, Figures 2-5 analogues).
+"""The SIF study (Gong, Ai, Tao & Zhang, "A Causal Information-Flow Framework for ULTR", Section VI).
+
+Analogues of its Tables I-III and Figures 2-5 on a CPU-sized toy, in three runs named by this study (the
+names are ``results.json``'s keys and the config's variants):
+
+* T6: the core mechanism with an oracle bias source and population clicks, under position + trust bias
+  (Section VI-D: the Tables II/III story, SIF-dec above DLA and over-regularisation past a point);
+* T7: the full method with learned towers and sampled clicks on the same toy (Figures 2-5: leakage
+  trajectories, propensity MAE to the PBM oracle);
+* T8: propensity recovery under position bias only (Section VI-C, Table I).
 
 Importable (the tests drive it with the ``smoke`` config); ``main.py`` only
 parses flags and calls :func:`run`.
@@ -8,6 +17,7 @@ import json
 import os
 import time
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -23,6 +33,7 @@ from ultr_jax.simulation import (
   relevance_probability,
   sif_toy_dataset,
 )
+from ultr_jax.studies.figures import save_figure
 from ultr_jax.train import (
   default_train_config,
   enable_compilation_cache,
@@ -30,7 +41,6 @@ from ultr_jax.train import (
   fit,
   get_method,
   markdown_table,
-  save_figure,
   summarize,
   write_results,
 )
@@ -65,7 +75,7 @@ def load_data(config):
     for ds in sets:
       ds = apply_logging_policy(ds, logging_policy_scores(w, ds), top_k=d.list_size)
       rs = np.where(ds.where, ds.features @ np.asarray(w, np.float32), 0.0)
-      if stats is None:  # global training-set statistics (spec 5.1)
+      if stats is None:  # global training-set statistics (the bias source z, standardised once)
         stats = (rs[ds.where].mean(), rs[ds.where].std() + 1e-8)
       out.append(ds.with_extras(logging_score=np.where(ds.where, (rs - stats[0]) / stats[1], 0.0).astype(np.float32)))
     return tuple(out)
@@ -122,7 +132,8 @@ def held_out_leakage(method, params, test: RankingDataset, *, gamma=1.0, k_top=3
 
 
 def relative_mae(p, eta=1.0):
-  """``MAE_rel = mean_k |p_k/p_1 - pi_k/pi_1|`` of ``p [..., K]`` against the PBM table ** eta (spec 6.4).
+  """``MAE_rel = mean_k |p_k/p_1 - pi_k/pi_1|`` of ``p [..., K]`` against the PBM table ** eta (Figure 3's
+  "MAE to PBM oracle", up to the scale exposure is identified with).
 
   The toy's clicks at alpha = 0 are the PBM with ``ULTRA_EXAM_TABLE ** eta``
   (``position_trust``'s examination), so this table is the exposure oracle.
@@ -492,7 +503,7 @@ def run(config, workdir):
         f"### T6 (oracle mechanism, population clicks), alpha = {alpha:g}\n\n{table}\n\n"
         f"checks: {json.dumps(t6_checks(rows), default=float)}\n"
       )
-      print(report[-1], flush=True)
+      logging.info(report[-1])
   t8 = {}
   if config.t8.enabled:
     t8 = run_t8(config, data)
@@ -501,7 +512,7 @@ def run(config, workdir):
       cell = lambda r, c: ("never" if r[c] is None else r[c]) if c in r else "-"
       table = markdown_table({n: {c: cell(r, c) for c in cols} for n, r in block["rows"].items()}, cols, precision=4)
       report.append(f"### T8 (position-only PBM, {config.t8.steps} steps) [{dkey}]\n\n{table}\n")
-      print(report[-1], flush=True)
+      logging.info(report[-1])
   results, histories = {}, {}
   settings = [("position", 0.0)] if config.position_setting else []
   settings += [("trust", float(a)) for a in config.alphas]
@@ -513,7 +524,7 @@ def run(config, workdir):
     table = markdown_table({n: {c: r.get(c, "-") for c in cols} for n, r in rows.items()}, cols, precision=4)
     title = "Table I analogue (position-only)" if setting == "position" else f"Table II/III analogue, alpha = {alpha:g}"
     report.append(f"### {title} [{key}]\n\n{table}\n")
-    print(report[-1], flush=True)
+    logging.info(report[-1])
   if results:
     t3 = {
       a: {n: results[f"setting=trust/alpha={a:g}"][n]["ndcg@10"] for n in results[f"setting=trust/alpha={a:g}"]}
@@ -525,7 +536,7 @@ def run(config, workdir):
       precision=4,
     )
     report.append(f"### Table III analogue (NDCG@10 by trust strength)\n\n{table3}\n")
-    print(report[-1], flush=True)
+    logging.info(report[-1])
   fig_key = f"setting=trust/alpha={config.figure_alpha:g}"
   figures = write_figures(workdir, results, histories, fig_key) if fig_key in results else []
   checks = t7_checks(results, histories, fig_key, "setting=position/alpha=0")
@@ -537,10 +548,10 @@ def run(config, workdir):
           "steps_to_mae<0.05": row["steps_to_mae<0.05"],
         }
   report.append(f"### T7/T8 checks\n\n{json.dumps(checks, default=float, indent=1)}\n")
-  print(report[-1], flush=True)
+  logging.info(report[-1])
   elapsed = time.perf_counter() - t_start
   report.append(f"total wall time: {elapsed:.1f} s\n")
-  print(report[-1], flush=True)
+  logging.info(report[-1])
   payload = {
     **results,
     "t6": t6,

@@ -1,14 +1,15 @@
-r"""The LBD study (spec-lbd 4.3, 4.8-4.11, 5.2): data, individual-level clicks, the eta sweep, effects.
+r"""The LBD study (Chen, Liu, Liu & Sun, NeurIPS 2022, Section 6): data, individual-level clicks, the eta sweep.
 
 Pieces, each usable on its own:
 
-* :func:`make_lbd_synthetic`: the CPU default of spec 5.2 (``x ~ U[-1,1]^F``,
+* :func:`make_lbd_synthetic`: our CPU stand-in for the paper's Yahoo!/Istella-S data (``x ~ U[-1,1]^F``,
   latent :math:`z = u^\top x + 0.5\sum_j \tanh(V_j^\top x)`, grades from
   z-quantiles) with the true ``u``.
 * :func:`select_crux_features`: the ``k`` most relevance-predictive features
   (offline stand-in for the paper's ExtraTrees importance).
 * :func:`make_individual_click_fn`: LBD's individual-level click model
-  :math:`P(C=1) = r(y)\, v_p^{\max(1 + w^\top x_{crux}, 0)}` with
+  :math:`P(C=1) = r(y)\, v_p^{\max(1 + w^\top x_{crux}, 0)}` (Section 6.1: Eq. 3 and the
+  observation formula after it) with
   :math:`w = \eta \cdot` the repo's base vector, on top of
   :func:`ultr_jax.simulation.make_click_fn` (``"individual"``), with lists
   without a click re-drawn (:func:`redraw_no_click`).
@@ -21,15 +22,20 @@ Pieces, each usable on its own:
   LBD tower), each one :func:`ultr_jax.train.fit` over every eta; (lambda, t)
   chosen per eta on validation nDCG@10; ``results.json``, the Table 1
   analogue, the figures and the effects E1-E5 with seed-level intervals.
+
+The effects are the paper's claims as this study tests them (our labels, the keys of ``results["_effects"]``):
+E1 the coupling effect (Unlimited below LBD at eta >= 0.1; Table 1), E2 no harm at eta = 0 and a small gain at
+0.1 (Table 1, Figure 3(a)), E3 robustness to eta (Figure 3(a)), E4 the two decouplings complement each other
+(Figure 3(b)), E5 the validation-optimal (lambda, t) drifts with eta (Figure 4, Table 3).
 """
 
 import concurrent.futures
 import json
 import os
-import sys
 import time
 from typing import Any, Optional, Sequence
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -38,11 +44,12 @@ from scipy import stats as scipy_stats
 
 from ultr_jax import simulation
 from ultr_jax.data import RankingDataset, Splits
+from ultr_jax.studies.figures import save_figure
 from ultr_jax.train.compilation import enable_compilation_cache
 from ultr_jax.train.loop import evaluate, fit, make_optimizer
 from ultr_jax.train.methods import get_method
 from ultr_jax.train.methods.lbd import make_lbd, make_lbd_grid, stack_runs
-from ultr_jax.train.results import best_and_ties, save_figure, summarize, write_results
+from ultr_jax.train.results import best_and_ties, summarize, write_results
 
 __all__ = [
   "LBD_BASE_W",
@@ -62,7 +69,8 @@ __all__ = [
   "run_lbd_study",
 ]
 
-#: The repo's coupling vector at eta = 0.1, divided by eta (``w = eta * LBD_BASE_W``), spec 4.3.
+#: The authors' code's coupling vector at eta = 0.1, divided by eta (``w = eta * LBD_BASE_W``); the paper draws
+#: ``w`` uniformly from ``[-eta, eta]`` (Section 6.1).
 LBD_BASE_W = np.array(
   [-1.0, -0.05692682, -0.32078125, -0.61167928, 0.63807999, 1.0, 0.20537273, -0.61056782, 0.56496459, -0.15535264]
 )
@@ -100,7 +108,7 @@ def make_lbd_synthetic(
   seed: int = 0,
   label_fractions: Sequence[float] = (0.50, 0.25, 0.15, 0.07, 0.03),
 ) -> tuple[Splits, np.ndarray]:
-  r"""The synthetic default of spec-lbd 5.2 and its true linear relevance weights ``u``.
+  r"""The synthetic default (our CPU stand-in for the paper's datasets) and its true linear relevance weights ``u``.
 
   .. math::
       x \sim U[-1, 1]^F, \qquad z = u^\top x + 0.5 \sum_{j=1}^{8} \tanh(V_j^\top x),
@@ -150,7 +158,7 @@ def select_crux_features(dataset: RankingDataset, k: int = 10, *, l2: float = 1e
 
   on z-scored real documents :math:`\tilde X`. This is our offline,
   dependency-free stand-in for the paper's ExtraTrees importance (its
-  settings are not given, A12). On the synthetic default it recovers the
+  settings are not given in Section 6.1). On the synthetic default it recovers the
   features with the largest linear effect on the latent score ``z`` (``u``
   plus the average slope of the ``tanh`` terms), which is not always the
   largest :math:`|u_f|`.
@@ -182,7 +190,7 @@ def redraw_no_click(click_fn, *, max_draws: int = 100):
   r"""Wraps ``click_fn`` so that a list without a click is re-simulated (up to ``max_draws`` times).
 
   Each list's clicks follow :math:`P(c \mid c \neq 0)`, as the repo's
-  ``check_validation`` loop does (spec 2.9) except that the same list is
+  ``check_validation`` loop does (the authors' code) except that the same list is
   re-drawn rather than a new query (a fixed-shape batch); all-padding lists
   are left alone. Jittable: a ``lax.while_loop`` over the whole batch.
 
@@ -225,7 +233,7 @@ def make_individual_click_fn(
   max_draws: int = 100,
   w_key: str = "lbd_w",
 ):
-  r"""LBD's click simulator (spec 4.3): ``click_fn(key, batch) -> {"clicks", "examination", ...}``.
+  r"""LBD's click simulator (Section 6.1, Eq. 3): ``click_fn(key, batch) -> {"clicks", "examination", ...}``.
 
   .. math::
       P(C = 1 \mid x, p) = \Big(\epsilon + (1-\epsilon)\frac{2^y - 1}{15}\Big)\;
@@ -297,7 +305,8 @@ def stack_click_fn(click_fn, values, *, key_name: str = "lbd_w", runs_key: str =
 
 
 def grid_members(lams: Sequence[float], ts: Sequence[float]) -> list[tuple[str, float, float]]:
-  """The LBD-family runs trained together: ``(variant, lam, t)`` (spec 2.8, A14).
+  """The LBD-family runs trained together: ``(variant, lam, t)`` (the ablations of Section 6.1: LBD_Lips is
+  t = 0, LBD_Ber lambda = 0, Unlimited both; the paper gives no grid for the ablations, so they share LBD's).
 
   >>> [m[0] for m in grid_members([100.0], [0.1])]
   ['unlimited', 'lbd_lips', 'lbd_ber', 'lbd', 'click_data_lbd_tower']
@@ -385,7 +394,7 @@ def tied_with_best(grid_rows: Sequence[dict], variant: str = "lbd") -> Optional[
 
 
 def effects(results: dict, etas: Sequence[float], *, metric: str = "ndcg@10") -> dict:
-  """The spec's effects E1-E5 from ``results`` (per-seed values, paired over seeds).
+  """The effects E1-E5 (the module docstring) from ``results`` (per-seed values, paired over seeds).
 
   A difference is "significant" when its 90% seed-level interval excludes 0.
   """
@@ -451,7 +460,7 @@ def effects(results: dict, etas: Sequence[float], *, metric: str = "ndcg@10") ->
       "lbd_not_significantly_below_click_at_every_eta": all(v["diff"] + v["ci90"] >= 0 for v in lbd_ge_click),
       "lbd_minus_click_data": lbd_ge_click,
     }
-    # Click Data on the LBD tower itself (lambda = 0, t = 1): spec 2.1 has the baselines share the
+    # Click Data on the LBD tower itself (lambda = 0, t = 1): the authors' code has the baselines share the
     # LBD network, which the foundation's rankers do not (plain linear / post-LayerNorm MLP), so
     # this is the same-architecture comparator.
     if f"{ranker}/click_data_lbd_tower" in results[_eta_key(top)]:
@@ -526,10 +535,10 @@ def prepare_lists(config: ml_collections.ConfigDict):
   """``(train, valid, test, crux, crux_how)``: the logged training lists and the evaluation lists.
 
   Training lists are the logging policy's top ``logging_policy.top_k`` (the
-  displayed slots, spec 2.9). Validation and test lists keep every candidate
-  in logged order: spec 2.7 scores "the full candidate list (not only the
-  top 10)" of a test/validation query, and (lambda, t) is selected on
-  validation nDCG@10 with the true labels (spec 2.9, A19).
+  displayed slots, as the authors' code trains). Validation and test lists keep every candidate
+  in logged order: the code scores the full candidate list (not only the
+  top 10) of a test/validation query, and (lambda, t) is selected on
+  validation nDCG@10 with the true labels (Appendix C.2).
   """
   train, valid, test, crux, crux_how = _load(config)
   lp = config.logging_policy
@@ -547,7 +556,7 @@ def _summ(values) -> dict:
 
 
 def _ranker_cfg(config, ranker) -> ml_collections.ConfigDict:
-  """The ranker of ``ranker``; the baselines use the LBD code's layout (spec 2.1: the baseline Linear is
+  """The ranker of ``ranker``; the baselines use the LBD code's layout (the baseline Linear is
   LayerNorm then dense, the baseline DNN has a LayerNorm, eps 1e-3, before every dense layer), unless
   ``config.baseline_norm == "after"`` (the foundation's rankers)."""
   norm = {"norm_position": config.get("baseline_norm", "before"), "ln_epsilon": 1e-3}
@@ -592,8 +601,8 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
   whole sweep compiles one training step per cell. Labeled Data ignores the clicks and is trained
   once. The ``(lambda, t)`` grid is one vmapped :func:`~ultr_jax.train.methods.lbd.make_lbd_grid`
   per ranker; all its members, etas and seeds are evaluated in one pass per split, and
-  ``(lambda, t)`` is chosen per eta and variant on validation ``select_metric`` (true labels, spec
-  A19). ``config.workers`` cells run concurrently (threads; JAX releases the GIL while compiling
+  ``(lambda, t)`` is chosen per eta and variant on validation ``select_metric`` (true labels, as
+  Appendix C.2). ``config.workers`` cells run concurrently (threads; JAX releases the GIL while compiling
   and running).
 
   Returns the ``results.json`` mapping: ``"eta=<v>"`` -> ``"<ranker>/<method>"`` -> metric ->
@@ -702,11 +711,9 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
       f"[eta={','.join(f'{etas[i]:g}' for i in chunk)}]" if len(chunks) > 1 and name == "lbd_grid" else ""
     )
     timings[label] = time.perf_counter() - t0
-    print(
+    logging.info(
       f"[lbd study] {label}: {len(chunk)} etas in {timings[label]:.0f}s "
-      f"(done at {time.perf_counter() - t_start:.0f}s, job {jobs.index(job) + 1} of {len(jobs)})",
-      file=sys.stderr,
-      flush=True,
+      f"(done at {time.perf_counter() - t_start:.0f}s, job {jobs.index(job) + 1} of {len(jobs)})"
     )
     return out
 
@@ -740,13 +747,13 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
     "process_cpu_seconds": time.process_time() - c_start,
   }
   table = table_1(results, etas, config.table_eta) + e5_ties_text(results["_effects"])
-  print(table, flush=True)
-  print(json.dumps({k: results["_effects"][k] for k in ("E1", "E5")}, indent=1, default=float)[:4000], flush=True)
+  logging.info(table)
+  logging.info(json.dumps({k: results["_effects"][k] for k in ("E1", "E5")}, indent=1, default=float)[:4000])
   if workdir is not None:
     os.makedirs(workdir, exist_ok=True)
     write_results(workdir, results, table=table)
     plot_figures(results, etas, config, workdir)
-  print(f"total time {time.perf_counter() - t_start:.1f}s", file=sys.stderr, flush=True)
+  logging.info(f"total time {time.perf_counter() - t_start:.1f}s")
   return results
 
 
@@ -849,3 +856,6 @@ def plot_figures(results: dict, etas: Sequence[float], config, workdir: str) -> 
     fig.suptitle(f"Figure 4 analogue: validation nDCG@10 over (lambda, t), {ranker}; * = selected", fontsize=9)
     save(fig, f"fig4_{ranker}.png")
   return written
+
+
+run = run_lbd_study
