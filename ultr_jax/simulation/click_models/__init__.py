@@ -202,9 +202,9 @@ def make_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict]:
   ``positions``, ``features``, ``context``). The result holds ``clicks``
   (float32), ``examination`` (oracle propensities), ``click_prob`` and, with
   ``top_k``, ``shown`` (see the module docstring). The function is the bound
-  ``__call__`` of a frozen :class:`ClickSimulator` (``fn.__self__``;
-  :func:`click_simulator`): equal configs give equal, hashable functions, so
-  it can be a static argument or a compile-cache key.
+  ``__call__`` of a frozen :class:`ClickSimulator` (``fn.__self__``, or
+  :func:`click_simulator`): equal configs give equal, hashable simulators, so
+  the simulator can be a static argument or a compile-cache key.
 
   Raises:
     ValueError: for an unknown model name or config key (naming it and listing the known ones).
