@@ -433,13 +433,16 @@ def log_probs_from_logs(
   dbn      ``perseverance[]`` :math:`\log\gamma`, ``no_satisfaction[..., L]`` :math:`\log(1 - \sigma_i)` per item
   ccm      ``alpha[3]`` :math:`\log\alpha`
   trust    ``examination[K]`` :math:`\log o`, ``trust[K]`` :math:`\log \rho`
+  sdbn     ``no_satisfaction[..., L]`` :math:`\log(1 - \sigma_i)` per item
+  mixture  ``weights[M]`` :math:`\log w`, each component's under ``c<m>.<name>``
   =======  =============================================================================
 
   Tables are indexed by ``ranks`` (default: the item index; ranks beyond a
   table use its last entry).
 
   Args:
-    model: one of ``pbm``, ``ubm``, ``cascade``, ``dcm``, ``dbn``, ``ccm``, ``trust``.
+    model: a fittable click model of the registry (a name of :data:`LOGIT_MODELS` or a
+      :class:`~ultr_jax.simulation.ClickModel`); its :meth:`~ultr_jax.simulation.ClickModel.log_probs`.
     clicks: ``[..., L]`` 0/1 clicks, in displayed order.
     log_attraction, log_no_attraction: ``[..., L]`` :math:`\log a`, :math:`\log(1 - a)`.
     log_bias: dict as above.
@@ -509,6 +512,8 @@ def logit_log_probs(
   ccm      ``alpha[3]``                    chain with :math:`c^0 = \sigma(\alpha_1), c^1 = \sigma(\alpha_2)(1 - a_i) + \sigma(\alpha_3) a_i`
   trust    ``examination[K]``,             :math:`\sigma(o_{r_i})\,[a_i + \sigma(t_{r_i})(1 - a_i)]` (independent clicks)
            ``trust[K]``
+  sdbn     none                            chain with :math:`c^0 = 1, c^1 = \sigma(-u_i)`
+  mixture  ``weights[M]``, ``c<m>.*``      the posterior-weighted filter of :func:`~ultr_jax.simulation.mixture_log_probs`
   =======  ==============================  ===========================================================
 
   with :math:`a_i = \sigma(s_i)` and, for the DBN, satisfaction logits
@@ -516,13 +521,15 @@ def logit_log_probs(
   :func:`log_probs_from_logs` does the work).
 
   Args:
-    model: one of ``pbm``, ``ubm``, ``cascade``, ``dcm``, ``dbn``, ``ccm``, ``trust``.
+    model: a fittable click model of the registry (name or :class:`~ultr_jax.simulation.ClickModel`).
     clicks: ``[..., L]`` 0/1 clicks, in displayed order.
     attraction_logits: ``[..., L]`` :math:`s`.
     bias_logits: dict of the model's logits (:func:`logit_bias_shapes`).
     ranks: ``int[..., L]`` 0-based ranks for the tables (default ``arange(L)``).
     where: ``bool[..., L]``.
-    satisfaction_logits: ``[..., L]`` :math:`u` (``dbn`` only).
+    satisfaction_logits: ``[..., L]`` :math:`u` (``dbn``, ``sdbn``).
+    item_logits: ``{name: [..., L]}`` logits of the model's per-item parameters
+      (:attr:`~ultr_jax.simulation.ClickModel.item_params`; ``satisfaction_logits`` is one of them).
 
   Returns:
     ``(log_q, log_1mq)``, each ``float32[..., L]``.
