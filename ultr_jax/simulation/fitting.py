@@ -18,7 +18,13 @@ ccm        ``alpha[3]``
 trust      ``examination[L]`` and ``trust[L]`` per rank: :math:`P(C) = o_k\,[a_d + \rho_k (1 - a_d)]`
            (the trust-bias model of Agarwal et al. WWW'19 with :math:`o_k = \theta_k\epsilon^+_k`,
            :math:`\rho_k = \epsilon^-_k / \epsilon^+_k`)
+sdbn       ``satisfaction[D]`` per document (the DBN at perseverance 1)
+mixture    ``weights[M]`` (softmax) and each component's under ``c<m>.<name>``, the per-document ones shared
 =========  ===============================================================
+
+The models are the registry's fittable ones (:func:`~ultr_jax.simulation.click_models` ``("fittable")``);
+``model`` is a name or a :class:`~ultr_jax.simulation.ClickModel` (e.g. ``Mixture(("ubm", "dbn"))``), whose
+methods hold everything model-specific.
 
 :func:`fit_click_model` maximises the sessions' log-likelihood
 (:func:`~ultr_jax.simulation.logit_log_probs`, in log space from the logits)
