@@ -45,8 +45,10 @@ __all__ = [
 
 _REGISTRY: dict[str, type] = {}
 
-#: Keys every simulation config may hold besides the model's own (the relevance mapping and the sampling mode).
-COMMON_CONFIG_KEYS = ("name", "relevance", "eps", "eps_plus", "ymax", "threshold", "top_k", "num_sessions")
+#: Keys every simulation config may hold besides the model's own (the relevance mapping and the sampling mode;
+#: ``eta``, the position-bias severity of the models with a position table, is accepted by every model, as it
+#: always was, so that a config such as the baselines' default can switch ``name`` alone).
+COMMON_CONFIG_KEYS = ("name", "relevance", "eps", "eps_plus", "ymax", "threshold", "top_k", "num_sessions", "eta")
 #: Capabilities :func:`click_models` filters on.
 CAPABILITIES = ("fittable", "loss", "chain")
 
