@@ -274,8 +274,16 @@ def test_logit_log_probs_equal_the_probability_functions_for_every_model():
       want = sim.bernoulli_log_likelihood(clicks, jnp.log(q), jnp.log1p(-q))
     elif model == "ubm":
       want = sim.ubm_log_likelihood(clicks, a, sig(bias["gamma"]))
+    elif model == "mixture":  # the default components, PBM and DCM, weighted by softmax(weights)
+      log_w = jax.nn.log_softmax(jnp.asarray(bias["weights"]))
+      q = sig(bias["c0.examination"]) * a
+      ll_pbm = sim.bernoulli_log_likelihood(clicks, jnp.log(q), jnp.log1p(-q))
+      c0, c1 = sim.chain_continuations("dcm", a, continuation=sig(bias["c1.continuation"]))
+      ll_dcm = sim.chain_log_likelihood(clicks, a, continue_no_click=c0, continue_click=c1)
+      want = jnp.logaddexp(log_w[0] + ll_pbm, log_w[1] + ll_dcm)
     else:
       params = {
+        "sdbn": {"satisfaction": sig(u)},
         "cascade": {},
         "dcm": {"continuation": sig(bias.get("continuation", 0.0))},
         "dbn": {"perseverance": sig(bias.get("perseverance", 0.0)), "satisfaction": sig(u)},

@@ -43,6 +43,13 @@ def _reference(model, scores, sat, clicks, where, bias):
   sig = lambda x: 1 / (1 + np.exp(-np.asarray(x, np.float64)))
   a = jnp.asarray(sig(scores), jnp.float32)
   b = {k: sig(v) for k, v in bias.items()}
+  if model == "mixture":  # the default components (PBM, DCM), weighted by softmax(weights)
+    log_w = jax.nn.log_softmax(jnp.asarray(bias["weights"], jnp.float32))
+    parts = [
+      _reference(m, scores, sat, clicks, where, {k.split(".", 1)[1]: v for k, v in bias.items() if k[:3] == f"c{i}."})
+      for i, m in enumerate(("pbm", "dcm"))
+    ]
+    return jnp.logaddexp(log_w[0] + parts[0], log_w[1] + parts[1])
   if model in ("pbm", "trust"):  # independent clicks; trust: a false click w.p. rho of a true one
     q = b["examination"][None, :] * (a + (b["trust"][None, :] * (1 - a) if model == "trust" else 0.0))
     return sim.bernoulli_log_likelihood(clicks, jnp.log(q), jnp.log1p(-q), where=where)
@@ -54,6 +61,8 @@ def _reference(model, scores, sat, clicks, where, bias):
     c0, c1 = sim.chain_continuations(
       "dbn", a, perseverance=float(b["perseverance"]), satisfaction=jnp.asarray(sig(sat), jnp.float32)
     )
+  elif model == "sdbn":
+    c0, c1 = sim.chain_continuations("sdbn", a, satisfaction=jnp.asarray(sig(sat), jnp.float32))
   else:
     c0, c1 = sim.chain_continuations("ccm", a, alpha=jnp.asarray(b["alpha"], jnp.float32))
   return sim.chain_log_likelihood(clicks, a, continue_no_click=c0, continue_click=c1, where=where)
@@ -123,7 +132,11 @@ def test_mask_equals_truncation_zero_grads_when_masked_and_check_grads(model):
   where = np.broadcast_to(np.arange(L + 2) < L, (Q, L + 2))
   # Garbage in the padding (scores, clicks, satisfaction); the bias tables cover the padded positions.
   bias_pad = {
-    k: (np.concatenate([v, np.zeros((2,) + v.shape[1:], np.float32)]) if v.ndim >= 1 and k != "alpha" else v)
+    k: (
+      np.concatenate([v, np.zeros((2,) + v.shape[1:], np.float32)])
+      if v.ndim >= 1 and k not in ("alpha", "weights")
+      else v
+    )
     for k, v in bias[model].items()
   }
   if model == "ubm":
@@ -196,7 +209,8 @@ def test_method_loss_grads_score_and_propensities(name):
   (value, _), grads = jax.jit(jax.value_and_grad(method.loss, has_aux=True))(params, extra, batch, jax.random.key(1))
   assert np.isfinite(float(value))
   chex.assert_tree_all_finite(grads)
-  assert any(np.any(np.asarray(g) != 0) for g in jax.tree.leaves(grads["bias"]))
+  # Every bias parameter set learns (the SDBN has none: its satisfaction is a tower output).
+  assert not params["bias"] or any(np.any(np.asarray(g) != 0) for g in jax.tree.leaves(grads["bias"]))
   g_feat = jax.grad(lambda x: method.loss(params, extra, {**batch, "features": x}, jax.random.key(1))[0])(
     batch["features"]
   )

@@ -30,6 +30,12 @@ CONFIGS = {
   "individual": dict(name="individual", crux_indices=CRUX, w=IND_W, eta=1.5),
   "dbn": dict(name="dbn", perseverance=0.85, satisfaction=[0.9, 0.6, 0.3]),
   "ccm": dict(name="ccm", alpha=[0.9, 0.7, 0.3]),
+  "sdbn": dict(name="sdbn", satisfaction=[0.9, 0.6, 0.3]),
+  "mixture": dict(
+    name="mixture",
+    components=[dict(name="dcm", continuation=[0.9, 0.7, 0.5, 0.4]), dict(name="ubm", eta=1.2)],
+    weights=[0.3, 0.7],
+  ),
 }
 
 
@@ -57,6 +63,10 @@ def _np_relevance(y, eps=0.1, ymax=4):
 
 
 def _np_click_prob(name, batch, cfg, top_k=None):
+  if name == "mixture":  # the components' probabilities, weighted
+    parts = [_np_click_prob(c["name"], batch, {"eta": 1.0, **c}, top_k) for c in cfg["components"]]
+    w = np.asarray(cfg["weights"]) / np.sum(cfg["weights"])
+    return tuple(sum(wi * part[k] for wi, part in zip(w, parts)) for k in (0, 1))
   labels, where = batch["labels"], batch["where"]
   out = np.zeros(labels.shape)
   exam = np.zeros(labels.shape)
@@ -83,10 +93,10 @@ def _np_click_prob(name, batch, cfg, top_k=None):
         e = keep
         c = e * r
         keep *= 1 - r * (1 - lam)
-      elif name == "dbn":  # satisfied after a click: leave; otherwise go on with perseverance
+      elif name in ("dbn", "sdbn"):  # satisfied after a click: leave; otherwise go on with perseverance
         e = keep
         c = e * r
-        keep *= cfg["perseverance"] * (1 - r * cfg["satisfaction"][min(p, 2)])
+        keep *= cfg.get("perseverance", 1.0) * (1 - r * cfg["satisfaction"][min(p, 2)])
       elif name == "ccm":
         a1, a2, a3 = cfg["alpha"]
         e = keep
@@ -480,7 +490,7 @@ def test_explicit_positions_default_arange():
 
 def test_config_errors():
   with pytest.raises(ValueError, match="unknown click model"):
-    sim.make_click_fn(dict(name="sdbn"))
+    sim.make_click_fn(dict(name="nope"))
   with pytest.raises(ValueError, match="perseverance"):
     sim.make_click_fn(dict(name="dbn", perseverance=1.5))
   with pytest.raises(ValueError, match="satisfaction"):

@@ -23,7 +23,15 @@ dbn    ``perseverance[]`` (+ satisfaction      chain, :math:`c^0 = \sigma(g),\ c
        logits :math:`u` per item)
 ccm    ``alpha[3]``                            chain, :math:`c^0 = \sigma(\alpha_1),\ c^1 = \sigma(\alpha_2)(1 - a_i) + \sigma(\alpha_3) a_i`
 trust  ``examination[P]``, ``trust[P]``        :math:`q_i = \sigma(o_{p_i})\,[a_i + \sigma(t_{p_i})(1 - a_i)]`
+sdbn   none (satisfaction logits :math:`u`     chain, :math:`c^0 = 1,\ c^1 = \sigma(-u_i)`
+       per item)
 =====  ======================================  =============================================
+
+and any other model of the registry with the ``loss`` capability
+(:data:`CLICK_MODEL_LOSSES`, e.g. ``mixture``: the components' bias logits under ``c<m>.<name>`` and the
+mixture weights' logits ``weights[M]``). A model's per-item parameters besides the attraction
+(:attr:`~ultr_jax.simulation.ClickModel.item_params`: the DBN's and SDBN's satisfaction) are further outputs
+of the learner, ``item_scores`` (or ``satisfaction_scores``).
 
 Items are taken in display order (sorted by ``positions``; masked items
 last and skipped); every term is computed from ``log_sigmoid`` of the logits
@@ -36,6 +44,7 @@ import jax.numpy as jnp
 import rax
 
 from ultr_jax.simulation import likelihood as lik
+from ultr_jax.simulation.click_models import ClickModel, click_models, get_click_model
 from ultr_jax.types import Array
 
 __all__ = [
@@ -46,18 +55,27 @@ __all__ = [
   "click_model_loss",
 ]
 
-CLICK_MODEL_LOSSES = ("pbm", "ubm", "dcm", "dbn", "ccm", "trust")
+#: The registry's click models usable as a loss (the ``loss`` capability; the cascade cannot explain a second
+#: click, so it has none).
+CLICK_MODEL_LOSSES = click_models("loss")
 
 
-def click_model_bias_shapes(model: str, num_positions: int) -> dict[str, tuple[int, ...]]:
+def _loss_model(model: "str | ClickModel") -> ClickModel:
+  if not isinstance(model, ClickModel) and model not in click_models("loss"):
+    raise ValueError(f"unknown click-model loss {model!r} (expected one of {click_models('loss')})")
+  m = get_click_model(model)
+  if not m.loss:
+    raise ValueError(f"click model {m.name!r} is no click-model loss (expected one of {click_models('loss')})")
+  return m
+
+
+def click_model_bias_shapes(model: "str | ClickModel", num_positions: int) -> dict[str, tuple[int, ...]]:
   """Shapes of the bias logits of ``model`` over ``num_positions`` positions.
 
   >>> click_model_bias_shapes("ubm", 3)
   {'gamma': (3, 4)}
   """
-  if model not in CLICK_MODEL_LOSSES:  # the cascade cannot explain a second click: no loss for it
-    raise ValueError(f"unknown click-model loss {model!r} (expected one of {CLICK_MODEL_LOSSES})")
-  return lik.logit_bias_shapes(model, num_positions)
+  return _loss_model(model).bias_shapes(num_positions)
 
 
 def _take(x, idx):
@@ -73,6 +91,7 @@ def click_model_log_likelihood_from_logits(
   where: Optional[Array] = None,
   positions: Optional[Array] = None,
   satisfaction_scores: Optional[Array] = None,
+  item_scores: Optional[dict] = None,
 ) -> Array:
   r"""Session log-likelihood of the clicks under ``model`` with attraction :math:`\sigma(\text{scores})`.
 
@@ -85,7 +104,10 @@ def click_model_log_likelihood_from_logits(
     where: ``bool[..., L]``.
     positions: ``int[..., L]`` 0-based display positions (default: the item
       index).
-    satisfaction_scores: ``[..., L]`` satisfaction logits (``dbn`` only).
+    satisfaction_scores: ``[..., L]`` satisfaction logits (the models with a ``satisfaction`` item parameter:
+      ``dbn``, ``sdbn``).
+    item_scores: ``{name: [..., L]}`` logits of the model's other per-item parameters
+      (:attr:`~ultr_jax.simulation.ClickModel.item_params`).
 
   Returns:
     ``float32[...]`` per list (0 for an all-masked list).
@@ -95,28 +117,38 @@ def click_model_log_likelihood_from_logits(
   >>> print(round(float(ll), 6), round(float(jnp.log(0.5 * 0.75)), 6))
   -0.980829 -0.980829
   """
-  log_q, log_1mq, c, where, _ = _display_log_probs(scores, clicks, model, bias, where, positions, satisfaction_scores)
+  log_q, log_1mq, c, where, _ = _display_log_probs(
+    scores, clicks, model, bias, where, positions, _items(satisfaction_scores, item_scores)
+  )
   return lik.bernoulli_log_likelihood(c, log_q, log_1mq, where=where)
 
 
-def _display_log_probs(scores, clicks, model, bias, where, positions, satisfaction_scores):
+def _items(satisfaction_scores, item_scores):
+  items = dict(item_scores or {})
+  if satisfaction_scores is not None:
+    items["satisfaction"] = satisfaction_scores
+  return items
+
+
+def _display_log_probs(scores, clicks, model, bias, where, positions, items):
   """Per-item ``(log q, log(1 - q))`` of a click given the clicks above, in display order, with the
   clicks, mask and the display order."""
-  click_model_bias_shapes(model, 1)  # validates the name
+  m = _loss_model(model)
   s = jnp.asarray(scores, jnp.float32)
   c = jnp.asarray(clicks, jnp.float32)
   where = jnp.ones(s.shape, bool) if where is None else jnp.broadcast_to(jnp.asarray(where, bool), s.shape)
   if positions is None:
     positions = jnp.broadcast_to(jnp.arange(s.shape[-1], dtype=jnp.int32), s.shape)
   positions = jnp.asarray(positions, jnp.int32)
-  if model == "dbn" and satisfaction_scores is None:
-    raise ValueError("click-model loss 'dbn' needs satisfaction_scores (a second output per item)")
+  missing = [k for k in m.item_params if k not in items]
+  if missing:
+    raise ValueError(f"click-model loss {m.name!r} needs {missing[0]}_scores (a further output per item)")
   # Display order: by position, masked items last (they are skipped by the likelihoods anyway).
   order = jnp.argsort(jnp.where(where, positions, jnp.iinfo(jnp.int32).max), axis=-1, stable=True)
-  sat = None if satisfaction_scores is None else _take(jnp.asarray(satisfaction_scores, jnp.float32), order)
+  item_logits = {k: _take(jnp.asarray(items[k], jnp.float32), order) for k in m.item_params}
   c, where = _take(c, order), _take(where, order)
   log_q, log_1mq = lik.logit_log_probs(
-    model, c, _take(s, order), bias, ranks=_take(positions, order), where=where, satisfaction_logits=sat
+    m, c, _take(s, order), bias, ranks=_take(positions, order), where=where, item_logits=item_logits
   )
   return log_q, log_1mq, c, where, order
 
@@ -130,6 +162,7 @@ def click_model_click_logits(
   where: Optional[Array] = None,
   positions: Optional[Array] = None,
   satisfaction_scores: Optional[Array] = None,
+  item_scores: Optional[dict] = None,
 ) -> Array:
   r"""Per-item logit of a click given the session's clicks above it, under ``model``.
 
@@ -150,7 +183,9 @@ def click_model_click_logits(
   >>> print(1 / (1 + jnp.exp(-z)))  # 1/2, then 1/2 * 1/2 after a click
   [0.5  0.25]
   """
-  log_q, log_1mq, _, _, order = _display_log_probs(scores, clicks, model, bias, where, positions, satisfaction_scores)
+  log_q, log_1mq, _, _, order = _display_log_probs(
+    scores, clicks, model, bias, where, positions, _items(satisfaction_scores, item_scores)
+  )
   return _take(log_q - log_1mq, jnp.argsort(order, axis=-1))
 
 
@@ -163,13 +198,17 @@ def click_model_loss(
   where: Optional[Array] = None,
   positions: Optional[Array] = None,
   satisfaction_scores: Optional[Array] = None,
+  item_scores: Optional[dict] = None,
+  weights: Optional[Array] = None,
   reduce_fn: Optional[Callable[..., Array]] = jnp.mean,
 ) -> Array:
   r"""Negative session log-likelihood of a click model with a learned attraction (see the module docstring).
 
   Args:
-    scores, clicks, model, bias, where, positions, satisfaction_scores: as
+    scores, clicks, model, bias, where, positions, satisfaction_scores, item_scores: as
       :func:`click_model_log_likelihood_from_logits`.
+    weights: optional per-item weights ``[..., L]`` (rax's convention; ``[..., 1]`` weights whole lists): each
+      item's term :math:`\log P(c_i \mid c_{<i})` of the session log-likelihood is multiplied by its weight.
     reduce_fn: ``jnp.mean`` over lists with a valid item (rax's
       ``safe_reduce``: all-masked lists are left out), ``jnp.sum``, or None for
       the per-list values.
@@ -182,9 +221,14 @@ def click_model_loss(
   >>> print(round(float(loss), 4))  # -(log(1/4 * 3/4) + 2 log(3/4)) / 2
   1.1247
   """
-  ll = click_model_log_likelihood_from_logits(
-    scores, clicks, model=model, bias=bias, where=where, positions=positions, satisfaction_scores=satisfaction_scores
+  log_q, log_1mq, c, display_where, order = _display_log_probs(
+    scores, clicks, model, bias, where, positions, _items(satisfaction_scores, item_scores)
   )
+  if weights is not None:
+    w = _take(jnp.broadcast_to(jnp.asarray(weights, jnp.float32), c.shape), order)
+    weigh = lambda x: jnp.where(w == 0, 0.0, w * x)  # a zero weight drops the term, even an impossible one
+    log_q, log_1mq = weigh(log_q), weigh(log_1mq)
+  ll = lik.bernoulli_log_likelihood(c, log_q, log_1mq, where=display_where)
   s = jnp.asarray(scores)
   valid = (
     jnp.ones(s.shape[:-1], bool)

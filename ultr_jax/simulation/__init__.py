@@ -4,8 +4,10 @@
   (ERR-style and binary) and examination models (PBM, eye-tracking table,
   trust bias, context-dependent PBM, LBD's individual-level observation,
   cascade/DCM, DBN/CCM click-chain and UBM marginals);
-* :mod:`~ultr_jax.simulation.click_models`: jittable samplers over
-  ``[..., list_size]`` and the config-driven :func:`make_click_fn`;
+* :mod:`~ultr_jax.simulation.click_models`: the click-model interface
+  (:class:`ClickModel`) and registry (:func:`get_click_model`,
+  :func:`click_models`), one module per model with its jittable sampler over
+  ``[..., list_size]``, and the config-driven :func:`make_click_fn`;
 * :mod:`~ultr_jax.simulation.likelihood`: the same models as likelihoods of
   observed sessions (conditional click probabilities, session log-likelihood);
 * :mod:`~ultr_jax.simulation.fitting`: click models fitted to session logs
@@ -17,20 +19,28 @@
 """
 
 from ultr_jax.simulation.click_models import (
+  ClickModel,
+  ClickSimulator,
   cascade,
   ccm,
   click_models,
+  click_simulator,
   context_pbm,
   dbn,
   dcm,
+  get_click_model,
   individual,
   make_click_fn,
+  mixture,
+  mixture_log_probs,
   pbm,
   pbm_table,
+  register,
   sample_chain_clicks,
   sample_clicks,
   sample_dcm_clicks,
   sample_ubm_clicks,
+  sdbn,
   trust,
   ubm,
 )
@@ -108,6 +118,14 @@ from ultr_jax.simulation.probabilities import (
 )
 
 __all__ = [
+  "ClickModel",
+  "ClickSimulator",
+  "click_simulator",
+  "get_click_model",
+  "register",
+  "mixture",
+  "mixture_log_probs",
+  "sdbn",
   "CTR_MODELS",
   "FITTABLE_CLICK_MODELS",
   "ClickModelFit",

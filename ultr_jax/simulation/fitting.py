@@ -18,7 +18,13 @@ ccm        ``alpha[3]``
 trust      ``examination[L]`` and ``trust[L]`` per rank: :math:`P(C) = o_k\,[a_d + \rho_k (1 - a_d)]`
            (the trust-bias model of Agarwal et al. WWW'19 with :math:`o_k = \theta_k\epsilon^+_k`,
            :math:`\rho_k = \epsilon^-_k / \epsilon^+_k`)
+sdbn       ``satisfaction[D]`` per document (the DBN at perseverance 1)
+mixture    ``weights[M]`` (softmax) and each component's under ``c<m>.<name>``, the per-document ones shared
 =========  ===============================================================
+
+The models are the registry's fittable ones (:func:`~ultr_jax.simulation.click_models` ``("fittable")``);
+``model`` is a name or a :class:`~ultr_jax.simulation.ClickModel` (e.g. ``Mixture(("ubm", "dbn"))``), whose
+methods hold everything model-specific.
 
 :func:`fit_click_model` maximises the sessions' log-likelihood
 (:func:`~ultr_jax.simulation.logit_log_probs`, in log space from the logits)
@@ -39,9 +45,8 @@ import numpy as np
 
 from ultr_jax._optim import lbfgs_minimize
 from ultr_jax.metrics import clicks as click_metrics
-from ultr_jax.simulation.click_models import cascade, ccm, dbn, dcm, pbm_table, trust, ubm
 from ultr_jax.simulation import likelihood as lik
-from ultr_jax.simulation import probabilities as P
+from ultr_jax.simulation.click_models import ClickModel, click_models, get_click_model
 from ultr_jax.types import Array
 
 __all__ = [
@@ -59,7 +64,8 @@ __all__ = [
   "simulate_session_log",
 ]
 
-FITTABLE_CLICK_MODELS = ("pbm", "ubm", "cascade", "dcm", "dbn", "ccm", "trust")
+#: The registry's fittable click models (:func:`~ultr_jax.simulation.click_models` ``("fittable")``, read at import).
+FITTABLE_CLICK_MODELS = click_models("fittable")
 #: Click-through-rate baselines (:func:`fit_ctr_model`): global, per rank, per document, per document and rank.
 CTR_MODELS = ("gctr", "rctr", "dctr", "drctr")
 
@@ -68,7 +74,8 @@ class ClickModelFit(NamedTuple):
   """A fitted click model.
 
   Attributes:
-    model: its name (one of :data:`FITTABLE_CLICK_MODELS`).
+    model: its name (one of :data:`FITTABLE_CLICK_MODELS`), or the :class:`~ultr_jax.simulation.ClickModel`
+      it was given.
     params: dict of probabilities (see the module docstring).
     logits: the same parameters as logits (the optimiser's variables).
     log_likelihood: mean log-likelihood per training session (nats).
@@ -77,7 +84,7 @@ class ClickModelFit(NamedTuple):
     converged: ``grad_norm <= tol``.
   """
 
-  model: str
+  model: "str | ClickModel"
   params: dict
   logits: dict
   log_likelihood: float
@@ -86,9 +93,14 @@ class ClickModelFit(NamedTuple):
   converged: bool
 
 
-def _check_model(model: str) -> None:
-  if model not in FITTABLE_CLICK_MODELS:
-    raise ValueError(f"unknown click model {model!r} (expected one of {FITTABLE_CLICK_MODELS})")
+def _model(model: "str | ClickModel") -> ClickModel:
+  """The registry's fittable click model ``model`` (a name or an instance)."""
+  if not isinstance(model, ClickModel) and model not in click_models("fittable"):
+    raise ValueError(f"unknown click model {model!r} (expected one of {click_models('fittable')})")
+  m = get_click_model(model)
+  if not m.fittable:
+    raise ValueError(f"click model {m.name!r} is not fittable (expected one of {click_models('fittable')})")
+  return m
 
 
 def init_click_model(model: str, *, num_docs: int, list_size: int) -> dict:
@@ -105,65 +117,26 @@ def init_click_model(model: str, *, num_docs: int, list_size: int) -> dict:
   >>> print({k: v.shape for k, v in init_click_model("dbn", num_docs=5, list_size=3).items()})
   {'attraction': (5,), 'perseverance': (), 'satisfaction': (5,)}
   """
-  _check_model(model)
-  shapes = {"attraction": (num_docs,)}
-  shapes.update(
-    {
-      "pbm": {"examination": (list_size,)},
-      "ubm": {"gamma": (list_size, list_size + 1)},
-      "cascade": {},
-      "dcm": {"continuation": (list_size,)},
-      "dbn": {"satisfaction": (num_docs,), "perseverance": ()},
-      "ccm": {"alpha": (3,)},
-      "trust": {"examination": (list_size,), "trust": (list_size,)},
-    }[model]
-  )
-  return {k: jnp.zeros(s, jnp.float32) for k, s in sorted(shapes.items())}
+  return _model(model).init(num_docs=num_docs, list_size=list_size)
 
 
-def _session_args(model, params, doc_ids):
-  """Per-item probabilities of the sessions, ``[S, L]`` in displayed order."""
-  ids = jnp.clip(jnp.asarray(doc_ids, jnp.int32), 0, params["attraction"].shape[0] - 1)
-  a = params["attraction"][ids]
-  length = a.shape[-1]
-  if model in ("pbm", "trust"):
-    return a, {k: jnp.broadcast_to(params[k][:length], a.shape) for k in ("examination", "trust") if k in params}
-  if model == "ubm":
-    return a, {"gamma": params["gamma"]}
-  if model == "cascade":
-    c0, c1 = lik.chain_continuations("cascade", a)
-  elif model == "dcm":
-    c0, c1 = lik.chain_continuations("dcm", a, continuation=params["continuation"][:length])
-  elif model == "dbn":
-    c0, c1 = lik.chain_continuations(
-      "dbn", a, perseverance=params["perseverance"], satisfaction=params["satisfaction"][ids]
-    )
-  else:
-    c0, c1 = lik.chain_continuations("ccm", a, alpha=params["alpha"])
-  return a, {"c0": c0, "c1": c1}
+def _split(m, params):
+  """``(per-document parameters, bias parameters)`` of a fitted model's dict."""
+  docs = ("attraction",) + tuple(m.item_params)
+  return {k: params[k] for k in docs}, {k: v for k, v in params.items() if k not in docs}
 
 
-def _log_likelihood_logits(model, theta, doc_ids, clicks, where):
+def _log_likelihood_logits(m, theta, doc_ids, clicks, where):
   """Session log-likelihoods from the logits, in log space: ``log_sigmoid`` of the parameter vectors once,
   then a gather per item (several times cheaper on CPU than ``log_sigmoid`` per item)."""
   ids = jnp.clip(jnp.asarray(doc_ids, jnp.int32), 0, theta["attraction"].shape[0] - 1)
   log_a = jax.nn.log_sigmoid(theta["attraction"])[ids]
   log_1ma = jax.nn.log_sigmoid(-theta["attraction"])[ids]
-  bias = {k: v for k, v in theta.items() if k not in ("attraction", "satisfaction")}
-  if model == "dbn":
-    log_bias = {
-      "perseverance": jax.nn.log_sigmoid(theta["perseverance"]),
-      "no_satisfaction": jax.nn.log_sigmoid(-theta["satisfaction"])[ids],
-    }
-  else:
-    log_bias = lik.log_bias_from_logits(model, bias)
-  log_q, log_1mq = lik.log_probs_from_logs(model, clicks, log_a, log_1ma, log_bias, where=where)
+  docs, bias = _split(m, theta)
+  items = {k: (jax.nn.log_sigmoid(docs[k])[ids], jax.nn.log_sigmoid(-docs[k])[ids]) for k in m.item_params}
+  log_bias = m.log_bias(bias, items)
+  log_q, log_1mq = lik.log_probs_from_logs(m, clicks, log_a, log_1ma, log_bias, where=where)
   return lik.bernoulli_log_likelihood(clicks, log_q, log_1mq, where=where)
-
-
-def _logits(params: dict) -> dict:
-  """Probabilities to logits (+-inf at 1 and 0, which ``log_sigmoid`` maps back exactly)."""
-  return {k: jax.scipy.special.logit(jnp.asarray(v, jnp.float32)) for k, v in params.items()}
 
 
 def click_model_log_likelihood(
@@ -186,8 +159,8 @@ def click_model_log_likelihood(
   >>> print(round(float(ll), 6), round(float(jnp.log(0.5 * 0.9)), 6))
   -0.798508 -0.798508
   """
-  _check_model(model)
-  return _log_likelihood_logits(model, _logits(params), doc_ids, clicks, where)
+  m = _model(model)
+  return _log_likelihood_logits(m, m.to_logits(params), doc_ids, clicks, where)
 
 
 def click_model_predict(
@@ -212,26 +185,14 @@ def click_model_predict(
   >>> print(out["conditional"], out["marginal"])  # after a cascade click nothing follows
   [0.5 0. ] [0.5  0.25]
   """
-  _check_model(model)
-  a, extra = _session_args(model, params, doc_ids)
+  m = _model(model)
+  docs, bias = _split(m, params)
+  ids = jnp.clip(jnp.asarray(doc_ids, jnp.int32), 0, docs["attraction"].shape[0] - 1)
+  a = docs["attraction"][ids]
   w = jnp.ones(a.shape, bool) if where is None else jnp.broadcast_to(jnp.asarray(where, bool), a.shape)
-  if model == "pbm":
-    cond = marginal = a * extra["examination"]
-  elif model == "trust":
-    cond = marginal = extra["examination"] * (a + extra["trust"] * (1.0 - a))
-  elif model == "ubm":
-    cond = lik.ubm_conditional_click_prob(clicks, a, extra["gamma"], where=w)
-    marginal = P.ubm_examination(a, extra["gamma"], where=w) * a
-  else:
-    cond = lik.chain_conditional_click_prob(
-      clicks, a, continue_no_click=extra["c0"], continue_click=extra["c1"], where=w
-    )
-    marginal = P.chain_examination(a, continue_no_click=extra["c0"], continue_click=extra["c1"], where=w) * a
+  per_item = {k: docs[k][ids] for k in m.item_params}
+  cond, marginal = m.predict(clicks, a, {**bias, **per_item}, where=w)
   return {"conditional": jnp.where(w, cond, 0.0), "marginal": jnp.where(w, marginal, 0.0)}
-
-
-def _probabilities(logits: dict) -> dict:
-  return {k: jax.nn.sigmoid(v) for k, v in logits.items()}
 
 
 @functools.partial(jax.jit, static_argnames=("model", "max_iters"))
@@ -260,14 +221,8 @@ def _validate(doc_ids, clicks, where, num_docs, model=None):
   if bad.any():
     idx = tuple(int(i) for i in np.argwhere(bad)[0])
     raise ValueError(f"clicks must be 0 or 1 where valid; clicks{list(idx)} = {clicks[idx]}")
-  if model == "cascade":
-    many = np.sum(np.where(where, clicks, 0.0), axis=-1) > 1
-    if many.any():
-      idx = tuple(int(i) for i in np.argwhere(many)[0])
-      raise ValueError(
-        f"cascade: session {list(idx)} has {int(np.sum(np.where(where, clicks, 0)[idx]))} clicks; "
-        "the cascade model explains at most one click per session (fit 'dcm' instead)"
-      )
+  if model is not None:
+    model.check_sessions(clicks, where)
   if num_docs is None:
     num_docs = int(doc_ids[where].max()) + 1 if where.any() else 1
   bad = where & ((doc_ids < 0) | (doc_ids >= num_docs))
@@ -331,9 +286,9 @@ def fit_click_model(
   >>> print(fit.converged, [round(v, 3) for v in fit.params["attraction"].tolist()])
   True [1.0, 0.0]
   """
-  _check_model(model)
-  doc_ids, clicks, where, num_docs = _validate(doc_ids, clicks, where, num_docs, model)
-  logits = init_click_model(model, num_docs=num_docs, list_size=clicks.shape[-1]) if init is None else init
+  m = _model(model)
+  doc_ids, clicks, where, num_docs = _validate(doc_ids, clicks, where, num_docs, m)
+  logits = m.init(num_docs=num_docs, list_size=clicks.shape[-1]) if init is None else init
   arrays = (doc_ids, clicks, where)
   if mesh is not None:
     axis = mesh.axis_names[0]
@@ -343,11 +298,11 @@ def fit_click_model(
     arrays = tuple(jax.device_put(x, shard) for x in arrays)
     logits = jax.device_put(logits, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
   theta, mean_ll, gnorm, iters = _fit(
-    model, logits, *(jnp.asarray(x) for x in arrays), jnp.float32(l2), int(max_iters), jnp.float32(tol)
+    m, logits, *(jnp.asarray(x) for x in arrays), jnp.float32(l2), int(max_iters), jnp.float32(tol)
   )
   return ClickModelFit(
     model=model,
-    params=_probabilities(theta),
+    params=m.to_probabilities(theta),
     logits=theta,
     log_likelihood=float(mean_ll),
     grad_norm=float(gnorm),
@@ -378,7 +333,7 @@ def evaluate_click_model(
   >>> print(evaluate_click_model("pbm", p, jnp.zeros((4, 1), int), jnp.array([[1.], [0.], [1.], [0.]]))["perplexity"])
   2.0
   """
-  _check_model(model)
+  _model(model)
   doc_ids, clicks, where, _ = _validate(doc_ids, clicks, where, params["attraction"].shape[0])
   ll = click_model_log_likelihood(model, params, doc_ids, clicks, where=where)
   pred = click_model_predict(model, params, doc_ids, clicks, where=where)
@@ -519,17 +474,6 @@ def ctr_model_predict(model: str, params: dict, doc_ids: Array) -> np.ndarray:
   return p.astype(np.float32)
 
 
-_SAMPLERS = {
-  "pbm": pbm_table,  # ULTRA's eye-tracking table; pass table=... / eta=...
-  "ubm": ubm,
-  "cascade": cascade,
-  "dcm": dcm,
-  "dbn": dbn,
-  "ccm": ccm,
-  "trust": trust,  # ULTRA's trust table: eps+ = 1 - (k + 2)/100, eps- = epsilon_1_neg/(k + 1); fits o = v eps+
-}
-
-
 def simulate_session_log(
   key: jax.Array, model: str, attraction: Array, *, num_sessions: int, noise: float = 0.3, **model_params
 ) -> dict:
@@ -568,7 +512,7 @@ def simulate_session_log(
   >>> print(log["doc_ids"].shape, int(log["clicks"].sum(-1).max()))
   (6, 4) 1
   """
-  _check_model(model)
+  m = _model(model)
   a = jnp.asarray(attraction, jnp.float32)
   num_queries, length = a.shape
   k_q, k_n, k_c = jax.random.split(key, 3)
@@ -583,7 +527,7 @@ def simulate_session_log(
     k: (jnp.asarray(v, jnp.float32).reshape(-1)[doc_ids] if np.shape(v) == a.shape else v)
     for k, v in model_params.items()
   }  # per-document [Q, L] parameters follow their documents
-  out = _SAMPLERS[model](k_c, a.reshape(-1)[doc_ids], **per_item)
+  out = m.session_sampler(k_c, a.reshape(-1)[doc_ids], **per_item)
   return {
     "doc_ids": doc_ids,
     "clicks": out["clicks"],

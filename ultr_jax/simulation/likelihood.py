@@ -32,8 +32,8 @@ from typing import Optional, Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from ultr_jax.simulation.click_models.base import click_models, get_click_model, log1mexp as _log1mexp
 from ultr_jax.types import Array
 
 __all__ = [
@@ -51,16 +51,14 @@ __all__ = [
   "ubm_log_probs",
 ]
 
-CHAIN_MODELS = ("cascade", "dcm", "dbn", "ccm")
 
-
-def _log1mexp(x: Array) -> Array:
-  r""":math:`\log(1 - e^x)`, :math:`x \le 0` (the callers' log-probabilities are sums of log-probabilities,
-  clamped at 0 where rounding could cross it), as ``log(-expm1(x))``: exact near 0 (a click probability
-  near 1, where ``log1p(-exp(x))`` cancels); below about -17 it gives 0 for :math:`-e^x`, an absolute
-  error under 5e-8 per term of a log-likelihood. One branch: a click-model fit's objective at 48k
-  sessions takes 2.2-3.0 ms on CPU, against 7.0 ms with the two-branch ``ultr_jax._numerics.log1mexp``."""
-  return jnp.log(-jnp.expm1(x))
+def __getattr__(name: str):
+  """``CHAIN_MODELS`` and ``LOGIT_MODELS``: views of the click-model registry (computed when read)."""
+  if name == "CHAIN_MODELS":
+    return click_models("chain")
+  if name == "LOGIT_MODELS":
+    return click_models("fittable")
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _where(x: Array, where: Optional[Array]) -> Array:
@@ -118,13 +116,15 @@ def chain_continuations(
   dcm        1                     :math:`\lambda_i` (``continuation``)
   dbn        :math:`\gamma`        :math:`\gamma (1 - \sigma_i)` (``perseverance``, ``satisfaction``; :math:`\sigma` = attraction by default)
   ccm        :math:`\alpha_1`      :math:`\alpha_2 (1 - a_i) + \alpha_3 a_i`
+  sdbn       1                     :math:`1 - \sigma_i` (``satisfaction``; :math:`\sigma` = attraction by default)
   =========  ====================  ====================================================
 
   the same parameterisations as :func:`~ultr_jax.simulation.dcm`,
   :func:`~ultr_jax.simulation.dbn` and :func:`~ultr_jax.simulation.ccm`.
 
   Args:
-    model: one of ``cascade``, ``dcm``, ``dbn``, ``ccm``.
+    model: a click chain of the registry (``cascade``, ``dcm``, ``dbn``, ``ccm``, ``sdbn``; its
+      :meth:`~ultr_jax.simulation.ClickModel.continuations`).
     attraction: ``[..., L]`` click probability given examination.
     continuation, perseverance, satisfaction, alpha: the model's parameters,
       scalars or ``[..., L]`` (``alpha`` a length-3 sequence or array).
@@ -136,23 +136,12 @@ def chain_continuations(
   >>> print(c0, c1)
   [0.9 0.9] [0.45 0.  ]
   """
-  a = jnp.asarray(attraction, jnp.float32)
-  full = lambda v: jnp.broadcast_to(jnp.asarray(v, jnp.float32), a.shape)
-  if model == "cascade":
-    return full(1.0), full(0.0)
-  if model == "dcm":
-    return full(1.0), full(continuation)
-  if model == "dbn":
-    sigma = a if satisfaction is None else full(satisfaction)
-    gamma = full(perseverance)
-    return gamma, gamma * (1.0 - sigma)
-  if model == "ccm":
-    alpha = jnp.asarray(alpha, jnp.float32)
-    if alpha.shape[-1:] != (3,):
-      raise ValueError(f"ccm: alpha must have 3 entries (alpha_1..3), got shape {alpha.shape}")
-    a1, a2, a3 = (alpha[..., i, None] for i in range(3))
-    return full(a1), full(a2 * (1.0 - a) + a3 * a)
-  raise ValueError(f"unknown click-chain model {model!r} (expected one of {CHAIN_MODELS})")
+  chains = click_models("chain")
+  if model not in chains:
+    raise ValueError(f"unknown click-chain model {model!r} (expected one of {chains})")
+  return get_click_model(model).continuations(
+    attraction, continuation=continuation, perseverance=perseverance, satisfaction=satisfaction, alpha=alpha
+  )
 
 
 def chain_log_probs(
@@ -401,27 +390,20 @@ def ubm_log_likelihood(
   return bernoulli_log_likelihood(clicks, log_q, log_1mq, where=where)
 
 
-LOGIT_MODELS = ("pbm", "ubm", "cascade", "dcm", "dbn", "ccm", "trust")
-
-
 def logit_bias_shapes(model: str, num_ranks: int) -> dict[str, tuple[int, ...]]:
   """Shapes of the bias logits :func:`logit_log_probs` reads for ``model`` over ``num_ranks`` ranks.
 
   >>> logit_bias_shapes("ubm", 3)
   {'gamma': (3, 4)}
   """
-  shapes = {
-    "pbm": {"examination": (num_ranks,)},
-    "ubm": {"gamma": (num_ranks, num_ranks + 1)},
-    "cascade": {},
-    "dcm": {"continuation": (num_ranks,)},
-    "dbn": {"perseverance": ()},
-    "ccm": {"alpha": (3,)},
-    "trust": {"examination": (num_ranks,), "trust": (num_ranks,)},
-  }
-  if model not in shapes:
-    raise ValueError(f"unknown click model {model!r} (expected one of {LOGIT_MODELS})")
-  return shapes[model]
+  return _fittable(model).bias_shapes(num_ranks)
+
+
+def _fittable(model):
+  fittable = click_models("fittable")
+  if model not in fittable and not (hasattr(model, "fittable") and model.fittable):
+    raise ValueError(f"unknown click model {model!r} (expected one of {fittable})")
+  return get_click_model(model)
 
 
 def log_probs_from_logs(
@@ -451,13 +433,16 @@ def log_probs_from_logs(
   dbn      ``perseverance[]`` :math:`\log\gamma`, ``no_satisfaction[..., L]`` :math:`\log(1 - \sigma_i)` per item
   ccm      ``alpha[3]`` :math:`\log\alpha`
   trust    ``examination[K]`` :math:`\log o`, ``trust[K]`` :math:`\log \rho`
+  sdbn     ``no_satisfaction[..., L]`` :math:`\log(1 - \sigma_i)` per item
+  mixture  ``weights[M]`` :math:`\log w`, each component's under ``c<m>.<name>``
   =======  =============================================================================
 
   Tables are indexed by ``ranks`` (default: the item index; ranks beyond a
   table use its last entry).
 
   Args:
-    model: one of ``pbm``, ``ubm``, ``cascade``, ``dcm``, ``dbn``, ``ccm``, ``trust``.
+    model: a fittable click model of the registry (a name of :data:`LOGIT_MODELS` or a
+      :class:`~ultr_jax.simulation.ClickModel`); its :meth:`~ultr_jax.simulation.ClickModel.log_probs`.
     clicks: ``[..., L]`` 0/1 clicks, in displayed order.
     log_attraction, log_no_attraction: ``[..., L]`` :math:`\log a`, :math:`\log(1 - a)`.
     log_bias: dict as above.
@@ -472,58 +457,31 @@ def log_probs_from_logs(
   >>> print(jnp.exp(log_q))
   [0.5  0.25]
   """
-  logit_bias_shapes(model, 1)  # validates the name
+  m = _fittable(model)
   c = jnp.asarray(clicks, jnp.float32)
   log_a = jnp.broadcast_to(jnp.asarray(log_attraction, jnp.float32), c.shape)
   log_1ma = jnp.broadcast_to(jnp.asarray(log_no_attraction, jnp.float32), c.shape)
-  where = _where(c, where)
-  length = c.shape[-1]
-
-  def table(name):
-    t = jnp.asarray(log_bias[name], jnp.float32)
-    if ranks is None:  # rank = item index: a static slice (a gather's gradient is a slow scatter on CPU)
-      idx = np.minimum(np.arange(length), t.shape[0] - 1)
-      return jnp.broadcast_to(t[idx] if t.shape[0] < length else t[:length], c.shape)
-    return t[jnp.clip(jnp.asarray(ranks, jnp.int32), 0, t.shape[0] - 1)]
-
-  if model == "pbm":
-    log_q = table("examination") + log_a
-    return log_q, _log1mexp(log_q)
-  if model == "trust":  # o_k (a + rho_k (1 - a)): a click on an unattractive item w.p. rho_k of an attractive one
-    log_q = table("examination") + jnp.logaddexp(log_a, table("trust") + log_1ma)
-    return log_q, _log1mexp(log_q)
-  if model == "ubm":
-    return ubm_log_probs(c, log_a, log_bias["gamma"], ranks=ranks, where=where)
-  if model == "cascade":
-    log_c0, log_c1 = jnp.zeros_like(log_a), jnp.full_like(log_a, -jnp.inf)
-  elif model == "dcm":
-    log_c0, log_c1 = jnp.zeros_like(log_a), table("continuation")
-  elif model == "dbn":
-    log_gamma = jnp.asarray(log_bias["perseverance"], jnp.float32)
-    log_c0 = jnp.broadcast_to(log_gamma, c.shape)
-    log_c1 = log_gamma + jnp.asarray(log_bias["no_satisfaction"], jnp.float32)
-  else:  # ccm
-    log_alpha = jnp.asarray(log_bias["alpha"], jnp.float32)
-    log_c0 = jnp.broadcast_to(log_alpha[..., 0, None], c.shape)
-    log_c1 = jnp.logaddexp(log_alpha[..., 1, None] + log_1ma, log_alpha[..., 2, None] + log_a)
-  return chain_log_probs(c, log_a, log_1ma, log_continue_no_click=log_c0, log_continue_click=log_c1, where=where)
+  return m.log_probs(c, log_a, log_1ma, log_bias, ranks=ranks, where=_where(c, where))
 
 
-def log_bias_from_logits(model: str, bias_logits: dict, *, satisfaction_logits: Optional[Array] = None) -> dict:
-  """The ``log_bias`` of :func:`log_probs_from_logs` from the bias logits (``log_sigmoid`` of each).
+def log_bias_from_logits(
+  model: str, bias_logits: dict, *, satisfaction_logits: Optional[Array] = None, item_logits: Optional[dict] = None
+) -> dict:
+  """The ``log_bias`` of :func:`log_probs_from_logs` from the bias logits and the per-item logits of the model's
+  :attr:`~ultr_jax.simulation.ClickModel.item_params` (``item_logits``; ``satisfaction_logits`` is the DBN's
+  and SDBN's): the model's :meth:`~ultr_jax.simulation.ClickModel.log_bias` (``log_sigmoid`` of each logit).
 
   >>> print(log_bias_from_logits("dcm", {"continuation": jnp.zeros(2)})["continuation"])
   [-0.6931472 -0.6931472]
   """
-  logit_bias_shapes(model, 1)
-  if model == "dbn":
-    if satisfaction_logits is None:
-      raise ValueError("dbn: satisfaction_logits are required (one per item)")
-    return {
-      "perseverance": jax.nn.log_sigmoid(jnp.asarray(bias_logits["perseverance"], jnp.float32)),
-      "no_satisfaction": jax.nn.log_sigmoid(-jnp.asarray(satisfaction_logits, jnp.float32)),
-    }
-  return {k: jax.nn.log_sigmoid(jnp.asarray(v, jnp.float32)) for k, v in bias_logits.items()}
+  items = dict(item_logits or {})
+  if satisfaction_logits is not None:
+    items["satisfaction"] = satisfaction_logits
+  items = {
+    k: (jax.nn.log_sigmoid(jnp.asarray(v, jnp.float32)), jax.nn.log_sigmoid(-jnp.asarray(v, jnp.float32)))
+    for k, v in items.items()
+  }
+  return _fittable(model).log_bias(bias_logits, items)
 
 
 def logit_log_probs(
@@ -535,6 +493,7 @@ def logit_log_probs(
   ranks: Optional[Array] = None,
   where: Optional[Array] = None,
   satisfaction_logits: Optional[Array] = None,
+  item_logits: Optional[dict] = None,
 ) -> tuple[Array, Array]:
   r"""Log conditional click / no-click probabilities of a click model whose parameters are logits.
 
@@ -553,6 +512,8 @@ def logit_log_probs(
   ccm      ``alpha[3]``                    chain with :math:`c^0 = \sigma(\alpha_1), c^1 = \sigma(\alpha_2)(1 - a_i) + \sigma(\alpha_3) a_i`
   trust    ``examination[K]``,             :math:`\sigma(o_{r_i})\,[a_i + \sigma(t_{r_i})(1 - a_i)]` (independent clicks)
            ``trust[K]``
+  sdbn     none                            chain with :math:`c^0 = 1, c^1 = \sigma(-u_i)`
+  mixture  ``weights[M]``, ``c<m>.*``      the posterior-weighted filter of :func:`~ultr_jax.simulation.mixture_log_probs`
   =======  ==============================  ===========================================================
 
   with :math:`a_i = \sigma(s_i)` and, for the DBN, satisfaction logits
@@ -560,13 +521,15 @@ def logit_log_probs(
   :func:`log_probs_from_logs` does the work).
 
   Args:
-    model: one of ``pbm``, ``ubm``, ``cascade``, ``dcm``, ``dbn``, ``ccm``, ``trust``.
+    model: a fittable click model of the registry (name or :class:`~ultr_jax.simulation.ClickModel`).
     clicks: ``[..., L]`` 0/1 clicks, in displayed order.
     attraction_logits: ``[..., L]`` :math:`s`.
     bias_logits: dict of the model's logits (:func:`logit_bias_shapes`).
     ranks: ``int[..., L]`` 0-based ranks for the tables (default ``arange(L)``).
     where: ``bool[..., L]``.
-    satisfaction_logits: ``[..., L]`` :math:`u` (``dbn`` only).
+    satisfaction_logits: ``[..., L]`` :math:`u` (``dbn``, ``sdbn``).
+    item_logits: ``{name: [..., L]}`` logits of the model's per-item parameters
+      (:attr:`~ultr_jax.simulation.ClickModel.item_params`; ``satisfaction_logits`` is one of them).
 
   Returns:
     ``(log_q, log_1mq)``, each ``float32[..., L]``.
@@ -576,7 +539,7 @@ def logit_log_probs(
   [0.5  0.25]
   """
   s = jnp.asarray(attraction_logits, jnp.float32)
-  log_bias = log_bias_from_logits(model, bias_logits, satisfaction_logits=satisfaction_logits)
+  log_bias = log_bias_from_logits(model, bias_logits, satisfaction_logits=satisfaction_logits, item_logits=item_logits)
   return log_probs_from_logs(
     model, clicks, jax.nn.log_sigmoid(s), jax.nn.log_sigmoid(-s), log_bias, ranks=ranks, where=where
   )

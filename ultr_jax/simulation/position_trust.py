@@ -19,6 +19,8 @@ content-sensitive, logging-score-driven channel. The module is named
 ``position_trust`` so that it does not shadow that function's export.
 """
 
+import dataclasses
+import functools
 from typing import Any, Callable, Optional, Sequence
 
 import jax
@@ -30,7 +32,13 @@ from ultr_jax.simulation import probabilities as P
 from ultr_jax.simulation.click_models import make_click_fn
 from ultr_jax.types import Array, Batch, PRNGKey
 
-__all__ = ["position_trust", "make_position_trust_click_fn", "make_any_click_fn", "sif_toy_dataset"]
+__all__ = [
+  "position_trust",
+  "make_position_trust_click_fn",
+  "PositionTrustSimulator",
+  "make_any_click_fn",
+  "sif_toy_dataset",
+]
 
 
 def position_trust(
@@ -156,8 +164,6 @@ def make_position_trust_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict
   unknown = set(cfg) - _KEYS
   if unknown:
     raise ValueError(f"position_trust click_model: unknown keys {sorted(unknown)}")
-  score_key = cfg.get("score_key", "logging_score")
-  alpha_key = cfg.get("alpha_key")
   kwargs = dict(
     alpha=float(cfg.get("alpha", 0.6)),
     delta=float(cfg.get("delta", 0.3)),
@@ -171,25 +177,58 @@ def make_position_trust_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict
     if k in cfg:
       kwargs[k] = int(cfg[k])
   rel = dict(eps=float(cfg.get("eps", 0.1)), eps_plus=float(cfg.get("eps_plus", 1.0)), ymax=int(cfg.get("ymax", 4)))
+  simulator = PositionTrustSimulator(
+    tuple(sorted(kwargs.items())),
+    tuple(sorted(rel.items())),
+    cfg.get("score_key", "logging_score"),
+    cfg.get("alpha_key"),
+  )
+  return simulator.__call__
 
-  def click_fn(key: PRNGKey, batch: Batch) -> dict:
-    for k in ("labels", "where", score_key):
-      if k not in batch:
-        raise ValueError(f"position_trust click_fn: batch needs {k!r}")
-    attraction = P.relevance_probability(batch["labels"], **rel)
-    kw = dict(kwargs)
-    if alpha_key is not None and alpha_key in batch:
-      kw["alpha"] = jnp.asarray(batch[alpha_key], jnp.float32)[..., None]
-    return position_trust(
-      key, attraction, batch[score_key], where=jnp.asarray(batch["where"], bool), positions=batch.get("positions"), **kw
-    )
 
-  return jax.jit(click_fn)
+@dataclasses.dataclass(frozen=True)
+class PositionTrustSimulator:
+  """:func:`make_position_trust_click_fn`'s click function: frozen and hashable by value (a compile-cache key).
+
+  Attributes:
+    kwargs: :func:`position_trust`'s keyword arguments, sorted pairs.
+    relevance: the relevance mapping's ``eps``, ``eps_plus``, ``ymax``, sorted pairs.
+    score_key: the batch entry with the standardised logging score.
+    alpha_key: the batch entry overriding ``alpha`` per query (None: none).
+  """
+
+  kwargs: tuple
+  relevance: tuple
+  score_key: str = "logging_score"
+  alpha_key: Optional[str] = None
+
+  def __call__(self, key: PRNGKey, batch: Batch) -> dict:
+    return _position_trust_clicks(self, key, batch)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _position_trust_clicks(simulator: PositionTrustSimulator, key: PRNGKey, batch: Batch) -> dict:
+  for k in ("labels", "where", simulator.score_key):
+    if k not in batch:
+      raise ValueError(f"position_trust click_fn: batch needs {k!r}")
+  attraction = P.relevance_probability(batch["labels"], **dict(simulator.relevance))
+  kw = dict(simulator.kwargs)
+  if simulator.alpha_key is not None and simulator.alpha_key in batch:
+    kw["alpha"] = jnp.asarray(batch[simulator.alpha_key], jnp.float32)[..., None]
+  return position_trust(
+    key,
+    attraction,
+    batch[simulator.score_key],
+    where=jnp.asarray(batch["where"], bool),
+    positions=batch.get("positions"),
+    **kw,
+  )
 
 
 def make_any_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict]:
   """Any simulator by config: :func:`make_position_trust_click_fn` for ``name="position_trust"``, else
-  :func:`~ultr_jax.simulation.make_click_fn`.
+  :func:`~ultr_jax.simulation.make_click_fn` (either way the bound ``__call__`` of a frozen, hashable
+  simulator, ``fn.__self__``).
 
   >>> b = {"labels": jnp.array([4.0, 0.0]), "where": jnp.ones(2, bool), "logging_score": jnp.zeros(2)}
   >>> sorted(make_any_click_fn({"name": "position_trust"})(jax.random.key(0), b)) == sorted(

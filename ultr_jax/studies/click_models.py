@@ -70,7 +70,8 @@ def default_click_model_config() -> ml_collections.ConfigDict:
   c.test_fraction = 0.2
   c.noise = 0.3  # the logging ranker's score noise (inf: uniform shuffles)
   c.true_models = ("pbm", "ubm", "dcm", "dbn", "ccm", "trust")
-  c.fit_models = sim.FITTABLE_CLICK_MODELS
+  # The classic seven (any of sim.FITTABLE_CLICK_MODELS may be added, e.g. "sdbn", "mixture").
+  c.fit_models = ("pbm", "ubm", "cascade", "dcm", "dbn", "ccm", "trust")
   # Click-through-rate baselines beside the click models (sim.CTR_MODELS: gctr, rctr, dctr, drctr), smoothed
   # toward their parent rate by ctr_prior pseudo-impressions: what counting alone predicts.
   c.ctr_models = ("rctr", "dctr", "drctr")
@@ -154,8 +155,10 @@ def fit_and_score(model: str, train: dict, test: dict, *, num_docs: int, config,
   >>> print(sorted(out))
   ['attraction_mae', 'converged', 'ctr_perplexity', 'fit_seconds', 'log_likelihood', 'perplexity', 'perplexity_per_rank']
   """
-  if model == "cascade" and np.any(np.sum(np.where(train["where"], train["clicks"], 0.0), axis=-1) > 1):
-    return None  # fit_click_model refuses it: the cascade cannot explain a second click
+  try:  # fit_click_model refuses a log the model cannot explain (the cascade: a second click)
+    sim.get_click_model(model).check_sessions(np.asarray(train["clicks"]), np.asarray(train["where"], bool))
+  except ValueError:
+    return None
   start = time.perf_counter()
   fit = sim.fit_click_model(
     model,

@@ -64,7 +64,6 @@ were shown (what the learner cost them while learning).
 """
 
 import functools
-import json
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Union
 
 import jax
@@ -107,11 +106,12 @@ ONLINE_CLICK_MODELS: Mapping[str, tuple[tuple[float, ...], tuple[float, ...]]] =
 METRICS = ("ndcg@10", "online_ndcg@10")
 
 
+_SDBN = sim.get_click_model("sdbn")  # the cascade users: a simplified DBN with per-grade tables
+
+
 def _cascade_clicks(key, labels, *, positions, where, click, stop, top_k):
   grade = jnp.clip(jnp.asarray(labels), 0, click.shape[-1] - 1).astype(jnp.int32)
-  out = sim.dbn(
-    key, click[grade], where=where, positions=positions, perseverance=1.0, satisfaction=stop[grade], top_k=top_k
-  )
+  out = _SDBN.simulate(key, click[grade], where=where, positions=positions, satisfaction=stop[grade], top_k=top_k)
   return out["clicks"]
 
 
@@ -129,11 +129,10 @@ def _as_dict(config: Mapping[str, Any]) -> dict:
   return dict(config.to_dict() if hasattr(config, "to_dict") else config)
 
 
-def _click_config(click_model: Mapping[str, Any], top_k: int) -> str:
-  """A click-model config, cut to the top ``top_k``, as canonical JSON.
-
-  JSON makes it hashable (the compiled program's cache key) and checks it early: building the click
-  function validates the names and keys here.
+def _click_config(click_model: Mapping[str, Any], top_k: int) -> Callable[..., dict]:
+  """A click-model config, cut to the top ``top_k``, as its click function: a frozen, hashable simulator
+  (:func:`~ultr_jax.simulation.make_any_click_fn`), equal for equal configs, so it is the compiled
+  program's cache key; building it validates the names and keys here.
   """
   cfg = _as_dict(click_model)
   if int(cfg.setdefault("top_k", top_k)) != top_k:
@@ -141,13 +140,10 @@ def _click_config(click_model: Mapping[str, Any], top_k: int) -> str:
       f"click_model.top_k ({cfg['top_k']}) differs from the learners' top_k ({top_k}): the users "
       "must see the ranking the learner shows"
     )
-  sim.make_any_click_fn(cfg)
-  to_list = lambda v: v.tolist() if isinstance(v, np.ndarray) else list(v) if isinstance(v, tuple) else v
-  return json.dumps({k: to_list(v) for k, v in cfg.items()}, sort_keys=True)
+  return sim.make_any_click_fn(cfg).__self__  # the frozen simulator (a bound method compares by identity)
 
 
-def _config_clicks(click_config: str) -> Callable[..., jax.Array]:
-  click_fn = sim.make_any_click_fn(json.loads(click_config))
+def _config_clicks(click_fn: Callable[..., dict]) -> Callable[..., jax.Array]:
 
   def clicks(key, labels, *, positions, where, features=None, **item_extras):
     batch = {**item_extras, "labels": labels, "where": where, "positions": positions}
@@ -285,13 +281,13 @@ class _Spec(NamedTuple):
   num_rankers: int  # DBGD 2, MGD candidates + 1
   multileave: str  # "team_draft" or "probabilistic" (DBGD, MGD, NSGD)
   tau: float  # probabilistic multileaving's steepness
-  click_config: str  # a make_click_fn config as JSON; "" for the cascade users (their tables are arguments)
+  click_config: Any  # a frozen make_any_click_fn simulator; None for the cascade users (their tables are arguments)
   nsgd: tuple[int, ...] = ()  # NSGD's (history, worst, tie_queries, tie_window)
   display: str = "model_sample"  # PDGD's displayed lists (one of DISPLAYS)
   pdgd: tuple = ()  # PDGD's switches (pairs, debias, surrogate) of losses.pdgd_loss; () for the other methods
 
 
-def _spec(method: str, config: ml_collections.ConfigDict, click_config: str = "") -> _Spec:
+def _spec(method: str, config: ml_collections.ConfigDict, click_config: Any = None) -> _Spec:
   if method not in ONLINE_METHODS:
     raise ValueError(f"unknown online method {method!r}; expected one of {ONLINE_METHODS}")
   every, total = int(config.eval_every), int(config.num_impressions)
@@ -548,7 +544,7 @@ def _compiled_run(spec: _Spec):
   """``run(keys [S], click, stop, train arrays, train extras, test arrays) -> (curve [S, E + 1], online [S])``."""
   model = make_ranker(spec.ranker, hidden_sizes=spec.hidden_sizes)
   apply_fn = lambda p, x: model.apply(p, x)
-  if spec.click_config:
+  if spec.click_config is not None:
     config_clicks = _config_clicks(spec.click_config)
     clicks_of = lambda key, x, y, w, e, positions, click, stop: config_clicks(
       key, y, positions=positions, where=w, features=x, **e

@@ -1,15 +1,17 @@
 r"""Click-model learners: a relevance tower trained as the attraction of a session click model.
 
-Registered names ``click_model_<m>`` for ``m`` in ``pbm``, ``ubm``, ``dcm``,
-``dbn``, ``ccm`` and ``trust`` (:data:`ultr_jax.losses.CLICK_MODEL_LOSSES`; ``trust``
+Registered names ``click_model_<m>`` for every click model of the registry with
+the ``loss`` capability (:data:`ultr_jax.losses.CLICK_MODEL_LOSSES`: ``pbm``, ``ubm``,
+``dcm``, ``dbn``, ``ccm``, ``trust``, ``sdbn``, ``mixture``; ``trust``
 is the trust-bias model, :math:`\sigma(o_k)[a_i + \sigma(t_k)(1 - a_i)]`, learned from
 the clicks alone where the ``affine`` method needs its parameters given; its
 click probability is affine in the attraction, so the fit pins down the
 attractions' order and every click probability, not the per-position
 parameters, and it reports no propensities). The relevance
 tower (the baselines' ``ranker`` fields: ``ranker``, ``hidden_sizes``, ...)
-outputs the attraction logit of each item (and, for the DBN, a second output:
-the satisfaction logit); the click model's bias parameters
+outputs the attraction logit of each item (and one more output per further
+per-item parameter of the model, :attr:`~ultr_jax.simulation.ClickModel.item_params`:
+for the DBN and SDBN the satisfaction logit); the click model's bias parameters
 (:func:`~ultr_jax.losses.click_model_bias_shapes` over ``num_positions``,
 default ``list_size``) are a second set of parameters, initialised at
 probability 1/2 (logit 0). The loss is the negative session log-likelihood
@@ -25,7 +27,8 @@ nDCG@10 0.15-0.37 outside the click-chain columns, against 0.83-0.86 by
 attraction).
 ``propensities`` reports the examination of each position before any click
 (PBM: :math:`\sigma(o_k)`; UBM: :math:`\sigma(\gamma_{k, 0})`), relative to
-position 1; the chain models have no per-position table and report none.
+position 1: the model's :attr:`~ultr_jax.simulation.ClickModel.propensity_table`;
+the chain models have no per-position table and report none.
 
 >>> from ultr_jax.train import get_method
 >>> m = get_method("click_model_dbn", {"ranker": "linear"}, num_features=3, list_size=4)
@@ -38,6 +41,7 @@ import jax
 import jax.numpy as jnp
 
 from ultr_jax import losses
+from ultr_jax.simulation import get_click_model
 from ultr_jax.train.method import Method
 from ultr_jax.train.methods import register
 from ultr_jax.train.methods.baselines import TOWER_DEFAULTS, batch_positions, make_relevance_tower
@@ -54,16 +58,21 @@ def _shown(batch):
 
 
 def _factory(model: str):
+  m = get_click_model(model)
+  extra_outputs = tuple(m.item_params)  # per-item parameters besides the attraction: further tower outputs
 
   def factory(config, *, num_features: int, list_size: int) -> Method:
     get = lambda name, default: default if config is None or config.get(name) is None else config.get(name)
     num_positions = int(get("num_positions", list_size))
-    ranker = make_relevance_tower(config, output_size=2 if model == "dbn" else 1)
-    shapes = losses.click_model_bias_shapes(model, num_positions)
+    ranker = make_relevance_tower(config, output_size=1 + len(extra_outputs) if extra_outputs else 1)
+    shapes = losses.click_model_bias_shapes(m, num_positions)
     dropout = float(get("dropout", 0.0))
+    # Ranking by attraction times satisfaction (Chapelle & Zhang's relevance) for a model with a satisfaction.
     dbn_score = get("dbn_score", "attraction")
     if dbn_score not in ("product", "attraction"):
-      raise ValueError(f"click_model_dbn: dbn_score must be 'product' or 'attraction', got {dbn_score!r}")
+      raise ValueError(f"click_model_{m.name}: dbn_score must be 'product' or 'attraction', got {dbn_score!r}")
+    if dbn_score == "product" and "satisfaction" not in extra_outputs:
+      raise ValueError(f"click_model_{m.name}: dbn_score='product' needs a model with a satisfaction")
 
     def init(key, batch):
       x = jnp.zeros((1, 1, num_features), jnp.float32)
@@ -79,43 +88,46 @@ def _factory(model: str):
         out = ranker.apply({"params": params["relevance"]}, x, deterministic=False, rngs={"dropout": key})
       else:
         out = ranker.apply({"params": params["relevance"]}, x)
-      return (out[..., 0], out[..., 1]) if model == "dbn" else (out, None)
+      if not extra_outputs:
+        return out, {}
+      return out[..., 0], {k: out[..., 1 + i] for i, k in enumerate(extra_outputs)}
 
     def loss(params, extra, batch, key):
       where = _shown(batch)
-      attraction, satisfaction = outputs(params, batch, key)
+      attraction, items = outputs(params, batch, key)
       value = losses.click_model_loss(
         attraction,
         jnp.asarray(batch["clicks"], jnp.float32),
-        model=model,
+        model=m,
         bias=params["bias"],
         where=where,
         positions=batch_positions(batch),
-        satisfaction_scores=satisfaction,
+        item_scores=items,
       )
       return value, ({}, extra)
 
     def score(params, batch):
-      attraction, satisfaction = outputs(params, batch)
-      if model == "dbn" and dbn_score == "product":
-        return jax.nn.log_sigmoid(attraction) + jax.nn.log_sigmoid(satisfaction)
+      attraction, items = outputs(params, batch)
+      if dbn_score == "product":
+        return jax.nn.log_sigmoid(attraction) + jax.nn.log_sigmoid(items["satisfaction"])
       return attraction
 
     def propensities(params, extra):
-      logits = params["bias"]["gamma"][:, 0] if model == "ubm" else params["bias"]["examination"]
+      table = params["bias"][m.propensity_table]
+      logits = table[:, 0] if table.ndim == 2 else table  # before any click: the UBM's state 0
       log_p = jax.nn.log_sigmoid(logits)
       return jnp.exp(log_p - log_p[..., :1])
 
     def click_logits(params, extra, batch):
-      attraction, satisfaction = outputs(params, batch)
+      attraction, items = outputs(params, batch)
       return losses.click_model_click_logits(
         attraction,
         jnp.asarray(batch["clicks"], jnp.float32),
-        model=model,
+        model=m,
         bias=params["bias"],
         where=_shown(batch),
         positions=batch_positions(batch),
-        satisfaction_scores=satisfaction,
+        item_scores=items,
       )
 
     return Method(
@@ -123,7 +135,7 @@ def _factory(model: str):
       init=init,
       loss=loss,
       score=score,
-      propensities=propensities if model in ("pbm", "ubm") else None,
+      propensities=propensities if m.propensity_table else None,
       click_logits=click_logits,
       requires=("clicks",),
     )

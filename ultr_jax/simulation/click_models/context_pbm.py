@@ -1,0 +1,127 @@
+r"""The context-dependent position-based model (Fang et al. 2019; Identifiability, ICML'24, C.2)."""
+
+import dataclasses
+from typing import Optional, Sequence
+
+import jax  # noqa: F401 (the doctests')
+import jax.numpy as jnp  # noqa: F401 (the doctests')
+import numpy as np
+
+from ultr_jax.simulation import probabilities as P
+from ultr_jax.simulation.click_models.base import ClickModel, Session, prepare
+from ultr_jax.simulation.click_models.pbm import table_kwargs
+from ultr_jax.types import Array, PRNGKey
+
+__all__ = ["context_pbm", "ContextPBM"]
+
+
+def context_pbm(
+  key: PRNGKey,
+  attraction: Array,
+  context: Array,
+  *,
+  context_vectors: Array,
+  w: Array,
+  where: Optional[Array] = None,
+  positions: Optional[Array] = None,
+  eta: float = 1.0,
+  table: Sequence[float] = P.ULTRA_EXAM_TABLE,
+  top_k: Optional[int] = None,
+  num_sessions: Optional[int] = None,
+  num_impressions: Optional[int] = None,
+) -> dict:
+  r"""Context-dependent PBM (Identifiability ICML'24 C.2; Fang et al. 2019).
+
+  .. math::
+      P(C_i = 1) = v_{p_i}^{\,\eta \max\{w^\top X_{t_i} + 1,\ 0\}}\; r_i
+
+  Args:
+    key: PRNG key.
+    attraction: ``[..., L]`` click probability given examination.
+    context: ``int[..., L]`` (per item) or ``int[...]`` (per list) context type.
+    context_vectors: ``float[T, D]`` (:func:`~ultr_jax.simulation.make_context_vectors`).
+    w: ``float[D]``.
+    where, positions, eta, table, top_k, num_sessions, num_impressions: as
+      :func:`pbm_table`.
+
+  Returns:
+    dict with ``clicks``, ``examination``, ``click_prob``, ``conditional_click_prob``
+    (sessions only) and ``shown`` (with ``top_k``); see :mod:`ultr_jax.simulation.click_models`.
+
+  >>> out = context_pbm(jax.random.key(0), jnp.ones(2), jnp.array(1),
+  ...                   context_vectors=jnp.array([[0.0], [1.0]]), w=jnp.array([1.0]))
+  >>> print(np.asarray(out["examination"]).round(4))
+  [0.4624 0.3721]
+  """
+  session = ContextPBM().session(
+    attraction,
+    where=where,
+    positions=positions,
+    top_k=top_k,
+    context=context,
+    context_vectors=context_vectors,
+    w=w,
+    eta=eta,
+    table=table,
+  )
+  return session.output(key, num_sessions, num_impressions)
+
+
+@dataclasses.dataclass(frozen=True)
+class ContextPBM(ClickModel):
+  r"""The context-dependent PBM; simulation only. Reads ``batch["context"]``; config ``context_vectors``
+  ``[T, D]`` or ``num_contexts`` (+ ``context_dim`` 10, ``context_scale`` 0.35, ``context_seed`` 0), ``w``
+  (default the identifiability repo's vector), ``eta`` and ``table``.
+
+  >>> ContextPBM().batch_inputs
+  ('context',)
+  """
+
+  name = "context_pbm"
+  config_keys = {
+    "eta": 1.0,
+    "table": P.ULTRA_EXAM_TABLE,
+    "context_vectors": None,
+    "num_contexts": None,
+    "context_dim": 10,
+    "context_scale": 0.35,
+    "context_seed": 0,
+    "w": P.IDENTIFIABILITY_CONTEXT_W,
+  }
+  batch_inputs = ("context",)
+  fittable = False
+  loss = False
+
+  def simulation_kwargs(self, cfg):
+    if "context_vectors" in cfg:
+      vectors = np.asarray(cfg["context_vectors"], np.float32)
+    elif "num_contexts" in cfg:
+      vectors = P.make_context_vectors(
+        int(cfg["num_contexts"]),
+        dim=int(cfg.get("context_dim", 10)),
+        scale=float(cfg.get("context_scale", 0.35)),
+        seed=int(cfg.get("context_seed", 0)),
+      )
+    else:
+      raise ValueError("click_model: context_pbm needs context_vectors or num_contexts")
+    w = np.asarray(cfg.get("w", P.IDENTIFIABILITY_CONTEXT_W), np.float32)
+    if w.shape != (vectors.shape[1],):
+      raise ValueError(f"click_model.w: shape {w.shape} does not match context_dim {vectors.shape[1]}")
+    return {**table_kwargs(cfg), "context_vectors": vectors, "w": w}
+
+  def session(
+    self,
+    attraction,
+    *,
+    where=None,
+    positions=None,
+    top_k=None,
+    context,
+    context_vectors,
+    w,
+    eta=1.0,
+    table=P.ULTRA_EXAM_TABLE,
+  ):
+    r, where, positions, shown = prepare(attraction, where, positions, top_k)
+    exam = P.context_pbm_examination(positions, context, context_vectors=context_vectors, w=w, eta=eta, table=table)
+    return Session(exam, exam * r, shown, True, top_k=top_k)

@@ -1,0 +1,126 @@
+r"""The dynamic Bayesian network click model (Chapelle & Zhang, WWW'09)."""
+
+import dataclasses
+from typing import Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np  # noqa: F401 (the doctests')
+
+from ultr_jax.simulation.click_models.base import per_item, prepare
+from ultr_jax.simulation.click_models.chain import ChainModel, chain_session, check_probabilities
+from ultr_jax.types import Array, PRNGKey
+
+__all__ = ["dbn", "DBN"]
+
+
+def dbn(
+  key: PRNGKey,
+  attraction: Array,
+  *,
+  where: Optional[Array] = None,
+  positions: Optional[Array] = None,
+  perseverance: float = 0.9,
+  satisfaction: Optional[Array | float | Sequence[float]] = None,
+  top_k: Optional[int] = None,
+  num_sessions: Optional[int] = None,
+  num_impressions: Optional[int] = None,
+) -> dict:
+  r"""Dynamic Bayesian network click model (Chapelle & Zhang, WWW'09).
+
+  An examined item is clicked when attractive (:math:`a_i`); a click
+  satisfies the user with probability :math:`\sigma_i`, who then leaves;
+  an unsatisfied user goes on with probability :math:`\gamma` (the
+  perseverance):
+
+  .. math::
+      P(E_1 = 1) = 1, \qquad
+      P(E_{i+1} = 1 \mid E_i = 1) = \gamma\,(1 - a_i \sigma_i), \qquad C_i = E_i A_i
+
+  (:func:`~ultr_jax.simulation.chain_examination` with :math:`c^0 = \gamma`,
+  :math:`c^1 = \gamma (1 - \sigma_i)`). By default the satisfaction is the
+  attraction (a relevant document both attracts and satisfies, as in the
+  usual DBN simulations); with :math:`\gamma = 1, \sigma = 1` it is the
+  cascade model. Items are examined in order of ``positions``; items beyond
+  ``top_k`` or masked are skipped.
+
+  Args:
+    key: PRNG key.
+    attraction: ``[..., L]`` click probability given examination.
+    where: ``bool[..., L]``.
+    positions: ``int[..., L]`` 0-based positions (default ``arange(L)``).
+    perseverance: :math:`\gamma`, in ``[0, 1]``.
+    satisfaction: :math:`\sigma`: None (the attraction), a scalar,
+      ``[..., L]`` per item, or a per-position sequence.
+    top_k: display cut-off.
+    num_sessions: leading sessions axis.
+    num_impressions: aggregated CTR mode (marginal click probabilities).
+
+  Returns:
+    dict with ``clicks``, ``examination``, ``click_prob``, ``conditional_click_prob``
+    (sessions only) and ``shown`` (with ``top_k``); see :mod:`ultr_jax.simulation.click_models`.
+
+  >>> out = dbn(jax.random.key(0), jnp.array([0.5, 0.5, 0.5]), perseverance=0.9)
+  >>> print([round(float(v), 6) for v in out["examination"]])  # 0.9 * (1 - 0.25) = 0.675 per step
+  [1.0, 0.675, 0.455625]
+  """
+  session = DBN().session(
+    attraction, where=where, positions=positions, top_k=top_k, perseverance=perseverance, satisfaction=satisfaction
+  )
+  return session.output(key, num_sessions, num_impressions)
+
+
+@dataclasses.dataclass(frozen=True)
+class DBN(ChainModel):
+  r"""The DBN: :math:`c^0 = \gamma`, :math:`c^1 = \gamma (1 - \sigma_i)` (config ``perseverance`` 0.9,
+  ``satisfaction``: default the attraction; fitted: a satisfaction logit per document and one perseverance
+  logit).
+
+  >>> c0, c1 = DBN().continuations(jnp.array([0.5, 1.0]), perseverance=0.9)
+  >>> print(c0, c1)
+  [0.9 0.9] [0.45 0.  ]
+  """
+
+  name = "dbn"
+  config_keys = {"perseverance": 0.9, "satisfaction": None}
+  item_params = ("satisfaction",)
+
+  def simulation_kwargs(self, cfg):
+    gamma = float(cfg.get("perseverance", 0.9))
+    if not 0.0 <= gamma <= 1.0:
+      raise ValueError(f"click_model.perseverance: expected a probability, got {gamma}")
+    kwargs = {"perseverance": gamma}
+    if "satisfaction" in cfg:
+      kwargs["satisfaction"] = check_probabilities("satisfaction", cfg["satisfaction"])
+    return kwargs
+
+  def session(self, attraction, *, where=None, positions=None, top_k=None, perseverance=0.9, satisfaction=None):
+    given_positions = positions is not None
+    r, where, positions, shown = prepare(attraction, where, positions, top_k)
+    sigma = r if satisfaction is None else per_item(satisfaction, positions, r.shape, "dbn.satisfaction")
+    gamma = float(perseverance)
+    return chain_session(r, shown, positions, given_positions, gamma, gamma * (1.0 - sigma), top_k)
+
+  def bias_shapes(self, num_ranks):
+    return {"perseverance": ()}
+
+  def continuations(self, attraction, *, perseverance=0.9, satisfaction=None, **_):
+    a = jnp.asarray(attraction, jnp.float32)
+    full = lambda v: jnp.broadcast_to(jnp.asarray(v, jnp.float32), a.shape)
+    sigma = a if satisfaction is None else full(satisfaction)
+    gamma = full(perseverance)
+    return gamma, gamma * (1.0 - sigma)
+
+  def fitted_continuations(self, a, params):
+    return self.continuations(a, perseverance=params["perseverance"], satisfaction=params["satisfaction"])
+
+  def log_bias(self, bias_logits, items=None):
+    super().log_bias({}, items)  # checks the satisfaction is given
+    return {
+      "perseverance": jax.nn.log_sigmoid(jnp.asarray(bias_logits["perseverance"], jnp.float32)),
+      "no_satisfaction": items["satisfaction"][1],
+    }
+
+  def log_continuations(self, log_a, log_1ma, log_bias, ranks, table):
+    log_gamma = jnp.asarray(log_bias["perseverance"], jnp.float32)
+    return jnp.broadcast_to(log_gamma, log_a.shape), log_gamma + jnp.asarray(log_bias["no_satisfaction"], jnp.float32)

@@ -1,0 +1,182 @@
+r"""Position-based models: :math:`P(C_i = 1) = o_{p_i}\, a_i` (Craswell et al. WSDM'08; Richardson et al. WWW'07).
+
+Simulation: ``pbm`` with :math:`(1/\mathrm{rank})^\eta` examination (CLD Eq. 13) and ``pbm_table`` with ULTRA's
+eye-tracking table to the power :math:`\eta`. Fitted: one examination logit per rank (``examination[L]``); a
+``pbm`` log is simulated with ULTRA's table (:func:`pbm_table`).
+"""
+
+import dataclasses
+from typing import Optional, Sequence
+
+
+import jax  # noqa: F401 (the doctests')
+import jax.numpy as jnp
+import numpy as np  # noqa: F401 (the doctests')
+
+from ultr_jax.simulation import probabilities as P
+from ultr_jax.simulation.click_models.base import ClickModel, Session, log1mexp, prepare, rank_table
+from ultr_jax.simulation.click_models.samplers import sample_clicks
+from ultr_jax.types import Array, PRNGKey
+
+__all__ = ["pbm", "pbm_table", "PBM", "PBMTable"]
+
+
+def _session(exam, r, shown, top_k, extras=None, click_prob=None):
+  return Session(exam, exam * r if click_prob is None else click_prob, shown, True, extras=extras, top_k=top_k)
+
+
+def pbm(
+  key: PRNGKey,
+  attraction: Array,
+  *,
+  where: Optional[Array] = None,
+  positions: Optional[Array] = None,
+  eta: float = 1.0,
+  top_k: Optional[int] = None,
+  num_sessions: Optional[int] = None,
+  num_impressions: Optional[int] = None,
+) -> dict:
+  r"""Position-based model with :math:`(1/\mathrm{rank})^\eta` examination (CLD Eq. 13).
+
+  .. math::
+      P(C_i = 1) = (p_i + 1)^{-\eta}\,\mathbb{1}[p_i < k]\; r_i
+
+  Args:
+    key: PRNG key.
+    attraction: ``[..., L]`` click probability given examination.
+    where: ``bool[..., L]``.
+    positions: ``int[..., L]`` 0-based positions (default ``arange(L)``).
+    eta: position-bias severity.
+    top_k: display cut-off (``shown`` is returned).
+    num_sessions: leading sessions axis.
+    num_impressions: aggregated CTR mode.
+
+  Returns:
+    dict with ``clicks``, ``examination``, ``click_prob``, ``conditional_click_prob``
+    (sessions only) and ``shown`` (with ``top_k``); see :mod:`ultr_jax.simulation.click_models`.
+
+  >>> out = pbm(jax.random.key(0), jnp.ones(3), eta=1.0)
+  >>> print(np.asarray(out["examination"]).round(4))
+  [1.     0.5    0.3333]
+  """
+  return PBM().simulate(
+    key,
+    attraction,
+    where=where,
+    positions=positions,
+    top_k=top_k,
+    num_sessions=num_sessions,
+    num_impressions=num_impressions,
+    eta=eta,
+  )
+
+
+def pbm_table(
+  key: PRNGKey,
+  attraction: Array,
+  *,
+  where: Optional[Array] = None,
+  positions: Optional[Array] = None,
+  eta: float = 1.0,
+  table: Sequence[float] = P.ULTRA_EXAM_TABLE,
+  top_k: Optional[int] = None,
+  num_sessions: Optional[int] = None,
+  num_impressions: Optional[int] = None,
+) -> dict:
+  r"""ULTRA's position-based model: eye-tracking table to the power :math:`\eta`.
+
+  .. math::
+      P(C_i = 1) = v_{p_i}^{\,\eta}\; r_i
+
+  (:func:`~ultr_jax.simulation.pbm_table_examination`; positions beyond the
+  table reuse its last value). Arguments as :func:`pbm`, plus ``table``.
+
+  >>> out = pbm_table(jax.random.key(0), jnp.full(2, 0.5), eta=1.0)
+  >>> print(out["click_prob"])
+  [0.34  0.305]
+  """
+  return PBMTable().simulate(
+    key,
+    attraction,
+    where=where,
+    positions=positions,
+    top_k=top_k,
+    num_sessions=num_sessions,
+    num_impressions=num_impressions,
+    eta=eta,
+    table=table,
+  )
+
+
+def table_kwargs(cfg) -> dict:
+  """``eta`` (1.0) and, when given, ``table`` of a config."""
+  kwargs = {"eta": float(cfg.get("eta", 1.0))}
+  if "table" in cfg:
+    kwargs["table"] = tuple(float(v) for v in cfg["table"])
+  return kwargs
+
+
+@dataclasses.dataclass(frozen=True)
+class PBM(ClickModel):
+  r"""The position-based model.
+
+  Simulated with :math:`o_p = (p + 1)^{-\eta}` (config ``eta``, 1.0); fitted with one examination logit
+  per rank: :math:`q_i = \sigma(o_{r_i})\,a_i`, independent clicks.
+
+  >>> m = PBM()
+  >>> log_q, _ = m.log_probs(jnp.zeros(2), jnp.log(jnp.full(2, 0.5)), jnp.log(jnp.full(2, 0.5)),
+  ...                        {"examination": jnp.log(jnp.array([1.0, 0.5]))})
+  >>> print(jnp.exp(log_q))
+  [0.5  0.25]
+  """
+
+  name = "pbm"
+  config_keys = {"eta": 1.0}
+  propensity_table = "examination"
+
+  def simulation_kwargs(self, cfg):
+    return {"eta": float(cfg.get("eta", 1.0))}
+
+  def session(self, attraction, *, where=None, positions=None, top_k=None, eta=1.0):
+    r, where, positions, shown = prepare(attraction, where, positions, top_k)
+    return _session(P.pbm_examination(positions, eta=eta), r, shown, top_k)
+
+  def session_sampler(self, key, attraction, **kwargs):
+    return pbm_table(key, attraction, **kwargs)  # ULTRA's eye-tracking table; pass table=... / eta=...
+
+  def bias_shapes(self, num_ranks):
+    return {"examination": (num_ranks,)}
+
+  def log_probs(self, clicks, log_a, log_1ma, log_bias, *, ranks=None, where=None):
+    log_q = rank_table(log_bias["examination"], ranks, jnp.shape(clicks)) + log_a
+    return log_q, log1mexp(log_q)
+
+  def predict(self, clicks, a, params, *, where):
+    q = a * jnp.broadcast_to(params["examination"][: a.shape[-1]], a.shape)
+    return q, q
+
+  def sample(self, key, a, params, *, where=None, num_sessions=None):
+    q = a * rank_table(params["examination"], None, a.shape)
+    return sample_clicks(key, q, where=where, num_sessions=num_sessions)
+
+
+@dataclasses.dataclass(frozen=True)
+class PBMTable(ClickModel):
+  r"""ULTRA's position-based model, :math:`o_p = v_p^{\eta}` (config ``eta`` 1.0, ``table``); simulation only
+  (its fitted form is :class:`PBM`).
+
+  >>> PBMTable().fittable
+  False
+  """
+
+  name = "pbm_table"
+  config_keys = {"eta": 1.0, "table": P.ULTRA_EXAM_TABLE}
+  fittable = False
+  loss = False
+
+  def simulation_kwargs(self, cfg):
+    return table_kwargs(cfg)
+
+  def session(self, attraction, *, where=None, positions=None, top_k=None, eta=1.0, table=P.ULTRA_EXAM_TABLE):
+    r, where, positions, shown = prepare(attraction, where, positions, top_k)
+    return _session(P.pbm_table_examination(positions, eta=eta, table=table), r, shown, top_k)

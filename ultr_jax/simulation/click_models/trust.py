@@ -1,0 +1,109 @@
+r"""The trust-bias model (Agarwal et al. WWW'19; Vardasbi et al. CIKM'20; ULTRA).
+
+Simulation: ULTRA's table, :math:`\epsilon^+_p = 1 - (p + 2)/100`, :math:`\epsilon^-_p = \epsilon^-_1/(p + 1)`.
+Fitted: :math:`P(C) = o_k\,[a_d + \rho_k (1 - a_d)]` with examination and trust logits per rank
+(:math:`o_k = \theta_k\epsilon^+_k`, :math:`\rho_k = \epsilon^-_k / \epsilon^+_k`).
+"""
+
+import dataclasses
+from typing import Optional, Sequence
+
+import jax  # noqa: F401 (the doctests')
+import jax.numpy as jnp
+import numpy as np  # noqa: F401 (the doctests')
+
+from ultr_jax.simulation import probabilities as P
+from ultr_jax.simulation.click_models.base import ClickModel, Session, log1mexp, prepare, rank_table
+from ultr_jax.simulation.click_models.pbm import table_kwargs
+from ultr_jax.simulation.click_models.samplers import sample_clicks
+from ultr_jax.types import Array, PRNGKey
+
+__all__ = ["trust", "Trust"]
+
+
+def trust(
+  key: PRNGKey,
+  attraction: Array,
+  *,
+  where: Optional[Array] = None,
+  positions: Optional[Array] = None,
+  eta: float = 1.0,
+  epsilon_1_neg: float = 0.65,
+  table: Sequence[float] = P.ULTRA_EXAM_TABLE,
+  top_k: Optional[int] = None,
+  num_sessions: Optional[int] = None,
+  num_impressions: Optional[int] = None,
+) -> dict:
+  r"""Trust-bias model (Agarwal et al. WWW'19; Vardasbi et al. CIKM'20; ULTRA).
+
+  .. math::
+      P(C_i = 1) = v_{p_i}^{\,\eta}\,\bigl[\epsilon^+_{p_i} r_i + \epsilon^-_{p_i}(1 - r_i)\bigr],
+      \quad \epsilon^+_p = 1 - \tfrac{p + 2}{100},\ \epsilon^-_p = \tfrac{\epsilon^-_1}{p + 1}
+
+  The output also holds ``eps_plus`` and ``eps_minus`` (the affine
+  correction's oracle parameters). Arguments as :func:`pbm_table`.
+
+  >>> out = trust(jax.random.key(0), jnp.array([1.0, 0.0]))
+  >>> print(np.asarray(out["click_prob"]).round(4))
+  [0.6664 0.1982]
+  """
+  return Trust().simulate(
+    key,
+    attraction,
+    where=where,
+    positions=positions,
+    top_k=top_k,
+    num_sessions=num_sessions,
+    num_impressions=num_impressions,
+    eta=eta,
+    epsilon_1_neg=epsilon_1_neg,
+    table=table,
+  )
+
+
+@dataclasses.dataclass(frozen=True)
+class Trust(ClickModel):
+  r"""The trust-bias model; fitted as :math:`q_i = \sigma(o_{r_i})\,[a_i + \sigma(t_{r_i})(1 - a_i)]`.
+
+  >>> m = Trust()
+  >>> q, _ = m.predict(None, jnp.array([1.0, 0.0]), {"examination": jnp.ones(2), "trust": jnp.full(2, 0.5)},
+  ...                  where=None)
+  >>> print(q)  # an unattractive item is clicked w.p. 1/2 of an attractive one
+  [1.  0.5]
+  """
+
+  name = "trust"
+  config_keys = {"eta": 1.0, "epsilon_1_neg": 0.65, "table": P.ULTRA_EXAM_TABLE}
+
+  def simulation_kwargs(self, cfg):
+    return {**table_kwargs(cfg), "epsilon_1_neg": float(cfg.get("epsilon_1_neg", 0.65))}
+
+  def session(
+    self, attraction, *, where=None, positions=None, top_k=None, eta=1.0, epsilon_1_neg=0.65, table=P.ULTRA_EXAM_TABLE
+  ):
+    r, where, positions, shown = prepare(attraction, where, positions, top_k)
+    exam = P.pbm_table_examination(positions, eta=eta, table=table)
+    eps_plus, eps_minus = P.trust_bias_epsilons(positions, epsilon_1_neg=epsilon_1_neg)
+    click_prob = exam * (eps_plus * r + eps_minus * (1.0 - r))
+    extras = {"eps_plus": jnp.where(shown, eps_plus, 0.0), "eps_minus": jnp.where(shown, eps_minus, 0.0)}
+    return Session(exam, click_prob, shown, True, extras=extras, top_k=top_k)
+
+  def bias_shapes(self, num_ranks):
+    return {"examination": (num_ranks,), "trust": (num_ranks,)}
+
+  def log_probs(self, clicks, log_a, log_1ma, log_bias, *, ranks=None, where=None):
+    # o_k (a + rho_k (1 - a)): a click on an unattractive item w.p. rho_k of an attractive one
+    shape = jnp.shape(clicks)
+    log_q = rank_table(log_bias["examination"], ranks, shape) + jnp.logaddexp(
+      log_a, rank_table(log_bias["trust"], ranks, shape) + log_1ma
+    )
+    return log_q, log1mexp(log_q)
+
+  def predict(self, clicks, a, params, *, where):
+    exam, rho = (jnp.broadcast_to(params[k][: a.shape[-1]], a.shape) for k in ("examination", "trust"))
+    q = exam * (a + rho * (1.0 - a))
+    return q, q
+
+  def sample(self, key, a, params, *, where=None, num_sessions=None):
+    exam, rho = (rank_table(params[k], None, a.shape) for k in ("examination", "trust"))
+    return sample_clicks(key, exam * (a + rho * (1.0 - a)), where=where, num_sessions=num_sessions)
