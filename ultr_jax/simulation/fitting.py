@@ -66,8 +66,11 @@ __all__ = [
 
 #: The registry's fittable click models (:func:`~ultr_jax.simulation.click_models` ``("fittable")``, read at import).
 FITTABLE_CLICK_MODELS = click_models("fittable")
+# Each click-through-rate baseline as the rate tables it estimates beside the global rate, coarse to fine (a
+# table's parent is the one before it, or the global rate): the dispatch is on the tables, not on the name.
+_CTR_TABLES = {"gctr": (), "rctr": ("rank",), "dctr": ("document",), "drctr": ("document", "document_rank")}
 #: Click-through-rate baselines (:func:`fit_ctr_model`): global, per rank, per document, per document and rank.
-CTR_MODELS = ("gctr", "rctr", "dctr", "drctr")
+CTR_MODELS = tuple(_CTR_TABLES)
 
 
 class ClickModelFit(NamedTuple):
@@ -432,12 +435,13 @@ def fit_ctr_model(
     k = np.bincount(cells, weights=c, minlength=size)
     return np.where(n + prior > 0, (k + prior * parent) / np.maximum(n + prior, 1e-12), parent)
 
+  tables = _CTR_TABLES[model]
   out = {"global": np.float32(g)}
-  if model == "rctr":
+  if "rank" in tables:
     out["rank"] = rate(ranks, length, g).astype(np.float32)
-  if model in ("dctr", "drctr"):
+  if "document" in tables:
     out["document"] = rate(docs, num_docs, g).astype(np.float32)
-  if model == "drctr":
+  if "document_rank" in tables:
     parent = np.repeat(out["document"].astype(np.float64), length)
     out["document_rank"] = rate(docs * length + ranks, num_docs * length, parent).reshape(num_docs, length)
     out["document_rank"] = out["document_rank"].astype(np.float32)
@@ -458,16 +462,17 @@ def ctr_model_predict(model: str, params: dict, doc_ids: Array) -> np.ndarray:
   ids = np.asarray(doc_ids, np.int64)
   ranks = np.broadcast_to(np.arange(ids.shape[-1]), ids.shape)
   g = np.float32(params["global"])
-  if model == "gctr":
-    return np.full(ids.shape, g, np.float32)
-  if model == "rctr":
+  tables = _CTR_TABLES[model]
+  if "rank" in tables:
     table = params["rank"]
     return np.where(ranks < table.shape[0], table[np.minimum(ranks, table.shape[0] - 1)], g).astype(np.float32)
+  if "document" not in tables:
+    return np.full(ids.shape, g, np.float32)
   doc = params["document"]
   known = (ids >= 0) & (ids < doc.shape[0])
   safe = np.clip(ids, 0, doc.shape[0] - 1)
   p = np.where(known, doc[safe], g)
-  if model == "drctr":
+  if "document_rank" in tables:
     table = params["document_rank"]
     in_table = known & (ranks < table.shape[1])
     p = np.where(in_table, table[safe, np.minimum(ranks, table.shape[1] - 1)], p)

@@ -213,7 +213,9 @@ def _bias_datasets(bias: ml_collections.ConfigDict, data: Mapping[str, Any], see
     layout = _layout(bias)
   train, valid, test = data[layout]
   num_contexts = bias.click_model.get("num_contexts")
-  if bias.click_model.name == "context_pbm" and num_contexts:
+  name = bias.click_model.name
+  needs_context = name in simulation.click_models() and "context" in simulation.get_click_model(name).batch_inputs
+  if needs_context and num_contexts:
     ctx = []
     for i, ds in enumerate((train, valid, test)):
       c = graph_lib.random_contexts(ds.num_queries, ds.list_size, int(num_contexts), seed=seed + i)

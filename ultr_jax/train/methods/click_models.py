@@ -145,5 +145,7 @@ def _factory(model: str):
 
 
 for _model in losses.CLICK_MODEL_LOSSES:
-  _defaults = {**TOWER_DEFAULTS, "num_positions": None, **({"dbn_score": "attraction"} if _model == "dbn" else {})}
+  # A model with a per-document satisfaction (DBN, SDBN) may also rank by attraction x satisfaction.
+  _score = {"dbn_score": "attraction"} if "satisfaction" in get_click_model(_model).item_params else {}
+  _defaults = {**TOWER_DEFAULTS, "num_positions": None, **_score}
   register(f"click_model_{_model}", defaults=_defaults)(_factory(_model))
