@@ -152,6 +152,37 @@ def test_round_trip_equals_the_in_memory_reader(converted):
   assert_logs_equal(data.read_session_shards(shards), _read(fmt, src))
 
 
+@pytest.mark.parametrize("irregular", [False, True])
+def test_tsv_arrow_path_and_line_parser_write_the_same_shards(tmp_path, monkeypatch, irregular):
+  """A clean log takes the Arrow CSV path; a blank line or an exotic number sends it to the per-line parser."""
+  src = write_tsv(tmp_path / "log.tsv", num_sessions=50)
+  if irregular:
+    text = src.read_text().splitlines(keepends=True)
+    text[7] = "\n"  # a blank line; and a position written as NumPy reads it, not as a plain integer
+    text[9] = text[9].replace("\t", "\t+", 3).replace("\t+", "\t", 2)
+    src.write_text("".join(text))
+  calls = []
+  line_parser = convert._tsv_sessions
+
+  def spy(*a, **k):  # a generator: it records only when the converter reads from it
+    calls.append(1)
+    yield from line_parser(*a, **k)
+
+  monkeypatch.setattr(convert, "_tsv_sessions", spy)
+  data.convert_click_log(src, tmp_path / "a", row_group_size=6, max_sessions=45)
+  assert bool(calls) == irregular
+
+  def no_arrow(*a, **k):
+    raise convert._Fallback("test")
+    yield
+
+  monkeypatch.setattr(convert, "_tsv_tables", no_arrow)
+  data.convert_click_log(src, tmp_path / "b", row_group_size=6, max_sessions=45)
+  a, b = pq.read_table(tmp_path / "a"), pq.read_table(tmp_path / "b")
+  assert a.num_rows == 45 and a.equals(b)
+  assert a.schema.metadata == b.schema.metadata
+
+
 def test_round_trip_with_max_sessions_and_query_key(tmp_path):
   src = write_baidu(tmp_path / "part-00001.gz", seed=3)
   data.convert_click_log(src, tmp_path / "o", format="baidu", query_key="qid", max_sessions=13, row_group_size=5)
