@@ -65,6 +65,7 @@ PathLike = Union[str, os.PathLike]
 SESSION_COLUMNS = ("session", "query_id", "doc_ids", "doc_names", "positions", "clicks", "lines")
 _LIST_COLUMNS = ("doc_ids", "doc_names", "positions", "clicks", "lines")
 _META = "ultr_jax."
+_CSV_BLOCK = 1 << 20  # bytes of text per Arrow CSV batch: the delimited path's working set is a few times this
 
 
 def _pyarrow():
@@ -374,7 +375,7 @@ def _tsv_tables(path, *, delimiter, position_base, extra_columns, max_sessions, 
   with _text_lines(path) as fh:
     names = [f"f{i}" for i in range(len(fh.readline().rstrip("\r\n").split(delim)))]
   wanted = {c: names[i] for c, i in cols.items()}
-  read = pa.csv.ReadOptions(skip_rows=1, column_names=names, block_size=1 << 22)
+  read = pa.csv.ReadOptions(skip_rows=1, column_names=names, block_size=_CSV_BLOCK)
   parse = pa.csv.ParseOptions(
     delimiter=delim, quote_char=False, double_quote=False, escape_char=False, ignore_empty_lines=False
   )
@@ -393,18 +394,32 @@ def _tsv_tables(path, *, delimiter, position_base, extra_columns, max_sessions, 
     except (pa.ArrowInvalid, UnicodeDecodeError) as e:
       raise _Fallback(str(e)) from None
 
-  vocab = None
+  parts, seen, pending = [], 0, 0
   for rb in batches():  # pass 1: the sorted (query, document) pairs
     key = pc.binary_join_element_wise(
       pc.utf8_trim_whitespace(rb.column(wanted["query_id"])),
       pc.utf8_trim_whitespace(rb.column(wanted["doc_id"])),
       "\x1f",
     )
-    u = pc.unique(key)
-    vocab = u if vocab is None else pc.unique(pa.concat_arrays([vocab, u]))
-  if vocab is None:
+    parts.append(pc.unique(key))
+    pending += len(parts[-1])
+    if pending > 2 * seen:  # deduplicate when the batches' pairs outgrow the vocabulary so far: amortized linear
+      parts = [pc.unique(pa.concat_arrays(parts))]
+      seen = pending = len(parts[0])
+  if not parts:
     raise _Fallback("no data rows")
+  vocab = pc.unique(pa.concat_arrays(parts))
+  del parts
   vocab = pc.take(vocab, pc.sort_indices(vocab))  # UTF-8 byte order is code-point order, as np.unique sorts
+  # A dict, built once (pc.index_in would hash the whole vocabulary again for every batch).
+  item_of = {k: i for i, k in enumerate(vocab.to_pylist())}
+  del vocab
+
+  def items(key):
+    enc = pc.dictionary_encode(key)
+    local = enc.dictionary.to_pylist()  # the batch's distinct pairs
+    ids = np.fromiter((item_of[k] for k in local), np.int64, len(local))
+    return pa.array(ids[enc.indices.to_numpy(zero_copy_only=False)])
 
   carry = None  # the rows of the last session of the previous batch (it may go on)
   row0, index = 0, 0
@@ -432,7 +447,7 @@ def _tsv_tables(path, *, delimiter, position_base, extra_columns, max_sessions, 
         "sid": col["session_id"],
         "q": col["query_id"],
         "d": col["doc_id"],
-        "item": pc.cast(pc.index_in(key, value_set=vocab), pa.int64()),
+        "item": items(key),
         "pos": pc.cast(pos, pa.int32()),
         "clk": pc.cast(clk_s, pa.int8()),
         "line": pa.array(np.arange(row0 + 2, row0 + 2 + n, dtype=np.int64)),
@@ -492,9 +507,28 @@ def _session_rows(table, starts, index, max_sessions, check, schema, extra_colum
   yield pa.Table.from_arrays(columns, schema=schema)
 
 
-def _check_contiguous(path, delimiter, hashes: list):
+class _Hashes:
+  """``hash(session_id)`` of each session, 8 bytes each (Python ints in a list would take about 36)."""
+
+  def __init__(self):
+    self._chunks, self._buffer = [], []
+
+  def extend(self, values):
+    self._buffer.extend(values)
+    if len(self._buffer) >= 1 << 16:
+      self._chunks.append(np.asarray(self._buffer, np.int64))
+      self._buffer = []
+
+  def append(self, value):
+    self.extend((value,))
+
+  def array(self) -> np.ndarray:
+    return np.concatenate([*self._chunks, np.asarray(self._buffer, np.int64)])
+
+
+def _check_contiguous(path, delimiter, hashes: _Hashes):
   """Raises for a session whose rows resume after another session began (a delimited log)."""
-  h = np.asarray(hashes, np.int64)
+  h = hashes.array()
   order = np.argsort(h, kind="stable")
   dup = np.flatnonzero(h[order][1:] == h[order][:-1])
   if not len(dup):
@@ -747,45 +781,30 @@ def convert_click_log(
   if any(out_dir.glob("*.parquet")):
     raise ValueError(f"{out_dir}: already holds .parquet files; convert into an empty directory")
   meta = {"source": str(path), "format": format}
-  hashes: list = []
+  tsv = dict(delimiter=delimiter, position_base=position_base, extra_columns=tuple(extra_columns))
   if format == "tsv":
     meta["position_base"] = str(position_base)
-    sessions = _tsv_sessions(
-      path,
-      delimiter=delimiter,
-      position_base=position_base,
-      extra_columns=tuple(extra_columns),
-      max_sessions=max_sessions,
-      check=hashes,
-    )
+    # The Arrow CSV path first; the per-line parser where it meets anything irregular.
+    writer = _ShardWriter(out_dir, int(shard_size), int(row_group_size), extra_columns, meta)
+    hashes = _Hashes()
+    try:
+      for table in _tsv_tables(path, **tsv, max_sessions=max_sessions, check=hashes, schema=writer.schema):
+        writer.add_table(table)
+      _check_contiguous(path, delimiter, hashes)
+      return writer.finish()
+    except _Fallback:
+      writer.abort()
+    except BaseException:
+      writer.abort()
+      raise
+    hashes = _Hashes()
+    sessions = _tsv_sessions(path, **tsv, max_sessions=max_sessions, check=hashes)
   elif format == "baidu":
     meta["query_key"] = query_key
     sessions = _baidu_sessions(path, query_key=query_key, max_sessions=max_sessions)
   else:
     layout = "personalized" if format == "yandex_personalized" else "relpred"
     sessions = _yandex_sessions(path, layout=layout, max_sessions=max_sessions)
-  if format == "tsv":  # the Arrow CSV path first; the per-line parser where it meets anything irregular
-    writer = _ShardWriter(out_dir, int(shard_size), int(row_group_size), extra_columns, meta)
-    fast = _tsv_tables(
-      path,
-      delimiter=delimiter,
-      position_base=position_base,
-      extra_columns=tuple(extra_columns),
-      max_sessions=max_sessions,
-      check=hashes,
-      schema=writer.schema,
-    )
-    try:
-      for table in fast:
-        writer.add_table(table)
-      _check_contiguous(path, delimiter, hashes)
-      return writer.finish()
-    except _Fallback:
-      writer.abort()
-      hashes.clear()
-    except BaseException:
-      writer.abort()
-      raise
   writer = _ShardWriter(out_dir, int(shard_size), int(row_group_size), extra_columns, meta)
   try:
     for s in sessions:
