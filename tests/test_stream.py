@@ -183,6 +183,26 @@ def test_tsv_arrow_path_and_line_parser_write_the_same_shards(tmp_path, monkeypa
   assert a.schema.metadata == b.schema.metadata
 
 
+@pytest.mark.parametrize("fmt", ["tsv", "baidu"])
+def test_several_files_convert_as_their_concatenation(tmp_path, fmt):
+  """One vocabulary and one session numbering over the files: the reader's log of the files joined."""
+  if fmt == "tsv":
+    a, b = write_tsv(tmp_path / "a.tsv", seed=1), write_tsv(tmp_path / "b.tsv", seed=2)
+    b.write_text(b.read_text().replace("\ts0", "\tt0").replace("s0", "t0"))  # other session ids
+    (tmp_path / "ab.tsv").write_text(a.read_text() + "".join(b.read_text().splitlines(True)[1:]))
+    want = data.read_click_log(tmp_path / "ab.tsv")
+  else:
+    a, b = write_baidu(tmp_path / "part-00000.gz", seed=1), write_baidu(tmp_path / "part-00001.gz", seed=2)
+    with gzip.open(tmp_path / "ab.gz", "wb") as f:
+      f.write(gzip.decompress(a.read_bytes()) + gzip.decompress(b.read_bytes()))
+    want = data.read_baidu_sessions(tmp_path / "ab.gz")
+  shards = data.convert_click_log([a, b], tmp_path / "o", format=fmt, shard_size=1000, row_group_size=7)
+  assert [pq.read_metadata(p).metadata[b"ultr_jax.source"].decode() for p in shards] == [str(a), str(b)]
+  got = data.read_session_shards(tmp_path / "o")
+  assert_logs_equal(got._replace(lines=want.lines, path=want.path), want)
+  assert_batches_equal(list(stream(tmp_path / "o", batch_size=16)), list(data.session_batches(want, batch_size=16)))
+
+
 def test_round_trip_with_max_sessions_and_query_key(tmp_path):
   src = write_baidu(tmp_path / "part-00001.gz", seed=3)
   data.convert_click_log(src, tmp_path / "o", format="baidu", query_key="qid", max_sessions=13, row_group_size=5)

@@ -195,6 +195,14 @@ class _ShardWriter:
     if self._in_shard >= self.shard_size:
       self._close_shard()
 
+  def set_source(self, source: str):
+    """Ends the current shard (a shard never spans two source files); later shards name ``source``."""
+    self._tabulate()
+    while self._pending_rows:
+      self._write(min(self._room(), self._pending_rows))
+    self._close_shard()
+    self.metadata = dict(self.metadata, source=source)
+
   def _close_shard(self):
     if self._writer is None:
       return
@@ -303,22 +311,29 @@ def _number(value: str, path, line_no: int, field: str) -> float:
     raise ValueError(f"{path}:{line_no}: field {field!r}: {value!r} is not a number") from None
 
 
-def _tsv_sessions(path, *, delimiter, position_base, extra_columns, max_sessions, check) -> Iterator[_Session]:
+def _tsv_vocabulary(paths, *, delimiter, extra_columns) -> dict:
+  """``(query, document) key -> dense id`` over the delimited logs ``paths``: sorted, as ``read_click_log`` numbers."""
+  keys = {}
+  for path in paths:
+    delim, num_fields, cols = _tsv_header(path, delimiter, extra_columns)
+    qc, dc = cols["query_id"], cols["doc_id"]
+    rows = 0
+    for _, f in _tsv_rows(path, delim, num_fields):
+      keys[f[qc] + "\x1f" + f[dc]] = None
+      rows += 1
+    if not rows:
+      raise ValueError(f"{path}: no data rows after the header")
+  return {k: i for i, k in enumerate(sorted(keys))}
+
+
+def _tsv_sessions(path, *, delimiter, position_base, extra_columns, max_sessions, check, item_of) -> Iterator[_Session]:
   r"""Sessions of a delimited log; ``check`` collects ``hash(session_id)`` of each session for the contiguity check.
 
-  Two passes: the first collects the distinct (query, document) pairs, whose sorted order is
-  ``read_click_log``'s item ids.
+  ``item_of`` (:func:`_tsv_vocabulary`) numbers the (query, document) pairs.
   """
   delim, num_fields, cols = _tsv_header(path, delimiter, extra_columns)
   qc, dc, pc, cc, sc = (cols[c] for c in ("query_id", "doc_id", "position", "click", "session_id"))
   ec = [cols[c] for c in extra_columns]
-  keys = {}
-  for _, f in _tsv_rows(path, delim, num_fields):
-    keys[f[qc] + "\x1f" + f[dc]] = None
-  if not keys:
-    raise ValueError(f"{path}: no data rows after the header")
-  item_of = {k: i for i, k in enumerate(sorted(keys))}
-  del keys
   current, current_sid, first_query, index = None, None, None, -1
   for line_no, f in _tsv_rows(path, delim, num_fields):
     sid = f[sc]
@@ -358,22 +373,15 @@ class _Fallback(Exception):
   """The Arrow CSV path met something other than a clean log: the per-line parser takes over."""
 
 
-def _tsv_tables(path, *, delimiter, position_base, extra_columns, max_sessions, check, schema) -> Iterator:
-  r"""Tables of sessions of a clean delimited log, parsed by Arrow's streaming CSV reader (several times faster).
-
-  Any irregularity (blank or ragged lines, a value that is not a plain integer or 0/1, a session
-  that changes query) raises :class:`_Fallback`; :func:`_tsv_sessions` then converts the file
-  again and raises the in-memory reader's error, or accepts what that reader accepts.
-  """
+def _arrow_csv(path, delimiter, extra_columns):
+  """``(column name -> Arrow column, batches())``: Arrow's streaming CSV reader over a delimited log, as strings."""
   pa = _pyarrow()
   import pyarrow.csv  # noqa: PLC0415,F401
 
-  pc = pa.compute
   delim, num_fields, cols = _tsv_header(path, delimiter, extra_columns)
   if len(delim) != 1 or path.suffix.lower() == ".gz":
     raise _Fallback("a multi-character delimiter, or gzip")
-  with _text_lines(path) as fh:
-    names = [f"f{i}" for i in range(len(fh.readline().rstrip("\r\n").split(delim)))]
+  names = [f"f{i}" for i in range(num_fields)]
   wanted = {c: names[i] for c, i in cols.items()}
   read = pa.csv.ReadOptions(skip_rows=1, column_names=names, block_size=_CSV_BLOCK)
   parse = pa.csv.ParseOptions(
@@ -390,30 +398,55 @@ def _tsv_tables(path, *, delimiter, position_base, extra_columns, max_sessions, 
     try:
       reader = pa.csv.open_csv(path, read_options=read, parse_options=parse, convert_options=conv)
       for rb in reader:
+        if any(rb.column(i).null_count for i in range(rb.num_columns)):
+          raise _Fallback("a missing value")
         yield rb
     except (pa.ArrowInvalid, UnicodeDecodeError) as e:
       raise _Fallback(str(e)) from None
 
+  return wanted, batches
+
+
+def _tsv_vocabulary_arrow(paths, *, delimiter, extra_columns) -> dict:
+  """:func:`_tsv_vocabulary` with Arrow's CSV reader (:class:`_Fallback` where it meets anything irregular)."""
+  pa = _pyarrow()
+  pc = pa.compute
   parts, seen, pending = [], 0, 0
-  for rb in batches():  # pass 1: the sorted (query, document) pairs
-    key = pc.binary_join_element_wise(
-      pc.utf8_trim_whitespace(rb.column(wanted["query_id"])),
-      pc.utf8_trim_whitespace(rb.column(wanted["doc_id"])),
-      "\x1f",
-    )
-    parts.append(pc.unique(key))
-    pending += len(parts[-1])
-    if pending > 2 * seen:  # deduplicate when the batches' pairs outgrow the vocabulary so far: amortized linear
-      parts = [pc.unique(pa.concat_arrays(parts))]
-      seen = pending = len(parts[0])
-  if not parts:
-    raise _Fallback("no data rows")
+  for path in paths:
+    wanted, batches = _arrow_csv(path, delimiter, extra_columns)
+    rows = 0
+    for rb in batches():
+      key = pc.binary_join_element_wise(
+        pc.utf8_trim_whitespace(rb.column(wanted["query_id"])),
+        pc.utf8_trim_whitespace(rb.column(wanted["doc_id"])),
+        "\x1f",
+      )
+      rows += len(key)
+      parts.append(pc.unique(key))
+      pending += len(parts[-1])
+      if pending > 2 * seen:  # deduplicate when the batches' pairs outgrow the vocabulary so far: amortized linear
+        parts = [pc.unique(pa.concat_arrays(parts))]
+        seen = pending = len(parts[0])
+    if not rows:
+      raise _Fallback("no data rows")
   vocab = pc.unique(pa.concat_arrays(parts))
   del parts
   vocab = pc.take(vocab, pc.sort_indices(vocab))  # UTF-8 byte order is code-point order, as np.unique sorts
-  # A dict, built once (pc.index_in would hash the whole vocabulary again for every batch).
-  item_of = {k: i for i, k in enumerate(vocab.to_pylist())}
-  del vocab
+  return {k: i for i, k in enumerate(vocab.to_pylist())}
+
+
+def _tsv_tables(path, *, delimiter, position_base, extra_columns, max_sessions, check, schema, item_of) -> Iterator:
+  r"""Tables of sessions of a clean delimited log, parsed by Arrow's streaming CSV reader (several times faster).
+
+  Any irregularity (blank or ragged lines, a value that is not a plain integer or 0/1, a session
+  that changes query) raises :class:`_Fallback`; :func:`_tsv_sessions` then converts the file
+  again and raises the in-memory reader's error, or accepts what that reader accepts.
+  ``item_of`` numbers the (query, document) pairs (a dict, built once: ``pc.index_in`` would
+  hash the whole vocabulary again for every batch).
+  """
+  pa = _pyarrow()
+  pc = pa.compute
+  wanted, batches = _arrow_csv(path, delimiter, extra_columns)
 
   def items(key):
     enc = pc.dictionary_encode(key)
@@ -426,8 +459,6 @@ def _tsv_tables(path, *, delimiter, position_base, extra_columns, max_sessions, 
   digits = "^[0-9]+$"
   for rb in batches():
     n = rb.num_rows
-    if any(rb.column(i).null_count for i in range(rb.num_columns)):
-      raise _Fallback("a missing value")
     col = {c: pc.utf8_trim_whitespace(rb.column(wanted[c])) for c in wanted}
     pos_s, clk_s = col["position"], col["click"]
     if not pc.all(pc.match_substring_regex(pos_s, digits)).as_py():
@@ -552,7 +583,7 @@ def _check_contiguous(path, delimiter, hashes: _Hashes):
     current = sid
 
 
-def _baidu_sessions(path, *, query_key, max_sessions) -> Iterator[_Session]:
+def _baidu_sessions(path, *, query_key, max_sessions, item_ids: dict) -> Iterator[_Session]:
   """Sessions of a raw Baidu-ULTR file, parsed as :func:`~ultr_jax.data.read_baidu_sessions` parses them."""
   from ultr_jax.data.baidu import _SESSION_FIELDS, QUERY_KEYS  # noqa: PLC0415
 
@@ -560,8 +591,7 @@ def _baidu_sessions(path, *, query_key, max_sessions) -> Iterator[_Session]:
     raise ValueError(f"query_key must be one of {QUERY_KEYS}, got {query_key!r}")
   pos_col, url_col, click_col = (_SESSION_FIELDS[k] for k in ("pos", "url_md5", "click"))
   show = lambda b: repr(b.decode("utf-8", "replace"))  # noqa: E731
-  item_ids: dict = {}
-  intern = item_ids.setdefault
+  intern = item_ids.setdefault  # (query, document) -> dense id, shared by the files of one conversion
   current, query, index, any_doc = None, None, -1, False
   try:
     with session_lines(path) as fh:
@@ -607,7 +637,7 @@ def _baidu_sessions(path, *, query_key, max_sessions) -> Iterator[_Session]:
     yield current
 
 
-def _yandex_sessions(path, *, layout, max_sessions) -> Iterator[_Session]:
+def _yandex_sessions(path, *, layout, max_sessions, item_ids: dict) -> Iterator[_Session]:
   """Result pages of a Yandex log, parsed as :func:`~ultr_jax.data.read_yandex_sessions` parses them.
 
   A page is complete when no later click can reach it: at the next page (``relpred``: a click counts for the
@@ -615,8 +645,7 @@ def _yandex_sessions(path, *, layout, max_sessions) -> Iterator[_Session]:
   """
   personalized = layout == "personalized"
   first_url = 6 if personalized else 5
-  item_ids: dict = {}
-  intern = item_ids.setdefault
+  intern = item_ids.setdefault  # (query, document) -> dense id, shared by the files of one conversion
   pending: list = []  # pages that a click may still reach
   row_of: dict = {}
   page_rows: dict = {}
@@ -731,8 +760,13 @@ def convert_click_log(
   options), and :class:`~ultr_jax.data.SessionStream` batches them as
   :func:`~ultr_jax.data.click_log_sessions` lays out that log.
 
+  Several files (the ``part-*.gz`` of Baidu-ULTR) convert as one log: one
+  vocabulary of (query, document) ids over all of them (the ids the in-memory
+  reader gives the files concatenated), sessions numbered on from file to
+  file; a shard never spans two files, and its metadata names its file.
+
   Args:
-    path: the log (``.gz`` is decompressed on the fly).
+    path: the log (``.gz`` is decompressed on the fly), or a list of files.
     out_dir: the directory for ``part-NNNNN.parquet`` (created; it must hold no
       ``.parquet`` file yet).
     format: one of :data:`~ultr_jax.data.CLICK_LOG_FORMATS` (``"tsv"``: the
@@ -748,7 +782,7 @@ def convert_click_log(
     query_key: as in :func:`~ultr_jax.data.read_baidu_sessions` (``"baidu"``).
     extra_columns: further numeric columns of a ``"tsv"`` log, kept per
       document as ``list<float32>``.
-    max_sessions: convert only the first this many sessions.
+    max_sessions: convert only the first this many sessions (over all files).
 
   Returns:
     The shard paths, in session order.
@@ -775,46 +809,72 @@ def convert_click_log(
     raise ValueError(f"shard_size and row_group_size must be >= 1, got {shard_size} and {row_group_size}")
   if extra_columns and format != "tsv":
     raise ValueError(f"extra_columns: only a 'tsv' log has further columns, got format {format!r}")
-  path = session_file(path, max_sessions)
+  paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+  if not paths:
+    raise ValueError("path: give at least one file")
+  paths = [session_file(p, max_sessions) for p in paths]
   out_dir = pathlib.Path(out_dir)
   out_dir.mkdir(parents=True, exist_ok=True)
   if any(out_dir.glob("*.parquet")):
     raise ValueError(f"{out_dir}: already holds .parquet files; convert into an empty directory")
-  meta = {"source": str(path), "format": format}
-  tsv = dict(delimiter=delimiter, position_base=position_base, extra_columns=tuple(extra_columns))
+  meta = {"format": format}
   if format == "tsv":
     meta["position_base"] = str(position_base)
-    # The Arrow CSV path first; the per-line parser where it meets anything irregular.
+  elif format == "baidu":
+    meta["query_key"] = query_key
+  tsv = dict(delimiter=delimiter, extra_columns=tuple(extra_columns))
+
+  def run(arrow: bool) -> list:
     writer = _ShardWriter(out_dir, int(shard_size), int(row_group_size), extra_columns, meta)
-    hashes = _Hashes()
     try:
-      for table in _tsv_tables(path, **tsv, max_sessions=max_sessions, check=hashes, schema=writer.schema):
-        writer.add_table(table)
-      _check_contiguous(path, delimiter, hashes)
+      if format == "tsv":
+        item_of = (_tsv_vocabulary_arrow if arrow else _tsv_vocabulary)(paths, **tsv)
+      item_ids: dict = {}
+      offset = 0  # sessions of the files before
+      for p in paths:
+        remaining = None if max_sessions is None else max_sessions - offset
+        if remaining is not None and remaining <= 0:
+          break
+        writer.set_source(str(p))  # a shard holds one file's sessions
+        hashes = _Hashes()
+        if format == "tsv" and arrow:
+          kw = dict(max_sessions=remaining, check=hashes, schema=writer.schema, item_of=item_of)
+          count = 0
+          for table in _tsv_tables(p, position_base=position_base, **tsv, **kw):
+            count = table.column("session")[-1].as_py() + 1
+            writer.add_table(table.set_column(0, "session", pa.compute.add(table.column("session"), offset)))
+          offset += count
+          _check_contiguous(p, delimiter, hashes)
+          continue
+        if format == "tsv":
+          sessions = _tsv_sessions(
+            p, position_base=position_base, **tsv, max_sessions=remaining, check=hashes, item_of=item_of
+          )
+        elif format == "baidu":
+          sessions = _baidu_sessions(p, query_key=query_key, max_sessions=remaining, item_ids=item_ids)
+        else:
+          layout = "personalized" if format == "yandex_personalized" else "relpred"
+          sessions = _yandex_sessions(p, layout=layout, max_sessions=remaining, item_ids=item_ids)
+        count = 0
+        for s in sessions:
+          count = s.session + 1
+          s.session += offset
+          writer.add(s)
+        offset += count
+        if format == "tsv":
+          _check_contiguous(p, delimiter, hashes)
       return writer.finish()
-    except _Fallback:
-      writer.abort()
     except BaseException:
       writer.abort()
       raise
-    hashes = _Hashes()
-    sessions = _tsv_sessions(path, **tsv, max_sessions=max_sessions, check=hashes)
-  elif format == "baidu":
-    meta["query_key"] = query_key
-    sessions = _baidu_sessions(path, query_key=query_key, max_sessions=max_sessions)
-  else:
-    layout = "personalized" if format == "yandex_personalized" else "relpred"
-    sessions = _yandex_sessions(path, layout=layout, max_sessions=max_sessions)
-  writer = _ShardWriter(out_dir, int(shard_size), int(row_group_size), extra_columns, meta)
-  try:
-    for s in sessions:
-      writer.add(s)
-    if format == "tsv":
-      _check_contiguous(path, delimiter, hashes)
-    return writer.finish()
-  except BaseException:
-    writer.abort()
-    raise
+
+  pa = _pyarrow()
+  if format == "tsv":  # Arrow's CSV reader first; the per-line parser where it meets anything irregular
+    try:
+      return run(arrow=True)
+    except _Fallback:
+      pass
+  return run(arrow=False)
 
 
 def session_shard_paths(source: Union[PathLike, Sequence[PathLike]]) -> list:
