@@ -41,8 +41,11 @@ setup(
   extras_require={
     # Baidu-ULTR's Arrow/Parquet files (ultr_jax.data.load_baidu_ultr).
     "baidu": ["pyarrow>=14"],
+    # Parquet session shards and the session stream (ultr_jax.data.convert_click_log, SessionStream).
+    "stream": ["pyarrow>=14", "grain>=0.2.13"],
     "test": [
       "pyarrow>=14",
+      "grain>=0.2.13",
       "pytest>=7",
       "pytest-xdist>=3",
       "ruff>=0.6",

@@ -62,3 +62,17 @@ __all__ = [
   "YANDEX_LAYOUTS",
   "read_yandex_sessions",
 ]
+
+# Streaming input: Parquet session shards and the session stream (pyarrow and grain are imported when used).
+from ultr_jax.data.convert import SESSION_COLUMNS, convert_click_log, read_session_shards, session_shard_paths  # noqa: E402
+from ultr_jax.data.stream import BATCH_KEYS, SessionStream, session_batches  # noqa: E402
+
+__all__ += [
+  "SESSION_COLUMNS",
+  "convert_click_log",
+  "read_session_shards",
+  "session_shard_paths",
+  "BATCH_KEYS",
+  "SessionStream",
+  "session_batches",
+]

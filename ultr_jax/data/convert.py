@@ -1,0 +1,984 @@
+r"""Session logs as Parquet shards, converted from text logs in bounded memory.
+
+A click log of a billion sessions (Baidu-ULTR has 1.21 B, the Yandex Relevance
+Prediction log 146 M) does not fit in memory. :func:`convert_click_log` reads a
+log line by line (the delimited rows of :func:`~ultr_jax.data.read_click_log`,
+a raw Baidu-ULTR ``part-*.gz`` session file, a Yandex log) and writes **session
+shards**: Parquet files ``part-00000.parquet, part-00001.parquet, ...`` of
+``shard_size`` sessions each, in row groups of ``row_group_size`` sessions, one
+row per session (one result page shown to one user):
+
+==============  ================  ===============================================
+``session``     ``int64``         0-based index of the session in the source
+                                  (the :attr:`~ultr_jax.data.ClickLog.sessions`
+                                  id the in-memory reader gives it).
+``query_id``    ``string``        the query id as written.
+``doc_ids``     ``list<int64>``   dense id of each shown (query, document) pair:
+                                  the :attr:`~ultr_jax.data.ClickLog.items` of
+                                  the in-memory reader of the same file.
+``doc_names``   ``list<string>``  the document ids as written.
+``positions``   ``list<int32>``   0-based position of each document.
+``clicks``      ``list<int8>``    0/1 click on each document.
+``lines``       ``list<int64>``   the source line of each document (for errors).
+extra columns   ``list<float32>``  further numeric TSV columns (``extra_columns``).
+==============  ================  ===============================================
+
+Each shard's key-value metadata records the source (``ultr_jax.source``,
+``ultr_jax.format``) and ``ultr_jax.num_items`` / ``ultr_jax.num_positions``
+(the vocabulary size and the longest list over the whole conversion, so every
+shard, and every process reading a subset of them, agrees on the shapes).
+:func:`read_session_shards` reads shards back as the
+:class:`~ultr_jax.data.ClickLog` that ``read_click_log`` gives for the source
+file; :class:`~ultr_jax.data.SessionStream` batches them without reading them
+whole.
+
+Memory: one row group of sessions plus the vocabulary of (query, document)
+pairs (dense ids need it; it grows with the distinct pairs, not the sessions)
+and, for the delimited layout, 8 bytes per session to check that each session's
+rows are contiguous. The text grammar and the error messages (file, line,
+field) are those of the in-memory readers; their parsing loops are repeated
+here in streaming form (they read a file whole and have no per-line helper).
+A delimited log must have a ``session_id`` column, the rows of a session must
+be contiguous and show one query (the session layout of
+:func:`~ultr_jax.data.click_log_sessions`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob as globlib
+import gzip
+import os
+import pathlib
+import warnings
+from typing import Iterator, Optional, Sequence, Union
+
+import numpy as np
+
+from ultr_jax.data.click_log import CLICK_LOG_FORMATS, ClickLog, session_file, session_lines
+
+__all__ = ["SESSION_COLUMNS", "convert_click_log", "read_session_shards", "session_shard_paths"]
+
+PathLike = Union[str, os.PathLike]
+
+#: The columns every session shard has (see the module docstring).
+SESSION_COLUMNS = ("session", "query_id", "doc_ids", "doc_names", "positions", "clicks", "lines")
+_LIST_COLUMNS = ("doc_ids", "doc_names", "positions", "clicks", "lines")
+_META = "ultr_jax."
+_CSV_BLOCK = 1 << 20  # bytes of text per Arrow CSV batch: the delimited path's working set is a few times this
+
+
+def _pyarrow():
+  try:
+    import pyarrow  # noqa: PLC0415
+    import pyarrow.compute  # noqa: PLC0415,F401
+    import pyarrow.parquet  # noqa: PLC0415,F401
+  except ImportError as e:  # pragma: no cover - pyarrow is in the test extras
+    raise ImportError(
+      "session shards are Parquet files read with pyarrow: pip install 'ultr_jax[stream]' (or pip install pyarrow)"
+    ) from e
+  return pyarrow
+
+
+def _schema(extra_columns: Sequence[str]):
+  pa = _pyarrow()
+  fields = [
+    ("session", pa.int64()),
+    ("query_id", pa.string()),
+    ("doc_ids", pa.list_(pa.int64())),
+    ("doc_names", pa.list_(pa.string())),
+    ("positions", pa.list_(pa.int32())),
+    ("clicks", pa.list_(pa.int8())),
+    ("lines", pa.list_(pa.int64())),
+  ]
+  fields += [(name, pa.list_(pa.float32())) for name in extra_columns]
+  return pa.schema(fields)
+
+
+class _Session:
+  """One session while it is parsed."""
+
+  __slots__ = ("session", "query_id", "doc_ids", "doc_names", "positions", "clicks", "lines", "extras")
+
+  def __init__(self, session: int, query_id: str, num_extras: int = 0):
+    self.session, self.query_id = session, query_id
+    self.doc_ids, self.doc_names, self.positions, self.clicks, self.lines = [], [], [], [], []
+    self.extras = [[] for _ in range(num_extras)]
+
+
+def _sessions_table(sessions: list, schema, num_extras: int):
+  """A table of parsed :class:`_Session` objects, one row each."""
+  pa = _pyarrow()
+  offsets = pa.array(np.cumsum([0] + [len(s.doc_ids) for s in sessions], dtype=np.int64).astype(np.int32))
+
+  def lists(values, type_):
+    return pa.ListArray.from_arrays(offsets, pa.array(values, type=type_))
+
+  columns = [
+    pa.array([s.session for s in sessions], pa.int64()),
+    pa.array([s.query_id for s in sessions], pa.string()),
+    lists([v for s in sessions for v in s.doc_ids], pa.int64()),
+    lists([v for s in sessions for v in s.doc_names], pa.string()),
+    lists([v for s in sessions for v in s.positions], pa.int32()),
+    lists([v for s in sessions for v in s.clicks], pa.int8()),
+    lists([v for s in sessions for v in s.lines], pa.int64()),
+  ]
+  columns += [lists([v for s in sessions for v in s.extras[k]], pa.float32()) for k in range(num_extras)]
+  return pa.Table.from_arrays(columns, schema=schema)
+
+
+class _ShardWriter:
+  """Writes session tables to ``out_dir/part-NNNNN.parquet``: ``shard_size`` sessions per file, row groups of
+  ``row_group_size``.
+
+  A shard is written under a temporary name and renamed when complete, so an interrupted
+  conversion leaves no shard that a stream would read as whole.
+  """
+
+  def __init__(self, out_dir: pathlib.Path, shard_size: int, row_group_size: int, extra_columns, metadata: dict):
+    self.pa = _pyarrow()
+    self.out_dir, self.shard_size, self.row_group_size = out_dir, shard_size, row_group_size
+    self.extra_columns = tuple(extra_columns)
+    self.schema = _schema(self.extra_columns)
+    self.metadata = metadata
+    self.paths: list = []  # completed shards
+    self._writer = None
+    self._tmp = None
+    self._in_shard = 0
+    self._sessions: list = []  # parsed sessions not yet in a table
+    self._pending: list = []  # tables not yet written
+    self._pending_rows = 0
+    self.num_items = 0
+    self.num_positions = 0
+
+  def add(self, s: _Session):
+    """Adds one parsed session."""
+    self._sessions.append(s)
+    if len(self._sessions) >= self.row_group_size:
+      self._tabulate()
+
+  def _tabulate(self):
+    if self._sessions:
+      self.add_table(_sessions_table(self._sessions, self.schema, len(self.extra_columns)))
+      self._sessions = []
+
+  def add_table(self, table):
+    """Adds a table of sessions (the shard schema)."""
+    pc = self.pa.compute
+    if not table.num_rows:
+      return
+    for name, attr in (("doc_ids", "num_items"), ("positions", "num_positions")):
+      top = pc.max(pc.list_flatten(table.column(name))).as_py()
+      if top is not None:
+        setattr(self, attr, max(getattr(self, attr), int(top) + 1))
+    self._pending.append(table)
+    self._pending_rows += table.num_rows
+    while self._pending_rows >= self._room():
+      self._write(self._room())
+
+  def _room(self) -> int:
+    return min(self.row_group_size, self.shard_size - self._in_shard)
+
+  def _write(self, k: int):
+    """Writes the first ``k`` pending sessions as one row group."""
+    pa = self.pa
+    table = pa.concat_tables(self._pending)
+    head, rest = table.slice(0, k), table.slice(k)
+    if self._writer is None:
+      name = f"part-{len(self.paths):05d}.parquet"
+      self._tmp = self.out_dir / (name + ".tmp")
+      self._writer = pa.parquet.ParquetWriter(self._tmp, self.schema)
+    self._writer.write_table(head, row_group_size=k)
+    self._in_shard += k
+    self._pending = [rest] if rest.num_rows else []
+    self._pending_rows -= k
+    if self._in_shard >= self.shard_size:
+      self._close_shard()
+
+  def set_source(self, source: str):
+    """Ends the current shard (a shard never spans two source files); later shards name ``source``."""
+    self._tabulate()
+    while self._pending_rows:
+      self._write(min(self._room(), self._pending_rows))
+    self._close_shard()
+    self.metadata = dict(self.metadata, source=source)
+
+  def _close_shard(self):
+    if self._writer is None:
+      return
+    # Each shard's footer carries the sizes seen so far (ids are dense in order of appearance, so the
+    # last shard's are the log's; a reader takes the maximum over the shards it is given).
+    meta = dict(self.metadata, num_items=self.num_items, num_positions=self.num_positions)
+    self._writer.add_key_value_metadata({_META + k: str(v) for k, v in meta.items()})
+    self._writer.close()
+    self._writer = None
+    final = self._tmp.with_suffix("")  # drops .tmp
+    os.replace(self._tmp, final)
+    self.paths.append(str(final))
+    self._tmp = None
+    self._in_shard = 0
+
+  def finish(self) -> list:
+    """Writes the sessions still buffered and closes the last shard; returns the shard paths."""
+    self._tabulate()
+    while self._pending_rows:
+      self._write(min(self._room(), self._pending_rows))
+    self._close_shard()
+    return list(self.paths)
+
+  def abort(self):
+    """Closes and removes every shard this writer wrote."""
+    if self._writer is not None:
+      self._writer.close()
+    for p in [*self.paths, self._tmp]:
+      if p is not None and os.path.exists(p):
+        os.remove(p)
+
+
+# ----------------------------------------------------------------------------
+# Streaming parsers: each yields the sessions of one source file in order.
+
+
+def _decode(b: bytes, path, line_no: int, field: str) -> str:
+  try:
+    return b.decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise ValueError(f"{path}:{line_no}: field {field!r}: not UTF-8 ({e})") from None
+
+
+@contextlib.contextmanager
+def _text_lines(path: pathlib.Path):
+  opener = gzip.open if path.suffix.lower() == ".gz" else open
+  with opener(path, "rt", encoding="utf-8") as fh:
+    yield fh
+
+
+def _tsv_header(path: pathlib.Path, delimiter: Optional[str], extra_columns: Sequence[str]):
+  with _text_lines(path) as fh:
+    header = fh.readline().rstrip("\r\n")
+  if not header:
+    raise ValueError(
+      f"{path}:1: empty file; expected a header with columns ['query_id', 'doc_id', 'position', 'click']"
+    )
+  delim = delimiter or ("\t" if "\t" in header else ",")
+  names = [c.strip() for c in header.split(delim)]
+  required = ("query_id", "doc_id", "position", "click")
+  missing = [c for c in required if c not in names]
+  if missing:
+    raise ValueError(f"{path}:1: the header {names} lacks the column(s) {missing}")
+  if "impressions" in names:
+    raise ValueError(
+      f"{path}:1: an aggregated log (an impressions column) has no sessions; session shards need one row "
+      "per (session, shown document) and a session_id column"
+    )
+  if "session_id" not in names:
+    raise ValueError(f"{path}:1: no session_id column; session shards need one row per (session, shown document)")
+  missing = [c for c in extra_columns if c not in names]
+  if missing:
+    raise ValueError(f"{path}:1: the header {names} lacks the extra column(s) {missing}")
+  cols = {c: names.index(c) for c in (*required, "session_id", *extra_columns)}
+  return delim, len(names), cols
+
+
+def _tsv_rows(path: pathlib.Path, delim: str, num_fields: int) -> Iterator[tuple]:
+  """``(line_no, stripped fields)`` of each data line (blank lines skipped, as ``read_click_log`` does)."""
+  with _text_lines(path) as fh:
+    fh.readline()
+    for line_no, line in enumerate(fh, start=2):
+      if not line.strip():
+        continue
+      fields = line.rstrip("\r\n").split(delim)
+      if len(fields) != num_fields:
+        raise ValueError(f"{path}:{line_no}: {len(fields)} fields, but the header names {num_fields}")
+      yield line_no, [f.strip() for f in fields]
+
+
+def _integer(value: str, path, line_no: int, field: str) -> int:
+  if value.isascii() and value.isdigit():
+    return int(value)
+  try:
+    return int(np.asarray(value).astype(np.int64))  # NumPy's grammar, as read_click_log parses the column
+  except ValueError:
+    raise ValueError(f"{path}:{line_no}: field {field!r}: {value!r} is not an integer") from None
+
+
+def _number(value: str, path, line_no: int, field: str) -> float:
+  if value == "0" or value == "1":
+    return float(value)
+  try:
+    return float(np.asarray(value).astype(np.float64))
+  except ValueError:
+    raise ValueError(f"{path}:{line_no}: field {field!r}: {value!r} is not a number") from None
+
+
+def _tsv_vocabulary(paths, *, delimiter, extra_columns) -> dict:
+  """``(query, document) key -> dense id`` over the delimited logs ``paths``: sorted, as ``read_click_log`` numbers."""
+  keys = {}
+  for path in paths:
+    delim, num_fields, cols = _tsv_header(path, delimiter, extra_columns)
+    qc, dc = cols["query_id"], cols["doc_id"]
+    rows = 0
+    for _, f in _tsv_rows(path, delim, num_fields):
+      keys[f[qc] + "\x1f" + f[dc]] = None
+      rows += 1
+    if not rows:
+      raise ValueError(f"{path}: no data rows after the header")
+  return {k: i for i, k in enumerate(sorted(keys))}
+
+
+def _tsv_sessions(path, *, delimiter, position_base, extra_columns, max_sessions, check, item_of) -> Iterator[_Session]:
+  r"""Sessions of a delimited log; ``check`` collects ``hash(session_id)`` of each session for the contiguity check.
+
+  ``item_of`` (:func:`_tsv_vocabulary`) numbers the (query, document) pairs.
+  """
+  delim, num_fields, cols = _tsv_header(path, delimiter, extra_columns)
+  qc, dc, pc, cc, sc = (cols[c] for c in ("query_id", "doc_id", "position", "click", "session_id"))
+  ec = [cols[c] for c in extra_columns]
+  current, current_sid, first_query, index = None, None, None, -1
+  for line_no, f in _tsv_rows(path, delim, num_fields):
+    sid = f[sc]
+    if sid != current_sid:
+      if current is not None:
+        yield current
+      if max_sessions is not None and index + 1 >= max_sessions:
+        return
+      index += 1
+      current_sid, first_query = sid, f[qc]
+      check.append(hash(sid))
+      current = _Session(index, f[qc], len(ec))
+    elif f[qc] != first_query:
+      raise ValueError(
+        f"{path}:{line_no}: field 'query_id': {f[qc]!r}, but its session began with query {first_query!r}"
+      )
+    position = _integer(f[pc], path, line_no, "position") - position_base
+    if position < 0:
+      raise ValueError(
+        f"{path}:{line_no}: field 'position': {position + position_base} is below the top position {position_base}"
+      )
+    click = _number(f[cc], path, line_no, "click")
+    if click not in (0.0, 1.0):
+      raise ValueError(f"{path}:{line_no}: field 'click': {click} is not 0 or 1 (add an impressions column for counts)")
+    current.doc_ids.append(item_of[f[qc] + "\x1f" + f[dc]])
+    current.doc_names.append(f[dc])
+    current.positions.append(position)
+    current.clicks.append(int(click))
+    current.lines.append(line_no)
+    for k, c in enumerate(ec):
+      current.extras[k].append(_number(f[c], path, line_no, extra_columns[k]))
+  if current is not None:
+    yield current
+
+
+class _Fallback(Exception):
+  """The Arrow CSV path met something other than a clean log: the per-line parser takes over."""
+
+
+def _arrow_csv(path, delimiter, extra_columns):
+  """``(column name -> Arrow column, batches())``: Arrow's streaming CSV reader over a delimited log, as strings."""
+  pa = _pyarrow()
+  import pyarrow.csv  # noqa: PLC0415,F401
+
+  delim, num_fields, cols = _tsv_header(path, delimiter, extra_columns)
+  if len(delim) != 1 or path.suffix.lower() == ".gz":
+    raise _Fallback("a multi-character delimiter, or gzip")
+  names = [f"f{i}" for i in range(num_fields)]
+  wanted = {c: names[i] for c, i in cols.items()}
+  read = pa.csv.ReadOptions(skip_rows=1, column_names=names, block_size=_CSV_BLOCK)
+  parse = pa.csv.ParseOptions(
+    delimiter=delim, quote_char=False, double_quote=False, escape_char=False, ignore_empty_lines=False
+  )
+  conv = pa.csv.ConvertOptions(
+    column_types={n: pa.string() for n in names},
+    include_columns=sorted(set(wanted.values())),
+    strings_can_be_null=False,
+    null_values=[],
+  )
+
+  def batches():
+    try:
+      reader = pa.csv.open_csv(path, read_options=read, parse_options=parse, convert_options=conv)
+      for rb in reader:
+        if any(rb.column(i).null_count for i in range(rb.num_columns)):
+          raise _Fallback("a missing value")
+        yield rb
+    except (pa.ArrowInvalid, UnicodeDecodeError) as e:
+      raise _Fallback(str(e)) from None
+
+  return wanted, batches
+
+
+def _tsv_vocabulary_arrow(paths, *, delimiter, extra_columns) -> dict:
+  """:func:`_tsv_vocabulary` with Arrow's CSV reader (:class:`_Fallback` where it meets anything irregular)."""
+  pa = _pyarrow()
+  pc = pa.compute
+  parts, seen, pending = [], 0, 0
+  for path in paths:
+    wanted, batches = _arrow_csv(path, delimiter, extra_columns)
+    rows = 0
+    for rb in batches():
+      key = pc.binary_join_element_wise(
+        pc.utf8_trim_whitespace(rb.column(wanted["query_id"])),
+        pc.utf8_trim_whitespace(rb.column(wanted["doc_id"])),
+        "\x1f",
+      )
+      rows += len(key)
+      parts.append(pc.unique(key))
+      pending += len(parts[-1])
+      if pending > 2 * seen:  # deduplicate when the batches' pairs outgrow the vocabulary so far: amortized linear
+        parts = [pc.unique(pa.concat_arrays(parts))]
+        seen = pending = len(parts[0])
+    if not rows:
+      raise _Fallback("no data rows")
+  vocab = pc.unique(pa.concat_arrays(parts))
+  del parts
+  vocab = pc.take(vocab, pc.sort_indices(vocab))  # UTF-8 byte order is code-point order, as np.unique sorts
+  return {k: i for i, k in enumerate(vocab.to_pylist())}
+
+
+def _tsv_tables(path, *, delimiter, position_base, extra_columns, max_sessions, check, schema, item_of) -> Iterator:
+  r"""Tables of sessions of a clean delimited log, parsed by Arrow's streaming CSV reader (several times faster).
+
+  Any irregularity (blank or ragged lines, a value that is not a plain integer or 0/1, a session
+  that changes query) raises :class:`_Fallback`; :func:`_tsv_sessions` then converts the file
+  again and raises the in-memory reader's error, or accepts what that reader accepts.
+  ``item_of`` numbers the (query, document) pairs (a dict, built once: ``pc.index_in`` would
+  hash the whole vocabulary again for every batch).
+  """
+  pa = _pyarrow()
+  pc = pa.compute
+  wanted, batches = _arrow_csv(path, delimiter, extra_columns)
+
+  def items(key):
+    enc = pc.dictionary_encode(key)
+    local = enc.dictionary.to_pylist()  # the batch's distinct pairs
+    ids = np.fromiter((item_of[k] for k in local), np.int64, len(local))
+    return pa.array(ids[enc.indices.to_numpy(zero_copy_only=False)])
+
+  carry = None  # the rows of the last session of the previous batch (it may go on)
+  row0, index = 0, 0
+  digits = "^[0-9]+$"
+  for rb in batches():
+    n = rb.num_rows
+    col = {c: pc.utf8_trim_whitespace(rb.column(wanted[c])) for c in wanted}
+    pos_s, clk_s = col["position"], col["click"]
+    if not pc.all(pc.match_substring_regex(pos_s, digits)).as_py():
+      raise _Fallback("a position that is not a plain integer")
+    if not pc.all(pc.is_in(clk_s, value_set=pa.array(["0", "1"]))).as_py():
+      raise _Fallback("a click that is not 0 or 1")
+    pos = pc.subtract(pc.cast(pos_s, pa.int64()), position_base)
+    if n and pc.min(pos).as_py() < 0:
+      raise _Fallback("a position below the top")
+    try:
+      extras = [pc.cast(col[c], pa.float32()) for c in extra_columns]
+    except pa.ArrowInvalid as e:
+      raise _Fallback(str(e)) from None
+    key = pc.binary_join_element_wise(col["query_id"], col["doc_id"], "\x1f")
+    part = pa.table(
+      {
+        "sid": col["session_id"],
+        "q": col["query_id"],
+        "d": col["doc_id"],
+        "item": items(key),
+        "pos": pc.cast(pos, pa.int32()),
+        "clk": pc.cast(clk_s, pa.int8()),
+        "line": pa.array(np.arange(row0 + 2, row0 + 2 + n, dtype=np.int64)),
+        **{f"x{k}": v for k, v in enumerate(extras)},
+      }
+    )
+    row0 += n
+    table = part if carry is None else pa.concat_tables([carry, part]).combine_chunks()
+    sid = table.column("sid").combine_chunks()
+    m = table.num_rows
+    if not m:
+      continue
+    change = np.asarray(pc.not_equal(sid.slice(1), sid.slice(0, m - 1)).to_numpy(zero_copy_only=False), bool)
+    starts = np.concatenate(([0], np.flatnonzero(change) + 1))
+    owner = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, m)))
+    q = table.column("q").combine_chunks()
+    if not pc.all(pc.equal(q, pc.take(q, pa.array(starts[owner])))).as_py():
+      raise _Fallback("a session that changes query")
+    complete, carry = starts[-1], table.slice(starts[-1])
+    yield from _session_rows(table.slice(0, complete), starts[:-1], index, max_sessions, check, schema, extra_columns)
+    index += len(starts) - 1
+    if max_sessions is not None and index >= max_sessions:
+      return
+  if carry is not None and carry.num_rows:
+    yield from _session_rows(carry, np.array([0]), index, max_sessions, check, schema, extra_columns)
+
+
+def _session_rows(table, starts, index, max_sessions, check, schema, extra_columns):
+  """The shard rows of ``table``'s rows (one per document, sessions beginning at ``starts``)."""
+  pa = _pyarrow()
+  if not len(starts):
+    return
+  if max_sessions is not None:
+    keep = max(0, min(len(starts), max_sessions - index))
+    if keep < len(starts):
+      table, starts = table.slice(0, int(starts[keep])), starts[:keep]
+    if not keep:
+      return
+  offsets = pa.array(np.append(starts, table.num_rows).astype(np.int32))
+  first = pa.array(starts)
+  sid = pa.compute.take(table.column("sid"), first)
+  check.extend(hash(x) for x in sid.to_pylist())
+
+  def lists(name):
+    return pa.ListArray.from_arrays(offsets, table.column(name).combine_chunks())
+
+  columns = [
+    pa.array(np.arange(index, index + len(starts), dtype=np.int64)),
+    pa.compute.take(table.column("q"), first).combine_chunks(),
+    lists("item"),
+    lists("d"),
+    lists("pos"),
+    lists("clk"),
+    lists("line"),
+    *(lists(f"x{k}") for k in range(len(extra_columns))),
+  ]
+  yield pa.Table.from_arrays(columns, schema=schema)
+
+
+class _Hashes:
+  """``hash(session_id)`` of each session, 8 bytes each (Python ints in a list would take about 36)."""
+
+  def __init__(self):
+    self._chunks, self._buffer = [], []
+
+  def extend(self, values):
+    self._buffer.extend(values)
+    if len(self._buffer) >= 1 << 16:
+      self._chunks.append(np.asarray(self._buffer, np.int64))
+      self._buffer = []
+
+  def append(self, value):
+    self.extend((value,))
+
+  def sorted(self) -> np.ndarray:
+    """All hashes, sorted (the chunks are released: 8 bytes per session at the peak, twice for the copy)."""
+    out = np.concatenate([*self._chunks, np.asarray(self._buffer, np.int64)])
+    self._chunks, self._buffer = [], []
+    out.sort()
+    return out
+
+
+def _check_contiguous(path, delimiter, hashes: _Hashes):
+  """Raises for a session whose rows resume after another session began (a delimited log)."""
+  h = hashes.sorted()
+  dup = np.flatnonzero(h[1:] == h[:-1])
+  if not len(dup):
+    return
+  # A repeated hash: find the sessions with that id in the file (a hash collision is not an error).
+  suspects = set(h[dup].tolist())
+  delim, num_fields, cols = _tsv_header(path, delimiter, ())
+  sc = cols["session_id"]
+  seen, current = {}, None
+  for line_no, f in _tsv_rows(path, delim, num_fields):
+    sid = f[sc]
+    if sid == current:
+      continue
+    if sid in seen and hash(sid) in suspects:
+      raise ValueError(
+        f"{path}:{line_no}: field 'session_id': session {sid!r} (begun on line {seen[sid]}) resumes after "
+        "other sessions; session shards need each session's rows together (sort the log by session_id)"
+      )
+    if hash(sid) in suspects:
+      seen[sid] = line_no
+    current = sid
+
+
+def _baidu_sessions(path, *, query_key, max_sessions, item_ids: dict) -> Iterator[_Session]:
+  """Sessions of a raw Baidu-ULTR file, parsed as :func:`~ultr_jax.data.read_baidu_sessions` parses them."""
+  from ultr_jax.data.baidu import _SESSION_FIELDS, QUERY_KEYS  # noqa: PLC0415
+
+  if query_key not in QUERY_KEYS:
+    raise ValueError(f"query_key must be one of {QUERY_KEYS}, got {query_key!r}")
+  pos_col, url_col, click_col = (_SESSION_FIELDS[k] for k in ("pos", "url_md5", "click"))
+  show = lambda b: repr(b.decode("utf-8", "replace"))  # noqa: E731
+  intern = item_ids.setdefault  # (query, document) -> dense id, shared by the files of one conversion
+  current, query, index, any_doc = None, None, -1, False
+  try:
+    with session_lines(path) as fh:
+      for line_no, line in enumerate(fh, start=1):
+        fields = line.rstrip(b"\r\n").split(b"\t", click_col + 1)
+        if len(fields) == 1 and not fields[0]:
+          continue
+        if len(fields) <= 3:
+          if max_sessions is not None and index + 1 >= max_sessions:
+            break
+          if current is not None:
+            yield current
+          index += 1
+          current = _Session(index, _decode(fields[0], path, line_no, "qid"))
+          query = fields[1] if query_key == "query" and len(fields) > 1 else fields[0]
+          continue
+        if query is None:
+          raise ValueError(f"{path}:{line_no}: a document line before any query line")
+        if len(fields) <= click_col:
+          raise ValueError(
+            f"{path}:{line_no}: {len(fields)} fields: a query line has at most 3, a document "
+            f"line at least {click_col + 1} (pos, url_md5, title, abstract, multimedia_type, "
+            "click, ...)"
+          )
+        pos, click, url = fields[pos_col], fields[click_col], fields[url_col]
+        if not pos.isdigit() or int(pos) < 1:
+          raise ValueError(f"{path}:{line_no}: field 'pos': {show(pos)} is not an integer >= 1")
+        if click != b"0" and click != b"1":
+          raise ValueError(f"{path}:{line_no}: field 'click': {show(click)} is not 0 or 1")
+        if not url:
+          raise ValueError(f"{path}:{line_no}: field 'url_md5': empty")
+        any_doc = True
+        current.doc_ids.append(intern((query, url), len(item_ids)))
+        current.doc_names.append(_decode(url, path, line_no, "url_md5"))
+        current.positions.append(int(pos) - 1)
+        current.clicks.append(1 if click == b"1" else 0)
+        current.lines.append(line_no)
+  except (OSError, EOFError) as e:
+    raise ValueError(f"{path}: cannot read the session file ({e})") from None
+  if not any_doc:
+    raise ValueError(f"{path}: no document lines")
+  if current is not None:
+    yield current
+
+
+def _yandex_sessions(path, *, layout, max_sessions, item_ids: dict) -> Iterator[_Session]:
+  """Result pages of a Yandex log, parsed as :func:`~ultr_jax.data.read_yandex_sessions` parses them.
+
+  A page is complete when no later click can reach it: at the next page (``relpred``: a click counts for the
+  session's latest page) or at the next session (``personalized``: a click names its page's SERPID).
+  """
+  personalized = layout == "personalized"
+  first_url = 6 if personalized else 5
+  intern = item_ids.setdefault  # (query, document) -> dense id, shared by the files of one conversion
+  pending: list = []  # pages that a click may still reach
+  row_of: dict = {}
+  page_rows: dict = {}
+  page, session_id = -1, None
+  unmatched, first_unmatched = 0, 0
+  show = lambda b: repr(b.decode("utf-8", "replace"))  # noqa: E731
+  try:
+    with session_lines(path) as fh:
+      for line_no, line in enumerate(fh, start=1):
+        fields = line.rstrip(b"\r\n").split(b"\t")
+        if len(fields) == 1 and not fields[0]:
+          continue
+        kind = fields[2] if len(fields) > 2 else b""
+        if personalized and len(fields) > 1 and fields[1] == b"M":
+          if len(fields) != 4:
+            raise ValueError(
+              f"{path}:{line_no}: a metadata record has 4 fields (SessionID, M, Day, UserID), got {len(fields)}"
+            )
+          continue
+        if (kind in (b"Q", b"T")) if personalized else (kind == b"Q"):
+          if len(fields) <= first_url:
+            raise ValueError(
+              f"{path}:{line_no}: a page record without results ({len(fields)} fields; the "
+              f"results start at field {first_url + 1})"
+            )
+          if max_sessions is not None and page + 1 >= max_sessions:
+            break
+          page += 1
+          if fields[0] != session_id:
+            session_id, page_rows = fields[0], {}
+            yield from pending
+            pending = []
+          elif not personalized:
+            yield from pending
+            pending = []
+          query = fields[4] if personalized else fields[3]
+          results = [u.split(b",", 1)[0] for u in fields[first_url:]] if personalized else fields[first_url:]
+          if b"" in results:
+            pos = results.index(b"")
+            raise ValueError(f"{path}:{line_no}: field {first_url + pos + 1} (the URLID at position {pos + 1}): empty")
+          s = _Session(page, _decode(query, path, line_no, "QueryID"))
+          s.doc_ids = [intern((query, url), len(item_ids)) for url in results]
+          s.doc_names = [_decode(url, path, line_no, "URLID") for url in results]
+          s.positions = list(range(len(results)))
+          s.clicks = [0] * len(results)
+          s.lines = [line_no] * len(results)
+          pending.append(s)
+          row_of = {}
+          for i, url in enumerate(results):
+            row_of.setdefault(url, (s, i))
+          if personalized:
+            page_rows[fields[3]] = row_of
+          continue
+        if kind == b"C":
+          want = 5 if personalized else 4
+          if len(fields) != want:
+            raise ValueError(f"{path}:{line_no}: a click record has {want} fields, got {len(fields)}")
+          if fields[0] != session_id:
+            raise ValueError(
+              f"{path}:{line_no}: field 'SessionID': a click in session {show(fields[0])} "
+              "before any page of that session"
+            )
+          targets = page_rows.get(fields[3]) if personalized else row_of
+          if targets is None:
+            raise ValueError(
+              f"{path}:{line_no}: field 'SERPID': {show(fields[3])} is not a page of session "
+              f"{show(fields[0])} shown above"
+            )
+          hit = targets.get(fields[-1])
+          if hit is None:
+            unmatched += 1
+            first_unmatched = first_unmatched or line_no
+          else:
+            hit[0].clicks[hit[1]] = 1
+          continue
+        raise ValueError(
+          f"{path}:{line_no}: unknown record type {show(kind)} in field 3 (expected "
+          f"{'M (in field 2), Q, T or C' if personalized else 'Q or C'}; is this the "
+          f"{'relpred' if personalized else 'personalized'} layout?)"
+        )
+  except (OSError, EOFError) as e:
+    raise ValueError(f"{path}: cannot read the log ({e})") from None
+  if page < 0:
+    raise ValueError(f"{path}: no result pages")
+  yield from pending
+  if unmatched:
+    warnings.warn(
+      f"{path}: {unmatched} click(s) on URLs their page does not show were skipped (the first "
+      f"on line {first_unmatched})",
+      stacklevel=3,
+    )
+
+
+def convert_click_log(
+  path: PathLike,
+  out_dir: PathLike,
+  *,
+  format: str = "tsv",  # pylint: disable=redefined-builtin
+  shard_size: int = 1 << 20,
+  row_group_size: int = 4096,
+  delimiter: Optional[str] = None,
+  position_base: int = 1,
+  query_key: str = "query",
+  extra_columns: Sequence[str] = (),
+  max_sessions: Optional[int] = None,
+) -> list:
+  r"""Converts a session click log to Parquet session shards, reading it line by line.
+
+  The shards hold the log's sessions in file order (see the module docstring
+  for the columns); :func:`read_session_shards` of them equals the in-memory
+  reader of ``path`` (``read_click_log(path, format=format)``, with the same
+  options), and :class:`~ultr_jax.data.SessionStream` batches them as
+  :func:`~ultr_jax.data.click_log_sessions` lays out that log.
+
+  Several files (the ``part-*.gz`` of Baidu-ULTR) convert as one log: one
+  vocabulary of (query, document) ids over all of them (the ids the in-memory
+  reader gives the files concatenated), sessions numbered on from file to
+  file; a shard never spans two files, and its metadata names its file.
+
+  Args:
+    path: the log (``.gz`` is decompressed on the fly), or a list of files.
+    out_dir: the directory for ``part-NNNNN.parquet`` (created; it must hold no
+      ``.parquet`` file yet).
+    format: one of :data:`~ultr_jax.data.CLICK_LOG_FORMATS` (``"tsv"``: the
+      delimited rows of :func:`~ultr_jax.data.read_click_log`, with a
+      ``session_id`` column; ``"baidu"``: a raw Baidu-ULTR session file;
+      ``"yandex"``, ``"yandex_personalized"``: the Yandex logs).
+    shard_size: sessions per shard file (the unit :class:`SessionStream`'s
+      processes split by is the row group).
+    row_group_size: sessions per Parquet row group: the unit of reading,
+      shuffling and splitting over processes, and the converter's buffer.
+    delimiter, position_base: as in :func:`~ultr_jax.data.read_click_log`
+      (``"tsv"`` only).
+    query_key: as in :func:`~ultr_jax.data.read_baidu_sessions` (``"baidu"``).
+    extra_columns: further numeric columns of a ``"tsv"`` log, kept per
+      document as ``list<float32>``.
+    max_sessions: convert only the first this many sessions (over all files).
+
+  Returns:
+    The shard paths, in session order.
+
+  Raises:
+    ValueError: the in-memory reader's errors (naming the file, line and
+      field); for ``"tsv"`` also a log without ``session_id``, a session that
+      changes query, or whose rows resume after another session began.
+
+  >>> import pathlib, tempfile
+  >>> d = pathlib.Path(tempfile.mkdtemp())
+  >>> _ = (d / "log.tsv").write_text("session_id\tquery_id\tdoc_id\tposition\tclick\n"
+  ...                               "s1\tq\ta\t1\t0\ns1\tq\tb\t2\t1\ns2\tq\tb\t1\t1\n")
+  >>> shards = convert_click_log(d / "log.tsv", d / "shards", row_group_size=1)
+  >>> [pathlib.Path(p).name for p in shards]
+  ['part-00000.parquet']
+  >>> log = read_session_shards(d / "shards")
+  >>> log.items.tolist(), log.positions.tolist(), log.sessions.tolist()
+  ([0, 1, 1], [0, 1, 0], [0, 0, 1])
+  """
+  if format not in CLICK_LOG_FORMATS:
+    raise ValueError(f"format must be one of {CLICK_LOG_FORMATS}, got {format!r}")
+  if int(shard_size) < 1 or int(row_group_size) < 1:
+    raise ValueError(f"shard_size and row_group_size must be >= 1, got {shard_size} and {row_group_size}")
+  if extra_columns and format != "tsv":
+    raise ValueError(f"extra_columns: only a 'tsv' log has further columns, got format {format!r}")
+  paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+  if not paths:
+    raise ValueError("path: give at least one file")
+  paths = [session_file(p, max_sessions) for p in paths]
+  out_dir = pathlib.Path(out_dir)
+  out_dir.mkdir(parents=True, exist_ok=True)
+  if any(out_dir.glob("*.parquet")):
+    raise ValueError(f"{out_dir}: already holds .parquet files; convert into an empty directory")
+  meta = {"format": format}
+  if format == "tsv":
+    meta["position_base"] = str(position_base)
+  elif format == "baidu":
+    meta["query_key"] = query_key
+  tsv = dict(delimiter=delimiter, extra_columns=tuple(extra_columns))
+
+  def run(arrow: bool) -> list:
+    writer = _ShardWriter(out_dir, int(shard_size), int(row_group_size), extra_columns, meta)
+    try:
+      if format == "tsv":
+        item_of = (_tsv_vocabulary_arrow if arrow else _tsv_vocabulary)(paths, **tsv)
+      item_ids: dict = {}
+      offset = 0  # sessions of the files before
+      for p in paths:
+        remaining = None if max_sessions is None else max_sessions - offset
+        if remaining is not None and remaining <= 0:
+          break
+        writer.set_source(str(p))  # a shard holds one file's sessions
+        hashes = _Hashes()
+        if format == "tsv" and arrow:
+          kw = dict(max_sessions=remaining, check=hashes, schema=writer.schema, item_of=item_of)
+          count = 0
+          for table in _tsv_tables(p, position_base=position_base, **tsv, **kw):
+            count = table.column("session")[-1].as_py() + 1
+            writer.add_table(table.set_column(0, "session", pa.compute.add(table.column("session"), offset)))
+          offset += count
+          _check_contiguous(p, delimiter, hashes)
+          continue
+        if format == "tsv":
+          sessions = _tsv_sessions(
+            p, position_base=position_base, **tsv, max_sessions=remaining, check=hashes, item_of=item_of
+          )
+        elif format == "baidu":
+          sessions = _baidu_sessions(p, query_key=query_key, max_sessions=remaining, item_ids=item_ids)
+        else:
+          layout = "personalized" if format == "yandex_personalized" else "relpred"
+          sessions = _yandex_sessions(p, layout=layout, max_sessions=remaining, item_ids=item_ids)
+        count = 0
+        for s in sessions:
+          count = s.session + 1
+          s.session += offset
+          writer.add(s)
+        offset += count
+        if format == "tsv":
+          _check_contiguous(p, delimiter, hashes)
+      return writer.finish()
+    except BaseException:
+      writer.abort()
+      raise
+
+  pa = _pyarrow()
+  if format == "tsv":  # Arrow's CSV reader first; the per-line parser where it meets anything irregular
+    try:
+      return run(arrow=True)
+    except _Fallback:
+      pass
+  return run(arrow=False)
+
+
+def session_shard_paths(source: Union[PathLike, Sequence[PathLike]]) -> list:
+  """The shard files of ``source``: a file, a glob pattern, a directory (its ``*.parquet``) or a list of them.
+
+  Sorted by path (the conversion's session order), without duplicates.
+
+  Raises:
+    FileNotFoundError: a file that does not exist, or a glob or directory that matches no shard.
+
+  >>> session_shard_paths("/nonexistent/*.parquet")
+  Traceback (most recent call last):
+  ...
+  FileNotFoundError: /nonexistent/*.parquet: no session shards match
+  """
+  sources = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+  if not sources:
+    raise FileNotFoundError("no session shards given")
+  out = []
+  for s in sources:
+    s = os.fspath(s)
+    if os.path.isdir(s):
+      found = sorted(str(p) for p in pathlib.Path(s).glob("*.parquet"))
+    elif globlib.has_magic(s):
+      found = sorted(globlib.glob(s))
+    else:
+      if not os.path.exists(s):
+        raise FileNotFoundError(f"{s}: no such session shard")
+      found = [s]
+    if not found:
+      raise FileNotFoundError(f"{s}: no session shards match")
+    out.extend(found)
+  return sorted(dict.fromkeys(out))
+
+
+def _shard_metadata(path: str) -> tuple:
+  """``(ParquetFile, {key: value})`` of a shard, with errors that name it."""
+  pa = _pyarrow()
+  try:
+    f = pa.parquet.ParquetFile(path)
+  except FileNotFoundError:
+    raise FileNotFoundError(f"{path}: no such session shard") from None
+  except (pa.ArrowInvalid, OSError) as e:
+    raise ValueError(f"{path}: not a readable Parquet shard (truncated, or not Parquet: {e})") from None
+  raw = f.metadata.metadata or {}
+  meta = {k.decode()[len(_META) :]: v.decode() for k, v in raw.items() if k.decode().startswith(_META)}
+  missing = [c for c in SESSION_COLUMNS if c not in f.schema_arrow.names]
+  if missing:
+    raise ValueError(f"{path}: field {missing[0]!r}: no such column; a session shard has {list(SESSION_COLUMNS)}")
+  return f, meta
+
+
+def read_session_shards(source: Union[PathLike, Sequence[PathLike]]) -> ClickLog:
+  r"""Reads session shards whole, as the :class:`~ultr_jax.data.ClickLog` of the log they were converted from.
+
+  For small logs and tests: it equals ``read_click_log(source_file, format=...)`` of the
+  converted file (:attr:`~ultr_jax.data.ClickLog.lines` is None for the delimited layout, as
+  there). Large logs are read with :class:`~ultr_jax.data.SessionStream`.
+
+  Args:
+    source: a shard, a glob, a directory of shards, or a list of them
+      (:func:`session_shard_paths`).
+
+  Returns:
+    A :class:`~ultr_jax.data.ClickLog`, one row per shown document, ``sessions`` the
+    ``session`` column.
+
+  >>> import pathlib, tempfile
+  >>> d = pathlib.Path(tempfile.mkdtemp())
+  >>> _ = (d / "log.tsv").write_text("session_id\tquery_id\tdoc_id\tposition\tclick\ns\tq\ta\t2\t1\n")
+  >>> log = read_session_shards(convert_click_log(d / "log.tsv", d / "out"))
+  >>> log.positions.tolist(), log.clicks.tolist(), log.num_positions
+  ([1], [1.0], 2)
+  """
+  pa = _pyarrow()
+  paths = session_shard_paths(source)
+  tables, metas = [], []
+  for p in paths:
+    f, meta = _shard_metadata(p)
+    tables.append(f.read(columns=list(SESSION_COLUMNS)).replace_schema_metadata(None))
+    metas.append(meta)
+  table = pa.concat_tables(tables)
+  lengths = pa.compute.list_value_length(table.column("doc_ids")).to_numpy(zero_copy_only=False).astype(np.int64)
+
+  def flat(name, dtype):
+    col = table.column(name).combine_chunks()
+    return np.asarray(col.flatten().to_numpy(zero_copy_only=False), dtype)
+
+  positions = flat("positions", np.int32)
+  fmt = metas[0].get("format", "tsv")
+  query_ids = np.asarray(table.column("query_id").to_numpy(zero_copy_only=False), dtype=str)
+  return ClickLog(
+    items=flat("doc_ids", np.int32),
+    positions=positions,
+    clicks=flat("clicks", np.float32),
+    weights=np.ones(len(positions), np.float32),
+    query_ids=np.repeat(query_ids, lengths),
+    doc_ids=np.asarray(table.column("doc_names").combine_chunks().flatten().to_numpy(zero_copy_only=False), dtype=str),
+    num_items=max(int(m.get("num_items", 0)) for m in metas),
+    num_positions=int(positions.max()) + 1 if len(positions) else 0,
+    sessions=np.repeat(table.column("session").to_numpy().astype(np.int32), lengths),
+    path=metas[0].get("source", str(paths[0])),
+    lines=None if fmt == "tsv" else flat("lines", np.int32),
+  )

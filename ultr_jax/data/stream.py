@@ -1,0 +1,374 @@
+r"""Fixed-shape batches of sessions streamed from Parquet session shards.
+
+:class:`SessionStream` reads the shards that :func:`~ultr_jax.data.convert_click_log` writes
+(a file, a glob, a directory, or a list of them) one Parquet row group at a time, and yields
+batches in the library's layout: item ``i`` of a list is the document shown at position ``i``
+(as :func:`~ultr_jax.data.click_log_sessions` lays out a log in memory), every batch has the
+same shapes ``[B, L]`` (the last one padded, its padding rows marked by ``valid``), so a jitted
+step compiles once. Memory holds a few row groups, never the log.
+
+It is a Grain pipeline (``grain.MapDataset`` over the row groups of all shards: seeded shuffle,
+per-process slice, repeat, a read-and-validate map, thread prefetch, then
+``grain.experimental.RebatchIterDataset`` to ``B`` sessions), so its position is Grain's
+checkpointable iterator state: :meth:`SessionStream.get_state` gives a small JSON-able dict,
+and :meth:`SessionStream.set_state` on a stream built with the same arguments resumes exactly.
+
+:func:`session_batches` yields the same batches from a :class:`~ultr_jax.data.ClickLog` in
+memory (the stream without shuffling, on one process, gives identical arrays).
+
+Grain and pyarrow are needed only here: ``pip install 'ultr_jax[stream]'``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Iterator, Optional, Sequence, Union
+
+import numpy as np
+
+from ultr_jax.data.click_log import ClickLog, click_log_sessions
+from ultr_jax.data.convert import _pyarrow, _shard_metadata, session_shard_paths
+
+__all__ = ["BATCH_KEYS", "SessionStream", "session_batches"]
+
+PathLike = Union[str, os.PathLike]
+
+#: The arrays of every batch (and ``extras`` columns, named as in the shards).
+BATCH_KEYS = ("doc_ids", "clicks", "positions", "where", "valid", "session")
+_INT32_MAX = np.iinfo(np.int32).max
+
+
+def _grain():
+  try:
+    import grain  # noqa: PLC0415
+  except ImportError as e:  # pragma: no cover - grain is in the test extras
+    raise ImportError("SessionStream is a Grain pipeline: pip install 'ultr_jax[stream]' (or pip install grain)") from e
+  return grain
+
+
+def _empty(n: int, list_size: int, extra_columns: Sequence[str]) -> dict:
+  out = {
+    "doc_ids": np.zeros((n, list_size), np.int32),
+    "clicks": np.zeros((n, list_size), np.float32),
+    "positions": np.zeros((n, list_size), np.int32),
+    "where": np.zeros((n, list_size), bool),
+    "valid": np.zeros(n, bool),
+    "session": np.full(n, -1, np.int64),
+  }
+  for name in extra_columns:
+    out[name] = np.zeros((n, list_size), np.float32)
+  return out
+
+
+class _ReadRowGroup:
+  """Reads, checks and lays out one row group: ``(index, (path, row_group, first_row)) -> [n, L] arrays``."""
+
+  def __init__(self, list_size: int, extra_columns: Sequence[str], shuffle: bool, seed: int):
+    self.list_size, self.extra_columns = list_size, tuple(extra_columns)
+    self.shuffle, self.seed = shuffle, seed
+
+  def __call__(self, index: int, unit: tuple) -> dict:
+    pa = _pyarrow()
+    path, row_group, first_row = unit
+    columns = ["session", "doc_ids", "clicks", "positions", *self.extra_columns]
+    try:
+      table = pa.parquet.ParquetFile(path).read_row_group(row_group, columns=columns)
+    except FileNotFoundError:
+      raise FileNotFoundError(f"{path}: no such session shard (it was there when the stream started)") from None
+    except (pa.ArrowInvalid, OSError) as e:
+      raise ValueError(f"{path}, row group {row_group} (rows from {first_row}): cannot read it ({e})") from None
+    n, L = table.num_rows, self.list_size
+    where_ = lambda r, field: f"{path}, row {first_row + int(r)}, field {field!r}"  # noqa: E731
+    for name in columns:
+      col = table.column(name)
+      if col.null_count:
+        r = np.flatnonzero(pa.compute.is_null(col).to_numpy(zero_copy_only=False))[0]
+        raise ValueError(f"{where_(r, name)}: missing value")
+    lists = {}
+    lengths = None
+    for name in columns[1:]:
+      col = table.column(name).combine_chunks()
+      got = pa.compute.list_value_length(col).to_numpy(zero_copy_only=False).astype(np.int64)
+      if lengths is None:
+        lengths = got
+      elif not np.array_equal(got, lengths):
+        r = np.flatnonzero(got != lengths)[0]
+        raise ValueError(f"{where_(r, name)}: {got[r]} values, where 'doc_ids' has {lengths[r]}")
+      values = col.flatten()
+      if values.null_count:
+        r = np.repeat(np.arange(n), lengths)[np.flatnonzero(pa.compute.is_null(values).to_numpy(False))[0]]
+        raise ValueError(f"{where_(r, name)}: missing value inside the list")
+      lists[name] = values.to_numpy(zero_copy_only=False)
+    row = np.repeat(np.arange(n), lengths)
+    pos, docs, clicks = lists["positions"], lists["doc_ids"], lists["clicks"]
+    checks = (
+      ("positions", pos < 0, "is negative"),
+      ("positions", pos >= L, f"is beyond list_size {L} (0-based positions)"),
+      ("clicks", (clicks != 0) & (clicks != 1), "is not 0 or 1"),
+      ("doc_ids", (docs < 0) | (docs > _INT32_MAX), "is not an id in [0, 2**31)"),
+    )
+    for name, bad, msg in checks:
+      if bad.any():
+        k = np.flatnonzero(bad)[0]
+        raise ValueError(f"{where_(row[k], name)}: {lists[name][k]} {msg}")
+    cell = row * L + pos
+    _, first = np.unique(cell, return_index=True)
+    if len(first) != len(cell):
+      repeated = np.ones(len(cell), bool)
+      repeated[first] = False
+      k = np.flatnonzero(repeated)[0]
+      raise ValueError(f"{where_(row[k], 'positions')}: the session shows two documents at position {pos[k]}")
+    out = _empty(n, L, self.extra_columns)
+    out["doc_ids"][row, pos] = docs
+    out["clicks"][row, pos] = clicks
+    out["positions"][row, pos] = pos
+    out["where"][row, pos] = True
+    out["valid"][:] = True
+    out["session"][:] = table.column("session").to_numpy()
+    for name in self.extra_columns:
+      out[name][row, pos] = lists[name]
+    if self.shuffle:  # a seeded permutation inside the row group (the shuffle buffer); index counts epochs too
+      perm = np.random.default_rng([self.seed, index]).permutation(n)
+      out = {k: v[perm] for k, v in out.items()}
+    return out
+
+
+class _Pad:
+  """Pads a short batch to ``batch_size`` rows (``valid`` False, ``session`` -1)."""
+
+  def __init__(self, batch_size: int, list_size: int, extra_columns: Sequence[str]):
+    self.batch_size, self.list_size, self.extra_columns = batch_size, list_size, tuple(extra_columns)
+
+  def __call__(self, batch: dict) -> dict:
+    n = len(batch["valid"])
+    if n == self.batch_size:
+      return batch
+    out = _empty(self.batch_size, self.list_size, self.extra_columns)
+    for k, v in batch.items():
+      out[k][:n] = v
+    return out
+
+
+class SessionStream:
+  r"""Fixed-shape batches of sessions from Parquet session shards, in bounded memory.
+
+  Each batch is a dict of NumPy arrays (:data:`BATCH_KEYS`):
+  ``doc_ids int32[B, L]`` (the dense (query, document) ids of
+  :attr:`~ultr_jax.data.ClickLog.items`), ``clicks float32[B, L]``,
+  ``positions int32[B, L]`` (0-based; item ``i`` is position ``i``, so
+  ``positions[b, i] = i`` where shown), ``where bool[B, L]``, ``valid bool[B]``
+  (False on the padding rows of the last batch) and ``session int64[B]`` (the
+  session's index in the source log, -1 on padding), plus ``float32[B, L]``
+  for each of ``extra_columns``. A session with no documents (a Baidu-ULTR page
+  without results) is a row with ``where`` all False.
+
+  Order: without ``shuffle``, the shards' order (the source log's). With it, a
+  seeded permutation of the row groups of all shards (a new one each epoch),
+  and a seeded permutation of the sessions inside each row group: the shuffle
+  buffer is one row group (``row_group_size`` of the conversion). The same
+  seed gives the same batches.
+
+  Processes: the row groups (after the shuffle) are dealt round-robin, process
+  ``p`` of ``P`` reading ``p, p + P, ...``: the processes' batches are
+  disjoint and together cover the log. Shapes agree across processes:
+  ``list_size`` defaults to the longest list over all shards (from their
+  footers), and :attr:`num_docs` is the vocabulary size over all shards.
+  Processes may get different numbers of batches (:attr:`num_batches`); a
+  multi-host loop steps ``min`` of them, or pads with ``valid`` False batches.
+
+  Args:
+    source: a shard, a glob, a directory of shards or a list of them.
+    batch_size: ``B`` sessions per batch.
+    list_size: ``L`` (default: the longest list in the shards); a session
+      with a position >= ``L`` is an error.
+    shuffle: shuffle row groups and the sessions in them.
+    seed: the shuffle's seed.
+    num_epochs: passes over the data (None: without end).
+    process_index, process_count: this process and the number of processes
+      (default ``jax.process_index()`` and ``jax.process_count()``).
+    extra_columns: further per-document shard columns to batch.
+    num_threads, prefetch: Grain's reader threads and the row groups read
+      ahead (memory is about ``prefetch`` row groups).
+
+  Raises:
+    FileNotFoundError: a missing shard (naming it).
+    ValueError: an unreadable or truncated shard, a shard without a session
+      column (naming the file and field); while iterating, a bad row (list
+      lengths that disagree, a negative or too large position, two documents
+      at one position, a click not 0/1, a missing value), naming the file,
+      row and field.
+
+  >>> import pathlib, tempfile
+  >>> from ultr_jax.data import convert_click_log
+  >>> d = pathlib.Path(tempfile.mkdtemp())
+  >>> _ = (d / "log.tsv").write_text("session_id\tquery_id\tdoc_id\tposition\tclick\n"
+  ...                               "s1\tq\ta\t1\t0\ns1\tq\tb\t2\t1\ns2\tq\tb\t1\t1\ns3\tq\tc\t2\t0\n")
+  >>> _ = convert_click_log(d / "log.tsv", d / "shards")
+  >>> stream = SessionStream(d / "shards", batch_size=2, process_index=0, process_count=1)
+  >>> [b["doc_ids"].tolist() for b in stream]
+  [[[0, 1], [1, 0]], [[0, 2], [0, 0]]]
+  >>> stream = SessionStream(d / "shards", batch_size=2, process_index=0, process_count=1)
+  >>> b = next(stream); state = stream.get_state()
+  >>> resumed = SessionStream(d / "shards", batch_size=2, process_index=0, process_count=1)
+  >>> resumed.set_state(state)
+  >>> next(resumed)["where"].tolist(), next(resumed, None) is None
+  ([[False, True], [False, False]], True)
+  """
+
+  def __init__(
+    self,
+    source: Union[PathLike, Sequence[PathLike]],
+    *,
+    batch_size: int,
+    list_size: Optional[int] = None,
+    shuffle: bool = False,
+    seed: int = 0,
+    num_epochs: Optional[int] = 1,
+    process_index: Optional[int] = None,
+    process_count: Optional[int] = None,
+    extra_columns: Sequence[str] = (),
+    num_threads: int = 2,
+    prefetch: int = 4,
+  ):
+    grain = _grain()
+    if int(batch_size) < 1:
+      raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if num_epochs is not None and int(num_epochs) < 1:
+      raise ValueError(f"num_epochs must be >= 1 or None, got {num_epochs}")
+    if process_index is None or process_count is None:
+      import jax  # noqa: PLC0415  (only for the defaults)
+
+      process_index = jax.process_index() if process_index is None else process_index
+      process_count = jax.process_count() if process_count is None else process_count
+    if not 0 <= int(process_index) < int(process_count):
+      raise ValueError(f"process_index must be in [0, process_count), got {process_index} of {process_count}")
+    self.paths = session_shard_paths(source)
+    self.extra_columns = tuple(extra_columns)
+    units, num_items, num_positions = [], 0, 0
+    for path in self.paths:
+      f, meta = _shard_metadata(path)
+      missing = [c for c in self.extra_columns if c not in f.schema_arrow.names]
+      if missing:
+        raise ValueError(f"{path}: field {missing[0]!r}: no such column (extra_columns)")
+      num_items = max(num_items, int(meta.get("num_items", 0)))
+      num_positions = max(num_positions, int(meta.get("num_positions", 0)))
+      first = 0
+      for g in range(f.num_row_groups):
+        rows = f.metadata.row_group(g).num_rows
+        if rows:
+          units.append((path, g, first))
+        first += rows
+    self.batch_size = int(batch_size)
+    self.list_size = int(list_size) if list_size is not None else max(num_positions, 1)
+    if self.list_size < 1:
+      raise ValueError(f"list_size must be >= 1, got {list_size}")
+    #: The vocabulary size (the largest ``doc_ids`` + 1 over all shards).
+    self.num_docs = num_items
+    self.process_index, self.process_count = int(process_index), int(process_count)
+    self._config = {
+      "paths": len(self.paths),
+      "row_groups": len(units),
+      "batch_size": self.batch_size,
+      "list_size": self.list_size,
+      "shuffle": bool(shuffle),
+      "seed": int(seed),
+      "num_epochs": num_epochs,
+      "process": [self.process_index, self.process_count],
+    }
+    ds = grain.MapDataset.source(units)
+    if shuffle:
+      ds = ds.shuffle(seed=int(seed))
+    ds = ds[self.process_index :: self.process_count]
+    self._my_units = [ds[i] for i in range(len(ds))]
+    if num_epochs != 1:
+      ds = ds.repeat(num_epochs)
+    ds = ds.map_with_index(_ReadRowGroup(self.list_size, self.extra_columns, bool(shuffle), int(seed)))
+    it = ds.to_iter_dataset(grain.ReadOptions(num_threads=int(num_threads), prefetch_buffer_size=int(prefetch)))
+    it = grain.experimental.RebatchIterDataset(it, batch_size=self.batch_size, drop_remainder=False)
+    self._dataset = it.map(_Pad(self.batch_size, self.list_size, self.extra_columns))
+    self._iterator = iter(self._dataset)
+    self._num_epochs = num_epochs
+
+  @property
+  def num_sessions(self) -> int:
+    """Sessions this process reads per epoch."""
+    pq = _pyarrow().parquet
+    files = {}
+    total = 0
+    for path, g, _ in self._my_units:
+      if path not in files:
+        files[path] = pq.ParquetFile(path).metadata
+      total += files[path].row_group(g).num_rows
+    return total
+
+  @property
+  def num_batches(self) -> Optional[int]:
+    """Batches this process yields over all epochs (None without end)."""
+    if self._num_epochs is None:
+      return None
+    return -(-self.num_sessions * int(self._num_epochs) // self.batch_size)
+
+  def __iter__(self) -> Iterator[dict]:
+    return self
+
+  def __next__(self) -> dict:
+    return next(self._iterator)
+
+  def get_state(self) -> dict:
+    """The stream's position: a JSON-able dict (Grain's iterator state and the stream's arguments)."""
+    return {"config": dict(self._config), "grain": self._iterator.get_state()}
+
+  def set_state(self, state: dict) -> None:
+    """Moves to a position :meth:`get_state` gave, on a stream built with the same arguments.
+
+    Raises:
+      ValueError: the state comes from a stream with other arguments (naming them).
+    """
+    config = json.loads(json.dumps(self._config))
+    theirs = json.loads(json.dumps(state.get("config", {})))
+    if theirs != config:
+      diff = sorted(k for k in set(config) | set(theirs) if config.get(k) != theirs.get(k))
+      raise ValueError(f"the state is of a stream with other arguments ({', '.join(diff)}); build it as that one was")
+    self._iterator.set_state(state["grain"])
+
+
+def session_batches(log: ClickLog, *, batch_size: int, list_size: Optional[int] = None) -> Iterator[dict]:
+  r"""The batches of :class:`SessionStream`, from a session :class:`~ultr_jax.data.ClickLog` in memory.
+
+  Sessions in order (:func:`~ultr_jax.data.click_log_sessions`' rows), ``B`` per batch, the last
+  one padded (``valid`` False, ``session`` -1). A stream without shuffling on one process over the
+  shards converted from the same file yields identical arrays.
+
+  Args:
+    log: a session click log (a ``session_id`` column, or a Baidu/Yandex log).
+    batch_size: ``B``.
+    list_size: ``L`` (default: the log's largest position + 1).
+
+  Returns:
+    An iterator of dicts with the keys :data:`BATCH_KEYS`.
+
+  >>> import pathlib, tempfile
+  >>> from ultr_jax.data import read_click_log
+  >>> p = pathlib.Path(tempfile.mkdtemp()) / "log.tsv"
+  >>> _ = p.write_text("session_id\tquery_id\tdoc_id\tposition\tclick\ns1\tq\ta\t1\t0\ns1\tq\tb\t2\t1\n"
+  ...                  "s2\tq\tb\t1\t1\n")
+  >>> [(b["clicks"].tolist(), b["valid"].tolist()) for b in session_batches(read_click_log(p), batch_size=3)]
+  [([[0.0, 1.0], [1.0, 0.0], [0.0, 0.0]], [True, True, False])]
+  """
+  if int(batch_size) < 1:
+    raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+  s = click_log_sessions(log, list_size=list_size)
+  num, L = s["where"].shape
+  B = int(batch_size)
+  for start in range(0, num, B):
+    n = min(B, num - start)
+    out = _empty(B, L, ())
+    sl = slice(start, start + n)
+    out["doc_ids"][:n] = s["doc_ids"][sl]
+    out["clicks"][:n] = s["clicks"][sl]
+    out["where"][:n] = s["where"][sl]
+    out["positions"][:n] = np.where(s["where"][sl], np.arange(L, dtype=np.int32), 0)
+    out["valid"][:n] = True
+    out["session"][:n] = np.arange(start, start + n)
+    yield out
