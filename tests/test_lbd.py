@@ -282,7 +282,7 @@ def test_scores_depend_only_on_the_relevance_head():
   assert not np.allclose(methods[0].score(moved, b), ref)
 
 
-def test_lbd_grid_member_scores_and_compiles_once():
+def test_lbd_grid_member_scores_and_compiles_once(assert_compiles_once):
   b = _batch()
   cfg = ml_collections.ConfigDict({"ranker": "linear", "lams": [0.0, 100.0, 1e4], "ts": [0.0, 0.1, 0.4]})
   grid = make_lbd_grid(cfg, num_features=3, list_size=5)
@@ -290,15 +290,17 @@ def test_lbd_grid_member_scores_and_compiles_once():
   p, extra = grid.init(jax.random.key(0), b)
   opt_state = grid.optimizer.init(p)
 
-  @jax.jit
-  @chex.assert_max_traces(n=1)
   def step(p, opt_state, key):
     g, (metrics, _) = jax.grad(grid.loss, has_aux=True)(p, extra, b, key)
     u, opt_state = grid.optimizer.update(g, opt_state, p)
     return jax.tree.map(jnp.add, p, u), opt_state
 
+  # New keys and new parameter values every call: one trace.
+  scaled = lambda i: jax.tree.map(lambda x: x * (1.0 + 0.1 * i), p)  # noqa: E731
+  assert_compiles_once(step, lambda i: ((scaled(i), opt_state, jax.random.key(i)), {}))
+  run = jax.jit(step)
   for i in range(3):
-    p, opt_state = step(p, opt_state, jax.random.key(i))
+    p, opt_state = run(p, opt_state, jax.random.key(i))
   for g in range(3):
     member = grid_member_params(p, g)
     assert member["tower"]["params"]["Dense_0"]["kernel"].shape == (3, 6)

@@ -55,7 +55,7 @@ def test_default_config_covers_every_method_family_and_bias():
     assert c.bias_configs[bias].click_model.name
   # Every click model of the simulators has its column (pbm_table is the pbm column's model, the cascade is DCM
   # at continuation 0).
-  assert set(simulation.click_models()) - {"pbm_table", "cascade", "sdbn", "mixture"} <= set(c.biases)
+  assert set(simulation.click_models()) - {"pbm_table", "cascade", "sdbn", "mixture", "position_trust"} <= set(c.biases)
   assert c.num_seeds >= 2  # intervals need seeds
   with pytest.raises(ValueError, match="unknown config variant"):
     _config("big")

@@ -226,9 +226,9 @@ def _position_trust_clicks(simulator: PositionTrustSimulator, key: PRNGKey, batc
 
 
 def make_any_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict]:
-  """Any simulator by config: :func:`make_position_trust_click_fn` for ``name="position_trust"``, else
-  :func:`~ultr_jax.simulation.make_click_fn` (either way the bound ``__call__`` of a frozen, hashable
-  simulator, ``fn.__self__``).
+  """:func:`~ultr_jax.simulation.make_click_fn`, kept under this name for existing callers: ``position_trust`` is
+  a registered click model (:class:`~ultr_jax.simulation.click_models.PositionTrust`), so the one factory builds
+  every simulator (either way the bound ``__call__`` of a frozen, hashable simulator, ``fn.__self__``).
 
   >>> b = {"labels": jnp.array([4.0, 0.0]), "where": jnp.ones(2, bool), "logging_score": jnp.zeros(2)}
   >>> sorted(make_any_click_fn({"name": "position_trust"})(jax.random.key(0), b)) == sorted(
@@ -237,8 +237,6 @@ def make_any_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict]:
   >>> print(make_any_click_fn({"name": "pbm_table", "eps": 0.1})(jax.random.key(0), b)["click_prob"])
   [0.68  0.061]
   """
-  if config.get("name") == "position_trust":
-    return make_position_trust_click_fn(config)
   return make_click_fn(config)
 
 

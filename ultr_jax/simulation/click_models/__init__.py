@@ -62,6 +62,7 @@ from ultr_jax.simulation.click_models.dcm import DCM, dcm
 from ultr_jax.simulation.click_models.individual import Individual, individual
 from ultr_jax.simulation.click_models.mixture import Mixture, mixture, mixture_log_probs
 from ultr_jax.simulation.click_models.pbm import PBM, PBMTable, pbm, pbm_table
+from ultr_jax.simulation.click_models.position_trust import PositionTrust
 from ultr_jax.simulation.click_models.samplers import (
   sample_chain_clicks,
   sample_clicks,
@@ -111,10 +112,11 @@ __all__ = [
   "ContextPBM",
   "Individual",
   "Mixture",
+  "PositionTrust",
 ]
 
 # The registry, one line per model (the fittable ones first, in the order the click-model study reports them).
-_MODELS = (PBM, UBM, Cascade, DCM, DBN, CCM, Trust, PBMTable, ContextPBM, Individual, SDBN, Mixture)
+_MODELS = (PBM, UBM, Cascade, DCM, DBN, CCM, Trust, PBMTable, ContextPBM, Individual, SDBN, Mixture, PositionTrust)
 for _model in _MODELS:
   register(_model)
 
@@ -214,7 +216,13 @@ def make_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict]:
   >>> print(out["click_prob"])
   [0.68  0.061]
   """
-  return click_simulator(config).__call__
+  cfg = _as_dict(config)
+  name = cfg.get("name")
+  if isinstance(name, str) and name in click_models():
+    own = get_click_model(name).click_function(cfg)
+    if own is not None:
+      return own
+  return click_simulator(cfg).__call__
 
 
 def click_simulator(config: Any) -> ClickSimulator:

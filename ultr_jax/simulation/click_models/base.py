@@ -314,6 +314,13 @@ class ClickModel:
     if unknown:
       raise ValueError(f"click_model: unknown keys {unknown} for model {self.name!r}; known keys: {sorted(known)}")
 
+  def click_function(self, cfg: Mapping[str, Any]) -> Optional[Callable]:
+    """The model's own ``click_fn(key, batch)`` for a simulation config, or None (the default) for the standard
+    :class:`~ultr_jax.simulation.click_models.ClickSimulator` over :meth:`session`. A model overrides it when its
+    simulator reads more of the batch than :meth:`session` takes (per-query parameters, renamed inputs)."""
+    del cfg
+    return None
+
   def simulation_kwargs(self, cfg: Mapping[str, Any]) -> dict:
     """The keyword arguments of :meth:`session` from a (checked) simulation config."""
     return {}
