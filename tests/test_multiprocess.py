@@ -38,7 +38,7 @@ _SCRIPT = textwrap.dedent(
     train = train.subset(np.arange(lo, hi))  # this process holds its queries only
   c = default_train_config()
   c.steps, c.batch_size, c.eval_every, c.progress, c.learning_rate = 20, 8, 10, False, 0.05
-  c.num_devices, c.data_shards = (1 if mode == "ref" else 0), 2
+  c.num_devices, c.data_shards, c.local_data = (1 if mode == "ref" else 0), 2, mode == "mp"
   m = get_method("naive", {"ranker": "linear"}, num_features=5, list_size=6)
   r = fit(m, train, splits.valid, config=c, seeds=(0, 1))
   out = {

@@ -108,6 +108,9 @@ def default_train_config() -> ml_collections.ConfigDict:
   #    multiple of K), each stratum a permutation per epoch; every device gathers its block of the batch from
   #    the strata it holds, without communication. The batches depend on K, not on N.
   c.data_shards = 0
+  # Several processes (jax.distributed): True, each passes fit only its own queries
+  # (sharding.process_query_range); False, each passes the whole set and fit keeps its own queries of it.
+  c.local_data = False
   # Streamed training (fit on an iterator of batches): chunks of steps_per_call batches put on the
   # devices ahead of the compute (jax.device_put is asynchronous).
   c.prefetch = 2
@@ -147,6 +150,7 @@ _NOT_FINGERPRINTED = (
   "restart",
   "on_divergence",
   "prefetch",
+  "local_data",
 )
 
 
@@ -253,10 +257,13 @@ def _place_train(ds: RankingDataset, mesh, config) -> tuple[dict, Optional[np.nd
     # One device, default config: the whole set as one unpadded array, one permutation per epoch.
     return _device_arrays(ds, sharding_lib.replicated(mesh)), None, 1
   num_queries = ds.num_queries
-  if multiprocess:
+  if multiprocess and config.local_data:
     from jax.experimental import multihost_utils  # noqa: PLC0415
 
     num_queries = int(np.sum(multihost_utils.process_allgather(np.asarray([ds.num_queries]))))
+  elif multiprocess:
+    lo, hi = sharding_lib.process_query_range(num_queries, num_strata)
+    ds = ds.subset(np.arange(lo, hi))
   data, bounds = sharding_lib.shard_query_arrays(ds.as_batch(), mesh, num_strata, num_queries)
   return data, bounds, num_strata
 
@@ -840,9 +847,22 @@ def fit(
 ) -> FitResult:
   """Trains ``method`` on ``train`` for ``len(seeds)`` independent runs at once.
 
+  The training lists are sharded over the devices (each holds 1/N of them) and the batches drawn as
+  ``config.data_shards`` says; N devices, or several processes, train as one (see
+  :func:`~ultr_jax.train.sharding.maybe_initialize_distributed`).
+
   Args:
     method: the method to train.
-    train: training lists (their extras travel into every batch).
+    train: training lists (their extras travel into every batch); in a multi-process run, this process's
+      queries (:func:`~ultr_jax.train.sharding.process_query_range`). Or a stream: an iterable of batches,
+      dicts of NumPy arrays ``[B, L]`` / ``[B, L, F]`` in the library's layout (``where``, ``features``,
+      ``clicks``, ...; the same keys and shapes every time), one per step, the same for every seed
+      (``config.batch_size`` and ``data_shards`` do not apply; with several processes, each yields its part of
+      the batch). ``steps_per_call`` batches are stacked and put on the devices (sharded over the batch
+      axis) ``config.prefetch`` chunks ahead of the compute. If the stream (or its iterator) has
+      ``get_state()`` / ``set_state(state)`` (JSON-able states, e.g. a Grain iterator), its position after
+      the last batch trained on is saved in each checkpoint and restored on resume; otherwise a resumed run
+      skips as many batches as it has trained on. Training stops early where the stream ends.
     valid: validation lists for model selection; None keeps the final state.
     click_fn: ``click_fn(key, batch) -> dict`` merged into the batch inside
       the jitted step (fresh clicks every step); None when ``train`` already

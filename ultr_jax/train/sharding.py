@@ -93,10 +93,12 @@ def maybe_initialize_distributed(enabled: bool) -> None:
   On TPU pods and SLURM/MPI clusters JAX discovers the coordinator from the environment (elsewhere, call
   ``jax.distributed.initialize(coordinator_address=..., num_processes=..., process_id=...)`` yourself). The
   mesh then spans every process's devices, in process order; the training lists are sharded over it in
-  ``config.data_shards`` strata (:func:`stratum_bounds`) and each process loads and feeds only the queries
-  of the strata on its own devices (:func:`process_query_range`), from which :func:`~ultr_jax.train.fit`
-  builds the global array with ``jax.make_array_from_process_local_data``. Every process computes the same
-  (deterministic) batch indices; each device gathers its part of the batch from its own shard.
+  ``config.data_shards`` strata (:func:`stratum_bounds`; one per device by default) and each process feeds only
+  the queries of the strata on its own devices (:func:`process_query_range`), from which
+  :func:`~ultr_jax.train.fit` builds the global array with ``jax.make_array_from_process_local_data``. With
+  ``config.local_data=True`` each process loads and passes only those queries; otherwise it passes the
+  whole set and ``fit`` keeps its part. Every process computes the same (deterministic) batch indices; each
+  device gathers its part of the batch from its own shard.
   """
   if enabled:
     jax.distributed.initialize()
