@@ -264,14 +264,18 @@ def test_pdgd_learns_from_its_own_plackett_luce_samples():
   assert np.all(evaluate(method, result.params, valid)["ndcg@10"] > before["ndcg@10"] + 0.02)
 
 
+@pytest.mark.parametrize("data_shards", [0, 8])
 @pytest.mark.parametrize("display", ["logged", "model_sample"])
-def test_sharded_equals_single_device(display):
+def test_sharded_equals_single_device(display, data_shards):
   if jax.device_count() < 8:
     pytest.skip("needs 8 devices (XLA_FLAGS=--xla_force_host_platform_device_count=8)")
   train, valid = _toy_dataset(seed=0), _toy_dataset(seed=1)
   kw = dict(click_fn=_toy_click_fn, seeds=(0, 1))
-  one = fit(_toy_method(), train, valid, config=_config(num_devices=1, display=display), **kw)
-  eight = fit(_toy_method(), train, valid, config=_config(num_devices=8, display=display), **kw)
+  # data_shards=0: one unsharded array on 1 device, sharded on 8; 8: the same strata on 1 and 8 devices.
+  one = fit(_toy_method(), train, valid, config=_config(num_devices=1, data_shards=data_shards, display=display), **kw)
+  eight = fit(
+    _toy_method(), train, valid, config=_config(num_devices=8, data_shards=data_shards, display=display), **kw
+  )
   for a, b in zip(one.history, eight.history):
     np.testing.assert_allclose(a["train/loss"], b["train/loss"], rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(one.final_params["w"], eight.final_params["w"], rtol=1e-5, atol=1e-6)

@@ -23,6 +23,7 @@ from ultr_jax.train.loop import (
   make_optimizer,
   predict,
   run_fingerprint,
+  training_arrays,
 )
 from ultr_jax.train.method import Method
 from ultr_jax.train.online import (
@@ -81,6 +82,7 @@ __all__ = [
   "predict",
   "register",
   "run_fingerprint",
+  "training_arrays",
   "run_in_progress",
   "summarize",
   "summarize_metrics",

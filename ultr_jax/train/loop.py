@@ -62,6 +62,7 @@ __all__ = [
   "display_batch",
   "make_optimizer",
   "fit",
+  "training_arrays",
   "evaluate",
   "evaluate_clicks",
   "predict",
@@ -98,6 +99,21 @@ def default_train_config() -> ml_collections.ConfigDict:
   c.eval_batch_size = 512
   c.num_devices = 0  # devices in the data-parallel mesh; 0 = all.
   c.data_seed = 0  # batch order (combined with each run's seed).
+  # How the batches are drawn and the training lists laid out on N devices. The lists are sharded over the
+  # devices' data axis (each device holds 1/N of them, in strata padded with fully masked lists).
+  # 0: one permutation of all queries per epoch (the historical sampler: the same batches on any number of
+  #    devices and processes); on N > 1 devices each device gathers the batch's rows it holds and an exact
+  #    reduce-scatter hands each device its block of the batch (one [B, L, F] exchange per step).
+  # K > 0 (a multiple of N): K contiguous strata, B / K queries from each per step (B rounded up to a
+  #    multiple of K), each stratum a permutation per epoch; every device gathers its block of the batch from
+  #    the strata it holds, without communication. The batches depend on K, not on N.
+  c.data_shards = 0
+  # Several processes (jax.distributed): True, each passes fit only its own queries
+  # (sharding.process_query_range); False, each passes the whole set and fit keeps its own queries of it.
+  c.local_data = False
+  # Streamed training (fit on an iterator of batches): chunks of steps_per_call batches put on the
+  # devices ahead of the compute (jax.device_put is asynchronous).
+  c.prefetch = 2
   c.progress = True
   c.progress_every = 0  # also print a progress line every this many steps (0: at evaluations only).
   # Train steps per jitted call (a lax.scan over the steps; 1 = one call per step). The count used is
@@ -133,6 +149,8 @@ _NOT_FINGERPRINTED = (
   "num_devices",
   "restart",
   "on_divergence",
+  "prefetch",
+  "local_data",
 )
 
 
@@ -231,6 +249,65 @@ def _device_arrays(ds: RankingDataset, sharding) -> dict[str, jax.Array]:
   return arrays
 
 
+def _place_train(ds: RankingDataset, mesh, config) -> tuple[dict, Optional[np.ndarray], int]:
+  """``(arrays, stratum bounds or None, K)``: the training lists on the devices as :func:`fit` holds them."""
+  multiprocess = jax.process_count() > 1
+  num_strata = int(config.data_shards) or (1 if mesh.size == 1 and not multiprocess else mesh.size)
+  if num_strata == 1 and not multiprocess and not config.data_shards:
+    # One device, default config: the whole set as one unpadded array, one permutation per epoch.
+    return _device_arrays(ds, sharding_lib.replicated(mesh)), None, 1
+  num_queries = ds.num_queries
+  if multiprocess and config.local_data:
+    from jax.experimental import multihost_utils  # noqa: PLC0415
+
+    num_queries = int(np.sum(multihost_utils.process_allgather(np.asarray([ds.num_queries]))))
+  elif multiprocess:
+    lo, hi = sharding_lib.process_query_range(num_queries, num_strata)
+    ds = ds.subset(np.arange(lo, hi))
+  data, bounds = sharding_lib.shard_query_arrays(ds.as_batch(), mesh, num_strata, num_queries)
+  return data, bounds, num_strata
+
+
+def _query_rows(bounds: np.ndarray) -> np.ndarray:
+  """``int32[Q]``: the row of each query in the stratified, padded layout (``bounds`` of its ``K`` strata)."""
+  m = max(1, int(np.max(np.diff(bounds))))
+  q = np.arange(bounds[-1])
+  k = np.searchsorted(bounds, q, side="right") - 1
+  return (k * m + q - bounds[k]).astype(np.int32)
+
+
+def _exact_sum_scatter(x: jax.Array, axis_name: str) -> jax.Array:
+  """``psum_scatter`` over ``axis_name`` (tiled on axis 1) of arrays where at most one device holds a nonzero
+  value per entry: summed as unsigned integers of the same width, so every value (``-0.0``, NaN) passes exactly."""
+  dtype = x.dtype
+  if dtype == jnp.bool_:
+    return jax.lax.psum_scatter(x.astype(jnp.uint8), axis_name, scatter_dimension=1, tiled=True).astype(bool)
+  as_int = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}[dtype.itemsize]
+  y = jax.lax.bitcast_convert_type(x, as_int) if dtype != as_int else x
+  y = jax.lax.psum_scatter(y, axis_name, scatter_dimension=1, tiled=True)
+  return jax.lax.bitcast_convert_type(y, dtype) if dtype != as_int else y
+
+
+def training_arrays(train: RankingDataset, config: Optional[ml_collections.ConfigDict] = None) -> dict[str, jax.Array]:
+  r"""The training lists on the devices as :func:`fit` holds them under ``config``.
+
+  On one device with the default config, one array per field; otherwise the queries in ``config.data_shards``
+  strata (``K``; 0: one per device), each padded to :math:`\lceil Q/K \rceil` rows with fully masked lists,
+  sharded over the devices' data axis, so each of the ``N`` devices holds ``K / N`` strata
+  (:func:`~ultr_jax.train.sharding.shard_query_arrays`). In a multi-process run ``train`` is this process's
+  queries (:func:`~ultr_jax.train.sharding.process_query_range`).
+
+  >>> from ultr_jax import data
+  >>> train = data.make_synthetic(num_train=10, num_valid=1, num_test=1, list_size=4, num_features=3).train
+  >>> a = training_arrays(train, {"num_devices": 1, "data_shards": 4})
+  >>> a["where"].shape, a["where"].any(-1).sum().item()  # 4 strata of ceil(10 / 4) = 3 rows, 10 of them real
+  ((12, 4), 10)
+  """
+  config = _with_defaults(config)
+  mesh = sharding_lib.make_mesh(config.num_devices or None)
+  return _place_train(train, mesh, config)[0]
+
+
 def _gather(data: Mapping[str, jax.Array], idx: jax.Array) -> dict[str, jax.Array]:
   """Rows ``idx`` of every array (plain indexing); ``idx < 0`` yields an all-masked query."""
   safe = jnp.maximum(idx, 0)
@@ -317,17 +394,24 @@ def run_fingerprint(
   ['train_config.learning_rate']
   """
   config = _with_defaults(config)
-  key = jax.random.key(0)
   batch = {k: jnp.asarray(v) for k, v in train.as_batch(np.arange(min(8, train.num_queries))).items() if k != "qid"}
+  return _fingerprint(method, batch, _dataset_digest(train), valid, click_fn, config, seeds)
+
+
+def _fingerprint(method, batch, train_digest, valid, click_fn, config, seeds) -> dict:
+  key = jax.random.key(0)
   shapes = jax.eval_shape(lambda k, b: method.init(k, b), key, batch)
   leaves = jax.tree_util.tree_leaves_with_path(shapes)
   fp = {
     "method": method.name,
     "method_config": _canonical(method.config) if method.config is not None else None,
     "method_state": _digest([(jax.tree_util.keystr(p), list(x.shape), str(x.dtype)) for p, x in leaves]),
-    "train_config": _canonical({k: v for k, v in config.items() if k not in _NOT_FINGERPRINTED}),
+    # data_shards=0 (the default) is left out, so fingerprints made before the key existed still match.
+    "train_config": _canonical(
+      {k: v for k, v in config.items() if k not in _NOT_FINGERPRINTED and not (k == "data_shards" and not v)}
+    ),
     "seeds": [int(s) for s in seeds],
-    "train_data": _dataset_digest(train),
+    "train_data": train_digest,
     "valid_data": _dataset_digest(valid),
     "clicks": _click_digest(click_fn, batch),
   }
@@ -355,6 +439,19 @@ def fingerprint_diff(old: Optional[Mapping[str, Any]], new: Mapping[str, Any]) -
   return out
 
 
+def _epoch_draw(num_queries: int, per_step: int, step: int, rng_prefix: Sequence[int]) -> np.ndarray:
+  """The ``per_step`` query indices of ``step`` when each epoch is a fresh permutation of ``num_queries``."""
+  chunks, pos, got = [], step * per_step, 0
+  while got < per_step:
+    epoch, offset = divmod(pos, num_queries)
+    perm = np.random.default_rng([*rng_prefix, epoch]).permutation(num_queries)
+    take = perm[offset : offset + per_step - got]
+    chunks.append(take)
+    pos += len(take)
+    got += len(take)
+  return np.concatenate(chunks)
+
+
 def _batch_indices(num_queries: int, batch_size: int, step: int, seeds: Sequence[int], data_seed: int) -> np.ndarray:
   """``int32[S, B]`` query indices of ``step``: a fresh permutation per epoch.
 
@@ -364,17 +461,48 @@ def _batch_indices(num_queries: int, batch_size: int, step: int, seeds: Sequence
   """
   out = np.full((len(seeds), batch_size), -1, np.int32)
   per_step = min(batch_size, num_queries)
-  start = step * per_step
   for s, seed in enumerate(seeds):
-    chunks, pos = [], start
-    while sum(len(c) for c in chunks) < per_step:
-      epoch, offset = divmod(pos, num_queries)
-      perm = np.random.default_rng([data_seed, int(seed), epoch]).permutation(num_queries)
-      take = perm[offset : offset + per_step - sum(len(c) for c in chunks)]
-      chunks.append(take)
-      pos += len(take)
-    out[s, :per_step] = np.concatenate(chunks)
+    out[s, :per_step] = _epoch_draw(num_queries, per_step, step, [data_seed, int(seed)])
   return out
+
+
+def _stratified_indices(
+  bounds: np.ndarray, batch_size: int, step: int, seeds: Sequence[int], data_seed: int
+) -> np.ndarray:
+  """``int32[S, B]`` rows of the stratified, padded layout (:func:`~ultr_jax.train.sharding.shard_query_arrays`)
+  for ``step``: ``B / K`` queries from each of the ``K`` strata, each stratum a fresh permutation per epoch
+  (seeded by ``(data_seed, seed, k, epoch)``). Batch slot block ``k`` comes from stratum ``k``, so the block of
+  the batch a device trains on lies in the strata it holds; ``-1`` pads a stratum smaller than ``B / K``.
+  Independent of the number of devices."""
+  k_strata = len(bounds) - 1
+  per = batch_size // k_strata
+  sizes = np.diff(bounds)
+  m = max(1, int(sizes.max()))
+  out = np.full((len(seeds), k_strata, per), -1, np.int32)
+  for s, seed in enumerate(seeds):
+    for k in range(k_strata):
+      n = int(min(per, sizes[k]))
+      if n:
+        out[s, k, :n] = k * m + _epoch_draw(int(sizes[k]), n, step, [data_seed, int(seed), 1_000_003 + k])
+  return out.reshape(len(seeds), k_strata * per)
+
+
+def _host(tree):
+  """``tree`` on the host as NumPy; a replicated array spanning several processes is read from a local copy."""
+
+  def get(x):
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+      x = x.addressable_data(0)
+    return np.asarray(jax.device_get(x))
+
+  return jax.tree.map(get, tree)
+
+
+def _local(tree):
+  """Replicated global arrays as this process's single-device copies (for host-side evaluation)."""
+  return jax.tree.map(
+    lambda x: x.addressable_data(0) if isinstance(x, jax.Array) and not x.is_fully_addressable else x, tree
+  )
 
 
 # ----------------------------------------------------------------------------
@@ -593,6 +721,118 @@ def _tree_where(cond, new, old):
   return jax.tree.map(sel, new, old)
 
 
+class _StreamReader:
+  """Reads a stream of batches for :func:`fit`: stacks ``steps_per_call`` batches into a chunk, puts it on the
+  devices (sharded over the batch axis; ``jax.device_put`` is asynchronous) up to ``prefetch`` chunks ahead,
+  and tracks the stream's position (``get_state()``) after the last batch trained on, for checkpoints."""
+
+  def __init__(self, source, mesh):
+    self.it = iter(source)
+    self.stateful = next(
+      (
+        o
+        for o in (source, self.it)
+        if callable(getattr(o, "get_state", None)) and callable(getattr(o, "set_state", None))
+      ),
+      None,
+    )
+    self.mesh = mesh
+    self.sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, sharding_lib.DATA_AXIS))
+    self.pending: list = []
+    self.consumed_state = self._state()
+    self.queue: list = []
+    self.last = None
+
+  def _state(self):
+    return _canonical(self.stateful.get_state()) if self.stateful is not None else None
+
+  def _pull(self):
+    if self.pending:
+      return self.pending.pop(0)
+    try:
+      b = next(self.it)
+    except StopIteration:
+      return None
+    out = {}
+    for k, v in b.items():
+      v = np.asarray(v)
+      if v.dtype == np.float64:
+        v = v.astype(np.float32)
+      elif v.dtype == np.int64:
+        v = v.astype(np.int32)
+      out[k] = v
+    if out["where"].shape[0] * jax.process_count() % self.mesh.size:
+      raise ValueError(
+        f"a streamed batch of {out['where'].shape[0]} lists does not split over {self.mesh.size} devices"
+      )
+    return out, self._state()
+
+  def peek(self) -> dict:
+    item = self._pull()
+    if item is None:
+      raise ValueError("fit: the training stream is empty")
+    self.pending.insert(0, item)
+    return item[0]
+
+  def put(self, batches: list, size: int) -> dict:
+    """``{name: [size, B, ...]}`` on the devices (the last batch repeated to ``size``)."""
+    batches = batches + [batches[-1]] * (size - len(batches))
+    out = {}
+    for k in batches[0]:
+      v = np.stack([b[k] for b in batches])
+      if jax.process_count() > 1:
+        shape = (v.shape[0], v.shape[1] * jax.process_count()) + v.shape[2:]
+        out[k] = jax.make_array_from_process_local_data(self.sharding, v, shape)
+      else:
+        out[k] = jax.device_put(v, self.sharding)
+    return out
+
+  def resume(self, step: int, saved_state) -> None:
+    """Positions the stream after ``step`` batches: ``set_state(saved_state)``, or skipping ``step`` batches."""
+    if self.stateful is not None and saved_state is not None:
+      self.pending = []
+      self.stateful.set_state(saved_state)
+      self.consumed_state = saved_state
+      return
+    for _ in range(step):
+      if self._pull() is None:
+        break
+    self.consumed_state = self._state()
+
+  def start(self, step: int, total: int, per_call: int, prefetch: int) -> None:
+    self.plan, self.total, self.per_call, self.prefetch, self.ended = step, total, per_call, prefetch, False
+    self.refill()
+
+  def refill(self) -> None:
+    while len(self.queue) < self.prefetch and self.plan < self.total and not self.ended:
+      n = min(self.per_call - self.plan % self.per_call, self.total - self.plan)
+      got, state = [], None
+      while len(got) < n:
+        item = self._pull()
+        if item is None:
+          self.ended = True
+          break
+        got.append(item[0])
+        state = item[1]
+      if not got:
+        break
+      self.queue.append((self.put(got, self.per_call), len(got), state))
+      self.plan += len(got)
+
+  def next_chunk(self):
+    """``(chunk, batches in it)``; ``(the last chunk, 0)`` once the stream has ended."""
+    if not self.queue:
+      self.refill()
+    if not self.queue:
+      return self.last, 0
+    chunk, n, state = self.queue.pop(0)
+    self.last, self.consumed_state = chunk, state
+    return chunk, n
+
+  def close(self) -> None:
+    self.queue = []
+
+
 def fit(
   method: Method,
   train: RankingDataset,
@@ -607,9 +847,22 @@ def fit(
 ) -> FitResult:
   """Trains ``method`` on ``train`` for ``len(seeds)`` independent runs at once.
 
+  The training lists are sharded over the devices (each holds 1/N of them) and the batches drawn as
+  ``config.data_shards`` says; N devices, or several processes, train as one (see
+  :func:`~ultr_jax.train.sharding.maybe_initialize_distributed`).
+
   Args:
     method: the method to train.
-    train: training lists (their extras travel into every batch).
+    train: training lists (their extras travel into every batch); in a multi-process run, this process's
+      queries (:func:`~ultr_jax.train.sharding.process_query_range`). Or a stream: an iterable of batches,
+      dicts of NumPy arrays ``[B, L]`` / ``[B, L, F]`` in the library's layout (``where``, ``features``,
+      ``clicks``, ...; the same keys and shapes every time), one per step, the same for every seed
+      (``config.batch_size`` and ``data_shards`` do not apply; with several processes, each yields its part of
+      the batch). ``steps_per_call`` batches are stacked and put on the devices (sharded over the batch
+      axis) ``config.prefetch`` chunks ahead of the compute. If the stream (or its iterator) has
+      ``get_state()`` / ``set_state(state)`` (JSON-able states, e.g. a Grain iterator), its position after
+      the last batch trained on is saved in each checkpoint and restored on resume; otherwise a resumed run
+      skips as many batches as it has trained on. Training stops early where the stream ends.
     valid: validation lists for model selection; None keeps the final state.
     click_fn: ``click_fn(key, batch) -> dict`` merged into the batch inside
       the jitted step (fresh clicks every step); None when ``train`` already
@@ -665,17 +918,73 @@ def fit(
   seeds = [int(s) for s in seeds]
   num_seeds = len(seeds)
   mesh = sharding_lib.make_mesh(config.num_devices or None)
-  batch_size = sharding_lib.round_up(int(config.batch_size), mesh.size)
   rep = sharding_lib.replicated(mesh)
   batch_sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, sharding_lib.DATA_AXIS))
   tx = method.optimizer if method.optimizer is not None else make_optimizer(config)
-  data = _device_arrays(train, rep)
   cutoffs = tuple(sorted(set(DEFAULT_CUTOFFS) | {10}))
   select = config.select_metric
+  streaming = not isinstance(train, RankingDataset)
+  data, bounds, stream = None, None, None
+  if streaming:
+    stream = _StreamReader(train, mesh)
+    first = stream.peek()
+    batch_size = int(first["where"].shape[0]) * jax.process_count()
+    train_digest = {"stream": type(train).__name__, "batch_shapes": {k: list(v.shape) for k, v in first.items()}}
+    fp_batch = {k: jnp.asarray(v) for k, v in first.items() if k != "qid"}
+  else:
+    data, bounds, num_strata = _place_train(train, mesh, config)
+    batch_size = sharding_lib.round_up(int(config.batch_size), mesh.size if bounds is None else num_strata)
+    train_digest = _dataset_digest(train)
+    fp_batch = None
+
+  # data_shards=0: one permutation of all queries per epoch (on sharded data, mapped to the padded rows);
+  # data_shards=K: B / K queries from each stratum, so each device's block of the batch is on that device.
+  stratified = bool(config.data_shards) and not streaming
+  rows_of = None if bounds is None or stratified else _query_rows(bounds)
+
+  def batch_indices(step):
+    if stratified:
+      return _stratified_indices(bounds, batch_size, step, seeds, config.data_seed)
+    if bounds is None:
+      return _batch_indices(train.num_queries, batch_size, step, seeds, config.data_seed)
+    idx = _batch_indices(int(bounds[-1]), batch_size, step, seeds, config.data_seed)
+    return np.where(idx >= 0, rows_of[np.maximum(idx, 0)], -1).astype(np.int32)
+
+  def gather(data, idx):
+    """``[S, B, ...]`` sharded over the batch axis. Stratified: each device gathers its block of the batch
+    from the strata it holds. Otherwise (rows anywhere): each device gathers the batch's rows it holds (the
+    others zero) and an exact reduce-scatter hands each device its block."""
+    if bounds is None:
+      return jax.vmap(lambda i: _gather(data, i))(idx)
+    rows = data["where"].shape[0] // mesh.size
+    ax = sharding_lib.DATA_AXIS
+    spec, bspec = jax.sharding.PartitionSpec(ax), jax.sharding.PartitionSpec(None, ax)
+
+    def local(d, i):
+      offset = jax.lax.axis_index(ax) * rows
+      li = jnp.where(i >= 0, i - offset, -1)
+      if stratified:
+        return jax.vmap(lambda j: _gather(d, j))(li)
+      li = jnp.where(li < rows, li, -1)  # rows on other devices: zero here
+      mine = li >= 0
+      out = {}
+      for k, v in d.items():
+        g = v[jnp.maximum(li, 0)]
+        g = jnp.where(mine.reshape(mine.shape + (1,) * (g.ndim - 2)), g, jnp.zeros((), g.dtype))
+        out[k] = _exact_sum_scatter(g, ax)
+      return out
+
+    return jax.shard_map(
+      local, mesh=mesh, in_specs=(spec, bspec if stratified else jax.sharding.PartitionSpec()), out_specs=bspec
+    )(data, idx)
+
+  def seed_batch(b):
+    """A streamed batch ``[B, ...]``, the same for every seed: ``[S, B, ...]``."""
+    return {k: jnp.broadcast_to(v[None], (num_seeds,) + v.shape) for k, v in b.items()}
 
   # --- Initial state -------------------------------------------------------
   def init_state(seed_ids, data, idx):  # data is an argument, not a baked-in constant
-    batch = jax.vmap(lambda i: _gather(data, i))(idx)
+    batch = seed_batch(idx) if streaming else gather(data, idx)
 
     def one(seed, b):
       key = jax.random.key(seed)
@@ -697,12 +1006,16 @@ def fit(
       "evals_since_best": jnp.zeros((num_seeds,), jnp.int32),
     }
 
-  idx0 = jnp.asarray(_batch_indices(train.num_queries, batch_size, 0, seeds, config.data_seed))
-  state = jax.jit(init_state, out_shardings=rep)(jnp.asarray(seeds, jnp.uint32), data, idx0)
+  if streaming:
+    idx0 = stream.put([first], 1)
+    idx0 = jax.tree.map(lambda v: v[0], idx0)
+  else:
+    idx0 = batch_indices(0)
+  state = jax.jit(init_state, out_shardings=rep)(np.asarray(seeds, np.uint32), data, idx0)
 
   # --- The train step --------------------------------------------------------
   def train_step(state, data, idx):
-    batch = jax.vmap(lambda i: _gather(data, i))(idx)  # [S, B, ...]
+    batch = seed_batch(idx) if streaming else gather(data, idx)  # [S, B, ...]
     batch = jax.lax.with_sharding_constraint(batch, batch_sharding)
 
     def one(params, extra, opt_state, rng, b):
@@ -724,8 +1037,8 @@ def fit(
     return new_state, step_metrics
 
   def train_steps(state, data, idx, live):
-    """``K`` steps in one call (``idx [K, S, B]``); a step where ``live [K]`` is False leaves the
-    state as it was (so a shorter last call reuses the same compiled function)."""
+    """``K`` steps in one call (``idx [K, S, B]``, or a streamed chunk ``{name: [K, B, ...]}``); a step where
+    ``live [K]`` is False leaves the state as it was (so a shorter last call reuses the same compiled function)."""
 
     def body(st, xs):
       i, ok = xs
@@ -762,7 +1075,10 @@ def fit(
       shutil.rmtree(ckpt_dir)
       if config.progress:
         _progress(f"[{name}] restart: deleted the checkpoints in {ckpt_dir}")
-    fingerprint = run_fingerprint(method, train, valid, click_fn=click_fn, config=config, seeds=seeds)
+    if streaming:
+      fingerprint = _fingerprint(method, fp_batch, train_digest, valid, click_fn, config, seeds)
+    else:
+      fingerprint = run_fingerprint(method, train, valid, click_fn=click_fn, config=config, seeds=seeds)
     ckpt = Checkpointer(ckpt_dir, max_to_keep=config.max_to_keep)
     latest = ckpt.latest_step()
     if latest is not None:
@@ -784,12 +1100,14 @@ def fit(
       state = jax.device_put(state, rep)
       history = list(meta.get("history", []))
       diverged = np.asarray(meta.get("diverged", diverged.tolist()), bool)
+      if streaming:
+        stream.resume(int(_host(state["step"])), meta.get("stream_state"))
       if config.progress:
         _progress(f"[{name}] resumed from step {int(state['step'])}")
     results_lib.record_run(workdir, name, fingerprint=fingerprint["hash"])
 
   # --- Loop --------------------------------------------------------------------
-  step = int(jax.device_get(state["step"]))
+  step = int(_host(state["step"]))
   eval_every = max(1, int(config.eval_every))
   ckpt_every = int(config.checkpoint_every) or eval_every
   loss_acc, loss_n = None, 0
@@ -801,21 +1119,23 @@ def fit(
   def do_eval(state):
     if valid is None:
       return state, None
-    m = evaluate(method, state["params"], valid, cutoffs=cutoffs, batch_size=config.eval_batch_size)
+    m = evaluate(method, _local(state["params"]), valid, cutoffs=cutoffs, batch_size=config.eval_batch_size)
     if select not in m:
       raise ValueError(f"select_metric {select!r} not among {sorted(m)}")
-    state = update_best(state, jnp.asarray(m[select], jnp.float32))
+    state = update_best(state, np.asarray(m[select], np.float32))
     return state, m
 
   def save(state):
     if ckpt is not None:
       meta = {"history": history, "fingerprint": fingerprint, "diverged": diverged.tolist()}
-      ckpt.save(int(jax.device_get(state["step"])), state, meta)
+      if streaming:
+        meta["stream_state"] = stream.consumed_state
+      ckpt.save(int(_host(state["step"])), state, meta)
 
   def check_finite(state, means, step):
     """Marks (or, with on_divergence="raise", refuses) the seeds whose loss or parameters are not finite."""
     loss = np.asarray(means["loss"], np.float64).reshape(num_seeds, -1)
-    bad = ~np.isfinite(loss).all(-1) | ~np.asarray(jax.device_get(_finite_params(state["params"])))
+    bad = ~np.isfinite(loss).all(-1) | ~_host(_finite_params(state["params"]))
     if not bad.any():
       return
     which = [seeds[i] for i in np.flatnonzero(bad)]
@@ -832,16 +1152,22 @@ def fit(
     if new.any() and config.progress:
       _progress(f"[{name}] step {step}: seed(s) {[seeds[i] for i in np.flatnonzero(new)]} diverged (marked)")
 
+  if streaming:
+    stream.start(step, total, per_call, max(1, int(config.prefetch)))
   while step < total:
     # up to the next multiple of per_call (every evaluation, checkpoint and progress line is at one)
     n = min(per_call - step % per_call, total - step)
-    idx = np.stack(
-      [
-        _batch_indices(train.num_queries, batch_size, step + min(j, n - 1), seeds, config.data_seed)
-        for j in range(per_call)
-      ]
-    )
-    state, sm = train_steps(state, data, jnp.asarray(idx), jnp.arange(per_call) < n)
+    if streaming:
+      idx, got = stream.next_chunk()
+      if got < n:  # the stream ended: train on what it gave, evaluate and save, then stop
+        n, total = got, step + got
+        if n == 0 and loss_n == 0:
+          break
+    else:
+      idx = np.stack([batch_indices(step + min(j, n - 1)) for j in range(per_call)])
+    state, sm = train_steps(state, data, idx, np.arange(per_call) < n)
+    if streaming:
+      stream.refill()  # while the devices compute (dispatch is asynchronous)
     step += n
     loss_acc = sm if loss_acc is None else jax.tree.map(jnp.add, loss_acc, sm)
     loss_n += n
@@ -850,7 +1176,7 @@ def fit(
       rate = (step - s0) / max(time.perf_counter() - t0, 1e-9)  # includes the first step's compile
       _progress(f"[{name}] step {step}/{total} ({rate:.2f} steps/s, ~{(total - step) / rate:.0f}s left)")
     if at_eval:
-      means = jax.device_get(jax.tree.map(lambda v: v / loss_n, loss_acc))
+      means = _host(jax.tree.map(lambda v: v / loss_n, loss_acc))
       check_finite(state, means, step)
       state, m = do_eval(state)
       record = {"step": step, **{f"train/{k}": np.asarray(v).tolist() for k, v in means.items()}}
@@ -871,7 +1197,7 @@ def fit(
     if step % ckpt_every == 0 or step == total:
       save(state)
     if at_eval and valid is not None and config.patience > 0:
-      if bool(np.all(jax.device_get(state["evals_since_best"]) >= config.patience)):
+      if bool(np.all(_host(state["evals_since_best"]) >= config.patience)):
         save(state)
         break
   if ckpt is not None:
@@ -879,7 +1205,9 @@ def fit(
   if diverged.any():
     results_lib.record_run(workdir, name, diverged=[seeds[i] for i in np.flatnonzero(diverged)])
 
-  state = jax.device_get(state)
+  if streaming:
+    stream.close()
+  state = _host(state)
   if valid is None:
     params, extra = state["params"], state["extra"]
     best_step = np.full((num_seeds,), step, np.int64)
