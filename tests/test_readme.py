@@ -52,6 +52,11 @@ def test_readme_keeps_the_commands_and_the_synopsis_and_stays_short():
   for name in ("main_job", "test_command", "synopsis"):
     assert f"<!-- test: {name} -->" in readme, name
   assert len(readme.encode("utf-8")) <= 10 * 1024, "README.md is over 10 KB: move material to docs/"
+  # Its links into the docs (relative paths, as GitHub renders them) name files that exist.
+  links = [t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", readme) if "://" not in t]
+  assert any(link.startswith("docs/") for link in links)
+  for link in links:
+    assert os.path.exists(os.path.join(ROOT, link)), link
 
 
 def test_synopsis_runs(capsys):
