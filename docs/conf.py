@@ -108,6 +108,8 @@ autosummary_generate = True
 autosummary_imported_members = True
 autodoc_default_options = {"members": True, "show-inheritance": True}
 autodoc_typehints = "description"
+# Types go beside the documented arguments only (the docstrings often document several arguments on one line).
+autodoc_typehints_description_target = "documented"
 autodoc_member_order = "bysource"
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
@@ -128,6 +130,11 @@ def _drop_type_docstrings(app, what, name, obj, options, lines):  # pylint: disa
 def setup(app):
   app.connect("autodoc-process-docstring", _drop_type_docstrings)
 
+
+# MathJax comes from Sphinx's default CDN; for reading the site offline, point ULTR_JAX_DOCS_MATHJAX at a local
+# copy (e.g. Debian's libjs-mathjax: file:///usr/share/javascript/mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML).
+if os.environ.get("ULTR_JAX_DOCS_MATHJAX"):
+  mathjax_path = os.environ["ULTR_JAX_DOCS_MATHJAX"]
 
 html_theme = "furo"
 html_title = f"ultr_jax {release}"
