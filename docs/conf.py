@@ -104,6 +104,16 @@ nb_execution_mode = "off"
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3
 
+# Broken cross-references are errors (with -W), except those the site cannot resolve by design: type annotations
+# (jax.Array, typing, numpy), other libraries' objects (no intersphinx: CI may be offline), and the packages'
+# submodules and helper modules (the reference documents each package's __all__, not its module tree).
+nitpicky = True
+nitpick_ignore_regex = [
+  ("py:class", r"(?!ultr_jax\.).*"),
+  (r"py:\w+", r"(rax|jax|jnp|flax|nn|optax|orbax|np|numpy|scipy|ml_collections|absl|pyarrow)(\..*)?"),
+  ("py:mod", r"ultr_jax\.(types|testing|\w+\.[\w.]+)"),
+]
+
 autosummary_generate = True
 autosummary_imported_members = True
 autodoc_default_options = {"members": True, "show-inheritance": True}
@@ -111,6 +121,8 @@ autodoc_typehints = "description"
 # Types go beside the documented arguments only (the docstrings often document several arguments on one line).
 autodoc_typehints_description_target = "documented"
 autodoc_member_order = "bysource"
+# Methods inherited from flax or Python keep their own docs there (flax's Module.setup docstring is not ours).
+autodoc_inherit_docstrings = False
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 napoleon_use_rtype = False
