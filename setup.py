@@ -54,6 +54,12 @@ setup(
       "nbformat>=5.9",
       "ipykernel>=6",
     ],
+    # The documentation site: sphinx-build -W --keep-going -b html docs docs/_build/html
+    "docs": [
+      "sphinx>=7.2",
+      "furo>=2024.1",
+      "myst-nb>=1.1",
+    ],
   },
   license="Apache-2.0",
 )

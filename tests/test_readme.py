@@ -1,5 +1,11 @@
-"""The README's synopsis runs and its commands name files that exist."""
+"""The README's synopsis and the docs' tested examples run, and their commands name files that exist.
 
+The README keeps the two fresh-machine commands and the synopsis; the other tested examples live in the
+docs' Markdown pages (``docs/**/*.md``). A tested block is the fenced code block right after a
+``<!-- test: name -->`` marker, and each name is used once across the README and the docs.
+"""
+
+import glob
 import os
 import re
 
@@ -8,23 +14,49 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _sources() -> dict:
+  """README.md and every tracked Markdown page under docs/ (not the build output): path -> text."""
+  paths = [os.path.join(ROOT, "README.md")] + sorted(
+    glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True)
+  )
+  paths = [p for p in paths if os.sep + "_build" + os.sep not in p]
+  out = {}
+  for path in paths:
+    with open(path, encoding="utf-8") as f:
+      out[os.path.relpath(path, ROOT)] = f.read()
+  return out
+
+
 def _readme():
-  with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
-    return f.read()
+  return _sources()["README.md"]
 
 
 def _block(name: str) -> str:
-  """The fenced code block right after the README's ``<!-- test: name -->`` marker (exactly one)."""
-  blocks = re.findall(rf"^<!-- test: {re.escape(name)} -->\n```\w+\n(.*?)^```", _readme(), re.S | re.M)
-  assert len(blocks) == 1, f"README.md has {len(blocks)} blocks marked <!-- test: {name} -->"
+  """The fenced code block right after the ``<!-- test: name -->`` marker (exactly one in README and docs)."""
+  blocks = []
+  for text in _sources().values():
+    blocks += re.findall(rf"^<!-- test: {re.escape(name)} -->\n```\w+\n(.*?)^```", text, re.S | re.M)
+  assert len(blocks) == 1, f"README.md and docs/ have {len(blocks)} blocks marked <!-- test: {name} -->"
   return blocks[0]
 
 
 def test_markers_are_unique_and_each_marks_a_code_block():
-  names = re.findall(r"^<!-- test: (\S+) -->$", _readme(), re.M)
+  names = [n for text in _sources().values() for n in re.findall(r"^<!-- test: (\S+) -->$", text, re.M)]
   assert sorted(names) == sorted(set(names)) and len(names) >= 6
   for name in names:
     assert _block(name)
+
+
+def test_readme_keeps_the_commands_and_the_synopsis_and_stays_short():
+  readme = _readme()
+  for name in ("main_job", "test_command", "synopsis"):
+    assert f"<!-- test: {name} -->" in readme, name
+  assert len(readme.encode("utf-8")) <= 10 * 1024, "README.md is over 10 KB: move material to docs/"
+  # Its links into the docs (relative paths, as GitHub renders them) name files that exist.
+  links = [t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", readme) if "://" not in t]
+  assert any(link.startswith("docs/") for link in links)
+  for link in links:
+    assert os.path.exists(os.path.join(ROOT, link)), link
 
 
 def test_synopsis_runs(capsys):
@@ -54,7 +86,7 @@ def test_click_model_example_runs(capsys):
 
 
 def test_commands_name_existing_files():
-  commands = re.findall(r"```sh\n(.*?)```", _readme(), re.S)
+  commands = [c for text in _sources().values() for c in re.findall(r"```sh\n(.*?)```", text, re.S)]
   assert "experiments/baselines/main.py" in _block("main_job")
   for path in re.findall(r"(experiments/\S+?\.py)", "\n".join(commands)):
     assert os.path.exists(os.path.join(ROOT, path)), path

@@ -91,7 +91,7 @@ def generate_design_dataset(
       block_size``; a position borrows ``min(borrow, (num_queries -
       block_size) // degree)`` documents from each neighbour).
     label_probs: distribution of the 5-level labels (default
-      :data:`LABEL_PROBS`).
+      ``LABEL_PROBS``).
 
   Returns:
     A :class:`RankingDataset` with ``doc_ids``, ``labels``, ``positions``

@@ -108,7 +108,7 @@ def regression_em_loss(
   Args:
     scores: ``[..., L]`` logits; clicks: ``[..., L]``;
     propensities: ``[..., L]`` current examination estimates per item
-    (e.g. ``state.propensities[positions]`` of :func:`regression_em_estimator`);
+      (e.g. ``state.propensities[positions]`` of :func:`regression_em_estimator`);
     where: mask; weights: optional per-item weights;
     reduce_fn: over valid items (None: ``[..., L]``).
 

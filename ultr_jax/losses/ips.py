@@ -198,10 +198,10 @@ def ips_pairwise_loss(
     propensities: ``[..., L]`` examination probabilities (see :func:`ips_weights`);
     where: ``[..., L]`` bool mask; weights: optional ``[..., L]`` :math:`v_i`;
     max_weight: weight clip; lambdaweight_fn: optional rax lambdaweight of
-    each pair from the scores and the clicks (:func:`lambdarank_weights`:
-    propensity-weighted LambdaRank, the IPS weight on the clicked item only);
+      each pair from the scores and the clicks (:func:`lambdarank_weights`:
+      propensity-weighted LambdaRank, the IPS weight on the clicked item only);
     reduce_fn: ``jnp.mean`` (over pair mass),
-    ``jnp.sum``, or None for the ``[..., L, L]`` pair losses.
+      ``jnp.sum``, or None for the ``[..., L, L]`` pair losses.
 
   >>> s, c = jnp.array([0.0, 0.0]), jnp.array([0.0, 1.0])
   >>> round(float(ips_pairwise_loss(s, c, propensities=jnp.array([1.0, 0.5]))), 4)  # 2 log 2

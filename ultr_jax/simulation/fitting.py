@@ -395,8 +395,8 @@ def fit_ctr_model(
   pseudo-impressions:
 
   .. math::
-      \hat p_{	ext{cell}} = rac{\sum_{	ext{cell}} c + 	ext{prior}\cdot \hat p_{	ext{parent}}}
-                                  {N_{	ext{cell}} + 	ext{prior}}
+      \hat p_{\text{cell}} = \frac{\sum_{\text{cell}} c + \text{prior}\cdot \hat p_{\text{parent}}}
+                                  {N_{\text{cell}} + \text{prior}}
 
   =======  ===========================  ================================
   model    cell                         parent
@@ -485,7 +485,7 @@ def simulate_session_log(
   r"""A synthetic session log: a noisy logging ranker, then one click model's sessions.
 
   Each session draws a query uniformly, displays its ``L`` documents in the
-  order of :math:`a_d + 	ext{noise} \cdot \mathcal{N}(0, 1)` (so documents
+  order of :math:`a_d + \text{noise} \cdot \mathcal{N}(0, 1)` (so documents
   move between ranks from session to session, which identifies position
   effects; ``noise = inf`` shuffles uniformly), and samples clicks from the
   named model's sampler (:func:`~ultr_jax.simulation.pbm_table` for ``pbm``,

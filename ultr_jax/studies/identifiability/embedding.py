@@ -689,8 +689,8 @@ def _dla_single_sums(srt, c_min, o):
   / (1 + e)` where :math:`r'` is clipped (:math:`c > 1/a`), else
 
   .. math::
-      T = rac{1/a}{1 + u},\quad u = rac{e}{(a c)^2}
-      = rac1a\,(1 - u + u^2 - u^3 + O(u^4))
+      T = \frac{1/a}{1 + u},\quad u = \frac{e}{(a c)^2}
+      = \frac1a\,(1 - u + u^2 - u^3 + O(u^4))
 
   (:math:`T = 0` at :math:`c = 0`). A row's sum is the clipped CTRs' sum /
   :math:`(1 + e)` plus :math:`(n - v S_2 + v^2 S_4 - v^3 S_6) / a`,

@@ -1,0 +1,121 @@
+"""The documentation site: every public name has an API entry, and no internal link or image is broken.
+
+The checks of the built site read ``$ULTR_JAX_DOCS_HTML`` (a directory built by
+``sphinx-build -b html docs <dir>``); ``.ci/run`` builds the docs after the tests and then runs this file with
+it set. Without it they skip (building the site takes about a minute of CPU).
+"""
+
+import glob
+import html.parser
+import importlib
+import os
+import posixpath
+import re
+import urllib.parse
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The public packages whose ``__all__`` the API reference documents (docs/conf.py's API_PACKAGES).
+PUBLIC_PACKAGES = ("data", "simulation", "metrics", "graph", "losses", "models", "train", "studies")
+
+
+def _conf_api_packages():
+  with open(os.path.join(ROOT, "docs", "conf.py"), encoding="utf-8") as f:
+    match = re.search(r"^API_PACKAGES = \((.*?)\)$", f.read(), re.M)
+  return tuple(re.findall(r'"(\w+)"', match.group(1)))
+
+
+def test_conf_generates_the_api_of_every_public_package():
+  assert set(PUBLIC_PACKAGES) <= set(_conf_api_packages())
+
+
+@pytest.fixture(scope="module")
+def html_dir():
+  path = os.environ.get("ULTR_JAX_DOCS_HTML")
+  if not path:
+    pytest.skip("set ULTR_JAX_DOCS_HTML to a built site (sphinx-build -b html docs docs/_build/html; .ci/run does)")
+  assert os.path.exists(os.path.join(path, "index.html")), f"no built site in {path}"
+  return path
+
+
+def _inventory(html_dir):
+  from sphinx.util.inventory import InventoryFile  # pylint: disable=import-outside-toplevel
+
+  with open(os.path.join(html_dir, "objects.inv"), "rb") as f:
+    return InventoryFile.load(f, "", posixpath.join)
+
+
+def missing_api_entries(inventory) -> list:
+  """The ``ultr_jax.<package>.<name>`` of every public ``__all__`` name without a page in the inventory."""
+  documented = {}
+  for role, items in inventory.items():
+    if role.startswith("py:"):
+      for name, item in items.items():
+        documented[name] = item[2] if isinstance(item, tuple) else item.uri
+  missing = []
+  for package in PUBLIC_PACKAGES:
+    module = importlib.import_module(f"ultr_jax.{package}")
+    for name in module.__all__:
+      full = f"ultr_jax.{package}.{name}"
+      if full not in documented or "api/generated/" not in documented[full]:
+        missing.append(full)
+  return missing
+
+
+def test_every_public_name_has_an_api_entry(html_dir):
+  inventory = _inventory(html_dir)
+  assert missing_api_entries(inventory) == []
+  # The check can fail: an inventory without one entry reports that name.
+  dropped = {role: dict(items) for role, items in inventory.items()}
+  dropped["py:function"].pop("ultr_jax.losses.ips_softmax_loss")
+  assert missing_api_entries(dropped) == ["ultr_jax.losses.ips_softmax_loss"]
+
+
+class _Links(html.parser.HTMLParser):
+  """Collects the href/src targets and the element ids of one HTML page."""
+
+  def __init__(self):
+    super().__init__()
+    self.targets, self.ids = [], set()
+
+  def handle_starttag(self, tag, attrs):
+    attrs = dict(attrs)
+    if attrs.get("id"):
+      self.ids.add(attrs["id"])
+    if tag == "a" and attrs.get("name"):
+      self.ids.add(attrs["name"])
+    for key in ("href", "src"):
+      if attrs.get(key) and tag in ("a", "img", "link", "script", "source"):
+        self.targets.append(attrs[key])
+
+
+def broken_links(html_dir) -> list:
+  """Every internal link or image target (file, and #fragment where one is given) that does not exist."""
+  pages = {}
+  for path in glob.glob(os.path.join(html_dir, "**", "*.html"), recursive=True):
+    parser = _Links()
+    with open(path, encoding="utf-8") as f:
+      parser.feed(f.read())
+    pages[os.path.normpath(path)] = parser
+  broken = []
+  for path, parser in sorted(pages.items()):
+    for target in parser.targets:
+      parts = urllib.parse.urlsplit(target)
+      if parts.scheme or parts.netloc or target.startswith(("mailto:", "javascript:")):
+        continue  # external
+      file = (
+        os.path.normpath(os.path.join(os.path.dirname(path), urllib.parse.unquote(parts.path))) if parts.path else path
+      )
+      if not os.path.exists(file):
+        broken.append(f"{os.path.relpath(path, html_dir)} -> {target}")
+      elif parts.fragment and file in pages and parts.fragment not in pages[file].ids and parts.fragment != "top":
+        broken.append(f"{os.path.relpath(path, html_dir)} -> {target} (no such anchor)")
+  return broken
+
+
+def test_internal_links_and_images_exist(html_dir, tmp_path):
+  assert broken_links(html_dir) == []
+  # The check can fail: a page linking a missing file and a missing anchor reports both.
+  (tmp_path / "index.html").write_text('<a href="gone.html">x</a><img src="_static/x.png"><a href="#nowhere">y</a>')
+  assert len(broken_links(str(tmp_path))) == 3
