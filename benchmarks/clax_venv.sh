@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Creates a virtual environment of its own for CLAX (`clax-models` on PyPI) for benchmarks/clax_compare.py.
+#
+#   bash benchmarks/clax_venv.sh                # /tmp/clax-venv
+#   CLAX_VENV=/somewhere bash benchmarks/clax_venv.sh
+#
+# Idempotent: an existing venv whose `import clax` works is left as it is. CLAX is never installed into the main
+# environment. CLAX's trainer imports torch (only for its DataLoader), so a CPU build of torch is installed first
+# (CLAX_TORCH_SPEC, then PyTorch's CPU index, then PyPI's wheel, which pulls CUDA libraries, several GB). The versions pinned below are the ones
+# tried and found to import and fit (see benchmarks/RESULTS.md); override with the environment variables.
+set -euo pipefail
+
+VENV="${CLAX_VENV:-${1:-/tmp/clax-venv}}"
+PYTHON="${CLAX_BASE_PYTHON:-python3}"
+CLAX_SPEC="${CLAX_SPEC:-clax-models==0.1.1}"
+JAX_SPEC="${CLAX_JAX_SPEC-jax==0.7.2 jaxlib==0.7.2}"  # set empty for the newest
+TORCH_SPEC="${CLAX_TORCH_SPEC:-torch==2.13.0+cpu}"
+TORCH_INDEX="${CLAX_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
+
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import clax" >/dev/null 2>&1; then
+  echo "CLAX venv ready: $VENV"
+else
+  "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
+    # A CPU wheel by pip's configured find-links / index first, then PyTorch's CPU index, then PyPI's torch.
+    "$VENV/bin/python" -m pip install -q "$TORCH_SPEC" \
+      || "$VENV/bin/python" -m pip install -q --retries 1 torch --index-url "$TORCH_INDEX" \
+      || "$VENV/bin/python" -m pip install -q torch
+  fi
+  # shellcheck disable=SC2086
+  "$VENV/bin/python" -m pip install -q "$CLAX_SPEC" $JAX_SPEC
+  "$VENV/bin/python" -c "import clax" 
+fi
+"$VENV/bin/python" - <<'PY'
+import importlib.metadata as md
+print("  ".join(f"{p} {md.version(p)}" for p in ("clax-models", "jax", "jaxlib", "flax", "optax", "torch", "pyarrow")))
+PY
