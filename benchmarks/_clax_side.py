@@ -5,7 +5,8 @@ fits one CLAX model with CLAX's experiment settings (``experiments/1-yandex-base
 training batches of 4096 sessions, validation batches of 8192, at most 100 epochs, the ``Trainer``'s default early
 stopping on the validation loss, ``nnx.Rngs(42)``), and writes the fit's wall time (``Trainer.train``, compile
 included) and the model's conditional click probabilities :math:`P(C_{s,r} = 1 \mid c_{s,<r})` on the test split to
-an ``.npz``. The perplexity is computed by the caller from those, by the same formula as ultr_jax's.
+an ``.npz``. The perplexity is computed by the caller from those, by the same formula as ultr_jax's; CLAX's own
+``test_clicks`` conditional perplexity on the test split (after the timed fit) is printed beside it as a check.
 
 Batches come from the in-memory arrays in order (CLAX's ``DataLoader`` reads Parquet shards in order, unshuffled),
 with CLAX's batch layout: ``query_doc_ids int32``, ``positions int16`` (1-based, as its Yandex and Baidu loaders),
@@ -95,6 +96,9 @@ def main():
   test = Batches(log["test_query_doc_ids"], log["test_clicks"], args.eval_batch_size)
   cond = np.concatenate([np.exp(np.asarray(predict(model, b), np.float64)) for b in test])
   epochs = int(len(train_df))
+  sys.stdout = sys.stderr
+  test_df = trainer.test_clicks(model, test)  # CLAX's own metric, a check on the shared formula
+  sys.stdout = stdout
   np.savez(args.out, conditional=cond.astype(np.float32), fit_s=fit_s, epochs=epochs)
   versions = {p: md.version(p) for p in ("clax-models", "jax", "jaxlib", "flax", "optax")}
   last = train_df.iloc[-1].to_dict()
@@ -106,6 +110,7 @@ def main():
         "versions": versions,
         "devices": str(jax.devices()),
         "val_loss": float(last.get("val_loss", float("nan"))),
+        "clax_test_cond_ppl": float(test_df.iloc[-1].get("test_cond_ppl", float("nan"))),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
       }
     )

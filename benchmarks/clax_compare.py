@@ -182,7 +182,15 @@ def main():
         print(f"  {model} CLAX failed: {info['error']}")
         rows.append((model, "CLAX", float("nan"), float("nan"), "failed"))
       else:
-        rows.append((model, "CLAX", best, perplexity(cond, test_clicks), f"{info['epochs']} epochs"))
+        rows.append(
+          (
+            model,
+            "CLAX",
+            best,
+            perplexity(cond, test_clicks),
+            f"{info['epochs']} epochs; CLAX's own cond_ppl {info.get('clax_test_cond_ppl', float('nan')):.4f}",
+          )
+        )
         print(f"  {model} CLAX: {best:.1f} s, {args.sessions / best:,.0f} sessions/s, ppl {rows[-1][3]:.4f} ({info})")
     sys.stdout.flush()
 
