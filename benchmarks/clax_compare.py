@@ -38,9 +38,10 @@ import numpy as np
 
 from ultr_jax import simulation as sim
 
-#: Optional streaming / statistics-based fits looked up on ``ultr_jax.simulation`` (called like
-#: ``fit_click_model`` when their signature takes ``doc_ids`` and ``clicks``).
-STREAM_FITS = ("fit_click_model_stream", "fit_click_model_streaming", "fit_click_model_from_statistics")
+#: Optional streaming / statistics-based fits looked up on ``ultr_jax.simulation``: called like ``fit_click_model``
+#: when their signature takes ``doc_ids`` and ``clicks``, or with the training split as an iterable of session-batch
+#: dicts (``doc_ids``, ``clicks``; ``--stream_batch`` sessions each) when it takes ``batches``.
+STREAM_FITS = ("fit_click_model_stream", "fit_click_model_streaming")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -104,8 +105,9 @@ def timed(fn):
   return time.perf_counter() - t0, out
 
 
-def stream_fits():
-  """``(name, function)`` of the optional streaming fits present, each taking ``(model, doc_ids, clicks, ...)``."""
+def stream_fits(batch_size):
+  """``(name, function)`` of the optional streaming fits present, each wrapped to take ``(model, doc_ids, clicks,
+  num_docs=...)``."""
   found = []
   for name in STREAM_FITS:
     fn = getattr(sim, name, None)
@@ -114,6 +116,16 @@ def stream_fits():
     params = list(inspect.signature(fn).parameters)
     if "doc_ids" in params and "clicks" in params:
       found.append((name, fn))
+    elif "batches" in params:
+
+      def wrapped(model, ids, clicks, fn=fn, **kwargs):
+        chunks = [
+          {"doc_ids": ids[i : i + batch_size], "clicks": clicks[i : i + batch_size]}
+          for i in range(0, ids.shape[0], batch_size)
+        ]
+        return fn(model, chunks, **kwargs)
+
+      found.append((name, wrapped))
     else:
       print(f"  ({name} present but takes {params[:4]}...: not timed)")
   return found
@@ -131,6 +143,8 @@ def main():
   parser.add_argument(
     "--clax_python", default=os.path.join(os.environ.get("CLAX_VENV", "/tmp/clax-venv"), "bin/python")
   )
+  parser.add_argument("--l2", type=float, default=1.0, help="ultr_jax's prior precision (fit_click_model's default)")
+  parser.add_argument("--stream_batch", type=int, default=100_000, help="sessions per batch of a streaming fit")
   parser.add_argument("--skip_clax", action="store_true")
   parser.add_argument("--skip_ultr_jax", action="store_true")
   parser.add_argument("--workdir", default=None, help="where the shared log goes (default a temporary folder)")
@@ -141,7 +155,7 @@ def main():
   os.makedirs(workdir, exist_ok=True)
   log_path = os.path.join(workdir, "log.npz")
   print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; load {os.getloadavg()}")
-  print(f"ultr_jax side: jax {jax.__version__}, devices {jax.devices()}")
+  print(f"ultr_jax side: {os.path.dirname(sim.__file__)}, jax {jax.__version__}, devices {jax.devices()}")
   t0 = time.perf_counter()
   log = generate(args, log_path)
   train_ids, train_clicks = log["train_query_doc_ids"], log["train_clicks"]
@@ -153,7 +167,7 @@ def main():
     f"{train_ids.shape[1]} ranks, {num_docs} documents, {train_clicks.sum(1).mean():.2f} clicks per session; "
     f"truth's test perplexity {perplexity(log['test_truth'], test_clicks):.4f}"
   )
-  extra = [] if args.skip_ultr_jax else stream_fits()
+  extra = [] if args.skip_ultr_jax else stream_fits(args.stream_batch)
   print(f"optional streaming fits found: {[n for n, _ in extra] or 'none'}")
 
   rows = []
@@ -164,7 +178,7 @@ def main():
         best, fit = None, None
         for _ in range(args.repeats):
           jax.clear_caches()  # compile included in every repeat, as on CLAX's side
-          t, fit = timed(lambda fn=fn: fn(model, train_ids, train_clicks, num_docs=num_docs))
+          t, fit = timed(lambda fn=fn: fn(model, train_ids, train_clicks, num_docs=num_docs, l2=args.l2))
           best = t if best is None else min(best, t)
         cond = sim.click_model_predict(model, fit.params, test_ids, test_clicks)["conditional"]
         note = f"{getattr(fit, 'iterations', '?')} it"
