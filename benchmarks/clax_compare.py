@@ -145,6 +145,7 @@ def main():
   )
   parser.add_argument("--l2", type=float, default=1.0, help="ultr_jax's prior precision (fit_click_model's default)")
   parser.add_argument("--stream_batch", type=int, default=100_000, help="sessions per batch of a streaming fit")
+  parser.add_argument("--reuse_log", action="store_true", help="read --workdir's log.npz if there (same --sessions)")
   parser.add_argument("--skip_clax", action="store_true")
   parser.add_argument("--skip_ultr_jax", action="store_true")
   parser.add_argument("--workdir", default=None, help="where the shared log goes (default a temporary folder)")
@@ -157,7 +158,12 @@ def main():
   print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; load {os.getloadavg()}")
   print(f"ultr_jax side: {os.path.dirname(sim.__file__)}, jax {jax.__version__}, devices {jax.devices()}")
   t0 = time.perf_counter()
-  log = generate(args, log_path)
+  if args.reuse_log and os.path.exists(log_path):
+    log = dict(np.load(log_path))
+    if log["train_clicks"].shape[0] != args.sessions:
+      raise ValueError(f"{log_path} holds {log['train_clicks'].shape[0]} training sessions, not {args.sessions}")
+  else:
+    log = generate(args, log_path)
   train_ids, train_clicks = log["train_query_doc_ids"], log["train_clicks"]
   test_ids, test_clicks = log["test_query_doc_ids"], log["test_clicks"]
   num_docs = int(log["num_docs"])
