@@ -158,7 +158,8 @@ def main():
   print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; load {os.getloadavg()}")
   print(f"ultr_jax side: {os.path.dirname(sim.__file__)}, jax {jax.__version__}, devices {jax.devices()}")
   t0 = time.perf_counter()
-  if args.reuse_log and os.path.exists(log_path):
+  how = "read" if args.reuse_log and os.path.exists(log_path) else "generate"
+  if how == "read":
     log = dict(np.load(log_path))
     if log["train_clicks"].shape[0] != args.sessions:
       raise ValueError(f"{log_path} holds {log['train_clicks'].shape[0]} training sessions, not {args.sessions}")
@@ -168,7 +169,7 @@ def main():
   test_ids, test_clicks = log["test_query_doc_ids"], log["test_clicks"]
   num_docs = int(log["num_docs"])
   print(
-    f"log ({time.perf_counter() - t0:.0f} s to generate, {log_path}): {args.generator} clicks, "
+    f"log ({time.perf_counter() - t0:.0f} s to {how}, {log_path}): {args.generator} clicks, "
     f"{train_ids.shape[0]} train / {log['val_clicks'].shape[0]} val / {test_ids.shape[0]} test sessions x "
     f"{train_ids.shape[1]} ranks, {num_docs} documents, {train_clicks.sum(1).mean():.2f} clicks per session; "
     f"truth's test perplexity {perplexity(log['test_truth'], test_clicks):.4f}"
