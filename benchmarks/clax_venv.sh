@@ -5,9 +5,12 @@
 #   CLAX_VENV=/somewhere bash benchmarks/clax_venv.sh
 #
 # Idempotent: an existing venv whose `import clax` works is left as it is. CLAX is never installed into the main
-# environment. CLAX's trainer imports torch (only for its DataLoader), so a CPU build of torch is installed first
-# (CLAX_TORCH_SPEC, then PyTorch's CPU index, then PyPI's wheel, which pulls CUDA libraries, several GB). The versions pinned below are the ones
-# tried and found to import and fit (see benchmarks/RESULTS.md); override with the environment variables.
+# environment. CLAX's trainer imports torch (only for its DataLoader), so a CPU build of torch goes in first
+# (CLAX_TORCH_SPEC, else PyTorch's CPU index, else PyPI's torch, which pulls CUDA libraries of several GB).
+#
+# Versions tried (2026-11-27, Python 3.11): clax-models 0.1.1 with jax/jaxlib 0.7.2, flax 0.11.2, optax 0.2.8 and
+# torch 2.13.0+cpu imports and fits. Unpinned (CLAX_JAX_SPEC=), pip picks jax 0.10.2 and `import clax` fails in
+# flax 0.11.2 (CLAX requires flax<0.12): "cannot import name 'mutable_array' from 'jax._src.core'". Hence the pin.
 set -euo pipefail
 
 VENV="${CLAX_VENV:-${1:-/tmp/clax-venv}}"
@@ -30,7 +33,7 @@ else
   fi
   # shellcheck disable=SC2086
   "$VENV/bin/python" -m pip install -q "$CLAX_SPEC" $JAX_SPEC
-  "$VENV/bin/python" -c "import clax" 
+  "$VENV/bin/python" -c "import clax"
 fi
 "$VENV/bin/python" - <<'PY'
 import importlib.metadata as md
