@@ -1,0 +1,225 @@
+r"""Click-model fits side by side: ultr_jax against CLAX (``clax-models``) on the same generated log.
+
+One log of ``--sessions`` training sessions x 10 ranks (plus validation and test splits of
+``--heldout_fraction`` of that each) is generated here with :func:`ultr_jax.simulation.simulate_session_log`
+(a noisy logging ranker, DBN clicks by default) and written once to an ``.npz`` both sides read. Per model
+(PBM, UBM, DBN):
+
+* **CLAX** runs in its own venv (``bash benchmarks/clax_venv.sh``; ``--clax_python``), one subprocess per model
+  (``benchmarks/_clax_side.py``), with CLAX's experiment settings: ``optax.adamw(0.01)``, batches of 4096,
+  up to 100 epochs with its ``Trainer``'s early stopping on the validation split. It returns its fit's wall time
+  (compile included) and its conditional click probabilities on the test split.
+* **ultr_jax**: :func:`ultr_jax.simulation.fit_click_model` (in-memory L-BFGS, its defaults), wall time
+  including compile, on the training split only. A streaming / sufficient-statistics fit, if the installed
+  ``ultr_jax.simulation`` has one (:data:`STREAM_FITS`), is timed too.
+
+Both sides' held-out conditional perplexity comes from the same function here,
+:func:`ultr_jax.simulation.click_prediction_scores` (per-rank conditional perplexity averaged over ranks, as
+:func:`ultr_jax.simulation.evaluate_click_model` defines it), fed each side's
+:math:`P(C_{s,r} = 1 \mid c_{s,<r})` on the test split. ``truth`` is the generating model's own.
+
+  bash benchmarks/clax_venv.sh                                  # once: /tmp/clax-venv
+  python benchmarks/clax_compare.py                             # 10^6 sessions, pbm ubm dbn
+  python benchmarks/clax_compare.py --sessions=10000000 --models=pbm --repeats=1
+"""
+
+import argparse
+import inspect
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+import jax
+import numpy as np
+
+from ultr_jax import simulation as sim
+
+#: Optional streaming / statistics-based fits looked up on ``ultr_jax.simulation``: called like ``fit_click_model``
+#: when their signature takes ``doc_ids`` and ``clicks``, or with the training split as an iterable of session-batch
+#: dicts (``doc_ids``, ``clicks``; ``--stream_batch`` sessions each) when it takes ``batches``.
+STREAM_FITS = ("fit_click_model_stream", "fit_click_model_streaming")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def generate(args, path):
+  """Writes the shared log: ``train_/val_/test_query_doc_ids int32[S, L]``, ``..._clicks float32[S, L]``,
+  ``num_docs``, and ``test_truth`` (the generating model's conditional click probabilities)."""
+  rng = np.random.default_rng(args.seed)
+  attraction = rng.beta(1.0, 3.0, size=(args.queries, 10)).astype(np.float32)
+  heldout = max(1, int(args.sessions * args.heldout_fraction))
+  total = args.sessions + 2 * heldout
+  params = {"perseverance": 0.9, "satisfaction": rng.beta(2.0, 2.0, size=attraction.shape).astype(np.float32)}
+  if args.generator != "dbn":
+    params = {}
+  out = {"num_docs": np.int64(attraction.size)}
+  parts, chunk = [], 2_000_000  # generate in chunks to bound the generator's memory at 10^7 sessions
+  for i, start in enumerate(range(0, total, chunk)):
+    n = min(chunk, total - start)
+    log = sim.simulate_session_log(
+      jax.random.key(args.seed * 1000 + i), args.generator, attraction, num_sessions=n, **params
+    )
+    parts.append({k: np.asarray(log[k]) for k in ("doc_ids", "clicks", "conditional_click_prob")})
+  ids = np.concatenate([p["doc_ids"] for p in parts]).astype(np.int32)
+  clicks = np.concatenate([p["clicks"] for p in parts]).astype(np.float32)
+  truth = np.concatenate([p["conditional_click_prob"] for p in parts])
+  bounds = {
+    "train": (0, args.sessions),
+    "val": (args.sessions, args.sessions + heldout),
+    "test": (total - heldout, total),
+  }
+  for split, (a, b) in bounds.items():
+    out[f"{split}_query_doc_ids"], out[f"{split}_clicks"] = ids[a:b], clicks[a:b]
+  out["test_truth"] = truth[total - heldout :].astype(np.float32)
+  np.savez(path, **out)
+  return out
+
+
+def perplexity(conditional, clicks):
+  """The shared formula: :func:`ultr_jax.simulation.click_prediction_scores`' conditional perplexity."""
+  cond = np.clip(np.asarray(conditional, np.float64), 1e-7, 1 - 1e-7).astype(np.float32)
+  return sim.click_prediction_scores(cond, cond, clicks)["perplexity"]
+
+
+def run_clax(args, model, log_path, workdir):
+  """One CLAX fit in its venv: (seconds, test conditional probabilities, info) or (None, None, error)."""
+  out = os.path.join(workdir, f"clax_{model}.npz")
+  env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
+  env["JAX_PLATFORMS"] = os.environ.get("JAX_PLATFORMS", "cpu")
+  cmd = [args.clax_python, os.path.join(HERE, "_clax_side.py"), "--log", log_path, "--model", model, "--out", out]
+  proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=workdir)
+  if proc.returncode != 0:
+    return None, None, {"error": proc.stderr.strip().splitlines()[-5:]}
+  res = np.load(out)
+  info = json.loads(proc.stdout.strip().splitlines()[-1])
+  return float(res["fit_s"]), res["conditional"], info
+
+
+def timed(fn):
+  t0 = time.perf_counter()
+  out = fn()
+  jax.block_until_ready(out.params)
+  return time.perf_counter() - t0, out
+
+
+def stream_fits(batch_size):
+  """``(name, function)`` of the optional streaming fits present, each wrapped to take ``(model, doc_ids, clicks,
+  num_docs=...)``."""
+  found = []
+  for name in STREAM_FITS:
+    fn = getattr(sim, name, None)
+    if fn is None:
+      continue
+    params = list(inspect.signature(fn).parameters)
+    if "doc_ids" in params and "clicks" in params:
+      found.append((name, fn))
+    elif "batches" in params:
+
+      def wrapped(model, ids, clicks, fn=fn, **kwargs):
+        chunks = [
+          {"doc_ids": ids[i : i + batch_size], "clicks": clicks[i : i + batch_size]}
+          for i in range(0, ids.shape[0], batch_size)
+        ]
+        return fn(model, chunks, **kwargs)
+
+      found.append((name, wrapped))
+    else:
+      print(f"  ({name} present but takes {params[:4]}...: not timed)")
+  return found
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--sessions", type=int, default=1_000_000, help="training sessions")
+  parser.add_argument("--models", default="pbm,ubm,dbn")
+  parser.add_argument("--repeats", type=int, default=1, help="fits per side and model (best wall time kept)")
+  parser.add_argument("--queries", type=int, default=10_000, help="queries of 10 documents each")
+  parser.add_argument("--heldout_fraction", type=float, default=0.1, help="validation and test sessions each")
+  parser.add_argument("--generator", default="dbn", help="the click model generating the log")
+  parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument(
+    "--clax_python", default=os.path.join(os.environ.get("CLAX_VENV", "/tmp/clax-venv"), "bin/python")
+  )
+  parser.add_argument("--l2", type=float, default=1.0, help="ultr_jax's prior precision (fit_click_model's default)")
+  parser.add_argument("--stream_batch", type=int, default=100_000, help="sessions per batch of a streaming fit")
+  parser.add_argument("--reuse_log", action="store_true", help="read --workdir's log.npz if there (same --sessions)")
+  parser.add_argument("--skip_clax", action="store_true")
+  parser.add_argument("--skip_ultr_jax", action="store_true")
+  parser.add_argument("--workdir", default=None, help="where the shared log goes (default a temporary folder)")
+  args = parser.parse_args()
+  models = [m.strip() for m in args.models.split(",") if m.strip()]
+
+  workdir = args.workdir or tempfile.mkdtemp(prefix="clax_compare_")
+  os.makedirs(workdir, exist_ok=True)
+  log_path = os.path.join(workdir, "log.npz")
+  print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; load {os.getloadavg()}")
+  print(f"ultr_jax side: {os.path.dirname(sim.__file__)}, jax {jax.__version__}, devices {jax.devices()}")
+  t0 = time.perf_counter()
+  how = "read" if args.reuse_log and os.path.exists(log_path) else "generate"
+  if how == "read":
+    log = dict(np.load(log_path))
+    if log["train_clicks"].shape[0] != args.sessions:
+      raise ValueError(f"{log_path} holds {log['train_clicks'].shape[0]} training sessions, not {args.sessions}")
+  else:
+    log = generate(args, log_path)
+  train_ids, train_clicks = log["train_query_doc_ids"], log["train_clicks"]
+  test_ids, test_clicks = log["test_query_doc_ids"], log["test_clicks"]
+  num_docs = int(log["num_docs"])
+  print(
+    f"log ({time.perf_counter() - t0:.0f} s to {how}, {log_path}): {args.generator} clicks, "
+    f"{train_ids.shape[0]} train / {log['val_clicks'].shape[0]} val / {test_ids.shape[0]} test sessions x "
+    f"{train_ids.shape[1]} ranks, {num_docs} documents, {train_clicks.sum(1).mean():.2f} clicks per session; "
+    f"truth's test perplexity {perplexity(log['test_truth'], test_clicks):.4f}"
+  )
+  extra = [] if args.skip_ultr_jax else stream_fits(args.stream_batch)
+  print(f"optional streaming fits found: {[n for n, _ in extra] or 'none'}")
+
+  rows = []
+  for model in models:
+    if not args.skip_ultr_jax:
+      sides = [("ultr_jax fit_click_model", sim.fit_click_model)] + [(f"ultr_jax {n}", f) for n, f in extra]
+      for side, fn in sides:
+        best, fit = None, None
+        for _ in range(args.repeats):
+          jax.clear_caches()  # compile included in every repeat, as on CLAX's side
+          t, fit = timed(lambda fn=fn: fn(model, train_ids, train_clicks, num_docs=num_docs, l2=args.l2))
+          best = t if best is None else min(best, t)
+        cond = sim.click_model_predict(model, fit.params, test_ids, test_clicks)["conditional"]
+        note = f"{getattr(fit, 'iterations', '?')} it"
+        rows.append((model, side, best, perplexity(cond, test_clicks), note))
+        print(f"  {model} {side}: {best:.1f} s, {args.sessions / best:,.0f} sessions/s, ppl {rows[-1][3]:.4f}")
+    if not args.skip_clax:
+      best, cond, info = None, None, {}
+      for _ in range(args.repeats):
+        t, c, info = run_clax(args, model, log_path, workdir)
+        if t is None:
+          break
+        if best is None or t < best:
+          best, cond = t, c
+      if best is None:
+        print(f"  {model} CLAX failed: {info['error']}")
+        rows.append((model, "CLAX", float("nan"), float("nan"), "failed"))
+      else:
+        rows.append(
+          (
+            model,
+            "CLAX",
+            best,
+            perplexity(cond, test_clicks),
+            f"{info['epochs']} epochs; CLAX's own cond_ppl {info.get('clax_test_cond_ppl', float('nan')):.4f}",
+          )
+        )
+        print(f"  {model} CLAX: {best:.1f} s, {args.sessions / best:,.0f} sessions/s, ppl {rows[-1][3]:.4f} ({info})")
+    sys.stdout.flush()
+
+  print("\n| model | side | fit wall time (s) | sessions/s | test cond. perplexity | note |")
+  print("|---|---|---|---|---|---|")
+  for model, side, t, ppl, note in rows:
+    print(f"| {model} | {side} | {t:.1f} | {args.sessions / t:,.0f} | {ppl:.4f} | {note} |")
+
+
+if __name__ == "__main__":
+  main()
