@@ -441,7 +441,7 @@ def log_probs_from_logs(
   table use its last entry).
 
   Args:
-    model: a fittable click model of the registry (a name of :data:`LOGIT_MODELS` or a
+    model: a fittable click model of the registry (a name of ``LOGIT_MODELS`` or a
       :class:`~ultr_jax.simulation.ClickModel`); its :meth:`~ultr_jax.simulation.ClickModel.log_probs`.
     clicks: ``[..., L]`` 0/1 clicks, in displayed order.
     log_attraction, log_no_attraction: ``[..., L]`` :math:`\log a`, :math:`\log(1 - a)`.

@@ -227,7 +227,7 @@ def _position_trust_clicks(simulator: PositionTrustSimulator, key: PRNGKey, batc
 
 def make_any_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict]:
   """:func:`~ultr_jax.simulation.make_click_fn`, kept under this name for existing callers: ``position_trust`` is
-  a registered click model (:class:`~ultr_jax.simulation.click_models.PositionTrust`), so the one factory builds
+  a registered click model (``PositionTrust`` in ``ultr_jax/simulation/click_models/position_trust.py``), so the one factory builds
   every simulator (either way the bound ``__call__`` of a frozen, hashable simulator, ``fn.__self__``).
 
   >>> b = {"labels": jnp.array([4.0, 0.0]), "where": jnp.ones(2, bool), "logging_score": jnp.zeros(2)}

@@ -294,8 +294,8 @@ def training_arrays(train: RankingDataset, config: Optional[ml_collections.Confi
   On one device with the default config, one array per field; otherwise the queries in ``config.data_shards``
   strata (``K``; 0: one per device), each padded to :math:`\lceil Q/K \rceil` rows with fully masked lists,
   sharded over the devices' data axis, so each of the ``N`` devices holds ``K / N`` strata
-  (:func:`~ultr_jax.train.sharding.shard_query_arrays`). In a multi-process run ``train`` is this process's
-  queries (:func:`~ultr_jax.train.sharding.process_query_range`).
+  (``sharding.shard_query_arrays``). In a multi-process run ``train`` is this process's
+  queries (``sharding.process_query_range``).
 
   >>> from ultr_jax import data
   >>> train = data.make_synthetic(num_train=10, num_valid=1, num_test=1, list_size=4, num_features=3).train
@@ -469,7 +469,7 @@ def _batch_indices(num_queries: int, batch_size: int, step: int, seeds: Sequence
 def _stratified_indices(
   bounds: np.ndarray, batch_size: int, step: int, seeds: Sequence[int], data_seed: int
 ) -> np.ndarray:
-  """``int32[S, B]`` rows of the stratified, padded layout (:func:`~ultr_jax.train.sharding.shard_query_arrays`)
+  """``int32[S, B]`` rows of the stratified, padded layout (``sharding.shard_query_arrays``)
   for ``step``: ``B / K`` queries from each of the ``K`` strata, each stratum a fresh permutation per epoch
   (seeded by ``(data_seed, seed, k, epoch)``). Batch slot block ``k`` comes from stratum ``k``, so the block of
   the batch a device trains on lies in the strata it holds; ``-1`` pads a stratum smaller than ``B / K``.
@@ -849,12 +849,12 @@ def fit(
 
   The training lists are sharded over the devices (each holds 1/N of them) and the batches drawn as
   ``config.data_shards`` says; N devices, or several processes, train as one (see
-  :func:`~ultr_jax.train.sharding.maybe_initialize_distributed`).
+  :func:`~ultr_jax.train.maybe_initialize_distributed`).
 
   Args:
     method: the method to train.
     train: training lists (their extras travel into every batch); in a multi-process run, this process's
-      queries (:func:`~ultr_jax.train.sharding.process_query_range`). Or a stream: an iterable of batches,
+      queries (``sharding.process_query_range``). Or a stream: an iterable of batches,
       dicts of NumPy arrays ``[B, L]`` / ``[B, L, F]`` in the library's layout (``where``, ``features``,
       ``clicks``, ...; the same keys and shapes every time), one per step, the same for every seed
       (``config.batch_size`` and ``data_shards`` do not apply; with several processes, each yields its part of

@@ -93,8 +93,8 @@ def maybe_initialize_distributed(enabled: bool) -> None:
   On TPU pods and SLURM/MPI clusters JAX discovers the coordinator from the environment (elsewhere, call
   ``jax.distributed.initialize(coordinator_address=..., num_processes=..., process_id=...)`` yourself). The
   mesh then spans every process's devices, in process order; the training lists are sharded over it in
-  ``config.data_shards`` strata (:func:`stratum_bounds`; one per device by default) and each process feeds only
-  the queries of the strata on its own devices (:func:`process_query_range`), from which
+  ``config.data_shards`` strata (``sharding.stratum_bounds``; one per device by default) and each process feeds only
+  the queries of the strata on its own devices (``sharding.process_query_range``), from which
   :func:`~ultr_jax.train.fit` builds the global array with ``jax.make_array_from_process_local_data``. With
   ``config.local_data=True`` each process loads and passes only those queries; otherwise it passes the
   whole set and ``fit`` keeps its part. Every process computes the same (deterministic) batch indices; each
@@ -118,9 +118,9 @@ def shard_query_arrays(
   """Places per-query arrays sharded over the mesh's data axis, in ``num_strata`` padded strata.
 
   The global array has ``K * m`` rows, ``m = ceil(Q / K)``: row ``k * m + j`` is query ``bounds[k] + j`` of
-  stratum ``k`` (:func:`stratum_bounds`), or a padding row (zeros, ``where`` False) past the stratum's end.
+  stratum ``k`` (``sharding.stratum_bounds``), or a padding row (zeros, ``where`` False) past the stratum's end.
   Each device holds ``K / N`` whole strata, so ``1 / N`` of the rows. In a multi-process run ``arrays``
-  are this process's queries only (:func:`process_query_range`) and ``num_queries`` the global count.
+  are this process's queries only (``sharding.process_query_range``) and ``num_queries`` the global count.
 
   Args:
     arrays: ``{name: [Q_local, ...]}`` NumPy arrays, ``where`` among them.
