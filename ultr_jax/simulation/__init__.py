@@ -12,6 +12,8 @@
   observed sessions (conditional click probabilities, session log-likelihood);
 * :mod:`~ultr_jax.simulation.fitting`: click models fitted to session logs
   (L-BFGS on that likelihood) and scored by held-out perplexity;
+* :mod:`~ultr_jax.simulation.streaming`: the same over a stream of session batches (one pass to the
+  models' sufficient statistics, then the weighted fit; minibatch optax fits; held-out scores);
 * :mod:`~ultr_jax.simulation.interleaving`: Plackett-Luce ranking samples
   and team-draft or probabilistic multileaving for online learning to rank;
 * :mod:`~ultr_jax.simulation.logging_policy`: the ULTRA protocol's production
@@ -57,6 +59,15 @@ from ultr_jax.simulation.fitting import (
   fit_ctr_model,
   init_click_model,
   simulate_session_log,
+)
+from ultr_jax.simulation.streaming import (
+  ClickStatistics,
+  evaluate_click_model_stream,
+  fit_click_model_from_statistics,
+  fit_click_model_minibatch,
+  fit_click_model_stream,
+  gather_click_statistics,
+  merge_click_statistics,
 )
 from ultr_jax.simulation.likelihood import (
   bernoulli_log_likelihood,
@@ -138,6 +149,13 @@ __all__ = [
   "fit_ctr_model",
   "init_click_model",
   "simulate_session_log",
+  "ClickStatistics",
+  "evaluate_click_model_stream",
+  "fit_click_model_from_statistics",
+  "fit_click_model_minibatch",
+  "fit_click_model_stream",
+  "gather_click_statistics",
+  "merge_click_statistics",
   "simulate_topk_log",
   "topk_click_probability",
   "topk_log_dataset",

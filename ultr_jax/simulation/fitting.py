@@ -45,7 +45,6 @@ import numpy as np
 
 from ultr_jax._optim import lbfgs_minimize
 from ultr_jax.metrics import clicks as click_metrics
-from ultr_jax.simulation import likelihood as lik
 from ultr_jax.simulation.click_models import ClickModel, click_models, get_click_model
 from ultr_jax.types import Array
 
@@ -130,16 +129,8 @@ def _split(m, params):
 
 
 def _log_likelihood_logits(m, theta, doc_ids, clicks, where):
-  """Session log-likelihoods from the logits, in log space: ``log_sigmoid`` of the parameter vectors once,
-  then a gather per item (several times cheaper on CPU than ``log_sigmoid`` per item)."""
-  ids = jnp.clip(jnp.asarray(doc_ids, jnp.int32), 0, theta["attraction"].shape[0] - 1)
-  log_a = jax.nn.log_sigmoid(theta["attraction"])[ids]
-  log_1ma = jax.nn.log_sigmoid(-theta["attraction"])[ids]
-  docs, bias = _split(m, theta)
-  items = {k: (jax.nn.log_sigmoid(docs[k])[ids], jax.nn.log_sigmoid(-docs[k])[ids]) for k in m.item_params}
-  log_bias = m.log_bias(bias, items)
-  log_q, log_1mq = lik.log_probs_from_logs(m, clicks, log_a, log_1ma, log_bias, where=where)
-  return lik.bernoulli_log_likelihood(clicks, log_q, log_1mq, where=where)
+  """Session log-likelihoods from the logits (:meth:`~ultr_jax.simulation.ClickModel.session_log_likelihood`)."""
+  return m.session_log_likelihood(theta, doc_ids, clicks, where)
 
 
 def click_model_log_likelihood(

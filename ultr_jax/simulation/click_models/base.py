@@ -20,9 +20,10 @@ A click model is one frozen (hashable) object that declares in one place
 
 Everything that needs a click model (the config factory, the fits, the likelihood losses, the online users)
 asks :func:`get_click_model` for it and never compares names. A new model is one module with one subclass
-and one :func:`register` line in ``click_models/__init__.py``. (A streaming fit will add
-``sufficient_statistics`` to this interface; nothing here assumes the whole log is in memory but
-:func:`~ultr_jax.simulation.fit_click_model` itself.)
+and one :func:`register` line in ``click_models/__init__.py``. Nothing here assumes the whole log is in memory:
+:meth:`ClickModel.sufficient_statistics` reduces a batch of sessions to mergeable weighted records
+(:mod:`~ultr_jax.simulation.click_models.statistics`) and :meth:`ClickModel.statistics_log_likelihood` is the
+log-likelihood on them, which the streaming fits (:func:`~ultr_jax.simulation.fit_click_model_stream`) use.
 """
 
 import dataclasses
@@ -33,6 +34,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from ultr_jax.simulation.click_models.samplers import sample_clicks
+from ultr_jax.simulation.click_models.statistics import (
+  ClickStatistics,
+  item_statistics,
+  pattern_sessions,
+  pattern_statistics,
+)
 from ultr_jax.types import Array, PRNGKey
 
 __all__ = [
@@ -394,6 +401,54 @@ class ClickModel:
     """Probabilities to logits (+-inf at 1 and 0, which ``log_sigmoid`` maps back exactly)."""
     return {k: jax.scipy.special.logit(jnp.asarray(v, jnp.float32)) for k, v in params.items()}
 
+  # -- sufficient statistics (host-side reduction, weighted likelihood) -----
+
+  #: The reduction :meth:`sufficient_statistics` makes (:attr:`ClickStatistics.kind`).
+  statistics_kind: ClassVar[str] = "patterns"
+
+  def sufficient_statistics(self, doc_ids: np.ndarray, clicks: np.ndarray, where=None) -> ClickStatistics:
+    r"""A batch of sessions ``[B, L]`` as weighted records (host side, NumPy), mergeable across batches by
+    :func:`~ultr_jax.simulation.merge_click_statistics`.
+
+    Default: the distinct (document list, click vector, mask) patterns with their session counts
+    (:func:`~ultr_jax.simulation.click_models.statistics.pattern_statistics`), exact for every model; a model
+    whose likelihood reads less of a session overrides it (with :meth:`statistics_log_likelihood` and
+    :attr:`statistics_kind`), e.g. the PBM's impressions and clicks per (document, rank).
+
+    >>> s = get_click_model("dbn").sufficient_statistics(np.array([[0, 1], [0, 1]]), np.array([[1, 0], [1, 0]]))
+    >>> s.kind, s.num_records, s.num_sessions
+    ('patterns', 1, 2.0)
+    """
+    return pattern_statistics(doc_ids, clicks, where)
+
+  def statistics_log_likelihood(self, logits: Mapping[str, Array], keys: Array, counts: Array) -> Array:
+    r"""The log-likelihood of the log the records ``keys [R, K]``, ``counts [R, V]`` reduce, from the logits.
+
+    Default (patterns): :math:`\sum_r n_r \log P_\theta(c_r)` with :meth:`session_log_likelihood`.
+    """
+    ids, clicks, where = pattern_sessions(keys)
+    ll = self.session_log_likelihood(logits, ids, clicks.astype(jnp.float32), where)
+    return jnp.sum(counts[:, 0] * ll)
+
+  def session_log_likelihood(self, logits: Mapping[str, Array], doc_ids: Array, clicks: Array, where) -> Array:
+    """Session log-likelihoods ``[..., L] -> [...]`` from the logits, in log space: ``log_sigmoid`` of the
+    parameter vectors once, then a gather per item (several times cheaper on CPU than per item)."""
+    from ultr_jax.simulation import likelihood as lik  # noqa: PLC0415 (likelihood imports this module)
+
+    log_a, log_1ma, log_bias = self._gathered_logs(logits, doc_ids)
+    log_q, log_1mq = lik.log_probs_from_logs(self, clicks, log_a, log_1ma, log_bias, where=where)
+    return lik.bernoulli_log_likelihood(clicks, log_q, log_1mq, where=where)
+
+  def _gathered_logs(self, logits, doc_ids):
+    """``(log a, log(1 - a), log_bias)`` of the items ``doc_ids`` (ids clipped to the table)."""
+    ids = jnp.clip(jnp.asarray(doc_ids, jnp.int32), 0, logits["attraction"].shape[0] - 1)
+    log_a = jax.nn.log_sigmoid(logits["attraction"])[ids]
+    log_1ma = jax.nn.log_sigmoid(-logits["attraction"])[ids]
+    docs = ("attraction",) + tuple(self.item_params)
+    bias = {k: v for k, v in logits.items() if k not in docs}
+    items = {k: (jax.nn.log_sigmoid(logits[k])[ids], jax.nn.log_sigmoid(-logits[k])[ids]) for k in self.item_params}
+    return log_a, log_1ma, self.log_bias(bias, items)
+
   def check_sessions(self, clicks: np.ndarray, where: np.ndarray) -> None:
     """Raises ValueError naming the first session the model cannot explain (host side)."""
 
@@ -404,3 +459,25 @@ class ClickModel:
   def _require_fittable(self):
     if not self.fittable:
       raise ValueError(f"click model {self.name!r} is not fittable; expected one of {click_models('fittable')}")
+
+
+def item_log_likelihood(log_q: Array, log_1mq: Array, counts: Array) -> Array:
+  r""":math:`\sum_r k_r \log q_r + (n_r - k_r) \log(1 - q_r)` of item records (``counts[:, 0]`` impressions
+  :math:`n`, ``counts[:, 1]`` clicks :math:`k`; a zero count adds 0 even at an infinite log)."""
+  n, k = counts[:, 0], counts[:, 1]
+  return jnp.sum(jnp.where(k > 0, k * log_q, 0.0) + jnp.where(n - k > 0, (n - k) * log_1mq, 0.0))
+
+
+class ItemStatistics:
+  """Mixin of the models with independent clicks given the document and rank (PBM, trust): impressions and
+  clicks per (document, rank), :func:`item_log_likelihood` with the model's :meth:`ClickModel.log_probs`."""
+
+  statistics_kind: ClassVar[str] = "items"
+
+  def sufficient_statistics(self, doc_ids, clicks, where=None):
+    return item_statistics(doc_ids, clicks, where)
+
+  def statistics_log_likelihood(self, logits, keys, counts):
+    log_a, log_1ma, log_bias = self._gathered_logs(logits, keys[:, 0])
+    log_q, log_1mq = self.log_probs(jnp.zeros(keys.shape[:1]), log_a, log_1ma, log_bias, ranks=keys[:, 1])
+    return item_log_likelihood(log_q, log_1mq, counts)

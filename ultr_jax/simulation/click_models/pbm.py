@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np  # noqa: F401 (the doctests')
 
 from ultr_jax.simulation import probabilities as P
-from ultr_jax.simulation.click_models.base import ClickModel, Session, log1mexp, prepare, rank_table
+from ultr_jax.simulation.click_models.base import ClickModel, ItemStatistics, Session, log1mexp, prepare, rank_table
 from ultr_jax.simulation.click_models.samplers import sample_clicks
 from ultr_jax.types import Array, PRNGKey
 
@@ -117,7 +117,7 @@ def table_kwargs(cfg) -> dict:
 
 
 @dataclasses.dataclass(frozen=True)
-class PBM(ClickModel):
+class PBM(ItemStatistics, ClickModel):
   r"""The position-based model.
 
   Simulated with :math:`o_p = (p + 1)^{-\eta}` (config ``eta``, 1.0); fitted with one examination logit

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np  # noqa: F401 (the doctests')
 
 from ultr_jax.simulation import probabilities as P
-from ultr_jax.simulation.click_models.base import ClickModel, Session, log1mexp, prepare, rank_table
+from ultr_jax.simulation.click_models.base import ClickModel, ItemStatistics, Session, log1mexp, prepare, rank_table
 from ultr_jax.simulation.click_models.pbm import table_kwargs
 from ultr_jax.simulation.click_models.samplers import sample_clicks
 from ultr_jax.types import Array, PRNGKey
@@ -62,7 +62,7 @@ def trust(
 
 
 @dataclasses.dataclass(frozen=True)
-class Trust(ClickModel):
+class Trust(ItemStatistics, ClickModel):
   r"""The trust-bias model; fitted as :math:`q_i = \sigma(o_{r_i})\,[a_i + \sigma(t_{r_i})(1 - a_i)]`.
 
   >>> m = Trust()

@@ -9,7 +9,15 @@ import numpy as np
 
 from ultr_jax.simulation import likelihood as LL
 from ultr_jax.simulation import probabilities as P
-from ultr_jax.simulation.click_models.base import ClickModel, display_order, full_mask, prepare
+from ultr_jax.simulation.click_models.base import (
+  ClickModel,
+  display_order,
+  full_mask,
+  item_log_likelihood,
+  log1mexp,
+  prepare,
+)
+from ultr_jax.simulation.click_models.statistics import item_statistics
 from ultr_jax.simulation.click_models.chain import sequential_session
 from ultr_jax.simulation.click_models.pbm import table_kwargs
 from ultr_jax.simulation.click_models.samplers import sample_ubm_clicks
@@ -117,6 +125,18 @@ class UBM(ClickModel):
     c = jnp.asarray(clicks, jnp.float32)
     log_a = jnp.broadcast_to(jnp.asarray(log_a, jnp.float32), c.shape)
     return LL.ubm_log_probs(c, log_a, log_bias["gamma"], ranks=ranks, where=full_mask(c, where))
+
+  statistics_kind = "ubm_items"
+
+  def sufficient_statistics(self, doc_ids, clicks, where=None):
+    """Impressions and clicks per (document, rank, last-click state)."""
+    return item_statistics(doc_ids, clicks, where, last_click_state=True)
+
+  def statistics_log_likelihood(self, logits, keys, counts):
+    log_a, _, log_bias = self._gathered_logs(logits, keys[:, 0])
+    k, s = log_bias["gamma"].shape
+    log_q = log_bias["gamma"][jnp.clip(keys[:, 1], 0, k - 1), jnp.clip(keys[:, 2], 0, s - 1)] + log_a
+    return item_log_likelihood(log_q, log1mexp(log_q), counts)
 
   def predict(self, clicks, a, params, *, where):
     cond = LL.ubm_conditional_click_prob(clicks, a, params["gamma"], where=where)

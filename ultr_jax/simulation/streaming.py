@@ -1,0 +1,327 @@
+r"""Click models at scale: fits and scores over a stream of session batches, never the whole log in memory.
+
+A stream is any iterable of session-batch dicts ``{"doc_ids": int[B, L], "clicks": [B, L], "where": bool[B, L]}``
+(optionally ``valid: bool[B]``, the padding rows of a fixed-shape stream, as
+:class:`~ultr_jax.data.SessionStream` yields them; other keys are ignored).
+
+* :func:`gather_click_statistics` reduces the stream in one pass to the model's sufficient statistics
+  (:meth:`~ultr_jax.simulation.ClickModel.sufficient_statistics`: weighted records merged across batches, memory
+  bounded by the number of distinct records), and :func:`fit_click_model_from_statistics` maximises the same
+  MAP objective as :func:`~ultr_jax.simulation.fit_click_model` on them, at a cost per L-BFGS step that does not
+  grow with the number of sessions; :func:`fit_click_model_stream` is the two.
+* :func:`fit_click_model_minibatch` is the fallback where no reduction applies (attraction from features, as
+  CLAX's deep models; or a stream too diverse to reduce): an optax optimiser over minibatches, CLAX's way.
+* :func:`evaluate_click_model_stream` accumulates the held-out scores of
+  :func:`~ultr_jax.simulation.evaluate_click_model` per rank across batches.
+"""
+
+import functools
+from typing import Callable, Iterable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ultr_jax._optim import lbfgs_minimize
+from ultr_jax.metrics import clicks as click_metrics
+from ultr_jax.simulation.click_models import ClickModel, get_click_model  # noqa: F401 (the doctests')
+from ultr_jax.simulation.click_models.statistics import ClickStatistics, merge_click_statistics
+from ultr_jax.simulation.fitting import ClickModelFit, _model, _validate, click_model_predict
+
+__all__ = [
+  "ClickStatistics",
+  "merge_click_statistics",
+  "gather_click_statistics",
+  "fit_click_model_from_statistics",
+  "fit_click_model_stream",
+  "fit_click_model_minibatch",
+  "evaluate_click_model_stream",
+]
+
+Batches = Iterable[dict]
+
+
+def _batch(batch: dict, model: Optional[ClickModel] = None, num_docs: Optional[int] = None):
+  """``(doc_ids, clicks, where)`` of a batch dict (``where`` and ``valid`` combined), validated."""
+  for k in ("doc_ids", "clicks"):
+    if k not in batch:
+      raise ValueError(f"session batch: missing {k!r} (keys: {sorted(batch)})")
+  clicks = np.asarray(batch["clicks"], np.float32)
+  where = batch.get("where")
+  where = np.ones(clicks.shape, bool) if where is None else np.asarray(where, bool)
+  if "valid" in batch:
+    where = where & np.asarray(batch["valid"], bool).reshape(where.shape[:-1] + (1,))
+  return _validate(batch["doc_ids"], clicks, where, num_docs, model)
+
+
+def gather_click_statistics(model: "str | ClickModel", batches: Batches) -> ClickStatistics:
+  r"""One pass over a stream: the model's sufficient statistics of all its sessions.
+
+  Each batch is reduced by :meth:`~ultr_jax.simulation.ClickModel.sufficient_statistics` and the reductions are
+  merged (:func:`merge_click_statistics`) whenever the pending ones outgrow the merged records, so the memory
+  is :math:`O(R + B L)` for :math:`R` distinct records and the merging work :math:`O(S L \log R)` overall.
+
+  Args:
+    model: a fittable click model (name or instance).
+    batches: iterable of session-batch dicts (see the module docstring).
+
+  Returns:
+    :class:`ClickStatistics`.
+
+  >>> b = {"doc_ids": np.array([[0, 1], [0, 1]]), "clicks": np.array([[1.0, 0.0], [1.0, 0.0]])}
+  >>> s = gather_click_statistics("pbm", [b, b])
+  >>> s.kind, s.keys.tolist(), s.counts.tolist(), s.num_sessions
+  ('items', [[0, 0], [1, 1]], [[4.0, 4.0], [4.0, 0.0]], 4.0)
+  """
+  m = _model(model)
+  merged, pending, pending_rows = None, [], 0
+  for batch in batches:
+    doc_ids, clicks, where, _ = _batch(batch, m)
+    s = m.sufficient_statistics(doc_ids, clicks, where)
+    pending.append(s)
+    pending_rows += s.num_records
+    if pending_rows > max(merged.num_records if merged is not None else 0, 1 << 16):
+      merged = merge_click_statistics(([merged] if merged is not None else []) + pending)
+      pending, pending_rows = [], 0
+  if merged is None and not pending:
+    raise ValueError("gather_click_statistics: the stream is empty")
+  return merge_click_statistics(([merged] if merged is not None else []) + pending)
+
+
+@functools.partial(jax.jit, static_argnames=("model", "max_iters"))
+def _fit_statistics(model, logits, keys, counts, num_sessions, l2, max_iters, tol):
+  n = jnp.maximum(num_sessions, 1.0)
+
+  def objective(theta):
+    prior = 0.5 * l2 * sum(jnp.sum(v**2) for v in jax.tree.leaves(theta))
+    return (prior - model.statistics_log_likelihood(theta, keys, counts)) / n
+
+  theta, gnorm, iters = lbfgs_minimize(objective, logits, max_iters=max_iters, tol=tol)
+  return theta, model.statistics_log_likelihood(theta, keys, counts) / n, gnorm, iters
+
+
+def fit_click_model_from_statistics(
+  model: "str | ClickModel",
+  statistics: ClickStatistics,
+  *,
+  num_docs: Optional[int] = None,
+  l2: float = 1.0,
+  max_iters: int = 500,
+  tol: float = 1e-5,
+  init: Optional[dict] = None,
+) -> ClickModelFit:
+  r""":func:`~ultr_jax.simulation.fit_click_model`'s MAP fit, on sufficient statistics.
+
+  .. math::
+      \hat\theta = \arg\min_\theta\; \frac{1}{S}\Bigl(\frac{\ell_2}{2}\lVert\theta\rVert^2
+        - \sum_{r} \sum_v n_{r,v}\, f_v(\theta; k_r)\Bigr)
+
+  where the weighted record sum (:meth:`~ultr_jax.simulation.ClickModel.statistics_log_likelihood`) equals
+  the sessions' :math:`\sum_s \log P_\theta(c^{(s)}_{1:L})`, so the objective is the in-memory fit's (up to
+  the order of float sums), at :math:`O(R)` per step for :math:`R` records.
+
+  Args:
+    model: a fittable click model (name or instance); the one the statistics were gathered for.
+    statistics: :func:`gather_click_statistics` (or :meth:`~ultr_jax.simulation.ClickModel.sufficient_statistics`).
+    num_docs: number of ids ``D`` (default the statistics'; at least it).
+    l2, max_iters, tol, init: as :func:`~ultr_jax.simulation.fit_click_model`.
+
+  Returns:
+    :class:`~ultr_jax.simulation.ClickModelFit`.
+
+  >>> ids = np.array([[0, 1], [1, 0]] * 50); clicks = np.array([[1.0, 0.0], [0.0, 1.0]] * 50)
+  >>> s = get_click_model("cascade").sufficient_statistics(ids, clicks)
+  >>> fit = fit_click_model_from_statistics("cascade", s, l2=0.0)
+  >>> print(s.num_records, fit.converged, [round(v, 3) for v in fit.params["attraction"].tolist()])
+  2 True [1.0, 0.0]
+  """
+  m = _model(model)
+  if statistics.kind != m.statistics_kind:
+    raise ValueError(f"{m.name}: statistics of kind {statistics.kind!r}, expected {m.statistics_kind!r}")
+  if num_docs is None:
+    num_docs = max(statistics.num_docs, 1)
+  elif num_docs < statistics.num_docs:
+    raise ValueError(f"num_docs = {num_docs} but the statistics hold document id {statistics.num_docs - 1}")
+  logits = m.init(num_docs=num_docs, list_size=statistics.list_size) if init is None else init
+  keys = jnp.asarray(statistics.keys, jnp.int32)
+  counts = jnp.asarray(statistics.counts, jnp.float32)
+  theta, mean_ll, gnorm, iters = _fit_statistics(
+    m, logits, keys, counts, jnp.float32(statistics.num_sessions), jnp.float32(l2), int(max_iters), jnp.float32(tol)
+  )
+  return ClickModelFit(
+    model=model,
+    params=m.to_probabilities(theta),
+    logits=theta,
+    log_likelihood=float(mean_ll),
+    grad_norm=float(gnorm),
+    iterations=int(iters),
+    converged=bool(gnorm <= tol),
+  )
+
+
+def fit_click_model_stream(model: "str | ClickModel", batches: Batches, **kwargs) -> ClickModelFit:
+  """One pass to gather the sufficient statistics (:func:`gather_click_statistics`), then the weighted fit
+  (:func:`fit_click_model_from_statistics`, ``kwargs`` passed on).
+
+  >>> b = {"doc_ids": np.array([[0, 1], [1, 0]]), "clicks": np.array([[1.0, 0.0], [0.0, 1.0]])}
+  >>> fit = fit_click_model_stream("pbm", [b] * 50, l2=1.0)
+  >>> print(fit.converged, fit.params["attraction"][0] > 0.9 > 0.1 > fit.params["attraction"][1])
+  True True
+  """
+  return fit_click_model_from_statistics(model, gather_click_statistics(model, batches), **kwargs)
+
+
+def _iterate(batches) -> Iterable[dict]:
+  return batches() if callable(batches) else batches
+
+
+@functools.partial(jax.jit, static_argnames=("model", "optimizer"))
+def _minibatch_step(model, optimizer, theta, opt_state, doc_ids, clicks, where, l2_per_session):
+  def loss(theta):
+    n = jnp.maximum(jnp.sum(jnp.any(where, axis=-1)), 1)
+    ll = jnp.sum(model.session_log_likelihood(theta, doc_ids, clicks, where))
+    prior = 0.5 * l2_per_session * sum(jnp.sum(v**2) for v in jax.tree.leaves(theta))
+    return prior - ll / n
+
+  value, grad = jax.value_and_grad(loss)(theta)
+  updates, opt_state = optimizer.update(grad, opt_state, theta)
+  return optax.apply_updates(theta, updates), opt_state, value
+
+
+def fit_click_model_minibatch(
+  model: "str | ClickModel",
+  batches: "Batches | Callable[[], Batches]",
+  *,
+  optimizer: Optional[optax.GradientTransformation] = None,
+  epochs: int = 1,
+  num_docs: Optional[int] = None,
+  list_size: Optional[int] = None,
+  num_sessions: Optional[float] = None,
+  l2: float = 1.0,
+  init: Optional[dict] = None,
+) -> ClickModelFit:
+  r"""The MAP objective of :func:`~ultr_jax.simulation.fit_click_model` by a stochastic optimiser over a stream.
+
+  Each batch :math:`b` of :math:`n_b` sessions takes one step on
+  :math:`\frac{\ell_2}{2S}\lVert\theta\rVert^2 - \frac{1}{n_b}\sum_{s \in b}\log P_\theta(c^{(s)})`, an unbiased
+  estimate of the full objective per session (CLAX fits its click models this way); for models whose
+  parameters come from features through a network, or logs that do not reduce.
+
+  Args:
+    model: a fittable click model.
+    batches: a re-iterable of session-batch dicts (a list, a stream with a fixed number of epochs...) or a
+      function returning a fresh iterable (called once per epoch, and once more for the counts).
+    optimizer: an optax optimiser (default ``optax.adam(0.05)``); hashable (optax's are).
+    epochs: passes over the stream.
+    num_docs, list_size, num_sessions: ``D``, ``L`` and ``S`` (default: one counting pass).
+    l2: prior precision on the logits, per ``S`` sessions as in the full-batch fit.
+    init: starting logits.
+
+  Returns:
+    :class:`~ultr_jax.simulation.ClickModelFit` (``log_likelihood``: the mean of the last epoch's batch
+    estimates; ``grad_norm`` NaN, ``iterations`` the steps, ``converged`` False: a stochastic fit checks none).
+
+  >>> b = {"doc_ids": np.array([[0, 1], [1, 0]] * 8), "clicks": np.array([[1.0, 0.0], [0.0, 1.0]] * 8)}
+  >>> fit = fit_click_model_minibatch("cascade", [b] * 10, epochs=5, optimizer=optax.adam(0.1))
+  >>> print(fit.iterations, fit.params["attraction"][0] > 0.9 > 0.1 > fit.params["attraction"][1])
+  50 True
+  """
+  m = _model(model)
+  if num_docs is None or list_size is None or num_sessions is None:
+    docs, length, count = 0, None, 0.0
+    for batch in _iterate(batches):
+      doc_ids, _, where, n = _batch(batch, m)
+      docs, length = max(docs, n), doc_ids.shape[-1]
+      count += float(np.any(where, axis=-1).sum())
+    num_docs = docs if num_docs is None else num_docs
+    list_size = length if list_size is None else list_size
+    num_sessions = count if num_sessions is None else num_sessions
+  if list_size is None:
+    raise ValueError("fit_click_model_minibatch: the stream is empty")
+  optimizer = optax.adam(0.05) if optimizer is None else optimizer
+  theta = m.init(num_docs=num_docs, list_size=list_size) if init is None else init
+  opt_state = optimizer.init(theta)
+  l2_per_session = jnp.float32(l2 / max(num_sessions, 1.0))
+  steps, last = 0, []
+  for epoch in range(epochs):
+    values = []
+    for batch in _iterate(batches):
+      doc_ids, clicks, where, _ = _batch(batch, m, num_docs)
+      theta, opt_state, value = _minibatch_step(m, optimizer, theta, opt_state, doc_ids, clicks, where, l2_per_session)
+      values.append(value)
+      steps += 1
+    last = values
+  mean_objective = float(np.mean([float(v) for v in last])) if last else float("nan")
+  prior = 0.5 * float(l2_per_session) * sum(float(jnp.sum(v**2)) for v in jax.tree.leaves(theta))
+  return ClickModelFit(
+    model=model,
+    params=m.to_probabilities(theta),
+    logits=theta,
+    log_likelihood=prior - mean_objective,
+    grad_norm=float("nan"),
+    iterations=steps,
+    converged=False,
+  )
+
+
+@functools.partial(jax.jit, static_argnames=("model",))
+def _score_batch(model, params, doc_ids, clicks, where):
+  ll = model.session_log_likelihood(model.to_logits(params), doc_ids, clicks, where)
+  pred = click_model_predict(model, params, doc_ids, clicks, where=where)
+  cond = click_metrics.click_log_likelihood(pred["conditional"], clicks, where=where, reduce_fn=None)
+  marg = click_metrics.click_log_likelihood(pred["marginal"], clicks, where=where, reduce_fn=None)
+  sessions = jnp.any(where, axis=-1)
+  return (
+    jnp.sum(jnp.where(sessions, ll, 0.0)),
+    jnp.sum(jnp.where(where, cond, 0.0), axis=0),
+    jnp.sum(jnp.where(where, marg, 0.0), axis=0),
+    jnp.sum(where, axis=0),
+    jnp.sum(sessions),
+  )
+
+
+def evaluate_click_model_stream(model: "str | ClickModel", params: dict, batches: Batches) -> dict:
+  r""":func:`~ultr_jax.simulation.evaluate_click_model` over a stream, from sums per rank accumulated across batches.
+
+  .. math::
+      \mathrm{PPL}_r = \exp\Bigl(-\frac{\sum_b \sum_{s \in b} \log P(C_{s,r} = c_{s,r} \mid c_{s,<r})}
+        {\sum_b N_{b,r}}\Bigr), \qquad \mathrm{PPL} = \frac{1}{|R|}\sum_{r \in R} \mathrm{PPL}_r
+
+  (Dupret & Piwowarski SIGIR'08; :math:`R` the ranks with a shown item), the CTR perplexity the same with the
+  marginal click probabilities, and the mean session log-likelihood.
+
+  Returns:
+    dict of ``log_likelihood``, ``perplexity``, ``perplexity_per_rank`` (a list), ``ctr_perplexity`` and
+    ``num_sessions``.
+
+  >>> p = {"attraction": jnp.array([0.5]), "examination": jnp.array([1.0])}
+  >>> b = {"doc_ids": np.zeros((2, 1), int), "clicks": np.array([[1.0], [0.0]])}
+  >>> print(round(evaluate_click_model_stream("pbm", p, [b, b])["perplexity"], 6))
+  2.0
+  """
+  m = _model(model)
+  num_docs = int(params["attraction"].shape[0])
+  params = {k: jnp.asarray(v, jnp.float32) for k, v in params.items()}
+  total_ll, cond, marg, count, sessions = 0.0, None, None, None, 0.0
+  for batch in batches:
+    doc_ids, clicks, where, _ = _batch(batch, None, num_docs)
+    out = [np.asarray(x, np.float64) for x in _score_batch(m, params, doc_ids, clicks, where)]
+    total_ll += float(out[0])
+    cond = out[1] if cond is None else cond + out[1]
+    marg = out[2] if marg is None else marg + out[2]
+    count = out[3] if count is None else count + out[3]
+    sessions += float(out[4])
+  if cond is None:
+    raise ValueError("evaluate_click_model_stream: the stream is empty")
+  ppl = np.exp(-cond / np.maximum(count, 1.0))
+  ctr = np.exp(-marg / np.maximum(count, 1.0))
+  shown = count > 0
+  mean = lambda x: float(np.sum(np.where(shown, x, 0.0)) / max(shown.sum(), 1))
+  return {
+    "log_likelihood": total_ll / sessions if sessions else 0.0,
+    "perplexity": mean(ppl),
+    "perplexity_per_rank": [float(v) for v in ppl],
+    "ctr_perplexity": mean(ctr),
+    "num_sessions": sessions,
+  }
