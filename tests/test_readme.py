@@ -105,3 +105,12 @@ def test_online_example_runs(capsys):
   }
   assert curves["pdgd"][0] == curves["dbgd"][0]  # both start at w = 0
   assert curves["pdgd"][-1] > curves["dbgd"][-1] > curves["dbgd"][0]  # both learn; PDGD faster
+
+
+def test_scale_example_runs(capsys):
+  """docs/guides/multi_device.md: a click log converted to shards, streamed, and a PBM fitted from its counts."""
+  exec(compile(_block("scale"), "docs:scale", "exec"), {})  # pylint: disable=exec-used
+  printed = capsys.readouterr().out.strip().split("\n")
+  ratios = [float(v) for v in printed[-2].strip("[]").split(",")]
+  np.testing.assert_allclose(ratios, [1.0, 0.6, 0.4, 0.3, 0.2], atol=0.05)  # the generating examination
+  assert float(printed[-1].split()[1]) == 3000  # every session scored once

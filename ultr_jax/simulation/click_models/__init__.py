@@ -138,7 +138,9 @@ class ClickSimulator:
     model: the :class:`ClickModel`.
     kwargs: its simulation keyword arguments (:meth:`ClickModel.simulation_kwargs`), frozen, sorted.
     relevance: ``(kind, eps, eps_plus, ymax, threshold)`` of the label -> attraction mapping.
-    top_k, num_sessions, num_impressions: the sampling mode.
+    top_k: the display cut-off (None: every item shown).
+    num_sessions: sessions per list (None: one, no sessions axis).
+    num_impressions: impressions per list in the aggregated mode (None: sessions).
   """
 
   model: ClickModel

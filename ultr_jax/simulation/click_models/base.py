@@ -411,7 +411,7 @@ class ClickModel:
     :func:`~ultr_jax.simulation.merge_click_statistics`.
 
     Default: the distinct (document list, click vector, mask) patterns with their session counts
-    (:func:`~ultr_jax.simulation.click_models.statistics.pattern_statistics`), exact for every model; a model
+    (``click_models.statistics.pattern_statistics``), exact for every model; a model
     whose likelihood reads less of a session overrides it (with :meth:`statistics_log_likelihood` and
     :attr:`statistics_kind`), e.g. the PBM's impressions and clicks per (document, rank).
 
