@@ -96,5 +96,6 @@ def test_diverged_run_exits_non_zero(tmp_path):
   results = json.loads((tmp_path / "mark" / "results.json").read_text())
   assert results["_diverged"] == {"naive": [0, 1]}
   assert "Diverged" in (tmp_path / "mark" / "table.md").read_text()
+  assert "**Diverged** (non-finite loss or parameters): naive (seeds [0, 1])" in proc.stderr  # the printed table too
   # No validation metric from NaN scores (the logging order's 0.88 of the issue): they are missing.
   assert all(v is None for record in results["naive"]["history"] for v in record["valid/ndcg@10"])

@@ -161,7 +161,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
     )
   table += f"\n\nTest metrics, mean ± 90% t-interval half-width over {config.num_seeds} seeds; {clicks}.\n"
   if workdir is not None:
-    write_results(workdir, results, table=table, rows=rows, columns=columns)
+    table = write_results(workdir, results, table=table, rows=rows, columns=columns)  # + any diverged runs
     plot_learning_curves(
       histories,
       os.path.join(workdir, "curves.png"),

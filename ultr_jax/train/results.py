@@ -338,8 +338,8 @@ def write_results(
   rows: Optional[Mapping[str, Mapping[str, Any]]] = None,
   columns: Optional[Sequence[str]] = None,
   row_header: str = "method",
-) -> None:
-  """Writes ``results.json`` (and ``table.md`` / ``table.csv``) atomically.
+) -> Optional[str]:
+  """Writes ``results.json`` (and ``table.md`` / ``table.csv``) atomically; returns the table as written.
 
   Args:
     workdir: output directory (created if needed).
@@ -350,10 +350,13 @@ def write_results(
     rows, columns: a table to write as ``table.csv`` (and ``table.md``).
     row_header: the first column's name.
 
+  Returns:
+    The Markdown of ``table.md`` (with any diverged runs noted under it), or None when no table was written.
+
   >>> import tempfile
   >>> workdir = tempfile.mkdtemp()
-  >>> write_results(workdir, {"naive": {"ndcg@10": np.float32(0.5), "bad": float("nan")}},
-  ...               rows={"naive": {"ndcg@10": 0.5}}, columns=["ndcg@10"])
+  >>> table = write_results(workdir, {"naive": {"ndcg@10": np.float32(0.5), "bad": float("nan")}},
+  ...                       rows={"naive": {"ndcg@10": 0.5}}, columns=["ndcg@10"])
   >>> sorted(os.listdir(workdir)), json.load(open(os.path.join(workdir, "results.json")))
   (['results.json', 'table.csv', 'table.md'], {'naive': {'ndcg@10': 0.5, 'bad': None}})
 
@@ -380,6 +383,7 @@ def write_results(
     atomic_write_text(os.path.join(workdir, "table.md"), table.rstrip("\n") + "\n")
   if rows is not None and columns is not None:
     atomic_write_text(os.path.join(workdir, "table.csv"), _csv_table(rows, columns, row_header))
+  return table
 
 
 def write_run(
