@@ -36,15 +36,15 @@ def _doc(pos, url, click):
 
 
 def write_baidu(path, seed=0, num_pages=40):
-  """Pages with 0 to 5 documents (a page without documents keeps its session id)."""
+  """Pages with 1 to 5 documents (a page without documents is an error, as a document line cut short)."""
   rng = np.random.default_rng(seed)
   lines = []
   for _ in range(num_pages):
-    lines.append(f"{rng.integers(5)}\t1{rng.integers(3)}\x0112\t")
-    n = int(rng.integers(0, 6))
+    lines.append(f"{100 + rng.integers(5)}\t1{rng.integers(3)}\x0112\t")  # qids unlike positions
+    n = int(rng.integers(1, 6))
     for p in rng.choice(np.arange(1, 11), n, replace=False):
       lines.append(_doc(p, f"u{rng.integers(12)}", rng.integers(2)))
-  lines.append(f"{rng.integers(5)}\t10\x0112\t")  # the last page shows a document
+  lines.append(f"{100 + rng.integers(5)}\t10\x0112\t")  # the last page shows a document
   lines.append(_doc(3, "u1", 1))
   with gzip.open(path, "wt") as f:
     f.write("\n".join(lines) + "\n")
@@ -480,6 +480,8 @@ def test_tsv_errors_match_read_click_log(tmp_path, body):
     "1\t11\t\n" + _doc(1, "u", 2) + "\n",  # click 2
     "1\t11\t\n" + _doc(1, "", 1) + "\n",  # empty url
     "1\t11\t\n1\t2\t3\t4\n",  # 4 fields
+    "1\t11\t\n2\t12\t\n" + _doc(1, "u", 0) + "\n",  # a page without documents (a document line cut short?)
+    "1\t11\t\n" + _doc(1, "u", 0) + "\n2\t12\t\n",  # the last page without documents
   ],
 )
 def test_baidu_errors_match_read_baidu_sessions(tmp_path, text):

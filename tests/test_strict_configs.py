@@ -122,10 +122,11 @@ def _has_path(config, path):
 
 
 def _documented_flags():
-  """``(key, value or None)`` of every ``--config.<key>[=<value>]`` in README.md and CONTRIBUTING.md."""
+  """``(key, value or None)`` of every ``--config.<key>[=<value>]`` in README.md, CONTRIBUTING.md and the docs."""
   out = set()
   pattern = re.compile(r"--config\.([A-Za-z0-9_.<>]+)(?:=(\"[^\"]*\"|'[^']*'|[^\s`'\"]+))?")
-  for doc in ("README.md", "CONTRIBUTING.md"):
+  docs = sorted(p.relative_to(ROOT) for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts)
+  for doc in ["README.md", "CONTRIBUTING.md", *docs]:
     for key, value in pattern.findall((ROOT / doc).read_text()):
       key = key.rstrip(".")
       value = value.strip("'\"") if value else None

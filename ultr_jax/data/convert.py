@@ -588,14 +588,14 @@ def _check_contiguous(path, delimiter, hashes: _Hashes):
 
 def _baidu_sessions(path, *, query_key, max_sessions, item_ids: dict) -> Iterator[_Session]:
   """Sessions of a raw Baidu-ULTR file, parsed as :func:`~ultr_jax.data.read_baidu_sessions` parses them."""
-  from ultr_jax.data.baidu import _SESSION_FIELDS, QUERY_KEYS  # noqa: PLC0415
+  from ultr_jax.data.baidu import _SESSION_FIELDS, QUERY_KEYS, _cut_short  # noqa: PLC0415
 
   if query_key not in QUERY_KEYS:
     raise ValueError(f"query_key must be one of {QUERY_KEYS}, got {query_key!r}")
   pos_col, url_col, click_col = (_SESSION_FIELDS[k] for k in ("pos", "url_md5", "click"))
   show = lambda b: repr(b.decode("utf-8", "replace"))  # noqa: E731
   intern = item_ids.setdefault  # (query, document) -> dense id, shared by the files of one conversion
-  current, query, index, any_doc = None, None, -1, False
+  current, query, index, any_doc, page_start = None, None, -1, False, 0
   try:
     with session_lines(path) as fh:
       for line_no, line in enumerate(fh, start=1):
@@ -603,10 +603,13 @@ def _baidu_sessions(path, *, query_key, max_sessions, item_ids: dict) -> Iterato
         if len(fields) == 1 and not fields[0]:
           continue
         if len(fields) <= 3:
+          if current is not None and not current.doc_ids:  # as the reader: a page needs its documents
+            raise ValueError(_cut_short(path, page_start, "no document line follows it"))
           if max_sessions is not None and index + 1 >= max_sessions:
             break
           if current is not None:
             yield current
+          page_start = line_no
           index += 1
           current = _Session(index, _decode(fields[0], path, line_no, "qid"))
           query = fields[1] if query_key == "query" and len(fields) > 1 else fields[0]
@@ -636,6 +639,8 @@ def _baidu_sessions(path, *, query_key, max_sessions, item_ids: dict) -> Iterato
     raise ValueError(f"{path}: cannot read the session file ({e})") from None
   if not any_doc:
     raise ValueError(f"{path}: no document lines")
+  if current is not None and not current.doc_ids:
+    raise ValueError(_cut_short(path, page_start, "no document line follows it"))
   if current is not None:
     yield current
 
