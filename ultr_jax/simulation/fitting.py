@@ -30,7 +30,9 @@ methods hold everything model-specific.
 (:func:`~ultr_jax.simulation.logit_log_probs`, in log space from the logits)
 with a standard-normal prior on every
 logit (``l2``; 0 is plain maximum likelihood) by ``optax.lbfgs`` in one jitted
-``lax.while_loop``, the way CLAX fits click models by gradient instead of EM.
+``lax.while_loop``, preconditioned by the objective's diagonal curvature per parameter (a document seen ten
+times and a rank seen ten thousand times differ in curvature by orders of magnitude, which leaves plain L-BFGS
+hundreds of iterations short of the optimum; preconditioned, 20-40 iterations reach it).
 :func:`evaluate_click_model` gives the held-out log-likelihood and the
 conditional perplexity per rank (Dupret & Piwowarski SIGIR'08; the measure
 PyClick and CLAX report).
@@ -43,7 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ultr_jax._optim import lbfgs_minimize
+from ultr_jax._optim import lbfgs_minimize, table_curvature
 from ultr_jax.metrics import clicks as click_metrics
 from ultr_jax.simulation.click_models import ClickModel, click_models, get_click_model
 from ultr_jax.types import Array
@@ -198,7 +200,9 @@ def _fit(model, logits, doc_ids, clicks, where, l2, max_iters, tol):
     prior = 0.5 * l2 * sum(jnp.sum(v**2) for v in jax.tree.leaves(theta))
     return (prior - jnp.sum(ll)) / num_sessions
 
-  theta, gnorm, iters = lbfgs_minimize(objective, logits, max_iters=max_iters, tol=tol)
+  # Curvatures differ by orders of magnitude (a document's few impressions, a rank's thousands): precondition.
+  scale = jax.tree.map(jnp.sqrt, table_curvature(objective, logits, jnp.maximum(l2, 1e-6) / num_sessions))
+  theta, gnorm, iters = lbfgs_minimize(objective, logits, max_iters=max_iters, tol=tol, scale=scale)
   mean_ll = jnp.sum(_log_likelihood_logits(model, theta, doc_ids, clicks, where)) / num_sessions
   return theta, mean_ll, gnorm, iters
 
@@ -211,19 +215,21 @@ def _validate(doc_ids, clicks, where, num_docs, model=None):
     raise ValueError(f"doc_ids {doc_ids.shape} and clicks {clicks.shape} must have the same [..., L] shape")
   if not np.issubdtype(doc_ids.dtype, np.integer):
     raise ValueError(f"doc_ids must be integers, got {doc_ids.dtype}")
-  bad = where & ~np.isin(clicks, (0.0, 1.0))
-  if bad.any():
+  # Each check is one cheap pass; the mask of the offending entries is built only to name the first one.
+  bad = (clicks != 0.0) & (clicks != 1.0)
+  if bad.any() and (bad := bad & where).any():
     idx = tuple(int(i) for i in np.argwhere(bad)[0])
     raise ValueError(f"clicks must be 0 or 1 where valid; clicks{list(idx)} = {clicks[idx]}")
   if model is not None:
     model.check_sessions(clicks, where)
+  lo, hi = int(np.min(doc_ids, where=where, initial=0)), int(np.max(doc_ids, where=where, initial=-1))
   if num_docs is None:
-    num_docs = int(doc_ids[where].max()) + 1 if where.any() else 1
-  bad = where & ((doc_ids < 0) | (doc_ids >= num_docs))
-  if bad.any():
+    num_docs = hi + 1 if hi >= 0 else 1
+  if lo < 0 or hi >= num_docs:
+    bad = where & ((doc_ids < 0) | (doc_ids >= num_docs))
     idx = tuple(int(i) for i in np.argwhere(bad)[0])
     raise ValueError(f"doc_ids must lie in [0, {num_docs}) where valid; doc_ids{list(idx)} = {doc_ids[idx]}")
-  return doc_ids.astype(np.int32), clicks, where, int(num_docs)
+  return doc_ids.astype(np.int32, copy=False), clicks, where, int(num_docs)
 
 
 def fit_click_model(
@@ -247,8 +253,9 @@ def fit_click_model(
 
   over the logits :math:`\theta` of :func:`init_click_model` (a
   standard-normal prior on each at ``l2 = 1``, which keeps never-clicked
-  documents finite), by ``optax.lbfgs`` in one jitted ``lax.while_loop``.
-  Bias parameters a log cannot inform (a rank never shown, a UBM state that
+  documents finite), by ``optax.lbfgs`` in one jitted ``lax.while_loop``, preconditioned by the diagonal
+  curvature (``ultr_jax._optim.table_curvature``): it stops when the gradient norm and the Newton step's length
+  are both at most ``tol``. Bias parameters a log cannot inform (a rank never shown, a UBM state that
   never occurs) stay at the prior's 1/2.
 
   Args:

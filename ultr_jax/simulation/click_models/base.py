@@ -36,6 +36,8 @@ import numpy as np
 from ultr_jax.simulation.click_models.samplers import sample_clicks
 from ultr_jax.simulation.click_models.statistics import (
   ClickStatistics,
+  ItemCounter,
+  RecordMerger,
   item_statistics,
   pattern_sessions,
   pattern_statistics,
@@ -421,6 +423,19 @@ class ClickModel:
     """
     return pattern_statistics(doc_ids, clicks, where)
 
+  def statistics_accumulator(self):
+    """A fresh accumulator of :meth:`sufficient_statistics` over batches: ``add(doc_ids, clicks, where)`` per
+    batch, then ``result()`` (a :class:`ClickStatistics`). Default: per-batch records merged as they grow
+    (``click_models.statistics.RecordMerger``); the item models count into one table instead
+    (``click_models.statistics.ItemCounter``).
+
+    >>> acc = get_click_model("pbm").statistics_accumulator()
+    >>> acc.add(np.array([[0, 1]]), np.array([[1.0, 0.0]]), None)
+    >>> acc.result().counts.tolist()
+    [[1.0, 1.0], [1.0, 0.0]]
+    """
+    return RecordMerger(self.sufficient_statistics)
+
   def statistics_log_likelihood(self, logits: Mapping[str, Array], keys: Array, counts: Array) -> Array:
     r"""The log-likelihood of the log the records ``keys [R, K]``, ``counts [R, V]`` reduce, from the logits.
 
@@ -476,6 +491,9 @@ class ItemStatistics:
 
   def sufficient_statistics(self, doc_ids, clicks, where=None):
     return item_statistics(doc_ids, clicks, where)
+
+  def statistics_accumulator(self):
+    return ItemCounter()
 
   def statistics_log_likelihood(self, logits, keys, counts):
     log_a, log_1ma, log_bias = self._gathered_logs(logits, keys[:, 0])
