@@ -40,6 +40,7 @@ class PositionTrust(ClickModel):
     "alpha": 0.6,
     "delta": 0.3,
     "gamma": 1.0,
+    "eta": 1.0,
     "table": None,
     "expected": False,
     "score_key": "logging_score",
@@ -56,7 +57,7 @@ class PositionTrust(ClickModel):
 
   def simulation_kwargs(self, cfg: Mapping[str, Any]) -> dict:
     kwargs = {k: float(cfg.get(k, self.config_keys[k])) for k in ("alpha", "delta", "gamma")}
-    kwargs["eta"] = float(cfg.get("eta", 1.0))
+    kwargs["eta"] = float(cfg.get("eta", self.config_keys["eta"]))
     if cfg.get("table") is not None:
       kwargs["table"] = tuple(float(v) for v in cfg["table"])
     return kwargs
