@@ -17,6 +17,8 @@ from ultr_jax.simulation.click_models.base import COMMON_CONFIG_KEYS
 from ultr_jax.train import available_methods, default_train_config, fit, get_method, method_defaults
 from ultr_jax.train.config import merge_config
 from ultr_jax.train.method import method_inputs_missing
+from ultr_jax.train.methods.lbd import make_lbd, make_lbd_grid
+from ultr_jax.train.methods.sif import make_sif_method
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BINARIES = sorted(p.parent.parent.name for p in (ROOT / "experiments").glob("*/configs/default.py"))
@@ -64,6 +66,33 @@ def test_ips_misspelt_clip_is_refused_not_ignored():
   assert m.config["propensity_clip"] == 0.1
 
 
+def test_a_method_refuses_a_field_it_does_not_read():
+  """Each method declares only what it reads: naive has no propensities to clip, the IPS oracle no penalty."""
+  for name, field in [
+    ("naive", "propensity_clip"),
+    ("naive", "num_positions"),
+    ("full_info", "num_positions"),
+    ("ips_trust_oracle", "lambda_D"),
+    ("heckman_rank", "hidden_sizes"),
+  ]:
+    with pytest.raises(ValueError, match=rf"method '{name}' config: unknown key '{field}'"):
+      get_method(name, {field: 1}, num_features=3, list_size=4)
+
+
+def test_the_factories_called_directly_are_strict():
+  with pytest.raises(ValueError, match=r"method 'lbd' config: unknown key 'lamb' \(did you mean 'lam'\?\)"):
+    make_lbd({"lamb": 1.0}, num_features=3, list_size=4)
+  with pytest.raises(ValueError, match=r"method 'lbd_lips' config: unknown key 'norm_position'"):
+    make_lbd({"norm_position": "before"}, num_features=3, list_size=4, name="lbd_lips")
+  with pytest.raises(ValueError, match=r"method 'lbd_grid' config: unknown key 'lam'"):  # the grid takes lams
+    make_lbd_grid({"lams": [0.0], "ts": [0.0], "lam": 1.0}, num_features=3, list_size=4)
+  with pytest.raises(ValueError, match=r"method 'sif_full' config: unknown key 'lambda_e' \(did you mean 'lambda_E'"):
+    make_sif_method("sif_full", {"lambda_e": 1.0}, num_features=3, list_size=4)
+  # their declared fields and None ("the default") still pass
+  assert make_lbd({"lam": 1.0, "t": None}, num_features=3, list_size=4).name == "lbd"
+  assert make_sif_method("sif_full", {"risk": None}, num_features=3, list_size=4).name == "sif_full"
+
+
 def _batch(keys, b=2, length=4, f=3):
   out = {"features": jnp.ones((b, length, f)), "where": jnp.ones((b, length), bool)}
   for k in keys:
@@ -79,7 +108,8 @@ def _batch(keys, b=2, length=4, f=3):
 @pytest.mark.parametrize("name", available_methods())
 def test_requires_is_what_the_loss_reads(name):
   """A batch with exactly ``requires`` (and features, where) trains; without any one of them the loss fails."""
-  m = get_method(name, {**_method_config(name), "ranker": "linear"}, num_features=3, list_size=4)
+  linear = {"ranker": "linear"} if "ranker" in method_defaults(name) else {}
+  m = get_method(name, {**_method_config(name), **linear}, num_features=3, list_size=4)
   batch = _batch(m.requires)
   key = jax.random.key(0)
   params, extra = jax.eval_shape(m.init, key, batch)
