@@ -653,7 +653,7 @@ def vectorization(config, *, num_features: int, list_size: int) -> Method:
     o, mean, log_var = hold(o), hold(mean), hold(log_var)
     clicks = jnp.asarray(batch["clicks"], jnp.float32)
     click_loss = losses.naive_softmax_loss(jnp.sum(r * o, axis=-1), clicks, where=where)
-    density_loss = losses.observation_density_loss(mean, log_var, o, where=where)
+    density_loss = losses.observation_density_loss(mean, o, log_var=log_var, where=where)
     kernels = [
       leaf
       for path, leaf in jax.tree_util.tree_leaves_with_path(params["density"])
