@@ -36,8 +36,10 @@ Memory: one row group of sessions plus the vocabulary of (query, document)
 pairs (dense ids need it; it grows with the distinct pairs, not the sessions)
 and, for the delimited layout, 8 bytes per session to check that each session's
 rows are contiguous. The text grammar and the error messages (file, line,
-field) are those of the in-memory readers; their parsing loops are repeated
-here in streaming form (they read a file whole and have no per-line helper).
+field) are those of the in-memory readers: the raw Baidu and Yandex files are
+parsed by those readers' own per-page parsers (``baidu_pages``,
+``yandex_pages``), a delimited log by Arrow's CSV reader or, where it meets
+anything irregular, a per-line parser with ``read_click_log``'s grammar.
 A delimited log must have a ``session_id`` column, the rows of a session must
 be contiguous and show one query (the session layout of
 :func:`~ultr_jax.data.click_log_sessions`).
@@ -50,12 +52,13 @@ import glob as globlib
 import gzip
 import os
 import pathlib
-import warnings
 from typing import Iterator, Optional, Sequence, Union
 
 import numpy as np
 
-from ultr_jax.data.click_log import CLICK_LOG_FORMATS, ClickLog, session_file, session_lines
+from ultr_jax.data.baidu import QUERY_KEYS, baidu_pages
+from ultr_jax.data.click_log import CLICK_LOG_FORMATS, ClickLog, decode_id, session_file
+from ultr_jax.data.yandex import yandex_pages
 
 __all__ = ["SESSION_COLUMNS", "convert_click_log", "read_session_shards", "session_shard_paths"]
 
@@ -237,13 +240,6 @@ class _ShardWriter:
 
 # ----------------------------------------------------------------------------
 # Streaming parsers: each yields the sessions of one source file in order.
-
-
-def _decode(b: bytes, path, line_no: int, field: str) -> str:
-  try:
-    return b.decode("utf-8")
-  except UnicodeDecodeError as e:
-    raise ValueError(f"{path}:{line_no}: field {field!r}: not UTF-8 ({e})") from None
 
 
 @contextlib.contextmanager
@@ -586,165 +582,18 @@ def _check_contiguous(path, delimiter, hashes: _Hashes):
     current = sid
 
 
-def _baidu_sessions(path, *, query_key, max_sessions, item_ids: dict) -> Iterator[_Session]:
-  """Sessions of a raw Baidu-ULTR file, parsed as :func:`~ultr_jax.data.read_baidu_sessions` parses them."""
-  from ultr_jax.data.baidu import _SESSION_FIELDS, QUERY_KEYS, _cut_short  # noqa: PLC0415
-
-  if query_key not in QUERY_KEYS:
-    raise ValueError(f"query_key must be one of {QUERY_KEYS}, got {query_key!r}")
-  pos_col, url_col, click_col = (_SESSION_FIELDS[k] for k in ("pos", "url_md5", "click"))
-  show = lambda b: repr(b.decode("utf-8", "replace"))  # noqa: E731
+def _page_sessions(path, pages, item_ids: dict, fields: tuple) -> Iterator[_Session]:
+  """The sessions of a raw log's pages (:func:`~ultr_jax.data.baidu.baidu_pages`,
+  :func:`~ultr_jax.data.yandex.yandex_pages`: the in-memory readers' own parsers, so the grammar and the
+  errors are theirs); ids interned in ``item_ids``, ``fields`` the names of the query and document ids."""
   intern = item_ids.setdefault  # (query, document) -> dense id, shared by the files of one conversion
-  current, query, index, any_doc, page_start = None, None, -1, False, 0
-  try:
-    with session_lines(path) as fh:
-      for line_no, line in enumerate(fh, start=1):
-        fields = line.rstrip(b"\r\n").split(b"\t", click_col + 1)
-        if len(fields) == 1 and not fields[0]:
-          continue
-        if len(fields) <= 3:
-          if current is not None and not current.doc_ids:  # as the reader: a page needs its documents
-            raise ValueError(_cut_short(path, page_start, "no document line follows it"))
-          if max_sessions is not None and index + 1 >= max_sessions:
-            break
-          if current is not None:
-            yield current
-          page_start = line_no
-          index += 1
-          current = _Session(index, _decode(fields[0], path, line_no, "qid"))
-          query = fields[1] if query_key == "query" and len(fields) > 1 else fields[0]
-          continue
-        if query is None:
-          raise ValueError(f"{path}:{line_no}: a document line before any query line")
-        if len(fields) <= click_col:
-          raise ValueError(
-            f"{path}:{line_no}: {len(fields)} fields: a query line has at most 3, a document "
-            f"line at least {click_col + 1} (pos, url_md5, title, abstract, multimedia_type, "
-            "click, ...)"
-          )
-        pos, click, url = fields[pos_col], fields[click_col], fields[url_col]
-        if not pos.isdigit() or int(pos) < 1:
-          raise ValueError(f"{path}:{line_no}: field 'pos': {show(pos)} is not an integer >= 1")
-        if click != b"0" and click != b"1":
-          raise ValueError(f"{path}:{line_no}: field 'click': {show(click)} is not 0 or 1")
-        if not url:
-          raise ValueError(f"{path}:{line_no}: field 'url_md5': empty")
-        any_doc = True
-        current.doc_ids.append(intern((query, url), len(item_ids)))
-        current.doc_names.append(_decode(url, path, line_no, "url_md5"))
-        current.positions.append(int(pos) - 1)
-        current.clicks.append(1 if click == b"1" else 0)
-        current.lines.append(line_no)
-  except (OSError, EOFError) as e:
-    raise ValueError(f"{path}: cannot read the session file ({e})") from None
-  if not any_doc:
-    raise ValueError(f"{path}: no document lines")
-  if current is not None and not current.doc_ids:
-    raise ValueError(_cut_short(path, page_start, "no document line follows it"))
-  if current is not None:
-    yield current
-
-
-def _yandex_sessions(path, *, layout, max_sessions, item_ids: dict) -> Iterator[_Session]:
-  """Result pages of a Yandex log, parsed as :func:`~ultr_jax.data.read_yandex_sessions` parses them.
-
-  A page is complete when no later click can reach it: at the next page (``relpred``: a click counts for the
-  session's latest page) or at the next session (``personalized``: a click names its page's SERPID).
-  """
-  personalized = layout == "personalized"
-  first_url = 6 if personalized else 5
-  intern = item_ids.setdefault  # (query, document) -> dense id, shared by the files of one conversion
-  pending: list = []  # pages that a click may still reach
-  row_of: dict = {}
-  page_rows: dict = {}
-  page, session_id = -1, None
-  unmatched, first_unmatched = 0, 0
-  show = lambda b: repr(b.decode("utf-8", "replace"))  # noqa: E731
-  try:
-    with session_lines(path) as fh:
-      for line_no, line in enumerate(fh, start=1):
-        fields = line.rstrip(b"\r\n").split(b"\t")
-        if len(fields) == 1 and not fields[0]:
-          continue
-        kind = fields[2] if len(fields) > 2 else b""
-        if personalized and len(fields) > 1 and fields[1] == b"M":
-          if len(fields) != 4:
-            raise ValueError(
-              f"{path}:{line_no}: a metadata record has 4 fields (SessionID, M, Day, UserID), got {len(fields)}"
-            )
-          continue
-        if (kind in (b"Q", b"T")) if personalized else (kind == b"Q"):
-          if len(fields) <= first_url:
-            raise ValueError(
-              f"{path}:{line_no}: a page record without results ({len(fields)} fields; the "
-              f"results start at field {first_url + 1})"
-            )
-          if max_sessions is not None and page + 1 >= max_sessions:
-            break
-          page += 1
-          if fields[0] != session_id:
-            session_id, page_rows = fields[0], {}
-            yield from pending
-            pending = []
-          elif not personalized:
-            yield from pending
-            pending = []
-          query = fields[4] if personalized else fields[3]
-          results = [u.split(b",", 1)[0] for u in fields[first_url:]] if personalized else fields[first_url:]
-          if b"" in results:
-            pos = results.index(b"")
-            raise ValueError(f"{path}:{line_no}: field {first_url + pos + 1} (the URLID at position {pos + 1}): empty")
-          s = _Session(page, _decode(query, path, line_no, "QueryID"))
-          s.doc_ids = [intern((query, url), len(item_ids)) for url in results]
-          s.doc_names = [_decode(url, path, line_no, "URLID") for url in results]
-          s.positions = list(range(len(results)))
-          s.clicks = [0] * len(results)
-          s.lines = [line_no] * len(results)
-          pending.append(s)
-          row_of = {}
-          for i, url in enumerate(results):
-            row_of.setdefault(url, (s, i))
-          if personalized:
-            page_rows[fields[3]] = row_of
-          continue
-        if kind == b"C":
-          want = 5 if personalized else 4
-          if len(fields) != want:
-            raise ValueError(f"{path}:{line_no}: a click record has {want} fields, got {len(fields)}")
-          if fields[0] != session_id:
-            raise ValueError(
-              f"{path}:{line_no}: field 'SessionID': a click in session {show(fields[0])} "
-              "before any page of that session"
-            )
-          targets = page_rows.get(fields[3]) if personalized else row_of
-          if targets is None:
-            raise ValueError(
-              f"{path}:{line_no}: field 'SERPID': {show(fields[3])} is not a page of session "
-              f"{show(fields[0])} shown above"
-            )
-          hit = targets.get(fields[-1])
-          if hit is None:
-            unmatched += 1
-            first_unmatched = first_unmatched or line_no
-          else:
-            hit[0].clicks[hit[1]] = 1
-          continue
-        raise ValueError(
-          f"{path}:{line_no}: unknown record type {show(kind)} in field 3 (expected "
-          f"{'M (in field 2), Q, T or C' if personalized else 'Q or C'}; is this the "
-          f"{'relpred' if personalized else 'personalized'} layout?)"
-        )
-  except (OSError, EOFError) as e:
-    raise ValueError(f"{path}: cannot read the log ({e})") from None
-  if page < 0:
-    raise ValueError(f"{path}: no result pages")
-  yield from pending
-  if unmatched:
-    warnings.warn(
-      f"{path}: {unmatched} click(s) on URLs their page does not show were skipped (the first "
-      f"on line {first_unmatched})",
-      stacklevel=3,
-    )
+  qid_field, url_field = fields
+  for index, page in enumerate(pages):
+    s = _Session(index, decode_id(page.qid, path, qid_field, page.line))
+    s.doc_ids = [intern((page.query, url), len(item_ids)) for url in page.urls]
+    s.doc_names = [decode_id(url, path, url_field, line) for url, line in zip(page.urls, page.lines)]
+    s.positions, s.clicks, s.lines = page.positions, [int(c) for c in page.clicks], page.lines
+    yield s
 
 
 def convert_click_log(
@@ -815,6 +664,8 @@ def convert_click_log(
     raise ValueError(f"format must be one of {CLICK_LOG_FORMATS}, got {format!r}")
   if int(shard_size) < 1 or int(row_group_size) < 1:
     raise ValueError(f"shard_size and row_group_size must be >= 1, got {shard_size} and {row_group_size}")
+  if format == "baidu" and query_key not in QUERY_KEYS:
+    raise ValueError(f"query_key must be one of {QUERY_KEYS}, got {query_key!r}")
   if extra_columns and format != "tsv":
     raise ValueError(f"extra_columns: only a 'tsv' log has further columns, got format {format!r}")
   paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
@@ -859,10 +710,12 @@ def convert_click_log(
             p, position_base=position_base, **tsv, max_sessions=remaining, check=hashes, item_of=item_of
           )
         elif format == "baidu":
-          sessions = _baidu_sessions(p, query_key=query_key, max_sessions=remaining, item_ids=item_ids)
+          pages = baidu_pages(p, query_key=query_key, max_sessions=remaining)
+          sessions = _page_sessions(p, pages, item_ids, ("qid", "url_md5"))
         else:
           layout = "personalized" if format == "yandex_personalized" else "relpred"
-          sessions = _yandex_sessions(p, layout=layout, max_sessions=remaining, item_ids=item_ids)
+          pages = yandex_pages(p, layout=layout, max_sessions=remaining)
+          sessions = _page_sessions(p, pages, item_ids, ("QueryID", "URLID"))
         count = 0
         for s in sessions:
           count = s.session + 1
