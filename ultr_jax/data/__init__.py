@@ -64,15 +64,26 @@ __all__ = [
 ]
 
 # Streaming input: Parquet session shards and the session stream (pyarrow and grain are imported when used).
-from ultr_jax.data.convert import SESSION_COLUMNS, convert_click_log, read_session_shards, session_shard_paths  # noqa: E402
+from ultr_jax.data.convert import (  # noqa: E402
+  SESSION_COLUMNS,
+  ClickLogRows,
+  convert_click_log,
+  read_session_shards,
+  session_shard_paths,
+)
+from ultr_jax.data.sources import StreamedClickLog, click_log_files, open_click_log  # noqa: E402
 from ultr_jax.data.stream import BATCH_KEYS, SessionStream, session_batches  # noqa: E402
 
 __all__ += [
   "SESSION_COLUMNS",
+  "ClickLogRows",
   "convert_click_log",
   "read_session_shards",
   "session_shard_paths",
   "BATCH_KEYS",
   "SessionStream",
   "session_batches",
+  "StreamedClickLog",
+  "click_log_files",
+  "open_click_log",
 ]
