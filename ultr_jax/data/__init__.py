@@ -12,7 +12,15 @@ from ultr_jax.data.preprocessing import (
   normalize_features,
   stats,
 )
-from ultr_jax.data.splits import Splits, batches, concatenate, pad_queries, take_queries, train_valid_test_split
+from ultr_jax.data.splits import (
+  Splits,
+  batches,
+  concatenate,
+  held_out_sessions,
+  pad_queries,
+  take_queries,
+  train_valid_test_split,
+)
 from ultr_jax.data.svmlight import (
   SVMLightRows,
   default_cache_dir,
@@ -43,6 +51,7 @@ __all__ = [
   "pad_queries",
   "take_queries",
   "train_valid_test_split",
+  "held_out_sessions",
   "SVMLightRows",
   "default_cache_dir",
   "load_svmlight",
