@@ -61,6 +61,7 @@ __all__ = [
   "evaluate_click_model",
   "click_prediction_scores",
   "fit_ctr_model",
+  "fit_ctr_model_from_statistics",
   "ctr_model_predict",
   "simulate_session_log",
 ]
@@ -427,10 +428,19 @@ def fit_ctr_model(
   ranks = np.broadcast_to(np.arange(length), clicks.shape)[where]
   docs, c = doc_ids[where].astype(np.int64), clicks[where].astype(np.float64)
   g = float(c.mean()) if c.size else 0.5
+  return _ctr_tables(model, docs, ranks, None, c, g, num_docs=num_docs, length=length, prior=prior)
+
+
+def _ctr_tables(model, docs, ranks, impressions, clicks, g, *, num_docs, length, prior) -> dict:
+  """The rate tables of ``model`` from impressions and clicks per record (document, rank), global rate ``g``
+  (``impressions`` None: one each)."""
 
   def rate(cells, size, parent):
-    n = np.bincount(cells, minlength=size).astype(np.float64)
-    k = np.bincount(cells, weights=c, minlength=size)
+    if impressions is None:
+      n = np.bincount(cells, minlength=size).astype(np.float64)
+    else:
+      n = np.bincount(cells, weights=impressions, minlength=size)
+    k = np.bincount(cells, weights=clicks, minlength=size)
     return np.where(n + prior > 0, (k + prior * parent) / np.maximum(n + prior, 1e-12), parent)
 
   tables = _CTR_TABLES[model]
@@ -444,6 +454,48 @@ def fit_ctr_model(
     out["document_rank"] = rate(docs * length + ranks, num_docs * length, parent).reshape(num_docs, length)
     out["document_rank"] = out["document_rank"].astype(np.float32)
   return out
+
+
+def fit_ctr_model_from_statistics(
+  model: str, statistics, *, num_docs: Optional[int] = None, prior: float = 1.0
+) -> dict:
+  r""":func:`fit_ctr_model` from impressions and clicks per (document, rank): the ``"items"`` sufficient
+  statistics of a log (the PBM's, :func:`~ultr_jax.simulation.gather_click_statistics` ``("pbm", batches)``),
+  so the baselines of a log larger than memory are counted in one streaming pass.
+
+  The same tables as :func:`fit_ctr_model` of the sessions (up to the order of float sums).
+
+  Args:
+    model: one of :data:`CTR_MODELS`.
+    statistics: a :class:`~ultr_jax.simulation.ClickStatistics` of kind ``"items"`` (keys ``(document,
+      rank)``, counts ``(impressions, clicks)``).
+    num_docs: ``D`` (default the statistics'; at least it).
+    prior: as :func:`fit_ctr_model`.
+
+  >>> from ultr_jax.simulation import get_click_model
+  >>> ids = np.array([[0, 1], [1, 0]]); c = np.array([[1.0, 0.0], [1.0, 1.0]])
+  >>> s = get_click_model("pbm").sufficient_statistics(ids, c)
+  >>> p = fit_ctr_model_from_statistics("drctr", s, prior=0.0)
+  >>> print(p["global"], p["document"], p["document_rank"].tolist())
+  0.75 [1.  0.5] [[1.0, 1.0], [1.0, 0.0]]
+  """
+  if model not in CTR_MODELS:
+    raise ValueError(f"unknown CTR model {model!r} (expected one of {CTR_MODELS})")
+  if prior < 0:
+    raise ValueError(f"prior must be >= 0, got {prior}")
+  if statistics.kind != "items":
+    raise ValueError(f"{model}: statistics of kind {statistics.kind!r}, expected 'items' (per document and rank)")
+  if num_docs is None:
+    num_docs = max(statistics.num_docs, 1)
+  elif num_docs < statistics.num_docs:
+    raise ValueError(f"num_docs = {num_docs} but the statistics hold document id {statistics.num_docs - 1}")
+  keys = np.asarray(statistics.keys, np.int64)
+  n, k = (np.asarray(statistics.counts[:, v], np.float64) for v in (0, 1))
+  total = float(n.sum())
+  g = float(k.sum()) / total if total > 0 else 0.5
+  return _ctr_tables(
+    model, keys[:, 0], keys[:, 1], n, k, g, num_docs=int(num_docs), length=statistics.list_size, prior=prior
+  )
 
 
 def ctr_model_predict(model: str, params: dict, doc_ids: Array) -> np.ndarray:
