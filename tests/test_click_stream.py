@@ -231,3 +231,33 @@ def test_the_preconditioned_fit_reaches_the_optimum_the_plain_fit_approaches():
   for k in best:
     np.testing.assert_allclose(fit.logits[k], best[k], atol=2e-3, err_msg=k)
   assert float(objective(fit.logits)) <= float(objective(plain)) + 1e-9
+
+
+def test_sessions_written_as_shards_stream_back_as_the_arrays(tmp_path):
+  """A simulated log written batch by batch (write_session_shards) and read by SessionStream gives the same
+  sessions, and fitting from the stream equals fitting the arrays."""
+  from ultr_jax import data
+
+  log = _masked(_log("ubm", num_sessions=300))
+  shards = data.write_session_shards(_batches(log, 64), tmp_path / "shards", shard_size=100, row_group_size=32)
+  assert len(shards) == 3
+  stream = data.SessionStream(shards, batch_size=50)
+  got = [b for b in stream]
+  keep = np.any(log["where"], -1)
+  valid = np.concatenate([b["valid"] for b in got])
+  sessions = np.concatenate([b["session"] for b in got])[valid]
+  np.testing.assert_array_equal(sessions, np.flatnonzero(keep))
+  for key in ("doc_ids", "clicks", "where"):
+    streamed = np.concatenate([b[key] for b in got])[valid]
+    want = np.where(log["where"], log[key], 0)[keep] if key != "where" else log["where"][keep]
+    np.testing.assert_array_equal(streamed, want, err_msg=key)  # every hidden item here is the list's last
+  a = sim.fit_click_model_stream("ubm", data.SessionStream(shards, batch_size=50), num_docs=NUM_DOCS)
+  b = sim.fit_click_model_stream("ubm", _batches(log, 64), num_docs=NUM_DOCS)
+  for k in a.params:
+    np.testing.assert_allclose(a.params[k], b.params[k], atol=1e-6, err_msg=k)
+  with pytest.raises(ValueError, match="already holds"):
+    data.write_session_shards(_batches(log, 64), tmp_path / "shards")
+  bad = dict(_batches(log, 64)[0], clicks=np.full((64, 4), 2.0))
+  with pytest.raises(ValueError, match="batch 0, session 0, item 0: field 'click'"):
+    data.write_session_shards([bad], tmp_path / "bad")
+  assert not list((tmp_path / "bad").glob("*.parquet*"))

@@ -79,6 +79,7 @@ from ultr_jax.data.convert import (  # noqa: E402
   convert_click_log,
   read_session_shards,
   session_shard_paths,
+  write_session_shards,
 )
 from ultr_jax.data.sources import StreamedClickLog, click_log_files, open_click_log  # noqa: E402
 from ultr_jax.data.stream import BATCH_KEYS, SessionStream, session_batches  # noqa: E402
@@ -89,6 +90,7 @@ __all__ += [
   "convert_click_log",
   "read_session_shards",
   "session_shard_paths",
+  "write_session_shards",
   "BATCH_KEYS",
   "SessionStream",
   "session_batches",

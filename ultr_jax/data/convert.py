@@ -60,7 +60,14 @@ from ultr_jax.data import _io
 from ultr_jax.data.click_log import CLICK_LOG_FORMATS, READ_ERRORS, ClickLog, decode_id, session_file
 from ultr_jax.data.yandex import yandex_pages
 
-__all__ = ["SESSION_COLUMNS", "ClickLogRows", "convert_click_log", "read_session_shards", "session_shard_paths"]
+__all__ = [
+  "SESSION_COLUMNS",
+  "ClickLogRows",
+  "convert_click_log",
+  "read_session_shards",
+  "session_shard_paths",
+  "write_session_shards",
+]
 
 PathLike = Union[str, os.PathLike]
 
@@ -921,6 +928,90 @@ def _shard_metadata(path: str) -> tuple:
   if missing:
     raise ValueError(f"{path}: field {missing[0]!r}: no such column; a session shard has {list(SESSION_COLUMNS)}")
   return f, meta
+
+
+def write_session_shards(
+  batches,
+  out_dir: PathLike,
+  *,
+  shard_size: int = 1 << 20,
+  row_group_size: int = 4096,
+  source: str = "arrays",
+) -> list:
+  r"""Writes sessions held as arrays (a simulated log, batch by batch) as session shards, in bounded memory.
+
+  Each batch is a dict of ``doc_ids int[B, L]`` (dense ids, :math:`\ge 0`), ``clicks [B, L]`` (0/1), optional
+  ``where bool[B, L]`` (the shown items; default all) and ``positions int[B, L]`` (0-based; default the item's
+  index). A session's row holds its shown items in array order; a session with none is skipped. The ``session``
+  column numbers the sessions of all batches from 0 (skipped ones included), ``query_id``, ``doc_names`` and
+  ``lines`` are null (arrays have no names or source lines). The shards are those of :func:`convert_click_log`,
+  so :class:`~ultr_jax.data.SessionStream` and :func:`~ultr_jax.data.open_click_log` read them; memory holds one
+  batch and one row group.
+
+  Args:
+    batches: an iterable of batch dicts (above).
+    out_dir: a new or empty directory.
+    shard_size, row_group_size: sessions per file and per row group, as :func:`convert_click_log`.
+    source: recorded as the shards' ``ultr_jax.source``.
+
+  Returns:
+    The shard paths, in order.
+
+  >>> import tempfile
+  >>> d = tempfile.mkdtemp()
+  >>> b = {"doc_ids": np.array([[3, 1], [2, 0]]), "clicks": np.array([[1, 0], [0, 0]]),
+  ...      "where": np.array([[True, True], [True, False]])}
+  >>> log = read_session_shards(write_session_shards([b], d))
+  >>> log.items.tolist(), log.positions.tolist(), log.clicks.tolist(), log.sessions.tolist(), log.num_items
+  ([3, 1, 2], [0, 1, 0], [1.0, 0.0, 0.0], [0, 0, 1], 4)
+  """
+  pa = _pyarrow()
+  out_dir = pathlib.Path(out_dir)
+  out_dir.mkdir(parents=True, exist_ok=True)
+  if any(out_dir.glob("*.parquet")):
+    raise ValueError(f"{out_dir}: already holds .parquet files; write into an empty directory")
+  if int(shard_size) < 1 or int(row_group_size) < 1:
+    raise ValueError(f"shard_size and row_group_size must be >= 1, got {shard_size} and {row_group_size}")
+  writer = _ShardWriter(out_dir, int(shard_size), int(row_group_size), (), {"source": source, "format": "arrays"})
+  schema, start = writer.schema, 0
+  try:
+    for i, batch in enumerate(batches):
+      ids, clicks = np.asarray(batch["doc_ids"]), np.asarray(batch["clicks"])
+      if ids.ndim != 2 or ids.shape != clicks.shape:
+        raise ValueError(f"batch {i}: doc_ids {ids.shape} and clicks {clicks.shape} must have one [B, L] shape")
+      where = np.ones(ids.shape, bool) if batch.get("where") is None else np.asarray(batch["where"], bool)
+      positions = batch.get("positions")
+      positions = np.broadcast_to(np.arange(ids.shape[1]), ids.shape) if positions is None else np.asarray(positions)
+      if not np.issubdtype(ids.dtype, np.integer) or (where.any() and ids[where].min() < 0):
+        raise ValueError(f"batch {i}: doc_ids must be integers >= 0 where shown")
+      bad = where & (clicks != 0) & (clicks != 1)
+      if bad.any():
+        b, r = (int(v) for v in np.argwhere(bad)[0])
+        raise ValueError(f"batch {i}, session {b}, item {r}: field 'click': expected 0 or 1, got {clicks[b, r]!r}")
+      lengths = where.sum(axis=1)
+      rows = np.flatnonzero(lengths)
+      offsets = pa.array(np.concatenate([[0], np.cumsum(lengths[rows])]).astype(np.int32))
+      n = int(lengths.sum())
+      shown = (lambda x: x.ravel()) if n == where.size else (lambda x: x[where])  # row-major: sessions in order
+      lists = lambda values: pa.ListArray.from_arrays(offsets, values)
+      table = pa.Table.from_arrays(
+        [
+          pa.array(start + rows, pa.int64()),
+          pa.nulls(rows.shape[0], pa.string()),
+          lists(pa.array(shown(ids).astype(np.int64, copy=False))),
+          lists(pa.nulls(n, pa.string())),
+          lists(pa.array(shown(positions).astype(np.int32, copy=False))),
+          lists(pa.array(shown(clicks).astype(np.int8, copy=False))),
+          lists(pa.nulls(n, pa.int64())),
+        ],
+        schema=schema,
+      )
+      writer.add_table(table)
+      start += ids.shape[0]
+    return writer.finish()
+  except BaseException:
+    writer.abort()
+    raise
 
 
 def read_session_shards(source: Union[PathLike, Sequence[PathLike]]) -> ClickLog:
