@@ -169,6 +169,12 @@ class SessionStream:
   buffer is one row group (``row_group_size`` of the conversion). The same
   seed gives the same batches.
 
+  Passes: every ``iter(stream)`` (a ``for`` loop, ``list(stream)``) starts a
+  pass over all ``num_epochs`` from the beginning, with the same batches as
+  the first pass, so a stream can be read again (fit a click model, then
+  score it). After :meth:`set_state`, the next pass starts at that position
+  instead; ``next(stream)`` continues the current pass.
+
   Processes: the row groups (after the shuffle) are dealt round-robin, process
   ``p`` of ``P`` reading ``p, p + P, ...``: the processes' batches are
   disjoint and together cover the log. Shapes agree across processes:
@@ -288,6 +294,7 @@ class SessionStream:
     it = grain.experimental.RebatchIterDataset(it, batch_size=self.batch_size, drop_remainder=False)
     self._dataset = it.map(_Pad(self.batch_size, self.list_size, self.extra_columns))
     self._iterator = iter(self._dataset)
+    self._positioned = True  # the iterator sits where a pass should start (built, or moved by set_state)
     self._num_epochs = num_epochs
 
   @property
@@ -310,9 +317,14 @@ class SessionStream:
     return -(-self.num_sessions * int(self._num_epochs) // self.batch_size)
 
   def __iter__(self) -> Iterator[dict]:
+    """Starts a pass: from the beginning (the same order every pass), or where :meth:`set_state` put it."""
+    if not self._positioned:
+      self._iterator = iter(self._dataset)
+    self._positioned = False
     return self
 
   def __next__(self) -> dict:
+    self._positioned = False
     return next(self._iterator)
 
   def get_state(self) -> dict:
@@ -331,6 +343,7 @@ class SessionStream:
       diff = sorted(k for k in set(config) | set(theirs) if config.get(k) != theirs.get(k))
       raise ValueError(f"the state is of a stream with other arguments ({', '.join(diff)}); build it as that one was")
     self._iterator.set_state(state["grain"])
+    self._positioned = True
 
 
 def session_batches(log: ClickLog, *, batch_size: int, list_size: Optional[int] = None) -> Iterator[dict]:
