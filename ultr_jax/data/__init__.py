@@ -63,9 +63,10 @@ __all__ = [
   "read_yandex_sessions",
 ]
 
-# Streaming input: Parquet session shards and the session stream (pyarrow and grain are imported when used).
+# Streaming input: Parquet session and feature shards and their streams (pyarrow and grain are imported when used).
 from ultr_jax.data.convert import SESSION_COLUMNS, convert_click_log, read_session_shards, session_shard_paths  # noqa: E402
 from ultr_jax.data.stream import BATCH_KEYS, SessionStream, session_batches  # noqa: E402
+from ultr_jax.data.feature_stream import FeatureStream, convert_svmlight, write_feature_shards  # noqa: E402
 
 __all__ += [
   "SESSION_COLUMNS",
@@ -75,4 +76,7 @@ __all__ += [
   "BATCH_KEYS",
   "SessionStream",
   "session_batches",
+  "FeatureStream",
+  "convert_svmlight",
+  "write_feature_shards",
 ]
