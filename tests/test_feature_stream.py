@@ -36,16 +36,16 @@ def _qids(batches):
 
 
 def synthetic(num=37, list_size=6, num_features=5, seed=0, gaps=True):
-  """A RankingDataset with clicks, a per-query extra, doc_ids, unique qids, short lists and masked items inside
-  lists (gaps), so positions matter."""
+  """A RankingDataset with clicks, a per-query extra, doc_ids and unique qids; with ``gaps``, short lists, an
+  empty one and masked items inside lists (so positions matter), else every list full (the reader's fast path)."""
   ds = data.make_synthetic(
     num_train=num, num_valid=1, num_test=1, list_size=list_size, num_features=num_features, seed=seed
   ).train
   rng = np.random.default_rng(seed)
-  where = ds.where.copy()
+  where = ds.where.copy() if gaps else np.ones_like(ds.where)
   if gaps:
     where[rng.random(where.shape) < 0.15] = False
-  where[3] = False  # a list without documents
+    where[3] = False  # a list without documents
   features = np.where(where[..., None], ds.features, 0).astype(np.float32)
   labels = np.where(where, ds.labels, 0).astype(np.float32)
   return data.RankingDataset(
@@ -65,9 +65,10 @@ def synthetic(num=37, list_size=6, num_features=5, seed=0, gaps=True):
 # Stream == in memory.
 
 
+@pytest.mark.parametrize("gaps", [True, False])
 @pytest.mark.parametrize("batch_size", [1, 8, 100])
-def test_written_shards_stream_the_in_memory_batches(tmp_path, batch_size):
-  ds = synthetic()
+def test_written_shards_stream_the_in_memory_batches(tmp_path, batch_size, gaps):
+  ds = synthetic(gaps=gaps)
   paths = data.write_feature_shards(ds, tmp_path, shard_size=15, row_group_size=4)
   assert len(paths) == 3
   s = stream(tmp_path, batch_size=batch_size)
@@ -343,8 +344,9 @@ def test_a_row_group_cut_short_names_the_file(tmp_path):
 # Order: seeds, resume, processes, passes.
 
 
-def test_shuffle_is_seeded_and_keeps_each_list_whole(tmp_path):
-  ds = synthetic(num=50)
+@pytest.mark.parametrize("gaps", [True, False])
+def test_shuffle_is_seeded_and_keeps_each_list_whole(tmp_path, gaps):
+  ds = synthetic(num=50, gaps=gaps)
   data.write_feature_shards(ds, tmp_path, shard_size=20, row_group_size=6)
   a = list(stream(tmp_path, batch_size=7, shuffle=True, seed=1))
   b = list(stream(tmp_path, batch_size=7, shuffle=True, seed=1))

@@ -594,10 +594,10 @@ class _ReadLists:
     self.s = stream
     self.shuffle, self.seed = shuffle, seed
 
-  def empty(self, n: int) -> dict:
+  def empty(self, n: int, features: bool = True) -> dict:
     s = self.s
     out = {
-      "features": np.zeros((n, s.list_size, s.num_features), s.dtype),
+      "features": np.zeros((n, s.list_size, s.num_features), s.dtype) if features else None,
       "labels": np.zeros((n, s.list_size), np.float32),
       "where": np.zeros((n, s.list_size), bool),
       "qid": np.full(n, -1, np.int64),
@@ -623,7 +623,7 @@ class _ReadLists:
       doc = "" if d is None else f", document {d}"
       return f"{path}, row {first_row + int(r)}{doc}, field {field!r}"
 
-    qcol = table.column("query_id").combine_chunks()
+    qcol = _array(table, "query_id")
     if qcol.null_count:
       raise ValueError(f"{at(_first_null(pa, qcol), 'query_id')}: missing value")
     qid = qcol.to_numpy().astype(np.int64, copy=False)
@@ -631,7 +631,7 @@ class _ReadLists:
     # Every list column: one value per document, all of a row's lists of one length.
     lengths, layout, flat = None, None, {}
     for name in s._list_columns:
-      col = table.column(name).combine_chunks()
+      col = _array(table, name)
       if col.null_count:
         raise ValueError(f"{at(_first_null(pa, col), name)}: missing value")
       got = pa.compute.list_value_length(col).to_numpy(zero_copy_only=False)
@@ -672,7 +672,8 @@ class _ReadLists:
     every = bool(keep.all())
     cell = row * L + slot
     kept_cell = cell if every else cell[keep]
-    if "position" in flat and D:
+    in_order = "position" not in flat or bool(np.array_equal(slot, item))  # then no two documents share a position
+    if not in_order and D:
       key = row * (int(slot.max()) + 1) + slot  # (list, position) pairs, the cut ones too
       _, first = np.unique(key, return_index=True)
       if len(first) != len(key):
@@ -686,11 +687,13 @@ class _ReadLists:
       inv = np.empty(n, np.int64)
       inv[perm] = np.arange(n)
       kept_cell = (inv[row] * L + slot) if every else (inv[row] * L + slot)[keep]
-    out = self.empty(n)
+    # Every list full and in order (a common layout): the features are [n, L, F] already, one copy moves them.
+    whole = every and in_order and D == n * L and len(s._features) == 1
+    out = self.empty(n, features=not whole)
     kept = slice(None) if every else keep
 
     # Features: [D, w] per column, cast to the dtype, finite where kept.
-    fview = out["features"].reshape(n * L, s.num_features)
+    fview = None if whole else out["features"].reshape(n * L, s.num_features)
     c0 = 0
     for col in s._features:
       v = flat[col.name]
@@ -717,14 +720,17 @@ class _ReadLists:
       x = x[kept]
       with np.errstate(over="ignore", invalid="ignore"):
         cast = x.astype(s.dtype, copy=False)
-        if not np.isfinite(cast.sum()) and not np.isfinite(cast).all():  # the sum is finite where every value is
+        if not np.isfinite(cast).all():
           r = int(np.flatnonzero(~np.isfinite(cast).all(axis=1))[0])
           k = np.flatnonzero(keep)[r]
           value = x[r][~np.isfinite(cast[r])][0]
           why = "is not finite" if not np.isfinite(value) else f"overflows the dtype {s.dtype.name}"
           raise ValueError(f"{at(row[k], col.name, item[k])}: value {value} {why}")
       x = cast
-      if col.width == s.num_features:
+      if whole:
+        x = x.reshape(n, L, s.num_features)
+        out["features"] = np.take(x, perm, axis=0) if self.shuffle else x.copy()
+      elif col.width == s.num_features:
         fview[kept_cell] = x
       else:
         fview[kept_cell, c0 : c0 + col.width] = x
@@ -758,7 +764,7 @@ class _ReadLists:
             k = int(np.flatnonzero(bad)[0])
             raise ValueError(f"{at(row[k], e.name, item[k])}: {v[k]} is not a finite {np.dtype(e.dtype).name}")
       else:
-        col = table.column(e.name).combine_chunks()
+        col = _array(table, e.name)
         if col.null_count:
           raise ValueError(f"{at(_first_null(pa, col), e.name)}: missing value")
         if _is_list(pa, col.type):  # one value per document: the list's first
@@ -771,6 +777,12 @@ class _ReadLists:
       out[e.name].reshape(-1)[kept_cell] = v[kept]
     out["qid"][:] = qid[perm] if self.shuffle else qid
     return out
+
+
+def _array(table, name: str):
+  """A table column as one Arrow array (no copy when it is one chunk, as a row group's are)."""
+  col = table.column(name)
+  return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
 
 
 def _first_null(pa, column) -> int:

@@ -162,6 +162,43 @@ def _processes(process_index: Optional[int], process_count: Optional[int]) -> tu
   return int(process_index), int(process_count)
 
 
+def _epoch_shuffle(grain, parent, seed: int):
+  """``parent`` in a seeded order, a new one each epoch: index ``e * n + i`` is ``perm_e[i] + e * n`` with
+  ``perm_e = np.random.default_rng([seed, e]).permutation(n)``.
+
+  Grain's own ``MapDataset.shuffle`` does the same through its ``index_shuffle``, which on this project's VM
+  took 1.8 ms per element for a dataset of 16 row groups (and 0.02 ms for 1600): a stream of a few row groups
+  paid it for every row group it read.
+  """
+
+  class EpochShuffle(grain.MapDataset):
+    def __init__(self):
+      super().__init__(parent)
+      self._perms: dict = {}
+
+    def __len__(self) -> int:
+      return len(self._parent)
+
+    def __str__(self) -> str:
+      return f"EpochShuffle(seed={seed})"
+
+    def _perm(self, epoch: int) -> np.ndarray:
+      perm = self._perms.get(epoch)
+      if perm is None:  # computed again by a racing thread at worst: the same array
+        perm = np.random.default_rng([seed, epoch]).permutation(len(self._parent))
+        self._perms = {**{e: p for e, p in self._perms.items() if e >= epoch - 1}, epoch: perm}
+      return perm
+
+    def __getitem__(self, index):
+      if isinstance(index, slice):
+        return self.slice(index)
+      n = len(self._parent)
+      epoch, i = divmod(int(index), n)
+      return self._parent[int(self._perm(epoch)[i]) + epoch * n]
+
+  return EpochShuffle()
+
+
 class _RowGroupStream:
   r"""The Grain pipeline of the Parquet streams: fixed-shape batches from row groups, resumable, re-iterable.
 
@@ -215,7 +252,7 @@ class _RowGroupStream:
     }
     ds = grain.MapDataset.source(list(units))
     if shuffle:
-      ds = ds.shuffle(seed=int(seed))
+      ds = _epoch_shuffle(grain, ds, int(seed))
     ds = ds[self.process_index :: self.process_count]
     self._my_units = [ds[i] for i in range(len(ds))]
     if num_epochs != 1:
