@@ -424,6 +424,18 @@ def convert_svmlight(
       )
     del runs
 
+  if limit is not None:  # the in-memory reader's error, at the first id above the limit (nothing is written)
+    for labels, qid, indptr, idx, val, line in _svmlight_rows(path, block_size, F, max_label, {}):
+      if (idx > limit).any():
+        k = int(np.flatnonzero(idx > limit)[0])
+        raise _svm._err(
+          path,
+          int(line[np.searchsorted(indptr, k, side="right") - 1]),
+          "feature id",
+          f"feature id {idx[k]} is absurdly large for a file of {state['values']} values (more than {limit}); "
+          "pass num_features= to allow it",
+        )
+
   # Pass 2: the rows again, grouped into queries, written as shards.
   schema = pa.schema(
     [("query_id", pa.int64()), ("features", pa.list_(pa.binary(4 * F))), ("label", pa.list_(pa.float32()))]
@@ -441,15 +453,6 @@ def convert_svmlight(
     carry = None  # the rows of the last query of the block before (it may go on)
     row0 = 0
     for labels, qid, indptr, idx, val, line in _svmlight_rows(path, block_size, F, max_label, {}):
-      if limit is not None and (idx > limit).any():
-        k = int(np.flatnonzero(idx > limit)[0])
-        raise _svm._err(
-          path,
-          int(line[np.searchsorted(indptr, k, side="right") - 1]),
-          "feature id",
-          f"feature id {idx[k]} is absurdly large for a file of {state['values']} values (more than {limit}); "
-          "pass num_features= to allow it",
-        )
       n = len(labels)
       dense = np.zeros((n, F), np.float32)
       dense[np.repeat(np.arange(n), np.diff(indptr)), idx - 1] = val
