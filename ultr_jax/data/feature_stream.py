@@ -981,3 +981,8 @@ class FeatureStream(_RowGroupStream):
   def num_lists(self) -> int:
     """Lists this process reads per epoch."""
     return self._rows_per_epoch
+
+  # The shared pipeline's public members, documented here too.
+  num_batches = _RowGroupStream.num_batches
+  get_state = _RowGroupStream.get_state
+  set_state = _RowGroupStream.set_state

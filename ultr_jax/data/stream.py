@@ -434,6 +434,11 @@ class SessionStream(_RowGroupStream):
     """Sessions this process reads per epoch."""
     return self._rows_per_epoch
 
+  # The shared pipeline's public members, documented here too.
+  num_batches = _RowGroupStream.num_batches
+  get_state = _RowGroupStream.get_state
+  set_state = _RowGroupStream.set_state
+
 
 def session_batches(log: ClickLog, *, batch_size: int, list_size: Optional[int] = None) -> Iterator[dict]:
   r"""The batches of :class:`SessionStream`, from a session :class:`~ultr_jax.data.ClickLog` in memory.
