@@ -723,7 +723,7 @@ class _ReadLists:
       x = x[kept]
       with np.errstate(over="ignore", invalid="ignore"):
         cast = x.astype(s.dtype, copy=False)
-        if not np.isfinite(cast).all():
+        if cast.size and not (np.isfinite(cast.max()) and np.isfinite(cast.min())):  # no temporaries: NaN propagates
           r = int(np.flatnonzero(~np.isfinite(cast).all(axis=1))[0])
           k = np.flatnonzero(keep)[r]
           value = x[r][~np.isfinite(cast[r])][0]
