@@ -35,8 +35,8 @@ extra columns           numbers, or lists of numbers          ``extras``: ``[B, 
 
 Features are stored as one fixed-size binary value per document because Parquet decodes a nested
 ``list<list<float>>`` column value by value (its repetition and definition levels): measured on the shared
-2-core VM, a row group of 1024 lists x 15 documents x 136 features reads in 8-17 ms as nested floats and in
-2 ms as ``list<fixed_size_binary>`` (benchmarks/RESULTS.md, "`fit` on a stream").
+2-core VM, a row group of 1024 lists x 20 documents x 136 features (10.6 MB) reads in 10.2 ms as nested floats
+and in 2.2 ms as ``list<fixed_size_binary>`` (benchmarks/RESULTS.md, "`fit` on a stream, after removing host work").
 
 Shuffling, process splitting, resuming and passes are those of :class:`~ultr_jax.data.SessionStream` (the
 same Grain pipeline): row groups are shuffled (a new order each epoch) and the lists inside each, row groups

@@ -725,7 +725,8 @@ def _aligned_empty(shape: tuple, dtype, align: int = 64) -> np.ndarray:
   """An uninitialised host array whose data starts on an ``align``-byte boundary.
 
   XLA's CPU client aliases such an array in ``jax.device_put`` instead of copying it (a 280 MB chunk: 0.1 s
-  copied, 0.1 ms aliased, benchmarks/RESULTS.md "`fit` on a stream"); elsewhere the alignment is harmless.
+  copied, 0.1 ms aliased: benchmarks/RESULTS.md, "`fit` on a stream, after removing host work"); elsewhere the
+  alignment is harmless.
   """
   dtype = np.dtype(dtype)
   nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
