@@ -148,6 +148,9 @@ def main():
   parser.add_argument("--reuse_log", action="store_true", help="read --workdir's log.npz if there (same --sessions)")
   parser.add_argument("--skip_clax", action="store_true")
   parser.add_argument("--skip_ultr_jax", action="store_true")
+  parser.add_argument(
+    "--skip_in_memory", action="store_true", help="time only the streaming fits, not fit_click_model on [S, L] arrays"
+  )
   parser.add_argument("--workdir", default=None, help="where the shared log goes (default a temporary folder)")
   args = parser.parse_args()
   models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -180,7 +183,8 @@ def main():
   rows = []
   for model in models:
     if not args.skip_ultr_jax:
-      sides = [("ultr_jax fit_click_model", sim.fit_click_model)] + [(f"ultr_jax {n}", f) for n, f in extra]
+      sides = [] if args.skip_in_memory else [("ultr_jax fit_click_model", sim.fit_click_model)]
+      sides += [(f"ultr_jax {n}", f) for n, f in extra]
       for side, fn in sides:
         best, fit = None, None
         for _ in range(args.repeats):

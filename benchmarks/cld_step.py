@@ -31,7 +31,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from ultr_jax.train import get_method
+from ultr_jax.train import get_method, shared_method_configs
 
 METHODS = ("ips", "ips_pairwise", "cld", "cld_n", "cld_pair", "cld_pair_l", "heckman_rank")
 
@@ -87,13 +87,18 @@ def main():
   kw = dict(num_features=f, list_size=l)
   tx = optax.adam(1e-3)
   steps, states, batches = {}, {}, {}
+  own = shared_method_configs(sorted({m.split("_pairwise")[0] for m in METHODS}), config)
   for name in METHODS:
     batches[name] = ips_batch if name.startswith("ips") else batch
-    # ``cld`` reads ``ranker`` (default linear); the study runs it linear, as the paper.
-    c = ml_collections.ConfigDict({**config.to_dict(), "ranker": "linear"}) if name == "cld" else config
+    # One section for every method, as the study's: each takes the fields it declares. ``cld`` reads ``ranker``
+    # (default linear); the study runs it linear, as the paper.
+    method = name.split("_pairwise")[0]
+    c = own[method]
+    if name == "cld":
+      c.ranker = "linear"
     if name == "ips_pairwise":
-      c = ml_collections.ConfigDict({**config.to_dict(), "loss_type": "pairwise"})
-    steps[name], states[name] = make_step(get_method(name.split("_pairwise")[0], c, **kw), batches[name], tx)
+      c.loss_type = "pairwise"
+    steps[name], states[name] = make_step(get_method(method, c, **kw), batches[name], tx)
     p, o, loss = steps[name](*states[name], batches[name], jax.random.key(0))  # compile + warm up
     loss.block_until_ready()
     states[name] = (p, o)

@@ -14,11 +14,12 @@ from ultr_jax import losses
 from ultr_jax.data import RankingDataset
 from ultr_jax.simulation import simulate_topk_log, topk_log_dataset, topk_selection_data
 from ultr_jax.studies import cld as cld_study
-from ultr_jax.train import evaluate, fit, get_method
+from ultr_jax.train import evaluate, fit, get_method, shared_method_configs
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NAMES = ("cld", "cld_n", "cld_pair", "cld_pair_l", "heckman_rank", "rank_agg")
-CONFIG = ml_collections.ConfigDict({"hidden_sizes": (8, 4), "dropout": 0.5})
+CONFIG = ml_collections.ConfigDict({"hidden_sizes": (8, 4), "dropout": 0.5})  # the family's shared section
+CONFIGS = shared_method_configs(NAMES, CONFIG)  # each method's fields of it (the linear ones take none)
 
 
 def _load(name, path):
@@ -44,7 +45,7 @@ def _batch(b=3, l=6, f=4, k=3):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_method_loss_grads_and_score(name):
-  m = get_method(name, CONFIG, num_features=4, list_size=6)
+  m = get_method(name, CONFIGS[name], num_features=4, list_size=6)
   batch = _batch()
   params, extra = m.init(jax.random.key(0), batch)
   (loss, (aux, _)), grads = jax.jit(jax.value_and_grad(m.loss, has_aux=True))(params, extra, batch, jax.random.key(1))
@@ -86,7 +87,7 @@ def test_rank_agg_scores_are_borda_of_ips_and_heckman():
     num_features=4,
     list_size=6,
   )
-  heck = get_method("heckman_rank", CONFIG, num_features=4, list_size=6)
+  heck = get_method("heckman_rank", CONFIGS["heckman_rank"], num_features=4, list_size=6)
   batch = _batch()
   p_ips, _ = ips.init(jax.random.key(0), batch)
   p_h, _ = heck.init(jax.random.key(1), batch)
@@ -102,7 +103,7 @@ def test_rank_agg_loss_is_its_ips_loss_on_the_shown_items_plus_heckman(loss_type
   ips = get_method(
     "ips", ml_collections.ConfigDict({**config.to_dict(), "layer_norm": False}), num_features=4, list_size=6
   )
-  heck = get_method("heckman_rank", config, num_features=4, list_size=6)
+  heck = get_method("heckman_rank", {}, num_features=4, list_size=6)
   batch = _batch()
   params, extra = agg.init(jax.random.key(0), batch)
   loss, _ = agg.loss(params, extra, batch, jax.random.key(1))
@@ -252,3 +253,34 @@ def test_study_orderings():
   assert study.orderings(raw, s)["cld_gain_larger_at_small_k"]["holds"] is None
   paper = study.orderings(_fake_raw(study, configs.get_config("paper"), {}), configs.get_config("paper"))
   assert [e["holds"] for e in paper.values()] == [False, None, None, None]
+
+
+def test_each_cld_method_takes_only_the_fields_it_reads():
+  # pointwise CLD has no pairwise weights; the linear methods no MLP fields; none but rank_agg a loss_type
+  for name, field in [
+    ("cld", "bpr_weight"),
+    ("cld_pair", "gamma"),
+    ("cld_pair_l", "hidden_sizes"),
+    ("heckman_rank", "dropout"),
+    ("cld_n", "ranker"),
+    ("rank_agg", "gamma"),
+  ]:
+    with pytest.raises(ValueError, match=rf"method '{name}' config: unknown key '{field}'"):
+      get_method(name, {field: 1}, num_features=4, list_size=6)
+
+
+def test_study_gives_each_method_its_fields_of_the_shared_section():
+  _, configs = _study_and_configs()
+  c = configs.get_config("smoke")
+  got = cld_study.method_configs(c)
+  assert set(got) == set(c.methods)
+  assert got["oracle"][0] == "full_info" and got["cld"][0] == "cld"
+  assert got["heckman_rank"][1].to_dict() == {}  # linear: no field of the section applies
+  assert got["cld"][1].ranker == "linear" and got["cld_pair"][1].ranker == "mlp"  # the overrides
+  assert got["cld_n"][1].to_dict() == {
+    k: c.method[k] for k in ("gamma", "link", "sq_weight", "hidden_sizes", "activation", "layer_norm", "dropout")
+  }
+  assert got["rank_agg"][1].loss_type == "pairwise" and "gamma" not in got["rank_agg"][1]
+  c.method.gama = 0.2  # a key no method declares stops the study
+  with pytest.raises(ValueError, match=r"unknown key 'gama' \(did you mean 'gamma'\?\)"):
+    cld_study.method_configs(c)

@@ -173,9 +173,11 @@ def test_the_name_lists_are_views_of_the_registry():
 
 
 def test_configs_are_strict_and_simulators_hashable():
-  with pytest.raises(ValueError, match=r"unknown keys \['etaa'\] for model 'pbm'; known keys: \[.*'eta'"):
+  with pytest.raises(
+    ValueError, match=r"unknown key 'etaa' for click model 'pbm' \(did you mean 'eta'\?\); known keys: .*eta"
+  ):
     sim.make_click_fn({"name": "pbm", "etaa": 1.0})
-  with pytest.raises(ValueError, match=r"unknown keys \['alpha'\] for model 'dcm'"):  # a key of another model
+  with pytest.raises(ValueError, match=r"'alpha' does not apply to click model 'dcm' \(a key of ccm, position_trust\)"):
     sim.make_click_fn({"name": "dcm", "alpha": (0.9, 0.8, 0.2)})
   with pytest.raises(ValueError, match="continuation"):
     sim.make_click_fn({"name": "mixture", "components": [{"name": "pbm", "continuation": 0.5}, {"name": "dcm"}]})

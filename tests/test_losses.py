@@ -205,6 +205,28 @@ CASES = [
     "sif_bias_likelihood", lambda s, c, a, **kw: losses.bias_likelihood_loss(a * jax.nn.sigmoid(s), c, **kw), "prob"
   ),
   Case("sif_listwise_risk", lambda s, c, a, **kw: losses.listwise_risk(s, losses.ips_targets(c, a), **kw), "prob"),
+  # Vectorization's observation density over d = 2 dimensions: means from the scores, log-variances from aux
+  # (through tanh: the extremes of a log-variance are outside the library's numerics claim, which is about
+  # scores and propensities), the click vectors as the (stop-gradient) targets.
+  Case(
+    "vectorization_density",
+    lambda s, c, a, **kw: losses.observation_density_loss(
+      jnp.stack([s, -0.5 * s], -1),
+      jnp.stack([c, 1.0 - c], -1),
+      log_var=jnp.stack([jnp.tanh(a), -jnp.tanh(a)], -1),
+      **kw,
+    ),
+    "logit",
+    grad_aux=True,
+  ),
+  # SIF's DR risk (eq. 33): per-item losses from the scores, observed exposure = the clicks, aux the propensities.
+  Case(
+    "sif_doubly_robust",
+    lambda s, c, a, **kw: losses.doubly_robust_risk(
+      jax.nn.softplus(s), c, propensities=a, imputed=0.3 + 0.2 * c, weights=1.0 + c, **kw
+    ),
+    "prob",
+  ),
   # PDGD with its three switches off (every displayed pair, weight 1, the log pair probability).
   Case(
     "pdgd_switched",
@@ -458,6 +480,8 @@ LOSSES = {
   "softmax_click_loss": (),
   "bias_likelihood_loss": (),
   "listwise_risk": (),
+  "observation_density_loss": ("log_var",),
+  "doubly_robust_risk": ("propensities", "imputed"),
 }
 
 
@@ -471,7 +495,7 @@ def test_every_loss_follows_the_calling_convention(name):
   params = inspect.signature(getattr(fn, "__wrapped__", fn)).parameters
   positional = [p for p in params.values() if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
   assert len(positional) == 2, [p.name for p in positional]
-  assert positional[1].name in ("clicks", "labels", "targets"), positional[1].name
+  assert positional[1].name in ("clicks", "labels", "targets", "exposure"), positional[1].name
   keyword = {p.name: p for p in params.values() if p.kind is inspect.Parameter.KEYWORD_ONLY}
   for required in ("where", "weights", "reduce_fn", *LOSSES[name]):
     assert required in keyword, required

@@ -8,7 +8,7 @@ import optax
 import pytest
 import rax
 
-from ultr_jax.train import Method, available_methods, get_method
+from ultr_jax.train import Method, available_methods, get_method, method_defaults
 from ultr_jax.train.method import KEY_REASONS, method_inputs_missing
 from ultr_jax.train.methods import baselines
 
@@ -110,7 +110,8 @@ def test_score_uses_the_relevance_tower_only(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_propensities_are_reported_relative_to_position_one(name):
-  method = get_method(name, _config(num_positions=7), num_features=F, list_size=L)
+  tables = {"num_positions": 7} if "num_positions" in method_defaults(name) else {}  # the methods with tables
+  method = get_method(name, _config(**tables), num_features=F, list_size=L)
   params, extra = method.init(jax.random.key(0), None)
   if name not in LEARNS_PROPENSITIES:
     assert method.propensities is None
@@ -132,9 +133,8 @@ def test_propensities_are_reported_relative_to_position_one(name):
 def test_linear_ranker_and_pointwise_configs():
   batch = _batch()
   for name in ("naive", "ips", "snips"):
-    m = get_method(
-      name, _config(ranker="linear", loss_type="pointwise", propensity_clip=0.2), num_features=F, list_size=L
-    )
+    clip = {} if name == "naive" else {"propensity_clip": 0.2}  # naive has no propensities to clip
+    m = get_method(name, _config(ranker="linear", loss_type="pointwise", **clip), num_features=F, list_size=L)
     params, extra = m.init(jax.random.key(0), None)
     assert set(params) == {"relevance"}
     assert params["relevance"]["out"]["kernel"].shape == (F, 1)

@@ -21,9 +21,9 @@ _SCRIPT = textwrap.dedent(
   import jax
   import numpy as np
 
-  mode, out_path = sys.argv[1], sys.argv[2]
+  mode, out_path, steps, workdir = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] or None
   if mode == "mp":
-    pid, port = int(sys.argv[3]), int(sys.argv[4])
+    pid, port = int(sys.argv[5]), int(sys.argv[6])
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2, process_id=pid)
   from ultr_jax import data
@@ -37,10 +37,10 @@ _SCRIPT = textwrap.dedent(
     lo, hi = process_query_range(train.num_queries, 2)
     train = train.subset(np.arange(lo, hi))  # this process holds its queries only
   c = default_train_config()
-  c.steps, c.batch_size, c.eval_every, c.progress, c.learning_rate = 20, 8, 10, False, 0.05
+  c.steps, c.batch_size, c.eval_every, c.progress, c.learning_rate = steps, 8, 10, False, 0.05
   c.num_devices, c.data_shards, c.local_data = (1 if mode == "ref" else 0), 2, mode == "mp"
   m = get_method("naive", {"ranker": "linear"}, num_features=5, list_size=6)
-  r = fit(m, train, splits.valid, config=c, seeds=(0, 1))
+  r = fit(m, train, splits.valid, config=c, seeds=(0, 1), workdir=workdir)
   out = {
     # The score bias is left out: the softmax loss is shift-invariant, so its gradient is zero in exact
     # arithmetic and Adam turns float rounding into learning-rate-sized steps on it.
@@ -71,14 +71,12 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def test_two_processes_train_as_one(tmp_path):
-  env = _env()
-  ref_path = tmp_path / "ref.json"
-  subprocess.run([sys.executable, "-c", _SCRIPT, "ref", str(ref_path)], env=env, check=True, timeout=300)
+def _two_processes(tmp_path, env, steps, workdir):
+  """Runs the script in two processes joined through a coordinator on 127.0.0.1; their outputs."""
   port = _free_port()
   procs = [
     subprocess.Popen(
-      [sys.executable, "-c", _SCRIPT, "mp", str(tmp_path / f"p{i}.json"), str(i), str(port)],
+      [sys.executable, "-c", _SCRIPT, "mp", str(tmp_path / f"p{i}.json"), str(steps), workdir, str(i), str(port)],
       env=env,
       stdout=subprocess.PIPE,
       stderr=subprocess.PIPE,
@@ -97,8 +95,21 @@ def test_two_processes_train_as_one(tmp_path):
       if p.poll() is None:
         p.kill()
         p.wait()
+  return [json.loads((tmp_path / f"p{i}.json").read_text()) for i in range(2)]
+
+
+def test_two_processes_train_as_one_and_resume_from_their_checkpoint(tmp_path):
+  """The two processes train 10 steps and checkpoint (orbax, both writing one directory), then a second pair
+  resumes to step 20; the result equals one process training 20 steps without a stop."""
+  env = _env()
+  ref_path = tmp_path / "ref.json"
+  subprocess.run([sys.executable, "-c", _SCRIPT, "ref", str(ref_path), "20", ""], env=env, check=True, timeout=300)
+  workdir = str(tmp_path / "mp_run")
+  first = _two_processes(tmp_path, env, 10, workdir)
+  assert os.path.isdir(os.path.join(workdir, "checkpoints", "naive", "10")), os.listdir(workdir)
+  parts = _two_processes(tmp_path, env, 20, workdir)
   ref = json.loads(ref_path.read_text())
-  parts = [json.loads((tmp_path / f"p{i}.json").read_text()) for i in range(2)]
+  assert len(first[0]["loss"]) == 1 and len(parts[0]["loss"]) == 2  # evaluations at steps 10, then 10 and 20
   assert sum(p["num_queries"] for p in parts) == ref["num_queries"] and all(p["num_queries"] < 41 for p in parts)
   assert ref["params"]
   for part in parts:

@@ -623,7 +623,7 @@ def test_a_click_model_config_clicks_on_the_displayed_order_within_the_top_k():
   np.testing.assert_array_equal(clicks, [0.0, 1.0, 1.0, 0.0])
   with pytest.raises(ValueError, match=r"click_model.top_k \(5\) differs from the learners' top_k \(3\)"):
     online_click_model({"name": "pbm_table", "top_k": 5}, top_k=3)
-  with pytest.raises(ValueError, match="unknown keys"):
+  with pytest.raises(ValueError, match="'continuation' does not apply to click model 'pbm_table' \\(a key of dcm\\)"):
     online_click_model({"name": "pbm_table", "continuation": 0.5})
 
 

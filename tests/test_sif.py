@@ -201,7 +201,7 @@ def test_dr_double_robustness_with_observed_exposure():
   def est(e, m):
     per = np.asarray(
       losses.doubly_robust_risk(
-        jnp.asarray(loss), jnp.asarray(exposed), jnp.asarray(e), jnp.asarray(m), reduce_fn=None
+        jnp.asarray(loss), jnp.asarray(exposed), propensities=jnp.asarray(e), imputed=jnp.asarray(m), reduce_fn=None
       ),
       np.float64,
     )

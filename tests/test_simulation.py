@@ -502,7 +502,7 @@ def test_config_errors():
     sim.make_click_fn(dict(name="ccm", alpha=[0.9, 0.8]))
   with pytest.raises(ValueError, match="gamma"):
     sim.make_click_fn(dict(name="ubm", gamma=[[0.5, 0.5]] * 3))
-  with pytest.raises(ValueError, match="unknown keys"):
+  with pytest.raises(ValueError, match="unknown key 'etaa'"):
     sim.make_click_fn(dict(name="pbm", etaa=1.0))
   with pytest.raises(ValueError, match="crux_indices"):
     sim.make_click_fn(dict(name="individual"))

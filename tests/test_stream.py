@@ -495,11 +495,16 @@ def test_tsv_errors_match_read_click_log(tmp_path, body):
     "1\t11\t\n1\t2\t3\t4\n",  # 4 fields
     "1\t11\t\n2\t12\t\n" + _doc(1, "u", 0) + "\n",  # a page without documents (a document line cut short?)
     "1\t11\t\n" + _doc(1, "u", 0) + "\n2\t12\t\n",  # the last page without documents
+    # A document line cut to 3 fields: a "query line" whose qid continues the positions above it.
+    "1\t11\t\n" + _doc(1, "u", 0) + "\n" + _doc(2, "v", 0) + "\n3\tx\t\n" + _doc(4, "w", 1) + "\n",
+    "1\t11\t\n" + _doc(1, "u", 0) + "\n" + _doc(70000, "v", 0) + "\n",  # an absurdly large pos
+    ("1\t11\t\n" + _doc(1, "u", 0) + "\n" + _doc(2, "vX", 0) + "\n").encode().replace(b"vX", b"v\xff"),  # not UTF-8
   ],
 )
 def test_baidu_errors_match_read_baidu_sessions(tmp_path, text):
+  """One grammar: the converter reads the pages with the reader's own parser (baidu.baidu_pages)."""
   src = tmp_path / "part-00000"
-  src.write_text(text)
+  src.write_bytes(text if isinstance(text, bytes) else text.encode())
   with pytest.raises(ValueError) as want:
     data.read_baidu_sessions(src)
   with pytest.raises(ValueError) as got:
@@ -515,11 +520,12 @@ def test_baidu_errors_match_read_baidu_sessions(tmp_path, text):
     ("relpred", "1\t0\tQ\t7\t2\n"),
     ("personalized", "1\tM\t3\t9\n1\t0\tQ\t0\t7\t1\tu1,d\n1\t3\tC\t5\tu1\n"),
     ("personalized", "1\tM\t3\n"),
+    ("relpred", b"1\t0\tQ\t7\t2\tu1\tu\xff\n"),  # a URLID that is not UTF-8
   ],
 )
 def test_yandex_errors_match_read_yandex_sessions(tmp_path, layout, text):
   src = tmp_path / "log.txt"
-  src.write_text(text)
+  src.write_bytes(text if isinstance(text, bytes) else text.encode())
   with pytest.raises(ValueError) as want:
     data.read_yandex_sessions(src, layout=layout)
   with pytest.raises(ValueError) as got:

@@ -12,9 +12,13 @@ import numpy as np
 import pytest
 
 from ultr_jax import data
+from ultr_jax import simulation
+from ultr_jax.simulation.click_models.base import COMMON_CONFIG_KEYS
 from ultr_jax.train import available_methods, default_train_config, fit, get_method, method_defaults
 from ultr_jax.train.config import merge_config
 from ultr_jax.train.method import method_inputs_missing
+from ultr_jax.train.methods.lbd import make_lbd, make_lbd_grid
+from ultr_jax.train.methods.sif import make_sif_method
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BINARIES = sorted(p.parent.parent.name for p in (ROOT / "experiments").glob("*/configs/default.py"))
@@ -62,6 +66,33 @@ def test_ips_misspelt_clip_is_refused_not_ignored():
   assert m.config["propensity_clip"] == 0.1
 
 
+def test_a_method_refuses_a_field_it_does_not_read():
+  """Each method declares only what it reads: naive has no propensities to clip, the IPS oracle no penalty."""
+  for name, field in [
+    ("naive", "propensity_clip"),
+    ("naive", "num_positions"),
+    ("full_info", "num_positions"),
+    ("ips_trust_oracle", "lambda_D"),
+    ("heckman_rank", "hidden_sizes"),
+  ]:
+    with pytest.raises(ValueError, match=rf"method '{name}' config: unknown key '{field}'"):
+      get_method(name, {field: 1}, num_features=3, list_size=4)
+
+
+def test_the_factories_called_directly_are_strict():
+  with pytest.raises(ValueError, match=r"method 'lbd' config: unknown key 'lamb' \(did you mean 'lam'\?\)"):
+    make_lbd({"lamb": 1.0}, num_features=3, list_size=4)
+  with pytest.raises(ValueError, match=r"method 'lbd_lips' config: unknown key 'norm_position'"):
+    make_lbd({"norm_position": "before"}, num_features=3, list_size=4, name="lbd_lips")
+  with pytest.raises(ValueError, match=r"method 'lbd_grid' config: unknown key 'lam'"):  # the grid takes lams
+    make_lbd_grid({"lams": [0.0], "ts": [0.0], "lam": 1.0}, num_features=3, list_size=4)
+  with pytest.raises(ValueError, match=r"method 'sif_full' config: unknown key 'lambda_e' \(did you mean 'lambda_E'"):
+    make_sif_method("sif_full", {"lambda_e": 1.0}, num_features=3, list_size=4)
+  # their declared fields and None ("the default") still pass
+  assert make_lbd({"lam": 1.0, "t": None}, num_features=3, list_size=4).name == "lbd"
+  assert make_sif_method("sif_full", {"risk": None}, num_features=3, list_size=4).name == "sif_full"
+
+
 def _batch(keys, b=2, length=4, f=3):
   out = {"features": jnp.ones((b, length, f)), "where": jnp.ones((b, length), bool)}
   for k in keys:
@@ -77,7 +108,8 @@ def _batch(keys, b=2, length=4, f=3):
 @pytest.mark.parametrize("name", available_methods())
 def test_requires_is_what_the_loss_reads(name):
   """A batch with exactly ``requires`` (and features, where) trains; without any one of them the loss fails."""
-  m = get_method(name, {**_method_config(name), "ranker": "linear"}, num_features=3, list_size=4)
+  linear = {"ranker": "linear"} if "ranker" in method_defaults(name) else {}
+  m = get_method(name, {**_method_config(name), **linear}, num_features=3, list_size=4)
   batch = _batch(m.requires)
   key = jax.random.key(0)
   params, extra = jax.eval_shape(m.init, key, batch)
@@ -191,3 +223,52 @@ def test_train_config_restart_and_on_divergence_flags():
   assert config.train.restart is True and config.train.on_divergence == "mark"
   assert set(default_train_config()) <= set(config.train)
   np.testing.assert_equal(config.train.learning_rate, 3e-3)
+
+
+# ----------------------------------------------------------------------------
+# Click-model configs: each model takes the common keys and its own (``eta`` only where there is a position
+# table); None is "not set", so a binary's section can switch ``name`` alone.
+
+#: The keys a model cannot build without (not part of what is tested here).
+_REQUIRED = {"context_pbm": {"num_contexts": 2}, "individual": {"crux_indices": (0,), "w": (0.1,)}}
+
+
+def _simulator(cfg):
+  return simulation.make_click_fn(cfg).__self__  # the frozen simulator: equal configs give equal ones
+
+
+def test_eta_belongs_to_the_models_with_a_position_table():
+  takes_eta = {m for m in simulation.click_models() if "eta" in simulation.get_click_model(m).config_keys}
+  assert takes_eta == {"pbm", "ubm", "trust", "pbm_table", "context_pbm", "individual", "position_trust"}
+  assert "eta" not in COMMON_CONFIG_KEYS
+
+
+@pytest.mark.parametrize("name", simulation.click_models())
+def test_click_model_config_takes_only_its_declared_keys(name):
+  model = simulation.get_click_model(name)
+  required = _REQUIRED.get(name, {})
+  with pytest.raises(ValueError, match=rf"unknown key 'etaa' for click model '{name}'.*; known keys: .*top_k"):
+    simulation.make_click_fn({"name": name, "etaa": 1.0, **required})
+  declared = set(COMMON_CONFIG_KEYS) | set(model.config_keys)
+  if "eta" in declared:
+    assert _simulator({"name": name, "eta": 2.0, **required}) != _simulator({"name": name, **required})
+  else:
+    with pytest.raises(ValueError, match=rf"'eta' does not apply to click model '{name}' \(a key of pbm, ubm"):
+      simulation.make_click_fn({"name": name, "eta": 1.0, **required})
+  # None is "not set": the default applies, for any key
+  assert _simulator({"name": name, "eta": None, "top_k": None, **required}) == _simulator({"name": name, **required})
+
+
+@pytest.mark.parametrize("name", simulation.click_models())
+def test_baselines_click_model_switches_by_name_alone(name):
+  """``--config.click_model.name=<m>`` builds every model; ``--config.click_model.eta`` reaches the models that
+  take it and stops the others with an error naming it."""
+  required = _REQUIRED.get(name, {})
+  config = _parse("baselines", f"--config.click_model.name={name}")
+  default = _simulator({**config.click_model.to_dict(), **required})
+  with_eta = {**_parse("baselines", f"--config.click_model.name={name}", "--config.click_model.eta=2.0").click_model}
+  if "eta" in simulation.get_click_model(name).config_keys:
+    assert _simulator({**with_eta, **required}) != default
+  else:
+    with pytest.raises(ValueError, match=rf"'eta' does not apply to click model '{name}'"):
+      simulation.make_click_fn({**with_eta, **required})

@@ -41,7 +41,7 @@ def _numpy_reference(mean, log_var, obs, rel, where):
 def test_against_numpy_loops():
   mean, log_var, obs, rel, where = _arrays()
   want_loss, want_scores = _numpy_reference(mean, log_var, obs, rel, where)
-  got = losses.observation_density_loss(mean, log_var, obs, where=where)
+  got = losses.observation_density_loss(mean, obs, log_var=log_var, where=where)
   np.testing.assert_allclose(got, want_loss, rtol=1e-5)
   scores = losses.vectorization_scores(rel, mean, log_var, where=where)
   np.testing.assert_allclose(jnp.where(where, scores, 0.0), np.where(where, want_scores, 0.0), rtol=1e-5, atol=1e-6)
@@ -57,8 +57,8 @@ def test_mask_equals_truncation_and_padding_garbage_is_ignored():
     full = losses.vectorization_scores(garbage(rel)[q], garbage(mean)[q], garbage(log_var)[q], where=where[q])
     cut = losses.vectorization_scores(rel[q, :n], mean[q, :n], log_var[q, :n])
     np.testing.assert_allclose(full[:n], cut, rtol=1e-5, atol=1e-6)
-  a = losses.observation_density_loss(garbage(mean), garbage(log_var), garbage(obs), where=where)
-  b = losses.observation_density_loss(mean[where], log_var[where], obs[where])
+  a = losses.observation_density_loss(garbage(mean), garbage(obs), log_var=garbage(log_var), where=where)
+  b = losses.observation_density_loss(mean[where], obs[where], log_var=log_var[where])
   np.testing.assert_allclose(a, b, rtol=1e-5)
 
 
@@ -73,11 +73,11 @@ def test_vmap_equals_loop():
 
 def test_gradients_stop_at_the_observation_and_vanish_when_all_masked():
   mean, log_var, obs, rel, where = _arrays(3)
-  g_obs = jax.grad(lambda o: losses.observation_density_loss(mean, log_var, o, where=where))(obs)
+  g_obs = jax.grad(lambda o: losses.observation_density_loss(mean, o, log_var=log_var, where=where))(obs)
   np.testing.assert_array_equal(g_obs, 0.0)  # the density follows o, never the reverse
   none = np.zeros_like(where)
   value, grads = jax.value_and_grad(
-    lambda m, v: losses.observation_density_loss(m, v, obs, where=none), argnums=(0, 1)
+    lambda m, v: losses.observation_density_loss(m, obs, log_var=v, where=none), argnums=(0, 1)
   )(mean, log_var)
   assert float(value) == 0.0
   for g in grads:
@@ -91,7 +91,10 @@ def test_check_grads():
   with jax.enable_x64(True):
     m, v, o, r = (jnp.asarray(a, jnp.float64) for a in (mean, log_var, obs, rel))
     check_grads(
-      jax.jit(lambda m, v: losses.observation_density_loss(m, v, o, where=where)), (m, v), order=2, modes=["rev"]
+      jax.jit(lambda m, v: losses.observation_density_loss(m, o, log_var=v, where=where)),
+      (m, v),
+      order=2,
+      modes=["rev"],
     )
     check_grads(
       jax.jit(lambda r, m, v: losses.vectorization_scores(r, m, v, where=where).sum()),
@@ -108,7 +111,7 @@ def test_density_minimum_is_the_mean_and_variance_of_the_observations():
   var = obs.var(axis=1, keepdims=True) + 1e-12
 
   def loss(m, v):
-    return losses.observation_density_loss(jnp.broadcast_to(m, obs.shape), jnp.broadcast_to(v, obs.shape), obs)
+    return losses.observation_density_loss(jnp.broadcast_to(m, obs.shape), obs, log_var=jnp.broadcast_to(v, obs.shape))
 
   g = jax.grad(loss, argnums=(0, 1))(mu, jnp.log(var))
   np.testing.assert_allclose(g[0], 0.0, atol=1e-6)

@@ -12,9 +12,16 @@ r"""Identifiability check (Algorithm 1, Chen et al. ICML 2024) for a dataset.
   # ultr_jax.data.read_click_log): the IG of its positions, and the position
   # propensities harvested from it (all-pairs, pivot, and the naive CTR):
   python experiments/identifiability/check.py --click_log=log.tsv --out=/tmp/log.json
-  # Baidu-ULTR's raw session file (ultr_jax.data.read_baidu_sessions):
-  python experiments/identifiability/check.py --click_log=part-00001.gz --click_log_format=baidu \
-      --out=/tmp/baidu.json
+  # Baidu-ULTR's raw session files, all of them (a glob or a directory works for
+  # every format, and for the Parquet session shards of convert_click_log):
+  python experiments/identifiability/check.py --click_log='baidu_ultr/part-*.gz' \
+      --click_log_format=baidu --out=/tmp/baidu.json
+
+A click log is streamed, never read whole: it is reduced in one pass to its
+clicks and impressions per (query-document, position) cell, which is all the
+check and the harvesting read (ultr_jax.studies.identifiability.click_log), so
+memory grows with the distinct cells, not with the log. Raw Baidu/Yandex logs
+are converted to temporary session shards on the way (--shard_dir keeps them).
 
 Writes ``{"identifiable": bool, "num_components": K, "components": [[ids]]}``
 (plus a few statistics) to ``--out``; bias-factor ids are positions, or
@@ -30,13 +37,17 @@ import tempfile
 from absl import app, flags
 import numpy as np
 
-from ultr_jax.data import CLICK_LOG_FORMATS, load_svmlight, load_ultra, read_click_log
-from ultr_jax.graph import HARVESTING_METHODS, check_identifiability, intervention_sets
+from ultr_jax.data import CLICK_LOG_FORMATS, load_svmlight, load_ultra
+from ultr_jax.graph import check_identifiability
 from ultr_jax.graph import records
+from ultr_jax.studies.identifiability.click_log import check_click_log, click_log_counts, propensity_table
 
 _DATA = flags.DEFINE_string("data", None, "ULTRA directory (with settings.json) or SVMlight file.")
 _CLICK_LOG = flags.DEFINE_string(
-  "click_log", None, "A click log (TSV/CSV) instead of --data: also harvests propensities."
+  "click_log",
+  None,
+  "A click log instead of --data (a file, a glob or a directory, in --click_log_format, or Parquet session "
+  "shards): streamed; also harvests propensities.",
 )
 _CLICK_LOG_FORMAT = flags.DEFINE_enum(
   "click_log_format",
@@ -44,6 +55,9 @@ _CLICK_LOG_FORMAT = flags.DEFINE_enum(
   list(CLICK_LOG_FORMATS),
   "tsv: query_id, doc_id, position, click rows; baidu: a raw Baidu-ULTR session file (part-XXXXX.gz); "
   "yandex / yandex_personalized: the Yandex Relevance Prediction / Personalized Web Search Challenge log.",
+)
+_SHARD_DIR = flags.DEFINE_string(
+  "shard_dir", None, "Keep a raw Baidu/Yandex log's conversion to session shards here (default: a temporary one)."
 )
 _SPLIT = flags.DEFINE_string("split", "train", "ULTRA split to read.")
 _OUT = flags.DEFINE_string("out", None, "Where to write the JSON report.")
@@ -56,31 +70,13 @@ _FEATURE_IDENTITY = flags.DEFINE_bool(
 )
 flags.mark_flags_as_mutual_exclusive(["data", "click_log"], required=True)
 
-HARVEST = ("all_pairs", "pivot", "ctr")
-
 
 def _click_log_report():
-  log = read_click_log(_CLICK_LOG.value, format=_CLICK_LOG_FORMAT.value)
-  report = check_identifiability(log.items, log.positions, num_items=log.num_items, num_factors=log.num_positions)
-  out = report.to_dict()
-  out["num_rows"] = int(log.items.size)
-  out["propensities"] = {}
-  lines = [f"{'position':>8} " + " ".join(f"{m:>9}" for m in HARVEST)]
-  # read_click_log has checked the rows: build the sets once and run every estimator on them.
-  sets = intervention_sets(
-    log.items, log.positions, log.clicks, weights=log.weights, num_items=log.num_items, num_factors=log.num_positions
-  )
-  for m in HARVEST:
-    est = HARVESTING_METHODS[m](sets)
-    out["propensities"][m] = [
-      float(v) if ok else None for v, ok in zip(np.asarray(est.propensities), np.asarray(est.identified))
-    ]
-  for k in range(log.num_positions):
-    cells = (out["propensities"][m][k] for m in HARVEST)
-    lines.append(f"{k + 1:>8} " + " ".join("        -" if v is None else f"{v:9.4f}" for v in cells))
+  counts = click_log_counts(_CLICK_LOG.value, format=_CLICK_LOG_FORMAT.value, shard_dir=_SHARD_DIR.value)
+  report, out = check_click_log(counts)
   print(report.summary())
   print("Position propensities harvested from the log (1 at the top; - not identified):")
-  print("\n".join(lines))
+  print(propensity_table(out))
   return out
 
 

@@ -12,7 +12,15 @@ from ultr_jax.data.preprocessing import (
   normalize_features,
   stats,
 )
-from ultr_jax.data.splits import Splits, batches, concatenate, pad_queries, take_queries, train_valid_test_split
+from ultr_jax.data.splits import (
+  Splits,
+  batches,
+  concatenate,
+  held_out_sessions,
+  pad_queries,
+  take_queries,
+  train_valid_test_split,
+)
 from ultr_jax.data.svmlight import (
   SVMLightRows,
   default_cache_dir,
@@ -43,6 +51,7 @@ __all__ = [
   "pad_queries",
   "take_queries",
   "train_valid_test_split",
+  "held_out_sessions",
   "SVMLightRows",
   "default_cache_dir",
   "load_svmlight",
@@ -64,12 +73,20 @@ __all__ = [
 ]
 
 # Streaming input: Parquet session and feature shards and their streams (pyarrow and grain are imported when used).
-from ultr_jax.data.convert import SESSION_COLUMNS, convert_click_log, read_session_shards, session_shard_paths  # noqa: E402
+from ultr_jax.data.convert import (  # noqa: E402
+  SESSION_COLUMNS,
+  ClickLogRows,
+  convert_click_log,
+  read_session_shards,
+  session_shard_paths,
+)
+from ultr_jax.data.sources import StreamedClickLog, click_log_files, open_click_log  # noqa: E402
 from ultr_jax.data.stream import BATCH_KEYS, SessionStream, session_batches  # noqa: E402
 from ultr_jax.data.feature_stream import FeatureStream, convert_svmlight, write_feature_shards  # noqa: E402
 
 __all__ += [
   "SESSION_COLUMNS",
+  "ClickLogRows",
   "convert_click_log",
   "read_session_shards",
   "session_shard_paths",
@@ -79,4 +96,7 @@ __all__ += [
   "FeatureStream",
   "convert_svmlight",
   "write_feature_shards",
+  "StreamedClickLog",
+  "click_log_files",
+  "open_click_log",
 ]

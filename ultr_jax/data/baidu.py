@@ -49,12 +49,20 @@ pyarrow is needed only here: ``pip install 'ultr_jax[baidu]'``.
 
 import os
 import pathlib
-from typing import NamedTuple, Optional, Sequence, Union
+from typing import Iterator, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
 from ultr_jax.data import _io
-from ultr_jax.data.click_log import READ_ERRORS, ClickLog, check_positions, decode_ids, session_file, session_lines
+from ultr_jax.data.click_log import (
+  READ_ERRORS,
+  ClickLog,
+  SessionPage,
+  decode_ids,
+  raise_absurd_position,
+  session_file,
+  session_lines,
+)
 from ultr_jax.data.dataset import RankingDataset
 
 __all__ = ["BERT_FEATURES", "LTR_FEATURES", "QUERY_KEYS", "load_baidu_ultr", "read_baidu_sessions"]
@@ -567,19 +575,67 @@ def read_baidu_sessions(path: PathLike, *, query_key: str = "query", max_session
   >>> read_baidu_sessions(p, query_key="qid").num_items  # two qids: no document is shared
   4
   """
+  path = session_file(path, max_sessions)
+  item_ids: dict = {}  # (query, url_md5) -> dense id, in order of first appearance
+  intern = item_ids.setdefault
+  page_qids, page_lines, urls, positions, clicks, sessions, lines, items = [], [], [], [], [], [], [], []
+  for session, page in enumerate(baidu_pages(path, query_key=query_key, max_sessions=max_sessions)):
+    page_qids.append(page.qid)
+    page_lines.append(page.line)
+    urls.extend(page.urls)
+    positions.extend(page.positions)
+    clicks.extend(page.clicks)
+    lines.extend(page.lines)
+    sessions.extend([session] * len(page.urls))
+    items.extend([intern((page.query, url), len(item_ids)) for url in page.urls])
+  qids = decode_ids(page_qids, path, "qid", page_lines)
+  doc_ids = decode_ids(urls, path, "url_md5", lines)
+  pos_arr = np.asarray(positions, np.int32)
+  session_arr = np.asarray(sessions, np.int32)
+  return ClickLog(
+    items=np.asarray(items, np.int32),
+    positions=pos_arr,
+    clicks=np.asarray(clicks, np.float32),
+    weights=np.ones(len(items), np.float32),
+    query_ids=qids[session_arr],
+    doc_ids=doc_ids,
+    num_items=len(item_ids),
+    num_positions=int(pos_arr.max()) + 1,
+    sessions=session_arr,
+    path=str(path),
+    lines=np.asarray(lines, np.int32),
+  )
+
+
+def baidu_pages(path, *, query_key: str = "query", max_sessions: Optional[int] = None) -> Iterator[SessionPage]:
+  r"""The result pages of a raw Baidu-ULTR session file, one :class:`~ultr_jax.data.click_log.SessionPage` each.
+
+  The per-record parser of the format (its grammar and its errors, as :func:`read_baidu_sessions`
+  documents them), read line by line in memory bounded by one page: :func:`read_baidu_sessions`
+  collects its pages, :func:`~ultr_jax.data.convert_click_log` writes them to session shards. A page
+  is yielded once the next query line (or the end of the file) shows it complete; the checks that
+  need the whole file (no document lines at all, an absurdly large ``pos`` for the number of rows)
+  raise at its end. ``path`` is read as given (the callers check it with ``session_file``).
+
+  >>> import pathlib, tempfile
+  >>> p = pathlib.Path(tempfile.mkdtemp()) / "part-00000"
+  >>> doc = lambda pos, url, click: "\t".join([str(pos), url, "1", "2", "0", str(click)])
+  >>> _ = p.write_text("\n".join(["7\t11\x0112\t", doc(1, "u1", 0), doc(2, "u2", 1)]) + "\n")
+  >>> [(pg.qid, pg.urls, pg.positions, pg.clicks, pg.lines) for pg in baidu_pages(p)]
+  [(b'7', [b'u1', b'u2'], [0, 1], [False, True], [2, 3])]
+  """
   if query_key not in QUERY_KEYS:
     raise ValueError(f"query_key must be one of {QUERY_KEYS}, got {query_key!r}")
-  path = session_file(path, max_sessions)
-  # Bytes, not text: only the few fields kept are decoded, not the long title and abstract token lists.
-  item_ids: dict = {}
-  page_qids, page_lines, urls, positions, clicks, sessions, lines, items = [], [], [], [], [], [], [], []
-  session, query = -1, None
-  page_start = 0  # the line of the latest query line
-  prev_pos = None  # the pos of the line above when it is a document line, else None
-  suspect = None  # (line, qid) of a query line that may be a document line cut short
   pos_col, url_col, click_col = (_SESSION_FIELDS[k] for k in ("pos", "url_md5", "click"))
   show = lambda b: repr(b.decode("utf-8", "replace"))  # noqa: E731
-  intern = item_ids.setdefault
+  page = None  # the page being read
+  num_pages, num_rows = 0, 0
+  prev_pos = None  # the pos of the line above when it is a document line, else None
+  suspect = None  # (line, qid) of a query line that may be a document line cut short
+  # Bytes, not text: only the few fields kept are decoded (by the callers), not the long title and
+  # abstract token lists. Positions beyond MAX_INFERRED_EXTENT that raise the running maximum are kept
+  # with their line: the first of them beyond the limit of the whole file is the one to name.
+  top, large = _io.MAX_INFERRED_EXTENT, []
   try:
     with session_lines(path) as fh:
       for line_no, line in enumerate(fh, start=1):
@@ -587,21 +643,21 @@ def read_baidu_sessions(path: PathLike, *, query_key: str = "query", max_session
         if len(fields) == 1 and not fields[0]:
           continue
         if len(fields) <= 3:  # a query line starts a page
-          if query is not None and page_start >= (lines[-1] if lines else 0):
-            raise ValueError(_cut_short(path, page_start, "no document line follows it"))
-          if max_sessions is not None and session + 1 >= max_sessions:
+          if page is not None and not page.urls:
+            raise ValueError(_cut_short(path, page.line, "no document line follows it"))
+          if max_sessions is not None and num_pages >= max_sessions:
             break
-          session += 1
-          page_qids.append(fields[0])
-          page_lines.append(line_no)
-          page_start = line_no
+          if page is not None:
+            yield page
+          num_pages += 1
           query = fields[1] if query_key == "query" and len(fields) > 1 else fields[0]
+          page = SessionPage(fields[0], query, line_no, [], [], [], [])
           # A document line cut to <= 3 fields reads as a query line whose qid is a position:
           # the pos of the line above plus one, with the next document line at the pos after.
           suspect = (line_no, int(fields[0])) if prev_pos is not None and fields[0] == b"%d" % (prev_pos + 1) else None
           prev_pos = None
           continue
-        if query is None:
+        if page is None:
           raise ValueError(f"{path}:{line_no}: a document line before any query line")
         if len(fields) <= click_col:
           raise ValueError(
@@ -627,34 +683,22 @@ def read_baidu_sessions(path: PathLike, *, query_key: str = "query", max_session
           raise ValueError(f"{path}:{line_no}: field 'click': {show(click)} is not 0 or 1")
         if not url:
           raise ValueError(f"{path}:{line_no}: field 'url_md5': empty")
-        urls.append(url)
-        positions.append(prev_pos - 1)
-        clicks.append(click == b"1")
-        sessions.append(session)
-        lines.append(line_no)
-        items.append(intern((query, url), len(item_ids)))
+        page.urls.append(url)
+        page.positions.append(prev_pos - 1)
+        page.clicks.append(click == b"1")
+        page.lines.append(line_no)
+        num_rows += 1
+        if prev_pos > top:
+          top = prev_pos
+          large.append((line_no, prev_pos - 1))
   except READ_ERRORS as e:
     raise ValueError(f"{path}: cannot read the session file ({type(e).__name__}: {e})") from e
-  if not lines:
+  if not num_rows:
     raise ValueError(f"{path}: no document lines")
-  if page_start > lines[-1] and (max_sessions is None or session < max_sessions):
-    raise ValueError(_cut_short(path, page_start, "no document line follows it"))
-  qids = decode_ids(page_qids, path, "qid", page_lines)
-  doc_ids = decode_ids(urls, path, "url_md5", lines)
-  pos_arr = np.asarray(positions, np.int64)
-  check_positions(path, pos_arr, np.asarray(lines), "pos")
-  pos_arr = pos_arr.astype(np.int32)
-  session_arr = np.asarray(sessions, np.int32)
-  return ClickLog(
-    items=np.asarray(items, np.int32),
-    positions=pos_arr,
-    clicks=np.asarray(clicks, np.float32),
-    weights=np.ones(len(items), np.float32),
-    query_ids=qids[session_arr],
-    doc_ids=doc_ids,
-    num_items=len(item_ids),
-    num_positions=int(pos_arr.max()) + 1,
-    sessions=session_arr,
-    path=str(path),
-    lines=np.asarray(lines, np.int32),
-  )
+  if not page.urls:
+    raise ValueError(_cut_short(path, page.line, "no document line follows it"))
+  limit = _io.extent_limit(num_rows)
+  for line_no, position in large:
+    if position >= limit:
+      raise_absurd_position(path, line_no, position, num_rows, "pos")
+  yield page

@@ -151,16 +151,48 @@ def session_lines(path: pathlib.Path):
 READ_ERRORS = _io.DECODER_ERRORS
 
 
-def check_positions(path, positions: np.ndarray, lines: np.ndarray, field: str = "position") -> None:
-  """Raises for a 0-based position absurdly larger than the data (see ``MAX_INFERRED_EXTENT``)."""
-  limit = _io.extent_limit(len(positions))
-  bad = np.flatnonzero(positions >= limit)
-  if len(bad):
-    row = int(bad[0])
-    raise ValueError(
-      f"{path}:{int(lines[row])}: field {field!r}: position {int(positions[row]) + 1} (1-based) is absurdly large "
-      f"for a log of {len(positions)} rows (a page of more than {limit} positions)"
-    )
+def raise_absurd_position(path, line: int, position: int, num_rows: int, field: str = "position"):
+  """Raises for a 0-based ``position`` (on ``line``) absurdly larger than a log of ``num_rows`` rows
+  (beyond ``max(MAX_INFERRED_EXTENT, num_rows)``: the dense ``[S, L]`` arrays would be absurdly large)."""
+  raise ValueError(
+    f"{path}:{line}: field {field!r}: position {position + 1} (1-based) is absurdly large "
+    f"for a log of {num_rows} rows (a page of more than {_io.extent_limit(num_rows)} positions)"
+  )
+
+
+class SessionPage(NamedTuple):
+  """One result page of a raw session log, as the session readers' per-record parsers yield it.
+
+  :func:`~ultr_jax.data.baidu.baidu_pages` and :func:`~ultr_jax.data.yandex.yandex_pages` parse the
+  text (one grammar, one set of errors); the in-memory readers and the streaming converter
+  (:func:`~ultr_jax.data.convert_click_log`) both consume their pages.
+
+  Attributes:
+    qid: the query id as written (bytes).
+    query: what makes two pages the same query (bytes; the item ids are of ``(query, url)`` pairs).
+    line: the line of the page's query (page) record.
+    urls: the shown documents' ids (bytes), in the page's order.
+    positions: their 0-based positions.
+    clicks: their clicks (0/1).
+    lines: the line of each document.
+  """
+
+  qid: bytes
+  query: bytes
+  line: int
+  urls: list
+  positions: list
+  clicks: list
+  lines: list
+
+
+def decode_id(value: bytes, path, field: str, line: Optional[int] = None) -> str:
+  """One byte-string id as text, with :func:`decode_ids`' error for one that is not UTF-8."""
+  try:
+    return value.decode("utf-8")
+  except UnicodeDecodeError as e:
+    at = f"line {int(line)}, " if line is not None else ""
+    raise ValueError(f"{path}: a {field} is not UTF-8 ({at}field {field!r}: {value!r}: {e.reason})") from e
 
 
 def decode_ids(ids, path, field: str, lines=None) -> np.ndarray:
@@ -175,11 +207,7 @@ def decode_ids(ids, path, field: str, lines=None) -> np.ndarray:
   except UnicodeDecodeError:
     pass
   for i, value in enumerate(ids):  # error path: name the first id that is not UTF-8
-    try:
-      value.decode("utf-8")
-    except UnicodeDecodeError as e:
-      at = f"line {int(lines[i])}, " if lines is not None else ""
-      raise ValueError(f"{path}: a {field} is not UTF-8 ({at}field {field!r}: {value!r}: {e.reason})") from e
+    decode_id(value, path, field, None if lines is None else lines[i])
   return np.char.decode(raw, "utf-8")
 
 

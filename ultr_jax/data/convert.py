@@ -36,8 +36,10 @@ Memory: one row group of sessions plus the vocabulary of (query, document)
 pairs (dense ids need it; it grows with the distinct pairs, not the sessions)
 and, for the delimited layout, 8 bytes per session to check that each session's
 rows are contiguous. The text grammar and the error messages (file, line,
-field) are those of the in-memory readers; their parsing loops are repeated
-here in streaming form (they read a file whole and have no per-line helper).
+field) are those of the in-memory readers: the raw Baidu and Yandex files are
+parsed by those readers' own per-page parsers (``baidu_pages``,
+``yandex_pages``), a delimited log by Arrow's CSV reader or, where it meets
+anything irregular, a per-line parser with ``read_click_log``'s grammar.
 A delimited log must have a ``session_id`` column, the rows of a session must
 be contiguous and show one query (the session layout of
 :func:`~ultr_jax.data.click_log_sessions`).
@@ -47,17 +49,18 @@ from __future__ import annotations
 
 import contextlib
 import glob as globlib
-import gzip
 import os
 import pathlib
-import warnings
 from typing import Iterator, Optional, Sequence, Union
 
 import numpy as np
 
-from ultr_jax.data.click_log import CLICK_LOG_FORMATS, ClickLog, session_file, session_lines
+from ultr_jax.data.baidu import QUERY_KEYS, baidu_pages
+from ultr_jax.data import _io
+from ultr_jax.data.click_log import CLICK_LOG_FORMATS, READ_ERRORS, ClickLog, decode_id, session_file
+from ultr_jax.data.yandex import yandex_pages
 
-__all__ = ["SESSION_COLUMNS", "convert_click_log", "read_session_shards", "session_shard_paths"]
+__all__ = ["SESSION_COLUMNS", "ClickLogRows", "convert_click_log", "read_session_shards", "session_shard_paths"]
 
 PathLike = Union[str, os.PathLike]
 
@@ -239,44 +242,59 @@ class _ShardWriter:
 # Streaming parsers: each yields the sessions of one source file in order.
 
 
-def _decode(b: bytes, path, line_no: int, field: str) -> str:
-  try:
-    return b.decode("utf-8")
-  except UnicodeDecodeError as e:
-    raise ValueError(f"{path}:{line_no}: field {field!r}: not UTF-8 ({e})") from None
-
-
 @contextlib.contextmanager
 def _text_lines(path: pathlib.Path):
-  opener = gzip.open if path.suffix.lower() == ".gz" else open
-  with opener(path, "rt", encoding="utf-8") as fh:
-    yield fh
+  """The file's lines as bytes (gzip, recognised by its magic bytes, decompressed), as ``read_click_log`` reads it."""
+  try:
+    with _io.binary_lines(path) as fh:
+      yield fh
+  except READ_ERRORS as e:
+    if isinstance(e, UnicodeDecodeError):
+      raise
+    raise ValueError(f"{path}: cannot read the log ({type(e).__name__}: {e})") from e
 
 
-def _tsv_header(path: pathlib.Path, delimiter: Optional[str], extra_columns: Sequence[str]):
-  with _text_lines(path) as fh:
-    header = fh.readline().rstrip("\r\n")
-  if not header:
+def _line_text(line: bytes, path, line_no: int) -> str:
+  try:
+    return line.decode("utf-8")
+  except UnicodeDecodeError as e:
     raise ValueError(
-      f"{path}:1: empty file; expected a header with columns ['query_id', 'doc_id', 'position', 'click']"
-    )
+      f"{path}:{line_no}: byte {line[e.start : e.start + 1]!r} at column {e.start + 1} is not UTF-8 ({e.reason})"
+    ) from e
+
+
+_REQUIRED = ("query_id", "doc_id", "position", "click")
+
+
+def _tsv_header(path: pathlib.Path, delimiter: Optional[str], extra_columns: Sequence[str], *, sessions: bool = True):
+  """``(delimiter, number of fields, column -> index)`` of a delimited log's header, checked as
+  ``read_click_log`` checks it; ``sessions``: the session layout (a ``session_id`` column, no ``impressions``)."""
+  with _text_lines(path) as fh:
+    header = _line_text(fh.readline(), path, 1).rstrip("\r\n")
+  if not header:
+    raise ValueError(f"{path}:1: empty file; expected a header with columns {list(_REQUIRED)}")
   delim = delimiter or ("\t" if "\t" in header else ",")
   names = [c.strip() for c in header.split(delim)]
-  required = ("query_id", "doc_id", "position", "click")
-  missing = [c for c in required if c not in names]
+  missing = [c for c in _REQUIRED if c not in names]
   if missing:
     raise ValueError(f"{path}:1: the header {names} lacks the column(s) {missing}")
-  if "impressions" in names:
+  if sessions and "impressions" in names:
     raise ValueError(
       f"{path}:1: an aggregated log (an impressions column) has no sessions; session shards need one row "
       "per (session, shown document) and a session_id column"
     )
-  if "session_id" not in names:
+  if sessions and "session_id" not in names:
     raise ValueError(f"{path}:1: no session_id column; session shards need one row per (session, shown document)")
+  if "impressions" in names and "session_id" in names:
+    raise ValueError(
+      f"{path}:1: a log has either session_id (one row per shown document and session) "
+      "or impressions (aggregated counts), not both"
+    )
   missing = [c for c in extra_columns if c not in names]
   if missing:
     raise ValueError(f"{path}:1: the header {names} lacks the extra column(s) {missing}")
-  cols = {c: names.index(c) for c in (*required, "session_id", *extra_columns)}
+  optional = [c for c in ("session_id", "impressions") if c in names]
+  cols = {c: names.index(c) for c in (*_REQUIRED, *optional, *extra_columns)}
   return delim, len(names), cols
 
 
@@ -284,7 +302,8 @@ def _tsv_rows(path: pathlib.Path, delim: str, num_fields: int) -> Iterator[tuple
   """``(line_no, stripped fields)`` of each data line (blank lines skipped, as ``read_click_log`` does)."""
   with _text_lines(path) as fh:
     fh.readline()
-    for line_no, line in enumerate(fh, start=2):
+    for line_no, raw in enumerate(fh, start=2):
+      line = _line_text(raw, path, line_no)
       if not line.strip():
         continue
       fields = line.rstrip("\r\n").split(delim)
@@ -294,28 +313,30 @@ def _tsv_rows(path: pathlib.Path, delim: str, num_fields: int) -> Iterator[tuple
 
 
 def _integer(value: str, path, line_no: int, field: str) -> int:
-  if value.isascii() and value.isdigit():
+  """An integer of the text formats (``read_click_log``'s grammar: ``_io.INT_RE``, below 2**53)."""
+  if value.isascii() and value.isdigit() and len(value) < 16:
     return int(value)
-  try:
-    return int(np.asarray(value).astype(np.int64))  # NumPy's grammar, as read_click_log parses the column
-  except ValueError:
-    raise ValueError(f"{path}:{line_no}: field {field!r}: {value!r} is not an integer") from None
+  number = float(value) if _io.INT_RE.fullmatch(value.encode("utf-8", "replace")) else float("nan")
+  if not abs(number) < 2**53:
+    raise ValueError(f"{path}:{line_no}: field {field!r}: {value!r} is not an integer")
+  return int(number)
 
 
 def _number(value: str, path, line_no: int, field: str) -> float:
+  """A finite decimal number of the text formats (``read_click_log``'s grammar: ``_io.NUM_RE``)."""
   if value == "0" or value == "1":
     return float(value)
-  try:
-    return float(np.asarray(value).astype(np.float64))
-  except ValueError:
-    raise ValueError(f"{path}:{line_no}: field {field!r}: {value!r} is not a number") from None
+  number = float(value) if _io.NUM_RE.fullmatch(value.encode("utf-8", "replace")) else float("nan")
+  if not np.isfinite(number):
+    raise ValueError(f"{path}:{line_no}: field {field!r}: {value!r} is not a finite decimal number")
+  return number
 
 
-def _tsv_vocabulary(paths, *, delimiter, extra_columns) -> dict:
+def _tsv_vocabulary(paths, *, delimiter, extra_columns, sessions: bool = True) -> dict:
   """``(query, document) key -> dense id`` over the delimited logs ``paths``: sorted, as ``read_click_log`` numbers."""
   keys = {}
   for path in paths:
-    delim, num_fields, cols = _tsv_header(path, delimiter, extra_columns)
+    delim, num_fields, cols = _tsv_header(path, delimiter, extra_columns, sessions=sessions)
     qc, dc = cols["query_id"], cols["doc_id"]
     rows = 0
     for _, f in _tsv_rows(path, delim, num_fields):
@@ -324,6 +345,110 @@ def _tsv_vocabulary(paths, *, delimiter, extra_columns) -> dict:
     if not rows:
       raise ValueError(f"{path}: no data rows after the header")
   return {k: i for i, k in enumerate(sorted(keys))}
+
+
+class ClickLogRows:
+  r"""The rows of delimited click logs as chunks of flat records, read line by line in bounded memory.
+
+  What :func:`~ultr_jax.data.read_click_log` reads, any layout it accepts (with or without
+  ``session_id``, 0/1 clicks or aggregated ``click`` / ``impressions`` counts), without holding the
+  file: one pass numbers the (query, document) pairs (sorted, the ids ``read_click_log`` gives them;
+  the vocabulary is the memory that grows, with the distinct pairs, not the rows), then every
+  iteration reads the files again and yields dicts of ``[n]`` arrays, ``n <= chunk_size``:
+
+  ``doc_ids int32`` (the pair's id), ``positions int32`` (0-based), ``clicks float32`` (0/1, or the
+  CTR ``click / impressions``), ``weights float32`` (1, or ``impressions``) and ``where bool`` (all
+  True). Records, not sessions: for what reduces row by row, such as the clicks and impressions per
+  (document, position) of intervention harvesting (:func:`ultr_jax.graph.gather_click_counts`).
+  Several files are one log (one vocabulary). The grammar and the error messages (file, line, field)
+  are ``read_click_log``'s; an error found at the end of a file (a position absurdly large for its
+  number of rows) is raised after the chunks before it were yielded.
+
+  Args:
+    paths: a delimited log or a list of them (gzip decompressed).
+    delimiter, position_base: as in :func:`~ultr_jax.data.read_click_log`.
+    chunk_size: records per chunk.
+
+  >>> import pathlib, tempfile
+  >>> p = pathlib.Path(tempfile.mkdtemp()) / "log.csv"
+  >>> _ = p.write_text("query_id,doc_id,position,click,impressions\nq,b,1,3,4\nq,a,2,1,4\n")
+  >>> rows = ClickLogRows(p)
+  >>> [(c["doc_ids"].tolist(), c["positions"].tolist(), c["clicks"].tolist()) for c in rows], rows.num_items
+  ([([1, 0], [0, 1], [0.75, 0.25])], 2)
+  """
+
+  def __init__(self, paths, *, delimiter: Optional[str] = None, position_base: int = 1, chunk_size: int = 1 << 16):
+    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    if not paths:
+      raise ValueError("paths: give at least one file")
+    if int(chunk_size) < 1:
+      raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    self.paths = [session_file(p, None) for p in paths]
+    self.delimiter, self.position_base, self.chunk_size = delimiter, int(position_base), int(chunk_size)
+    self._item_of = _tsv_vocabulary(self.paths, delimiter=delimiter, extra_columns=(), sessions=False)
+    #: The number of distinct (query, document) pairs: ``doc_ids`` lie in ``[0, num_items)``.
+    self.num_items = len(self._item_of)
+
+  def __iter__(self) -> Iterator[dict]:
+    for path in self.paths:
+      yield from self._file(path)
+
+  def _file(self, path) -> Iterator[dict]:
+    delim, num_fields, cols = _tsv_header(path, self.delimiter, (), sessions=False)
+    qc, dc, pc, cc = (cols[c] for c in _REQUIRED)
+    ic = cols.get("impressions")
+    base, item_of = self.position_base, self._item_of
+    items, positions, clicks, weights = [], [], [], []
+    rows, top, large = 0, _io.MAX_INFERRED_EXTENT - 1, []  # positions that raise the maximum beyond the floor
+
+    def chunk():
+      n = len(items)
+      return {
+        "doc_ids": np.asarray(items, np.int32),
+        "positions": np.asarray(positions, np.int32),
+        "clicks": np.asarray(clicks, np.float32),
+        "weights": np.asarray(weights, np.float32),
+        "where": np.ones(n, bool),
+      }
+
+    for line_no, f in _tsv_rows(path, delim, num_fields):
+      position = _integer(f[pc], path, line_no, "position") - base
+      if position < 0:
+        raise ValueError(f"{path}:{line_no}: field 'position': {position + base} is below the top position {base}")
+      click = _number(f[cc], path, line_no, "click")
+      if ic is None:
+        if click != 0.0 and click != 1.0:
+          raise ValueError(
+            f"{path}:{line_no}: field 'click': {click} is not 0 or 1 (add an impressions column for counts)"
+          )
+        weight = 1.0
+      else:
+        weight = _number(f[ic], path, line_no, "impressions")
+        if not weight > 0:
+          raise ValueError(f"{path}:{line_no}: field 'impressions': {weight} is not a positive count")
+        if not 0 <= click <= weight:
+          raise ValueError(f"{path}:{line_no}: field 'click': {click} is not a click count in [0, impressions]")
+        click /= weight
+      items.append(item_of[f[qc] + "\x1f" + f[dc]])
+      positions.append(position)
+      clicks.append(click)
+      weights.append(weight)
+      rows += 1
+      if position > top:
+        top = position
+        large.append((line_no, position))
+      if len(items) >= self.chunk_size:
+        yield chunk()
+        items, positions, clicks, weights = [], [], [], []
+    limit = _io.extent_limit(rows)
+    for line_no, position in large:
+      if position >= limit:
+        raise ValueError(
+          f"{path}:{line_no}: field 'position': {position + base} is absurdly large for a log of {rows} rows "
+          f"(more than {limit} positions)"
+        )
+    if items:
+      yield chunk()
 
 
 def _tsv_sessions(path, *, delimiter, position_base, extra_columns, max_sessions, check, item_of) -> Iterator[_Session]:
@@ -379,7 +504,7 @@ def _arrow_csv(path, delimiter, extra_columns):
   import pyarrow.csv  # noqa: PLC0415,F401
 
   delim, num_fields, cols = _tsv_header(path, delimiter, extra_columns)
-  if len(delim) != 1 or path.suffix.lower() == ".gz":
+  if len(delim) != 1 or _io.is_gzip(path):
     raise _Fallback("a multi-character delimiter, or gzip")
   names = [f"f{i}" for i in range(num_fields)]
   wanted = {c: names[i] for c, i in cols.items()}
@@ -561,190 +686,48 @@ class _Hashes:
     return out
 
 
-def _check_contiguous(path, delimiter, hashes: _Hashes):
-  """Raises for a session whose rows resume after another session began (a delimited log)."""
+def _check_contiguous(paths, delimiter, hashes: _Hashes):
+  """Raises for a session whose rows resume after another session began, in its file or a later one (a delimited
+  log; a session continued from the end of one file at the top of the next is one of these)."""
   h = hashes.sorted()
   dup = np.flatnonzero(h[1:] == h[:-1])
   if not len(dup):
     return
-  # A repeated hash: find the sessions with that id in the file (a hash collision is not an error).
+  # A repeated hash: find the sessions with that id in the files (a hash collision is not an error).
   suspects = set(h[dup].tolist())
-  delim, num_fields, cols = _tsv_header(path, delimiter, ())
-  sc = cols["session_id"]
-  seen, current = {}, None
-  for line_no, f in _tsv_rows(path, delim, num_fields):
-    sid = f[sc]
-    if sid == current:
-      continue
-    if sid in seen and hash(sid) in suspects:
-      raise ValueError(
-        f"{path}:{line_no}: field 'session_id': session {sid!r} (begun on line {seen[sid]}) resumes after "
-        "other sessions; session shards need each session's rows together (sort the log by session_id)"
-      )
-    if hash(sid) in suspects:
-      seen[sid] = line_no
-    current = sid
-
-
-def _baidu_sessions(path, *, query_key, max_sessions, item_ids: dict) -> Iterator[_Session]:
-  """Sessions of a raw Baidu-ULTR file, parsed as :func:`~ultr_jax.data.read_baidu_sessions` parses them."""
-  from ultr_jax.data.baidu import _SESSION_FIELDS, QUERY_KEYS, _cut_short  # noqa: PLC0415
-
-  if query_key not in QUERY_KEYS:
-    raise ValueError(f"query_key must be one of {QUERY_KEYS}, got {query_key!r}")
-  pos_col, url_col, click_col = (_SESSION_FIELDS[k] for k in ("pos", "url_md5", "click"))
-  show = lambda b: repr(b.decode("utf-8", "replace"))  # noqa: E731
-  intern = item_ids.setdefault  # (query, document) -> dense id, shared by the files of one conversion
-  current, query, index, any_doc, page_start = None, None, -1, False, 0
-  try:
-    with session_lines(path) as fh:
-      for line_no, line in enumerate(fh, start=1):
-        fields = line.rstrip(b"\r\n").split(b"\t", click_col + 1)
-        if len(fields) == 1 and not fields[0]:
-          continue
-        if len(fields) <= 3:
-          if current is not None and not current.doc_ids:  # as the reader: a page needs its documents
-            raise ValueError(_cut_short(path, page_start, "no document line follows it"))
-          if max_sessions is not None and index + 1 >= max_sessions:
-            break
-          if current is not None:
-            yield current
-          page_start = line_no
-          index += 1
-          current = _Session(index, _decode(fields[0], path, line_no, "qid"))
-          query = fields[1] if query_key == "query" and len(fields) > 1 else fields[0]
-          continue
-        if query is None:
-          raise ValueError(f"{path}:{line_no}: a document line before any query line")
-        if len(fields) <= click_col:
-          raise ValueError(
-            f"{path}:{line_no}: {len(fields)} fields: a query line has at most 3, a document "
-            f"line at least {click_col + 1} (pos, url_md5, title, abstract, multimedia_type, "
-            "click, ...)"
-          )
-        pos, click, url = fields[pos_col], fields[click_col], fields[url_col]
-        if not pos.isdigit() or int(pos) < 1:
-          raise ValueError(f"{path}:{line_no}: field 'pos': {show(pos)} is not an integer >= 1")
-        if click != b"0" and click != b"1":
-          raise ValueError(f"{path}:{line_no}: field 'click': {show(click)} is not 0 or 1")
-        if not url:
-          raise ValueError(f"{path}:{line_no}: field 'url_md5': empty")
-        any_doc = True
-        current.doc_ids.append(intern((query, url), len(item_ids)))
-        current.doc_names.append(_decode(url, path, line_no, "url_md5"))
-        current.positions.append(int(pos) - 1)
-        current.clicks.append(1 if click == b"1" else 0)
-        current.lines.append(line_no)
-  except (OSError, EOFError) as e:
-    raise ValueError(f"{path}: cannot read the session file ({e})") from None
-  if not any_doc:
-    raise ValueError(f"{path}: no document lines")
-  if current is not None and not current.doc_ids:
-    raise ValueError(_cut_short(path, page_start, "no document line follows it"))
-  if current is not None:
-    yield current
-
-
-def _yandex_sessions(path, *, layout, max_sessions, item_ids: dict) -> Iterator[_Session]:
-  """Result pages of a Yandex log, parsed as :func:`~ultr_jax.data.read_yandex_sessions` parses them.
-
-  A page is complete when no later click can reach it: at the next page (``relpred``: a click counts for the
-  session's latest page) or at the next session (``personalized``: a click names its page's SERPID).
-  """
-  personalized = layout == "personalized"
-  first_url = 6 if personalized else 5
-  intern = item_ids.setdefault  # (query, document) -> dense id, shared by the files of one conversion
-  pending: list = []  # pages that a click may still reach
-  row_of: dict = {}
-  page_rows: dict = {}
-  page, session_id = -1, None
-  unmatched, first_unmatched = 0, 0
-  show = lambda b: repr(b.decode("utf-8", "replace"))  # noqa: E731
-  try:
-    with session_lines(path) as fh:
-      for line_no, line in enumerate(fh, start=1):
-        fields = line.rstrip(b"\r\n").split(b"\t")
-        if len(fields) == 1 and not fields[0]:
-          continue
-        kind = fields[2] if len(fields) > 2 else b""
-        if personalized and len(fields) > 1 and fields[1] == b"M":
-          if len(fields) != 4:
-            raise ValueError(
-              f"{path}:{line_no}: a metadata record has 4 fields (SessionID, M, Day, UserID), got {len(fields)}"
-            )
-          continue
-        if (kind in (b"Q", b"T")) if personalized else (kind == b"Q"):
-          if len(fields) <= first_url:
-            raise ValueError(
-              f"{path}:{line_no}: a page record without results ({len(fields)} fields; the "
-              f"results start at field {first_url + 1})"
-            )
-          if max_sessions is not None and page + 1 >= max_sessions:
-            break
-          page += 1
-          if fields[0] != session_id:
-            session_id, page_rows = fields[0], {}
-            yield from pending
-            pending = []
-          elif not personalized:
-            yield from pending
-            pending = []
-          query = fields[4] if personalized else fields[3]
-          results = [u.split(b",", 1)[0] for u in fields[first_url:]] if personalized else fields[first_url:]
-          if b"" in results:
-            pos = results.index(b"")
-            raise ValueError(f"{path}:{line_no}: field {first_url + pos + 1} (the URLID at position {pos + 1}): empty")
-          s = _Session(page, _decode(query, path, line_no, "QueryID"))
-          s.doc_ids = [intern((query, url), len(item_ids)) for url in results]
-          s.doc_names = [_decode(url, path, line_no, "URLID") for url in results]
-          s.positions = list(range(len(results)))
-          s.clicks = [0] * len(results)
-          s.lines = [line_no] * len(results)
-          pending.append(s)
-          row_of = {}
-          for i, url in enumerate(results):
-            row_of.setdefault(url, (s, i))
-          if personalized:
-            page_rows[fields[3]] = row_of
-          continue
-        if kind == b"C":
-          want = 5 if personalized else 4
-          if len(fields) != want:
-            raise ValueError(f"{path}:{line_no}: a click record has {want} fields, got {len(fields)}")
-          if fields[0] != session_id:
-            raise ValueError(
-              f"{path}:{line_no}: field 'SessionID': a click in session {show(fields[0])} "
-              "before any page of that session"
-            )
-          targets = page_rows.get(fields[3]) if personalized else row_of
-          if targets is None:
-            raise ValueError(
-              f"{path}:{line_no}: field 'SERPID': {show(fields[3])} is not a page of session "
-              f"{show(fields[0])} shown above"
-            )
-          hit = targets.get(fields[-1])
-          if hit is None:
-            unmatched += 1
-            first_unmatched = first_unmatched or line_no
-          else:
-            hit[0].clicks[hit[1]] = 1
-          continue
+  seen = {}
+  for path in paths:
+    delim, num_fields, cols = _tsv_header(path, delimiter, ())
+    sc = cols["session_id"]
+    current = None
+    for line_no, f in _tsv_rows(path, delim, num_fields):
+      sid = f[sc]
+      if sid == current:
+        continue
+      if sid in seen and hash(sid) in suspects:
+        other, first = seen[sid]
+        began = f"line {first}" if other == path else f"{other}:{first}"
         raise ValueError(
-          f"{path}:{line_no}: unknown record type {show(kind)} in field 3 (expected "
-          f"{'M (in field 2), Q, T or C' if personalized else 'Q or C'}; is this the "
-          f"{'relpred' if personalized else 'personalized'} layout?)"
+          f"{path}:{line_no}: field 'session_id': session {sid!r} (begun on {began}) resumes after other "
+          "sessions; session shards need each session's rows together, in one file (sort the log by session_id)"
         )
-  except (OSError, EOFError) as e:
-    raise ValueError(f"{path}: cannot read the log ({e})") from None
-  if page < 0:
-    raise ValueError(f"{path}: no result pages")
-  yield from pending
-  if unmatched:
-    warnings.warn(
-      f"{path}: {unmatched} click(s) on URLs their page does not show were skipped (the first "
-      f"on line {first_unmatched})",
-      stacklevel=3,
-    )
+      if hash(sid) in suspects:
+        seen[sid] = (path, line_no)
+      current = sid
+
+
+def _page_sessions(path, pages, item_ids: dict, fields: tuple) -> Iterator[_Session]:
+  """The sessions of a raw log's pages (:func:`~ultr_jax.data.baidu.baidu_pages`,
+  :func:`~ultr_jax.data.yandex.yandex_pages`: the in-memory readers' own parsers, so the grammar and the
+  errors are theirs); ids interned in ``item_ids``, ``fields`` the names of the query and document ids."""
+  intern = item_ids.setdefault  # (query, document) -> dense id, shared by the files of one conversion
+  qid_field, url_field = fields
+  for index, page in enumerate(pages):
+    s = _Session(index, decode_id(page.qid, path, qid_field, page.line))
+    s.doc_ids = [intern((page.query, url), len(item_ids)) for url in page.urls]
+    s.doc_names = [decode_id(url, path, url_field, line) for url, line in zip(page.urls, page.lines)]
+    s.positions, s.clicks, s.lines = page.positions, [int(c) for c in page.clicks], page.lines
+    yield s
 
 
 def convert_click_log(
@@ -815,6 +798,8 @@ def convert_click_log(
     raise ValueError(f"format must be one of {CLICK_LOG_FORMATS}, got {format!r}")
   if int(shard_size) < 1 or int(row_group_size) < 1:
     raise ValueError(f"shard_size and row_group_size must be >= 1, got {shard_size} and {row_group_size}")
+  if format == "baidu" and query_key not in QUERY_KEYS:
+    raise ValueError(f"query_key must be one of {QUERY_KEYS}, got {query_key!r}")
   if extra_columns and format != "tsv":
     raise ValueError(f"extra_columns: only a 'tsv' log has further columns, got format {format!r}")
   paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
@@ -839,12 +824,14 @@ def convert_click_log(
         item_of = (_tsv_vocabulary_arrow if arrow else _tsv_vocabulary)(paths, **tsv)
       item_ids: dict = {}
       offset = 0  # sessions of the files before
+      hashes = _Hashes()  # of every file's sessions: a session id may not come back in a later file either
+      done = []
       for p in paths:
         remaining = None if max_sessions is None else max_sessions - offset
         if remaining is not None and remaining <= 0:
           break
         writer.set_source(str(p))  # a shard holds one file's sessions
-        hashes = _Hashes()
+        done.append(p)
         if format == "tsv" and arrow:
           kw = dict(max_sessions=remaining, check=hashes, schema=writer.schema, item_of=item_of)
           count = 0
@@ -852,25 +839,26 @@ def convert_click_log(
             count = table.column("session")[-1].as_py() + 1
             writer.add_table(table.set_column(0, "session", pa.compute.add(table.column("session"), offset)))
           offset += count
-          _check_contiguous(p, delimiter, hashes)
           continue
         if format == "tsv":
           sessions = _tsv_sessions(
             p, position_base=position_base, **tsv, max_sessions=remaining, check=hashes, item_of=item_of
           )
         elif format == "baidu":
-          sessions = _baidu_sessions(p, query_key=query_key, max_sessions=remaining, item_ids=item_ids)
+          pages = baidu_pages(p, query_key=query_key, max_sessions=remaining)
+          sessions = _page_sessions(p, pages, item_ids, ("qid", "url_md5"))
         else:
           layout = "personalized" if format == "yandex_personalized" else "relpred"
-          sessions = _yandex_sessions(p, layout=layout, max_sessions=remaining, item_ids=item_ids)
+          pages = yandex_pages(p, layout=layout, max_sessions=remaining)
+          sessions = _page_sessions(p, pages, item_ids, ("QueryID", "URLID"))
         count = 0
         for s in sessions:
           count = s.session + 1
           s.session += offset
           writer.add(s)
         offset += count
-        if format == "tsv":
-          _check_contiguous(p, delimiter, hashes)
+      if format == "tsv":
+        _check_contiguous(done, delimiter, hashes)
       return writer.finish()
     except BaseException:
       writer.abort()

@@ -6,7 +6,15 @@ import numpy as np
 
 from ultr_jax.data.dataset import RankingDataset
 
-__all__ = ["Splits", "train_valid_test_split", "pad_queries", "take_queries", "batches", "concatenate"]
+__all__ = [
+  "Splits",
+  "train_valid_test_split",
+  "held_out_sessions",
+  "pad_queries",
+  "take_queries",
+  "batches",
+  "concatenate",
+]
 
 
 class Splits(NamedTuple):
@@ -162,3 +170,47 @@ def batches(
         batch.pop("qid")
       yield batch
     epoch += 1
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+  """SplitMix64's finaliser (Steele, Lea & Flood, OOPSLA'14), elementwise on ``uint64`` (wrapping)."""
+  x = x + np.uint64(0x9E3779B97F4A7C15)
+  x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+  x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+  return x ^ (x >> np.uint64(31))
+
+
+def held_out_sessions(sessions, *, fraction: float, seed: int = 0) -> np.ndarray:
+  r"""Which sessions are held out (the test split): a deterministic function of each session's id and ``seed``.
+
+  .. math::
+      \text{held out}(s) \iff 2^{-53} \lfloor h(h(\text{seed}) \oplus s) / 2^{11} \rfloor < \text{fraction}
+
+  with :math:`h` SplitMix64's finaliser. A session's side depends on nothing else (not on the order,
+  the batching, the shards or the process that reads it), so a log split in memory and the same log
+  split batch by batch over a stream agree exactly; the held-out share is ``fraction`` in expectation.
+
+  Args:
+    sessions: ``int[...]`` session ids (non-negative: the ``session`` index of
+      :class:`~ultr_jax.data.SessionStream` batches, the rows of
+      :func:`~ultr_jax.data.click_log_sessions`); negative ids (padding) are never held out.
+    fraction: the held-out share, in ``[0, 1]``.
+    seed: the split's seed.
+
+  Returns:
+    ``bool[...]``.
+
+  >>> held_out_sessions(np.arange(8), fraction=0.5, seed=0).tolist()
+  [False, True, False, False, True, True, True, True]
+  >>> float(held_out_sessions(np.arange(100000), fraction=0.2, seed=1).mean())
+  0.1991
+  """
+  if not 0.0 <= float(fraction) <= 1.0:
+    raise ValueError(f"fraction must be in [0, 1], got {fraction}")
+  s = np.asarray(sessions)
+  if not np.issubdtype(s.dtype, np.integer):
+    raise ValueError(f"sessions must be integer ids, got {s.dtype}")
+  key = _splitmix64(np.asarray([int(seed) & (2**64 - 1)], np.uint64))[0]
+  h = _splitmix64(s.astype(np.int64).astype(np.uint64) ^ key)
+  u = (h >> np.uint64(11)).astype(np.float64) * 2.0**-53
+  return (u < float(fraction)) & (s >= 0)

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Optional, Union
+from typing import Iterator, Optional, Union
 
 import numpy as np
 
-from ultr_jax.data.click_log import READ_ERRORS, ClickLog, decode_ids, session_file, session_lines
+from ultr_jax.data.click_log import READ_ERRORS, ClickLog, SessionPage, decode_ids, session_file, session_lines
 
 __all__ = ["YANDEX_LAYOUTS", "read_yandex_sessions"]
 
@@ -72,19 +72,63 @@ def read_yandex_sessions(path: PathLike, *, layout: str = "relpred", max_session
   >>> log.items.tolist(), log.positions.tolist(), log.clicks.tolist(), log.sessions.tolist()
   ([0, 1, 2, 3, 4, 2, 0], [0, 1, 2, 0, 1, 0, 1], [0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0], [0, 0, 0, 1, 1, 2, 2])
   """
-  if layout not in YANDEX_LAYOUTS:
-    raise ValueError(f"layout must be one of {YANDEX_LAYOUTS}, got {layout!r}")
   path = session_file(path, max_sessions)
-  personalized = layout == "personalized"
-  first_url = 6 if personalized else 5  # the field of a page record's first result
   item_ids: dict = {}  # (QueryID, URLID) -> dense id, in order of first appearance
   intern = item_ids.setdefault
-  urls, items, clicked = [], [], []  # per row; clicked: the rows clicked
+  urls, items, clicks = [], [], []  # per row
   page_qids, page_lines, page_sizes = [], [], []  # per page (expanded to rows at the end)
-  page = -1  # the latest page's id
-  session_id = None  # its SessionID
-  row_of: dict = {}  # the latest page's URLID -> its row
-  page_rows: dict = {}  # personalized: SERPID -> that page's row_of, within the current session
+  for page in yandex_pages(path, layout=layout, max_sessions=max_sessions):
+    urls.extend(page.urls)
+    items.extend([intern((page.query, url), len(item_ids)) for url in page.urls])
+    clicks.extend(page.clicks)
+    page_qids.append(page.qid)
+    page_lines.append(page.line)
+    page_sizes.append(len(page.urls))
+  sizes = np.asarray(page_sizes, np.int64)
+  sessions = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)
+  positions = (np.arange(len(urls)) - np.repeat(np.cumsum(sizes) - sizes, sizes)).astype(np.int32)
+  row_lines = np.repeat(np.asarray(page_lines, np.int32), sizes)
+  query_ids = decode_ids(page_qids, path, "QueryID", page_lines)[sessions]
+  return ClickLog(
+    items=np.asarray(items, np.int32),
+    positions=positions,
+    clicks=np.asarray(clicks, np.float32),
+    weights=np.ones(len(urls), np.float32),
+    query_ids=query_ids,
+    doc_ids=decode_ids(urls, path, "URLID", row_lines),
+    num_items=len(item_ids),
+    num_positions=int(positions.max()) + 1,
+    sessions=sessions,
+    path=str(path),
+    lines=row_lines,
+  )
+
+
+def yandex_pages(path, *, layout: str = "relpred", max_sessions: Optional[int] = None) -> Iterator[SessionPage]:
+  r"""The result pages of a Yandex log with their clicks, one :class:`~ultr_jax.data.click_log.SessionPage` each.
+
+  The per-record parser of both layouts (the grammar and the errors that :func:`read_yandex_sessions`
+  documents), read line by line: :func:`read_yandex_sessions` collects its pages,
+  :func:`~ultr_jax.data.convert_click_log` writes them to session shards. A page is yielded, in file
+  order, once no later click can reach it: at the next page (``relpred``: a click counts for the
+  session's latest page) or at the next session (``personalized``: a click names its page's SERPID),
+  so memory holds one session's pages. The warning about clicks on URLs no page shows comes at the
+  end. ``qid`` and ``query`` are the QueryID, ``lines`` the page record's line for every result.
+
+  >>> import pathlib, tempfile
+  >>> p = pathlib.Path(tempfile.mkdtemp()) / "relpred.txt"
+  >>> _ = p.write_text("1\t0\tQ\t7\t213\tu1\tu2\n1\t5\tC\tu2\n")
+  >>> [(pg.query, pg.urls, pg.positions, pg.clicks, pg.lines) for pg in yandex_pages(p)]
+  [(b'7', [b'u1', b'u2'], [0, 1], [0, 1], [1, 1])]
+  """
+  if layout not in YANDEX_LAYOUTS:
+    raise ValueError(f"layout must be one of {YANDEX_LAYOUTS}, got {layout!r}")
+  personalized = layout == "personalized"
+  first_url = 6 if personalized else 5  # the field of a page record's first result
+  pending: list = []  # pages that a click may still reach, in file order
+  latest, row_of = None, {}  # the latest page and its URLID -> first index
+  page_rows: dict = {}  # personalized: SERPID -> (page, row_of), within the current session
+  num_pages, session_id = 0, None  # pages read; the latest page's SessionID
   unmatched, first_unmatched = 0, 0
   show = lambda b: repr(b.decode("utf-8", "replace"))  # noqa: E731
   try:
@@ -106,25 +150,25 @@ def read_yandex_sessions(path: PathLike, *, layout: str = "relpred", max_session
               f"{path}:{line_no}: a page record without results ({len(fields)} fields; the "
               f"results start at field {first_url + 1})"
             )
-          if max_sessions is not None and page + 1 >= max_sessions:
+          if max_sessions is not None and num_pages >= max_sessions:
             break
-          page += 1
-          if fields[0] != session_id:
-            session_id, page_rows = fields[0], {}
+          num_pages += 1
+          if fields[0] != session_id or not personalized:  # the pending pages are complete
+            if fields[0] != session_id:
+              session_id, page_rows = fields[0], {}
+            yield from pending
+            pending = []
           query = fields[4] if personalized else fields[3]
           results = [u.split(b",", 1)[0] for u in fields[first_url:]] if personalized else fields[first_url:]
-          start, n = len(urls), len(results)
-          row_of = dict(zip(reversed(results), range(start + n - 1, start - 1, -1)))  # first row of each URL
+          n = len(results)
+          row_of = dict(zip(reversed(results), range(n - 1, -1, -1)))  # the first index of each URL
           if b"" in row_of:
             pos = results.index(b"")
             raise ValueError(f"{path}:{line_no}: field {first_url + pos + 1} (the URLID at position {pos + 1}): empty")
-          urls.extend(results)
-          items.extend([intern((query, url), len(item_ids)) for url in results])
-          page_qids.append(query)
-          page_lines.append(line_no)
-          page_sizes.append(n)
+          latest = SessionPage(query, query, line_no, results, list(range(n)), [0] * n, [line_no] * n)
+          pending.append(latest)
           if personalized:
-            page_rows[fields[3]] = row_of
+            page_rows[fields[3]] = (latest, row_of)
           continue
         if kind == b"C":
           want = 5 if personalized else 4
@@ -135,18 +179,18 @@ def read_yandex_sessions(path: PathLike, *, layout: str = "relpred", max_session
               f"{path}:{line_no}: field 'SessionID': a click in session {show(fields[0])} "
               "before any page of that session"
             )
-          targets = page_rows.get(fields[3]) if personalized else row_of
-          if targets is None:
+          target = page_rows.get(fields[3]) if personalized else (latest, row_of)
+          if target is None:
             raise ValueError(
               f"{path}:{line_no}: field 'SERPID': {show(fields[3])} is not a page of session "
               f"{show(fields[0])} shown above"
             )
-          row = targets.get(fields[-1])
-          if row is None:
+          i = target[1].get(fields[-1])
+          if i is None:
             unmatched += 1
             first_unmatched = first_unmatched or line_no
           else:
-            clicked.append(row)
+            target[0].clicks[i] = 1
           continue
         raise ValueError(
           f"{path}:{line_no}: unknown record type {show(kind)} in field 3 (expected "
@@ -155,31 +199,12 @@ def read_yandex_sessions(path: PathLike, *, layout: str = "relpred", max_session
         )
   except READ_ERRORS as e:
     raise ValueError(f"{path}: cannot read the log ({type(e).__name__}: {e})") from e
-  if not items:
+  if not num_pages:
     raise ValueError(f"{path}: no result pages")
+  yield from pending
   if unmatched:
     warnings.warn(
       f"{path}: {unmatched} click(s) on URLs their page does not show were skipped (the first "
       f"on line {first_unmatched})",
-      stacklevel=2,
+      stacklevel=3,
     )
-  sizes = np.asarray(page_sizes, np.int64)
-  sessions = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)
-  positions = (np.arange(len(urls)) - np.repeat(np.cumsum(sizes) - sizes, sizes)).astype(np.int32)
-  clicks = np.zeros(len(urls), np.float32)
-  clicks[np.asarray(clicked, np.int64)] = 1.0
-  row_lines = np.repeat(np.asarray(page_lines, np.int32), sizes)
-  query_ids = decode_ids(page_qids, path, "QueryID", page_lines)[sessions]
-  return ClickLog(
-    items=np.asarray(items, np.int32),
-    positions=positions,
-    clicks=clicks,
-    weights=np.ones(len(urls), np.float32),
-    query_ids=query_ids,
-    doc_ids=decode_ids(urls, path, "URLID", row_lines),
-    num_items=len(item_ids),
-    num_positions=int(positions.max()) + 1,
-    sessions=sessions,
-    path=str(path),
-    lines=row_lines,
-  )

@@ -25,6 +25,7 @@ from ultr_jax.graph.harvesting import (
   ctr_estimate,
   harvest_propensities,
   intervention_sets,
+  intervention_sets_from_counts,
   pivot_estimate,
 )
 from ultr_jax.graph.intervention import (
@@ -37,15 +38,20 @@ from ultr_jax.graph.intervention import (
 from ultr_jax.graph.merging import MergePlan, apply_merge, merge_plan
 from ultr_jax.graph.mst import UnionFind, prim_mst
 from ultr_jax.graph.records import (
+  ClickCounts,
   bias_factor_ids,
   bias_factor_names,
+  click_counts,
   feature_vector_ids,
+  gather_click_counts,
+  merge_click_counts,
   random_contexts,
   read_svmlight_ranking,
 )
 from ultr_jax.graph.synthetic import DESIGN_GRAPHS, generate_design_dataset
 
 __all__ = [
+  "ClickCounts",
   "DESIGN_GRAPHS",
   "HARVESTING_METHODS",
   "HarvestedPropensities",
@@ -61,15 +67,19 @@ __all__ = [
   "bias_factor_ids",
   "bias_factor_names",
   "check_identifiability",
+  "click_counts",
   "connected_components",
   "ctr_estimate",
   "factor_components",
   "feature_vector_ids",
+  "gather_click_counts",
   "generate_design_dataset",
   "harvest_propensities",
   "intervention_cost",
   "intervention_plan",
   "intervention_sets",
+  "intervention_sets_from_counts",
+  "merge_click_counts",
   "merge_plan",
   "pivot_estimate",
   "prim_mst",

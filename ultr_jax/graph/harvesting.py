@@ -64,12 +64,14 @@ import numpy as np
 from ultr_jax._numerics import log1mexp
 from ultr_jax._optim import lbfgs_minimize
 from ultr_jax.graph.connectivity import connected_components
+from ultr_jax.graph.records import ClickCounts
 from ultr_jax.types import Array
 
 __all__ = [
   "InterventionSets",
   "HarvestedPropensities",
   "intervention_sets",
+  "intervention_sets_from_counts",
   "ctr_estimate",
   "pivot_estimate",
   "adjacent_chain_estimate",
@@ -180,6 +182,29 @@ def intervention_sets(
     items=jnp.matmul(shown.T, shown, precision=_HIGHEST),
     factor_clicks=jnp.sum(clk, axis=0),
     factor_impressions=jnp.sum(imp, axis=0),
+  )
+
+
+def intervention_sets_from_counts(counts: ClickCounts) -> InterventionSets:
+  r""":func:`intervention_sets` of a log reduced to its clicks and impressions per (item, factor) cell.
+
+  The cells' CTRs :math:`k / n` as records of weight :math:`n`: the sets equal those of the log's
+  records (up to float rounding), so a log streamed into :func:`~ultr_jax.graph.gather_click_counts`
+  harvests the propensities of the log read whole.
+
+  >>> from ultr_jax.graph import click_counts
+  >>> c = click_counts(np.array([[0, 1], [1, 0]]), np.array([[0, 1], [0, 1]]), np.array([[1., 0.], [1., 0.]]))
+  >>> s = intervention_sets_from_counts(c)
+  >>> print(s.clicks.tolist(), s.items.tolist())
+  [[2.0, 2.0], [0.0, 0.0]] [[2.0, 2.0], [2.0, 2.0]]
+  """
+  return intervention_sets(
+    counts.items,
+    counts.factors,
+    counts.ctr,
+    weights=counts.impressions,
+    num_items=max(int(counts.num_items), 1),
+    num_factors=max(int(counts.num_factors), 1),
   )
 
 

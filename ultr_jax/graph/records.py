@@ -13,11 +13,15 @@ The feature :math:`x` is a document id, or the full feature vector (two
 documents with identical vectors are one node of the bipartite graph).
 """
 
-from typing import Optional
+from typing import Iterable, NamedTuple, Optional, Sequence
 
 import numpy as np
 
 __all__ = [
+  "ClickCounts",
+  "click_counts",
+  "merge_click_counts",
+  "gather_click_counts",
   "feature_vector_ids",
   "random_contexts",
   "bias_factor_ids",
@@ -163,3 +167,182 @@ def read_svmlight_ranking(path, *, list_size: int = 10, num_features: Optional[i
         if k < f_dim:
           features[i, j, k] = v
   return features, labels, where, np.asarray(order, np.int64)
+
+
+class ClickCounts(NamedTuple):
+  r"""Clicks and impressions per (item, bias factor) cell of a click log: what the IG and harvesting read.
+
+  The identifiability graph joins the factors an item was shown at, and intervention harvesting
+  (:mod:`~ultr_jax.graph.harvesting`) reads each cell's CTR :math:`\bar c(x, t) = k_{x,t} / n_{x,t}`:
+  both are functions of these counts, which reduce a log of any length in one pass
+  (:func:`gather_click_counts`), in memory that grows with the distinct cells, not the records.
+  As records they are ``(items, factors, clicks / impressions)`` with ``weights = impressions``
+  (:func:`~ultr_jax.graph.intervention_sets`, :func:`~ultr_jax.graph.check_identifiability`).
+
+  Attributes:
+    items: ``int64[R]`` the cells' item ids, sorted by (item, factor).
+    factors: ``int64[R]`` their bias factors.
+    clicks: ``float64[R]`` weighted clicks :math:`k` (a CTR record of weight :math:`w` adds :math:`w c`).
+    impressions: ``float64[R]`` weighted impressions :math:`n > 0`.
+    num_items: the id range of ``items`` (one more than the largest id seen, or as given).
+    num_factors: the id range of ``factors``.
+    num_records: the records (shown documents, or rows of an aggregated log) counted.
+  """
+
+  items: np.ndarray
+  factors: np.ndarray
+  clicks: np.ndarray
+  impressions: np.ndarray
+  num_items: int
+  num_factors: int
+  num_records: int
+
+  @property
+  def ctr(self) -> np.ndarray:
+    """``float64[R]`` each cell's click-through rate :math:`k / n`."""
+    return self.clicks / self.impressions
+
+
+def _grouped(items, factors, clicks, impressions, num_items, num_factors, num_records) -> ClickCounts:
+  """Equal (item, factor) cells merged (their counts added), sorted; cells without impressions dropped."""
+  width = int(factors.max()) + 1 if len(factors) else 1
+  key = items.astype(np.int64) * width + factors
+  uniq, inverse = np.unique(key, return_inverse=True)
+  inverse = inverse.ravel()
+  n = np.bincount(inverse, weights=impressions, minlength=len(uniq))
+  k = np.bincount(inverse, weights=clicks, minlength=len(uniq))
+  keep = n > 0
+  uniq = uniq[keep]
+  return ClickCounts(uniq // width, uniq % width, k[keep], n[keep], num_items, num_factors, num_records)
+
+
+def click_counts(
+  items,
+  factors,
+  clicks,
+  *,
+  where=None,
+  weights=None,
+  num_items: Optional[int] = None,
+  num_factors: Optional[int] = None,
+) -> ClickCounts:
+  r"""The :class:`ClickCounts` of records of any shape ``[...]`` (the IG's: items, factors, clicks, ``where``).
+
+  Per cell :math:`(x, t)`: :math:`k_{x,t} = \sum w\,c`, :math:`n_{x,t} = \sum w` over its valid
+  records (``clicks`` 0/1, or CTRs with ``weights`` = impressions).
+
+  >>> c = click_counts(np.array([[0, 1], [1, 0]]), np.array([[0, 1], [0, 1]]), np.array([[1., 0.], [1., 1.]]))
+  >>> c.items.tolist(), c.factors.tolist(), c.clicks.tolist(), c.impressions.tolist(), c.num_records
+  ([0, 0, 1, 1], [0, 1, 0, 1], [1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0], 4)
+  """
+  x, t = np.asarray(items), np.asarray(factors)
+  c = np.asarray(clicks, np.float64)
+  m = np.ones(x.shape, bool) if where is None else np.broadcast_to(np.asarray(where, bool), x.shape)
+  w = np.ones(x.shape) if weights is None else np.broadcast_to(np.asarray(weights, np.float64), x.shape)
+  if x.shape != t.shape or x.shape != c.shape:
+    raise ValueError(f"items {x.shape}, factors {t.shape} and clicks {c.shape} must have one shape")
+  if not (np.issubdtype(x.dtype, np.integer) and np.issubdtype(t.dtype, np.integer)):
+    raise ValueError(f"items and factors must be integer ids, got {x.dtype} and {t.dtype}")
+  x, t, c, w = (a[m] for a in (x, t, c, w))
+  for name, ids in (("items", x), ("factors", t)):
+    if len(ids) and ids.min() < 0:
+      raise ValueError(f"{name}: id {int(ids.min())} is negative where valid")
+  bad = ~((c >= 0) & (c <= 1)) | ~(np.isfinite(w) & (w >= 0))
+  if bad.any():
+    i = int(np.flatnonzero(bad)[0])
+    raise ValueError(f"record {i} (valid ones, in order): click {c[i]} and weight {w[i]} are not a CTR and a count")
+  seen_items = int(x.max()) + 1 if len(x) else 0
+  seen_factors = int(t.max()) + 1 if len(t) else 0
+  out = _grouped(
+    x.astype(np.int64),
+    t.astype(np.int64),
+    w * c,
+    w,
+    seen_items if num_items is None else int(num_items),
+    seen_factors if num_factors is None else int(num_factors),
+    int(m.sum()),
+  )
+  for name, seen, given in (("items", seen_items, out.num_items), ("factors", seen_factors, out.num_factors)):
+    if seen > given:
+      raise ValueError(f"{name}: id {seen - 1} is outside [0, {given})")
+  return out
+
+
+def merge_click_counts(counts: Sequence[ClickCounts]) -> ClickCounts:
+  """The counts of the union of the logs (cells added; id ranges the largest).
+
+  >>> a = click_counts(np.array([0, 1]), np.array([0, 1]), np.array([1., 0.]))
+  >>> m = merge_click_counts([a, a])
+  >>> m.clicks.tolist(), m.impressions.tolist(), m.num_records
+  ([2.0, 0.0], [2.0, 2.0], 4)
+  """
+  counts = list(counts)
+  if not counts:
+    raise ValueError("merge_click_counts: nothing to merge")
+  cat = lambda name: np.concatenate([getattr(c, name) for c in counts])  # noqa: E731
+  return _grouped(
+    cat("items"),
+    cat("factors"),
+    cat("clicks"),
+    cat("impressions"),
+    max(c.num_items for c in counts),
+    max(c.num_factors for c in counts),
+    sum(c.num_records for c in counts),
+  )
+
+
+def gather_click_counts(
+  batches: Iterable[dict], *, num_items: Optional[int] = None, num_factors: Optional[int] = None
+) -> ClickCounts:
+  r"""One pass over a stream of record batches: their :class:`ClickCounts`, in memory bounded by the cells.
+
+  A batch is a dict with ``doc_ids`` (the items) and ``clicks`` of one shape ``[..., L]``, and optionally
+  ``positions`` (the bias factors; default: the index on the last axis, item ``i`` of a list being
+  position ``i``), ``where``, ``valid`` (``[...]``, the padding lists of a fixed-shape stream) and
+  ``weights`` (impressions of CTR records): the batches of :class:`~ultr_jax.data.SessionStream` and
+  :func:`~ultr_jax.data.session_batches`, or the flat record chunks of
+  :class:`~ultr_jax.data.ClickLogRows`. Each batch is reduced (:func:`click_counts`) and the reductions
+  merged whenever the pending ones outgrow the merged cells.
+
+  Args:
+    batches: iterable of batch dicts.
+    num_items, num_factors: the id ranges (default: the largest ids seen + 1).
+
+  Returns:
+    :class:`ClickCounts`.
+
+  >>> b = {"doc_ids": np.array([[0, 1], [1, 0]]), "clicks": np.array([[1., 0.], [1., 1.]]),
+  ...      "valid": np.array([True, False])}
+  >>> c = gather_click_counts([b, b])
+  >>> c.items.tolist(), c.factors.tolist(), c.clicks.tolist(), c.impressions.tolist(), c.num_records
+  ([0, 1], [0, 1], [2.0, 0.0], [2.0, 2.0], 4)
+  """
+  merged, pending, pending_cells = None, [], 0
+  for batch in batches:
+    for k in ("doc_ids", "clicks"):
+      if k not in batch:
+        raise ValueError(f"record batch: missing {k!r} (keys: {sorted(batch)})")
+    ids = np.asarray(batch["doc_ids"])
+    where = batch.get("where")
+    where = np.ones(ids.shape, bool) if where is None else np.asarray(where, bool)
+    if "valid" in batch:
+      where = where & np.asarray(batch["valid"], bool).reshape(ids.shape[:-1] + (1,))
+    factors = batch.get("positions")
+    if factors is None:
+      factors = np.broadcast_to(np.arange(ids.shape[-1]), ids.shape)
+    c = click_counts(ids, np.asarray(factors), batch["clicks"], where=where, weights=batch.get("weights"))
+    pending.append(c)
+    pending_cells += len(c.items)
+    if pending_cells > max(len(merged.items) if merged is not None else 0, 1 << 16):
+      merged = merge_click_counts(([merged] if merged is not None else []) + pending)
+      pending, pending_cells = [], 0
+  if merged is None and not pending:
+    raise ValueError("gather_click_counts: the stream is empty")
+  out = merge_click_counts(([merged] if merged is not None else []) + pending)
+  for name, given, seen in (("items", num_items, out.num_items), ("factors", num_factors, out.num_factors)):
+    if given is not None and seen > given:
+      raise ValueError(f"{name}: id {seen - 1} is outside [0, {given})")
+  return out._replace(
+    num_items=out.num_items if num_items is None else int(num_items),
+    num_factors=out.num_factors if num_factors is None else int(num_factors),
+  )

@@ -5,8 +5,11 @@ r"""ultr_jax.losses: pure ULTR losses over ``[..., list_size]`` (rax convention)
     loss = fn(scores, clicks_or_labels, *, where=None, weights=None, reduce_fn=jnp.mean, **named_inputs)
 
 * ``scores``: ``[..., L]`` the ranker's logits (the prediction always comes
-  first; :func:`bias_likelihood_loss` takes predicted click probabilities);
-* ``clicks_or_labels``: ``[..., L]`` clicks, click-through rates, targets or labels;
+  first; :func:`bias_likelihood_loss` takes predicted click probabilities,
+  :func:`observation_density_loss` a density's means ``[..., L, d]``,
+  :func:`doubly_robust_risk` per-sample losses);
+* ``clicks_or_labels``: ``[..., L]`` clicks, click-through rates, targets or labels (the observation vectors
+  ``[..., L, d]`` a density is fitted to; the observed exposure of :func:`doubly_robust_risk`);
 * ``where``: ``bool[..., L]`` valid items; ``weights``: ``[..., L]`` per-item weights;
 * ``reduce_fn``: any reduction ``f(values, where=...)``: a mean (``jnp.mean``
   or anything that computes the masked mean: over items, lists or pairs, or per
@@ -15,19 +18,21 @@ r"""ultr_jax.losses: pure ULTR losses over ``[..., list_size]`` (rax convention)
   per-item / per-list / per-pair values (whose ``jnp.sum`` is the
   ``reduce_fn=jnp.sum`` loss). All go through one helper, ``_utils.reduce_loss``.
 * multi-part losses return ``(loss, aux)`` with an ``aux`` dict of the parts
-  when called with ``return_aux=True`` (:func:`dla_loss`, :func:`heckman_loss`).
+  when called with ``return_aux=True`` (:func:`dla_loss`, :func:`heckman_loss`, :func:`doubly_robust_risk`).
 
 **Named extra inputs** (keyword-only, the same name in every family):
 
 =======================  ==============================================================
 ``propensities``         examination probabilities :math:`\theta_i` at each item's position (IPS, SNIPS,
-                         affine, Regression-EM, CLD)
+                         affine, Regression-EM, CLD, SIF's DR risk)
 ``observation_logits``   the bias / observation tower's logits (DLA, two-tower, LBD)
 ``selection_scores``     the selection model's index :math:`f_\omega(x)` (CLD, CLD-pair, Heckman)
 ``positions``            ``int[..., L]`` 0-based displayed positions (PDGD, the estimators' updates)
 ``shown``                ``bool[..., L]`` the items a top-k log displayed (CLD, Heckman)
 ``eps_plus/eps_minus``   trust-bias click probabilities (affine)
 ``t_plus/t_minus``       PairD's bias ratios per item
+``imputed``              a doubly robust estimator's imputed values :math:`m(X, K)` (SIF's DR risk)
+``log_var``              log-variances :math:`v` of a Gaussian prediction (Vectorization's observation density)
 ``max_weight``           cap of every inverse-propensity-style weight; None means
                          :data:`DEFAULT_MAX_WEIGHT` (``1e8``, far above any weight of the
                          expected-metrics runs), ``math.inf`` no cap

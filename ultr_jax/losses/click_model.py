@@ -41,10 +41,11 @@ last and skipped); every term is computed from ``log_sigmoid`` of the logits
 from typing import Callable, Optional
 
 import jax.numpy as jnp
-import rax
 
+from ultr_jax.losses import _utils
 from ultr_jax.simulation import likelihood as lik
 from ultr_jax.simulation.click_models import ClickModel, click_models, get_click_model
+from ultr_jax.simulation.click_models.base import display_order, full_mask
 from ultr_jax.types import Array
 
 __all__ = [
@@ -117,7 +118,7 @@ def click_model_log_likelihood_from_logits(
   >>> print(round(float(ll), 6), round(float(jnp.log(0.5 * 0.75)), 6))
   -0.980829 -0.980829
   """
-  log_q, log_1mq, c, where, _ = _display_log_probs(
+  log_q, log_1mq, c, where, _, _ = _display_log_probs(
     scores, clicks, model, bias, where, positions, _items(satisfaction_scores, item_scores)
   )
   return lik.bernoulli_log_likelihood(c, log_q, log_1mq, where=where)
@@ -132,25 +133,25 @@ def _items(satisfaction_scores, item_scores):
 
 def _display_log_probs(scores, clicks, model, bias, where, positions, items):
   """Per-item ``(log q, log(1 - q))`` of a click given the clicks above, in display order, with the
-  clicks, mask and the display order."""
+  clicks and the mask (display order) and the permutations to display order and back."""
   m = _loss_model(model)
   s = jnp.asarray(scores, jnp.float32)
   c = jnp.asarray(clicks, jnp.float32)
-  where = jnp.ones(s.shape, bool) if where is None else jnp.broadcast_to(jnp.asarray(where, bool), s.shape)
+  where = full_mask(s, where)
   if positions is None:
     positions = jnp.broadcast_to(jnp.arange(s.shape[-1], dtype=jnp.int32), s.shape)
   positions = jnp.asarray(positions, jnp.int32)
   missing = [k for k in m.item_params if k not in items]
   if missing:
     raise ValueError(f"click-model loss {m.name!r} needs {missing[0]}_scores (a further output per item)")
-  # Display order: by position, masked items last (they are skipped by the likelihoods anyway).
-  order = jnp.argsort(jnp.where(where, positions, jnp.iinfo(jnp.int32).max), axis=-1, stable=True)
+  # Display order: by position, masked items last (they are skipped by the likelihoods anyway), as the simulators.
+  order, inverse = display_order(positions, where)
   item_logits = {k: _take(jnp.asarray(items[k], jnp.float32), order) for k in m.item_params}
   c, where = _take(c, order), _take(where, order)
   log_q, log_1mq = lik.logit_log_probs(
     m, c, _take(s, order), bias, ranks=_take(positions, order), where=where, item_logits=item_logits
   )
-  return log_q, log_1mq, c, where, order
+  return log_q, log_1mq, c, where, order, inverse
 
 
 def click_model_click_logits(
@@ -183,10 +184,10 @@ def click_model_click_logits(
   >>> print(1 / (1 + jnp.exp(-z)))  # 1/2, then 1/2 * 1/2 after a click
   [0.5  0.25]
   """
-  log_q, log_1mq, _, _, order = _display_log_probs(
+  log_q, log_1mq, _, _, _, inverse = _display_log_probs(
     scores, clicks, model, bias, where, positions, _items(satisfaction_scores, item_scores)
   )
-  return _take(log_q - log_1mq, jnp.argsort(order, axis=-1))
+  return _take(log_q - log_1mq, inverse)
 
 
 def click_model_loss(
@@ -221,7 +222,7 @@ def click_model_loss(
   >>> print(round(float(loss), 4))  # -(log(1/4 * 3/4) + 2 log(3/4)) / 2
   1.1247
   """
-  log_q, log_1mq, c, display_where, order = _display_log_probs(
+  log_q, log_1mq, c, display_where, order, _ = _display_log_probs(
     scores, clicks, model, bias, where, positions, _items(satisfaction_scores, item_scores)
   )
   if weights is not None:
@@ -229,10 +230,4 @@ def click_model_loss(
     weigh = lambda x: jnp.where(w == 0, 0.0, w * x)  # a zero weight drops the term, even an impossible one
     log_q, log_1mq = weigh(log_q), weigh(log_1mq)
   ll = lik.bernoulli_log_likelihood(c, log_q, log_1mq, where=display_where)
-  s = jnp.asarray(scores)
-  valid = (
-    jnp.ones(s.shape[:-1], bool)
-    if where is None
-    else jnp.any(jnp.broadcast_to(jnp.asarray(where, bool), s.shape), axis=-1)
-  )
-  return rax.utils.safe_reduce(-ll, where=valid, reduce_fn=reduce_fn)
+  return _utils.reduce_lists(-ll, display_where, reduce_fn)

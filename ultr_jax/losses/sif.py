@@ -36,6 +36,7 @@ import jax.numpy as jnp
 
 from ultr_jax.losses import _utils
 from ultr_jax.losses.estimator import Estimator
+from ultr_jax.losses.ips import ips_weights
 
 __all__ = [
   "binary_entropy",
@@ -362,12 +363,15 @@ def listwise_risk(
 def doubly_robust_risk(
   loss: jax.Array,
   exposure: jax.Array,
+  *,
   propensities: jax.Array,
   imputed: jax.Array,
-  *,
   where: Optional[jax.Array] = None,
+  weights: Optional[jax.Array] = None,
+  max_weight: Optional[float] = None,
   reduce_fn: Optional[Callable] = jnp.mean,
-) -> jax.Array:
+  return_aux: bool = False,
+):
   r"""The literal doubly robust risk of SIF eq. 33 with **observed** exposure.
 
   .. math::
@@ -375,24 +379,40 @@ def doubly_robust_risk(
 
   consistent for :math:`L^*` when either :math:`e` or :math:`m` is correct
   (test T3). In click logs :math:`E` is latent; SIF-ref trains with
-  :func:`dr_targets` instead.
+  :func:`dr_targets` instead. As there, :math:`e` and :math:`m` are nuisance estimates under stop-gradient;
+  :math:`1/e` is an IPS weight (:func:`~ultr_jax.losses.ips_weights`: clipped at ``max_weight``, 0 where
+  :math:`e = 0`).
 
   Args:
-    loss: ``[...]`` per-sample losses :math:`L(C; \theta)`.
-    exposure: ``[...]`` observed :math:`E \in \{0, 1\}`.
-    propensities: ``[...]`` :math:`e(X, K)`.
-    imputed: ``[...]`` :math:`m(X, K) \approx \mathbb{E}[L \mid X, K, E=1]`.
-    where: ``bool[...]``; reduce_fn: over valid samples (None: per sample).
+    loss: ``[..., L]`` per-sample losses :math:`L(C; \theta)` (the differentiated prediction).
+    exposure: ``[..., L]`` observed :math:`E \in \{0, 1\}`.
+    propensities: ``[..., L]`` exposure propensities :math:`e(X, K)`.
+    imputed: ``[..., L]`` imputed losses :math:`m(X, K) \approx \mathbb{E}[L \mid X, K, E=1]`.
+    where: ``bool[..., L]`` valid samples; weights: optional ``[..., L]`` per-sample weights.
+    max_weight: cap of :math:`1/e` (None: ``DEFAULT_MAX_WEIGHT`` = 1e8; ``math.inf``: none).
+    reduce_fn: over valid samples (None: per sample, 0 where masked).
+    return_aux: if True return ``(risk, {"imputed": ..., "correction": ...})``, the two terms reduced alike
+      (their sum is the risk for a mean, a sum or None).
 
   >>> print(float(doubly_robust_risk(jnp.array([1.0, 0.0]), jnp.array([1.0, 0.0]),
-  ...                                jnp.array([0.5, 0.5]), jnp.array([0.5, 0.5]))))
+  ...                                propensities=jnp.array([0.5, 0.5]), imputed=jnp.array([0.5, 0.5]))))
   1.0
   """
   loss = jnp.asarray(loss)
   where = _utils.as_where(where, loss.shape)
-  e = jnp.where(where, propensities, 1.0)
-  value = imputed + exposure / e * (loss - imputed)
-  return _utils.reduce_items(value, where, reduce_fn)
+  w = ips_weights(propensities, where=where, max_weight=max_weight)
+  m = jax.lax.stop_gradient(jnp.where(where, imputed, 0.0))
+  correction = exposure * w * (jnp.where(where, loss, 0.0) - m)
+  if weights is not None:
+    m, correction = m * weights, correction * weights
+  risk = _utils.reduce_loss(m + correction, where, reduce_fn)
+  if return_aux:
+    parts = {
+      "imputed": _utils.reduce_loss(m, where, reduce_fn),
+      "correction": _utils.reduce_loss(correction, where, reduce_fn),
+    }
+    return risk, parts
+  return risk
 
 
 def bias_likelihood_loss(

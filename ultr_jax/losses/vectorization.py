@@ -16,7 +16,7 @@ items (:func:`base_vector`), and the ranking score is
 All functions take ``[..., L, d]`` vectors with a bool ``where`` ``[..., L]``.
 """
 
-from typing import Optional
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -34,33 +34,45 @@ def _masked(where, mean, log_var):
 
 
 def observation_density_loss(
-  mean: Array, log_var: Array, observation: Array, *, where: Optional[Array] = None
+  mean: Array,
+  targets: Array,
+  *,
+  log_var: Array,
+  where: Optional[Array] = None,
+  weights: Optional[Array] = None,
+  reduce_fn: Optional[Callable] = jnp.mean,
 ) -> Array:
   r"""Gaussian fit of the density model to the (stop-gradient) observation vectors.
 
   .. math::
-      \frac{1}{n d} \sum_{i \in \text{valid}} \sum_j
-        \bigl(\mu_j(x_i) - \mathrm{sg}(o_j(k_i))\bigr)^2 e^{-v_j(x_i)} + v_j(x_i)
+      \ell_i = \frac{1}{d} \sum_j \bigl(\mu_j(x_i) - \mathrm{sg}(o_j(k_i))\bigr)^2 e^{-v_j(x_i)} + v_j(x_i)
 
-  (the negative log-likelihood of :math:`\mathcal{N}(\mu, e^{v})` up to
-  constants and a factor 2), averaged over the valid items of the batch.
+  per item (the negative log-likelihood of :math:`\mathcal{N}(\mu, e^{v})` up to constants and a factor 2,
+  averaged over the :math:`d` dimensions), times ``weights``, reduced over the valid items (Chen et al., KDD'22;
+  ULTRA's ``vectorization.py``). Means and targets are bounded at :math:`\pm 10^{15}` before the
+  square, as CLD's scores are (identity on any realistic value).
 
   Args:
-    mean, log_var: ``[..., L, d]`` density outputs :math:`\mu, v`.
-    observation: ``[..., L, d]`` observation vectors :math:`o(k_i)`.
-    where: optional ``bool[..., L]``.
+    mean: ``[..., L, d]`` the density model's means :math:`\mu` (the prediction).
+    targets: ``[..., L, d]`` the observation vectors :math:`o(k_i)` of the items' positions (stop-gradient).
+    log_var: ``[..., L, d]`` the density model's log-variances :math:`v`.
+    where: optional ``bool[..., L]``; weights: optional ``[..., L]`` per-item weights.
+    reduce_fn: over the valid items (the mean by default; None: per item ``[..., L]``, 0 where masked).
 
   Returns:
-    A scalar; 0 when nothing is valid.
+    The reduced loss (0 when nothing is valid), or the per-item values.
 
   >>> m = jnp.zeros((1, 2, 2)); v = jnp.zeros((1, 2, 2)); o = jnp.ones((1, 2, 2))
-  >>> float(observation_density_loss(m, v, o))
+  >>> float(observation_density_loss(m, o, log_var=v))
   1.0
   """
   w, mean, log_var = _masked(where, mean, log_var)
-  observation = jnp.where(w[..., None], jax.lax.stop_gradient(observation), 0.0)
-  term = (mean - observation) ** 2 * jnp.exp(-log_var) + log_var
-  return _utils.reduce_items(jnp.mean(term, axis=-1), w, jnp.mean)
+  targets = jnp.where(w[..., None], jax.lax.stop_gradient(targets), 0.0)
+  diff = _utils.bound_scores(mean) - _utils.bound_scores(targets)
+  per_item = jnp.mean(diff**2 * jnp.exp(-log_var) + log_var, axis=-1)
+  if weights is not None:
+    per_item = per_item * weights
+  return _utils.reduce_loss(per_item, w, reduce_fn)
 
 
 def base_vector(mean: Array, log_var: Array, *, where: Optional[Array] = None) -> Array:

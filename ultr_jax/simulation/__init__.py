@@ -57,6 +57,7 @@ from ultr_jax.simulation.fitting import (
   evaluate_click_model,
   fit_click_model,
   fit_ctr_model,
+  fit_ctr_model_from_statistics,
   init_click_model,
   simulate_session_log,
 )
@@ -147,6 +148,7 @@ __all__ = [
   "evaluate_click_model",
   "fit_click_model",
   "fit_ctr_model",
+  "fit_ctr_model_from_statistics",
   "init_click_model",
   "simulate_session_log",
   "ClickStatistics",

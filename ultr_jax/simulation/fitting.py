@@ -30,7 +30,9 @@ methods hold everything model-specific.
 (:func:`~ultr_jax.simulation.logit_log_probs`, in log space from the logits)
 with a standard-normal prior on every
 logit (``l2``; 0 is plain maximum likelihood) by ``optax.lbfgs`` in one jitted
-``lax.while_loop``, the way CLAX fits click models by gradient instead of EM.
+``lax.while_loop``, preconditioned by the objective's diagonal curvature per parameter (a document seen ten
+times and a rank seen ten thousand times differ in curvature by orders of magnitude, which leaves plain L-BFGS
+hundreds of iterations short of the optimum; preconditioned, 20-40 iterations reach it).
 :func:`evaluate_click_model` gives the held-out log-likelihood and the
 conditional perplexity per rank (Dupret & Piwowarski SIGIR'08; the measure
 PyClick and CLAX report).
@@ -43,7 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ultr_jax._optim import lbfgs_minimize
+from ultr_jax._optim import lbfgs_minimize, table_curvature
 from ultr_jax.metrics import clicks as click_metrics
 from ultr_jax.simulation.click_models import ClickModel, click_models, get_click_model
 from ultr_jax.types import Array
@@ -59,6 +61,7 @@ __all__ = [
   "evaluate_click_model",
   "click_prediction_scores",
   "fit_ctr_model",
+  "fit_ctr_model_from_statistics",
   "ctr_model_predict",
   "simulate_session_log",
 ]
@@ -198,7 +201,9 @@ def _fit(model, logits, doc_ids, clicks, where, l2, max_iters, tol):
     prior = 0.5 * l2 * sum(jnp.sum(v**2) for v in jax.tree.leaves(theta))
     return (prior - jnp.sum(ll)) / num_sessions
 
-  theta, gnorm, iters = lbfgs_minimize(objective, logits, max_iters=max_iters, tol=tol)
+  # Curvatures differ by orders of magnitude (a document's few impressions, a rank's thousands): precondition.
+  scale = jax.tree.map(jnp.sqrt, table_curvature(objective, logits, jnp.maximum(l2, 1e-6) / num_sessions))
+  theta, gnorm, iters = lbfgs_minimize(objective, logits, max_iters=max_iters, tol=tol, scale=scale)
   mean_ll = jnp.sum(_log_likelihood_logits(model, theta, doc_ids, clicks, where)) / num_sessions
   return theta, mean_ll, gnorm, iters
 
@@ -211,19 +216,21 @@ def _validate(doc_ids, clicks, where, num_docs, model=None):
     raise ValueError(f"doc_ids {doc_ids.shape} and clicks {clicks.shape} must have the same [..., L] shape")
   if not np.issubdtype(doc_ids.dtype, np.integer):
     raise ValueError(f"doc_ids must be integers, got {doc_ids.dtype}")
-  bad = where & ~np.isin(clicks, (0.0, 1.0))
-  if bad.any():
+  # Each check is one cheap pass; the mask of the offending entries is built only to name the first one.
+  bad = (clicks != 0.0) & (clicks != 1.0)
+  if bad.any() and (bad := bad & where).any():
     idx = tuple(int(i) for i in np.argwhere(bad)[0])
     raise ValueError(f"clicks must be 0 or 1 where valid; clicks{list(idx)} = {clicks[idx]}")
   if model is not None:
     model.check_sessions(clicks, where)
+  lo, hi = int(np.min(doc_ids, where=where, initial=0)), int(np.max(doc_ids, where=where, initial=-1))
   if num_docs is None:
-    num_docs = int(doc_ids[where].max()) + 1 if where.any() else 1
-  bad = where & ((doc_ids < 0) | (doc_ids >= num_docs))
-  if bad.any():
+    num_docs = hi + 1 if hi >= 0 else 1
+  if lo < 0 or hi >= num_docs:
+    bad = where & ((doc_ids < 0) | (doc_ids >= num_docs))
     idx = tuple(int(i) for i in np.argwhere(bad)[0])
     raise ValueError(f"doc_ids must lie in [0, {num_docs}) where valid; doc_ids{list(idx)} = {doc_ids[idx]}")
-  return doc_ids.astype(np.int32), clicks, where, int(num_docs)
+  return doc_ids.astype(np.int32, copy=False), clicks, where, int(num_docs)
 
 
 def fit_click_model(
@@ -247,8 +254,9 @@ def fit_click_model(
 
   over the logits :math:`\theta` of :func:`init_click_model` (a
   standard-normal prior on each at ``l2 = 1``, which keeps never-clicked
-  documents finite), by ``optax.lbfgs`` in one jitted ``lax.while_loop``.
-  Bias parameters a log cannot inform (a rank never shown, a UBM state that
+  documents finite), by ``optax.lbfgs`` in one jitted ``lax.while_loop``, preconditioned by the diagonal
+  curvature (``ultr_jax._optim.table_curvature``): it stops when the gradient norm and the Newton step's length
+  are both at most ``tol``. Bias parameters a log cannot inform (a rank never shown, a UBM state that
   never occurs) stay at the prior's 1/2.
 
   Args:
@@ -420,10 +428,19 @@ def fit_ctr_model(
   ranks = np.broadcast_to(np.arange(length), clicks.shape)[where]
   docs, c = doc_ids[where].astype(np.int64), clicks[where].astype(np.float64)
   g = float(c.mean()) if c.size else 0.5
+  return _ctr_tables(model, docs, ranks, None, c, g, num_docs=num_docs, length=length, prior=prior)
+
+
+def _ctr_tables(model, docs, ranks, impressions, clicks, g, *, num_docs, length, prior) -> dict:
+  """The rate tables of ``model`` from impressions and clicks per record (document, rank), global rate ``g``
+  (``impressions`` None: one each)."""
 
   def rate(cells, size, parent):
-    n = np.bincount(cells, minlength=size).astype(np.float64)
-    k = np.bincount(cells, weights=c, minlength=size)
+    if impressions is None:
+      n = np.bincount(cells, minlength=size).astype(np.float64)
+    else:
+      n = np.bincount(cells, weights=impressions, minlength=size)
+    k = np.bincount(cells, weights=clicks, minlength=size)
     return np.where(n + prior > 0, (k + prior * parent) / np.maximum(n + prior, 1e-12), parent)
 
   tables = _CTR_TABLES[model]
@@ -437,6 +454,48 @@ def fit_ctr_model(
     out["document_rank"] = rate(docs * length + ranks, num_docs * length, parent).reshape(num_docs, length)
     out["document_rank"] = out["document_rank"].astype(np.float32)
   return out
+
+
+def fit_ctr_model_from_statistics(
+  model: str, statistics, *, num_docs: Optional[int] = None, prior: float = 1.0
+) -> dict:
+  r""":func:`fit_ctr_model` from impressions and clicks per (document, rank): the ``"items"`` sufficient
+  statistics of a log (the PBM's, :func:`~ultr_jax.simulation.gather_click_statistics` ``("pbm", batches)``),
+  so the baselines of a log larger than memory are counted in one streaming pass.
+
+  The same tables as :func:`fit_ctr_model` of the sessions (up to the order of float sums).
+
+  Args:
+    model: one of :data:`CTR_MODELS`.
+    statistics: a :class:`~ultr_jax.simulation.ClickStatistics` of kind ``"items"`` (keys ``(document,
+      rank)``, counts ``(impressions, clicks)``).
+    num_docs: ``D`` (default the statistics'; at least it).
+    prior: as :func:`fit_ctr_model`.
+
+  >>> from ultr_jax.simulation import get_click_model
+  >>> ids = np.array([[0, 1], [1, 0]]); c = np.array([[1.0, 0.0], [1.0, 1.0]])
+  >>> s = get_click_model("pbm").sufficient_statistics(ids, c)
+  >>> p = fit_ctr_model_from_statistics("drctr", s, prior=0.0)
+  >>> print(p["global"], p["document"], p["document_rank"].tolist())
+  0.75 [1.  0.5] [[1.0, 1.0], [1.0, 0.0]]
+  """
+  if model not in CTR_MODELS:
+    raise ValueError(f"unknown CTR model {model!r} (expected one of {CTR_MODELS})")
+  if prior < 0:
+    raise ValueError(f"prior must be >= 0, got {prior}")
+  if statistics.kind != "items":
+    raise ValueError(f"{model}: statistics of kind {statistics.kind!r}, expected 'items' (per document and rank)")
+  if num_docs is None:
+    num_docs = max(statistics.num_docs, 1)
+  elif num_docs < statistics.num_docs:
+    raise ValueError(f"num_docs = {num_docs} but the statistics hold document id {statistics.num_docs - 1}")
+  keys = np.asarray(statistics.keys, np.int64)
+  n, k = (np.asarray(statistics.counts[:, v], np.float64) for v in (0, 1))
+  total = float(n.sum())
+  g = float(k.sum()) / total if total > 0 else 0.5
+  return _ctr_tables(
+    model, keys[:, 0], keys[:, 1], n, k, g, num_docs=int(num_docs), length=statistics.list_size, prior=prior
+  )
 
 
 def ctr_model_predict(model: str, params: dict, doc_ids: Array) -> np.ndarray:

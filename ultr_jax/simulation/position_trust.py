@@ -163,7 +163,9 @@ def make_position_trust_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict
   cfg = {k: v for k, v in cfg.items() if v is not None}
   unknown = set(cfg) - _KEYS
   if unknown:
-    raise ValueError(f"position_trust click_model: unknown keys {sorted(unknown)}")
+    raise ValueError(
+      f"position_trust click_model: unknown keys {sorted(unknown)}; known keys: {', '.join(sorted(_KEYS))}"
+    )
   kwargs = dict(
     alpha=float(cfg.get("alpha", 0.6)),
     delta=float(cfg.get("delta", 0.3)),

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ultr_jax._optim import lbfgs_minimize
+from ultr_jax._optim import lbfgs_minimize, table_curvature
 from ultr_jax.metrics import clicks as click_metrics
 from ultr_jax.simulation.click_models import ClickModel, get_click_model  # noqa: F401 (the doctests')
 from ultr_jax.simulation.click_models.statistics import ClickStatistics, merge_click_statistics
@@ -58,9 +58,10 @@ def _batch(batch: dict, model: Optional[ClickModel] = None, num_docs: Optional[i
 def gather_click_statistics(model: "str | ClickModel", batches: Batches) -> ClickStatistics:
   r"""One pass over a stream: the model's sufficient statistics of all its sessions.
 
-  Each batch is reduced by :meth:`~ultr_jax.simulation.ClickModel.sufficient_statistics` and the reductions are
-  merged (:func:`merge_click_statistics`) whenever the pending ones outgrow the merged records, so the memory
-  is :math:`O(R + B L)` for :math:`R` distinct records and the merging work :math:`O(S L \log R)` overall.
+  The batches go into the model's :meth:`~ultr_jax.simulation.ClickModel.statistics_accumulator`: the item
+  models (PBM, trust, UBM) count every item into one table in a single integer pass per batch; the others reduce
+  each batch to its :meth:`~ultr_jax.simulation.ClickModel.sufficient_statistics` and merge them
+  (:func:`merge_click_statistics`) as they grow. Memory :math:`O(R + B L)` for :math:`R` distinct records.
 
   Args:
     model: a fittable click model (name or instance).
@@ -75,18 +76,26 @@ def gather_click_statistics(model: "str | ClickModel", batches: Batches) -> Clic
   ('items', [[0, 0], [1, 1]], [[4.0, 4.0], [4.0, 0.0]], 4.0)
   """
   m = _model(model)
-  merged, pending, pending_rows = None, [], 0
+  accumulator, empty = m.statistics_accumulator(), True
   for batch in batches:
     doc_ids, clicks, where, _ = _batch(batch, m)
-    s = m.sufficient_statistics(doc_ids, clicks, where)
-    pending.append(s)
-    pending_rows += s.num_records
-    if pending_rows > max(merged.num_records if merged is not None else 0, 1 << 16):
-      merged = merge_click_statistics(([merged] if merged is not None else []) + pending)
-      pending, pending_rows = [], 0
-  if merged is None and not pending:
+    accumulator.add(doc_ids, clicks, where)
+    empty = False
+  if empty:
     raise ValueError("gather_click_statistics: the stream is empty")
-  return merge_click_statistics(([merged] if merged is not None else []) + pending)
+  return accumulator.result()
+
+
+def _bucket(n: int, minimum: int = 256) -> int:
+  """The smallest of :math:`2^k, 1.25 \\cdot 2^k, 1.5 \\cdot 2^k, 1.75 \\cdot 2^k` that is at least ``n`` (and
+  ``minimum``): padded to it, a fit compiles once per bucket, at most a quarter more work.
+
+  >>> [_bucket(n) for n in (1, 256, 257, 1000, 1025)]
+  [256, 256, 320, 1024, 1280]
+  """
+  n = max(int(n), int(minimum))
+  base = 1 << (n.bit_length() - 1)
+  return next(b for b in (base, base * 5 // 4, base * 3 // 2, base * 7 // 4, 2 * base) if b >= n)
 
 
 @functools.partial(jax.jit, static_argnames=("model", "max_iters"))
@@ -97,8 +106,15 @@ def _fit_statistics(model, logits, keys, counts, num_sessions, l2, max_iters, to
     prior = 0.5 * l2 * sum(jnp.sum(v**2) for v in jax.tree.leaves(theta))
     return (prior - model.statistics_log_likelihood(theta, keys, counts)) / n
 
-  theta, gnorm, iters = lbfgs_minimize(objective, logits, max_iters=max_iters, tol=tol)
-  return theta, model.statistics_log_likelihood(theta, keys, counts) / n, gnorm, iters
+  # Curvatures differ by orders of magnitude (a document's few impressions, a rank's millions): precondition.
+  scale = jax.tree.map(jnp.sqrt, table_curvature(objective, logits, jnp.maximum(l2, 1e-6) / n))
+  theta, gnorm, iters = lbfgs_minimize(objective, logits, max_iters=max_iters, tol=tol, scale=scale)
+  ll = model.statistics_log_likelihood(theta, keys, counts) / n
+  return theta, model.to_probabilities(theta), ll, gnorm, iters
+
+
+def _pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
+  return np.concatenate([x, np.zeros((rows - x.shape[0],) + x.shape[1:], x.dtype)]) if rows > x.shape[0] else x
 
 
 def fit_click_model_from_statistics(
@@ -143,15 +159,24 @@ def fit_click_model_from_statistics(
     num_docs = max(statistics.num_docs, 1)
   elif num_docs < statistics.num_docs:
     raise ValueError(f"num_docs = {num_docs} but the statistics hold document id {statistics.num_docs - 1}")
-  logits = m.init(num_docs=num_docs, list_size=statistics.list_size) if init is None else init
-  keys = jnp.asarray(statistics.keys, jnp.int32)
-  counts = jnp.asarray(statistics.counts, jnp.float32)
-  theta, mean_ll, gnorm, iters = _fit_statistics(
+  # Records and documents padded to buckets (zero counts; documents no record reads stay at their start and
+  # are cut off after): one compilation serves logs of similar sizes.
+  padded_docs = _bucket(num_docs)
+  per_doc = ("attraction",) + tuple(m.item_params)
+  logits = m.init(num_docs=padded_docs, list_size=statistics.list_size)
+  if init is not None:
+    logits = {k: (_pad_rows(np.asarray(v, np.float32), padded_docs) if k in per_doc else v) for k, v in init.items()}
+  rows = _bucket(statistics.num_records)
+  keys = jnp.asarray(_pad_rows(statistics.keys, rows), jnp.int32)
+  counts = jnp.asarray(_pad_rows(statistics.counts, rows), jnp.float32)
+  theta, params, mean_ll, gnorm, iters = _fit_statistics(
     m, logits, keys, counts, jnp.float32(statistics.num_sessions), jnp.float32(l2), int(max_iters), jnp.float32(tol)
   )
+  cut = lambda tree: {k: jax.device_put(np.asarray(v)[:num_docs]) if k in per_doc else v for k, v in tree.items()}
+  theta, params = cut(theta), cut(params)  # on the host: no program per number of documents
   return ClickModelFit(
     model=model,
-    params=m.to_probabilities(theta),
+    params=params,
     logits=theta,
     log_likelihood=float(mean_ll),
     grad_norm=float(gnorm),

@@ -26,7 +26,7 @@ import numpy as np
 from ultr_jax import data as data_lib
 from ultr_jax import simulation
 from ultr_jax.studies.figures import save_figure
-from ultr_jax.train import enable_compilation_cache, evaluate, fit, get_method, method_defaults, summarize
+from ultr_jax.train import enable_compilation_cache, evaluate, fit, get_method, shared_method_configs, summarize
 from ultr_jax.train import write_results
 
 METRICS = ("ndcg@1", "ndcg@3", "map")
@@ -153,11 +153,37 @@ def _train_config(config, steps=None):
   return c
 
 
-def _fit_eval(name, train, test, config, seeds, *, valid=None, method_name=None):
-  shared = {**config.method.to_dict(), **config.get("overrides", {}).get(name, {})}
-  known = method_defaults(method_name or name)  # the shared section: each method takes the fields it declares
-  method_config = ml_collections.ConfigDict({k: v for k, v in shared.items() if k in known})
-  method = get_method(method_name or name, method_config, num_features=train.num_features, list_size=train.list_size)
+#: The registered method behind a study column that has another name.
+_REGISTERED = {"oracle": "full_info"}
+
+
+def method_configs(config) -> dict:
+  """``{column: (registered method, its config)}`` for every column of ``config.methods``.
+
+  ``config.method`` is one section for all of them: each method takes the fields of it that it declares
+  (:func:`~ultr_jax.train.shared_method_configs`; a key no method declares is an error), then its
+  ``config.overrides[column]`` (checked by :func:`~ultr_jax.train.get_method`).
+
+  >>> c = ml_collections.ConfigDict({"methods": ("ips", "heckman_rank", "oracle"), "overrides": {"oracle": {"ranker":
+  ...   "mlp"}}, "method": {"ranker": "linear", "heckman_outcome": "probit"}})
+  >>> for column, (name, cfg) in method_configs(c).items():
+  ...   print(column, name, cfg.to_dict())
+  ips ips {'ranker': 'linear'}
+  heckman_rank heckman_rank {'heckman_outcome': 'probit'}
+  oracle full_info {'ranker': 'mlp'}
+  """
+  registered = {m: _REGISTERED.get(m, m) for m in config.methods}
+  own = shared_method_configs(sorted(set(registered.values())), config.method)
+  overrides = config.get("overrides", {})
+  return {
+    m: (name, ml_collections.ConfigDict({**own[name].to_dict(), **dict(overrides.get(m, {}))}))
+    for m, name in registered.items()
+  }
+
+
+def _fit_eval(name, train, test, config, seeds, *, valid=None):
+  method_name, method_config = method_configs(config)[name]
+  method = get_method(method_name, method_config, num_features=train.num_features, list_size=train.list_size)
   result = fit(method, train, valid, config=_train_config(config), seeds=seeds, name=name)
   m = evaluate(method, result.params, test, cutoffs=(1, 3), batch_size=config.eval_batch_size)
   return method, result.params, {k: np.asarray(m[k]) for k in METRICS}
@@ -190,7 +216,8 @@ def run_point(params, methods, splits, config, seeds, oracle=None):
     trained[name] = p
     out[name] = m
   if "rank_agg" in methods and "ips" in trained and "heckman_rank" in trained:
-    agg = get_method("rank_agg", config.method, num_features=train.num_features, list_size=train.list_size)
+    _, agg_config = method_configs(config)["rank_agg"]
+    agg = get_method("rank_agg", agg_config, num_features=train.num_features, list_size=train.list_size)
     p = {"ips": trained["ips"], "heckman": trained["heckman_rank"]}
     m = evaluate(agg, p, test, cutoffs=(1, 3), batch_size=config.eval_batch_size)
     out["rank_agg"] = {k: np.asarray(m[k]) for k in METRICS}
@@ -465,6 +492,7 @@ def run(config, workdir):
   # fit() builds fresh closures per call; identical programs across grid points compile once.
   enable_compilation_cache(config.get("compilation_cache_dir", "jax_cache"), workdir)
   seeds = tuple(range(int(config.num_seeds)))
+  method_configs(config)  # a key of config.method that no method declares stops here, before any training
   all_features, main_hidden = load_data(config)
   points = grid_points(config)
   views = {}  # hidden feature count -> (learner splits, oracle metrics), built on first use
@@ -475,7 +503,7 @@ def run(config, workdir):
       s = learner_view(all_features, n)
       oracle = None
       if "oracle" in config.methods:
-        _, _, oracle = _fit_eval("oracle", s.train, s.test, config, seeds, method_name="full_info")
+        _, _, oracle = _fit_eval("oracle", s.train, s.test, config, seeds)
       views[n] = (s, oracle)
     return views[n]
 

@@ -7,10 +7,27 @@ to 80% of the sessions by :func:`~ultr_jax.simulation.fit_click_model` and
 scored on the rest (:func:`~ultr_jax.simulation.evaluate_click_model`): the
 conditional perplexity, the CTR perplexity and the log-likelihood, as
 PyClick and CLAX report, plus the attraction error against the simulator's
-truth. With ``config.click_log`` the same is done for a real session log
-(:func:`~ultr_jax.data.read_click_log` with a ``session_id`` column, or
-Baidu-ULTR's raw session files with ``config.click_log_format = "baidu"``, the Yandex challenge logs with
-``"yandex"`` or ``"yandex_personalized"``).
+truth.
+
+With ``config.click_log`` the same is done for a real session log, streamed
+and never read whole, so it may be larger than memory: a file, a glob or a
+directory of them, in ``config.click_log_format`` (the delimited rows of
+:func:`~ultr_jax.data.read_click_log` with a ``session_id`` column; Baidu-ULTR's
+raw ``part-*.gz`` session files with ``"baidu"``; the Yandex challenge logs with
+``"yandex"`` or ``"yandex_personalized"``), or the Parquet session shards of
+:func:`~ultr_jax.data.convert_click_log` (any format). :func:`score_click_log`
+opens it with :func:`~ultr_jax.data.open_click_log` (a text log is converted
+to temporary session shards first); the held-out sessions are those
+:func:`~ultr_jax.data.held_out_sessions` picks (a hash of the session's index
+in the log and ``config.seed``: the same split however the log is read or
+batched); each model is fitted by the streaming statistics path
+(:func:`~ultr_jax.simulation.fit_click_model_stream`: one pass gathering its
+sufficient statistics over the training sessions, then a fit whose cost does
+not grow with the log) and scored over a second pass
+(:func:`~ultr_jax.simulation.evaluate_click_model_stream`), the CTR baselines
+from the impressions and clicks per (document, rank) of one pass
+(:func:`~ultr_jax.simulation.fit_ctr_model_from_statistics`). Memory holds a
+few batches and the statistics, not the sessions.
 
 ``results.json`` maps ``true=<model>`` (or ``log``) to the fitted model's
 metrics, each ``{"mean", "std", "ci90"}`` over seeds (and
@@ -37,6 +54,7 @@ import numpy as np
 
 from ultr_jax import data as data_lib
 from ultr_jax import simulation as sim
+from ultr_jax.metrics import clicks as click_metrics
 from ultr_jax.studies.figures import save_figure
 from ultr_jax.train.results import markdown_table, summarize, write_results
 
@@ -47,6 +65,11 @@ __all__ = [
   "fit_and_score",
   "score_ctr_baseline",
   "score_true_parameters",
+  "log_split",
+  "fit_and_score_stream",
+  "score_ctr_baseline_stream",
+  "score_log_batches",
+  "score_click_log",
   "run_click_model_study",
 ]
 
@@ -93,8 +116,12 @@ def default_click_model_config() -> ml_collections.ConfigDict:
   c.l2 = 1.0
   c.max_iters = 500
   c.tol = 1e-5
-  c.click_log = ""  # a session log (TSV/CSV with session_id) instead of the simulation
+  # A session log instead of the simulation (streamed): a file, a glob or a directory, in click_log_format, or
+  # Parquet session shards of convert_click_log.
+  c.click_log = ""
   c.click_log_format = "tsv"  # or "baidu" (part-XXXXX.gz), "yandex", "yandex_personalized"; see read_click_log
+  c.click_log_batch_size = 4096  # sessions per batch of the stream
+  c.click_log_shard_dir = ""  # keep a text log's conversion to session shards here ("": a temporary directory)
   c.list_size_of_log = 0  # 0: the log's largest position
   return c
 
@@ -225,6 +252,187 @@ def score_true_parameters(test: dict) -> dict:
   return {**out, "fit_seconds": None, "converged": True, "attraction_mae": None}
 
 
+class _Unexplained(Exception):
+  """A training session the model cannot explain (the cascade: a second click)."""
+
+
+def _explained(model, batches):
+  """The batches, after ``model.check_sessions`` of each (raising :class:`_Unexplained`)."""
+  for b in batches:
+    try:
+      model.check_sessions(np.asarray(b["clicks"]), _where(b))
+    except ValueError as e:
+      raise _Unexplained(str(e)) from None
+    yield b
+
+
+def _where(batch) -> np.ndarray:
+  where = np.asarray(batch["where"], bool)
+  return where & np.asarray(batch["valid"], bool)[:, None] if "valid" in batch else where
+
+
+def log_split(batches, *, held_out: bool, fraction: float, seed: int):
+  """The training (``held_out=False``) or held-out sessions of a stream of session batches, batch by batch.
+
+  A session is held out where :func:`~ultr_jax.data.held_out_sessions` of its ``session`` index says so;
+  the others' ``valid`` becomes False (shapes unchanged, so a jitted step still compiles once).
+
+  >>> b = {"session": np.arange(4), "valid": np.ones(4, bool)}
+  >>> [x["valid"].tolist() for x in log_split([b], held_out=True, fraction=0.5, seed=0)]
+  [[False, True, False, False]]
+  """
+  for b in batches:
+    test = data_lib.held_out_sessions(b["session"], fraction=fraction, seed=seed)
+    yield {**b, "valid": np.asarray(b["valid"], bool) & (test if held_out else ~test)}
+
+
+def fit_and_score_stream(model: str, train, test, *, num_docs: int, config) -> Optional[dict]:
+  """:func:`fit_and_score` over streams: ``train()`` and ``test()`` return fresh iterables of session batches.
+
+  The fit is :func:`~ultr_jax.simulation.fit_click_model_stream` (one pass over ``train()``), the
+  scores :func:`~ultr_jax.simulation.evaluate_click_model_stream` (one pass over ``test()``); None if
+  the model cannot explain a training session (the cascade on a session with several clicks).
+
+  >>> c = default_click_model_config(); c.num_queries, c.num_sessions = 4, 200
+  >>> logs = simulate_study_logs(c, "pbm", 0)
+  >>> out = fit_and_score_stream("pbm", lambda: [logs["train"]], lambda: [logs["test"]], num_docs=logs["num_docs"],
+  ...                            config=c)
+  >>> print(sorted(out))
+  ['attraction_mae', 'converged', 'ctr_perplexity', 'fit_seconds', 'log_likelihood', 'num_sessions', 'perplexity', 'perplexity_per_rank']
+  """
+  start = time.perf_counter()
+  try:
+    fit = sim.fit_click_model_stream(
+      model,
+      _explained(sim.get_click_model(model), train()),
+      num_docs=num_docs,
+      l2=float(config.l2),
+      max_iters=int(config.max_iters),
+      tol=float(config.tol),
+    )
+  except _Unexplained:
+    return None
+  seconds = time.perf_counter() - start
+  out = sim.evaluate_click_model_stream(model, fit.params, test())
+  return {**out, "fit_seconds": seconds, "converged": fit.converged, "attraction_mae": None}
+
+
+def _prediction_scores_stream(predict, batches) -> dict:
+  """:func:`~ultr_jax.simulation.click_prediction_scores` of predictions equal conditionally and marginally (the
+  CTR baselines'), from sums per rank accumulated over a stream (as
+  :func:`~ultr_jax.simulation.evaluate_click_model_stream` accumulates a click model's)."""
+  total, per_rank, count, sessions = 0.0, None, None, 0.0
+  for b in batches:
+    where = _where(b)
+    clicks = np.asarray(b["clicks"], np.float32)
+    ll = click_metrics.click_log_likelihood(predict(b["doc_ids"]), clicks, where=where, reduce_fn=None)
+    ll = np.where(where, np.asarray(ll, np.float64), 0.0)
+    total += float(ll.sum())
+    per_rank = ll.sum(0) if per_rank is None else per_rank + ll.sum(0)
+    count = where.sum(0) if count is None else count + where.sum(0)
+    sessions += float(where.any(-1).sum())
+  if per_rank is None:
+    raise ValueError("the held-out stream is empty")
+  ppl = np.exp(-per_rank / np.maximum(count, 1.0))
+  shown = count > 0
+  mean = float(np.sum(np.where(shown, ppl, 0.0)) / max(shown.sum(), 1))
+  return {
+    "log_likelihood": total / sessions if sessions else 0.0,
+    "perplexity": mean,
+    "perplexity_per_rank": [float(v) for v in ppl],
+    "ctr_perplexity": mean,
+    "num_sessions": sessions,
+  }
+
+
+def score_ctr_baseline_stream(model: str, statistics, test, *, num_docs: int, config) -> dict:
+  """:func:`score_ctr_baseline` over a stream: the rates from the training log's impressions and clicks per
+  (document, rank) (``statistics``: :func:`~ultr_jax.simulation.gather_click_statistics` ``("pbm", ...)``, one
+  pass shared by the baselines), the scores over ``test()`` (fresh session batches).
+
+  ``fit_seconds`` counts the rates only (the shared pass is the caller's to add).
+
+  >>> c = default_click_model_config(); c.num_queries, c.num_sessions = 4, 200
+  >>> logs = simulate_study_logs(c, "pbm", 0)
+  >>> stats = sim.gather_click_statistics("pbm", [logs["train"]])
+  >>> out = score_ctr_baseline_stream("dctr", stats, lambda: [logs["test"]], num_docs=logs["num_docs"], config=c)
+  >>> want = score_ctr_baseline("dctr", logs["train"], logs["test"], num_docs=logs["num_docs"], config=c)
+  >>> abs(out["perplexity"] - want["perplexity"]) < 1e-6
+  True
+  """
+  start = time.perf_counter()
+  params = sim.fit_ctr_model_from_statistics(
+    model, statistics, num_docs=num_docs, prior=float(config.get("ctr_prior", 1.0))
+  )
+  seconds = time.perf_counter() - start
+  out = _prediction_scores_stream(lambda ids: sim.ctr_model_predict(model, params, ids), test())
+  return {**out, "fit_seconds": seconds, "converged": True, "attraction_mae": None}
+
+
+def score_log_batches(batches, *, num_docs: int, config, columns=None) -> dict:
+  r"""Every model of ``columns`` (default ``config.fit_models`` then ``config.ctr_models``) fitted on the
+  training sessions of ``batches()`` and scored on its held-out ones (:func:`log_split` with
+  ``config.test_fraction`` and ``config.seed``).
+
+  Args:
+    batches: returns a fresh iterable of session batches (``doc_ids``, ``clicks``, ``where``, ``valid``,
+      ``session``: :meth:`~ultr_jax.data.StreamedClickLog.stream`, or
+      :func:`~ultr_jax.data.session_batches` of a log in memory: the same sessions give the same results).
+    num_docs: the id range of ``doc_ids``.
+    config: the study's config.
+    columns: the models.
+
+  Returns:
+    ``{model: scores}`` (:func:`fit_and_score_stream`'s or :func:`score_ctr_baseline_stream`'s; None for a
+    model that cannot explain the log).
+  """
+  ctr_models = tuple(config.get("ctr_models", ()) or ())
+  columns = tuple(config.fit_models) + ctr_models if columns is None else tuple(columns)
+  split = dict(fraction=float(config.test_fraction), seed=int(config.seed))
+  train = lambda: log_split(batches(), held_out=False, **split)  # noqa: E731
+  test = lambda: log_split(batches(), held_out=True, **split)  # noqa: E731
+  out, statistics, gather_seconds = {}, None, 0.0
+  for m in columns:
+    if m in ctr_models:
+      if statistics is None:
+        start = time.perf_counter()
+        statistics = sim.gather_click_statistics("pbm", train())
+        gather_seconds = time.perf_counter() - start
+      out[m] = score_ctr_baseline_stream(m, statistics, test, num_docs=num_docs, config=config)
+      out[m]["fit_seconds"] += gather_seconds
+    else:
+      out[m] = fit_and_score_stream(m, train, test, num_docs=num_docs, config=config)
+    logging.info(
+      f"[click models] log: {m} "
+      + (
+        "n/a (several clicks per session)"
+        if out[m] is None
+        else f"perplexity {out[m]['perplexity']:.4f}, LL {out[m]['log_likelihood']:.4f} ({out[m]['fit_seconds']:.1f}s)"
+      )
+    )
+  return out
+
+
+def score_click_log(config, columns=None) -> dict:
+  """:func:`score_log_batches` of ``config.click_log``, streamed (see the module docstring).
+
+  The log is opened with :func:`~ultr_jax.data.open_click_log` (``config.click_log_format``; a text log
+  converted into ``config.click_log_shard_dir``, or a temporary directory removed afterwards) and read in
+  batches of ``config.click_log_batch_size`` sessions, lists of ``config.list_size_of_log`` (0: the longest).
+  """
+  shard_dir = config.get("click_log_shard_dir", "") or None
+  with data_lib.open_click_log(
+    config.click_log, format=config.get("click_log_format", "tsv"), shard_dir=shard_dir
+  ) as log:
+    list_size = int(config.get("list_size_of_log", 0)) or None
+    batch_size = int(config.get("click_log_batch_size", 4096))
+    logging.info(f"[click models] log: {log}")
+    batches = lambda: log.stream(  # noqa: E731
+      batch_size=batch_size, list_size=list_size, process_index=0, process_count=1
+    )
+    return score_log_batches(batches, num_docs=log.num_docs, config=config, columns=columns)
+
+
 def _summaries(per_seed: list[dict]) -> dict:
   entry = {}
   for m in METRICS:
@@ -304,24 +512,8 @@ def run_click_model_study(config: ml_collections.ConfigDict, workdir: Optional[s
   results: dict[str, Any] = {}
   start = time.perf_counter()
   if config.click_log:
-    log = data_lib.read_click_log(config.click_log, format=config.get("click_log_format", "tsv"))
-    sessions = data_lib.click_log_sessions(log, list_size=int(config.list_size_of_log) or None)
-    order = np.random.default_rng(config.seed).permutation(sessions["doc_ids"].shape[0])
-    n_test = int(round(len(order) * config.test_fraction))
-    pick = lambda idx: {k: sessions[k][idx] for k in ("doc_ids", "clicks", "where")}
-    train, test = pick(order[n_test:]), pick(order[:n_test])
-    results["log"] = {}
-    for m in columns:
-      out = score(m, train, test, sessions["num_docs"])
-      results["log"][m] = None if out is None else _summaries([out])
-      logging.info(
-        f"[click models] log: {m} "
-        + (
-          "n/a (several clicks per session)"
-          if out is None
-          else f"perplexity {out['perplexity']:.4f}, LL {out['log_likelihood']:.4f} ({out['fit_seconds']:.1f}s)"
-        )
-      )
+    scores = score_click_log(config, columns=columns)
+    results["log"] = {m: None if out is None else _summaries([out]) for m, out in scores.items()}
   else:
     for true_model in config.true_models:
       per_model: dict[str, list] = {m: [] for m in columns}

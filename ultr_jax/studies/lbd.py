@@ -48,7 +48,7 @@ from ultr_jax.studies.figures import save_figure
 from ultr_jax.train.compilation import enable_compilation_cache
 from ultr_jax.train.loop import evaluate, fit, make_optimizer
 from ultr_jax.train.methods import get_method
-from ultr_jax.train.methods.lbd import make_lbd, make_lbd_grid, stack_runs
+from ultr_jax.train.methods.lbd import LBD_DEFAULTS, make_lbd, make_lbd_grid, stack_runs
 from ultr_jax.train.results import best_and_ties, summarize, write_results
 
 __all__ = [
@@ -636,7 +636,9 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
 
   def grid_job(ranker, chunk):
     """The (lambda, t) grid of ``ranker`` for the etas ``chunk`` (indices into ``etas``)."""
-    tcfg, rcfg = _train_cfg(config, ranker), _ranker_cfg(config, ranker)
+    tcfg = _train_cfg(config, ranker)
+    # The LBD tower's ranker fields (the baselines' LayerNorm layout, norm_position and ln_epsilon, is not its).
+    rcfg = ml_collections.ConfigDict({k: v for k, v in _ranker_cfg(config, ranker).items() if k in LBD_DEFAULTS})
     gcfg = ml_collections.ConfigDict(
       {
         **rcfg.to_dict(),

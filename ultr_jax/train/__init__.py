@@ -36,7 +36,7 @@ from ultr_jax.train.online import (
   online_users_missing,
 )
 from ultr_jax.train.config import merge_config
-from ultr_jax.train.methods import available_methods, get_method, method_defaults, register
+from ultr_jax.train.methods import available_methods, get_method, method_defaults, register, shared_method_configs
 from ultr_jax.train.results import (
   atomic_write_text,
   best_and_ties,
@@ -72,6 +72,7 @@ __all__ = [
   "get_method",
   "merge_config",
   "method_defaults",
+  "shared_method_configs",
   "make_mesh",
   "make_optimizer",
   "markdown_table",

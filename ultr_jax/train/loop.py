@@ -369,6 +369,19 @@ def _click_digest(click_fn: Optional[ClickFn], batch: Mapping[str, jax.Array]) -
   return _digest(*(x for k in sorted(out) for x in (k, np.round(np.asarray(out[k], np.float64), 5))))
 
 
+def _across_processes(part: Any) -> Any:
+  """``part`` on one process; in a multi-process run, where each process digests its own share of the data
+  (``config.local_data``, a stream per process), the digest of every process's ``part`` in process order, the
+  same on all of them (an all-gather), so that every process accepts or refuses a checkpoint alike."""
+  if jax.process_count() == 1 or part is None:
+    return part
+  from jax.experimental import multihost_utils  # noqa: PLC0415
+
+  mine = np.frombuffer(_digest(part).encode("ascii"), np.uint8)
+  every = np.asarray(multihost_utils.process_allgather(mine))
+  return {"processes": int(jax.process_count()), "digest": _digest(every)}
+
+
 def run_fingerprint(
   method: Method,
   train: RankingDataset,
@@ -411,9 +424,9 @@ def _fingerprint(method, batch, train_digest, valid, click_fn, config, seeds) ->
       {k: v for k, v in config.items() if k not in _NOT_FINGERPRINTED and not (k == "data_shards" and not v)}
     ),
     "seeds": [int(s) for s in seeds],
-    "train_data": train_digest,
+    "train_data": _across_processes(train_digest),
     "valid_data": _dataset_digest(valid),
-    "clicks": _click_digest(click_fn, batch),
+    "clicks": _across_processes(_click_digest(click_fn, batch)),
   }
   fp["hash"] = _digest(fp)
   return fp

@@ -27,7 +27,9 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
 
   config.click_model = ml_collections.ConfigDict()
   config.click_model.name = "pbm_table"  # ULTRA's eye-tracking table ** eta
-  config.click_model.eta = 1.0
+  # Not set (None): the model's default, 1.0. Only the models with a position table take eta, so
+  # --config.click_model.name=dbn switches the model alone; --config.click_model.eta=2.0 sets it for those that do.
+  config.click_model.eta = ml_collections.config_dict.placeholder(float)
   config.click_model.eps = 0.1
 
   # Unnormalised DCG@k columns besides nDCG (none by default): Baidu-ULTR's annotations are compared by

@@ -181,12 +181,14 @@ def make_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict]:
   r"""Builds ``click_fn(key, batch) -> dict`` from a config.
 
   ``config`` (an ``ml_collections.ConfigDict`` or mapping) holds ``name``
-  (one of :func:`click_models`) and optionally
+  (one of :func:`click_models`) and optionally (a key set to None is not set: the default applies)
 
   * relevance: ``relevance`` (``"graded"``, default, or ``"binary"``),
     ``eps`` (0.1), ``eps_plus`` (1.0), ``ymax`` (4), ``threshold`` (3, binary);
-  * ``eta`` (1.0), ``top_k``, ``num_sessions``, ``num_impressions``;
-  * the model's own keys (:attr:`ClickModel.config_keys`):
+  * ``top_k``, ``num_sessions``, ``num_impressions``;
+  * the model's own keys (:attr:`ClickModel.config_keys`; any other key is an error):
+    ``eta`` (1.0; the models with a position table: pbm, ubm, trust, pbm_table,
+    context_pbm, individual, position_trust),
     ``table`` (pbm_table/trust/ubm/context_pbm/individual), ``epsilon_1_neg``
     (trust, 0.65), ``continuation`` (dcm, 0.5; scalar or per position);
   * dbn: ``perseverance`` (0.9) and ``satisfaction`` (default the
@@ -221,7 +223,9 @@ def make_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict]:
   cfg = _as_dict(config)
   name = cfg.get("name")
   if isinstance(name, str) and name in click_models():
-    own = get_click_model(name).click_function(cfg)
+    model = get_click_model(name)
+    model.check_config(cfg)
+    own = model.click_function(cfg)
     if own is not None:
       return own
   return click_simulator(cfg).__call__

@@ -27,6 +27,7 @@ log-likelihood on them, which the streaming fits (:func:`~ultr_jax.simulation.fi
 """
 
 import dataclasses
+import difflib
 from typing import Any, Callable, ClassVar, Mapping, NamedTuple, Optional
 
 import jax
@@ -36,6 +37,8 @@ import numpy as np
 from ultr_jax.simulation.click_models.samplers import sample_clicks
 from ultr_jax.simulation.click_models.statistics import (
   ClickStatistics,
+  ItemCounter,
+  RecordMerger,
   item_statistics,
   pattern_sessions,
   pattern_statistics,
@@ -52,10 +55,22 @@ __all__ = [
 
 _REGISTRY: dict[str, type] = {}
 
-#: Keys every simulation config may hold besides the model's own (the relevance mapping and the sampling mode;
-#: ``eta``, the position-bias severity of the models with a position table, is accepted by every model, as it
-#: always was, so that a config such as the baselines' default can switch ``name`` alone).
-COMMON_CONFIG_KEYS = ("name", "relevance", "eps", "eps_plus", "ymax", "threshold", "top_k", "num_sessions", "eta")
+#: Keys every simulation config may hold besides the model's own (:attr:`ClickModel.config_keys`): the model's
+#: name, the relevance mapping and the sampling mode. Everything else a model declares itself: ``eta``, the
+#: position-bias severity, belongs to the models with a position table, so a chain model (cascade, DCM, DBN, ...)
+#: refuses it. A key whose value is None is not set (the model's default applies): a binary's config section
+#: holds ``eta`` as a None placeholder, so ``--config.click_model.name=dbn`` switches the model alone.
+COMMON_CONFIG_KEYS = (
+  "name",
+  "relevance",
+  "eps",
+  "eps_plus",
+  "ymax",
+  "threshold",
+  "top_k",
+  "num_sessions",
+  "num_impressions",
+)
 #: Capabilities :func:`click_models` filters on.
 CAPABILITIES = ("fittable", "loss", "chain")
 
@@ -315,11 +330,32 @@ class ClickModel:
   # -- simulation side ------------------------------------------------------
 
   def check_config(self, cfg: Mapping[str, Any]) -> None:
-    """Raises ValueError naming any key of ``cfg`` that is neither common nor one of :attr:`config_keys`."""
-    known = set(COMMON_CONFIG_KEYS) | set(self.config_keys) | ({"num_impressions"})
-    unknown = sorted(set(cfg) - known)
-    if unknown:
-      raise ValueError(f"click_model: unknown keys {unknown} for model {self.name!r}; known keys: {sorted(known)}")
+    """Raises ValueError naming any key of ``cfg`` that is neither common nor one of :attr:`config_keys`.
+
+    ``cfg`` holds the set keys only (None values dropped: not set). A key another registered model declares
+    is named as such (``'eta' does not apply to click model 'dbn' (a key of pbm, ...)``), any other with
+    its nearest known key; the message lists the model's known keys.
+
+    >>> get_click_model("dbn").check_config({"name": "dbn", "eta": 1.0})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: click_model: 'eta' does not apply to click model 'dbn' (a key of pbm, ubm, ...); known keys: eps, ...
+    """
+    known = sorted(set(COMMON_CONFIG_KEYS) | set(self.config_keys))
+    unknown = [k for k in cfg if k not in known]
+    if not unknown:
+      return
+    parts = []
+    for k in unknown:
+      owners = [name for name, cls in _REGISTRY.items() if k in cls.config_keys]
+      if owners:
+        parts.append(f"{k!r} does not apply to click model {self.name!r} (a key of {', '.join(owners)})")
+      else:
+        close = difflib.get_close_matches(str(k), known, n=1)
+        parts.append(
+          f"unknown key {k!r} for click model {self.name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+        )
+    raise ValueError(f"click_model: {'; '.join(parts)}; known keys: {', '.join(known)}")
 
   def click_function(self, cfg: Mapping[str, Any]) -> Optional[Callable]:
     """The model's own ``click_fn(key, batch)`` for a simulation config, or None (the default) for the standard
@@ -421,6 +457,19 @@ class ClickModel:
     """
     return pattern_statistics(doc_ids, clicks, where)
 
+  def statistics_accumulator(self):
+    """A fresh accumulator of :meth:`sufficient_statistics` over batches: ``add(doc_ids, clicks, where)`` per
+    batch, then ``result()`` (a :class:`ClickStatistics`). Default: per-batch records merged as they grow
+    (``click_models.statistics.RecordMerger``); the item models count into one table instead
+    (``click_models.statistics.ItemCounter``).
+
+    >>> acc = get_click_model("pbm").statistics_accumulator()
+    >>> acc.add(np.array([[0, 1]]), np.array([[1.0, 0.0]]), None)
+    >>> acc.result().counts.tolist()
+    [[1.0, 1.0], [1.0, 0.0]]
+    """
+    return RecordMerger(self.sufficient_statistics)
+
   def statistics_log_likelihood(self, logits: Mapping[str, Array], keys: Array, counts: Array) -> Array:
     r"""The log-likelihood of the log the records ``keys [R, K]``, ``counts [R, V]`` reduce, from the logits.
 
@@ -476,6 +525,9 @@ class ItemStatistics:
 
   def sufficient_statistics(self, doc_ids, clicks, where=None):
     return item_statistics(doc_ids, clicks, where)
+
+  def statistics_accumulator(self):
+    return ItemCounter()
 
   def statistics_log_likelihood(self, logits, keys, counts):
     log_a, log_1ma, log_bias = self._gathered_logs(logits, keys[:, 0])

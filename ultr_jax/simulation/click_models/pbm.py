@@ -109,7 +109,8 @@ def pbm_table(
 
 
 def table_kwargs(cfg) -> dict:
-  """``eta`` (1.0) and, when given, ``table`` of a config."""
+  r"""``eta`` (1.0) and, when given, ``table`` of a config: the simulation keywords of every model with a position
+  table to the power :math:`\eta` (pbm's ``(1/rank)^eta`` takes ``eta`` alone)."""
   kwargs = {"eta": float(cfg.get("eta", 1.0))}
   if "table" in cfg:
     kwargs["table"] = tuple(float(v) for v in cfg["table"])

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 
 from ultr_jax.simulation import probabilities as P
 from ultr_jax.simulation.click_models.base import ClickModel, Session, prepare
+from ultr_jax.simulation.click_models.pbm import table_kwargs
 from ultr_jax.types import Array
 
 __all__ = ["PositionTrust"]
@@ -40,6 +41,7 @@ class PositionTrust(ClickModel):
     "alpha": 0.6,
     "delta": 0.3,
     "gamma": 1.0,
+    "eta": 1.0,
     "table": None,
     "expected": False,
     "score_key": "logging_score",
@@ -56,10 +58,7 @@ class PositionTrust(ClickModel):
 
   def simulation_kwargs(self, cfg: Mapping[str, Any]) -> dict:
     kwargs = {k: float(cfg.get(k, self.config_keys[k])) for k in ("alpha", "delta", "gamma")}
-    kwargs["eta"] = float(cfg.get("eta", 1.0))
-    if cfg.get("table") is not None:
-      kwargs["table"] = tuple(float(v) for v in cfg["table"])
-    return kwargs
+    return {**kwargs, **table_kwargs({k: v for k, v in cfg.items() if v is not None})}
 
   def session(
     self,

@@ -17,7 +17,7 @@ from ultr_jax.simulation.click_models.base import (
   log1mexp,
   prepare,
 )
-from ultr_jax.simulation.click_models.statistics import item_statistics
+from ultr_jax.simulation.click_models.statistics import ItemCounter, item_statistics
 from ultr_jax.simulation.click_models.chain import sequential_session
 from ultr_jax.simulation.click_models.pbm import table_kwargs
 from ultr_jax.simulation.click_models.samplers import sample_ubm_clicks
@@ -131,6 +131,9 @@ class UBM(ClickModel):
   def sufficient_statistics(self, doc_ids, clicks, where=None):
     """Impressions and clicks per (document, rank, last-click state)."""
     return item_statistics(doc_ids, clicks, where, last_click_state=True)
+
+  def statistics_accumulator(self):
+    return ItemCounter(last_click_state=True)
 
   def statistics_log_likelihood(self, logits, keys, counts):
     log_a, _, log_bias = self._gathered_logs(logits, keys[:, 0])

@@ -5,10 +5,13 @@
   + node merging) on one dataset;
 * :mod:`~ultr_jax.studies.identifiability.context`: the context-dependent PBM study (section 5.2);
 * :mod:`~ultr_jax.studies.identifiability.embedding`: the embedding fits (DLA, Regression-EM, Two-Tower,
-  no debiasing) that Table 1 scores.
+  no debiasing) that Table 1 scores;
+* :mod:`~ultr_jax.studies.identifiability.click_log`: the check of a real click log and its harvested
+  propensities, streamed (``experiments/identifiability/check.py --click_log``).
 """
 
-from ultr_jax.studies.identifiability import context, embedding, table1  # noqa: F401  (modules)
+from ultr_jax.studies.identifiability import click_log, context, embedding, table1  # noqa: F401  (modules)
+from ultr_jax.studies.identifiability.click_log import check_click_log, click_log_counts, propensity_table
 from ultr_jax.studies.identifiability.embedding import fit_dla, fit_no_debias, fit_regression_em, fit_two_tower
 from ultr_jax.studies.identifiability.study import (
   identifiability_context_study,
@@ -18,6 +21,9 @@ from ultr_jax.studies.identifiability.study import (
 )
 
 __all__ = [
+  "check_click_log",
+  "click_log_counts",
+  "propensity_table",
   "fit_dla",
   "fit_no_debias",
   "fit_regression_em",

@@ -552,11 +552,11 @@ def fit_dla(
   >>> print(np.round(r / r[0], 3), np.round(o[1] / o[0], 3))
   [1.  0.4 0.6] 0.5
   """
-  if layout is None:
-    layout = record_layout(items, factors, where, num_items=num_items, num_factors=num_factors)
   return _single(
     _fit_dla,
     key,
+    items,
+    factors,
     ctr,
     where,
     layout,
@@ -607,11 +607,11 @@ def fit_regression_em(
   >>> print(float(jnp.round(o[1] / o[0], 2)))
   0.5
   """
-  if layout is None:
-    layout = record_layout(items, factors, where, num_items=num_items, num_factors=num_factors)
   return _single(
     _fit_regression_em,
     key,
+    items,
+    factors,
     ctr,
     where,
     layout,
@@ -657,11 +657,11 @@ def fit_two_tower(
   >>> print(float(jnp.round(o[1] / o[0], 2)))
   0.5
   """
-  if layout is None:
-    layout = record_layout(items, factors, where, num_items=num_items, num_factors=num_factors)
   return _single(
     _fit_two_tower,
     key,
+    items,
+    factors,
     ctr,
     where,
     layout,
@@ -1029,7 +1029,11 @@ _JITTED = {
 }
 
 
-def _single(kernel, key, ctr, where, layout, **kw):
+def _single(kernel, key, items, factors, ctr, where, layout, *, num_items, num_factors, **kw):
+  """One run of a fit ``kernel`` (the public ``fit_*``): the records' layout built when not given."""
+  if layout is None:
+    layout = record_layout(items, factors, where, num_items=num_items, num_factors=num_factors)
+  kw.update(num_items=num_items, num_factors=num_factors)
   r, o = _JITTED[kernel](jnp.asarray(key)[None], jnp.asarray(ctr).reshape(1, -1), where, layout, **kw)
   return r[0], o[0]
 

@@ -17,7 +17,7 @@ import ml_collections
 from ultr_jax.train.config import merge_config
 from ultr_jax.train.method import Method
 
-__all__ = ["register", "get_method", "available_methods", "method_defaults"]
+__all__ = ["register", "get_method", "available_methods", "method_defaults", "shared_method_configs"]
 
 _REGISTRY: dict[str, Callable[..., Method]] = {}
 _DEFAULTS: dict[str, dict[str, Any]] = {}
@@ -111,6 +111,32 @@ def method_defaults(name: str, overrides: Optional[Mapping[str, Any]] = None) ->
   for k, v in merged.items():
     out[k] = ml_collections.config_dict.placeholder(_NONE_TYPES.get(k, object)) if v is None else v
   return out
+
+
+def shared_method_configs(names, section) -> dict[str, ml_collections.ConfigDict]:
+  """One config section shared by several methods (a study's ``config.method``): ``{name: its fields of it}``.
+
+  Each method gets the fields of ``section`` it declares (:func:`method_defaults`), so one section configures a
+  family whose members read different fields; a key that none of ``names`` declares raises ``ValueError``
+  naming it (with the nearest declared key) and listing the declared ones.
+
+  >>> c = shared_method_configs(["cld", "heckman_rank"], {"gamma": 0.3, "heckman_outcome": "probit"})
+  >>> c["cld"].to_dict(), c["heckman_rank"].to_dict()
+  ({'gamma': 0.3}, {'heckman_outcome': 'probit'})
+  >>> shared_method_configs(["cld", "heckman_rank"], {"gama": 0.3})  # doctest: +ELLIPSIS
+  Traceback (most recent call last):
+  ...
+  ValueError: shared config of methods cld, heckman_rank: unknown key 'gama' (did you mean 'gamma'?); known keys: ...
+  """
+  _load_families()
+  names = list(names)
+  for name in names:
+    if name not in _REGISTRY:
+      raise KeyError(f"unknown method {name!r}; available: {sorted(_REGISTRY)}")
+  declared = {k: None for name in names for k in _DEFAULTS[name]}
+  items = dict(section.items()) if section is not None else {}
+  merge_config(declared, items, what=f"shared config of methods {', '.join(names)}")  # refuses what none declares
+  return {name: ml_collections.ConfigDict({k: v for k, v in items.items() if k in _DEFAULTS[name]}) for name in names}
 
 
 def get_method(name: str, config=None, *, num_features: int, list_size: int) -> Method:

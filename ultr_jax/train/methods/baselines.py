@@ -40,10 +40,13 @@ field                default                     meaning
                                                  ``propensities`` for the examination)
 ``propensity_clip``  ``0.0``                     propensities clipped below at this value,
                                                  i.e. weights at ``1/propensity_clip``
-                                                 (0 = no clip); ips, snips, dla, paird;
+                                                 (0 = no clip); ips, snips, ips_policy_aware,
+                                                 dla, paird (not naive: no propensities);
                                                  affine: ``1/alpha`` clipped at
                                                  ``1/propensity_clip``
-``num_positions``    ``list_size``               size of learned propensity tables
+``num_positions``    ``list_size``               size of learned position tables (dla,
+                                                 regression_em, two_tower, paird,
+                                                 vectorization)
 ``em_step_size``     ``0.05``                    regression_em / paird running-average step
 ``em_init``          ``0.9``                     regression_em initial propensities
 ``pair_p``           ``1.0``                     paird regularisation exponent
@@ -128,12 +131,13 @@ TOWER_DEFAULTS = {
   "norm_position": "after",
   "ln_epsilon": 1e-6,
 }
-# Every baseline takes ``num_positions`` (None: list_size), the size of its position tables, if any.
+# The methods with position tables take their size, ``num_positions`` (None: list_size).
 _LEARNED = {**TOWER_DEFAULTS, "num_positions": None}
-# The click losses' fields (naive validates, and ignores, propensity_clip: one config fits naive and IPS).
-_CLICK = {**_LEARNED, "loss_type": "listwise", "propensity_clip": 0.0}
-_WEIGHTED = _CLICK
-_TABLE = {**_CLICK, "propensities": None}
+# The click losses' fields: naive has no propensities (so no clip), the weighted ones clip them, IPS, SNIPS
+# and affine may take a fixed table.
+_CLICK = {**TOWER_DEFAULTS, "loss_type": "listwise"}
+_WEIGHTED = {**_CLICK, "propensity_clip": 0.0}
+_TABLE = {**_WEIGHTED, "propensities": None}
 
 
 def make_relevance_tower(config, *, output_size: int = 1):
@@ -265,7 +269,7 @@ _TABLES = {
 def _click_method(name, config, num_features, list_size, weighting, propensity_key="examination"):
   towers = _Towers(config, num_features, list_size, with_bias=False)
   loss_type = config.loss_type
-  max_weight = _max_weight(config)  # validated for every weighting; naive ignores it
+  max_weight = None if weighting == "naive" else _max_weight(config)
   fn = click_loss(weighting, loss_type, max_weight=max_weight, name=name, propensity_key=propensity_key)
   # Fixed tables stand in for the click model's oracle entries; the policy-aware propensities have none.
   fields = _TABLES.get(weighting, {}) if propensity_key == "examination" else {}
@@ -369,7 +373,7 @@ def affine(config, *, num_features: int, list_size: int) -> Method:
   return _click_method("affine", config, num_features, list_size, "affine")
 
 
-@register("full_info", defaults=_LEARNED)
+@register("full_info", defaults=TOWER_DEFAULTS)
 def full_info(config, *, num_features: int, list_size: int) -> Method:
   """Listwise softmax on the true graded labels (no clicks): the ceiling."""
   towers = _Towers(config, num_features, list_size, with_bias=False)
@@ -388,7 +392,7 @@ def full_info(config, *, num_features: int, list_size: int) -> Method:
 
 @register(
   "pdgd",
-  defaults={**_LEARNED, "top_k": None, "pairs": "considered", "debias": True, "surrogate": "probability"},
+  defaults={**TOWER_DEFAULTS, "top_k": None, "pairs": "considered", "debias": True, "surrogate": "probability"},
 )
 def pdgd(config, *, num_features: int, list_size: int) -> Method:
   """PDGD's pairwise update (Oosterhuis & de Rijke 2018) on the displayed lists of a batch.
@@ -649,7 +653,7 @@ def vectorization(config, *, num_features: int, list_size: int) -> Method:
     o, mean, log_var = hold(o), hold(mean), hold(log_var)
     clicks = jnp.asarray(batch["clicks"], jnp.float32)
     click_loss = losses.naive_softmax_loss(jnp.sum(r * o, axis=-1), clicks, where=where)
-    density_loss = losses.observation_density_loss(mean, log_var, o, where=where)
+    density_loss = losses.observation_density_loss(mean, o, log_var=log_var, where=where)
     kernels = [
       leaf
       for path, leaf in jax.tree_util.tree_leaves_with_path(params["density"])

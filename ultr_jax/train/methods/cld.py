@@ -11,23 +11,32 @@ The batch carries a fixed top-k log (``click_fn=None``; see
 learner, read only where shown) and optionally per-query ``sessions``
 (record weights; the aggregated log then equals the per-session log).
 
-Config fields (declared with their defaults at each method's registration; an unknown key is an
-error):
+Config fields (declared with their defaults at each method's registration; each method declares only the
+fields it reads, and any other key is an error):
 
-==================  ======================  =======================================
-field               default                 meaning
-==================  ======================  =======================================
-``gamma``           ``0.1``                 Tobit error correlation (A14)
-``link``            ``"probit"``            ``"logit"`` for the released code (A3)
-``sq_weight``       ``1.0``                 squared-term coefficient (A4)
-``target``          ``"sessions"``          ``"mean"``: one record with y = CTR/rho
-``hidden_sizes``    ``(256, 128, 64)``      neural ranker (ELU, no LayerNorm)
-``dropout``         ``0.5``                 neural ranker dropout (training only)
-``bpr_weight``      ``"ips_diff"``          CLD-pair BPR weight (A8)
-``unobs_weight``    ``"balanced"``          CLD-pair weight of unshown pairs (A10)
-``sel_weight``      ``1.0``                 CLD-pair selection weight C (A9)
-``heckman_outcome`` ``"ls"``                Heckman stage 2: ``"ls"`` or ``"probit"``
-==================  ======================  =======================================
+=========================  ==================  ======================================  ==============================
+field                      default             meaning                                 read by
+=========================  ==================  ======================================  ==============================
+``ranker``                 ``"linear"``        relevance ranker (cld; ``"mlp"`` else)  cld, cld_pair, rank_agg
+``hidden_sizes``           ``(256, 128, 64)``  MLP hidden layer sizes                  cld, cld_n, cld_pair, rank_agg
+``activation``             ``"elu"``           MLP activation                          (same)
+``layer_norm``             ``False``           MLP LayerNorm                           (same)
+``dropout``                ``0.5``             MLP dropout (training only)             (same)
+``gamma``                  ``0.1``             Tobit error correlation (A14)           cld, cld_n
+``link``                   ``"probit"``        ``"logit"``: the released code (A3)     (same)
+``sq_weight``              ``1.0``             squared-term coefficient (A4)           (same)
+``target``                 ``"sessions"``      ``"mean"``: one record, y = CTR/rho     (same)
+``bpr_weight``             ``"ips_diff"``      CLD-pair BPR weight (A8)                cld_pair, cld_pair_l
+``unobs_weight``           ``"balanced"``      weight of unshown pairs (A10)           (same)
+``sel_weight``             ``1.0``             selection weight C (A9)                 (same)
+``include_selected_ties``  ``False``           shown pairs y_i <= y_j join D_u         (same)
+``heckman_outcome``        ``"ls"``            stage 2: ``"ls"`` or ``"probit"``       heckman_rank, rank_agg
+``loss_type``              ``"listwise"``      RankAgg's IPS loss (as ``ips``'s)       rank_agg
+=========================  ==================  ======================================  ==============================
+
+cld_n, cld_pair_l and heckman_rank fix their ranker (MLP, linear, linear) and take no ``ranker``; the linear
+rankers read no tower field. A study's one section for the whole family (:data:`FAMILY_DEFAULTS`) reaches each
+method as its own fields through :func:`~ultr_jax.train.shared_method_configs`.
 
 ``score`` ranks with the relevance tower only; the selection model is
 discarded at test time (spec 3.3).
@@ -55,21 +64,23 @@ from ultr_jax.train.methods.baselines import click_loss
 
 __all__ = ["cld_towers", "CLD_TOWER_DEFAULTS", "FAMILY_DEFAULTS"]
 
-#: The towers' config fields (:func:`cld_towers`) and defaults; the dropout applies to an MLP ranker only.
+#: The towers' config fields (:func:`cld_towers`) and defaults: they shape an MLP ranker only (a linear ranker and
+#: the linear selection model read none), so only the methods with an MLP ranker declare them.
 CLD_TOWER_DEFAULTS = {"hidden_sizes": (256, 128, 64), "activation": "elu", "layer_norm": False, "dropout": 0.5}
-_POINTWISE = {**CLD_TOWER_DEFAULTS, "gamma": 0.1, "link": "probit", "sq_weight": 1.0, "target": "sessions"}
-_PAIRWISE = {
+_POINTWISE = {"gamma": 0.1, "link": "probit", "sq_weight": 1.0, "target": "sessions"}
+_PAIRWISE = {"bpr_weight": "ips_diff", "unobs_weight": "balanced", "sel_weight": 1.0, "include_selected_ties": False}
+_HECKMAN = {"heckman_outcome": "ls"}
+#: Every field of the family (the CLD study's one ``config.method`` section configures all its methods): each
+#: method declares only the fields it reads (the table above), and takes its own of a shared section through
+#: :func:`~ultr_jax.train.shared_method_configs`; a key no method declares is an error.
+FAMILY_DEFAULTS = {
   **CLD_TOWER_DEFAULTS,
-  "bpr_weight": "ips_diff",
-  "unobs_weight": "balanced",
-  "sel_weight": 1.0,
-  "include_selected_ties": False,
+  **_POINTWISE,
+  **_PAIRWISE,
+  **_HECKMAN,
+  "ranker": "mlp",
+  "loss_type": "listwise",
 }
-_HECKMAN = {**CLD_TOWER_DEFAULTS, "heckman_outcome": "ls"}
-#: The family's one config section (the CLD study's ``config.method``): every CLD-family method takes
-#: every field of the family, so one section configures them all; a field a method does not use (the
-#: pairwise weights for pointwise CLD, say) is accepted and has no effect. A key outside it is an error.
-FAMILY_DEFAULTS = {**_POINTWISE, **_PAIRWISE, **_HECKMAN, "loss_type": "listwise"}
 #: The batch entries every CLD-family loss reads (a top-k log).
 _REQUIRES = ("shown", "clicks", "examination")
 
@@ -195,25 +206,25 @@ def _pairwise(name, config, num_features, ranker):
   return _two_tower_method(name, config, num_features, ranker, loss_fn)
 
 
-@register("cld", defaults={**FAMILY_DEFAULTS, "ranker": "linear"})
+@register("cld", defaults={**CLD_TOWER_DEFAULTS, **_POINTWISE, "ranker": "linear"})
 def cld(config, *, num_features: int, list_size: int) -> Method:
   """Pointwise CLD (Eq. 9) with a linear ranker and a linear selection model."""
   return _pointwise("cld", config, num_features, config.ranker)
 
 
-@register("cld_n", defaults={**FAMILY_DEFAULTS, "ranker": "mlp"})
+@register("cld_n", defaults={**CLD_TOWER_DEFAULTS, **_POINTWISE})
 def cld_n(config, *, num_features: int, list_size: int) -> Method:
   """CLD-N: pointwise CLD with the neural ranker (Table 3)."""
   return _pointwise("cld_n", config, num_features, "mlp")
 
 
-@register("cld_pair", defaults={**FAMILY_DEFAULTS, "ranker": "mlp"})
+@register("cld_pair", defaults={**CLD_TOWER_DEFAULTS, **_PAIRWISE, "ranker": "mlp"})
 def cld_pair(config, *, num_features: int, list_size: int) -> Method:
   """CLD-pair (Eq. 12): neural ranker, linear selection model."""
   return _pairwise("cld_pair", config, num_features, config.ranker)
 
 
-@register("cld_pair_l", defaults={**FAMILY_DEFAULTS, "ranker": "linear"})
+@register("cld_pair_l", defaults=_PAIRWISE)
 def cld_pair_l(config, *, num_features: int, list_size: int) -> Method:
   """CLD-pair-L: CLD-pair with a linear ranker (Table 3)."""
   return _pairwise("cld_pair_l", config, num_features, "linear")
@@ -221,7 +232,7 @@ def cld_pair_l(config, *, num_features: int, list_size: int) -> Method:
 
 def _heckman_parts(config, num_features):
   rel, sel = cld_towers(config, num_features=num_features, ranker="linear")
-  outcome = config.get("heckman_outcome") or _HECKMAN["heckman_outcome"]
+  outcome = config.heckman_outcome
 
   def init(key):
     k1, k2 = jax.random.split(key)
@@ -249,7 +260,7 @@ def _heckman_parts(config, num_features):
   return init, loss, score
 
 
-@register("heckman_rank", defaults={**FAMILY_DEFAULTS, "ranker": "linear"})
+@register("heckman_rank", defaults=_HECKMAN)
 def heckman_rank(config, *, num_features: int, list_size: int) -> Method:
   """Heckman-rank: probit selection stage + outcome on [x, inverse Mills ratio]; no propensities."""
   init, loss, score = _heckman_parts(config, num_features)
@@ -262,7 +273,7 @@ def heckman_rank(config, *, num_features: int, list_size: int) -> Method:
   )
 
 
-@register("rank_agg", defaults={**FAMILY_DEFAULTS, "ranker": "mlp"})
+@register("rank_agg", defaults={**CLD_TOWER_DEFAULTS, **_HECKMAN, "ranker": "mlp", "loss_type": "listwise"})
 def rank_agg(config, *, num_features: int, list_size: int) -> Method:
   r"""RankAgg: Borda count (A29) of an IPS ranker on the top-k records and Heckman-rank.
 

@@ -45,7 +45,7 @@ import optax
 
 from ultr_jax.losses.lbd import bernoulli_click_logits, lbd_forward, rescale_gp_weight, softmax_click_loss
 from ultr_jax.models.lbd import LBDTower
-from ultr_jax.train.config import pick
+from ultr_jax.train.config import merge_config
 from ultr_jax.train.method import Method
 from ultr_jax.train.methods import register
 
@@ -199,9 +199,10 @@ def make_lbd(config: ml_collections.ConfigDict, *, num_features: int, list_size:
   """
   del num_features
   lam0, t0 = VARIANT_DEFAULTS.get(name, VARIANT_DEFAULTS["lbd"])
-  config = pick({**LBD_DEFAULTS, "lam": lam0, "t": t0}, config)
-  lam = float(config.get("lam", lam0))
-  t = float(config.get("t", t0))
+  defaults = {**LBD_DEFAULTS, "lam": lam0, "t": t0}
+  config = merge_config(defaults, config, what=f"method {name!r} config", none_is_default=True)
+  lam = float(config.lam)
+  t = float(config.t)
   tower = _tower(config, list_size)
 
   def init(key, batch):
@@ -234,7 +235,7 @@ def make_lbd_grid(config: ml_collections.ConfigDict, *, num_features: int, list_
   2 True
   """
   del num_features
-  config = pick(GRID_DEFAULTS, config)
+  config = merge_config(GRID_DEFAULTS, config, what="method 'lbd_grid' config", none_is_default=True)
   if config.lams is None or config.ts is None:
     raise ValueError("lbd_grid: config.lams and config.ts (one value per member) are required")
   lams = jnp.asarray([float(v) for v in config.lams], jnp.float32)

@@ -57,7 +57,7 @@ import jax.numpy as jnp
 
 from ultr_jax import losses
 from ultr_jax import models
-from ultr_jax.train.config import pick
+from ultr_jax.train.config import merge_config
 from ultr_jax.train.method import Method
 from ultr_jax.train.methods import register
 from ultr_jax.train.methods.baselines import TOWER_DEFAULTS, batch_positions, make_relevance_tower
@@ -104,8 +104,10 @@ SIF_DEFAULTS = {
   "learn_gamma_D": False,
   "imputer_hidden": (32,),
 }
-#: The oracle-propensity methods' (``ips_trust_oracle``, ``ips_dpenalty``) fields and defaults.
+#: The oracle-propensity methods' fields and defaults: ``ips_dpenalty``'s (``ips_trust_oracle`` has no penalty,
+#: so it takes the tower and ``tau`` only).
 ORACLE_DEFAULTS = {**TOWER_DEFAULTS, "tau": 0.01, "k_top": 3, "lambda_D": 10.0, "estimator": "variance"}
+_ORACLE_IPS_DEFAULTS = {**TOWER_DEFAULTS, "tau": 0.01}
 
 
 def _or(value, default):
@@ -119,7 +121,7 @@ def _relevance(ranker, params, batch):
 def make_sif_method(name, config, *, num_features: int, list_size: int) -> Method:
   """Builds a SIF-ref variant (``VARIANTS[name]`` defaults, overridable by config)."""
   trust_head, slope, channels, risk = VARIANTS.get(name, VARIANTS["sif_full"])
-  config = pick(SIF_DEFAULTS, config)
+  config = merge_config(SIF_DEFAULTS, config, what=f"method {name!r} config", none_is_default=True)
   trust_head = bool(_or(config.trust_head, trust_head))
   slope = bool(_or(config.exposure_slope, slope))
   channels = tuple(_or(config.channels, channels))
@@ -273,12 +275,12 @@ for _name in VARIANTS:
 
 
 def _oracle_method(name, config, num_features, list_size, penalty):
-  config = pick(ORACLE_DEFAULTS, config)
+  defaults = ORACLE_DEFAULTS if penalty else _ORACLE_IPS_DEFAULTS
+  config = merge_config(defaults, config, what=f"method {name!r} config", none_is_default=True)
   ranker = make_relevance_tower(config)
   tau = float(config.tau)
-  k_top = int(config.k_top)
-  lam_d = float(config.lambda_D)
-  estimator = config.estimator
+  if penalty:
+    k_top, lam_d, estimator = int(config.k_top), float(config.lambda_D), config.estimator
   prop_key = "examination" if penalty else "click_propensity"
 
   def init(key, batch):
@@ -307,7 +309,7 @@ def _oracle_method(name, config, num_features, list_size, penalty):
   return Method(name=name, init=init, loss=loss, score=lambda p, b: _relevance(ranker, p, b), requires=requires)
 
 
-@register("ips_trust_oracle", defaults=ORACLE_DEFAULTS)
+@register("ips_trust_oracle", defaults=_ORACLE_IPS_DEFAULTS)
 def ips_trust_oracle(config, *, num_features: int, list_size: int) -> Method:
   r"""IPS with the oracle click propensity :math:`\pi^*(1 + d^*)` (T6's "IPS-full")."""
   return _oracle_method("ips_trust_oracle", config, num_features, list_size, penalty=False)
