@@ -112,6 +112,7 @@ nitpick_ignore_regex = [
   ("py:class", r"(?!ultr_jax\.).*"),
   (r"py:\w+", r"(rax|jax|jnp|flax|nn|optax|orbax|np|numpy|scipy|ml_collections|absl|pyarrow)(\..*)?"),
   ("py:mod", r"ultr_jax\.(types|testing|\w+\.[\w.]+)"),
+  ("py:class", r"ultr_jax\.[\w.]+\._\w+"),  # a private base class (shown under "Bases")
 ]
 
 autosummary_generate = True

@@ -79,14 +79,26 @@ def _assert_same(a, b, tol=1e-6):
     np.testing.assert_allclose(ha["valid/ndcg@10"], hb["valid/ndcg@10"], rtol=tol, atol=tol)
 
 
-def test_a_stream_of_the_in_memory_batches_trains_the_same():
+@pytest.mark.parametrize("steps_per_call", [100, 2])
+def test_a_stream_of_the_in_memory_batches_trains_the_same(steps_per_call):
+  """With 2 steps per call, 15 chunks pass through the reader's 4 host buffers: each is reused, and must not be
+  refilled before the call that trains on it has read it."""
   train, valid = _train()
-  memory = fit(_method(), train, valid, config=_config())
+  memory = fit(_method(), train, valid, config=_config(steps_per_call=steps_per_call))
   stream = _Stream(train)
-  streamed = fit(_method(), stream, valid, config=_config())
+  streamed = fit(_method(), stream, valid, config=_config(steps_per_call=steps_per_call))
   _assert_same(memory, streamed)
   assert stream.pulled <= 30 + 1  # one batch per step (plus at most the peeked one, which is kept)
-  _assert_same(memory, fit(_method(), _generator(train), valid, config=_config()))
+  _assert_same(memory, fit(_method(), _generator(train), valid, config=_config(steps_per_call=steps_per_call)))
+
+
+def test_a_batch_unlike_the_first_is_an_error():
+  train, valid = _train()
+  batches = [train.as_batch(np.arange(B)) for _ in range(3)] + [train.as_batch(np.arange(B // 2))]
+  with pytest.raises(
+    ValueError, match=r"streamed batch 3 differs .*'features': 'float32\[4, 6, 5\]'.*'features': 'float32\[8, 6, 5\]'"
+  ):
+    fit(_method(), iter(batches), valid, config=_config(steps=4, eval_every=4))
 
 
 @pytest.mark.parametrize("stateful", [True, False])

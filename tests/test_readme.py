@@ -114,3 +114,12 @@ def test_scale_example_runs(capsys):
   ratios = [float(v) for v in printed[-2].strip("[]").split(",")]
   np.testing.assert_allclose(ratios, [1.0, 0.6, 0.4, 0.3, 0.2], atol=0.05)  # the generating examination
   assert float(printed[-1].split()[1]) == 3000  # every session scored once
+
+
+def test_feature_stream_example_runs(capsys):
+  """docs/guides/multi_device.md: an SVMlight file converted to feature shards, streamed, and a ranker trained."""
+  exec(compile(_block("feature_stream"), "docs:feature_stream", "exec"), {})  # pylint: disable=exec-used
+  printed = capsys.readouterr().out.strip().split("\n")
+  assert printed[-2] == "500 10 16"  # lists, list size, features: those of the file
+  ndcg = [float(v) for v in printed[-1].strip("[]").split(",")]
+  assert len(ndcg) == 3 and ndcg[-1] > ndcg[0]  # three evaluations; the ranker learns from the stream

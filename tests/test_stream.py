@@ -5,7 +5,6 @@ import json
 import os
 import warnings
 
-import chex
 import jax
 import numpy as np
 import pyarrow as pa
@@ -229,23 +228,19 @@ def test_stream_equals_in_memory_batches(converted, batch_size):
   assert stream(shards, batch_size=batch_size).num_batches == len(want)
 
 
-def test_batches_have_fixed_shapes_and_compile_once(tmp_path):
+def test_batches_have_fixed_shapes_and_compile_once(tmp_path, assert_compiles_once):
   src = write_tsv(tmp_path / "log.tsv", num_sessions=23)
   data.convert_click_log(src, tmp_path / "o", row_group_size=5)
 
-  @jax.jit
-  @chex.assert_max_traces(n=1)
   def clicks_per_valid_session(batch):
     return (batch["clicks"] * batch["where"]).sum(-1) * batch["valid"]
 
-  s = stream(tmp_path / "o", batch_size=4)
-  shapes = set()
-  total = 0.0
-  for batch in s:
-    shapes.add(tuple((k, v.shape, v.dtype.name) for k, v in sorted(batch.items())))
-    total += float(clicks_per_valid_session(batch).sum())
-  assert len(shapes) == 1
-  assert total == data.read_click_log(src).clicks.sum()
+  batches = list(stream(tmp_path / "o", batch_size=4))
+  shapes = {tuple((k, v.shape, v.dtype.name) for k, v in sorted(b.items())) for b in batches}
+  assert len(shapes) == 1  # every batch, the padded last one too: a jitted step compiles once
+  outs = assert_compiles_once(clicks_per_valid_session, lambda i: ((batches[i],), {}), calls=len(batches))
+  assert sum(float(o.sum()) for o in outs) == data.read_click_log(src).clicks.sum()
+  batch = batches[-1]
   # The last batch: 23 = 5 * 4 + 3 sessions, one padding row.
   assert batch["valid"].tolist() == [True, True, True, False] and batch["session"][-1] == -1
 
@@ -313,6 +308,24 @@ def test_resume_equals_the_uninterrupted_sequence(tmp_path, k):
   np.testing.assert_array_equal(np.sort(sessions[:70]), np.arange(70))
   np.testing.assert_array_equal(np.sort(sessions[70:]), np.arange(70))
   assert not np.array_equal(sessions[:70], sessions[70:])
+
+
+def test_every_pass_reads_the_stream_again(tmp_path):
+  """``iter(stream)`` starts a new pass with the same batches (shuffled too); set_state positions the next pass."""
+  data.convert_click_log(write_tsv(tmp_path / "log.tsv", num_sessions=50), tmp_path / "o", row_group_size=6)
+  s = stream(tmp_path / "o", batch_size=7, shuffle=True, seed=4, num_epochs=2)
+  first = list(s)
+  assert len(first) == 15 and next(s, None) is None  # the pass has ended ...
+  assert_batches_equal(list(s), first)  # ... and a new one reads it all again
+  assert_batches_equal([b for b in s], first)
+  it = iter(s)
+  head = [next(it) for _ in range(4)]
+  state = s.get_state()
+  assert_batches_equal(head + [next(s) for _ in range(2)], first[:6])  # next() continues the pass
+  assert_batches_equal(list(s), first)  # a pass begun mid-way by next() restarts at iter()
+  s.set_state(state)
+  assert_batches_equal(list(s), first[4:])  # after set_state, the pass starts there
+  assert_batches_equal(list(s), first)
 
 
 def test_set_state_of_another_stream_is_an_error(tmp_path):

@@ -72,7 +72,7 @@ __all__ = [
   "read_yandex_sessions",
 ]
 
-# Streaming input: Parquet session shards and the session stream (pyarrow and grain are imported when used).
+# Streaming input: Parquet session and feature shards and their streams (pyarrow and grain are imported when used).
 from ultr_jax.data.convert import (  # noqa: E402
   SESSION_COLUMNS,
   ClickLogRows,
@@ -83,6 +83,7 @@ from ultr_jax.data.convert import (  # noqa: E402
 )
 from ultr_jax.data.sources import StreamedClickLog, click_log_files, open_click_log  # noqa: E402
 from ultr_jax.data.stream import BATCH_KEYS, SessionStream, session_batches  # noqa: E402
+from ultr_jax.data.feature_stream import FeatureStream, convert_svmlight, write_feature_shards  # noqa: E402
 
 __all__ += [
   "SESSION_COLUMNS",
@@ -94,6 +95,9 @@ __all__ += [
   "BATCH_KEYS",
   "SessionStream",
   "session_batches",
+  "FeatureStream",
+  "convert_svmlight",
+  "write_feature_shards",
   "StreamedClickLog",
   "click_log_files",
   "open_click_log",

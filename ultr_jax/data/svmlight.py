@@ -100,10 +100,13 @@ def _number(tok: bytes, path, line_no, field, what) -> float:
   return float(tok)
 
 
-def _parse_reference(data: bytes, path):
-  """Line-by-line parse; returns raw arrays (labels, qid or None, indptr, idx, val, line)."""
+def _parse_reference(data: bytes, path, first_line: int = 1):
+  """Line-by-line parse; returns raw arrays (labels, qid or None, indptr, idx, val, line).
+
+  ``first_line``: the line number of ``data``'s first line (a block of a file read block by block).
+  """
   labels, qids, lines, indptr, idx, val = [], [], [], [0], [], []
-  for line_no, raw in enumerate(data.split(b"\n"), start=1):
+  for line_no, raw in enumerate(data.split(b"\n"), start=first_line):
     text = raw.split(b"#", 1)[0].strip()
     if not text:
       continue
