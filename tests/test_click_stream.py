@@ -207,30 +207,54 @@ def test_a_fit_on_statistics_compiles_once_for_logs_of_similar_sizes(assert_comp
   assert fit.params["attraction"].shape == (14,) and fit.converged
 
 
-def test_the_preconditioned_fit_reaches_the_optimum_the_plain_fit_approaches():
-  """On a log where documents are seen 10-1000 times less than ranks, the diagonal preconditioner's fit at the
-  default tolerance is at the optimum (the plain L-BFGS fit run to 1e-9), in fewer iterations."""
+def test_the_preconditioned_fit_reaches_the_optimum_where_the_plain_fit_stops_short():
+  """On a log where documents are seen 100-1000 times less than ranks, the diagonal preconditioner's fit at the
+  default tolerance is at the MAP optimum (scipy's L-BFGS-B in float64 on the same counts, run to a gradient of
+  1e-8), while plain L-BFGS stopped at the same tolerance is measurably short of it."""
+  import scipy.optimize
   from ultr_jax._optim import lbfgs_minimize
 
   rng = np.random.default_rng(0)
-  attraction = rng.beta(1.0, 3.0, size=(300, 10)).astype(np.float32)
+  attraction = rng.beta(1.0, 3.0, size=(100, 10)).astype(np.float32)
   log = sim.simulate_session_log(jax.random.key(0), "pbm", attraction, num_sessions=20_000, noise=1.0)
   stats = sim.gather_click_statistics("pbm", [{k: np.asarray(log[k]) for k in ("doc_ids", "clicks")}])
+  docs, ranks = stats.keys[:, 0], stats.keys[:, 1]
+  n, k = stats.counts[:, 0], stats.counts[:, 1]
+  num_docs, sessions = stats.num_docs, stats.num_sessions
+
+  def objective64(theta):  # the MAP objective per session and its gradient, NumPy float64
+    a, o = theta[:num_docs], theta[num_docs:]
+    sa, so = 1 / (1 + np.exp(-a[docs])), 1 / (1 + np.exp(-o[ranks]))
+    q = sa * so
+    value = 0.5 * theta @ theta - np.sum(k * np.log(q) + (n - k) * np.log1p(-q))
+    d = k - (n - k) * q / (1 - q)  # d loglik / d log q
+    grad = theta.copy()
+    grad[:num_docs] -= np.bincount(docs, d * (1 - sa), num_docs)
+    grad[num_docs:] -= np.bincount(ranks, d * (1 - so), 10)
+    return value / sessions, grad / sessions
+
+  best = scipy.optimize.minimize(
+    objective64,
+    np.zeros(num_docs + 10),
+    jac=True,
+    method="L-BFGS-B",
+    options={"ftol": 0, "gtol": 1e-12, "maxiter": 50_000},
+  )
+  fit = sim.fit_click_model_from_statistics("pbm", stats)
+  got = np.concatenate([np.asarray(fit.logits["attraction"]), np.asarray(fit.logits["examination"])])
+  assert fit.converged
+  assert np.abs(best.jac).max() < 1e-8  # curvatures >= 1e-3: within 1e-5 of the optimum
+  np.testing.assert_allclose(got, best.x, atol=1e-3)
+
   m = sim.get_click_model("pbm")
   keys, counts = jnp.asarray(stats.keys, jnp.int32), jnp.asarray(stats.counts, jnp.float32)
-
-  def objective(theta):
-    prior = 0.5 * sum(jnp.sum(v**2) for v in jax.tree.leaves(theta))
-    return (prior - m.statistics_log_likelihood(theta, keys, counts)) / stats.num_sessions
-
-  start = m.init(num_docs=stats.num_docs, list_size=10)
-  best, _, _ = jax.jit(lambda t: lbfgs_minimize(objective, t, max_iters=20_000, tol=1e-9))(start)
-  plain, _, plain_iters = jax.jit(lambda t: lbfgs_minimize(objective, t, max_iters=20_000, tol=1e-5))(start)
-  fit = sim.fit_click_model_from_statistics("pbm", stats)
-  assert fit.converged and fit.iterations < int(plain_iters)
-  for k in best:
-    np.testing.assert_allclose(fit.logits[k], best[k], atol=2e-3, err_msg=k)
-  assert float(objective(fit.logits)) <= float(objective(plain)) + 1e-9
+  f = lambda t: 0.5 * sum(jnp.sum(v**2) for v in jax.tree.leaves(t)) - m.statistics_log_likelihood(t, keys, counts)
+  plain, _, _ = jax.jit(lambda t: lbfgs_minimize(lambda x: f(x) / sessions, t, max_iters=500, tol=1e-5))(
+    m.init(num_docs=num_docs, list_size=10)
+  )
+  short = np.concatenate([np.asarray(plain["attraction"]), np.asarray(plain["examination"])])
+  assert np.abs(short - best.x).max() > 5 * np.abs(got - best.x).max()
+  assert objective64(got.astype(np.float64))[0] < objective64(short.astype(np.float64))[0]
 
 
 def test_sessions_written_as_shards_stream_back_as_the_arrays(tmp_path):
