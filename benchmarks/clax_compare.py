@@ -11,7 +11,9 @@ One log of ``--sessions`` training sessions x 10 ranks (plus validation and test
   (compile included) and its conditional click probabilities on the test split.
 * **ultr_jax**: :func:`ultr_jax.simulation.fit_click_model` (in-memory L-BFGS, its defaults), wall time
   including compile, on the training split only. A streaming / sufficient-statistics fit, if the installed
-  ``ultr_jax.simulation`` has one (:data:`STREAM_FITS`), is timed too.
+  ``ultr_jax.simulation`` has one (:data:`STREAM_FITS`), is timed too, and with ``--validate`` the statistics fit
+  whose prior precision :func:`ultr_jax.simulation.select_click_model_prior` picks on the validation split (the
+  split CLAX's early stopping reads): gathering, every fit of the grid and every validation pass timed.
 
 Both sides' held-out conditional perplexity comes from the same function here,
 :func:`ultr_jax.simulation.click_prediction_scores` (per-rank conditional perplexity averaged over ranks, as
@@ -105,10 +107,24 @@ def timed(fn):
   return time.perf_counter() - t0, out
 
 
-def stream_fits(batch_size):
+def stream_fits(batch_size, validate=False):
   """``(name, function)`` of the optional streaming fits present, each wrapped to take ``(model, doc_ids, clicks,
   num_docs=...)``."""
   found = []
+  if validate and hasattr(sim, "select_click_model_prior"):
+
+    def validated(model, ids, clicks, *, num_docs, l2, val=None):
+      del l2  # chosen on the validation split
+      chunks = [
+        {"doc_ids": ids[i : i + batch_size], "clicks": clicks[i : i + batch_size]}
+        for i in range(0, len(ids), batch_size)
+      ]
+      stats = sim.gather_click_statistics(model, chunks)
+      fit, scores = sim.select_click_model_prior(model, stats, [val], num_docs=num_docs)
+      print(f"  ({model} validation perplexity by l2: { ({k: round(v, 5) for k, v in scores.items()}) })")
+      return fit
+
+    found.append(("statistics, l2 by validation", validated))
   for name in STREAM_FITS:
     fn = getattr(sim, name, None)
     if fn is None:
@@ -146,6 +162,7 @@ def main():
   parser.add_argument("--l2", type=float, default=1.0, help="ultr_jax's prior precision (fit_click_model's default)")
   parser.add_argument("--stream_batch", type=int, default=100_000, help="sessions per batch of a streaming fit")
   parser.add_argument("--reuse_log", action="store_true", help="read --workdir's log.npz if there (same --sessions)")
+  parser.add_argument("--validate", action="store_true", help="also time the statistics fit with l2 by validation")
   parser.add_argument("--skip_clax", action="store_true")
   parser.add_argument("--skip_ultr_jax", action="store_true")
   parser.add_argument(
@@ -177,7 +194,8 @@ def main():
     f"{train_ids.shape[1]} ranks, {num_docs} documents, {train_clicks.sum(1).mean():.2f} clicks per session; "
     f"truth's test perplexity {perplexity(log['test_truth'], test_clicks):.4f}"
   )
-  extra = [] if args.skip_ultr_jax else stream_fits(args.stream_batch)
+  extra = [] if args.skip_ultr_jax else stream_fits(args.stream_batch, args.validate)
+  val = {"doc_ids": log["val_query_doc_ids"], "clicks": log["val_clicks"]}
   print(f"optional streaming fits found: {[n for n, _ in extra] or 'none'}")
 
   rows = []
@@ -189,7 +207,8 @@ def main():
         best, fit = None, None
         for _ in range(args.repeats):
           jax.clear_caches()  # compile included in every repeat, as on CLAX's side
-          t, fit = timed(lambda fn=fn: fn(model, train_ids, train_clicks, num_docs=num_docs, l2=args.l2))
+          more = {"val": val} if "validation" in side else {}
+          t, fit = timed(lambda fn=fn: fn(model, train_ids, train_clicks, num_docs=num_docs, l2=args.l2, **more))
           best = t if best is None else min(best, t)
         cond = sim.click_model_predict(model, fit.params, test_ids, test_clicks)["conditional"]
         note = f"{getattr(fit, 'iterations', '?')} it"

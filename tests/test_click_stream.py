@@ -285,3 +285,22 @@ def test_sessions_written_as_shards_stream_back_as_the_arrays(tmp_path):
   with pytest.raises(ValueError, match="batch 0, session 0, item 0: field 'click'"):
     data.write_session_shards([bad], tmp_path / "bad")
   assert not list((tmp_path / "bad").glob("*.parquet*"))
+
+
+def test_the_prior_selected_on_held_out_sessions_is_the_grid_s_best():
+  """select_click_model_prior equals a loop of independent fits and held-out scores over the grid, and keeps the
+  one with the lowest validation perplexity."""
+  log = _log("ubm", num_sessions=600)
+  train, valid = _batches({k: v[:400] for k, v in log.items()}, 64), _batches({k: v[400:] for k, v in log.items()}, 64)
+  stats = sim.gather_click_statistics("ubm", train)
+  grid = (0.05, 1.0, 20.0)
+  fit, ppl = sim.select_click_model_prior("ubm", stats, valid, grid=grid, num_docs=NUM_DOCS, tol=1e-7)
+  for l2 in grid:
+    alone = sim.fit_click_model_from_statistics("ubm", stats, l2=l2, num_docs=NUM_DOCS, tol=1e-7)
+    want = sim.evaluate_click_model_stream("ubm", alone.params, valid)["perplexity"]
+    assert ppl[l2] == pytest.approx(want, abs=1e-5), l2
+  best = min(ppl, key=ppl.get)
+  assert len(set(ppl.values())) == 3 and best != max(grid)
+  chosen = sim.fit_click_model_from_statistics("ubm", stats, l2=best, num_docs=NUM_DOCS, tol=1e-7)
+  for k in chosen.params:
+    np.testing.assert_allclose(fit.params[k], chosen.params[k], atol=1e-4, err_msg=k)

@@ -69,6 +69,7 @@ from ultr_jax.simulation.streaming import (
   fit_click_model_stream,
   gather_click_statistics,
   merge_click_statistics,
+  select_click_model_prior,
 )
 from ultr_jax.simulation.likelihood import (
   bernoulli_log_likelihood,
@@ -158,6 +159,7 @@ __all__ = [
   "fit_click_model_stream",
   "gather_click_statistics",
   "merge_click_statistics",
+  "select_click_model_prior",
   "simulate_topk_log",
   "topk_click_probability",
   "topk_log_dataset",
