@@ -95,6 +95,8 @@ def test_shards_stream_the_batches_of_load_baidu_ultr(tmp_path, suffix, batch_ro
   assert want.extras["clicks"].any() and not want.where.all()  # gaps
   if list_size is not None:  # documents beyond it are not written
     assert stream(shards, 8).list_size == list_size and want.where.sum() < table.num_rows
+    written = pa.concat_tables([pq.read_table(p, columns=["position"]) for p in shards])["position"]
+    assert len(written.combine_chunks().flatten()) == want.where.sum()
 
 
 @pytest.mark.parametrize("suffix", [".feather", ".parquet"])

@@ -98,7 +98,7 @@ class _File:
     row, at = 0, ""
     try:
       if self.kind == "parquet":  # a row group at a time (its batches would run on into the next one)
-        f = pa.parquet.ParquetFile(self.path, memory_map=True)
+        f = pa.parquet.ParquetFile(self.path)
         for g in range(f.num_row_groups):
           at = f"row group {g}, "
           for batch in f.iter_batches(batch_size=batch_rows, row_groups=[g], columns=list(columns), use_threads=False):
@@ -107,7 +107,7 @@ class _File:
         return
       fields = [self.schema.get_field_index(c) for c in columns]
       options = pa.ipc.IpcReadOptions(included_fields=fields, use_threads=False)
-      with pa.memory_map(str(self.path)) as source:
+      with pa.OSFile(str(self.path)) as source:  # read, not mapped: a mapped file counts in the RSS
         if self.kind == "ipc":
           reader = pa.ipc.open_file(source, options=options)
           record_batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
@@ -118,6 +118,7 @@ class _File:
             part = batch.slice(a, batch_rows)
             yield row, part
             row += part.num_rows
+          del batch, part  # before the next record batch is read: one in memory at a time
     except (pa.ArrowException, OSError, EOFError) as e:
       raise ValueError(
         f"{self.path}, {at}rows from {row}: cannot read them (a damaged or truncated file: {e})"
@@ -209,6 +210,7 @@ class _Converter:
         carry = _take(chunk, slice(last, n))
       else:
         carry = _concat(carry, chunk)
+      del batch, chunk  # the record batch goes before the next one is read
     if carry is not None:
       self._emit(f, carry)
       self.prev = (path, int(carry["qid"][-1]))
@@ -397,7 +399,7 @@ def convert_baidu_ultr(
   extra_columns: Sequence[str] = (),
   shard_size: int = 1 << 16,
   row_group_size: int = 1024,
-  batch_rows: int = 1 << 13,
+  batch_rows: int = 1 << 12,
 ) -> list:
   r"""Converts Baidu-ULTR files with one row per shown document to feature shards, a record batch at a time.
 
