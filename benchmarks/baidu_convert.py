@@ -84,10 +84,13 @@ def convert(path: str, out: str, batch_rows: int) -> None:
   import pyarrow.parquet as pq  # noqa: PLC0415
 
   pages = sum(pq.ParquetFile(p).metadata.num_rows for p in shards)
-  import pyarrow as pa  # noqa: PLC0415
+  if path.endswith(".parquet"):
+    rows = pq.ParquetFile(path).metadata.num_rows
+  else:
+    import pyarrow as pa  # noqa: PLC0415
 
-  with pa.memory_map(path) as src:
-    rows = pa.ipc.open_file(src).count_rows()
+    with pa.memory_map(path) as src:
+      rows = pa.ipc.open_file(src).count_rows()
   print(
     f"converted {rows:,} documents ({pages:,} pages, {size_in / 1e9:.2f} GB) in {dt:.1f} s: {rows / dt:,.0f} docs/s, "
     f"{size_in / 1e6 / dt:.0f} MB/s in; {len(shards)} shards, {size_out / 1e9:.2f} GB; peak RSS {_rss_mb():.0f} MB "
