@@ -219,6 +219,20 @@ def test_bad_values_name_file_row_and_field_as_in_memory(tmp_path, suffix, field
   assert not list((tmp_path / "s").glob("*")), "nothing is left"
 
 
+def test_columns_only_some_files_have_are_checked_and_dropped_as_in_memory(tmp_path):
+  """Clicks where only one file has them: not batched, but checked (load_baidu_ultr does both)."""
+  a = write(tmp_path / "a.feather", pa.table({"query_id": [1, 1], "label": [1.0, 2.0], "bm25": [0.5, 0.25]}))
+  b = write(tmp_path / "b.feather", pa.table({"query_id": [2], "click": [1], "label": [0.0], "bm25": [1.0]}))
+  _, want = assert_converts_to_load_baidu_ultr(tmp_path, [a, b], features=["bm25"])
+  assert "clicks" not in want.extras
+  bad = write(tmp_path / "c.feather", pa.table({"query_id": [2], "click": [3], "label": [0.0], "bm25": [1.0]}))
+  with pytest.raises(ValueError) as in_memory:
+    data.load_baidu_ultr([a, bad], features=["bm25"])
+  with pytest.raises(ValueError) as converted:
+    data.convert_baidu_ultr([a, bad], tmp_path / "t", features=["bm25"])
+  assert str(converted.value) == str(in_memory.value) == f"{bad}, row 0, field 'click': 3 is not an integer in [0, 1]"
+
+
 def test_a_non_finite_feature_beyond_list_size_is_not_kept(tmp_path):
   table = pa.table({"query_id": [1, 1, 2], "position": [1, 5, 1], "click": [0, 1, 0], "bm25": [1.0, np.inf, 2.0]})
   path = write(tmp_path / "p.feather", table)

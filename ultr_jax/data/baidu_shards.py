@@ -237,8 +237,10 @@ class _Converter:
       first = np.where(run >= 0, starts[np.maximum(run, 0)], -open_count) if len(starts) else -open_count
       out["slot"] = np.arange(n) - first
     keep = None if self.list_size is None else out["slot"] < self.list_size
-    if self.has_clicks:
-      out["click"] = _baidu._integers(numbers("click"), where, "click", 0, 1).astype(np.int8)
+    if "click" in f.present:  # checked in every file that has it; kept where every file has it, as in memory
+      click = _baidu._integers(numbers("click"), where, "click", 0, 1)
+      if self.has_clicks:
+        out["click"] = click.astype(np.int8)
     if "label" in f.present:
       label = numbers("label")
       if (label < 0).any():
@@ -247,8 +249,10 @@ class _Converter:
       out["label"] = _float32(label, where, "label")
     else:
       out["label"] = np.zeros(n, np.float32)
-    if self.has_bucket:
-      out["frequency_bucket"] = numbers("frequency_bucket")
+    if "frequency_bucket" in f.present:
+      bucket = numbers("frequency_bucket")
+      if self.has_bucket:
+        out["frequency_bucket"] = bucket
     for name in self.extra_columns:
       values = numbers(name)
       if values.ndim != 1:
