@@ -84,6 +84,7 @@ from ultr_jax.data.convert import (  # noqa: E402
 from ultr_jax.data.sources import StreamedClickLog, click_log_files, open_click_log  # noqa: E402
 from ultr_jax.data.stream import BATCH_KEYS, SessionStream, session_batches  # noqa: E402
 from ultr_jax.data.feature_stream import FeatureStream, convert_svmlight, write_feature_shards  # noqa: E402
+from ultr_jax.data.baidu_shards import convert_baidu_ultr  # noqa: E402
 
 __all__ += [
   "SESSION_COLUMNS",
@@ -98,6 +99,7 @@ __all__ += [
   "FeatureStream",
   "convert_svmlight",
   "write_feature_shards",
+  "convert_baidu_ultr",
   "StreamedClickLog",
   "click_log_files",
   "open_click_log",

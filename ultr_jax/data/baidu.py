@@ -127,11 +127,22 @@ def _open(path: pathlib.Path):
       try:  # Feather V2 is the Arrow IPC file format: its schema costs no read
         with pa.memory_map(str(path)) as source:
           schema = pa.ipc.open_file(source).schema
-      except pa.ArrowInvalid:  # Feather V1 (or not Arrow at all)
-        schema = read(None).schema
+      except pa.ArrowInvalid:  # an IPC stream (datasets' .arrow files), Feather V1, or not Arrow at all
+        try:
+          with pa.memory_map(str(path)) as source:
+            schema = pa.ipc.open_stream(source).schema
+          read = lambda cols: _read_ipc_stream(pa, path, cols)  # noqa: E731
+        except pa.ArrowInvalid:
+          schema = read(None).schema
   except (pa.ArrowException, OSError, EOFError, UnicodeDecodeError) as e:
     raise ValueError(f"{path}: not a readable {suffix[1:]} file ({e})") from e
   return schema, read
+
+
+def _read_ipc_stream(pa, path, columns):
+  """An Arrow IPC stream file as a table (memory-mapped: the map lives as long as the table's buffers)."""
+  table = pa.ipc.open_stream(pa.memory_map(str(path))).read_all()
+  return table if columns is None else table.select(list(columns))
 
 
 class _Where(NamedTuple):

@@ -7,8 +7,9 @@ batches of :func:`~ultr_jax.data.batches` (``features [B, L, F]``, ``labels [B, 
 groups, never the dataset. It reads:
 
 * **feature shards** written by :func:`convert_svmlight` (an SVMlight/LETOR file with its ``.query`` file,
-  converted block by block) or :func:`write_feature_shards` (a :class:`~ultr_jax.data.RankingDataset` in
-  memory);
+  converted block by block), :func:`~ultr_jax.data.convert_baidu_ultr` (Baidu-ULTR's files with one row per
+  document, converted record batch by record batch) or :func:`write_feature_shards` (a
+  :class:`~ultr_jax.data.RankingDataset` in memory);
 * **Baidu-ULTR** Parquet files in the page-per-row layout (:func:`~ultr_jax.data.load_baidu_ultr`'s second
   layout: ``query_id``, list columns ``position``, ``click``, ``label`` and the feature columns), directly.
 
