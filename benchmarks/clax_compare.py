@@ -163,6 +163,7 @@ def main():
   parser.add_argument("--stream_batch", type=int, default=100_000, help="sessions per batch of a streaming fit")
   parser.add_argument("--reuse_log", action="store_true", help="read --workdir's log.npz if there (same --sessions)")
   parser.add_argument("--validate", action="store_true", help="also time the statistics fit with l2 by validation")
+  parser.add_argument("--skip_stream", action="store_true", help="do not time fit_click_model_stream")
   parser.add_argument("--skip_clax", action="store_true")
   parser.add_argument("--skip_ultr_jax", action="store_true")
   parser.add_argument(
@@ -202,7 +203,7 @@ def main():
   for model in models:
     if not args.skip_ultr_jax:
       sides = [] if args.skip_in_memory else [("ultr_jax fit_click_model", sim.fit_click_model)]
-      sides += [(f"ultr_jax {n}", f) for n, f in extra]
+      sides += [(f"ultr_jax {n}", f) for n, f in extra if not (args.skip_stream and n in STREAM_FITS)]
       for side, fn in sides:
         best, fit = None, None
         for _ in range(args.repeats):
