@@ -331,7 +331,7 @@ class _Converter:
     if self.writer is None:
       self.writer = self._writer()
     longest = self.list_size if self.list_size is not None else int(slot.max()) + 1
-    self.writer.add(pa.Table.from_arrays(list(cols.values()), schema=self.writer.schema), longest)
+    self.writer.add(pa.Table.from_arrays(list(cols.values()), schema=self.writer.schema), list_size=longest)
 
   def _writer(self) -> _ShardWriter:
     pa = self.pa

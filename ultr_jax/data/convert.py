@@ -57,6 +57,9 @@ import numpy as np
 
 from ultr_jax.data.baidu import QUERY_KEYS, baidu_pages
 from ultr_jax.data import _io
+from ultr_jax.data._shards import META as _META
+from ultr_jax.data._shards import ShardWriter
+from ultr_jax.data._shards import pyarrow as _shards_pyarrow
 from ultr_jax.data.click_log import CLICK_LOG_FORMATS, READ_ERRORS, ClickLog, decode_id, session_file
 from ultr_jax.data.yandex import yandex_pages
 
@@ -74,20 +77,11 @@ PathLike = Union[str, os.PathLike]
 #: The columns every session shard has (see the module docstring).
 SESSION_COLUMNS = ("session", "query_id", "doc_ids", "doc_names", "positions", "clicks", "lines")
 _LIST_COLUMNS = ("doc_ids", "doc_names", "positions", "clicks", "lines")
-_META = "ultr_jax."
 _CSV_BLOCK = 1 << 20  # bytes of text per Arrow CSV batch: the delimited path's working set is a few times this
 
 
 def _pyarrow():
-  try:
-    import pyarrow  # noqa: PLC0415
-    import pyarrow.compute  # noqa: PLC0415,F401
-    import pyarrow.parquet  # noqa: PLC0415,F401
-  except ImportError as e:  # pragma: no cover - pyarrow is in the test extras
-    raise ImportError(
-      "session shards are Parquet files read with pyarrow: pip install 'ultr_jax[stream]' (or pip install pyarrow)"
-    ) from e
-  return pyarrow
+  return _shards_pyarrow("session shards")
 
 
 def _schema(extra_columns: Sequence[str]):
@@ -137,31 +131,18 @@ def _sessions_table(sessions: list, schema, num_extras: int):
   return pa.Table.from_arrays(columns, schema=schema)
 
 
-class _ShardWriter:
-  """Writes session tables to ``out_dir/part-NNNNN.parquet``: ``shard_size`` sessions per file, row groups of
-  ``row_group_size``.
-
-  A shard is written under a temporary name and renamed when complete, so an interrupted
-  conversion leaves no shard that a stream would read as whole.
-  """
+class _ShardWriter(ShardWriter):
+  """The session shards' :class:`~ultr_jax.data._shards.ShardWriter`: parsed sessions buffered into tables of
+  ``row_group_size``, the footers' ``num_items`` / ``num_positions`` the largest id and position so far, and a
+  shard never spanning two source files (:meth:`set_source`)."""
 
   def __init__(self, out_dir: pathlib.Path, shard_size: int, row_group_size: int, extra_columns, metadata: dict):
-    self.pa = _pyarrow()
-    self.out_dir, self.shard_size, self.row_group_size = out_dir, shard_size, row_group_size
     self.extra_columns = tuple(extra_columns)
-    self.schema = _schema(self.extra_columns)
-    self.metadata = metadata
-    self.paths: list = []  # completed shards
-    self._writer = None
-    self._tmp = None
-    self._in_shard = 0
+    super().__init__(out_dir, _schema(self.extra_columns), shard_size, row_group_size, metadata)
+    self.sizes = {"num_items": 0, "num_positions": 0}
     self._sessions: list = []  # parsed sessions not yet in a table
-    self._pending: list = []  # tables not yet written
-    self._pending_rows = 0
-    self.num_items = 0
-    self.num_positions = 0
 
-  def add(self, s: _Session):
+  def add_session(self, s: _Session):
     """Adds one parsed session."""
     self._sessions.append(s)
     if len(self._sessions) >= self.row_group_size:
@@ -175,74 +156,21 @@ class _ShardWriter:
   def add_table(self, table):
     """Adds a table of sessions (the shard schema)."""
     pc = self.pa.compute
-    if not table.num_rows:
-      return
-    for name, attr in (("doc_ids", "num_items"), ("positions", "num_positions")):
-      top = pc.max(pc.list_flatten(table.column(name))).as_py()
-      if top is not None:
-        setattr(self, attr, max(getattr(self, attr), int(top) + 1))
-    self._pending.append(table)
-    self._pending_rows += table.num_rows
-    while self._pending_rows >= self._room():
-      self._write(self._room())
-
-  def _room(self) -> int:
-    return min(self.row_group_size, self.shard_size - self._in_shard)
-
-  def _write(self, k: int):
-    """Writes the first ``k`` pending sessions as one row group."""
-    pa = self.pa
-    table = pa.concat_tables(self._pending)
-    head, rest = table.slice(0, k), table.slice(k)
-    if self._writer is None:
-      name = f"part-{len(self.paths):05d}.parquet"
-      self._tmp = self.out_dir / (name + ".tmp")
-      self._writer = pa.parquet.ParquetWriter(self._tmp, self.schema)
-    self._writer.write_table(head, row_group_size=k)
-    self._in_shard += k
-    self._pending = [rest] if rest.num_rows else []
-    self._pending_rows -= k
-    if self._in_shard >= self.shard_size:
-      self._close_shard()
+    tops = {}
+    if table.num_rows:
+      for name, size in (("doc_ids", "num_items"), ("positions", "num_positions")):
+        top = pc.max(pc.list_flatten(table.column(name))).as_py()
+        tops[size] = None if top is None else int(top) + 1
+    self.add(table, **tops)
 
   def set_source(self, source: str):
     """Ends the current shard (a shard never spans two source files); later shards name ``source``."""
     self._tabulate()
-    while self._pending_rows:
-      self._write(min(self._room(), self._pending_rows))
-    self._close_shard()
-    self.metadata = dict(self.metadata, source=source)
-
-  def _close_shard(self):
-    if self._writer is None:
-      return
-    # Each shard's footer carries the sizes seen so far (ids are dense in order of appearance, so the
-    # last shard's are the log's; a reader takes the maximum over the shards it is given).
-    meta = dict(self.metadata, num_items=self.num_items, num_positions=self.num_positions)
-    self._writer.add_key_value_metadata({_META + k: str(v) for k, v in meta.items()})
-    self._writer.close()
-    self._writer = None
-    final = self._tmp.with_suffix("")  # drops .tmp
-    os.replace(self._tmp, final)
-    self.paths.append(str(final))
-    self._tmp = None
-    self._in_shard = 0
+    self.end_shard(source=source)
 
   def finish(self) -> list:
-    """Writes the sessions still buffered and closes the last shard; returns the shard paths."""
     self._tabulate()
-    while self._pending_rows:
-      self._write(min(self._room(), self._pending_rows))
-    self._close_shard()
-    return list(self.paths)
-
-  def abort(self):
-    """Closes and removes every shard this writer wrote."""
-    if self._writer is not None:
-      self._writer.close()
-    for p in [*self.paths, self._tmp]:
-      if p is not None and os.path.exists(p):
-        os.remove(p)
+    return super().finish()
 
 
 # ----------------------------------------------------------------------------
@@ -862,7 +790,7 @@ def convert_click_log(
         for s in sessions:
           count = s.session + 1
           s.session += offset
-          writer.add(s)
+          writer.add_session(s)
         offset += count
       if format == "tsv":
         _check_contiguous(done, delimiter, hashes)

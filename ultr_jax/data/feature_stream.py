@@ -60,6 +60,9 @@ import numpy as np
 from ultr_jax.data import _io
 from ultr_jax.data import svmlight as _svm
 from ultr_jax.data.baidu import BERT_FEATURES, LTR_FEATURES
+from ultr_jax.data._shards import META as _META
+from ultr_jax.data._shards import ShardWriter as _ShardWriter
+from ultr_jax.data._shards import pyarrow as _shards_pyarrow
 from ultr_jax.data.convert import session_shard_paths
 from ultr_jax.data.dataset import RankingDataset, is_per_item
 from ultr_jax.data.stream import _RowGroupStream
@@ -67,21 +70,12 @@ from ultr_jax.data.stream import _RowGroupStream
 __all__ = ["FeatureStream", "convert_svmlight", "write_feature_shards"]
 
 PathLike = Union[str, os.PathLike]
-_META = "ultr_jax."
 _FEATURE_SETS = {"bert": BERT_FEATURES, "ltr": LTR_FEATURES}
 _F32_MAX = float(np.finfo(np.float32).max)
 
 
 def _pyarrow():
-  try:
-    import pyarrow  # noqa: PLC0415
-    import pyarrow.compute  # noqa: PLC0415,F401
-    import pyarrow.parquet  # noqa: PLC0415,F401
-  except ImportError as e:  # pragma: no cover - pyarrow is in the test extras
-    raise ImportError(
-      "feature shards are Parquet files read with pyarrow: pip install 'ultr_jax[stream]' (or pip install pyarrow)"
-    ) from e
-  return pyarrow
+  return _shards_pyarrow("feature shards")
 
 
 def _is_list(pa, t) -> bool:
@@ -94,80 +88,6 @@ def _is_number(pa, t) -> bool:
 
 # ----------------------------------------------------------------------------
 # Writing shards.
-
-
-class _ShardWriter:
-  """Writes tables of lists to ``out_dir/part-NNNNN.parquet``: ``shard_size`` lists per file, row groups of
-  ``row_group_size``. A shard is written under a temporary name and renamed when complete; :meth:`abort`
-  removes every file written. Each footer records ``metadata`` and the longest list so far (``list_size``;
-  a reader takes the maximum over the files)."""
-
-  def __init__(self, out_dir: PathLike, schema, shard_size: int, row_group_size: int, metadata: dict):
-    if int(shard_size) < 1 or int(row_group_size) < 1:
-      raise ValueError(f"shard_size and row_group_size must be >= 1, got {shard_size} and {row_group_size}")
-    self.pa = _pyarrow()
-    self.out_dir = pathlib.Path(out_dir)
-    self.out_dir.mkdir(parents=True, exist_ok=True)
-    if any(self.out_dir.glob("*.parquet")):
-      raise ValueError(f"{self.out_dir}: already holds .parquet files; write into an empty directory")
-    self.schema, self.shard_size, self.row_group_size = schema, int(shard_size), int(row_group_size)
-    self.metadata = dict(metadata)
-    self.paths: list = []
-    self.list_size = 0
-    self._writer, self._tmp, self._in_shard = None, None, 0
-    self._pending: list = []
-    self._pending_rows = 0
-
-  def add(self, table, longest: int) -> None:
-    """Adds a table of lists (the schema's columns); ``longest``: its longest list (its largest position)."""
-    if not table.num_rows:
-      return
-    self.list_size = max(self.list_size, int(longest))
-    self._pending.append(table)
-    self._pending_rows += table.num_rows
-    while self._pending_rows >= self._room():
-      self._write(self._room())
-
-  def _room(self) -> int:
-    return min(self.row_group_size, self.shard_size - self._in_shard)
-
-  def _write(self, k: int) -> None:
-    table = self.pa.concat_tables(self._pending)
-    head, rest = table.slice(0, k), table.slice(k)
-    if self._writer is None:
-      name = f"part-{len(self.paths):05d}.parquet"
-      self._tmp = self.out_dir / (name + ".tmp")
-      self._writer = self.pa.parquet.ParquetWriter(self._tmp, self.schema)
-    self._writer.write_table(head, row_group_size=k)
-    self._in_shard += k
-    self._pending = [rest] if rest.num_rows else []
-    self._pending_rows -= k
-    if self._in_shard >= self.shard_size:
-      self._close()
-
-  def _close(self) -> None:
-    if self._writer is None:
-      return
-    meta = dict(self.metadata, list_size=self.list_size)
-    self._writer.add_key_value_metadata({_META + k: str(v) for k, v in meta.items()})
-    self._writer.close()
-    final = self._tmp.with_suffix("")  # drops .tmp
-    os.replace(self._tmp, final)
-    self.paths.append(str(final))
-    self._writer, self._tmp, self._in_shard = None, None, 0
-
-  def finish(self) -> list:
-    while self._pending_rows:
-      self._write(min(self._room(), self._pending_rows))
-    self._close()
-    return list(self.paths)
-
-  def abort(self) -> None:
-    if self._writer is not None:
-      self._writer.close()
-    for p in [*self.paths, self._tmp]:
-      if p is not None and os.path.exists(p):
-        os.remove(p)
 
 
 def _binary_features(pa, values: np.ndarray):
@@ -254,7 +174,7 @@ def write_feature_shards(
       for name, per_item, _ in extras:
         v = np.asarray(ds.extras[name])[sl]
         cols.append(_lists(pa, offsets, pa.array(v[q, i])) if per_item else pa.array(v))
-      writer.add(pa.Table.from_arrays(cols, schema=schema), int(i.max()) + 1 if len(i) else 0)
+      writer.add(pa.Table.from_arrays(cols, schema=schema), list_size=int(i.max()) + 1 if len(i) else 0)
     return writer.finish()
   except BaseException:
     writer.abort()
@@ -499,7 +419,7 @@ def _add_queries(pa, writer, schema, rows: dict, starts: np.ndarray) -> None:
     ],
     schema=schema,
   )
-  writer.add(table, int(np.diff(offsets).max()))
+  writer.add(table, list_size=int(np.diff(offsets).max()))
 
 
 # ----------------------------------------------------------------------------
