@@ -13,7 +13,9 @@ One log of ``--sessions`` training sessions x 10 ranks (plus validation and test
   including compile, on the training split only. A streaming / sufficient-statistics fit, if the installed
   ``ultr_jax.simulation`` has one (:data:`STREAM_FITS`), is timed too, and with ``--validate`` the statistics fit
   whose prior precision :func:`ultr_jax.simulation.select_click_model_prior` picks on the validation split (the
-  split CLAX's early stopping reads): gathering, every fit of the grid and every validation pass timed.
+  split CLAX's early stopping reads): gathering, every fit of the grid and every validation pass timed; with
+  ``--minibatch_epochs`` :func:`ultr_jax.simulation.fit_click_model_minibatch` with CLAX's optimiser and batch
+  (Adam 0.01, 4096 sessions) for that many epochs.
 
 Both sides' held-out conditional perplexity comes from the same function here,
 :func:`ultr_jax.simulation.click_prediction_scores` (per-rank conditional perplexity averaged over ranks, as
@@ -107,7 +109,7 @@ def timed(fn):
   return time.perf_counter() - t0, out
 
 
-def stream_fits(batch_size, validate=False):
+def stream_fits(batch_size, validate=False, minibatch_epochs=0):
   """``(name, function)`` of the optional streaming fits present, each wrapped to take ``(model, doc_ids, clicks,
   num_docs=...)``."""
   found = []
@@ -125,6 +127,25 @@ def stream_fits(batch_size, validate=False):
       return fit
 
     found.append(("statistics, l2 by validation", validated))
+  if minibatch_epochs:
+    import optax  # noqa: PLC0415
+
+    def minibatch(model, ids, clicks, *, num_docs, l2, val=None):
+      del val
+      step = 4096  # CLAX's batch and learning rate: its way of fitting, ultr_jax's loop
+      chunks = [{"doc_ids": ids[i : i + step], "clicks": clicks[i : i + step]} for i in range(0, len(ids), step)]
+      return sim.fit_click_model_minibatch(
+        model,
+        chunks,
+        optimizer=optax.adam(0.01),
+        epochs=minibatch_epochs,
+        num_docs=num_docs,
+        list_size=ids.shape[1],
+        num_sessions=float(len(ids)),
+        l2=l2,
+      )
+
+    found.append((f"minibatch Adam, {minibatch_epochs} epoch(s)", minibatch))
   for name in STREAM_FITS:
     fn = getattr(sim, name, None)
     if fn is None:
@@ -164,6 +185,9 @@ def main():
   parser.add_argument("--reuse_log", action="store_true", help="read --workdir's log.npz if there (same --sessions)")
   parser.add_argument("--validate", action="store_true", help="also time the statistics fit with l2 by validation")
   parser.add_argument("--skip_stream", action="store_true", help="do not time fit_click_model_stream")
+  parser.add_argument(
+    "--minibatch_epochs", type=int, default=0, help="also time fit_click_model_minibatch (Adam 0.01, 4096 sessions)"
+  )
   parser.add_argument("--skip_clax", action="store_true")
   parser.add_argument("--skip_ultr_jax", action="store_true")
   parser.add_argument(
@@ -195,7 +219,7 @@ def main():
     f"{train_ids.shape[1]} ranks, {num_docs} documents, {train_clicks.sum(1).mean():.2f} clicks per session; "
     f"truth's test perplexity {perplexity(log['test_truth'], test_clicks):.4f}"
   )
-  extra = [] if args.skip_ultr_jax else stream_fits(args.stream_batch, args.validate)
+  extra = [] if args.skip_ultr_jax else stream_fits(args.stream_batch, args.validate, args.minibatch_epochs)
   val = {"doc_ids": log["val_query_doc_ids"], "clicks": log["val_clicks"]}
   print(f"optional streaming fits found: {[n for n, _ in extra] or 'none'}")
 
