@@ -5,10 +5,13 @@ A stream is any iterable of session-batch dicts ``{"doc_ids": int[B, L], "clicks
 :class:`~ultr_jax.data.SessionStream` yields them; other keys are ignored).
 
 * :func:`gather_click_statistics` reduces the stream in one pass to the model's sufficient statistics
-  (:meth:`~ultr_jax.simulation.ClickModel.sufficient_statistics`: weighted records merged across batches, memory
-  bounded by the number of distinct records), and :func:`fit_click_model_from_statistics` maximises the same
-  MAP objective as :func:`~ultr_jax.simulation.fit_click_model` on them, at a cost per L-BFGS step that does not
-  grow with the number of sessions; :func:`fit_click_model_stream` is the two.
+  (:meth:`~ultr_jax.simulation.ClickModel.statistics_accumulator`: counts per (document, rank[, last click]) in
+  one table for the item models, distinct sessions merged across batches for the others; memory bounded by the
+  number of distinct records), and :func:`fit_click_model_from_statistics` maximises the same MAP objective as
+  :func:`~ultr_jax.simulation.fit_click_model` on them (preconditioned L-BFGS, records padded to size buckets so
+  that one program serves logs of similar sizes), at a cost per step that does not grow with the number of
+  sessions; :func:`fit_click_model_stream` is the two, and :func:`select_click_model_prior` picks the prior's
+  strength on held-out sessions.
 * :func:`fit_click_model_minibatch` is the fallback where no reduction applies (attraction from features, as
   CLAX's deep models; or a stream too diverse to reduce): an optax optimiser over minibatches, CLAX's way.
 * :func:`evaluate_click_model_stream` accumulates the held-out scores of
