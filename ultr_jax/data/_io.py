@@ -6,12 +6,15 @@ decoder's own error. Gzip input is recognised by its magic bytes (``1f 8b``), no
 """
 
 import contextlib
+import glob as globlib
 import gzip
 import io
 import json
+import os
 import pathlib
 import re
 import zlib
+from typing import Callable, Optional
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -98,3 +101,40 @@ def binary_lines(path: pathlib.Path):
 def extent_limit(num_values: int) -> int:
   """The largest id or position the data of ``num_values`` values may set (see :data:`MAX_INFERRED_EXTENT`)."""
   return max(MAX_INFERRED_EXTENT, int(num_values))
+
+
+def expand_sources(
+  source,
+  *,
+  what: str,
+  directory: Callable[[pathlib.Path], list],
+  missing: Optional[str] = "no such file",
+  sort: bool = False,
+) -> list:
+  """The files of ``source``: a path, a glob pattern, a directory (``directory(path)`` picks and orders its
+  files) or a list of them; in the order given without duplicates, or sorted by path with ``sort``.
+
+  Raises:
+    FileNotFoundError: nothing given (``no <what> given``); a glob or directory that matches nothing
+      (``<source>: no <what> match``); a named file that does not exist (``<file>: <missing>``; None: left to
+      the reader).
+  """
+  sources = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+  if not sources:
+    raise FileNotFoundError(f"no {what} given")
+  out = []
+  for s in sources:
+    s = os.fspath(s)
+    if os.path.isdir(s):
+      found = [str(p) for p in directory(pathlib.Path(s))]
+    elif globlib.has_magic(s):
+      found = sorted(p for p in globlib.glob(s) if os.path.isfile(p))
+    else:
+      if missing is not None and not os.path.isfile(s):
+        raise FileNotFoundError(f"{s}: {missing}")
+      found = [s]
+    if not found:
+      raise FileNotFoundError(f"{s}: no {what} match")
+    out.extend(found)
+  out = list(dict.fromkeys(out))
+  return sorted(out) if sort else out

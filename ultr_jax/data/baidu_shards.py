@@ -14,7 +14,6 @@ Files with one row per page (the second layout) need no conversion: ``FeatureStr
 
 from __future__ import annotations
 
-import glob as globlib
 import json
 import os
 import pathlib
@@ -34,22 +33,13 @@ _SHARD_COLUMNS = ("query_id", "features", "label", "position", "doc_id", "click"
 
 def _source_paths(source) -> list:
   """The files of ``source`` in order: a file, a glob or a directory (sorted), or a list of them (in its order)."""
-  sources = [source] if isinstance(source, (str, os.PathLike)) else list(source)
-  if not sources:
-    raise ValueError("source: give at least one file")
-  out = []
-  for s in sources:
-    s = os.fspath(s)
-    if os.path.isdir(s):
-      found = sorted(str(p) for p in pathlib.Path(s).iterdir() if p.suffix.lower() in _baidu._SUFFIXES)
-    elif globlib.has_magic(s):
-      found = sorted(globlib.glob(s))
-    else:
-      found = [s]
-    if not found:
-      raise FileNotFoundError(f"{s}: no Baidu-ULTR files ({', '.join(_baidu._SUFFIXES)}) match")
-    out.extend(found)
-  return [pathlib.Path(p) for p in dict.fromkeys(out)]
+  files = _io.expand_sources(
+    source,
+    what=f"Baidu-ULTR files ({', '.join(_baidu._SUFFIXES)})",
+    directory=lambda d: sorted(p for p in d.iterdir() if p.suffix.lower() in _baidu._SUFFIXES),
+    missing=None,  # opening it names it
+  )
+  return [pathlib.Path(p) for p in files]
 
 
 class _File:

@@ -48,7 +48,6 @@ be contiguous and show one query (the session layout of
 from __future__ import annotations
 
 import contextlib
-import glob as globlib
 import os
 import pathlib
 from typing import Iterator, Optional, Sequence, Union
@@ -821,24 +820,13 @@ def session_shard_paths(source: Union[PathLike, Sequence[PathLike]]) -> list:
   ...
   FileNotFoundError: /nonexistent/*.parquet: no session shards match
   """
-  sources = [source] if isinstance(source, (str, os.PathLike)) else list(source)
-  if not sources:
-    raise FileNotFoundError("no session shards given")
-  out = []
-  for s in sources:
-    s = os.fspath(s)
-    if os.path.isdir(s):
-      found = sorted(str(p) for p in pathlib.Path(s).glob("*.parquet"))
-    elif globlib.has_magic(s):
-      found = sorted(globlib.glob(s))
-    else:
-      if not os.path.exists(s):
-        raise FileNotFoundError(f"{s}: no such session shard")
-      found = [s]
-    if not found:
-      raise FileNotFoundError(f"{s}: no session shards match")
-    out.extend(found)
-  return sorted(dict.fromkeys(out))
+  return _io.expand_sources(
+    source,
+    what="session shards",
+    directory=lambda d: sorted(d.glob("*.parquet")),
+    missing="no such session shard",
+    sort=True,
+  )
 
 
 def _shard_metadata(path: str) -> tuple:

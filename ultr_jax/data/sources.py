@@ -31,7 +31,6 @@ once with :func:`~ultr_jax.data.convert_click_log` and give every process the sh
 
 from __future__ import annotations
 
-import glob as globlib
 import os
 import pathlib
 import shutil
@@ -39,6 +38,7 @@ import tempfile
 import weakref
 from typing import Optional, Sequence, Union
 
+from ultr_jax.data import _io
 from ultr_jax.data.click_log import CLICK_LOG_FORMATS
 from ultr_jax.data.convert import _shard_metadata, convert_click_log
 from ultr_jax.data.stream import SessionStream
@@ -63,26 +63,12 @@ def click_log_files(source: Union[PathLike, Sequence[PathLike]]) -> list:
   ...
   FileNotFoundError: /nonexistent/part-*.gz: no files match
   """
-  sources = [source] if isinstance(source, (str, os.PathLike)) else list(source)
-  if not sources:
-    raise FileNotFoundError("no click log given")
-  out = []
-  for s in sources:
-    s = os.fspath(s)
-    if os.path.isdir(s):
-      files = sorted(p for p in pathlib.Path(s).iterdir() if p.is_file() and not p.name.startswith("."))
-      shards = [p for p in files if p.suffix == ".parquet"]
-      found = [str(p) for p in (shards or files)]
-    elif globlib.has_magic(s):
-      found = sorted(p for p in globlib.glob(s) if os.path.isfile(p))
-    else:
-      if not os.path.isfile(s):
-        raise FileNotFoundError(f"{s}: no such file")
-      found = [s]
-    if not found:
-      raise FileNotFoundError(f"{s}: no files match")
-    out.extend(found)
-  return list(dict.fromkeys(out))
+
+  def directory(d: pathlib.Path) -> list:  # its session shards, else every visible file
+    files = sorted(p for p in d.iterdir() if p.is_file() and not p.name.startswith("."))
+    return [p for p in files if p.suffix == ".parquet"] or files
+
+  return _io.expand_sources(source, what="files", directory=directory)
 
 
 class StreamedClickLog:
