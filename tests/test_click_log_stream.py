@@ -465,3 +465,32 @@ def test_open_click_log_warns_about_yandex_ads_once(tmp_path):
     with data.open_click_log(p, format="yandex") as log:
       assert log.num_sessions == 1
   assert [str(w.message).count("click(s) on URLs their page does not show") for w in caught] == [1]
+
+
+def test_a_model_whose_statistics_do_not_reduce_is_fitted_by_adam_over_the_stream(tmp_path, sessions):
+  """With a records budget below the DBN's distinct sessions, the study fits the DBN by
+  fit_click_model_minibatch over the same training split (equal to calling it directly) and says so; the
+  PBM's counting table holds no records, so it stays on its statistics."""
+  import optax
+
+  src = write_log("tsv", tmp_path / "log.tsv", *sessions)
+  config = _study_config(click_log=str(src), fit_models=("pbm", "dbn"), ctr_models=(), statistics_max_records=50)
+  got = study.score_click_log(config)
+  assert got["pbm"]["fit"] == "statistics" and got["dbn"]["fit"] == "minibatch"
+  with data.open_click_log(src) as log:
+    split = dict(fraction=config.test_fraction, seed=config.seed)
+    train = lambda: study.log_split(log.stream(batch_size=config.click_log_batch_size), held_out=False, **split)
+    test = lambda: study.log_split(log.stream(batch_size=config.click_log_batch_size), held_out=True, **split)
+    with pytest.raises(sim.StatisticsTooLarge, match=r"dbn's statistics hold .* records after .* sessions"):
+      sim.gather_click_statistics("dbn", train(), max_records=50)
+    fit = sim.fit_click_model_minibatch(
+      "dbn",
+      train,
+      optimizer=optax.adam(config.minibatch_learning_rate),
+      epochs=config.minibatch_epochs,
+      num_docs=log.num_docs,
+      l2=config.l2,
+    )
+    want = sim.evaluate_click_model_stream("dbn", fit.params, test())
+  for k in ("perplexity", "log_likelihood"):
+    assert got["dbn"][k] == pytest.approx(want[k], abs=1e-6), k

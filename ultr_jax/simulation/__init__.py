@@ -62,7 +62,9 @@ from ultr_jax.simulation.fitting import (
   simulate_session_log,
 )
 from ultr_jax.simulation.streaming import (
+  MAX_RECORDS,
   ClickStatistics,
+  StatisticsTooLarge,
   evaluate_click_model_stream,
   fit_click_model_from_statistics,
   fit_click_model_minibatch,
@@ -153,6 +155,8 @@ __all__ = [
   "init_click_model",
   "simulate_session_log",
   "ClickStatistics",
+  "StatisticsTooLarge",
+  "MAX_RECORDS",
   "evaluate_click_model_stream",
   "fit_click_model_from_statistics",
   "fit_click_model_minibatch",

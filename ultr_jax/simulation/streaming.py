@@ -29,11 +29,13 @@ import optax
 from ultr_jax._optim import lbfgs_minimize, table_curvature
 from ultr_jax.metrics import clicks as click_metrics
 from ultr_jax.simulation.click_models import ClickModel, get_click_model  # noqa: F401 (the doctests')
-from ultr_jax.simulation.click_models.statistics import ClickStatistics, merge_click_statistics
+from ultr_jax.simulation.click_models.statistics import ClickStatistics, StatisticsTooLarge, merge_click_statistics
 from ultr_jax.simulation.fitting import ClickModelFit, _model, _validate, click_model_predict
 
 __all__ = [
   "ClickStatistics",
+  "StatisticsTooLarge",
+  "MAX_RECORDS",
   "merge_click_statistics",
   "gather_click_statistics",
   "fit_click_model_from_statistics",
@@ -59,7 +61,14 @@ def _batch(batch: dict, model: Optional[ClickModel] = None, num_docs: Optional[i
   return _validate(batch["doc_ids"], clicks, where, num_docs, model)
 
 
-def gather_click_statistics(model: "str | ClickModel", batches: Batches) -> ClickStatistics:
+#: :func:`gather_click_statistics`' default budget of records held at once (about 1.7 GB of session patterns of
+#: 10 ranks; an item table is far smaller).
+MAX_RECORDS = 1 << 24
+
+
+def gather_click_statistics(
+  model: "str | ClickModel", batches: Batches, *, max_records: Optional[int] = MAX_RECORDS
+) -> ClickStatistics:
   r"""One pass over a stream: the model's sufficient statistics of all its sessions.
 
   The batches go into the model's :meth:`~ultr_jax.simulation.ClickModel.statistics_accumulator`: the item
@@ -70,9 +79,16 @@ def gather_click_statistics(model: "str | ClickModel", batches: Batches) -> Clic
   Args:
     model: a fittable click model (name or instance).
     batches: iterable of session-batch dicts (see the module docstring).
+    max_records: the most records held at once (None: no limit). A log that does not reduce (a cascade-family
+      model's distinct sessions on a log whose lists rarely repeat) would otherwise hold about as many records
+      as it has sessions.
 
   Returns:
     :class:`ClickStatistics`.
+
+  Raises:
+    StatisticsTooLarge: (a ``ValueError``) past ``max_records``, saying after how many sessions; fit such a log
+      with :func:`fit_click_model_minibatch`.
 
   >>> b = {"doc_ids": np.array([[0, 1], [0, 1]]), "clicks": np.array([[1.0, 0.0], [1.0, 0.0]])}
   >>> s = gather_click_statistics("pbm", [b, b])
@@ -80,12 +96,18 @@ def gather_click_statistics(model: "str | ClickModel", batches: Batches) -> Clic
   ('items', [[0, 0], [1, 1]], [[4.0, 4.0], [4.0, 0.0]], 4.0)
   """
   m = _model(model)
-  accumulator, empty = m.statistics_accumulator(), True
+  accumulator, sessions = m.statistics_accumulator(), None
   for batch in batches:
     doc_ids, clicks, where, _ = _batch(batch, m)
     accumulator.add(doc_ids, clicks, where)
-    empty = False
-  if empty:
+    sessions = (sessions or 0) + int(np.count_nonzero(np.any(where, axis=-1)))
+    if max_records is not None and accumulator.num_records > max_records:
+      raise StatisticsTooLarge(
+        f"gather_click_statistics: {m.name}'s statistics hold {accumulator.num_records:,} records after "
+        f"{sessions:,} sessions (max_records={max_records:,}): the sessions barely repeat, so this log does not "
+        "reduce; fit it with fit_click_model_minibatch (an optax optimiser over the stream, memory flat)"
+      )
+  if sessions is None:
     raise ValueError("gather_click_statistics: the stream is empty")
   return accumulator.result()
 
@@ -189,16 +211,20 @@ def fit_click_model_from_statistics(
   )
 
 
-def fit_click_model_stream(model: "str | ClickModel", batches: Batches, **kwargs) -> ClickModelFit:
-  """One pass to gather the sufficient statistics (:func:`gather_click_statistics`), then the weighted fit
-  (:func:`fit_click_model_from_statistics`, ``kwargs`` passed on).
+def fit_click_model_stream(
+  model: "str | ClickModel", batches: Batches, *, max_records: Optional[int] = MAX_RECORDS, **kwargs
+) -> ClickModelFit:
+  """One pass to gather the sufficient statistics (:func:`gather_click_statistics`, ``max_records``), then the
+  weighted fit (:func:`fit_click_model_from_statistics`, ``kwargs`` passed on).
 
   >>> b = {"doc_ids": np.array([[0, 1], [1, 0]]), "clicks": np.array([[1.0, 0.0], [0.0, 1.0]])}
   >>> fit = fit_click_model_stream("pbm", [b] * 50, l2=1.0)
   >>> print(fit.converged, fit.params["attraction"][0] > 0.9 > 0.1 > fit.params["attraction"][1])
   True True
   """
-  return fit_click_model_from_statistics(model, gather_click_statistics(model, batches), **kwargs)
+  return fit_click_model_from_statistics(
+    model, gather_click_statistics(model, batches, max_records=max_records), **kwargs
+  )
 
 
 #: Prior precisions :func:`select_click_model_prior` tries by default (about a factor 2 apart).

@@ -24,6 +24,7 @@ import numpy as np
 
 __all__ = [
   "ClickStatistics",
+  "StatisticsTooLarge",
   "ItemCounter",
   "RecordMerger",
   "merge_click_statistics",
@@ -132,6 +133,12 @@ def merge_click_statistics(stats: Sequence[ClickStatistics]) -> ClickStatistics:
   )
 
 
+class StatisticsTooLarge(ValueError):
+  """A log whose sufficient statistics outgrow the records budget: its sessions barely repeat (the session
+  patterns of a cascade-family model on a noisy ranker's log), so the reduction saves nothing; fit such a log
+  with :func:`~ultr_jax.simulation.fit_click_model_minibatch`."""
+
+
 class RecordMerger:
   r"""Accumulates per-batch :class:`ClickStatistics` (``reduce(doc_ids, clicks, where)``, e.g. a model's
   :meth:`~ultr_jax.simulation.ClickModel.sufficient_statistics`), merging the pending ones
@@ -147,6 +154,11 @@ class RecordMerger:
 
   def __init__(self, reduce):
     self.reduce, self.merged, self.pending, self.pending_rows = reduce, None, [], 0
+
+  @property
+  def num_records(self) -> int:
+    """Records held now (merged and pending; at least the distinct ones)."""
+    return (self.merged.num_records if self.merged is not None else 0) + self.pending_rows
 
   def add(self, doc_ids, clicks, where=None) -> None:
     """Reduces one batch and merges when due."""
@@ -268,6 +280,12 @@ class ItemCounter:
     self.table: Optional[np.ndarray] = None  # int64[D * T * 2]: (no-click, click) counts per cell
     self.sparse: list = []  # (codes int64[R], counts int64[R]) sorted, while the keys are too many for a table
     self._pending, self._buffer, self._buffered = 0, [], 0
+
+  @property
+  def num_records(self) -> int:
+    """Records held as sparse ``(code, count)`` pairs now (0 while the counts are one dense table, whose size
+    :data:`MAX_DENSE_ITEM_CELLS` bounds)."""
+    return sum(c.shape[0] for c, _ in self.sparse)
 
   def _rank_keys(self, clicks: np.ndarray, where: np.ndarray) -> np.ndarray:
     """``t``: the rank, or rank * (L + 1) + last-click state, ``int[B, L]`` (or ``[L]``)."""
