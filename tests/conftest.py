@@ -147,3 +147,33 @@ def check_compiles_once(fn: Callable[..., Any], make_args: Callable[[int], tuple
 def assert_compiles_once() -> Callable[..., Any]:
   """:func:`check_compiles_once`, as a fixture."""
   return check_compiles_once
+
+
+def assert_batches_equal(got: list, want: list) -> None:
+  """Two sequences of batch dicts hold the same keys, arrays and dtypes (naming the batch and key that differ)."""
+  assert len(got) == len(want)
+  for i, (g, w) in enumerate(zip(got, want)):
+    assert set(g) == set(w), (i, sorted(g), sorted(w))
+    for k in w:
+      np.testing.assert_array_equal(g[k], w[k], err_msg=f"batch {i}, {k}")
+      assert g[k].dtype == w[k].dtype, (k, g[k].dtype, w[k].dtype)
+
+
+def fit_leaves(result) -> list:
+  """A ``fit`` result's final parameters but the score's output bias: the listwise loss is shift-invariant, so its
+  gradient is zero in exact arithmetic and Adam turns float rounding (1e-9) into learning-rate-sized steps on it."""
+  return [
+    np.asarray(x)
+    for p, x in jax.tree_util.tree_leaves_with_path(result.final_params)
+    if not jax.tree_util.keystr(p).endswith("['out']['bias']")
+  ]
+
+
+def assert_same_fit(a, b, tol: float = 1e-6) -> None:
+  """Two ``fit`` results agree: parameters (:func:`fit_leaves`), evaluation steps, losses and validation nDCG."""
+  for x, y in zip(fit_leaves(a), fit_leaves(b)):
+    np.testing.assert_allclose(x, y, rtol=tol, atol=tol)
+  assert [h["step"] for h in a.history] == [h["step"] for h in b.history]
+  for ha, hb in zip(a.history, b.history):
+    np.testing.assert_allclose(ha["train/loss"], hb["train/loss"], rtol=tol, atol=tol)
+    np.testing.assert_allclose(ha["valid/ndcg@10"], hb["valid/ndcg@10"], rtol=tol, atol=tol)

@@ -11,6 +11,7 @@ import pyarrow.ipc  # noqa: E402,F401
 import pyarrow.parquet as pq  # noqa: E402
 
 from ultr_jax import data  # noqa: E402
+from conftest import assert_batches_equal
 
 EMB = 5
 FEATURES = ("query_document_embedding", "bm25", "tf")
@@ -58,15 +59,6 @@ def write(path, table, chunk=None):
 
 def stream(source, batch_size, **kw):
   return data.FeatureStream(source, batch_size=batch_size, process_index=0, process_count=1, **kw)
-
-
-def assert_batches_equal(got, want):
-  assert len(got) == len(want)
-  for i, (g, w) in enumerate(zip(got, want)):
-    assert set(g) == set(w), (i, sorted(g), sorted(w))
-    for k in w:
-      np.testing.assert_array_equal(g[k], w[k], err_msg=f"batch {i}, {k}")
-      assert g[k].dtype == w[k].dtype, (k, g[k].dtype, w[k].dtype)
 
 
 def assert_converts_to_load_baidu_ultr(tmp_path, paths, batch_size=8, **kw):

@@ -3,7 +3,6 @@
 import gzip
 import json
 
-import jax
 import numpy as np
 import pytest
 
@@ -12,6 +11,9 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from ultr_jax import data, simulation  # noqa: E402
 from ultr_jax.train import default_train_config, fit, get_method  # noqa: E402
+from conftest import assert_batches_equal
+from conftest import assert_same_fit as _assert_same
+from conftest import fit_leaves as _leaves
 
 EMB = 3
 
@@ -20,15 +22,6 @@ def stream(source, **kw):
   kw.setdefault("process_index", 0)
   kw.setdefault("process_count", 1)
   return data.FeatureStream(source, **kw)
-
-
-def assert_batches_equal(got, want):
-  assert len(got) == len(want)
-  for i, (g, w) in enumerate(zip(got, want)):
-    assert set(g) == set(w), (i, sorted(g), sorted(w))
-    for k in w:
-      np.testing.assert_array_equal(g[k], w[k], err_msg=f"batch {i}, {k}")
-      assert g[k].dtype == w[k].dtype, (k, g[k].dtype, w[k].dtype)
 
 
 def _qids(batches):
@@ -419,23 +412,6 @@ def _config(**kw):
 
 def _method():
   return get_method("dla", {"ranker": "mlp", "hidden_sizes": [8]}, num_features=5, list_size=6)
-
-
-def _leaves(r):  # the listwise loss is shift-invariant: leave out the output bias (see test_fit_stream)
-  return [
-    np.asarray(x)
-    for p, x in jax.tree_util.tree_leaves_with_path(r.final_params)
-    if not jax.tree_util.keystr(p).endswith("['out']['bias']")
-  ]
-
-
-def _assert_same(a, b, tol=1e-6):
-  for x, y in zip(_leaves(a), _leaves(b)):
-    np.testing.assert_allclose(x, y, rtol=tol, atol=tol)
-  assert [h["step"] for h in a.history] == [h["step"] for h in b.history]
-  for ha, hb in zip(a.history, b.history):
-    np.testing.assert_allclose(ha["train/loss"], hb["train/loss"], rtol=tol, atol=tol)
-    np.testing.assert_allclose(ha["valid/ndcg@10"], hb["valid/ndcg@10"], rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("clicks", ["logged", "simulated"])

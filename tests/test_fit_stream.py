@@ -7,6 +7,8 @@ import pytest
 from ultr_jax import data
 from ultr_jax.train import default_train_config, fit, get_method
 from ultr_jax.train.loop import _batch_indices
+from conftest import assert_same_fit as _assert_same
+from conftest import fit_leaves as _leaves
 
 B = 8
 
@@ -58,25 +60,6 @@ def _generator(train):
   while True:
     yield train.as_batch(_batch_indices(train.num_queries, B, step, [0], 0)[0])
     step += 1
-
-
-def _leaves(r):
-  """The final parameters but the score's output bias: the listwise loss is shift-invariant, so its gradient
-  is zero in exact arithmetic and Adam turns float rounding (1e-9) into learning-rate-sized steps on it."""
-  return [
-    np.asarray(x)
-    for p, x in jax.tree_util.tree_leaves_with_path(r.final_params)
-    if not jax.tree_util.keystr(p).endswith("['out']['bias']")
-  ]
-
-
-def _assert_same(a, b, tol=1e-6):
-  for x, y in zip(_leaves(a), _leaves(b)):
-    np.testing.assert_allclose(x, y, rtol=tol, atol=tol)
-  assert [h["step"] for h in a.history] == [h["step"] for h in b.history]
-  for ha, hb in zip(a.history, b.history):
-    np.testing.assert_allclose(ha["train/loss"], hb["train/loss"], rtol=tol, atol=tol)
-    np.testing.assert_allclose(ha["valid/ndcg@10"], hb["valid/ndcg@10"], rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("steps_per_call", [100, 2])

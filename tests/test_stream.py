@@ -13,6 +13,7 @@ import pytest
 
 from ultr_jax import data
 from ultr_jax.data import convert
+from conftest import assert_batches_equal
 
 # ----------------------------------------------------------------------------
 # Small logs in the three text layouts.
@@ -124,15 +125,6 @@ def assert_logs_equal(got, want):
       assert a.dtype.kind == b.dtype.kind, (field, a.dtype, b.dtype)
     else:
       assert a == b, (field, a, b)
-
-
-def assert_batches_equal(got, want):
-  assert len(got) == len(want)
-  for g, w in zip(got, want):
-    assert set(g) == set(w)
-    for k in w:
-      np.testing.assert_array_equal(g[k], w[k], err_msg=k)
-      assert g[k].dtype == w[k].dtype, k
 
 
 def stream(source, **kw):
