@@ -230,7 +230,7 @@ def score_ctr_baseline(model: str, train: dict, test: dict, *, num_docs: int, co
     train["clicks"],
     where=train["where"],
     num_docs=num_docs,
-    prior=float(config.get("ctr_prior", 1.0)),
+    prior=float(config.ctr_prior),
   )
   p = sim.ctr_model_predict(model, params, test["doc_ids"])
   out = sim.click_prediction_scores(p, p, test["clicks"], where=test["where"])
@@ -387,7 +387,7 @@ def score_ctr_baseline_stream(model: str, statistics, test, *, num_docs: int, co
   """
   start = time.perf_counter()
   params = sim.fit_ctr_model_from_statistics(
-    model, statistics, num_docs=num_docs, prior=float(config.get("ctr_prior", 1.0))
+    model, statistics, num_docs=num_docs, prior=float(config.ctr_prior)
   )
   seconds = time.perf_counter() - start
   out = _prediction_scores_stream(lambda ids: sim.ctr_model_predict(model, params, ids), test())
@@ -411,7 +411,7 @@ def score_log_batches(batches, *, num_docs: int, config, columns=None) -> dict:
     ``{model: scores}`` (:func:`fit_and_score_stream`'s or :func:`score_ctr_baseline_stream`'s; None for a
     model that cannot explain the log).
   """
-  ctr_models = tuple(config.get("ctr_models", ()) or ())
+  ctr_models = tuple(config.ctr_models or ())
   columns = tuple(config.fit_models) + ctr_models if columns is None else tuple(columns)
   split = dict(fraction=float(config.test_fraction), seed=int(config.seed))
   train = lambda: log_split(batches(), held_out=False, **split)  # noqa: E731
@@ -448,7 +448,7 @@ def score_click_log(config, columns=None) -> dict:
   """
   shard_dir = config.get("click_log_shard_dir", "") or None
   with data_lib.open_click_log(
-    config.click_log, format=config.get("click_log_format", "tsv"), shard_dir=shard_dir
+    config.click_log, format=config.click_log_format, shard_dir=shard_dir
   ) as log:
     list_size = int(config.get("list_size_of_log", 0)) or None
     batch_size = int(config.get("click_log_batch_size", 4096))
@@ -524,7 +524,7 @@ def run_click_model_study(config: ml_collections.ConfigDict, workdir: Optional[s
   for m in fit_models:
     if m not in sim.FITTABLE_CLICK_MODELS:
       raise ValueError(f"config.fit_models: unknown click model {m!r} (expected {sim.FITTABLE_CLICK_MODELS})")
-  ctr_models = tuple(config.get("ctr_models", ()) or ())
+  ctr_models = tuple(config.ctr_models or ())
   for m in ctr_models:
     if m not in sim.CTR_MODELS:
       raise ValueError(f"config.ctr_models: unknown CTR model {m!r} (expected {sim.CTR_MODELS})")

@@ -269,7 +269,7 @@ _TABLES = {
 def _click_method(name, config, num_features, list_size, weighting, propensity_key="examination"):
   towers = _Towers(config, num_features, list_size, with_bias=False)
   loss_type = config.loss_type
-  max_weight = None if weighting == "naive" else _max_weight(config)
+  max_weight = _max_weight(config) if "propensity_clip" in config else None  # naive declares no clip
   fn = click_loss(weighting, loss_type, max_weight=max_weight, name=name, propensity_key=propensity_key)
   # Fixed tables stand in for the click model's oracle entries; the policy-aware propensities have none.
   fields = _TABLES.get(weighting, {}) if propensity_key == "examination" else {}
