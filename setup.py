@@ -59,6 +59,8 @@ setup(
       "sphinx>=7.2",
       "furo>=2024.1",
       "myst-nb>=1.1",
+      # Math rendered at build time by KaTeX (bundled in the package, run by node), so pages need no CDN.
+      "sphinxcontrib-katex>=0.9.9",
     ],
   },
   license="Apache-2.0",

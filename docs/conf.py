@@ -92,7 +92,7 @@ extensions = [
   "sphinx.ext.autosummary",
   "sphinx.ext.napoleon",
   "sphinx.ext.viewcode",
-  "sphinx.ext.mathjax",
+  "sphinxcontrib.katex",
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
@@ -144,10 +144,18 @@ def setup(app):
   app.connect("autodoc-process-docstring", _drop_type_docstrings)
 
 
-# MathJax comes from Sphinx's default CDN; for reading the site offline, point ULTR_JAX_DOCS_MATHJAX at a local
-# copy (e.g. Debian's libjs-mathjax: file:///usr/share/javascript/mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML).
-if os.environ.get("ULTR_JAX_DOCS_MATHJAX"):
-  mathjax_path = os.environ["ULTR_JAX_DOCS_MATHJAX"]
+# Math is rendered by KaTeX, which sphinxcontrib-katex bundles: at build time where node is on the PATH (the
+# built pages then hold the rendered math and load no script for it), else in the reader's browser from the copy
+# of KaTeX the build puts in _static. Either way KaTeX writes MathML, which browsers draw with their own fonts, so
+# the site needs no stylesheet or font from a CDN and reads offline.
+katex_prerender = shutil.which("node") is not None
+katex_options = "output: 'mathml'"
+katex_css_path = "katex-offline.css"  # our own, in _static: the CDN's stylesheet is for KaTeX's HTML output only
+if katex_prerender:
+  import sphinxcontrib.katex as _katex  # pylint: disable=g-import-not-at-top
+
+  # Prerendering passes only the extension's module-level defaults to KaTeX, not katex_options.
+  _katex.KATEX_DEFAULT_OPTIONS = {**_katex.KATEX_DEFAULT_OPTIONS, "output": "mathml"}
 
 html_theme = "furo"
 html_title = f"ultr_jax {release}"

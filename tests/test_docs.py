@@ -119,3 +119,31 @@ def test_internal_links_and_images_exist(html_dir, tmp_path):
   # The check can fail: a page linking a missing file and a missing anchor reports both.
   (tmp_path / "index.html").write_text('<a href="gone.html">x</a><img src="_static/x.png"><a href="#nowhere">y</a>')
   assert len(broken_links(str(tmp_path))) == 3
+
+
+def offline_math_problems(page_html: str) -> list:
+  """What keeps a page's math from reading offline: TeX left for a script to render, or a script from elsewhere.
+
+  The math is rendered when the site is built (``docs/conf.py``: KaTeX writes MathML), so a page holds ``<math>``
+  elements; TeX survives only inside their ``<annotation>``. Outside it, a ``\\(`` or ``\\[`` delimiter is math
+  that a browser script would have to find, and a ``<script src="http...">`` is a download.
+  """
+  visible = re.sub(r"<annotation\b.*?</annotation>", "", page_html, flags=re.S)
+  problems = [f"unrendered {d}" for d in ("\\(", "\\[", "$$") if d in visible]
+  problems += [f"remote script {src}" for src in re.findall(r'<script[^>]*\bsrc="(https?://[^"]+)"', page_html)]
+  if "<math" not in page_html:
+    problems.append("no rendered math")
+  return problems
+
+
+def test_math_is_rendered_when_the_site_is_built(html_dir):
+  page = os.path.join(html_dir, "api", "generated", "ultr_jax.losses.ips_softmax_loss.html")
+  with open(page, encoding="utf-8") as f:
+    assert offline_math_problems(f.read()) == []
+  # The check can fail: TeX for a browser script, and MathJax from a CDN, are both reported.
+  left_for_a_script = '<span class="math">\\(x^2\\)</span><script src="https://cdn.example/mathjax.js"></script>'
+  assert offline_math_problems(left_for_a_script) == [
+    "unrendered \\(",
+    "remote script https://cdn.example/mathjax.js",
+    "no rendered math",
+  ]
