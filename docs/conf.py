@@ -2,14 +2,16 @@
 
 Build: ``pip install -e ".[docs]" && sphinx-build -W --keep-going -b html docs docs/_build/html``.
 
-At configuration time this file writes ``docs/api/<package>.rst`` with one ``autosummary`` list per public
-package, generated from the package's ``__all__`` (so a name added later is documented without editing the
-docs), and copies the Colab notebooks from ``colab/`` into ``docs/notebooks/`` (rendered with their stored
+At configuration time this file writes ``docs/api/<package>.rst`` with one ``autosummary`` list per theme (the
+module that defines a name) of each public package's ``__all__`` (so a name added later is documented without
+editing the docs), and copies the Colab notebooks from ``colab/`` into ``docs/notebooks/`` (rendered with their stored
 outputs, never executed). Both are build outputs and ignored by git.
 """
 
 import importlib
 import os
+import pkgutil
+import re
 import shutil
 import sys
 
@@ -34,35 +36,66 @@ def _write_if_changed(path, text):
     f.write(text)
 
 
+def _defining_module(package, name, obj):
+  """The ``ultr_jax.<package>.<module>`` that defines ``obj`` (a constant: the submodule holding that object)."""
+  module = getattr(obj, "__module__", None) if callable(obj) else None
+  if module is None:
+    for info in pkgutil.iter_modules(package.__path__):
+      sub = importlib.import_module(f"{package.__name__}.{info.name}")
+      if getattr(sub, name, None) is obj:
+        module = sub.__name__
+        break
+  if module is None or not module.startswith(package.__name__ + ".") or module.split(".")[2].startswith("_"):
+    return package.__name__
+  return ".".join(module.split(".")[:3])
+
+
+def _theme(module_name):
+  """A section title from the module docstring's first line: up to its first colon, without roles or asides."""
+  doc = (importlib.import_module(module_name).__doc__ or "").strip()
+  if not doc:
+    return module_name
+  title = re.sub(r":math:`[^`]*`", "", doc.splitlines()[0])
+  title = re.sub(r":\w+:`~?([^`]*)`", lambda m: m.group(1).split(".")[-1], title)  # :class:`X` -> X
+  title = re.sub(r"\s*\([^)]*\)", "", title.replace("``", "").replace("\\ ", ""))  # asides in parentheses
+  return " ".join(title.split(": ")[0].rstrip(".").split())
+
+
+def _api_sections(package):
+  """``[(title, names)]``: the package's ``__all__`` grouped by the module that defines each name.
+
+  A module is a theme (its docstring's first line is the section's title), as rax's and optax's references
+  group by theme; the sections come in the order of ``__all__``, the names inside one sorted.
+  """
+  groups = {}
+  for name in package.__all__:
+    groups.setdefault(_defining_module(package, name, getattr(package, name)), []).append(name)
+  return [
+    (_theme(module) if module != package.__name__ else "Shared definitions", sorted(names, key=str.lower))
+    for module, names in groups.items()
+  ]
+
+
 def _write_api_pages():
-  """One page per package: its docstring, then an autosummary table of its ``__all__`` (sorted)."""
+  """One page per package: its docstring, then one autosummary table per theme (:func:`_api_sections`)."""
   os.makedirs(_API_DIR, exist_ok=True)
   for package in API_PACKAGES:
     module = importlib.import_module(f"ultr_jax.{package}")
     title = f"ultr_jax.{package}"
-    lines = [
-      title,
-      "=" * len(title),
-      "",
-      f".. automodule:: ultr_jax.{package}",
-      "   :no-members:",
-      "",
-      f".. currentmodule:: ultr_jax.{package}",
-      "",
-      ".. autosummary::",
-      "   :toctree: generated",
-      "",
-    ]
-    lines += [f"   {name}" for name in sorted(module.__all__, key=str.lower)]
+    lines = [title, "=" * len(title), "", f".. automodule:: ultr_jax.{package}", "   :no-members:", ""]
+    lines += [f".. currentmodule:: ultr_jax.{package}", ""]
+    for section, names in _api_sections(module):
+      lines += [section, "-" * len(section), "", ".. autosummary::", "   :toctree: generated", ""]
+      lines += [f"   {name}" for name in names] + [""]
     _write_if_changed(os.path.join(_API_DIR, f"{package}.rst"), "\n".join(lines) + "\n")
   index = [
     "API reference",
     "=============",
     "",
-    "Every name in each public package's ``__all__``.",
+    "Every name in each public package's ``__all__``, grouped by theme.",
     "",
     ".. toctree::",
-    "   :maxdepth: 1",
+    "   :maxdepth: 2",
     "",
   ] + [f"   {package}" for package in API_PACKAGES]
   _write_if_changed(os.path.join(_API_DIR, "index.rst"), "\n".join(index) + "\n")

@@ -2,7 +2,8 @@
 
 The invariants (mask equals truncation, leading dims, vmap, all-masked,
 extreme scores, check_grads, compiles once) are parametrized over every loss
-in ``CASES``.
+of the registry (``losses.LOSSES``), drawn from its declaration, plus a few
+declared variants of their settings (``CASES``).
 """
 
 import dataclasses
@@ -74,168 +75,86 @@ def _pdgd_frozen(s0, a0, clicks, where):
   return fn
 
 
-CASES = [
-  Case("naive_sigmoid", lambda s, c, a, **kw: losses.naive_sigmoid_loss(s, c, **kw), "prob"),
-  Case("naive_softmax", lambda s, c, a, **kw: losses.naive_softmax_loss(s, c, **kw), "prob"),
-  Case("ips_sigmoid", lambda s, c, a, **kw: losses.ips_sigmoid_loss(s, c, propensities=a, **kw), "prob"),
-  Case("ips_softmax", lambda s, c, a, **kw: losses.ips_softmax_loss(s, c, propensities=a, **kw), "prob"),
-  # Trust bias: examination a, eps+ = 0.95, eps- = a / 2 (targets negative on unclicked items).
-  Case(
-    "affine_softmax",
-    lambda s, c, a, **kw: losses.affine_softmax_loss(
-      s, c, propensities=a, eps_plus=jnp.full_like(a, 0.95), eps_minus=0.5 * a, **kw
-    ),
-    "prob",
-  ),
-  Case(
-    "affine_sigmoid",
-    lambda s, c, a, **kw: losses.affine_sigmoid_loss(
-      s, c, propensities=a, eps_plus=jnp.full_like(a, 0.95), eps_minus=0.5 * a, **kw
-    ),
-    "prob",
-  ),
-  Case(
-    "snips_sigmoid",
-    lambda s, c, a, **kw: losses.snips_sigmoid_loss(s, c, propensities=a, **kw),
-    "prob",
-    separable=False,
-  ),
-  Case(
-    "snips_softmax",
-    lambda s, c, a, **kw: losses.snips_softmax_loss(s, c, propensities=a, **kw),
-    "prob",
-    separable=False,
-  ),
-  Case(
-    "dla",
-    lambda s, c, a, **kw: losses.dla_loss(s, c, observation_logits=a, max_weight=100.0, **kw),
-    "logit",
-    grad_aux=True,
-    frozen=_dla_frozen,
-    parts=2,
-  ),
-  Case(
-    "regression_em",
-    lambda s, c, a, **kw: losses.regression_em_loss(s, c, propensities=a, **kw),
-    "prob",
-    frozen=_rem_frozen,
-  ),
-  Case(
-    "two_tower_additive",
-    lambda s, c, a, **kw: losses.two_tower_loss(s, c, observation_logits=a, mode="additive", **kw),
-    "logit",
-    grad_aux=True,
-  ),
-  Case(
-    "two_tower_product",
-    lambda s, c, a, **kw: losses.two_tower_loss(s, c, observation_logits=a, mode="product", **kw),
-    "logit",
-    grad_aux=True,
-  ),
-  Case("naive_pairwise", lambda s, c, a, **kw: losses.naive_pairwise_loss(s, c, **kw), "prob"),
-  Case("ips_pairwise", lambda s, c, a, **kw: losses.ips_pairwise_loss(s, c, propensities=a, **kw), "prob"),
-  Case(
-    "naive_lambdarank",
-    lambda s, c, a, **kw: losses.naive_pairwise_loss(s, c, lambdaweight_fn=losses.lambdarank_weights, **kw),
-    "prob",
-  ),
-  Case(
-    "ips_lambdarank",
-    lambda s, c, a, **kw: losses.ips_pairwise_loss(
-      s, c, propensities=a, lambdaweight_fn=losses.lambdarank_weights, **kw
-    ),
-    "prob",
-  ),
+# How each name of the loss vocabulary is drawn. A case has one per-item draw `a` besides the scores and clicks:
+# the loss's primary input (the first it trains, else the first here with a distribution), "prob" uniform in
+# (0.1, 1), "logit" standard normal. Each name: (its distribution when primary, its value then, its value as a
+# further input), the values as functions of (a, clicks, where).
+_ident = lambda a, c, w: a  # noqa: E731
+VOCABULARY = {
+  "propensities": ("prob", _ident, lambda a, c, w: jnp.full_like(a, 0.5)),
+  "eps_plus": (None, None, lambda a, c, w: jnp.full_like(a, 0.95)),
+  "eps_minus": (None, None, lambda a, c, w: 0.5 * a),  # below eps_plus: the primary propensities are in (0.1, 1)
+  "observation_logits": ("logit", _ident, None),
+  "selection_scores": ("logit", _ident, None),
+  "shown": (None, None, lambda a, c, w: _shown(a)),
+  "positions": ("logit", lambda a, c, w: _positions(a, w), None),
+  "t_plus": ("prob", _ident, None),
+  "t_minus": (None, None, lambda a, c, w: jnp.sqrt(a)),
+  "mills_coef": (None, None, lambda a, c, w: 0.3),
+  "imputed": (None, None, lambda a, c, w: 0.3 + 0.2 * c),
+  # Vectorization's log-variances over d = 2 (through tanh: the extremes of a log-variance are outside the
+  # library's numerics claim, which is about scores and propensities).
+  "log_var": ("logit", lambda a, c, w: jnp.stack([jnp.tanh(a), -jnp.tanh(a)], -1), None),
+  # A click model's bias logits (one table entry per rank) and the model; the registry's models are tested over
+  # their own invariants in test_click_model_registry.
+  "model": (None, None, lambda a, c, w: "pbm"),
+  "bias": (None, None, lambda a, c, w: {"examination": 1.0 - 0.3 * jnp.arange(a.shape[-1], dtype=a.dtype)}),
+}
+# The first argument from the scores s (and a), the second from the clicks, by the names the loss gives them.
+PREDICTIONS = {
+  "scores": lambda s, a: s,
+  "click_probs": lambda s, a: a * jax.nn.sigmoid(s),
+  "loss": lambda s, a: jax.nn.softplus(s),
+  "mean": lambda s, a: jnp.stack([s, -0.5 * s], -1),
+}
+TARGETS = {
+  "clicks": lambda c, prediction: c,
+  "exposure": lambda c, prediction: c,
+  "targets": lambda c, prediction: jnp.stack([c, 1.0 - c], -1) if prediction == "mean" else 2.0 * c,
+}
+# Stop-gradient parts that depend on the differentiated inputs (for check_grads' reference).
+FROZEN = {"dla_loss": _dla_frozen, "regression_em_loss": _rem_frozen, "pdgd_loss": _pdgd_frozen}
+# Fixed keyword settings a loss is tested with (DLA's cap is what its frozen reference uses).
+OPTIONS = {"dla_loss": {"max_weight": 100.0}}
+# Further settings of some losses, each tested as a case of its own: (case name, loss, settings, input overrides).
+VARIANTS = [
+  ("naive_lambdarank", "naive_pairwise_loss", {"lambdaweight_fn": losses.lambdarank_weights}, {}),
+  ("ips_lambdarank", "ips_pairwise_loss", {"lambdaweight_fn": losses.lambdarank_weights}, {}),
   # Click-through rates (an aggregated log) with per-item weights (session counts).
-  Case(
-    "ips_pairwise_ctr",
-    lambda s, c, a, **kw: losses.ips_pairwise_loss(s, c * a, propensities=jnp.sqrt(a), weights=1.0 + c, **kw),
-    "prob",
-  ),
-  Case(
-    "paird", lambda s, c, a, **kw: losses.pairwise_debiasing_loss(s, c, t_plus=a, t_minus=jnp.sqrt(a), **kw), "prob"
-  ),
-  # Online: the displayed ranking is the order of aux; the swap weights are held constant.
-  Case(
-    "pdgd",
-    lambda s, c, a, *, where, **kw: losses.pdgd_loss(s, c, positions=_positions(a, where), where=where, **kw),
-    "logit",
-    frozen=_pdgd_frozen,
-  ),
-  # CLD family: the first 3 items of each list are the shown top-k; aux is the selection index.
-  Case(
-    "cld",
-    lambda s, c, a, **kw: losses.cld_loss(
-      s, c, selection_scores=a, propensities=jnp.full_like(a, 0.5), shown=_shown(a), gamma=0.3, **kw
-    ),
-    "logit",
-    grad_aux=True,
-  ),
-  Case(
-    "cld_logit_mean",
-    lambda s, c, a, **kw: losses.cld_loss(
-      s,
-      c,
-      selection_scores=a,
-      propensities=jnp.full_like(a, 0.5),
-      shown=_shown(a),
-      link="logit",
-      target="mean",
-      weights=1.0 + c,
-      **kw,
-    ),
-    "logit",
-    grad_aux=True,
-  ),
-  Case(
-    "cld_pair",
-    lambda s, c, a, **kw: losses.cld_pair_loss(s, 2.0 * c, selection_scores=a, shown=_shown(a), unobs_weight=1.0, **kw),
-    "logit",
-    grad_aux=True,
-  ),
-  # The inverse Mills ratio of the selection index is stop-gradiented: only the ranker's gradient is checked.
-  Case(
-    "heckman",
-    lambda s, c, a, **kw: losses.heckman_loss(s, c, selection_scores=a, mills_coef=0.3, shown=_shown(a), **kw),
-    "logit",
-    parts=2,
-  ),
-  Case("lbd_softmax_click", lambda s, c, a, **kw: losses.softmax_click_loss(s, c, weights=a, **kw), "prob"),
-  Case(
-    "sif_bias_likelihood", lambda s, c, a, **kw: losses.bias_likelihood_loss(a * jax.nn.sigmoid(s), c, **kw), "prob"
-  ),
-  Case("sif_listwise_risk", lambda s, c, a, **kw: losses.listwise_risk(s, losses.ips_targets(c, a), **kw), "prob"),
-  # Vectorization's observation density over d = 2 dimensions: means from the scores, log-variances from aux
-  # (through tanh: the extremes of a log-variance are outside the library's numerics claim, which is about
-  # scores and propensities), the click vectors as the (stop-gradient) targets.
-  Case(
-    "vectorization_density",
-    lambda s, c, a, **kw: losses.observation_density_loss(
-      jnp.stack([s, -0.5 * s], -1),
-      jnp.stack([c, 1.0 - c], -1),
-      log_var=jnp.stack([jnp.tanh(a), -jnp.tanh(a)], -1),
-      **kw,
-    ),
-    "logit",
-    grad_aux=True,
-  ),
-  # SIF's DR risk (eq. 33): per-item losses from the scores, observed exposure = the clicks, aux the propensities.
-  Case(
-    "sif_doubly_robust",
-    lambda s, c, a, **kw: losses.doubly_robust_risk(
-      jax.nn.softplus(s), c, propensities=a, imputed=0.3 + 0.2 * c, weights=1.0 + c, **kw
-    ),
-    "prob",
-  ),
-  # PDGD with its three switches off (every displayed pair, weight 1, the log pair probability).
-  Case(
-    "pdgd_switched",
-    lambda s, c, a, *, where, **kw: losses.pdgd_loss(
-      s, c, positions=_positions(a, where), where=where, pairs="all", debias=False, surrogate="log_probability", **kw
-    ),
-    "logit",
-  ),
+  ("ips_pairwise_ctr", "ips_pairwise_loss", {}, {"propensities": lambda a, c, w: jnp.sqrt(a), "clicks": "ctr"}),
+  ("two_tower_product", "two_tower_loss", {"mode": "product"}, {}),
+  ("cld_logit_mean", "cld_loss", {"link": "logit", "target": "mean"}, {"weights": lambda a, c, w: 1.0 + c}),
+  ("pdgd_switched", "pdgd_loss", {"pairs": "all", "debias": False, "surrogate": "log_probability"}, {}),
 ]
+
+
+def _primary(spec):
+  """The named input the case's draw `a` stands for, and its distribution ("prob" when there is none)."""
+  for name in spec.trains + spec.inputs:
+    if VOCABULARY[name][0] is not None:  # a click model's bias table is trained but is not a per-item draw
+      return name, VOCABULARY[name][0]
+  return None, "prob"
+
+
+def _case(name, spec, options=None, overrides=None):
+  """A Case calling the registered loss with the vocabulary's example inputs (and a variant's settings)."""
+  primary, kind = _primary(spec)
+  options, overrides = {**OPTIONS.get(spec.name, {}), **(options or {})}, dict(overrides or {})
+  ctr = overrides.pop("clicks", None) == "ctr"
+
+  def fn(s, c, a, *, where, **kw):
+    named = {n: (VOCABULARY[n][1] if n == primary else VOCABULARY[n][2])(a, c, where) for n in spec.inputs}
+    named.update({n: f(a, c, where) for n, f in overrides.items()})
+    target = TARGETS[spec.target](c * a if ctr else c, spec.prediction)
+    return spec.fn(PREDICTIONS[spec.prediction](s, a), target, where=where, **named, **options, **kw)
+
+  grad_aux = primary is not None and primary in spec.trains
+  frozen = FROZEN.get(spec.name) if not options.keys() - OPTIONS.get(spec.name, {}).keys() else None
+  return Case(name, fn, kind, separable=spec.per_list, grad_aux=grad_aux, frozen=frozen, parts=spec.parts)
+
+
+CASES = [_case(name.removesuffix("_loss"), spec) for name, spec in sorted(losses.LOSSES.items())]
+CASES += [_case(case, losses.LOSSES[loss], options, overrides) for case, loss, options, overrides in VARIANTS]
 IDS = [c.name for c in CASES]
 
 
@@ -457,65 +376,53 @@ def test_extreme_inputs_of_the_cld_family_are_finite():
   np.testing.assert_allclose(lam, -np.asarray(z, np.float64) / (1 - 1 / np.asarray(z, np.float64) ** 2), rtol=1e-3)
 
 
-# Every loss: (function, the names of its named extra inputs).
-LOSSES = {
-  "naive_sigmoid_loss": (),
-  "naive_softmax_loss": (),
-  "naive_pairwise_loss": (),
-  "ips_sigmoid_loss": ("propensities",),
-  "ips_softmax_loss": ("propensities",),
-  "ips_pairwise_loss": ("propensities",),
-  "snips_sigmoid_loss": ("propensities",),
-  "snips_softmax_loss": ("propensities",),
-  "affine_sigmoid_loss": ("propensities", "eps_plus", "eps_minus"),
-  "affine_softmax_loss": ("propensities", "eps_plus", "eps_minus"),
-  "dla_loss": ("observation_logits",),
-  "regression_em_loss": ("propensities",),
-  "two_tower_loss": ("observation_logits",),
-  "pairwise_debiasing_loss": ("t_plus", "t_minus"),
-  "pdgd_loss": ("positions",),
-  "cld_loss": ("selection_scores", "propensities", "shown"),
-  "cld_pair_loss": ("selection_scores", "shown"),
-  "heckman_loss": ("selection_scores", "shown", "mills_coef"),
-  "softmax_click_loss": (),
-  "bias_likelihood_loss": (),
-  "listwise_risk": (),
-  "observation_density_loss": ("log_var",),
-  "doubly_robust_risk": ("propensities", "imputed"),
-}
-
-
-@pytest.mark.parametrize("name", sorted(LOSSES))
+@pytest.mark.parametrize("name", sorted(losses.LOSSES))
 def test_every_loss_follows_the_calling_convention(name):
-  """fn(scores, clicks_or_labels, *, where=None, weights=None, reduce_fn=jnp.mean, **named inputs)."""
+  """fn(prediction, target, *, where=None, weights=None, reduce_fn=jnp.mean, **named inputs)."""
   import inspect
 
-  fn = getattr(losses, name)
-  assert name in losses.__all__
-  params = inspect.signature(getattr(fn, "__wrapped__", fn)).parameters
+  spec = losses.LOSSES[name]
+  assert getattr(losses, name) is spec.fn and name in losses.__all__
+  params = inspect.signature(inspect.unwrap(spec.fn)).parameters
   positional = [p for p in params.values() if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
   assert len(positional) == 2, [p.name for p in positional]
-  assert positional[1].name in ("clicks", "labels", "targets", "exposure"), positional[1].name
+  assert spec.target in ("clicks", "labels", "targets", "exposure"), spec.target
   keyword = {p.name: p for p in params.values() if p.kind is inspect.Parameter.KEYWORD_ONLY}
-  for required in ("where", "weights", "reduce_fn", *LOSSES[name]):
+  for required in ("where", "weights", "reduce_fn", *spec.inputs):
     assert required in keyword, required
   assert keyword["where"].default is None and keyword["weights"].default is None
   assert keyword["reduce_fn"].default is jnp.mean
-  for old in ("rel_scores", "sel_scores", "s_rel", "s_obs", "return_parts", "relevance_logits", "click_probs"):
-    assert old not in keyword
-  # The documented vocabulary names every named input.
-  for named in LOSSES[name]:
-    assert named in losses.__doc__ or named in ("mills_coef",), named
+  # The documented vocabulary names every named input (a click model's own inputs are its module's).
+  for named in spec.inputs:
+    assert named in losses.__doc__ or named in ("mills_coef", "model", "bias"), named
 
 
-def test_renamed_positional_forms_are_rejected():
-  z, c = jnp.zeros(2), jnp.array([1.0, 0.0])
-  with pytest.raises(TypeError):
-    losses.dla_loss(z, z, c)  # the observation logits are keyword-only now
-  with pytest.raises(TypeError):
-    losses.two_tower_loss(z, z, c)
-  with pytest.raises(TypeError):
-    losses.cld_loss(z, z, c, propensities=z + 1, shown=c > 0)
+def test_every_public_loss_is_registered_and_tested():
+  public = {n for n in losses.__all__ if n.endswith(("_loss", "_risk")) and n != "register_loss"}
+  assert public == set(losses.LOSSES)
+  assert {c.fn for c in CASES} and {n.removesuffix("_loss") for n in losses.LOSSES} <= {c.name for c in CASES}
+
+
+def test_a_declared_loss_is_registered_with_its_signature():
+  @losses.register_loss("example", trains=("observation_logits",))
+  def scaled_loss(scores, clicks, *, observation_logits, where=None, weights=None, reduce_fn=jnp.mean):
+    return reduce_fn(scores * clicks * observation_logits, where=where)
+
+  try:
+    spec = losses.LOSSES["scaled_loss"]
+    assert (spec.fn, spec.family, spec.prediction, spec.target) == (scaled_loss, "example", "scores", "clicks")
+    assert spec.inputs == ("observation_logits",) and spec.trains == ("observation_logits",)
+    # A case is built for it from the vocabulary, as for every registered loss.
+    case = _case("scaled", spec)
+    s, c, a, w = _data(jax.random.key(0), (2, 4), case)
+    assert case.aux == "logit" and case.grad_aux and np.isfinite(float(case.fn(s, c, a, where=w)))
+    with pytest.raises(ValueError, match="registered twice"):
+      losses.register_loss("example")(scaled_loss)
+  finally:
+    losses.LOSSES.pop("scaled_loss", None)
+  with pytest.raises(ValueError, match="trains"):
+    losses.register_loss("example", trains=("propensities",))(scaled_loss)
+  assert "scaled_loss" not in losses.LOSSES
 
 
 def test_mean_detection_is_by_behaviour():
@@ -531,13 +438,6 @@ def test_mean_detection_is_by_behaviour():
 # ----------------------------------------------------------------------------
 # Stateful estimators: (init, update) pairs with the numbers of the functions they replaced.
 
-# From the pre-refactor em_propensity_update / pairwise_debiasing_update / dual_ascent_update (main at 413cbc9) on
-# _estimator_data(): three steps each.
-_OLD_THETA = [0.8604283332824707, 0.8398184180259705, 0.868363618850708, 0.8782802820205688]
-_OLD_T_PLUS = [1.0, 0.7954901456832886, 0.7414978742599487, 0.769061803817749]
-_OLD_T_MINUS = [1.0, 0.7142432332038879, 0.7596334218978882, 0.7509691715240479]
-_OLD_LAM, _OLD_EMA = 0.21900001168251038, 0.06450000405311584
-
 
 def _estimator_data():
   rng = np.random.default_rng(0)
@@ -549,22 +449,30 @@ def _estimator_data():
   return s, c, pos, w
 
 
-def test_estimators_reproduce_the_old_numbers():
+def test_estimators_apply_their_updates_to_their_state():
+  """Each (init, update) pair carries the state of the update it wraps (each update is checked against a
+  NumPy reference below): init gives the documented start, update one step of the update on the state."""
   s, c, pos, w = _estimator_data()
   em = losses.regression_em_estimator(4, step_size=0.3, init_value=0.9)
   pd = losses.pairwise_debiasing_estimator(4, step_size=0.3, p=1.0)
   da = losses.dual_ascent_estimator(budget=0.02, eta=2.0)
   em_state, pd_state, da_state = em.init(), pd.init(), da.init()
+  np.testing.assert_allclose(em_state.propensities, 0.9)
+  np.testing.assert_allclose([pd_state.t_plus, pd_state.t_minus], 1.0)
+  theta, t_plus, t_minus, lam, ema = em_state.propensities, pd_state.t_plus, pd_state.t_minus, 0.0, 0.0
   em_update, pd_update = jax.jit(em.update), jax.jit(pd.update)
   for t in range(3):
     em_state = em_update(em_state, s[t], c[t], positions=pos[t], where=w[t])
     pd_state = pd_update(pd_state, s[t], c[t], positions=pos[t], where=w[t])
     da_state = da.update(da_state, jnp.float32(0.05 * (t + 1)))
-  np.testing.assert_allclose(em_state.propensities, _OLD_THETA, rtol=1e-6)
-  np.testing.assert_allclose(pd_state.t_plus, _OLD_T_PLUS, rtol=1e-6)
-  np.testing.assert_allclose(pd_state.t_minus, _OLD_T_MINUS, rtol=1e-6)
-  np.testing.assert_allclose([da_state.lam, da_state.ema], [_OLD_LAM, _OLD_EMA], rtol=1e-6)
-  assert int(da_state.steps) == 3
+    theta = losses.em_propensity_update(theta, s[t], c[t], pos[t], where=w[t], step_size=0.3)
+    t_plus, t_minus = losses.pairwise_debiasing_update(t_plus, t_minus, s[t], c[t], pos[t], where=w[t], step_size=0.3)
+    lam, ema = losses.dual_ascent_update(lam, ema, jnp.float32(0.05 * (t + 1)), budget=0.02, eta=2.0, first=t == 0)
+  np.testing.assert_allclose(em_state.propensities, theta, rtol=1e-6)
+  np.testing.assert_allclose(pd_state.t_plus, t_plus, rtol=1e-6)
+  np.testing.assert_allclose(pd_state.t_minus, t_minus, rtol=1e-6)
+  np.testing.assert_allclose([da_state.lam, da_state.ema], [lam, ema], rtol=1e-6)
+  assert int(da_state.steps) == 3 and float(da_state.lam) > 0.0  # the multiplier rose: 0.05 > budget
   # States are pytrees of arrays (jit/scan-able) and NamedTuples.
   assert isinstance(em_state, losses.RegressionEMState) and isinstance(pd_state, losses.PairwiseDebiasingState)
   assert len(jax.tree_util.tree_leaves(pd_state)) == 2

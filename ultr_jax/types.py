@@ -23,9 +23,16 @@ key             shape / dtype               meaning
 ``shown``       ``[..., L]`` bool           top-k selection indicator (CLD)
 ``context``     ``[...]`` int32             context type (context-dependent PBM)
 ==============  ==========================  =====================================
+
+The interfaces the library's pieces implement are stated here as typed Protocols, as optax states
+``GradientTransformation``'s ``init``/``update`` and rax its ``LossFn``: a loss (:class:`LossFn`, with any
+:class:`ReduceFn`), a click function (:class:`ClickFn`), a stateful estimator's pair
+(:class:`EstimatorInitFn`, :class:`EstimatorUpdateFn`) and a trainable method's functions
+(:class:`MethodInitFn`, :class:`MethodLossFn`, :class:`ScoreFn`). Any function of the stated form satisfies
+them; nothing inherits from them.
 """
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional, Protocol, Union
 
 import jax
 
@@ -34,4 +41,86 @@ Batch = Mapping[str, Array]
 Params = Any
 PRNGKey = jax.Array
 
-__all__ = ["Array", "Batch", "Params", "PRNGKey"]
+__all__ = [
+  "Array",
+  "Batch",
+  "ClickFn",
+  "EstimatorInitFn",
+  "EstimatorUpdateFn",
+  "LossFn",
+  "MethodInitFn",
+  "MethodLossFn",
+  "Params",
+  "PRNGKey",
+  "ReduceFn",
+  "ScoreFn",
+]
+
+
+class ReduceFn(Protocol):
+  """A reduction over masked values: ``jnp.mean``, ``jnp.sum`` or any ``f(values, where=mask)``."""
+
+  def __call__(self, values: Array, *, where: Optional[Array] = None) -> Array: ...
+
+
+class LossFn(Protocol):
+  """A loss in rax's calling convention.
+
+  ``fn(prediction, target, *, where=None, weights=None, reduce_fn=jnp.mean, **named_inputs)``: the prediction
+  ``[..., L]`` (scores, click probabilities, per-item losses), the clicks or labels ``[..., L]``, the bool mask
+  ``where``, per-item ``weights`` and the named extra inputs of :mod:`ultr_jax.losses`' vocabulary
+  (``propensities=``, ``observation_logits=``, ...). Returns a scalar, the per-item or per-list values with
+  ``reduce_fn=None``, or ``(loss, aux)`` with ``return_aux=True``.
+  """
+
+  def __call__(
+    self,
+    prediction: Array,
+    target: Array,
+    /,
+    *,
+    where: Optional[Array] = None,
+    weights: Optional[Array] = None,
+    reduce_fn: Optional[ReduceFn] = ...,
+    **named_inputs: Any,
+  ) -> Union[Array, tuple[Array, dict]]: ...
+
+
+class ClickFn(Protocol):
+  """A click simulator: ``click_fn(key, batch) -> {"clicks", "examination", "click_prob", ...}``.
+
+  ``batch`` holds the layout's arrays (``labels``, ``where`` and what the click model declares it reads);
+  the result's arrays are ``[..., L]``. :func:`ultr_jax.simulation.make_click_fn` builds one from a config.
+  """
+
+  def __call__(self, key: PRNGKey, batch: Batch) -> dict[str, Array]: ...
+
+
+class EstimatorInitFn(Protocol):
+  """``init(...) -> state``: a stateful estimator's initial state (a pytree)."""
+
+  def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+class EstimatorUpdateFn(Protocol):
+  """``update(state, *inputs, **named_inputs) -> state``: pure, jittable, no gradient through the state."""
+
+  def __call__(self, state: Any, *args: Any, **kwargs: Any) -> Any: ...
+
+
+class MethodInitFn(Protocol):
+  """``init(key, batch) -> (params, extra)``: a method's trainable pytree and its non-trained state."""
+
+  def __call__(self, key: PRNGKey, batch: Batch) -> tuple[Params, Any]: ...
+
+
+class MethodLossFn(Protocol):
+  """``loss(params, extra, batch, key) -> (loss, (metrics, new_extra))`` of one training step."""
+
+  def __call__(self, params: Params, extra: Any, batch: Batch, key: PRNGKey) -> tuple[Array, tuple[dict, Any]]: ...
+
+
+class ScoreFn(Protocol):
+  """``score(params, batch) -> [..., L]``: relevance scores that rank the lists (never reads clicks)."""
+
+  def __call__(self, params: Params, batch: Batch) -> Array: ...

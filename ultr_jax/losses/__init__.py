@@ -45,17 +45,17 @@ r"""ultr_jax.losses: pure ULTR losses over ``[..., list_size]`` (rax convention)
 **Stateful estimators** (Regression-EM's propensities, PairD's ratios, SIF's dual
 ascent) are optax-style ``(init, update)`` pairs (:class:`Estimator`), never state
 hidden in a loss.
-
-One module per family; append your family's import block and ``__all__``
-entries below (one block per module).
 """
+
+# One module per family: a new family adds its import block and ``__all__`` entries below (one block per module).
 
 __all__: list[str] = []
 
 from ultr_jax.losses._utils import DEFAULT_MAX_WEIGHT  # noqa: E402
 from ultr_jax.losses.estimator import Estimator  # noqa: E402
+from ultr_jax.losses.registry import LOSSES, LossSpec, register_loss  # noqa: E402
 
-__all__ += ["DEFAULT_MAX_WEIGHT", "Estimator"]
+__all__ += ["DEFAULT_MAX_WEIGHT", "Estimator", "LOSSES", "LossSpec", "register_loss"]
 
 from ultr_jax.losses.naive import (  # noqa: E402
   lambdarank_weights,

@@ -35,6 +35,7 @@ from typing import Callable, Optional
 import jax
 import jax.numpy as jnp
 from ultr_jax.losses import _utils
+from ultr_jax.losses.registry import register_loss
 
 __all__ = ["affine_sigmoid_loss", "affine_softmax_loss", "affine_targets"]
 
@@ -88,6 +89,7 @@ def affine_targets(
   return jax.lax.stop_gradient(jnp.where(informative, target, 0.0))
 
 
+@register_loss("affine")
 def affine_softmax_loss(
   scores: jax.Array,
   clicks: jax.Array,
@@ -124,6 +126,7 @@ def affine_softmax_loss(
   return _utils.softmax_loss(scores, target, where, weights, reduce_fn)
 
 
+@register_loss("affine")
 def affine_sigmoid_loss(
   scores: jax.Array,
   clicks: jax.Array,

@@ -35,6 +35,7 @@ from jax.scipy.special import log_ndtr
 from jax.scipy.stats import norm
 
 from ultr_jax.losses import _utils
+from ultr_jax.losses.registry import register_loss
 
 __all__ = [
   "cld_loss",
@@ -71,6 +72,7 @@ def _weighted_reduce(values, where, weights, reduce_fn):
   return _utils.reduce_loss(jnp.where(where, values, 0.0) * w, where, reduce_fn, mass=w)
 
 
+@register_loss("cld", trains=("selection_scores",))
 def cld_loss(
   scores: jax.Array,
   clicks: jax.Array,
@@ -181,6 +183,7 @@ def cld_loss(
   return _weighted_reduce(nll, where, weights, reduce_fn)
 
 
+@register_loss("cld", trains=("selection_scores",), per_list=False)  # "balanced" weighs by the whole batch
 def cld_pair_loss(
   scores: jax.Array,
   targets: jax.Array,
@@ -313,6 +316,7 @@ def inverse_mills_ratio(z: jax.Array) -> jax.Array:
   return jnp.where(tail, asymptotic, jnp.exp(norm.logpdf(zb) - log_ndtr(zb)))
 
 
+@register_loss("cld", parts=2)
 def heckman_loss(
   scores: jax.Array,
   clicks: jax.Array,

@@ -47,6 +47,7 @@ from ultr_jax.simulation import likelihood as lik
 from ultr_jax.simulation.click_models import ClickModel, click_models, get_click_model
 from ultr_jax.simulation.click_models.base import display_order, full_mask
 from ultr_jax.types import Array
+from ultr_jax.losses.registry import register_loss
 
 __all__ = [
   "CLICK_MODEL_LOSSES",
@@ -190,6 +191,7 @@ def click_model_click_logits(
   return _take(log_q - log_1mq, inverse)
 
 
+@register_loss("click_model", trains=("bias",))
 def click_model_loss(
   scores: Array,
   clicks: Array,

@@ -24,6 +24,7 @@ from typing import Callable, Optional
 import jax
 import jax.numpy as jnp
 from ultr_jax.losses import _utils
+from ultr_jax.losses.registry import register_loss
 
 __all__ = ["dla_weights", "dla_loss"]
 
@@ -55,6 +56,7 @@ def dla_weights(
   return jax.lax.stop_gradient(jnp.where(valid, jnp.exp(log_w), 1.0))
 
 
+@register_loss("dla", trains=("observation_logits",), parts=2)
 def dla_loss(
   scores: jax.Array,
   clicks: jax.Array,

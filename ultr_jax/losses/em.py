@@ -35,6 +35,7 @@ import jax.numpy as jnp
 
 from ultr_jax.losses import _utils
 from ultr_jax.losses.estimator import Estimator
+from ultr_jax.losses.registry import register_loss
 
 __all__ = [
   "em_posteriors",
@@ -90,6 +91,7 @@ def em_posteriors(
   }
 
 
+@register_loss("regression_em")
 def regression_em_loss(
   scores: jax.Array,
   clicks: jax.Array,

@@ -17,7 +17,9 @@ holds an optimiser's:
 ``update`` is pure and jit-able; no gradient flows through the state.
 """
 
-from typing import Any, Callable, NamedTuple
+from typing import NamedTuple
+
+from ultr_jax.types import EstimatorInitFn, EstimatorUpdateFn
 
 __all__ = ["Estimator"]
 
@@ -35,5 +37,5 @@ class Estimator(NamedTuple):
   2
   """
 
-  init: Callable[..., Any]
-  update: Callable[..., Any]
+  init: EstimatorInitFn
+  update: EstimatorUpdateFn

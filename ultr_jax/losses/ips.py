@@ -29,6 +29,7 @@ from typing import Callable, Optional
 import jax
 import jax.numpy as jnp
 from ultr_jax.losses import _utils
+from ultr_jax.losses.registry import register_loss
 
 __all__ = [
   "ips_pairwise_loss",
@@ -98,6 +99,7 @@ def _unbiased_bce(scores, clicks, ips, where, weights, reduce_fn):
   return _utils.target_bce(scores, clicks * ips, where, reduce_fn, weights)
 
 
+@register_loss("ips")
 def ips_sigmoid_loss(
   scores: jax.Array,
   clicks: jax.Array,
@@ -136,6 +138,7 @@ def ips_sigmoid_loss(
   return _unbiased_bce(scores, clicks, w, where, weights, reduce_fn)
 
 
+@register_loss("ips")
 def ips_softmax_loss(
   scores: jax.Array,
   clicks: jax.Array,
@@ -166,6 +169,7 @@ def ips_softmax_loss(
   return _utils.softmax_loss(scores, clicks, where, w if weights is None else w * weights, reduce_fn)
 
 
+@register_loss("ips")
 def ips_pairwise_loss(
   scores: jax.Array,
   clicks: jax.Array,
@@ -212,6 +216,7 @@ def ips_pairwise_loss(
   return _utils.click_pair_loss(scores, clicks, w, where, weights, reduce_fn, lambdaweight_fn)
 
 
+@register_loss("ips", per_list=False)
 def snips_sigmoid_loss(
   scores: jax.Array,
   clicks: jax.Array,
@@ -236,6 +241,7 @@ def snips_sigmoid_loss(
   return _unbiased_bce(scores, clicks, w, where, weights, reduce_fn)
 
 
+@register_loss("ips", per_list=False)
 def snips_softmax_loss(
   scores: jax.Array,
   clicks: jax.Array,

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 
 from ultr_jax.losses._utils import reduce_loss
 from ultr_jax.types import Array
+from ultr_jax.losses.registry import register_loss
 
 __all__ = [
   "factual_observation",
@@ -105,6 +106,7 @@ def bernoulli_click_logits(
   return scores + gamma * factual, gamma
 
 
+@register_loss("lbd")
 def softmax_click_loss(
   scores: Array,
   clicks: Array,

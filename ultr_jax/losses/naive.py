@@ -11,10 +11,12 @@ import jax.numpy as jnp
 import rax
 
 from ultr_jax.losses import _utils
+from ultr_jax.losses.registry import register_loss
 
 __all__ = ["lambdarank_weights", "naive_pairwise_loss", "naive_sigmoid_loss", "naive_softmax_loss"]
 
 
+@register_loss("naive")
 def naive_sigmoid_loss(
   scores: jax.Array,
   clicks: jax.Array,
@@ -47,6 +49,7 @@ def naive_sigmoid_loss(
   return _utils.sigmoid_loss(scores, clicks, where, weights, reduce_fn)
 
 
+@register_loss("naive")
 def naive_softmax_loss(
   scores: jax.Array,
   clicks: jax.Array,
@@ -78,6 +81,7 @@ def naive_softmax_loss(
   return _utils.softmax_loss(scores, clicks, where, weights, reduce_fn)
 
 
+@register_loss("naive")
 def naive_pairwise_loss(
   scores: jax.Array,
   clicks: jax.Array,

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 
 from ultr_jax.losses import _utils
 from ultr_jax.losses.estimator import Estimator
+from ultr_jax.losses.registry import register_loss
 
 __all__ = [
   "click_pairs",
@@ -64,6 +65,7 @@ def _pair_losses(scores, clicks, where):
   return jnp.where(pairs, jax.nn.softplus(-diff), 0.0), pairs
 
 
+@register_loss("paird")
 def pairwise_debiasing_loss(
   scores: jax.Array,
   clicks: jax.Array,

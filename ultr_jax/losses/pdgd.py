@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 from ultr_jax._numerics import as_float
 from ultr_jax.losses import _utils
+from ultr_jax.losses.registry import register_loss
 
 __all__ = ["pdgd_pair_weights", "pdgd_loss"]
 
@@ -154,6 +155,7 @@ def pdgd_pair_weights(
   return jnp.where(pref, rho, 0.0)
 
 
+@register_loss("pdgd")
 @functools.partial(jax.jit, static_argnames=("top_k", "reduce_fn", "pairs", "debias", "surrogate"))
 def pdgd_loss(
   scores: jax.Array,

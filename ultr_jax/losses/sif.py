@@ -37,6 +37,7 @@ import jax.numpy as jnp
 from ultr_jax.losses import _utils
 from ultr_jax.losses.estimator import Estimator
 from ultr_jax.losses.ips import ips_weights
+from ultr_jax.losses.registry import register_loss
 
 __all__ = [
   "binary_entropy",
@@ -339,6 +340,7 @@ def dr_targets(
   return jnp.where(displayed, t_disp, jnp.where(where, m, 0.0))
 
 
+@register_loss("sif")
 def listwise_risk(
   scores: jax.Array,
   targets: jax.Array,
@@ -360,6 +362,7 @@ def listwise_risk(
   return _utils.softmax_loss(scores, targets, _utils.as_where(where, scores.shape), weights, reduce_fn)
 
 
+@register_loss("sif")
 def doubly_robust_risk(
   loss: jax.Array,
   exposure: jax.Array,
@@ -415,6 +418,7 @@ def doubly_robust_risk(
   return risk
 
 
+@register_loss("sif")
 def bias_likelihood_loss(
   click_probs: jax.Array,
   clicks: jax.Array,

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from ultr_jax.losses import _utils
+from ultr_jax.losses.registry import register_loss
 
 __all__ = ["two_tower_log_probs", "two_tower_loss"]
 
@@ -45,6 +46,7 @@ def two_tower_log_probs(
   raise ValueError(f"unknown two-tower mode {mode!r} (additive, product)")
 
 
+@register_loss("two_tower", trains=("observation_logits",))
 def two_tower_loss(
   scores: jax.Array,
   clicks: jax.Array,

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 
 from ultr_jax.losses import _utils
 from ultr_jax.types import Array
+from ultr_jax.losses.registry import register_loss
 
 __all__ = ["observation_density_loss", "base_vector", "vectorization_scores"]
 
@@ -33,6 +34,7 @@ def _masked(where, mean, log_var):
   return w, jnp.where(w[..., None], mean, 0.0), jnp.where(w[..., None], log_var, 0.0)
 
 
+@register_loss("vectorization", trains=("log_var",))
 def observation_density_loss(
   mean: Array,
   targets: Array,

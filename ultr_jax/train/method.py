@@ -38,7 +38,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import optax
 
-from ultr_jax.types import Array, Batch, Params, PRNGKey
+from ultr_jax.types import Array, Batch, MethodInitFn, MethodLossFn, Params, ScoreFn
 
 __all__ = ["Method", "KEY_REASONS", "method_inputs_missing"]
 
@@ -48,9 +48,9 @@ class Method:
   """A trainable ULTR method: pure ``init``, ``loss`` and ``score`` functions."""
 
   name: str
-  init: Callable[[PRNGKey, Batch], tuple[Params, Any]]
-  loss: Callable[[Params, Any, Batch, PRNGKey], tuple[Array, tuple[dict, Any]]]
-  score: Callable[[Params, Batch], Array]
+  init: MethodInitFn
+  loss: MethodLossFn
+  score: ScoreFn
   propensities: Optional[Callable[[Params, Any], Array]] = None
   optimizer: Optional[optax.GradientTransformation] = None
   click_logits: Optional[Callable[[Params, Any, Batch], Array]] = None
