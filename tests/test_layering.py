@@ -1,4 +1,4 @@
-"""The library/study boundary: the core never imports the studies or matplotlib.
+"""The layers of the architecture table: imports only go down; the core never imports the studies or matplotlib.
 
 The core packages (``data``, ``simulation``, ``metrics``, ``graph``, ``losses``, ``models``, ``train`` and
 the top-level private modules) hold reusable pieces only; paper studies, their tables and figures live in
@@ -96,3 +96,59 @@ def test_importing_train_and_losses_loads_no_study_and_no_matplotlib():
     env={**os.environ, "JAX_PLATFORMS": "cpu"},
   )
   assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+# The architecture table, bottom up: a module may import its own layer and the layers below it, never above.
+# ``types``, ``_numerics`` and ``_optim`` are the shared base; ``testing`` compares a study's results with the
+# expected-metric files.
+LAYERS = {
+  "types": 0,
+  "_numerics": 0,
+  "_optim": 0,
+  "data": 1,
+  "simulation": 2,
+  "metrics": 2,
+  "graph": 2,
+  "evaluation": 2,
+  "losses": 3,
+  "models": 3,
+  "train": 4,
+  "studies": 5,
+  "testing": 5,
+}
+
+
+def upward_imports(root: pathlib.Path = ROOT) -> list[str]:
+  """Every import in ``ultr_jax/`` of a higher layer than the importing module's (or of an undeclared one)."""
+  bad = []
+  for path in sorted((root / "ultr_jax").rglob("*.py")):
+    parts = path.relative_to(root / "ultr_jax").parts
+    if parts == ("__init__.py",):
+      continue  # the package's own namespace re-exports every layer
+    source = parts[0].removesuffix(".py")
+    for line, name in imported_names(path, root):
+      target = name.split(".")[1] if name.startswith("ultr_jax.") else None
+      if target is None or target == source:
+        continue
+      if source not in LAYERS or target not in LAYERS or LAYERS[target] > LAYERS[source]:
+        bad.append(f"{path.relative_to(root)}:{line}: {source} imports {name}")
+  return bad
+
+
+def test_imports_follow_the_layers_of_the_architecture_table():
+  assert upward_imports() == []
+  assert {p.name.removesuffix(".py") for p in PACKAGE.iterdir() if not p.name.startswith(("__", "."))} <= set(LAYERS)
+
+
+def test_the_layer_check_reports_an_upward_import(tmp_path):
+  for name, text in {
+    "data/loader.py": "from ultr_jax.train import fit\n",
+    "losses/x.py": "import ultr_jax.data\n",
+  }.items():
+    path = tmp_path / "ultr_jax" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+  assert upward_imports(tmp_path) == [
+    "ultr_jax/data/loader.py:1: data imports ultr_jax.train",
+    "ultr_jax/data/loader.py:1: data imports ultr_jax.train.fit",
+  ]
