@@ -114,6 +114,23 @@ def affine_softmax_loss(
   multiply the targets (rax's convention); ``reduce_fn`` over lists with a
   valid item (None: per list ``[...]``).
 
+  Args:
+    scores: ``[..., L]`` the ranker's logits.
+    clicks: ``[..., L]`` clicks (0/1), or click-through rates in [0, 1] for an aggregated log.
+    propensities: ``[..., L]`` examination probabilities :math:`\theta_i` at each item's position.
+    eps_plus: ``[..., L]`` :math:`\epsilon^+`: the click probability of an examined relevant item at each item's
+      position.
+    eps_minus: ``[..., L]`` :math:`\epsilon^-`: the click probability of an examined non-relevant item (below
+      ``eps_plus``).
+    where: ``bool[..., L]`` the valid items (None: all).
+    weights: ``[..., L]`` per-item weights (None: 1); they multiply the clicks (rax's convention).
+    max_weight: the cap of each affine weight (None: :data:`DEFAULT_MAX_WEIGHT`, ``math.inf``: none).
+    reduce_fn: ``jnp.mean`` over the lists with a valid item (rax's ``safe_reduce``), ``jnp.sum``, or None for the
+      per-list values ``[...]``.
+
+  Returns:
+    The loss: a scalar, or the ``[...]`` per-list values with ``reduce_fn=None``.
+
   >>> s = jnp.array([0.0, 0.0]); c = jnp.array([0.0, 1.0])
   >>> kw = dict(propensities=jnp.array([1.0, 0.5]), eps_plus=jnp.ones(2), eps_minus=jnp.zeros(2))
   >>> round(float(affine_softmax_loss(s, c, **kw)), 4)  # IPS: 2 log 2
@@ -148,6 +165,23 @@ def affine_sigmoid_loss(
   relevance probabilities; :func:`ips_sigmoid_loss` when :math:`\epsilon^- = 0,\
   \epsilon^+ = 1`. ``weights`` multiply the per-item losses; ``reduce_fn``
   over valid items (None: ``[..., L]``).
+
+  Args:
+    scores: ``[..., L]`` the ranker's logits.
+    clicks: ``[..., L]`` clicks (0/1), or click-through rates in [0, 1] for an aggregated log.
+    propensities: ``[..., L]`` examination probabilities :math:`\theta_i` at each item's position.
+    eps_plus: ``[..., L]`` :math:`\epsilon^+`: the click probability of an examined relevant item at each item's
+      position.
+    eps_minus: ``[..., L]`` :math:`\epsilon^-`: the click probability of an examined non-relevant item (below
+      ``eps_plus``).
+    where: ``bool[..., L]`` the valid items (None: all).
+    weights: ``[..., L]`` per-item weights (None: 1); they multiply the clicks (rax's convention).
+    max_weight: the cap of each affine weight (None: :data:`DEFAULT_MAX_WEIGHT`, ``math.inf``: none).
+    reduce_fn: ``jnp.mean`` over the valid items (0 where none is valid), ``jnp.sum``, any other reduction, or None
+      for the per-item values ``[..., L]``.
+
+  Returns:
+    The loss: a scalar, or the ``[..., L]`` per-item values (0 where masked) with ``reduce_fn=None``.
 
   >>> s = jnp.array([1.0, -1.0]); c = jnp.array([1.0, 0.0])
   >>> kw = dict(propensities=jnp.ones(2), eps_plus=jnp.ones(2), eps_minus=jnp.full(2, 0.5))

@@ -1,7 +1,7 @@
 r"""CLD: causal likelihood decomposition for top-k position + selection bias.
 
 Zhao et al., "Unbiased Top-k Learning to Rank with Causal Likelihood
-Decomposition", SIGIR-AP'23 (spec ``spec-cld.md``). A logging ranker shows
+Decomposition", SIGIR-AP'23. A logging ranker shows
 only its top ``k`` documents (``shown``, :math:`s_i = 1`); shown documents are
 examined with propensity :math:`\rho_i`; the rest are never clicked. CLD
 first removes position bias with the target :math:`y_i = c_i/\rho_i` and then
@@ -11,10 +11,9 @@ model :math:`f_\omega` jointly (Eq. 9). Documents are ranked by
 :math:`f_\beta` alone.
 
 All functions take ``[..., L]`` arrays with a bool ``where`` and reduce over
-**valid records of the whole batch** (spec 3.6: no per-list averaging), with
+**valid records of the whole batch** (no per-list averaging, as in the authors' released code), with
 optional per-item ``weights`` (e.g. the number of logged sessions of the
-query, which makes the aggregated form exactly equal to the per-session log,
-spec 3.4). An all-masked batch gives a loss of 0 and zero gradients.
+query, which makes the aggregated form exactly equal to the per-session log). An all-masked batch gives a loss of 0 and zero gradients.
 
 Functions:
 
@@ -56,6 +55,13 @@ def cld_log_cdf(z: jax.Array, link: str = "probit") -> jax.Array:
   Both are symmetric, so :math:`\log(1 - F(z)) = \log F(-z)`. The probit uses
   :func:`jax.scipy.special.log_ndtr` (stable far into the left tail).
 
+  Args:
+    z: the selection index (any shape).
+    link: ``"probit"`` or ``"logit"``.
+
+  Returns:
+    ``log F(z)``, the shape of ``z``.
+
   >>> print(round(float(cld_log_cdf(jnp.array(-40.0))), 2))
   -804.61
   """
@@ -93,7 +99,7 @@ def cld_loss(
 
   With :math:`y_i = c_i/\rho_i`, residual :math:`u_i = y_i - f_\beta(x_i)` and
   link CDF :math:`F` (:math:`\Phi` in the paper, :math:`\sigma` in the
-  released code, A3):
+  released code):
 
   .. math::
       -\mathcal{L} = \sum_{s_i=1} \Big[\lambda_{sq}\, u_i^2
@@ -101,15 +107,15 @@ def cld_loss(
           - \sum_{s_i=0} \log\big(1 - F(f_\omega(x_i))\big)
 
   normalised by the (weighted) number of valid records. ``sq_weight``
-  :math:`\lambda_{sq}` is 1 in the paper (A4); 1/2 is the exact Tobit-II
+  :math:`\lambda_{sq}` is 1 in the paper (Eq. 9); 1/2 is the exact Tobit-II
   MLE. ``gamma`` is the fixed error correlation (not learned), :math:`|\gamma|<1`.
 
   ``clicks`` may be 0/1 clicks of one session or a click-through rate
   :math:`\bar c \in [0, 1]` over the query's sessions. With
-  ``target="sessions"`` (default, the repo's per-session records, A5) a
+  ``target="sessions"`` (default, the per-session records of the authors' code) a
   shown item contributes :math:`\bar c\,\ell(y = 1/\rho) + (1-\bar c)\,\ell(y = 0)`,
-  exactly the per-session sum divided by the number of sessions (spec 3.4;
-  pass that number as ``weights``); ``target="mean"`` uses the single record
+  exactly the per-session sum divided by the number of sessions (pass that number as
+  ``weights``); ``target="mean"`` uses the single record
   :math:`y = \bar c/\rho`. Both coincide for 0/1 clicks.
 
   The relevance scores of unshown items get exactly zero gradient; the
@@ -138,7 +144,7 @@ def cld_loss(
   Returns:
     scalar loss (``[..., L]`` with ``reduce_fn=None``).
 
-  Spec 10.1 hand values (selected & clicked; not selected):
+  Values worked by hand (selected & clicked; not selected):
 
   >>> one = jnp.ones(1)
   >>> print(round(float(cld_loss(0.3 * one, one, selection_scores=0.5 * one, propensities=0.5 * one,
@@ -212,10 +218,10 @@ def cld_pair_loss(
 
   divided by :math:`\sum a_{ij}`, where :math:`a_{ij} = 1` on :math:`D_s`
   and ``unobs_weight`` on :math:`D_u`; :math:`w_{ij} = y_i - y_j`
-  (``bpr_weight="ips_diff"``, the released code, A8) or 1 (``"one"``, the
-  printed Eq. 12). The unshown term is :math:`\log(1 - \sigma(f_\omega))`
-  (A7). ``unobs_weight="balanced"`` sets it to :math:`|D_s|/|D_u|` within
-  the batch (the released code subsamples :math:`D_u` 1:1, A10).
+  (``bpr_weight="ips_diff"``, the released code) or 1 (``"one"``, the
+  printed Eq. 12). The unshown term is :math:`\log(1 - \sigma(f_\omega))`.
+  ``unobs_weight="balanced"`` sets it to :math:`|D_s|/|D_u|` within
+  the batch (the released code subsamples :math:`D_u` 1:1).
   ``include_selected_ties`` adds shown pairs with :math:`y_i \le y_j` to
   :math:`D_u` (the repo's tag-0 pool). Pairs are built inside each padded
   list with a pair mask (:math:`O(L^2)`, no loops). Pairs with both items
@@ -231,7 +237,7 @@ def cld_pair_loss(
     weights: optional ``[..., L]`` item weights; the pair ``(i, j)`` gets
       ``weights[i]`` (rax's convention; pass a per-list weight broadcast).
     bpr_weight: ``"ips_diff"`` or ``"one"``.
-    sel_weight: :math:`C`, weight of the selection terms (A9).
+    sel_weight: :math:`C`, weight of the selection terms (the paper's Eq. 12).
     unobs_weight: float or ``"balanced"``.
     include_selected_ties: see above.
     reduce_fn: a mean (the objective over :math:`\sum a_{ij}`, above),
@@ -302,6 +308,12 @@ def inverse_mills_ratio(z: jax.Array) -> jax.Array:
   :math:`10^{-11}` there) is used instead; it keeps :math:`\lambda` finite down to
   :math:`z = -10^{15}`.
 
+  Args:
+    z: the probit index (any shape).
+
+  Returns:
+    :math:`\lambda(z)`, the shape of ``z``.
+
   >>> print(round(float(inverse_mills_ratio(jnp.array(0.0))), 5))
   0.79788
   >>> print(f"{float(inverse_mills_ratio(jnp.array(-1e15))):.3g}")
@@ -330,7 +342,7 @@ def heckman_loss(
   reduce_fn: Optional[Callable] = jnp.mean,
   return_aux: bool = False,
 ):
-  r"""Heckman\ :sup:`rank` (Ovaisi et al., WWW'20; spec 5, A28) as one joint objective.
+  r"""Heckman\ :sup:`rank` (Ovaisi et al., WWW'20; a baseline of the CLD paper, Section 6) as one joint objective.
 
   Stage 1 is a probit of the selection :math:`s` on :math:`x` over every
   record; stage 2 fits the click on the shown records with the inverse Mills
@@ -350,12 +362,21 @@ def heckman_loss(
   Scores are bounded to :math:`\pm 10^{15}` as in :func:`cld_loss`.
 
   Args:
-    scores: ``[..., L]`` :math:`f_\beta(x)`; clicks: ``[..., L]`` clicks or CTRs;
-    selection_scores: ``[..., L]`` :math:`f_\theta(x)`;
-    mills_coef: scalar :math:`\beta_\lambda`; shown, where, weights: as
-      :func:`cld_loss`; outcome: ``"ls"`` or ``"probit"``;
-    reduce_fn: see above;
+    scores: ``[..., L]`` the outcome model's scores :math:`f_\beta(x)`.
+    clicks: ``[..., L]`` clicks or click-through rates (ignored where not shown).
+    selection_scores: ``[..., L]`` the selection model's index :math:`f_\theta(x)`.
+    mills_coef: the scalar :math:`\beta_\lambda` of the inverse Mills ratio.
+    shown: ``bool[..., L]`` the selection indicator (the top k), as in :func:`cld_loss`.
+    where: ``bool[..., L]`` the valid items (None: all).
+    weights: optional ``[..., L]`` record weights, as in :func:`cld_loss`.
+    outcome: ``"ls"`` (least squares) or ``"probit"``.
+    reduce_fn: a mean over the valid records (weighted), ``jnp.sum``, any other reduction, or None for the per-item
+      values.
     return_aux: also return ``{"selection_loss": ..., "outcome_loss": ...}``.
+
+  Returns:
+    The summed loss (a scalar, or the per-item values with ``reduce_fn=None``), or ``(loss, aux)`` with
+    ``return_aux=True``.
 
   >>> one = jnp.ones(1)
   >>> print(round(float(heckman_loss(0 * one, one, selection_scores=0 * one, mills_coef=0.0, shown=one > 0)), 4))
@@ -384,11 +405,19 @@ def heckman_loss(
 
 
 def borda_scores(scores_a: jax.Array, scores_b: jax.Array, *, where: Optional[jax.Array] = None) -> jax.Array:
-  r"""RankAgg's Borda count of two rankings (spec 5, A29): :math:`2n - \mathrm{rank}_a - \mathrm{rank}_b`.
+  r"""RankAgg's Borda count of two rankings (Ovaisi et al., WWW'20; a baseline of the CLD paper, Section 6): :math:`2n - \mathrm{rank}_a - \mathrm{rank}_b`.
 
   Ranks are 1-based within each list (descending score, ties by order of
   appearance; :func:`rax.utils.ranks`), :math:`n` is the list's number of
   valid items; higher is better. Masked items get 0.
+
+  Args:
+    scores_a: ``[..., L]`` the first ranking's scores.
+    scores_b: ``[..., L]`` the second ranking's scores.
+    where: ``bool[..., L]`` the valid items (None: all).
+
+  Returns:
+    ``[..., L]`` Borda counts (0 where masked).
 
   >>> print(borda_scores(jnp.array([3.0, 2.0, 1.0]), jnp.array([1.0, 3.0, 2.0])))
   [2. 3. 1.]

@@ -65,6 +65,10 @@ def em_posteriors(
       position, clipped into :math:`[10^{-6}, 1 - 10^{-6}]`.
     where: ``[..., L]`` bool mask.
 
+  Returns:
+    A dict of ``[..., L]`` arrays (0 where masked): ``relevance`` and ``examination``, each one's posterior given
+    the click (1 where clicked), and ``r1_c0`` and ``e1_c0``, their posteriors given no click.
+
   >>> p = em_posteriors(jnp.array([0.0]), jnp.array([0.0]), propensities=jnp.array([0.5]))
   >>> round(float(p["e1_c0"][0]), 4), round(float(p["r1_c0"][0]), 4)  # .25/.75 each
   (0.3333, 0.3333)
@@ -108,11 +112,17 @@ def regression_em_loss(
       \hat r_i = \mathrm{sg}[c_i + (1-c_i)P(R{=}1\mid C{=}0)]
 
   Args:
-    scores: ``[..., L]`` logits; clicks: ``[..., L]``;
-    propensities: ``[..., L]`` current examination estimates per item
-      (e.g. ``state.propensities[positions]`` of :func:`regression_em_estimator`);
-    where: mask; weights: optional per-item weights;
-    reduce_fn: over valid items (None: ``[..., L]``).
+    scores: ``[..., L]`` the ranker's logits.
+    clicks: ``[..., L]`` clicks (0/1), or click-through rates in [0, 1] for an aggregated log.
+    propensities: ``[..., L]`` the current examination estimates of each item's position (e.g.
+      ``state.propensities[positions]`` of :func:`regression_em_estimator`).
+    where: ``bool[..., L]`` the valid items (None: all).
+    weights: ``[..., L]`` per-item weights (None: 1).
+    reduce_fn: ``jnp.mean`` over the valid items (0 where none is valid), ``jnp.sum``, any other reduction, or None
+      for the per-item values ``[..., L]``.
+
+  Returns:
+    The loss: a scalar, or the ``[..., L]`` per-item values (0 where masked) with ``reduce_fn=None``.
 
   >>> s = jnp.array([0.0, 0.0]); c = jnp.array([1.0, 0.0])
   >>> round(float(regression_em_loss(s, c, propensities=jnp.array([1.0, 1.0]))), 4)

@@ -83,6 +83,15 @@ def snips_weights(
   Sums run over every leading dim and the list. Without clicks the plain IPS
   weights are returned.
 
+  Args:
+    propensities: ``[..., L]`` examination probabilities :math:`\theta_i` at each item's position.
+    clicks: ``[..., L]`` clicks; their sums over the batch normalise the weights.
+    where: ``bool[..., L]`` the valid items (None: all).
+    max_weight: the cap of each inverse-propensity weight (None: :data:`DEFAULT_MAX_WEIGHT`, ``math.inf``: none).
+
+  Returns:
+    ``[..., L]`` self-normalised weights (1 where masked), with their gradient stopped.
+
   >>> [round(float(w), 4) for w in snips_weights(jnp.array([1.0, 0.5]), jnp.array([1.0, 1.0]))]
   [0.6667, 1.3333]
   """
@@ -123,11 +132,17 @@ def ips_sigmoid_loss(
   unbounded below for large weights; clip with ``max_weight``.
 
   Args:
-    scores: ``[..., L]`` logits; clicks: ``[..., L]``;
-    propensities: ``[..., L]`` examination probabilities;
-    where: ``[..., L]`` bool mask; weights: optional ``[..., L]`` per-item
-    weights; max_weight: weight clip (None: the default 1e8);
-    reduce_fn: over valid items; None returns ``[..., L]``.
+    scores: ``[..., L]`` the ranker's logits.
+    clicks: ``[..., L]`` clicks (0/1), or click-through rates in [0, 1] for an aggregated log.
+    propensities: ``[..., L]`` examination probabilities :math:`\theta_i` at each item's position.
+    where: ``bool[..., L]`` the valid items (None: all).
+    weights: ``[..., L]`` per-item weights (None: 1); they multiply the clicks (rax's convention).
+    max_weight: the cap of each inverse-propensity weight (None: :data:`DEFAULT_MAX_WEIGHT`, ``math.inf``: none).
+    reduce_fn: ``jnp.mean`` over the valid items (0 where none is valid), ``jnp.sum``, any other reduction, or None
+      for the per-item values ``[..., L]``.
+
+  Returns:
+    The loss: a scalar, or the ``[..., L]`` per-item values (0 where masked) with ``reduce_fn=None``.
 
   >>> s = jnp.array([0.0, 0.0]); c = jnp.array([1.0, 0.0])
   >>> round(float(ips_sigmoid_loss(s, c, propensities=jnp.array([0.5, 0.5]))), 4)
@@ -160,6 +175,19 @@ def ips_softmax_loss(
   ``weights`` multiply the clicks (rax's convention). Returns the mean over
   lists (None: per-list ``[...]``).
 
+  Args:
+    scores: ``[..., L]`` the ranker's logits.
+    clicks: ``[..., L]`` clicks (0/1), or click-through rates in [0, 1] for an aggregated log.
+    propensities: ``[..., L]`` examination probabilities :math:`\theta_i` at each item's position.
+    where: ``bool[..., L]`` the valid items (None: all).
+    weights: ``[..., L]`` per-item weights (None: 1); they multiply the clicks (rax's convention).
+    max_weight: the cap of each inverse-propensity weight (None: :data:`DEFAULT_MAX_WEIGHT`, ``math.inf``: none).
+    reduce_fn: ``jnp.mean`` over the lists with a valid item (rax's ``safe_reduce``), ``jnp.sum``, or None for the
+      per-list values ``[...]``.
+
+  Returns:
+    The loss: a scalar, or the ``[...]`` per-list values with ``reduce_fn=None``.
+
   >>> s = jnp.array([0.0, 0.0]); c = jnp.array([0.0, 1.0])
   >>> round(float(ips_softmax_loss(s, c, propensities=jnp.array([1.0, 0.5]))), 4)  # 2 log 2
   1.3863
@@ -190,7 +218,7 @@ def ips_pairwise_loss(
   Joachims et al. (WSDM'17) weight each clicked item's pairs by
   :math:`1/\theta_i`; this is the IPS baseline of the CLD paper's code (BPR
   weight :math:`c_i/\theta_i - c_j/\theta_j` on its (clicked, unclicked)
-  pairs, CLD spec 5), with the logistic loss in place of the hinge. With
+  pairs, the CLD paper's Section 6), with the logistic loss in place of the hinge. With
   click-through rates of an aggregated log the pair mass is the expected
   session count, as in :func:`~ultr_jax.losses.naive_pairwise_loss`. Unlike
   :func:`ips_softmax_loss` it is not unbiased under the PBM: an unclicked
@@ -198,14 +226,19 @@ def ips_pairwise_loss(
   It builds all ``L x L`` pairs of a list, as rax's pairwise losses do.
 
   Args:
-    scores: ``[..., L]`` logits; clicks: ``[..., L]`` clicks or CTRs in [0, 1];
-    propensities: ``[..., L]`` examination probabilities (see :func:`ips_weights`);
-    where: ``[..., L]`` bool mask; weights: optional ``[..., L]`` :math:`v_i`;
-    max_weight: weight clip; lambdaweight_fn: optional rax lambdaweight of
-      each pair from the scores and the clicks (:func:`lambdarank_weights`:
-      propensity-weighted LambdaRank, the IPS weight on the clicked item only);
-    reduce_fn: ``jnp.mean`` (over pair mass),
-      ``jnp.sum``, or None for the ``[..., L, L]`` pair losses.
+    scores: ``[..., L]`` the ranker's logits.
+    clicks: ``[..., L]`` clicks (0/1), or click-through rates in [0, 1] for an aggregated log.
+    propensities: ``[..., L]`` examination probabilities :math:`\theta_i` at each item's position. Each pair is
+      weighted by its clicked item's inverse propensity (see :func:`ips_weights`).
+    where: ``bool[..., L]`` the valid items (None: all).
+    weights: ``[..., L]`` per-item weights :math:`v_i` (None: 1).
+    max_weight: the cap of each inverse-propensity weight (None: :data:`DEFAULT_MAX_WEIGHT`, ``math.inf``: none).
+    lambdaweight_fn: an optional rax lambdaweight of each pair from the scores and the clicks
+      (:func:`lambdarank_weights`: propensity-weighted LambdaRank, the IPS weight on the clicked item only).
+    reduce_fn: ``jnp.mean`` over the pair mass, ``jnp.sum``, or None for the ``[..., L, L]`` pair losses.
+
+  Returns:
+    The loss: a scalar, or the ``[..., L, L]`` pair losses with ``reduce_fn=None``.
 
   >>> s, c = jnp.array([0.0, 0.0]), jnp.array([0.0, 1.0])
   >>> round(float(ips_pairwise_loss(s, c, propensities=jnp.array([1.0, 0.5]))), 4)  # 2 log 2
@@ -232,6 +265,19 @@ def snips_sigmoid_loss(
   .. math::
       \ell = -\sum_i c_i\tilde w_i\log\sigma(s_i) + (1 - c_i\tilde w_i)\log\sigma(-s_i)
 
+  Args:
+    scores: ``[..., L]`` the ranker's logits.
+    clicks: ``[..., L]`` clicks (0/1), or click-through rates in [0, 1] for an aggregated log.
+    propensities: ``[..., L]`` examination probabilities :math:`\theta_i` at each item's position.
+    where: ``bool[..., L]`` the valid items (None: all).
+    weights: ``[..., L]`` per-item weights (None: 1); they multiply the clicks (rax's convention).
+    max_weight: the cap of each inverse-propensity weight (None: :data:`DEFAULT_MAX_WEIGHT`, ``math.inf``: none).
+    reduce_fn: ``jnp.mean`` over the valid items (0 where none is valid), ``jnp.sum``, any other reduction, or None
+      for the per-item values ``[..., L]``.
+
+  Returns:
+    The loss: a scalar, or the ``[..., L]`` per-item values (0 where masked) with ``reduce_fn=None``.
+
   >>> s = jnp.array([0.0, 0.0]); c = jnp.array([1.0, 0.0])
   >>> round(float(snips_sigmoid_loss(s, c, propensities=jnp.array([0.5, 0.5]))), 4)
   0.6931
@@ -256,6 +302,19 @@ def snips_softmax_loss(
 
   .. math::
       \ell = -\sum_i c_i\tilde w_i \log\mathrm{softmax}(s)_i
+
+  Args:
+    scores: ``[..., L]`` the ranker's logits.
+    clicks: ``[..., L]`` clicks (0/1), or click-through rates in [0, 1] for an aggregated log.
+    propensities: ``[..., L]`` examination probabilities :math:`\theta_i` at each item's position.
+    where: ``bool[..., L]`` the valid items (None: all).
+    weights: ``[..., L]`` per-item weights (None: 1); they multiply the clicks (rax's convention).
+    max_weight: the cap of each inverse-propensity weight (None: :data:`DEFAULT_MAX_WEIGHT`, ``math.inf``: none).
+    reduce_fn: ``jnp.mean`` over the lists with a valid item (rax's ``safe_reduce``), ``jnp.sum``, or None for the
+      per-list values ``[...]``.
+
+  Returns:
+    The loss: a scalar, or the ``[...]`` per-list values with ``reduce_fn=None``.
 
   >>> s = jnp.array([0.0, 0.0]); c = jnp.array([0.0, 1.0])
   >>> round(float(snips_softmax_loss(s, c, propensities=jnp.array([1.0, 0.5]))), 4)  # log 2

@@ -1,8 +1,7 @@
 r"""LBD: Lipschitz and Bernoulli decoupling of relevance and observation.
 
 Chen, Liu, Liu, Sun, "LBD: Decouple Relevance and Observation for
-Individual-Level Unbiased Learning to Rank", NeurIPS 2022 (Sections 2.2-2.6 of
-``spec-lbd.md``). A shared tower gives a relevance logit :math:`s_{rel}(x)`
+Individual-Level Unbiased Learning to Rank", NeurIPS 2022 (Sections 4.2, 4.3 and 5). A shared tower gives a relevance logit :math:`s_{rel}(x)`
 and per-position observation logits :math:`s_{obs,p}(x)`; the click logit of
 the document displayed at position ``p`` is
 
@@ -73,7 +72,7 @@ def bernoulli_click_logits(
   key: Optional[jax.Array] = None,
   t=0.0,
 ) -> tuple[Array, Array]:
-  r"""Click logits with Bernoulli decoupling (Section 5 of the paper; spec 2.2-2.3).
+  r"""Click logits with Bernoulli decoupling (the paper's Sections 4.3 and 5).
 
   .. math::
       \log \hat c_i = s_{rel}(x_i) + \gamma_i \, s_{obs,\,p_i}(x_i), \qquad
@@ -116,7 +115,7 @@ def softmax_click_loss(
   reduce_fn: Optional[Callable] = jnp.mean,
   eps: float = 1e-7,
 ) -> Array:
-  r"""Listwise softmax cross-entropy per click over the whole batch (spec 2.5, ULTRA's ``softmax_loss``).
+  r"""Listwise softmax cross-entropy per click over the whole batch (the paper's Eq. 2 as the authors' code computes it: ULTRA's ``softmax_loss``).
 
   .. math::
       \mathcal L_{sv} = -\frac{\sum_{q,i} w_{qi}\, \log \mathrm{softmax}(z_q)_i}{\sum_{q,i} w_{qi}},
@@ -170,7 +169,7 @@ def lbd_forward(
   mode: str = "code",
   paper_transform: str = "exp",
 ) -> tuple[Array, Array, Array]:
-  r"""One forward pass of the tower plus the LBD gradient penalty (spec 2.4, ambiguity A1).
+  r"""One forward pass of the tower plus the LBD gradient penalty (the paper's Sections 4.2 and 5).
 
   ``mode="code"`` (default; the authors' code, the scale of the paper's
   :math:`\lambda` grid): with :math:`M_{dp} \sim \mathrm{Bernoulli}(k)`
@@ -200,7 +199,7 @@ def lbd_forward(
     where: ``bool[..., L]``; padded documents are left out of the penalty.
     key: PRNG key for the dropout mask (code form); None means ``M = k``
       everywhere (no dropout, i.e. the penalty on the summed heads).
-    keep: the dropout keep probability ``k`` (A2: 0.1, TF1 semantics).
+    keep: the dropout keep probability ``k`` (0.1 in the authors' code, TF1 semantics).
     mode: ``"code"`` or ``"paper"``.
     paper_transform: ``"exp"`` or ``"sigmoid"`` (paper form only).
 
@@ -259,6 +258,18 @@ def gradient_penalty(
       \mathcal L_{gp} = \Big\lVert \nabla_X \tfrac1N \textstyle\sum_{d,p} \tfrac{M_{dp}}{k} s_{obs,p}(x_d)
       \Big\rVert_F^2 \quad (\text{code form})
 
+  Args:
+    obs_fn: the observation heads, ``[..., F] -> [..., n]``, applied per document.
+    features: ``[..., L, F]`` the documents' features.
+    where: ``bool[..., L]``; padded documents are left out of the penalty.
+    key: PRNG key of the dropout mask (code form); None: no dropout.
+    keep: the dropout keep probability ``k``.
+    mode: ``"code"`` or ``"paper"`` (see :func:`lbd_forward`).
+    paper_transform: ``"exp"`` or ``"sigmoid"`` (paper form only).
+
+  Returns:
+    The penalty, a scalar.
+
   >>> b = jnp.array([[1.0], [2.0]])   # [F=2, n=1]
   >>> print(float(gradient_penalty(lambda x: x @ b, jnp.ones((1, 2, 2)))))   # 2 docs: 2 * (1/2)^2 * (1 + 4)
   2.5
@@ -270,12 +281,22 @@ def gradient_penalty(
 def rescale_gp_weight(
   lam, *, batch_size: int, list_size: int, num_positions: int, reference: tuple[int, int, int] = REFERENCE_GP_SHAPE
 ):
-  r"""The code-form :math:`\lambda` that keeps the paper's strength at another batch shape (spec 2.4).
+  r"""The code-form :math:`\lambda` that keeps the paper's strength at another batch shape (the paper's Section 5).
 
   The code-form penalty weighs the per-document mean bracket by
   :math:`\lambda / (B T n^2)`, so
 
   .. math::  \lambda_{new} = \lambda_{paper} \cdot \frac{B_{new} T_{new} n_{new}^2}{256 \cdot 10 \cdot 10^2}.
+
+  Args:
+    lam: the paper's :math:`\lambda` (a float or an array of them).
+    batch_size: the new batch size :math:`B`.
+    list_size: the new list size :math:`T`.
+    num_positions: the new number of observation heads :math:`n`.
+    reference: the ``(B, T, n)`` the paper's value was set at.
+
+  Returns:
+    The code-form :math:`\lambda` for the new shape, of the type of ``lam``.
 
   >>> print(rescale_gp_weight(100.0, batch_size=64, list_size=10, num_positions=10))
   25.0

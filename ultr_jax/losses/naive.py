@@ -41,6 +41,9 @@ def naive_sigmoid_loss(
     weights: optional ``[..., L]`` per-item weights.
     reduce_fn: reduction over valid items; None returns ``[..., L]``.
 
+  Returns:
+    The loss: a scalar, or the ``[..., L]`` per-item values (0 where masked) with ``reduce_fn=None``.
+
   >>> s, c = jnp.array([0.0, 0.0]), jnp.array([1.0, 0.0])
   >>> round(float(naive_sigmoid_loss(s, c)), 4)  # log 2
   0.6931
@@ -73,6 +76,9 @@ def naive_softmax_loss(
     weights: optional ``[..., L]`` per-item label weights.
     reduce_fn: reduction over lists; None returns per-list losses ``[...]``.
 
+  Returns:
+    The loss: a scalar, or the ``[...]`` per-list values with ``reduce_fn=None``.
+
   >>> s, c = jnp.array([0.0, 0.0]), jnp.array([1.0, 0.0])
   >>> round(float(naive_softmax_loss(s, c)), 4)  # log 2
   0.6931
@@ -99,7 +105,7 @@ def naive_pairwise_loss(
 
   With 0/1 clicks this is the mean over (clicked, unclicked) pairs, the
   Naive baseline of the CLD paper's code (BPR with weight :math:`c_i - c_j`
-  on its tag-1 pairs; CLD spec 5). With click-through rates
+  on its tag-1 pairs; the CLD paper's Section 6). With click-through rates
   :math:`c_i = n_i / n` of ``n`` sessions (an aggregated log) the mass
   :math:`n\,c_i(1 - c_j)` is the expected number of sessions with ``i``
   clicked and ``j`` not when clicks are independent given the query, so the
@@ -119,6 +125,9 @@ def naive_pairwise_loss(
       Baidu-ULTR study).
     reduce_fn: ``jnp.mean`` (over pair mass), ``jnp.sum``, or None for the
       ``[..., L, L]`` pair losses.
+
+  Returns:
+    The loss: a scalar, or the ``[..., L, L]`` pair losses (0 off the pairs) with ``reduce_fn=None``.
 
   >>> s, c = jnp.array([0.0, 0.0, 1.0]), jnp.array([1.0, 0.0, 0.0])
   >>> round(float(naive_pairwise_loss(s, c)), 4)  # (log 2 + log(1 + e)) / 2
@@ -146,6 +155,18 @@ def lambdarank_weights(
   Wang et al., CIKM'18). This is :func:`rax.dcg_lambdaweight` without its
   factor of the padded list size, so padding a list does not scale its loss
   (the mask-equals-truncation convention). Pass it as ``lambdaweight_fn``.
+
+  Args:
+    scores: ``[..., L]`` the ranker's logits.
+    labels: ``[..., L]`` clicks or graded labels; the pairs' gains.
+    where: ``bool[..., L]`` the valid items (None: all).
+    segments: optional ``[..., L]`` segment ids, passed to :func:`rax.dcg_lambdaweight`: only items of one segment
+      form pairs.
+    weights: optional ``[..., L]`` per-item weights, passed to :func:`rax.dcg_lambdaweight`.
+
+  Returns:
+    ``[..., L * L]`` the LambdaRank weight of every ordered pair of items (row-major: pair ``(i, j)`` at
+    ``i * L + j``).
 
   >>> lam = lambdarank_weights(jnp.array([2.0, 1.0]), jnp.array([0.0, 1.0]))
   >>> print(lam.reshape(2, 2))  # |1 - 0| x |1 - 1/log2(3)|

@@ -51,6 +51,13 @@ __all__ = [
 def click_pairs(clicks: jax.Array, *, where: Optional[jax.Array] = None) -> jax.Array:
   r"""``[..., L, L]`` bool mask of pairs (i clicked, j unclicked), both valid.
 
+  Args:
+    clicks: ``[..., L]`` clicks.
+    where: ``bool[..., L]`` the valid items (None: all).
+
+  Returns:
+    ``bool[..., L, L]``: True for the pairs ``(i, j)`` with ``i`` clicked and ``j`` not, both valid.
+
   >>> click_pairs(jnp.array([1.0, 0.0, 0.0]), where=jnp.array([True, True, False])).sum()
   Array(1, dtype=int32)
   """
@@ -91,6 +98,9 @@ def pairwise_debiasing_loss(
       ``math.inf``: none).
     reduce_fn: over valid pairs (rax's pairwise convention); None returns
       ``[..., L, L]`` per-pair losses (0 off the pairs).
+
+  Returns:
+    The loss: a scalar, or the ``[..., L, L]`` pair losses (0 off the pairs) with ``reduce_fn=None``.
 
   >>> s = jnp.array([0.0, 0.0]); c = jnp.array([1.0, 0.0]); t = jnp.ones(2)
   >>> round(float(pairwise_debiasing_loss(s, c, t_plus=t, t_minus=0.5 * t)), 4)  # 2 log 2

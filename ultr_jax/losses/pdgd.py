@@ -193,6 +193,9 @@ def pdgd_loss(
       ``safe_reduce``: lists with no valid item do not count in a mean);
       None returns the per-list losses ``[...]``.
 
+  Returns:
+    The loss: a scalar, or the ``[...]`` per-list losses with ``reduce_fn=None``.
+
   >>> loss = pdgd_loss(jnp.zeros(3), jnp.array([0.0, 1.0, 0.0]), positions=jnp.arange(3))
   >>> print(round(float(loss), 4))  # two pairs, rho = sigma = 1/2
   -0.5

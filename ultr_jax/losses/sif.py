@@ -1,11 +1,11 @@
 r"""SIF: closed-form conditional-MI leakage penalties, IPS/DR risks and dual ascent.
 
 Gong, Ai, Tao, Zhang, "A Causal Information-Flow Framework for Unbiased
-Learning-to-Rank" (SIF; spec ``spec-sif.md``, the SIF-ref design of its
-Section 5). Every function is pure over ``[..., list_size]`` with a bool
-``where``.
+Learning-to-Rank" (SIF, Section IV), in ultr_jax's reference design of its method (SIF-ref: a ranker, a
+bias tower with exposure and trust heads, closed-form leakage penalties). Every function is pure over
+``[..., list_size]`` with a bool ``where``.
 
-* :func:`conditional_mi_binary` is the leakage estimator of spec 5.4: for a
+* :func:`conditional_mi_binary` is the leakage estimator of Section IV-B: for a
   binary channel :math:`B` with model probabilities :math:`p_i = q(B=1 \mid
   z_i, w_i)` and cells :math:`w` (positions),
 
@@ -24,7 +24,7 @@ Section 5). Every function is pure over ``[..., list_size]`` with a bool
 * :func:`ips_targets` / :func:`dr_targets` and :func:`listwise_risk` make the
   ranker risk :math:`R_{LTR}`; :func:`doubly_robust_risk` is the literal eq. 33
   with observed exposure; :func:`bias_likelihood_loss` fits the bias tower.
-* :func:`dual_ascent_update` is the multiplier update of spec 5.5 on an EMA;
+* :func:`dual_ascent_update` is the multiplier update of Section IV-A (after Eq. 34) on an EMA;
   :func:`dual_ascent_estimator` holds it as an ``(init, update)`` pair
   (:class:`~ultr_jax.losses.Estimator`).
 """
@@ -64,6 +64,12 @@ def binary_entropy(p: jax.Array) -> jax.Array:
 
   ``p`` is clipped to :math:`[10^{-6}, 1 - 10^{-6}]` so values and gradients
   stay finite at 0 and 1.
+
+  Args:
+    p: probabilities (any shape), clipped to :math:`[10^{-6}, 1 - 10^{-6}]`.
+
+  Returns:
+    The entropies in nats, the shape of ``p``.
 
   >>> print(round(float(binary_entropy(0.5)), 6), round(float(binary_entropy(0.2)), 6))
   0.693147 0.500402
@@ -111,12 +117,14 @@ def cell_marginals(
   Pools over every leading axis; empty cells give 0.
 
   Args:
-    probs: ``[..., L]``; cells: ``int[..., L]`` ids in ``[0, num_cells)``
-      (others are ignored); where: ``bool[..., L]``; weights: ``[..., L]``
-      item masses :math:`m_i` (default 1); num_cells: static.
+    probs: ``[..., L]`` probabilities.
+    cells: ``int[..., L]`` cell ids in ``[0, num_cells)`` (other ids are ignored).
+    where: ``bool[..., L]`` the valid items (None: all).
+    weights: ``[..., L]`` item masses :math:`m_i` (None: 1).
+    num_cells: the number of cells (static).
 
   Returns:
-    ``[num_cells]``.
+    ``[num_cells]`` the within-cell means (0 for an empty cell).
 
   >>> cell_marginals(jnp.array([0.2, 0.8, 0.1]), jnp.array([0, 0, 1]), num_cells=2).tolist()
   [0.5, 0.10000000149011612]
@@ -142,7 +150,7 @@ def conditional_mi_binary(
   clamp: bool = True,
   min_count: int = 2,
 ) -> jax.Array:
-  r"""Closed-form conditional MI of a binary channel, :math:`\hat I(B; Z \mid W)` (spec 5.4).
+  r"""Closed-form conditional MI of a binary channel, :math:`\hat I(B; Z \mid W)` (SIF, Section IV-B).
 
   .. math::
       \hat I_w^{\rm ent} = h(\bar p_w) - \frac{\sum_{i\in w} m_i h(p_i)}{\sum_{i\in w} m_i},
@@ -223,7 +231,7 @@ def project_within_cells(
   ridge: float = 1e-8,
   clip: float = 1e-4,
 ) -> jax.Array:
-  r"""Within-cell OLS projection of a channel probability onto a score (spec 5.4, Î_D).
+  r"""Within-cell OLS projection of a channel probability onto a score, for the trust leakage :math:`\hat I_D`.
 
   .. math::
       \beta_w = \frac{\mathrm{Cov}_w(d, s)}{\mathrm{Var}_w(s) + \text{ridge}},\qquad
@@ -273,6 +281,13 @@ def effective_sample_size(weights: jax.Array, *, where: Optional[jax.Array] = No
   A diagnostic of importance weighting (SIF Property 1, Fig. 2); equals the
   item count for uniform weights.
 
+  Args:
+    weights: importance weights (any shape).
+    where: a bool mask of the weights' shape (None: all).
+
+  Returns:
+    The effective sample size, a scalar.
+
   >>> print(float(effective_sample_size(jnp.array([1.0, 1.0, 2.0]))))
   2.6666667461395264
   """
@@ -289,7 +304,16 @@ def ips_targets(
   r"""IPS targets :math:`t_i = c_i / \max(\rho_i, \tau)` (stop-gradient), 0 where masked.
 
   ``propensities`` are the click propensities :math:`\rho_i` (exposure times
-  trust factor in SIF-ref, spec 5.3).
+  trust factor in SIF-ref).
+
+  Args:
+    clicks: ``[..., L]`` clicks.
+    propensities: ``[..., L]`` click propensities :math:`\rho_i`.
+    where: ``bool[..., L]`` the valid items (None: all).
+    tau: the propensity floor.
+
+  Returns:
+    ``[..., L]`` targets (stop-gradient), 0 where masked.
 
   >>> ips_targets(jnp.array([1.0, 1.0, 0.0]), jnp.array([0.5, 0.001, 0.5])).tolist()
   [2.0, 100.0, 0.0]
@@ -309,7 +333,7 @@ def dr_targets(
   displayed: Optional[jax.Array] = None,
   tau: float = 0.01,
 ) -> jax.Array:
-  r"""Expected-treatment doubly robust targets (spec 5.3; Oosterhuis 2023 style).
+  r"""Expected-treatment doubly robust targets (SIF Eq. 33 in expectation; Oosterhuis 2023 style).
 
   .. math::
       t_i = \begin{cases} m_i + (c_i - \rho_i m_i) / \max(\rho_i, \tau) & i \text{ displayed} \\
@@ -317,15 +341,18 @@ def dr_targets(
 
   (:math:`\rho`, :math:`m` under stop-gradient). SIF eq. 33 with the latent
   exposure replaced by its expectation; on displayed items with
-  :math:`\rho \ge \tau` it collapses to the IPS target :math:`c/\rho`
-  (spec A9, test T4).
+  :math:`\rho \ge \tau` it collapses to the IPS target :math:`c/\rho`.
 
   Args:
-    clicks, propensities, imputed: ``[..., L]`` clicks, click propensities
-      :math:`\rho` and imputed relevance :math:`m`.
-    where: ``bool[..., L]`` candidates; displayed: ``bool[..., L]`` displayed
-      candidates (default ``where``).
-    tau: propensity floor.
+    clicks: ``[..., L]`` clicks.
+    propensities: ``[..., L]`` click propensities :math:`\rho`.
+    imputed: ``[..., L]`` imputed relevance :math:`m`.
+    where: ``bool[..., L]`` the candidates (None: all).
+    displayed: ``bool[..., L]`` the displayed candidates (None: ``where``).
+    tau: the propensity floor.
+
+  Returns:
+    ``[..., L]`` targets (stop-gradient), 0 where masked.
 
   >>> dr_targets(jnp.array([1.0, 0.0]), jnp.array([0.5, 0.5]), jnp.array([0.3, 0.3])).tolist()
   [2.0, 0.0]
@@ -354,6 +381,16 @@ def listwise_risk(
   The ULTRA listwise risk (SIF-ref :math:`R_{LTR}`), via :func:`rax.softmax_loss`
   (``weights`` multiply the targets); mean over lists (all-masked lists
   excluded; None: per list ``[...]``).
+
+  Args:
+    scores: ``[..., L]`` the ranker's logits.
+    targets: ``[..., L]`` non-negative targets :math:`t_i` (e.g. :func:`ips_targets`).
+    where: ``bool[..., L]`` the valid items (None: all).
+    weights: ``[..., L]`` per-item weights that multiply the targets (None: 1).
+    reduce_fn: ``jnp.mean`` over the lists with a valid item, ``jnp.sum``, or None for the per-list values ``[...]``.
+
+  Returns:
+    The risk: a scalar, or the ``[...]`` per-list values with ``reduce_fn=None``.
 
   >>> print(round(float(listwise_risk(jnp.zeros(2), jnp.array([2.0, 0.0]))), 4))
   1.3863
@@ -391,11 +428,16 @@ def doubly_robust_risk(
     exposure: ``[..., L]`` observed :math:`E \in \{0, 1\}`.
     propensities: ``[..., L]`` exposure propensities :math:`e(X, K)`.
     imputed: ``[..., L]`` imputed losses :math:`m(X, K) \approx \mathbb{E}[L \mid X, K, E=1]`.
-    where: ``bool[..., L]`` valid samples; weights: optional ``[..., L]`` per-sample weights.
-    max_weight: cap of :math:`1/e` (None: ``DEFAULT_MAX_WEIGHT`` = 1e8; ``math.inf``: none).
-    reduce_fn: over valid samples (None: per sample, 0 where masked).
-    return_aux: if True return ``(risk, {"imputed": ..., "correction": ...})``, the two terms reduced alike
-      (their sum is the risk for a mean, a sum or None).
+    where: ``bool[..., L]`` the valid samples (None: all).
+    weights: ``[..., L]`` per-sample weights (None: 1).
+    max_weight: the cap of :math:`1/e` (None: :data:`DEFAULT_MAX_WEIGHT`; ``math.inf``: none).
+    reduce_fn: over the valid samples (None: per sample, 0 where masked).
+    return_aux: if True return ``(risk, {"imputed": ..., "correction": ...})``, the two terms reduced alike (their sum
+      is the risk for a mean, a sum or None).
+
+  Returns:
+    The risk (a scalar, or the per-sample values with ``reduce_fn=None``), or ``(risk, aux)`` with
+    ``return_aux=True``.
 
   >>> print(float(doubly_robust_risk(jnp.array([1.0, 0.0]), jnp.array([1.0, 0.0]),
   ...                                propensities=jnp.array([0.5, 0.5]), imputed=jnp.array([0.5, 0.5]))))
@@ -427,18 +469,22 @@ def bias_likelihood_loss(
   weights: Optional[jax.Array] = None,
   reduce_fn: Optional[Callable] = jnp.mean,
 ) -> jax.Array:
-  r"""Click likelihood of the bias tower, :math:`\mathrm{BCE}(c_i, \mathrm{clip}(\rho_i \hat r_i))` (spec 5.3).
+  r"""Click likelihood of the bias tower, :math:`\mathrm{BCE}(c_i, \mathrm{clip}(\rho_i \hat r_i))` (SIF-ref).
 
   .. math::
       L_{bias} = -\frac{1}{n}\sum_i c_i \log \pi_i + (1 - c_i)\log(1 - \pi_i),
       \quad \pi_i = \mathrm{clip}(\rho_i \hat r_i, 10^{-6}, 1 - 10^{-6})
 
   Args:
-    click_probs: ``[..., L]`` predicted click probabilities :math:`\rho_i \hat r_i`
-      (the prediction comes first, as scores do in every loss).
+    click_probs: ``[..., L]`` predicted click probabilities :math:`\rho_i \hat r_i` (the prediction comes first, as
+      scores do in every loss).
     clicks: ``[..., L]`` clicks.
-    where: ``bool[..., L]``; weights: optional per-item weights;
-    reduce_fn: over valid items (None: per item, 0 where masked).
+    where: ``bool[..., L]`` the valid items (None: all).
+    weights: ``[..., L]`` per-item weights (None: 1).
+    reduce_fn: over the valid items (None: the per-item values, 0 where masked).
+
+  Returns:
+    The loss: a scalar, or the ``[..., L]`` per-item values with ``reduce_fn=None``.
 
   >>> print(round(float(bias_likelihood_loss(jnp.array([0.5, 0.5]), jnp.array([1.0, 0.0]))), 4))
   0.6931
@@ -463,17 +509,20 @@ def dual_ascent_update(
   decay: float = 0.9,
   first: Optional[jax.Array] = None,
 ) -> tuple[jax.Array, jax.Array]:
-  r"""Projected dual ascent on a leakage budget, on an EMA of the estimate (spec 5.5).
+  r"""Projected dual ascent on a leakage budget, on an EMA of the estimate (SIF, Section IV-A after Eq. 34).
 
   .. math::
       \bar I \leftarrow \delta \bar I + (1 - \delta)\,\mathrm{sg}(\hat I), \qquad
       \lambda \leftarrow \mathrm{clip}\bigl(\lambda + \eta(\bar I - \varepsilon),\ 0,\ \lambda_{\max}\bigr)
 
   Args:
-    lam: current multiplier; ema: current EMA :math:`\bar I`; value: this
-      step's estimate :math:`\hat I` (stop-gradient is applied).
-    budget: :math:`\varepsilon` (nats); eta: step size; lam_max: cap;
-      decay: EMA decay :math:`\delta`.
+    lam: the current multiplier :math:`\lambda`.
+    ema: the current EMA :math:`\bar I`.
+    value: this step's estimate :math:`\hat I` (a stop-gradient is applied).
+    budget: the budget :math:`\varepsilon` (nats).
+    eta: the step size.
+    lam_max: the cap of :math:`\lambda`.
+    decay: the EMA decay :math:`\delta`.
     first: optional bool; where True the EMA starts at ``value``.
 
   Returns:
@@ -507,7 +556,7 @@ def dual_ascent_estimator(
   decay: float = 0.9,
   ascend: bool = True,
 ) -> Estimator:
-  r"""SIF's leakage multiplier as an ``(init, update)`` pair (spec 5.5; :func:`dual_ascent_update`).
+  r"""SIF's leakage multiplier as an ``(init, update)`` pair (Section IV-A; :func:`dual_ascent_update`).
 
   ``init(lam=0.0)`` gives :math:`\lambda` = ``lam``, :math:`\bar I = 0`, no steps;
   ``update(state, value)`` with this step's leakage estimate :math:`\hat I`:
@@ -521,8 +570,11 @@ def dual_ascent_estimator(
   tracks its leakage).
 
   Args:
-    budget: :math:`\varepsilon` (nats); eta: step size; lam_max: cap;
-    decay: EMA decay :math:`\delta`; ascend: update :math:`\lambda`.
+    budget: the leakage budget :math:`\varepsilon` in nats.
+    eta: the step size.
+    lam_max: the cap of :math:`\lambda`.
+    decay: the EMA decay :math:`\delta`.
+    ascend: False keeps :math:`\lambda` fixed (only the EMA moves).
 
   Returns:
     An :class:`~ultr_jax.losses.Estimator` with state :class:`DualAscentState`.
@@ -562,7 +614,7 @@ def oracle_leakage(
   by_label: bool = True,
   estimator: str = "entropy",
 ) -> jax.Array:
-  r"""Oracle-conditioned trust leakage of a ranker's scores (spec 6.4 and T6), in nats.
+  r"""Oracle-conditioned trust leakage of a ranker's scores, in nats (the top-k diagnostic of SIF, Section IV-B).
 
   The oracle channel probability :math:`d^*` is projected onto the scores
   within each cell (:func:`project_within_cells`) and
@@ -575,9 +627,18 @@ def oracle_leakage(
       \hat I_D^{*} = \hat I\bigl(\mathrm{proj}_{s}(d^*);\ \text{cells } (k, y)\bigr)
 
   Args:
-    scores: ``[..., L]``; oracle_probs: ``[..., L]`` :math:`d^*`;
-    positions: ``int[..., L]`` 0-based; labels: ``[..., L]`` grades
-      ``0..num_labels-1``; where: ``bool[..., L]``.
+    scores: ``[..., L]`` the ranker's scores.
+    oracle_probs: ``[..., L]`` the oracle channel probabilities :math:`d^*`.
+    positions: ``int[..., L]`` 0-based displayed positions.
+    labels: ``[..., L]`` graded labels ``0..num_labels-1``.
+    where: ``bool[..., L]`` the valid items (None: all).
+    k_top: the number of top positions whose cells count.
+    num_labels: the number of label grades.
+    by_label: cross the position cells with the graded label.
+    estimator: ``"entropy"`` or ``"variance"`` (see :func:`conditional_mi_binary`).
+
+  Returns:
+    The leakage in nats, a scalar.
 
   >>> s = jnp.array([[2.0, 1.0, 0.0], [0.0, 1.0, 2.0]]); d = jnp.array([[0.9, 0.5, 0.1], [0.1, 0.5, 0.9]])
   >>> pos = jnp.array([[0, 0, 0], [0, 0, 0]])

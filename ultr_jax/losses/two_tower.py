@@ -31,6 +31,15 @@ def two_tower_log_probs(
 
   ``scores`` are the relevance logits :math:`r`, ``observation_logits`` the bias logits :math:`o`.
 
+  Args:
+    scores: ``[..., L]`` relevance-tower logits :math:`r`.
+    observation_logits: ``[..., L]`` bias-tower logits :math:`o`.
+    mode: ``"additive"`` (the click logit is :math:`r + o`) or ``"product"`` (the click probability is
+      :math:`\sigma(r)\sigma(o)`).
+
+  Returns:
+    ``(log P(C = 1), log P(C = 0))``, each ``[..., L]``, computed in log space.
+
   >>> lp, ln = two_tower_log_probs(jnp.array(0.0), jnp.array(0.0), mode="product")
   >>> round(float(jnp.exp(lp)), 4), round(float(jnp.exp(ln)), 4)
   (0.25, 0.75)
@@ -70,6 +79,9 @@ def two_tower_loss(
     weights: optional ``[..., L]`` per-item weights.
     mode: ``"additive"`` or ``"product"``.
     reduce_fn: over valid items (None: ``[..., L]``).
+
+  Returns:
+    The loss: a scalar, or the ``[..., L]`` per-item values (0 where masked) with ``reduce_fn=None``.
 
   >>> z = jnp.zeros(2); c = jnp.array([1.0, 0.0])
   >>> round(float(two_tower_loss(z, c, observation_logits=z, mode="product")), 4)  # (log 4 + log 4/3) / 2

@@ -58,7 +58,8 @@ def observation_density_loss(
     mean: ``[..., L, d]`` the density model's means :math:`\mu` (the prediction).
     targets: ``[..., L, d]`` the observation vectors :math:`o(k_i)` of the items' positions (stop-gradient).
     log_var: ``[..., L, d]`` the density model's log-variances :math:`v`.
-    where: optional ``bool[..., L]``; weights: optional ``[..., L]`` per-item weights.
+    where: ``bool[..., L]`` the valid items (None: all).
+    weights: ``[..., L]`` per-item weights (None: 1).
     reduce_fn: over the valid items (the mean by default; None: per item ``[..., L]``, 0 where masked).
 
   Returns:

@@ -102,7 +102,7 @@ def ndcg(
   Returns:
     scalar, or ``[...]`` with ``reduce_fn=None``.
 
-  CLD spec 7: scores ``[3, 2, 1, 0]``, labels ``[0, 1, 0, 1]``:
+  For example, scores ``[3, 2, 1, 0]`` and labels ``[0, 1, 0, 1]``:
 
   >>> print(round(float(ndcg(jnp.array([3., 2., 1., 0.]), jnp.array([0., 1., 0., 1.]), topn=3)), 5))
   0.38685
@@ -188,8 +188,7 @@ def err(
 
   with :math:`(r)` the item at rank :math:`r`. Vectorised: items are sorted
   by rank once and the product is an exclusive cumulative sum of
-  :math:`\log(1 - R)`. ``max_label = 4`` as in ULTRA / TF-Ranking and
-  spec-sif 6.4.
+  :math:`\log(1 - R)`. ``max_label = 4`` as in ULTRA and TF-Ranking.
 
   Args:
     scores, labels, where, topn, key, drop_no_relevant, reduce_fn: as :func:`ndcg`.
@@ -278,7 +277,7 @@ def average_precision(
   Returns:
     scalar, or ``[...]`` with ``reduce_fn=None``.
 
-  CLD spec 10.1: the ranked binary list ``[1, 0, 1, 0]`` has AP (1 + 2/3)/2:
+  For example, the ranked binary list ``[1, 0, 1, 0]`` has AP (1 + 2/3)/2:
 
   >>> print(round(float(average_precision(jnp.array([4., 3., 2., 1.]), jnp.array([1., 0., 1., 0.]))), 4))
   0.8333

@@ -1,4 +1,4 @@
-r"""SIF-ref's bias tower (the "propensity model", spec-sif 5.2).
+r"""SIF-ref's bias tower (the "propensity model" of ultr_jax's reference design of SIF).
 
 Inputs are the position and the bias source :math:`z` (the standardised
 logging score) only, never the features:

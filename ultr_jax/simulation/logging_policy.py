@@ -10,8 +10,8 @@ objective (rax's pairwise hinge loss, plus a small L2 penalty) by optax:
     \min_w \sum_q \sum_{y_i > y_j} \max\bigl(0,\ 1 - w^\top(x_i - x_j)\bigr)
     + \lambda \lVert w \rVert^2
 
-Only the resulting order is used (spec-cld 2.3, spec-lbd 4.2,
-spec-identifiability 3.2.1, spec-sif 6.2). Reordering is host side (NumPy):
+Only the resulting order is used, as in the simulations of the CLD, LBD, identifiability and SIF
+papers. Reordering is host side (NumPy):
 after :func:`apply_logging_policy`, item ``i`` of a list is the document
 displayed at position ``i``.
 

@@ -1,15 +1,15 @@
-r"""Top-k selection logs for CLD (spec-cld 2.3-2.9, 3.4).
+r"""Top-k selection logs for CLD (Zhao et al., SIGIR-AP'23, Section 6).
 
 A deterministic production ranker orders every candidate of a query; only
 the top ``k`` are shown (:math:`s = 1`), the rest are never clicked. A shown
 document at 1-based position :math:`p` is examined with
 :math:`\rho_p = (1/p)^\eta` (CLD Eq. 13) and clicked with
 :math:`\rho_p\,(r + (1 - r)\,\epsilon^-)` for binary relevance :math:`r`
-(grade :math:`\ge` ``threshold``, A1). ``N`` sessions draw their query
+(grade :math:`\ge` ``threshold``). ``N`` sessions draw their query
 uniformly with replacement.
 
 Because the ranking of a query is the same in every session, the log is
-stored as **aggregated counts** (spec 3.4): sessions per query :math:`n_q`
+stored as **aggregated counts**: sessions per query :math:`n_q`
 and clicks per document :math:`n_c \sim \mathrm{Binomial}(n_q, P(C=1))`.
 Pointwise CLD on counts is exactly the per-session log (see
 :func:`ultr_jax.losses.cld_loss`).
@@ -48,7 +48,7 @@ def topk_click_probability(
   where: Optional[Array] = None,
   positions: Optional[Array] = None,
 ) -> tuple[Array, Array]:
-  r"""Click probability and examination of the top-k PBM (CLD Eq. 13, spec 2.6).
+  r"""Click probability and examination of the top-k PBM (CLD Eq. 13).
 
   .. math::
       \rho_p = (1/p)^\eta\,\mathbb{1}[p \le k], \qquad
@@ -92,7 +92,7 @@ def simulate_topk_log(
   threshold: float = 2.0,
   assumed_eta: Optional[float] = None,
 ) -> dict:
-  r"""Draws ``num_sessions`` top-k sessions and returns the aggregated log (spec 2.9, 3.4).
+  r"""Draws ``num_sessions`` top-k sessions and returns the aggregated log.
 
   .. math::
       q_s \sim \mathcal{U}\{1..Q\},\quad n_q = \#\{s: q_s = q\},\quad
@@ -156,7 +156,7 @@ def topk_selection_data(
   seed: int = 0,
   logging_steps: int = 300,
 ) -> tuple[Splits, np.ndarray]:
-  r"""Production-orders every split, hides features, binarises labels (spec 2.1-2.3, 10.2).
+  r"""Production-orders every split, hides features, binarises labels (CLD paper, Section 6).
 
   The production ranker is a linear RankSVM fitted on ``logging_fraction``
   of the training queries with **all** features
@@ -164,8 +164,7 @@ def topk_selection_data(
   candidate of every query. Then the last ``num_hidden`` features are
   removed, so they drive both relevance and selection but are invisible to
   the learners (selection on unobservables; with ``num_hidden=0`` selection
-  depends only on the observed features and there is no Heckman-type bias,
-  spec 10.2). Labels become :math:`\mathbb{1}[y \ge \tau]`; the graded
+  depends only on the observed features and there is no Heckman-type bias). Labels become :math:`\mathbb{1}[y \ge \tau]`; the graded
   labels are kept in ``extras["grades"]``.
 
   Returns:
@@ -201,7 +200,7 @@ def topk_log_dataset(
   r"""The training lists carrying a top-k log from :func:`simulate_topk_log` as extras.
 
   ``shown_only`` masks the unshown documents (Naive / IPS train on the top-k
-  records only, A34); ``drop_unseen`` removes queries no session drew (they
+  records only); ``drop_unseen`` removes queries no session drew (they
   are not in the log). Per-query ``sessions`` travel as weights.
 
   >>> ds = RankingDataset(np.zeros((2, 3, 1), np.float32), np.ones((2, 3), np.float32),

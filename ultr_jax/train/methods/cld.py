@@ -22,13 +22,13 @@ field                      default             meaning                          
 ``activation``             ``"elu"``           MLP activation                          (same)
 ``layer_norm``             ``False``           MLP LayerNorm                           (same)
 ``dropout``                ``0.5``             MLP dropout (training only)             (same)
-``gamma``                  ``0.1``             Tobit error correlation (A14)           cld, cld_n
-``link``                   ``"probit"``        ``"logit"``: the released code (A3)     (same)
-``sq_weight``              ``1.0``             squared-term coefficient (A4)           (same)
+``gamma``                  ``0.1``             Tobit error correlation                 cld, cld_n
+``link``                   ``"probit"``        ``"logit"``: the released code         (same)
+``sq_weight``              ``1.0``             squared-term coefficient                (same)
 ``target``                 ``"sessions"``      ``"mean"``: one record, y = CTR/rho     (same)
-``bpr_weight``             ``"ips_diff"``      CLD-pair BPR weight (A8)                cld_pair, cld_pair_l
-``unobs_weight``           ``"balanced"``      weight of unshown pairs (A10)           (same)
-``sel_weight``             ``1.0``             selection weight C (A9)                 (same)
+``bpr_weight``             ``"ips_diff"``      CLD-pair BPR weight                     cld_pair, cld_pair_l
+``unobs_weight``           ``"balanced"``      weight of unshown pairs                 (same)
+``sel_weight``             ``1.0``             selection weight C                      (same)
 ``include_selected_ties``  ``False``           shown pairs y_i <= y_j join D_u         (same)
 ``heckman_outcome``        ``"ls"``            stage 2: ``"ls"`` or ``"probit"``       heckman_rank, rank_agg
 ``loss_type``              ``"listwise"``      RankAgg's IPS loss (as ``ips``'s)       rank_agg
@@ -39,7 +39,7 @@ rankers read no tower field. A study's one section for the whole family (:data:`
 method as its own fields through :func:`~ultr_jax.train.shared_method_configs`.
 
 ``score`` ranks with the relevance tower only; the selection model is
-discarded at test time (spec 3.3).
+discarded at test time (the CLD paper, Section 4.3).
 
 >>> from ultr_jax.train import get_method
 >>> m = get_method("cld", {}, num_features=3, list_size=4)
@@ -110,7 +110,7 @@ class _Tower:
 
 
 def cld_towers(config, *, num_features: int, ranker: str):
-  """The ``(relevance, selection)`` towers: ``ranker`` (linear/mlp) and a linear selection model (A27).
+  """The ``(relevance, selection)`` towers: ``ranker`` (linear/mlp) and a linear selection model.
 
   >>> rel, sel = cld_towers({}, num_features=3, ranker="mlp")
   >>> rel.module.hidden_sizes, type(sel.module).__name__
@@ -275,7 +275,7 @@ def heckman_rank(config, *, num_features: int, list_size: int) -> Method:
 
 @register("rank_agg", defaults={**CLD_TOWER_DEFAULTS, **_HECKMAN, "ranker": "mlp", "loss_type": "listwise"})
 def rank_agg(config, *, num_features: int, list_size: int) -> Method:
-  r"""RankAgg: Borda count (A29) of an IPS ranker on the top-k records and Heckman-rank.
+  r"""RankAgg: Borda count of an IPS ranker on the top-k records and Heckman-rank.
 
   The IPS part's loss is the ``ips`` method's ``loss_type`` (listwise by
   default, ``"pairwise"`` for the paper's BPR).

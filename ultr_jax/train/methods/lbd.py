@@ -1,4 +1,4 @@
-r"""LBD and its ablations as :class:`~ultr_jax.train.Method`\ s (spec-lbd 2.1-2.8).
+r"""LBD and its ablations as :class:`~ultr_jax.train.Method`\ s (Chen et al., NeurIPS'22, Sections 4 and 5).
 
 Registered names (all share :class:`~ultr_jax.models.lbd.LBDTower` and
 :mod:`ultr_jax.losses.lbd`; only the defaults of ``(lam, t)`` differ):
@@ -24,7 +24,7 @@ Method config fields (all optional; declared with their defaults in :data:`LBD_D
   weight is rescaled to the batch's static shape (:func:`rescale_gp_weight`).
 * ``keep`` (0.1), ``gp_mode`` (``"code"`` | ``"paper"``), ``paper_transform``.
 * ``num_positions``: observation heads ``n`` (default ``list_size``).
-* ``obs_transform``: ``"free"`` (repo) or ``"neg_softplus"`` (A4:
+* ``obs_transform``: ``"free"`` (repo) or ``"neg_softplus"`` (an option of ours:
   :math:`s_{obs} = -\mathrm{softplus}(\cdot) \le 0`, so "observation = 1" is
   the maximum, as the theory assumes).
 * ``optimizer``, ``learning_rate``, ``grad_clip``: if ``optimizer`` is set
@@ -32,7 +32,7 @@ Method config fields (all optional; declared with their defaults in :data:`LBD_D
   each member's gradient separately, so members stay independent).
 
 At inference only the relevance head ranks (:math:`s_{rel}`), so ``t``,
-``lam`` and the observation heads cannot change a ranking (spec 2.7).
+``lam`` and the observation heads cannot change a ranking (the paper's Section 5).
 """
 
 from typing import Any

@@ -1,6 +1,6 @@
-r"""SIF-ref (spec-sif 5) as :class:`~ultr_jax.train.Method` factories.
+r"""SIF-ref, ultr_jax's reference design of SIF (Gong et al., Section IV), as :class:`~ultr_jax.train.Method` factories.
 
-Registered names (spec 5.8):
+Registered names:
 
 ====================  ===========  ===========  =============  =======
 name                  trust head   exposure u   channels       risk
@@ -16,7 +16,7 @@ name                  trust head   exposure u   channels       risk
 ``ips_dpenalty``      oracle :math:`\pi^*` + D-penalty on the oracle trust score (T6)
 ====================  ===========  ===========  =============  =======
 
-The SIF step (spec 5.7) minimises
+The SIF step minimises (SIF Eq. 34)
 
 .. math::
     \mathcal L = R_{LTR}(\theta) + L_{bias}(\phi) + 1\{DR\}\,L_{imp}(\psi)
@@ -332,12 +332,12 @@ def with_leakage_diagnostics(
 
   * ``oracle_I_D``: :func:`~ultr_jax.losses.oracle_leakage` of the method's
     scores against the batch's oracle trust probability (``oracle_key``),
-    cells (position, label) over the top ``k_top`` positions (spec 6.4);
+    cells (position, label) over the top ``k_top`` positions (SIF Section IV-B's top-k diagnostic);
   * ``ess_model``: the ESS of ``1 / propensities`` when the method reports
     propensities;
   * ``propensities``: the method's current relative position propensities
     (``[num_positions]``, position 1 = 1), so that the history traces
-    propensity recovery over training (spec 7.1 T8).
+    propensity recovery over training.
 
   The loss value and gradients are unchanged.
   """
