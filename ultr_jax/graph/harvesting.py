@@ -192,6 +192,12 @@ def intervention_sets_from_counts(counts: ClickCounts) -> InterventionSets:
   records (up to float rounding), so a log streamed into :func:`~ultr_jax.graph.gather_click_counts`
   harvests the propensities of the log read whole.
 
+  Args:
+    counts: a log's :class:`~ultr_jax.graph.ClickCounts`.
+
+  Returns:
+    The log's :class:`InterventionSets`.
+
   >>> from ultr_jax.graph import click_counts
   >>> c = click_counts(np.array([[0, 1], [1, 0]]), np.array([[0, 1], [0, 1]]), np.array([[1., 0.], [1., 0.]]))
   >>> s = intervention_sets_from_counts(c)
@@ -224,6 +230,13 @@ def ctr_estimate(sets: InterventionSets, *, pivot: int = 0) -> HarvestedPropensi
   independent of relevance, and this is the unbiased result-randomisation
   estimate. Identified where the factor has impressions and the pivot has
   clicks.
+
+  Args:
+    sets: the harvested :class:`InterventionSets`.
+    pivot: the factor the propensities are relative to.
+
+  Returns:
+    The :class:`HarvestedPropensities` (1 at the pivot).
 
   >>> s = InterventionSets(jnp.zeros((2, 2)), jnp.zeros((2, 2)), jnp.array([4., 1.]),
   ...                      jnp.array([8., 4.]))
@@ -269,6 +282,12 @@ def adjacent_chain_estimate(sets: InterventionSets) -> HarvestedPropensities:
   items shown at two neighbouring positions, which are the most common swaps;
   a missing link (no shared item, or no click at the upper position) leaves
   every lower position unidentified.
+
+  Args:
+    sets: the harvested :class:`InterventionSets`.
+
+  Returns:
+    The :class:`HarvestedPropensities` (normalised to 1 at factor 0).
 
   >>> c = jnp.array([[3., 3., 0.], [1., 2., 4.], [0., 1., 2.]])
   >>> s = InterventionSets(c, jnp.full((3, 3), 4.), jnp.zeros(3), jnp.zeros(3))

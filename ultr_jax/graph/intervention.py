@@ -57,6 +57,14 @@ def intervention_cost(r_x, o_t1, o_t2):
   :math:`o'(t_1)/o(t_1) - o'(t_2)/o(t_2)` up to :math:`1/(N R)`,
   Proposition 1).
 
+  Args:
+    r_x: the relevance :math:`r` of the document to move.
+    o_t1: the examination :math:`o_1` of its position.
+    o_t2: the examination :math:`o_2` of the position it moves to.
+
+  Returns:
+    The cost :math:`C` (the broadcast shape of the inputs).
+
   >>> float(intervention_cost(0.5, 0.5, 1.0))
   4.0
   """
@@ -151,6 +159,16 @@ def random_intervention_plan(rng: np.random.Generator, doc_ids, where, labels, *
   its edges a random logged list with a random position of one component
   swapped with a random position of the other.
 
+  Args:
+    rng: a NumPy random generator.
+    doc_ids: ``int[Q, L]`` the logged lists' document ids.
+    where: ``bool[Q, L]`` the valid items.
+    labels: ``int[L]`` the IG component of each position (the bias factors' connected components).
+    present: optional ``bool[L]`` the positions that may move (None: all).
+
+  Returns:
+    The list of :class:`Intervention` s.
+
   >>> docs = np.arange(8).reshape(2, 4)
   >>> plan = random_intervention_plan(np.random.default_rng(0), docs,
   ...                                 docs >= 0, np.array([0, 0, 2, 2]))
@@ -181,6 +199,13 @@ def random_intervention_plan(rng: np.random.Generator, doc_ids, where, labels, *
 def apply_interventions(ds: RankingDataset, plan) -> RankingDataset:
   r"""Appends, per intervention, a copy of list ``query`` with positions
   ``a`` and ``b`` swapped (a new query; all per-item arrays are swapped).
+
+  Args:
+    ds: the logged :class:`~ultr_jax.data.RankingDataset`.
+    plan: the :class:`Intervention` s to apply.
+
+  Returns:
+    A new dataset: ``ds`` followed by one swapped copy of a list per intervention.
 
   >>> ds = RankingDataset(features=np.zeros((1, 3, 0), np.float32),
   ...     labels=np.array([[2., 1, 0]], np.float32), where=np.ones((1, 3), bool),

@@ -112,6 +112,13 @@ def apply_merge(factor_ids, canonical) -> np.ndarray:
   :math:`t \mapsto \mathrm{canonical}(t)`, so merged factors share
   :math:`o'`.
 
+  Args:
+    factor_ids: ``int[...]`` bias factor ids.
+    canonical: ``int[T]``: each factor's merge representative.
+
+  Returns:
+    ``int[...]`` the remapped factor ids.
+
   >>> apply_merge(np.array([[0, 4, 5]]), np.array([0, 1, 2, 3, 3, 5]))
   array([[0, 3, 5]], dtype=int32)
   """

@@ -21,6 +21,10 @@ def prim_mst(cost: np.ndarray, start: int = 0) -> list[tuple[int, int, float]]:
   :math:`(i, j)` with :math:`i` found and :math:`j` not (ties: smallest
   ``(i, j)`` in row-major order of the scan).
 
+  Args:
+    cost: ``[K, K]`` a dense symmetric cost matrix.
+    start: the node the tree starts from.
+
   Returns:
     ``K - 1`` edges ``(found i, new j, cost)`` in the order they were added.
 

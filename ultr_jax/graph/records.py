@@ -68,6 +68,15 @@ def random_contexts(num_queries: int, list_size: int, num_contexts: int, seed: i
 
   As in the paper's code: ``randint(0, n_context, size=(Q, L))`` with a seed.
 
+  Args:
+    num_queries: the number of lists :math:`Q`.
+    list_size: the list size :math:`L`.
+    num_contexts: the number of context types :math:`n_c`.
+    seed: NumPy's seed.
+
+  Returns:
+    ``int[Q, L]`` context types.
+
   >>> random_contexts(2, 3, 5, seed=0).shape
   (2, 3)
   """
@@ -77,6 +86,14 @@ def random_contexts(num_queries: int, list_size: int, num_contexts: int, seed: i
 
 def bias_factor_ids(positions: np.ndarray, contexts: Optional[np.ndarray] = None, *, list_size: int) -> np.ndarray:
   r"""Bias factor of each item: :math:`t = p` or :math:`t = c \cdot L + p`.
+
+  Args:
+    positions: ``int[...]`` 0-based displayed positions.
+    contexts: optional ``int[...]`` context types (None: positions only).
+    list_size: the number of positions :math:`L`.
+
+  Returns:
+    ``int[...]`` the bias factor of each item.
 
   >>> bias_factor_ids(np.array([[0, 1, 2]]), np.array([[0, 2, 1]]), list_size=3)
   array([[0, 7, 5]], dtype=int32)
@@ -89,6 +106,14 @@ def bias_factor_ids(positions: np.ndarray, contexts: Optional[np.ndarray] = None
 
 def bias_factor_names(num_factors: int, *, list_size: int, with_contexts: bool) -> list[str]:
   """Readable names: ``"p3"`` or ``"c12#p3"`` (context 12, position 3).
+
+  Args:
+    num_factors: the number of factors.
+    list_size: the number of positions :math:`L`.
+    with_contexts: whether the factors include a context.
+
+  Returns:
+    A list of ``num_factors`` names.
 
   >>> bias_factor_names(4, list_size=2, with_contexts=True)
   ['c0#p0', 'c0#p1', 'c1#p0', 'c1#p1']
@@ -105,9 +130,13 @@ def read_svmlight_ranking(path, *, list_size: int = 10, num_features: Optional[i
   first ``list_size`` lines of every query are its displayed list, position
   ``i`` being its ``i``-th line. Comments after ``#`` are ignored.
 
+  Args:
+    path: the SVMlight/LETOR file.
+    list_size: the number of displayed positions per query.
+    num_features: the number of features (None: the largest index in the file).
+
   Returns:
-    ``(features float32[Q, L, F], labels float32[Q, L], where bool[Q, L],
-    qid int64[Q])``.
+    ``(features float32[Q, L, F], labels float32[Q, L], where bool[Q, L], qid int64[Q])``.
 
   Raises:
     ValueError: naming the file, line and field on malformed input.
@@ -231,6 +260,18 @@ def click_counts(
   Per cell :math:`(x, t)`: :math:`k_{x,t} = \sum w\,c`, :math:`n_{x,t} = \sum w` over its valid
   records (``clicks`` 0/1, or CTRs with ``weights`` = impressions).
 
+  Args:
+    items: ``int[...]`` item ids of the records.
+    factors: ``int[...]`` bias factor ids of the records.
+    clicks: ``[...]`` clicks (0/1) or CTRs.
+    where: ``bool[...]`` the valid records (None: all).
+    weights: ``[...]`` record weights (impressions; None: 1).
+    num_items: the number of items (None: the largest id + 1).
+    num_factors: the number of factors (None: the largest id + 1).
+
+  Returns:
+    The records' :class:`ClickCounts`.
+
   >>> c = click_counts(np.array([[0, 1], [1, 0]]), np.array([[0, 1], [0, 1]]), np.array([[1., 0.], [1., 1.]]))
   >>> c.items.tolist(), c.factors.tolist(), c.clicks.tolist(), c.impressions.tolist(), c.num_records
   ([0, 0, 1, 1], [0, 1, 0, 1], [1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0], 4)
@@ -270,6 +311,12 @@ def click_counts(
 
 def merge_click_counts(counts: Sequence[ClickCounts]) -> ClickCounts:
   """The counts of the union of the logs (cells added; id ranges the largest).
+
+  Args:
+    counts: the :class:`ClickCounts` of several logs.
+
+  Returns:
+    The :class:`ClickCounts` of their union.
 
   >>> a = click_counts(np.array([0, 1]), np.array([0, 1]), np.array([1., 0.]))
   >>> m = merge_click_counts([a, a])

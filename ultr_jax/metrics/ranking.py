@@ -133,6 +133,19 @@ def dcg(
   the 0-4 annotations; unlike nDCG its scale depends on the labels, so compare
   it only on the same test set. Arguments as :func:`ndcg`.
 
+  Args:
+    scores: ``[..., L]`` the ranker's scores.
+    labels: ``[..., L]`` graded relevance labels (Baidu-ULTR's 0-4 annotations).
+    where: ``bool[..., L]`` the valid items (None: all).
+    topn: the cut-off ``k`` (None: the whole list).
+    weights: optional ``[..., L]`` per-item weights (rax's convention).
+    key: an optional PRNG key that breaks ties in the scores at random (None: by position).
+    drop_no_relevant: leave the lists without a relevant item out of the reduction.
+    reduce_fn: ``jnp.mean`` (default), ``jnp.sum``, or None for the per-list values ``[...]``.
+
+  Returns:
+    A scalar, or the ``[...]`` per-list values with ``reduce_fn=None``.
+
   >>> print(round(float(dcg(jnp.array([3., 2., 1., 0.]), jnp.array([0., 1., 0., 2.]), topn=3)), 5))
   0.63093
   >>> print(round(float(dcg(jnp.array([3., 2., 1., 0.]), jnp.array([0., 1., 0., 2.]))), 4))  # + 3 / log2(5)
@@ -160,6 +173,19 @@ def precision(
 
   with :math:`n` the list's valid items (rax's convention for a list shorter
   than k). Arguments as :func:`average_precision`.
+
+  Args:
+    scores: ``[..., L]`` the ranker's scores.
+    labels: ``[..., L]`` graded relevance labels.
+    where: ``bool[..., L]`` the valid items (None: all).
+    topn: the cut-off ``k`` (None: the whole list).
+    relevance_threshold: the grade :math:`\tau` from which an item counts as relevant.
+    key: an optional PRNG key that breaks ties in the scores at random (None: by position).
+    drop_no_relevant: leave the lists without a relevant item out of the reduction.
+    reduce_fn: ``jnp.mean`` (default), ``jnp.sum``, or None for the per-list values ``[...]``.
+
+  Returns:
+    A scalar, or the ``[...]`` per-list values with ``reduce_fn=None``.
 
   >>> print(round(float(precision(jnp.array([4., 3., 2., 1.]), jnp.array([1., 0., 1., 0.]), topn=3)), 4))
   0.6667

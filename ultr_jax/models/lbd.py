@@ -33,6 +33,14 @@ def glorot_bias_init(key, shape, dtype=jnp.float32):
   TF1 treats a 1-D variable of size ``n`` as fan_in = fan_out = n, so the
   limit is :math:`\sqrt{6 / (2n)} = \sqrt{3/n}`.
 
+  Args:
+    key: a PRNG key.
+    shape: the bias's shape ``(n,)``.
+    dtype: its dtype.
+
+  Returns:
+    An array of ``shape`` uniform in :math:`[-\sqrt{3/n}, \sqrt{3/n}]`.
+
   >>> b = glorot_bias_init(jax.random.key(0), (12,))
   >>> print(bool(jnp.all(jnp.abs(b) <= jnp.sqrt(3 / 12))))
   True

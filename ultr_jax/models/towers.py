@@ -240,6 +240,14 @@ def combine_towers(relevance_logits: jax.Array, observation_logits: jax.Array, *
   * ``"product"``: :math:`\log P(C=1) = \log\sigma(r) + \log\sigma(o)`
     (PBM: :math:`P(C=1) = P(R=1)\,P(E=1)`, Richardson et al. 2007).
 
+  Args:
+    relevance_logits: ``[..., L]`` the relevance tower's logits :math:`r`.
+    observation_logits: ``[..., L]`` the observation tower's logits :math:`o`.
+    mode: ``"additive"`` or ``"product"``.
+
+  Returns:
+    ``[..., L]`` the click log-probabilities :math:`\log P(C = 1)`.
+
   >>> float(jnp.exp(combine_towers(jnp.array(0.0), jnp.array(0.0), mode="product")))
   0.25
   """
@@ -296,6 +304,20 @@ def make_ranker(
   for ``"linear"``, on the input when ``layer_norm`` is also set); ``"after"`` (default) puts it after
   each hidden dense layer and leaves ``"linear"`` plain.
 
+  Args:
+    kind: ``"linear"`` or ``"mlp"``.
+    hidden_sizes: the MLP's hidden layer sizes.
+    activation: the MLP's activation, by name (``"elu"``, ``"relu"``, ...).
+    layer_norm: add LayerNorms (where: ``norm_position``).
+    dropout: the dropout rate after each hidden layer (training only).
+    norm_position: ``"after"`` or ``"before"`` each dense layer (see above).
+    ln_epsilon: the LayerNorms' epsilon.
+    output_size: the number of outputs per item (1: a score).
+
+  Returns:
+    A flax linen module mapping ``[..., F]`` features to ``[..., output_size]`` outputs (the last axis squeezed when
+    ``output_size`` is 1).
+
   >>> type(make_ranker("linear")).__name__
   'LinearRanker'
   >>> make_ranker("linear", norm_position="before").input_norm
@@ -324,6 +346,12 @@ def make_ranker(
 
 def num_params(params) -> int:
   """Number of scalar parameters in a pytree (arrays or ``jax.eval_shape`` output).
+
+  Args:
+    params: a pytree of arrays or of ``jax.ShapeDtypeStruct``.
+
+  Returns:
+    The total number of scalars.
 
   >>> num_params({"a": jnp.ones((2, 3)), "b": jnp.ones(4)})
   10
