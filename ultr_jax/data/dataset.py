@@ -13,6 +13,13 @@ def is_per_item(value: np.ndarray, list_size: int) -> bool:
 
   A ``[Q, K]`` array with ``K != L`` (e.g. a per-query vector of another length) is per query.
 
+  Args:
+    value: an extra's array, ``[Q, ...]``.
+    list_size: the dataset's ``L``.
+
+  Returns:
+    True for a per-item extra.
+
   >>> is_per_item(np.zeros((4, 10, 3)), 10), is_per_item(np.zeros(4), 10), is_per_item(np.zeros((4, 5)), 10)
   (True, False, False)
   """

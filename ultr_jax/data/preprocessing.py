@@ -60,6 +60,13 @@ def fit_normalizer(datasets: Sequence[RankingDataset], method: str) -> Normalize
   ``min``/``max`` are per-feature extremes, ``mean``/``std`` the moments (of
   ``sign(x) log1p|x|`` for ``"log1p_zscore"``).
 
+  Args:
+    datasets: the :class:`RankingDataset` s whose real documents are pooled.
+    method: one of the global methods of the module docstring.
+
+  Returns:
+    The :class:`NormalizerStats` for :func:`normalize_features`.
+
   >>> ds = RankingDataset(features=np.array([[[1.], [3.]]], np.float32), labels=np.zeros((1, 2), np.float32),
   ...     where=np.ones((1, 2), bool), qid=np.array([0]))
   >>> s = fit_normalizer([ds], "zscore")
@@ -85,6 +92,14 @@ def normalize_features(
   Global methods use ``stats`` (from :func:`fit_normalizer`, e.g. on
   train+valid+test for LBD) or are fit on ``ds`` itself (CLD's per-split
   scaler). Padding stays 0. Returns a copy; shapes unchanged ``[Q, L, F]``.
+
+  Args:
+    ds: a :class:`RankingDataset`.
+    method: the normalisation (see the module docstring).
+    stats: the statistics of a global method (None: fitted on ``ds``).
+
+  Returns:
+    A normalised copy of ``ds`` (shapes unchanged, padding 0).
 
   >>> ds = RankingDataset(features=np.array([[[0.], [2.], [4.]]], np.float32), labels=np.zeros((1, 3), np.float32),
   ...     where=np.ones((1, 3), bool), qid=np.array([0]))
@@ -130,8 +145,15 @@ def normalize_features(
 def drop_queries_without_relevant(ds: RankingDataset, *, threshold: float = 0.0) -> RankingDataset:
   r"""Keeps the queries with at least one real document whose label exceeds ``threshold``.
 
-  CLD (spec 2.2) drops queries whose graded labels are all 0; LBD (spec 4.1)
-  does so for valid/test only.
+  The CLD paper's authors drop the queries whose graded labels are all 0; the LBD paper's do so for
+  valid/test only.
+
+  Args:
+    ds: a :class:`RankingDataset`.
+    threshold: the label a document must exceed to count as relevant.
+
+  Returns:
+    The :class:`RankingDataset` of the kept queries.
 
   >>> ds = RankingDataset(features=np.zeros((3, 2, 1), np.float32),
   ...     labels=np.array([[0, 0], [0, 2], [1, 0]], np.float32),
@@ -169,6 +191,12 @@ class DatasetStats:
 
 def stats(ds: RankingDataset) -> DatasetStats:
   r"""Counts queries, documents, features, the label histogram and list lengths.
+
+  Args:
+    ds: a :class:`RankingDataset`.
+
+  Returns:
+    The :class:`DatasetStats`.
 
   >>> ds = RankingDataset(features=np.zeros((2, 3, 4), np.float32),
   ...     labels=np.array([[2, 0, 1], [1, 0, 0]], np.float32),

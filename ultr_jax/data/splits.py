@@ -37,6 +37,13 @@ def take_queries(ds: RankingDataset, indices: Sequence[int]) -> RankingDataset:
   Padding queries have ``where`` all False, zero features/labels/extras and
   ``qid``/``doc_ids`` -1. Shapes: ``[len(indices), L, ...]``.
 
+  Args:
+    ds: a :class:`RankingDataset`.
+    indices: query indices; ``-1`` gives an all-masked query.
+
+  Returns:
+    A :class:`RankingDataset` of ``len(indices)`` queries.
+
   >>> ds = RankingDataset(features=np.ones((2, 3, 1), np.float32), labels=np.ones((2, 3), np.float32),
   ...     where=np.ones((2, 3), bool), qid=np.array([4, 5]))
   >>> out = take_queries(ds, [1, -1])
@@ -69,6 +76,13 @@ def pad_queries(ds: RankingDataset, multiple: int) -> RankingDataset:
   Used to shard the query axis over ``multiple`` devices:
   ``Q' = multiple * ceil(Q / multiple)``.
 
+  Args:
+    ds: a :class:`RankingDataset`.
+    multiple: the number the query count must divide by (the devices).
+
+  Returns:
+    ``ds`` with all-masked queries appended: ``[Q', L, ...]``.
+
   >>> ds = RankingDataset(features=np.ones((5, 2, 1), np.float32), labels=np.zeros((5, 2), np.float32),
   ...     where=np.ones((5, 2), bool), qid=np.arange(5))
   >>> p = pad_queries(ds, 4)
@@ -86,6 +100,12 @@ def pad_queries(ds: RankingDataset, multiple: int) -> RankingDataset:
 
 def concatenate(datasets: Sequence[RankingDataset]) -> RankingDataset:
   r"""Concatenates datasets along the query axis (same ``L`` and ``F``; extras present in all).
+
+  Args:
+    datasets: the :class:`RankingDataset` s, of one ``L`` and ``F`` and with the same extras.
+
+  Returns:
+    One :class:`RankingDataset` with their queries in order.
 
   >>> ds = RankingDataset(features=np.ones((2, 3, 1), np.float32), labels=np.ones((2, 3), np.float32),
   ...     where=np.ones((2, 3), bool), qid=np.array([4, 5]))
@@ -111,6 +131,14 @@ def train_valid_test_split(ds: RankingDataset, fractions: Sequence[float] = (0.8
   ``b_k = round(Q * sum_{j<=k} f_j)``, split ``k`` holds ``pi[b_{k-1}:b_k]``,
   sorted back into file order. ``fractions`` must be non-negative and sum to
   at most 1 (the rest is dropped).
+
+  Args:
+    ds: a :class:`RankingDataset`.
+    fractions: the three splits' shares of the queries (non-negative, summing to at most 1).
+    seed: the permutation's seed.
+
+  Returns:
+    The :class:`Splits` ``(train, valid, test)``.
 
   >>> ds = RankingDataset(features=np.zeros((10, 2, 1), np.float32), labels=np.zeros((10, 2), np.float32),
   ...     where=np.ones((10, 2), bool), qid=np.arange(10))
@@ -148,6 +176,17 @@ def batches(
   uses a fresh permutation drawn from ``np.random.default_rng(seed)``
   (``seed=None`` means 0), so the order is reproducible. ``epochs=None``
   repeats forever; the number of batches per epoch is ``ceil(Q / batch_size)``.
+
+  Args:
+    ds: the :class:`RankingDataset` to batch.
+    batch_size: queries per batch.
+    seed: the shuffle's seed (None: 0).
+    shuffle: draw a fresh permutation of the queries every epoch.
+    epochs: the number of passes (None: forever).
+    drop_qid: leave the ``qid`` key out of the batches.
+
+  Returns:
+    An iterator of batch dicts, each ``[batch_size, L, ...]``.
 
   >>> ds = RankingDataset(features=np.zeros((5, 2, 1), np.float32), labels=np.zeros((5, 2), np.float32),
   ...     where=np.ones((5, 2), bool), qid=np.arange(5))

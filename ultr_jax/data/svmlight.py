@@ -476,6 +476,9 @@ def _read_query_file(qpath, num_rows: int, data_path) -> np.ndarray:
 def default_cache_dir() -> pathlib.Path:
   """The user cache directory for parsed files: ``$ULTR_JAX_CACHE`` or ``~/.cache/ultr_jax``.
 
+  Returns:
+    The cache directory (not created).
+
   >>> old = os.environ.get("ULTR_JAX_CACHE"); os.environ["ULTR_JAX_CACHE"] = "/tmp/uc"
   >>> print(default_cache_dir())
   /tmp/uc
@@ -617,6 +620,13 @@ def rows_to_dataset(rows: SVMLightRows, *, list_size: Optional[int] = None) -> R
   (default: the longest list) keep their first ``list_size`` rows. ``doc_ids``
   are the 0-based row numbers in the file (-1 at padding).
 
+  Args:
+    rows: the parsed :class:`SVMLightRows`.
+    list_size: pad or truncate every list to this size (None: the longest list).
+
+  Returns:
+    The dense :class:`RankingDataset`.
+
   >>> rows = SVMLightRows(labels=np.array([1, 0, 2], np.float32), qid=np.array([5, 5, 6]),
   ...     group=np.array([0, 0, 1]), indptr=np.array([0, 1, 2, 3]), indices=np.array([0, 1, 0], np.int32),
   ...     values=np.array([1., 2., 3.], np.float32), line=np.array([1, 2, 3]), num_features=2)
@@ -674,6 +684,18 @@ def load_svmlight(
   and ``doc_ids`` the 0-based data row numbers. See :func:`read_svmlight` for
   the arguments and errors and :func:`rows_to_dataset` for padding.
 
+  Args:
+    path: the SVMlight/LETOR file (gzip read transparently).
+    query_path: a LightGBM ``.query`` file of per-query counts (None: group by ``qid:``).
+    num_features: the number of features (None: the largest index in the file).
+    list_size: pad or truncate every list to this size (None: the longest list).
+    max_label: the largest valid label (None: no check); a larger one is an error naming the line.
+    cache: read and write the parsed ``.npz`` cache.
+    cache_dir: where the cache lives (None: :func:`default_cache_dir`).
+
+  Returns:
+    The :class:`RankingDataset`.
+
   >>> import tempfile, os
   >>> p = os.path.join(tempfile.mkdtemp(), "b.txt")
   >>> _ = open(p, "w").write("2 1:0.5\n0 2:1\n1 1:4\n")
@@ -701,6 +723,12 @@ def write_svmlight(ds: RankingDataset, path: PathLike, *, query_file: bool = Fal
   LightGBM ``path + ".query"`` file with per-query counts is written instead.
   ``doc_comments`` appends ``# doc=<doc_id>`` to every line. Float32 values
   are written with enough digits to round-trip exactly.
+
+  Args:
+    ds: a :class:`RankingDataset`.
+    path: the file to write.
+    query_file: write a LightGBM ``.query`` file instead of ``qid:`` fields.
+    doc_comments: append ``# doc=<doc_id>`` to each line.
 
   >>> import tempfile, os
   >>> p = os.path.join(tempfile.mkdtemp(), "c.txt")

@@ -46,6 +46,11 @@ def make_synthetic(
       in ``[min_list_size, L]`` and the rest is padding.
     num_features: ``F``.
     seed: everything is a deterministic function of the seed.
+    min_list_size: the shortest list length (None: every list has ``L`` items).
+    hidden_size: the width of the random MLP that scores the documents.
+    noise: the standard deviation of the label noise :math:`\epsilon`.
+    query_shift: the standard deviation of the per-query feature shift :math:`\mu_q`.
+    label_fractions: the target share of each label grade (its length fixes the number of grades).
 
   Returns:
     :class:`Splits` of :class:`RankingDataset` (``features float32[Q, L, F]``,

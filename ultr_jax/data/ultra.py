@@ -195,6 +195,9 @@ def load_ultra(
       ValueError naming the file, line and field) or ``"allow"`` (kept
       silently).
 
+  Returns:
+    The split's :class:`RankingDataset`.
+
   Raises:
     ValueError: naming the file, line and field, for a missing or malformed
       ``settings.json`` (it must be a JSON object with an integer

@@ -23,6 +23,13 @@ DATA_AXIS = "data"
 def make_mesh(num_devices: Optional[int] = None, devices: Optional[Sequence[jax.Device]] = None) -> Mesh:
   """A 1-D mesh named ``"data"`` over ``num_devices`` (default: all devices).
 
+  Args:
+    num_devices: the number of devices (None: all).
+    devices: the devices to use (None: ``jax.devices()``).
+
+  Returns:
+    The ``jax.sharding.Mesh`` with axis ``"data"``.
+
   >>> make_mesh(1).shape["data"]
   1
   """
@@ -99,6 +106,9 @@ def maybe_initialize_distributed(enabled: bool) -> None:
   ``config.local_data=True`` each process loads and passes only those queries; otherwise it passes the
   whole set and ``fit`` keeps its part. Every process computes the same (deterministic) batch indices; each
   device gathers its part of the batch from its own shard.
+
+  Args:
+    enabled: call ``jax.distributed.initialize()`` (False: do nothing).
   """
   if enabled:
     jax.distributed.initialize()

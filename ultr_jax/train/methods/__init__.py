@@ -32,6 +32,13 @@ def register(name: str, *, defaults: Optional[Mapping[str, Any]] = None):
   merges the user's config over them and refuses any other key. Registering a second factory under
   a taken name raises ``ValueError``.
 
+  Args:
+    name: the method's name.
+    defaults: the config fields the method reads, with their defaults (None: none).
+
+  Returns:
+    A decorator that registers the factory and returns it unchanged.
+
   >>> import jax.numpy as jnp
   >>> from ultr_jax.train.method import Method
   >>> @register("doc_linear_pointwise")
@@ -68,6 +75,9 @@ def _load_families():
 def available_methods() -> list[str]:
   """The registered method names, sorted.
 
+  Returns:
+    The sorted list of names.
+
   >>> {"naive", "ips", "dla", "lbd", "cld", "sif_full"} <= set(available_methods())
   True
   """
@@ -99,6 +109,13 @@ def method_defaults(name: str, overrides: Optional[Mapping[str, Any]] = None) ->
   ``ml_collections`` placeholder of its type, so a binary's config section built from it takes every
   field as a flag, and refuses a misspelt one.
 
+  Args:
+    name: a registered method.
+    overrides: values that replace defaults (an unknown key raises).
+
+  Returns:
+    A ``ConfigDict`` of the method's fields.
+
   >>> d = method_defaults("ips", {"ranker": "linear"})
   >>> d.propensity_clip, d.loss_type, d.ranker, d.propensities, "gamma" in d
   (0.0, 'listwise', 'linear', None, False)
@@ -119,6 +136,13 @@ def shared_method_configs(names, section) -> dict[str, ml_collections.ConfigDict
   Each method gets the fields of ``section`` it declares (:func:`method_defaults`), so one section configures a
   family whose members read different fields; a key that none of ``names`` declares raises ``ValueError``
   naming it (with the nearest declared key) and listing the declared ones.
+
+  Args:
+    names: the methods sharing the section.
+    section: the shared config section.
+
+  Returns:
+    A dict from each name to the ``ConfigDict`` of its fields of ``section``.
 
   >>> c = shared_method_configs(["cld", "heckman_rank"], {"gamma": 0.3, "heckman_outcome": "probit"})
   >>> c["cld"].to_dict(), c["heckman_rank"].to_dict()
