@@ -980,8 +980,8 @@ def _fit_two_tower(keys, ctr, where, lay, *, num_items, num_factors, epochs, lea
   return (d.assemble(None if params["as"] is None else sig(params["as"]), sig(params["am"]), sig(a0)), sig(params["b"]))
 
 
-#: XLA:CPU options for the fits' top-level jits: its YNN fusions of float64 row reductions make the Table 1
-#: epochs 3-6x slower (``benchmarks/RESULTS.md``, "Identifiability fits: the CPU compiler option"). Applied on
+#: XLA:CPU options for the fits' top-level jits: its YNN fusions of float64 row reductions slow the Table 1
+#: epochs (measured in ``benchmarks/RESULTS.md``, "Identifiability fits: the CPU compiler option"). Applied on
 #: the CPU backend only (:func:`compiler_options`); other backends compile with XLA's defaults.
 CPU_COMPILER_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
 
