@@ -37,6 +37,7 @@ __all__ = [
   "stats",
 ]
 
+#: The feature normalisations of :func:`normalize_features` (see the module docstring).
 NORMALIZATIONS = ("minmax", "minmax_pm1", "log_minmax_pm1", "query_minmax", "zscore", "log1p_zscore")
 
 

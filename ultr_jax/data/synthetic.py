@@ -9,6 +9,7 @@ from ultr_jax.data.splits import Splits
 
 __all__ = ["DEFAULT_LABEL_FRACTIONS", "make_synthetic"]
 
+#: The share of each label grade 0..4 in :func:`make_synthetic`'s data (about what LETOR sets show).
 DEFAULT_LABEL_FRACTIONS = (0.45, 0.30, 0.15, 0.07, 0.03)
 
 

@@ -38,7 +38,7 @@ __all__ = [
   "REFERENCE_GP_SHAPE",
 ]
 
-# (B, T, n) of the authors' runs; the lambda grid {1, 100, 10000} is on this scale.
+#: The (batch, list, positions) shape of the authors' runs; the lambda grid {1, 100, 10000} is on this scale.
 REFERENCE_GP_SHAPE = (256, 10, 10)
 
 

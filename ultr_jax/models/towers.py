@@ -38,6 +38,7 @@ __all__ = [
   "ACTIVATIONS",
 ]
 
+#: The activations a ranker takes by name (:func:`make_ranker`'s ``activation``).
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
   "relu": nn.relu,
   "elu": nn.elu,

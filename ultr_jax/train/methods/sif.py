@@ -52,6 +52,8 @@ the table above.
 0.0 10.0
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 
@@ -118,142 +120,225 @@ def _relevance(ranker, params, batch):
   return ranker.apply({"params": params["relevance"]}, jnp.asarray(batch["features"], jnp.float32))
 
 
-def make_sif_method(name, config, *, num_features: int, list_size: int) -> Method:
-  """Builds a SIF-ref variant (``VARIANTS[name]`` defaults, overridable by config)."""
+@dataclasses.dataclass(frozen=True)
+class _SIFSettings:
+  """The static settings of one SIF-ref variant, from its config over :data:`VARIANTS`' defaults."""
+
+  trust_head: bool
+  slope: bool
+  channels: tuple
+  risk: str
+  num_positions: int
+  k_top: int
+  tau: float
+  estimator: str
+  score_key: str
+  snips: bool
+
+
+def _sif_settings(name: str, config, list_size: int) -> _SIFSettings:
+  """The variant's settings, its table entry overridden by ``config`` (None keeps the table's)."""
   trust_head, slope, channels, risk = VARIANTS.get(name, VARIANTS["sif_full"])
-  config = merge_config(SIF_DEFAULTS, config, what=f"method {name!r} config", none_is_default=True)
-  trust_head = bool(_or(config.trust_head, trust_head))
-  slope = bool(_or(config.exposure_slope, slope))
-  channels = tuple(_or(config.channels, channels))
   risk = _or(config.risk, risk)
+  channels = tuple(_or(config.channels, channels))
   if risk not in ("ips", "dr"):
     raise ValueError(f"{name}: risk must be 'ips' or 'dr', got {risk!r}")
   if set(channels) - {"E", "D"}:
     raise ValueError(f"{name}: channels must be a subset of ('E', 'D'), got {channels!r}")
   num_positions = int(config.num_positions or list_size)
-  k_top = min(int(config.k_top), num_positions)
-  tau = float(config.tau)
-  estimator = config.estimator
-  score_key = config.score_key
+  return _SIFSettings(
+    trust_head=bool(_or(config.trust_head, trust_head)),
+    slope=bool(_or(config.exposure_slope, slope)),
+    channels=channels,
+    risk=risk,
+    num_positions=num_positions,
+    k_top=min(int(config.k_top), num_positions),
+    tau=float(config.tau),
+    estimator=config.estimator,
+    score_key=config.score_key,
+    snips=bool(config.snips),
+  )
+
+
+def _multipliers(config, settings: _SIFSettings) -> dict:
+  """Each channel's leakage multiplier as a :func:`~ultr_jax.losses.dual_ascent_estimator` (fixed unless dual)."""
   dual = bool(config.dual)
   budgets = {"E": float(config.budget_E), "D": float(config.budget_D)}
-  lam0 = {"E": float(config.lambda_E), "D": float(config.lambda_D)}
-  if dual:
-    lam0 = {"E": float(config.lambda_E_init), "D": float(config.lambda_D_init)}
-  dual_eta = float(config.dual_eta)
-  lam_max = float(config.lambda_max)
-  decay = float(config.ema_decay)
-  snips = bool(config.snips)
-  multipliers = {
+  return {
     ch: losses.dual_ascent_estimator(
-      budget=budgets[ch], eta=dual_eta, lam_max=lam_max, decay=decay, ascend=dual and ch in channels
+      budget=budgets[ch],
+      eta=float(config.dual_eta),
+      lam_max=float(config.lambda_max),
+      decay=float(config.ema_decay),
+      ascend=dual and ch in settings.channels,
     )
     for ch in ("E", "D")
   }
 
-  ranker = make_relevance_tower(config)
+
+def _sif_towers(config, settings: _SIFSettings):
+  """``(ranker, bias tower, imputer or None)`` of a variant."""
   bias = models.SIFBiasTower(
-    num_positions=num_positions,
-    k_top=k_top,
+    num_positions=settings.num_positions,
+    k_top=settings.k_top,
     gamma_d=float(config.gamma_D),
-    trust_head=trust_head,
+    trust_head=settings.trust_head,
     learn_gamma_d=bool(config.learn_gamma_D),
-    exposure_slope=slope,
+    exposure_slope=settings.slope,
   )
   imputer = None
-  if risk == "dr":
+  if settings.risk == "dr":
     imputer = models.make_ranker("mlp", hidden_sizes=tuple(config.imputer_hidden), activation="elu", layer_norm=False)
+  return make_relevance_tower(config), bias, imputer
+
+
+def _sif_init(key, towers, num_features: int, num_positions: int, lam0: dict):
+  """The towers' parameters and the non-trained state (multipliers, their EMAs, the exposure estimate)."""
+  ranker, bias, imputer = towers
+  kr, kb, ki = jax.random.split(key, 3)
+  x = jnp.zeros((1, 1, num_features), jnp.float32)
+  params = {
+    "relevance": ranker.init(kr, x)["params"],
+    "bias": bias.init(kb, jnp.zeros((1, 1), jnp.int32), jnp.zeros((1, 1)))["params"],
+  }
+  if imputer is not None:
+    params["imputer"] = imputer.init(ki, x)["params"]
+  extra = {
+    "lambda_E": jnp.float32(lam0["E"]),
+    "lambda_D": jnp.float32(lam0["D"]),
+    "ema_E": jnp.float32(0.0),
+    "ema_D": jnp.float32(0.0),
+    "steps": jnp.int32(0),
+    "exposure": jnp.ones((num_positions,), jnp.float32),
+  }
+  return params, extra
+
+
+def _ranking_risk(settings: _SIFSettings, imputer, params, batch, s, rho, clicks, where, disp):
+  """``(R_LTR, imputation loss)``: the IPS (optionally self-normalised) or doubly robust listwise risk."""
+  sg = jax.lax.stop_gradient
+  tau = settings.tau
+  if settings.risk == "dr":
+    m = jax.nn.sigmoid(imputer.apply({"params": params["imputer"]}, jnp.asarray(batch["features"], jnp.float32)))
+    l_imp = losses.bias_likelihood_loss(sg(rho) * m, clicks, where=disp)
+    targets = losses.dr_targets(clicks, rho, m, where=where, displayed=disp, tau=tau)
+    return losses.listwise_risk(s, targets, where=where), l_imp
+  targets = losses.ips_targets(clicks, rho, where=disp, tau=tau)
+  r_ltr = losses.listwise_risk(s, targets, where=disp)
+  if settings.snips:
+    clicked = disp & (clicks > 0)
+    w = 1.0 / jnp.maximum(sg(rho), tau)
+    n = jnp.sum(clicked)
+    mean_w = jnp.sum(jnp.where(clicked, w, 0.0)) / jnp.maximum(n, 1)
+    r_ltr = r_ltr / jnp.where(n > 0, mean_w, 1.0)
+  return r_ltr, jnp.float32(0.0)
+
+
+def _leakages(settings: _SIFSettings, e, d, s, pos, disp, top):
+  """``(I_E, I_D)``: the exposure channel's leakage over the displayed cells, the trust channel's in the top k."""
+  i_e = losses.conditional_mi_binary(e, pos, where=disp, num_cells=settings.num_positions, estimator=settings.estimator)
+  q = losses.project_within_cells(jax.lax.stop_gradient(d), s, pos, where=top, num_cells=settings.k_top)
+  i_d = losses.conditional_mi_binary(q, pos, where=top, num_cells=settings.k_top, estimator=settings.estimator)
+  return i_e, i_d
+
+
+def _next_extra(extra, multipliers, leakage: dict, e, pos, disp, num_positions: int) -> dict:
+  """The state after a step: each multiplier's update on its leakage, and the exposure estimate's EMA."""
+  new_extra = dict(extra)
+  for ch, value in leakage.items():
+    state = losses.DualAscentState(extra[f"lambda_{ch}"], extra[f"ema_{ch}"], extra["steps"])
+    state = multipliers[ch].update(state, value)
+    new_extra[f"lambda_{ch}"], new_extra[f"ema_{ch}"] = state.lam, state.ema
+  marg = losses.cell_marginals(jax.lax.stop_gradient(e), pos, where=disp, num_cells=num_positions)
+  seen = losses.cell_marginals(jnp.ones_like(e), pos, where=disp, num_cells=num_positions) > 0
+  upd = jnp.where(extra["steps"] == 0, marg, 0.99 * extra["exposure"] + 0.01 * marg)
+  new_extra["exposure"] = jnp.where(seen, upd, extra["exposure"])
+  new_extra["steps"] = extra["steps"] + 1
+  return new_extra
+
+
+def _sif_loss(settings: _SIFSettings, towers, multipliers, params, extra, batch):
+  """One step's objective (SIF Eq. 34: the risk, the bias tower's click likelihood and the weighted leakages)."""
+  ranker, bias, imputer = towers
+  sg = jax.lax.stop_gradient
+  where = jnp.asarray(batch["where"], bool)
+  pos = batch_positions(batch)
+  disp = where & (pos < settings.num_positions)
+  top = disp & (pos < settings.k_top)
+  clicks = jnp.where(where, jnp.asarray(batch["clicks"], jnp.float32), 0.0)
+  key = settings.score_key
+  z = jnp.asarray(batch[key], jnp.float32) if key in batch else jnp.zeros(where.shape)
+  s = _relevance(ranker, params, batch)
+  out = bias.apply({"params": params["bias"]}, pos, z)
+  e, d, rho = out["exposure"], out["trust"], out["click_propensity"]
+  rhat = bias.apply({"params": params["bias"]}, s, method=models.SIFBiasTower.calibrate)
+  l_bias = losses.bias_likelihood_loss(rho * rhat, clicks, where=disp)
+  r_ltr, l_imp = _ranking_risk(settings, imputer, params, batch, s, rho, clicks, where, disp)
+  i_e, i_d = _leakages(settings, e, d, s, pos, disp, top)
+  total = r_ltr + l_bias + l_imp
+  if "E" in settings.channels:
+    total = total + sg(extra["lambda_E"]) * i_e
+  if "D" in settings.channels:
+    total = total + sg(extra["lambda_D"]) * i_d
+  new_extra = _next_extra(extra, multipliers, {"E": i_e, "D": i_d}, e, pos, disp, settings.num_positions)
+  w = jnp.where(disp, 1.0 / jnp.maximum(sg(rho), settings.tau), 0.0)
+  metrics = {
+    "risk": r_ltr,
+    "bias_loss": l_bias,
+    "imputation_loss": l_imp,
+    "I_E": i_e,
+    "I_D": i_d,
+    "lambda_E": extra["lambda_E"],
+    "lambda_D": extra["lambda_D"],
+    "ema_I_E": new_extra["ema_E"],
+    "ema_I_D": new_extra["ema_D"],
+    "ess": losses.effective_sample_size(w, where=disp),
+  }
+  return total, (metrics, new_extra)
+
+
+def make_sif_method(name, config, *, num_features: int, list_size: int) -> Method:
+  """Builds a SIF-ref variant (``VARIANTS[name]`` defaults, overridable by config).
+
+  Args:
+    name: a key of :data:`VARIANTS` (another name builds ``sif_full``'s variant under that name).
+    config: the method's config over :data:`SIF_DEFAULTS` (None values keep the defaults).
+    num_features: the number of features of the ranker's input.
+    list_size: the list size (the display cut-off when ``num_positions`` is None).
+
+  Returns:
+    The :class:`~ultr_jax.train.Method`.
+  """
+  config = merge_config(SIF_DEFAULTS, config, what=f"method {name!r} config", none_is_default=True)
+  settings = _sif_settings(name, config, list_size)
+  if config.dual:
+    lam0 = {"E": float(config.lambda_E_init), "D": float(config.lambda_D_init)}
+  else:
+    lam0 = {"E": float(config.lambda_E), "D": float(config.lambda_D)}
+  towers = _sif_towers(config, settings)
+  multipliers = _multipliers(config, settings)
+  ranker = towers[0]
 
   def init(key, batch):
-    kr, kb, ki = jax.random.split(key, 3)
-    x = jnp.zeros((1, 1, num_features), jnp.float32)
-    params = {
-      "relevance": ranker.init(kr, x)["params"],
-      "bias": bias.init(kb, jnp.zeros((1, 1), jnp.int32), jnp.zeros((1, 1)))["params"],
-    }
-    if imputer is not None:
-      params["imputer"] = imputer.init(ki, x)["params"]
-    extra = {
-      "lambda_E": jnp.float32(lam0["E"]),
-      "lambda_D": jnp.float32(lam0["D"]),
-      "ema_E": jnp.float32(0.0),
-      "ema_D": jnp.float32(0.0),
-      "steps": jnp.int32(0),
-      "exposure": jnp.ones((num_positions,), jnp.float32),
-    }
-    return params, extra
+    del batch
+    return _sif_init(key, towers, num_features, settings.num_positions, lam0)
 
   def loss(params, extra, batch, key):
     del key
-    sg = jax.lax.stop_gradient
-    where = jnp.asarray(batch["where"], bool)
-    pos = batch_positions(batch)
-    disp = where & (pos < num_positions)
-    top = disp & (pos < k_top)
-    clicks = jnp.where(where, jnp.asarray(batch["clicks"], jnp.float32), 0.0)
-    z = jnp.asarray(batch[score_key], jnp.float32) if score_key in batch else jnp.zeros(where.shape)
-    s = _relevance(ranker, params, batch)
-    out = bias.apply({"params": params["bias"]}, pos, z)
-    e, d, rho = out["exposure"], out["trust"], out["click_propensity"]
-    rhat = bias.apply({"params": params["bias"]}, s, method=models.SIFBiasTower.calibrate)
-    l_bias = losses.bias_likelihood_loss(rho * rhat, clicks, where=disp)
-    if risk == "dr":
-      m = jax.nn.sigmoid(imputer.apply({"params": params["imputer"]}, jnp.asarray(batch["features"], jnp.float32)))
-      l_imp = losses.bias_likelihood_loss(sg(rho) * m, clicks, where=disp)
-      targets = losses.dr_targets(clicks, rho, m, where=where, displayed=disp, tau=tau)
-      r_ltr = losses.listwise_risk(s, targets, where=where)
-    else:
-      l_imp = jnp.float32(0.0)
-      targets = losses.ips_targets(clicks, rho, where=disp, tau=tau)
-      r_ltr = losses.listwise_risk(s, targets, where=disp)
-      if snips:
-        clicked = disp & (clicks > 0)
-        w = 1.0 / jnp.maximum(sg(rho), tau)
-        n = jnp.sum(clicked)
-        mean_w = jnp.sum(jnp.where(clicked, w, 0.0)) / jnp.maximum(n, 1)
-        r_ltr = r_ltr / jnp.where(n > 0, mean_w, 1.0)
-    i_e = losses.conditional_mi_binary(e, pos, where=disp, num_cells=num_positions, estimator=estimator)
-    q = losses.project_within_cells(sg(d), s, pos, where=top, num_cells=k_top)
-    i_d = losses.conditional_mi_binary(q, pos, where=top, num_cells=k_top, estimator=estimator)
-    lam_e, lam_d = sg(extra["lambda_E"]), sg(extra["lambda_D"])
-    total = r_ltr + l_bias + l_imp
-    if "E" in channels:
-      total = total + lam_e * i_e
-    if "D" in channels:
-      total = total + lam_d * i_d
-    first = extra["steps"] == 0
-    new_extra = dict(extra)
-    for ch, value in (("E", i_e), ("D", i_d)):
-      state = losses.DualAscentState(extra[f"lambda_{ch}"], extra[f"ema_{ch}"], extra["steps"])
-      state = multipliers[ch].update(state, value)
-      new_extra[f"lambda_{ch}"], new_extra[f"ema_{ch}"] = state.lam, state.ema
-    marg = losses.cell_marginals(sg(e), pos, where=disp, num_cells=num_positions)
-    seen = losses.cell_marginals(jnp.ones_like(e), pos, where=disp, num_cells=num_positions) > 0
-    upd = jnp.where(first, marg, 0.99 * extra["exposure"] + 0.01 * marg)
-    new_extra["exposure"] = jnp.where(seen, upd, extra["exposure"])
-    new_extra["steps"] = extra["steps"] + 1
-    w = jnp.where(disp, 1.0 / jnp.maximum(sg(rho), tau), 0.0)
-    metrics = {
-      "risk": r_ltr,
-      "bias_loss": l_bias,
-      "imputation_loss": l_imp,
-      "I_E": i_e,
-      "I_D": i_d,
-      "lambda_E": extra["lambda_E"],
-      "lambda_D": extra["lambda_D"],
-      "ema_I_E": new_extra["ema_E"],
-      "ema_I_D": new_extra["ema_D"],
-      "ess": losses.effective_sample_size(w, where=disp),
-    }
-    return total, (metrics, new_extra)
-
-  def score(params, batch):
-    return _relevance(ranker, params, batch)
+    return _sif_loss(settings, towers, multipliers, params, extra, batch)
 
   def propensities(params, extra):
+    del params
     return extra["exposure"] / extra["exposure"][..., :1]
 
-  return Method(name=name, init=init, loss=loss, score=score, propensities=propensities, requires=("clicks",))
+  return Method(
+    name=name,
+    init=init,
+    loss=loss,
+    score=lambda params, batch: _relevance(ranker, params, batch),
+    propensities=propensities,
+    requires=("clicks",),
+  )
 
 
 def _register_variant(name):
