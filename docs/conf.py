@@ -15,13 +15,15 @@ import re
 import shutil
 import sys
 
+import sphinx.ext.autosummary as _autosummary
+
 _DOCS = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(_DOCS)
 sys.path.insert(0, _ROOT)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 # The packages whose ``__all__`` makes the API reference (tests/test_docs.py checks every name has an entry).
-API_PACKAGES = ("data", "simulation", "metrics", "graph", "losses", "models", "train", "studies")
+API_PACKAGES = ("data", "simulation", "metrics", "graph", "losses", "models", "train", "studies", "types")
 _API_DIR = os.path.join(_DOCS, "api")
 _NOTEBOOK_DIR = os.path.join(_DOCS, "notebooks")
 
@@ -39,7 +41,7 @@ def _write_if_changed(path, text):
 def _defining_module(package, name, obj):
   """The ``ultr_jax.<package>.<module>`` that defines ``obj`` (a constant: the submodule holding that object)."""
   module = getattr(obj, "__module__", None) if callable(obj) else None
-  if module is None:
+  if module is None and hasattr(package, "__path__"):
     for info in pkgutil.iter_modules(package.__path__):
       sub = importlib.import_module(f"{package.__name__}.{info.name}")
       if getattr(sub, name, None) is obj:
@@ -71,7 +73,10 @@ def _api_sections(package):
   for name in package.__all__:
     groups.setdefault(_defining_module(package, name, getattr(package, name)), []).append(name)
   return [
-    (_theme(module) if module != package.__name__ else "Shared definitions", sorted(names, key=str.lower))
+    (
+      _theme(module) if module != package.__name__ or not hasattr(package, "__path__") else "Shared definitions",
+      sorted(names, key=str.lower),
+    )
     for module, names in groups.items()
   ]
 
@@ -149,6 +154,8 @@ nitpick_ignore_regex = [
 ]
 
 autosummary_generate = True
+# A summary is the docstring's first sentence; the period of "Eq. 3" or "Fig. 4" does not end one.
+_autosummary.WELL_KNOWN_ABBREVIATIONS = (*_autosummary.WELL_KNOWN_ABBREVIATIONS, "Eq.", "Eqs.", "Sec.", "Fig.", "Prop.")
 autosummary_imported_members = True
 autodoc_default_options = {"members": True, "show-inheritance": True}
 autodoc_typehints = "description"
@@ -164,17 +171,41 @@ napoleon_use_rtype = False
 napoleon_use_ivar = True
 
 
-def _drop_type_docstrings(app, what, name, obj, options, lines):  # pylint: disable=unused-argument
-  """A constant (a tuple, dict, ...) without its own doc comment would show its type's docstring; show none."""
-  del app, name, options
+def _attribute_doc(package: str, name: str) -> list:
+  """The ``#:`` doc comment of ``name`` in the submodule of ``package`` that assigns it (private ones too)."""
+  from sphinx.pycode import ModuleAnalyzer  # pylint: disable=g-import-not-at-top
+
+  module = importlib.import_module(package)
+  for info in pkgutil.walk_packages(module.__path__, package + "."):
+    try:
+      docs = ModuleAnalyzer.for_module(info.name).find_attr_docs()
+    except Exception:  # pylint: disable=broad-except  (a module without source: nothing to read)
+      continue
+    if ("", name) in docs:
+      return list(docs[("", name)])
+  return []
+
+
+def _constant_docstrings(app, what, name, obj, options, lines):  # pylint: disable=unused-argument
+  """A constant re-exported by a package shows the ``#:`` comment of the module that defines it.
+
+  autodoc reads doc comments from the module it documents the name in (the package), where the constant is only
+  imported; without one, it would show the docstring of the constant's type (``tuple``, ``dict``), which is
+  dropped instead.
+  """
+  del app, options
+  if what not in ("data", "attribute"):
+    return
   type_doc = type(obj).__doc__
   type_doc = type_doc.strip().splitlines() if isinstance(type_doc, str) else []
-  if what in ("data", "attribute") and lines and type_doc and lines[0].strip() == type_doc[0].strip():
+  if lines and type_doc and lines[0].strip() == type_doc[0].strip():
     lines[:] = []
+  if not lines and name.startswith("ultr_jax.") and name.count(".") == 2:
+    lines[:] = _attribute_doc(name.rsplit(".", 1)[0], name.rsplit(".", 1)[1])
 
 
 def setup(app):
-  app.connect("autodoc-process-docstring", _drop_type_docstrings)
+  app.connect("autodoc-process-docstring", _constant_docstrings)
 
 
 # Math is rendered by KaTeX, which sphinxcontrib-katex bundles: at build time where node is on the PATH (the

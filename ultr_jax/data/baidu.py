@@ -345,6 +345,51 @@ def _read_file(path: pathlib.Path, feature_names, extra_columns, max_sessions: O
   return docs, session, where, pages
 
 
+def _checked_file(path, feature_names, extra_columns, remaining, list_size):
+  """One file's documents, checked: ``(docs, session, slot, num_pages, pages, where)`` (see :func:`_read_file`).
+
+  A document's slot is its 0-based position (``position`` - 1), or its place in its page where the file has no
+  positions; clicks must be 0/1, labels non-negative, float columns within float32, and no page may show two
+  documents at one position.
+  """
+  docs, session, where, pages = _read_file(path, feature_names, extra_columns, remaining)
+  num = len(pages["query_id"])
+  if "position" in docs:
+    slot = _integers(docs["position"], where, "position", 1) - 1
+    limit = _io.extent_limit(len(slot))
+    if list_size is None and len(slot) and slot.max() >= limit:
+      doc = int(np.flatnonzero(slot >= limit)[0])
+      raise ValueError(
+        f"{where(doc, 'position')}: {slot[doc] + 1} is absurdly large for a file of {len(slot)} documents "
+        f"(more than {limit}); pass list_size= to keep the top positions only"
+      )
+  else:
+    first_doc = np.searchsorted(session, np.arange(num))  # pages are contiguous runs of documents
+    slot = np.arange(len(session)) - first_doc[session]
+  if "click" in docs:
+    docs["click"] = _integers(docs["click"], where, "click", 0, 1)
+  if "label" in docs:
+    bad = docs["label"] < 0
+    if bad.any():
+      doc = int(np.flatnonzero(bad)[0])
+      raise ValueError(f"{where(doc, 'label')}: {docs['label'][doc]} is negative")
+  for name in ("label",) + extra_columns:  # stored as float32
+    if name in docs and docs[name].dtype.kind == "f" and docs[name].dtype.itemsize > 4:
+      bad = np.abs(docs[name]) > _F32_MAX
+      if bad.any():
+        doc = int(np.flatnonzero(bad.reshape(len(bad), -1).any(1))[0])
+        raise ValueError(f"{where(doc, name)}: {docs[name][doc]} is outside the float32 range")
+  # Two documents of one page at one position.
+  cell = session.astype(np.int64) * (int(slot.max()) + 1 if len(slot) else 1) + slot
+  _, first = np.unique(cell, return_index=True)
+  repeated = np.ones(len(cell), bool)
+  repeated[first] = False
+  if repeated.any():
+    doc = int(np.flatnonzero(repeated)[0])
+    raise ValueError(f"{where(doc, 'position')}: its page already shows a document at position {slot[doc] + 1}")
+  return docs, session, slot, num, pages, where
+
+
 def load_baidu_ultr(
   paths: Union[PathLike, Sequence[PathLike]],
   *,
@@ -417,41 +462,7 @@ def load_baidu_ultr(
   parts = []
   remaining = max_sessions
   for path in paths:
-    docs, session, where, pages = _read_file(path, feature_names, extra_columns, remaining)
-    num = len(pages["query_id"])
-    if "position" in docs:
-      slot = _integers(docs["position"], where, "position", 1) - 1
-      limit = _io.extent_limit(len(slot))
-      if list_size is None and len(slot) and slot.max() >= limit:
-        doc = int(np.flatnonzero(slot >= limit)[0])
-        raise ValueError(
-          f"{where(doc, 'position')}: {slot[doc] + 1} is absurdly large for a file of {len(slot)} documents "
-          f"(more than {limit}); pass list_size= to keep the top positions only"
-        )
-    else:
-      first_doc = np.searchsorted(session, np.arange(num))  # pages are contiguous runs of documents
-      slot = np.arange(len(session)) - first_doc[session]
-    if "click" in docs:
-      docs["click"] = _integers(docs["click"], where, "click", 0, 1)
-    if "label" in docs:
-      bad = docs["label"] < 0
-      if bad.any():
-        doc = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"{where(doc, 'label')}: {docs['label'][doc]} is negative")
-    for name in ("label",) + extra_columns:  # stored as float32
-      if name in docs and docs[name].dtype.kind == "f" and docs[name].dtype.itemsize > 4:
-        bad = np.abs(docs[name]) > _F32_MAX
-        if bad.any():
-          doc = int(np.flatnonzero(bad.reshape(len(bad), -1).any(1))[0])
-          raise ValueError(f"{where(doc, name)}: {docs[name][doc]} is outside the float32 range")
-    # Two documents of one page at one position.
-    cell = session.astype(np.int64) * (int(slot.max()) + 1 if len(slot) else 1) + slot
-    _, first = np.unique(cell, return_index=True)
-    repeated = np.ones(len(cell), bool)
-    repeated[first] = False
-    if repeated.any():
-      doc = int(np.flatnonzero(repeated)[0])
-      raise ValueError(f"{where(doc, 'position')}: its page already shows a document at position {slot[doc] + 1}")
+    docs, session, slot, num, pages, where = _checked_file(path, feature_names, extra_columns, remaining, list_size)
     parts.append((docs, session, slot, num, pages, where))
     if remaining is not None:
       remaining -= num
