@@ -176,7 +176,7 @@ def _attribute_doc(package: str, name: str) -> list:
   from sphinx.pycode import ModuleAnalyzer  # pylint: disable=g-import-not-at-top
 
   module = importlib.import_module(package)
-  for info in pkgutil.walk_packages(module.__path__, package + "."):
+  for info in pkgutil.walk_packages(getattr(module, "__path__", []), package + "."):
     try:
       docs = ModuleAnalyzer.for_module(info.name).find_attr_docs()
     except Exception:  # pylint: disable=broad-except  (a module without source: nothing to read)

@@ -8,21 +8,21 @@ by the logging policy, unless the batch carries an explicit ``positions``.
 
 Standard keys (all optional except ``where``):
 
-==============  ==========================  =====================================
-key             shape / dtype               meaning
-==============  ==========================  =====================================
-``features``    ``[..., L, F]`` float32     query-document ranking features
-``where``       ``[..., L]`` bool           True for real items, False for padding
-``labels``      ``[..., L]`` float32        graded relevance 0..4 (evaluation only)
-``positions``   ``[..., L]`` int32          0-based displayed rank
-``clicks``      ``[..., L]`` float32        0/1 clicks (or CTRs in aggregated mode)
-``examination`` ``[..., L]`` float32        true examination probability (oracle
-                                            propensity; from the simulator)
-``doc_ids``     ``[..., L]`` int32          document ids, -1 for padding
-``qid``         ``[...]`` int32             query ids
-``shown``       ``[..., L]`` bool           top-k selection indicator (CLD)
-``context``     ``[...]`` int32             context type (context-dependent PBM)
-==============  ==========================  =====================================
+================  ==========================  =====================================
+key               shape / dtype               meaning
+================  ==========================  =====================================
+``features``      ``[..., L, F]`` float32     query-document ranking features
+``where``         ``[..., L]`` bool           True for real items, False for padding
+``labels``        ``[..., L]`` float32        graded relevance 0..4 (evaluation only)
+``positions``     ``[..., L]`` int32          0-based displayed rank
+``clicks``        ``[..., L]`` float32        0/1 clicks (or CTRs in aggregated mode)
+``examination``   ``[..., L]`` float32        true examination probability (oracle
+                                              propensity; from the simulator)
+``doc_ids``       ``[..., L]`` int32          document ids, -1 for padding
+``qid``           ``[...]`` int32             query ids
+``shown``         ``[..., L]`` bool           top-k selection indicator (CLD)
+``context``       ``[...]`` int32             context type (context-dependent PBM)
+================  ==========================  =====================================
 
 The interfaces the library's pieces implement are stated here as typed Protocols, as optax states
 ``GradientTransformation``'s ``init``/``update`` and rax its ``LossFn``: a loss (:class:`LossFn`, with any
