@@ -56,7 +56,7 @@ import numpy as np
 
 from ultr_jax.data.baidu import QUERY_KEYS, baidu_pages
 from ultr_jax.data import _io
-from ultr_jax.data._shards import META as _META
+from ultr_jax.data import _shards
 from ultr_jax.data._shards import ShardWriter
 from ultr_jax.data._shards import pyarrow as _shards_pyarrow
 from ultr_jax.data.click_log import CLICK_LOG_FORMATS, READ_ERRORS, ClickLog, decode_id, session_file
@@ -137,7 +137,7 @@ class _ShardWriter(ShardWriter):
 
   def __init__(self, out_dir: pathlib.Path, shard_size: int, row_group_size: int, extra_columns, metadata: dict):
     self.extra_columns = tuple(extra_columns)
-    super().__init__(out_dir, _schema(self.extra_columns), shard_size, row_group_size, metadata)
+    super().__init__(out_dir, _schema(self.extra_columns), shard_size, row_group_size, {**metadata, "kind": "session"})
     self.sizes = {"num_items": 0, "num_positions": 0}
     self._sessions: list = []  # parsed sessions not yet in a table
 
@@ -167,9 +167,9 @@ class _ShardWriter(ShardWriter):
     self._tabulate()
     self.end_shard(source=source)
 
-  def finish(self) -> list:
+  def finish(self, **manifest) -> list:
     self._tabulate()
-    return super().finish()
+    return super().finish(**manifest)
 
 
 # ----------------------------------------------------------------------------
@@ -676,6 +676,7 @@ def convert_click_log(
   query_key: str = "query",
   extra_columns: Sequence[str] = (),
   max_sessions: Optional[int] = None,
+  overwrite: bool = False,
 ) -> list:
   r"""Converts a session click log to Parquet session shards, reading it line by line.
 
@@ -692,8 +693,9 @@ def convert_click_log(
 
   Args:
     path: the log (``.gz`` is decompressed on the fly), or a list of files.
-    out_dir: the directory for ``part-NNNNN.parquet`` (created; it must hold no
-      ``.parquet`` file yet).
+    out_dir: the directory for ``part-NNNNN.parquet`` and, written last, the
+      manifest ``_manifest.json`` that every reader requires (created; it
+      must hold no shards yet).
     format: one of :data:`~ultr_jax.data.CLICK_LOG_FORMATS` (``"tsv"``: the
       delimited rows of :func:`~ultr_jax.data.read_click_log`, with a
       ``session_id`` column; ``"baidu"``: a raw Baidu-ULTR session file;
@@ -708,6 +710,9 @@ def convert_click_log(
     extra_columns: further numeric columns of a ``"tsv"`` log, kept per
       document as ``list<float32>``.
     max_sessions: convert only the first this many sessions (over all files).
+    overwrite: replace a conversion already in ``out_dir`` (complete, or
+      interrupted: shards without a manifest); only its ``part-NNNNN.parquet``
+      files and manifest are removed.
 
   Returns:
     The shard paths, in session order.
@@ -715,7 +720,8 @@ def convert_click_log(
   Raises:
     ValueError: the in-memory reader's errors (naming the file, line and
       field); for ``"tsv"`` also a log without ``session_id``, a session that
-      changes query, or whose rows resume after another session began.
+      changes query, or whose rows resume after another session began;
+      ``out_dir`` holding a conversion without ``overwrite``.
 
   >>> import pathlib, tempfile
   >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -740,10 +746,7 @@ def convert_click_log(
   if not paths:
     raise ValueError("path: give at least one file")
   paths = [session_file(p, max_sessions) for p in paths]
-  out_dir = pathlib.Path(out_dir)
-  out_dir.mkdir(parents=True, exist_ok=True)
-  if any(out_dir.glob("*.parquet")):
-    raise ValueError(f"{out_dir}: already holds .parquet files; convert into an empty directory")
+  out_dir = _shards.prepare_out_dir(out_dir, overwrite)
   meta = {"format": format}
   if format == "tsv":
     meta["position_base"] = str(position_base)
@@ -793,7 +796,8 @@ def convert_click_log(
         offset += count
       if format == "tsv":
         _check_contiguous(done, delimiter, hashes)
-      return writer.finish()
+      vocabulary = item_of if format == "tsv" else item_ids  # key -> id, in id order
+      return writer.finish(vocabulary_digest=_shards.vocabulary_digest(vocabulary))
     except BaseException:
       writer.abort()
       raise
@@ -808,12 +812,16 @@ def convert_click_log(
 
 
 def session_shard_paths(source: Union[PathLike, Sequence[PathLike]]) -> list:
-  """The shard files of ``source``: a file, a glob pattern, a directory (its ``*.parquet``) or a list of them.
+  """The shard files of ``source``: a file, a glob pattern, a directory or a list of them.
 
-  Sorted by path (the conversion's session order), without duplicates.
+  A directory gives the shards its manifest (``_manifest.json``) lists, in the conversion's order; files and
+  globs are sorted by path (the conversion's session order), without duplicates. The readers then check each
+  file against its directory's manifest.
 
   Raises:
     FileNotFoundError: a file that does not exist, or a glob or directory that matches no shard.
+    ValueError: a directory holding files its manifest does not list (another conversion's shards, or an
+      interrupted one's temporary files), naming the file.
 
   >>> session_shard_paths("/nonexistent/*.parquet")
   Traceback (most recent call last):
@@ -823,27 +831,22 @@ def session_shard_paths(source: Union[PathLike, Sequence[PathLike]]) -> list:
   return _io.expand_sources(
     source,
     what="session shards",
-    directory=lambda d: sorted(d.glob("*.parquet")),
+    directory=lambda d: _shards.manifest_paths(d, "session shards"),
     missing="no such session shard",
     sort=True,
   )
 
 
-def _shard_metadata(path: str) -> tuple:
-  """``(ParquetFile, {key: value})`` of a shard, with errors that name it."""
-  pa = _pyarrow()
-  try:
-    f = pa.parquet.ParquetFile(path)
-  except FileNotFoundError:
-    raise FileNotFoundError(f"{path}: no such session shard") from None
-  except (pa.ArrowInvalid, OSError) as e:
-    raise ValueError(f"{path}: not a readable Parquet shard (truncated, or not Parquet: {e})") from None
-  raw = f.metadata.metadata or {}
-  meta = {k.decode()[len(_META) :]: v.decode() for k, v in raw.items() if k.decode().startswith(_META)}
-  missing = [c for c in SESSION_COLUMNS if c not in f.schema_arrow.names]
-  if missing:
-    raise ValueError(f"{path}: field {missing[0]!r}: no such column; a session shard has {list(SESSION_COLUMNS)}")
-  return f, meta
+def session_shard_set(paths: Sequence[str]) -> _shards.ShardSet:
+  """The session shards ``paths``, checked against their manifest (:func:`~ultr_jax.data._shards.shard_set`),
+  each with the session columns."""
+  shards = _shards.shard_set(paths, "session shards")
+  for path in shards.paths:
+    names = shards.schemas[path].names
+    missing = [c for c in SESSION_COLUMNS if c not in names]
+    if missing:
+      raise ValueError(f"{path}: field {missing[0]!r}: no such column; a session shard has {list(SESSION_COLUMNS)}")
+  return shards
 
 
 def write_session_shards(
@@ -853,6 +856,7 @@ def write_session_shards(
   shard_size: int = 1 << 20,
   row_group_size: int = 4096,
   source: str = "arrays",
+  overwrite: bool = False,
 ) -> list:
   r"""Writes sessions held as arrays (a simulated log, batch by batch) as session shards, in bounded memory.
 
@@ -869,6 +873,7 @@ def write_session_shards(
     out_dir: a new or empty directory.
     shard_size, row_group_size: sessions per file and per row group, as :func:`convert_click_log`.
     source: recorded as the shards' ``ultr_jax.source``.
+    overwrite: replace a conversion already in ``out_dir`` (see :func:`convert_click_log`).
 
   Returns:
     The shard paths, in order.
@@ -882,12 +887,9 @@ def write_session_shards(
   ([3, 1, 2], [0, 1, 0], [1.0, 0.0, 0.0], [0, 0, 1], 4)
   """
   pa = _pyarrow()
-  out_dir = pathlib.Path(out_dir)
-  out_dir.mkdir(parents=True, exist_ok=True)
-  if any(out_dir.glob("*.parquet")):
-    raise ValueError(f"{out_dir}: already holds .parquet files; write into an empty directory")
   if int(shard_size) < 1 or int(row_group_size) < 1:
     raise ValueError(f"shard_size and row_group_size must be >= 1, got {shard_size} and {row_group_size}")
+  out_dir = _shards.prepare_out_dir(out_dir, overwrite)
   writer = _ShardWriter(out_dir, int(shard_size), int(row_group_size), (), {"source": source, "format": "arrays"})
   schema, start = writer.schema, 0
   try:
@@ -953,13 +955,15 @@ def read_session_shards(source: Union[PathLike, Sequence[PathLike]]) -> ClickLog
   ([1], [1.0], 2)
   """
   pa = _pyarrow()
-  paths = session_shard_paths(source)
-  tables, metas = [], []
+  shards = session_shard_set(session_shard_paths(source))
+  paths, tables = shards.paths, []
+  metas = [shards.footers[p] for p in paths]
   for p in paths:
-    f, meta = _shard_metadata(p)
-    tables.append(f.read(columns=list(SESSION_COLUMNS)).replace_schema_metadata(None))
-    metas.append(meta)
-  table = pa.concat_tables(tables)
+    f = _shards.open_parquet(p, "Parquet shard")
+    for g in range(f.num_row_groups):
+      table = _shards.read_row_group(f, p, g, 0, list(SESSION_COLUMNS), "session shard")
+      tables.append(table.replace_schema_metadata(None))
+  table = pa.concat_tables(tables) if tables else _schema(()).empty_table().select(list(SESSION_COLUMNS))
   lengths = pa.compute.list_value_length(table.column("doc_ids")).to_numpy(zero_copy_only=False).astype(np.int64)
 
   def flat(name, dtype):
@@ -976,7 +980,7 @@ def read_session_shards(source: Union[PathLike, Sequence[PathLike]]) -> ClickLog
     weights=np.ones(len(positions), np.float32),
     query_ids=np.repeat(query_ids, lengths),
     doc_ids=np.asarray(table.column("doc_names").combine_chunks().flatten().to_numpy(zero_copy_only=False), dtype=str),
-    num_items=max(int(m.get("num_items", 0)) for m in metas),
+    num_items=int(shards.sizes.get("num_items", 0)),
     num_positions=int(positions.max()) + 1 if len(positions) else 0,
     sessions=np.repeat(table.column("session").to_numpy().astype(np.int32), lengths),
     path=metas[0].get("source", str(paths[0])),
