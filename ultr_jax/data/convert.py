@@ -233,12 +233,13 @@ def _tsv_header(path: pathlib.Path, delimiter: Optional[str], extra_columns: Seq
 
 
 def _tsv_rows(path: pathlib.Path, delim: str, num_fields: int) -> Iterator[tuple]:
-  """``(line_no, stripped fields)`` of each data line (blank lines skipped, as ``read_click_log`` does)."""
+  """``(line_no, stripped fields)`` of each data line (empty lines skipped, as ``read_click_log`` does; a line
+  of blanks is a row of too few fields there too)."""
   with _text_lines(path) as fh:
     fh.readline()
     for line_no, raw in enumerate(fh, start=2):
       line = _line_text(raw, path, line_no)
-      if not line.strip():
+      if not line.rstrip("\r\n"):
         continue
       fields = line.rstrip("\r\n").split(delim)
       if len(fields) != num_fields:
@@ -475,11 +476,12 @@ def _tsv_vocabulary_arrow(paths, *, delimiter, extra_columns) -> dict:
     wanted, batches = _arrow_csv(path, delimiter, extra_columns)
     rows = 0
     for rb in batches():
-      key = pc.binary_join_element_wise(
-        pc.utf8_trim_whitespace(rb.column(wanted["query_id"])),
-        pc.utf8_trim_whitespace(rb.column(wanted["doc_id"])),
-        "\x1f",
-      )
+      query, doc = (pc.utf8_trim_whitespace(rb.column(wanted[c])) for c in ("query_id", "doc_id"))
+      if len(query) and pc.min(pc.min_element_wise(pc.utf8_length(query), pc.utf8_length(doc))).as_py() == 0:
+        # A blank line (Arrow reads it as a row of empty fields; the per-line parser skips it) or an empty id:
+        # counted here it would be a pair of its own, shifting every id after it.
+        raise _Fallback("a blank line or an empty id")
+      key = pc.binary_join_element_wise(query, doc, "\x1f")
       rows += len(key)
       parts.append(pc.unique(key))
       pending += len(parts[-1])
