@@ -335,8 +335,12 @@ class ShardSet:
 
   @property
   def identity(self) -> dict:
-    """What names the shard set in a stream's identity: the conversion and the names of the files read."""
-    return {"shards": self.shard_id, "files": [os.path.basename(p) for p in self.paths]}
+    """What names the shard set in a stream's identity and state: the conversion and the names of the files
+    read (up to four by name; more as their count, first, last and a digest, so a state stays small)."""
+    names = [os.path.basename(p) for p in self.paths]
+    if len(names) > 4:
+      names = [names[0], "...", names[-1], f"{len(names)} files", digest(names)[:16]]
+    return {"shards": self.shard_id, "files": names}
 
 
 def _no_manifest(path: str, what: str, footer: dict) -> ValueError:

@@ -25,8 +25,15 @@ extra columns   ``list<float32>``  further numeric TSV columns (``extra_columns`
 
 Each shard's key-value metadata records the source (``ultr_jax.source``,
 ``ultr_jax.format``) and ``ultr_jax.num_items`` / ``ultr_jax.num_positions``
-(the vocabulary size and the longest list over the whole conversion, so every
-shard, and every process reading a subset of them, agrees on the shapes).
+(running maxima). Every page carries a CRC-32, and the **manifest**
+``_manifest.json``, written last, lists the shards (name, rows, bytes, CRC-32
+of the file and of its footer), the whole conversion's ``num_items`` /
+``num_positions`` (so every process reading a subset of the shards agrees on
+the shapes), the vocabulary's digest, the options and a ``conversion_id``
+(the SHA-256 of all that). The readers require it: a conversion that did not
+finish, a file it does not list, shards of two conversions or a damaged byte
+are errors naming the file (``overwrite=True`` converts into a directory
+holding a previous or interrupted conversion).
 :func:`read_session_shards` reads shards back as the
 :class:`~ultr_jax.data.ClickLog` that ``read_click_log`` gives for the source
 file; :class:`~ultr_jax.data.SessionStream` batches them without reading them

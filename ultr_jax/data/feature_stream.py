@@ -39,8 +39,11 @@ Features are stored as one fixed-size binary value per document because Parquet 
 2-core VM, a row group of 1024 lists x 20 documents x 136 features (10.6 MB) reads in 10.2 ms as nested floats
 and in 2.2 ms as ``list<fixed_size_binary>`` (benchmarks/RESULTS.md, "`fit` on a stream, after removing host work").
 
-Shuffling, process splitting, resuming and passes are those of :class:`~ultr_jax.data.SessionStream` (the
-same Grain pipeline): row groups are shuffled (a new order each epoch) and the lists inside each, row groups
+Shards of ultr_jax are read only as their manifest (``_manifest.json``, written last) lists them, with every
+page's CRC-32 verified, as :class:`~ultr_jax.data.SessionStream` reads session shards; Parquet files written
+elsewhere (Baidu-ULTR's page-per-row files: no ``ultr_jax.*`` footer keys, no manifest) are read as they are.
+Shuffling, process splitting, resuming, :meth:`~FeatureStream.identity` and passes are those of
+:class:`~ultr_jax.data.SessionStream` (the same Grain pipeline): row groups are shuffled (a new order each epoch) and the lists inside each, row groups
 are dealt round-robin to the processes, :meth:`FeatureStream.get_state` / :meth:`~FeatureStream.set_state`
 resume exactly, and every ``iter(stream)`` starts a new pass.
 
@@ -762,8 +765,10 @@ class FeatureStream(_RowGroupStream):
 
   Raises:
     FileNotFoundError: a missing file (naming it).
-    ValueError: an unreadable or truncated file, a missing column or one of another type than the first
-      file's (naming the file and field); while iterating, a bad value (a missing one, list lengths that
+    ValueError: a shard of ultr_jax not listed by a manifest (an interrupted conversion, another conversion's
+      shard), shards of two conversions, a size or footer that is not the manifest's, an unreadable or
+      truncated file, a missing column or one of another type than the first file's (naming the file and
+      field); while iterating, a page whose checksum fails (naming the file and row group), a bad value (a missing one, list lengths that
       disagree, a position < 1 or two documents at one position, a click not 0/1, a negative or non-finite
       label, a non-finite feature among those kept), naming the file, row, document and field.
 

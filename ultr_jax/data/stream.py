@@ -163,8 +163,7 @@ def _processes(process_index: Optional[int], process_count: Optional[int]) -> tu
 
 
 def _files(names) -> str:
-  names = list(names or [])
-  return ", ".join(names) if len(names) <= 3 else f"{', '.join(names[:2])}, ... ({len(names)} files)"
+  return ", ".join(str(n) for n in names or [])
 
 
 def _epoch_shuffle(grain, parent, seed: int):
@@ -306,6 +305,15 @@ class _RowGroupStream:
 
     Returns:
       64 hex digits.
+
+    >>> import pathlib, tempfile
+    >>> from ultr_jax.data import SessionStream, convert_click_log
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "log.tsv").write_text("session_id\tquery_id\tdoc_id\tposition\tclick\ns1\tq\ta\t1\t0\n")
+    >>> _ = convert_click_log(d / "log.tsv", d / "shards")
+    >>> a, b, c = (SessionStream(d / "shards", batch_size=n, process_count=1) for n in (2, 2, 3))
+    >>> len(a.identity()), a.identity() == b.identity(), a.identity() == c.identity()
+    (64, True, False)
     """
     return _shards.digest(self._config)
 
@@ -363,8 +371,19 @@ class SessionStream(_RowGroupStream):
   Processes: the row groups (after the shuffle) are dealt round-robin, process
   ``p`` of ``P`` reading ``p, p + P, ...``: the processes' batches are
   disjoint and together cover the log. Shapes agree across processes:
-  ``list_size`` defaults to the longest list over all shards (from their
-  footers), and :attr:`num_docs` is the vocabulary size over all shards.
+  ``list_size`` defaults to the longest list of the whole conversion (from
+  its manifest), and :attr:`num_docs` is its vocabulary size, whichever of
+  its shards a process is given.
+
+  Integrity: the shards must be listed by their directory's manifest
+  (``_manifest.json``, written last by the converter) and all be of one
+  conversion, each with the size and footer the manifest records; every page
+  is read with its CRC-32 verified. An interrupted conversion (no manifest),
+  a foreign or leftover file, shards of two conversions or a flipped byte
+  are errors naming the file, never other data.
+  :meth:`identity` names the shard set and the options;
+  :meth:`get_state` records it, and :meth:`set_state` refuses a state taken
+  on other shards.
   Processes may get different numbers of batches (:attr:`num_batches`); a
   multi-host loop steps ``min`` of them, or pads with ``valid`` False batches.
 
@@ -384,8 +403,12 @@ class SessionStream(_RowGroupStream):
 
   Raises:
     FileNotFoundError: a missing shard (naming it).
-    ValueError: an unreadable or truncated shard, a shard without a session
-      column (naming the file and field); while iterating, a bad row (list
+    ValueError: a shard not listed by a manifest (no ``_manifest.json``: an
+      interrupted conversion, or a file not written by ultr_jax; another
+      conversion's shard), shards of two conversions, a size or footer that
+      is not the manifest's, an unreadable or truncated shard, a shard
+      without a session column (naming the file and field); while iterating,
+      a page whose checksum fails (naming the file and row group), a bad row (list
       lengths that disagree, a negative or too large position, two documents
       at one position, a click not 0/1, a missing value), naming the file,
       row and field.
