@@ -16,7 +16,6 @@ import statistics
 import tempfile
 import time
 
-import numpy as np
 
 from ultr_jax import data
 from ultr_jax.data import _shards
