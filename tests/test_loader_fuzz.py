@@ -363,3 +363,16 @@ def test_fuzz_feature_shards(tmp_path):
     return list(data.FeatureStream(tmp_path / "shards", **kw))
 
   _shard_fuzz(tmp_path, 18, lambda d: data.write_feature_shards(ds, d, row_group_size=4), read)
+
+
+def test_fuzz_shard_manifest(tmp_path):
+  ds = data.make_synthetic(num_train=6, num_valid=1, num_test=1, list_size=3, num_features=2, seed=0).train
+  data.write_feature_shards(ds, tmp_path / "shards", shard_size=3)
+  kw = dict(batch_size=4, process_index=0, process_count=1, num_threads=0, prefetch=0)
+  want = list(data.FeatureStream(tmp_path / "shards", **kw))
+  path = tmp_path / "shards" / "_manifest.json"
+
+  def check(got, raw):  # an edit the manifest's own digest does not see (white space, key order) changes nothing
+    assert len(got) == len(want) and all(np.array_equal(a[k], b[k]) for a, b in zip(got, want) for k in a)
+
+  _fuzz(19, path.read_bytes(), path, lambda: list(data.FeatureStream(tmp_path / "shards", **kw)), check)

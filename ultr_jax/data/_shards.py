@@ -278,6 +278,10 @@ def read_manifest(directory) -> Optional[dict]:
     raise ValueError(f"{path}: not a readable manifest ({e})") from None
   if not ok:
     raise ValueError(f"{path}: a damaged or edited manifest (its conversion_id does not match its content)")
+  keys = {"name", "rows", "bytes", "footer_offset", "footer_crc32"}
+  files = manifest.get("files")
+  if not isinstance(files, list) or not all(isinstance(e, dict) and keys <= e.keys() for e in files):
+    raise ValueError(f"{path}: not a manifest of ultr_jax shards (no list of files with {sorted(keys)})")
   return manifest
 
 
@@ -356,10 +360,17 @@ def _no_manifest(path: str, what: str, footer: dict) -> ValueError:
   )
 
 
+def _entries(manifest: dict) -> dict:
+  """``{name: entry}`` of a manifest's files (built once per manifest)."""
+  if "_by_name" not in manifest:
+    manifest["_by_name"] = {e["name"]: e for e in manifest["files"]}
+  return manifest["_by_name"]
+
+
 def _check_listed(path: str, manifest: dict, size: int) -> dict:
   """The manifest's entry of ``path``, its size and footer checked (a flipped byte in the footer is caught)."""
   directory = os.path.dirname(path) or "."
-  entry = next((e for e in manifest["files"] if e["name"] == os.path.basename(path)), None)
+  entry = _entries(manifest).get(os.path.basename(path))
   if entry is None:
     raise ValueError(
       f"{path}: not listed in {os.path.join(directory, MANIFEST)}: a shard of another conversion (or left over "
