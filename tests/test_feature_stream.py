@@ -303,8 +303,10 @@ def test_missing_truncated_and_foreign_files(tmp_path):
     stream([*paths, tmp_path / "o" / "part-00009.parquet"], batch_size=2)
   cut = tmp_path / "o" / "part-00002.parquet"
   cut.write_bytes(paths[1].read_bytes()[:-30])  # a shard cut short: its footer is gone
-  with pytest.raises(ValueError, match=r"part-00002\.parquet: not a readable Parquet file \(truncated"):
+  with pytest.raises(ValueError, match=r"part-00002\.parquet: not listed in .*_manifest\.json"):
     stream(tmp_path / "o", batch_size=2)
+  with pytest.raises(ValueError, match=r"part-00002\.parquet: not listed in .*_manifest\.json"):
+    stream(cut, batch_size=2)
   cut.unlink()
   pq.write_table(pa.table({"query_id": [1]}), tmp_path / "x.parquet")
   with pytest.raises(ValueError, match=r"x\.parquet: not a feature shard of ultr_jax"):
@@ -314,8 +316,11 @@ def test_missing_truncated_and_foreign_files(tmp_path):
   other = tmp_path / "p" / "part-1.parquet"
   other.parent.mkdir()
   pq.write_table(pq.read_table(paths[0]).drop_columns(["bucket"]), other)
-  with pytest.raises(ValueError, match=r"part-1\.parquet: field 'bucket': no such column \(the first file"):
+  with pytest.raises(ValueError, match=r"part-00000\.parquet and .*part-1\.parquet: shards of two conversions"):
     stream([paths[0], other], batch_size=2)
+  pq.write_table(pa.table({"query_id": [1], "bm25": [[1.0]]}), tmp_path / "w.parquet")  # two foreign files
+  with pytest.raises(ValueError, match=r"x\.parquet: field 'bm25': no such column \(the first file"):
+    stream([tmp_path / "w.parquet", tmp_path / "x.parquet"], batch_size=2, features="bm25")
 
 
 def test_a_row_group_cut_short_names_the_file(tmp_path):

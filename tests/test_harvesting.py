@@ -448,3 +448,22 @@ def test_check_binary_on_a_click_log(tmp_path, subprocess_env, fmt):
   assert r["propensities"]["all_pairs"][3:] == [None, None]
   np.testing.assert_allclose(r["propensities"]["all_pairs"][:3], np.asarray(want)[:3], rtol=1e-5)
   assert r["propensities"]["ctr"][4] is not None  # the naive CTR always answers, biased or not
+
+
+@pytest.mark.parametrize(
+  "items, clicks",
+  [
+    ([[0, 2], [2, 1]], [[0.0, 0.0], [1.0, 1.0]]),  # item 2: clicked at factor 1 only, its pair with 0 one-sided
+    ([[0, 1], [1, 0]], [[0.0, 1.0], [0.0, 0.0]]),  # the one pair's clicks all at factor 1
+  ],
+)
+def test_all_pairs_without_a_finite_maximum_is_an_error_naming_the_pairs(items, clicks):
+  """A tiny log whose pair likelihood has no finite maximum: the fit would run off (1e-9, 1e15), never a number."""
+  items, clicks = np.array(items), np.array(clicks)
+  factors = np.tile([0, 1], (len(items), 1))
+  raw = hv.all_pairs_estimate(hv.intervention_sets(items, factors, clicks, num_items=3, num_factors=2))
+  assert not 1e-6 < float(raw.propensities[1]) < 1e6  # what the estimator alone returns
+  with pytest.raises(ValueError, match=r"all_pairs: the estimates of factors \[1\] ran off .* no finite maximum"):
+    hv.harvest_propensities(items, factors, clicks, method="all_pairs")
+  est = hv.harvest_propensities(items, factors, clicks, method="all_pairs", allow_unidentified=True)
+  assert np.isnan(est.propensities[1]) and not bool(est.identified[1]) and float(est.propensities[0]) == 1.0

@@ -308,3 +308,71 @@ def test_fuzz_baidu_parquet(tmp_path):
   pq.write_table(table, path, compression="NONE")
   valid = path.read_bytes()
   _fuzz(16, valid, path, lambda: data.load_baidu_ultr(path, features=["bm25"]), _check_dataset)
+
+
+# ---------------------------------------------------------------------------
+# Parquet shards (issue 37): random edits of a valid shard give an error naming it, or the right data.
+
+
+def _shard_fuzz(tmp_path, seed, write, read):
+  paths = write(tmp_path / "shards")
+  want = read()
+  path = pathlib.Path(paths[-1])
+
+  def check(got, raw):
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+      assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+  valid = path.read_bytes()
+  _fuzz(seed, valid, path, read, check)
+  # Single flipped bytes (the size unchanged): anywhere in the pages, their headers or the footer.
+  rng = np.random.default_rng(seed)
+  for offset in rng.choice(len(valid), min(len(valid), 150), replace=False):
+    raw = bytearray(valid)
+    raw[int(offset)] ^= int(rng.integers(1, 256))
+    path.write_bytes(bytes(raw))
+    try:
+      got = read()
+    except ValueError as e:
+      assert str(path) in str(e), f"error without the file name for a flip at {offset}: {e}"
+      continue
+    except Exception as e:  # noqa: BLE001 - any other exception is the failure this test looks for
+      pytest.fail(f"{type(e).__name__} (not ValueError) for a flip at {offset}: {e}")
+    check(got, raw)
+
+
+def test_fuzz_session_shards(tmp_path):
+  text = "session_id\tquery_id\tdoc_id\tposition\tclick\n" + "".join(
+    f"s{s}\tq{s % 3}\td{(s * 7 + p) % 5}\t{p}\t{(s + p) % 2}\n" for s in range(12) for p in range(1, 4)
+  )
+  (tmp_path / "log.tsv").write_text(text)
+
+  def read():
+    kw = dict(batch_size=5, process_index=0, process_count=1, num_threads=0, prefetch=0)
+    return list(data.SessionStream(tmp_path / "shards", **kw))
+
+  _shard_fuzz(tmp_path, 17, lambda d: data.convert_click_log(tmp_path / "log.tsv", d, row_group_size=4), read)
+
+
+def test_fuzz_feature_shards(tmp_path):
+  ds = data.make_synthetic(num_train=12, num_valid=1, num_test=1, list_size=3, num_features=2, seed=0).train
+
+  def read():
+    kw = dict(batch_size=5, process_index=0, process_count=1, num_threads=0, prefetch=0)
+    return list(data.FeatureStream(tmp_path / "shards", **kw))
+
+  _shard_fuzz(tmp_path, 18, lambda d: data.write_feature_shards(ds, d, row_group_size=4), read)
+
+
+def test_fuzz_shard_manifest(tmp_path):
+  ds = data.make_synthetic(num_train=6, num_valid=1, num_test=1, list_size=3, num_features=2, seed=0).train
+  data.write_feature_shards(ds, tmp_path / "shards", shard_size=3)
+  kw = dict(batch_size=4, process_index=0, process_count=1, num_threads=0, prefetch=0)
+  want = list(data.FeatureStream(tmp_path / "shards", **kw))
+  path = tmp_path / "shards" / "_manifest.json"
+
+  def check(got, raw):  # an edit the manifest's own digest does not see (white space, key order) changes nothing
+    assert len(got) == len(want) and all(np.array_equal(a[k], b[k]) for a, b in zip(got, want) for k in a)
+
+  _fuzz(19, path.read_bytes(), path, lambda: list(data.FeatureStream(tmp_path / "shards", **kw)), check)

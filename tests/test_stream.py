@@ -3,6 +3,7 @@
 import gzip
 import json
 import os
+import pathlib
 import warnings
 
 import jax
@@ -374,7 +375,14 @@ def test_sources_file_glob_directory_list(tmp_path):
 # Errors name the file, the row (or line) and the field.
 
 
-def _write_shard(path, rows):
+def _write_table(directory, table):
+  """``directory/part-00000.parquet``: ``table`` written as a session shard, with its manifest."""
+  writer = convert._ShardWriter(directory, 1 << 20, 1 << 20, (), {"format": "tsv"})
+  writer.add_table(table)
+  return pathlib.Path(writer.finish()[0])
+
+
+def _write_shard(directory, rows):
   """A shard from ``rows``: dicts with the list columns (session and query_id filled in)."""
   schema = convert._schema(())
   cols = {name: [] for name in schema.names}
@@ -383,8 +391,7 @@ def _write_shard(path, rows):
     r = {"session": i, "query_id": "q", "doc_names": ["x"] * n, "lines": [1] * n, **r}
     for name in schema.names:
       cols[name].append(r[name])
-  pq.write_table(pa.table(cols, schema=schema), path)
-  return path
+  return _write_table(directory, pa.table(cols, schema=schema))
 
 
 GOOD = {"doc_ids": [0, 1], "positions": [0, 1], "clicks": [0, 1]}
@@ -403,7 +410,7 @@ GOOD = {"doc_ids": [0, 1], "positions": [0, 1], "clicks": [0, 1]}
   ],
 )
 def test_bad_rows_name_file_row_and_field(tmp_path, bad, field, message):
-  path = _write_shard(tmp_path / "part-00000.parquet", [GOOD, GOOD, GOOD, bad, GOOD])
+  path = _write_shard(tmp_path, [GOOD, GOOD, GOOD, bad, GOOD])
   with pytest.raises(ValueError) as e:
     list(stream(path, batch_size=2, list_size=4))
   assert str(e.value).startswith(f"{path}, row 3, field {field!r}: "), str(e.value)
@@ -424,24 +431,30 @@ def test_missing_value_names_row_and_field(tmp_path):
     },
     schema=schema,
   )
-  pq.write_table(table, tmp_path / "s.parquet")
-  with pytest.raises(ValueError, match=r"s\.parquet, row 1, field 'positions': missing value"):
-    list(stream(tmp_path / "s.parquet", batch_size=2, list_size=2))
+  path = _write_table(tmp_path, table)
+  with pytest.raises(ValueError, match=r"part-00000\.parquet, row 1, field 'positions': missing value"):
+    list(stream(path, batch_size=2, list_size=2))
 
 
 def test_missing_and_unreadable_shards(tmp_path):
-  good = _write_shard(tmp_path / "part-00000.parquet", [GOOD])
+  good = _write_shard(tmp_path / "a", [GOOD])
   with pytest.raises(FileNotFoundError, match="part-00009.parquet: no such session shard"):
-    stream([good, tmp_path / "part-00009.parquet"], batch_size=2)
-  # A shard cut short (a conversion killed mid-write): its footer is gone.
-  cut = tmp_path / "part-00001.parquet"
-  cut.write_bytes(good.read_bytes()[:-40])
-  with pytest.raises(ValueError, match=r"part-00001\.parquet: not a readable Parquet shard \(truncated"):
-    stream(tmp_path, batch_size=2)
-  # A Parquet file without the session columns.
+    stream([good, tmp_path / "a" / "part-00009.parquet"], batch_size=2)
+  # A shard cut short: its size is not the manifest's.
+  good.write_bytes(good.read_bytes()[:-40])
+  with pytest.raises(ValueError, match=r"part-00000\.parquet: \d+ bytes where the manifest records \d+ \(truncated"):
+    stream(tmp_path / "a", batch_size=2)
+  # A Parquet file written elsewhere: no ultr_jax footer, no manifest.
   pq.write_table(pa.table({"session": [0]}), tmp_path / "other.parquet")
-  with pytest.raises(ValueError, match=r"other\.parquet: field 'query_id': no such column"):
+  with pytest.raises(ValueError, match=r"other\.parquet: not a session shard written by ultr_jax"):
     stream(tmp_path / "other.parquet", batch_size=2)
+  # A shard of ultr_jax without the session columns.
+  t = pa.table({"session": pa.array([0], pa.int64())})
+  w = convert.ShardWriter(tmp_path / "b", t.schema, 1, 1, {"format": "tsv"})
+  w.add(t)
+  (other,) = w.finish()
+  with pytest.raises(ValueError, match=r"part-00000\.parquet: field 'query_id': no such column"):
+    stream(other, batch_size=2)
 
 
 def test_a_shard_removed_while_streaming(tmp_path):
@@ -550,5 +563,5 @@ def test_tsv_without_sessions_and_a_used_directory(tmp_path):
   with pytest.raises(ValueError, match=r"log\.tsv:1: no session_id column"):
     data.convert_click_log(src, tmp_path / "o")
   data.convert_click_log(write_tsv(tmp_path / "log2.tsv"), tmp_path / "p")
-  with pytest.raises(ValueError, match="already holds .parquet files"):
+  with pytest.raises(ValueError, match=r"p: already holds a conversion .* pass overwrite=True"):
     data.convert_click_log(tmp_path / "log2.tsv", tmp_path / "p")

@@ -22,6 +22,7 @@ from typing import Iterator, Optional, Sequence, Union
 import numpy as np
 
 from ultr_jax.data import _io
+from ultr_jax.data import _shards
 from ultr_jax.data import baidu as _baidu
 from ultr_jax.data.feature_stream import _binary_features, _lists, _ShardWriter
 
@@ -55,7 +56,7 @@ class _File:
     self.kind = "parquet" if suffix == ".parquet" else "ipc"
     try:
       if self.kind == "parquet":
-        self.schema = pa.parquet.ParquetFile(path, memory_map=True).schema_arrow
+        self.schema = pa.parquet.ParquetFile(path, memory_map=True, page_checksum_verification=True).schema_arrow
       else:
         self.schema, self.kind = self._ipc_schema()
     except (pa.ArrowException, OSError, EOFError) as e:
@@ -88,7 +89,7 @@ class _File:
     row, at = 0, ""
     try:
       if self.kind == "parquet":  # a row group at a time (its batches would run on into the next one)
-        f = pa.parquet.ParquetFile(self.path)
+        f = pa.parquet.ParquetFile(self.path, page_checksum_verification=True)
         for g in range(f.num_row_groups):
           at = f"row group {g}, "
           for batch in f.iter_batches(batch_size=batch_rows, row_groups=[g], columns=list(columns), use_threads=False):
@@ -346,6 +347,7 @@ class _Converter:
       "extras": json.dumps([[name, True, "float32"] for name in self.extra_columns]),
       "source": first if len(self.files) == 1 else f"{first} and {len(self.files) - 1} more files",
       "source_features": json.dumps(list(self.feature_names)),
+      "kind": "features",
     }
     return _ShardWriter(*self.writer_args[:1], pa.schema(fields), *self.writer_args[1:], meta)
 
@@ -394,6 +396,7 @@ def convert_baidu_ultr(
   shard_size: int = 1 << 16,
   row_group_size: int = 1024,
   batch_rows: int = 1 << 12,
+  overwrite: bool = False,
 ) -> list:
   r"""Converts Baidu-ULTR files with one row per shown document to feature shards, a record batch at a time.
 
@@ -425,12 +428,15 @@ def convert_baidu_ultr(
   Args:
     source: a file, a glob or a directory (its ``.feather``/``.arrow``/``.ipc``/``.parquet`` files, sorted by
       name), or a list of them (read in the list's order).
-    out_dir: the directory for ``part-NNNNN.parquet`` (created; it must hold no ``.parquet`` file yet).
+    out_dir: the directory for ``part-NNNNN.parquet`` and, written last, the manifest ``_manifest.json`` that
+      :class:`~ultr_jax.data.FeatureStream` requires (created; it must hold no shards yet).
     features, list_size, extra_columns: as in :func:`~ultr_jax.data.load_baidu_ultr`; documents at positions
       beyond ``list_size`` are not written.
     shard_size: pages per shard file.
     row_group_size: pages per Parquet row group (the unit of reading, shuffling and splitting over processes).
     batch_rows: rows converted at a time (longer record batches are sliced).
+    overwrite: replace a conversion already in ``out_dir`` (complete, or interrupted: shards without a
+      manifest); only its ``part-NNNNN.parquet`` files and manifest are removed.
 
   Returns:
     The shard paths, in order.
@@ -472,6 +478,7 @@ def convert_baidu_ultr(
 
   # Every file's schema first: a truncated file or a missing column fails before anything is written.
   files = [_File(pa, p) for p in _source_paths(source)]
+  _shards.prepare_out_dir(out_dir, overwrite, create=False)
   widths = {name: _Width(name) for name in feature_names}
   wanted = ("query_id",) + feature_names + extra_columns
   for f in files:

@@ -8,7 +8,8 @@ per (session, shown document) with columns
 * ``click``: 0 or 1; or, with an ``impressions`` column (aggregated logs), the
   number of clicks out of that many impressions;
 * optionally ``session_id``: rows with the same id are one result page shown
-  to one user (:func:`click_log_sessions` lays them out for the session
+  to one user, consecutive in the file (a session that resumes after another
+  began is an error) (:func:`click_log_sessions` lays them out for the session
   click models of :func:`ultr_jax.simulation.fit_click_model`).
 
 Other columns are ignored. The delimiter is a tab if the header has one, else
@@ -77,10 +78,11 @@ def _text(path) -> io.StringIO:
 
 
 def _line_of(path, row: int) -> int:
-  """1-based line number of data row ``row`` (blank lines are skipped, as np.loadtxt does)."""
+  """1-based line number of data row ``row`` (empty lines are skipped, as np.loadtxt does; a line of blanks
+  is a row)."""
   seen = -1
   for line_no, line in enumerate(_text(path), start=1):
-    if line_no == 1 or not line.strip():
+    if line_no == 1 or not line.rstrip("\r\n"):
       continue
     seen += 1
     if seen == row:
@@ -91,7 +93,7 @@ def _line_of(path, row: int) -> int:
 def _ragged_row(path, delim: str, num_fields: int):
   """Raises for the first data line whose field count differs from the header's."""
   for line_no, line in enumerate(_text(path), start=1):
-    if line_no > 1 and line.strip():
+    if line_no > 1 and line.rstrip("\r\n"):
       n = len(line.rstrip("\r\n").split(delim))
       if n != num_fields:
         raise ValueError(f"{path}:{line_no}: {n} fields, but the header names {num_fields}")
@@ -121,6 +123,21 @@ def _numbers(path, column: np.ndarray, field: str, dtype) -> np.ndarray:
 def _first_bad(path, bad: np.ndarray, field: str, values: np.ndarray, msg: str):
   row = int(np.flatnonzero(bad)[0])
   raise ValueError(f"{path}:{_line_of(path, row)}: field {field!r}: {values[row]} {msg}")
+
+
+def _check_contiguous_sessions(path, sid: np.ndarray, sessions: np.ndarray) -> None:
+  """Raises for a session whose rows resume after another session began (the rule of the session shards'
+  converter: a session is one result page, its rows together)."""
+  resumed = np.flatnonzero(sessions[1:] < np.maximum.accumulate(sessions)[:-1]) + 1  # an earlier session again
+  if not len(resumed):
+    return
+  row = int(resumed[0])
+  began = int(np.flatnonzero(sessions == sessions[row])[0])
+  raise ValueError(
+    f"{path}:{_line_of(path, row)}: field 'session_id': session {str(sid[row])!r} (begun on line "
+    f"{_line_of(path, began)}) resumes after other sessions; a session's rows must be together (sort the log "
+    "by session_id)"
+  )
 
 
 CLICK_LOG_FORMATS = ("tsv", "baidu", "yandex", "yandex_personalized")
@@ -236,7 +253,9 @@ def read_click_log(path, *, delimiter: Optional[str] = None, position_base: int 
       an ASCII integer, is below ``position_base`` or is absurdly large (more
       than ``max(65536, number of rows)``), a click or impression count that
       is not a finite decimal number, a click that is not 0/1 (or not in
-      ``[0, impressions]``), naming the file and line.
+      ``[0, impressions]``), a session whose rows resume after another
+      session began (as :func:`~ultr_jax.data.convert_click_log` refuses it),
+      naming the file and line.
 
   >>> import pathlib, tempfile
   >>> p = pathlib.Path(tempfile.mkdtemp()) / "log.tsv"
@@ -317,8 +336,10 @@ def read_click_log(path, *, delimiter: Optional[str] = None, position_base: int 
   sessions = None
   if "session_id" in col:
     # Dense ids in order of first appearance, so sessions keep the file's order.
-    _, first, inverse = np.unique(raw[:, col["session_id"]], return_index=True, return_inverse=True)
+    sid = raw[:, col["session_id"]]
+    _, first, inverse = np.unique(sid, return_index=True, return_inverse=True)
     sessions = np.argsort(np.argsort(first))[inverse.reshape(-1)]
+    _check_contiguous_sessions(path, sid, sessions)
   return ClickLog(
     items=items.reshape(-1).astype(np.int32),
     positions=position.astype(np.int32),

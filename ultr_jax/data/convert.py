@@ -25,8 +25,15 @@ extra columns   ``list<float32>``  further numeric TSV columns (``extra_columns`
 
 Each shard's key-value metadata records the source (``ultr_jax.source``,
 ``ultr_jax.format``) and ``ultr_jax.num_items`` / ``ultr_jax.num_positions``
-(the vocabulary size and the longest list over the whole conversion, so every
-shard, and every process reading a subset of them, agrees on the shapes).
+(running maxima). Every page carries a CRC-32, and the **manifest**
+``_manifest.json``, written last, lists the shards (name, rows, bytes, CRC-32
+of the file and of its footer), the whole conversion's ``num_items`` /
+``num_positions`` (so every process reading a subset of the shards agrees on
+the shapes), the vocabulary's digest, the options and a ``conversion_id``
+(the SHA-256 of all that). The readers require it: a conversion that did not
+finish, a file it does not list, shards of two conversions or a damaged byte
+are errors naming the file (``overwrite=True`` converts into a directory
+holding a previous or interrupted conversion).
 :func:`read_session_shards` reads shards back as the
 :class:`~ultr_jax.data.ClickLog` that ``read_click_log`` gives for the source
 file; :class:`~ultr_jax.data.SessionStream` batches them without reading them
@@ -56,7 +63,7 @@ import numpy as np
 
 from ultr_jax.data.baidu import QUERY_KEYS, baidu_pages
 from ultr_jax.data import _io
-from ultr_jax.data._shards import META as _META
+from ultr_jax.data import _shards
 from ultr_jax.data._shards import ShardWriter
 from ultr_jax.data._shards import pyarrow as _shards_pyarrow
 from ultr_jax.data.click_log import CLICK_LOG_FORMATS, READ_ERRORS, ClickLog, decode_id, session_file
@@ -137,7 +144,7 @@ class _ShardWriter(ShardWriter):
 
   def __init__(self, out_dir: pathlib.Path, shard_size: int, row_group_size: int, extra_columns, metadata: dict):
     self.extra_columns = tuple(extra_columns)
-    super().__init__(out_dir, _schema(self.extra_columns), shard_size, row_group_size, metadata)
+    super().__init__(out_dir, _schema(self.extra_columns), shard_size, row_group_size, {**metadata, "kind": "session"})
     self.sizes = {"num_items": 0, "num_positions": 0}
     self._sessions: list = []  # parsed sessions not yet in a table
 
@@ -167,9 +174,9 @@ class _ShardWriter(ShardWriter):
     self._tabulate()
     self.end_shard(source=source)
 
-  def finish(self) -> list:
+  def finish(self, **manifest) -> list:
     self._tabulate()
-    return super().finish()
+    return super().finish(**manifest)
 
 
 # ----------------------------------------------------------------------------
@@ -233,12 +240,13 @@ def _tsv_header(path: pathlib.Path, delimiter: Optional[str], extra_columns: Seq
 
 
 def _tsv_rows(path: pathlib.Path, delim: str, num_fields: int) -> Iterator[tuple]:
-  """``(line_no, stripped fields)`` of each data line (blank lines skipped, as ``read_click_log`` does)."""
+  """``(line_no, stripped fields)`` of each data line (empty lines skipped, as ``read_click_log`` does; a line
+  of blanks is a row of too few fields there too)."""
   with _text_lines(path) as fh:
     fh.readline()
     for line_no, raw in enumerate(fh, start=2):
       line = _line_text(raw, path, line_no)
-      if not line.strip():
+      if not line.rstrip("\r\n"):
         continue
       fields = line.rstrip("\r\n").split(delim)
       if len(fields) != num_fields:
@@ -475,11 +483,12 @@ def _tsv_vocabulary_arrow(paths, *, delimiter, extra_columns) -> dict:
     wanted, batches = _arrow_csv(path, delimiter, extra_columns)
     rows = 0
     for rb in batches():
-      key = pc.binary_join_element_wise(
-        pc.utf8_trim_whitespace(rb.column(wanted["query_id"])),
-        pc.utf8_trim_whitespace(rb.column(wanted["doc_id"])),
-        "\x1f",
-      )
+      query, doc = (pc.utf8_trim_whitespace(rb.column(wanted[c])) for c in ("query_id", "doc_id"))
+      if len(query) and pc.min(pc.min_element_wise(pc.utf8_length(query), pc.utf8_length(doc))).as_py() == 0:
+        # A blank line (Arrow reads it as a row of empty fields; the per-line parser skips it) or an empty id:
+        # counted here it would be a pair of its own, shifting every id after it.
+        raise _Fallback("a blank line or an empty id")
+      key = pc.binary_join_element_wise(query, doc, "\x1f")
       rows += len(key)
       parts.append(pc.unique(key))
       pending += len(parts[-1])
@@ -676,6 +685,7 @@ def convert_click_log(
   query_key: str = "query",
   extra_columns: Sequence[str] = (),
   max_sessions: Optional[int] = None,
+  overwrite: bool = False,
 ) -> list:
   r"""Converts a session click log to Parquet session shards, reading it line by line.
 
@@ -692,8 +702,9 @@ def convert_click_log(
 
   Args:
     path: the log (``.gz`` is decompressed on the fly), or a list of files.
-    out_dir: the directory for ``part-NNNNN.parquet`` (created; it must hold no
-      ``.parquet`` file yet).
+    out_dir: the directory for ``part-NNNNN.parquet`` and, written last, the
+      manifest ``_manifest.json`` that every reader requires (created; it
+      must hold no shards yet).
     format: one of :data:`~ultr_jax.data.CLICK_LOG_FORMATS` (``"tsv"``: the
       delimited rows of :func:`~ultr_jax.data.read_click_log`, with a
       ``session_id`` column; ``"baidu"``: a raw Baidu-ULTR session file;
@@ -708,6 +719,9 @@ def convert_click_log(
     extra_columns: further numeric columns of a ``"tsv"`` log, kept per
       document as ``list<float32>``.
     max_sessions: convert only the first this many sessions (over all files).
+    overwrite: replace a conversion already in ``out_dir`` (complete, or
+      interrupted: shards without a manifest); only its ``part-NNNNN.parquet``
+      files and manifest are removed.
 
   Returns:
     The shard paths, in session order.
@@ -715,7 +729,8 @@ def convert_click_log(
   Raises:
     ValueError: the in-memory reader's errors (naming the file, line and
       field); for ``"tsv"`` also a log without ``session_id``, a session that
-      changes query, or whose rows resume after another session began.
+      changes query, or whose rows resume after another session began;
+      ``out_dir`` holding a conversion without ``overwrite``.
 
   >>> import pathlib, tempfile
   >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -740,10 +755,7 @@ def convert_click_log(
   if not paths:
     raise ValueError("path: give at least one file")
   paths = [session_file(p, max_sessions) for p in paths]
-  out_dir = pathlib.Path(out_dir)
-  out_dir.mkdir(parents=True, exist_ok=True)
-  if any(out_dir.glob("*.parquet")):
-    raise ValueError(f"{out_dir}: already holds .parquet files; convert into an empty directory")
+  out_dir = _shards.prepare_out_dir(out_dir, overwrite)
   meta = {"format": format}
   if format == "tsv":
     meta["position_base"] = str(position_base)
@@ -793,7 +805,8 @@ def convert_click_log(
         offset += count
       if format == "tsv":
         _check_contiguous(done, delimiter, hashes)
-      return writer.finish()
+      vocabulary = item_of if format == "tsv" else item_ids  # key -> id, in id order
+      return writer.finish(vocabulary_digest=_shards.vocabulary_digest(vocabulary))
     except BaseException:
       writer.abort()
       raise
@@ -808,12 +821,16 @@ def convert_click_log(
 
 
 def session_shard_paths(source: Union[PathLike, Sequence[PathLike]]) -> list:
-  """The shard files of ``source``: a file, a glob pattern, a directory (its ``*.parquet``) or a list of them.
+  """The shard files of ``source``: a file, a glob pattern, a directory or a list of them.
 
-  Sorted by path (the conversion's session order), without duplicates.
+  A directory gives the shards its manifest (``_manifest.json``) lists, in the conversion's order; files and
+  globs are sorted by path (the conversion's session order), without duplicates. The readers then check each
+  file against its directory's manifest.
 
   Raises:
     FileNotFoundError: a file that does not exist, or a glob or directory that matches no shard.
+    ValueError: a directory holding files its manifest does not list (another conversion's shards, or an
+      interrupted one's temporary files), naming the file.
 
   >>> session_shard_paths("/nonexistent/*.parquet")
   Traceback (most recent call last):
@@ -823,27 +840,22 @@ def session_shard_paths(source: Union[PathLike, Sequence[PathLike]]) -> list:
   return _io.expand_sources(
     source,
     what="session shards",
-    directory=lambda d: sorted(d.glob("*.parquet")),
+    directory=lambda d: _shards.manifest_paths(d, "session shards"),
     missing="no such session shard",
     sort=True,
   )
 
 
-def _shard_metadata(path: str) -> tuple:
-  """``(ParquetFile, {key: value})`` of a shard, with errors that name it."""
-  pa = _pyarrow()
-  try:
-    f = pa.parquet.ParquetFile(path)
-  except FileNotFoundError:
-    raise FileNotFoundError(f"{path}: no such session shard") from None
-  except (pa.ArrowInvalid, OSError) as e:
-    raise ValueError(f"{path}: not a readable Parquet shard (truncated, or not Parquet: {e})") from None
-  raw = f.metadata.metadata or {}
-  meta = {k.decode()[len(_META) :]: v.decode() for k, v in raw.items() if k.decode().startswith(_META)}
-  missing = [c for c in SESSION_COLUMNS if c not in f.schema_arrow.names]
-  if missing:
-    raise ValueError(f"{path}: field {missing[0]!r}: no such column; a session shard has {list(SESSION_COLUMNS)}")
-  return f, meta
+def session_shard_set(paths: Sequence[str]) -> _shards.ShardSet:
+  """The session shards ``paths``, checked against their manifest (:func:`~ultr_jax.data._shards.shard_set`),
+  each with the session columns."""
+  shards = _shards.shard_set(paths, "session shards")
+  for path in shards.paths:
+    names = shards.schemas[path].names
+    missing = [c for c in SESSION_COLUMNS if c not in names]
+    if missing:
+      raise ValueError(f"{path}: field {missing[0]!r}: no such column; a session shard has {list(SESSION_COLUMNS)}")
+  return shards
 
 
 def write_session_shards(
@@ -853,6 +865,7 @@ def write_session_shards(
   shard_size: int = 1 << 20,
   row_group_size: int = 4096,
   source: str = "arrays",
+  overwrite: bool = False,
 ) -> list:
   r"""Writes sessions held as arrays (a simulated log, batch by batch) as session shards, in bounded memory.
 
@@ -869,6 +882,7 @@ def write_session_shards(
     out_dir: a new or empty directory.
     shard_size, row_group_size: sessions per file and per row group, as :func:`convert_click_log`.
     source: recorded as the shards' ``ultr_jax.source``.
+    overwrite: replace a conversion already in ``out_dir`` (see :func:`convert_click_log`).
 
   Returns:
     The shard paths, in order.
@@ -882,12 +896,9 @@ def write_session_shards(
   ([3, 1, 2], [0, 1, 0], [1.0, 0.0, 0.0], [0, 0, 1], 4)
   """
   pa = _pyarrow()
-  out_dir = pathlib.Path(out_dir)
-  out_dir.mkdir(parents=True, exist_ok=True)
-  if any(out_dir.glob("*.parquet")):
-    raise ValueError(f"{out_dir}: already holds .parquet files; write into an empty directory")
   if int(shard_size) < 1 or int(row_group_size) < 1:
     raise ValueError(f"shard_size and row_group_size must be >= 1, got {shard_size} and {row_group_size}")
+  out_dir = _shards.prepare_out_dir(out_dir, overwrite)
   writer = _ShardWriter(out_dir, int(shard_size), int(row_group_size), (), {"source": source, "format": "arrays"})
   schema, start = writer.schema, 0
   try:
@@ -953,13 +964,15 @@ def read_session_shards(source: Union[PathLike, Sequence[PathLike]]) -> ClickLog
   ([1], [1.0], 2)
   """
   pa = _pyarrow()
-  paths = session_shard_paths(source)
-  tables, metas = [], []
+  shards = session_shard_set(session_shard_paths(source))
+  paths, tables = shards.paths, []
+  metas = [shards.footers[p] for p in paths]
   for p in paths:
-    f, meta = _shard_metadata(p)
-    tables.append(f.read(columns=list(SESSION_COLUMNS)).replace_schema_metadata(None))
-    metas.append(meta)
-  table = pa.concat_tables(tables)
+    f = _shards.open_parquet(p, "Parquet shard")
+    for g in range(f.num_row_groups):
+      table = _shards.read_row_group(f, p, g, 0, list(SESSION_COLUMNS), "session shard")
+      tables.append(table.replace_schema_metadata(None))
+  table = pa.concat_tables(tables) if tables else _schema(()).empty_table().select(list(SESSION_COLUMNS))
   lengths = pa.compute.list_value_length(table.column("doc_ids")).to_numpy(zero_copy_only=False).astype(np.int64)
 
   def flat(name, dtype):
@@ -976,7 +989,7 @@ def read_session_shards(source: Union[PathLike, Sequence[PathLike]]) -> ClickLog
     weights=np.ones(len(positions), np.float32),
     query_ids=np.repeat(query_ids, lengths),
     doc_ids=np.asarray(table.column("doc_names").combine_chunks().flatten().to_numpy(zero_copy_only=False), dtype=str),
-    num_items=max(int(m.get("num_items", 0)) for m in metas),
+    num_items=int(shards.sizes.get("num_items", 0)),
     num_positions=int(positions.max()) + 1 if len(positions) else 0,
     sessions=np.repeat(table.column("session").to_numpy().astype(np.int32), lengths),
     path=metas[0].get("source", str(paths[0])),

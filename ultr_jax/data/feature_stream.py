@@ -39,8 +39,11 @@ Features are stored as one fixed-size binary value per document because Parquet 
 2-core VM, a row group of 1024 lists x 20 documents x 136 features (10.6 MB) reads in 10.2 ms as nested floats
 and in 2.2 ms as ``list<fixed_size_binary>`` (benchmarks/RESULTS.md, "`fit` on a stream, after removing host work").
 
-Shuffling, process splitting, resuming and passes are those of :class:`~ultr_jax.data.SessionStream` (the
-same Grain pipeline): row groups are shuffled (a new order each epoch) and the lists inside each, row groups
+Shards of ultr_jax are read only as their manifest (``_manifest.json``, written last) lists them, with every
+page's CRC-32 verified, as :class:`~ultr_jax.data.SessionStream` reads session shards; Parquet files written
+elsewhere (Baidu-ULTR's page-per-row files: no ``ultr_jax.*`` footer keys, no manifest) are read as they are.
+Shuffling, process splitting, resuming, :meth:`~FeatureStream.identity` and passes are those of
+:class:`~ultr_jax.data.SessionStream` (the same Grain pipeline): row groups are shuffled (a new order each epoch) and the lists inside each, row groups
 are dealt round-robin to the processes, :meth:`FeatureStream.get_state` / :meth:`~FeatureStream.set_state`
 resume exactly, and every ``iter(stream)`` starts a new pass.
 
@@ -58,12 +61,11 @@ from typing import Iterator, Optional, Sequence, Union
 import numpy as np
 
 from ultr_jax.data import _io
+from ultr_jax.data import _shards
 from ultr_jax.data import svmlight as _svm
 from ultr_jax.data.baidu import BERT_FEATURES, LTR_FEATURES
-from ultr_jax.data._shards import META as _META
 from ultr_jax.data._shards import ShardWriter as _ShardWriter
 from ultr_jax.data._shards import pyarrow as _shards_pyarrow
-from ultr_jax.data.convert import session_shard_paths
 from ultr_jax.data.dataset import RankingDataset, is_per_item
 from ultr_jax.data.stream import _RowGroupStream
 
@@ -102,7 +104,12 @@ def _lists(pa, offsets: np.ndarray, values):
 
 
 def write_feature_shards(
-  ds: RankingDataset, out_dir: PathLike, *, shard_size: int = 1 << 16, row_group_size: int = 1024
+  ds: RankingDataset,
+  out_dir: PathLike,
+  *,
+  shard_size: int = 1 << 16,
+  row_group_size: int = 1024,
+  overwrite: bool = False,
 ) -> list:
   r"""Writes a :class:`~ultr_jax.data.RankingDataset` as Parquet feature shards for :class:`FeatureStream`.
 
@@ -113,9 +120,12 @@ def write_feature_shards(
 
   Args:
     ds: the dataset.
-    out_dir: the directory for ``part-NNNNN.parquet`` (created; it must hold no ``.parquet`` file yet).
+    out_dir: the directory for ``part-NNNNN.parquet`` and, written last, the manifest ``_manifest.json`` that
+      :class:`FeatureStream` requires (created; it must hold no shards yet).
     shard_size: lists per file.
     row_group_size: lists per Parquet row group: the unit of reading, shuffling and splitting over processes.
+    overwrite: replace a conversion already in ``out_dir`` (complete, or interrupted: shards without a
+      manifest); only its ``part-NNNNN.parquet`` files and manifest are removed.
 
   Returns:
     The shard paths, in order.
@@ -154,8 +164,9 @@ def write_feature_shards(
     "num_features": F,
     "extras": json.dumps([[n, p, np.dtype(d).name] for n, p, d in extras]),
     "source": "RankingDataset",
+    "kind": "features",
   }
-  writer = _ShardWriter(out_dir, schema, shard_size, row_group_size, meta)
+  writer = _ShardWriter(out_dir, schema, shard_size, row_group_size, meta, overwrite=overwrite)
   try:
     step = max(1, min(int(row_group_size), 1 << 14))
     for a in range(0, ds.num_queries, step):
@@ -250,6 +261,7 @@ def convert_svmlight(
   shard_size: int = 1 << 16,
   row_group_size: int = 1024,
   block_size: int = 1 << 24,
+  overwrite: bool = False,
 ) -> list:
   r"""Converts an SVMlight/LETOR file to Parquet feature shards, reading it block by block.
 
@@ -266,12 +278,13 @@ def convert_svmlight(
 
   Args:
     path: the data file.
-    out_dir: the directory for ``part-NNNNN.parquet`` (created; it must hold no ``.parquet`` file yet).
+    out_dir: the directory for ``part-NNNNN.parquet`` and the manifest (see :func:`write_feature_shards`).
     query_path, num_features, max_label: as in :func:`~ultr_jax.data.read_svmlight`.
     shard_size: queries per shard file.
     row_group_size: queries per Parquet row group (the unit of reading, shuffling and splitting over
       processes).
     block_size: bytes of text parsed at a time.
+    overwrite: replace a conversion already in ``out_dir`` (see :func:`write_feature_shards`).
 
   Returns:
     The shard paths, in order.
@@ -299,6 +312,7 @@ def convert_svmlight(
     raise ValueError(f"block_size must be >= 1, got {block_size}")
   explicit_q = query_path is not None
   qpath = pathlib.Path(query_path) if explicit_q else pathlib.Path(str(path) + ".query")
+  out_dir = _shards.prepare_out_dir(out_dir, overwrite)  # before reading: a used directory fails at once
 
   # Pass 1: check every line, find F, and the query runs of the qid: fields (16 bytes per query).
   state: dict = {}
@@ -368,6 +382,7 @@ def convert_svmlight(
     "num_features": F,
     "extras": "[]",
     "source": str(path),
+    "kind": "features",
   }
   writer = _ShardWriter(out_dir, schema, shard_size, row_group_size, meta)
   try:
@@ -438,24 +453,13 @@ def _feature_names(features) -> tuple:
 
 
 def _paths(source) -> list:
-  try:
-    return session_shard_paths(source)
-  except FileNotFoundError as e:
-    raise FileNotFoundError(str(e).replace("session shard", "Parquet file")) from None
-
-
-def _open(path: str):
-  """``(ParquetFile, {key: value} of the ultr_jax metadata)``, with errors naming the file."""
-  pa = _pyarrow()
-  try:
-    f = pa.parquet.ParquetFile(path, memory_map=True)
-  except FileNotFoundError:
-    raise FileNotFoundError(f"{path}: no such Parquet file") from None
-  except (pa.ArrowInvalid, OSError) as e:
-    raise ValueError(f"{path}: not a readable Parquet file (truncated, or not Parquet: {e})") from None
-  raw = f.metadata.metadata or {}
-  meta = {k.decode()[len(_META) :]: v.decode() for k, v in raw.items() if k.decode().startswith(_META)}
-  return f, meta
+  return _io.expand_sources(
+    source,
+    what="Parquet files",
+    directory=lambda d: _shards.manifest_paths(d, "feature shards"),
+    missing="no such Parquet file",
+    sort=True,
+  )
 
 
 class _Column:
@@ -485,7 +489,7 @@ def _column_kind(pa, f, path: str, name: str) -> _Column:
     if pa.types.is_fixed_size_list(v):
       return _Column(name, "vector", v.list_size)
     for g in range(f.num_row_groups):  # a variable-size list: the width of the first document's vector
-      col = f.read_row_group(g, columns=[name]).column(name).combine_chunks().flatten()
+      col = _shards.read_row_group(f, path, g, 0, [name], "Parquet file").column(name).combine_chunks().flatten()
       col = col.drop_null()
       if len(col):
         return _Column(name, "vector", int(pa.compute.list_value_length(col)[0].as_py()))
@@ -493,7 +497,7 @@ def _column_kind(pa, f, path: str, name: str) -> _Column:
   raise ValueError(f"{path}, field {name!r}: expected numbers, a vector or float32 bytes per document, got {t}")
 
 
-def _documents(pa, f, g: int, name: str) -> tuple:
+def _documents(pa, f, path: str, g: int, name: str) -> tuple:
   """``(documents, largest value or None)`` of row group ``g``'s list column ``name`` (from the statistics
   when they are there; else by reading the column)."""
   md = f.metadata.row_group(g)
@@ -504,7 +508,7 @@ def _documents(pa, f, g: int, name: str) -> tuple:
       if st is not None and st.has_null_count:
         top = st.max if st.has_min_max else None
         return int(col.num_values - st.null_count), top
-  col = f.read_row_group(g, columns=[name]).column(name).combine_chunks()
+  col = _shards.read_row_group(f, path, g, 0, [name], "Parquet file").column(name).combine_chunks()
   values = col.flatten()
   top = pa.compute.max(values).as_py() if len(values) else None
   return len(values), top
@@ -536,11 +540,10 @@ class _ReadLists:
     s = self.s
     path, g, first_row, _, first_doc = unit
     try:
-      table = pa.parquet.ParquetFile(path, memory_map=True).read_row_group(g, columns=s._columns)
+      f = _shards.open_parquet(path, "Parquet file", memory_map=True)
     except FileNotFoundError:
       raise FileNotFoundError(f"{path}: no such Parquet file (it was there when the stream started)") from None
-    except (pa.ArrowInvalid, OSError) as e:
-      raise ValueError(f"{path}, row group {g} (rows from {first_row}): cannot read it ({e})") from None
+    table = _shards.read_row_group(f, path, g, first_row, s._columns, "Parquet file")
     n, L = table.num_rows, s.list_size
 
     def at(r, field, d=None):
@@ -762,8 +765,10 @@ class FeatureStream(_RowGroupStream):
 
   Raises:
     FileNotFoundError: a missing file (naming it).
-    ValueError: an unreadable or truncated file, a missing column or one of another type than the first
-      file's (naming the file and field); while iterating, a bad value (a missing one, list lengths that
+    ValueError: a shard of ultr_jax not listed by a manifest (an interrupted conversion, another conversion's
+      shard), shards of two conversions, a size or footer that is not the manifest's, an unreadable or
+      truncated file, a missing column or one of another type than the first file's (naming the file and
+      field); while iterating, a page whose checksum fails (naming the file and row group), a bad value (a missing one, list lengths that
       disagree, a position < 1 or two documents at one position, a click not 0/1, a negative or non-finite
       label, a non-finite feature among those kept), naming the file, row, document and field.
 
@@ -801,7 +806,11 @@ class FeatureStream(_RowGroupStream):
     pa = _pyarrow()
     self.paths = _paths(source)
     self.dtype = np.dtype(dtype)
-    files = [(p, *_open(p)) for p in self.paths]
+    shards = _shards.shard_set(self.paths, "feature shards", foreign=True)  # files without a manifest: not ours
+    sizes = {k: str(v) for k, v in shards.sizes.items()} if shards.manifest is not None else {}
+    files = [
+      (p, _shards.open_parquet(p, "Parquet file", memory_map=True), {**shards.footers[p], **sizes}) for p in self.paths
+    ]
     path0, f0, meta0 = files[0]
     if features is None:
       if "feature_columns" not in meta0:
@@ -855,11 +864,11 @@ class FeatureStream(_RowGroupStream):
         rows = f.metadata.row_group(g).num_rows
         docs = 0
         if rows and ("doc_id" not in present or list_size is None and "list_size" not in meta):
-          docs, top = _documents(pa, f, g, "position" if "position" in present else layout)
+          docs, top = _documents(pa, f, path, g, "position" if "position" in present else layout)
           if "position" in present and top is not None:
             top_position = max(top_position, int(top))
           elif "list_size" not in meta and list_size is None:
-            col = f.read_row_group(g, columns=[layout]).column(layout)
+            col = _shards.read_row_group(f, path, g, first, [layout], "Parquet file").column(layout)
             lens = pa.compute.list_value_length(col).to_numpy(zero_copy_only=False)
             longest = max(longest, int(lens.max()) if len(lens) else 0)
         if rows:
@@ -896,6 +905,7 @@ class FeatureStream(_RowGroupStream):
         "extras": [e.spec() for e in self._extras],
         "dtype": self.dtype.name,
       },
+      shards=shards,
     )
 
   @property
@@ -905,5 +915,6 @@ class FeatureStream(_RowGroupStream):
 
   # The shared pipeline's public members, documented here too.
   num_batches = _RowGroupStream.num_batches
+  identity = _RowGroupStream.identity
   get_state = _RowGroupStream.get_state
   set_state = _RowGroupStream.set_state

@@ -39,8 +39,9 @@ import weakref
 from typing import Optional, Sequence, Union
 
 from ultr_jax.data import _io
+from ultr_jax.data import _shards
 from ultr_jax.data.click_log import CLICK_LOG_FORMATS
-from ultr_jax.data.convert import _shard_metadata, convert_click_log
+from ultr_jax.data.convert import convert_click_log, session_shard_set
 from ultr_jax.data.stream import SessionStream
 
 __all__ = ["StreamedClickLog", "click_log_files", "open_click_log"]
@@ -51,12 +52,16 @@ PathLike = Union[str, os.PathLike]
 def click_log_files(source: Union[PathLike, Sequence[PathLike]]) -> list:
   """The files of ``source``: a file, a glob, a directory, or a list of them, in order and without duplicates.
 
-  A directory gives its ``*.parquet`` files (session shards) where it holds any, else every file in
-  it (hidden ones excepted), sorted by name, as Baidu-ULTR's ``part-00000.gz, part-00001.gz, ...``.
+  A directory gives the session shards its manifest lists where it has one (``_manifest.json``), its
+  ``*.parquet`` files where it holds any (the readers then refuse them without a manifest), else every
+  file in it (hidden ones, ``_``-prefixed ones excepted), sorted by name, as Baidu-ULTR's
+  ``part-00000.gz, part-00001.gz, ...``.
 
   Raises:
     FileNotFoundError: a file that does not exist, or a glob or directory that matches no file
       (naming it).
+    ValueError: a directory holding an interrupted conversion's temporary shard (``*.parquet.tmp``) or files
+      its manifest does not list (naming the file).
 
   >>> click_log_files("/nonexistent/part-*.gz")
   Traceback (most recent call last):
@@ -65,7 +70,9 @@ def click_log_files(source: Union[PathLike, Sequence[PathLike]]) -> list:
   """
 
   def directory(d: pathlib.Path) -> list:  # its session shards, else every visible file
-    files = sorted(p for p in d.iterdir() if p.is_file() and not p.name.startswith("."))
+    if (d / _shards.MANIFEST).exists() or any(d.glob("*.parquet" + _shards.TMP_SUFFIX)):
+      return _shards.manifest_paths(d, "session shards")
+    files = sorted(p for p in d.iterdir() if p.is_file() and not p.name.startswith((".", "_")))
     return [p for p in files if p.suffix == ".parquet"] or files
 
   return _io.expand_sources(source, what="files", directory=directory)
@@ -89,13 +96,10 @@ class StreamedClickLog:
     self.shards = list(shards)
     self.format = fmt
     self.converted = converted
-    num_docs = list_size = sessions = 0
-    for path in self.shards:
-      f, meta = _shard_metadata(path)
-      num_docs = max(num_docs, int(meta.get("num_items", 0)))
-      list_size = max(list_size, int(meta.get("num_positions", 0)))
-      sessions += f.metadata.num_rows
-    self.num_docs, self.list_size, self.num_sessions = num_docs, list_size, sessions
+    shards = session_shard_set(self.shards)
+    sizes = shards.sizes
+    self.num_docs, self.list_size = int(sizes.get("num_items", 0)), int(sizes.get("num_positions", 0))
+    self.num_sessions = sum(shards.metadata[p].num_rows for p in self.shards)
     self._cleanup = weakref.finalize(self, shutil.rmtree, owned_dir, True) if owned_dir else None
 
   def stream(self, *, batch_size: int, **kwargs) -> SessionStream:
@@ -108,7 +112,9 @@ class StreamedClickLog:
     """
     if self._cleanup is not None and not self._cleanup.alive:
       raise ValueError("the click log is closed: its converted shards are gone")
-    return SessionStream(self.shards, batch_size=batch_size, **kwargs)
+    stream = SessionStream(self.shards, batch_size=batch_size, **kwargs)
+    stream._log = self  # the stream keeps the log, and so its converted shards, alive
+    return stream
 
   def close(self) -> None:
     """Removes the shards :func:`open_click_log` converted into a temporary directory (nothing else)."""
@@ -140,6 +146,7 @@ def open_click_log(
   position_base: int = 1,
   query_key: str = "query",
   max_sessions: Optional[int] = None,
+  overwrite: bool = False,
 ) -> StreamedClickLog:
   r"""Opens a click log of any supported kind for streaming (see the module docstring for how).
 
@@ -154,11 +161,12 @@ def open_click_log(
   Args:
     source: a file, a glob, a directory or a list of them (:func:`click_log_files`).
     format: the text logs' format, one of :data:`~ultr_jax.data.CLICK_LOG_FORMATS`.
-    shard_dir: keep the conversion here (an empty or new directory).
+    shard_dir: keep the conversion here (an empty or new directory; with ``overwrite``, one holding a
+      previous or interrupted conversion, which is replaced).
     tmp_dir: where the temporary directory goes (default: the system's, ``$TMPDIR``; the shards take a
       fraction of the text's size: 187 MB for the 266 MB log of 10^6 sessions of ``benchmarks/stream_memory.py``).
-    shard_size, row_group_size, delimiter, position_base, query_key, max_sessions: the conversion's
-      (:func:`~ultr_jax.data.convert_click_log`).
+    shard_size, row_group_size, delimiter, position_base, query_key, max_sessions, overwrite: the
+      conversion's (:func:`~ultr_jax.data.convert_click_log`).
 
   Returns:
     A :class:`StreamedClickLog`.
@@ -189,8 +197,8 @@ def open_click_log(
       raise ValueError(f"{text}: a text log among Parquet session shards; give one kind of source")
     if max_sessions is not None:
       raise ValueError("max_sessions: session shards are streamed whole (it applies to a text log's conversion)")
-    _, meta = _shard_metadata(parquet[0])
-    return StreamedClickLog(parquet, meta.get("format", "tsv"), converted=False)
+    shards = session_shard_set(parquet)
+    return StreamedClickLog(parquet, shards.footers[parquet[0]].get("format", "tsv"), converted=False)
   if shard_dir is not None:
     out, owned = pathlib.Path(shard_dir), None
   else:
@@ -208,6 +216,7 @@ def open_click_log(
       position_base=position_base,
       query_key=query_key,
       max_sessions=max_sessions,
+      overwrite=overwrite,
     )
   except BaseException:
     if owned:

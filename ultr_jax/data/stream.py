@@ -27,8 +27,9 @@ from typing import Iterator, Optional, Sequence, Union
 
 import numpy as np
 
+from ultr_jax.data import _shards
 from ultr_jax.data.click_log import ClickLog, click_log_sessions
-from ultr_jax.data.convert import _pyarrow, _shard_metadata, session_shard_paths
+from ultr_jax.data.convert import _pyarrow, session_shard_paths, session_shard_set
 
 __all__ = ["BATCH_KEYS", "SessionStream", "session_batches"]
 
@@ -73,11 +74,10 @@ class _ReadRowGroup:
     path, row_group, first_row = unit[:3]
     columns = ["session", "doc_ids", "clicks", "positions", *self.extra_columns]
     try:
-      table = pa.parquet.ParquetFile(path).read_row_group(row_group, columns=columns)
+      f = _shards.open_parquet(path, "Parquet shard")
     except FileNotFoundError:
       raise FileNotFoundError(f"{path}: no such session shard (it was there when the stream started)") from None
-    except (pa.ArrowInvalid, OSError) as e:
-      raise ValueError(f"{path}, row group {row_group} (rows from {first_row}): cannot read it ({e})") from None
+    table = _shards.read_row_group(f, path, row_group, first_row, columns, "session shard")
     n, L = table.num_rows, self.list_size
     where_ = lambda r, field: f"{path}, row {first_row + int(r)}, field {field!r}"  # noqa: E731
     for name in columns:
@@ -162,6 +162,10 @@ def _processes(process_index: Optional[int], process_count: Optional[int]) -> tu
   return int(process_index), int(process_count)
 
 
+def _files(names) -> str:
+  return ", ".join(str(n) for n in names or [])
+
+
 def _epoch_shuffle(grain, parent, seed: int):
   """``parent`` in a seeded order, a new one each epoch: index ``e * n + i`` is ``perm_e[i] + e * n`` with
   ``perm_e = np.random.default_rng([seed, e]).permutation(n)``.
@@ -233,6 +237,7 @@ class _RowGroupStream:
     num_threads: int,
     prefetch: int,
     config: dict,
+    shards: _shards.ShardSet,
   ) -> None:
     grain = _grain()
     if int(batch_size) < 1:
@@ -242,6 +247,7 @@ class _RowGroupStream:
     self.batch_size = int(batch_size)
     self.process_index, self.process_count = _processes(process_index, process_count)
     self._config = {
+      **shards.identity,
       **config,
       "row_groups": len(units),
       "batch_size": self.batch_size,
@@ -287,18 +293,49 @@ class _RowGroupStream:
     self._positioned = False
     return next(self._iterator)
 
+  def identity(self) -> str:
+    r"""What the batches are a function of: a SHA-256 (hex) of the shard set and the options that change them.
+
+    .. math:: \mathrm{identity} = \mathrm{SHA256}(\mathrm{JSON}(\text{conversion id}, \text{files read},
+       B, L, \text{shuffle}, \text{seed}, \text{epochs}, (p, P), \ldots))
+
+    The shard set is the ``conversion_id`` of its manifest (a digest of the shards' content) and the names of
+    the files read; not the directory's path (a moved conversion keeps its identity), the reader threads,
+    the prefetch or the position (:meth:`get_state`). Two streams with one identity yield the same batches.
+
+    Returns:
+      64 hex digits.
+
+    >>> import pathlib, tempfile
+    >>> from ultr_jax.data import SessionStream, convert_click_log
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (d / "log.tsv").write_text("session_id\tquery_id\tdoc_id\tposition\tclick\ns1\tq\ta\t1\t0\n")
+    >>> _ = convert_click_log(d / "log.tsv", d / "shards")
+    >>> a, b, c = (SessionStream(d / "shards", batch_size=n, process_count=1) for n in (2, 2, 3))
+    >>> len(a.identity()), a.identity() == b.identity(), a.identity() == c.identity()
+    (64, True, False)
+    """
+    return _shards.digest(self._config)
+
   def get_state(self) -> dict:
-    """The stream's position: a JSON-able dict (Grain's iterator state and the stream's arguments)."""
+    """The stream's position: a JSON-able dict (Grain's iterator state, the shard set and the stream's arguments)."""
     return {"config": dict(self._config), "grain": self._iterator.get_state()}
 
   def set_state(self, state: dict) -> None:
-    """Moves to a position :meth:`get_state` gave, on a stream built with the same arguments.
+    """Moves to a position :meth:`get_state` gave, on a stream over the same shards built with the same arguments.
 
     Raises:
-      ValueError: the state comes from a stream with other arguments (naming them).
+      ValueError: the state comes from a stream over other shards (naming both conversions) or with other
+        arguments (naming them).
     """
     config = json.loads(json.dumps(self._config))
     theirs = json.loads(json.dumps(state.get("config", {})))
+    if theirs.get("shards") != config["shards"] or theirs.get("files") != config["files"]:
+      raise ValueError(
+        f"the state is of a stream over other shards (conversion {str(theirs.get('shards'))[:16]}, files "
+        f"{_files(theirs.get('files'))}), not this stream's (conversion {config['shards'][:16]}, files "
+        f"{_files(config['files'])}); a position applies only to the shards it was taken on"
+      )
     if theirs != config:
       diff = sorted(k for k in set(config) | set(theirs) if config.get(k) != theirs.get(k))
       raise ValueError(f"the state is of a stream with other arguments ({', '.join(diff)}); build it as that one was")
@@ -334,8 +371,19 @@ class SessionStream(_RowGroupStream):
   Processes: the row groups (after the shuffle) are dealt round-robin, process
   ``p`` of ``P`` reading ``p, p + P, ...``: the processes' batches are
   disjoint and together cover the log. Shapes agree across processes:
-  ``list_size`` defaults to the longest list over all shards (from their
-  footers), and :attr:`num_docs` is the vocabulary size over all shards.
+  ``list_size`` defaults to the longest list of the whole conversion (from
+  its manifest), and :attr:`num_docs` is its vocabulary size, whichever of
+  its shards a process is given.
+
+  Integrity: the shards must be listed by their directory's manifest
+  (``_manifest.json``, written last by the converter) and all be of one
+  conversion, each with the size and footer the manifest records; every page
+  is read with its CRC-32 verified. An interrupted conversion (no manifest),
+  a foreign or leftover file, shards of two conversions or a flipped byte
+  are errors naming the file, never other data.
+  :meth:`identity` names the shard set and the options;
+  :meth:`get_state` records it, and :meth:`set_state` refuses a state taken
+  on other shards.
   Processes may get different numbers of batches (:attr:`num_batches`); a
   multi-host loop steps ``min`` of them, or pads with ``valid`` False batches.
 
@@ -355,8 +403,12 @@ class SessionStream(_RowGroupStream):
 
   Raises:
     FileNotFoundError: a missing shard (naming it).
-    ValueError: an unreadable or truncated shard, a shard without a session
-      column (naming the file and field); while iterating, a bad row (list
+    ValueError: a shard not listed by a manifest (no ``_manifest.json``: an
+      interrupted conversion, or a file not written by ultr_jax; another
+      conversion's shard), shards of two conversions, a size or footer that
+      is not the manifest's, an unreadable or truncated shard, a shard
+      without a session column (naming the file and field); while iterating,
+      a page whose checksum fails (naming the file and row group), a bad row (list
       lengths that disagree, a negative or too large position, two documents
       at one position, a click not 0/1, a missing value), naming the file,
       row and field.
@@ -395,20 +447,21 @@ class SessionStream(_RowGroupStream):
   ):
     self.paths = session_shard_paths(source)
     self.extra_columns = tuple(extra_columns)
-    units, num_items, num_positions = [], 0, 0
+    shards = session_shard_set(self.paths)
+    units = []
     for path in self.paths:
-      f, meta = _shard_metadata(path)
-      missing = [c for c in self.extra_columns if c not in f.schema_arrow.names]
+      missing = [c for c in self.extra_columns if c not in shards.schemas[path].names]
       if missing:
         raise ValueError(f"{path}: field {missing[0]!r}: no such column (extra_columns)")
-      num_items = max(num_items, int(meta.get("num_items", 0)))
-      num_positions = max(num_positions, int(meta.get("num_positions", 0)))
+      md = shards.metadata[path]
       first = 0
-      for g in range(f.num_row_groups):
-        rows = f.metadata.row_group(g).num_rows
+      for g in range(md.num_row_groups):
+        rows = md.row_group(g).num_rows
         if rows:
           units.append((path, g, first, rows))
         first += rows
+    sizes = shards.sizes  # the whole conversion's, from its manifest
+    num_items, num_positions = int(sizes.get("num_items", 0)), int(sizes.get("num_positions", 0))
     self.list_size = int(list_size) if list_size is not None else max(num_positions, 1)
     if self.list_size < 1:
       raise ValueError(f"list_size must be >= 1, got {list_size}")
@@ -426,7 +479,8 @@ class SessionStream(_RowGroupStream):
       process_count=process_count,
       num_threads=num_threads,
       prefetch=prefetch,
-      config={"paths": len(self.paths), "list_size": self.list_size},
+      config={"paths": len(self.paths), "list_size": self.list_size, "extra_columns": list(self.extra_columns)},
+      shards=shards,
     )
 
   @property
@@ -436,6 +490,7 @@ class SessionStream(_RowGroupStream):
 
   # The shared pipeline's public members, documented here too.
   num_batches = _RowGroupStream.num_batches
+  identity = _RowGroupStream.identity
   get_state = _RowGroupStream.get_state
   set_state = _RowGroupStream.set_state
 

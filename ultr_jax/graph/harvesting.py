@@ -386,6 +386,39 @@ HARVESTING_METHODS = {
 }
 
 
+#: An all-pairs estimate outside ``[1 / DIVERGED, DIVERGED]`` (relative to the pivot) ran off to the boundary.
+DIVERGED = 1e6
+
+
+def _check_finite_maximum(est: HarvestedPropensities, sets: InterventionSets, pivot: int, allow: bool):
+  """Raises (or, with ``allow``, marks not identified, NaN) the factors whose all-pairs estimate diverged.
+
+  The all-pairs likelihood has no finite maximum when a pair's clicks lie on one side only (clicks at
+  ``k'`` and none at ``k``, or every impression clicked) and nothing else pins the ratio ``o(k) / o(k')``:
+  the fit then runs towards 0 or infinity (a tiny log gives ``2e15`` where the pivot estimator gives 0.5).
+  """
+  o = np.asarray(est.propensities, np.float64)
+  bad = np.asarray(est.identified) & ~((o > 1 / DIVERGED) & (o < DIVERGED))
+  if not bad.any():
+    return est
+  k = np.flatnonzero(bad)
+  if allow:
+    keep = ~bad
+    return est._replace(
+      propensities=jnp.where(jnp.asarray(keep), est.propensities, jnp.nan), identified=est.identified & keep
+    )
+  c, n = np.asarray(sets.clicks), np.asarray(sets.items)
+  one_sided = [
+    (int(a), int(b)) for a in k for b in range(len(o)) if a != b and n[a, b] > 0 and ((c[a, b] == 0) != (c[b, a] == 0))
+  ]
+  raise ValueError(
+    f"all_pairs: the estimates of factors {k.tolist()} ran off to {[float(f'{v:.3g}') for v in o[k]]} (relative to "
+    f"factor {pivot}): the pair likelihood has no finite maximum on this log, an ill-conditioned pair graph "
+    f"(pairs of factors {one_sided or 'linking them'} have clicks on one side only, too few to pin the ratio); "
+    "use more sessions or method='pivot', or pass allow_unidentified=True to get NaN for them"
+  )
+
+
 def harvest_propensities(
   items,
   factors,
@@ -420,7 +453,10 @@ def harvest_propensities(
 
   Raises:
     ValueError: on bad records, or (unless ``allow_unidentified``) when some
-      factor that occurs in the log is not identified, naming those factors.
+      factor that occurs in the log is not identified, naming those factors;
+      for ``"all_pairs"``, also a factor whose estimate runs off beyond
+      :math:`[10^{-6}, 10^{6}]` (the likelihood has no finite maximum: pairs
+      with clicks on one side only), naming the factors and pairs.
 
   >>> items = np.array([[0, 1], [1, 0], [2, 3], [3, 2]])
   >>> clicks = np.array([[1., 1.], [1., 0.], [1., 0.], [1., 1.]])
@@ -461,6 +497,8 @@ def harvest_propensities(
   sets = intervention_sets(x, t, c, num_items=num_items, num_factors=num_factors, where=m, weights=w)
   fn = HARVESTING_METHODS[method]
   est = fn(sets) if method == "adjacent_chain" else fn(sets, pivot=pivot)
+  if method == "all_pairs":
+    est = _check_finite_maximum(est, sets, pivot, allow_unidentified)
   if not allow_unidentified:
     occurs = np.asarray(sets.factor_impressions) > 0
     missing = np.flatnonzero(occurs & ~np.asarray(est.identified))
