@@ -22,7 +22,7 @@ difficult queries of the last 50 impressions, as the NSGD authors' script) under
 and informational cascade users.
 """
 
-from ultr_jax.train.online import default_online_config
+from ultr_jax.studies.online import default_online_config
 
 
 def get_config(arg: str = ""):

@@ -18,7 +18,8 @@ Any field can be overridden, e.g. ``--config.methods="('naive','dla')"`` or
 
 import ml_collections
 
-from ultr_jax.train import default_online_config, default_train_config, experiment, method_defaults
+from ultr_jax.studies.online import default_online_config
+from ultr_jax.train import default_train_config, experiment, method_defaults
 
 # SIF-ref's main variants and the two oracle-propensity baselines of its T6 toy; the channel ablations
 # (SIF_ABLATIONS) join them in the ":full" variant (21 more trained cells, about 7 more minutes).
