@@ -3,8 +3,9 @@
 Nothing in the core library (``data``, ``simulation``, ``metrics``, ``graph``, ``losses``, ``models``,
 ``train``) imports this package or matplotlib; the studies import the core. Every study module exposes
 ``run(config, workdir) -> dict`` (the results it writes to ``workdir``: ``results.json``, Markdown/CSV
-tables, figures), and the ones whose default config lives in the library ``default_config()``; the
-binaries' configs are ``experiments/<study>/configs/default.py``.
+tables, figures), ``VARIANTS`` and ``default_config(variant="default")`` (its configs live in
+:mod:`ultr_jax.studies.configs`, so an installed package runs every study; the binaries'
+``experiments/<study>/configs/default.py`` return them).
 
 ========================  ==========================================================================
 ``STUDIES`` name          module
@@ -22,8 +23,8 @@ binaries' configs are ``experiments/<study>/configs/default.py``.
 >>> from ultr_jax import studies
 >>> sorted(studies.STUDIES)[:3]
 ['baselines', 'cld', 'click_models']
->>> studies.default_config("online").num_impressions
-10000
+>>> studies.default_config("online").num_impressions, studies.default_config("online", "smoke").num_impressions
+(10000, 300)
 """
 
 import importlib
@@ -32,7 +33,7 @@ from typing import Any, Optional
 
 import ml_collections
 
-__all__ = ["STUDIES", "default_config", "get", "run"]
+__all__ = ["STUDIES", "default_config", "get", "run", "variants"]
 
 #: Study name -> its module (imported on first use).
 STUDIES = {
@@ -63,11 +64,35 @@ def run(name: str, config: ml_collections.ConfigDict, workdir: Optional[str]) ->
   return get(name).run(config, workdir)
 
 
-def default_config(name: str) -> ml_collections.ConfigDict:
-  """The library's default config of study ``name``; raises ``ValueError`` where only the binary has one."""
-  module = get(name)
-  if not hasattr(module, "default_config"):
-    raise ValueError(
-      f"study {name!r} has no library default config; use experiments/{name}/configs/default.py (its get_config())"
-    )
-  return module.default_config()
+def default_config(name: str, variant: str = "default") -> ml_collections.ConfigDict:
+  """The config ``variant`` of study ``name`` (``"default"``, ``"smoke"``, or one of its ``VARIANTS``).
+
+  Args:
+    name: a key of :data:`STUDIES`.
+    variant: one of the study's ``VARIANTS``; every study has ``"default"`` and ``"smoke"`` (seconds).
+
+  Returns:
+    A fresh, locked ``ml_collections.ConfigDict`` (``run(name, config, workdir)`` takes it): as in the
+    binaries, setting a key it does not have is an error naming it (``with config.unlocked():`` adds one).
+
+  Raises:
+    ValueError: an unknown study or variant, naming the known ones.
+
+  >>> sorted(default_config("sif", "t8").t8.methods)
+  ['dla', 'ips', 'sif_exp', 'sif_position']
+  >>> default_config("lbd", "smoke").num_seedz = 2
+  Traceback (most recent call last):
+  AttributeError: 'Key "num_seedz" does not exist and cannot be added since the config is locked. ...'
+  """
+  config = get(name).default_config(variant)
+  config.lock()
+  return config
+
+
+def variants(name: str) -> tuple[str, ...]:
+  """The config variants of study ``name``, ``"default"`` first.
+
+  >>> variants("report")
+  ('default', 'full', 'smoke')
+  """
+  return tuple(get(name).VARIANTS)

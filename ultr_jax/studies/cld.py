@@ -25,6 +25,7 @@ import numpy as np
 
 from ultr_jax import data as data_lib
 from ultr_jax import simulation
+from ultr_jax.studies.configs.cld import VARIANTS as VARIANTS, default_config as default_config  # re-exported
 from ultr_jax.studies.figures import save_figure
 from ultr_jax.train import enable_compilation_cache, evaluate, fit, get_method, shared_method_configs, summarize
 from ultr_jax.train import write_results

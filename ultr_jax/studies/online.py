@@ -14,9 +14,10 @@ import jax
 import ml_collections
 import numpy as np
 
+from ultr_jax.studies.configs.online import VARIANTS, default_config, default_online_config
 from ultr_jax.studies.figures import save_figure
 from ultr_jax.train import sharding as sharding_lib
-from ultr_jax.train.experiment import default_data_config, load_datasets
+from ultr_jax.studies.experiment import load_datasets
 from ultr_jax.train.online import (
   METRICS,
   ONLINE_CLICK_MODELS,
@@ -24,56 +25,12 @@ from ultr_jax.train.online import (
   _as_dict,
   _click_config,
   full_info_reference,
-  online_learner_config,
   online_learning,
 )
-from ultr_jax.train.results import markdown_table, summarize, summarize_metrics, write_results
+from ultr_jax.studies.tables import summarize_metrics
+from ultr_jax.train.results import markdown_table, summarize, write_results
 
-__all__ = ["default_config", "default_online_config", "run", "run_online_study"]
-
-
-def default_online_config() -> ml_collections.ConfigDict:
-  """The online study's default: the PDGD paper's protocol on the baselines' synthetic data.
-
-  Oosterhuis & de Rijke (CIKM'18): 1000 training queries of 20 candidates, the top 10 shown, 10,000
-  impressions, linear rankers from :math:`w = 0`, five seeds; every learner of
-  :data:`~ultr_jax.train.ONLINE_LEARNERS` with its registered defaults
-  (:func:`~ultr_jax.train.online_learner_config`) under the perfect, navigational and informational
-  cascade users, and the full-information ceiling.
-
-  >>> default_online_config().num_impressions
-  10000
-  """
-  learners = online_learner_config()
-  c = ml_collections.ConfigDict()
-  c.seed = 0
-  c.num_seeds = 5
-  # The baselines' data: synthetic 1000/200/200 queries of 20 candidates, or ``source="svmlight"`` /
-  # ``"ultra"`` files; the users issue the training queries, the test queries score the learner offline
-  # (the validation split is not used).
-  c.data = default_data_config()
-  c.top_k = learners.top_k
-  c.click_models = tuple(ONLINE_CLICK_MODELS)
-  # More users for ``click_models``, by name: make_click_fn configs, cut to the top_k shown (the report's
-  # position and trust bias and DCM columns), e.g. --config.click_models="('informational','pbm')".
-  c.click_model_configs = ml_collections.ConfigDict(
-    {
-      "pbm": {"name": "pbm_table", "eta": 1.0, "eps": 0.1},
-      "trust": {"name": "trust", "eta": 1.0, "eps": 0.1},
-      "dcm": {"name": "dcm", "continuation": 0.5, "eps": 0.1},
-    }
-  )
-  c.methods = tuple(ONLINE_LEARNERS)
-  for key in ("ranker", "hidden_sizes", "zero_init"):
-    c[key] = learners[key]
-  c.num_devices = 0  # seeds are split over this many devices (0: all), reduced to a divisor of num_seeds
-  c.num_impressions = learners.num_impressions
-  c.eval_every = learners.eval_every
-  for name in ONLINE_LEARNERS:  # each learner's section (its registered defaults)
-    c[name] = learners[name]
-  # The ceiling: the same ranker trained offline on the true labels (listwise softmax, Adam, full batch).
-  c.full_info = ml_collections.ConfigDict({"enabled": True, "steps": 1000, "learning_rate": 0.01})
-  return c
+__all__ = ["VARIANTS", "default_config", "default_online_config", "run", "run_online_study"]
 
 
 def _plot(results: Mapping[str, Any], path: str, ceiling: Optional[float] = None) -> None:
@@ -182,4 +139,3 @@ def run_online_study(config: ml_collections.ConfigDict, workdir: Optional[str]) 
 
 
 run = run_online_study
-default_config = default_online_config

@@ -33,6 +33,7 @@ from ultr_jax.simulation import (
   relevance_probability,
   sif_toy_dataset,
 )
+from ultr_jax.studies.configs.sif import VARIANTS as VARIANTS, default_config as default_config  # re-exported
 from ultr_jax.studies.figures import save_figure
 from ultr_jax.train import (
   default_train_config,

@@ -42,11 +42,9 @@ from ultr_jax.train.config import merge_config
 from ultr_jax.train.methods import available_methods, get_method, method_defaults, register, shared_method_configs
 from ultr_jax.train.results import (
   atomic_write_text,
-  best_and_ties,
   markdown_table,
   run_in_progress,
   summarize,
-  summarize_metrics,
   write_results,
   write_run,
 )
@@ -65,7 +63,6 @@ __all__ = [
   "ONLINE_METHODS",
   "OnlineLearner",
   "atomic_write_text",
-  "best_and_ties",
   "available_methods",
   "default_train_config",
   "enable_compilation_cache",
@@ -92,7 +89,6 @@ __all__ = [
   "training_arrays",
   "run_in_progress",
   "summarize",
-  "summarize_metrics",
   "write_results",
   "write_run",
 ]

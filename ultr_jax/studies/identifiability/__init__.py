@@ -14,6 +14,8 @@ from ultr_jax.studies.identifiability import click_log, context, embedding, tabl
 from ultr_jax.studies.identifiability.click_log import check_click_log, click_log_counts, propensity_table
 from ultr_jax.studies.identifiability.embedding import fit_dla, fit_no_debias, fit_regression_em, fit_two_tower
 from ultr_jax.studies.identifiability.study import (
+  VARIANTS,
+  default_config,
   identifiability_context_study,
   identifiability_figures,
   run,
@@ -21,6 +23,8 @@ from ultr_jax.studies.identifiability.study import (
 )
 
 __all__ = [
+  "VARIANTS",
+  "default_config",
   "check_click_log",
   "click_log_counts",
   "propensity_table",

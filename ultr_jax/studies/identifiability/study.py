@@ -25,13 +25,20 @@ from ultr_jax.graph import (
   generate_design_dataset,
   read_svmlight_ranking,
 )
+from ultr_jax.studies.configs.identifiability import VARIANTS, default_config
 from ultr_jax.studies.figures import save_figure
 from ultr_jax.studies.identifiability import context as context_study
 from ultr_jax.studies.identifiability import table1 as study
 from ultr_jax.train.compilation import enable_compilation_cache
 from ultr_jax.train.results import atomic_write_text
 
-__all__ = ["identifiability_figures", "identifiability_context_study", "run_identifiability_study"]
+__all__ = [
+  "identifiability_figures",
+  "identifiability_context_study",
+  "run_identifiability_study",
+  "VARIANTS",
+  "default_config",
+]
 
 METRICS = ("mcc", "ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "click_mse")
 
