@@ -33,7 +33,7 @@ from typing import Any, Optional
 
 import ml_collections
 
-__all__ = ["STUDIES", "default_config", "get", "run", "variants"]
+__all__ = ["STUDIES", "default_config", "get", "run", "validate_config", "variants"]
 
 #: Study name -> its module (imported on first use).
 STUDIES = {
@@ -87,6 +87,27 @@ def default_config(name: str, variant: str = "default") -> ml_collections.Config
   config = get(name).default_config(variant)
   config.lock()
   return config
+
+
+def validate_config(name: str, config: ml_collections.ConfigDict) -> None:
+  """Checks ``config``'s values against study ``name``'s ``CONFIG_RULES`` (what its ``run`` does first).
+
+  Args:
+    name: a key of :data:`STUDIES`.
+    config: a config of the study (e.g. :func:`default_config` with fields changed).
+
+  Raises:
+    ValueError: the first field out of range, naming it, its value and the allowed values.
+
+  >>> config = default_config("click_models", "smoke")
+  >>> config.test_fraction = 1.5
+  >>> validate_config("click_models", config)
+  Traceback (most recent call last):
+  ValueError: config.test_fraction: 1.5 is out of range; expected a number in (0, 1)
+  """
+  from ultr_jax.studies import _config  # noqa: PLC0415
+
+  _config.validate_config(config, get(name).CONFIG_RULES)
 
 
 def variants(name: str) -> tuple[str, ...]:

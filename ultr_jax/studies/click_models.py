@@ -56,11 +56,13 @@ import optax
 from ultr_jax import data as data_lib
 from ultr_jax import simulation as sim
 from ultr_jax.metrics import clicks as click_metrics
-from ultr_jax.studies.configs.click_models import VARIANTS, default_click_model_config, default_config
+from ultr_jax.studies._config import validate_config
+from ultr_jax.studies.configs.click_models import CONFIG_RULES, VARIANTS, default_click_model_config, default_config
 from ultr_jax.studies.figures import save_figure
 from ultr_jax.train.results import markdown_table, summarize, write_results
 
 __all__ = [
+  "CONFIG_RULES",
   "TRUE_PARAMETERS",
   "default_click_model_config",
   "simulate_study_logs",
@@ -465,6 +467,7 @@ def run_click_model_study(config: ml_collections.ConfigDict, workdir: Optional[s
 
   Returns the results mapping (see the module docstring).
   """
+  validate_config(config, CONFIG_RULES)  # every value in range before any work
   fit_models = tuple(config.fit_models)
   for m in fit_models:
     if m not in sim.FITTABLE_CLICK_MODELS:

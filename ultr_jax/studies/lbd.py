@@ -44,7 +44,8 @@ from scipy import stats as scipy_stats
 
 from ultr_jax import simulation
 from ultr_jax.data import RankingDataset, Splits
-from ultr_jax.studies.configs.lbd import VARIANTS, default_config
+from ultr_jax.studies._config import validate_config
+from ultr_jax.studies.configs.lbd import CONFIG_RULES, VARIANTS, default_config
 from ultr_jax.studies.figures import save_figure
 from ultr_jax.train.compilation import enable_compilation_cache
 from ultr_jax.train.loop import evaluate, fit, make_optimizer
@@ -54,6 +55,7 @@ from ultr_jax.studies.tables import best_and_ties
 from ultr_jax.train.results import summarize, write_results
 
 __all__ = [
+  "CONFIG_RULES",
   "LBD_BASE_W",
   "YAHOO_CRUX",
   "ISTELLA_CRUX",
@@ -613,6 +615,7 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
   ``{"mean", "std", "ci90", "per_seed"}``, plus ``"selected"`` ((lambda, t) per ranker and variant)
   and ``"grid"`` (validation/test nDCG@10 of every grid member) per eta; ``"_effects"`` and ``"_meta"``.
   """
+  validate_config(config, CONFIG_RULES)  # every value in range before any work
   t_start = time.perf_counter()
   c_start = time.process_time()
   train, valid, test, crux, crux_how = prepare_lists(config)

@@ -14,7 +14,8 @@ import jax
 import ml_collections
 import numpy as np
 
-from ultr_jax.studies.configs.online import VARIANTS, default_config, default_online_config
+from ultr_jax.studies._config import validate_config
+from ultr_jax.studies.configs.online import CONFIG_RULES, VARIANTS, default_config, default_online_config
 from ultr_jax.studies.figures import save_figure
 from ultr_jax.train import sharding as sharding_lib
 from ultr_jax.studies.experiment import load_datasets
@@ -30,7 +31,7 @@ from ultr_jax.train.online import (
 from ultr_jax.studies.tables import summarize_metrics
 from ultr_jax.train.results import markdown_table, summarize, write_results
 
-__all__ = ["VARIANTS", "default_config", "default_online_config", "run", "run_online_study"]
+__all__ = ["CONFIG_RULES", "VARIANTS", "default_config", "default_online_config", "run", "run_online_study"]
 
 
 def _plot(results: Mapping[str, Any], path: str, ceiling: Optional[float] = None) -> None:
@@ -87,6 +88,7 @@ def run_online_study(config: ml_collections.ConfigDict, workdir: Optional[str]) 
   ``nsgd_minus_mgd`` those of NSGD against MGD.
   ``full_info`` holds the ceiling, :func:`full_info_reference` (with ``config.full_info.enabled``).
   """
+  validate_config(config, CONFIG_RULES)  # every value in range before any work
   for m in config.methods:
     if m not in ONLINE_LEARNERS:
       raise ValueError(f"config.methods: unknown online method {m!r} (expected {tuple(ONLINE_LEARNERS)})")

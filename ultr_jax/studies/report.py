@@ -62,7 +62,8 @@ from ultr_jax import simulation
 from ultr_jax.data import RankingDataset
 from ultr_jax.train import methods as methods_lib
 from ultr_jax.studies.baselines import CLICK_COLUMNS, METRIC_COLUMNS
-from ultr_jax.studies.configs.report import VARIANTS, default_config
+from ultr_jax.studies._config import validate_config
+from ultr_jax.studies.configs.report import CONFIG_RULES, VARIANTS, default_config
 from ultr_jax.studies.figures import plot_learning_curves, save_figure
 from ultr_jax.studies.experiment import load_datasets
 from ultr_jax.train.loop import evaluate, evaluate_clicks, fit
@@ -76,6 +77,7 @@ from ultr_jax.train.results import (
 )
 
 __all__ = [
+  "CONFIG_RULES",
   "CLICK_TRUTH",
   "KEY_REASONS",
   "click_table",
@@ -589,6 +591,7 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
   Returns the mapping written to ``results.json`` (see the module docstring). The files are rewritten
   after every bias, so a long run shows its progress.
   """
+  validate_config(config, CONFIG_RULES)  # every value in range before any work
   t_start = time.perf_counter()
   data = make_bias_data(config)
   methods = list(config.methods)

@@ -5,11 +5,12 @@ Variants: ``default`` and ``smoke`` (seconds). The binary is ``experiments/basel
 
 import ml_collections
 
-from ultr_jax.studies._config import unknown_variant
+from ultr_jax.studies._config import Rule, integer, number, one_of, optional, sequence, unknown_variant
+from ultr_jax.studies.configs._shared import data_rules, logging_policy_rules, seed_rules, train_rules
 from ultr_jax.studies import experiment
-from ultr_jax.train import default_train_config, method_defaults
+from ultr_jax.train import available_methods, default_train_config, method_defaults
 
-__all__ = ["METHODS", "VARIANTS", "default_config"]
+__all__ = ["CONFIG_RULES", "METHODS", "VARIANTS", "default_config"]
 
 METHODS = ("naive", "ips", "snips", "dla", "regression_em", "two_tower", "paird", "full_info")
 VARIANTS = ("default", "smoke")
@@ -74,3 +75,16 @@ def default_config(variant: str = "default") -> ml_collections.ConfigDict:
     config.train.batch_size = 16
     config.train.eval_every = 10
   return config
+
+
+#: The allowed values of the fields the study reads (:func:`~ultr_jax.studies.validate_config`).
+CONFIG_RULES: dict[str, Rule] = {
+  **seed_rules(),
+  **data_rules(),
+  **logging_policy_rules(),
+  "click_model.eta": optional(number(0)),
+  "click_model.eps": optional(number(0, 1)),
+  "dcg_cutoffs": sequence(integer(1)),
+  "methods": sequence(one_of(*available_methods()), min_len=1),
+  **train_rules(),
+}

@@ -6,9 +6,11 @@ SVMlight data). The binary is ``experiments/cld/main.py``; its config file docum
 
 import ml_collections
 
-from ultr_jax.studies._config import unknown_variant
+from ultr_jax.studies._config import Rule, for_fields, integer, number, one_of, sequence, unknown_variant
+from ultr_jax.studies.configs._shared import data_rules, train_rules
+from ultr_jax.train import available_methods
 
-__all__ = ["VARIANTS", "default_config"]
+__all__ = ["CONFIG_RULES", "VARIANTS", "default_config"]
 
 VARIANTS = ("default", "smoke", "paper")
 
@@ -116,3 +118,40 @@ def default_config(variant: str = "default") -> ml_collections.ConfigDict:
     c.sweeps.k, c.sweeps.eta, c.sweeps.sessions, c.sweeps.noise = (), (), (), ()
     c.sweeps.misspec_k, c.sweeps.k_hidden = (), ()
   return c
+
+
+#: The allowed values of the fields the study reads (:func:`~ultr_jax.studies.validate_config`).
+_VARIANT_CONFIGS = [default_config(v) for v in VARIANTS]
+CONFIG_RULES: dict[str, Rule] = {
+  "num_seeds": integer(1),
+  "sim_seed": integer(0),
+  "logging_fraction": number(0, 1, lo_open=True),
+  "eval_batch_size": integer(1),
+  **for_fields(data_rules(), *_VARIANT_CONFIGS),
+  "data.num_hidden": integer(0),
+  "data.num_hidden_sweep": integer(0),
+  "data.label_noise": number(0, 1),
+  "table2.k": integer(1),
+  "table2.eta": number(0),
+  "table2.noise": number(0, 1),
+  "table2.sessions": integer(1),
+  "table2_etas": sequence(number(0)),
+  "sweeps.k": sequence(integer(1)),
+  "sweeps.eta": sequence(number(0)),
+  "sweeps.sessions": sequence(integer(1)),
+  "sweeps.noise": sequence(number(0, 1)),
+  "sweeps.misspec_k": sequence(integer(1)),
+  "sweeps.assumed_eta": sequence(number(0)),
+  "sweeps.k_hidden": sequence(integer(1)),
+  "orderings.etas": sequence(number(0), min_len=2),
+  "orderings.ks": sequence(integer(1), min_len=2),
+  "methods": sequence(one_of(*available_methods(), "oracle"), min_len=1),
+  **for_fields(train_rules(), *_VARIANT_CONFIGS),
+  "method.gamma": number(0),
+  "method.link": one_of("probit", "logit"),
+  "method.sq_weight": number(0),
+  "method.ranker": one_of("linear", "mlp"),
+  "method.hidden_sizes": sequence(integer(1)),
+  "method.dropout": number(0, 1, hi_open=True),
+  "method.loss_type": one_of("pairwise", "listwise"),
+}

@@ -6,9 +6,11 @@ Variants: ``default`` (60k sessions from each of six generating models, three se
 
 import ml_collections
 
-from ultr_jax.studies._config import unknown_variant
+from ultr_jax import data as data_lib
+from ultr_jax.studies._config import Rule, integer, number, one_of, sequence, unknown_variant
+from ultr_jax.studies.configs._shared import seed_rules
 
-__all__ = ["VARIANTS", "default_click_model_config", "default_config"]
+__all__ = ["CONFIG_RULES", "VARIANTS", "default_click_model_config", "default_config"]
 
 VARIANTS = ("default", "smoke")
 
@@ -84,3 +86,25 @@ def default_config(variant: str = "default") -> ml_collections.ConfigDict:
     config.true_models = ("pbm", "dcm")
     config.max_iters = 100
   return config
+
+
+#: The allowed values of the fields the study reads (:func:`~ultr_jax.studies.validate_config`).
+CONFIG_RULES: dict[str, Rule] = {
+  **seed_rules(),
+  "num_queries": integer(1),
+  "list_size": integer(1),
+  "label_fractions": sequence(number(0), min_len=1),
+  "num_sessions": integer(1),
+  "test_fraction": number(0, 1, lo_open=True, hi_open=True),
+  "noise": number(0, finite=False),  # inf: uniform shuffles
+  "ctr_prior": number(0),
+  "l2": number(0),
+  "max_iters": integer(1),
+  "tol": number(0, lo_open=True),
+  "click_log_format": one_of(*data_lib.CLICK_LOG_FORMATS),
+  "click_log_batch_size": integer(1),
+  "list_size_of_log": integer(0),
+  "statistics_max_records": integer(1),
+  "minibatch_epochs": integer(1),
+  "minibatch_learning_rate": number(0, lo_open=True),
+}

@@ -6,9 +6,9 @@ Variants: ``default`` (the paper's sizes) and ``smoke`` (seconds). The binary is
 
 import ml_collections
 
-from ultr_jax.studies._config import unknown_variant
+from ultr_jax.studies._config import Rule, integer, number, one_of, sequence, unknown_variant
 
-__all__ = ["VARIANTS", "default_config"]
+__all__ = ["CONFIG_RULES", "VARIANTS", "default_config"]
 
 VARIANTS = ("default", "smoke")
 
@@ -65,3 +65,24 @@ def default_config(variant: str = "default") -> ml_collections.ConfigDict:
     c.context.two_tower_epochs = 100
     c.gen = ml_collections.ConfigDict({"block_size": 60, "num_queries": 100, "borrow": 5})
   return c
+
+
+#: The allowed values of the fields the study reads (:func:`~ultr_jax.studies.validate_config`).
+CONFIG_RULES: dict[str, Rule] = {
+  "seed": integer(0),
+  "runs": integer(1),
+  "num_clicks": number(1),
+  "epochs.*": integer(1),
+  "click_grid": sequence(number(1)),
+  "figures": sequence(one_of("3a", "3b", "4a", "4b", "6")),
+  "figure_epochs": integer(1),
+  "gen.block_size": integer(1),
+  "gen.num_queries": integer(1),
+  "gen.borrow": integer(0),
+  "context.num_contexts": sequence(integer(1)),
+  "context.num_queries": integer(1),
+  "context.num_docs": integer(1),
+  "context.epochs": integer(1),
+  "context.two_tower_epochs": integer(1),
+  "context.runs": integer(1),
+}

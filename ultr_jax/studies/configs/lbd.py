@@ -6,10 +6,11 @@ Variants: ``default`` (4 etas, both rankers) and ``smoke`` (seconds). The binary
 
 import ml_collections
 
-from ultr_jax.studies._config import unknown_variant
+from ultr_jax.studies._config import Rule, for_fields, integer, number, one_of, sequence, unknown_variant
+from ultr_jax.studies.configs._shared import data_rules, logging_policy_rules, seed_rules, train_rules
 from ultr_jax.train import default_train_config
 
-__all__ = ["BASELINES", "VARIANTS", "default_config"]
+__all__ = ["CONFIG_RULES", "BASELINES", "VARIANTS", "default_config"]
 
 VARIANTS = ("default", "smoke")
 
@@ -104,3 +105,29 @@ def default_config(variant: str = "default") -> ml_collections.ConfigDict:
     config.skip_zero_lambda_gp = False
     config.grid_etas_per_job = 0
   return config
+
+
+#: The allowed values of the fields the study reads (:func:`~ultr_jax.studies.validate_config`).
+_VARIANT_CONFIGS = [default_config(v) for v in VARIANTS]
+CONFIG_RULES: dict[str, Rule] = {
+  **seed_rules(),
+  **for_fields(data_rules(sources=("synthetic", "svmlight", "ultra")), *_VARIANT_CONFIGS),
+  "data.crux_indices": sequence(integer(0)),
+  **for_fields(logging_policy_rules(), *_VARIANT_CONFIGS),
+  "etas": sequence(number(0), min_len=1),
+  "table_eta": number(0),
+  "max_redraws": integer(1),
+  "workers": integer(1),
+  "grid_etas_per_job": integer(0),
+  "rankers": sequence(one_of("linear", "dnn"), min_len=1),
+  "dnn_hidden_sizes": sequence(integer(1), min_len=1),
+  "baselines": sequence(one_of(*BASELINES)),
+  "baseline_norm": one_of("before", "after"),
+  "lams": sequence(number(0), min_len=1),
+  "ts": sequence(number(0, 1), min_len=1),
+  "keep": number(0, 1),
+  "optimizers.*.optimizer": one_of("adam", "adagrad", "sgd", "adamw"),
+  "optimizers.*.learning_rate": number(0, lo_open=True),
+  "optimizers.*.grad_clip": number(0),
+  **for_fields(train_rules(), *_VARIANT_CONFIGS),
+}

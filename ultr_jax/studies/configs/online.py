@@ -6,11 +6,13 @@ Variants: ``default`` (the PDGD paper's protocol) and ``smoke`` (seconds). The b
 
 import ml_collections
 
-from ultr_jax.studies._config import unknown_variant
+from ultr_jax.studies._config import Rule, integer, number, one_of, sequence, unknown_variant
+from ultr_jax.studies.configs._shared import data_rules, seed_rules
+from ultr_jax.train import DISPLAYS, MULTILEAVE_METHODS
 from ultr_jax.studies.experiment import default_data_config
 from ultr_jax.train.online import ONLINE_CLICK_MODELS, ONLINE_LEARNERS, online_learner_config
 
-__all__ = ["VARIANTS", "default_config", "default_online_config"]
+__all__ = ["CONFIG_RULES", "learner_rules", "VARIANTS", "default_config", "default_online_config"]
 
 VARIANTS = ("default", "smoke")
 
@@ -83,3 +85,42 @@ def default_config(variant: str = "default") -> ml_collections.ConfigDict:
     config.nsgd.num_candidates, config.nsgd.history, config.nsgd.worst = 3, 12, 4  # 7 parameters here
     config.full_info.steps = 100
   return config
+
+
+def learner_rules(prefix: str = "") -> dict[str, Rule]:
+  """The allowed values of the online learners' fields (the online study's and the report's ``online`` section).
+
+  >>> learner_rules("online.")["online.nsgd.worst"].allowed
+  'an integer >= 0'
+  """
+  dueling = {"learning_rate": number(0, lo_open=True), "unit": number(0, lo_open=True), "tau": number(0, lo_open=True)}
+  dueling["multileave"] = one_of(*MULTILEAVE_METHODS)
+  rules = {
+    "ranker": one_of("linear", "mlp"),
+    "hidden_sizes": sequence(integer(1)),
+    "num_impressions": integer(1),
+    "eval_every": integer(1),
+    "pdgd.learning_rate": number(0, lo_open=True),
+    "pdgd.display": one_of(*DISPLAYS),
+    **{f"{name}.{k}": rule for name in ("dbgd", "mgd", "nsgd") for k, rule in dueling.items()},
+    "mgd.num_candidates": integer(1),
+    "nsgd.num_candidates": integer(1),
+    "nsgd.history": integer(1),
+    "nsgd.worst": integer(0),
+    "nsgd.tie_queries": integer(0),
+    "nsgd.tie_window": integer(1),
+  }
+  return {prefix + k: rule for k, rule in rules.items()}
+
+
+#: The allowed values of the fields the study reads (:func:`~ultr_jax.studies.validate_config`).
+CONFIG_RULES: dict[str, Rule] = {
+  **seed_rules(),
+  **data_rules(sources=("synthetic", "svmlight", "ultra")),
+  "top_k": integer(1),
+  "methods": sequence(one_of(*ONLINE_LEARNERS)),
+  "num_devices": integer(0),
+  **learner_rules(),
+  "full_info.steps": integer(1),
+  "full_info.learning_rate": number(0, lo_open=True),
+}

@@ -6,12 +6,14 @@ Variants: ``default``, ``full`` (with SIF's channel ablations) and ``smoke`` (se
 
 import ml_collections
 
-from ultr_jax.studies._config import unknown_variant
-from ultr_jax.studies.configs.online import default_online_config
 from ultr_jax.studies import experiment
-from ultr_jax.train import default_train_config, method_defaults
+from ultr_jax.studies._config import Rule, integer, number, one_of, sequence, unknown_variant
+from ultr_jax.studies.configs._shared import data_rules, logging_policy_rules, seed_rules, train_rules
+from ultr_jax.studies.configs.online import default_online_config, learner_rules
+from ultr_jax.train import ONLINE_LEARNERS, available_methods, default_train_config, method_defaults
 
 __all__ = [
+  "CONFIG_RULES",
   "ALL_METHODS",
   "BIASES",
   "CLICK_MODEL_LEARNERS",
@@ -203,3 +205,23 @@ def default_config(variant: str = "default") -> ml_collections.ConfigDict:
     config.online.mgd.num_candidates = 3
     config.online.nsgd.num_candidates, config.online.nsgd.history, config.online.nsgd.worst = 3, 12, 4
   return config
+
+
+#: The allowed values of the fields the study reads (:func:`~ultr_jax.studies.validate_config`).
+CONFIG_RULES: dict[str, Rule] = {
+  **seed_rules(),
+  **data_rules(),
+  **logging_policy_rules(),
+  "biases": sequence(one_of(*BIASES), min_len=1),
+  "bias_configs.*.selection": one_of("display", "topk"),
+  "bias_configs.*.click_model.eps": number(0, 1),
+  "bias_configs.*.logging_temperature": number(0, lo_open=True),
+  "bias_configs.*.num_crux": integer(1),
+  "bias_configs.*.w_scale": number(0),
+  "methods": sequence(one_of(*available_methods())),
+  "method_configs.*.hidden_sizes": sequence(integer(1)),
+  **train_rules(),
+  "click_eval.sessions_per_list": integer(0),
+  **learner_rules("online."),
+  "online.methods": sequence(one_of(*ONLINE_LEARNERS)),
+}

@@ -6,9 +6,10 @@ Variants: ``default``, ``smoke`` (seconds), ``t7`` (T7 at 20k steps) and ``t8`` 
 
 import ml_collections
 
-from ultr_jax.studies._config import unknown_variant
+from ultr_jax.studies._config import Rule, for_fields, integer, number, one_of, sequence, unknown_variant
+from ultr_jax.studies.configs._shared import train_rules
 
-__all__ = ["METHODS", "VARIANTS", "default_config"]
+__all__ = ["CONFIG_RULES", "METHODS", "VARIANTS", "default_config"]
 
 VARIANTS = ("default", "smoke", "t7", "t8")
 
@@ -103,3 +104,32 @@ def default_config(variant: str = "default") -> ml_collections.ConfigDict:
     c.alphas = ()
     c.t8.enabled = True
   return c
+
+
+#: The allowed values of the fields the study reads (:func:`~ultr_jax.studies.validate_config`).
+_VARIANT_CONFIGS = [default_config(v) for v in VARIANTS]
+CONFIG_RULES: dict[str, Rule] = {
+  "num_seeds": integer(1),
+  "data.source": one_of("toy", "svmlight"),
+  "data.seed": integer(0),
+  "data.num_train": integer(1),
+  "data.num_valid": integer(1),
+  "data.num_test": integer(1),
+  "data.logging_corr": number(-1, 1),
+  "data.list_size": integer(1),
+  "t6.alphas": sequence(number(0, 1)),
+  "t6.lambdas": sequence(number(0)),
+  "t6.steps": integer(1),
+  "t6.learning_rate": number(0, lo_open=True),
+  "alphas": sequence(number(0, 1)),
+  "figure_alpha": number(0, 1),
+  "k_top": integer(1),
+  "ranker.ranker": one_of("linear", "mlp"),
+  "ranker.hidden_sizes": sequence(integer(1)),
+  "method_configs.*.lambda_E": number(0),
+  "method_configs.*.lambda_D": number(0),
+  "t8.displays": sequence(one_of("logging", "random")),
+  "t8.steps": integer(1),
+  "t8.eval_every": integer(1),
+  **for_fields(train_rules(), *_VARIANT_CONFIGS),
+}
