@@ -20,6 +20,10 @@ tables, figures), ``VARIANTS`` and ``default_config(variant="default")`` (its co
 ``sif``                   :mod:`~ultr_jax.studies.sif`: SIF (its Tables 6-8)
 ========================  ==========================================================================
 
+Beside them: :mod:`~ultr_jax.studies.configs` (every study's variants and value rules),
+:mod:`~ultr_jax.studies.experiment` (the data configs and loaders the studies share),
+:mod:`~ultr_jax.studies.tables` (summaries over seeds) and :mod:`~ultr_jax.studies.figures`.
+
 >>> from ultr_jax import studies
 >>> sorted(studies.STUDIES)[:3]
 ['baselines', 'cld', 'click_models']
@@ -51,6 +55,12 @@ STUDIES = {
 def get(name: str) -> ModuleType:
   """The module of study ``name`` (a key of :data:`STUDIES`); raises ``ValueError`` naming the known ones.
 
+  Args:
+    name: the study's name.
+
+  Returns:
+    Its module (``run``, ``VARIANTS``, ``default_config``, ``CONFIG_RULES``).
+
   >>> get("lbd").__name__
   'ultr_jax.studies.lbd'
   """
@@ -60,7 +70,17 @@ def get(name: str) -> ModuleType:
 
 
 def run(name: str, config: ml_collections.ConfigDict, workdir: Optional[str]) -> dict[str, Any]:
-  """Runs study ``name`` with ``config``, writing its results to ``workdir``; returns its results."""
+  """Runs study ``name`` with ``config``, writing its results to ``workdir``; returns its results.
+
+  Args:
+    name: a key of :data:`STUDIES`.
+    config: the study's config (:func:`default_config`, fields changed as wished); its values are checked
+      (:func:`validate_config`) before any work.
+    workdir: the output directory (``results.json``, tables, figures).
+
+  Returns:
+    The results it wrote to ``results.json``.
+  """
   return get(name).run(config, workdir)
 
 
@@ -112,6 +132,12 @@ def validate_config(name: str, config: ml_collections.ConfigDict) -> None:
 
 def variants(name: str) -> tuple[str, ...]:
   """The config variants of study ``name``, ``"default"`` first.
+
+  Args:
+    name: a key of :data:`STUDIES`.
+
+  Returns:
+    Its variant names (each one a ``default_config(name, variant)``).
 
   >>> variants("report")
   ('default', 'full', 'smoke')

@@ -175,6 +175,13 @@ def online_click_model(click_model: Union[str, Mapping[str, Any]], *, top_k: int
   individual-level model reads ``features``, ``context_pbm`` reads ``context``, ``position_trust`` reads
   ``logging_score``).
 
+  Args:
+    click_model: a name in :data:`ONLINE_CLICK_MODELS`, or a click-model config mapping.
+    top_k: the number of displayed positions the users scan.
+
+  Returns:
+    ``fn(key, labels, *, positions, where, features=None, **item_extras) -> clicks`` (``[L]`` float, 0/1).
+
   Raises:
     ValueError: an unknown name, a config its click-model factory rejects, or another ``top_k``.
 
@@ -264,6 +271,9 @@ def online_learner_config() -> ml_collections.ConfigDict:
   ``top_k`` items shown, the ``ranker`` (``hidden_sizes`` for an MLP; ``zero_init`` starts a linear one at
   :math:`w = 0`), ``num_impressions`` per seed with a test nDCG@10 every ``eval_every``, then one section
   per learner of :data:`ONLINE_LEARNERS`. The online study's config adds its data, users and seeds.
+
+  Returns:
+    A fresh ``ml_collections.ConfigDict`` (``online_learning(..., config=...)`` takes it).
 
   >>> c = online_learner_config()
   >>> c.num_impressions, c.pdgd.learning_rate, c.nsgd.history
@@ -672,6 +682,14 @@ def online_users_missing(click_model: Mapping[str, Any], dataset: RankingDataset
 
   Traces the users on the first list (no clicks are drawn), so a grid can say why a cell is empty
   before any training.
+
+  Args:
+    click_model: a click-model config mapping (see :func:`online_click_model`).
+    dataset: the lists the users would click on (its per-item extras join their batch).
+    top_k: the number of displayed positions.
+
+  Returns:
+    The click model's message naming the missing input, or None when the users can click.
 
   >>> from ultr_jax.data import make_synthetic
   >>> d = make_synthetic(num_train=2, num_valid=1, num_test=1, list_size=4, num_features=3, seed=0).train
