@@ -5,6 +5,7 @@ The kernel runs with ``ULTR_JAX_SMOKE=1`` (each notebook's form default is overr
 ``experiments/``, and the setup cells skip the pip install because ``ultr_jax`` imports).
 """
 
+import importlib.util
 import json
 import os
 import pathlib
@@ -13,13 +14,23 @@ import time
 
 import pytest
 
-import ultr_jax
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "colab").glob("*.ipynb"))
+
+
+def _store_outputs_module():
+  """``colab/store_outputs.py``, the script that stores the notebooks' outputs (loaded by path)."""
+  spec = importlib.util.spec_from_file_location("store_outputs", ROOT / "colab" / "store_outputs.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+code_digest = _store_outputs_module().code_digest
 
 
 def _kernel_name(tmp_path_factory):
@@ -101,13 +112,12 @@ def test_notebook_is_valid_nbformat_4_5(path):
 def test_notebook_runs_in_smoke_mode(path, tmp_path_factory, monkeypatch, subprocess_env):
   nb = nbformat.read(path, as_version=4)
   assert nb.metadata["accelerator"] == "TPU" and nb.metadata["kernelspec"]["name"] == "python3"
-  assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), "store notebooks without outputs"
   source = "\n".join(c.source for c in nb.cells)
   assert f"https://colab.research.google.com/github/ultr-jax/ultr_jax/blob/main/colab/{path.name}" in source
-  # Colab installs the release this checkout is (its tag is v<__version__>).
-  assert f'pip install -q "git+https://github.com/ultr-jax/ultr_jax@v{ultr_jax.__version__}"' in source
-  if "git clone" in source:
-    assert f"--branch v{ultr_jax.__version__} " in source
+  # Outside a Python that has ultr_jax, the setup cell installs the checkout the notebook sits in, else a wheel or
+  # requirement named by ULTR_JAX_INSTALL, else the repository's main branch (no tag that may not exist).
+  assert '["-e", str(checkout)]' in source and 'os.environ.get("ULTR_JAX_INSTALL"' in source
+  assert "ultr_jax@v" not in source and "git clone" not in source
   assert "setup_tpu" not in source and "tensorflow" not in source.lower()
   kernel, extra_path = _kernel_name(tmp_path_factory)
   if extra_path:  # the kernel spec manager of this process must see the temporary spec too
@@ -125,3 +135,29 @@ def test_notebook_runs_in_smoke_mode(path, tmp_path_factory, monkeypatch, subpro
     assert any("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", [])), text[-1000:]
   value = text.rsplit("@@", 1)[1].strip()
   _check(path.stem, text, value)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_stored_outputs_belong_to_the_code(path):
+  """The site shows each notebook's stored outputs: they must come from its current code cells, run in full.
+
+  ``colab/store_outputs.py`` runs a notebook in smoke mode and records a digest of its code cells; a code cell
+  edited since then (or a notebook never run) fails here until the outputs are stored again.
+  """
+  raw = json.loads(path.read_text(encoding="utf-8"))
+  stored = raw["metadata"].get("ultr_jax", {}).get("code_sha256")
+  assert stored == code_digest(raw["cells"]), (
+    f"{path.name}: outputs are stale; run python colab/store_outputs.py {path.stem}"
+  )
+  code = [cell for cell in raw["cells"] if cell["cell_type"] == "code"]
+  assert all(cell.get("execution_count") for cell in code), f"{path.name}: a code cell was not run"
+  errors = [o for cell in code for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+  assert not errors, f"{path.name}: stored outputs hold an error"
+  assert any(cell.get("outputs") for cell in code)
+
+
+def test_the_digest_changes_with_the_code_only():
+  cells = [{"cell_type": "markdown", "source": "# A"}, {"cell_type": "code", "source": ["x = 1\n", "print(x)"]}]
+  digest = code_digest(cells)
+  assert code_digest([{**cells[0], "source": "# B"}, cells[1]]) == digest  # prose is not code
+  assert code_digest([cells[0], {**cells[1], "source": "x = 2\nprint(x)"}]) != digest
