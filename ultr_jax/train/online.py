@@ -131,7 +131,7 @@ def _as_dict(config: Mapping[str, Any]) -> dict:
 
 def _click_config(click_model: Mapping[str, Any], top_k: int) -> Callable[..., dict]:
   """A click-model config, cut to the top ``top_k``, as its click function: a frozen, hashable simulator
-  (:func:`~ultr_jax.simulation.make_any_click_fn`), equal for equal configs, so it is the compiled
+  (:func:`~ultr_jax.simulation.make_click_fn`), equal for equal configs, so it is the compiled
   program's cache key; building it validates the names and keys here.
   """
   cfg = _as_dict(click_model)
@@ -140,7 +140,7 @@ def _click_config(click_model: Mapping[str, Any], top_k: int) -> Callable[..., d
       f"click_model.top_k ({cfg['top_k']}) differs from the learners' top_k ({top_k}): the users "
       "must see the ranking the learner shows"
     )
-  return sim.make_any_click_fn(cfg).__self__  # the frozen simulator (a bound method compares by identity)
+  return sim.make_click_fn(cfg).__self__  # the frozen simulator (a bound method compares by identity)
 
 
 def _config_clicks(click_fn: Callable[..., dict]) -> Callable[..., jax.Array]:
@@ -281,7 +281,7 @@ class _Spec(NamedTuple):
   num_rankers: int  # DBGD 2, MGD candidates + 1
   multileave: str  # "team_draft" or "probabilistic" (DBGD, MGD, NSGD)
   tau: float  # probabilistic multileaving's steepness
-  click_config: Any  # a frozen make_any_click_fn simulator; None for the cascade users (their tables are arguments)
+  click_config: Any  # a frozen make_click_fn simulator; None for the cascade users (their tables are arguments)
   nsgd: tuple[int, ...] = ()  # NSGD's (history, worst, tie_queries, tie_window)
   display: str = "model_sample"  # PDGD's displayed lists (one of DISPLAYS)
   pdgd: tuple = ()  # PDGD's switches (pairs, debias, surrogate) of losses.pdgd_loss; () for the other methods

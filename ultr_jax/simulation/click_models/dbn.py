@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np  # noqa: F401 (the doctests')
 
-from ultr_jax.simulation.click_models.base import per_item, prepare
+from ultr_jax.simulation.click_models.base import Parameter, per_item, prepare
 from ultr_jax.simulation.click_models.chain import ChainModel, chain_session, check_probabilities
 from ultr_jax.types import Array, PRNGKey
 
@@ -83,7 +83,10 @@ class DBN(ChainModel):
 
   name = "dbn"
   config_keys = {"perseverance": 0.9, "satisfaction": None}
-  item_params = ("satisfaction",)
+  parameters = {
+    "perseverance": Parameter((), r"perseverance :math:`\gamma`: the probability that an unsatisfied user goes on"),
+    "satisfaction": Parameter(("D",), r"satisfaction :math:`\sigma_d`: the probability that a click satisfies"),
+  }
 
   def simulation_kwargs(self, cfg):
     gamma = float(cfg.get("perseverance", 0.9))
@@ -100,9 +103,6 @@ class DBN(ChainModel):
     sigma = r if satisfaction is None else per_item(satisfaction, positions, r.shape, "dbn.satisfaction")
     gamma = float(perseverance)
     return chain_session(r, shown, positions, given_positions, gamma, gamma * (1.0 - sigma), top_k)
-
-  def bias_shapes(self, num_ranks):
-    return {"perseverance": ()}
 
   def continuations(self, attraction, *, perseverance=0.9, satisfaction=None, **_):
     a = jnp.asarray(attraction, jnp.float32)
