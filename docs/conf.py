@@ -13,6 +13,10 @@ import os
 import shutil
 import sys
 
+import docutils.nodes
+import docutils.statemachine
+from sphinx.util.docutils import SphinxDirective
+
 _DOCS = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(_DOCS)
 sys.path.insert(0, _ROOT)
@@ -140,8 +144,35 @@ def _drop_type_docstrings(app, what, name, obj, options, lines):  # pylint: disa
     lines[:] = []
 
 
+def _click_model_parameters(app, what, name, obj, options, lines):  # pylint: disable=unused-argument
+  """A registered click model's page ends with the table of its fitted parameters, generated from the model's
+  ``parameters`` declaration (``click_models.base.parameter_table``): the one place they are stated."""
+  del app, name, options
+  from ultr_jax.simulation.click_models import base  # pylint: disable=import-outside-toplevel
+
+  if what != "class" or not isinstance(obj, type) or not issubclass(obj, base.ClickModel) or not obj.name:
+    return
+  if obj.name not in base.click_models() or not obj.fittable:
+    return
+  lines += ["", ".. rubric:: Fitted parameters", ""] + base.parameter_table((obj.name,)) + [""]
+
+
+class _ClickModelParameters(SphinxDirective):
+  """``.. click-model-parameters::``: the fitted parameters of every registered fittable click model, as a
+  table generated from the models' own ``parameters`` declarations."""
+
+  def run(self):
+    from ultr_jax.simulation.click_models import base  # pylint: disable=import-outside-toplevel
+
+    container = docutils.nodes.container()
+    self.state.nested_parse(docutils.statemachine.StringList(base.parameter_table()), self.content_offset, container)
+    return container.children
+
+
 def setup(app):
   app.connect("autodoc-process-docstring", _drop_type_docstrings)
+  app.connect("autodoc-process-docstring", _click_model_parameters)
+  app.add_directive("click-model-parameters", _ClickModelParameters)
 
 
 # MathJax comes from Sphinx's default CDN; for reading the site offline, point ULTR_JAX_DOCS_MATHJAX at a local

@@ -392,7 +392,7 @@ class ClickModel:
 
   Subclasses set the class attributes and override what they support: the simulation side
   (:meth:`simulation_kwargs`, :meth:`session`) and, when :attr:`fittable`, the fitted side
-  (:meth:`bias_shapes`, :meth:`log_probs`, :meth:`predict`, :meth:`sample`).
+  (:attr:`parameters`, :meth:`log_probs`, :meth:`predict`, :meth:`sample`).
 
   >>> m = get_click_model("dcm")
   >>> sorted(m.init(num_docs=4, list_size=3)), m.bias_shapes(3)

@@ -37,7 +37,7 @@ def ccm(
         + r_i\,\bigl(\alpha_2 (1 - r_i) + \alpha_3 r_i\bigr), \qquad C_i = E_i A_i
 
   with the attraction as :math:`r_i`
-  (:func:`~ultr_jax.simulation.chain_examination`). Items are examined in
+  (:meth:`ChainModel.examination`). Items are examined in
   order of ``positions``; items beyond ``top_k`` or masked are skipped.
 
   Args:

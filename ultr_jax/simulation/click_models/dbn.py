@@ -37,7 +37,7 @@ def dbn(
       P(E_1 = 1) = 1, \qquad
       P(E_{i+1} = 1 \mid E_i = 1) = \gamma\,(1 - a_i \sigma_i), \qquad C_i = E_i A_i
 
-  (:func:`~ultr_jax.simulation.chain_examination` with :math:`c^0 = \gamma`,
+  (:meth:`ChainModel.examination` with :math:`c^0 = \gamma`,
   :math:`c^1 = \gamma (1 - \sigma_i)`). By default the satisfaction is the
   attraction (a relevant document both attracts and satisfies, as in the
   usual DBN simulations); with :math:`\gamma = 1, \sigma = 1` it is the
