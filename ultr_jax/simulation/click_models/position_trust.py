@@ -78,34 +78,26 @@ def position_trust(
   >>> print(np.asarray(out["click_prob"]).round(4))
   [0.884  0.0746]
   """
-  r = jnp.asarray(attraction, jnp.float32)
-  where = jnp.ones(r.shape, bool) if where is None else jnp.asarray(where, bool)
-  if positions is None:
-    positions = jnp.broadcast_to(jnp.arange(r.shape[-1], dtype=jnp.int32), r.shape)
-  shown = where if top_k is None else where & (positions < top_k)
-  exam = PBMTable.examination(positions, eta=eta, table=table)
-  trust_score = jax.nn.sigmoid(gamma * jnp.asarray(logging_score, jnp.float32))
-  trust = alpha * jnp.exp(-delta * positions.astype(jnp.float32)) * trust_score
-  click_prob = jnp.minimum(1.0, exam * r * (1.0 + trust))
-  zero = lambda v: jnp.where(shown, v, 0.0)
-  out = {
-    "examination": zero(exam),
-    "click_prob": zero(click_prob),
-    "trust": zero(trust),
-    "trust_score": zero(trust_score),
-    "click_propensity": zero(exam * (1.0 + trust)),
-  }
-  if expected:
-    clicks = out["click_prob"]
-    if num_sessions is not None:
-      clicks = jnp.broadcast_to(clicks, (num_sessions,) + clicks.shape)
-  else:
-    shape = r.shape if num_sessions is None else (num_sessions,) + r.shape
-    clicks = jnp.where(shown, jax.random.uniform(key, shape) < click_prob, False).astype(jnp.float32)
-  out["clicks"] = clicks
-  out["conditional_click_prob"] = jnp.broadcast_to(out["click_prob"], clicks.shape)  # independent clicks
+  session = PositionTrust().session(
+    attraction,
+    where=where,
+    positions=positions,
+    top_k=top_k,
+    logging_score=logging_score,
+    alpha=alpha,
+    delta=delta,
+    gamma=gamma,
+    eta=eta,
+    table=table,
+  )
+  if not expected:
+    return session.output(key, num_sessions, None)
+  exam, click_prob = session.marginals()
+  clicks = click_prob if num_sessions is None else jnp.broadcast_to(click_prob, (num_sessions,) + click_prob.shape)
+  out = {"examination": exam, "click_prob": click_prob, "clicks": clicks, **session.extras}
+  out["conditional_click_prob"] = jnp.broadcast_to(click_prob, clicks.shape)  # independent clicks
   if top_k is not None:
-    out["shown"] = shown
+    out["shown"] = session.shown
   return out
 
 
