@@ -117,6 +117,7 @@ nitpick_ignore_regex = [
   (r"py:\w+", r"(rax|jax|jnp|flax|nn|optax|orbax|np|numpy|scipy|ml_collections|absl|pyarrow)(\..*)?"),
   ("py:mod", r"ultr_jax\.(types|testing|\w+\.[\w.]+)"),
   ("py:class", r"ultr_jax\.[\w.]+\._\w+"),  # a private base class (shown under "Bases")
+  ("py:class", r"ultr_jax\.simulation\.click_models\.base\.ItemStatistics"),  # the item models' internal mixin
 ]
 
 autosummary_generate = True

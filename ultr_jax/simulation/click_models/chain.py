@@ -283,7 +283,7 @@ class ChainModel(ClickModel):
       clicks: ``[..., L]`` observed 0/1 clicks, in displayed order.
       attraction: ``[..., L]`` click probability given examination.
       continue_no_click, continue_click: :math:`c^0, c^1`, scalars or ``[..., L]`` (a model's
-        :meth:`continuations`).
+        :meth:`~ultr_jax.simulation.ClickModel.continuations`).
       where: ``bool[..., L]`` (masked items are skipped).
 
     Returns:

@@ -90,7 +90,7 @@ class Mixture(ClickModel):
 
   name = "mixture"
   config_keys = {"components": None, "weights": None}
-  #: For the docs: the bias tables are the components' (:meth:`bias_shapes`), the per-document ones shared.
+  #: For the docs: the bias tables are the components' (``bias_shapes``), the per-document ones shared.
   parameters = {
     "weights": Parameter(("M",), r"mixture weights :math:`w_m` (a softmax of the logits, not sigmoids)"),
     "c<m>.<name>": Parameter((), "component :math:`m`'s bias parameter ``<name>`` (its own table)"),
