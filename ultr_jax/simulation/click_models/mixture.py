@@ -90,7 +90,8 @@ class Mixture(ClickModel):
 
   name = "mixture"
   config_keys = {"components": None, "weights": None}
-  #: For the docs: the bias tables are the components' (``bias_shapes``), the per-document ones shared.
+  #: The weights and each component's bias tables (``bias_shapes`` reads them off the components; the
+  #: per-document parameters are shared).
   parameters = {
     "weights": Parameter(("M",), r"mixture weights :math:`w_m` (a softmax of the logits, not sigmoids)"),
     "c<m>.<name>": Parameter((), "component :math:`m`'s bias parameter ``<name>`` (its own table)"),
