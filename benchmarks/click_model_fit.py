@@ -4,7 +4,7 @@ A log of ``--sessions`` sessions over ``--queries`` x 10 documents (a noisy
 logging ranker, 10 positions). Times, warm (compile excluded), best of
 ``--repeats``:
 
-* the DBN session log-likelihood (:func:`ultr_jax.simulation.chain_log_likelihood`,
+* the DBN session log-likelihood (:meth:`ultr_jax.simulation.ChainModel.log_likelihood`,
   one ``lax.scan`` over ranks in log space) against a NumPy filter
   vectorised over sessions (a Python loop over the 10 ranks);
 * a PBM fit (:func:`ultr_jax.simulation.fit_click_model`, optax L-BFGS on
@@ -42,7 +42,7 @@ def best_of(fn, repeats):
 
 
 def numpy_chain_ll(clicks, a, c0, c1):
-  """The chain filter of ``chain_log_likelihood`` in NumPy: vectorised over sessions, a loop over ranks."""
+  """The chain filter of ``ChainModel.log_likelihood`` in NumPy: vectorised over sessions, a loop over ranks."""
   e = np.ones(clicks.shape[0])
   ll = np.zeros(clicks.shape[0])
   for i in range(clicks.shape[1]):
@@ -96,8 +96,8 @@ def main():
 
   # 1. The DBN likelihood of the log at the true parameters.
   a = attraction.reshape(-1)[ids]
-  c0, c1 = (np.asarray(x) for x in sim.chain_continuations("dbn", a, perseverance=0.9, satisfaction=0.5))
-  ll_fn = jax.jit(lambda c, a, c0, c1: sim.chain_log_likelihood(c, a, continue_no_click=c0, continue_click=c1))
+  c0, c1 = (np.asarray(x) for x in sim.get_click_model("dbn").continuations(a, perseverance=0.9, satisfaction=0.5))
+  ll_fn = jax.jit(lambda c, a, c0, c1: sim.ChainModel.log_likelihood(c, a, continue_no_click=c0, continue_click=c1))
   args_j = tuple(jnp.asarray(x) for x in (clicks, a, c0, c1))
   ll_fn(*args_j).block_until_ready()
   t_jax, ll_jax = best_of(lambda: ll_fn(*args_j), args.repeats)

@@ -2,7 +2,7 @@
 
 Sessions per second of ``ultr_jax.simulation`` (PBM with ULTRA's eye-tracking
 table, the cascade model, the DBN (perseverance 0.9, satisfaction = attraction)
-and the user browsing model with the distance table of ``ubm_gamma``) on ``--queries`` lists of ``--list-size``
+and the user browsing model with the distance table of ``UBM.gamma_table``) on ``--queries`` lists of ``--list-size``
 documents, ``--sessions`` sessions per list per call, against, in the same
 process:
 
@@ -53,7 +53,7 @@ def numpy_cascade(rng, labels, sessions):
 
 def numpy_ubm(rng, labels, sessions):
   rel = 0.1 + 0.9 * (2.0**labels - 1) / 15.0
-  gamma = sim.ubm_gamma(labels.shape[-1])
+  gamma = sim.UBM.gamma_table(labels.shape[-1])
   u = rng.random((sessions,) + labels.shape)
   last = np.zeros((sessions,) + labels.shape[:-1], np.int64)
   clicks = np.zeros(u.shape, bool)

@@ -15,6 +15,10 @@ import re
 import shutil
 import sys
 
+import docutils.nodes
+import docutils.statemachine
+from sphinx.util.docutils import SphinxDirective
+
 import sphinx.ext.autosummary as _autosummary
 
 _DOCS = os.path.dirname(os.path.abspath(__file__))
@@ -151,6 +155,7 @@ nitpick_ignore_regex = [
   (r"py:\w+", r"(rax|jax|jnp|flax|nn|optax|orbax|np|numpy|scipy|ml_collections|absl|pyarrow)(\..*)?"),
   ("py:mod", r"ultr_jax\.(types|testing|\w+\.[\w.]+)"),
   ("py:class", r"ultr_jax\.[\w.]+\._\w+"),  # a private base class (shown under "Bases")
+  ("py:class", r"ultr_jax\.simulation\.click_models\.base\.ItemStatistics"),  # the item models' internal mixin
 ]
 
 autosummary_generate = True
@@ -204,8 +209,35 @@ def _constant_docstrings(app, what, name, obj, options, lines):  # pylint: disab
     lines[:] = _attribute_doc(name.rsplit(".", 1)[0], name.rsplit(".", 1)[1])
 
 
+def _click_model_parameters(app, what, name, obj, options, lines):  # pylint: disable=unused-argument
+  """A registered click model's page ends with the table of its fitted parameters, generated from the model's
+  ``parameters`` declaration (``click_models.base.parameter_table``): the one place they are stated."""
+  del app, name, options
+  from ultr_jax.simulation.click_models import base  # pylint: disable=import-outside-toplevel
+
+  if what != "class" or not isinstance(obj, type) or not issubclass(obj, base.ClickModel) or not obj.name:
+    return
+  if obj.name not in base.click_models() or not obj.fittable:
+    return
+  lines += ["", ".. rubric:: Fitted parameters", ""] + base.parameter_table((obj.name,)) + [""]
+
+
+class _ClickModelParameters(SphinxDirective):
+  """``.. click-model-parameters::``: the fitted parameters of every registered fittable click model, as a
+  table generated from the models' own ``parameters`` declarations."""
+
+  def run(self):
+    from ultr_jax.simulation.click_models import base  # pylint: disable=import-outside-toplevel
+
+    container = docutils.nodes.container()
+    self.state.nested_parse(docutils.statemachine.StringList(base.parameter_table()), self.content_offset, container)
+    return container.children
+
+
 def setup(app):
   app.connect("autodoc-process-docstring", _constant_docstrings)
+  app.connect("autodoc-process-docstring", _click_model_parameters)
+  app.add_directive("click-model-parameters", _ClickModelParameters)
 
 
 # Math is rendered by KaTeX, which sphinxcontrib-katex bundles: at build time where node is on the PATH (the

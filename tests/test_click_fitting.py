@@ -151,7 +151,7 @@ def test_recovers_the_parameters_of_simulated_logs(model):
     return
   if model == "ubm":  # likewise; compare the no-click row and the state just below a click
     g = p["gamma"]
-    truth = sim.ubm_gamma(5)
+    truth = sim.UBM.gamma_table(5)
     assert np.abs(a * g[0, 0] - attraction * truth[0, 0]).mean() < 0.05 * truth[0, 0]
     np.testing.assert_allclose(g[:, 0] / g[0, 0], truth[:, 0] / truth[0, 0], atol=0.05)
     below = np.arange(1, 5)

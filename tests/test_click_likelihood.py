@@ -1,4 +1,4 @@
-"""Tests of ultr_jax.simulation.likelihood: the click models' conditional click probabilities and
+"""Tests of the click models' likelihoods (the chains' ChainModel, the UBM): conditional click probabilities and
 session log-likelihoods against enumerations of every latent variable (NumPy), the samplers'
 marginals, and the usual invariants (mask equals truncation, vmap equals loop, gradients)."""
 
@@ -30,7 +30,7 @@ def _params(model, length):
 
 
 def _continuations(model, a):
-  c0, c1 = sim.chain_continuations(model, jnp.asarray(a, jnp.float32), **_params(model, len(a)))
+  c0, c1 = sim.get_click_model(model).continuations(jnp.asarray(a, jnp.float32), **_params(model, len(a)))
   return np.asarray(c0, np.float64), np.asarray(c1, np.float64)
 
 
@@ -84,7 +84,7 @@ def test_chain_likelihood_equals_the_latent_enumeration(model):
   c0, c1 = _continuations(model, A4)
   joint = _chain_joint_by_latents(A4, c0, c1)
   vectors = _all_click_vectors(4)
-  ll = sim.chain_log_likelihood(
+  ll = sim.ChainModel.log_likelihood(
     jnp.asarray(vectors),
     jnp.asarray(A4, jnp.float32),
     continue_no_click=jnp.asarray(c0, jnp.float32),
@@ -103,7 +103,7 @@ def test_chain_conditionals_are_ratios_of_the_joint_and_sum_to_the_samplers_marg
   joint = _chain_joint_by_latents(A4, c0, c1)
   vectors = _all_click_vectors(4)
   q = np.asarray(
-    sim.chain_conditional_click_prob(
+    sim.ChainModel.conditional_click_prob(
       jnp.asarray(vectors),
       jnp.asarray(A4, jnp.float32),
       continue_no_click=jnp.asarray(c0, jnp.float32),
@@ -121,7 +121,7 @@ def test_chain_conditionals_are_ratios_of_the_joint_and_sum_to_the_samplers_marg
       assert abs(q_row[i] - p_click / p_prefix) < 2e-6, (row, i)
   # Marginal click rates: sum over histories of P(history) q equals the model's marginal.
   marginal = sum(p * np.asarray(c, float) for c, p in joint.items())
-  exam = sim.chain_examination(
+  exam = sim.ChainModel.examination(
     jnp.asarray(A4, jnp.float32),
     continue_no_click=jnp.asarray(c0, jnp.float32),
     continue_click=jnp.asarray(c1, jnp.float32),
@@ -142,14 +142,14 @@ def test_chain_continuations_match_the_click_models():
     "ccm": sim.ccm(key, a, alpha=(0.9, 0.7, 0.2)),
   }
   for model, out in outs.items():
-    c0, c1 = sim.chain_continuations(model, a, **CHAIN_PARAMS[model])
-    exam = sim.chain_examination(a, continue_no_click=c0, continue_click=c1)
+    c0, c1 = sim.get_click_model(model).continuations(a, **CHAIN_PARAMS[model])
+    exam = sim.ChainModel.examination(a, continue_no_click=c0, continue_click=c1)
     np.testing.assert_allclose(exam, out["examination"], rtol=1e-6, err_msg=model)
-  np.testing.assert_allclose(sim.chain_continuations("dbn", a)[1], 0.9 * (1 - a), rtol=1e-6)  # sigma = a
+  np.testing.assert_allclose(sim.get_click_model("dbn").continuations(a)[1], 0.9 * (1 - a), rtol=1e-6)  # sigma = a
   with pytest.raises(ValueError, match="unknown click-chain model"):
-    sim.chain_continuations("pbm", a)
+    sim.get_click_model("pbm").continuations(a)
   with pytest.raises(ValueError, match="3 entries"):
-    sim.chain_continuations("ccm", a, alpha=(0.9, 0.5))
+    sim.get_click_model("ccm").continuations(a, alpha=(0.9, 0.5))
 
 
 def test_ubm_likelihood_equals_the_latent_enumeration_and_the_marginals():
@@ -159,13 +159,13 @@ def test_ubm_likelihood_equals_the_latent_enumeration_and_the_marginals():
   joint = _ubm_joint_by_latents(a, gamma)
   vectors = _all_click_vectors(4)
   args = (jnp.asarray(vectors), jnp.asarray(a, jnp.float32), jnp.asarray(gamma, jnp.float32))
-  ll = np.asarray(sim.ubm_log_likelihood(*args), np.float64)
+  ll = np.asarray(sim.UBM.log_likelihood(*args), np.float64)
   want = np.array([joint[tuple(int(v) for v in row)] for row in vectors])
   np.testing.assert_allclose(np.exp(ll), want, rtol=2e-6)
-  q = np.asarray(sim.ubm_conditional_click_prob(*args), np.float64)
+  q = np.asarray(sim.UBM.conditional_click_prob(*args), np.float64)
   marginal = (np.exp(ll)[:, None] * vectors).sum(0)
   np.testing.assert_allclose(
-    marginal, sim.ubm_examination(jnp.asarray(a, jnp.float32), jnp.asarray(gamma, jnp.float32)) * a, rtol=2e-6
+    marginal, sim.UBM.examination(jnp.asarray(a, jnp.float32), jnp.asarray(gamma, jnp.float32)) * a, rtol=2e-6
   )
   # q_i = P(c_i = 1 | prefix): a click at rank 1 moves rank 2 to gamma[1, 1].
   np.testing.assert_allclose(q[vectors[:, 0] == 1, 1], gamma[1, 1] * a[1], rtol=1e-6)
@@ -179,11 +179,11 @@ def _likelihoods():
   for model in sorted(CHAIN_PARAMS):
 
     def chain(clicks, a, where=None, model=model):
-      c0, c1 = sim.chain_continuations(model, a, **_params(model, a.shape[-1]))
-      return sim.chain_log_likelihood(clicks, a, continue_no_click=c0, continue_click=c1, where=where)
+      c0, c1 = sim.get_click_model(model).continuations(a, **_params(model, a.shape[-1]))
+      return sim.ChainModel.log_likelihood(clicks, a, continue_no_click=c0, continue_click=c1, where=where)
 
     fns[model] = chain
-  fns["ubm"] = lambda clicks, a, where=None: sim.ubm_log_likelihood(clicks, a, gamma[: a.shape[-1]], where=where)
+  fns["ubm"] = lambda clicks, a, where=None: sim.UBM.log_likelihood(clicks, a, gamma[: a.shape[-1]], where=where)
   return fns
 
 
@@ -253,7 +253,7 @@ def test_gradients_are_finite_checked_and_zero_when_all_masked(model):
 def test_chain_log_likelihood_stays_finite_in_log_space_for_long_lists():
   """200 unclicked items of attraction 0.99: P = 0.01^200 underflows float32, the log does not."""
   a = jnp.full(200, 0.99)
-  ll = sim.chain_log_likelihood(jnp.zeros(200), a, continue_no_click=1.0, continue_click=0.5)
+  ll = sim.ChainModel.log_likelihood(jnp.zeros(200), a, continue_no_click=1.0, continue_click=0.5)
   # No click at all under c0 = 1: every item is examined and unattractive.
   np.testing.assert_allclose(ll, 200 * np.log(0.01), rtol=1e-5)
 
@@ -264,22 +264,24 @@ def test_logit_log_probs_equal_the_probability_functions_for_every_model():
   s = rng.normal(size=4).astype(np.float32)
   u = rng.normal(size=4).astype(np.float32)
   sig = lambda x: jax.nn.sigmoid(jnp.asarray(x, jnp.float32))
-  for model in sim.likelihood.LOGIT_MODELS:
-    bias = {k: rng.normal(size=shape).astype(np.float32) for k, shape in sim.logit_bias_shapes(model, 4).items()}
-    log_q, log_1mq = sim.logit_log_probs(model, clicks, s, bias, satisfaction_logits=u)
+  for model in sim.click_models("fittable"):
+    bias = {
+      k: rng.normal(size=shape).astype(np.float32) for k, shape in sim.get_click_model(model).bias_shapes(4).items()
+    }
+    log_q, log_1mq = sim.get_click_model(model).log_probs_from_logits(clicks, s, bias, item_logits={"satisfaction": u})
     got = sim.bernoulli_log_likelihood(clicks, log_q, log_1mq)
     a = sig(s)
     if model in ("pbm", "trust"):
       q = sig(bias["examination"]) * (a + (sig(bias["trust"]) * (1 - a) if model == "trust" else 0.0))
       want = sim.bernoulli_log_likelihood(clicks, jnp.log(q), jnp.log1p(-q))
     elif model == "ubm":
-      want = sim.ubm_log_likelihood(clicks, a, sig(bias["gamma"]))
+      want = sim.UBM.log_likelihood(clicks, a, sig(bias["gamma"]))
     elif model == "mixture":  # the default components, PBM and DCM, weighted by softmax(weights)
       log_w = jax.nn.log_softmax(jnp.asarray(bias["weights"]))
       q = sig(bias["c0.examination"]) * a
       ll_pbm = sim.bernoulli_log_likelihood(clicks, jnp.log(q), jnp.log1p(-q))
-      c0, c1 = sim.chain_continuations("dcm", a, continuation=sig(bias["c1.continuation"]))
-      ll_dcm = sim.chain_log_likelihood(clicks, a, continue_no_click=c0, continue_click=c1)
+      c0, c1 = sim.get_click_model("dcm").continuations(a, continuation=sig(bias["c1.continuation"]))
+      ll_dcm = sim.ChainModel.log_likelihood(clicks, a, continue_no_click=c0, continue_click=c1)
       want = jnp.logaddexp(log_w[0] + ll_pbm, log_w[1] + ll_dcm)
     else:
       params = {
@@ -289,8 +291,8 @@ def test_logit_log_probs_equal_the_probability_functions_for_every_model():
         "dbn": {"perseverance": sig(bias.get("perseverance", 0.0)), "satisfaction": sig(u)},
         "ccm": {"alpha": sig(bias.get("alpha", np.zeros(3)))},
       }[model]
-      c0, c1 = sim.chain_continuations(model, a, **params)
-      want = sim.chain_log_likelihood(clicks, a, continue_no_click=c0, continue_click=c1)
+      c0, c1 = sim.get_click_model(model).continuations(a, **params)
+      want = sim.ChainModel.log_likelihood(clicks, a, continue_no_click=c0, continue_click=c1)
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6, err_msg=model)
   with pytest.raises(ValueError, match="satisfaction_logits"):
-    sim.logit_log_probs("dbn", clicks, s, {"perseverance": 0.0})
+    sim.get_click_model("dbn").log_probs_from_logits(clicks, s, {"perseverance": 0.0})

@@ -54,18 +54,18 @@ def _reference(model, scores, sat, clicks, where, bias):
     q = b["examination"][None, :] * (a + (b["trust"][None, :] * (1 - a) if model == "trust" else 0.0))
     return sim.bernoulli_log_likelihood(clicks, jnp.log(q), jnp.log1p(-q), where=where)
   if model == "ubm":
-    return sim.ubm_log_likelihood(clicks, a, jnp.asarray(b["gamma"], jnp.float32), where=where)
+    return sim.UBM.log_likelihood(clicks, a, jnp.asarray(b["gamma"], jnp.float32), where=where)
   if model == "dcm":
-    c0, c1 = sim.chain_continuations("dcm", a, continuation=jnp.asarray(b["continuation"], jnp.float32))
+    c0, c1 = sim.get_click_model("dcm").continuations(a, continuation=jnp.asarray(b["continuation"], jnp.float32))
   elif model == "dbn":
-    c0, c1 = sim.chain_continuations(
-      "dbn", a, perseverance=float(b["perseverance"]), satisfaction=jnp.asarray(sig(sat), jnp.float32)
+    c0, c1 = sim.get_click_model("dbn").continuations(
+      a, perseverance=float(b["perseverance"]), satisfaction=jnp.asarray(sig(sat), jnp.float32)
     )
   elif model == "sdbn":
-    c0, c1 = sim.chain_continuations("sdbn", a, satisfaction=jnp.asarray(sig(sat), jnp.float32))
+    c0, c1 = sim.get_click_model("sdbn").continuations(a, satisfaction=jnp.asarray(sig(sat), jnp.float32))
   else:
-    c0, c1 = sim.chain_continuations("ccm", a, alpha=jnp.asarray(b["alpha"], jnp.float32))
-  return sim.chain_log_likelihood(clicks, a, continue_no_click=c0, continue_click=c1, where=where)
+    c0, c1 = sim.get_click_model("ccm").continuations(a, alpha=jnp.asarray(b["alpha"], jnp.float32))
+  return sim.ChainModel.log_likelihood(clicks, a, continue_no_click=c0, continue_click=c1, where=where)
 
 
 @pytest.mark.parametrize("model", MODELS)

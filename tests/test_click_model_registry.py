@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 from ultr_jax import losses, simulation as sim
-from ultr_jax.simulation import likelihood as lik
 
 FITTABLE = sim.click_models("fittable")
 LOSSES = sim.click_models("loss")
@@ -161,7 +160,6 @@ def test_the_likelihood_loss_is_the_fitted_models_likelihood(name):
 def test_the_name_lists_are_views_of_the_registry():
   assert sim.FITTABLE_CLICK_MODELS == sim.click_models("fittable")
   assert losses.CLICK_MODEL_LOSSES == sim.click_models("loss")
-  assert lik.LOGIT_MODELS == sim.click_models("fittable") and lik.CHAIN_MODELS == sim.click_models("chain")
   assert {"sdbn", "mixture"} <= set(sim.FITTABLE_CLICK_MODELS) and "cascade" not in losses.CLICK_MODEL_LOSSES
   for name in sim.click_models():
     m = sim.get_click_model(name)

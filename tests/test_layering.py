@@ -152,3 +152,74 @@ def test_the_layer_check_reports_an_upward_import(tmp_path):
     "ultr_jax/data/loader.py:1: data imports ultr_jax.train",
     "ultr_jax/data/loader.py:1: data imports ultr_jax.train.fit",
   ]
+
+
+def _package_modules(package: pathlib.Path = PACKAGE) -> dict[str, pathlib.Path]:
+  """Every module of the package by dotted name (a package by its ``__init__.py``)."""
+  root = package.parent
+  out = {}
+  for path in sorted(package.rglob("*.py")):
+    parts = path.relative_to(root).with_suffix("").parts
+    out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+  return out
+
+
+def _import_edges(name: str, path: pathlib.Path, modules: dict[str, pathlib.Path]) -> set[str]:
+  """The package's modules that ``name`` imports, at module level or inside functions (``ast``): ``import a.b``
+  and ``from a import b`` name ``a.b`` when that is a module, else ``a`` (an object ``a`` re-exports)."""
+  package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+  targets = set()
+  for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    if isinstance(node, ast.Import):
+      targets.update(alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom):
+      base = node.module or ""
+      if node.level:
+        base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+      for alias in node.names:
+        targets.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base)
+  return {t for t in targets if t in modules and t != name}
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str]:
+  """One import cycle of ``graph`` as ``[a, b, ..., a]`` (depth-first search), or ``[]`` if there is none."""
+  state, stack = {}, []  # state: 1 on the current path, 2 done
+
+  def visit(node):
+    state[node] = 1
+    stack.append(node)
+    for nxt in sorted(graph[node]):
+      if state.get(nxt) == 1:
+        return stack[stack.index(nxt) :] + [nxt]
+      if nxt not in state:
+        found = visit(nxt)
+        if found:
+          return found
+    state[node] = 2
+    stack.pop()
+    return []
+
+  for node in sorted(graph):
+    if node not in state:
+      found = visit(node)
+      if found:
+        return found
+  return []
+
+
+def test_the_package_import_graph_has_no_cycle(tmp_path):
+  """No module of ``ultr_jax`` imports, directly or through others (lazy imports inside functions included), a
+  module that imports it back: a cycle hides a layering error (and breaks with a partly initialised module)."""
+  toy = tmp_path / "pkg"
+  (toy / "sub").mkdir(parents=True)
+  (toy / "__init__.py").write_text("from pkg.sub import b\n")
+  (toy / "sub" / "__init__.py").write_text("")
+  (toy / "sub" / "b.py").write_text("def f():\n  from pkg import x  # a lazy import of the package re-exporting b\n")
+  toy_modules = _package_modules(toy)
+  toy_graph = {name: _import_edges(name, path, toy_modules) for name, path in toy_modules.items()}
+  assert _find_cycle(toy_graph) == ["pkg", "pkg.sub.b", "pkg"]  # the check sees what it must reject
+  modules = _package_modules()
+  graph = {name: _import_edges(name, path, modules) for name, path in modules.items()}
+  assert len(graph) > 100 and "ultr_jax.simulation.click_models.base" in graph["ultr_jax.simulation.click_models.ubm"]
+  cycle = _find_cycle(graph)
+  assert not cycle, "import cycle: " + " -> ".join(cycle)

@@ -557,7 +557,7 @@ def test_affine_is_unbiased_under_trust_bias_and_ips_is_not(fn, ips_fn, ref):
     s = np.array([0.3, -1.0, 2.0, 0.0])
     gamma = np.array([0.9, 0.2, 0.6, 0.5])
     theta = np.array([1.0, 0.5, 1 / 3, 0.25])
-    eps_plus = np.array([0.98, 0.97, 0.96, 0.95])  # ULTRA's trust table (trust_bias_epsilons)
+    eps_plus = np.array([0.98, 0.97, 0.96, 0.95])  # ULTRA's trust table (Trust.epsilons)
     eps_minus = 0.65 / np.arange(1, 5)
     ctr = theta * (eps_plus * gamma + eps_minus * (1 - gamma))
     kw = dict(propensities=jnp.array(theta), eps_plus=jnp.array(eps_plus), eps_minus=jnp.array(eps_minus))

@@ -217,14 +217,14 @@ def test_relevance_tables():
 
 def test_eta_zero_is_all_ones():
   pos = jnp.arange(15)
-  np.testing.assert_array_equal(sim.pbm_examination(pos, eta=0.0), np.ones(15))
-  np.testing.assert_array_equal(sim.pbm_table_examination(pos, eta=0.0), np.ones(15))
+  np.testing.assert_array_equal(sim.PBM.examination(pos, eta=0.0), np.ones(15))
+  np.testing.assert_array_equal(sim.PBMTable.examination(pos, eta=0.0), np.ones(15))
   out = sim.pbm(jax.random.key(0), jnp.full(15, 0.3), eta=0.0)
   np.testing.assert_array_equal(out["examination"], np.ones(15))
 
 
 def test_table_beyond_ten_reuses_last():
-  np.testing.assert_allclose(sim.pbm_table_examination(jnp.array([9, 10, 30])), [0.06] * 3, rtol=1e-6)
+  np.testing.assert_allclose(sim.PBMTable.examination(jnp.array([9, 10, 30])), [0.06] * 3, rtol=1e-6)
 
 
 def test_zero_coupling_reduces_to_table_pbm():

@@ -60,6 +60,7 @@ from ultr_jax.data.click_log import (
   SessionPage,
   decode_ids,
   raise_absurd_position,
+  register_session_reader,
   session_file,
   session_lines,
 )
@@ -724,3 +725,6 @@ def baidu_pages(path, *, query_key: str = "query", max_sessions: Optional[int] =
     if position >= limit:
       raise_absurd_position(path, line_no, position, num_rows, "pos")
   yield page
+
+
+register_session_reader("baidu", read_baidu_sessions)

@@ -25,7 +25,7 @@ import io
 import os
 import pathlib
 import warnings
-from typing import NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
@@ -141,6 +141,16 @@ def _check_contiguous_sessions(path, sid: np.ndarray, sessions: np.ndarray) -> N
 
 
 CLICK_LOG_FORMATS = ("tsv", "baidu", "yandex", "yandex_personalized")
+# The readers of the formats with a module of their own (format -> ``read(path) -> ClickLog``): baidu.py and
+# yandex.py register theirs when imported (``ultr_jax.data`` imports both), so this module imports neither.
+_SESSION_READERS: dict[str, Callable] = {}
+
+
+def register_session_reader(format: str, reader: Callable) -> None:  # pylint: disable=redefined-builtin
+  """Makes ``read_click_log(path, format=format)`` return ``reader(path)`` (one of :data:`CLICK_LOG_FORMATS`)."""
+  if format not in CLICK_LOG_FORMATS:
+    raise ValueError(f"format must be one of {CLICK_LOG_FORMATS}, got {format!r}")
+  _SESSION_READERS[format] = reader
 
 
 def session_file(path, max_sessions: Optional[int]) -> pathlib.Path:
@@ -266,14 +276,8 @@ def read_click_log(path, *, delimiter: Optional[str] = None, position_base: int 
   """
   if format not in CLICK_LOG_FORMATS:
     raise ValueError(f"format must be one of {CLICK_LOG_FORMATS}, got {format!r}")
-  if format == "baidu":
-    from ultr_jax.data.baidu import read_baidu_sessions  # noqa: PLC0415  (baidu imports this module)
-
-    return read_baidu_sessions(path)
-  if format.startswith("yandex"):
-    from ultr_jax.data.yandex import read_yandex_sessions  # noqa: PLC0415  (yandex imports this module)
-
-    return read_yandex_sessions(path, layout="personalized" if format == "yandex_personalized" else "relpred")
+  if format in _SESSION_READERS:
+    return _SESSION_READERS[format](path)
   path = os.fspath(path)
   text = _text(path)
   header = text.readline().rstrip("\r\n")

@@ -24,13 +24,22 @@ number and the first line.
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from typing import Iterator, Optional, Union
 
 import numpy as np
 
-from ultr_jax.data.click_log import READ_ERRORS, ClickLog, SessionPage, decode_ids, session_file, session_lines
+from ultr_jax.data.click_log import (
+  READ_ERRORS,
+  ClickLog,
+  SessionPage,
+  decode_ids,
+  register_session_reader,
+  session_file,
+  session_lines,
+)
 
 __all__ = ["YANDEX_LAYOUTS", "read_yandex_sessions"]
 
@@ -208,3 +217,7 @@ def yandex_pages(path, *, layout: str = "relpred", max_sessions: Optional[int] =
       f"on line {first_unmatched})",
       stacklevel=3,
     )
+
+
+register_session_reader("yandex", functools.partial(read_yandex_sessions, layout="relpred"))
+register_session_reader("yandex_personalized", functools.partial(read_yandex_sessions, layout="personalized"))

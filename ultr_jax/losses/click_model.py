@@ -2,40 +2,23 @@ r"""Click-model likelihood losses: a relevance tower as the attraction of a sess
 
 The learner's logits :math:`s_i` are the attraction :math:`a_i = \sigma(s_i)`
 of a click model whose bias parameters are learned beside them (a tower of
-its own, as in the two-tower / PBM learners, but any click model of
-:mod:`ultr_jax.simulation.likelihood`): the loss is the negative session
-log-likelihood of the logged clicks,
+its own, as in the two-tower / PBM learners, but any click model of the registry with the ``loss``
+capability, :data:`CLICK_MODEL_LOSSES`): the loss is the negative session log-likelihood of the logged clicks,
 
 .. math::
     \mathcal{L} = -\frac{1}{|Q|}\sum_{q} \sum_i \log P(c_{q,i} \mid c_{q,<i};\ \sigma(s_q), \theta)
 
 (CLAX, Hager et al. 2025, trains click models with neural towers the same
 way; the PBM case is the two-tower product model). ``bias`` holds the bias
-logits, :func:`click_model_bias_shapes` gives their shapes:
-
-=====  ======================================  =============================================
-model  ``bias`` logits                         click model
-=====  ======================================  =============================================
-pbm    ``examination[P]``                      :math:`q_i = \sigma(o_{p_i})\,a_i`
-ubm    ``gamma[P, P + 1]``                     :math:`q_i = \sigma(\gamma_{p_i, l_i})\,a_i`
-dcm    ``continuation[P]``                     chain, :math:`c^0 = 1,\ c^1 = \sigma(\lambda_{p_i})`
-dbn    ``perseverance[]`` (+ satisfaction      chain, :math:`c^0 = \sigma(g),\ c^1 = \sigma(g)\,\sigma(-u_i)`
-       logits :math:`u` per item)
-ccm    ``alpha[3]``                            chain, :math:`c^0 = \sigma(\alpha_1),\ c^1 = \sigma(\alpha_2)(1 - a_i) + \sigma(\alpha_3) a_i`
-trust  ``examination[P]``, ``trust[P]``        :math:`q_i = \sigma(o_{p_i})\,[a_i + \sigma(t_{p_i})(1 - a_i)]`
-sdbn   none (satisfaction logits :math:`u`     chain, :math:`c^0 = 1,\ c^1 = \sigma(-u_i)`
-       per item)
-=====  ======================================  =============================================
-
-and any other model of the registry with the ``loss`` capability
-(:data:`CLICK_MODEL_LOSSES`, e.g. ``mixture``: the components' bias logits under ``c<m>.<name>`` and the
-mixture weights' logits ``weights[M]``). A model's per-item parameters besides the attraction
+logits, :func:`click_model_bias_shapes` gives their shapes: each model states its parameters once
+(:attr:`~ultr_jax.simulation.ClickModel.parameters`; the table on the :mod:`ultr_jax.simulation` API page is
+generated from them). A model's per-item parameters besides the attraction
 (:attr:`~ultr_jax.simulation.ClickModel.item_params`: the DBN's and SDBN's satisfaction) are further outputs
 of the learner, ``item_scores`` (or ``satisfaction_scores``).
 
 Items are taken in display order (sorted by ``positions``; masked items
 last and skipped); every term is computed from ``log_sigmoid`` of the logits
-(:func:`ultr_jax.simulation.logit_log_probs`).
+(:meth:`~ultr_jax.simulation.ClickModel.log_probs_from_logits`).
 """
 
 from typing import Callable, Optional
@@ -43,8 +26,7 @@ from typing import Callable, Optional
 import jax.numpy as jnp
 
 from ultr_jax.losses import _utils
-from ultr_jax.simulation import likelihood as lik
-from ultr_jax.simulation.click_models import ClickModel, click_models, get_click_model
+from ultr_jax.simulation.click_models import ClickModel, bernoulli_log_likelihood, click_models, get_click_model
 from ultr_jax.simulation.click_models.base import display_order, full_mask
 from ultr_jax.types import Array
 from ultr_jax.losses.registry import register_loss
@@ -122,7 +104,7 @@ def click_model_log_likelihood_from_logits(
   log_q, log_1mq, c, where, _, _ = _display_log_probs(
     scores, clicks, model, bias, where, positions, _items(satisfaction_scores, item_scores)
   )
-  return lik.bernoulli_log_likelihood(c, log_q, log_1mq, where=where)
+  return bernoulli_log_likelihood(c, log_q, log_1mq, where=where)
 
 
 def _items(satisfaction_scores, item_scores):
@@ -149,8 +131,8 @@ def _display_log_probs(scores, clicks, model, bias, where, positions, items):
   order, inverse = display_order(positions, where)
   item_logits = {k: _take(jnp.asarray(items[k], jnp.float32), order) for k in m.item_params}
   c, where = _take(c, order), _take(where, order)
-  log_q, log_1mq = lik.logit_log_probs(
-    m, c, _take(s, order), bias, ranks=_take(positions, order), where=where, item_logits=item_logits
+  log_q, log_1mq = m.log_probs_from_logits(
+    c, _take(s, order), bias, ranks=_take(positions, order), where=where, item_logits=item_logits
   )
   return log_q, log_1mq, c, where, order, inverse
 
@@ -231,5 +213,5 @@ def click_model_loss(
     w = _take(jnp.broadcast_to(jnp.asarray(weights, jnp.float32), c.shape), order)
     weigh = lambda x: jnp.where(w == 0, 0.0, w * x)  # a zero weight drops the term, even an impossible one
     log_q, log_1mq = weigh(log_q), weigh(log_1mq)
-  ll = lik.bernoulli_log_likelihood(c, log_q, log_1mq, where=display_where)
+  ll = bernoulli_log_likelihood(c, log_q, log_1mq, where=display_where)
   return _utils.reduce_lists(-ll, display_where, reduce_fn)

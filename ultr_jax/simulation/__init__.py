@@ -1,15 +1,13 @@
 """ultr_jax.simulation: click models, examination probabilities, logging policy.
 
 * :mod:`~ultr_jax.simulation.probabilities`: relevance -> click probability
-  (ERR-style and binary) and examination models (PBM, eye-tracking table,
-  trust bias, context-dependent PBM, LBD's individual-level observation,
-  cascade/DCM, DBN/CCM click-chain and UBM marginals);
+  (ERR-style and binary) and the shared position tables;
 * :mod:`~ultr_jax.simulation.click_models`: the click-model interface
   (:class:`ClickModel`) and registry (:func:`get_click_model`,
-  :func:`click_models`), one module per model with its jittable sampler over
-  ``[..., list_size]``, and the config-driven :func:`make_click_fn`;
-* :mod:`~ultr_jax.simulation.likelihood`: the same models as likelihoods of
-  observed sessions (conditional click probabilities, session log-likelihood);
+  :func:`click_models`), one module per model with all of its math (its jittable sampler over
+  ``[..., list_size]``, exact marginals, conditional click probabilities, session log-likelihood,
+  sufficient statistics, fitted parameters; the click chains share :class:`ChainModel`), and the
+  config-driven :func:`make_click_fn`;
 * :mod:`~ultr_jax.simulation.fitting`: click models fitted to session logs
   (L-BFGS on that likelihood) and scored by held-out perplexity;
 * :mod:`~ultr_jax.simulation.streaming`: the same over a stream of session batches (one pass to the
@@ -17,12 +15,34 @@
 * :mod:`~ultr_jax.simulation.interleaving`: Plackett-Luce ranking samples
   and team-draft or probabilistic multileaving for online learning to rank;
 * :mod:`~ultr_jax.simulation.logging_policy`: the ULTRA protocol's production
-  ranker (trained on 1% of labelled queries) and the host-side reordering.
+  ranker (trained on 1% of labelled queries) and the host-side reordering;
+* :mod:`~ultr_jax.simulation.sif_toy`: the SIF study's synthetic toy data.
+
+The fitted parameters of every registered click model (each model's :attr:`ClickModel.parameters`):
+
+.. click-model-parameters::
 """
 
 from ultr_jax.simulation.click_models import (
+  CCM,
+  DBN,
+  DCM,
+  IDENTIFIABILITY_CONTEXT_W,
+  PBM,
+  SDBN,
+  UBM,
+  Cascade,
+  ChainModel,
   ClickModel,
   ClickSimulator,
+  ContextPBM,
+  Individual,
+  Mixture,
+  Parameter,
+  PBMTable,
+  PositionTrust,
+  Trust,
+  bernoulli_log_likelihood,
   cascade,
   ccm,
   click_models,
@@ -33,15 +53,13 @@ from ultr_jax.simulation.click_models import (
   get_click_model,
   individual,
   make_click_fn,
+  make_position_trust_click_fn,
   mixture,
-  mixture_log_probs,
   pbm,
   pbm_table,
+  position_trust,
   register,
-  sample_chain_clicks,
   sample_clicks,
-  sample_dcm_clicks,
-  sample_ubm_clicks,
   sdbn,
   trust,
   ubm,
@@ -73,20 +91,6 @@ from ultr_jax.simulation.streaming import (
   merge_click_statistics,
   select_click_model_prior,
 )
-from ultr_jax.simulation.likelihood import (
-  bernoulli_log_likelihood,
-  chain_conditional_click_prob,
-  chain_continuations,
-  chain_log_likelihood,
-  chain_log_probs,
-  log_bias_from_logits,
-  log_probs_from_logs,
-  logit_bias_shapes,
-  logit_log_probs,
-  ubm_conditional_click_prob,
-  ubm_log_likelihood,
-  ubm_log_probs,
-)
 from ultr_jax.simulation.interleaving import (
   multileave_credit,
   multileave_preferences,
@@ -103,12 +107,7 @@ from ultr_jax.simulation.logging_policy import (
   stochastic_logging_click_fn,
   train_logging_policy,
 )
-from ultr_jax.simulation.position_trust import (
-  make_any_click_fn,
-  make_position_trust_click_fn,
-  position_trust,
-  sif_toy_dataset,
-)
+from ultr_jax.simulation.sif_toy import sif_toy_dataset
 from ultr_jax.simulation.topk import (
   simulate_topk_log,
   topk_click_probability,
@@ -116,30 +115,33 @@ from ultr_jax.simulation.topk import (
   topk_selection_data,
 )
 from ultr_jax.simulation.probabilities import (
-  IDENTIFIABILITY_CONTEXT_W,
   ULTRA_EXAM_TABLE,
   binary_relevance_probability,
-  chain_examination,
-  context_pbm_examination,
-  dcm_examination,
-  individual_examination,
-  make_context_vectors,
-  pbm_examination,
-  pbm_table_examination,
   relevance_probability,
-  trust_bias_epsilons,
-  ubm_examination,
-  ubm_gamma,
 )
 
 __all__ = [
+  "CCM",
+  "DBN",
+  "DCM",
+  "PBM",
+  "SDBN",
+  "UBM",
+  "Cascade",
+  "ChainModel",
+  "ContextPBM",
+  "Individual",
+  "Mixture",
+  "Parameter",
+  "PBMTable",
+  "PositionTrust",
+  "Trust",
   "ClickModel",
   "ClickSimulator",
   "click_simulator",
   "get_click_model",
   "register",
   "mixture",
-  "mixture_log_probs",
   "sdbn",
   "CTR_MODELS",
   "FITTABLE_CLICK_MODELS",
@@ -179,51 +181,26 @@ __all__ = [
   "probabilistic_multileave_assignment",
   "team_draft_multileave",
   "bernoulli_log_likelihood",
-  "chain_conditional_click_prob",
-  "chain_continuations",
-  "chain_log_likelihood",
-  "chain_log_probs",
-  "log_bias_from_logits",
-  "log_probs_from_logs",
-  "logit_bias_shapes",
-  "logit_log_probs",
-  "ubm_conditional_click_prob",
-  "ubm_log_likelihood",
-  "ubm_log_probs",
   "binary_relevance_probability",
   "cascade",
   "ccm",
-  "chain_examination",
   "click_models",
   "context_pbm",
-  "context_pbm_examination",
   "dbn",
   "dcm",
-  "dcm_examination",
   "individual",
-  "individual_examination",
   "logging_policy_scores",
   "make_position_trust_click_fn",
-  "make_any_click_fn",
   "make_click_fn",
-  "make_context_vectors",
   "pbm",
-  "pbm_examination",
   "pbm_table",
-  "pbm_table_examination",
   "policy_examination",
   "position_trust",
   "relevance_probability",
-  "sample_chain_clicks",
   "sample_clicks",
-  "sample_dcm_clicks",
-  "sample_ubm_clicks",
   "sif_toy_dataset",
   "stochastic_logging_click_fn",
   "train_logging_policy",
   "trust",
-  "trust_bias_epsilons",
   "ubm",
-  "ubm_examination",
-  "ubm_gamma",
 ]

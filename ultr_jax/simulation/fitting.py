@@ -4,30 +4,14 @@ A session log is three ``[S, L]`` arrays in displayed order: ``doc_ids`` (a
 dense id per query-document pair, as :func:`~ultr_jax.data.click_log_sessions`
 makes them), ``clicks`` and a bool ``where``. Every model has a per-document
 attraction :math:`a_d` plus its own bias parameters, each the sigmoid of a
-free logit:
-
-=========  ===============================================================
-model      parameters (besides ``attraction[D]``)
-=========  ===============================================================
-pbm        ``examination[L]`` per rank
-ubm        ``gamma[L, L + 1]`` per rank and last-click state (:func:`~ultr_jax.simulation.ubm_gamma`'s layout)
-cascade    none
-dcm        ``continuation[L]`` per rank
-dbn        ``satisfaction[D]`` per document, ``perseverance[]``
-ccm        ``alpha[3]``
-trust      ``examination[L]`` and ``trust[L]`` per rank: :math:`P(C) = o_k\,[a_d + \rho_k (1 - a_d)]`
-           (the trust-bias model of Agarwal et al. WWW'19 with :math:`o_k = \theta_k\epsilon^+_k`,
-           :math:`\rho_k = \epsilon^-_k / \epsilon^+_k`)
-sdbn       ``satisfaction[D]`` per document (the DBN at perseverance 1)
-mixture    ``weights[M]`` (softmax) and each component's under ``c<m>.<name>``, the per-document ones shared
-=========  ===============================================================
-
-The models are the registry's fittable ones (:func:`~ultr_jax.simulation.click_models` ``("fittable")``);
-``model`` is a name or a :class:`~ultr_jax.simulation.ClickModel` (e.g. ``Mixture(("ubm", "dbn"))``), whose
-methods hold everything model-specific.
+free logit. The parameters are stated once, by each model (:attr:`~ultr_jax.simulation.ClickModel.parameters`:
+shape and meaning; the table on the :mod:`ultr_jax.simulation` API page and on each model's page is generated
+from them). The models are the registry's fittable ones (:func:`~ultr_jax.simulation.click_models`
+``("fittable")``); ``model`` is a name or a :class:`~ultr_jax.simulation.ClickModel` (e.g.
+``Mixture(("ubm", "dbn"))``), whose methods hold everything model-specific.
 
 :func:`fit_click_model` maximises the sessions' log-likelihood
-(:func:`~ultr_jax.simulation.logit_log_probs`, in log space from the logits)
+(:meth:`~ultr_jax.simulation.ClickModel.session_log_likelihood`, in log space from the logits)
 with a standard-normal prior on every
 logit (``l2``; 0 is plain maximum likelihood) by ``optax.lbfgs`` in one jitted
 ``lax.while_loop``, preconditioned by the objective's diagonal curvature per parameter (a document seen ten

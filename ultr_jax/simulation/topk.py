@@ -32,6 +32,7 @@ import numpy as np
 
 from ultr_jax.data import RankingDataset, Splits
 from ultr_jax.simulation import probabilities as P
+from ultr_jax.simulation.click_models.pbm import PBM
 from ultr_jax.simulation.logging_policy import apply_logging_policy, logging_policy_scores, train_logging_policy
 from ultr_jax.types import Array, PRNGKey
 
@@ -73,7 +74,7 @@ def topk_click_probability(
   labels = jnp.asarray(labels)
   if positions is None:
     positions = jnp.broadcast_to(jnp.arange(labels.shape[-1], dtype=jnp.int32), labels.shape)
-  exam = P.pbm_examination(positions, eta=eta, top_k=k)
+  exam = PBM.examination(positions, eta=eta, top_k=k)
   if where is not None:
     exam = jnp.where(where, exam, 0.0)
   attraction = P.binary_relevance_probability(labels, threshold=threshold, eps=noise, eps_plus=1.0)
@@ -135,7 +136,7 @@ def simulate_topk_log(
   counts = jnp.where(shown & (n > 0), counts, 0.0)
   ctr = jnp.where(n > 0, counts / jnp.maximum(n, 1.0), 0.0)
   a_eta = eta if assumed_eta is None else assumed_eta
-  assumed = jnp.where(shown, P.pbm_examination(positions, eta=a_eta, top_k=k), 0.0)
+  assumed = jnp.where(shown, PBM.examination(positions, eta=a_eta, top_k=k), 0.0)
   return {
     "sessions": sessions,
     "click_counts": counts,

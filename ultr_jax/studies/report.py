@@ -181,7 +181,7 @@ def make_bias_click_fn(bias: ml_collections.ConfigDict, train, *, top_k: Optiona
   (:func:`~ultr_jax.simulation.stochastic_logging_click_fn`).
   """
   cm = _resolve_click_model(bias, train, top_k)
-  click_fn = simulation.make_any_click_fn(cm)
+  click_fn = simulation.make_click_fn(cm)
   temperature = bias.get("logging_temperature")
   if temperature:
     click_fn = simulation.stochastic_logging_click_fn(click_fn, temperature=float(temperature))
@@ -203,7 +203,7 @@ def with_policy_examination(
   batch = {k: jnp.asarray(v) for k, v in train.as_batch().items() if k != "qid"}
   rho = simulation.policy_examination(
     jax.random.key(seed),
-    simulation.make_any_click_fn(click_cfg),
+    simulation.make_click_fn(click_cfg),
     batch,
     num_samples=num_samples,
     temperature=float(temperature),

@@ -135,7 +135,7 @@ def _as_dict(config: Mapping[str, Any]) -> dict:
 
 def _click_config(click_model: Mapping[str, Any], top_k: int) -> Callable[..., dict]:
   """A click-model config, cut to the top ``top_k``, as its click function: a frozen, hashable simulator
-  (:func:`~ultr_jax.simulation.make_any_click_fn`), equal for equal configs, so it is the compiled
+  (:func:`~ultr_jax.simulation.make_click_fn`), equal for equal configs, so it is the compiled
   program's cache key; building it validates the names and keys here.
   """
   cfg = _as_dict(click_model)
@@ -144,7 +144,7 @@ def _click_config(click_model: Mapping[str, Any], top_k: int) -> Callable[..., d
       f"click_model.top_k ({cfg['top_k']}) differs from the learners' top_k ({top_k}): the users "
       "must see the ranking the learner shows"
     )
-  return sim.make_any_click_fn(cfg).__self__  # the frozen simulator (a bound method compares by identity)
+  return sim.make_click_fn(cfg).__self__  # the frozen simulator (a bound method compares by identity)
 
 
 def _config_clicks(click_fn: Callable[..., dict]) -> Callable[..., jax.Array]:
@@ -304,7 +304,7 @@ class _Spec(NamedTuple):
   top_k: int
   eval_every: int
   num_blocks: int
-  click_config: Any  # a frozen make_any_click_fn simulator; None for the cascade users (their tables are arguments)
+  click_config: Any  # a frozen make_click_fn simulator; None for the cascade users (their tables are arguments)
   learning_rate: float
   unit: float = 0.0
   num_rankers: int = 0  # DBGD 2, MGD candidates + 1

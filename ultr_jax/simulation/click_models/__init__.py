@@ -19,8 +19,8 @@ returned dict holds
   what a click model's held-out perplexity scores, so the generating model's
   own perplexity is the floor (in expectation) of a fitted one. It is ``click_prob``
   where clicks are independent given the list (PBM, trust, context-PBM,
-  individual) and the click-chain or UBM filter of
-  :mod:`~ultr_jax.simulation.likelihood` otherwise;
+  individual) and the model's filter otherwise (:meth:`ChainModel.conditional_click_prob`,
+  :meth:`UBM.conditional_click_prob`, :meth:`Mixture.filter_log_probs`);
 * ``shown``: ``bool[..., L]`` when ``top_k`` is set (items beyond ``k`` are
   not displayed and never clicked; CLD's selection indicator).
 
@@ -31,9 +31,10 @@ training loop calls inside its jitted step from an ``ml_collections`` config: a
 frozen, hashable :class:`ClickSimulator`.
 
 Every model is a :class:`~ultr_jax.simulation.click_models.base.ClickModel`
-(one module each) in one registry (:func:`get_click_model`,
-:func:`click_models`); adding a model is its module plus one line of
-``_MODELS`` below.
+(one module each, with all of its math: sampler, exact marginals, conditional click probabilities, session
+log-likelihood, sufficient statistics and its fitted :attr:`~ClickModel.parameters`) in one registry
+(:func:`get_click_model`, :func:`click_models`); adding a model is its module plus one line of ``_MODELS``
+below.
 """
 
 import dataclasses
@@ -47,7 +48,9 @@ import numpy as np  # noqa: F401 (the doctests')
 from ultr_jax.simulation import probabilities as P
 from ultr_jax.simulation.click_models.base import (
   ClickModel,
+  Parameter,
   Session,
+  bernoulli_log_likelihood,
   click_models,
   freeze,
   get_click_model,
@@ -56,19 +59,20 @@ from ultr_jax.simulation.click_models.base import (
 )
 from ultr_jax.simulation.click_models.cascade import Cascade, cascade
 from ultr_jax.simulation.click_models.ccm import CCM, ccm
-from ultr_jax.simulation.click_models.context_pbm import ContextPBM, context_pbm
+from ultr_jax.simulation.click_models.chain import ChainModel
+from ultr_jax.simulation.click_models.context_pbm import IDENTIFIABILITY_CONTEXT_W, ContextPBM, context_pbm
 from ultr_jax.simulation.click_models.dbn import DBN, dbn
 from ultr_jax.simulation.click_models.dcm import DCM, dcm
 from ultr_jax.simulation.click_models.individual import Individual, individual
-from ultr_jax.simulation.click_models.mixture import Mixture, mixture, mixture_log_probs
+from ultr_jax.simulation.click_models.mixture import Mixture, mixture
 from ultr_jax.simulation.click_models.pbm import PBM, PBMTable, pbm, pbm_table
-from ultr_jax.simulation.click_models.position_trust import PositionTrust
-from ultr_jax.simulation.click_models.samplers import (
-  sample_chain_clicks,
-  sample_clicks,
-  sample_dcm_clicks,
-  sample_ubm_clicks,
+from ultr_jax.simulation.click_models.position_trust import (
+  PositionTrust,
+  PositionTrustSimulator,
+  make_position_trust_click_fn,
+  position_trust,
 )
+from ultr_jax.simulation.click_models.samplers import sample_clicks
 from ultr_jax.simulation.click_models.sdbn import SDBN, sdbn
 from ultr_jax.simulation.click_models.trust import Trust, trust
 from ultr_jax.simulation.click_models.ubm import UBM, ubm
@@ -76,7 +80,7 @@ from ultr_jax.types import Array, Batch, PRNGKey
 
 __all__ = [
   "sample_clicks",
-  "sample_dcm_clicks",
+  "bernoulli_log_likelihood",
   "pbm",
   "pbm_table",
   "trust",
@@ -85,20 +89,23 @@ __all__ = [
   "dbn",
   "ccm",
   "sdbn",
-  "sample_chain_clicks",
   "ubm",
-  "sample_ubm_clicks",
   "context_pbm",
   "individual",
   "mixture",
-  "mixture_log_probs",
+  "position_trust",
+  "make_position_trust_click_fn",
+  "PositionTrustSimulator",
+  "IDENTIFIABILITY_CONTEXT_W",
   "click_models",
   "get_click_model",
   "register",
   "make_click_fn",
   "click_simulator",
   "ClickModel",
+  "ChainModel",
   "ClickSimulator",
+  "Parameter",
   "Session",
   "PBM",
   "PBMTable",
@@ -194,7 +201,7 @@ def make_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict]:
   * dbn: ``perseverance`` (0.9) and ``satisfaction`` (default the
     attraction; scalar or per position); ccm: ``alpha`` ((0.9, 0.8, 0.2));
   * ubm: ``gamma``, a ``[K, K + 1]`` (rank, last-click state) examination
-    table (default :func:`~ultr_jax.simulation.ubm_gamma` of ``table`` and ``eta``);
+    table (default :meth:`UBM.gamma_table` of ``table`` and ``eta``);
   * context_pbm: ``context_vectors`` ``[T, D]`` or ``num_contexts``
     (+ ``context_dim`` 10, ``context_scale`` 0.35, ``context_seed`` 0) and
     ``w`` (default the identifiability repo's vector); reads

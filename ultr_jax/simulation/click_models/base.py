@@ -8,9 +8,11 @@ A click model is one frozen (hashable) object that declares in one place
 * its **simulator** (:meth:`ClickModel.session`: the exact marginal examination and click probabilities of
   every item, a session sampler and the conditional click probability :math:`P(C_i = 1 \mid c_{<i})` of any
   observed clicks; :meth:`ClickModel.simulate` turns them into the samplers' output dict);
-* its **fitted parameters**, a dict of logits (:meth:`ClickModel.init` over ``num_docs`` documents and
-  ``list_size`` ranks: the per-document ``attraction`` plus :attr:`ClickModel.item_params` and the bias
-  tables of :meth:`ClickModel.bias_shapes`), with the session likelihood in log space
+* its **fitted parameters**, stated once in :attr:`ClickModel.parameters` (name, shape, one line each; the
+  docs render them as a table on each model's page), a dict of logits (:meth:`ClickModel.init` over
+  ``num_docs`` documents and ``list_size`` ranks: the per-document ``attraction`` plus
+  :attr:`ClickModel.item_params` and the bias tables of :meth:`ClickModel.bias_shapes`, both read off
+  :attr:`ClickModel.parameters`), with the session likelihood in log space
   (:meth:`ClickModel.log_probs`: :math:`\log q_i` and :math:`\log(1 - q_i)`, whose Bernoulli sum is
   :math:`\log P(c_{1:L})`), the conditional and marginal click probabilities (:meth:`ClickModel.predict`)
   and a sampler (:meth:`ClickModel.sample`) in the same parametrisation;
@@ -47,7 +49,10 @@ from ultr_jax.types import Array, PRNGKey
 
 __all__ = [
   "ClickModel",
+  "Parameter",
   "Session",
+  "bernoulli_log_likelihood",
+  "parameter_table",
   "register",
   "get_click_model",
   "click_models",
@@ -165,17 +170,101 @@ def rank_table(t: Array, ranks: Optional[Array], shape: tuple[int, ...]) -> Arra
   return t[jnp.clip(jnp.asarray(ranks, jnp.int32), 0, t.shape[0] - 1)]
 
 
-def log1mexp(x: Array) -> Array:
-  r""":math:`\log(1 - e^x)`, :math:`x \le 0` (the callers' log-probabilities are sums of log-probabilities,
-  clamped at 0 where rounding could cross it), as ``log(-expm1(x))``: exact near 0 (a click probability
-  near 1, where ``log1p(-exp(x))`` cancels); below about -17 it gives 0 for :math:`-e^x`, an absolute
-  error under 5e-8 per term of a log-likelihood. One branch: a click-model fit's objective at 48k
-  sessions takes 2.2-3.0 ms on CPU, against 7.0 ms with the two-branch ``ultr_jax._numerics.log1mexp``."""
-  return jnp.log(-jnp.expm1(x))
-
-
 def full_mask(x: Array, where: Optional[Array]) -> Array:
   return jnp.ones(x.shape, bool) if where is None else jnp.broadcast_to(jnp.asarray(where, bool), x.shape)
+
+
+def bernoulli_log_likelihood(clicks: Array, log_q: Array, log_1mq: Array, *, where: Optional[Array] = None) -> Array:
+  r"""Session log-likelihood :math:`\sum_i c_i \log q_i + (1 - c_i)\log(1 - q_i)` over valid items.
+
+  Every click model factorises a session's probability into each click's probability given the clicks above
+  it, :math:`q_i = P(C_i = 1 \mid c_{<i})` (Dupret & Piwowarski SIGIR'08; Chuklin, Markov & de Rijke, *Click
+  Models for Web Search*, 2015, Eq. 3.1); :meth:`ClickModel.log_probs` gives :math:`\log q` and
+  :math:`\log(1 - q)` separately so neither loses precision near 0 or 1.
+
+  Args:
+    clicks: ``[..., L]`` 0/1 clicks.
+    log_q, log_1mq: ``[..., L]`` log conditional click and no-click probabilities.
+    where: ``bool[..., L]``.
+
+  Returns:
+    ``float32[...]`` (0 for a fully masked list).
+
+  >>> q = jnp.array([0.5, 0.25])
+  >>> print(bernoulli_log_likelihood(jnp.array([1.0, 0.0]), jnp.log(q), jnp.log1p(-q)))  # log(0.5 * 0.75)
+  -0.98082924
+  """
+  c = jnp.asarray(clicks, jnp.float32)
+  where = full_mask(c, where)
+  # Select, not multiply: 0 * -inf would be NaN for the outcome that did not happen.
+  term = jnp.where(c > 0.5, log_q, log_1mq)
+  return jnp.sum(jnp.where(where, term, 0.0), axis=-1)
+
+
+class Parameter(NamedTuple):
+  """One fitted parameter of a click model (:attr:`ClickModel.parameters`): the logits of a table.
+
+  Attributes:
+    shape: the table's shape over ``D`` documents and ``L`` ranks: ints and the symbols ``"D"`` (one entry
+      per document: a per-item parameter, :attr:`ClickModel.item_params`), ``"L"`` and ``"L + 1"``.
+    doc: one line: what the probability (the sigmoid of each logit, unless it says otherwise) means.
+  """
+
+  shape: tuple
+  doc: str
+
+
+#: Every fittable model's per-document attraction (not repeated in :attr:`ClickModel.parameters`).
+ATTRACTION = Parameter(("D",), "attraction :math:`a_d`: the probability of a click on an examined document")
+
+
+def _dim(entry: Any, num_ranks: int) -> int:
+  """The size of one :attr:`Parameter.shape` entry over ``num_ranks`` ranks."""
+  if isinstance(entry, int):
+    return entry
+  sizes = {"L": num_ranks, "L + 1": num_ranks + 1}
+  if entry not in sizes:
+    raise ValueError(f"parameter shape entry {entry!r}: expected an int, 'L' or 'L + 1' (or 'D' per document)")
+  return sizes[entry]
+
+
+def parameter_table(models: Optional[tuple] = None) -> list[str]:
+  """The fitted parameters of registered click models (default: every fittable one) as reStructuredText lines.
+
+  Generated from each model's :attr:`ClickModel.parameters` (the docs show it on the simulation API page and
+  each model's own page).
+
+  >>> print("\\n".join(parameter_table(("dcm",))))  # doctest: +NORMALIZE_WHITESPACE
+  .. list-table::
+     :header-rows: 1
+     :widths: 10 22 68
+  <BLANKLINE>
+     * - model
+       - parameter
+       - meaning
+     * - dcm
+       - ``attraction[D]``
+       - attraction :math:`a_d`: the probability of a click on an examined document
+     * - dcm
+       - ``continuation[L]``
+       - continuation :math:`\\lambda_r`: the probability of going on after a click at rank :math:`r`
+  """
+  names = click_models("fittable") if models is None else models
+  lines = [
+    ".. list-table::",
+    "   :header-rows: 1",
+    "   :widths: 10 22 68",
+    "",
+    "   * - model",
+    "     - parameter",
+    "     - meaning",
+  ]
+  for name in names:
+    m = get_click_model(name)
+    for key, p in {"attraction": ATTRACTION, **m.parameters}.items():
+      shape = ", ".join(str(d) for d in p.shape)
+      lines += [f"   * - {m.name}", f"     - ``{key}[{shape}]``" if shape else f"     - ``{key}``", f"     - {p.doc}"]
+  return lines
 
 
 def _take(x, idx):
@@ -303,7 +392,7 @@ class ClickModel:
 
   Subclasses set the class attributes and override what they support: the simulation side
   (:meth:`simulation_kwargs`, :meth:`session`) and, when :attr:`fittable`, the fitted side
-  (:meth:`bias_shapes`, :meth:`log_probs`, :meth:`predict`, :meth:`sample`).
+  (:attr:`parameters`, :meth:`log_probs`, :meth:`predict`, :meth:`sample`).
 
   >>> m = get_click_model("dcm")
   >>> sorted(m.init(num_docs=4, list_size=3)), m.bias_shapes(3)
@@ -316,8 +405,9 @@ class ClickModel:
   config_keys: ClassVar[Mapping[str, Any]] = {}
   #: Batch entries the simulator reads besides ``labels``, ``where`` and ``positions``.
   batch_inputs: ClassVar[tuple[str, ...]] = ()
-  #: Per-document fitted parameters besides ``attraction`` (a learner's extra outputs per item).
-  item_params: ClassVar[tuple[str, ...]] = ()
+  #: The fitted parameters besides the per-document ``attraction``, stated once: name -> :class:`Parameter`
+  #: (shape and a one-line meaning). :attr:`item_params` and :meth:`bias_shapes` are read off it.
+  parameters: ClassVar[Mapping[str, Parameter]] = {}
   #: Fittable to a session log by maximum likelihood (:func:`~ultr_jax.simulation.fit_click_model`).
   fittable: ClassVar[bool] = True
   #: Usable as a click-model likelihood loss with a learned attraction (:mod:`ultr_jax.losses.click_model`).
@@ -394,10 +484,18 @@ class ClickModel:
 
   # -- fitted side (logits) -------------------------------------------------
 
+  @property
+  def item_params(self) -> tuple[str, ...]:
+    """Per-document fitted parameters besides ``attraction`` (a learner's extra outputs per item): those of
+    :attr:`parameters` with shape ``("D",)``."""
+    return tuple(k for k, p in self.parameters.items() if tuple(p.shape) == ("D",))
+
   def bias_shapes(self, num_ranks: int) -> dict[str, tuple[int, ...]]:
-    """Shapes of the bias logits over ``num_ranks`` ranks (besides the per-document parameters)."""
+    """Shapes of the bias logits over ``num_ranks`` ranks (:attr:`parameters` besides the per-document ones)."""
     self._require_fittable()
-    return {}
+    return {
+      k: tuple(_dim(d, num_ranks) for d in p.shape) for k, p in self.parameters.items() if "D" not in tuple(p.shape)
+    }
 
   def init(self, *, num_docs: int, list_size: int) -> dict:
     """Initial logits (zeros: every probability 1/2), sorted by name."""
@@ -417,8 +515,61 @@ class ClickModel:
   def log_probs(
     self, clicks: Array, log_a: Array, log_1ma: Array, log_bias: Mapping[str, Array], *, ranks=None, where=None
   ) -> tuple[Array, Array]:
-    r"""``(log q, log(1 - q))`` per item, :math:`q_i = P(C_i = 1 \mid c_{<i})`, items in displayed order."""
+    r"""``(log q, log(1 - q))`` per item, :math:`q_i = P(C_i = 1 \mid c_{<i})`, items in displayed order.
+
+    ``log_a``, ``log_1ma``: :math:`\log a` and :math:`\log(1 - a)` ``[..., L]`` (the shape of ``clicks``);
+    ``log_bias``: :meth:`log_bias`'s log-probabilities, tables indexed by ``ranks`` (default: the item index;
+    ranks beyond a table use its last entry); ``where``: ``bool[..., L]``.
+    """
     raise NotImplementedError(f"click model {self.name!r} has no likelihood")
+
+  def log_probs_from_logits(
+    self,
+    clicks: Array,
+    attraction_logits: Array,
+    bias_logits: Mapping[str, Array],
+    *,
+    item_logits: Optional[Mapping[str, Array]] = None,
+    ranks: Optional[Array] = None,
+    where: Optional[Array] = None,
+  ) -> tuple[Array, Array]:
+    r"""``(log q, log(1 - q))`` per item from logits: :meth:`log_probs` of ``log_sigmoid`` of each.
+
+    Every probability enters through ``log_sigmoid`` of its logit, so a learner (a fitted click model, a
+    relevance tower as the attraction :math:`a_i = \sigma(s_i)`) stays in log space at any logit.
+
+    Args:
+      clicks: ``[..., L]`` 0/1 clicks, in displayed order.
+      attraction_logits: ``[..., L]`` :math:`s`.
+      bias_logits: the logits of :meth:`bias_shapes`.
+      item_logits: ``{name: [..., L]}`` logits of the per-item parameters (:attr:`item_params`).
+      ranks: ``int[..., L]`` 0-based ranks for the tables (default ``arange(L)``).
+      where: ``bool[..., L]``.
+
+    Returns:
+      ``(log_q, log_1mq)``, each ``float32[..., L]``.
+
+    >>> log_q, _ = get_click_model("dcm").log_probs_from_logits(
+    ...     jnp.array([1.0, 0.0]), jnp.zeros(2), {"continuation": jnp.zeros(2)})
+    >>> print(jnp.exp(log_q))  # a = 1/2; after the click the user goes on w.p. 1/2
+    [0.5  0.25]
+    """
+    s = jnp.asarray(attraction_logits, jnp.float32)
+    items = {}
+    for k, v in (item_logits or {}).items():
+      v = jnp.asarray(v, jnp.float32)
+      items[k] = (jax.nn.log_sigmoid(v), jax.nn.log_sigmoid(-v))
+    log_bias = self.log_bias(bias_logits, items)
+    return self._full_log_probs(
+      clicks, jax.nn.log_sigmoid(s), jax.nn.log_sigmoid(-s), log_bias, ranks=ranks, where=where
+    )
+
+  def _full_log_probs(self, clicks, log_a, log_1ma, log_bias, *, ranks=None, where=None):
+    """:meth:`log_probs` with ``log_a``, ``log_1ma`` broadcast to the clicks and ``where`` filled in."""
+    c = jnp.asarray(clicks, jnp.float32)
+    log_a = jnp.broadcast_to(jnp.asarray(log_a, jnp.float32), c.shape)
+    log_1ma = jnp.broadcast_to(jnp.asarray(log_1ma, jnp.float32), c.shape)
+    return self.log_probs(c, log_a, log_1ma, log_bias, ranks=ranks, where=full_mask(c, where))
 
   def predict(self, clicks: Array, a: Array, params: Mapping[str, Array], *, where: Array) -> tuple[Array, Array]:
     """``(conditional, marginal)`` click probabilities from probabilities: ``a`` and the per-item parameters
@@ -482,11 +633,9 @@ class ClickModel:
   def session_log_likelihood(self, logits: Mapping[str, Array], doc_ids: Array, clicks: Array, where) -> Array:
     """Session log-likelihoods ``[..., L] -> [...]`` from the logits, in log space: ``log_sigmoid`` of the
     parameter vectors once, then a gather per item (several times cheaper on CPU than per item)."""
-    from ultr_jax.simulation import likelihood as lik  # noqa: PLC0415 (likelihood imports this module)
-
     log_a, log_1ma, log_bias = self._gathered_logs(logits, doc_ids)
-    log_q, log_1mq = lik.log_probs_from_logs(self, clicks, log_a, log_1ma, log_bias, where=where)
-    return lik.bernoulli_log_likelihood(clicks, log_q, log_1mq, where=where)
+    log_q, log_1mq = self._full_log_probs(clicks, log_a, log_1ma, log_bias, where=where)
+    return bernoulli_log_likelihood(clicks, log_q, log_1mq, where=where)
 
   def _gathered_logs(self, logits, doc_ids):
     """``(log a, log(1 - a), log_bias)`` of the items ``doc_ids`` (ids clipped to the table)."""
@@ -503,7 +652,7 @@ class ClickModel:
 
   def continuations(self, attraction: Array, **params) -> tuple[Array, Array]:
     """The continuation probabilities ``(c0, c1)`` of a click chain (:attr:`chain` models)."""
-    raise ValueError(f"{self.name!r} is not a click chain")
+    raise ValueError(f"unknown click-chain model {self.name!r} (expected one of {click_models('chain')})")
 
   def _require_fittable(self):
     if not self.fittable:

@@ -7,7 +7,7 @@ import jax  # noqa: F401 (the doctests')
 import jax.numpy as jnp
 import numpy as np  # noqa: F401 (the doctests')
 
-from ultr_jax.simulation.click_models.base import prepare
+from ultr_jax.simulation.click_models.base import Parameter, prepare
 from ultr_jax.simulation.click_models.chain import ChainModel, chain_session
 from ultr_jax.types import Array, PRNGKey
 
@@ -37,7 +37,7 @@ def ccm(
         + r_i\,\bigl(\alpha_2 (1 - r_i) + \alpha_3 r_i\bigr), \qquad C_i = E_i A_i
 
   with the attraction as :math:`r_i`
-  (:func:`~ultr_jax.simulation.chain_examination`). Items are examined in
+  (:meth:`ChainModel.examination`). Items are examined in
   order of ``positions``; items beyond ``top_k`` or masked are skipped.
 
   Args:
@@ -74,6 +74,11 @@ class CCM(ChainModel):
 
   name = "ccm"
   config_keys = {"alpha": (0.9, 0.8, 0.2)}
+  parameters = {
+    "alpha": Parameter(
+      (3,), r"continuations: :math:`\alpha_1` without a click, :math:`\alpha_2 (1 - a) + \alpha_3 a` after one"
+    ),
+  }
 
   def simulation_kwargs(self, cfg):
     alpha = tuple(float(v) for v in cfg.get("alpha", (0.9, 0.8, 0.2)))
@@ -86,9 +91,6 @@ class CCM(ChainModel):
     r, where, positions, shown = prepare(attraction, where, positions, top_k)
     a1, a2, a3 = (float(v) for v in alpha)
     return chain_session(r, shown, positions, given_positions, a1, a2 * (1.0 - r) + a3 * r, top_k)
-
-  def bias_shapes(self, num_ranks):
-    return {"alpha": (3,)}
 
   def continuations(self, attraction, *, alpha=(0.9, 0.8, 0.2), **_):
     a = jnp.asarray(attraction, jnp.float32)

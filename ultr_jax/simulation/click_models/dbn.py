@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np  # noqa: F401 (the doctests')
 
-from ultr_jax.simulation.click_models.base import per_item, prepare
+from ultr_jax.simulation.click_models.base import Parameter, per_item, prepare
 from ultr_jax.simulation.click_models.chain import ChainModel, chain_session, check_probabilities
 from ultr_jax.types import Array, PRNGKey
 
@@ -37,7 +37,7 @@ def dbn(
       P(E_1 = 1) = 1, \qquad
       P(E_{i+1} = 1 \mid E_i = 1) = \gamma\,(1 - a_i \sigma_i), \qquad C_i = E_i A_i
 
-  (:func:`~ultr_jax.simulation.chain_examination` with :math:`c^0 = \gamma`,
+  (:meth:`ChainModel.examination` with :math:`c^0 = \gamma`,
   :math:`c^1 = \gamma (1 - \sigma_i)`). By default the satisfaction is the
   attraction (a relevant document both attracts and satisfies, as in the
   usual DBN simulations); with :math:`\gamma = 1, \sigma = 1` it is the
@@ -83,7 +83,10 @@ class DBN(ChainModel):
 
   name = "dbn"
   config_keys = {"perseverance": 0.9, "satisfaction": None}
-  item_params = ("satisfaction",)
+  parameters = {
+    "perseverance": Parameter((), r"perseverance :math:`\gamma`: the probability that an unsatisfied user goes on"),
+    "satisfaction": Parameter(("D",), r"satisfaction :math:`\sigma_d`: the probability that a click satisfies"),
+  }
 
   def simulation_kwargs(self, cfg):
     gamma = float(cfg.get("perseverance", 0.9))
@@ -100,9 +103,6 @@ class DBN(ChainModel):
     sigma = r if satisfaction is None else per_item(satisfaction, positions, r.shape, "dbn.satisfaction")
     gamma = float(perseverance)
     return chain_session(r, shown, positions, given_positions, gamma, gamma * (1.0 - sigma), top_k)
-
-  def bias_shapes(self, num_ranks):
-    return {"perseverance": ()}
 
   def continuations(self, attraction, *, perseverance=0.9, satisfaction=None, **_):
     a = jnp.asarray(attraction, jnp.float32)

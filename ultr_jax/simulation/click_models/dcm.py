@@ -7,11 +7,8 @@ import jax  # noqa: F401 (the doctests')
 import jax.numpy as jnp
 import numpy as np  # noqa: F401 (the doctests')
 
-from ultr_jax.simulation import likelihood as LL
-from ultr_jax.simulation import probabilities as P
-from ultr_jax.simulation.click_models.base import display_order, per_item, prepare
-from ultr_jax.simulation.click_models.chain import ChainModel, sequential_session
-from ultr_jax.simulation.click_models.samplers import sample_dcm_clicks
+from ultr_jax.simulation.click_models.base import Parameter, display_order, per_item, prepare
+from ultr_jax.simulation.click_models.chain import ChainModel, exclusive_survival, sequential_session
 from ultr_jax.types import Array, PRNGKey
 
 __all__ = ["dcm", "DCM", "dcm_session"]
@@ -29,14 +26,29 @@ def dcm_session(attraction, *, where=None, positions=None, top_k=None, continuat
     lam_s = lam if isinstance(lam, float) else take(lam, order)
   else:
     r_s, shown_s, lam_s, order, inverse = r, shown, lam, None, None
-  exam_s = P.dcm_examination(r_s, continuation=lam_s, where=shown_s)
-  sample = lambda key, num_sessions: sample_dcm_clicks(
-    key, r_s, continuation=lam_s, where=shown_s, num_sessions=num_sessions
+  exam_s = _examination(r_s, continuation=lam_s, where=shown_s)
+  sample = lambda key, num_sessions: ChainModel.sample_clicks(
+    key, r_s, continue_no_click=1.0, continue_click=lam_s, where=shown_s, num_sessions=num_sessions
   )
-  conditional = lambda c: LL.chain_conditional_click_prob(
+  conditional = lambda c: ChainModel.conditional_click_prob(
     c, r_s, continue_no_click=1.0, continue_click=lam_s, where=shown_s
   )
   return sequential_session(exam_s, r, shown, sample, conditional, order, inverse, top_k)
+
+
+def _examination(attraction: Array, *, continuation: Array | float, where: Array) -> Array:
+  r"""Marginal examination of the DCM (the cascade at :math:`\lambda = 0`), items in displayed order.
+
+  .. math::
+      P(E_i = 1) = \prod_{j < i} \bigl(1 - r_j\,(1 - \lambda_j)\bigr)
+
+  in log space with an exclusive cumulative sum (:meth:`ChainModel.examination` with :math:`c^0 = 1`,
+  :math:`c^1 = \lambda`, written as a stop probability). Masked items neither stop the user nor get examined.
+  """
+  r = jnp.asarray(attraction, jnp.float32)
+  stop = jnp.where(where, r * (1.0 - jnp.asarray(continuation, jnp.float32)), 0.0)
+  log_keep = jnp.log1p(-jnp.minimum(stop, 1.0))  # may be -inf where stop == 1
+  return exclusive_survival(log_keep, where, None)
 
 
 def dcm(
@@ -58,7 +70,7 @@ def dcm(
 
   Items are examined in order of ``positions`` (array order by default);
   items not shown (beyond ``top_k``) or masked are skipped. Sessions are
-  sampled jointly (:func:`sample_dcm_clicks`); in aggregated mode
+  sampled jointly (:meth:`ChainModel.sample_clicks`); in aggregated mode
   (``num_impressions``) each record's CTR is drawn from its marginal click
   probability, as for the other models.
 
@@ -97,6 +109,11 @@ class DCM(ChainModel):
 
   name = "dcm"
   config_keys = {"continuation": 0.5}
+  parameters = {
+    "continuation": Parameter(
+      ("L",), r"continuation :math:`\lambda_r`: the probability of going on after a click at rank :math:`r`"
+    ),
+  }
 
   def simulation_kwargs(self, cfg):
     lam = cfg.get("continuation", 0.5)
@@ -104,9 +121,6 @@ class DCM(ChainModel):
 
   def session(self, attraction, *, where=None, positions=None, top_k=None, continuation=0.5):
     return dcm_session(attraction, where=where, positions=positions, top_k=top_k, continuation=continuation)
-
-  def bias_shapes(self, num_ranks):
-    return {"continuation": (num_ranks,)}
 
   def continuations(self, attraction, *, continuation=0.5, **_):
     a = jnp.asarray(attraction, jnp.float32)

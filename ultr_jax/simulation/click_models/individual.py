@@ -29,7 +29,7 @@ def individual(
   num_sessions: Optional[int] = None,
   num_impressions: Optional[int] = None,
 ) -> dict:
-  r"""Individual-level observation model of LBD (NeurIPS'22, spec-lbd 4.3).
+  r"""Individual-level observation model of LBD (Chen et al., NeurIPS'22).
 
   .. math::
       P(C_i = 1) = v_{p_i}^{\,\eta \max\{1 + w^\top x'_i,\ 0\}}\; r_i
@@ -103,5 +103,42 @@ class Individual(ClickModel):
   ):
     """The session from the crux features :math:`x'` ``[..., L, D]`` themselves."""
     r, where, positions, shown = prepare(attraction, where, positions, top_k)
-    exam = P.individual_examination(positions, crux_features, w, eta=eta, table=table)
+    exam = self.examination(positions, crux_features, w, eta=eta, table=table)
     return Session(exam, exam * r, shown, True, top_k=top_k)
+
+  @staticmethod
+  def examination(
+    positions: Array,
+    crux_features: Array,
+    w: Array,
+    *,
+    eta: float = 1.0,
+    table: Sequence[float] = P.ULTRA_EXAM_TABLE,
+    top_k: Optional[int] = None,
+  ) -> Array:
+    r"""Individual-level observation of LBD (Chen et al., NeurIPS'22).
+
+    .. math::
+        o(x, p) = v_p^{\,\eta \max\{1 + w^\top x',\ 0\}}
+
+    with :math:`x'` the crux features of the document (the caller selects them) and :math:`w` the coupling
+    vector (``w = 0`` is a plain PBM).
+
+    Args:
+      positions: ``int[..., L]`` 0-based positions.
+      crux_features: ``float[..., L, D]`` the selected features :math:`x'`.
+      w: ``float[D]`` coupling weights.
+      eta: PBM severity power (the repo's ``"eta": 1.0``, not the coupling).
+      table: per-position probabilities :math:`v`.
+      top_k: if set, positions ``>= top_k`` get 0.
+
+    Returns:
+      ``float32[..., L]``.
+
+    >>> x = jnp.array([[0.5], [-2.0]])
+    >>> print(np.asarray(Individual.examination(jnp.array([0, 0]), x, jnp.array([1.0]))).round(4))
+    [0.5607 1.    ]
+    """
+    p = jnp.asarray(positions)
+    exponent = jnp.maximum(1.0 + jnp.asarray(crux_features, jnp.float32) @ jnp.asarray(w, jnp.float32), 0.0)
+    return P.cut_at(jnp.exp(eta * exponent * P.log_table(table, p)), p, top_k)

@@ -20,6 +20,7 @@ import numpy as np
 
 from ultr_jax.simulation.click_models.base import (
   ClickModel,
+  Parameter,
   Session,
   display_order,
   freeze,
@@ -30,48 +31,11 @@ from ultr_jax.simulation.click_models.base import (
 )
 from ultr_jax.types import Array, PRNGKey
 
-__all__ = ["mixture", "Mixture", "mixture_log_probs"]
+__all__ = ["mixture", "Mixture"]
 
 
 def _exclusive_cumsum(x):
   return jnp.concatenate([jnp.zeros_like(x[..., :1]), jnp.cumsum(x, axis=-1)[..., :-1]], axis=-1)
-
-
-def mixture_log_probs(
-  log_weights: Array, log_q: Array, log_1mq: Array, clicks: Array, *, where: Optional[Array] = None, order=None
-) -> tuple[Array, Array]:
-  r"""The mixture's :math:`(\log q_i, \log(1 - q_i))` from its components' (each ``[M, ..., L]``).
-
-  .. math::
-      \log q_i = \operatorname{logsumexp}_m\bigl(\log w_m + \ell_{m,<i} + \log q_{m,i}\bigr)
-        - \operatorname{logsumexp}_m\bigl(\log w_m + \ell_{m,<i}\bigr), \qquad
-      \ell_{m,<i} = \sum_{j<i} \log P_m(c_j \mid c_{<j})
-
-  (the prefix sums run in display order: ``order`` permutes array order to it; None: already).
-
-  >>> lq = jnp.log(jnp.array([[0.5, 0.5], [0.1, 0.1]]))
-  >>> q, _ = mixture_log_probs(jnp.log(jnp.array([0.5, 0.5])), lq, jnp.log1p(-jnp.exp(lq)), jnp.array([1.0, 0.0]))
-  >>> print([round(float(v), 4) for v in jnp.exp(q)])  # 0.3, then (0.5 * 0.5 * 0.5 + 0.5 * 0.1 * 0.1) / (0.5 * 0.5 + 0.5 * 0.1)
-  [0.3, 0.4333]
-  """
-  c = jnp.asarray(clicks, jnp.float32)
-  shape = log_q.shape
-  c = jnp.broadcast_to(c, shape)
-  where = jnp.broadcast_to(full_mask(c[0], where), shape)
-  term = jnp.where(where, jnp.where(c > 0.5, log_q, log_1mq), 0.0)
-  if order is None:
-    prefix = _exclusive_cumsum(term)
-  else:
-    order = jnp.broadcast_to(order, shape)
-    inverse = jnp.argsort(order, axis=-1, stable=True)
-    prefix = jnp.take_along_axis(_exclusive_cumsum(jnp.take_along_axis(term, order, axis=-1)), inverse, axis=-1)
-  log_post = jnp.reshape(log_weights, (-1,) + (1,) * (len(shape) - 1)) + prefix
-  log_norm = jax.nn.logsumexp(log_post, axis=0)
-  possible = jnp.isfinite(log_norm)  # after an observation no component explains, the session is at -inf already
-  norm = jnp.where(possible, log_norm, 0.0)
-  out_q = jnp.where(possible, jax.nn.logsumexp(log_post + log_q, axis=0) - norm, 0.0)
-  out_1mq = jnp.where(possible, jax.nn.logsumexp(log_post + log_1mq, axis=0) - norm, 0.0)
-  return jnp.minimum(out_q, 0.0), jnp.minimum(out_1mq, 0.0)
 
 
 def mixture(
@@ -91,7 +55,7 @@ def mixture(
   .. math::
       P(E_i = 1) = \sum_m w_m P_m(E_i = 1), \qquad P(C_i = 1) = \sum_m w_m P_m(C_i = 1)
 
-  and ``conditional_click_prob`` is the posterior-weighted filter of :func:`mixture_log_probs`.
+  and ``conditional_click_prob`` is the posterior-weighted filter of :meth:`Mixture.filter_log_probs`.
 
   Args:
     key: PRNG key.
@@ -126,6 +90,12 @@ class Mixture(ClickModel):
 
   name = "mixture"
   config_keys = {"components": None, "weights": None}
+  #: The weights and each component's bias tables (``bias_shapes`` reads them off the components; the
+  #: per-document parameters are shared).
+  parameters = {
+    "weights": Parameter(("M",), r"mixture weights :math:`w_m` (a softmax of the logits, not sigmoids)"),
+    "c<m>.<name>": Parameter((), "component :math:`m`'s bias parameter ``<name>`` (its own table)"),
+  }
 
   def __post_init__(self):
     models = tuple(get_click_model(c) for c in self.components)
@@ -183,7 +153,7 @@ class Mixture(ClickModel):
 
     def conditional(clicks):
       q = jnp.stack([jnp.broadcast_to(s.conditional(clicks), jnp.shape(clicks)) for s in sessions])
-      log_q, _ = mixture_log_probs(jnp.log(w), jnp.log(q), jnp.log1p(-q), clicks, where=shown, order=order)
+      log_q, _ = self.filter_log_probs(jnp.log(w), jnp.log(q), jnp.log1p(-q), clicks, where=shown, order=order)
       return jnp.where(shown, jnp.exp(log_q), 0.0)
 
     return Session(exam, click_prob, shown, False, sample, conditional, top_k=top_k)
@@ -217,14 +187,14 @@ class Mixture(ClickModel):
     shape = jnp.broadcast_shapes(*(p[0].shape for p in parts))
     log_q = jnp.stack([jnp.broadcast_to(p[0], shape) for p in parts])
     log_1mq = jnp.stack([jnp.broadcast_to(p[1], shape) for p in parts])
-    return mixture_log_probs(log_bias["weights"], log_q, log_1mq, clicks, where=where)
+    return self.filter_log_probs(log_bias["weights"], log_q, log_1mq, clicks, where=where)
 
   def predict(self, clicks, a, params, *, where):
     parts = [m.predict(clicks, a, self._sub(params, i), where=where) for i, m in enumerate(self.models)]
     w = jnp.asarray(params["weights"], jnp.float32)
     marginal = sum(w[i] * jnp.where(where, p[1], 0.0) for i, p in enumerate(parts))
     q = jnp.stack([jnp.broadcast_to(p[0], jnp.shape(a)) for p in parts])
-    log_q, _ = mixture_log_probs(jnp.log(w), jnp.log(q), jnp.log1p(-q), clicks, where=where)
+    log_q, _ = self.filter_log_probs(jnp.log(w), jnp.log(q), jnp.log1p(-q), clicks, where=where)
     return jnp.exp(log_q), marginal
 
   def sample(self, key, a, params, *, where=None, num_sessions=None):
@@ -254,3 +224,50 @@ class Mixture(ClickModel):
       except ValueError as e:
         errors.append(str(e))
     raise ValueError(f"mixture: no component explains the log: {errors}")
+
+  @staticmethod
+  def filter_log_probs(
+    log_weights: Array, log_q: Array, log_1mq: Array, clicks: Array, *, where: Optional[Array] = None, order=None
+  ) -> tuple[Array, Array]:
+    r"""The mixture's :math:`(\log q_i, \log(1 - q_i))` from its components' (each ``[M, ..., L]``).
+
+    .. math::
+        \log q_i = \operatorname{logsumexp}_m\bigl(\log w_m + \ell_{m,<i} + \log q_{m,i}\bigr)
+          - \operatorname{logsumexp}_m\bigl(\log w_m + \ell_{m,<i}\bigr), \qquad
+        \ell_{m,<i} = \sum_{j<i} \log P_m(c_j \mid c_{<j})
+
+    Args:
+      log_weights: ``[M]`` :math:`\log w`.
+      log_q, log_1mq: ``[M, ..., L]`` each component's :math:`\log q_{m,i}`, :math:`\log(1 - q_{m,i})`.
+      clicks: ``[..., L]`` 0/1 clicks.
+      where: ``bool[..., L]``.
+      order: ``int[..., L]`` the permutation from array order to display order (the prefix sums run in display
+        order); None: the items are in display order.
+
+    Returns:
+      ``(log_q, log_1mq)``, each ``float32[..., L]``.
+
+    >>> lq = jnp.log(jnp.array([[0.5, 0.5], [0.1, 0.1]]))
+    >>> c = jnp.array([1.0, 0.0])
+    >>> q, _ = Mixture.filter_log_probs(jnp.log(jnp.array([0.5, 0.5])), lq, jnp.log1p(-jnp.exp(lq)), c)
+    >>> print([round(float(v), 4) for v in jnp.exp(q)])  # 0.3, then (.5 * .5 * .5 + .5 * .1 * .1) / (.5 * .5 + .5 * .1)
+    [0.3, 0.4333]
+    """
+    c = jnp.asarray(clicks, jnp.float32)
+    shape = log_q.shape
+    c = jnp.broadcast_to(c, shape)
+    where = jnp.broadcast_to(full_mask(c[0], where), shape)
+    term = jnp.where(where, jnp.where(c > 0.5, log_q, log_1mq), 0.0)
+    if order is None:
+      prefix = _exclusive_cumsum(term)
+    else:
+      order = jnp.broadcast_to(order, shape)
+      inverse = jnp.argsort(order, axis=-1, stable=True)
+      prefix = jnp.take_along_axis(_exclusive_cumsum(jnp.take_along_axis(term, order, axis=-1)), inverse, axis=-1)
+    log_post = jnp.reshape(log_weights, (-1,) + (1,) * (len(shape) - 1)) + prefix
+    log_norm = jax.nn.logsumexp(log_post, axis=0)
+    possible = jnp.isfinite(log_norm)  # after an observation no component explains, the session is at -inf already
+    norm = jnp.where(possible, log_norm, 0.0)
+    out_q = jnp.where(possible, jax.nn.logsumexp(log_post + log_q, axis=0) - norm, 0.0)
+    out_1mq = jnp.where(possible, jax.nn.logsumexp(log_post + log_1mq, axis=0) - norm, 0.0)
+    return jnp.minimum(out_q, 0.0), jnp.minimum(out_1mq, 0.0)

@@ -13,8 +13,9 @@ import jax  # noqa: F401 (the doctests')
 import jax.numpy as jnp
 import numpy as np  # noqa: F401 (the doctests')
 
+from ultr_jax._numerics import log1mexp
 from ultr_jax.simulation import probabilities as P
-from ultr_jax.simulation.click_models.base import ClickModel, ItemStatistics, Session, log1mexp, prepare, rank_table
+from ultr_jax.simulation.click_models.base import ClickModel, ItemStatistics, Parameter, Session, prepare, rank_table
 from ultr_jax.simulation.click_models.samplers import sample_clicks
 from ultr_jax.types import Array, PRNGKey
 
@@ -88,7 +89,7 @@ def pbm_table(
   .. math::
       P(C_i = 1) = v_{p_i}^{\,\eta}\; r_i
 
-  (:func:`~ultr_jax.simulation.pbm_table_examination`; positions beyond the
+  (:meth:`PBMTable.examination`; positions beyond the
   table reuse its last value). Arguments as :func:`pbm`, plus ``table``.
 
   >>> out = pbm_table(jax.random.key(0), jnp.full(2, 0.5), eta=1.0)
@@ -133,6 +134,9 @@ class PBM(ItemStatistics, ClickModel):
 
   name = "pbm"
   config_keys = {"eta": 1.0}
+  parameters = {
+    "examination": Parameter(("L",), r"examination :math:`o_r`: the probability of examining rank :math:`r`")
+  }
   propensity_table = "examination"
 
   def simulation_kwargs(self, cfg):
@@ -140,17 +144,14 @@ class PBM(ItemStatistics, ClickModel):
 
   def session(self, attraction, *, where=None, positions=None, top_k=None, eta=1.0):
     r, where, positions, shown = prepare(attraction, where, positions, top_k)
-    return _session(P.pbm_examination(positions, eta=eta), r, shown, top_k)
+    return _session(self.examination(positions, eta=eta), r, shown, top_k)
 
   def session_sampler(self, key, attraction, **kwargs):
     return pbm_table(key, attraction, **kwargs)  # ULTRA's eye-tracking table; pass table=... / eta=...
 
-  def bias_shapes(self, num_ranks):
-    return {"examination": (num_ranks,)}
-
   def log_probs(self, clicks, log_a, log_1ma, log_bias, *, ranks=None, where=None):
     log_q = rank_table(log_bias["examination"], ranks, jnp.shape(clicks)) + log_a
-    return log_q, log1mexp(log_q)
+    return log_q, log1mexp(log_q, one_branch=True)
 
   def predict(self, clicks, a, params, *, where):
     q = a * jnp.broadcast_to(params["examination"][: a.shape[-1]], a.shape)
@@ -159,6 +160,28 @@ class PBM(ItemStatistics, ClickModel):
   def sample(self, key, a, params, *, where=None, num_sessions=None):
     q = a * rank_table(params["examination"], None, a.shape)
     return sample_clicks(key, q, where=where, num_sessions=num_sessions)
+
+  @staticmethod
+  def examination(positions: Array, *, eta: float = 1.0, top_k: Optional[int] = None) -> Array:
+    r"""Position-based examination :math:`(1/\mathrm{rank})^\eta` (CLD Eq. 13).
+
+    .. math::
+        o(p) = (p + 1)^{-\eta}\,\mathbb{1}[p < k] \quad (p \text{ 0-based})
+
+    Args:
+      positions: ``int[..., L]`` 0-based positions.
+      eta: severity of position bias; ``eta = 0`` gives no bias.
+      top_k: if set, positions ``>= top_k`` are not shown (examination 0).
+
+    Returns:
+      ``float32[..., L]``.
+
+    >>> print(np.asarray(PBM.examination(jnp.arange(5), eta=1.0, top_k=4)).round(4))
+    [1.     0.5    0.3333 0.25   0.    ]
+    """
+    p = jnp.asarray(positions)
+    exam = jnp.exp(-eta * jnp.log1p(jnp.maximum(p, 0).astype(jnp.float32)))
+    return P.cut_at(exam, p, top_k)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,4 +203,32 @@ class PBMTable(ClickModel):
 
   def session(self, attraction, *, where=None, positions=None, top_k=None, eta=1.0, table=P.ULTRA_EXAM_TABLE):
     r, where, positions, shown = prepare(attraction, where, positions, top_k)
-    return _session(P.pbm_table_examination(positions, eta=eta, table=table), r, shown, top_k)
+    return _session(self.examination(positions, eta=eta, table=table), r, shown, top_k)
+
+  @staticmethod
+  def examination(
+    positions: Array, *, eta: float = 1.0, table: Sequence[float] = P.ULTRA_EXAM_TABLE, top_k: Optional[int] = None
+  ) -> Array:
+    r"""Eye-tracking examination table raised to :math:`\eta` (ULTRA's PBM).
+
+    .. math::
+        o(p) = v_{\min(p, |v| - 1)}^{\,\eta}, \quad
+        v = [0.68, 0.61, 0.48, 0.34, 0.28, 0.20, 0.11, 0.10, 0.08, 0.06]
+
+    Positions beyond the table reuse its last value (ULTRA ``getExamProb``). Used by the identifiability
+    (C.2), LBD (4.3) and SIF (6.2) simulators.
+
+    Args:
+      positions: ``int[..., L]`` 0-based positions.
+      eta: power applied to the table.
+      table: per-position examination probabilities.
+      top_k: if set, positions ``>= top_k`` get 0.
+
+    Returns:
+      ``float32[..., L]``.
+
+    >>> print(np.asarray(PBMTable.examination(jnp.array([0, 9, 15]), eta=2.0)).round(4))
+    [0.4624 0.0036 0.0036]
+    """
+    p = jnp.asarray(positions)
+    return P.cut_at(jnp.exp(eta * P.log_table(table, p)), p, top_k)

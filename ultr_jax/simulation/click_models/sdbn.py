@@ -18,7 +18,7 @@ import jax  # noqa: F401 (the doctests')
 import jax.numpy as jnp
 import numpy as np  # noqa: F401 (the doctests')
 
-from ultr_jax.simulation.click_models.base import per_item, prepare
+from ultr_jax.simulation.click_models.base import Parameter, per_item, prepare
 from ultr_jax.simulation.click_models.chain import ChainModel, chain_session, check_probabilities
 from ultr_jax.types import Array, PRNGKey
 
@@ -72,7 +72,9 @@ class SDBN(ChainModel):
 
   name = "sdbn"
   config_keys = {"satisfaction": None}
-  item_params = ("satisfaction",)
+  parameters = {
+    "satisfaction": Parameter(("D",), r"satisfaction :math:`\sigma_d`: the probability that a click satisfies"),
+  }
 
   def simulation_kwargs(self, cfg):
     return {"satisfaction": check_probabilities("satisfaction", cfg["satisfaction"])} if "satisfaction" in cfg else {}

@@ -12,9 +12,10 @@ import jax  # noqa: F401 (the doctests')
 import jax.numpy as jnp
 import numpy as np  # noqa: F401 (the doctests')
 
+from ultr_jax._numerics import log1mexp
 from ultr_jax.simulation import probabilities as P
-from ultr_jax.simulation.click_models.base import ClickModel, ItemStatistics, Session, log1mexp, prepare, rank_table
-from ultr_jax.simulation.click_models.pbm import table_kwargs
+from ultr_jax.simulation.click_models.base import ClickModel, ItemStatistics, Parameter, Session, prepare, rank_table
+from ultr_jax.simulation.click_models.pbm import PBMTable, table_kwargs
 from ultr_jax.simulation.click_models.samplers import sample_clicks
 from ultr_jax.types import Array, PRNGKey
 
@@ -74,6 +75,14 @@ class Trust(ItemStatistics, ClickModel):
 
   name = "trust"
   config_keys = {"eta": 1.0, "epsilon_1_neg": 0.65, "table": P.ULTRA_EXAM_TABLE}
+  parameters = {
+    "examination": Parameter(
+      ("L",), r"examination :math:`o_r = \theta_r \epsilon^+_r`: the probability of a click on an attractive item"
+    ),
+    "trust": Parameter(
+      ("L",), r"trust :math:`\rho_r = \epsilon^-_r / \epsilon^+_r`: an unattractive item's click rate, relative"
+    ),
+  }
 
   def simulation_kwargs(self, cfg):
     return {**table_kwargs(cfg), "epsilon_1_neg": float(cfg.get("epsilon_1_neg", 0.65))}
@@ -82,14 +91,11 @@ class Trust(ItemStatistics, ClickModel):
     self, attraction, *, where=None, positions=None, top_k=None, eta=1.0, epsilon_1_neg=0.65, table=P.ULTRA_EXAM_TABLE
   ):
     r, where, positions, shown = prepare(attraction, where, positions, top_k)
-    exam = P.pbm_table_examination(positions, eta=eta, table=table)
-    eps_plus, eps_minus = P.trust_bias_epsilons(positions, epsilon_1_neg=epsilon_1_neg)
+    exam = PBMTable.examination(positions, eta=eta, table=table)
+    eps_plus, eps_minus = self.epsilons(positions, epsilon_1_neg=epsilon_1_neg)
     click_prob = exam * (eps_plus * r + eps_minus * (1.0 - r))
     extras = {"eps_plus": jnp.where(shown, eps_plus, 0.0), "eps_minus": jnp.where(shown, eps_minus, 0.0)}
     return Session(exam, click_prob, shown, True, extras=extras, top_k=top_k)
-
-  def bias_shapes(self, num_ranks):
-    return {"examination": (num_ranks,), "trust": (num_ranks,)}
 
   def log_probs(self, clicks, log_a, log_1ma, log_bias, *, ranks=None, where=None):
     # o_k (a + rho_k (1 - a)): a click on an unattractive item w.p. rho_k of an attractive one
@@ -97,7 +103,7 @@ class Trust(ItemStatistics, ClickModel):
     log_q = rank_table(log_bias["examination"], ranks, shape) + jnp.logaddexp(
       log_a, rank_table(log_bias["trust"], ranks, shape) + log_1ma
     )
-    return log_q, log1mexp(log_q)
+    return log_q, log1mexp(log_q, one_branch=True)
 
   def predict(self, clicks, a, params, *, where):
     exam, rho = (jnp.broadcast_to(params[k][: a.shape[-1]], a.shape) for k in ("examination", "trust"))
@@ -107,3 +113,28 @@ class Trust(ItemStatistics, ClickModel):
   def sample(self, key, a, params, *, where=None, num_sessions=None):
     exam, rho = (rank_table(params[k], None, a.shape) for k in ("examination", "trust"))
     return sample_clicks(key, exam * (a + rho * (1.0 - a)), where=where, num_sessions=num_sessions)
+
+  @staticmethod
+  def epsilons(positions: Array, *, epsilon_1_neg: float = 0.65) -> tuple[Array, Array]:
+    r"""Per-position trust-bias click probabilities (Vardasbi et al. CIKM'20, ULTRA).
+
+    .. math::
+        \epsilon^+_p = 1 - \frac{p + 2}{100}, \qquad
+        \epsilon^-_p = \frac{\epsilon^-_1}{p + 1} \quad (p \text{ 0-based})
+
+    and :math:`P(C = 1) = o(p)\,[\epsilon^+_p\,r(y) + \epsilon^-_p\,(1 - r(y))]` (ULTRA
+    ``TrustBiasedModel.getClickProb``; ``epsilon_1_neg = 0.65`` as in ULTRA's ``trust_bias.json``).
+
+    Args:
+      positions: ``int[..., L]`` 0-based positions.
+      epsilon_1_neg: :math:`\epsilon^-` at the first position.
+
+    Returns:
+      ``(eps_plus, eps_minus)``, each ``float32[..., L]``.
+
+    >>> ep, em = Trust.epsilons(jnp.array([0, 1]))
+    >>> print(ep, em)
+    [0.98 0.97] [0.65  0.325]
+    """
+    p = jnp.maximum(jnp.asarray(positions), 0).astype(jnp.float32)
+    return 1.0 - (p + 2.0) / 100.0, epsilon_1_neg / (p + 1.0)
