@@ -35,9 +35,9 @@ extra columns           numbers, or lists of numbers          ``extras``: ``[B, 
 ======================  ====================================  =============================================
 
 Features are stored as one fixed-size binary value per document because Parquet decodes a nested
-``list<list<float>>`` column value by value (its repetition and definition levels): measured on the shared
-2-core VM, a row group of 1024 lists x 20 documents x 136 features (10.6 MB) reads in 10.2 ms as nested floats
-and in 2.2 ms as ``list<fixed_size_binary>`` (benchmarks/RESULTS.md, "`fit` on a stream, after removing host work").
+``list<list<float>>`` column value by value (its repetition and definition levels): the time to read one row
+group of 1024 lists x 20 documents x 136 features both ways, nested floats against ``list<fixed_size_binary>``,
+is measured in ``benchmarks/RESULTS.md`` (section "`fit` on a stream, after removing host work").
 
 Shards of ultr_jax are read only as their manifest (``_manifest.json``, written last) lists them, with every
 page's CRC-32 verified, as :class:`~ultr_jax.data.SessionStream` reads session shards; Parquet files written

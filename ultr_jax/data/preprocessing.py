@@ -4,10 +4,12 @@ Normalisations used by the papers (statistics over real documents only;
 padding stays 0):
 
 * ``"minmax"``: per-feature min-max to [0, 1], fit on the given dataset
-  (CLD spec 2.2: sklearn ``MinMaxScaler`` fit separately on each split file).
+  (the public code of CLD, Zhao et al., SIGIR-AP 2023: sklearn ``MinMaxScaler``
+  fit separately on each split file).
 * ``"minmax_pm1"``: per-feature min-max to [-1, 1],
   ``x' = 2 (x - min) / (max - min) - 1``, zeros (absent libsvm features) stay
-  0 (LBD spec 4.1, ULTRA ``libsvm_tools``; fit it on train+valid+test with
+  0 (the code of LBD, Chen et al., NeurIPS 2022, through ULTRA's
+  ``libsvm_tools``; fit it on train+valid+test with
   :func:`fit_normalizer`).
 * ``"log_minmax_pm1"``: the Istella-S variant,
   ``x' = 2 log10(x - min + 1) / log10(max - min + 1) - 1``, zeros stay 0.
@@ -15,7 +17,8 @@ padding stays 0):
   ``QueryLevelNorm``).
 * ``"zscore"``: per-feature standardisation ``(x - mean) / std``.
 * ``"log1p_zscore"``: ``sign(x) log1p(|x|)`` then standardised (a common choice
-  for MSLR's heavy-tailed counts; SIF spec 6.1 states no preprocessing).
+  for MSLR's heavy-tailed counts; SIF, Gong et al., states none in its
+  Section VI).
 
 Constant features map to 0 (never NaN).
 """

@@ -16,8 +16,8 @@ pass, because:
 
 * the consumers make several passes (the click-model study gathers each model's statistics in one
   pass and scores the held-out sessions in another; a minibatch fit makes one per epoch); Parquet
-  reads several times faster than the text parses (about 500 k against 20 k sessions/s on the 2-core
-  machine of ``benchmarks/RESULTS.md``), so from the second pass on conversion is cheaper;
+  reads several times faster than the text parses (the stream's sessions per second are in
+  ``benchmarks/RESULTS.md``, section "Streaming input"), so from the second pass on conversion is cheaper;
 * a stream needs, before its first batch, what only a whole pass over the text can tell: the
   vocabulary size (the ids of the in-memory readers, sorted for a delimited log) and the longest list
   (the batches' fixed shape), which the shards' footers record;

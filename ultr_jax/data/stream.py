@@ -170,9 +170,10 @@ def _epoch_shuffle(grain, parent, seed: int):
   """``parent`` in a seeded order, a new one each epoch: index ``e * n + i`` is ``perm_e[i] + e * n`` with
   ``perm_e = np.random.default_rng([seed, e]).permutation(n)``.
 
-  Grain's own ``MapDataset.shuffle`` does the same through its ``index_shuffle``, which on this project's VM
-  took 1.8 ms per element for a dataset of 16 row groups (and 0.02 ms for 1600): a stream of a few row groups
-  paid it for every row group it read.
+  Grain's own ``MapDataset.shuffle`` does the same through its ``index_shuffle``, which was measured to cost far
+  more per element for a dataset of a few row groups than for one of many: a stream of a few row groups paid
+  it for every row group it read (the stream's throughput with this shuffle is in ``benchmarks/RESULTS.md``,
+  section "`fit` on a stream, after removing host work").
   """
 
   class EpochShuffle(grain.MapDataset):
