@@ -52,6 +52,7 @@ pyarrow and grain are needed only here: ``pip install 'ultr_jax[stream]'``.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
@@ -545,69 +546,20 @@ class _ReadLists:
       raise FileNotFoundError(f"{path}: no such Parquet file (it was there when the stream started)") from None
     table = _shards.read_row_group(f, path, g, first_row, s._columns, "Parquet file")
     n, L = table.num_rows, s.list_size
-
-    def at(r, field, d=None):
-      doc = "" if d is None else f", document {d}"
-      return f"{path}, row {first_row + int(r)}{doc}, field {field!r}"
+    at = functools.partial(_location, path, first_row)
 
     qcol = _array(table, "query_id")
     if qcol.null_count:
       raise ValueError(f"{at(_first_null(pa, qcol), 'query_id')}: missing value")
     qid = qcol.to_numpy().astype(np.int64, copy=False)
 
-    # Every list column: one value per document, all of a row's lists of one length.
-    lengths, layout, flat = None, None, {}
-    for name in s._list_columns:
-      col = _array(table, name)
-      if col.null_count:
-        raise ValueError(f"{at(_first_null(pa, col), name)}: missing value")
-      got = pa.compute.list_value_length(col).to_numpy(zero_copy_only=False)
-      if lengths is None:
-        lengths, layout = got, name
-      elif not np.array_equal(got, lengths):
-        r = int(np.flatnonzero(got != lengths)[0])
-        raise ValueError(f"{at(r, name)}: {got[r]} values, where {layout!r} has {lengths[r]}")
-      flat[name] = col.flatten()
-    lengths = np.asarray(lengths, np.int64)
-    D = int(lengths.sum())
-    row = np.repeat(np.arange(n), lengths)
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-    item = np.arange(D) - starts[row]
-    for name, values in flat.items():
-      if values.null_count:
-        k = _first_null(pa, values)
-        raise ValueError(f"{at(row[k], name, item[k])}: missing value")
-
-    def numbers(name, values):
-      if not _is_number(pa, values.type):
-        raise ValueError(f"{at(0, name)}: expected numbers, got the Arrow type {values.type}")
-      return values.to_numpy(zero_copy_only=False)
-
-    def integers(name, v, low, high=None):
-      bad = (v < low) | (v != np.round(v)) | ((v > high) if high is not None else False)
-      if np.any(bad):
-        k = int(np.flatnonzero(bad)[0])
-        allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
-        raise ValueError(f"{at(row[k], name, item[k])}: {v[k]} is not {allowed}")
-      return v.astype(np.int64)
-
-    if "position" in flat:
-      slot = integers("position", numbers("position", flat["position"]), 1) - 1
-    else:
-      slot = item
+    flat, row, item = _list_values(pa, table, s._list_columns, at, n)
+    D = len(row)
+    slot, in_order = _slots(pa, flat, row, item, at)
     keep = slot < L
     every = bool(keep.all())
     cell = row * L + slot
     kept_cell = cell if every else cell[keep]
-    in_order = "position" not in flat or bool(np.array_equal(slot, item))  # then no two documents share a position
-    if not in_order and D:
-      key = row * (int(slot.max()) + 1) + slot  # (list, position) pairs, the cut ones too
-      _, first = np.unique(key, return_index=True)
-      if len(first) != len(key):
-        dup = np.ones(len(key), bool)
-        dup[first] = False
-        k = int(np.flatnonzero(dup)[0])
-        raise ValueError(f"{at(row[k], 'position', item[k])}: its list already shows a document at {slot[k] + 1}")
 
     if self.shuffle:  # a seeded permutation inside the row group (the shuffle buffer); index counts epochs too
       perm = np.random.default_rng([self.seed, index]).permutation(n)
@@ -623,37 +575,8 @@ class _ReadLists:
     fview = None if whole else out["features"].reshape(n * L, s.num_features)
     c0 = 0
     for col in s._features:
-      v = flat[col.name]
-      if col.kind == "binary":
-        width = v.type.byte_width
-        if width != 4 * col.width:
-          raise ValueError(f"{at(0, col.name)}: {width // 4} values per document, where the first file has {col.width}")
-        x = np.frombuffer(v.buffers()[1], "<f4", count=len(v) * col.width, offset=v.offset * width)
-        x = x.reshape(len(v), col.width)
-      elif col.kind == "vector":
-        got = pa.compute.list_value_length(v).to_numpy(zero_copy_only=False)
-        if len(got) and np.any(got != col.width):
-          k = int(np.flatnonzero(got != col.width)[0])
-          raise ValueError(
-            f"{at(row[k], col.name, item[k])}: a vector of {got[k]} values, where the first has {col.width}"
-          )
-        inner = v.flatten()
-        if inner.null_count:
-          k = _first_null(pa, inner) // max(col.width, 1)
-          raise ValueError(f"{at(row[k], col.name, item[k])}: missing value inside the vector")
-        x = numbers(col.name, inner).reshape(len(v), col.width)
-      else:
-        x = numbers(col.name, v).reshape(len(v), 1)
-      x = x[kept]
-      with np.errstate(over="ignore", invalid="ignore"):
-        cast = x.astype(s.dtype, copy=False)
-        if cast.size and not (np.isfinite(cast.max()) and np.isfinite(cast.min())):  # no temporaries: NaN propagates
-          r = int(np.flatnonzero(~np.isfinite(cast).all(axis=1))[0])
-          k = np.flatnonzero(keep)[r]
-          value = x[r][~np.isfinite(cast[r])][0]
-          why = "is not finite" if not np.isfinite(value) else f"overflows the dtype {s.dtype.name}"
-          raise ValueError(f"{at(row[k], col.name, item[k])}: value {value} {why}")
-      x = cast
+      x = _feature_values(pa, col, flat[col.name], at, row, item)[kept]
+      x = _finite_cast(x, s.dtype, keep, col.name, at, row, item)
       if whole:
         x = x.reshape(n, L, s.num_features)
         out["features"] = np.take(x, perm, axis=0) if self.shuffle else x.copy()
@@ -665,45 +588,168 @@ class _ReadLists:
 
     out["where"].reshape(-1)[kept_cell] = True
     if "label" in flat:
-      lab = numbers("label", flat["label"])
-      bad = ~np.isfinite(lab) | (lab < 0) | (np.abs(lab) > _F32_MAX)
-      if bad.any():
-        k = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"{at(row[k], 'label', item[k])}: {lab[k]} is not a finite relevance >= 0")
-      out["labels"].reshape(-1)[kept_cell] = lab[kept]
+      out["labels"].reshape(-1)[kept_cell] = _labels(pa, flat["label"], at, row, item)[kept]
     if "doc_id" in flat:
-      ids = numbers("doc_id", flat["doc_id"])
-      bad = (ids < -1) | (ids > _svm._I32_MAX)
-      if bad.any():
-        k = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"{at(row[k], 'doc_id', item[k])}: {ids[k]} is not an id in [-1, 2**31)")
+      ids = _doc_ids(pa, flat["doc_id"], at, row, item)
     else:
       ids = np.arange(first_doc, first_doc + D)
     out["doc_ids"].reshape(-1)[kept_cell] = ids[kept]
     for e in s._extras:
-      if e.column == "click":
-        v = integers("click", numbers("click", flat["click"]), 0, 1)
-      elif e.per_item:
-        v = numbers(e.name, flat[e.column])
-        if np.dtype(e.dtype).kind == "f":
-          bad = ~np.isfinite(v) | (np.abs(v) > _F32_MAX if np.dtype(e.dtype).itemsize == 4 else False)
-          if np.any(bad):
-            k = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"{at(row[k], e.name, item[k])}: {v[k]} is not a finite {np.dtype(e.dtype).name}")
+      if e.per_item or e.column == "click":
+        out[e.name].reshape(-1)[kept_cell] = _item_extra(pa, e, flat[e.column], at, row, item)[kept]
       else:
-        col = _array(table, e.name)
-        if col.null_count:
-          raise ValueError(f"{at(_first_null(pa, col), e.name)}: missing value")
-        if _is_list(pa, col.type):  # one value per document: the list's first
-          first = pa.compute.list_element(col, 0) if len(col) else col.flatten()
-          v = numbers(e.name, first)
-        else:
-          v = numbers(e.name, col)
+        v = _list_extra(pa, e, _array(table, e.name), at)
         out[e.name][:] = v[perm] if self.shuffle else v
-        continue
-      out[e.name].reshape(-1)[kept_cell] = v[kept]
     out["qid"][:] = qid[perm] if self.shuffle else qid
     return out
+
+
+def _location(path, first_row: int, r, field: str, d=None) -> str:
+  """Where a value is, for an error: the file, the row (``r`` counts from the row group's ``first_row``), the
+  document ``d`` when given, the field."""
+  doc = "" if d is None else f", document {d}"
+  return f"{path}, row {first_row + int(r)}{doc}, field {field!r}"
+
+
+def _numbers(pa, at, name: str, values) -> np.ndarray:
+  """An Arrow array of numbers as NumPy (an error naming the field for any other type)."""
+  if not _is_number(pa, values.type):
+    raise ValueError(f"{at(0, name)}: expected numbers, got the Arrow type {values.type}")
+  return values.to_numpy(zero_copy_only=False)
+
+
+def _integers(at, row, item, name: str, v: np.ndarray, low, high=None) -> np.ndarray:
+  """``v`` (one value per document) as int64, each an integer in ``[low, high]`` (an error naming the first that
+  is not)."""
+  bad = (v < low) | (v != np.round(v)) | ((v > high) if high is not None else False)
+  if np.any(bad):
+    k = int(np.flatnonzero(bad)[0])
+    allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
+    raise ValueError(f"{at(row[k], name, item[k])}: {v[k]} is not {allowed}")
+  return v.astype(np.int64)
+
+
+def _list_values(pa, table, columns, at, n: int) -> tuple:
+  """``(flat, row, item)``: each list column's values one per document (``flat[name]``), checked to have no
+  missing value and, in every row, one length across the columns; each document's row and place in its list."""
+  lengths, layout, flat = None, None, {}
+  for name in columns:
+    col = _array(table, name)
+    if col.null_count:
+      raise ValueError(f"{at(_first_null(pa, col), name)}: missing value")
+    got = pa.compute.list_value_length(col).to_numpy(zero_copy_only=False)
+    if lengths is None:
+      lengths, layout = got, name
+    elif not np.array_equal(got, lengths):
+      r = int(np.flatnonzero(got != lengths)[0])
+      raise ValueError(f"{at(r, name)}: {got[r]} values, where {layout!r} has {lengths[r]}")
+    flat[name] = col.flatten()
+  lengths = np.asarray(lengths, np.int64)
+  D = int(lengths.sum())
+  row = np.repeat(np.arange(n), lengths)
+  starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+  item = np.arange(D) - starts[row]
+  for name, values in flat.items():
+    if values.null_count:
+      k = _first_null(pa, values)
+      raise ValueError(f"{at(row[k], name, item[k])}: missing value")
+  return flat, row, item
+
+
+def _slots(pa, flat: dict, row, item, at) -> tuple:
+  """``(slot, in_order)``: each document's 0-based place in its list (its ``position`` - 1, else its place in
+  the row), and whether that is its place in the row; two documents of a list at one position are an error."""
+  if "position" in flat:
+    slot = _integers(at, row, item, "position", _numbers(pa, at, "position", flat["position"]), 1) - 1
+  else:
+    slot = item
+  in_order = "position" not in flat or bool(np.array_equal(slot, item))  # then no two documents share a position
+  if not in_order and len(row):
+    key = row * (int(slot.max()) + 1) + slot  # (list, position) pairs, the cut ones too
+    _, first = np.unique(key, return_index=True)
+    if len(first) != len(key):
+      dup = np.ones(len(key), bool)
+      dup[first] = False
+      k = int(np.flatnonzero(dup)[0])
+      raise ValueError(f"{at(row[k], 'position', item[k])}: its list already shows a document at {slot[k] + 1}")
+  return slot, in_order
+
+
+def _feature_values(pa, col: _Column, v, at, row, item) -> np.ndarray:
+  """Feature column ``col``'s values ``v`` (one per document) as ``[documents, col.width]``."""
+  if col.kind == "binary":
+    width = v.type.byte_width
+    if width != 4 * col.width:
+      raise ValueError(f"{at(0, col.name)}: {width // 4} values per document, where the first file has {col.width}")
+    x = np.frombuffer(v.buffers()[1], "<f4", count=len(v) * col.width, offset=v.offset * width)
+    return x.reshape(len(v), col.width)
+  if col.kind == "vector":
+    got = pa.compute.list_value_length(v).to_numpy(zero_copy_only=False)
+    if len(got) and np.any(got != col.width):
+      k = int(np.flatnonzero(got != col.width)[0])
+      raise ValueError(f"{at(row[k], col.name, item[k])}: a vector of {got[k]} values, where the first has {col.width}")
+    inner = v.flatten()
+    if inner.null_count:
+      k = _first_null(pa, inner) // max(col.width, 1)
+      raise ValueError(f"{at(row[k], col.name, item[k])}: missing value inside the vector")
+    return _numbers(pa, at, col.name, inner).reshape(len(v), col.width)
+  return _numbers(pa, at, col.name, v).reshape(len(v), 1)
+
+
+def _finite_cast(x: np.ndarray, dtype, keep, name: str, at, row, item) -> np.ndarray:
+  """The kept documents' features ``x`` cast to ``dtype``; a value that is not finite there is an error."""
+  with np.errstate(over="ignore", invalid="ignore"):
+    cast = x.astype(dtype, copy=False)
+    if cast.size and not (np.isfinite(cast.max()) and np.isfinite(cast.min())):  # no temporaries: NaN propagates
+      r = int(np.flatnonzero(~np.isfinite(cast).all(axis=1))[0])
+      k = np.flatnonzero(keep)[r]
+      value = x[r][~np.isfinite(cast[r])][0]
+      why = "is not finite" if not np.isfinite(value) else f"overflows the dtype {dtype.name}"
+      raise ValueError(f"{at(row[k], name, item[k])}: value {value} {why}")
+  return cast
+
+
+def _labels(pa, values, at, row, item) -> np.ndarray:
+  """The ``label`` column's values, each a finite relevance >= 0 (an error naming the first that is not)."""
+  lab = _numbers(pa, at, "label", values)
+  bad = ~np.isfinite(lab) | (lab < 0) | (np.abs(lab) > _F32_MAX)
+  if bad.any():
+    k = int(np.flatnonzero(bad)[0])
+    raise ValueError(f"{at(row[k], 'label', item[k])}: {lab[k]} is not a finite relevance >= 0")
+  return lab
+
+
+def _doc_ids(pa, values, at, row, item) -> np.ndarray:
+  """The ``doc_id`` column's values, each in [-1, 2**31) (an error naming the first that is not)."""
+  ids = _numbers(pa, at, "doc_id", values)
+  bad = (ids < -1) | (ids > _svm._I32_MAX)
+  if bad.any():
+    k = int(np.flatnonzero(bad)[0])
+    raise ValueError(f"{at(row[k], 'doc_id', item[k])}: {ids[k]} is not an id in [-1, 2**31)")
+  return ids
+
+
+def _item_extra(pa, e: _Column, values, at, row, item) -> np.ndarray:
+  """A per-document extra's values: clicks 0 or 1, floats finite in their dtype."""
+  if e.column == "click":
+    return _integers(at, row, item, "click", _numbers(pa, at, "click", values), 0, 1)
+  v = _numbers(pa, at, e.name, values)
+  if np.dtype(e.dtype).kind == "f":
+    bad = ~np.isfinite(v) | (np.abs(v) > _F32_MAX if np.dtype(e.dtype).itemsize == 4 else False)
+    if np.any(bad):
+      k = int(np.flatnonzero(bad)[0])
+      raise ValueError(f"{at(row[k], e.name, item[k])}: {v[k]} is not a finite {np.dtype(e.dtype).name}")
+  return v
+
+
+def _list_extra(pa, e: _Column, col, at) -> np.ndarray:
+  """A per-list extra's values, one per row (of a list column, each list's first value)."""
+  if col.null_count:
+    raise ValueError(f"{at(_first_null(pa, col), e.name)}: missing value")
+  if _is_list(pa, col.type):  # one value per document: the list's first
+    first = pa.compute.list_element(col, 0) if len(col) else col.flatten()
+    return _numbers(pa, at, e.name, first)
+  return _numbers(pa, at, e.name, col)
 
 
 def _array(table, name: str):
