@@ -131,6 +131,10 @@ def write_feature_shards(
   Returns:
     The shard paths, in order.
 
+  Raises:
+    ValueError: an extra named like a shard column, or of another shape than ``[Q, L]`` or ``[Q]`` (naming it);
+      ``out_dir`` holding a conversion without ``overwrite``.
+
   >>> import tempfile
   >>> from ultr_jax.data import make_synthetic, batches
   >>> ds = make_synthetic(num_train=5, num_valid=1, num_test=1, list_size=3, num_features=2).train
@@ -280,7 +284,11 @@ def convert_svmlight(
   Args:
     path: the data file.
     out_dir: the directory for ``part-NNNNN.parquet`` and the manifest (see :func:`write_feature_shards`).
-    query_path, num_features, max_label: as in :func:`~ultr_jax.data.read_svmlight`.
+    query_path: a LightGBM-style group file, one document count per query in order (None: ``path + ".query"``,
+      read only where the lines carry no ``qid:``).
+    num_features: ``F``; ids above it are an error (None: the largest id, which may be at most
+      ``max(65536, number of values in the file)``, as in :func:`~ultr_jax.data.read_svmlight`).
+    max_label: labels outside ``[0, max_label]`` are an error (None: no check).
     shard_size: queries per shard file.
     row_group_size: queries per Parquet row group (the unit of reading, shuffling and splitting over
       processes).
@@ -317,15 +325,7 @@ def convert_svmlight(
 
   # Pass 1: check every line, find F, and the query runs of the qid: fields (16 bytes per query).
   state: dict = {}
-  runs, last = [], None
-  for _, qid, _, _, _, line in _svmlight_rows(path, block_size, num_features, max_label, state):
-    if qid is not None and not explicit_q:
-      new = np.ones(len(qid), bool)
-      new[1:] = qid[1:] != qid[:-1]
-      if last is not None and qid[0] == last:
-        new[0] = False
-      runs.append(np.stack([qid[new], line[new]], 1))
-      last = qid[-1]
+  runs = _query_runs(_svmlight_rows(path, block_size, num_features, max_label, state), not explicit_q)
   if not state.get("rows"):
     raise _svm._err(path, 1, "label", "empty file (no data lines)")
   rows = state["rows"]
@@ -335,7 +335,7 @@ def convert_svmlight(
     if num_features > _io.extent_limit(state["values"]):
       limit = _io.extent_limit(state["values"])
   F = int(num_features)
-  counts = None
+  counts = bounds = None
   if explicit_q or not state["has_qid"]:
     if not state["has_qid"] and not qpath.is_file():
       raise _svm._err(
@@ -344,33 +344,11 @@ def convert_svmlight(
     counts = _svm._read_query_file(qpath, rows, path)  # one count per query
     bounds = np.cumsum(counts)
   else:
-    runs = np.concatenate(runs)
-    order = np.argsort(runs[:, 0], kind="stable")
-    again = np.flatnonzero(runs[order[1:], 0] == runs[order[:-1], 0])
-    if len(again):
-      k = order[1:][again]
-      k = k[np.argmin(runs[k, 1])]
-      first = runs[order[np.searchsorted(runs[order, 0], runs[k, 0])], 1]
-      raise _svm._err(
-        path,
-        int(runs[k, 1]),
-        "qid",
-        f"qid {runs[k, 0]} comes back after other queries (its rows began on line {first}): convert_svmlight "
-        "needs each query's rows together (sort the file by qid, keeping the rows' order), or use load_svmlight",
-      )
+    _check_contiguous(path, np.concatenate(runs))
     del runs
 
   if limit is not None:  # the in-memory reader's error, at the first id above the limit (nothing is written)
-    for labels, qid, indptr, idx, val, line in _svmlight_rows(path, block_size, F, max_label, {}):
-      if (idx > limit).any():
-        k = int(np.flatnonzero(idx > limit)[0])
-        raise _svm._err(
-          path,
-          int(line[np.searchsorted(indptr, k, side="right") - 1]),
-          "feature id",
-          f"feature id {idx[k]} is absurdly large for a file of {state['values']} values (more than {limit}); "
-          "pass num_features= to allow it",
-        )
+    _check_feature_ids(path, _svmlight_rows(path, block_size, F, max_label, {}), limit, state["values"])
 
   # Pass 2: the rows again, grouped into queries, written as shards.
   schema = pa.schema(
@@ -387,35 +365,88 @@ def convert_svmlight(
   }
   writer = _ShardWriter(out_dir, schema, shard_size, row_group_size, meta)
   try:
-    carry = None  # the rows of the last query of the block before (it may go on)
-    row0 = 0
-    for labels, qid, indptr, idx, val, line in _svmlight_rows(path, block_size, F, max_label, {}):
-      n = len(labels)
-      dense = np.zeros((n, F), np.float32)
-      dense[np.repeat(np.arange(n), np.diff(indptr)), idx - 1] = val
-      doc = np.arange(row0, row0 + n)
-      if counts is not None:
-        group = np.searchsorted(bounds, doc, side="right")
-        key = qid if qid is not None else group
-      else:
-        group = key = qid
-      block = {"label": labels, "features": dense, "doc": doc, "group": group, "key": key}
-      if carry is not None:
-        block = {k: np.concatenate([carry[k], v]) for k, v in block.items()}
-      row0 += n
-      g = block["group"]
-      starts = np.flatnonzero(np.concatenate(([True], g[1:] != g[:-1])))
-      complete = int(starts[-1])
-      if counts is not None and row0 == bounds[-1]:
-        complete = len(g)  # the .query file says the last query ends here
-      carry = {k: v[complete:] for k, v in block.items()}
-      _add_queries(pa, writer, schema, {k: v[:complete] for k, v in block.items()}, starts[starts < complete])
-    if carry is not None and len(carry["group"]):
-      _add_queries(pa, writer, schema, carry, np.array([0]))
+    _write_queries(pa, writer, schema, _svmlight_rows(path, block_size, F, max_label, {}), F, bounds)
     return writer.finish()
   except BaseException:
     writer.abort()
     raise
+
+
+def _query_runs(blocks, use_qid: bool) -> list:
+  """Reads ``blocks`` (of :func:`_svmlight_rows`) to their end; with ``use_qid``, the ``[qid, first line]`` of
+  each run of rows of one qid (a run may go on across blocks), one array per block."""
+  runs, last = [], None
+  for _, qid, _, _, _, line in blocks:
+    if qid is not None and use_qid:
+      new = np.ones(len(qid), bool)
+      new[1:] = qid[1:] != qid[:-1]
+      if last is not None and qid[0] == last:
+        new[0] = False
+      runs.append(np.stack([qid[new], line[new]], 1))
+      last = qid[-1]
+  return runs
+
+
+def _check_contiguous(path, runs: np.ndarray) -> None:
+  """An error at the first line where a qid's rows come back after other queries' (``runs``: ``[qid, line]``)."""
+  order = np.argsort(runs[:, 0], kind="stable")
+  again = np.flatnonzero(runs[order[1:], 0] == runs[order[:-1], 0])
+  if len(again):
+    k = order[1:][again]
+    k = k[np.argmin(runs[k, 1])]
+    first = runs[order[np.searchsorted(runs[order, 0], runs[k, 0])], 1]
+    raise _svm._err(
+      path,
+      int(runs[k, 1]),
+      "qid",
+      f"qid {runs[k, 0]} comes back after other queries (its rows began on line {first}): convert_svmlight "
+      "needs each query's rows together (sort the file by qid, keeping the rows' order), or use load_svmlight",
+    )
+
+
+def _check_feature_ids(path, blocks, limit: int, values: int) -> None:
+  """The in-memory reader's error at the first feature id above ``limit`` in ``blocks`` (a file of ``values``
+  values)."""
+  for _, _, indptr, idx, _, line in blocks:
+    if (idx > limit).any():
+      k = int(np.flatnonzero(idx > limit)[0])
+      raise _svm._err(
+        path,
+        int(line[np.searchsorted(indptr, k, side="right") - 1]),
+        "feature id",
+        f"feature id {idx[k]} is absurdly large for a file of {values} values (more than {limit}); "
+        "pass num_features= to allow it",
+      )
+
+
+def _write_queries(pa, writer, schema, blocks, F: int, bounds) -> None:
+  """Adds the rows of ``blocks`` to ``writer`` as queries of ``F`` dense features: grouped by their qid, or with
+  ``bounds`` (the .query file's cumulative counts) by those."""
+  carry = None  # the rows of the last query of the block before (it may go on)
+  row0 = 0
+  for labels, qid, indptr, idx, val, _ in blocks:
+    n = len(labels)
+    dense = np.zeros((n, F), np.float32)
+    dense[np.repeat(np.arange(n), np.diff(indptr)), idx - 1] = val
+    doc = np.arange(row0, row0 + n)
+    if bounds is not None:
+      group = np.searchsorted(bounds, doc, side="right")
+      key = qid if qid is not None else group
+    else:
+      group = key = qid
+    block = {"label": labels, "features": dense, "doc": doc, "group": group, "key": key}
+    if carry is not None:
+      block = {k: np.concatenate([carry[k], v]) for k, v in block.items()}
+    row0 += n
+    g = block["group"]
+    starts = np.flatnonzero(np.concatenate(([True], g[1:] != g[:-1])))
+    complete = int(starts[-1])
+    if bounds is not None and row0 == bounds[-1]:
+      complete = len(g)  # the .query file says the last query ends here
+    carry = {k: v[complete:] for k, v in block.items()}
+    _add_queries(pa, writer, schema, {k: v[:complete] for k, v in block.items()}, starts[starts < complete])
+  if carry is not None and len(carry["group"]):
+    _add_queries(pa, writer, schema, carry, np.array([0]))
 
 
 def _add_queries(pa, writer, schema, rows: dict, starts: np.ndarray) -> None:
@@ -778,6 +809,57 @@ class _PadLists:
     return out
 
 
+def _units(pa, files: list, types: dict, present: list, layout: str, list_size) -> tuple:
+  """``(units, documents, longest list, largest position)`` of the files: a unit ``(path, row group, first row,
+  rows, documents before it)`` per non-empty row group; each file checked to have the first file's columns and
+  types. The lists are measured only where the footers (or ``list_size``) leave them unknown."""
+  path0 = files[0][0]
+  units, doc0, longest, top_position = [], 0, 0, 0
+  for path, f, meta in files:
+    for c, t in types.items():
+      if c not in f.schema_arrow.names:
+        raise ValueError(f"{path}: field {c!r}: no such column (the first file, {path0}, has it)")
+      if f.schema_arrow.field(c).type != t:
+        raise ValueError(f"{path}: field {c!r}: of type {f.schema_arrow.field(c).type}, where {path0}'s is {t}")
+    longest = max(longest, int(meta.get("list_size", 0)))
+    first = 0
+    for g in range(f.num_row_groups):
+      rows = f.metadata.row_group(g).num_rows
+      docs = 0
+      if rows and ("doc_id" not in present or list_size is None and "list_size" not in meta):
+        docs, top = _documents(pa, f, path, g, "position" if "position" in present else layout)
+        if "position" in present and top is not None:
+          top_position = max(top_position, int(top))
+        elif "list_size" not in meta and list_size is None:
+          col = _shards.read_row_group(f, path, g, first, [layout], "Parquet file").column(layout)
+          lens = pa.compute.list_value_length(col).to_numpy(zero_copy_only=False)
+          longest = max(longest, int(lens.max()) if len(lens) else 0)
+      if rows:
+        units.append((path, g, first, rows, doc0))
+      first += rows
+      doc0 += docs
+  return units, doc0, longest, top_position
+
+
+def _extra_columns(pa, schema0, meta0: dict, path0, extra_columns) -> list:
+  """The extras' columns: ``extra_columns`` (of the first file's schema ``schema0``; None: those its footer
+  ``meta0`` recorded), then ``clicks`` from a ``click`` column and ``frequency_bucket`` where the file has them."""
+  extras = []
+  if extra_columns is None:
+    for name, per_item, dt in json.loads(meta0.get("extras", "[]")):
+      extras.append(_Column(name, "scalar", 1, bool(per_item), np.dtype(dt)))
+  else:
+    for name in extra_columns:
+      if name not in schema0.names:
+        raise ValueError(f"{path0}: field {name!r}: no such column (extra_columns; the file has {schema0.names})")
+      extras.append(_Column(name, "scalar", 1, _is_list(pa, schema0.field(name).type), np.dtype(np.float32)))
+  if "click" in schema0.names:
+    extras.append(_Column("clicks", "scalar", 1, True, np.dtype(np.float32), column="click"))
+  if "frequency_bucket" in schema0.names and all(e.name != "frequency_bucket" for e in extras):
+    extras.append(_Column("frequency_bucket", "scalar", 1, False, np.dtype(np.int32)))
+  return extras
+
+
 class FeatureStream(_RowGroupStream):
   r"""Fixed-shape batches of ranked lists with features from Parquet list files, in bounded memory.
 
@@ -801,13 +883,16 @@ class FeatureStream(_RowGroupStream):
       default: those the shards were written with (:func:`convert_svmlight`, :func:`write_feature_shards`).
     list_size: ``L`` (default: the longest list, or the largest ``position``, over all files: from the
       files' footers and statistics where they have them, else read from the column).
-    shuffle, seed: shuffle row groups and the lists in them, from ``seed``.
+    shuffle: shuffle the row groups and the lists in them.
+    seed: the shuffle's seed.
     num_epochs: passes over the data (None: without end).
-    process_index, process_count: this process and the number of processes (default JAX's).
+    process_index: this process, in ``[0, process_count)`` (default ``jax.process_index()``).
+    process_count: the number of processes (default ``jax.process_count()``).
     extra_columns: further columns to batch as extras (float32; ``[B, L]`` for a list column, ``[B]``
       otherwise); default: those :func:`write_feature_shards` recorded.
     dtype: the features' dtype.
-    num_threads, prefetch: Grain's reader threads and the row groups read ahead.
+    num_threads: Grain's reader threads.
+    prefetch: the row groups read ahead.
 
   Raises:
     FileNotFoundError: a missing file (naming it).
@@ -876,19 +961,7 @@ class FeatureStream(_RowGroupStream):
     #: ``F``: the sum of the feature columns' widths.
     self.num_features = int(sum(c.width for c in self._features))
     present = [c for c in ("label", "position", "doc_id") if c in schema0.names]
-    extras = []
-    if extra_columns is None:
-      for name, per_item, dt in json.loads(meta0.get("extras", "[]")):
-        extras.append(_Column(name, "scalar", 1, bool(per_item), np.dtype(dt)))
-    else:
-      for name in extra_columns:
-        if name not in schema0.names:
-          raise ValueError(f"{path0}: field {name!r}: no such column (extra_columns; the file has {schema0.names})")
-        extras.append(_Column(name, "scalar", 1, _is_list(pa, schema0.field(name).type), np.dtype(np.float32)))
-    if "click" in schema0.names:
-      extras.append(_Column("clicks", "scalar", 1, True, np.dtype(np.float32), column="click"))
-    if "frequency_bucket" in schema0.names and all(e.name != "frequency_bucket" for e in extras):
-      extras.append(_Column("frequency_bucket", "scalar", 1, False, np.dtype(np.int32)))
+    extras = _extra_columns(pa, schema0, meta0, path0, extra_columns)
     self._extras = extras
     item_columns = present + [c.name for c in self._features] + [e.column for e in extras if e.per_item]
     self._list_columns = list(dict.fromkeys(item_columns))
@@ -897,30 +970,7 @@ class FeatureStream(_RowGroupStream):
 
     # Units (one per non-empty row group), documents before each (for doc_ids), the longest list.
     types = {c: schema0.field(c).type for c in self._columns}
-    units, doc0, longest, top_position = [], 0, 0, 0
-    for path, f, meta in files:
-      for c, t in types.items():
-        if c not in f.schema_arrow.names:
-          raise ValueError(f"{path}: field {c!r}: no such column (the first file, {path0}, has it)")
-        if f.schema_arrow.field(c).type != t:
-          raise ValueError(f"{path}: field {c!r}: of type {f.schema_arrow.field(c).type}, where {path0}'s is {t}")
-      longest = max(longest, int(meta.get("list_size", 0)))
-      first = 0
-      for g in range(f.num_row_groups):
-        rows = f.metadata.row_group(g).num_rows
-        docs = 0
-        if rows and ("doc_id" not in present or list_size is None and "list_size" not in meta):
-          docs, top = _documents(pa, f, path, g, "position" if "position" in present else layout)
-          if "position" in present and top is not None:
-            top_position = max(top_position, int(top))
-          elif "list_size" not in meta and list_size is None:
-            col = _shards.read_row_group(f, path, g, first, [layout], "Parquet file").column(layout)
-            lens = pa.compute.list_value_length(col).to_numpy(zero_copy_only=False)
-            longest = max(longest, int(lens.max()) if len(lens) else 0)
-        if rows:
-          units.append((path, g, first, rows, doc0))
-        first += rows
-        doc0 += docs
+    units, doc0, longest, top_position = _units(pa, files, types, present, layout, list_size)
     if list_size is None:
       list_size = max(longest, top_position, 1)
       if top_position > max(longest, _io.extent_limit(doc0)):

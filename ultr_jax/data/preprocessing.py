@@ -71,6 +71,9 @@ def fit_normalizer(datasets: Sequence[RankingDataset], method: str) -> Normalize
   Returns:
     The :class:`NormalizerStats` for :func:`normalize_features`.
 
+  Raises:
+    ValueError: ``method`` is not one of the global methods, or the datasets have no real document.
+
   >>> ds = RankingDataset(features=np.array([[[1.], [3.]]], np.float32), labels=np.zeros((1, 2), np.float32),
   ...     where=np.ones((1, 2), bool), qid=np.array([0]))
   >>> s = fit_normalizer([ds], "zscore")
@@ -104,6 +107,9 @@ def normalize_features(
 
   Returns:
     A normalised copy of ``ds`` (shapes unchanged, padding 0).
+
+  Raises:
+    ValueError: ``method`` is not one of :data:`NORMALIZATIONS`, or ``stats`` were fit for another method.
 
   >>> ds = RankingDataset(features=np.array([[[0.], [2.], [4.]]], np.float32), labels=np.zeros((1, 3), np.float32),
   ...     where=np.ones((1, 3), bool), qid=np.array([0]))

@@ -396,11 +396,13 @@ class SessionStream(_RowGroupStream):
     shuffle: shuffle row groups and the sessions in them.
     seed: the shuffle's seed.
     num_epochs: passes over the data (None: without end).
-    process_index, process_count: this process and the number of processes
-      (default ``jax.process_index()`` and ``jax.process_count()``).
+    process_index: this process, in ``[0, process_count)`` (default
+      ``jax.process_index()``).
+    process_count: the number of processes (default ``jax.process_count()``).
     extra_columns: further per-document shard columns to batch.
-    num_threads, prefetch: Grain's reader threads and the row groups read
-      ahead (memory is about ``prefetch`` row groups).
+    num_threads: Grain's reader threads.
+    prefetch: the row groups read ahead (memory is about ``prefetch`` row
+      groups).
 
   Raises:
     FileNotFoundError: a missing shard (naming it).
@@ -510,6 +512,9 @@ def session_batches(log: ClickLog, *, batch_size: int, list_size: Optional[int] 
 
   Returns:
     An iterator of dicts with the keys :data:`BATCH_KEYS`.
+
+  Raises:
+    ValueError: ``batch_size`` < 1; the errors of :func:`~ultr_jax.data.click_log_sessions`.
 
   >>> import pathlib, tempfile
   >>> from ultr_jax.data import read_click_log
