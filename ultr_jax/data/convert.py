@@ -973,6 +973,12 @@ def read_session_shards(source: Union[PathLike, Sequence[PathLike]]) -> ClickLog
     A :class:`~ultr_jax.data.ClickLog`, one row per shown document, ``sessions`` the
     ``session`` column.
 
+  Raises:
+    FileNotFoundError: a missing shard, or a glob or directory that matches none (naming it).
+    ValueError: the checks of :func:`session_shard_paths` and :class:`~ultr_jax.data.SessionStream` (a shard
+      its manifest does not list, shards of two conversions, a size or footer that is not the manifest's, an
+      unreadable or truncated shard), naming the file.
+
   >>> import pathlib, tempfile
   >>> d = pathlib.Path(tempfile.mkdtemp())
   >>> _ = (d / "log.tsv").write_text("session_id\tquery_id\tdoc_id\tposition\tclick\ns\tq\ta\t2\t1\n")

@@ -699,6 +699,10 @@ def load_svmlight(
   Returns:
     The :class:`RankingDataset`.
 
+  Raises:
+    ValueError: the errors of :func:`read_svmlight` (naming the file, the 1-based line and the field), and
+      ``list_size`` < 1.
+
   >>> import tempfile, os
   >>> p = os.path.join(tempfile.mkdtemp(), "b.txt")
   >>> _ = open(p, "w").write("2 1:0.5\n0 2:1\n1 1:4\n")
