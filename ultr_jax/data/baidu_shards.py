@@ -430,8 +430,11 @@ def convert_baidu_ultr(
       name), or a list of them (read in the list's order).
     out_dir: the directory for ``part-NNNNN.parquet`` and, written last, the manifest ``_manifest.json`` that
       :class:`~ultr_jax.data.FeatureStream` requires (created; it must hold no shards yet).
-    features, list_size, extra_columns: as in :func:`~ultr_jax.data.load_baidu_ultr`; documents at positions
-      beyond ``list_size`` are not written.
+    features: ``"bert"``, ``"ltr"`` or a sequence of column names, concatenated in that order, as in
+      :func:`~ultr_jax.data.load_baidu_ultr`.
+    list_size: ``L`` (None: the largest position, as in :func:`~ultr_jax.data.load_baidu_ultr`); documents at
+      positions beyond ``list_size`` are not written.
+    extra_columns: further per-document numeric columns, as in :func:`~ultr_jax.data.load_baidu_ultr`.
     shard_size: pages per shard file.
     row_group_size: pages per Parquet row group (the unit of reading, shuffling and splitting over processes).
     batch_rows: rows converted at a time (longer record batches are sliced).

@@ -140,6 +140,8 @@ def _check_contiguous_sessions(path, sid: np.ndarray, sessions: np.ndarray) -> N
   )
 
 
+#: The text formats :func:`read_click_log` reads (``format=``): ``"tsv"`` (delimited rows), ``"baidu"``
+#: (Baidu-ULTR sessions), ``"yandex"`` and ``"yandex_personalized"`` (the two Yandex logs).
 CLICK_LOG_FORMATS = ("tsv", "baidu", "yandex", "yandex_personalized")
 # The readers of the formats with a module of their own (format -> ``read(path) -> ClickLog``): baidu.py and
 # yandex.py register theirs when imported (``ultr_jax.data`` imports both), so this module imports neither.

@@ -308,7 +308,10 @@ class ClickLogRows:
 
   Args:
     paths: a delimited log or a list of them (gzip decompressed).
-    delimiter, position_base: as in :func:`~ultr_jax.data.read_click_log`.
+    delimiter: the column separator, as in :func:`~ultr_jax.data.read_click_log` (None: a tab if the header
+      has one, else a comma).
+    position_base: the rank of the top position in the files (1, or 0), as in
+      :func:`~ultr_jax.data.read_click_log`.
     chunk_size: records per chunk.
 
   >>> import pathlib, tempfile
@@ -713,8 +716,10 @@ def convert_click_log(
       processes split by is the row group).
     row_group_size: sessions per Parquet row group: the unit of reading,
       shuffling and splitting over processes, and the converter's buffer.
-    delimiter, position_base: as in :func:`~ultr_jax.data.read_click_log`
-      (``"tsv"`` only).
+    delimiter: the column separator, as in :func:`~ultr_jax.data.read_click_log`
+      (None: a tab if the header has one, else a comma; ``"tsv"`` only).
+    position_base: the rank of the top position in the file (1, or 0), as in
+      :func:`~ultr_jax.data.read_click_log` (``"tsv"`` only).
     query_key: as in :func:`~ultr_jax.data.read_baidu_sessions` (``"baidu"``).
     extra_columns: further numeric columns of a ``"tsv"`` log, kept per
       document as ``list<float32>``.
@@ -827,6 +832,12 @@ def session_shard_paths(source: Union[PathLike, Sequence[PathLike]]) -> list:
   globs are sorted by path (the conversion's session order), without duplicates. The readers then check each
   file against its directory's manifest.
 
+  Args:
+    source: a shard file, a glob pattern, a directory of shards with its manifest, or a list of them.
+
+  Returns:
+    The shard paths (strings), in session order.
+
   Raises:
     FileNotFoundError: a file that does not exist, or a glob or directory that matches no shard.
     ValueError: a directory holding files its manifest does not list (another conversion's shards, or an
@@ -880,12 +891,18 @@ def write_session_shards(
   Args:
     batches: an iterable of batch dicts (above).
     out_dir: a new or empty directory.
-    shard_size, row_group_size: sessions per file and per row group, as :func:`convert_click_log`.
+    shard_size: sessions per shard file, as in :func:`convert_click_log`.
+    row_group_size: sessions per Parquet row group, as in :func:`convert_click_log`.
     source: recorded as the shards' ``ultr_jax.source``.
     overwrite: replace a conversion already in ``out_dir`` (see :func:`convert_click_log`).
 
   Returns:
     The shard paths, in order.
+
+  Raises:
+    ValueError: ``shard_size`` or ``row_group_size`` < 1; a batch whose ``doc_ids`` and ``clicks`` are not of
+      one ``[B, L]`` shape, whose shown ``doc_ids`` are not integers >= 0, or whose shown clicks are not 0 or 1
+      (naming the batch, session, item and field); ``out_dir`` holding a conversion without ``overwrite``.
 
   >>> import tempfile
   >>> d = tempfile.mkdtemp()
@@ -955,6 +972,12 @@ def read_session_shards(source: Union[PathLike, Sequence[PathLike]]) -> ClickLog
   Returns:
     A :class:`~ultr_jax.data.ClickLog`, one row per shown document, ``sessions`` the
     ``session`` column.
+
+  Raises:
+    FileNotFoundError: a missing shard, or a glob or directory that matches none (naming it).
+    ValueError: the checks of :func:`session_shard_paths` and :class:`~ultr_jax.data.SessionStream` (a shard
+      its manifest does not list, shards of two conversions, a size or footer that is not the manifest's, an
+      unreadable or truncated shard), naming the file.
 
   >>> import pathlib, tempfile
   >>> d = pathlib.Path(tempfile.mkdtemp())

@@ -35,9 +35,9 @@ extra columns           numbers, or lists of numbers          ``extras``: ``[B, 
 ======================  ====================================  =============================================
 
 Features are stored as one fixed-size binary value per document because Parquet decodes a nested
-``list<list<float>>`` column value by value (its repetition and definition levels): measured on the shared
-2-core VM, a row group of 1024 lists x 20 documents x 136 features (10.6 MB) reads in 10.2 ms as nested floats
-and in 2.2 ms as ``list<fixed_size_binary>`` (benchmarks/RESULTS.md, "`fit` on a stream, after removing host work").
+``list<list<float>>`` column value by value (its repetition and definition levels): the time to read one row
+group of 1024 lists x 20 documents x 136 features both ways, nested floats against ``list<fixed_size_binary>``,
+is measured in ``benchmarks/RESULTS.md`` (section "`fit` on a stream, after removing host work").
 
 Shards of ultr_jax are read only as their manifest (``_manifest.json``, written last) lists them, with every
 page's CRC-32 verified, as :class:`~ultr_jax.data.SessionStream` reads session shards; Parquet files written
@@ -52,6 +52,7 @@ pyarrow and grain are needed only here: ``pip install 'ultr_jax[stream]'``.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
@@ -129,6 +130,10 @@ def write_feature_shards(
 
   Returns:
     The shard paths, in order.
+
+  Raises:
+    ValueError: an extra named like a shard column, or of another shape than ``[Q, L]`` or ``[Q]`` (naming it);
+      ``out_dir`` holding a conversion without ``overwrite``.
 
   >>> import tempfile
   >>> from ultr_jax.data import make_synthetic, batches
@@ -279,7 +284,11 @@ def convert_svmlight(
   Args:
     path: the data file.
     out_dir: the directory for ``part-NNNNN.parquet`` and the manifest (see :func:`write_feature_shards`).
-    query_path, num_features, max_label: as in :func:`~ultr_jax.data.read_svmlight`.
+    query_path: a LightGBM-style group file, one document count per query in order (None: ``path + ".query"``,
+      read only where the lines carry no ``qid:``).
+    num_features: ``F``; ids above it are an error (None: the largest id, which may be at most
+      ``max(65536, number of values in the file)``, as in :func:`~ultr_jax.data.read_svmlight`).
+    max_label: labels outside ``[0, max_label]`` are an error (None: no check).
     shard_size: queries per shard file.
     row_group_size: queries per Parquet row group (the unit of reading, shuffling and splitting over
       processes).
@@ -316,15 +325,7 @@ def convert_svmlight(
 
   # Pass 1: check every line, find F, and the query runs of the qid: fields (16 bytes per query).
   state: dict = {}
-  runs, last = [], None
-  for _, qid, _, _, _, line in _svmlight_rows(path, block_size, num_features, max_label, state):
-    if qid is not None and not explicit_q:
-      new = np.ones(len(qid), bool)
-      new[1:] = qid[1:] != qid[:-1]
-      if last is not None and qid[0] == last:
-        new[0] = False
-      runs.append(np.stack([qid[new], line[new]], 1))
-      last = qid[-1]
+  runs = _query_runs(_svmlight_rows(path, block_size, num_features, max_label, state), not explicit_q)
   if not state.get("rows"):
     raise _svm._err(path, 1, "label", "empty file (no data lines)")
   rows = state["rows"]
@@ -334,7 +335,7 @@ def convert_svmlight(
     if num_features > _io.extent_limit(state["values"]):
       limit = _io.extent_limit(state["values"])
   F = int(num_features)
-  counts = None
+  counts = bounds = None
   if explicit_q or not state["has_qid"]:
     if not state["has_qid"] and not qpath.is_file():
       raise _svm._err(
@@ -343,33 +344,11 @@ def convert_svmlight(
     counts = _svm._read_query_file(qpath, rows, path)  # one count per query
     bounds = np.cumsum(counts)
   else:
-    runs = np.concatenate(runs)
-    order = np.argsort(runs[:, 0], kind="stable")
-    again = np.flatnonzero(runs[order[1:], 0] == runs[order[:-1], 0])
-    if len(again):
-      k = order[1:][again]
-      k = k[np.argmin(runs[k, 1])]
-      first = runs[order[np.searchsorted(runs[order, 0], runs[k, 0])], 1]
-      raise _svm._err(
-        path,
-        int(runs[k, 1]),
-        "qid",
-        f"qid {runs[k, 0]} comes back after other queries (its rows began on line {first}): convert_svmlight "
-        "needs each query's rows together (sort the file by qid, keeping the rows' order), or use load_svmlight",
-      )
+    _check_contiguous(path, np.concatenate(runs))
     del runs
 
   if limit is not None:  # the in-memory reader's error, at the first id above the limit (nothing is written)
-    for labels, qid, indptr, idx, val, line in _svmlight_rows(path, block_size, F, max_label, {}):
-      if (idx > limit).any():
-        k = int(np.flatnonzero(idx > limit)[0])
-        raise _svm._err(
-          path,
-          int(line[np.searchsorted(indptr, k, side="right") - 1]),
-          "feature id",
-          f"feature id {idx[k]} is absurdly large for a file of {state['values']} values (more than {limit}); "
-          "pass num_features= to allow it",
-        )
+    _check_feature_ids(path, _svmlight_rows(path, block_size, F, max_label, {}), limit, state["values"])
 
   # Pass 2: the rows again, grouped into queries, written as shards.
   schema = pa.schema(
@@ -386,35 +365,88 @@ def convert_svmlight(
   }
   writer = _ShardWriter(out_dir, schema, shard_size, row_group_size, meta)
   try:
-    carry = None  # the rows of the last query of the block before (it may go on)
-    row0 = 0
-    for labels, qid, indptr, idx, val, line in _svmlight_rows(path, block_size, F, max_label, {}):
-      n = len(labels)
-      dense = np.zeros((n, F), np.float32)
-      dense[np.repeat(np.arange(n), np.diff(indptr)), idx - 1] = val
-      doc = np.arange(row0, row0 + n)
-      if counts is not None:
-        group = np.searchsorted(bounds, doc, side="right")
-        key = qid if qid is not None else group
-      else:
-        group = key = qid
-      block = {"label": labels, "features": dense, "doc": doc, "group": group, "key": key}
-      if carry is not None:
-        block = {k: np.concatenate([carry[k], v]) for k, v in block.items()}
-      row0 += n
-      g = block["group"]
-      starts = np.flatnonzero(np.concatenate(([True], g[1:] != g[:-1])))
-      complete = int(starts[-1])
-      if counts is not None and row0 == bounds[-1]:
-        complete = len(g)  # the .query file says the last query ends here
-      carry = {k: v[complete:] for k, v in block.items()}
-      _add_queries(pa, writer, schema, {k: v[:complete] for k, v in block.items()}, starts[starts < complete])
-    if carry is not None and len(carry["group"]):
-      _add_queries(pa, writer, schema, carry, np.array([0]))
+    _write_queries(pa, writer, schema, _svmlight_rows(path, block_size, F, max_label, {}), F, bounds)
     return writer.finish()
   except BaseException:
     writer.abort()
     raise
+
+
+def _query_runs(blocks, use_qid: bool) -> list:
+  """Reads ``blocks`` (of :func:`_svmlight_rows`) to their end; with ``use_qid``, the ``[qid, first line]`` of
+  each run of rows of one qid (a run may go on across blocks), one array per block."""
+  runs, last = [], None
+  for _, qid, _, _, _, line in blocks:
+    if qid is not None and use_qid:
+      new = np.ones(len(qid), bool)
+      new[1:] = qid[1:] != qid[:-1]
+      if last is not None and qid[0] == last:
+        new[0] = False
+      runs.append(np.stack([qid[new], line[new]], 1))
+      last = qid[-1]
+  return runs
+
+
+def _check_contiguous(path, runs: np.ndarray) -> None:
+  """An error at the first line where a qid's rows come back after other queries' (``runs``: ``[qid, line]``)."""
+  order = np.argsort(runs[:, 0], kind="stable")
+  again = np.flatnonzero(runs[order[1:], 0] == runs[order[:-1], 0])
+  if len(again):
+    k = order[1:][again]
+    k = k[np.argmin(runs[k, 1])]
+    first = runs[order[np.searchsorted(runs[order, 0], runs[k, 0])], 1]
+    raise _svm._err(
+      path,
+      int(runs[k, 1]),
+      "qid",
+      f"qid {runs[k, 0]} comes back after other queries (its rows began on line {first}): convert_svmlight "
+      "needs each query's rows together (sort the file by qid, keeping the rows' order), or use load_svmlight",
+    )
+
+
+def _check_feature_ids(path, blocks, limit: int, values: int) -> None:
+  """The in-memory reader's error at the first feature id above ``limit`` in ``blocks`` (a file of ``values``
+  values)."""
+  for _, _, indptr, idx, _, line in blocks:
+    if (idx > limit).any():
+      k = int(np.flatnonzero(idx > limit)[0])
+      raise _svm._err(
+        path,
+        int(line[np.searchsorted(indptr, k, side="right") - 1]),
+        "feature id",
+        f"feature id {idx[k]} is absurdly large for a file of {values} values (more than {limit}); "
+        "pass num_features= to allow it",
+      )
+
+
+def _write_queries(pa, writer, schema, blocks, F: int, bounds) -> None:
+  """Adds the rows of ``blocks`` to ``writer`` as queries of ``F`` dense features: grouped by their qid, or with
+  ``bounds`` (the .query file's cumulative counts) by those."""
+  carry = None  # the rows of the last query of the block before (it may go on)
+  row0 = 0
+  for labels, qid, indptr, idx, val, _ in blocks:
+    n = len(labels)
+    dense = np.zeros((n, F), np.float32)
+    dense[np.repeat(np.arange(n), np.diff(indptr)), idx - 1] = val
+    doc = np.arange(row0, row0 + n)
+    if bounds is not None:
+      group = np.searchsorted(bounds, doc, side="right")
+      key = qid if qid is not None else group
+    else:
+      group = key = qid
+    block = {"label": labels, "features": dense, "doc": doc, "group": group, "key": key}
+    if carry is not None:
+      block = {k: np.concatenate([carry[k], v]) for k, v in block.items()}
+    row0 += n
+    g = block["group"]
+    starts = np.flatnonzero(np.concatenate(([True], g[1:] != g[:-1])))
+    complete = int(starts[-1])
+    if bounds is not None and row0 == bounds[-1]:
+      complete = len(g)  # the .query file says the last query ends here
+    carry = {k: v[complete:] for k, v in block.items()}
+    _add_queries(pa, writer, schema, {k: v[:complete] for k, v in block.items()}, starts[starts < complete])
+  if carry is not None and len(carry["group"]):
+    _add_queries(pa, writer, schema, carry, np.array([0]))
 
 
 def _add_queries(pa, writer, schema, rows: dict, starts: np.ndarray) -> None:
@@ -545,69 +577,20 @@ class _ReadLists:
       raise FileNotFoundError(f"{path}: no such Parquet file (it was there when the stream started)") from None
     table = _shards.read_row_group(f, path, g, first_row, s._columns, "Parquet file")
     n, L = table.num_rows, s.list_size
-
-    def at(r, field, d=None):
-      doc = "" if d is None else f", document {d}"
-      return f"{path}, row {first_row + int(r)}{doc}, field {field!r}"
+    at = functools.partial(_location, path, first_row)
 
     qcol = _array(table, "query_id")
     if qcol.null_count:
       raise ValueError(f"{at(_first_null(pa, qcol), 'query_id')}: missing value")
     qid = qcol.to_numpy().astype(np.int64, copy=False)
 
-    # Every list column: one value per document, all of a row's lists of one length.
-    lengths, layout, flat = None, None, {}
-    for name in s._list_columns:
-      col = _array(table, name)
-      if col.null_count:
-        raise ValueError(f"{at(_first_null(pa, col), name)}: missing value")
-      got = pa.compute.list_value_length(col).to_numpy(zero_copy_only=False)
-      if lengths is None:
-        lengths, layout = got, name
-      elif not np.array_equal(got, lengths):
-        r = int(np.flatnonzero(got != lengths)[0])
-        raise ValueError(f"{at(r, name)}: {got[r]} values, where {layout!r} has {lengths[r]}")
-      flat[name] = col.flatten()
-    lengths = np.asarray(lengths, np.int64)
-    D = int(lengths.sum())
-    row = np.repeat(np.arange(n), lengths)
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-    item = np.arange(D) - starts[row]
-    for name, values in flat.items():
-      if values.null_count:
-        k = _first_null(pa, values)
-        raise ValueError(f"{at(row[k], name, item[k])}: missing value")
-
-    def numbers(name, values):
-      if not _is_number(pa, values.type):
-        raise ValueError(f"{at(0, name)}: expected numbers, got the Arrow type {values.type}")
-      return values.to_numpy(zero_copy_only=False)
-
-    def integers(name, v, low, high=None):
-      bad = (v < low) | (v != np.round(v)) | ((v > high) if high is not None else False)
-      if np.any(bad):
-        k = int(np.flatnonzero(bad)[0])
-        allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
-        raise ValueError(f"{at(row[k], name, item[k])}: {v[k]} is not {allowed}")
-      return v.astype(np.int64)
-
-    if "position" in flat:
-      slot = integers("position", numbers("position", flat["position"]), 1) - 1
-    else:
-      slot = item
+    flat, row, item = _list_values(pa, table, s._list_columns, at, n)
+    D = len(row)
+    slot, in_order = _slots(pa, flat, row, item, at)
     keep = slot < L
     every = bool(keep.all())
     cell = row * L + slot
     kept_cell = cell if every else cell[keep]
-    in_order = "position" not in flat or bool(np.array_equal(slot, item))  # then no two documents share a position
-    if not in_order and D:
-      key = row * (int(slot.max()) + 1) + slot  # (list, position) pairs, the cut ones too
-      _, first = np.unique(key, return_index=True)
-      if len(first) != len(key):
-        dup = np.ones(len(key), bool)
-        dup[first] = False
-        k = int(np.flatnonzero(dup)[0])
-        raise ValueError(f"{at(row[k], 'position', item[k])}: its list already shows a document at {slot[k] + 1}")
 
     if self.shuffle:  # a seeded permutation inside the row group (the shuffle buffer); index counts epochs too
       perm = np.random.default_rng([self.seed, index]).permutation(n)
@@ -623,37 +606,8 @@ class _ReadLists:
     fview = None if whole else out["features"].reshape(n * L, s.num_features)
     c0 = 0
     for col in s._features:
-      v = flat[col.name]
-      if col.kind == "binary":
-        width = v.type.byte_width
-        if width != 4 * col.width:
-          raise ValueError(f"{at(0, col.name)}: {width // 4} values per document, where the first file has {col.width}")
-        x = np.frombuffer(v.buffers()[1], "<f4", count=len(v) * col.width, offset=v.offset * width)
-        x = x.reshape(len(v), col.width)
-      elif col.kind == "vector":
-        got = pa.compute.list_value_length(v).to_numpy(zero_copy_only=False)
-        if len(got) and np.any(got != col.width):
-          k = int(np.flatnonzero(got != col.width)[0])
-          raise ValueError(
-            f"{at(row[k], col.name, item[k])}: a vector of {got[k]} values, where the first has {col.width}"
-          )
-        inner = v.flatten()
-        if inner.null_count:
-          k = _first_null(pa, inner) // max(col.width, 1)
-          raise ValueError(f"{at(row[k], col.name, item[k])}: missing value inside the vector")
-        x = numbers(col.name, inner).reshape(len(v), col.width)
-      else:
-        x = numbers(col.name, v).reshape(len(v), 1)
-      x = x[kept]
-      with np.errstate(over="ignore", invalid="ignore"):
-        cast = x.astype(s.dtype, copy=False)
-        if cast.size and not (np.isfinite(cast.max()) and np.isfinite(cast.min())):  # no temporaries: NaN propagates
-          r = int(np.flatnonzero(~np.isfinite(cast).all(axis=1))[0])
-          k = np.flatnonzero(keep)[r]
-          value = x[r][~np.isfinite(cast[r])][0]
-          why = "is not finite" if not np.isfinite(value) else f"overflows the dtype {s.dtype.name}"
-          raise ValueError(f"{at(row[k], col.name, item[k])}: value {value} {why}")
-      x = cast
+      x = _feature_values(pa, col, flat[col.name], at, row, item)[kept]
+      x = _finite_cast(x, s.dtype, keep, col.name, at, row, item)
       if whole:
         x = x.reshape(n, L, s.num_features)
         out["features"] = np.take(x, perm, axis=0) if self.shuffle else x.copy()
@@ -665,45 +619,168 @@ class _ReadLists:
 
     out["where"].reshape(-1)[kept_cell] = True
     if "label" in flat:
-      lab = numbers("label", flat["label"])
-      bad = ~np.isfinite(lab) | (lab < 0) | (np.abs(lab) > _F32_MAX)
-      if bad.any():
-        k = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"{at(row[k], 'label', item[k])}: {lab[k]} is not a finite relevance >= 0")
-      out["labels"].reshape(-1)[kept_cell] = lab[kept]
+      out["labels"].reshape(-1)[kept_cell] = _labels(pa, flat["label"], at, row, item)[kept]
     if "doc_id" in flat:
-      ids = numbers("doc_id", flat["doc_id"])
-      bad = (ids < -1) | (ids > _svm._I32_MAX)
-      if bad.any():
-        k = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"{at(row[k], 'doc_id', item[k])}: {ids[k]} is not an id in [-1, 2**31)")
+      ids = _doc_ids(pa, flat["doc_id"], at, row, item)
     else:
       ids = np.arange(first_doc, first_doc + D)
     out["doc_ids"].reshape(-1)[kept_cell] = ids[kept]
     for e in s._extras:
-      if e.column == "click":
-        v = integers("click", numbers("click", flat["click"]), 0, 1)
-      elif e.per_item:
-        v = numbers(e.name, flat[e.column])
-        if np.dtype(e.dtype).kind == "f":
-          bad = ~np.isfinite(v) | (np.abs(v) > _F32_MAX if np.dtype(e.dtype).itemsize == 4 else False)
-          if np.any(bad):
-            k = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"{at(row[k], e.name, item[k])}: {v[k]} is not a finite {np.dtype(e.dtype).name}")
+      if e.per_item or e.column == "click":
+        out[e.name].reshape(-1)[kept_cell] = _item_extra(pa, e, flat[e.column], at, row, item)[kept]
       else:
-        col = _array(table, e.name)
-        if col.null_count:
-          raise ValueError(f"{at(_first_null(pa, col), e.name)}: missing value")
-        if _is_list(pa, col.type):  # one value per document: the list's first
-          first = pa.compute.list_element(col, 0) if len(col) else col.flatten()
-          v = numbers(e.name, first)
-        else:
-          v = numbers(e.name, col)
+        v = _list_extra(pa, e, _array(table, e.name), at)
         out[e.name][:] = v[perm] if self.shuffle else v
-        continue
-      out[e.name].reshape(-1)[kept_cell] = v[kept]
     out["qid"][:] = qid[perm] if self.shuffle else qid
     return out
+
+
+def _location(path, first_row: int, r, field: str, d=None) -> str:
+  """Where a value is, for an error: the file, the row (``r`` counts from the row group's ``first_row``), the
+  document ``d`` when given, the field."""
+  doc = "" if d is None else f", document {d}"
+  return f"{path}, row {first_row + int(r)}{doc}, field {field!r}"
+
+
+def _numbers(pa, at, name: str, values) -> np.ndarray:
+  """An Arrow array of numbers as NumPy (an error naming the field for any other type)."""
+  if not _is_number(pa, values.type):
+    raise ValueError(f"{at(0, name)}: expected numbers, got the Arrow type {values.type}")
+  return values.to_numpy(zero_copy_only=False)
+
+
+def _integers(at, row, item, name: str, v: np.ndarray, low, high=None) -> np.ndarray:
+  """``v`` (one value per document) as int64, each an integer in ``[low, high]`` (an error naming the first that
+  is not)."""
+  bad = (v < low) | (v != np.round(v)) | ((v > high) if high is not None else False)
+  if np.any(bad):
+    k = int(np.flatnonzero(bad)[0])
+    allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
+    raise ValueError(f"{at(row[k], name, item[k])}: {v[k]} is not {allowed}")
+  return v.astype(np.int64)
+
+
+def _list_values(pa, table, columns, at, n: int) -> tuple:
+  """``(flat, row, item)``: each list column's values one per document (``flat[name]``), checked to have no
+  missing value and, in every row, one length across the columns; each document's row and place in its list."""
+  lengths, layout, flat = None, None, {}
+  for name in columns:
+    col = _array(table, name)
+    if col.null_count:
+      raise ValueError(f"{at(_first_null(pa, col), name)}: missing value")
+    got = pa.compute.list_value_length(col).to_numpy(zero_copy_only=False)
+    if lengths is None:
+      lengths, layout = got, name
+    elif not np.array_equal(got, lengths):
+      r = int(np.flatnonzero(got != lengths)[0])
+      raise ValueError(f"{at(r, name)}: {got[r]} values, where {layout!r} has {lengths[r]}")
+    flat[name] = col.flatten()
+  lengths = np.asarray(lengths, np.int64)
+  D = int(lengths.sum())
+  row = np.repeat(np.arange(n), lengths)
+  starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+  item = np.arange(D) - starts[row]
+  for name, values in flat.items():
+    if values.null_count:
+      k = _first_null(pa, values)
+      raise ValueError(f"{at(row[k], name, item[k])}: missing value")
+  return flat, row, item
+
+
+def _slots(pa, flat: dict, row, item, at) -> tuple:
+  """``(slot, in_order)``: each document's 0-based place in its list (its ``position`` - 1, else its place in
+  the row), and whether that is its place in the row; two documents of a list at one position are an error."""
+  if "position" in flat:
+    slot = _integers(at, row, item, "position", _numbers(pa, at, "position", flat["position"]), 1) - 1
+  else:
+    slot = item
+  in_order = "position" not in flat or bool(np.array_equal(slot, item))  # then no two documents share a position
+  if not in_order and len(row):
+    key = row * (int(slot.max()) + 1) + slot  # (list, position) pairs, the cut ones too
+    _, first = np.unique(key, return_index=True)
+    if len(first) != len(key):
+      dup = np.ones(len(key), bool)
+      dup[first] = False
+      k = int(np.flatnonzero(dup)[0])
+      raise ValueError(f"{at(row[k], 'position', item[k])}: its list already shows a document at {slot[k] + 1}")
+  return slot, in_order
+
+
+def _feature_values(pa, col: _Column, v, at, row, item) -> np.ndarray:
+  """Feature column ``col``'s values ``v`` (one per document) as ``[documents, col.width]``."""
+  if col.kind == "binary":
+    width = v.type.byte_width
+    if width != 4 * col.width:
+      raise ValueError(f"{at(0, col.name)}: {width // 4} values per document, where the first file has {col.width}")
+    x = np.frombuffer(v.buffers()[1], "<f4", count=len(v) * col.width, offset=v.offset * width)
+    return x.reshape(len(v), col.width)
+  if col.kind == "vector":
+    got = pa.compute.list_value_length(v).to_numpy(zero_copy_only=False)
+    if len(got) and np.any(got != col.width):
+      k = int(np.flatnonzero(got != col.width)[0])
+      raise ValueError(f"{at(row[k], col.name, item[k])}: a vector of {got[k]} values, where the first has {col.width}")
+    inner = v.flatten()
+    if inner.null_count:
+      k = _first_null(pa, inner) // max(col.width, 1)
+      raise ValueError(f"{at(row[k], col.name, item[k])}: missing value inside the vector")
+    return _numbers(pa, at, col.name, inner).reshape(len(v), col.width)
+  return _numbers(pa, at, col.name, v).reshape(len(v), 1)
+
+
+def _finite_cast(x: np.ndarray, dtype, keep, name: str, at, row, item) -> np.ndarray:
+  """The kept documents' features ``x`` cast to ``dtype``; a value that is not finite there is an error."""
+  with np.errstate(over="ignore", invalid="ignore"):
+    cast = x.astype(dtype, copy=False)
+    if cast.size and not (np.isfinite(cast.max()) and np.isfinite(cast.min())):  # no temporaries: NaN propagates
+      r = int(np.flatnonzero(~np.isfinite(cast).all(axis=1))[0])
+      k = np.flatnonzero(keep)[r]
+      value = x[r][~np.isfinite(cast[r])][0]
+      why = "is not finite" if not np.isfinite(value) else f"overflows the dtype {dtype.name}"
+      raise ValueError(f"{at(row[k], name, item[k])}: value {value} {why}")
+  return cast
+
+
+def _labels(pa, values, at, row, item) -> np.ndarray:
+  """The ``label`` column's values, each a finite relevance >= 0 (an error naming the first that is not)."""
+  lab = _numbers(pa, at, "label", values)
+  bad = ~np.isfinite(lab) | (lab < 0) | (np.abs(lab) > _F32_MAX)
+  if bad.any():
+    k = int(np.flatnonzero(bad)[0])
+    raise ValueError(f"{at(row[k], 'label', item[k])}: {lab[k]} is not a finite relevance >= 0")
+  return lab
+
+
+def _doc_ids(pa, values, at, row, item) -> np.ndarray:
+  """The ``doc_id`` column's values, each in [-1, 2**31) (an error naming the first that is not)."""
+  ids = _numbers(pa, at, "doc_id", values)
+  bad = (ids < -1) | (ids > _svm._I32_MAX)
+  if bad.any():
+    k = int(np.flatnonzero(bad)[0])
+    raise ValueError(f"{at(row[k], 'doc_id', item[k])}: {ids[k]} is not an id in [-1, 2**31)")
+  return ids
+
+
+def _item_extra(pa, e: _Column, values, at, row, item) -> np.ndarray:
+  """A per-document extra's values: clicks 0 or 1, floats finite in their dtype."""
+  if e.column == "click":
+    return _integers(at, row, item, "click", _numbers(pa, at, "click", values), 0, 1)
+  v = _numbers(pa, at, e.name, values)
+  if np.dtype(e.dtype).kind == "f":
+    bad = ~np.isfinite(v) | (np.abs(v) > _F32_MAX if np.dtype(e.dtype).itemsize == 4 else False)
+    if np.any(bad):
+      k = int(np.flatnonzero(bad)[0])
+      raise ValueError(f"{at(row[k], e.name, item[k])}: {v[k]} is not a finite {np.dtype(e.dtype).name}")
+  return v
+
+
+def _list_extra(pa, e: _Column, col, at) -> np.ndarray:
+  """A per-list extra's values, one per row (of a list column, each list's first value)."""
+  if col.null_count:
+    raise ValueError(f"{at(_first_null(pa, col), e.name)}: missing value")
+  if _is_list(pa, col.type):  # one value per document: the list's first
+    first = pa.compute.list_element(col, 0) if len(col) else col.flatten()
+    return _numbers(pa, at, e.name, first)
+  return _numbers(pa, at, e.name, col)
 
 
 def _array(table, name: str):
@@ -732,6 +809,57 @@ class _PadLists:
     return out
 
 
+def _units(pa, files: list, types: dict, present: list, layout: str, list_size) -> tuple:
+  """``(units, documents, longest list, largest position)`` of the files: a unit ``(path, row group, first row,
+  rows, documents before it)`` per non-empty row group; each file checked to have the first file's columns and
+  types. The lists are measured only where the footers (or ``list_size``) leave them unknown."""
+  path0 = files[0][0]
+  units, doc0, longest, top_position = [], 0, 0, 0
+  for path, f, meta in files:
+    for c, t in types.items():
+      if c not in f.schema_arrow.names:
+        raise ValueError(f"{path}: field {c!r}: no such column (the first file, {path0}, has it)")
+      if f.schema_arrow.field(c).type != t:
+        raise ValueError(f"{path}: field {c!r}: of type {f.schema_arrow.field(c).type}, where {path0}'s is {t}")
+    longest = max(longest, int(meta.get("list_size", 0)))
+    first = 0
+    for g in range(f.num_row_groups):
+      rows = f.metadata.row_group(g).num_rows
+      docs = 0
+      if rows and ("doc_id" not in present or list_size is None and "list_size" not in meta):
+        docs, top = _documents(pa, f, path, g, "position" if "position" in present else layout)
+        if "position" in present and top is not None:
+          top_position = max(top_position, int(top))
+        elif "list_size" not in meta and list_size is None:
+          col = _shards.read_row_group(f, path, g, first, [layout], "Parquet file").column(layout)
+          lens = pa.compute.list_value_length(col).to_numpy(zero_copy_only=False)
+          longest = max(longest, int(lens.max()) if len(lens) else 0)
+      if rows:
+        units.append((path, g, first, rows, doc0))
+      first += rows
+      doc0 += docs
+  return units, doc0, longest, top_position
+
+
+def _extra_columns(pa, schema0, meta0: dict, path0, extra_columns) -> list:
+  """The extras' columns: ``extra_columns`` (of the first file's schema ``schema0``; None: those its footer
+  ``meta0`` recorded), then ``clicks`` from a ``click`` column and ``frequency_bucket`` where the file has them."""
+  extras = []
+  if extra_columns is None:
+    for name, per_item, dt in json.loads(meta0.get("extras", "[]")):
+      extras.append(_Column(name, "scalar", 1, bool(per_item), np.dtype(dt)))
+  else:
+    for name in extra_columns:
+      if name not in schema0.names:
+        raise ValueError(f"{path0}: field {name!r}: no such column (extra_columns; the file has {schema0.names})")
+      extras.append(_Column(name, "scalar", 1, _is_list(pa, schema0.field(name).type), np.dtype(np.float32)))
+  if "click" in schema0.names:
+    extras.append(_Column("clicks", "scalar", 1, True, np.dtype(np.float32), column="click"))
+  if "frequency_bucket" in schema0.names and all(e.name != "frequency_bucket" for e in extras):
+    extras.append(_Column("frequency_bucket", "scalar", 1, False, np.dtype(np.int32)))
+  return extras
+
+
 class FeatureStream(_RowGroupStream):
   r"""Fixed-shape batches of ranked lists with features from Parquet list files, in bounded memory.
 
@@ -755,13 +883,16 @@ class FeatureStream(_RowGroupStream):
       default: those the shards were written with (:func:`convert_svmlight`, :func:`write_feature_shards`).
     list_size: ``L`` (default: the longest list, or the largest ``position``, over all files: from the
       files' footers and statistics where they have them, else read from the column).
-    shuffle, seed: shuffle row groups and the lists in them, from ``seed``.
+    shuffle: shuffle the row groups and the lists in them.
+    seed: the shuffle's seed.
     num_epochs: passes over the data (None: without end).
-    process_index, process_count: this process and the number of processes (default JAX's).
+    process_index: this process, in ``[0, process_count)`` (default ``jax.process_index()``).
+    process_count: the number of processes (default ``jax.process_count()``).
     extra_columns: further columns to batch as extras (float32; ``[B, L]`` for a list column, ``[B]``
       otherwise); default: those :func:`write_feature_shards` recorded.
     dtype: the features' dtype.
-    num_threads, prefetch: Grain's reader threads and the row groups read ahead.
+    num_threads: Grain's reader threads.
+    prefetch: the row groups read ahead.
 
   Raises:
     FileNotFoundError: a missing file (naming it).
@@ -830,19 +961,7 @@ class FeatureStream(_RowGroupStream):
     #: ``F``: the sum of the feature columns' widths.
     self.num_features = int(sum(c.width for c in self._features))
     present = [c for c in ("label", "position", "doc_id") if c in schema0.names]
-    extras = []
-    if extra_columns is None:
-      for name, per_item, dt in json.loads(meta0.get("extras", "[]")):
-        extras.append(_Column(name, "scalar", 1, bool(per_item), np.dtype(dt)))
-    else:
-      for name in extra_columns:
-        if name not in schema0.names:
-          raise ValueError(f"{path0}: field {name!r}: no such column (extra_columns; the file has {schema0.names})")
-        extras.append(_Column(name, "scalar", 1, _is_list(pa, schema0.field(name).type), np.dtype(np.float32)))
-    if "click" in schema0.names:
-      extras.append(_Column("clicks", "scalar", 1, True, np.dtype(np.float32), column="click"))
-    if "frequency_bucket" in schema0.names and all(e.name != "frequency_bucket" for e in extras):
-      extras.append(_Column("frequency_bucket", "scalar", 1, False, np.dtype(np.int32)))
+    extras = _extra_columns(pa, schema0, meta0, path0, extra_columns)
     self._extras = extras
     item_columns = present + [c.name for c in self._features] + [e.column for e in extras if e.per_item]
     self._list_columns = list(dict.fromkeys(item_columns))
@@ -851,30 +970,7 @@ class FeatureStream(_RowGroupStream):
 
     # Units (one per non-empty row group), documents before each (for doc_ids), the longest list.
     types = {c: schema0.field(c).type for c in self._columns}
-    units, doc0, longest, top_position = [], 0, 0, 0
-    for path, f, meta in files:
-      for c, t in types.items():
-        if c not in f.schema_arrow.names:
-          raise ValueError(f"{path}: field {c!r}: no such column (the first file, {path0}, has it)")
-        if f.schema_arrow.field(c).type != t:
-          raise ValueError(f"{path}: field {c!r}: of type {f.schema_arrow.field(c).type}, where {path0}'s is {t}")
-      longest = max(longest, int(meta.get("list_size", 0)))
-      first = 0
-      for g in range(f.num_row_groups):
-        rows = f.metadata.row_group(g).num_rows
-        docs = 0
-        if rows and ("doc_id" not in present or list_size is None and "list_size" not in meta):
-          docs, top = _documents(pa, f, path, g, "position" if "position" in present else layout)
-          if "position" in present and top is not None:
-            top_position = max(top_position, int(top))
-          elif "list_size" not in meta and list_size is None:
-            col = _shards.read_row_group(f, path, g, first, [layout], "Parquet file").column(layout)
-            lens = pa.compute.list_value_length(col).to_numpy(zero_copy_only=False)
-            longest = max(longest, int(lens.max()) if len(lens) else 0)
-        if rows:
-          units.append((path, g, first, rows, doc0))
-        first += rows
-        doc0 += docs
+    units, doc0, longest, top_position = _units(pa, files, types, present, layout, list_size)
     if list_size is None:
       list_size = max(longest, top_position, 1)
       if top_position > max(longest, _io.extent_limit(doc0)):

@@ -4,10 +4,12 @@ Normalisations used by the papers (statistics over real documents only;
 padding stays 0):
 
 * ``"minmax"``: per-feature min-max to [0, 1], fit on the given dataset
-  (CLD spec 2.2: sklearn ``MinMaxScaler`` fit separately on each split file).
+  (the public code of CLD, Zhao et al., SIGIR-AP 2023: sklearn ``MinMaxScaler``
+  fit separately on each split file).
 * ``"minmax_pm1"``: per-feature min-max to [-1, 1],
   ``x' = 2 (x - min) / (max - min) - 1``, zeros (absent libsvm features) stay
-  0 (LBD spec 4.1, ULTRA ``libsvm_tools``; fit it on train+valid+test with
+  0 (the code of LBD, Chen et al., NeurIPS 2022, through ULTRA's
+  ``libsvm_tools``; fit it on train+valid+test with
   :func:`fit_normalizer`).
 * ``"log_minmax_pm1"``: the Istella-S variant,
   ``x' = 2 log10(x - min + 1) / log10(max - min + 1) - 1``, zeros stay 0.
@@ -15,7 +17,8 @@ padding stays 0):
   ``QueryLevelNorm``).
 * ``"zscore"``: per-feature standardisation ``(x - mean) / std``.
 * ``"log1p_zscore"``: ``sign(x) log1p(|x|)`` then standardised (a common choice
-  for MSLR's heavy-tailed counts; SIF spec 6.1 states no preprocessing).
+  for MSLR's heavy-tailed counts; SIF, Gong et al., states none in its
+  Section VI).
 
 Constant features map to 0 (never NaN).
 """
@@ -68,6 +71,9 @@ def fit_normalizer(datasets: Sequence[RankingDataset], method: str) -> Normalize
   Returns:
     The :class:`NormalizerStats` for :func:`normalize_features`.
 
+  Raises:
+    ValueError: ``method`` is not one of the global methods, or the datasets have no real document.
+
   >>> ds = RankingDataset(features=np.array([[[1.], [3.]]], np.float32), labels=np.zeros((1, 2), np.float32),
   ...     where=np.ones((1, 2), bool), qid=np.array([0]))
   >>> s = fit_normalizer([ds], "zscore")
@@ -101,6 +107,9 @@ def normalize_features(
 
   Returns:
     A normalised copy of ``ds`` (shapes unchanged, padding 0).
+
+  Raises:
+    ValueError: ``method`` is not one of :data:`NORMALIZATIONS`, or ``stats`` were fit for another method.
 
   >>> ds = RankingDataset(features=np.array([[[0.], [2.], [4.]]], np.float32), labels=np.zeros((1, 3), np.float32),
   ...     where=np.ones((1, 3), bool), qid=np.array([0]))

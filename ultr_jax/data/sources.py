@@ -16,8 +16,8 @@ pass, because:
 
 * the consumers make several passes (the click-model study gathers each model's statistics in one
   pass and scores the held-out sessions in another; a minibatch fit makes one per epoch); Parquet
-  reads several times faster than the text parses (about 500 k against 20 k sessions/s on the 2-core
-  machine of ``benchmarks/RESULTS.md``), so from the second pass on conversion is cheaper;
+  reads several times faster than the text parses (the stream's sessions per second are in
+  ``benchmarks/RESULTS.md``, section "Streaming input"), so from the second pass on conversion is cheaper;
 * a stream needs, before its first batch, what only a whole pass over the text can tell: the
   vocabulary size (the ids of the in-memory readers, sorted for a delimited log) and the longest list
   (the batches' fixed shape), which the shards' footers record;
@@ -56,6 +56,12 @@ def click_log_files(source: Union[PathLike, Sequence[PathLike]]) -> list:
   ``*.parquet`` files where it holds any (the readers then refuse them without a manifest), else every
   file in it (hidden ones, ``_``-prefixed ones excepted), sorted by name, as Baidu-ULTR's
   ``part-00000.gz, part-00001.gz, ...``.
+
+  Args:
+    source: a file, a glob pattern, a directory, or a list of them (read in the list's order).
+
+  Returns:
+    The file paths (strings), in order, without duplicates.
 
   Raises:
     FileNotFoundError: a file that does not exist, or a glob or directory that matches no file
@@ -109,6 +115,13 @@ class StreamedClickLog:
       batch_size: ``B`` sessions per batch.
       **kwargs: :class:`~ultr_jax.data.SessionStream`'s (``list_size``, ``shuffle``, ``seed``,
         ``num_epochs``, ``process_index``, ``process_count``, ...).
+
+    Returns:
+      A :class:`~ultr_jax.data.SessionStream` that keeps this log (and so its converted shards) alive.
+
+    Raises:
+      ValueError: the log is closed (its converted shards are gone), or the errors of
+        :class:`~ultr_jax.data.SessionStream`.
     """
     if self._cleanup is not None and not self._cleanup.alive:
       raise ValueError("the click log is closed: its converted shards are gone")
@@ -165,8 +178,14 @@ def open_click_log(
       previous or interrupted conversion, which is replaced).
     tmp_dir: where the temporary directory goes (default: the system's, ``$TMPDIR``; the shards take a
       fraction of the text's size: 187 MB for the 266 MB log of 10^6 sessions of ``benchmarks/stream_memory.py``).
-    shard_size, row_group_size, delimiter, position_base, query_key, max_sessions, overwrite: the
-      conversion's (:func:`~ultr_jax.data.convert_click_log`).
+    shard_size: sessions per shard file (:func:`~ultr_jax.data.convert_click_log`'s).
+    row_group_size: sessions per Parquet row group (:func:`~ultr_jax.data.convert_click_log`'s).
+    delimiter: the column separator of a ``"tsv"`` log (None: a tab if the header has one, else a comma).
+    position_base: the rank of the top position in a ``"tsv"`` log (1, or 0).
+    query_key: what makes two pages of a ``"baidu"`` log the same query (``"query"`` or ``"qid"``), as in
+      :func:`~ultr_jax.data.read_baidu_sessions`.
+    max_sessions: convert only the first this many sessions (over all files; None: all).
+    overwrite: with ``shard_dir``, replace a conversion already there (complete or interrupted).
 
   Returns:
     A :class:`StreamedClickLog`.

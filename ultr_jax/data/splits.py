@@ -83,6 +83,9 @@ def pad_queries(ds: RankingDataset, multiple: int) -> RankingDataset:
   Returns:
     ``ds`` with all-masked queries appended: ``[Q', L, ...]``.
 
+  Raises:
+    ValueError: ``multiple`` < 1.
+
   >>> ds = RankingDataset(features=np.ones((5, 2, 1), np.float32), labels=np.zeros((5, 2), np.float32),
   ...     where=np.ones((5, 2), bool), qid=np.arange(5))
   >>> p = pad_queries(ds, 4)
@@ -140,6 +143,9 @@ def train_valid_test_split(ds: RankingDataset, fractions: Sequence[float] = (0.8
   Returns:
     The :class:`Splits` ``(train, valid, test)``.
 
+  Raises:
+    ValueError: ``fractions`` is not three non-negative numbers summing to at most 1.
+
   >>> ds = RankingDataset(features=np.zeros((10, 2, 1), np.float32), labels=np.zeros((10, 2), np.float32),
   ...     where=np.ones((10, 2), bool), qid=np.arange(10))
   >>> s = train_valid_test_split(ds, (0.6, 0.2, 0.2), seed=0)
@@ -187,6 +193,9 @@ def batches(
 
   Returns:
     An iterator of batch dicts, each ``[batch_size, L, ...]``.
+
+  Raises:
+    ValueError: ``batch_size`` < 1.
 
   >>> ds = RankingDataset(features=np.zeros((5, 2, 1), np.float32), labels=np.zeros((5, 2), np.float32),
   ...     where=np.ones((5, 2), bool), qid=np.arange(5))
@@ -238,6 +247,9 @@ def held_out_sessions(sessions, *, fraction: float, seed: int = 0) -> np.ndarray
 
   Returns:
     ``bool[...]``.
+
+  Raises:
+    ValueError: ``fraction`` is outside ``[0, 1]``, or ``sessions`` are not integers.
 
   >>> held_out_sessions(np.arange(8), fraction=0.5, seed=0).tolist()
   [False, True, False, False, True, True, True, True]

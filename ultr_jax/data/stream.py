@@ -170,9 +170,10 @@ def _epoch_shuffle(grain, parent, seed: int):
   """``parent`` in a seeded order, a new one each epoch: index ``e * n + i`` is ``perm_e[i] + e * n`` with
   ``perm_e = np.random.default_rng([seed, e]).permutation(n)``.
 
-  Grain's own ``MapDataset.shuffle`` does the same through its ``index_shuffle``, which on this project's VM
-  took 1.8 ms per element for a dataset of 16 row groups (and 0.02 ms for 1600): a stream of a few row groups
-  paid it for every row group it read.
+  Grain's own ``MapDataset.shuffle`` does the same through its ``index_shuffle``, which was measured to cost far
+  more per element for a dataset of a few row groups than for one of many: a stream of a few row groups paid
+  it for every row group it read (the stream's throughput with this shuffle is in ``benchmarks/RESULTS.md``,
+  section "`fit` on a stream, after removing host work").
   """
 
   class EpochShuffle(grain.MapDataset):
@@ -395,11 +396,13 @@ class SessionStream(_RowGroupStream):
     shuffle: shuffle row groups and the sessions in them.
     seed: the shuffle's seed.
     num_epochs: passes over the data (None: without end).
-    process_index, process_count: this process and the number of processes
-      (default ``jax.process_index()`` and ``jax.process_count()``).
+    process_index: this process, in ``[0, process_count)`` (default
+      ``jax.process_index()``).
+    process_count: the number of processes (default ``jax.process_count()``).
     extra_columns: further per-document shard columns to batch.
-    num_threads, prefetch: Grain's reader threads and the row groups read
-      ahead (memory is about ``prefetch`` row groups).
+    num_threads: Grain's reader threads.
+    prefetch: the row groups read ahead (memory is about ``prefetch`` row
+      groups).
 
   Raises:
     FileNotFoundError: a missing shard (naming it).
@@ -509,6 +512,9 @@ def session_batches(log: ClickLog, *, batch_size: int, list_size: Optional[int] 
 
   Returns:
     An iterator of dicts with the keys :data:`BATCH_KEYS`.
+
+  Raises:
+    ValueError: ``batch_size`` < 1; the errors of :func:`~ultr_jax.data.click_log_sessions`.
 
   >>> import pathlib, tempfile
   >>> from ultr_jax.data import read_click_log

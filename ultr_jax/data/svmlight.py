@@ -627,6 +627,9 @@ def rows_to_dataset(rows: SVMLightRows, *, list_size: Optional[int] = None) -> R
   Returns:
     The dense :class:`RankingDataset`.
 
+  Raises:
+    ValueError: ``list_size`` < 1.
+
   >>> rows = SVMLightRows(labels=np.array([1, 0, 2], np.float32), qid=np.array([5, 5, 6]),
   ...     group=np.array([0, 0, 1]), indptr=np.array([0, 1, 2, 3]), indices=np.array([0, 1, 0], np.int32),
   ...     values=np.array([1., 2., 3.], np.float32), line=np.array([1, 2, 3]), num_features=2)
@@ -695,6 +698,10 @@ def load_svmlight(
 
   Returns:
     The :class:`RankingDataset`.
+
+  Raises:
+    ValueError: the errors of :func:`read_svmlight` (naming the file, the 1-based line and the field), and
+      ``list_size`` < 1.
 
   >>> import tempfile, os
   >>> p = os.path.join(tempfile.mkdtemp(), "b.txt")

@@ -42,7 +42,9 @@ def make_synthetic(
   function in every split and for every dataset size.
 
   Args:
-    num_train, num_valid, num_test: queries per split.
+    num_train: queries in the train split.
+    num_valid: queries in the validation split.
+    num_test: queries in the test split.
     list_size: ``L``; with ``min_list_size`` each list has a uniform length
       in ``[min_list_size, L]`` and the rest is padding.
     num_features: ``F``.
@@ -58,6 +60,10 @@ def make_synthetic(
     ``labels`` 0..4, ``qid`` unique over the splits, ``doc_ids`` unique over
     the splits, -1 at padding) with ``extras["true_score"]`` ``float32[Q, L]``,
     the noiseless latent relevance ``s(x)`` (0 at padding).
+
+  Raises:
+    ValueError: ``label_fractions`` has a negative share or does not sum to 1, or ``min_list_size`` is outside
+      ``[1, list_size]``.
 
   >>> s = make_synthetic(num_train=50, num_valid=10, num_test=10, list_size=8, num_features=4, seed=0)
   >>> print(s.train.features.shape, round(float((s.train.labels[s.train.where] == 0).mean()), 2))

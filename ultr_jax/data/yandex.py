@@ -45,6 +45,8 @@ __all__ = ["YANDEX_LAYOUTS", "read_yandex_sessions"]
 
 PathLike = Union[str, os.PathLike]
 
+#: The two layouts :func:`read_yandex_sessions` reads (``layout=``): ``"relpred"`` (the Relevance
+#: Prediction Challenge) and ``"personalized"`` (the Personalized Web Search Challenge).
 YANDEX_LAYOUTS = ("relpred", "personalized")
 
 
