@@ -121,7 +121,7 @@ def prepare_out_dir(out_dir, overwrite: bool = False, *, create: bool = True) ->
       why = f"already holds a conversion ({manifest.name}, {len(ours)} shard files)"
     else:
       why = f"holds {len(ours)} shard file(s) ({ours[0].name}, ...) but no {MANIFEST}: an interrupted conversion"
-    raise ValueError(f"{out_dir}: {why}; pass overwrite=True (--overwrite) to replace it, or use an empty directory")
+    raise ValueError(f"{out_dir}: {why}; pass overwrite=True to replace it, or use an empty directory")
   if manifest.exists():
     manifest.unlink()
   for p in ours:
@@ -295,7 +295,7 @@ def manifest_paths(directory, what: str) -> list:
     if tmp:
       raise ValueError(
         f"{directory}: holds {tmp[0]}, a shard being written, and no {MANIFEST}: an interrupted conversion; "
-        "convert again with overwrite=True (--overwrite)"
+        "convert again with overwrite=True"
       )
     return sorted(str(p) for p in directory.glob("*.parquet"))
   listed = [e["name"] for e in manifest["files"]]
@@ -356,7 +356,7 @@ def _no_manifest(path: str, what: str, footer: dict) -> ValueError:
     )
   return ValueError(
     f"{path}: {directory} has no {MANIFEST}: the conversion that wrote it did not finish (interrupted?); "
-    "convert again with overwrite=True (--overwrite)"
+    "convert again with overwrite=True"
   )
 
 
