@@ -56,6 +56,13 @@ def _loss_model(model: "str | ClickModel") -> ClickModel:
 def click_model_bias_shapes(model: "str | ClickModel", num_positions: int) -> dict[str, tuple[int, ...]]:
   """Shapes of the bias logits of ``model`` over ``num_positions`` positions.
 
+  Args:
+    model: a registered click model (a name or the model).
+    num_positions: the number of positions its tables cover.
+
+  Returns:
+    A dict from each bias parameter's name to its shape.
+
   >>> click_model_bias_shapes("ubm", 3)
   {'gamma': (3, 4)}
   """
@@ -158,6 +165,16 @@ def click_model_click_logits(
   order: the held-out click metrics of :mod:`ultr_jax.metrics` score it with
   ``logits=True``, and :math:`\sum_i c_i \log\sigma(z_i) + (1 - c_i)\log\sigma(-z_i)`
   over the valid items is that session log-likelihood.
+
+  Args:
+    scores: ``[..., L]`` attraction logits.
+    clicks: ``[..., L]`` 0/1 clicks.
+    model: one of :data:`CLICK_MODEL_LOSSES`.
+    bias: dict of bias logits (:func:`click_model_bias_shapes`); positions beyond a table use its last entry.
+    where: ``bool[..., L]`` the valid items (None: all).
+    positions: ``int[..., L]`` 0-based display positions (None: the item index).
+    satisfaction_scores: ``[..., L]`` satisfaction logits (the models with a ``satisfaction`` item parameter).
+    item_scores: ``{name: [..., L]}`` logits of the model's other per-item parameters.
 
   Returns:
     ``float32[..., L]`` (meaningless where masked).
