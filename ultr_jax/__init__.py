@@ -22,7 +22,7 @@ Subpackages (imported on first use, so ``import ultr_jax`` stays cheap):
 import importlib
 from typing import Any
 
-__version__ = "0.1.13"
+__version__ = "0.2.0"
 
 _SUBPACKAGES = ("data", "graph", "losses", "metrics", "models", "simulation", "studies", "testing", "train", "types")
 
