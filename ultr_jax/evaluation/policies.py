@@ -131,7 +131,7 @@ def _deterministic(scores, where, k, matrix, pairs):
   return Propensities(
     ranking=prefix[..., k - 1],
     prefix=prefix,
-    item_position=hit.astype(jnp.float32),
+    item_position=jnp.where(where & (jnp.arange(size) < k), hit, True).astype(jnp.float32),
     item_position_stderr=jnp.zeros(scores.shape),
     matrix=onehot if matrix else None,
     pairs=flat[..., :, None] * flat[..., None, :] if pairs else None,
@@ -181,7 +181,9 @@ def _enumerated_marginals(z, where, k, pairs):
 
   lead = z.shape[:-1]
   zf, wf = z.reshape((-1, size)), where.reshape((-1, size))
-  mat, pair = jax.lax.map(lambda a: one(*a), (zf, wf))
+  per_row = perms.shape[0] * (k * size + (size**4 if pairs else size * size))
+  batch = max(1, min(zf.shape[0], (1 << 22) // per_row))  # rows vmapped at once, a few million floats each
+  mat, pair = jax.lax.map(lambda a: one(*a), (zf, wf), batch_size=batch)
   mat = mat.reshape(lead + (size, size))
   pair = None if pair is None else pair.reshape(lead + (size * size, size * size))
   return mat, pair, jnp.zeros(lead + (size,))
