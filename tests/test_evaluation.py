@@ -6,6 +6,8 @@ Every estimator case is drawn from the registry (``evaluation.ESTIMATORS``) with
 
 import functools
 import itertools
+import pathlib
+import re
 
 import jax
 import jax.numpy as jnp
@@ -625,3 +627,17 @@ def test_a_target_ranking_of_doc_ids_becomes_scores_of_the_same_ranking():
   doc_ids = np.array([[10, 11, 12, 13]])
   scores = ev.target_scores_from_ranking(doc_ids, np.array([[12, 10, 13, 11]]))
   np.testing.assert_array_equal(ev.target_ranks(scores), [[1, 3, 0, 2]])
+
+
+def test_the_guide_example_runs_and_its_estimates_bracket_the_truth(capsys):
+  text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "guides" / "off_policy_evaluation.md").read_text()
+  (block,) = re.findall(r"^<!-- test: off_policy_evaluation -->\n```python\n(.*?)^```", text, re.S | re.M)
+  exec(compile(block, "docs/guides/off_policy_evaluation.md", "exec"), {})  # pylint: disable=exec-used
+  lines = capsys.readouterr().out.strip().split("\n")
+  truth = float(lines[0].split()[1])
+  rows = {line.split()[0]: [float(x.strip("[],")) for x in line.split()[1:]] for line in lines[1:7]}
+  assert set(rows) == {"sips", "iips", "rips", "dm", "dr", "cascade_dr"}
+  for name, (value, lower, upper) in rows.items():
+    half = (upper - lower) / 2
+    assert lower < value < upper and abs(value - truth) < 4 * half + 0.05, (name, value, truth)
+  assert float(lines[-1].split()[-1]) > 0  # the new ranker is truly better
