@@ -57,14 +57,16 @@ def np_propensities(scores, where, temperature, k):
 
 
 def np_estimate(r, rho, active, self_normalize):
-  """OBP's formulas: the sum of rho * r over slots over the sessions; self-normalised per slot."""
+  """OBP's formulas over the flattened slots: the sum of rho * r over the sessions; self-normalised, each slot's
+  rho divided by its mean over the rows that have the slot."""
+  n = np.sum(np.any(active, axis=1))
   if not self_normalize:
-    return np.sum(np.where(active, rho * r, 0.0)) / np.sum(np.any(active, axis=1))
+    return np.sum(np.where(active, rho * r, 0.0)) / n
   total = 0.0
   for l in range(r.shape[1]):
     a = active[:, l]
-    if a.any() and np.sum(rho[a, l]) > 0:
-      total += np.sum(rho[a, l] * r[a, l]) / np.sum(rho[a, l])
+    if a.any() and np.mean(rho[a, l]) > 0:
+      total += np.sum(rho[a, l] * r[a, l] / np.mean(rho[a, l])) / n
   return total
 
 
