@@ -625,6 +625,29 @@ def test_bad_inputs_raise_naming_the_field_and_row():
     ev.evaluate("ipx", s, c)
 
 
+def test_a_target_outside_the_logging_support_is_refused():
+  log = _small_log(masked=False)
+  logging_scores = -np.broadcast_to(np.arange(L, dtype=np.float32), (5, L))  # the log shows the greedy order
+  greedy = ev.plackett_luce_propensities(logging_scores, temperature=0.0, matrix=True)
+  with pytest.raises(ValueError, match=r"scores: row 0 puts item \d at position \d, where the logging policy never"):
+    ev.evaluate("iips", log["scores"], log["clicks"], logging=greedy)
+  # the logging policy's own ranking is in its support; so is any target under a Plackett-Luce logger
+  ev.evaluate("iips", logging_scores, log["clicks"], logging=greedy)
+  stochastic = ev.plackett_luce_propensities(logging_scores, temperature=1.0, matrix=True)
+  ev.evaluate("iips", log["scores"], log["clicks"], logging=stochastic, temperature=0.5)
+
+
+def test_estimators_compile_once(assert_compiles_once):
+  fn = functools.partial(ev.cascade_doubly_robust, model="pbm", temperature=0.5, num_samples=4)
+
+  def make(i):
+    log = _small_log(seed=10 + i)
+    kw = dict(logging=_inputs(log), doc_ids=log["doc_ids"], params=_pbm_params(log), where=log["where"])
+    return (log["scores"], log["clicks"]), {**kw, "key": jax.random.key(i)}
+
+  assert_compiles_once(fn, make)
+
+
 def test_a_target_ranking_of_doc_ids_becomes_scores_of_the_same_ranking():
   doc_ids = np.array([[10, 11, 12, 13]])
   scores = ev.target_scores_from_ranking(doc_ids, np.array([[12, 10, 13, 11]]))
