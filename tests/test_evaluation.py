@@ -242,6 +242,25 @@ def test_direct_and_doubly_robust_match_numpy(temperature):
   np.testing.assert_allclose(sdr.value, np.mean(sdr_ref), rtol=1e-5)
 
 
+@pytest.mark.parametrize("model", __import__("ultr_jax.simulation", fromlist=["x"]).FITTABLE_CLICK_MODELS)
+def test_the_direct_method_reads_any_fittable_model_through_its_marginals(model):
+  from ultr_jax.simulation import click_model_predict, get_click_model, init_click_model
+
+  log = _small_log()
+  logits = init_click_model(model, num_docs=6, list_size=L)
+  keys = jax.random.split(jax.random.key(0), len(logits))
+  logits = {k: v + jax.random.normal(kk, v.shape) for kk, (k, v) in zip(keys, sorted(logits.items()))}
+  params = get_click_model(model).to_probabilities(logits)
+  w = np.asarray(ev.dcg_weights(L))
+  dm = jax.jit(functools.partial(ev.direct_method, model=model))(
+    log["scores"], log["clicks"], doc_ids=log["doc_ids"], params=params, where=log["where"], weights=w
+  )
+  order = np.argsort(-np.where(log["where"], log["scores"], -np.inf), axis=-1, kind="stable")  # the target's
+  ids = np.take_along_axis(log["doc_ids"], order, -1)
+  marginal = click_model_predict(model, params, ids, np.zeros(ids.shape), where=log["where"])["marginal"]
+  np.testing.assert_allclose(dm.value, np.mean(np.sum(np.asarray(marginal) * w, -1)), rtol=1e-5)
+
+
 def np_cascade_dr(log, params, logging, target_scores, temperature, weights):
   """Kiyohara et al.'s cascade-DR with a cascade Q function, by loops (OBP's formula)."""
   att = np.asarray(params["attraction"])
