@@ -74,6 +74,12 @@ def clip_weights(rho: Array, clip: Optional[float], valid: Array) -> tuple[Array
   return jnp.minimum(rho, clip), jnp.sum(over).astype(jnp.int32)
 
 
+def ratio(target: Array, logging: Array) -> Array:
+  r""":math:`\pi_e / \pi_b` (0 where the logging probability is 0: the host-side checks refuse such logs)."""
+  ok = logging > 0
+  return jnp.where(ok, target / jnp.where(ok, logging, 1.0), 0.0)
+
+
 def safe_div(a: Array, b: Array) -> Array:
   ok = b != 0
   return jnp.where(ok, a / jnp.where(ok, b, 1.0), 0.0)

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np  # noqa: F401 (the doctests')
 
 from ultr_jax.evaluation import _common as C
-from ultr_jax.evaluation.estimators import _ratio, independent_ips, standard_ips, target_propensities  # noqa: F401
+from ultr_jax.evaluation.estimators import independent_ips, standard_ips
 from ultr_jax.evaluation.policies import Propensities, prefix_probs, target_ranks
 from ultr_jax.simulation.fitting import click_model_predict
 from ultr_jax.types import Array, PRNGKey
@@ -415,7 +415,7 @@ def cascade_doubly_robust(
   q_obs = jnp.diagonal(q, axis1=-2, axis2=-1)
   q_exp = jnp.sum(pi_next * q, axis=-1)
   rho, n_clip = C.clip_weights(
-    _ratio(prefix_probs(scores, where, temperature) if target is None else target.prefix, logging.prefix),
+    C.ratio(prefix_probs(scores, where, temperature) if target is None else target.prefix, logging.prefix),
     clip,
     active & (mass[:, None] > 0),
   )

@@ -87,12 +87,6 @@ def target_propensities(
   )
 
 
-def _ratio(target: Array, logging: Array) -> Array:
-  """:math:`\\pi_e / \\pi_b` (0 where the logging probability is 0: the host-side checks refuse such logs)."""
-  ok = logging > 0
-  return jnp.where(ok, target / jnp.where(ok, logging, 1.0), 0.0)
-
-
 def _prepare(scores, clicks, where, weights, top_k, session_weights):
   scores = jnp.asarray(scores, jnp.float32)
   where = C.mask_of(scores, where)
@@ -148,7 +142,7 @@ def standard_ips(
   scores, where, r, active, mass = _prepare(scores, clicks, where, weights, top_k, session_weights)
   k = _cut(scores.shape[-1], top_k)
   pe = prefix_probs(scores, where, temperature)[..., k - 1] if target is None else target.ranking
-  rho, n_clip = C.clip_weights(_ratio(pe, logging.ranking), clip, mass > 0)
+  rho, n_clip = C.clip_weights(C.ratio(pe, logging.ranking), clip, mass > 0)
   rho = jnp.broadcast_to(rho[..., None], r.shape)
   return C.weighted_estimate(r, rho, active, mass, self_normalize, n_clip)
 
@@ -212,7 +206,7 @@ def independent_ips(
       max_enumeration=max_enumeration,
     )
   pe = target.item_position
-  rho, n_clip = C.clip_weights(_ratio(pe, logging.item_position), clip, active & (mass[:, None] > 0))
+  rho, n_clip = C.clip_weights(C.ratio(pe, logging.item_position), clip, active & (mass[:, None] > 0))
   return C.weighted_estimate(r, rho, active, mass, self_normalize, n_clip)
 
 
@@ -255,7 +249,7 @@ def reward_interaction_ips(
   """
   scores, where, r, active, mass = _prepare(scores, clicks, where, weights, top_k, session_weights)
   pe = prefix_probs(scores, where, temperature) if target is None else target.prefix
-  rho, n_clip = C.clip_weights(_ratio(pe, logging.prefix), clip, active & (mass[:, None] > 0))
+  rho, n_clip = C.clip_weights(C.ratio(pe, logging.prefix), clip, active & (mass[:, None] > 0))
   return C.weighted_estimate(r, rho, active, mass, self_normalize, n_clip)
 
 
