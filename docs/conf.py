@@ -27,7 +27,7 @@ sys.path.insert(0, _ROOT)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 # The packages whose ``__all__`` makes the API reference (tests/test_docs.py checks every name has an entry).
-API_PACKAGES = ("data", "simulation", "metrics", "graph", "losses", "models", "train", "studies", "types")
+API_PACKAGES = ("data", "simulation", "metrics", "graph", "evaluation", "losses", "models", "train", "studies", "types")
 _API_DIR = os.path.join(_DOCS, "api")
 _NOTEBOOK_DIR = os.path.join(_DOCS, "notebooks")
 

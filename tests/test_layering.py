@@ -17,8 +17,12 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "ultr_jax"
-CORE = ("data", "simulation", "metrics", "graph", "losses", "models", "train")
+CORE = ("data", "simulation", "metrics", "graph", "evaluation", "losses", "models", "train")
 FORBIDDEN = ("ultr_jax.studies", "matplotlib")
+# Core packages whose imports within ultr_jax are limited to the layers below them (and the private helpers).
+CORE_ALLOWED = {
+  "evaluation": ("data", "simulation", "metrics", "evaluation", "types", "_numerics"),
+}
 
 
 def _core_modules() -> list[pathlib.Path]:
@@ -66,6 +70,21 @@ def test_core_module_imports_no_study_and_no_matplotlib(path):
   assert not bad, f"{path.relative_to(ROOT)} imports {bad}; move that code to ultr_jax/studies/"
 
 
+@pytest.mark.parametrize(
+  "path",
+  [p for pkg in CORE_ALLOWED for p in sorted((PACKAGE / pkg).rglob("*.py"))],
+  ids=lambda p: str(p.relative_to(PACKAGE)),
+)
+def test_core_package_imports_only_the_layers_below(path):
+  allowed = CORE_ALLOWED[path.relative_to(PACKAGE).parts[0]]
+  bad = [
+    f"line {line}: {name}"
+    for line, name in imported_names(path)
+    if name.startswith("ultr_jax.") and name.split(".")[1] not in allowed
+  ]
+  assert not bad, f"{path.relative_to(ROOT)} imports {bad}; a core package imports only {allowed}"
+
+
 def test_the_import_check_sees_lazy_and_relative_imports(tmp_path):
   pkg = tmp_path / "ultr_jax" / "train"
   pkg.mkdir(parents=True)
@@ -84,6 +103,7 @@ def test_the_import_check_sees_lazy_and_relative_imports(tmp_path):
 def test_importing_train_and_losses_loads_no_study_and_no_matplotlib():
   code = (
     "import sys, ultr_jax.train, ultr_jax.losses, ultr_jax.graph, ultr_jax.simulation, ultr_jax.models\n"
+    "import ultr_jax.evaluation\n"
     "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib' or m.startswith('ultr_jax.studies'))\n"
     "print(bad)\n"
   )

@@ -9,6 +9,8 @@ Subpackages (imported on first use, so ``import ultr_jax`` stays cheap):
 * :mod:`ultr_jax.losses`: debiasing losses and estimators (rax convention).
 * :mod:`ultr_jax.models`: flax linen towers.
 * :mod:`ultr_jax.graph`: identifiability graph, node intervention and merging.
+* :mod:`ultr_jax.evaluation`: off-policy evaluation of rankers from click logs
+  (IPS-family, direct and doubly robust estimators, intervals, exact truth).
 * :mod:`ultr_jax.train`: ``fit``, ``evaluate``, the method registry,
   checkpoints and results.
 * :mod:`ultr_jax.studies`: the paper reproductions and the report
@@ -24,7 +26,19 @@ from typing import Any
 
 __version__ = "0.2.0"
 
-_SUBPACKAGES = ("data", "graph", "losses", "metrics", "models", "simulation", "studies", "testing", "train", "types")
+_SUBPACKAGES = (
+  "data",
+  "evaluation",
+  "graph",
+  "losses",
+  "metrics",
+  "models",
+  "simulation",
+  "studies",
+  "testing",
+  "train",
+  "types",
+)
 
 # Shortcuts to the most used entry points: name -> submodule holding it.
 _SHORTCUTS = {

@@ -1,0 +1,115 @@
+r"""What the estimators share: the :class:`Estimate` they return, the per-position rewards of a log, and the
+(self-normalised, clipped) importance-weighted mean."""
+
+from typing import NamedTuple, Optional
+
+import jax.numpy as jnp
+
+from ultr_jax.types import Array
+
+__all__ = ["Estimate"]
+
+
+class Estimate(NamedTuple):
+  r"""An estimate of a ranker's expected reward per session.
+
+  Attributes:
+    value: ``[]`` the estimate :math:`\hat V`.
+    terms: ``[B]`` per-session terms whose (session-weighted) mean over the valid sessions is ``value``: the
+      session's contribution for a plain estimator, its delta-method linearisation
+      :math:`\sum_l [\rho_{il}(x_{il} - \hat V_l) / \bar\rho_l + \hat V_l]` over its positions for a self-normalised one (0 for an
+      all-masked session). Normal intervals and paired differences use them.
+    num_clipped: ``int32[]`` importance weights above the clip (set to it), over the valid sessions.
+    num_sessions: ``[]`` the (weighted) number of valid sessions.
+    session_weights: ``[B]`` each session's weight in the mean (1 for a valid session, 0 for an all-masked one;
+      the bootstrap's counts when given).
+  """
+
+  value: Array
+  terms: Array
+  num_clipped: Array
+  num_sessions: Array
+  session_weights: Array
+
+
+def mask_of(x: Array, where: Optional[Array]) -> Array:
+  return jnp.ones(jnp.shape(x), bool) if where is None else jnp.broadcast_to(jnp.asarray(where, bool), jnp.shape(x))
+
+
+def shown_mask(where: Array, top_k: Optional[int]) -> Array:
+  """Valid items displayed within ``top_k``."""
+  if top_k is None:
+    return where
+  return where & (jnp.arange(where.shape[-1]) < top_k)
+
+
+def position_weights(shape: tuple, weights: Optional[Array], top_k: Optional[int]) -> Array:
+  """Per-position reward weights ``[..., L]`` (ones by default, 0 from ``top_k`` on)."""
+  w = jnp.ones(shape, jnp.float32) if weights is None else jnp.broadcast_to(jnp.asarray(weights, jnp.float32), shape)
+  if top_k is not None:
+    w = jnp.where(jnp.arange(shape[-1]) < top_k, w, 0.0)
+  return w
+
+
+def rewards(clicks: Array, where: Array, weights: Optional[Array], top_k: Optional[int]) -> Array:
+  r"""Per-position rewards :math:`r_{il} = w_l c_{il}` (0 where masked or beyond ``top_k``)."""
+  c = jnp.asarray(clicks, jnp.float32)
+  w = position_weights(c.shape, weights, top_k)
+  return jnp.where(shown_mask(where, top_k), w * c, 0.0)
+
+
+def session_mass(where: Array, session_weights: Optional[Array]) -> Array:
+  """``[B]`` each session's weight (0 for an all-masked one; bootstrap counts when given)."""
+  valid = jnp.any(where, axis=-1).astype(jnp.float32)
+  if session_weights is None:
+    return valid
+  return valid * jnp.asarray(session_weights, jnp.float32)
+
+
+def clip_weights(rho: Array, clip: Optional[float], valid: Array) -> tuple[Array, Array]:
+  """``(min(rho, clip), number clipped among valid)``; no clip: ``(rho, 0)``."""
+  if clip is None:
+    return rho, jnp.zeros((), jnp.int32)
+  over = (rho > clip) & valid
+  return jnp.minimum(rho, clip), jnp.sum(over).astype(jnp.int32)
+
+
+def ratio(target: Array, logging: Array) -> Array:
+  r""":math:`\pi_e / \pi_b` (0 where the logging probability is 0: the host-side checks refuse such logs)."""
+  ok = logging > 0
+  return jnp.where(ok, target / jnp.where(ok, logging, 1.0), 0.0)
+
+
+def safe_div(a: Array, b: Array) -> Array:
+  ok = b != 0
+  return jnp.where(ok, a / jnp.where(ok, b, 1.0), 0.0)
+
+
+def weighted_estimate(
+  x: Array, rho: Array, active: Array, mass: Array, self_normalize: bool, num_clipped: Array, offset=None
+) -> Estimate:
+  r"""The importance-weighted mean of per-position values ``x [B, L]`` with weights ``rho [B, L]``.
+
+  Plain: :math:`\hat V = \sum_i n_i \sum_l \rho_{il} x_{il} / \sum_i n_i`. Self-normalised per position (as
+  Open Bandit Pipeline's ``SelfNormalizedSlate*``): :math:`\hat V = \sum_l (M_l / N)\, \hat V_l` with
+  :math:`\hat V_l = \sum_i m_{il}\rho_{il} x_{il} / \sum_i m_{il} \rho_{il}` over the sessions that have position
+  :math:`l` (:math:`m_{il} = n_i \mathbb{1}[\text{active}_{il}]`, :math:`M_l = \sum_i m_{il}`,
+  :math:`N = \sum_i n_i`). ``offset [B]`` (a direct method's per-session value) is added to both.
+  """
+  total = jnp.sum(mass)
+  m = mass[:, None] * active
+  rx = jnp.where(active, rho * x, 0.0)
+  if self_normalize:
+    num = jnp.sum(m * rx, axis=0)
+    den = jnp.sum(m * jnp.where(active, rho, 0.0), axis=0)
+    v_l = safe_div(num, den)
+    bar = safe_div(den, jnp.sum(m, axis=0))  # the mean weight over the sessions that have position l
+    lin = jnp.where(active, safe_div(rho * (x - v_l), bar) + v_l, 0.0)
+    terms = jnp.sum(lin, axis=-1)
+  else:
+    terms = jnp.sum(rx, axis=-1)
+  if offset is not None:
+    terms = terms + offset
+  terms = jnp.where(mass > 0, terms, 0.0)
+  value = safe_div(jnp.sum(mass * terms), total)
+  return Estimate(value=value, terms=terms, num_clipped=num_clipped, num_sessions=total, session_weights=mass)
