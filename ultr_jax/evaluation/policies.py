@@ -86,6 +86,13 @@ def dcg_weights(list_size: int, *, top_k: Optional[int] = None) -> Array:
 def num_prefixes(list_size: int, top_k: Optional[int] = None) -> int:
   """The number of top-``K`` prefixes of ``list_size`` items, :math:`L! / (L - K)!`.
 
+  Args:
+    list_size: the number of items :math:`L`.
+    top_k: the prefix length :math:`K` (None: ``L``).
+
+  Returns:
+    The count, an int.
+
   >>> num_prefixes(5, 2)
   20
   """

@@ -75,6 +75,12 @@ ESTIMATORS: dict[str, EstimatorSpec] = {
 def get_estimator(name: str) -> EstimatorSpec:
   """The registered estimator ``name``.
 
+  Args:
+    name: a registered estimator's name.
+
+  Returns:
+    Its :class:`EstimatorSpec`.
+
   Raises:
     ValueError: for an unknown name, listing the registered ones.
 
@@ -88,6 +94,13 @@ def get_estimator(name: str) -> EstimatorSpec:
 
 def available_estimators(assumption: "str | None" = None) -> tuple[str, ...]:
   """Names of the registered estimators (all, or those unbiased under ``assumption``).
+
+  Args:
+    assumption: a click-model assumption (``"pbm"``, ``"cascade"``, ...) the estimators must be unbiased under (None:
+      all).
+
+  Returns:
+    A tuple of names.
 
   >>> available_estimators("cascade")
   ('rips', 'snrips')
