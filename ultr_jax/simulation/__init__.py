@@ -62,8 +62,9 @@ from ultr_jax.simulation.fitting import (
   simulate_session_log,
 )
 from ultr_jax.simulation.streaming import (
-  MAX_RECORDS,
+  MEMORY_BUDGET_BYTES,
   ClickStatistics,
+  PartitionedStatistics,
   StatisticsTooLarge,
   evaluate_click_model_stream,
   fit_click_model_from_statistics,
@@ -71,6 +72,7 @@ from ultr_jax.simulation.streaming import (
   fit_click_model_stream,
   gather_click_statistics,
   merge_click_statistics,
+  open_partitioned_statistics,
   select_click_model_prior,
 )
 from ultr_jax.simulation.likelihood import (
@@ -157,7 +159,9 @@ __all__ = [
   "simulate_session_log",
   "ClickStatistics",
   "StatisticsTooLarge",
-  "MAX_RECORDS",
+  "MEMORY_BUDGET_BYTES",
+  "PartitionedStatistics",
+  "open_partitioned_statistics",
   "evaluate_click_model_stream",
   "fit_click_model_from_statistics",
   "fit_click_model_minibatch",

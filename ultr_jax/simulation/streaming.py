@@ -6,11 +6,12 @@ A stream is any iterable of session-batch dicts ``{"doc_ids": int[B, L], "clicks
 
 * :func:`gather_click_statistics` reduces the stream in one pass to the model's sufficient statistics
   (:meth:`~ultr_jax.simulation.ClickModel.statistics_accumulator`: counts per (document, rank[, last click]) in
-  one table for the item models, distinct sessions merged across batches for the others; memory bounded by the
-  number of distinct records), and :func:`fit_click_model_from_statistics` maximises the same MAP objective as
+  one table for the item models, spilled to disk partitioned by document past a memory budget; distinct sessions
+  merged across batches for the others), and :func:`fit_click_model_from_statistics` maximises the same MAP objective as
   :func:`~ultr_jax.simulation.fit_click_model` on them (preconditioned L-BFGS, records padded to size buckets so
-  that one program serves logs of similar sizes), at a cost per step that does not grow with the number of
-  sessions; :func:`fit_click_model_stream` is the two, and :func:`select_click_model_prior` picks the prior's
+  that one program serves logs of similar sizes; on spilled statistics, block-coordinate Newton over the
+  partitions, :mod:`~ultr_jax.simulation.partitioned_fit`), at a cost per step that does not grow with the number
+  of sessions; :func:`fit_click_model_stream` is the two, and :func:`select_click_model_prior` picks the prior's
   strength on held-out sessions.
 * :func:`fit_click_model_minibatch` is the fallback where no reduction applies (attraction from features, as
   CLAX's deep models; or a stream too diverse to reduce): an optax optimiser over minibatches, CLAX's way.
@@ -29,13 +30,23 @@ import optax
 from ultr_jax._optim import lbfgs_minimize, table_curvature
 from ultr_jax.metrics import clicks as click_metrics
 from ultr_jax.simulation.click_models import ClickModel, get_click_model  # noqa: F401 (the doctests')
-from ultr_jax.simulation.click_models.statistics import ClickStatistics, StatisticsTooLarge, merge_click_statistics
+from ultr_jax.simulation.click_models.statistics import (
+  NUM_PARTITIONS,
+  ClickStatistics,
+  PartitionedStatistics,
+  StatisticsTooLarge,
+  merge_click_statistics,
+  open_partitioned_statistics,
+)
 from ultr_jax.simulation.fitting import ClickModelFit, _model, _validate, click_model_predict
+from ultr_jax.simulation.partitioned_fit import fit_partitioned_statistics
 
 __all__ = [
   "ClickStatistics",
   "StatisticsTooLarge",
-  "MAX_RECORDS",
+  "MEMORY_BUDGET_BYTES",
+  "PartitionedStatistics",
+  "open_partitioned_statistics",
   "merge_click_statistics",
   "gather_click_statistics",
   "fit_click_model_from_statistics",
@@ -61,33 +72,44 @@ def _batch(batch: dict, model: Optional[ClickModel] = None, num_docs: Optional[i
   return _validate(batch["doc_ids"], clicks, where, num_docs, model)
 
 
-#: :func:`gather_click_statistics`' default budget of records held at once (about 1.7 GB of session patterns of
-#: 10 ranks; an item table is far smaller).
-MAX_RECORDS = 1 << 24
+#: :func:`gather_click_statistics`' default memory budget for the records held at once (bytes): 1 GiB.
+MEMORY_BUDGET_BYTES = 1 << 30
 
 
 def gather_click_statistics(
-  model: "str | ClickModel", batches: Batches, *, max_records: Optional[int] = MAX_RECORDS
-) -> ClickStatistics:
-  r"""One pass over a stream: the model's sufficient statistics of all its sessions.
+  model: "str | ClickModel",
+  batches: Batches,
+  *,
+  memory_budget_bytes: Optional[int] = MEMORY_BUDGET_BYTES,
+  spill_dir=None,
+  num_partitions: int = NUM_PARTITIONS,
+  device: Optional[bool] = None,
+) -> "ClickStatistics | PartitionedStatistics":
+  r"""One pass over a stream: the model's sufficient statistics of all its sessions, in bounded memory.
 
   The batches go into the model's :meth:`~ultr_jax.simulation.ClickModel.statistics_accumulator`: the item
-  models (PBM, trust, UBM) count every item into one table in a single integer pass per batch; the others reduce
-  each batch to its :meth:`~ultr_jax.simulation.ClickModel.sufficient_statistics` and merge them
-  (:func:`merge_click_statistics`) as they grow. Memory :math:`O(R + B L)` for :math:`R` distinct records.
+  models (PBM, trust, UBM) count every item, per (document, rank[, last click]), in a single integer pass per
+  batch; where those counts outgrow ``memory_budget_bytes`` (a long-tail log: the distinct (document, rank)
+  pairs grow with the log) they are hash-partitioned by document and spilled to run files
+  (:class:`~ultr_jax.simulation.click_models.statistics.PartitionedStatistics`), so memory stays within the
+  budget. The other models reduce each batch to its distinct sessions and merge them as they grow.
 
   Args:
     model: a fittable click model (name or instance).
     batches: iterable of session-batch dicts (see the module docstring).
-    max_records: the most records held at once (None: no limit). A log that does not reduce (a cascade-family
-      model's distinct sessions on a log whose lists rarely repeat) would otherwise hold about as many records
-      as it has sessions.
+    memory_budget_bytes: the most bytes of records held at once (None: no limit).
+    spill_dir: where spilled runs go (None: a temporary directory deleted with the statistics). Processes that
+      share one merge by :func:`~ultr_jax.simulation.click_models.statistics.open_partitioned_statistics`.
+    num_partitions: ``P``, the spilled records' partitions by document (a fit holds one at a time).
+    device: count on the JAX device (None: on a GPU/TPU backend; the counts are the host's exactly).
 
   Returns:
-    :class:`ClickStatistics`.
+    :class:`ClickStatistics` (all in memory) or
+    :class:`~ultr_jax.simulation.click_models.statistics.PartitionedStatistics` (spilled).
 
   Raises:
-    StatisticsTooLarge: (a ``ValueError``) past ``max_records``, saying after how many sessions; fit such a log
+    StatisticsTooLarge: (a ``ValueError``) where session-pattern statistics (which read several documents each,
+      so cannot be partitioned by document) outgrow the budget, saying after how many sessions; fit such a log
       with :func:`fit_click_model_minibatch`.
 
   >>> b = {"doc_ids": np.array([[0, 1], [0, 1]]), "clicks": np.array([[1.0, 0.0], [1.0, 0.0]])}
@@ -96,18 +118,18 @@ def gather_click_statistics(
   ('items', [[0, 0], [1, 1]], [[4.0, 4.0], [4.0, 0.0]], 4.0)
   """
   m = _model(model)
-  accumulator, sessions = m.statistics_accumulator(), None
+  accumulator = m.statistics_accumulator().configure(
+    memory_budget_bytes=memory_budget_bytes, spill_dir=spill_dir, num_partitions=num_partitions, device=device
+  )
+  seen = False
   for batch in batches:
     doc_ids, clicks, where, _ = _batch(batch, m)
-    accumulator.add(doc_ids, clicks, where)
-    sessions = (sessions or 0) + int(np.count_nonzero(np.any(where, axis=-1)))
-    if max_records is not None and accumulator.num_records > max_records:
-      raise StatisticsTooLarge(
-        f"gather_click_statistics: {m.name}'s statistics hold {accumulator.num_records:,} records after "
-        f"{sessions:,} sessions (max_records={max_records:,}): the sessions barely repeat, so this log does not "
-        "reduce; fit it with fit_click_model_minibatch (an optax optimiser over the stream, memory flat)"
-      )
-  if sessions is None:
+    try:
+      accumulator.add(doc_ids, clicks, where)
+    except StatisticsTooLarge as e:
+      raise StatisticsTooLarge(f"gather_click_statistics: {m.name}'s {e}") from None
+    seen = True
+  if not seen:
     raise ValueError("gather_click_statistics: the stream is empty")
   return accumulator.result()
 
@@ -165,7 +187,10 @@ def fit_click_model_from_statistics(
 
   Args:
     model: a fittable click model (name or instance); the one the statistics were gathered for.
-    statistics: :func:`gather_click_statistics` (or :meth:`~ultr_jax.simulation.ClickModel.sufficient_statistics`).
+    statistics: :func:`gather_click_statistics` (or :meth:`~ultr_jax.simulation.ClickModel.sufficient_statistics`);
+      spilled :class:`~ultr_jax.simulation.click_models.statistics.PartitionedStatistics` are fitted one
+      partition in memory at a time (:func:`~ultr_jax.simulation.partitioned_fit.fit_partitioned_statistics`;
+      ``max_iters`` then counts passes over the partitions).
     num_docs: number of ids ``D`` (default the statistics'; at least it).
     l2, max_iters, tol, init: as :func:`~ultr_jax.simulation.fit_click_model`.
 
@@ -185,6 +210,8 @@ def fit_click_model_from_statistics(
     num_docs = max(statistics.num_docs, 1)
   elif num_docs < statistics.num_docs:
     raise ValueError(f"num_docs = {num_docs} but the statistics hold document id {statistics.num_docs - 1}")
+  if isinstance(statistics, PartitionedStatistics):
+    return _fit_partitioned(model, m, statistics, num_docs=num_docs, l2=l2, max_iters=max_iters, tol=tol, init=init)
   # Records and documents padded to buckets (zero counts; documents no record reads stay at their start and
   # are cut off after): one compilation serves logs of similar sizes.
   padded_docs = _bucket(num_docs)
@@ -211,20 +238,53 @@ def fit_click_model_from_statistics(
   )
 
 
+def _fit_partitioned(model, m, statistics, *, num_docs, l2, max_iters, tol, init) -> ClickModelFit:
+  """:func:`~ultr_jax.simulation.partitioned_fit.fit_partitioned_statistics` as a :class:`ClickModelFit`."""
+  if init is not None:
+    init = {k: np.asarray(v, np.float32) for k, v in init.items()}
+  theta, mean_ll, gnorm, passes = fit_partitioned_statistics(
+    m, statistics, num_docs=num_docs, l2=l2, max_iters=max_iters, tol=tol, init=init
+  )
+  return ClickModelFit(
+    model=model,
+    params=m.to_probabilities(theta),
+    logits=theta,
+    log_likelihood=float(mean_ll),
+    grad_norm=float(gnorm),
+    iterations=int(passes),
+    converged=bool(gnorm <= tol),
+  )
+
+
 def fit_click_model_stream(
-  model: "str | ClickModel", batches: Batches, *, max_records: Optional[int] = MAX_RECORDS, **kwargs
+  model: "str | ClickModel",
+  batches: Batches,
+  *,
+  memory_budget_bytes: Optional[int] = MEMORY_BUDGET_BYTES,
+  spill_dir=None,
+  num_partitions: int = NUM_PARTITIONS,
+  device: Optional[bool] = None,
+  **kwargs,
 ) -> ClickModelFit:
-  """One pass to gather the sufficient statistics (:func:`gather_click_statistics`, ``max_records``), then the
-  weighted fit (:func:`fit_click_model_from_statistics`, ``kwargs`` passed on).
+  """One pass to gather the sufficient statistics (:func:`gather_click_statistics` within
+  ``memory_budget_bytes``, spilling to ``spill_dir`` in ``num_partitions`` partitions, counting on the ``device``),
+  then the weighted fit (:func:`fit_click_model_from_statistics`, ``kwargs`` passed on; on spilled statistics
+  the partition-by-partition fit of :mod:`~ultr_jax.simulation.partitioned_fit`).
 
   >>> b = {"doc_ids": np.array([[0, 1], [1, 0]]), "clicks": np.array([[1.0, 0.0], [0.0, 1.0]])}
   >>> fit = fit_click_model_stream("pbm", [b] * 50, l2=1.0)
   >>> print(fit.converged, fit.params["attraction"][0] > 0.9 > 0.1 > fit.params["attraction"][1])
   True True
   """
-  return fit_click_model_from_statistics(
-    model, gather_click_statistics(model, batches, max_records=max_records), **kwargs
+  stats = gather_click_statistics(
+    model,
+    batches,
+    memory_budget_bytes=memory_budget_bytes,
+    spill_dir=spill_dir,
+    num_partitions=num_partitions,
+    device=device,
   )
+  return fit_click_model_from_statistics(model, stats, **kwargs)
 
 
 #: Prior precisions :func:`select_click_model_prior` tries by default (about a factor 2 apart).

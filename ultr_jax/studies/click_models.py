@@ -124,9 +124,10 @@ def default_click_model_config() -> ml_collections.ConfigDict:
   c.click_log_batch_size = 4096  # sessions per batch of the stream
   c.click_log_shard_dir = ""  # keep a text log's conversion to session shards here ("": a temporary directory)
   c.list_size_of_log = 0  # 0: the log's largest position
-  # A model whose statistics do not reduce the log (more records than this: sessions that barely repeat) is
-  # fitted by Adam over the stream instead, this many passes at this learning rate (CLAX's 0.01).
-  c.statistics_max_records = 1 << 24
+  # Memory for the statistics (bytes): item counts past it are spilled to disk by document; a model whose
+  # statistics are its distinct sessions (they barely repeat) and outgrow it is fitted by Adam over the stream
+  # instead, this many passes at this learning rate (CLAX's 0.01).
+  c.statistics_memory_budget_bytes = 1 << 30
   c.minibatch_epochs = 1
   c.minibatch_learning_rate = 0.01
   return c
@@ -298,7 +299,7 @@ def fit_and_score_stream(model: str, train, test, *, num_docs: int, config) -> O
   The fit is :func:`~ultr_jax.simulation.fit_click_model_stream` (one pass over ``train()``), the
   scores :func:`~ultr_jax.simulation.evaluate_click_model_stream` (one pass over ``test()``); None if
   the model cannot explain a training session (the cascade on a session with several clicks). Where the
-  model's statistics outgrow ``config.statistics_max_records`` (a cascade-family model on a log whose lists
+  model's statistics outgrow ``config.statistics_memory_budget_bytes`` (a cascade-family model on a log whose lists
   rarely repeat), it is fitted by :func:`~ultr_jax.simulation.fit_click_model_minibatch` instead (Adam,
   ``config.minibatch_epochs`` passes over ``train()``), and ``fit`` says which.
 
@@ -319,7 +320,7 @@ def fit_and_score_stream(model: str, train, test, *, num_docs: int, config) -> O
       l2=float(config.l2),
       max_iters=int(config.max_iters),
       tol=float(config.tol),
-      max_records=int(config.statistics_max_records),
+      memory_budget_bytes=int(config.statistics_memory_budget_bytes),
     )
   except _Unexplained:
     return None
@@ -386,9 +387,7 @@ def score_ctr_baseline_stream(model: str, statistics, test, *, num_docs: int, co
   True
   """
   start = time.perf_counter()
-  params = sim.fit_ctr_model_from_statistics(
-    model, statistics, num_docs=num_docs, prior=float(config.ctr_prior)
-  )
+  params = sim.fit_ctr_model_from_statistics(model, statistics, num_docs=num_docs, prior=float(config.ctr_prior))
   seconds = time.perf_counter() - start
   out = _prediction_scores_stream(lambda ids: sim.ctr_model_predict(model, params, ids), test())
   return {**out, "fit_seconds": seconds, "converged": True, "attraction_mae": None}
@@ -447,9 +446,7 @@ def score_click_log(config, columns=None) -> dict:
   batches of ``config.click_log_batch_size`` sessions, lists of ``config.list_size_of_log`` (0: the longest).
   """
   shard_dir = config.get("click_log_shard_dir", "") or None
-  with data_lib.open_click_log(
-    config.click_log, format=config.click_log_format, shard_dir=shard_dir
-  ) as log:
+  with data_lib.open_click_log(config.click_log, format=config.click_log_format, shard_dir=shard_dir) as log:
     list_size = int(config.get("list_size_of_log", 0)) or None
     batch_size = int(config.get("click_log_batch_size", 4096))
     logging.info(f"[click models] log: {log}")
