@@ -20,6 +20,7 @@ A stream is any iterable of session-batch dicts ``{"doc_ids": int[B, L], "clicks
 """
 
 import functools
+import os
 from typing import Callable, Iterable, Optional
 
 import jax
@@ -27,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ultr_jax import _processes
 from ultr_jax._optim import lbfgs_minimize, table_curvature
 from ultr_jax.metrics import clicks as click_metrics
 from ultr_jax.simulation.click_models import ClickModel, get_click_model  # noqa: F401 (the doctests')
@@ -37,6 +39,7 @@ from ultr_jax.simulation.click_models.statistics import (
   StatisticsTooLarge,
   merge_click_statistics,
   open_partitioned_statistics,
+  write_statistics_runs,
 )
 from ultr_jax.simulation.fitting import ClickModelFit, _model, _validate, click_model_predict
 from ultr_jax.simulation.partitioned_fit import fit_partitioned_statistics
@@ -84,6 +87,7 @@ def gather_click_statistics(
   spill_dir=None,
   num_partitions: int = NUM_PARTITIONS,
   device: Optional[bool] = None,
+  across_processes: bool = False,
 ) -> "ClickStatistics | PartitionedStatistics":
   r"""One pass over a stream: the model's sufficient statistics of all its sessions, in bounded memory.
 
@@ -102,6 +106,11 @@ def gather_click_statistics(
       share one merge by :func:`~ultr_jax.simulation.click_models.statistics.open_partitioned_statistics`.
     num_partitions: ``P``, the spilled records' partitions by document (a fit holds one at a time).
     device: count on the JAX device (None: on a GPU/TPU backend; the counts are the host's exactly).
+    across_processes: ``batches`` are this process's part of the log (e.g. a
+      :class:`~ultr_jax.data.SessionStream` with its ``process_index``); every process's statistics are merged
+      through ``jax.distributed`` (an all-gather of the records), or, where a process spilled, through the
+      partition files under ``spill_dir`` (which every process must share): each process returns the
+      statistics of the whole log.
 
   Returns:
     :class:`ClickStatistics` (all in memory) or
@@ -118,6 +127,8 @@ def gather_click_statistics(
   ('items', [[0, 0], [1, 1]], [[4.0, 4.0], [4.0, 0.0]], 4.0)
   """
   m = _model(model)
+  if across_processes and spill_dir is not None:
+    spill_dir = os.path.join(spill_dir, _run_token())  # one fresh directory that every process agrees on
   accumulator = m.statistics_accumulator().configure(
     memory_budget_bytes=memory_budget_bytes, spill_dir=spill_dir, num_partitions=num_partitions, device=device
   )
@@ -129,9 +140,41 @@ def gather_click_statistics(
     except StatisticsTooLarge as e:
       raise StatisticsTooLarge(f"gather_click_statistics: {m.name}'s {e}") from None
     seen = True
-  if not seen:
+  if not seen and not across_processes:
     raise ValueError("gather_click_statistics: the stream is empty")
-  return accumulator.result()
+  stats = accumulator.result()
+  return _merge_across_processes(stats, spill_dir, num_partitions) if across_processes else stats
+
+
+def _run_token() -> str:
+  """Process 0's random token, the same in every process."""
+  token = np.asarray([np.random.default_rng().integers(1 << 62)], np.int64)
+  return f"run_{int(_processes.allgather_rows(token)[0][0][0]):x}"
+
+
+def _merge_across_processes(stats, spill_dir, num_partitions: int):
+  """Every process's statistics merged: in memory by an all-gather of the records, or, where any process
+  spilled, through the partition files in the shared ``spill_dir`` (the union of the writers' runs)."""
+  if jax.process_count() == 1:
+    return stats
+  spilled = int(_processes.process_sum(np.asarray([isinstance(stats, PartitionedStatistics)], np.int64))[0])
+  if not spilled:
+    meta = np.asarray([[stats.num_sessions, stats.num_docs, stats.list_size]], np.float64)
+    parts = [
+      ClickStatistics(stats.kind, k, c, float(x[0, 0]), int(x[0, 2]), int(x[0, 1]))
+      for (k, c), (x,) in zip(_processes.allgather_rows(stats.keys, stats.counts), _processes.allgather_rows(meta))
+    ]
+    return merge_click_statistics([p for p in parts if p.list_size] or parts)
+  if spill_dir is None:
+    raise ValueError(
+      f"gather_click_statistics: {spilled} of {jax.process_count()} processes spilled their statistics past "
+      "memory_budget_bytes; give a spill_dir on a file system every process shares (the processes merge through "
+      "their partition files there)"
+    )
+  if isinstance(stats, ClickStatistics):  # this process stayed in memory: its records join the shared runs
+    write_statistics_runs(stats, spill_dir, num_partitions)
+  _processes.barrier("ultr_jax.gather_click_statistics")
+  return open_partitioned_statistics(spill_dir)
 
 
 def _bucket(n: int, minimum: int = 256) -> int:
@@ -264,10 +307,12 @@ def fit_click_model_stream(
   spill_dir=None,
   num_partitions: int = NUM_PARTITIONS,
   device: Optional[bool] = None,
+  across_processes: bool = False,
   **kwargs,
 ) -> ClickModelFit:
   """One pass to gather the sufficient statistics (:func:`gather_click_statistics` within
-  ``memory_budget_bytes``, spilling to ``spill_dir`` in ``num_partitions`` partitions, counting on the ``device``),
+  ``memory_budget_bytes``, spilling to ``spill_dir`` in ``num_partitions`` partitions, counting on the ``device``,
+  merged ``across_processes``),
   then the weighted fit (:func:`fit_click_model_from_statistics`, ``kwargs`` passed on; on spilled statistics
   the partition-by-partition fit of :mod:`~ultr_jax.simulation.partitioned_fit`).
 
@@ -283,6 +328,7 @@ def fit_click_model_stream(
     spill_dir=spill_dir,
     num_partitions=num_partitions,
     device=device,
+    across_processes=across_processes,
   )
   return fit_click_model_from_statistics(model, stats, **kwargs)
 
@@ -450,7 +496,9 @@ def _score_batch(model, params, doc_ids, clicks, where):
   )
 
 
-def evaluate_click_model_stream(model: "str | ClickModel", params: dict, batches: Batches) -> dict:
+def evaluate_click_model_stream(
+  model: "str | ClickModel", params: dict, batches: Batches, *, across_processes: bool = False
+) -> dict:
   r""":func:`~ultr_jax.simulation.evaluate_click_model` over a stream, from sums per rank accumulated across batches.
 
   .. math::
@@ -459,6 +507,13 @@ def evaluate_click_model_stream(model: "str | ClickModel", params: dict, batches
 
   (Dupret & Piwowarski SIGIR'08; :math:`R` the ranks with a shown item), the CTR perplexity the same with the
   marginal click probabilities, and the mean session log-likelihood.
+
+  Args:
+    model: a fittable click model.
+    params: its fitted probabilities.
+    batches: the held-out session batches.
+    across_processes: ``batches`` are this process's part; the sums are added over the processes of
+      ``jax.distributed`` (each process returns the whole log's scores).
 
   Returns:
     dict of ``log_likelihood``, ``perplexity``, ``perplexity_per_rank`` (a list), ``ctr_perplexity`` and
@@ -481,6 +536,11 @@ def evaluate_click_model_stream(model: "str | ClickModel", params: dict, batches
     marg = out[2] if marg is None else marg + out[2]
     count = out[3] if count is None else count + out[3]
     sessions += float(out[4])
+  if across_processes and jax.process_count() > 1:  # each process scored its part: add the sums
+    if cond is None:
+      raise ValueError(f"evaluate_click_model_stream: process {jax.process_index()}'s stream is empty")
+    cond, marg, count = (_processes.process_sum(x) for x in (cond, marg, count))
+    total_ll, sessions = (float(v) for v in _processes.process_sum(np.asarray([total_ll, sessions])))
   if cond is None:
     raise ValueError("evaluate_click_model_stream: the stream is empty")
   ppl = np.exp(-cond / np.maximum(count, 1.0))

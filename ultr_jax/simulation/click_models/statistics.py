@@ -39,6 +39,8 @@ __all__ = [
   "RecordMerger",
   "PartitionedStatistics",
   "open_partitioned_statistics",
+  "write_statistics_runs",
+  "count_codes",
   "merge_click_statistics",
   "pattern_statistics",
   "pattern_sessions",
@@ -337,6 +339,22 @@ def open_partitioned_statistics(directory) -> PartitionedStatistics:
   runs = [[str(directory / r) for m in metas for r in m["runs"][p]] for p in range(parts)]
   sessions = sum(m["num_sessions"] for m in metas)
   return PartitionedStatistics(kind, list_size, sessions, max(m["num_docs"] for m in metas), parts, runs)
+
+
+def write_statistics_runs(stats: ClickStatistics, directory, num_partitions: int = 64) -> PartitionedStatistics:
+  """In-memory statistics written as one writer's partitioned runs under ``directory`` (as a spilled
+  :class:`ItemCounter` leaves them), so that :func:`open_partitioned_statistics` merges them with the others.
+
+  >>> import tempfile
+  >>> d = tempfile.mkdtemp()
+  >>> s = item_statistics(np.array([[0, 1]]), np.array([[1.0, 0.0]]), None)
+  >>> write_statistics_runs(s, d, 2).to_statistics().keys.tolist()
+  [[0, 0], [1, 1]]
+  """
+  spill = _Spill(directory, num_partitions, _tag())
+  if stats.num_records:
+    spill.write(stats.keys, stats.counts)
+  return spill.finish(stats.kind, stats.list_size, stats.num_sessions, stats.num_docs)
 
 
 def _merge_partitioned(stats: list) -> PartitionedStatistics:
