@@ -100,3 +100,50 @@ def test_two_processes_fit_as_one(tmp_path, shards, spilled):
     assert len(runs) == 2
     for run in runs:
       assert len([f for f in os.listdir(os.path.join(spill, run)) if f.endswith(".json")]) == 2
+
+
+def _binary(args, tmp_path, n):
+  """Runs a binary with ``args`` as ``n`` processes (the shared process flags); waits for all."""
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env["XLA_FLAGS"] = re.sub(r"--xla_force_host_platform_device_count=\d+", "", env.get("XLA_FLAGS", "")).strip()
+  port = _free_port()
+  flags = lambda i: [f"--num_processes={n}", f"--process_id={i}", f"--coordinator_address=127.0.0.1:{port}"]
+  procs = [subprocess.Popen([sys.executable, *args(i), *flags(i)], env=env) for i in range(n)]
+  try:
+    for p in procs:
+      assert p.wait(timeout=420) == 0
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+
+
+def test_identifiability_check_as_two_processes(tmp_path, shards):
+  check = "experiments/identifiability/check.py"
+  out = lambda name: [check, f"--click_log={shards / 'train'}", f"--out={tmp_path / name}"]
+  _binary(lambda i: out("one.json"), tmp_path, 1)
+  _binary(lambda i: out("two.json"), tmp_path, 2)
+  one, two = (json.load(open(tmp_path / f)) for f in ("one.json", "two.json"))
+  assert one == two and one["num_rows"] == 4000 * 4
+
+
+@pytest.mark.slow
+def test_click_model_study_as_two_processes(tmp_path, shards):
+  main = "experiments/click_models/main.py"
+  args = lambda workdir: (
+    lambda i: [
+      main,
+      "--config=experiments/click_models/configs/default.py:smoke",
+      f"--workdir={tmp_path / workdir}",
+      f"--config.click_log={shards / 'train'}",
+      "--config.fit_models=('pbm', 'ubm')",
+      "--config.ctr_models=('dctr',)",
+    ]
+  )
+  _binary(args("one"), tmp_path, 1)
+  _binary(args("two"), tmp_path, 2)
+  one, two = (json.load(open(tmp_path / w / "results.json")) for w in ("one", "two"))
+  for model in ("pbm", "ubm", "dctr"):
+    a, b = one["log"][model], two["log"][model]
+    assert a["perplexity"]["mean"] == pytest.approx(b["perplexity"]["mean"], abs=1e-6)
+    assert a["log_likelihood"]["mean"] == pytest.approx(b["log_likelihood"]["mean"], abs=1e-6)
