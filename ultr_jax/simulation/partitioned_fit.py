@@ -83,7 +83,49 @@ def _bias_terms(model, docs, bias, keys, counts):
   """Log-likelihood, its gradient and Hessian in the flattened bias parameters."""
   flat, unravel = ravel_pytree(bias)
   ll = lambda b: model.statistics_log_likelihood({**docs, **unravel(b)}, keys, counts)
-  return ll(flat), jax.grad(ll)(flat), jax.hessian(ll)(flat)
+  grad = jax.grad(ll)
+  # Hessian-vector products with the basis vectors, 8 at a time: memory of 8 passes over the records, not of
+  # one per bias parameter (the UBM has L (L + 1)).
+  hess = jax.lax.map(lambda v: jax.jvp(grad, (flat,), (v,))[1], jnp.eye(flat.shape[0], dtype=flat.dtype), batch_size=8)
+  return ll(flat), grad(flat), hess
+
+
+class _Partitions:
+  """The partitions' records as padded device arrays (local document ids ``d // P``), all padded to one shape (one
+  compiled program), kept in memory while they fit the budget and read again from their files otherwise."""
+
+  def __init__(self, statistics: PartitionedStatistics, num_docs: int, memory_budget_bytes: Optional[int]):
+    self.statistics, parts = statistics, statistics.num_partitions
+    self.local_docs = [len(range(p, num_docs, parts)) for p in range(parts)]
+    sizes = [sum(_rows(path) for path in runs) for runs in statistics.runs]
+    self.nonempty = [p for p in range(parts) if sizes[p] and self.local_docs[p]]
+    self.rows = _bucket(max(sizes, default=0))
+    self.width = _bucket(max(self.local_docs, default=0))
+    self.budget = memory_budget_bytes
+    self.cache: dict = {}
+    self.cached_bytes = 0
+
+  def arrays(self, p: int):
+    if p in self.cache:
+      return self.cache[p]
+    stats = self.statistics.partition(p)
+    keys = stats.keys.copy()
+    keys[:, 0] //= self.statistics.num_partitions
+    out = (
+      jnp.asarray(_pad(keys, self.rows), jnp.int32),
+      jnp.asarray(_pad(stats.counts, self.rows), jnp.float32),
+    )
+    size = sum(int(x.nbytes) for x in out)
+    if self.budget is None or self.cached_bytes + size <= self.budget:
+      self.cache[p] = out
+      self.cached_bytes += size
+    return out
+
+
+def _rows(path: str) -> int:
+  """Records in a run file (read from its header only)."""
+  with np.load(path, mmap_mode="r") as z:
+    return int(z["counts"].shape[0])
 
 
 def _pad(x: np.ndarray, rows: int) -> np.ndarray:
@@ -111,6 +153,7 @@ def fit_partitioned_statistics(
   tol: float = 1e-5,
   inner_iters: int = 4,
   init: Optional[dict] = None,
+  memory_budget_bytes: Optional[int] = None,
 ) -> tuple[dict, float, float, int]:
   r"""Minimises the MAP objective on partitioned item statistics (see the module docstring).
 
@@ -127,6 +170,8 @@ def fit_partitioned_statistics(
     tol: stop when the gradient norm of :math:`J` is at most ``tol`` (or :math:`J` stops decreasing).
     inner_iters: Newton steps per document per pass.
     init: starting logits.
+    memory_budget_bytes: partitions are kept in memory between passes while they fit this (None: all of
+      them), and read from their files again otherwise.
 
   Returns:
     ``(logits, mean log-likelihood per session, gradient norm, passes)``.
@@ -147,23 +192,17 @@ def fit_partitioned_statistics(
   n = max(float(statistics.num_sessions), 1.0)
   l2 = float(l2)
   prev, gnorm, passes = np.inf, np.inf, 0
-  compacted = statistics.compact()
+  source = _Partitions(statistics.compact(), num_docs, memory_budget_bytes)
   for passes in range(1, int(max_iters) + 1):
     obj, doc_sq, grad_ll, hess_ll = 0.0, 0.0, 0.0, 0.0
-    for p in range(parts):
-      local_n = len(range(p, num_docs, parts))
-      if local_n == 0:
-        continue
-      stats = compacted.partition(p)
-      rows, width = _bucket(stats.num_records), _bucket(local_n)
-      keys = stats.keys.copy()
-      keys[:, 0] //= parts
-      keys, counts = jnp.asarray(_pad(keys, rows), jnp.int32), jnp.asarray(_pad(stats.counts, rows), jnp.float32)
-      local = {k: jnp.asarray(_pad(v[p::parts], width)) for k, v in docs.items()}
+    for p in source.nonempty:
+      keys, counts = source.arrays(p)
+      local_n = source.local_docs[p]
+      local = {k: jnp.asarray(_pad(v[p::parts], source.width)) for k, v in docs.items()}
       local, value, sq = _doc_newton(model, local, bias, keys, counts, jnp.float32(l2), int(inner_iters))
       for k in per_doc:
         docs[k][p::parts] = np.asarray(local[k])[:local_n]
-      ll_b, g_b, h_b = _bias_terms(model, local, bias, keys, counts)
+      _, g_b, h_b = _bias_terms(model, local, bias, keys, counts)
       obj += float(value)
       doc_sq += float(sq)
       grad_ll = grad_ll + np.asarray(g_b, np.float64)
@@ -179,11 +218,7 @@ def fit_partitioned_statistics(
     prev = obj
   logits = {**{k: jnp.asarray(v) for k, v in docs.items()}, **bias}
   ll = 0.0
-  for p in range(parts):
-    if compacted.runs[p]:
-      stats = compacted.partition(p)
-      keys = stats.keys.copy()
-      keys[:, 0] //= parts
-      local = {k: (v[p::parts] if k in per_doc else v) for k, v in logits.items()}
-      ll += float(model.statistics_log_likelihood(local, jnp.asarray(keys, jnp.int32), jnp.asarray(stats.counts)))
+  for p in source.nonempty:
+    local = {k: (jnp.asarray(_pad(v[p::parts], source.width)) if k in per_doc else v) for k, v in logits.items()}
+    ll += float(model.statistics_log_likelihood(local, *source.arrays(p)))
   return logits, ll / n, gnorm, passes

@@ -217,6 +217,7 @@ def fit_click_model_from_statistics(
   max_iters: int = 500,
   tol: float = 1e-5,
   init: Optional[dict] = None,
+  memory_budget_bytes: Optional[int] = MEMORY_BUDGET_BYTES,
 ) -> ClickModelFit:
   r""":func:`~ultr_jax.simulation.fit_click_model`'s MAP fit, on sufficient statistics.
 
@@ -236,6 +237,8 @@ def fit_click_model_from_statistics(
       ``max_iters`` then counts passes over the partitions).
     num_docs: number of ids ``D`` (default the statistics'; at least it).
     l2, max_iters, tol, init: as :func:`~ultr_jax.simulation.fit_click_model`.
+    memory_budget_bytes: on partitioned statistics, the partitions kept in memory between passes (the others
+      are read again from their files each pass).
 
   Returns:
     :class:`~ultr_jax.simulation.ClickModelFit`.
@@ -254,7 +257,17 @@ def fit_click_model_from_statistics(
   elif num_docs < statistics.num_docs:
     raise ValueError(f"num_docs = {num_docs} but the statistics hold document id {statistics.num_docs - 1}")
   if isinstance(statistics, PartitionedStatistics):
-    return _fit_partitioned(model, m, statistics, num_docs=num_docs, l2=l2, max_iters=max_iters, tol=tol, init=init)
+    return _fit_partitioned(
+      model,
+      m,
+      statistics,
+      num_docs=num_docs,
+      l2=l2,
+      max_iters=max_iters,
+      tol=tol,
+      init=init,
+      memory_budget_bytes=memory_budget_bytes,
+    )
   # Records and documents padded to buckets (zero counts; documents no record reads stay at their start and
   # are cut off after): one compilation serves logs of similar sizes.
   padded_docs = _bucket(num_docs)
@@ -281,12 +294,19 @@ def fit_click_model_from_statistics(
   )
 
 
-def _fit_partitioned(model, m, statistics, *, num_docs, l2, max_iters, tol, init) -> ClickModelFit:
+def _fit_partitioned(model, m, statistics, *, num_docs, l2, max_iters, tol, init, memory_budget_bytes):
   """:func:`~ultr_jax.simulation.partitioned_fit.fit_partitioned_statistics` as a :class:`ClickModelFit`."""
   if init is not None:
     init = {k: np.asarray(v, np.float32) for k, v in init.items()}
   theta, mean_ll, gnorm, passes = fit_partitioned_statistics(
-    m, statistics, num_docs=num_docs, l2=l2, max_iters=max_iters, tol=tol, init=init
+    m,
+    statistics,
+    num_docs=num_docs,
+    l2=l2,
+    max_iters=max_iters,
+    tol=tol,
+    init=init,
+    memory_budget_bytes=memory_budget_bytes,
   )
   return ClickModelFit(
     model=model,
@@ -330,7 +350,7 @@ def fit_click_model_stream(
     device=device,
     across_processes=across_processes,
   )
-  return fit_click_model_from_statistics(model, stats, **kwargs)
+  return fit_click_model_from_statistics(model, stats, memory_budget_bytes=memory_budget_bytes, **kwargs)
 
 
 #: Prior precisions :func:`select_click_model_prior` tries by default (about a factor 2 apart).

@@ -209,7 +209,9 @@ class PartitionedStatistics:
       with np.load(path) as z:
         keys.append(z["keys"])
         counts.append(z["counts"])
-    if keys:
+    if len(keys) == 1:  # one run is grouped already (a spill or a compaction writes distinct sorted keys)
+      k, c = keys[0], counts[0]
+    elif keys:
       k, c = _group(np.concatenate(keys), np.concatenate(counts))
     else:
       width = 3 if self.kind == "ubm_items" else 2
