@@ -112,7 +112,11 @@ def fit_ultr_jax(args, model, process_id=0, port=0):
   )
   aggregate_s = time.perf_counter() - t0
   t0 = time.perf_counter()
-  fit = sim.fit_click_model_from_statistics(model, stats, num_docs=num_docs, l2=args.l2)
+  if args.select_prior:  # the prior's precision picked on the validation split (what CLAX's early stopping does)
+    val = lambda: data.SessionStream(os.path.join(args.workdir, "val"), batch_size=args.batch_size)  # noqa: E731
+    fit, _ = sim.select_click_model_prior(model, stats, val, num_docs=num_docs, memory_budget_bytes=budget)
+  else:
+    fit = sim.fit_click_model_from_statistics(model, stats, num_docs=num_docs, l2=args.l2)
   jax.block_until_ready(fit.params)
   fit_s = time.perf_counter() - t0
   z = (
@@ -191,6 +195,7 @@ def main():
   p.add_argument("--memory_budget_mb", type=float, default=1024)
   p.add_argument("--batch_size", type=int, default=8192)
   p.add_argument("--l2", type=float, default=1.0)
+  p.add_argument("--select_prior", action="store_true", help="pick l2 on the validation split (6 fits)")
   p.add_argument("--processes", type=int, default=1)
   p.add_argument("--clax", action="store_true")
   p.add_argument("--clax_python", default="/tmp/clax-venv/bin/python")

@@ -112,6 +112,7 @@ from ultr_jax.simulation.position_trust import (
   sif_toy_dataset,
 )
 from ultr_jax.simulation.long_tail import long_tail_document_params, simulate_long_tail_log
+from ultr_jax.simulation.partitioned_fit import fit_partitioned_statistics
 from ultr_jax.simulation.topk import (
   simulate_topk_log,
   topk_click_probability,
@@ -172,6 +173,7 @@ __all__ = [
   "simulate_topk_log",
   "simulate_long_tail_log",
   "long_tail_document_params",
+  "fit_partitioned_statistics",
   "topk_click_probability",
   "topk_log_dataset",
   "topk_selection_data",

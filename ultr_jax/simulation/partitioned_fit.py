@@ -163,7 +163,7 @@ def fit_partitioned_statistics(
 
   Args:
     model: an item click model (its statistics are per (document, rank[, state])).
-    statistics: :class:`~ultr_jax.simulation.click_models.statistics.PartitionedStatistics` of its kind.
+    statistics: :class:`~ultr_jax.simulation.PartitionedStatistics` of its kind.
     num_docs: ``D``.
     l2: prior precision.
     max_iters: passes over the partitions.

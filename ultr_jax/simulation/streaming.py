@@ -95,7 +95,7 @@ def gather_click_statistics(
   models (PBM, trust, UBM) count every item, per (document, rank[, last click]), in a single integer pass per
   batch; where those counts outgrow ``memory_budget_bytes`` (a long-tail log: the distinct (document, rank)
   pairs grow with the log) they are hash-partitioned by document and spilled to run files
-  (:class:`~ultr_jax.simulation.click_models.statistics.PartitionedStatistics`), so memory stays within the
+  (:class:`~ultr_jax.simulation.PartitionedStatistics`), so memory stays within the
   budget. The other models reduce each batch to its distinct sessions and merge them as they grow.
 
   Args:
@@ -103,7 +103,7 @@ def gather_click_statistics(
     batches: iterable of session-batch dicts (see the module docstring).
     memory_budget_bytes: the most bytes of records held at once (None: no limit).
     spill_dir: where spilled runs go (None: a temporary directory deleted with the statistics). Processes that
-      share one merge by :func:`~ultr_jax.simulation.click_models.statistics.open_partitioned_statistics`.
+      share one merge by :func:`~ultr_jax.simulation.open_partitioned_statistics`.
     num_partitions: ``P``, the spilled records' partitions by document (a fit holds one at a time).
     device: count on the JAX device (None: on a GPU/TPU backend; the counts are the host's exactly).
     across_processes: ``batches`` are this process's part of the log (e.g. a
@@ -114,7 +114,7 @@ def gather_click_statistics(
 
   Returns:
     :class:`ClickStatistics` (all in memory) or
-    :class:`~ultr_jax.simulation.click_models.statistics.PartitionedStatistics` (spilled).
+    :class:`~ultr_jax.simulation.PartitionedStatistics` (spilled).
 
   Raises:
     StatisticsTooLarge: (a ``ValueError``) where session-pattern statistics (which read several documents each,
@@ -232,8 +232,8 @@ def fit_click_model_from_statistics(
   Args:
     model: a fittable click model (name or instance); the one the statistics were gathered for.
     statistics: :func:`gather_click_statistics` (or :meth:`~ultr_jax.simulation.ClickModel.sufficient_statistics`);
-      spilled :class:`~ultr_jax.simulation.click_models.statistics.PartitionedStatistics` are fitted one
-      partition in memory at a time (:func:`~ultr_jax.simulation.partitioned_fit.fit_partitioned_statistics`;
+      spilled :class:`~ultr_jax.simulation.PartitionedStatistics` are fitted one
+      partition in memory at a time (:func:`~ultr_jax.simulation.fit_partitioned_statistics`;
       ``max_iters`` then counts passes over the partitions).
     num_docs: number of ids ``D`` (default the statistics'; at least it).
     l2, max_iters, tol, init: as :func:`~ultr_jax.simulation.fit_click_model`.
@@ -295,7 +295,7 @@ def fit_click_model_from_statistics(
 
 
 def _fit_partitioned(model, m, statistics, *, num_docs, l2, max_iters, tol, init, memory_budget_bytes):
-  """:func:`~ultr_jax.simulation.partitioned_fit.fit_partitioned_statistics` as a :class:`ClickModelFit`."""
+  """:func:`~ultr_jax.simulation.fit_partitioned_statistics` as a :class:`ClickModelFit`."""
   if init is not None:
     init = {k: np.asarray(v, np.float32) for k, v in init.items()}
   theta, mean_ll, gnorm, passes = fit_partitioned_statistics(
