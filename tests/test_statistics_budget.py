@@ -96,7 +96,7 @@ def test_pattern_statistics_past_the_budget_name_the_cause():
     sim.gather_click_statistics("dbn", _batches(model="dbn", n=2000), memory_budget_bytes=10_000)
 
 
-@pytest.mark.parametrize("model", ["pbm", "ubm", "trust"])
+@pytest.mark.parametrize("model", ["pbm", "ubm", pytest.param("trust", marks=pytest.mark.slow)])
 def test_partitioned_fit_reaches_the_in_memory_optimum(model):
   train, test = _batches(model, n=6000, batch_size=6000), _batches(model, n=3000, seed=1, batch_size=3000)
   ids, clicks = (np.concatenate([b[k] for b in train]) for k in ("doc_ids", "clicks"))
