@@ -470,21 +470,23 @@ def test_open_click_log_warns_about_yandex_ads_once(tmp_path):
 
 
 def test_a_model_whose_statistics_do_not_reduce_is_fitted_by_adam_over_the_stream(tmp_path, sessions):
-  """With a records budget below the DBN's distinct sessions, the study fits the DBN by
+  """With a memory budget below the DBN's distinct sessions, the study fits the DBN by
   fit_click_model_minibatch over the same training split (equal to calling it directly) and says so; the
-  PBM's counting table holds no records, so it stays on its statistics."""
+  PBM's item counts are spilled to disk by document past the budget, so it stays on its statistics."""
   import optax
 
   src = write_log("tsv", tmp_path / "log.tsv", *sessions)
-  config = _study_config(click_log=str(src), fit_models=("pbm", "dbn"), ctr_models=(), statistics_max_records=50)
+  config = _study_config(
+    click_log=str(src), fit_models=("pbm", "dbn"), ctr_models=(), statistics_memory_budget_bytes=2000
+  )
   got = study.score_click_log(config)
   assert got["pbm"]["fit"] == "statistics" and got["dbn"]["fit"] == "minibatch"
   with data.open_click_log(src) as log:
     split = dict(fraction=config.test_fraction, seed=config.seed)
     train = lambda: study.log_split(log.stream(batch_size=config.click_log_batch_size), held_out=False, **split)
     test = lambda: study.log_split(log.stream(batch_size=config.click_log_batch_size), held_out=True, **split)
-    with pytest.raises(sim.StatisticsTooLarge, match=r"dbn's statistics hold .* records after .* sessions"):
-      sim.gather_click_statistics("dbn", train(), max_records=50)
+    with pytest.raises(sim.StatisticsTooLarge, match=r"dbn's patterns statistics hold .* records .* after .* sessions"):
+      sim.gather_click_statistics("dbn", train(), memory_budget_bytes=2000)
     fit = sim.fit_click_model_minibatch(
       "dbn",
       train,

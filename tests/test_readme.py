@@ -116,6 +116,15 @@ def test_scale_example_runs(capsys):
   assert float(printed[-1].split()[1]) == 3000  # every session scored once
 
 
+def test_long_tail_example_runs(capsys):
+  """docs/guides/multi_device.md: a long-tail log spilled past a memory budget, fitted one partition at a time."""
+  exec(compile(_block("long_tail"), "docs:long_tail", "exec"), {})  # pylint: disable=exec-used
+  printed = capsys.readouterr().out.strip().split("\n")
+  assert printed[-2] == "PartitionedStatistics 64 20000.0"
+  spilled, whole = (float(v) for v in printed[-1].split())
+  assert abs(spilled - whole) <= 2e-4
+
+
 def test_feature_stream_example_runs(capsys):
   """docs/guides/multi_device.md: an SVMlight file converted to feature shards, streamed, and a ranker trained."""
   exec(compile(_block("feature_stream"), "docs:feature_stream", "exec"), {})  # pylint: disable=exec-used

@@ -28,6 +28,10 @@ Writes ``{"identifiable": bool, "num_components": K, "components": [[ids]]}``
 ``context * list_size + position`` with contexts. With ``--click_log`` it
 also writes ``"propensities": {method: [one value per position, null where
 not identified]}``, normalised to 1 at the top position.
+
+A session log may be read by several processes (``--num_processes=2 --process_id=0|1
+--coordinator_address=host:port``, one command each): each reduces its own row
+groups and the counts are merged through jax.distributed; process 0 writes.
 """
 
 import json
@@ -37,6 +41,7 @@ import tempfile
 from absl import app, flags
 import numpy as np
 
+from ultr_jax import _processes
 from ultr_jax.data import CLICK_LOG_FORMATS, load_svmlight, load_ultra
 from ultr_jax.graph import check_identifiability
 from ultr_jax.graph import records
@@ -68,6 +73,7 @@ _SEED = flags.DEFINE_integer("seed", 0, "Seed of the random contexts.")
 _FEATURE_IDENTITY = flags.DEFINE_bool(
   "feature_identity", False, "ULTRA: identify documents by feature vector instead of document id."
 )
+_PROCESSES = _processes.define_process_flags()
 flags.mark_flags_as_mutual_exclusive(["data", "click_log"], required=True)
 
 
@@ -82,8 +88,13 @@ def _click_log_report():
 
 def main(argv):
   del argv
+  _processes.initialize_processes(
+    *(_PROCESSES[k].value for k in ("process_id", "num_processes", "coordinator_address"))
+  )
   if _CLICK_LOG.value:
-    _write(_click_log_report())
+    out = _click_log_report()
+    if _PROCESSES["process_id"].value == 0:  # every process holds the merged counts; process 0 writes
+      _write(out)
     return
   path = _DATA.value
   if os.path.isdir(path):

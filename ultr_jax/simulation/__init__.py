@@ -80,8 +80,9 @@ from ultr_jax.simulation.fitting import (
   simulate_session_log,
 )
 from ultr_jax.simulation.streaming import (
-  MAX_RECORDS,
+  MEMORY_BUDGET_BYTES,
   ClickStatistics,
+  PartitionedStatistics,
   StatisticsTooLarge,
   evaluate_click_model_stream,
   fit_click_model_from_statistics,
@@ -89,6 +90,7 @@ from ultr_jax.simulation.streaming import (
   fit_click_model_stream,
   gather_click_statistics,
   merge_click_statistics,
+  open_partitioned_statistics,
   select_click_model_prior,
 )
 from ultr_jax.simulation.interleaving import (
@@ -108,6 +110,8 @@ from ultr_jax.simulation.logging_policy import (
   train_logging_policy,
 )
 from ultr_jax.simulation.sif_toy import sif_toy_dataset
+from ultr_jax.simulation.long_tail import long_tail_document_params, simulate_long_tail_log
+from ultr_jax.simulation.partitioned_fit import fit_partitioned_statistics
 from ultr_jax.simulation.topk import (
   simulate_topk_log,
   topk_click_probability,
@@ -158,7 +162,9 @@ __all__ = [
   "simulate_session_log",
   "ClickStatistics",
   "StatisticsTooLarge",
-  "MAX_RECORDS",
+  "MEMORY_BUDGET_BYTES",
+  "PartitionedStatistics",
+  "open_partitioned_statistics",
   "evaluate_click_model_stream",
   "fit_click_model_from_statistics",
   "fit_click_model_minibatch",
@@ -167,6 +173,9 @@ __all__ = [
   "merge_click_statistics",
   "select_click_model_prior",
   "simulate_topk_log",
+  "simulate_long_tail_log",
+  "long_tail_document_params",
+  "fit_partitioned_statistics",
   "topk_click_probability",
   "topk_log_dataset",
   "topk_selection_data",

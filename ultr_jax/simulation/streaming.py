@@ -6,11 +6,12 @@ A stream is any iterable of session-batch dicts ``{"doc_ids": int[B, L], "clicks
 
 * :func:`gather_click_statistics` reduces the stream in one pass to the model's sufficient statistics
   (:meth:`~ultr_jax.simulation.ClickModel.statistics_accumulator`: counts per (document, rank[, last click]) in
-  one table for the item models, distinct sessions merged across batches for the others; memory bounded by the
-  number of distinct records), and :func:`fit_click_model_from_statistics` maximises the same MAP objective as
+  one table for the item models, spilled to disk partitioned by document past a memory budget; distinct sessions
+  merged across batches for the others), and :func:`fit_click_model_from_statistics` maximises the same MAP objective as
   :func:`~ultr_jax.simulation.fit_click_model` on them (preconditioned L-BFGS, records padded to size buckets so
-  that one program serves logs of similar sizes), at a cost per step that does not grow with the number of
-  sessions; :func:`fit_click_model_stream` is the two, and :func:`select_click_model_prior` picks the prior's
+  that one program serves logs of similar sizes; on spilled statistics, block-coordinate Newton over the
+  partitions, :mod:`~ultr_jax.simulation.partitioned_fit`), at a cost per step that does not grow with the number
+  of sessions; :func:`fit_click_model_stream` is the two, and :func:`select_click_model_prior` picks the prior's
   strength on held-out sessions.
 * :func:`fit_click_model_minibatch` is the fallback where no reduction applies (attraction from features, as
   CLAX's deep models; or a stream too diverse to reduce): an optax optimiser over minibatches, CLAX's way.
@@ -19,6 +20,7 @@ A stream is any iterable of session-batch dicts ``{"doc_ids": int[B, L], "clicks
 """
 
 import functools
+import os
 from typing import Callable, Iterable, Optional
 
 import jax
@@ -26,16 +28,28 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ultr_jax import _processes
 from ultr_jax._optim import lbfgs_minimize, table_curvature
 from ultr_jax.metrics import clicks as click_metrics
 from ultr_jax.simulation.click_models import ClickModel, get_click_model  # noqa: F401 (the doctests')
-from ultr_jax.simulation.click_models.statistics import ClickStatistics, StatisticsTooLarge, merge_click_statistics
+from ultr_jax.simulation.click_models.statistics import (
+  NUM_PARTITIONS,
+  ClickStatistics,
+  PartitionedStatistics,
+  StatisticsTooLarge,
+  merge_click_statistics,
+  open_partitioned_statistics,
+  write_statistics_runs,
+)
 from ultr_jax.simulation.fitting import ClickModelFit, _model, _validate, click_model_predict
+from ultr_jax.simulation.partitioned_fit import fit_partitioned_statistics
 
 __all__ = [
   "ClickStatistics",
   "StatisticsTooLarge",
-  "MAX_RECORDS",
+  "MEMORY_BUDGET_BYTES",
+  "PartitionedStatistics",
+  "open_partitioned_statistics",
   "merge_click_statistics",
   "gather_click_statistics",
   "fit_click_model_from_statistics",
@@ -61,33 +75,50 @@ def _batch(batch: dict, model: Optional[ClickModel] = None, num_docs: Optional[i
   return _validate(batch["doc_ids"], clicks, where, num_docs, model)
 
 
-#: :func:`gather_click_statistics`' default budget of records held at once (about 1.7 GB of session patterns of
-#: 10 ranks; an item table is far smaller).
-MAX_RECORDS = 1 << 24
+#: :func:`gather_click_statistics`' default memory budget for the records held at once (bytes): 1 GiB.
+MEMORY_BUDGET_BYTES = 1 << 30
 
 
 def gather_click_statistics(
-  model: "str | ClickModel", batches: Batches, *, max_records: Optional[int] = MAX_RECORDS
-) -> ClickStatistics:
-  r"""One pass over a stream: the model's sufficient statistics of all its sessions.
+  model: "str | ClickModel",
+  batches: Batches,
+  *,
+  memory_budget_bytes: Optional[int] = MEMORY_BUDGET_BYTES,
+  spill_dir=None,
+  num_partitions: int = NUM_PARTITIONS,
+  device: Optional[bool] = None,
+  across_processes: bool = False,
+) -> "ClickStatistics | PartitionedStatistics":
+  r"""One pass over a stream: the model's sufficient statistics of all its sessions, in bounded memory.
 
   The batches go into the model's :meth:`~ultr_jax.simulation.ClickModel.statistics_accumulator`: the item
-  models (PBM, trust, UBM) count every item into one table in a single integer pass per batch; the others reduce
-  each batch to its :meth:`~ultr_jax.simulation.ClickModel.sufficient_statistics` and merge them
-  (:func:`merge_click_statistics`) as they grow. Memory :math:`O(R + B L)` for :math:`R` distinct records.
+  models (PBM, trust, UBM) count every item, per (document, rank[, last click]), in a single integer pass per
+  batch; where those counts outgrow ``memory_budget_bytes`` (a long-tail log: the distinct (document, rank)
+  pairs grow with the log) they are hash-partitioned by document and spilled to run files
+  (:class:`~ultr_jax.simulation.PartitionedStatistics`), so memory stays within the
+  budget. The other models reduce each batch to its distinct sessions and merge them as they grow.
 
   Args:
     model: a fittable click model (name or instance).
     batches: iterable of session-batch dicts (see the module docstring).
-    max_records: the most records held at once (None: no limit). A log that does not reduce (a cascade-family
-      model's distinct sessions on a log whose lists rarely repeat) would otherwise hold about as many records
-      as it has sessions.
+    memory_budget_bytes: the most bytes of records held at once (None: no limit).
+    spill_dir: where spilled runs go (None: a temporary directory deleted with the statistics). Processes that
+      share one merge by :func:`~ultr_jax.simulation.open_partitioned_statistics`.
+    num_partitions: ``P``, the spilled records' partitions by document (a fit holds one at a time).
+    device: count on the JAX device (None: on a GPU/TPU backend; the counts are the host's exactly).
+    across_processes: ``batches`` are this process's part of the log (e.g. a
+      :class:`~ultr_jax.data.SessionStream` with its ``process_index``); every process's statistics are merged
+      through ``jax.distributed`` (an all-gather of the records), or, where a process spilled, through the
+      partition files under ``spill_dir`` (which every process must share): each process returns the
+      statistics of the whole log.
 
   Returns:
-    :class:`ClickStatistics`.
+    :class:`ClickStatistics` (all in memory) or
+    :class:`~ultr_jax.simulation.PartitionedStatistics` (spilled).
 
   Raises:
-    StatisticsTooLarge: (a ``ValueError``) past ``max_records``, saying after how many sessions; fit such a log
+    StatisticsTooLarge: (a ``ValueError``) where session-pattern statistics (which read several documents each,
+      so cannot be partitioned by document) outgrow the budget, saying after how many sessions; fit such a log
       with :func:`fit_click_model_minibatch`.
 
   >>> b = {"doc_ids": np.array([[0, 1], [0, 1]]), "clicks": np.array([[1.0, 0.0], [1.0, 0.0]])}
@@ -96,20 +127,54 @@ def gather_click_statistics(
   ('items', [[0, 0], [1, 1]], [[4.0, 4.0], [4.0, 0.0]], 4.0)
   """
   m = _model(model)
-  accumulator, sessions = m.statistics_accumulator(), None
+  if across_processes and spill_dir is not None:
+    spill_dir = os.path.join(spill_dir, _run_token())  # one fresh directory that every process agrees on
+  accumulator = m.statistics_accumulator().configure(
+    memory_budget_bytes=memory_budget_bytes, spill_dir=spill_dir, num_partitions=num_partitions, device=device
+  )
+  seen = False
   for batch in batches:
     doc_ids, clicks, where, _ = _batch(batch, m)
-    accumulator.add(doc_ids, clicks, where)
-    sessions = (sessions or 0) + int(np.count_nonzero(np.any(where, axis=-1)))
-    if max_records is not None and accumulator.num_records > max_records:
-      raise StatisticsTooLarge(
-        f"gather_click_statistics: {m.name}'s statistics hold {accumulator.num_records:,} records after "
-        f"{sessions:,} sessions (max_records={max_records:,}): the sessions barely repeat, so this log does not "
-        "reduce; fit it with fit_click_model_minibatch (an optax optimiser over the stream, memory flat)"
-      )
-  if sessions is None:
+    try:
+      accumulator.add(doc_ids, clicks, where)
+    except StatisticsTooLarge as e:
+      raise StatisticsTooLarge(f"gather_click_statistics: {m.name}'s {e}") from None
+    seen = True
+  if not seen and not across_processes:
     raise ValueError("gather_click_statistics: the stream is empty")
-  return accumulator.result()
+  stats = accumulator.result()
+  return _merge_across_processes(stats, spill_dir, num_partitions) if across_processes else stats
+
+
+def _run_token() -> str:
+  """Process 0's random token, the same in every process."""
+  token = np.asarray([np.random.default_rng().integers(1 << 62)], np.int64)
+  return f"run_{int(_processes.allgather_rows(token)[0][0][0]):x}"
+
+
+def _merge_across_processes(stats, spill_dir, num_partitions: int):
+  """Every process's statistics merged: in memory by an all-gather of the records, or, where any process
+  spilled, through the partition files in the shared ``spill_dir`` (the union of the writers' runs)."""
+  if jax.process_count() == 1:
+    return stats
+  spilled = int(_processes.process_sum(np.asarray([isinstance(stats, PartitionedStatistics)], np.int64))[0])
+  if not spilled:
+    meta = np.asarray([[stats.num_sessions, stats.num_docs, stats.list_size]], np.float64)
+    parts = [
+      ClickStatistics(stats.kind, k, c, float(x[0, 0]), int(x[0, 2]), int(x[0, 1]))
+      for (k, c), (x,) in zip(_processes.allgather_rows(stats.keys, stats.counts), _processes.allgather_rows(meta))
+    ]
+    return merge_click_statistics([p for p in parts if p.list_size] or parts)
+  if spill_dir is None:
+    raise ValueError(
+      f"gather_click_statistics: {spilled} of {jax.process_count()} processes spilled their statistics past "
+      "memory_budget_bytes; give a spill_dir on a file system every process shares (the processes merge through "
+      "their partition files there)"
+    )
+  if isinstance(stats, ClickStatistics):  # this process stayed in memory: its records join the shared runs
+    write_statistics_runs(stats, spill_dir, num_partitions)
+  _processes.barrier("ultr_jax.gather_click_statistics")
+  return open_partitioned_statistics(spill_dir)
 
 
 def _bucket(n: int, minimum: int = 256) -> int:
@@ -152,6 +217,7 @@ def fit_click_model_from_statistics(
   max_iters: int = 500,
   tol: float = 1e-5,
   init: Optional[dict] = None,
+  memory_budget_bytes: Optional[int] = MEMORY_BUDGET_BYTES,
 ) -> ClickModelFit:
   r""":func:`~ultr_jax.simulation.fit_click_model`'s MAP fit, on sufficient statistics.
 
@@ -165,9 +231,14 @@ def fit_click_model_from_statistics(
 
   Args:
     model: a fittable click model (name or instance); the one the statistics were gathered for.
-    statistics: :func:`gather_click_statistics` (or :meth:`~ultr_jax.simulation.ClickModel.sufficient_statistics`).
+    statistics: :func:`gather_click_statistics` (or :meth:`~ultr_jax.simulation.ClickModel.sufficient_statistics`);
+      spilled :class:`~ultr_jax.simulation.PartitionedStatistics` are fitted one
+      partition in memory at a time (:func:`~ultr_jax.simulation.fit_partitioned_statistics`;
+      ``max_iters`` then counts passes over the partitions).
     num_docs: number of ids ``D`` (default the statistics'; at least it).
     l2, max_iters, tol, init: as :func:`~ultr_jax.simulation.fit_click_model`.
+    memory_budget_bytes: on partitioned statistics, the partitions kept in memory between passes (the others
+      are read again from their files each pass).
 
   Returns:
     :class:`~ultr_jax.simulation.ClickModelFit`.
@@ -185,6 +256,18 @@ def fit_click_model_from_statistics(
     num_docs = max(statistics.num_docs, 1)
   elif num_docs < statistics.num_docs:
     raise ValueError(f"num_docs = {num_docs} but the statistics hold document id {statistics.num_docs - 1}")
+  if isinstance(statistics, PartitionedStatistics):
+    return _fit_partitioned(
+      model,
+      m,
+      statistics,
+      num_docs=num_docs,
+      l2=l2,
+      max_iters=max_iters,
+      tol=tol,
+      init=init,
+      memory_budget_bytes=memory_budget_bytes,
+    )
   # Records and documents padded to buckets (zero counts; documents no record reads stay at their start and
   # are cut off after): one compilation serves logs of similar sizes.
   padded_docs = _bucket(num_docs)
@@ -211,20 +294,63 @@ def fit_click_model_from_statistics(
   )
 
 
+def _fit_partitioned(model, m, statistics, *, num_docs, l2, max_iters, tol, init, memory_budget_bytes):
+  """:func:`~ultr_jax.simulation.fit_partitioned_statistics` as a :class:`ClickModelFit`."""
+  if init is not None:
+    init = {k: np.asarray(v, np.float32) for k, v in init.items()}
+  theta, mean_ll, gnorm, passes = fit_partitioned_statistics(
+    m,
+    statistics,
+    num_docs=num_docs,
+    l2=l2,
+    max_iters=max_iters,
+    tol=tol,
+    init=init,
+    memory_budget_bytes=memory_budget_bytes,
+  )
+  return ClickModelFit(
+    model=model,
+    params=m.to_probabilities(theta),
+    logits=theta,
+    log_likelihood=float(mean_ll),
+    grad_norm=float(gnorm),
+    iterations=int(passes),
+    converged=bool(gnorm <= tol),
+  )
+
+
 def fit_click_model_stream(
-  model: "str | ClickModel", batches: Batches, *, max_records: Optional[int] = MAX_RECORDS, **kwargs
+  model: "str | ClickModel",
+  batches: Batches,
+  *,
+  memory_budget_bytes: Optional[int] = MEMORY_BUDGET_BYTES,
+  spill_dir=None,
+  num_partitions: int = NUM_PARTITIONS,
+  device: Optional[bool] = None,
+  across_processes: bool = False,
+  **kwargs,
 ) -> ClickModelFit:
-  """One pass to gather the sufficient statistics (:func:`gather_click_statistics`, ``max_records``), then the
-  weighted fit (:func:`fit_click_model_from_statistics`, ``kwargs`` passed on).
+  """One pass to gather the sufficient statistics (:func:`gather_click_statistics` within
+  ``memory_budget_bytes``, spilling to ``spill_dir`` in ``num_partitions`` partitions, counting on the ``device``,
+  merged ``across_processes``),
+  then the weighted fit (:func:`fit_click_model_from_statistics`, ``kwargs`` passed on; on spilled statistics
+  the partition-by-partition fit of :mod:`~ultr_jax.simulation.partitioned_fit`).
 
   >>> b = {"doc_ids": np.array([[0, 1], [1, 0]]), "clicks": np.array([[1.0, 0.0], [0.0, 1.0]])}
   >>> fit = fit_click_model_stream("pbm", [b] * 50, l2=1.0)
   >>> print(fit.converged, fit.params["attraction"][0] > 0.9 > 0.1 > fit.params["attraction"][1])
   True True
   """
-  return fit_click_model_from_statistics(
-    model, gather_click_statistics(model, batches, max_records=max_records), **kwargs
+  stats = gather_click_statistics(
+    model,
+    batches,
+    memory_budget_bytes=memory_budget_bytes,
+    spill_dir=spill_dir,
+    num_partitions=num_partitions,
+    device=device,
+    across_processes=across_processes,
   )
+  return fit_click_model_from_statistics(model, stats, memory_budget_bytes=memory_budget_bytes, **kwargs)
 
 
 #: Prior precisions :func:`select_click_model_prior` tries by default (about a factor 2 apart).
@@ -390,7 +516,9 @@ def _score_batch(model, params, doc_ids, clicks, where):
   )
 
 
-def evaluate_click_model_stream(model: "str | ClickModel", params: dict, batches: Batches) -> dict:
+def evaluate_click_model_stream(
+  model: "str | ClickModel", params: dict, batches: Batches, *, across_processes: bool = False
+) -> dict:
   r""":func:`~ultr_jax.simulation.evaluate_click_model` over a stream, from sums per rank accumulated across batches.
 
   .. math::
@@ -399,6 +527,13 @@ def evaluate_click_model_stream(model: "str | ClickModel", params: dict, batches
 
   (Dupret & Piwowarski SIGIR'08; :math:`R` the ranks with a shown item), the CTR perplexity the same with the
   marginal click probabilities, and the mean session log-likelihood.
+
+  Args:
+    model: a fittable click model.
+    params: its fitted probabilities.
+    batches: the held-out session batches.
+    across_processes: ``batches`` are this process's part; the sums are added over the processes of
+      ``jax.distributed`` (each process returns the whole log's scores).
 
   Returns:
     dict of ``log_likelihood``, ``perplexity``, ``perplexity_per_rank`` (a list), ``ctr_perplexity`` and
@@ -421,6 +556,11 @@ def evaluate_click_model_stream(model: "str | ClickModel", params: dict, batches
     marg = out[2] if marg is None else marg + out[2]
     count = out[3] if count is None else count + out[3]
     sessions += float(out[4])
+  if across_processes and jax.process_count() > 1:  # each process scored its part: add the sums
+    if cond is None:
+      raise ValueError(f"evaluate_click_model_stream: process {jax.process_index()}'s stream is empty")
+    cond, marg, count = (_processes.process_sum(x) for x in (cond, marg, count))
+    total_ll, sessions = (float(v) for v in _processes.process_sum(np.asarray([total_ll, sessions])))
   if cond is None:
     raise ValueError("evaluate_click_model_stream: the stream is empty")
   ppl = np.exp(-cond / np.maximum(count, 1.0))

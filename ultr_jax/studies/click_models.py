@@ -53,6 +53,7 @@ import ml_collections
 import numpy as np
 import optax
 
+from ultr_jax import _processes
 from ultr_jax import data as data_lib
 from ultr_jax import simulation as sim
 from ultr_jax.metrics import clicks as click_metrics
@@ -249,7 +250,7 @@ def fit_and_score_stream(model: str, train, test, *, num_docs: int, config) -> O
   The fit is :func:`~ultr_jax.simulation.fit_click_model_stream` (one pass over ``train()``), the
   scores :func:`~ultr_jax.simulation.evaluate_click_model_stream` (one pass over ``test()``); None if
   the model cannot explain a training session (the cascade on a session with several clicks). Where the
-  model's statistics outgrow ``config.statistics_max_records`` (a cascade-family model on a log whose lists
+  model's statistics outgrow ``config.statistics_memory_budget_bytes`` (a cascade-family model on a log whose lists
   rarely repeat), it is fitted by :func:`~ultr_jax.simulation.fit_click_model_minibatch` instead (Adam,
   ``config.minibatch_epochs`` passes over ``train()``), and ``fit`` says which.
 
@@ -270,11 +271,16 @@ def fit_and_score_stream(model: str, train, test, *, num_docs: int, config) -> O
       l2=float(config.l2),
       max_iters=int(config.max_iters),
       tol=float(config.tol),
-      max_records=int(config.statistics_max_records),
+      **_statistics_options(config),
     )
   except _Unexplained:
     return None
   except sim.StatisticsTooLarge as e:
+    if jax.process_count() > 1:
+      raise ValueError(
+        f"{model}: its statistics do not reduce this log and the fallback (Adam over the stream) runs in one "
+        f"process only; run it with --num_processes=1 or leave {model} out of config.fit_models ({e})"
+      ) from e
     logging.info("[click models] %s: %s", model, e)
     how = "minibatch"
     try:
@@ -289,8 +295,18 @@ def fit_and_score_stream(model: str, train, test, *, num_docs: int, config) -> O
     except _Unexplained:
       return None
   seconds = time.perf_counter() - start
-  out = sim.evaluate_click_model_stream(model, fit.params, test())
+  out = sim.evaluate_click_model_stream(model, fit.params, test(), across_processes=jax.process_count() > 1)
   return {**out, "fit_seconds": seconds, "converged": fit.converged, "attraction_mae": None, "fit": how}
+
+
+def _statistics_options(config) -> dict:
+  """The statistics' memory budget and spill directory; in a run of several processes (each reading its own row
+  groups) the statistics are merged across them (:func:`~ultr_jax.simulation.gather_click_statistics`)."""
+  return {
+    "memory_budget_bytes": int(config.statistics_memory_budget_bytes),
+    "spill_dir": config.get("statistics_spill_dir", "") or None,
+    "across_processes": jax.process_count() > 1,
+  }
 
 
 def _prediction_scores_stream(predict, batches) -> dict:
@@ -309,6 +325,9 @@ def _prediction_scores_stream(predict, batches) -> dict:
     sessions += float(where.any(-1).sum())
   if per_rank is None:
     raise ValueError("the held-out stream is empty")
+  if jax.process_count() > 1:  # each process scored its own row groups: add the sums
+    per_rank, count = _processes.process_sum(per_rank), _processes.process_sum(count)
+    total, sessions = (float(v) for v in _processes.process_sum(np.asarray([total, sessions])))
   ppl = np.exp(-per_rank / np.maximum(count, 1.0))
   shown = count > 0
   mean = float(np.sum(np.where(shown, ppl, 0.0)) / max(shown.sum(), 1))
@@ -370,7 +389,9 @@ def score_log_batches(batches, *, num_docs: int, config, columns=None) -> dict:
     if m in ctr_models:
       if statistics is None:
         start = time.perf_counter()
-        statistics = sim.gather_click_statistics("pbm", train())
+        statistics = sim.gather_click_statistics("pbm", train(), **_statistics_options(config))
+        if isinstance(statistics, sim.PartitionedStatistics):  # the CTR rates read every record at once
+          statistics = statistics.to_statistics()
         gather_seconds = time.perf_counter() - start
       out[m] = score_ctr_baseline_stream(m, statistics, test, num_docs=num_docs, config=config)
       out[m]["fit_seconds"] += gather_seconds
@@ -400,8 +421,8 @@ def score_click_log(config, columns=None) -> dict:
     list_size = int(config.get("list_size_of_log", 0)) or None
     batch_size = int(config.get("click_log_batch_size", 4096))
     logging.info(f"[click models] log: {log}")
-    batches = lambda: log.stream(  # noqa: E731
-      batch_size=batch_size, list_size=list_size, process_index=0, process_count=1
+    batches = lambda: log.stream(  # noqa: E731 (each process its own row groups; the statistics are merged)
+      batch_size=batch_size, list_size=list_size, process_index=jax.process_index(), process_count=jax.process_count()
     )
     return score_log_batches(batches, num_docs=log.num_docs, config=config, columns=columns)
 

@@ -15,10 +15,20 @@ costs :math:`O(R)`, not :math:`O(S)`. Three reductions (:meth:`~ultr_jax.simulat
 * **ubm items**: the same per (document, rank, last-click state).
 
 Records merge associatively (:func:`merge_click_statistics`: concatenate, group equal keys, add the counts),
-so a log is reduced batch by batch in memory bounded by the number of distinct records.
+so a log is reduced batch by batch in memory bounded by the number of distinct records. Where those outgrow a
+memory budget (``memory_budget_bytes``), the item counts are hash-partitioned by document and spilled to
+``.npz`` run files (:class:`PartitionedStatistics`): any number of runs, from any batches, files or processes,
+merge by taking the union of their files, and a fit reads one partition at a time.
 """
 
-from typing import NamedTuple, Optional, Sequence
+import json
+import os
+import pathlib
+import shutil
+import tempfile
+import uuid
+import weakref
+from typing import Iterator, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -27,6 +37,10 @@ __all__ = [
   "StatisticsTooLarge",
   "ItemCounter",
   "RecordMerger",
+  "PartitionedStatistics",
+  "open_partitioned_statistics",
+  "write_statistics_runs",
+  "count_codes",
   "merge_click_statistics",
   "pattern_statistics",
   "pattern_sessions",
@@ -106,8 +120,11 @@ def _group(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray
   return keys[first], _sum_by(inverse.ravel(), counts, first.shape[0])
 
 
-def merge_click_statistics(stats: Sequence[ClickStatistics]) -> ClickStatistics:
+def merge_click_statistics(stats: Sequence["ClickStatistics | PartitionedStatistics"]):
   """The statistics of the union of the logs (associative and commutative up to the records' order).
+
+  In-memory statistics merge into one :class:`ClickStatistics`; where any is a :class:`PartitionedStatistics`,
+  the result is one too (the union of the runs, the in-memory ones spilled beside them).
 
   >>> a = item_statistics(np.array([[0, 1]]), np.array([[1.0, 0.0]]), np.ones((1, 2), bool))
   >>> b = item_statistics(np.array([[1, 0]]), np.array([[0.0, 0.0]]), np.ones((1, 2), bool))
@@ -122,6 +139,8 @@ def merge_click_statistics(stats: Sequence[ClickStatistics]) -> ClickStatistics:
   sizes = {s.list_size for s in stats}
   if len(kinds) != 1 or len(sizes) != 1:
     raise ValueError(f"merge_click_statistics: different reductions or list sizes {sorted(kinds)}, {sorted(sizes)}")
+  if any(isinstance(s, PartitionedStatistics) for s in stats):
+    return _merge_partitioned(stats)
   keys, counts = _group(np.concatenate([s.keys for s in stats]), np.concatenate([s.counts for s in stats]))
   return ClickStatistics(
     kind=stats[0].kind,
@@ -134,9 +153,243 @@ def merge_click_statistics(stats: Sequence[ClickStatistics]) -> ClickStatistics:
 
 
 class StatisticsTooLarge(ValueError):
-  """A log whose sufficient statistics outgrow the records budget: its sessions barely repeat (the session
-  patterns of a cascade-family model on a noisy ranker's log), so the reduction saves nothing; fit such a log
-  with :func:`~ultr_jax.simulation.fit_click_model_minibatch`."""
+  """Session-pattern statistics (a cascade-family model's distinct sessions) that outgrow the memory budget: a
+  session pattern reads several documents, so its records cannot be partitioned by document and spilled (item
+  counts can); on a log whose lists barely repeat there are about as many patterns as sessions. Fit such a log
+  with :func:`~ultr_jax.simulation.fit_click_model_minibatch`, or raise the budget."""
+
+
+#: Bytes a :class:`ClickStatistics` record of ``K`` key and ``V`` count columns takes (int64 and float64).
+def record_bytes(num_keys: int, num_counts: int) -> int:
+  return 8 * (int(num_keys) + int(num_counts))
+
+
+_META = "ultr_jax.partitioned_statistics"
+
+
+class PartitionedStatistics:
+  r"""Item statistics spilled to disk: records hash-partitioned by document, partition
+  :math:`p = d \bmod P`, in ``.npz`` run files (``keys``, ``counts``) under one directory.
+
+  The records of a document all lie in its partition; one partition's runs, grouped
+  (:meth:`partition`), are its :class:`ClickStatistics`. Runs from different batches, files or processes merge
+  by the union of their files (:func:`merge_click_statistics`, :func:`open_partitioned_statistics`): associative
+  and order-free, since grouping adds the counts of equal keys.
+
+  Attributes:
+    kind, list_size, num_sessions, num_docs: as :class:`ClickStatistics`.
+    num_partitions: ``P``.
+    runs: ``tuple`` of ``P`` tuples of run file paths.
+  """
+
+  def __init__(self, kind, list_size, num_sessions, num_docs, num_partitions, runs, owner=None):
+    self.kind, self.list_size, self.num_sessions, self.num_docs = kind, int(list_size), float(num_sessions), num_docs
+    self.num_partitions, self.runs, self._owner = int(num_partitions), tuple(tuple(r) for r in runs), owner
+
+  def __repr__(self) -> str:
+    return (
+      f"PartitionedStatistics(kind={self.kind!r}, num_partitions={self.num_partitions}, "
+      f"runs={sum(map(len, self.runs))}, num_sessions={self.num_sessions}, num_docs={self.num_docs})"
+    )
+
+  @property
+  def num_run_records(self) -> int:
+    """Records in the run files (at least the distinct records: a key may be in several runs)."""
+    total = 0
+    for paths in self.runs:
+      for path in paths:
+        with np.load(path) as z:
+          total += int(z["counts"].shape[0])
+    return total
+
+  def partition(self, p: int) -> ClickStatistics:
+    r"""Partition ``p``'s records (documents :math:`d \equiv p \bmod P`), grouped, as :class:`ClickStatistics`."""
+    keys, counts = [], []
+    for path in self.runs[p]:
+      with np.load(path) as z:
+        keys.append(z["keys"])
+        counts.append(z["counts"])
+    if len(keys) == 1:  # one run is grouped already (a spill or a compaction writes distinct sorted keys)
+      k, c = keys[0], counts[0]
+    elif keys:
+      k, c = _group(np.concatenate(keys), np.concatenate(counts))
+    else:
+      width = 3 if self.kind == "ubm_items" else 2
+      k, c = np.zeros((0, width), np.int64), np.zeros((0, 2))
+    return ClickStatistics(self.kind, k, c, self.num_sessions, self.list_size, self.num_docs)
+
+  def partitions(self) -> Iterator[ClickStatistics]:
+    """:meth:`partition` of each ``p`` in turn (one in memory at a time)."""
+    for p in range(self.num_partitions):
+      yield self.partition(p)
+
+  def compact(self) -> "PartitionedStatistics":
+    """The same statistics with each partition's runs grouped into one run file (written beside them)."""
+    if all(len(r) <= 1 for r in self.runs):
+      return self
+    directory = next(pathlib.Path(r).parent for runs in self.runs for r in runs)
+    spill, runs = _Spill(directory, self.num_partitions, _tag()), []
+    for p, paths in enumerate(self.runs):
+      if len(paths) <= 1:
+        runs.append(paths)
+        continue
+      part = self.partition(p)
+      path = directory / f"p{p:05d}_{spill.tag}_000000.npz"
+      _atomic_savez(path, keys=part.keys, counts=part.counts)
+      runs.append((str(path),))
+    return PartitionedStatistics(
+      self.kind, self.list_size, self.num_sessions, self.num_docs, self.num_partitions, runs, self._owner
+    )
+
+  def to_statistics(self) -> ClickStatistics:
+    """All partitions in memory as one :class:`ClickStatistics` (for logs that fit after all)."""
+    merged = merge_click_statistics(list(self.partitions()))  # each partition carries all the sessions
+    return merged._replace(num_sessions=self.num_sessions, num_docs=self.num_docs)
+
+
+class _Spill:
+  """Writes one accumulator's runs (``p{partition}_{tag}_{n}.npz``) and its metadata (``{tag}.json``)."""
+
+  def __init__(self, directory, num_partitions: int, tag: str):
+    self.owner = None
+    if directory is None:
+      directory = tempfile.mkdtemp(prefix="ultr_jax_statistics_")
+      self.owner = _TempDir(directory)
+    self.directory, self.num_partitions, self.tag = pathlib.Path(directory), int(num_partitions), tag
+    self.directory.mkdir(parents=True, exist_ok=True)
+    self.runs: list = [[] for _ in range(self.num_partitions)]
+
+  def write(self, keys: np.ndarray, counts: np.ndarray) -> None:
+    part = keys[:, 0] % self.num_partitions
+    order = np.argsort(part, kind="stable")
+    bounds = np.searchsorted(part[order], np.arange(self.num_partitions + 1))
+    for p in np.flatnonzero(np.diff(bounds)):
+      rows = order[bounds[p] : bounds[p + 1]]
+      path = self.directory / f"p{p:05d}_{self.tag}_{len(self.runs[p]):06d}.npz"
+      _atomic_savez(path, keys=keys[rows], counts=counts[rows])
+      self.runs[p].append(str(path))
+
+  def finish(self, kind, list_size, num_sessions, num_docs) -> PartitionedStatistics:
+    meta = {
+      "kind": kind,
+      "list_size": int(list_size),
+      "num_sessions": float(num_sessions),
+      "num_docs": int(num_docs),
+      "num_partitions": self.num_partitions,
+      "runs": [[os.path.basename(r) for r in runs] for runs in self.runs],
+    }
+    tmp = self.directory / f".{self.tag}.json.tmp"
+    tmp.write_text(json.dumps({_META: meta}))
+    os.replace(tmp, self.directory / f"{self.tag}.json")
+    return PartitionedStatistics(kind, list_size, num_sessions, num_docs, self.num_partitions, self.runs, self.owner)
+
+
+class _TempDir:
+  """Deletes a temporary directory when the last statistics reading it are gone."""
+
+  def __init__(self, path):
+    self.path = path
+    weakref.finalize(self, shutil.rmtree, path, True)
+
+
+def _atomic_savez(path: pathlib.Path, **arrays) -> None:
+  tmp = path.with_name(f".{path.name}.tmp")
+  with open(tmp, "wb") as f:
+    np.savez(f, **arrays)
+  os.replace(tmp, path)
+
+
+def open_partitioned_statistics(directory) -> PartitionedStatistics:
+  r"""The union of every accumulator's runs written under ``directory`` (by any processes, in any order).
+
+  Each writer (an :class:`ItemCounter` with that ``spill_dir``) left its runs and a ``{tag}.json`` with its
+  session count; the union adds the sessions, takes the largest ``num_docs`` and concatenates each partition's
+  runs, so the merged statistics equal those of one pass over all the writers' sessions.
+
+  Args:
+    directory: the shared ``spill_dir``.
+
+  Returns:
+    :class:`PartitionedStatistics`.
+
+  Raises:
+    ValueError: naming the directory when it holds no writer's metadata, or writers of different kinds, list
+      sizes or numbers of partitions.
+
+  >>> import tempfile
+  >>> d = tempfile.mkdtemp()
+  >>> for ids in ([[0, 1]], [[1, 0]]):  # two writers (processes) into one directory
+  ...   c = ItemCounter(memory_budget_bytes=0, spill_dir=d, num_partitions=2)
+  ...   c.add(np.array(ids), np.array([[1.0, 0.0]]), None)
+  ...   _ = c.result()
+  >>> s = open_partitioned_statistics(d)
+  >>> s.num_sessions, s.to_statistics().keys.tolist()
+  (2.0, [[0, 0], [0, 1], [1, 0], [1, 1]])
+  """
+  directory = pathlib.Path(directory)
+  metas = []
+  for path in sorted(directory.glob("*.json")):
+    meta = json.loads(path.read_text()).get(_META)
+    if meta is not None:
+      metas.append(meta)
+  if not metas:
+    raise ValueError(f"{directory}: no partitioned statistics (no writer's .json metadata)")
+  shape = {(m["kind"], m["list_size"], m["num_partitions"]) for m in metas}
+  if len(shape) != 1:
+    raise ValueError(f"{directory}: writers of different (kind, list_size, num_partitions): {sorted(shape)}")
+  kind, list_size, parts = shape.pop()
+  runs = [[str(directory / r) for m in metas for r in m["runs"][p]] for p in range(parts)]
+  sessions = sum(m["num_sessions"] for m in metas)
+  return PartitionedStatistics(kind, list_size, sessions, max(m["num_docs"] for m in metas), parts, runs)
+
+
+def write_statistics_runs(stats: ClickStatistics, directory, num_partitions: int = 64) -> PartitionedStatistics:
+  """In-memory statistics written as one writer's partitioned runs under ``directory`` (as a spilled
+  :class:`ItemCounter` leaves them), so that :func:`open_partitioned_statistics` merges them with the others.
+
+  >>> import tempfile
+  >>> d = tempfile.mkdtemp()
+  >>> s = item_statistics(np.array([[0, 1]]), np.array([[1.0, 0.0]]), None)
+  >>> write_statistics_runs(s, d, 2).to_statistics().keys.tolist()
+  [[0, 0], [1, 1]]
+  """
+  spill = _Spill(directory, num_partitions, _tag())
+  if stats.num_records:
+    spill.write(stats.keys, stats.counts)
+  return spill.finish(stats.kind, stats.list_size, stats.num_sessions, stats.num_docs)
+
+
+def _merge_partitioned(stats: list) -> PartitionedStatistics:
+  """Partitioned (and in-memory) statistics of one kind as one :class:`PartitionedStatistics` (union of runs)."""
+  first = next(s for s in stats if isinstance(s, PartitionedStatistics))
+  parts = {s.num_partitions for s in stats if isinstance(s, PartitionedStatistics)}
+  if len(parts) != 1:
+    raise ValueError(f"merge_click_statistics: partitioned statistics of different num_partitions {sorted(parts)}")
+  runs, owners = [list(r) for r in first.runs], []
+  for s in stats:
+    if isinstance(s, ClickStatistics):  # spilled next to the first's runs
+      directory = next((pathlib.Path(r).parent for runs in first.runs for r in runs), None)
+      spill = _Spill(directory, first.num_partitions, _tag())
+      spill.write(s.keys, s.counts)
+      runs = [r + w for r, w in zip(runs, spill.runs)]
+      owners.append(spill.owner)
+    elif s is not first:
+      runs = [r + list(w) for r, w in zip(runs, s.runs)]
+    owners.append(getattr(s, "_owner", None))
+  return PartitionedStatistics(
+    first.kind,
+    first.list_size,
+    sum(s.num_sessions for s in stats),
+    max(s.num_docs for s in stats),
+    first.num_partitions,
+    runs,
+    tuple(o for o in owners if o is not None),
+  )
+
+
+def _tag() -> str:
+  """A run-file tag unique across processes and accumulators."""
+  return f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
 
 
 class RecordMerger:
@@ -145,6 +398,11 @@ class RecordMerger:
   (:func:`merge_click_statistics`) whenever they outgrow the merged records: memory :math:`O(R + B L)` for
   :math:`R` distinct records, merging work :math:`O(S L \log R)` over :math:`S` sessions.
 
+  Args:
+    reduce: the per-batch reduction.
+    memory_budget_bytes: the most bytes of records held (None: no limit); past it :class:`StatisticsTooLarge`
+      (session patterns read several documents, so they are not partitioned and spilled).
+
   >>> m = RecordMerger(pattern_statistics)
   >>> for _ in range(3):
   ...   m.add(np.array([[0, 1]]), np.array([[1.0, 0.0]]), None)
@@ -152,22 +410,46 @@ class RecordMerger:
   [[3.0]]
   """
 
-  def __init__(self, reduce):
+  def __init__(self, reduce, *, memory_budget_bytes: Optional[int] = None):
     self.reduce, self.merged, self.pending, self.pending_rows = reduce, None, [], 0
+    self.memory_budget_bytes = memory_budget_bytes
+    self.num_sessions = 0.0
+
+  def configure(self, *, memory_budget_bytes: Optional[int] = None, **unused) -> "RecordMerger":
+    """Sets the memory budget (the other options of :meth:`ItemCounter.configure` do not apply); returns self."""
+    del unused
+    self.memory_budget_bytes = memory_budget_bytes
+    return self
 
   @property
   def num_records(self) -> int:
     """Records held now (merged and pending; at least the distinct ones)."""
     return (self.merged.num_records if self.merged is not None else 0) + self.pending_rows
 
+  @property
+  def held_bytes(self) -> int:
+    """Bytes of the records held now."""
+    parts = ([self.merged] if self.merged is not None else []) + self.pending
+    return sum(s.keys.nbytes + s.counts.nbytes for s in parts)
+
   def add(self, doc_ids, clicks, where=None) -> None:
     """Reduces one batch and merges when due."""
     s = self.reduce(doc_ids, clicks, where)
     self.pending.append(s)
     self.pending_rows += s.num_records
+    self.num_sessions += s.num_sessions
     if self.pending_rows > max(self.merged.num_records if self.merged is not None else 0, 1 << 16):
       self.merged = merge_click_statistics(([self.merged] if self.merged is not None else []) + self.pending)
       self.pending, self.pending_rows = [], 0
+    budget = self.memory_budget_bytes
+    if budget is not None and self.held_bytes > budget:
+      raise StatisticsTooLarge(
+        f"{s.kind} statistics hold {self.num_records:,} records ({self.held_bytes:,} bytes) after "
+        f"{self.num_sessions:,.0f} sessions, over memory_budget_bytes={budget:,}: each record is a distinct "
+        "session (a list with its clicks), which reads several documents, so the records cannot be partitioned "
+        "by document and spilled; the sessions barely repeat, so this log does not reduce: fit it with "
+        "fit_click_model_minibatch (an optax optimiser over the stream, memory flat) or raise the budget"
+      )
 
   def result(self) -> ClickStatistics:
     """The merged statistics of every batch added."""
@@ -250,8 +532,10 @@ def item_statistics(doc_ids, clicks, where, *, last_click_state: bool = False) -
 
 
 #: :class:`ItemCounter` keeps a dense table while the item keys span at most this many cells (2 int64 each:
-#: 512 MiB), and sorted sparse records beyond.
+#: 512 MiB) and its memory budget allows, and sorted sparse records beyond.
 MAX_DENSE_ITEM_CELLS = 1 << 25
+#: Partitions :class:`ItemCounter` spills into by default (each one ``1/P`` of the records, read one at a time).
+NUM_PARTITIONS = 64
 
 
 class ItemCounter:
@@ -260,10 +544,23 @@ class ItemCounter:
   Each shown item is coded as one integer, :math:`2\,(d\,T + t) + c` for document :math:`d`, rank key
   :math:`t < T` (the rank, :math:`T = L`; or rank and last-click state, :math:`T = L (L + 1)`) and click
   :math:`c`, and counted: into a dense table ``int64[D T, 2]`` that grows with the largest document id while
-  :math:`D T \le` :data:`MAX_DENSE_ITEM_CELLS` (``np.bincount``, or ``np.add.at`` when the table is much
-  larger than the batch: :math:`O(B L)` per batch, no sort), else as sorted ``(code, count)`` records merged
-  as they accumulate (:math:`O(B L \log R)`). Counts are exact integers; :meth:`result` gives the
-  :class:`ClickStatistics` of every batch added, equal to :func:`merge_click_statistics` of the per-batch ones.
+  :math:`D T \le` :data:`MAX_DENSE_ITEM_CELLS` and the table fits half the memory budget (``np.bincount``:
+  :math:`O(B L)` per batch, no sort), else as sorted ``(code, count)`` records merged as they accumulate
+  (:math:`O(B L \log R)`). Where the records held pass ``memory_budget_bytes``, they are decoded,
+  hash-partitioned by document and written to run files under ``spill_dir`` (:class:`PartitionedStatistics`),
+  and counting starts afresh: memory stays within the budget (plus one batch) however many distinct
+  (document, rank) pairs the log has. Counts are exact integers; :meth:`result` gives the statistics of every
+  batch added, equal to :func:`merge_click_statistics` of the per-batch ones.
+
+  Args:
+    last_click_state: count per (document, rank, last-click state) (the UBM's) instead of (document, rank).
+    max_dense_cells: the dense table's most cells.
+    memory_budget_bytes: the most bytes of counts held (None: no limit, never spilled).
+    spill_dir: where runs go (None: a temporary directory, deleted with the statistics); several counters
+      (processes) may share one (:func:`open_partitioned_statistics`).
+    num_partitions: ``P``, partitions of the spilled records.
+    device: count on the JAX default device (sort-based reduction, :func:`count_codes`) instead of NumPy; None:
+      on a GPU or TPU backend.
 
   >>> c = ItemCounter()
   >>> c.add(np.array([[0, 1]]), np.array([[1.0, 0.0]]), None)
@@ -272,8 +569,24 @@ class ItemCounter:
   ([[0, 0], [0, 1], [1, 0], [1, 1]], [[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 0.0]], 2.0)
   """
 
-  def __init__(self, *, last_click_state: bool = False, max_dense_cells: int = MAX_DENSE_ITEM_CELLS):
+  def __init__(
+    self,
+    *,
+    last_click_state: bool = False,
+    max_dense_cells: int = MAX_DENSE_ITEM_CELLS,
+    memory_budget_bytes: Optional[int] = None,
+    spill_dir=None,
+    num_partitions: int = NUM_PARTITIONS,
+    device: Optional[bool] = None,
+  ):
     self.last_click_state, self.max_dense_cells = bool(last_click_state), int(max_dense_cells)
+    self.memory_budget_bytes = None if memory_budget_bytes is None else int(memory_budget_bytes)
+    if self.memory_budget_bytes is not None:
+      self.max_dense_cells = min(self.max_dense_cells, self.memory_budget_bytes // 32)
+    self.spill_dir, self.num_partitions, self._spill = spill_dir, int(num_partitions), None
+    if self.num_partitions < 1:
+      raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
+    self.device = device
     self.kind = "ubm_items" if last_click_state else "items"
     self.list_size: Optional[int] = None
     self.num_docs, self.num_sessions = 0, 0.0
@@ -281,11 +594,48 @@ class ItemCounter:
     self.sparse: list = []  # (codes int64[R], counts int64[R]) sorted, while the keys are too many for a table
     self._pending, self._buffer, self._buffered = 0, [], 0
 
+  def configure(
+    self,
+    *,
+    memory_budget_bytes: Optional[int] = None,
+    spill_dir=None,
+    num_partitions: int = NUM_PARTITIONS,
+    device: Optional[bool] = None,
+  ) -> "ItemCounter":
+    """Sets the constructor's budget and spill options on a fresh counter (as a model's
+    :meth:`~ultr_jax.simulation.ClickModel.statistics_accumulator` made it); returns self."""
+    if self.list_size is not None:
+      raise ValueError("ItemCounter.configure: the counter has already counted")
+    ItemCounter.__init__(
+      self,
+      last_click_state=self.last_click_state,
+      max_dense_cells=self.max_dense_cells,
+      memory_budget_bytes=memory_budget_bytes,
+      spill_dir=spill_dir,
+      num_partitions=num_partitions,
+      device=device,
+    )
+    return self
+
   @property
   def num_records(self) -> int:
     """Records held as sparse ``(code, count)`` pairs now (0 while the counts are one dense table, whose size
     :data:`MAX_DENSE_ITEM_CELLS` bounds)."""
     return sum(c.shape[0] for c, _ in self.sparse)
+
+  @property
+  def held_bytes(self) -> int:
+    """Bytes of counts held now (the dense table, the sparse records and the buffered codes)."""
+    table = 0 if self.table is None else self.table.nbytes
+    return table + sum(c.nbytes + n.nbytes for c, n in self.sparse) + sum(b.nbytes for b in self._buffer)
+
+  @property
+  def spilled(self) -> bool:
+    """Whether records went to disk."""
+    return self._spill is not None
+
+  def _per_doc(self, length: int) -> int:
+    return length * (length + 1) if self.last_click_state else length
 
   def _rank_keys(self, clicks: np.ndarray, where: np.ndarray) -> np.ndarray:
     """``t``: the rank, or rank * (L + 1) + last-click state, ``int[B, L]`` (or ``[L]``)."""
@@ -321,17 +671,20 @@ class ItemCounter:
       raise ValueError("ItemCounter: negative document ids")
     self.num_docs = max(self.num_docs, top + 1)
     click = clicks > 0.5
-    per_doc = length * (length + 1) if self.last_click_state else length
+    per_doc = self._per_doc(length)
     wide = 2 * (top + 1) * per_doc >= np.iinfo(np.int32).max
     dtype = np.int64 if wide else np.int32
     code = doc_ids.astype(dtype) * dtype(2 * per_doc)
     code += (self._rank_keys(click, where) * 2).astype(dtype, copy=False)
     code += click
     code = code.ravel() if full else code[where]
-    if self.table is not None or (self.num_docs * per_doc <= self.max_dense_cells and not self.sparse):
+    dense_ok = self.num_docs * per_doc <= self.max_dense_cells and not self.sparse and not self.spilled
+    if self.table is not None or dense_ok:
       self._count_dense(code, per_doc)
     else:
       self._count_sparse(code)
+    if self.memory_budget_bytes is not None and self.held_bytes > self.memory_budget_bytes:
+      self._spill_held()
 
   def _count_dense(self, code, per_doc):
     size = 2 * self.num_docs * per_doc
@@ -343,7 +696,8 @@ class ItemCounter:
       return
     if self.table is None or self.table.shape[0] < size:  # grow (doubling) with the largest id
       self._flush()
-      grown = np.zeros(max(size, 0 if self.table is None else 2 * self.table.shape[0]), np.int64)
+      cap = self.max_dense_cells * 2
+      grown = np.zeros(max(size, 0 if self.table is None else min(2 * self.table.shape[0], cap)), np.int64)
       if self.table is not None:
         grown[: self.table.shape[0]] = self.table
       self.table = grown
@@ -360,7 +714,7 @@ class ItemCounter:
       self._buffer, self._buffered = [], 0
 
   def _count_sparse(self, code):
-    codes, counts = np.unique(code.astype(np.int64), return_counts=True)
+    codes, counts = count_codes(code, device=self.device)
     self.sparse.append((codes, counts))
     self._pending += codes.shape[0]
     if len(self.sparse) > 1 and self._pending > self.sparse[0][0].shape[0]:
@@ -373,26 +727,86 @@ class ItemCounter:
     uniq, inverse = np.unique(codes, return_inverse=True)
     return uniq, np.bincount(inverse.ravel(), weights=counts, minlength=uniq.shape[0]).astype(np.int64)
 
-  def result(self) -> ClickStatistics:
-    """The :class:`ClickStatistics` (kind ``items`` or ``ubm_items``) of everything added."""
-    length = self.list_size or 0
+  def _held_codes(self) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted ``(code, count)`` pairs of every count held."""
     if self.table is not None:
       self._flush()
       present = np.flatnonzero(self.table)
-      counted = self.table[present]
-    elif self.sparse:
-      present, counted = self._merge_sparse() if len(self.sparse) > 1 else self.sparse[0]
-    else:
-      present, counted = np.zeros(0, np.int64), np.zeros(0, np.int64)
+      return present, self.table[present]
+    if self.sparse:
+      return self._merge_sparse() if len(self.sparse) > 1 else self.sparse[0]
+    return np.zeros(0, np.int64), np.zeros(0, np.int64)
+
+  def _spill_held(self) -> None:
+    """Writes every count held as partitioned runs and forgets them."""
+    keys, counts = self._decode(*self._held_codes())
+    if self._spill is None:
+      self._spill = _Spill(self.spill_dir, self.num_partitions, _tag())
+    if keys.shape[0]:
+      self._spill.write(keys, counts)
+    self.table, self.sparse, self._pending, self._buffer, self._buffered = None, [], 0, [], 0
+
+  def _decode(self, present: np.ndarray, counted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(keys int64[R, K], counts float64[R, 2])`` of sorted ``(code, count)`` pairs."""
+    length = self.list_size or 0
     cell, click = present // 2, present % 2
     first = np.flatnonzero(np.diff(cell, prepend=-1))  # present is sorted: a cell's (no click, click) adjacent
     cells = cell[first]
     n = np.add.reduceat(counted, first) if cells.shape[0] else np.zeros(0, np.int64)
     k = np.zeros(cells.shape[0], np.int64)
     k[np.cumsum(np.diff(cell, prepend=-1) != 0)[click == 1] - 1] = counted[click == 1]
-    per_doc = length * (length + 1) if self.last_click_state else length
+    per_doc = self._per_doc(length)
     doc, rest = cells // max(per_doc, 1), cells % max(per_doc, 1)
     columns = [doc, rest // (length + 1), rest % (length + 1)] if self.last_click_state else [doc, rest]
     keys = np.stack(columns, axis=1).astype(np.int64)
-    counts = np.stack([n.astype(np.float64), k.astype(np.float64)], axis=1)
+    return keys, np.stack([n.astype(np.float64), k.astype(np.float64)], axis=1)
+
+  def result(self) -> "ClickStatistics | PartitionedStatistics":
+    """The statistics (kind ``items`` or ``ubm_items``) of everything added: a :class:`ClickStatistics`, or a
+    :class:`PartitionedStatistics` where the counts went past the memory budget."""
+    length = self.list_size or 0
+    if self._spill is not None:
+      self._spill_held()
+      return self._spill.finish(self.kind, length, self.num_sessions, self.num_docs)
+    if self.memory_budget_bytes is not None and self.memory_budget_bytes <= 0:  # nothing held in memory at all
+      self._spill_held()
+      return self._spill.finish(self.kind, length, self.num_sessions, self.num_docs)
+    keys, counts = self._decode(*self._held_codes())
     return ClickStatistics(self.kind, keys, counts, self.num_sessions, length, self.num_docs)
+
+
+def count_codes(code: np.ndarray, *, device: Optional[bool] = None) -> tuple[np.ndarray, np.ndarray]:
+  r"""The distinct integer codes, sorted, and how often each occurs: :math:`\{(u, \#\{i : x_i = u\})\}`.
+
+  On the host, ``np.unique``; on the JAX default device (``device=True``, or None on a GPU/TPU backend), a
+  sort-based reduction: sort, mark where the value changes, number the runs by a cumulative sum and add ones
+  into them with :func:`jax.ops.segment_sum` (codes past int32 are split into two int32 words and sorted as a
+  pair, since JAX runs without 64-bit integers by default). Both give the same exact counts.
+
+  Args:
+    code: ``int[N]`` codes :math:`\ge 0`.
+    device: where to count (None: the device when it is an accelerator).
+
+  Returns:
+    ``(codes int64[U], counts int64[U])``.
+
+  >>> count_codes(np.array([5, 2, 5, 5]))
+  (array([2, 5]), array([1, 3]))
+  >>> [x.tolist() for x in count_codes(np.array([2**40, 3, 2**40]), device=True)]
+  [[3, 1099511627776], [1, 2]]
+  """
+  code = np.asarray(code).ravel()
+  if device is None:
+    device = _accelerator()
+  if not device or code.shape[0] == 0:
+    uniq, counts = np.unique(code.astype(np.int64, copy=False), return_counts=True)
+    return uniq, counts.astype(np.int64)
+  from ultr_jax.simulation.click_models import _device_count  # noqa: PLC0415 (jax, only where asked)
+
+  return _device_count.count_codes_on_device(code)
+
+
+def _accelerator() -> bool:
+  import jax  # noqa: PLC0415
+
+  return jax.default_backend() in ("gpu", "tpu", "cuda", "rocm")

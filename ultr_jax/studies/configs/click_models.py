@@ -61,9 +61,11 @@ def default_click_model_config() -> ml_collections.ConfigDict:
   c.click_log_batch_size = 4096  # sessions per batch of the stream
   c.click_log_shard_dir = ""  # keep a text log's conversion to session shards here ("": a temporary directory)
   c.list_size_of_log = 0  # 0: the log's largest position
-  # A model whose statistics do not reduce the log (more records than this: sessions that barely repeat) is
-  # fitted by Adam over the stream instead, this many passes at this learning rate (CLAX's 0.01).
-  c.statistics_max_records = 1 << 24
+  # Memory for the statistics (bytes): item counts past it are spilled to disk by document; a model whose
+  # statistics are its distinct sessions (they barely repeat) and outgrow it is fitted by Adam over the stream
+  # instead, this many passes at this learning rate (CLAX's 0.01).
+  c.statistics_memory_budget_bytes = 1 << 30
+  c.statistics_spill_dir = ""  # where spilled item counts go ("": a temporary directory; shared by all processes)
   c.minibatch_epochs = 1
   c.minibatch_learning_rate = 0.01
   return c
@@ -104,7 +106,7 @@ CONFIG_RULES: dict[str, Rule] = {
   "click_log_format": one_of(*data_lib.CLICK_LOG_FORMATS),
   "click_log_batch_size": integer(1),
   "list_size_of_log": integer(0),
-  "statistics_max_records": integer(1),
+  "statistics_memory_budget_bytes": integer(1),
   "minibatch_epochs": integer(1),
   "minibatch_learning_rate": number(0, lo_open=True),
 }

@@ -13,8 +13,10 @@ import dataclasses
 import os
 from typing import Optional, Sequence, Union
 
+import jax
 import numpy as np
 
+from ultr_jax import _processes
 from ultr_jax import data as data_lib
 from ultr_jax.graph import (
   HARVESTING_METHODS,
@@ -23,9 +25,10 @@ from ultr_jax.graph import (
   check_identifiability,
   gather_click_counts,
   intervention_sets_from_counts,
+  merge_click_counts,
 )
 
-__all__ = ["HARVEST", "click_log_counts", "check_click_log", "propensity_table"]
+__all__ = ["HARVEST", "click_log_counts", "merge_counts_across_processes", "check_click_log", "propensity_table"]
 
 #: The estimators the check reports: all-pairs and pivot harvesting, and the naive CTR for contrast.
 HARVEST = ("all_pairs", "pivot", "ctr")
@@ -50,7 +53,9 @@ def click_log_counts(
     :func:`~ultr_jax.data.read_click_log` accepts, with or without sessions, aggregated counts included,
     and no conversion (the counts need no sessions).
   * Raw Baidu-ULTR or Yandex files, and Parquet session shards, are streamed as session batches
-    (:func:`~ultr_jax.data.open_click_log`: converted to temporary shards first).
+    (:func:`~ultr_jax.data.open_click_log`: converted to temporary shards first); in a run of several
+    processes (``jax.distributed``) each reads its own row groups and the counts are merged
+    (:func:`merge_counts_across_processes`). A delimited log is read whole by every process.
 
   Args:
     source: a file, a glob, a directory or a list of them (:func:`~ultr_jax.data.click_log_files`).
@@ -80,8 +85,38 @@ def click_log_counts(
     position_base=position_base,
     query_key=query_key,
   ) as log:
-    stream = log.stream(batch_size=batch_size, process_index=0, process_count=1)
-    return gather_click_counts(stream, num_items=log.num_docs, num_factors=log.list_size)
+    stream = log.stream(batch_size=batch_size, process_index=jax.process_index(), process_count=jax.process_count())
+    counts = gather_click_counts(stream, num_items=log.num_docs, num_factors=log.list_size)
+    return merge_counts_across_processes(counts)
+
+
+def merge_counts_across_processes(counts: ClickCounts) -> ClickCounts:
+  r"""Every process's :class:`~ultr_jax.graph.ClickCounts` (each from its own row groups) merged through
+  ``jax.distributed`` (an all-gather of the cells, then :func:`~ultr_jax.graph.merge_click_counts`, which adds
+  the counts of equal cells: the one-process counts); the counts themselves with one process.
+
+  .. math::  k_{x,t} = \sum_{p} k^{(p)}_{x,t}, \qquad n_{x,t} = \sum_{p} n^{(p)}_{x,t}
+
+  Args:
+    counts: this process's counts.
+
+  Returns:
+    The whole log's counts (the same in every process).
+
+  >>> from ultr_jax.graph import click_counts
+  >>> c = click_counts(np.array([[0, 1]]), np.array([[0, 1]]), np.array([[1.0, 0.0]]))
+  >>> merge_counts_across_processes(c).clicks.tolist()
+  [1.0, 0.0]
+  """
+  if jax.process_count() == 1:
+    return counts
+  meta = np.asarray([[counts.num_items, counts.num_factors, counts.num_records]], np.int64)
+  cells = _processes.allgather_rows(counts.items, counts.factors, counts.clicks, counts.impressions)
+  parts = [
+    ClickCounts(*cell, int(m[0, 0]), int(m[0, 1]), int(m[0, 2]))
+    for cell, (m,) in zip(cells, _processes.allgather_rows(meta))
+  ]
+  return merge_click_counts(parts)
 
 
 def check_click_log(counts: ClickCounts, *, methods: Sequence[str] = HARVEST) -> tuple[IdentifiabilityReport, dict]:
