@@ -518,7 +518,7 @@ def pattern_sessions(keys):
 def item_statistics(doc_ids, clicks, where, *, last_click_state: bool = False) -> ClickStatistics:
   r"""Impressions and clicks per (document, rank), or per (document, rank, last-click state).
 
-  The state is the UBM's (:func:`~ultr_jax.simulation.ubm_log_probs`): 0 without a click above, else one
+  The state is the UBM's (:meth:`~ultr_jax.simulation.UBM.filter_log_probs`): 0 without a click above, else one
   more than the rank of the last click above. Keys ``[R, 2]`` or ``[R, 3]`` (sorted); counts ``[R, 2]``:
   :math:`(n, k)`. One batch through :class:`ItemCounter`.
 
