@@ -76,6 +76,9 @@ def default_train_config() -> ml_collections.ConfigDict:
   # A non-finite loss or parameters at an evaluation: "raise" stops with an error; "mark" keeps going and
   # marks the seeds diverged (FitResult.diverged, the history's "diverged", results.json's "_diverged").
   c.on_divergence = "raise"
+  # The newest checkpoint is unreadable (an emptied or truncated file): "fallback" reports it with its path,
+  # moves it aside (checkpoints/<name>.corrupt/) and resumes from the newest readable one; "raise" stops.
+  c.on_corrupt_checkpoint = "fallback"
   return c
 
 
@@ -93,6 +96,7 @@ NOT_FINGERPRINTED = (
   "num_devices",
   "restart",
   "on_divergence",
+  "on_corrupt_checkpoint",
   "prefetch",
   "local_data",
 )

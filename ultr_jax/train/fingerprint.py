@@ -15,7 +15,15 @@ from ultr_jax.train import results as results_lib
 from ultr_jax.train.defaults import NOT_FINGERPRINTED, with_defaults
 from ultr_jax.train.method import Method
 
-__all__ = ["run_fingerprint", "fingerprint_diff", "make_fingerprint", "dataset_digest", "stream_digest", "canonical"]
+__all__ = [
+  "run_fingerprint",
+  "fingerprint_diff",
+  "make_fingerprint",
+  "dataset_digest",
+  "stream_digest",
+  "arrays_digest",
+  "canonical",
+]
 
 ClickFn = Callable[[jax.Array, Mapping[str, jax.Array]], Mapping[str, jax.Array]]
 
@@ -36,18 +44,63 @@ def _digest(*parts: Any) -> str:
   return h.hexdigest()[:16]
 
 
+_CHUNK_BYTES = 1 << 24  # the full digests read arrays in chunks of about 16 MB (no copy of a whole array)
+
+
+def _array_digest(h: Any, name: str, v: np.ndarray) -> None:
+  """Feeds ``name``, ``v``'s shape and dtype and all of its bytes to the hash ``h``, a chunk of rows at a time."""
+  v = np.asarray(v)
+  h.update(json.dumps([name, list(v.shape), v.dtype.str]).encode())
+  if v.ndim == 0 or v.size == 0:
+    h.update(np.ascontiguousarray(v).tobytes())
+    return
+  rows = max(1, _CHUNK_BYTES // max(1, v[0].nbytes))
+  for start in range(0, v.shape[0], rows):
+    h.update(memoryview(np.ascontiguousarray(v[start : start + rows])).cast("B"))
+
+
+def arrays_digest(arrays: Mapping[str, np.ndarray]) -> str:
+  r"""A digest of every byte of ``arrays`` (with their names, shapes and dtypes), in name order.
+
+  .. math:: \mathrm{BLAKE2b}(\text{name}_1, \text{shape}_1, \text{dtype}_1, \text{bytes}_1, \ldots)
+
+  Read in chunks of about 16 MB, so an array is hashed without a copy of it; two arrays differing in any
+  entry (two labels swapped, one feature changed) give different digests.
+
+  Args:
+    arrays: ``{name: array}``.
+
+  Returns:
+    32 hex characters.
+
+  >>> a = {"labels": np.array([[0.0, 1.0]])}
+  >>> arrays_digest(a) == arrays_digest({"labels": np.array([[1.0, 0.0]])})
+  False
+  """
+  h = hashlib.blake2b(digest_size=16)
+  for k in sorted(arrays):
+    _array_digest(h, k, arrays[k])
+  return h.hexdigest()
+
+
 def dataset_digest(ds: Optional[RankingDataset]) -> Optional[dict]:
-  """Shapes of ``ds``'s arrays and a cheap content digest: up to 64 evenly spaced queries and each array's sum."""
+  """The shapes of ``ds``'s arrays and a digest of all of their content (:func:`arrays_digest`).
+
+  Args:
+    ds: the lists (None: None).
+
+  Returns:
+    ``{"shapes": {name: shape}, "digest": str}``.
+
+  >>> from ultr_jax import data
+  >>> ds = data.make_synthetic(num_train=4, num_valid=1, num_test=1, list_size=3, num_features=2).train
+  >>> dataset_digest(ds)["shapes"]["features"]
+  [4, 3, 2]
+  """
   if ds is None:
     return None
-  arrays = {k: np.asarray(v) for k, v in ds.as_batch().items()}
-  rows = np.unique(np.linspace(0, max(ds.num_queries - 1, 0), num=min(64, ds.num_queries)).astype(np.int64))
-  parts = []
-  for k in sorted(arrays):
-    v = arrays[k]
-    total = float(np.sum(v, dtype=np.float64)) if v.dtype.kind in "biuf" else 0.0
-    parts += [k, np.ascontiguousarray(v[rows]) if v.ndim else v, round(total, 4)]
-  return {"shapes": {k: list(v.shape) for k, v in sorted(arrays.items())}, "digest": _digest(*parts)}
+  arrays = ds.as_batch()
+  return {"shapes": {k: list(np.shape(v)) for k, v in sorted(arrays.items())}, "digest": arrays_digest(arrays)}
 
 
 def _click_digest(click_fn: Optional[ClickFn], batch: Mapping[str, jax.Array]) -> Optional[str]:
@@ -143,16 +196,26 @@ def fingerprint_diff(old: Optional[Mapping[str, Any]], new: Mapping[str, Any]) -
 
 
 def stream_digest(source: Any, first: Mapping[str, np.ndarray]) -> dict:
-  """What identifies a stream of training batches: its type and the first batch's shapes.
+  """What identifies a stream of training batches: its ``identity()`` (where it has one: the data it reads and
+  every option that changes its batches, :mod:`ultr_jax.data`'s streams), its type, and the first batch's
+  shapes and full content (:func:`arrays_digest`), so that a run over other data is never resumed from another's
+  checkpoint and stream position.
 
   Args:
-    source: the stream (an iterable of batches).
+    source: the stream (an iterable of batches), at its start.
     first: its first batch ``{name: [B, ...]}``.
 
   Returns:
-    ``{"stream": type name, "batch_shapes": {name: shape}}``.
+    ``{"stream": type name, "identity": str or None, "batch_shapes": {name: shape}, "first_batch": digest}``.
 
-  >>> stream_digest([], {"where": np.ones((2, 3), bool)})
-  {'stream': 'list', 'batch_shapes': {'where': [2, 3]}}
+  >>> d = stream_digest([], {"where": np.ones((2, 3), bool)})
+  >>> d["stream"], d["identity"], d["batch_shapes"]
+  ('list', None, {'where': [2, 3]})
   """
-  return {"stream": type(source).__name__, "batch_shapes": {k: list(v.shape) for k, v in first.items()}}
+  identity = getattr(source, "identity", None)
+  return {
+    "stream": type(source).__name__,
+    "identity": str(identity()) if callable(identity) else None,
+    "batch_shapes": {k: list(np.shape(v)) for k, v in first.items()},
+    "first_batch": arrays_digest(first),
+  }

@@ -18,7 +18,7 @@ from ultr_jax.data import RankingDataset
 from ultr_jax.train import sharding as sharding_lib
 from ultr_jax.train.defaults import with_defaults
 
-__all__ = ["training_arrays", "TrainLayout", "place_train", "seed_batch", "step_batch"]
+__all__ = ["training_arrays", "TrainLayout", "place_train", "seed_batch", "step_batch", "mask_padding"]
 
 
 def _device_arrays(ds: RankingDataset, sharding) -> dict[str, jax.Array]:
@@ -211,6 +211,25 @@ class TrainLayout:
     idx = _batch_indices(int(self.bounds[-1]), self.batch_size, step, self.seeds, self.data_seed)
     return np.where(idx >= 0, self.rows_of[np.maximum(idx, 0)], -1).astype(np.int32)
 
+  def queries(self, step: int) -> np.ndarray:
+    """``int32[S, B]`` the training queries (indices into the dataset) of ``step``'s batch (``-1``: padding).
+
+    >>> from ultr_jax import data
+    >>> from ultr_jax.train import default_train_config, make_mesh
+    >>> train = data.make_synthetic(num_train=10, num_valid=1, num_test=1, list_size=4, num_features=3).train
+    >>> c = default_train_config(); c.batch_size, c.data_shards = 4, 2
+    >>> _, layout = place_train(train, make_mesh(1), c, seeds=(0,))
+    >>> bool(np.isin(layout.queries(0), np.arange(10)).all())
+    True
+    """
+    if self.bounds is None or not self.stratified:
+      n = self.num_queries if self.bounds is None else int(self.bounds[-1])
+      return _batch_indices(n, self.batch_size, step, self.seeds, self.data_seed)
+    rows = self.indices(step)
+    m = max(1, int(np.max(np.diff(self.bounds))))
+    k, j = np.maximum(rows, 0) // m, np.maximum(rows, 0) % m
+    return np.where(rows >= 0, self.bounds[k] + j, -1).astype(np.int32)
+
   def gather(self, data: Mapping[str, jax.Array], idx: jax.Array) -> dict[str, jax.Array]:
     """``[S, B, ...]`` the rows ``idx [S, B]`` of ``data``, sharded over the batch axis (traced, in the step).
 
@@ -269,6 +288,33 @@ def place_train(
   return data, layout
 
 
+def mask_padding(batch: Mapping[str, jax.Array]) -> dict[str, jax.Array]:
+  r"""The batch with every floating per-item entry under the mask set to zero: the double-``where`` rule at the
+  point where a batch enters training, so that a NaN or inf in a padded item can reach neither the model nor the
+  loss (a masked loss still multiplies the model's output by zero, and :math:`0 \cdot \mathrm{NaN}` is NaN).
+
+  .. math:: x'_{\ldots i} = \begin{cases} x_{\ldots i} & \mathrm{where}_{\ldots i} \\ 0 & \text{otherwise} \end{cases}
+
+  Args:
+    batch: ``where [..., L]`` and arrays; those with leading dims ``where.shape`` and a float dtype are per-item
+      (features ``[..., L, F]``, labels, clicks, propensities); the others pass through.
+
+  Returns:
+    The batch, masked.
+
+  >>> b = {"features": jnp.array([[[1.0], [jnp.nan]]]), "where": jnp.array([[True, False]])}
+  >>> mask_padding(b)["features"].ravel().tolist()
+  [1.0, 0.0]
+  """
+  where = batch["where"]
+  out = {}
+  for k, v in batch.items():
+    if k != "where" and jnp.issubdtype(v.dtype, jnp.inexact) and v.shape[: where.ndim] == where.shape:
+      v = jnp.where(where.reshape(where.shape + (1,) * (v.ndim - where.ndim)), v, jnp.zeros((), v.dtype))
+    out[k] = v
+  return out
+
+
 def seed_batch(batch: Mapping[str, jax.Array], num_seeds: int) -> dict[str, jax.Array]:
   """A streamed batch ``[B, ...]``, the same for every seed: ``[S, B, ...]``.
 
@@ -282,9 +328,10 @@ def step_batch(
   layout: Optional[TrainLayout], data: Optional[Mapping[str, jax.Array]], idx, num_seeds: int
 ) -> dict[str, jax.Array]:
   """The ``[S, B, ...]`` batch a step trains on: gathered from ``data`` at ``idx`` (in memory, ``layout``), or
-  the streamed batch ``idx`` itself (``layout`` None) for every seed.
+  the streamed batch ``idx`` itself (``layout`` None) for every seed; its padded entries zeroed
+  (:func:`mask_padding`), the one place a batch enters training.
 
   >>> step_batch(None, None, {"where": jnp.ones((3, 2), bool)}, 2)["where"].shape
   (2, 3, 2)
   """
-  return seed_batch(idx, num_seeds) if layout is None else layout.gather(data, idx)
+  return mask_padding(seed_batch(idx, num_seeds) if layout is None else layout.gather(data, idx))

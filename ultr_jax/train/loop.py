@@ -22,11 +22,20 @@ CLD, SIF ...):
 * the best state on the validation metric is kept per seed, with optional
   early stopping, and the whole state (every tower, the optimizer state,
   the step, the RNG and the best-so-far state) is checkpointed with orbax
-  and resumed from the latest checkpoint, once its fingerprint (method and
-  config, data, clicks, training config) matches the run's (:func:`run_fingerprint`);
+  and resumed from the newest readable checkpoint, once its fingerprint (method and
+  config, every byte of the data or the stream's identity, clicks, training config) matches the
+  run's (:func:`run_fingerprint`); a run holds its workdir (``IN_PROGRESS``, :mod:`ultr_jax.train.workdir`);
+* padded entries are zeroed as a batch enters the step (:func:`ultr_jax.train.input.mask_padding`);
 * the loss and parameters are checked for finite values at every evaluation: a
-  diverged run stops with an error, or (``on_divergence="mark"``) its seeds are
-  marked ``diverged`` (:attr:`FitResult.diverged`).
+  diverged run stops with an error naming the step, batch and input field or parameter that
+  went non-finite first, or (``on_divergence="mark"``) its seeds are marked ``diverged``
+  (:attr:`FitResult.diverged`).
+
+The pieces, each usable alone: :mod:`ultr_jax.train.defaults` (the config), :mod:`~ultr_jax.train.input` (the
+lists on the devices and the batches), :mod:`~ultr_jax.train.stream` (a stream's reader),
+:mod:`~ultr_jax.train.state` (the train state), :mod:`~ultr_jax.train.step` (the jitted step),
+:mod:`~ultr_jax.train.evaluation`, :mod:`~ultr_jax.train.fingerprint`, :mod:`~ultr_jax.train.checkpoint`
+(checkpoints and their restoring), :mod:`~ultr_jax.train.divergence` and :mod:`~ultr_jax.train.workdir`.
 """
 
 import dataclasses
@@ -48,7 +57,9 @@ import numpy as np
 from ultr_jax.data import RankingDataset
 from ultr_jax.train import results as results_lib
 from ultr_jax.train import sharding as sharding_lib
-from ultr_jax.train.checkpoint import Checkpointer
+from ultr_jax.train import workdir as workdir_lock
+from ultr_jax.train.checkpoint import ON_CORRUPT, Checkpointer, restore_checkpoint
+from ultr_jax.train.divergence import divergence_cause, first_nonfinite
 from ultr_jax.train.defaults import (
   DEFAULT_CUTOFFS,
   DISPLAYS,
@@ -121,6 +132,8 @@ class _Run:
   ckpt: Optional[Checkpointer] = None
   fingerprint: Optional[dict] = None
   history: list = dataclasses.field(default_factory=list)
+  train: Optional[RankingDataset] = None  # the in-memory training lists (for divergence reports)
+  layout: Optional[TrainLayout] = None
   diverged: np.ndarray = None
   total: int = 0
 
@@ -137,6 +150,10 @@ def _check_config(config: ml_collections.ConfigDict, click_fn: Optional[ClickFn]
   """Refuses an unknown ``on_divergence`` or ``display``, and a model-ordered display without a click_fn."""
   if config.on_divergence not in ON_DIVERGENCE:
     raise ValueError(f"config.on_divergence: unknown {config.on_divergence!r}; expected one of {ON_DIVERGENCE}")
+  if config.on_corrupt_checkpoint not in ON_CORRUPT:
+    raise ValueError(
+      f"config.on_corrupt_checkpoint: unknown {config.on_corrupt_checkpoint!r}; expected one of {ON_CORRUPT}"
+    )
   display = str(config.display)
   if display not in DISPLAYS:
     raise ValueError(f"config.display: unknown {display!r}; expected one of {DISPLAYS}")
@@ -156,30 +173,23 @@ def _resume(run: _Run, state: dict, workdir: str, fingerprint: dict, sharding) -
     shutil.rmtree(ckpt_dir)
     run.say(f"restart: deleted the checkpoints in {ckpt_dir}")
   run.fingerprint = fingerprint
-  run.ckpt = ckpt = Checkpointer(ckpt_dir, max_to_keep=run.config.max_to_keep)
-  latest = ckpt.latest_step()
-  if latest is not None:
-    differ = fingerprint_diff(ckpt.restore_meta(latest).get("fingerprint"), fingerprint)
-    if differ:
-      ckpt.close()
-      raise ValueError(
-        f"[{run.name}] {ckpt_dir} holds a checkpoint (step {latest}) of a different run: {', '.join(differ)} "
-        "differ(s). Use another workdir, or restart=True in the train config (--config.train.restart=True) "
-        "to delete it and start over"
-      )
-    if latest > run.total:
-      ckpt.close()
-      raise ValueError(
-        f"[{run.name}] {ckpt_dir} holds a checkpoint at step {latest}, past config.steps={run.total}; "
-        "use another workdir or restart=True"
-      )
-    state, meta = ckpt.restore(state)
+  run.ckpt = Checkpointer(ckpt_dir, max_to_keep=run.config.max_to_keep)
+  restored = restore_checkpoint(
+    run.ckpt,
+    state,
+    fingerprint,
+    max_step=run.total,
+    name=run.name,
+    on_corrupt=str(run.config.on_corrupt_checkpoint),
+  )
+  if restored is not None:
+    step, state, meta = restored
     state = jax.device_put(state, sharding)
     run.history = list(meta.get("history", []))
     run.diverged = np.asarray(meta.get("diverged", run.diverged.tolist()), bool)
     if run.stream is not None:
-      run.stream.resume(int(host(state["step"])), meta.get("stream_state"))
-    run.say(f"resumed from step {int(state['step'])}")
+      run.stream.resume(step, meta.get("stream_state"))
+    run.say(f"resumed from step {step}")
   results_lib.record_run(workdir, run.name, fingerprint=fingerprint["hash"])
   return state
 
@@ -204,30 +214,40 @@ def _validate(run: _Run, state: dict) -> tuple[dict, Optional[dict]]:
   return update_best(state, np.asarray(m[select], np.float32)), m
 
 
-def _check_finite(run: _Run, state: dict, means: dict, step: int) -> None:
-  """Marks (or, with on_divergence="raise", refuses) the seeds whose loss or parameters are not finite."""
+def _check_finite(run: _Run, state: dict, means: dict, step: int, diagnoses: list) -> None:
+  """Marks (or, with on_divergence="raise", refuses) the seeds whose loss or parameters are not finite, naming
+  the step, the batch and the input field or parameter that went non-finite first."""
   loss = np.asarray(means["loss"], np.float64).reshape(len(run.seeds), -1)
   bad = ~np.isfinite(loss).all(-1) | ~host(finite_params(state["params"]))
   if not bad.any():
     return
   which = [run.seeds[i] for i in np.flatnonzero(bad)]
+  leaves = jax.tree_util.tree_leaves_with_path(host(state["params"]))
+  nonfinite = [jax.tree_util.keystr(p) for p, x in leaves if x.dtype.kind == "f" and not np.isfinite(x).all()]
+  in_memory = run.train is not None and jax.process_count() == 1
+  cause = divergence_cause(
+    first_nonfinite(diagnoses),
+    nonfinite_params=nonfinite,
+    train=run.train if in_memory else None,
+    layout=run.layout if in_memory else None,
+  )
   if run.config.on_divergence == "raise":
     if run.ckpt is not None:
       run.ckpt.close()  # the last good checkpoint stays; the diverged state is not saved
     raise FloatingPointError(
       f"[{run.name}] diverged at step {step}: seed(s) {which} have a non-finite loss "
-      f"({np.asarray(means['loss']).tolist()}) or parameters. Lower the learning rate or clip the "
-      "gradients (grad_clip), or set on_divergence='mark' to keep going and mark those seeds"
+      f"({np.asarray(means['loss']).tolist()}) or parameters. {cause} Or set on_divergence='mark' to keep "
+      "going and mark those seeds"
     )
   new = bad & ~run.diverged
   run.diverged = run.diverged | bad
   if new.any():
-    run.say(f"step {step}: seed(s) {[run.seeds[i] for i in np.flatnonzero(new)]} diverged (marked)")
+    run.say(f"step {step}: seed(s) {[run.seeds[i] for i in np.flatnonzero(new)]} diverged (marked). {cause}")
 
 
-def _evaluation(run: _Run, state: dict, step: int, means: dict, rate: float) -> dict:
+def _evaluation(run: _Run, state: dict, step: int, means: dict, rate: float, diagnoses: list) -> dict:
   """The evaluation at ``step``: the divergence check, validation, the history record (and ``on_eval``)."""
-  _check_finite(run, state, means, step)
+  _check_finite(run, state, means, step, diagnoses)
   state, m = _validate(run, state)
   record = {"step": step, **{f"train/{k}": np.asarray(v).tolist() for k, v in means.items()}}
   if m is not None:
@@ -271,7 +291,7 @@ def _train_loop(run: _Run, state: dict, data, layout: Optional[TrainLayout], tra
   eval_every = max(1, int(config.eval_every))
   ckpt_every = int(config.checkpoint_every) or eval_every
   per_call = _steps_per_call(config)
-  loss_acc, loss_n = None, 0
+  loss_acc, loss_n, diagnoses = None, 0, []
   t0, s0 = time.perf_counter(), step
   if run.stream is not None:
     run.stream.start(step, run.total, per_call, max(1, int(config.prefetch)))
@@ -279,7 +299,8 @@ def _train_loop(run: _Run, state: dict, data, layout: Optional[TrainLayout], tra
     idx, n = _next_call(run, layout, step, per_call)
     if n == 0 and loss_n == 0:
       break
-    state, sm = train_steps(state, data, idx, np.arange(per_call) < n)
+    state, sm, diagnosis = train_steps(state, data, idx, np.arange(per_call) < n)
+    diagnoses.append((step, diagnosis))
     if run.stream is not None:
       run.stream.refill(after=sm)  # while the devices compute (dispatch is asynchronous)
     step += n
@@ -290,8 +311,8 @@ def _train_loop(run: _Run, state: dict, data, layout: Optional[TrainLayout], tra
     if config.progress_every and step % config.progress_every == 0 and not at_eval:
       run.say(f"step {step}/{run.total} ({rate:.2f} steps/s, ~{(run.total - step) / rate:.0f}s left)")
     if at_eval:
-      state = _evaluation(run, state, step, host(jax.tree.map(lambda v: v / loss_n, loss_acc)), rate)
-      loss_acc, loss_n = None, 0
+      state = _evaluation(run, state, step, host(jax.tree.map(lambda v: v / loss_n, loss_acc)), rate, diagnoses)
+      loss_acc, loss_n, diagnoses = None, 0, []
     if step % ckpt_every == 0 or step == run.total:
       _save(run, state)
     if at_eval and run.valid is not None and config.patience > 0:
@@ -381,8 +402,12 @@ def fit(
     A :class:`FitResult`.
 
   Raises:
-    ValueError: an unknown config key; a checkpoint of another run in ``workdir``.
-    FloatingPointError: the loss or parameters went non-finite (``config.on_divergence="raise"``).
+    ValueError: an unknown config key; a checkpoint of another run in ``workdir``; an unreadable newest
+      checkpoint with ``config.on_corrupt_checkpoint="raise"`` (with ``"fallback"``, the default, it is set
+      aside with a warning and the newest readable one is resumed).
+    FloatingPointError: the loss or parameters went non-finite (``config.on_divergence="raise"``); the message
+      names the step, the batch and the input field or parameters that went non-finite first.
+    ultr_jax.train.workdir.WorkdirLockedError: another live run holds ``workdir`` (its ``IN_PROGRESS``).
 
   Logged clicks (here the labels >= 2 as perfect clicks), two seeds at once:
 
@@ -401,14 +426,20 @@ def fit(
   """
   config = with_defaults(config)
   _check_config(config, click_fn)
-  run = _Run(name or method.name, method, config, [int(s) for s in seeds], valid, on_eval)
+  with workdir_lock.held(workdir):  # one run per workdir: another live run there is an error naming it
+    return _fit(method, train, valid, click_fn, config, [int(s) for s in seeds], workdir, name, on_eval)
+
+
+def _fit(method, train, valid, click_fn, config, seeds, workdir, name, on_eval) -> FitResult:
+  """:func:`fit`'s body, under the workdir's lock."""
+  run = _Run(name or method.name, method, config, seeds, valid, on_eval)
   mesh = sharding_lib.make_mesh(config.num_devices or None)
   rep = sharding_lib.replicated(mesh)
   tx = method.optimizer if method.optimizer is not None else make_optimizer(config)
   seed_ids = np.asarray(run.seeds, np.uint32)
   if isinstance(train, RankingDataset):
     data, layout = place_train(train, mesh, config, run.seeds)
-    idx0 = layout.indices(0)
+    idx0, run.train, run.layout = layout.indices(0), train, layout
   else:
     data, layout, run.stream = None, None, StreamReader(train, mesh)
     first = run.stream.peek()

@@ -9,10 +9,10 @@ import jax.numpy as jnp
 import optax
 
 from ultr_jax import simulation
-from ultr_jax.train.input import TrainLayout, step_batch
+from ultr_jax.train.input import TrainLayout, mask_padding, step_batch
 from ultr_jax.train.method import Method
 
-__all__ = ["display_batch", "train_step", "make_train_steps"]
+__all__ = ["display_batch", "mask_padding", "train_step", "make_train_steps"]
 
 ClickFn = Callable[[jax.Array, Mapping[str, jax.Array]], Mapping[str, jax.Array]]
 
@@ -93,7 +93,9 @@ def train_step(
     batch_sharding: the batch's sharding (over its batch axis).
 
   Returns:
-    ``(new state, {"loss": [S], **aux})``.
+    ``(new state, {"loss": [S], **aux}, diagnosis)``: ``diagnosis["ok"]``, every seed's loss and new params
+    are finite; when not, which of the batch's inputs and which parameter leaves (before and after the step)
+    hold non-finite values (all False otherwise: a ``lax.cond``, computed only on a bad step).
   """
   batch = step_batch(layout, data, idx, state["best_metric"].shape[0])  # [S, B, ...]
   batch = jax.lax.with_sharding_constraint(batch, batch_sharding)
@@ -114,18 +116,47 @@ def train_step(
     state["params"], state["extra"], state["opt_state"], state["rng"], batch
   )
   new_state = {**state, "params": params, "extra": extra, "opt_state": opt_state, "step": state["step"] + 1}
-  return new_state, step_metrics
+  # A step is healthy when every seed's loss and new params are finite; else (a lax.cond: no cost otherwise) the
+  # diagnosis names the non-finite inputs and params.
+  ok = jnp.all(jnp.isfinite(step_metrics["loss"])) & ~jnp.any(
+    jnp.stack(jax.tree.leaves(jax.tree.map(_nonfinite, params)))
+  )
+  diagnosis = jax.lax.cond(
+    ok,
+    lambda: _diagnose(batch, state["params"], params, healthy=True),
+    lambda: _diagnose(batch, state["params"], params, healthy=False),
+  )
+  return new_state, step_metrics, {"ok": ok, **diagnosis}
 
 
-def _train_steps(state: dict, data: Any, idx: Any, live: jax.Array, *, step_fn: Callable) -> tuple[dict, dict]:
+def _nonfinite(x: jax.Array) -> jax.Array:
+  return jnp.any(~jnp.isfinite(x)) if jnp.issubdtype(x.dtype, jnp.inexact) else jnp.zeros((), bool)
+
+
+def _diagnose(batch: Mapping[str, jax.Array], before: Any, after: Any, *, healthy: bool) -> dict:
+  """``{"inputs": {name: bool}, "params_before": tree of bool, "params_after": tree of bool}``: which batch
+  entries (shown ones: the masked are zero) and parameter leaves hold a non-finite value; all False when
+  ``healthy`` (the branch a finite loss takes)."""
+  check = (lambda x: jnp.zeros((), bool)) if healthy else _nonfinite
+  return {
+    "inputs": {k: check(v) for k, v in batch.items()},
+    "params_before": jax.tree.map(check, before),
+    "params_after": jax.tree.map(check, after),
+  }
+
+
+def _train_steps(state: dict, data: Any, idx: Any, live: jax.Array, *, step_fn: Callable) -> tuple[dict, dict, dict]:
   def body(st, xs):
     i, ok = xs
-    new, sm = step_fn(st, data, i)
+    new, sm, diagnosis = step_fn(st, data, i)
     keep = lambda a, b: jnp.where(ok, a, b)  # noqa: E731
-    return jax.tree.map(keep, new, st), jax.tree.map(lambda v: jnp.where(ok, v, 0), sm)
+    return jax.tree.map(keep, new, st), (jax.tree.map(lambda v: jnp.where(ok, v, 0), sm), diagnosis)
 
-  state, sm = jax.lax.scan(body, state, (idx, live))
-  return state, jax.tree.map(lambda v: jnp.sum(v, axis=0), sm)
+  state, (sm, diagnosis) = jax.lax.scan(body, state, (idx, live))
+  bad = ~diagnosis["ok"] & live
+  first = jnp.argmax(bad)  # the call's first step with a non-finite loss or params
+  at_first = jax.tree.map(lambda v: v[first], {k: v for k, v in diagnosis.items() if k != "ok"})
+  return state, jax.tree.map(lambda v: jnp.sum(v, axis=0), sm), {"first": jnp.where(bad.any(), first, -1), **at_first}
 
 
 def make_train_steps(
@@ -137,11 +168,14 @@ def make_train_steps(
   display: str,
   batch_sharding: jax.sharding.Sharding,
 ) -> Callable[[dict, Any, Any, Any], tuple[dict, dict]]:
-  """``train_steps(state, data, idx, live) -> (state, summed step metrics)``: ``K`` steps in one jitted call.
+  """``train_steps(state, data, idx, live) -> (state, summed step metrics, diagnosis)``: ``K`` steps in one
+  jitted call.
 
   ``idx`` is ``[K, S, B]`` (in memory) or a streamed chunk ``{name: [K, B, ...]}``; a step where ``live [K]``
   is False leaves the state as it was (so a shorter last call reuses the same compiled function). The state
-  is donated. The arguments are those of :func:`train_step`.
+  is donated. ``diagnosis["first"]`` is the call's first step (``0..K-1``) whose loss or new params are not
+  finite, or -1; the
+  rest of it is that step's (:func:`train_step`). The arguments are those of :func:`train_step`.
 
   >>> import numpy as np
   >>> from ultr_jax import data
@@ -158,9 +192,9 @@ def make_train_steps(
   >>> s = create_train_state(m, tx, np.array([0], np.uint32), arrays, layout.indices(0), layout=layout,
   ...                        sharding=replicated(mesh))
   >>> steps = make_train_steps(m, tx, layout=layout, click_fn=None, display="logged", batch_sharding=replicated(mesh))
-  >>> s, sm = steps(s, arrays, np.stack([layout.indices(0), layout.indices(1)]), np.array([True, True]))
-  >>> int(s["step"]), sm["loss"].shape
-  (2, (1,))
+  >>> s, sm, diagnosis = steps(s, arrays, np.stack([layout.indices(0), layout.indices(1)]), np.array([True, True]))
+  >>> int(s["step"]), sm["loss"].shape, int(diagnosis["first"])
+  (2, (1,), -1)
   """
   step_fn = functools.partial(
     train_step,
