@@ -134,7 +134,7 @@ class _Run:
   history: list = dataclasses.field(default_factory=list)
   train: Optional[RankingDataset] = None  # the in-memory training lists (for divergence reports)
   layout: Optional[TrainLayout] = None
-  diverged: np.ndarray = None
+  diverged: Optional[np.ndarray] = None  # bool [S], set in __post_init__
   total: int = 0
 
   def __post_init__(self):
@@ -171,6 +171,7 @@ def _resume(run: _Run, state: dict, workdir: str, fingerprint: dict, sharding) -
   ckpt_dir = os.path.join(os.path.abspath(workdir), "checkpoints", run.name)
   if run.config.restart and os.path.isdir(ckpt_dir):
     shutil.rmtree(ckpt_dir)
+    shutil.rmtree(ckpt_dir + ".corrupt", ignore_errors=True)  # the unreadable steps set aside, if any
     run.say(f"restart: deleted the checkpoints in {ckpt_dir}")
   run.fingerprint = fingerprint
   run.ckpt = Checkpointer(ckpt_dir, max_to_keep=run.config.max_to_keep)
