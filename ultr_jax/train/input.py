@@ -21,9 +21,24 @@ from ultr_jax.train.defaults import with_defaults
 __all__ = ["training_arrays", "TrainLayout", "place_train", "seed_batch", "step_batch", "mask_padding"]
 
 
-def _device_arrays(ds: RankingDataset, sharding) -> dict[str, jax.Array]:
-  arrays = {}
-  for k, v in ds.as_batch().items():
+def _masked_host(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """:func:`mask_padding` of host arrays, once, as the lists are placed; an array whose masked entries are all
+  zero already is passed as it is (no copy)."""
+  where = np.asarray(arrays["where"])
+  out = {}
+  for k, v in arrays.items():
+    v = np.asarray(v)
+    if k != "where" and v.dtype.kind in "fc" and v.shape[: where.ndim] == where.shape:
+      mask = where.reshape(where.shape + (1,) * (v.ndim - where.ndim))
+      if np.any((v != 0) & ~mask):
+        v = np.where(mask, v, np.zeros((), v.dtype))
+    out[k] = v
+  return out
+
+
+def _device_arrays(arrays: Mapping[str, np.ndarray], sharding) -> dict[str, jax.Array]:
+  arrays = dict(arrays)
+  for k, v in arrays.items():
     v = np.asarray(v)
     if v.dtype == np.float64:
       v = v.astype(np.float32)
@@ -39,7 +54,7 @@ def _place_train(ds: RankingDataset, mesh, config) -> tuple[dict, Optional[np.nd
   num_strata = int(config.data_shards) or (1 if mesh.size == 1 and not multiprocess else mesh.size)
   if num_strata == 1 and not multiprocess and not config.data_shards:
     # One device, default config: the whole set as one unpadded array, one permutation per epoch.
-    return _device_arrays(ds, sharding_lib.replicated(mesh)), None, 1
+    return _device_arrays(_masked_host(ds.as_batch()), sharding_lib.replicated(mesh)), None, 1
   num_queries = ds.num_queries
   if multiprocess and config.local_data:
     from jax.experimental import multihost_utils  # noqa: PLC0415
@@ -48,7 +63,7 @@ def _place_train(ds: RankingDataset, mesh, config) -> tuple[dict, Optional[np.nd
   elif multiprocess:
     lo, hi = sharding_lib.process_query_range(num_queries, num_strata)
     ds = ds.subset(np.arange(lo, hi))
-  data, bounds = sharding_lib.shard_query_arrays(ds.as_batch(), mesh, num_strata, num_queries)
+  data, bounds = sharding_lib.shard_query_arrays(_masked_host(ds.as_batch()), mesh, num_strata, num_queries)
   return data, bounds, num_strata
 
 
@@ -255,6 +270,9 @@ def place_train(
 ) -> tuple[dict[str, jax.Array], TrainLayout]:
   """The training lists on the devices (:func:`training_arrays`) and the :class:`TrainLayout` to draw from them.
 
+  Every floating per-item entry under the mask is zeroed as the lists are placed (:func:`mask_padding`, on the
+  host, once), so no padded NaN or inf reaches a step.
+
   Args:
     train: the training lists (this process's queries in a multi-process run with ``config.local_data``).
     mesh: the 1-D data mesh.
@@ -328,10 +346,10 @@ def step_batch(
   layout: Optional[TrainLayout], data: Optional[Mapping[str, jax.Array]], idx, num_seeds: int
 ) -> dict[str, jax.Array]:
   """The ``[S, B, ...]`` batch a step trains on: gathered from ``data`` at ``idx`` (in memory, ``layout``), or
-  the streamed batch ``idx`` itself (``layout`` None) for every seed; its padded entries zeroed
-  (:func:`mask_padding`), the one place a batch enters training.
+  the streamed batch ``idx`` itself (``layout`` None) for every seed. Padded entries are zero: a streamed
+  batch is masked here (:func:`mask_padding`), the in-memory lists once as they are placed (:func:`place_train`).
 
   >>> step_batch(None, None, {"where": jnp.ones((3, 2), bool)}, 2)["where"].shape
   (2, 3, 2)
   """
-  return mask_padding(seed_batch(idx, num_seeds) if layout is None else layout.gather(data, idx))
+  return seed_batch(mask_padding(idx), num_seeds) if layout is None else layout.gather(data, idx)
