@@ -25,7 +25,8 @@ CLD, SIF ...):
   and resumed from the newest readable checkpoint, once its fingerprint (method and
   config, every byte of the data or the stream's identity, clicks, training config) matches the
   run's (:func:`run_fingerprint`); a run holds its workdir (``IN_PROGRESS``, :mod:`ultr_jax.train.workdir`);
-* padded entries are zeroed as a batch enters the step (:func:`ultr_jax.train.input.mask_padding`);
+* padded entries are zeroed (:func:`ultr_jax.train.input.mask_padding`: in-memory lists once, as they are
+  placed; a streamed batch as it enters the step);
 * the loss and parameters are checked for finite values at every evaluation: a
   diverged run stops with an error naming the step, batch and input field or parameter that
   went non-finite first, or (``on_divergence="mark"``) its seeds are marked ``diverged``
