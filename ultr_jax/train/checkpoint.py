@@ -2,12 +2,20 @@
 
 import logging
 import os
-from typing import Any, Optional
+import shutil
+from typing import Any, Callable, Mapping, Optional
 
+from absl import logging as absl_logging
 import jax
 import orbax.checkpoint as ocp
 
-__all__ = ["Checkpointer"]
+from ultr_jax.train.fingerprint import fingerprint_diff
+
+__all__ = ["Checkpointer", "ON_CORRUPT", "restore_checkpoint"]
+
+#: What :func:`restore_checkpoint` does with an unreadable newest checkpoint: set it aside and resume from the
+#: newest readable one ("fallback"), or stop with an error ("raise").
+ON_CORRUPT = ("fallback", "raise")
 
 
 class _DropOrbaxInfo(logging.Filter):
@@ -49,6 +57,31 @@ class Checkpointer:
   def latest_step(self) -> Optional[int]:
     return self._manager.latest_step()
 
+  def all_steps(self) -> list[int]:
+    """The steps with a checkpoint, newest first."""
+    return sorted(self._manager.all_steps(), reverse=True)
+
+  def step_path(self, step: int) -> str:
+    """The directory of ``step``'s checkpoint."""
+    return os.path.join(self.directory, str(int(step)))
+
+  def set_aside(self, step: int) -> str:
+    """Moves ``step``'s checkpoint out of the way, to ``<directory>.corrupt/<step>``; returns where it went.
+
+    Process 0 moves it (the others wait), so that the next save of that step starts from nothing."""
+    aside = os.path.join(self.directory + ".corrupt", str(int(step)))
+    if jax.process_index() == 0 and os.path.isdir(self.step_path(step)):
+      os.makedirs(os.path.dirname(aside), exist_ok=True)
+      if os.path.exists(aside):
+        shutil.rmtree(aside)
+      os.replace(self.step_path(step), aside)
+    if jax.process_count() > 1:
+      from jax.experimental import multihost_utils  # noqa: PLC0415
+
+      multihost_utils.sync_global_devices(f"set_aside {self.directory} {step}")
+    self._manager.reload()
+    return aside
+
   def save(self, step: int, state: Any, meta: dict) -> None:
     self._manager.save(
       step,
@@ -83,3 +116,96 @@ class Checkpointer:
   def close(self) -> None:
     self._manager.wait_until_finished()
     self._manager.close()
+
+
+def _corrupt(
+  name: str, ckpt: Checkpointer, step: int, error: Exception, on_corrupt: str, warn: Callable[[str], None]
+) -> None:
+  """Reports ``step``'s unreadable checkpoint: an error (``on_corrupt="raise"``), or a warning and the step set
+  aside (``"fallback"``)."""
+  path = ckpt.step_path(step)
+  first_line = (str(error).strip().splitlines() or [""])[0][:300]
+  what = f"[{name}] the checkpoint of step {step} ({path}) is unreadable: {type(error).__name__}: {first_line}"
+  if on_corrupt == "raise":
+    ckpt.close()
+    raise ValueError(
+      f"{what}. Set restart=True in the train config (--config.train.restart=True) to delete the checkpoints "
+      "and start over, or on_corrupt_checkpoint='fallback' to resume from the newest readable step"
+    ) from error
+  aside = ckpt.set_aside(step)
+  warn(f"{what}. Moved it to {aside}; resuming from the previous readable step, if any (restart=True starts over)")
+
+
+def restore_checkpoint(
+  ckpt: Checkpointer,
+  state_like: Any,
+  fingerprint: Mapping[str, Any],
+  *,
+  max_step: int,
+  name: str = "run",
+  on_corrupt: str = "fallback",
+  warn: Optional[Callable[[str], None]] = None,
+) -> Optional[tuple[int, Any, dict]]:
+  """The newest readable checkpoint of the run with ``fingerprint``: ``(step, state, meta)``, or None when there
+  is none.
+
+  Each step, newest first: its ``meta`` is read and its fingerprint compared with the run's (another run's
+  checkpoint is refused with a ``ValueError`` naming what differs, before its state, whose shapes may differ, is
+  read); then its state. A step whose meta or state cannot be read (an emptied or truncated file) is reported
+  with its path: with ``on_corrupt="fallback"`` it is moved aside (:meth:`Checkpointer.set_aside`) with a warning
+  and the previous step is tried; with ``"raise"``, a ``ValueError`` that names ``restart=True``.
+
+  Args:
+    ckpt: the run's checkpoints.
+    state_like: a state of the shapes to restore.
+    fingerprint: the run's fingerprint (:func:`~ultr_jax.train.run_fingerprint`).
+    max_step: the run's ``config.steps``; a checkpoint past it is refused.
+    name: the run's name, for messages.
+    on_corrupt: ``"fallback"`` or ``"raise"``.
+    warn: where warnings go (default: ``absl.logging.warning``).
+
+  Returns:
+    ``(step, state, meta)`` or None.
+
+  >>> import tempfile, numpy as np
+  >>> ckpt = Checkpointer(tempfile.mkdtemp())
+  >>> for step in (1, 2):
+  ...   ckpt.save(step, {"w": np.full(2, float(step))}, {"fingerprint": {"hash": "a"}})
+  >>> ckpt.wait()
+  >>> open(os.path.join(ckpt.step_path(2), "meta", "metadata"), "w").close()  # the newest step, emptied
+  >>> step, state, meta = restore_checkpoint(ckpt, {"w": np.zeros(2)}, {"hash": "a"}, max_step=9, warn=print)
+  ... # doctest: +ELLIPSIS
+  [run] the checkpoint of step 2 (.../2) is unreadable: JSONDecodeError: ...
+  >>> step, state["w"].tolist()
+  (1, [1.0, 1.0])
+  """
+  if on_corrupt not in ON_CORRUPT:
+    raise ValueError(f"config.on_corrupt_checkpoint: unknown {on_corrupt!r}; expected one of {ON_CORRUPT}")
+  warn = warn or (lambda msg: absl_logging.warning("%s", msg))
+  for step in ckpt.all_steps():
+    try:
+      meta = ckpt.restore_meta(step)
+    except Exception as e:  # noqa: BLE001 (any unreadable file: reported with the step's path)
+      _corrupt(name, ckpt, step, e, on_corrupt, warn)
+      continue
+    differ = fingerprint_diff(meta.get("fingerprint"), fingerprint)
+    if differ:
+      ckpt.close()
+      raise ValueError(
+        f"[{name}] {ckpt.directory} holds a checkpoint (step {step}) of a different run: {', '.join(differ)} "
+        "differ(s). Use another workdir, or restart=True in the train config (--config.train.restart=True) "
+        "to delete it and start over"
+      )
+    if step > max_step:
+      ckpt.close()
+      raise ValueError(
+        f"[{name}] {ckpt.directory} holds a checkpoint at step {step}, past config.steps={max_step}; "
+        "use another workdir or restart=True"
+      )
+    try:
+      state, meta = ckpt.restore(state_like, step)
+    except Exception as e:  # noqa: BLE001
+      _corrupt(name, ckpt, step, e, on_corrupt, warn)
+      continue
+    return step, state, meta
+  return None

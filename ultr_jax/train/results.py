@@ -9,19 +9,19 @@ workdir ``IN_PROGRESS`` until its results are written (:func:`run_in_progress`),
 
 import contextlib
 import csv
-import datetime
 import hashlib
 import io
 import json
 import math
 import os
-import sys
 import tempfile
 import threading
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 from scipy import stats as scipy_stats
+
+from ultr_jax.train import workdir as workdir_lock
 
 __all__ = [
   "summarize",
@@ -113,10 +113,12 @@ class _Run:
 def run_in_progress(workdir: str) -> Iterator[_Run]:
   """Marks ``workdir`` as holding a run in progress, for as long as the block runs.
 
-  On entry, a previous run's result files (``results.json``, ``table.md``, ``table.csv``) are moved
-  to ``workdir/stale/``, so no stale result is ever read as this run's, and an ``IN_PROGRESS`` file
-  (the command and its start time) is written. On a normal exit the marker is removed; if the block
-  raises, the marker stays, with the error appended. The yielded object's ``exit_code`` is non-zero
+  On entry the run takes the workdir's lock, the ``IN_PROGRESS`` file (created exclusively, with the
+  run's PID, host, command and start time: :func:`ultr_jax.train.workdir.acquire`; another live run there is
+  an error naming its PID and host, a stale marker is taken over with a warning); then a previous run's
+  result files (``results.json``, ``table.md``, ``table.csv``) are moved to ``workdir/stale/``, so no stale
+  result is ever read as this run's. On a normal exit the marker is removed; if the block raises, the
+  marker stays, with the error appended. The yielded object's ``exit_code`` is non-zero
   when a run in the block diverged (:func:`~ultr_jax.train.fit` with ``on_divergence="mark"``).
 
   >>> import tempfile
@@ -131,26 +133,23 @@ def run_in_progress(workdir: str) -> Iterator[_Run]:
   """
   workdir = os.path.abspath(workdir)
   os.makedirs(workdir, exist_ok=True)
+  workdir_lock.acquire(workdir)  # first: a run refused here (another holds the workdir) touches nothing
   present = [f for f in RESULT_FILES if os.path.exists(os.path.join(workdir, f))]
   if present:
     stale = os.path.join(workdir, "stale")
     os.makedirs(stale, exist_ok=True)
     for f in present:
       os.replace(os.path.join(workdir, f), os.path.join(stale, f))
-  marker = os.path.join(workdir, IN_PROGRESS)
-  started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-  atomic_write_text(marker, f"started {started} (pid {os.getpid()}): {' '.join(sys.argv)}\n")
   _RUNS.pop(workdir, None)
   _ACTIVE.append(workdir)
   run = _Run(workdir)
   try:
     yield run
   except BaseException as e:
-    with open(marker, "a", encoding="utf-8") as f:
-      f.write(f"failed: {type(e).__name__}: {e}\n")
+    workdir_lock.release(workdir, failure=f"{type(e).__name__}: {e}")
     raise
   else:
-    os.remove(marker)
+    workdir_lock.release(workdir)
   finally:
     _ACTIVE.remove(workdir)
 
@@ -313,6 +312,7 @@ def write_results(
   :func:`run_in_progress`) add ``"_fingerprint"`` (``{"runs": {name: hash}, "hash": ...}``) and, when
   some diverged, ``"_diverged"`` (``{name: [seeds]}``, also noted under the table).
   """
+  workdir_lock.check_not_held_by_another(workdir)  # results.json is the lock holder's
   recorded = _RUNS.get(os.path.abspath(workdir), {})
   if recorded.get("fingerprints"):
     runs = dict(sorted(recorded["fingerprints"].items()))

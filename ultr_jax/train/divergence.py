@@ -1,0 +1,113 @@
+"""Divergence reports of :func:`~ultr_jax.train.fit`: where a run's loss went non-finite, and why.
+
+Every step reports, when some seed's loss is not finite, which of the batch's inputs and which parameter leaves
+hold a non-finite value (:func:`~ultr_jax.train.step.train_step`; nothing is computed on a finite loss). At an
+evaluation that finds a non-finite loss or parameters, :func:`divergence_cause` turns the first such step into
+a sentence naming the step, the batch and the input field or parameter; on the in-memory path the batch is
+re-read on the host to name the queries whose shown entries are not finite.
+"""
+
+from typing import Any, Optional, Sequence
+
+import jax
+import numpy as np
+
+from ultr_jax.data import RankingDataset
+from ultr_jax.train.input import TrainLayout
+
+__all__ = ["first_nonfinite", "divergence_cause"]
+
+
+def _flagged(tree: Any) -> list[str]:
+  """The paths of the True leaves of a tree of bools."""
+  return [jax.tree_util.keystr(p) for p, x in jax.tree_util.tree_leaves_with_path(tree) if bool(x)]
+
+
+def first_nonfinite(diagnoses: Sequence[tuple[int, Any]]) -> Optional[dict]:
+  """The first step with a non-finite loss or new parameters among the calls' ``diagnoses`` (``(first step of the call,
+  diagnosis)``, in order, as :func:`~ultr_jax.train.step.make_train_steps` returns them).
+
+  Args:
+    diagnoses: ``[(step, diagnosis)]``.
+
+  Returns:
+    ``{"batch": the step's batch number (0-based), "inputs": [names], "params_before": [paths],
+    "params_after": [paths]}``, or None when every step was finite.
+
+  >>> d = {"first": np.int32(1), "inputs": {"features": True, "where": False},
+  ...      "params_before": {"w": False}, "params_after": {"w": True}}
+  >>> first_nonfinite([(0, {**d, "first": np.int32(-1)}), (4, d)])
+  {'batch': 5, 'inputs': ['features'], 'params_before': [], 'params_after': ["['w']"]}
+  """
+  for start, diagnosis in diagnoses:
+    diagnosis = jax.device_get(diagnosis)
+    first = int(np.asarray(diagnosis["first"]))
+    if first >= 0:
+      return {
+        "batch": int(start) + first,
+        "inputs": sorted(k for k, v in diagnosis["inputs"].items() if bool(v)),
+        "params_before": _flagged(diagnosis["params_before"]),
+        "params_after": _flagged(diagnosis["params_after"]),
+      }
+  return None
+
+
+def _queries(train: RankingDataset, layout: TrainLayout, batch: int, field: str) -> list:
+  """The qids of ``batch``'s queries (any seed's) whose shown entries of ``field`` are not finite."""
+  rows = np.unique(layout.queries(batch))
+  lists = train.as_batch(rows[rows >= 0])
+  v, where = np.asarray(lists.get(field, np.zeros(0))), np.asarray(lists["where"])
+  if v.dtype.kind not in "fc" or not len(v):
+    return []
+  bad = ~np.isfinite(v)
+  if v.shape[: where.ndim] == where.shape:
+    bad = bad.reshape(where.shape + (-1,)).any(-1) & where
+  return np.asarray(lists["qid"])[bad.reshape(len(v), -1).any(-1)].tolist()
+
+
+def divergence_cause(
+  first: Optional[dict],
+  *,
+  nonfinite_params: Sequence[str] = (),
+  train: Optional[RankingDataset] = None,
+  layout: Optional[TrainLayout] = None,
+) -> str:
+  """A sentence on why a run diverged: the step, the batch and the first input field or parameter that went
+  non-finite, with what to do about it.
+
+  Args:
+    first: :func:`first_nonfinite`'s record (None: every step was finite, only parameters are not).
+    nonfinite_params: the parameter leaves that are not finite at the evaluation.
+    train: the in-memory training lists (to name the queries of a bad input; None for a stream).
+    layout: their layout.
+
+  Returns:
+    The sentence.
+
+  >>> divergence_cause({"batch": 6, "inputs": ["features"], "params_before": [], "params_after": []})
+  'The first non-finite value came at step 7 (batch 6): its input features hold(s) non-finite values among the shown items; fix the data (a masked entry does not count: it is zeroed before the model sees it).'
+  """
+  if first is None:
+    return (
+      f"The loss stayed finite but parameter(s) {list(nonfinite_params)} went non-finite. Lower the learning "
+      "rate or clip the gradients (grad_clip)."
+    )
+  where = f"step {first['batch'] + 1} (batch {first['batch']}"
+  if first["inputs"]:
+    field = first["inputs"][0]
+    if train is not None and layout is not None:
+      where += f", queries with qid {_queries(train, layout, first['batch'], field)[:10]}"
+    return (
+      f"The first non-finite value came at {where}): its input {', '.join(first['inputs'])} hold(s) non-finite "
+      "values among the shown items; fix the data (a masked entry does not count: it is zeroed before the model "
+      "sees it)."
+    )
+  if first["params_before"]:
+    return (
+      f"The first non-finite value came at {where}), with finite inputs, from parameter(s) "
+      f"{first['params_before']} already non-finite. Lower the learning rate or clip the gradients (grad_clip)."
+    )
+  return (
+    f"The first non-finite value came at {where}), with finite inputs and parameters: the update made "
+    f"{first['params_after'] or 'the loss'} non-finite. Lower the learning rate or clip the gradients (grad_clip)."
+  )

@@ -1,0 +1,221 @@
+"""Fingerprints: what shapes a :func:`~ultr_jax.train.fit` run, so that a checkpoint of another run is never
+resumed."""
+
+import hashlib
+import json
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from ultr_jax.data import RankingDataset
+from ultr_jax.train import results as results_lib
+from ultr_jax.train.defaults import NOT_FINGERPRINTED, with_defaults
+from ultr_jax.train.method import Method
+
+__all__ = [
+  "run_fingerprint",
+  "fingerprint_diff",
+  "make_fingerprint",
+  "dataset_digest",
+  "stream_digest",
+  "arrays_digest",
+  "canonical",
+]
+
+ClickFn = Callable[[jax.Array, Mapping[str, jax.Array]], Mapping[str, jax.Array]]
+
+
+def canonical(value: Any) -> Any:
+  """``value`` as plain JSON types (tuples as lists, NumPy scalars as numbers), for comparison."""
+  return json.loads(json.dumps(results_lib._jsonable(value), sort_keys=True, default=str))
+
+
+def _digest(*parts: Any) -> str:
+  h = hashlib.sha256()
+  for part in parts:
+    if isinstance(part, np.ndarray):
+      h.update(str((part.shape, part.dtype.str)).encode())
+      h.update(np.ascontiguousarray(part).tobytes())
+    else:
+      h.update(json.dumps(part, sort_keys=True, default=str).encode())
+  return h.hexdigest()[:16]
+
+
+_CHUNK_BYTES = 1 << 24  # the full digests read arrays in chunks of about 16 MB (no copy of a whole array)
+
+
+def _array_digest(h: Any, name: str, v: np.ndarray) -> None:
+  """Feeds ``name``, ``v``'s shape and dtype and all of its bytes to the hash ``h``, a chunk of rows at a time."""
+  v = np.asarray(v)
+  h.update(json.dumps([name, list(v.shape), v.dtype.str]).encode())
+  if v.ndim == 0 or v.size == 0:
+    h.update(np.ascontiguousarray(v).tobytes())
+    return
+  rows = max(1, _CHUNK_BYTES // max(1, v[0].nbytes))
+  for start in range(0, v.shape[0], rows):
+    h.update(memoryview(np.ascontiguousarray(v[start : start + rows])).cast("B"))
+
+
+def arrays_digest(arrays: Mapping[str, np.ndarray]) -> str:
+  r"""A digest of every byte of ``arrays`` (with their names, shapes and dtypes), in name order.
+
+  .. math:: \mathrm{BLAKE2b}(\text{name}_1, \text{shape}_1, \text{dtype}_1, \text{bytes}_1, \ldots)
+
+  Read in chunks of about 16 MB, so an array is hashed without a copy of it; two arrays differing in any
+  entry (two labels swapped, one feature changed) give different digests.
+
+  Args:
+    arrays: ``{name: array}``.
+
+  Returns:
+    32 hex characters.
+
+  >>> a = {"labels": np.array([[0.0, 1.0]])}
+  >>> arrays_digest(a) == arrays_digest({"labels": np.array([[1.0, 0.0]])})
+  False
+  """
+  h = hashlib.blake2b(digest_size=16)
+  for k in sorted(arrays):
+    _array_digest(h, k, arrays[k])
+  return h.hexdigest()
+
+
+def dataset_digest(ds: Optional[RankingDataset]) -> Optional[dict]:
+  """The shapes of ``ds``'s arrays and a digest of all of their content (:func:`arrays_digest`).
+
+  Args:
+    ds: the lists (None: None).
+
+  Returns:
+    ``{"shapes": {name: shape}, "digest": str}``.
+
+  >>> from ultr_jax import data
+  >>> ds = data.make_synthetic(num_train=4, num_valid=1, num_test=1, list_size=3, num_features=2).train
+  >>> dataset_digest(ds)["shapes"]["features"]
+  [4, 3, 2]
+  """
+  if ds is None:
+    return None
+  arrays = ds.as_batch()
+  return {"shapes": {k: list(np.shape(v)) for k, v in sorted(arrays.items())}, "digest": arrays_digest(arrays)}
+
+
+def _click_digest(click_fn: Optional[ClickFn], batch: Mapping[str, jax.Array]) -> Optional[str]:
+  """A digest of what ``click_fn`` makes of ``batch`` under a fixed key (its outputs rounded to 5 decimals),
+  so that another click model, or other parameters of it, give another digest."""
+  if click_fn is None:
+    return None
+  out = jax.device_get(click_fn(jax.random.key(0), batch))
+  return _digest(*(x for k in sorted(out) for x in (k, np.round(np.asarray(out[k], np.float64), 5))))
+
+
+def _across_processes(part: Any) -> Any:
+  """``part`` on one process; in a multi-process run, where each process digests its own share of the data
+  (``config.local_data``, a stream per process), the digest of every process's ``part`` in process order, the
+  same on all of them (an all-gather), so that every process accepts or refuses a checkpoint alike."""
+  if jax.process_count() == 1 or part is None:
+    return part
+  from jax.experimental import multihost_utils  # noqa: PLC0415
+
+  mine = np.frombuffer(_digest(part).encode("ascii"), np.uint8)
+  every = np.asarray(multihost_utils.process_allgather(mine))
+  return {"processes": int(jax.process_count()), "digest": _digest(every)}
+
+
+def run_fingerprint(
+  method: Method,
+  train: RankingDataset,
+  valid: Optional[RankingDataset] = None,
+  *,
+  click_fn: Optional[ClickFn] = None,
+  config: Optional[ml_collections.ConfigDict] = None,
+  seeds: Sequence[int] = (0,),
+) -> dict:
+  """What shapes a :func:`fit` run: the method (name, full config, initial state's shapes), the data, the clicks
+  and the training config; a checkpoint records it, and one whose fingerprint differs is not resumed.
+
+  ``hash`` digests the rest. Fields of the training config that do not change what is computed
+  (``progress``, ``eval_batch_size``, ``steps``, ...) are left out, so a finished run can be extended.
+
+  >>> from ultr_jax import data
+  >>> from ultr_jax.train import get_method
+  >>> splits = data.make_synthetic(num_train=8, num_valid=2, num_test=2, list_size=4, num_features=3)
+  >>> m = get_method("naive", {"ranker": "linear"}, num_features=3, list_size=4)
+  >>> a = run_fingerprint(m, splits.train)
+  >>> b = run_fingerprint(m, splits.train, config={"learning_rate": 0.5})
+  >>> fingerprint_diff(a, b)
+  ['train_config.learning_rate']
+  """
+  config = with_defaults(config)
+  batch = {k: jnp.asarray(v) for k, v in train.as_batch(np.arange(min(8, train.num_queries))).items() if k != "qid"}
+  return make_fingerprint(method, batch, dataset_digest(train), valid, click_fn, config, seeds)
+
+
+def make_fingerprint(method, batch, train_digest, valid, click_fn, config, seeds) -> dict:
+  key = jax.random.key(0)
+  shapes = jax.eval_shape(lambda k, b: method.init(k, b), key, batch)
+  leaves = jax.tree_util.tree_leaves_with_path(shapes)
+  fp = {
+    "method": method.name,
+    "method_config": canonical(method.config) if method.config is not None else None,
+    "method_state": _digest([(jax.tree_util.keystr(p), list(x.shape), str(x.dtype)) for p, x in leaves]),
+    # data_shards=0 (the default) is left out, so fingerprints made before the key existed still match.
+    "train_config": canonical(
+      {k: v for k, v in config.items() if k not in NOT_FINGERPRINTED and not (k == "data_shards" and not v)}
+    ),
+    "seeds": [int(s) for s in seeds],
+    "train_data": _across_processes(train_digest),
+    "valid_data": dataset_digest(valid),
+    "clicks": _across_processes(_click_digest(click_fn, batch)),
+  }
+  fp["hash"] = _digest(fp)
+  return fp
+
+
+def fingerprint_diff(old: Optional[Mapping[str, Any]], new: Mapping[str, Any]) -> list[str]:
+  """The keys (``a.b`` for nested ones) where two fingerprints differ; ``hash`` is not compared.
+
+  >>> fingerprint_diff({"method": "ips", "train_config": {"lr": 1}}, {"method": "ips", "train_config": {"lr": 2}})
+  ['train_config.lr']
+  """
+  if old is None:
+    return ["<no fingerprint in the checkpoint>"]
+  out = []
+  for k in sorted(set(old) | set(new)):
+    if k == "hash":
+      continue
+    a, b = old.get(k), new.get(k)
+    if isinstance(a, Mapping) and isinstance(b, Mapping) and k != "train_data" and k != "valid_data":
+      out += [f"{k}.{kk}" for kk in sorted(set(a) | set(b)) if a.get(kk) != b.get(kk)]
+    elif a != b:
+      out.append(k)
+  return out
+
+
+def stream_digest(source: Any, first: Mapping[str, np.ndarray]) -> dict:
+  """What identifies a stream of training batches: its ``identity()`` (where it has one: the data it reads and
+  every option that changes its batches, :mod:`ultr_jax.data`'s streams), its type, and the first batch's
+  shapes and full content (:func:`arrays_digest`), so that a run over other data is never resumed from another's
+  checkpoint and stream position.
+
+  Args:
+    source: the stream (an iterable of batches), at its start.
+    first: its first batch ``{name: [B, ...]}``.
+
+  Returns:
+    ``{"stream": type name, "identity": str or None, "batch_shapes": {name: shape}, "first_batch": digest}``.
+
+  >>> d = stream_digest([], {"where": np.ones((2, 3), bool)})
+  >>> d["stream"], d["identity"], d["batch_shapes"]
+  ('list', None, {'where': [2, 3]})
+  """
+  identity = getattr(source, "identity", None)
+  return {
+    "stream": type(source).__name__,
+    "identity": str(identity()) if callable(identity) else None,
+    "batch_shapes": {k: list(np.shape(v)) for k, v in first.items()},
+    "first_batch": arrays_digest(first),
+  }
