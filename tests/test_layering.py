@@ -119,12 +119,13 @@ def test_importing_train_and_losses_loads_no_study_and_no_matplotlib():
 
 
 # The architecture table, bottom up: a module may import its own layer and the layers below it, never above.
-# ``types``, ``_numerics`` and ``_optim`` are the shared base; ``testing`` compares a study's results with the
+# ``types``, ``_numerics``, ``_optim`` and ``_processes`` (jax.distributed helpers) are the shared base; ``testing`` compares a study's results with the
 # expected-metric files.
 LAYERS = {
   "types": 0,
   "_numerics": 0,
   "_optim": 0,
+  "_processes": 0,
   "data": 1,
   "simulation": 2,
   "metrics": 2,
