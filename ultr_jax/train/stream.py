@@ -12,9 +12,8 @@ __all__ = ["StreamReader"]
 def _aligned_empty(shape: tuple, dtype, align: int = 64) -> np.ndarray:
   """An uninitialised host array whose data starts on an ``align``-byte boundary.
 
-  XLA's CPU client aliases such an array in ``jax.device_put`` instead of copying it (a 280 MB chunk: 0.1 s
-  copied, 0.1 ms aliased: benchmarks/RESULTS.md, "`fit` on a stream, after removing host work"); elsewhere the
-  alignment is harmless.
+  XLA's CPU client aliases such an array in ``jax.device_put`` instead of copying it (measured in
+  benchmarks/RESULTS.md, "`fit` on a stream, after removing host work"); elsewhere the alignment is harmless.
   """
   dtype = np.dtype(dtype)
   nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -38,8 +37,8 @@ class StreamReader:
   and tracks the stream's position (``get_state()``) after the last batch trained on, for checkpoints.
 
   The chunks' host buffers are allocated once and reused: a buffer goes back to the pool when the call that
-  trained on it has finished (its outputs are ready), so no step pays for fresh memory (on this project's
-  CPU VM, filling 280 MB of fresh pages took 0.6 s, refilling a used buffer 0.02 s). The batches are cast
+  trained on it has finished (its outputs are ready), so no step pays for fresh memory (filling fresh pages
+  costs far more than refilling used ones; see benchmarks/RESULTS.md). The batches are cast
   (float64 -> float32, int64 -> int32) while they are copied in, not before.
   """
 
