@@ -111,6 +111,7 @@ from ultr_jax.simulation.position_trust import (
   position_trust,
   sif_toy_dataset,
 )
+from ultr_jax.simulation.long_tail import long_tail_document_params, simulate_long_tail_log
 from ultr_jax.simulation.topk import (
   simulate_topk_log,
   topk_click_probability,
@@ -167,6 +168,8 @@ __all__ = [
   "merge_click_statistics",
   "select_click_model_prior",
   "simulate_topk_log",
+  "simulate_long_tail_log",
+  "long_tail_document_params",
   "topk_click_probability",
   "topk_log_dataset",
   "topk_selection_data",

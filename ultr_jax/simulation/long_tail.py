@@ -1,0 +1,181 @@
+r"""A long-tail session log, generated batch by batch: Zipf-distributed queries, many candidates, a noisy ranker.
+
+Real search logs (Baidu-ULTR, Yandex) are long-tailed: a few queries are issued very often, most a few times,
+the list a query is shown with differs from session to session, and the number of distinct (query, document)
+pairs grows with the log. :func:`simulate_long_tail_log` draws such a log one batch at a time (nothing of
+size ``num_sessions`` is ever held), so it can be written as session shards
+(:func:`~ultr_jax.data.write_session_shards`) of any length.
+"""
+
+import functools
+from typing import Iterator, Mapping, Optional
+
+import jax
+import numpy as np
+import scipy.special
+
+from ultr_jax.simulation.click_models import ClickModel, get_click_model
+
+__all__ = ["simulate_long_tail_log", "long_tail_document_params"]
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+  """The splitmix64 finaliser (a bijection of uint64 with good avalanche), elementwise."""
+  with np.errstate(over="ignore"):
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _document_uniforms(seed: int, stream: int, doc_ids: np.ndarray) -> np.ndarray:
+  """A uniform in (0, 1) per document id: a hash of (seed, stream, id), the same in every batch."""
+  with np.errstate(over="ignore"):
+    base = _splitmix64(np.uint64(seed) * _GOLDEN + np.uint64(stream + 1))
+    h = _splitmix64(np.asarray(doc_ids, np.uint64) * _GOLDEN ^ base)
+  return ((h >> np.uint64(11)).astype(np.float64) + 0.5) / float(1 << 53)
+
+
+def long_tail_document_params(
+  key: jax.Array,
+  doc_ids: np.ndarray,
+  *,
+  attraction: tuple = (1.0, 3.0),
+  document_params: Optional[Mapping[str, tuple]] = None,
+) -> dict:
+  r"""The true per-document parameters of :func:`simulate_long_tail_log`'s documents ``doc_ids``.
+
+  Each parameter is a Beta draw per document, :math:`\theta_d = F^{-1}_{\mathrm{Beta}(a, b)}(u_d)`, with
+  :math:`u_d` a hash of (the key, the parameter, :math:`d`): the same document has the same value in every
+  batch and process, and no table of all documents is held.
+
+  Args:
+    key: the log's PRNG key.
+    doc_ids: ``int[...]`` document ids.
+    attraction: ``(a, b)`` of the attraction's Beta distribution.
+    document_params: other per-document parameters, ``name -> (a, b)`` (e.g. the DBN's ``satisfaction``).
+
+  Returns:
+    dict of ``float32[...]`` arrays: ``attraction`` and each of ``document_params``.
+
+  >>> p = long_tail_document_params(jax.random.key(0), np.array([0, 1, 0]))
+  >>> p["attraction"].shape, bool(p["attraction"][0] == p["attraction"][2])
+  ((3,), True)
+  """
+  seed = _seed(key)
+  specs = {"attraction": attraction, **dict(document_params or {})}
+  out = {}
+  for stream, (name, (a, b)) in enumerate(specs.items()):
+    u = _document_uniforms(seed, stream, doc_ids)
+    out[name] = scipy.special.betaincinv(float(a), float(b), u).astype(np.float32)
+  return out
+
+
+def _seed(key: jax.Array) -> int:
+  """A 64-bit integer from a PRNG key's data (typed or raw keys)."""
+  data = jax.random.key_data(key) if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) else key
+  words = np.asarray(data, np.uint64).reshape(-1)
+  with np.errstate(over="ignore"):
+    return int(_splitmix64(np.bitwise_xor.reduce(words * (np.arange(len(words), dtype=np.uint64) + _GOLDEN))))
+
+
+def _zipf_queries(rng: np.random.Generator, n: int, num_queries: int, exponent: float) -> np.ndarray:
+  """``n`` draws of :math:`P(q) \\propto (q + 1)^{-s}` on ``0..num_queries-1`` (Zipf conditioned on the range)."""
+  out = np.empty(n, np.int64)
+  todo = np.arange(n)
+  while todo.size:
+    k = rng.zipf(exponent, size=todo.size)
+    ok = k <= num_queries
+    out[todo[ok]] = k[ok] - 1
+    todo = todo[~ok]
+  return out
+
+
+def simulate_long_tail_log(
+  key: jax.Array,
+  model: "str | ClickModel",
+  *,
+  num_sessions: int,
+  num_queries: int,
+  num_candidates: int = 20,
+  list_size: int = 10,
+  batch_size: int = 100_000,
+  zipf_exponent: float = 1.1,
+  noise: float = 0.3,
+  attraction: tuple = (1.0, 3.0),
+  document_params: Optional[Mapping[str, tuple]] = None,
+  **model_params,
+) -> Iterator[dict]:
+  r"""A long-tail session log, yielded batch by batch (bounded memory for any ``num_sessions``).
+
+  Each session draws a query from a Zipf law truncated to ``Q`` queries,
+
+  .. math::  P(q) = \frac{(q + 1)^{-s}}{\sum_{j=1}^{Q} j^{-s}}, \qquad q = 0, \dots, Q - 1,
+
+  (the long tail of real query logs: Zipf's law, G. K. Zipf, *Human Behavior and the Principle of Least
+  Effort*, 1949), scores the
+  query's ``C`` candidates :math:`d = qC + c` with a noisy logging ranker :math:`a_d + \sigma \epsilon`,
+  :math:`\epsilon \sim \mathcal{N}(0, 1)`, shows the top ``L`` by that score (so lists differ from session to
+  session and distinct (query, document) pairs keep growing with the log) and samples clicks from
+  ``model``'s session sampler (as :func:`~ultr_jax.simulation.simulate_session_log`) with ``model_params``.
+  The attraction :math:`a_d \sim \mathrm{Beta}` and any ``document_params`` are a hash of (key, document)
+  (:func:`long_tail_document_params`), so no table of the ``Q C`` documents is held. Batch ``i`` is a
+  function of ``(key, i)`` alone.
+
+  Args:
+    key: PRNG key.
+    model: a registered click model's name or instance (its ``session_sampler`` draws the clicks).
+    num_sessions: ``S`` in all.
+    num_queries: ``Q``.
+    num_candidates: ``C`` documents per query (``Q C < 2^31``).
+    list_size: ``L <= C`` ranks shown.
+    batch_size: sessions per yielded batch (the last may be smaller).
+    zipf_exponent: :math:`s > 1`.
+    noise: the logging ranker's :math:`\sigma`.
+    attraction: ``(a, b)`` of the attraction's Beta distribution.
+    document_params: other per-document sampler parameters, ``name -> (a, b)`` of their Beta distribution
+      (e.g. ``{"satisfaction": (2, 2)}`` for the DBN).
+    **model_params: scalar sampler parameters (e.g. ``perseverance=0.9``).
+
+  Yields:
+    dicts of ``doc_ids int32[B, L]`` (displayed order), ``clicks float32[B, L]``, ``where bool[B, L]`` (all
+    True), ``queries int32[B]``, and the true model's ``click_prob`` and ``conditional_click_prob``
+    (``float32[B, L]``); ready for :func:`~ultr_jax.data.write_session_shards`.
+
+  >>> batches = simulate_long_tail_log(jax.random.key(0), "pbm", num_sessions=5, num_queries=100,
+  ...                                  num_candidates=6, list_size=4, batch_size=3)
+  >>> [b["doc_ids"].shape for b in batches]
+  [(3, 4), (2, 4)]
+  """
+  m = get_click_model(model)
+  if num_queries < 1 or not 1 <= list_size <= num_candidates or batch_size < 1 or num_sessions < 0:
+    raise ValueError(
+      f"expected num_queries >= 1, 1 <= list_size <= num_candidates, batch_size >= 1 and num_sessions >= 0; got "
+      f"{num_queries}, {list_size}, {num_candidates}, {batch_size}, {num_sessions}"
+    )
+  if num_queries * num_candidates >= 2**31:
+    raise ValueError(f"num_queries * num_candidates = {num_queries * num_candidates} document ids exceed int32")
+  if not zipf_exponent > 1:
+    raise ValueError(f"zipf_exponent must be > 1, got {zipf_exponent}")
+  seed = _seed(key)
+  sample = jax.jit(functools.partial(m.session_sampler, **model_params))  # scalars static, per-document traced
+  for i, start in enumerate(range(0, num_sessions, batch_size)):
+    n = min(batch_size, num_sessions - start)
+    rng = np.random.default_rng(np.random.SeedSequence([seed & 0xFFFFFFFF, seed >> 32, i]))
+    queries = _zipf_queries(rng, n, num_queries, zipf_exponent)
+    candidates = queries[:, None] * num_candidates + np.arange(num_candidates)
+    params = long_tail_document_params(key, candidates, attraction=attraction, document_params=document_params)
+    score = params["attraction"] + noise * rng.standard_normal(candidates.shape)
+    top = np.argsort(-score, axis=1, kind="stable")[:, :list_size]
+    shown = {k: np.take_along_axis(v, top, axis=1) for k, v in params.items()}
+    a = shown.pop("attraction")
+    out = sample(jax.random.fold_in(key, i), a, **shown)
+    yield {
+      "doc_ids": np.take_along_axis(candidates, top, axis=1).astype(np.int32),
+      "clicks": np.asarray(out["clicks"], np.float32),
+      "where": np.ones((n, list_size), bool),
+      "queries": queries.astype(np.int32),
+      "click_prob": np.asarray(out["click_prob"], np.float32),
+      "conditional_click_prob": np.asarray(out["conditional_click_prob"], np.float32),
+    }
