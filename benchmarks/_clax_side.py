@@ -19,6 +19,7 @@ import argparse
 import importlib.metadata as md
 import json
 import os
+import resource
 import sys
 import time
 
@@ -54,7 +55,7 @@ class Batches:
 def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("--log", required=True)
-  parser.add_argument("--model", required=True, choices=("pbm", "ubm", "dbn"))
+  parser.add_argument("--model", required=True, choices=("pbm", "ubm", "dbn", "sdbn", "dcm", "ccm"))
   parser.add_argument("--out", required=True)
   parser.add_argument("--learning_rate", type=float, default=0.01)
   parser.add_argument("--train_batch_size", type=int, default=4096)
@@ -77,8 +78,12 @@ def main():
     model = clax.PositionBasedModel(positions=length + 1, query_doc_pairs=num_docs, rngs=rngs)
   elif args.model == "ubm":
     model = clax.UserBrowsingModel(positions=length, query_doc_pairs=num_docs, rngs=rngs)
-  else:
-    model = clax.DynamicBayesianNetwork(query_doc_pairs=num_docs, rngs=rngs)
+  elif args.model == "dcm":
+    model = clax.DependentClickModel(positions=length + 1, query_doc_pairs=num_docs, rngs=rngs)
+  elif args.model == "ccm":
+    model = clax.ClickChainModel(query_doc_pairs=num_docs, rngs=rngs)
+  else:  # CLAX's SDBN is its DBN with the continuation fixed at 1
+    model = clax.DynamicBayesianNetwork(query_doc_pairs=num_docs, fix_continuation=args.model == "sdbn", rngs=rngs)
 
   train = Batches(log["train_query_doc_ids"], log["train_clicks"], args.train_batch_size)
   val = Batches(log["val_query_doc_ids"], log["val_clicks"], args.eval_batch_size)
@@ -112,6 +117,7 @@ def main():
         "val_loss": float(last.get("val_loss", float("nan"))),
         "clax_test_cond_ppl": float(test_df.iloc[-1].get("test_cond_ppl", float("nan"))),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
       }
     )
   )

@@ -31,7 +31,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ultr_jax.simulation import likelihood as lik
 from ultr_jax.simulation.click_models import ClickModel, get_click_model  # noqa: F401 (the doctests')
 from ultr_jax.simulation.click_models.tables import FullTable, ParameterTable, table_logits
 from ultr_jax.simulation.fitting import ClickModelFit, _model
@@ -181,11 +180,10 @@ def _batch_log_likelihood(model, vectors, bias, rows, clicks, where):
   items = {k: (jax.nn.log_sigmoid(logit[k]), jax.nn.log_sigmoid(-logit[k])) for k in model.item_params}
   log_bias = model.log_bias(bias, items)
   a = logit["attraction"]
-  log_q, log_1mq = lik.log_probs_from_logs(
-    model, clicks, jax.nn.log_sigmoid(a), jax.nn.log_sigmoid(-a), log_bias, where=where
-  )
-  ll = lik.bernoulli_log_likelihood(clicks, log_q, log_1mq, where=where)
-  return jnp.sum(ll) / jnp.maximum(jnp.sum(jnp.any(where, axis=-1)), 1)
+  log_q, log_1mq = model.log_probs(clicks, jax.nn.log_sigmoid(a), jax.nn.log_sigmoid(-a), log_bias, where=where)
+  # The Bernoulli sum over the shown items, by selection (0 * -inf of the outcome that did not happen is NaN).
+  ll = jnp.sum(jnp.where(where, jnp.where(clicks > 0.5, log_q, log_1mq), 0.0))
+  return ll / jnp.maximum(jnp.sum(jnp.any(where, axis=-1)), 1)
 
 
 def _rows_of(tree, uniq, num_rows):
