@@ -19,11 +19,17 @@ import argparse
 import importlib.metadata as md
 import json
 import os
-import resource
 import sys
 import time
 
 import numpy as np
+
+
+def peak_rss_mb() -> float:
+  """This process's peak resident set (``VmHWM``; ``ru_maxrss`` would carry the parent's peak across the fork and
+  exec of a subprocess)."""
+  with open("/proc/self/status") as f:
+    return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
 
 
 class Batches:
@@ -117,7 +123,7 @@ def main():
         "val_loss": float(last.get("val_loss", float("nan"))),
         "clax_test_cond_ppl": float(test_df.iloc[-1].get("test_cond_ppl", float("nan"))),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": peak_rss_mb(),
       }
     )
   )

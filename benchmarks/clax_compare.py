@@ -22,9 +22,17 @@ Both sides' held-out conditional perplexity comes from the same function here,
 :func:`ultr_jax.simulation.evaluate_click_model` defines it), fed each side's
 :math:`P(C_{s,r} = 1 \mid c_{s,<r})` on the test split. ``truth`` is the generating model's own.
 
+With ``--log=long_tail`` the log is :func:`ultr_jax.simulation.simulate_long_tail_log`'s instead (``--queries``
+Zipf(``--zipf``) queries of ``--candidates`` documents, a noisy logging ranker showing 10: millions of distinct
+query-document pairs, as in real click logs), and ``--minibatch_child`` times
+:func:`ultr_jax.simulation.fit_click_model_minibatch` in a fresh process as CLAX's side is (row-wise steps where
+they pay, ``--sparse``; compressed tables, ``--table``), each side reporting its peak RSS.
+
   bash benchmarks/clax_venv.sh                                  # once: /tmp/clax-venv
   python benchmarks/clax_compare.py                             # 10^6 sessions, pbm ubm dbn
   python benchmarks/clax_compare.py --sessions=10000000 --models=pbm --repeats=1
+  python benchmarks/clax_compare.py --log=long_tail --queries=1000000 --models=dbn --skip_in_memory --skip_stream \
+    --minibatch_child --minibatch_epochs=1 --clax_epochs=10
 """
 
 import argparse
@@ -47,6 +55,13 @@ from ultr_jax import simulation as sim
 #: dicts (``doc_ids``, ``clicks``; ``--stream_batch`` sessions each) when it takes ``batches``.
 STREAM_FITS = ("fit_click_model_stream", "fit_click_model_streaming")
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def peak_rss_mb() -> float:
+  """This process's peak resident set (``VmHWM``; ``ru_maxrss`` would carry the parent's peak across the fork and
+  exec of a subprocess)."""
+  with open("/proc/self/status") as f:
+    return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
 
 
 def generate(args, path):
@@ -138,7 +153,8 @@ def run_minibatch_child(args, model, log_path, workdir):
   its own peak RSS): (seconds, test conditional probabilities, info) or (None, None, error)."""
   out = os.path.join(workdir, f"ultr_jax_{model}.npz")
   cmd = [sys.executable, os.path.abspath(__file__), "--child_fit", model, "--workdir", workdir, "--child_out", out]
-  for flag in ("minibatch_epochs", "minibatch_lr", "minibatch_batch", "l2", "sparse", "table", "steps_per_call"):
+  flags = ("minibatch_epochs", "minibatch_lr", "minibatch_schedule", "minibatch_batch", "l2", "sparse", "table")
+  for flag in flags + ("steps_per_call",):
     cmd += [f"--{flag}", str(getattr(args, flag))]
   proc = subprocess.run(cmd, capture_output=True, text=True)
   if proc.returncode != 0:
@@ -150,8 +166,6 @@ def run_minibatch_child(args, model, log_path, workdir):
 def child_fit(args):
   """The child of :func:`run_minibatch_child`: reads the shared log, fits, writes the test predictions."""
   import optax  # noqa: PLC0415
-  import resource  # noqa: PLC0415
-
   from ultr_jax.simulation.click_models import tables  # noqa: PLC0415
 
   log = np.load(os.path.join(args.workdir, "log.npz"))
@@ -170,11 +184,14 @@ def child_fit(args):
   m = sim.get_click_model(args.child_fit)
   table = {k: v for k, v in table().items() if k in ("attraction",) + m.item_params} if table else None
   sparse = {"auto": None, "true": True, "false": False}[args.sparse.lower()]
+  lr = args.minibatch_lr
+  if args.minibatch_schedule == "linear":  # to 0 at the last step: the late steps average the gradient noise
+    lr = optax.linear_schedule(lr, 0.0, args.minibatch_epochs * len(chunks))
   t0 = time.perf_counter()
   fit = sim.fit_click_model_minibatch(
     args.child_fit,
     chunks,
-    optimizer=optax.adam(args.minibatch_lr),
+    optimizer=optax.adam(lr),
     epochs=args.minibatch_epochs,
     num_docs=num_docs,
     list_size=ids.shape[1],
@@ -198,7 +215,7 @@ def child_fit(args):
     ]
   )
   np.savez(args.child_out, conditional=cond, fit_s=fit_s)
-  rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+  rss = peak_rss_mb()
   print(json.dumps({"steps": fit.iterations, "peak_rss_mb": rss, "table": args.table, "sparse": args.sparse}))
 
 
@@ -299,6 +316,9 @@ def main():
     help="time fit_click_model_minibatch in a fresh process (its own peak RSS; with --minibatch_epochs, lr, batch)",
   )
   parser.add_argument("--minibatch_lr", type=float, default=0.01, help="minibatch fit: Adam's step (CLAX's)")
+  parser.add_argument(
+    "--minibatch_schedule", default="constant", choices=("constant", "linear"), help="minibatch fit: Adam's step"
+  )
   parser.add_argument("--minibatch_batch", type=int, default=4096, help="minibatch fit: sessions per step (CLAX's)")
   parser.add_argument("--sparse", default="auto", help="minibatch fit: row-wise steps (auto, true, false)")
   parser.add_argument("--table", default="full", help="minibatch fit: full, hashed:<rows> or qr:<buckets>")
@@ -341,7 +361,8 @@ def main():
     f"{train_ids.shape[1]} ranks, {num_docs} documents, {train_clicks.sum(1).mean():.2f} clicks per session; "
     f"truth's test perplexity {perplexity(log['test_truth'], test_clicks):.4f}"
   )
-  extra = [] if args.skip_ultr_jax else stream_fits(args.stream_batch, args.validate, args.minibatch_epochs)
+  in_process_minibatch = 0 if args.minibatch_child else args.minibatch_epochs
+  extra = [] if args.skip_ultr_jax else stream_fits(args.stream_batch, args.validate, in_process_minibatch)
   val = {"doc_ids": log["val_query_doc_ids"], "clicks": log["val_clicks"]}
   print(f"optional streaming fits found: {[n for n, _ in extra] or 'none'}")
 
@@ -363,7 +384,10 @@ def main():
         print(f"  {model} {side}: {best:.1f} s, {args.sessions / best:,.0f} sessions/s, ppl {rows[-1][3]:.4f}")
     if args.minibatch_child and not args.skip_ultr_jax:
       t, cond, info = run_minibatch_child(args, model, log_path, workdir)
-      side = f"ultr_jax minibatch (fresh process, {args.minibatch_epochs} ep, Adam {args.minibatch_lr}, {args.table})"
+      side = (
+        f"ultr_jax minibatch (fresh process, {args.minibatch_epochs} ep, batch {args.minibatch_batch}, Adam "
+        f"{args.minibatch_lr} {args.minibatch_schedule}, {args.table})"
+      )
       if t is None:
         print(f"  {model} {side} failed: {info['error']}")
       else:

@@ -59,27 +59,45 @@ def _check_list_size(index: int, got: int, list_size: int) -> None:
     )
 
 
-def _grow_add(acc: Optional[np.ndarray], counts: np.ndarray) -> np.ndarray:
-  if acc is None or acc.shape[0] < counts.shape[0]:
-    acc = np.zeros(counts.shape[0], np.float64) if acc is None else np.pad(acc, (0, counts.shape[0] - acc.shape[0]))
-  acc[: counts.shape[0]] += counts
-  return acc
+class _RowCounter:
+  """Shown items per row, counted a few million at a time (a bincount per batch would sweep the whole table)."""
+
+  def __init__(self):
+    self.total, self.pending, self.size = np.zeros(0, np.float64), [], 0
+
+  def add(self, rows: np.ndarray) -> None:
+    self.pending.append(rows.ravel())
+    self.size += rows.size
+    if self.size >= 1 << 24:
+      self.flush()
+
+  def flush(self) -> np.ndarray:
+    if self.pending:
+      counts = np.bincount(np.concatenate(self.pending))
+      if counts.shape[0] > self.total.shape[0]:
+        self.total = np.pad(self.total, (0, counts.shape[0] - self.total.shape[0]))
+      self.total[: counts.shape[0]] += counts
+      self.pending, self.size = [], 0
+    return self.total
 
 
 def _count(m, batches, tables, list_size, need_impressions) -> _Counts:
   """One pass: the largest id, the list size (checked equal across batches), the sessions and, for the row-wise
-  prior, the shown items per row of each table."""
-  docs, count, impressions = 0, 0.0, {k: None for k in tables} if need_impressions else None
+  prior, the shown items per row of each table (equal tables counted once)."""
+  owner = {k: next(j for j in tables if tables[j] == t) for k, t in tables.items()}
+  counters = {k: _RowCounter() for k in set(owner.values())} if need_impressions else {}
+  docs, count = 0, 0.0
   for i, batch in enumerate(_iterate(batches)):
     doc_ids, _, where, n = _batch(batch, m)
     list_size = doc_ids.shape[-1] if list_size is None else list_size
     _check_list_size(i, doc_ids.shape[-1], list_size)
     docs = max(docs, n)
     count += float(np.any(where, axis=-1).sum())
-    for k, t in tables.items() if need_impressions else ():
-      impressions[k] = _grow_add(impressions[k], np.bincount(t.rows(doc_ids[where]).ravel()))
+    for k, counter in counters.items():
+      counter.add(tables[k].rows(doc_ids[where]))
   if list_size is None:
     raise ValueError("fit_click_model_minibatch: the stream is empty")
+  impressions = {k: counters[owner[k]].flush() for k in tables} if need_impressions else None
   return _Counts(docs, list_size, count, impressions)
 
 
@@ -93,7 +111,22 @@ class _Plan(NamedTuple):
   list_size: int
   sparse: bool
   l2: float
-  impressions: Optional[dict]
+  prior: Optional[dict]  # table name -> float32[num_rows + 1]: l2 / N_u, each row's prior per shown item
+  scratch: Optional[dict]  # table name -> int32[num_rows + 1], the host's work space of _distinct
+
+
+def _distinct(rows: np.ndarray, scratch: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """``(distinct rows, inverse, counts)`` of ``rows`` (any order of the distinct rows) in :math:`O(n)`, no sort:
+  each item writes its position into ``scratch`` at its row, every item of a row reads back the same one of
+  their positions, and the item at that position stands for the row. ``scratch`` is never cleared: each call
+  writes the entries it reads."""
+  pos = np.arange(rows.size, dtype=np.int32)
+  scratch[rows] = pos
+  representative = scratch[rows]
+  first = representative == pos
+  local = np.cumsum(first, dtype=np.int32) - 1
+  inverse = local[representative]
+  return rows[first], inverse, np.bincount(inverse, minlength=int(local[-1]) + 1 if rows.size else 0)
 
 
 def _prepare(plan: _Plan, index: int, batch: dict, rows_per_batch: Optional[int]) -> dict:
@@ -111,20 +144,28 @@ def _prepare(plan: _Plan, index: int, batch: dict, rows_per_batch: Optional[int]
   ids = np.where(where, doc_ids, 0)
   sessions = max(int(np.count_nonzero(np.any(where, axis=-1))), 1)
   out = {"clicks": clicks, "where": where, "rows": {}, "uniq": {}, "prior": {}}
+  done = {}  # tables equal to one already mapped share its rows
   for k, t in plan.tables.items():
-    rows = t.rows(ids)
-    if not plan.sparse:
-      out["rows"][k] = rows.astype(np.int32)
+    same = next((j for j in done if plan.tables[j] == t), None)
+    if same is not None:
+      for part in ("rows", "uniq", "prior"):
+        if same in out[part]:
+          out[part][k] = out[part][same]
       continue
-    uniq, inverse, counts = np.unique(rows[where], return_inverse=True, return_counts=True)
+    done[k] = True
+    rows = t.rows(ids).astype(np.int32)
+    if not plan.sparse:
+      out["rows"][k] = rows
+      continue
+    uniq, inverse, counts = _distinct(rows[where].ravel(), plan.scratch[k])
     local = np.zeros(rows.shape, np.int32)
     local[where] = inverse.reshape(-1, rows.shape[-1])
     size = rows.size  # a static bound: every item of the batch a distinct row
     out["rows"][k] = local
-    out["uniq"][k] = np.concatenate([uniq, np.full(size - uniq.size, plan.num_rows[k], uniq.dtype)]).astype(np.int32)
+    out["uniq"][k] = np.concatenate([uniq, np.full(size - uniq.size, plan.num_rows[k], np.int32)])
     prior = np.zeros(size, np.float32)
     if plan.l2 > 0:  # each shown item carries 1/n_r of its row's prior: unbiased, and exact summed over an epoch
-      prior[: uniq.size] = plan.l2 * counts / (sessions * plan.impressions[k][uniq])
+      prior[: uniq.size] = counts * plan.prior[k][uniq] / sessions
     out["prior"][k] = prior
   return out
 
@@ -348,14 +389,15 @@ def fit_click_model_minibatch(
   num_sessions = counts.num_sessions if num_sessions is None else float(num_sessions)
   num_rows = {k: t.num_rows(num_docs) for k, t in tables.items()}
   sparse = _sparse_pays(tables, num_docs, batches) if sparse is None else sparse
-  impressions = None
+  prior = None
   if sparse and l2 > 0:  # one entry more: the padding row (never read with a count)
-    impressions = {
-      k: np.pad(counts.impressions[k], (0, num_rows[k] + 1 - counts.impressions[k].shape[0]), constant_values=1.0)
-      for k in tables
-    }
-    impressions = {k: np.maximum(v, 1.0) for k, v in impressions.items()}
-  plan = _Plan(m, tables, num_rows, num_docs, list_size, bool(sparse), float(l2), impressions)
+    prior = {}
+    for k in tables:
+      n = counts.impressions[k]
+      prior[k] = (l2 / np.maximum(np.pad(n, (0, num_rows[k] + 1 - n.shape[0])), 1.0)).astype(np.float32)
+  # Written through now (np.zeros would leave its pages to fault in one by one at the first batches).
+  scratch = {k: np.full(num_rows[k] + 1, -1, np.int32) for k in tables} if sparse else None
+  plan = _Plan(m, tables, num_rows, num_docs, list_size, bool(sparse), float(l2), prior, scratch)
   state = _initial_state(m, optimizer, tables, num_rows, list_size, init)
   l2_bias = jnp.float32(l2 / max(num_sessions, 1.0))
   steps, last = 0, []
