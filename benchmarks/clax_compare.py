@@ -154,6 +154,7 @@ def run_minibatch_child(args, model, log_path, workdir):
   out = os.path.join(workdir, f"ultr_jax_{model}.npz")
   cmd = [sys.executable, os.path.abspath(__file__), "--child_fit", model, "--workdir", workdir, "--child_out", out]
   flags = ("minibatch_epochs", "minibatch_lr", "minibatch_schedule", "minibatch_batch", "l2", "sparse", "table")
+  flags += ("minibatch_optimizer",)
   for flag in flags + ("steps_per_call",):
     cmd += [f"--{flag}", str(getattr(args, flag))]
   proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -191,7 +192,7 @@ def child_fit(args):
   fit = sim.fit_click_model_minibatch(
     args.child_fit,
     chunks,
-    optimizer=optax.adam(lr),
+    optimizer=getattr(optax, args.minibatch_optimizer)(lr),
     epochs=args.minibatch_epochs,
     num_docs=num_docs,
     list_size=ids.shape[1],
@@ -316,6 +317,7 @@ def main():
     help="time fit_click_model_minibatch in a fresh process (its own peak RSS; with --minibatch_epochs, lr, batch)",
   )
   parser.add_argument("--minibatch_lr", type=float, default=0.01, help="minibatch fit: Adam's step (CLAX's)")
+  parser.add_argument("--minibatch_optimizer", default="adam", help="minibatch fit: an optax optimiser's name")
   parser.add_argument(
     "--minibatch_schedule", default="constant", choices=("constant", "linear"), help="minibatch fit: Adam's step"
   )
@@ -385,8 +387,8 @@ def main():
     if args.minibatch_child and not args.skip_ultr_jax:
       t, cond, info = run_minibatch_child(args, model, log_path, workdir)
       side = (
-        f"ultr_jax minibatch (fresh process, {args.minibatch_epochs} ep, batch {args.minibatch_batch}, Adam "
-        f"{args.minibatch_lr} {args.minibatch_schedule}, {args.table})"
+        f"ultr_jax minibatch (fresh process, {args.minibatch_epochs} ep, batch {args.minibatch_batch}, "
+        f"{args.minibatch_optimizer} {args.minibatch_lr} {args.minibatch_schedule}, l2 {args.l2}, {args.table})"
       )
       if t is None:
         print(f"  {model} {side} failed: {info['error']}")
