@@ -386,7 +386,9 @@ def score_ctr_baseline_stream(model: str, statistics, test, *, num_docs: int, co
   True
   """
   start = time.perf_counter()
-  params = sim.fit_ctr_model_from_statistics(model, statistics, num_docs=num_docs, prior=float(config.ctr_prior))
+  params = sim.fit_ctr_model_from_statistics(
+    model, statistics, num_docs=num_docs, prior=float(config.ctr_prior)
+  )
   seconds = time.perf_counter() - start
   out = _prediction_scores_stream(lambda ids: sim.ctr_model_predict(model, params, ids), test())
   return {**out, "fit_seconds": seconds, "converged": True, "attraction_mae": None}
@@ -445,7 +447,9 @@ def score_click_log(config, columns=None) -> dict:
   batches of ``config.click_log_batch_size`` sessions, lists of ``config.list_size_of_log`` (0: the longest).
   """
   shard_dir = config.get("click_log_shard_dir", "") or None
-  with data_lib.open_click_log(config.click_log, format=config.click_log_format, shard_dir=shard_dir) as log:
+  with data_lib.open_click_log(
+    config.click_log, format=config.click_log_format, shard_dir=shard_dir
+  ) as log:
     list_size = int(config.get("list_size_of_log", 0)) or None
     batch_size = int(config.get("click_log_batch_size", 4096))
     logging.info(f"[click models] log: {log}")
