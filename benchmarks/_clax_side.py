@@ -25,6 +25,13 @@ import time
 import numpy as np
 
 
+def peak_rss_mb() -> float:
+  """This process's peak resident set (``VmHWM``; ``ru_maxrss`` would carry the parent's peak across the fork and
+  exec of a subprocess)."""
+  with open("/proc/self/status") as f:
+    return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+
+
 class Batches:
   """A re-iterable of CLAX batches over in-memory ``[S, L]`` arrays (the last batch may be short, as the
   ``DataLoader``'s default ``drop_last=False``)."""
@@ -54,7 +61,7 @@ class Batches:
 def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("--log", required=True)
-  parser.add_argument("--model", required=True, choices=("pbm", "ubm", "dbn"))
+  parser.add_argument("--model", required=True, choices=("pbm", "ubm", "dbn", "sdbn", "dcm", "ccm"))
   parser.add_argument("--out", required=True)
   parser.add_argument("--learning_rate", type=float, default=0.01)
   parser.add_argument("--train_batch_size", type=int, default=4096)
@@ -77,8 +84,12 @@ def main():
     model = clax.PositionBasedModel(positions=length + 1, query_doc_pairs=num_docs, rngs=rngs)
   elif args.model == "ubm":
     model = clax.UserBrowsingModel(positions=length, query_doc_pairs=num_docs, rngs=rngs)
-  else:
-    model = clax.DynamicBayesianNetwork(query_doc_pairs=num_docs, rngs=rngs)
+  elif args.model == "dcm":
+    model = clax.DependentClickModel(positions=length + 1, query_doc_pairs=num_docs, rngs=rngs)
+  elif args.model == "ccm":
+    model = clax.ClickChainModel(query_doc_pairs=num_docs, rngs=rngs)
+  else:  # CLAX's SDBN is its DBN with the continuation fixed at 1
+    model = clax.DynamicBayesianNetwork(query_doc_pairs=num_docs, fix_continuation=args.model == "sdbn", rngs=rngs)
 
   train = Batches(log["train_query_doc_ids"], log["train_clicks"], args.train_batch_size)
   val = Batches(log["val_query_doc_ids"], log["val_clicks"], args.eval_batch_size)
@@ -112,6 +123,7 @@ def main():
         "val_loss": float(last.get("val_loss", float("nan"))),
         "clax_test_cond_ppl": float(test_df.iloc[-1].get("test_cond_ppl", float("nan"))),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "peak_rss_mb": peak_rss_mb(),
       }
     )
   )

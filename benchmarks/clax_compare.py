@@ -22,9 +22,17 @@ Both sides' held-out conditional perplexity comes from the same function here,
 :func:`ultr_jax.simulation.evaluate_click_model` defines it), fed each side's
 :math:`P(C_{s,r} = 1 \mid c_{s,<r})` on the test split. ``truth`` is the generating model's own.
 
+With ``--log=long_tail`` the log is :func:`ultr_jax.simulation.simulate_long_tail_log`'s instead (``--queries``
+Zipf(``--zipf``) queries of ``--candidates`` documents, a noisy logging ranker showing 10: millions of distinct
+query-document pairs, as in real click logs), and ``--minibatch_child`` times
+:func:`ultr_jax.simulation.fit_click_model_minibatch` in a fresh process as CLAX's side is (row-wise steps where
+they pay, ``--sparse``; compressed tables, ``--table``), each side reporting its peak RSS.
+
   bash benchmarks/clax_venv.sh                                  # once: /tmp/clax-venv
   python benchmarks/clax_compare.py                             # 10^6 sessions, pbm ubm dbn
   python benchmarks/clax_compare.py --sessions=10000000 --models=pbm --repeats=1
+  python benchmarks/clax_compare.py --log=long_tail --queries=1000000 --models=dbn --skip_in_memory --skip_stream \
+    --minibatch_child --minibatch_epochs=1 --clax_epochs=10
 """
 
 import argparse
@@ -47,6 +55,13 @@ from ultr_jax import simulation as sim
 #: dicts (``doc_ids``, ``clicks``; ``--stream_batch`` sessions each) when it takes ``batches``.
 STREAM_FITS = ("fit_click_model_stream", "fit_click_model_streaming")
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def peak_rss_mb() -> float:
+  """This process's peak resident set (``VmHWM``; ``ru_maxrss`` would carry the parent's peak across the fork and
+  exec of a subprocess)."""
+  with open("/proc/self/status") as f:
+    return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
 
 
 def generate(args, path):
@@ -82,6 +97,36 @@ def generate(args, path):
   return out
 
 
+def generate_long_tail(args, path):
+  """The long-tail log (:func:`ultr_jax.simulation.simulate_long_tail_log`: ``--queries`` Zipf(``--zipf``)
+  queries of ``--candidates`` documents each, a noisy logging ranker showing 10), in the layout of
+  :func:`generate`; the held-out splits come from other keys than the training split."""
+  params = {"document_params": {"satisfaction": (2.0, 2.0)}, "perseverance": 0.9} if args.generator == "dbn" else {}
+  heldout = max(1, int(args.sessions * args.heldout_fraction))
+  out = {"num_docs": np.int64(args.queries * args.candidates)}
+  for i, (split, n) in enumerate((("train", args.sessions), ("val", heldout), ("test", heldout))):
+    batches = list(
+      sim.simulate_long_tail_log(
+        jax.random.key(args.seed * 1000 + i),
+        args.generator,
+        num_sessions=n,
+        num_queries=args.queries,
+        num_candidates=args.candidates,
+        list_size=10,
+        batch_size=500_000,
+        zipf_exponent=args.zipf,
+        noise=args.noise,
+        **params,
+      )
+    )
+    out[f"{split}_query_doc_ids"] = np.concatenate([b["doc_ids"] for b in batches]).astype(np.int32)
+    out[f"{split}_clicks"] = np.concatenate([b["clicks"] for b in batches]).astype(np.float32)
+    if split == "test":
+      out["test_truth"] = np.concatenate([b["conditional_click_prob"] for b in batches]).astype(np.float32)
+  np.savez(path, **out)
+  return out
+
+
 def perplexity(conditional, clicks):
   """The shared formula: :func:`ultr_jax.simulation.click_prediction_scores`' conditional perplexity."""
   cond = np.clip(np.asarray(conditional, np.float64), 1e-7, 1 - 1e-7).astype(np.float32)
@@ -94,12 +139,85 @@ def run_clax(args, model, log_path, workdir):
   env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
   env["JAX_PLATFORMS"] = os.environ.get("JAX_PLATFORMS", "cpu")
   cmd = [args.clax_python, os.path.join(HERE, "_clax_side.py"), "--log", log_path, "--model", model, "--out", out]
+  cmd += ["--epochs", str(args.clax_epochs)]
   proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=workdir)
   if proc.returncode != 0:
     return None, None, {"error": proc.stderr.strip().splitlines()[-5:]}
   res = np.load(out)
   info = json.loads(proc.stdout.strip().splitlines()[-1])
   return float(res["fit_s"]), res["conditional"], info
+
+
+def run_minibatch_child(args, model, log_path, workdir):
+  """:func:`ultr_jax.simulation.fit_click_model_minibatch` in a fresh process (as CLAX's side: compile included,
+  its own peak RSS): (seconds, test conditional probabilities, info) or (None, None, error)."""
+  out = os.path.join(workdir, f"ultr_jax_{model}.npz")
+  cmd = [sys.executable, os.path.abspath(__file__), "--child_fit", model, "--workdir", workdir, "--child_out", out]
+  flags = ("minibatch_epochs", "minibatch_lr", "minibatch_schedule", "minibatch_batch", "l2", "sparse", "table")
+  flags += ("minibatch_optimizer",)
+  for flag in flags + ("steps_per_call",):
+    cmd += [f"--{flag}", str(getattr(args, flag))]
+  proc = subprocess.run(cmd, capture_output=True, text=True)
+  if proc.returncode != 0:
+    return None, None, {"error": proc.stderr.strip().splitlines()[-5:]}
+  res = np.load(out)
+  return float(res["fit_s"]), res["conditional"], json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def child_fit(args):
+  """The child of :func:`run_minibatch_child`: reads the shared log, fits, writes the test predictions."""
+  import optax  # noqa: PLC0415
+  from ultr_jax.simulation.click_models import tables  # noqa: PLC0415
+
+  log = np.load(os.path.join(args.workdir, "log.npz"))
+  ids, clicks, num_docs = log["train_query_doc_ids"], log["train_clicks"], int(log["num_docs"])
+  step = args.minibatch_batch
+  chunks = [{"doc_ids": ids[i : i + step], "clicks": clicks[i : i + step]} for i in range(0, len(ids), step)]
+  kind, _, size = args.table.partition(":")
+  table = {
+    "full": None,
+    "hashed": lambda: {"attraction": tables.HashedTable(int(size)), "satisfaction": tables.HashedTable(int(size))},
+    "qr": lambda: {
+      "attraction": tables.QuotientRemainderTable(int(size)),
+      "satisfaction": tables.QuotientRemainderTable(int(size)),
+    },
+  }[kind]
+  m = sim.get_click_model(args.child_fit)
+  table = {k: v for k, v in table().items() if k in ("attraction",) + m.item_params} if table else None
+  sparse = {"auto": None, "true": True, "false": False}[args.sparse.lower()]
+  lr = args.minibatch_lr
+  if args.minibatch_schedule == "linear":  # to 0 at the last step: the late steps average the gradient noise
+    lr = optax.linear_schedule(lr, 0.0, args.minibatch_epochs * len(chunks))
+  t0 = time.perf_counter()
+  fit = sim.fit_click_model_minibatch(
+    args.child_fit,
+    chunks,
+    optimizer=getattr(optax, args.minibatch_optimizer)(lr),
+    epochs=args.minibatch_epochs,
+    num_docs=num_docs,
+    list_size=ids.shape[1],
+    num_sessions=float(len(ids)),
+    l2=args.l2,
+    sparse=sparse,
+    tables=table,
+    steps_per_call=args.steps_per_call,
+  )
+  jax.block_until_ready(fit.params)
+  fit_s = time.perf_counter() - t0
+  test_ids, test_clicks = log["test_query_doc_ids"], log["test_clicks"]
+  cond = np.concatenate(
+    [
+      np.asarray(
+        sim.click_model_predict(args.child_fit, fit.params, test_ids[i : i + 65536], test_clicks[i : i + 65536])[
+          "conditional"
+        ]
+      )
+      for i in range(0, len(test_ids), 65536)
+    ]
+  )
+  np.savez(args.child_out, conditional=cond, fit_s=fit_s)
+  rss = peak_rss_mb()
+  print(json.dumps({"steps": fit.iterations, "peak_rss_mb": rss, "table": args.table, "sparse": args.sparse}))
 
 
 def timed(fn):
@@ -188,6 +306,27 @@ def main():
   parser.add_argument(
     "--minibatch_epochs", type=int, default=0, help="also time fit_click_model_minibatch (Adam 0.01, 4096 sessions)"
   )
+  parser.add_argument("--log", default="small", choices=("small", "long_tail"), help="which generated log")
+  parser.add_argument("--candidates", type=int, default=20, help="long_tail: documents per query")
+  parser.add_argument("--zipf", type=float, default=1.1, help="long_tail: the queries' Zipf exponent")
+  parser.add_argument("--noise", type=float, default=0.3, help="long_tail: the logging ranker's noise")
+  parser.add_argument("--clax_epochs", type=int, default=100, help="CLAX's epoch cap (its early stopping inside)")
+  parser.add_argument(
+    "--minibatch_child",
+    action="store_true",
+    help="time fit_click_model_minibatch in a fresh process (its own peak RSS; with --minibatch_epochs, lr, batch)",
+  )
+  parser.add_argument("--minibatch_lr", type=float, default=0.01, help="minibatch fit: Adam's step (CLAX's)")
+  parser.add_argument("--minibatch_optimizer", default="adam", help="minibatch fit: an optax optimiser's name")
+  parser.add_argument(
+    "--minibatch_schedule", default="constant", choices=("constant", "linear"), help="minibatch fit: Adam's step"
+  )
+  parser.add_argument("--minibatch_batch", type=int, default=4096, help="minibatch fit: sessions per step (CLAX's)")
+  parser.add_argument("--sparse", default="auto", help="minibatch fit: row-wise steps (auto, true, false)")
+  parser.add_argument("--table", default="full", help="minibatch fit: full, hashed:<rows> or qr:<buckets>")
+  parser.add_argument("--steps_per_call", type=int, default=16, help="minibatch fit: batches per jitted call")
+  parser.add_argument("--child_fit", default=None, help=argparse.SUPPRESS)
+  parser.add_argument("--child_out", default=None, help=argparse.SUPPRESS)
   parser.add_argument("--skip_clax", action="store_true")
   parser.add_argument("--skip_ultr_jax", action="store_true")
   parser.add_argument(
@@ -195,12 +334,15 @@ def main():
   )
   parser.add_argument("--workdir", default=None, help="where the shared log goes (default a temporary folder)")
   args = parser.parse_args()
+  if args.child_fit:
+    return child_fit(args)
   models = [m.strip() for m in args.models.split(",") if m.strip()]
 
   workdir = args.workdir or tempfile.mkdtemp(prefix="clax_compare_")
   os.makedirs(workdir, exist_ok=True)
   log_path = os.path.join(workdir, "log.npz")
   print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; load {os.getloadavg()}")
+  print(f"command: {' '.join(sys.argv)}")
   print(f"ultr_jax side: {os.path.dirname(sim.__file__)}, jax {jax.__version__}, devices {jax.devices()}")
   t0 = time.perf_counter()
   how = "read" if args.reuse_log and os.path.exists(log_path) else "generate"
@@ -209,17 +351,20 @@ def main():
     if log["train_clicks"].shape[0] != args.sessions:
       raise ValueError(f"{log_path} holds {log['train_clicks'].shape[0]} training sessions, not {args.sessions}")
   else:
-    log = generate(args, log_path)
+    log = (generate_long_tail if args.log == "long_tail" else generate)(args, log_path)
   train_ids, train_clicks = log["train_query_doc_ids"], log["train_clicks"]
   test_ids, test_clicks = log["test_query_doc_ids"], log["test_clicks"]
   num_docs = int(log["num_docs"])
+  pairs = len(np.unique(train_ids))
   print(
-    f"log ({time.perf_counter() - t0:.0f} s to {how}, {log_path}): {args.generator} clicks, "
+    f"log ({time.perf_counter() - t0:.0f} s to {how}, {log_path}; {args.log}, {pairs:,} distinct training "
+    f"query-document pairs): {args.generator} clicks, "
     f"{train_ids.shape[0]} train / {log['val_clicks'].shape[0]} val / {test_ids.shape[0]} test sessions x "
     f"{train_ids.shape[1]} ranks, {num_docs} documents, {train_clicks.sum(1).mean():.2f} clicks per session; "
     f"truth's test perplexity {perplexity(log['test_truth'], test_clicks):.4f}"
   )
-  extra = [] if args.skip_ultr_jax else stream_fits(args.stream_batch, args.validate, args.minibatch_epochs)
+  in_process_minibatch = 0 if args.minibatch_child else args.minibatch_epochs
+  extra = [] if args.skip_ultr_jax else stream_fits(args.stream_batch, args.validate, in_process_minibatch)
   val = {"doc_ids": log["val_query_doc_ids"], "clicks": log["val_clicks"]}
   print(f"optional streaming fits found: {[n for n, _ in extra] or 'none'}")
 
@@ -239,6 +384,18 @@ def main():
         note = f"{getattr(fit, 'iterations', '?')} it"
         rows.append((model, side, best, perplexity(cond, test_clicks), note))
         print(f"  {model} {side}: {best:.1f} s, {args.sessions / best:,.0f} sessions/s, ppl {rows[-1][3]:.4f}")
+    if args.minibatch_child and not args.skip_ultr_jax:
+      t, cond, info = run_minibatch_child(args, model, log_path, workdir)
+      side = (
+        f"ultr_jax minibatch (fresh process, {args.minibatch_epochs} ep, batch {args.minibatch_batch}, "
+        f"{args.minibatch_optimizer} {args.minibatch_lr} {args.minibatch_schedule}, l2 {args.l2}, {args.table})"
+      )
+      if t is None:
+        print(f"  {model} {side} failed: {info['error']}")
+      else:
+        note = f"{info['steps']} steps, sparse={info['sparse']}, peak RSS {info['peak_rss_mb']:.0f} MB"
+        rows.append((model, side, t, perplexity(cond, test_clicks), note))
+        print(f"  {model} {side}: {t:.1f} s, {args.sessions / t:,.0f} sessions/s, ppl {rows[-1][3]:.4f} ({note})")
     if not args.skip_clax:
       best, cond, info = None, None, {}
       for _ in range(args.repeats):
@@ -257,12 +414,14 @@ def main():
             "CLAX",
             best,
             perplexity(cond, test_clicks),
-            f"{info['epochs']} epochs; CLAX's own cond_ppl {info.get('clax_test_cond_ppl', float('nan')):.4f}",
+            f"{info['epochs']} epochs; CLAX's own cond_ppl {info.get('clax_test_cond_ppl', float('nan')):.4f}; "
+            f"peak RSS {info.get('peak_rss_mb', float('nan')):.0f} MB",
           )
         )
         print(f"  {model} CLAX: {best:.1f} s, {args.sessions / best:,.0f} sessions/s, ppl {rows[-1][3]:.4f} ({info})")
     sys.stdout.flush()
 
+  print(f"\nload at the end {os.getloadavg()}")
   print("\n| model | side | fit wall time (s) | sessions/s | test cond. perplexity | note |")
   print("|---|---|---|---|---|---|")
   for model, side, t, ppl, note in rows:

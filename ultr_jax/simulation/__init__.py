@@ -11,7 +11,9 @@
 * :mod:`~ultr_jax.simulation.fitting`: click models fitted to session logs
   (L-BFGS on that likelihood) and scored by held-out perplexity;
 * :mod:`~ultr_jax.simulation.streaming`: the same over a stream of session batches (one pass to the
-  models' sufficient statistics, then the weighted fit; minibatch optax fits; held-out scores);
+  models' sufficient statistics, then the weighted fit; held-out scores);
+* :mod:`~ultr_jax.simulation.minibatch`: optax fits over minibatches, each step updating only the rows of the
+  per-document parameters its batch shows;
 * :mod:`~ultr_jax.simulation.interleaving`: Plackett-Luce ranking samples
   and team-draft or probabilistic multileaving for online learning to rank;
 * :mod:`~ultr_jax.simulation.logging_policy`: the ULTRA protocol's production
@@ -79,6 +81,7 @@ from ultr_jax.simulation.fitting import (
   init_click_model,
   simulate_session_log,
 )
+from ultr_jax.simulation.minibatch import fit_click_model_minibatch
 from ultr_jax.simulation.streaming import (
   MEMORY_BUDGET_BYTES,
   ClickStatistics,
@@ -86,7 +89,6 @@ from ultr_jax.simulation.streaming import (
   StatisticsTooLarge,
   evaluate_click_model_stream,
   fit_click_model_from_statistics,
-  fit_click_model_minibatch,
   fit_click_model_stream,
   gather_click_statistics,
   merge_click_statistics,

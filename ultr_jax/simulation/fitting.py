@@ -116,6 +116,29 @@ def _split(m, params):
   return {k: params[k] for k in docs}, {k: v for k, v in params.items() if k not in docs}
 
 
+def _check_list_size(m: ClickModel, params: dict, list_size: int) -> None:
+  """Raises ValueError when the bias tables of ``params`` do not serve lists of ``list_size`` items: fitted on
+  shorter lists (their ranks past the table would read its last entry) or of another layout. Tables fitted on
+  longer lists serve shorter ones (their first ranks)."""
+  _, bias = _split(m, params)
+  got = {k: tuple(np.shape(v)) for k, v in bias.items()}
+  shapes = lambda n: {k: tuple(s) for k, s in m.bias_shapes(n).items() if k in got}
+  want = shapes(list_size)
+  if all(got[k] == s for k, s in want.items()):
+    return
+  largest = max((d for s in got.values() for d in s), default=0)
+  fitted = next((n for n in range(1, largest + 2) if shapes(n) == {k: got[k] for k in want}), None)
+  if fitted is not None and fitted > list_size:
+    return
+  k = next(k for k, s in want.items() if got[k] != s)
+  if fitted is not None:
+    raise ValueError(
+      f"{m.name}: parameters fitted on lists of {fitted} items ({k} of shape {got[k]}) cannot score lists of "
+      f"{list_size} items (they need {k} of shape {want[k]})"
+    )
+  raise ValueError(f"{m.name}: {k} has shape {got[k]}, but lists of {list_size} items need {want[k]}")
+
+
 def _log_likelihood_logits(m, theta, doc_ids, clicks, where):
   """Session log-likelihoods from the logits (:meth:`~ultr_jax.simulation.ClickModel.session_log_likelihood`)."""
   return m.session_log_likelihood(theta, doc_ids, clicks, where)
@@ -136,12 +159,16 @@ def click_model_log_likelihood(
   Returns:
     ``float32[...]`` per session.
 
+  Raises:
+    ValueError: ``params`` fitted on shorter lists than ``doc_ids``' (their rank tables too short), naming both.
+
   >>> p = {"attraction": jnp.array([0.5, 0.2]), "examination": jnp.array([1.0, 0.5])}
   >>> ll = click_model_log_likelihood("pbm", p, jnp.array([0, 1]), jnp.array([1.0, 0.0]))
   >>> print(round(float(ll), 6), round(float(jnp.log(0.5 * 0.9)), 6))
   -0.798508 -0.798508
   """
   m = _model(model)
+  _check_list_size(m, params, np.shape(doc_ids)[-1])
   return _log_likelihood_logits(m, m.to_logits(params), doc_ids, clicks, where)
 
 
@@ -162,12 +189,16 @@ def click_model_predict(
     dict with ``conditional`` and ``marginal``, each ``float32[..., L]`` (0
     where masked).
 
+  Raises:
+    ValueError: ``params`` fitted on shorter lists than ``doc_ids``' (their rank tables too short), naming both.
+
   >>> p = {"attraction": jnp.array([0.5, 0.5])}
   >>> out = click_model_predict("cascade", p, jnp.array([0, 1]), jnp.array([1.0, 0.0]))
   >>> print(out["conditional"], out["marginal"])  # after a cascade click nothing follows
   [0.5 0. ] [0.5  0.25]
   """
   m = _model(model)
+  _check_list_size(m, params, np.shape(doc_ids)[-1])
   docs, bias = _split(m, params)
   ids = jnp.clip(jnp.asarray(doc_ids, jnp.int32), 0, docs["attraction"].shape[0] - 1)
   a = docs["attraction"][ids]

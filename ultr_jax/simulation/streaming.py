@@ -13,8 +13,8 @@ A stream is any iterable of session-batch dicts ``{"doc_ids": int[B, L], "clicks
   partitions, :mod:`~ultr_jax.simulation.partitioned_fit`), at a cost per step that does not grow with the number
   of sessions; :func:`fit_click_model_stream` is the two, and :func:`select_click_model_prior` picks the prior's
   strength on held-out sessions.
-* :func:`fit_click_model_minibatch` is the fallback where no reduction applies (attraction from features, as
-  CLAX's deep models; or a stream too diverse to reduce): an optax optimiser over minibatches, CLAX's way.
+* :func:`~ultr_jax.simulation.fit_click_model_minibatch` (:mod:`~ultr_jax.simulation.minibatch`) is the fallback
+  where no reduction applies (a stream too diverse to reduce): an optax optimiser over minibatches, CLAX's way.
 * :func:`evaluate_click_model_stream` accumulates the held-out scores of
   :func:`~ultr_jax.simulation.evaluate_click_model` per rank across batches.
 """
@@ -26,7 +26,6 @@ from typing import Callable, Iterable, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from ultr_jax import _processes
 from ultr_jax._optim import lbfgs_minimize, table_curvature
@@ -54,7 +53,6 @@ __all__ = [
   "gather_click_statistics",
   "fit_click_model_from_statistics",
   "fit_click_model_stream",
-  "fit_click_model_minibatch",
   "evaluate_click_model_stream",
   "select_click_model_prior",
 ]
@@ -119,7 +117,7 @@ def gather_click_statistics(
   Raises:
     StatisticsTooLarge: (a ``ValueError``) where session-pattern statistics (which read several documents each,
       so cannot be partitioned by document) outgrow the budget, saying after how many sessions; fit such a log
-      with :func:`fit_click_model_minibatch`.
+      with :func:`~ultr_jax.simulation.fit_click_model_minibatch`.
 
   >>> b = {"doc_ids": np.array([[0, 1], [0, 1]]), "clicks": np.array([[1.0, 0.0], [1.0, 0.0]])}
   >>> s = gather_click_statistics("pbm", [b, b])
@@ -409,95 +407,6 @@ def select_click_model_prior(
 
 def _iterate(batches) -> Iterable[dict]:
   return batches() if callable(batches) else batches
-
-
-@functools.partial(jax.jit, static_argnames=("model", "optimizer"))
-def _minibatch_step(model, optimizer, theta, opt_state, doc_ids, clicks, where, l2_per_session):
-  def loss(theta):
-    n = jnp.maximum(jnp.sum(jnp.any(where, axis=-1)), 1)
-    ll = jnp.sum(model.session_log_likelihood(theta, doc_ids, clicks, where))
-    prior = 0.5 * l2_per_session * sum(jnp.sum(v**2) for v in jax.tree.leaves(theta))
-    return prior - ll / n
-
-  value, grad = jax.value_and_grad(loss)(theta)
-  updates, opt_state = optimizer.update(grad, opt_state, theta)
-  return optax.apply_updates(theta, updates), opt_state, value
-
-
-def fit_click_model_minibatch(
-  model: "str | ClickModel",
-  batches: "Batches | Callable[[], Batches]",
-  *,
-  optimizer: Optional[optax.GradientTransformation] = None,
-  epochs: int = 1,
-  num_docs: Optional[int] = None,
-  list_size: Optional[int] = None,
-  num_sessions: Optional[float] = None,
-  l2: float = 1.0,
-  init: Optional[dict] = None,
-) -> ClickModelFit:
-  r"""The MAP objective of :func:`~ultr_jax.simulation.fit_click_model` by a stochastic optimiser over a stream.
-
-  Each batch :math:`b` of :math:`n_b` sessions takes one step on
-  :math:`\frac{\ell_2}{2S}\lVert\theta\rVert^2 - \frac{1}{n_b}\sum_{s \in b}\log P_\theta(c^{(s)})`, an unbiased
-  estimate of the full objective per session (CLAX fits its click models this way); for models whose
-  parameters come from features through a network, or logs that do not reduce.
-
-  Args:
-    model: a fittable click model.
-    batches: a re-iterable of session-batch dicts (a list, a stream with a fixed number of epochs...) or a
-      function returning a fresh iterable (called once per epoch, and once more for the counts).
-    optimizer: an optax optimiser (default ``optax.adam(0.05)``); hashable (optax's are).
-    epochs: passes over the stream.
-    num_docs, list_size, num_sessions: ``D``, ``L`` and ``S`` (default: one counting pass).
-    l2: prior precision on the logits, per ``S`` sessions as in the full-batch fit.
-    init: starting logits.
-
-  Returns:
-    :class:`~ultr_jax.simulation.ClickModelFit` (``log_likelihood``: the mean of the last epoch's batch
-    estimates; ``grad_norm`` NaN, ``iterations`` the steps, ``converged`` False: a stochastic fit checks none).
-
-  >>> b = {"doc_ids": np.array([[0, 1], [1, 0]] * 8), "clicks": np.array([[1.0, 0.0], [0.0, 1.0]] * 8)}
-  >>> fit = fit_click_model_minibatch("cascade", [b] * 10, epochs=5, optimizer=optax.adam(0.1))
-  >>> print(fit.iterations, fit.params["attraction"][0] > 0.9 > 0.1 > fit.params["attraction"][1])
-  50 True
-  """
-  m = _model(model)
-  if num_docs is None or list_size is None or num_sessions is None:
-    docs, length, count = 0, None, 0.0
-    for batch in _iterate(batches):
-      doc_ids, _, where, n = _batch(batch, m)
-      docs, length = max(docs, n), doc_ids.shape[-1]
-      count += float(np.any(where, axis=-1).sum())
-    num_docs = docs if num_docs is None else num_docs
-    list_size = length if list_size is None else list_size
-    num_sessions = count if num_sessions is None else num_sessions
-  if list_size is None:
-    raise ValueError("fit_click_model_minibatch: the stream is empty")
-  optimizer = optax.adam(0.05) if optimizer is None else optimizer
-  theta = m.init(num_docs=num_docs, list_size=list_size) if init is None else init
-  opt_state = optimizer.init(theta)
-  l2_per_session = jnp.float32(l2 / max(num_sessions, 1.0))
-  steps, last = 0, []
-  for epoch in range(epochs):
-    values = []
-    for batch in _iterate(batches):
-      doc_ids, clicks, where, _ = _batch(batch, m, num_docs)
-      theta, opt_state, value = _minibatch_step(m, optimizer, theta, opt_state, doc_ids, clicks, where, l2_per_session)
-      values.append(value)
-      steps += 1
-    last = values
-  mean_objective = float(np.mean([float(v) for v in last])) if last else float("nan")
-  prior = 0.5 * float(l2_per_session) * sum(float(jnp.sum(v**2)) for v in jax.tree.leaves(theta))
-  return ClickModelFit(
-    model=model,
-    params=m.to_probabilities(theta),
-    logits=theta,
-    log_likelihood=prior - mean_objective,
-    grad_norm=float("nan"),
-    iterations=steps,
-    converged=False,
-  )
 
 
 @functools.partial(jax.jit, static_argnames=("model",))

@@ -1,0 +1,166 @@
+"""Tests of ultr_jax.simulation.minibatch: row-wise (sparse) steps against dense ones, the fit against the
+full-batch optimum, compressed parameter tables, and the list-size checks of the fits and scores."""
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+from ultr_jax import simulation as sim
+from ultr_jax.simulation.click_models import tables as tb
+
+NUM_QUERIES, LIST_SIZE = 40, 5
+NUM_DOCS = NUM_QUERIES * LIST_SIZE
+
+
+def _log(model, seed=0, num_sessions=2000, num_queries=NUM_QUERIES, list_size=LIST_SIZE):
+  rng = np.random.default_rng(seed)
+  a = rng.uniform(0.05, 0.9, size=(num_queries, list_size)).astype(np.float32)
+  kw = {"satisfaction": rng.uniform(0.2, 0.8, size=a.shape).astype(np.float32)} if model == "dbn" else {}
+  out = sim.simulate_session_log(jax.random.key(seed), model, a, num_sessions=num_sessions, noise=1.0, **kw)
+  return {k: np.asarray(v) for k, v in out.items()}
+
+
+def _batches(log, size, stop=None):
+  stop = log["clicks"].shape[0] if stop is None else stop
+  return [
+    {"doc_ids": log["doc_ids"][i : i + size], "clicks": log["clicks"][i : i + size]} for i in range(0, stop, size)
+  ]
+
+
+def _random_init(model, seed=3):
+  init = sim.init_click_model(model, num_docs=NUM_DOCS, list_size=LIST_SIZE)
+  keys = jax.random.split(jax.random.key(seed), len(init))
+  return {k: np.asarray(0.5 * jax.random.normal(kk, v.shape)) for (k, v), kk in zip(sorted(init.items()), keys)}
+
+
+@pytest.mark.parametrize("optimizer", [optax.sgd(0.3), optax.adagrad(0.3)], ids=["sgd", "adagrad"])
+@pytest.mark.parametrize("model", ["dbn", "pbm"])
+def test_sparse_steps_equal_dense_steps_and_leave_unshown_rows_alone(model, optimizer):
+  """Without a prior an unshown row's gradient is 0, so SGD's and Adagrad's dense steps leave it as it is: the
+  row-wise steps must be the same steps. The batches show only the first half of the queries' documents."""
+  log = _log(model, num_sessions=600)
+  shown = log["doc_ids"] < NUM_DOCS // 2
+  keep = np.all(shown, axis=-1)
+  log = {k: v[keep] for k, v in log.items()}
+  batches = _batches(log, 64)
+  init = _random_init(model)
+  kwargs = {"optimizer": optimizer, "epochs": 2, "num_docs": NUM_DOCS, "l2": 0.0, "init": init, "steps_per_call": 3}
+  dense = sim.fit_click_model_minibatch(model, batches, sparse=False, **kwargs)
+  sparse = sim.fit_click_model_minibatch(model, batches, sparse=True, **kwargs)
+  assert dense.iterations == sparse.iterations == 2 * len(batches)
+  touched = np.unique(log["doc_ids"])
+  untouched = np.setdiff1d(np.arange(NUM_DOCS), touched)
+  assert untouched.size >= NUM_DOCS // 2
+  for k in dense.logits:
+    np.testing.assert_allclose(sparse.logits[k], dense.logits[k], rtol=2e-5, atol=2e-6, err_msg=k)
+    if k == "attraction":
+      np.testing.assert_array_equal(np.asarray(sparse.logits[k])[untouched], init[k][untouched])
+      assert np.all(np.asarray(sparse.logits[k])[touched] != init[k][touched])
+
+
+def test_sparse_adam_leaves_unshown_rows_and_their_moments_alone():
+  """Adam's dense step moves a row of zero gradient by its old momentum; the row-wise (lazy) step does not."""
+  log = _log("cascade", num_sessions=300)
+  first, second = log["doc_ids"] < NUM_DOCS // 2, log["doc_ids"] >= NUM_DOCS // 2
+  a = {k: v[np.all(first, -1)][:64] for k, v in log.items()}
+  b = {k: v[np.all(second, -1)][:64] for k, v in log.items()}
+  kwargs = {"optimizer": optax.adam(0.1), "num_docs": NUM_DOCS, "l2": 0.0, "sparse": True}
+  one = sim.fit_click_model_minibatch("cascade", _batches(a, 64), **kwargs)
+  two = sim.fit_click_model_minibatch("cascade", _batches(a, 64) + _batches(b, 64), **kwargs)
+  rows = np.unique(a["doc_ids"])
+  np.testing.assert_array_equal(two.logits["attraction"][rows], one.logits["attraction"][rows])
+
+
+@pytest.mark.parametrize("model", ["dbn", "pbm"])
+def test_the_sparse_fit_reaches_the_full_batch_optimum_s_held_out_perplexity(model):
+  """Within 1e-3 of held-out conditional perplexity, with the prior spread over each row's impressions."""
+  log = _log(model, num_sessions=12000)
+  train = {k: v[:8000] for k, v in log.items()}
+  test = {k: v[8000:] for k, v in log.items()}
+  full = sim.fit_click_model(model, train["doc_ids"], train["clicks"], num_docs=NUM_DOCS)
+  want = sim.evaluate_click_model(model, full.params, test["doc_ids"], test["clicks"])["perplexity"]
+  fit = sim.fit_click_model_minibatch(
+    model, _batches(train, 250), optimizer=optax.adam(0.05), epochs=25, num_docs=NUM_DOCS, sparse=True
+  )
+  got = sim.evaluate_click_model(model, fit.params, test["doc_ids"], test["clicks"])["perplexity"]
+  assert abs(got - want) < 1e-3, (got, want)
+  start = sim.fit_click_model_minibatch(model, _batches(train, 250), epochs=1, num_docs=NUM_DOCS, sparse=True)
+  assert sim.evaluate_click_model(model, start.params, test["doc_ids"], test["clicks"])["perplexity"] > got
+
+
+def test_the_row_wise_prior_sums_to_the_full_prior_over_an_epoch():
+  """Where every batch shows every row equally often, each row's share of the prior, l2 c / (n_b N), is the full
+  prior's l2 / S: the row-wise SGD steps are the dense ones, prior included."""
+  ids = np.tile(np.arange(4 * LIST_SIZE).reshape(4, LIST_SIZE), (32, 1))
+  batches = [{"doc_ids": ids[i : i + 16], "clicks": np.zeros((16, LIST_SIZE))} for i in range(0, 128, 16)]
+  init = {k: np.ones_like(v) for k, v in sim.init_click_model("cascade", num_docs=20, list_size=LIST_SIZE).items()}
+  kwargs = {"optimizer": optax.sgd(1e-3), "num_docs": 20, "l2": 1.0, "init": init}
+  sparse = sim.fit_click_model_minibatch("cascade", batches, sparse=True, **kwargs)
+  dense = sim.fit_click_model_minibatch("cascade", batches, sparse=False, **kwargs)
+  np.testing.assert_allclose(sparse.logits["attraction"], dense.logits["attraction"], rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+  "table",
+  [tb.HashedTable(num_buckets=150), tb.QuotientRemainderTable(num_buckets=14)],
+  ids=["hashed", "quotient-remainder"],
+)
+def test_compressed_tables_fit_within_a_bound_of_the_full_table(table):
+  log = _log("dbn", num_sessions=8000)
+  train = {k: v[:6000] for k, v in log.items()}
+  test = {k: v[6000:] for k, v in log.items()}
+  kwargs = {"optimizer": optax.adam(0.05), "epochs": 10, "num_docs": NUM_DOCS}
+  full = sim.fit_click_model_minibatch("dbn", _batches(train, 250), **kwargs)
+  fit = sim.fit_click_model_minibatch("dbn", _batches(train, 250), tables={"attraction": table}, **kwargs)
+  assert fit.params["attraction"].shape == fit.params["satisfaction"].shape == (NUM_DOCS,)
+  assert table.num_rows(NUM_DOCS) < NUM_DOCS
+  ppl = {
+    name: sim.evaluate_click_model("dbn", f.params, test["doc_ids"], test["clicks"])["perplexity"]
+    for name, f in (("full", full), ("compressed", fit))
+  }
+  assert ppl["full"] < ppl["compressed"] < ppl["full"] + 0.1, ppl
+
+
+def test_table_rows_and_logits():
+  ids = np.arange(10)
+  qr = tb.QuotientRemainderTable(num_buckets=4)
+  assert qr.rows(ids).shape == (10, 2) and qr.num_rows(10) == 7
+  assert len({tuple(r) for r in qr.rows(ids).tolist()}) == 10  # every document its own pair of rows
+  assert np.all(qr.rows(ids) < qr.num_rows(10))
+  hashed = tb.HashedTable(num_buckets=3, seed=1)
+  assert hashed.rows(ids).shape == (10, 1) and hashed.rows(ids).max() < 3
+  vec = np.arange(7, dtype=np.float32)
+  got = tb.table_logits({"attraction": qr}, {"attraction": vec}, 10)["attraction"]
+  np.testing.assert_array_equal(got, vec[ids % 4] + vec[4 + ids // 4])
+  with pytest.raises(ValueError, match="num_buckets"):
+    tb.HashedTable(num_buckets=0)
+  with pytest.raises(ValueError, match="tables for \\['examination'\\]"):
+    sim.fit_click_model_minibatch("pbm", [], tables={"examination": qr})
+
+
+@pytest.mark.parametrize("sparse", [True, False])
+def test_a_batch_of_another_list_size_is_an_error_naming_it(sparse):
+  six = _log("pbm", num_sessions=64, list_size=6)
+  four = _log("pbm", num_sessions=64, list_size=4)
+  batches = _batches(six, 32) + _batches(four, 32)
+  with pytest.raises(ValueError, match="batch 2 holds lists of 4 items, but the fit's list size is 6"):
+    sim.fit_click_model_minibatch("pbm", batches, sparse=sparse)
+  with pytest.raises(ValueError, match="batch 0 holds lists of 6 items, but the fit's list size is 4"):
+    sim.fit_click_model_minibatch("pbm", batches, num_docs=300, list_size=4, num_sessions=128, l2=0.0, sparse=sparse)
+
+
+def test_scoring_a_model_on_longer_lists_than_it_was_fitted_on_is_an_error():
+  four = _log("pbm", num_sessions=64, list_size=4)
+  six = _log("pbm", num_sessions=64, list_size=6)
+  fit = sim.fit_click_model_minibatch("pbm", _batches(four, 32), num_docs=300)
+  assert fit.params["examination"].shape == (4,)
+  match = "fitted on lists of 4 items.*lists of 6"
+  with pytest.raises(ValueError, match=match):
+    sim.evaluate_click_model("pbm", fit.params, six["doc_ids"], six["clicks"])
+  with pytest.raises(ValueError, match=match):
+    sim.evaluate_click_model_stream("pbm", fit.params, _batches(six, 32))
+  with pytest.raises(ValueError, match=match):
+    sim.click_model_predict("pbm", fit.params, six["doc_ids"], six["clicks"])
+  short = sim.evaluate_click_model("pbm", fit.params, four["doc_ids"][:, :3], four["clicks"][:, :3])
+  assert np.isfinite(short["perplexity"])  # shorter lists read the first ranks of the tables

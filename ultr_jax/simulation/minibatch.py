@@ -1,0 +1,423 @@
+r"""Click models fitted by a stochastic optimiser over a stream of session batches, at a cost per step set by the
+batch, not by the number of documents.
+
+:func:`fit_click_model_minibatch` is the fallback of :mod:`~ultr_jax.simulation.streaming` where no reduction to
+sufficient statistics applies (a cascade-family model on a log whose lists rarely repeat): an optax optimiser over
+minibatches, CLAX's way of fitting. A real click log holds millions of query-document pairs, of which a batch
+shows a few thousand; so, as the optimisers of embedding tables do, each step
+
+1. gathers the rows of the per-document logit vectors the batch shows (their distinct ids, found on the host
+   while the previous step runs),
+2. takes the gradient of the batch objective with respect to those rows and the small bias tables only,
+3. applies the optimiser to those rows with their own optimiser state (gathered the same way) and scatters
+   rows and state back in place.
+
+Rows the batch does not show keep their values and optimiser state: for optimisers whose update of a zero
+gradient is zero (SGD, Adagrad, RMSProp) this is the dense update exactly; for Adam it is the "lazy" Adam of
+embedding tables (the moments of an absent row are not decayed). Several batches run in one jitted ``lax.scan``
+and the next group is read and prepared in a background thread.
+
+The per-document parameters may be compressed (:mod:`~ultr_jax.simulation.click_models.tables`: the hashing
+trick, quotient-remainder rows); the fit returns the per-document logits they imply.
+"""
+
+import functools
+import queue
+import threading
+from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ultr_jax.simulation.click_models import ClickModel, get_click_model  # noqa: F401 (the doctests')
+from ultr_jax.simulation.click_models.tables import FullTable, ParameterTable, table_logits
+from ultr_jax.simulation.fitting import ClickModelFit, _model
+from ultr_jax.simulation.streaming import _batch, _iterate
+
+__all__ = ["fit_click_model_minibatch", "STEPS_PER_CALL"]
+
+Batches = Iterable[dict]
+
+#: Batches one jitted call of :func:`fit_click_model_minibatch` runs (a ``lax.scan`` over them).
+STEPS_PER_CALL = 16
+
+
+class _Counts(NamedTuple):
+  num_docs: int
+  list_size: int
+  num_sessions: float
+  impressions: Optional[dict]  # table name -> float64[num_rows + 1] shown items per row (last: the padding row)
+
+
+def _check_list_size(index: int, got: int, list_size: int) -> None:
+  if got != list_size:
+    raise ValueError(
+      f"fit_click_model_minibatch: batch {index} holds lists of {got} items, but the fit's list size is "
+      f"{list_size} (the first batch's or list_size=); every batch of a fit must have the same list size"
+    )
+
+
+class _RowCounter:
+  """Shown items per row, counted a few million at a time (a bincount per batch would sweep the whole table)."""
+
+  def __init__(self):
+    self.total, self.pending, self.size = np.zeros(0, np.float64), [], 0
+
+  def add(self, rows: np.ndarray) -> None:
+    self.pending.append(rows.ravel())
+    self.size += rows.size
+    if self.size >= 1 << 24:
+      self.flush()
+
+  def flush(self) -> np.ndarray:
+    if self.pending:
+      counts = np.bincount(np.concatenate(self.pending))
+      if counts.shape[0] > self.total.shape[0]:
+        self.total = np.pad(self.total, (0, counts.shape[0] - self.total.shape[0]))
+      self.total[: counts.shape[0]] += counts
+      self.pending, self.size = [], 0
+    return self.total
+
+
+def _count(m, batches, tables, list_size, need_impressions) -> _Counts:
+  """One pass: the largest id, the list size (checked equal across batches), the sessions and, for the row-wise
+  prior, the shown items per row of each table (equal tables counted once)."""
+  owner = {k: next(j for j in tables if tables[j] == t) for k, t in tables.items()}
+  counters = {k: _RowCounter() for k in set(owner.values())} if need_impressions else {}
+  docs, count = 0, 0.0
+  for i, batch in enumerate(_iterate(batches)):
+    doc_ids, _, where, n = _batch(batch, m)
+    list_size = doc_ids.shape[-1] if list_size is None else list_size
+    _check_list_size(i, doc_ids.shape[-1], list_size)
+    docs = max(docs, n)
+    count += float(np.any(where, axis=-1).sum())
+    for k, counter in counters.items():
+      counter.add(tables[k].rows(doc_ids[where]))
+  if list_size is None:
+    raise ValueError("fit_click_model_minibatch: the stream is empty")
+  impressions = {k: counters[owner[k]].flush() for k in tables} if need_impressions else None
+  return _Counts(docs, list_size, count, impressions)
+
+
+class _Plan(NamedTuple):
+  """What the host side needs to prepare a batch (hashable parts only matter to jit through shapes)."""
+
+  model: ClickModel
+  tables: Mapping[str, ParameterTable]
+  num_rows: Mapping[str, int]
+  num_docs: int
+  list_size: int
+  sparse: bool
+  l2: float
+  prior: Optional[dict]  # table name -> float32[num_rows + 1]: l2 / N_u, each row's prior per shown item
+  scratch: Optional[dict]  # table name -> int32[num_rows + 1], the host's work space of _distinct
+
+
+def _distinct(rows: np.ndarray, scratch: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """``(distinct rows, inverse, counts)`` of ``rows`` (any order of the distinct rows) in :math:`O(n)`, no sort:
+  each item writes its position into ``scratch`` at its row, every item of a row reads back the same one of
+  their positions, and the item at that position stands for the row. ``scratch`` is never cleared: each call
+  writes the entries it reads."""
+  pos = np.arange(rows.size, dtype=np.int32)
+  scratch[rows] = pos
+  representative = scratch[rows]
+  first = representative == pos
+  local = np.cumsum(first, dtype=np.int32) - 1
+  inverse = local[representative]
+  return rows[first], inverse, np.bincount(inverse, minlength=int(local[-1]) + 1 if rows.size else 0)
+
+
+def _prepare(plan: _Plan, index: int, batch: dict, rows_per_batch: Optional[int]) -> dict:
+  """A batch as the step reads it: ``clicks``, ``where``, ``rows`` (per table ``int32[B, L, P]``: rows of the
+  logit vector, or of the batch's gathered rows when sparse), and when sparse ``uniq`` (the distinct rows, padded
+  with the out-of-range row ``num_rows``) and ``prior`` (each gathered row's prior precision this step)."""
+  doc_ids, clicks, where, _ = _batch(batch, plan.model, plan.num_docs)
+  _check_list_size(index, doc_ids.shape[-1], plan.list_size)
+  doc_ids, clicks, where = (x.reshape(-1, plan.list_size) for x in (doc_ids, clicks, where))
+  pad = (rows_per_batch or doc_ids.shape[0]) - doc_ids.shape[0]
+  if pad > 0:  # masked sessions: they count for nothing
+    doc_ids, clicks, where = (
+      np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)]) for x in (doc_ids, clicks, where)
+    )
+  ids = np.where(where, doc_ids, 0)
+  sessions = max(int(np.count_nonzero(np.any(where, axis=-1))), 1)
+  out = {"clicks": clicks, "where": where, "rows": {}, "uniq": {}, "prior": {}}
+  done = {}  # tables equal to one already mapped share its rows
+  for k, t in plan.tables.items():
+    same = next((j for j in done if plan.tables[j] == t), None)
+    if same is not None:
+      for part in ("rows", "uniq", "prior"):
+        if same in out[part]:
+          out[part][k] = out[part][same]
+      continue
+    done[k] = True
+    rows = t.rows(ids).astype(np.int32)
+    if not plan.sparse:
+      out["rows"][k] = rows
+      continue
+    uniq, inverse, counts = _distinct(rows[where].ravel(), plan.scratch[k])
+    local = np.zeros(rows.shape, np.int32)
+    local[where] = inverse.reshape(-1, rows.shape[-1])
+    size = rows.size  # a static bound: every item of the batch a distinct row
+    out["rows"][k] = local
+    out["uniq"][k] = np.concatenate([uniq, np.full(size - uniq.size, plan.num_rows[k], np.int32)])
+    prior = np.zeros(size, np.float32)
+    if plan.l2 > 0:  # each shown item carries 1/n_r of its row's prior: unbiased, and exact summed over an epoch
+      prior[: uniq.size] = counts * plan.prior[k][uniq] / sessions
+    out["prior"][k] = prior
+  return out
+
+
+def _stack(prepared: list) -> dict:
+  return jax.tree.map(lambda *x: np.stack(x), *prepared)
+
+
+def _groups(plan: _Plan, batches: Batches, steps_per_call: int) -> Iterator[dict]:
+  """Prepared batches stacked ``steps_per_call`` at a time (a group ends early where the batch shape changes
+  and at the end of the stream; a shorter batch is padded with masked sessions to its group's size)."""
+  group, rows = [], None
+  for i, batch in enumerate(batches):
+    n = int(np.asarray(batch["clicks"]).size // plan.list_size) if "clicks" in batch else 0
+    if group and n > rows:
+      yield _stack(group)
+      group = []
+    rows = n if not group else rows
+    group.append(_prepare(plan, i, batch, rows))
+    if len(group) == steps_per_call:
+      yield _stack(group)
+      group = []
+  if group:
+    yield _stack(group)
+
+
+def _prefetch(items: Iterator, depth: int = 2) -> Iterator:
+  """``items`` produced in a background thread, ``depth`` ahead (its exceptions re-raised here)."""
+  q: queue.Queue = queue.Queue(maxsize=depth)
+  done = object()
+
+  def work():
+    try:
+      for item in items:
+        q.put((item, None))
+    except BaseException as e:  # noqa: BLE001 (handed to the consumer)
+      q.put((None, e))
+    q.put((done, None))
+
+  threading.Thread(target=work, daemon=True).start()
+  while True:
+    item, error = q.get()
+    if error is not None:
+      raise error
+    if item is done:
+      return
+    yield item
+
+
+def _batch_log_likelihood(model, vectors, bias, rows, clicks, where):
+  """The batch's mean session log-likelihood: each item's logits summed from its rows, in log space."""
+  logit = {k: jnp.sum(v[rows[k]], axis=-1) for k, v in vectors.items()}
+  items = {k: (jax.nn.log_sigmoid(logit[k]), jax.nn.log_sigmoid(-logit[k])) for k in model.item_params}
+  log_bias = model.log_bias(bias, items)
+  a = logit["attraction"]
+  log_q, log_1mq = model.log_probs(clicks, jax.nn.log_sigmoid(a), jax.nn.log_sigmoid(-a), log_bias, where=where)
+  # The Bernoulli sum over the shown items, by selection (0 * -inf of the outcome that did not happen is NaN).
+  ll = jnp.sum(jnp.where(where, jnp.where(clicks > 0.5, log_q, log_1mq), 0.0))
+  return ll / jnp.maximum(jnp.sum(jnp.any(where, axis=-1)), 1)
+
+
+def _rows_of(tree, uniq, num_rows):
+  """The optimiser-state leaves of a vector of ``num_rows`` rows, gathered at ``uniq`` (scalars as they are)."""
+  return jax.tree.map(
+    lambda a: a.at[uniq].get(mode="fill", fill_value=0) if a.ndim and a.shape[0] == num_rows else a, tree
+  )
+
+
+def _put_rows(tree, new, uniq, num_rows):
+  return jax.tree.map(
+    lambda a, b: a.at[uniq].set(b, mode="drop") if a.ndim and a.shape[0] == num_rows else b, tree, new
+  )
+
+
+def _step(model, optimizer, sparse, state, x, l2_bias):
+  """One optimiser step on one prepared batch ``x``; returns the new state and the batch's mean log-likelihood."""
+  vectors, bias, vector_states, bias_state = state
+  if sparse:
+    local = {k: v.at[x["uniq"][k]].get(mode="fill", fill_value=0.0) for k, v in vectors.items()}
+    prior = x["prior"]
+  else:
+    local, prior = vectors, {k: l2_bias for k in vectors}
+
+  def objective(local, bias):
+    ll = _batch_log_likelihood(model, local, bias, x["rows"], x["clicks"], x["where"])
+    penalty = sum(jnp.sum(prior[k] * v**2) for k, v in local.items())
+    penalty += l2_bias * sum(jnp.sum(v**2) for v in jax.tree.leaves(bias))
+    return 0.5 * penalty - ll, ll
+
+  (_, ll), (grad, bias_grad) = jax.value_and_grad(objective, argnums=(0, 1), has_aux=True)(local, bias)
+  new_vectors, new_states = {}, {}
+  for k, v in vectors.items():
+    opt_state = _rows_of(vector_states[k], x["uniq"][k], v.shape[0]) if sparse else vector_states[k]
+    updates, opt_state = optimizer.update(grad[k], opt_state, local[k])
+    rows = optax.apply_updates(local[k], updates)
+    if sparse:
+      new_vectors[k] = v.at[x["uniq"][k]].set(rows, mode="drop")
+      new_states[k] = _put_rows(vector_states[k], opt_state, x["uniq"][k], v.shape[0])
+    else:
+      new_vectors[k], new_states[k] = rows, opt_state
+  updates, bias_state = optimizer.update(bias_grad, bias_state, bias)
+  return (new_vectors, optax.apply_updates(bias, updates), new_states, bias_state), ll
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2), donate_argnums=(3,))
+def _steps(model, optimizer, sparse, state, xs, l2_bias):
+  return jax.lax.scan(lambda s, x: _step(model, optimizer, sparse, s, x, l2_bias), state, xs)
+
+
+def _tables(m: ClickModel, tables: Optional[Mapping[str, ParameterTable]]) -> dict:
+  names = ("attraction",) + tuple(m.item_params)
+  tables = dict(tables or {})
+  unknown = sorted(set(tables) - set(names))
+  if unknown:
+    raise ValueError(
+      f"fit_click_model_minibatch: tables for {unknown}, but {m.name}'s per-document parameters are {names}"
+    )
+  return {k: tables.get(k, FullTable()) for k in names}
+
+
+def _initial_state(m, optimizer, tables, num_rows, list_size, init):
+  logits = m.init(num_docs=1, list_size=list_size)
+  vectors = {k: jnp.zeros(num_rows[k], jnp.float32) for k in tables}
+  bias = {k: v for k, v in logits.items() if k not in tables}
+  if init is not None:
+    for k, v in init.items():
+      if k in tables and not isinstance(tables[k], FullTable):
+        raise ValueError(f"fit_click_model_minibatch: init[{k!r}] given for a compressed table")
+      target = vectors if k in tables else bias
+      if k not in target or np.shape(v) != np.shape(target[k]):
+        raise ValueError(f"fit_click_model_minibatch: init[{k!r}] of shape {np.shape(v)} does not fit this model")
+      target[k] = jnp.array(v, jnp.float32)
+  return (vectors, bias, {k: optimizer.init(v) for k, v in vectors.items()}, optimizer.init(bias))
+
+
+def _sparse_pays(tables, num_docs, batches) -> bool:
+  """Whether the logit vectors have more than 16 times as many rows as the first batch has items."""
+  first = next(iter(_iterate(batches)), None)
+  items = int(np.asarray(first["clicks"]).size) if first is not None and "clicks" in first else 1
+  return max(t.num_rows(num_docs) for t in tables.values()) > 16 * items
+
+
+def fit_click_model_minibatch(
+  model: "str | ClickModel",
+  batches: "Batches | Callable[[], Batches]",
+  *,
+  optimizer: Optional[optax.GradientTransformation] = None,
+  epochs: int = 1,
+  num_docs: Optional[int] = None,
+  list_size: Optional[int] = None,
+  num_sessions: Optional[float] = None,
+  l2: float = 1.0,
+  init: Optional[dict] = None,
+  sparse: Optional[bool] = None,
+  tables: Optional[Mapping[str, ParameterTable]] = None,
+  steps_per_call: int = STEPS_PER_CALL,
+) -> ClickModelFit:
+  r"""The MAP objective of :func:`~ultr_jax.simulation.fit_click_model` by a stochastic optimiser over a stream.
+
+  Each batch :math:`b` of :math:`n_b` sessions takes one step on
+
+  .. math::
+      \frac{1}{2}\sum_{u \in b} \frac{\ell_2\, c_{u,b}}{n_b\, N_u}\, v_u^2
+      + \frac{\ell_2}{2S}\lVert\beta\rVert^2 - \frac{1}{n_b}\sum_{s \in b}\log P_\theta(c^{(s)}),
+      \qquad \theta_d = \sum_p v_{r_p(d)},
+
+  over the rows :math:`u` of the per-document logit vectors :math:`v` the batch shows (:math:`c_{u,b}` of its
+  items, :math:`N_u` of the stream's) and the bias logits :math:`\beta`: the prior of each row spread over its
+  impressions, so the estimate is unbiased for the full objective per session, and over an epoch of equal
+  batches its prior sums to the full objective's exactly. With ``sparse=False`` every row takes every step
+  with :math:`\frac{\ell_2}{2S}\lVert v\rVert^2`, the full objective's prior, at a cost per step that grows with
+  the number of documents. CLAX (Hager et al. 2025, "CLAX: Fast and flexible neural click models in JAX") fits
+  its click models by such minibatch steps.
+
+  Args:
+    model: a fittable click model.
+    batches: a re-iterable of session-batch dicts (``doc_ids``, ``clicks``, optional ``where``/``valid``; a list,
+      a stream with a fixed number of epochs...) or a function returning a fresh iterable (called once per
+      epoch, and once more for the counts).
+    optimizer: an elementwise optax optimiser (default ``optax.adam(0.05)``; sgd, adagrad, adam, rmsprop...);
+      hashable (optax's are). Sparse steps apply it to the shown rows with their own state.
+    epochs: passes over the stream.
+    num_docs, list_size, num_sessions: ``D``, ``L`` and ``S`` (default: one counting pass, which also counts
+      :math:`N_u` when sparse with ``l2 > 0``). Every batch must have ``L`` items per list.
+    l2: prior precision on the logits, per ``S`` sessions as in the full-batch fit.
+    init: starting logits (per-document ones only for full tables).
+    sparse: row-wise steps (default: when the logit vectors have more than 16 times as many rows as a batch has
+      items, where the dense step's cost is the vectors').
+    tables: per-document parameter name -> :class:`~ultr_jax.simulation.click_models.tables.ParameterTable`
+      (default one row per document), e.g. ``{"attraction": HashedTable(2**20)}``.
+    steps_per_call: batches per jitted call.
+
+  Returns:
+    :class:`~ultr_jax.simulation.ClickModelFit` (per-document logits and probabilities for every document;
+    ``log_likelihood``: the mean of the last epoch's batch estimates per session; ``grad_norm`` NaN,
+    ``iterations`` the steps, ``converged`` False: a stochastic fit checks none).
+
+  Raises:
+    ValueError: a batch whose list size differs from the fit's (naming the batch and both sizes); as
+      :func:`~ultr_jax.simulation.fit_click_model` for bad sessions.
+
+  >>> b = {"doc_ids": np.array([[0, 1], [1, 0]] * 8), "clicks": np.array([[1.0, 0.0], [0.0, 1.0]] * 8)}
+  >>> fit = fit_click_model_minibatch("cascade", [b] * 10, epochs=5, optimizer=optax.adam(0.1), sparse=True)
+  >>> print(fit.iterations, fit.params["attraction"][0] > 0.9 > 0.1 > fit.params["attraction"][1])
+  50 True
+  """
+  m = _model(model)
+  if epochs < 1 or steps_per_call < 1:
+    raise ValueError(
+      f"fit_click_model_minibatch: epochs and steps_per_call must be >= 1, got {epochs}, {steps_per_call}"
+    )
+  tables = _tables(m, tables)
+  optimizer = optax.adam(0.05) if optimizer is None else optimizer
+  if sparse is None and num_docs is not None:
+    sparse = _sparse_pays(tables, num_docs, batches)
+  counts = None
+  if num_docs is None or list_size is None or num_sessions is None or (sparse is not False and l2 > 0):
+    counts = _count(m, batches, tables, list_size, need_impressions=sparse is not False and l2 > 0)
+  num_docs = counts.num_docs if num_docs is None else int(num_docs)
+  list_size = counts.list_size if list_size is None else int(list_size)
+  num_sessions = counts.num_sessions if num_sessions is None else float(num_sessions)
+  num_rows = {k: t.num_rows(num_docs) for k, t in tables.items()}
+  sparse = _sparse_pays(tables, num_docs, batches) if sparse is None else sparse
+  prior = None
+  if sparse and l2 > 0:  # one entry more: the padding row (never read with a count)
+    prior = {}
+    for k in tables:
+      n = counts.impressions[k]
+      prior[k] = (l2 / np.maximum(np.pad(n, (0, num_rows[k] + 1 - n.shape[0])), 1.0)).astype(np.float32)
+  # Written through now (np.zeros would leave its pages to fault in one by one at the first batches).
+  scratch = {k: np.full(num_rows[k] + 1, -1, np.int32) for k in tables} if sparse else None
+  plan = _Plan(m, tables, num_rows, num_docs, list_size, bool(sparse), float(l2), prior, scratch)
+  state = _initial_state(m, optimizer, tables, num_rows, list_size, init)
+  l2_bias = jnp.float32(l2 / max(num_sessions, 1.0))
+  steps, last = 0, []
+  for _ in range(epochs):
+    values = []
+    for xs in _prefetch(_groups(plan, _iterate(batches), steps_per_call)):
+      state, ll = _steps(m, optimizer, plan.sparse, state, xs, l2_bias)
+      values.append(ll)
+      steps += int(xs["clicks"].shape[0])
+    last = values
+  vectors, bias = state[0], state[1]
+  logits = {**table_logits(tables, vectors, num_docs), **bias}
+  logits = {k: logits[k] for k in sorted(logits)}
+  mean_ll = float(np.mean(np.concatenate([np.asarray(v) for v in last]))) if last else float("nan")
+  return ClickModelFit(
+    model=model,
+    params=m.to_probabilities(logits),
+    logits=logits,
+    log_likelihood=mean_ll,
+    grad_norm=float("nan"),
+    iterations=steps,
+    converged=False,
+  )
