@@ -585,17 +585,152 @@ def _write(workdir, results, rows, biases, methods, num_seeds, final: bool) -> s
   return table
 
 
+def _bias_identifiability(config, bias, train, click_cfg, b_idx: int) -> dict:
+  """The logged-data identifiability entry of one bias (``results["_identifiability"][bias]``)."""
+  contexts = train.extras.get("context") if "context" in _batch_inputs(click_cfg) else None
+  rep = logged_identifiability(
+    train,
+    top_k=click_cfg.get("top_k"),
+    contexts=contexts,
+    positions=sampled_display_positions(bias, train, seed=int(config.seed) + 1000 * b_idx),
+  )
+  return {
+    **rep.to_dict(),
+    "label": _ig_label(rep),
+    "bias_factors": "(context, position)" if contexts is not None else "position",
+    "click_model": click_cfg,
+  }
+
+
+def _method_cell(config, name, bias_name, train, valid, test, click_fn, probe, held, seeds) -> tuple:
+  """Fits and scores method ``name`` under one bias: ``(entry, table cell, history)``.
+
+  A method the bias's click log cannot serve gives ``({"n/a": reason}, reason, None)``.
+  """
+  method_cfg = config.method_configs.get(name, ml_collections.ConfigDict())
+  method = methods_lib.get_method(name, method_cfg, num_features=train.num_features, list_size=train.list_size)
+  reason = not_applicable_reason(method, bias_name, probe)
+  if reason is not None:
+    return {"n/a": reason}, reason, None
+  fit_result = fit(
+    method,
+    train,
+    valid if config.get("select_on_valid", True) else None,
+    click_fn=click_fn,
+    config=config.train,
+    seeds=seeds,
+    name=f"{bias_name}/{name}",
+  )
+  per_seed = evaluate(method, fit_result.params, test)
+  if held is not None and method.click_logits is not None:  # the method predicts clicks: score them
+    per_seed.update(evaluate_clicks(method, fit_result.params, fit_result.extra, held))
+  entry, summaries = summarize_metrics(per_seed, [c for c in (*METRIC_COLUMNS, *CLICK_COLUMNS) if c in per_seed])
+  entry["best_step"] = np.asarray(fit_result.best_step).tolist()
+  entry["history"] = fit_result.history  # per evaluation: loss, validation metrics
+  diverged = not all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree.leaves(fit_result.final_params))
+  cell = summaries["ndcg@10"]
+  if diverged:  # NaN/inf weights: the scores tie, so the number is not the method's
+    entry["diverged"] = True
+    s = summaries["ndcg@10"]
+    cell = f"{s['mean']:.4f} ± {s['ci90']:.4f} (diverged: non-finite parameters)"
+  return entry, cell, fit_result.history
+
+
+def _online_row(config, bias, bias_name, data, b_idx, click_cfg, seeds, results, row, timings) -> None:
+  """Fills the online learners' cells of one bias into ``results[bias_name]``, ``row`` and ``timings``."""
+  if online_columns(config):
+    candidates, reason = _online_lists(bias, data, int(config.seed) + 1000 * b_idx, click_cfg, config)
+  for column in online_columns(config):
+    t0 = time.perf_counter()
+    if reason is not None:
+      results[bias_name][column], row[column] = {"n/a": reason}, reason
+      continue
+    results[bias_name][column], row[column] = _online_cell(
+      column[len("online_") :], click_cfg, candidates, config, seeds
+    )
+    timings[bias_name][column] = time.perf_counter() - t0
+    logging.info(
+      f"[report] {bias_name}/{column}: ndcg@10 {results[bias_name][column]['ndcg@10']:.4f} "
+      f"({timings[bias_name][column]:.1f}s)"
+    )
+
+
+def _report_meta(config, columns, biases, num_seeds, timings, t_start) -> dict:
+  """``results["_meta"]`` after the biases ``biases`` (the ones done so far)."""
+  return {
+    "methods": columns,
+    "biases": biases,
+    "num_seeds": num_seeds,
+    "data": config.data.to_dict(),
+    "logging_policy": config.logging_policy.to_dict(),
+    "train": config.train.to_dict(),
+    "seconds_per_cell": timings,
+    **({"online": config.online.to_dict()} if online_columns(config) else {}),
+    "seconds": time.perf_counter() - t_start,
+  }
+
+
+def _run_bias(config, data, bias_name, b_idx, seeds, sessions_per_list, results, timings, workdir) -> dict:
+  """Trains every method and online learner under bias ``bias_name``; fills ``results`` and returns its row."""
+  methods = list(config.methods)
+  bias = config.bias_configs[bias_name]
+  train, valid, test = _bias_datasets(bias, data, int(config.seed) + 1000 * b_idx)
+  click_fn, click_cfg = make_bias_click_fn(bias, train, top_k=config.logging_policy.top_k)
+  train = with_policy_examination(bias, train, click_cfg, seed=int(config.seed) + 1000 * b_idx + 2)
+  ig = _bias_identifiability(config, bias, train, click_cfg, b_idx)
+  results["_identifiability"][bias_name] = ig
+  row: dict[str, Any] = {"identifiability (IG)": ig["label"]}
+  results[bias_name] = {}
+  timings[bias_name] = {}
+  probe = _probe_batch(train, click_fn)
+  logging.info(f"[report] bias {bias_name}: IG {ig['label']} ({ig['num_records']} records)")
+  held = None
+  if sessions_per_list:
+    held, truth = held_out_click_log(
+      test, click_fn, list_size=train.list_size, sessions=sessions_per_list, seed=int(config.seed) + 1000 * b_idx + 1
+    )
+    results["_clicks"][bias_name] = {"true_model": truth, "pages": held.num_queries}
+  histories: dict[str, list] = {}
+  for name in methods:
+    t0 = time.perf_counter()
+    entry, row[name], history = _method_cell(config, name, bias_name, train, valid, test, click_fn, probe, held, seeds)
+    results[bias_name][name] = entry
+    if history is None:
+      continue
+    histories[name] = history
+    timings[bias_name][name] = time.perf_counter() - t0
+    logging.info(f"[report] {bias_name}/{name}: ndcg@10 {entry['ndcg@10']:.4f} ({timings[bias_name][name]:.1f}s)")
+  _online_row(config, bias, bias_name, data, b_idx, click_cfg, seeds, results, row, timings)
+  if workdir is not None and histories:
+    plot_learning_curves(
+      histories,
+      os.path.join(workdir, "curves", f"{bias_name}.png"),
+      relative=("train/loss",),
+      metrics=("train/loss", f"valid/{config.train.select_metric}"),
+    )
+  return row
+
+
 def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dict:
   """Trains ``config.methods`` under every bias of ``config.biases`` and writes the report.
 
-  Returns the mapping written to ``results.json`` (see the module docstring). The files are rewritten
-  after every bias, so a long run shows its progress.
+  The files are rewritten after every bias, so a long run shows its progress.
+
+  Args:
+    config: the report's config (:func:`default_config`): ``methods``, ``biases`` and their
+      ``bias_configs``, ``data``, ``logging_policy``, ``train``, ``num_seeds``, ``seed``; its values are
+      checked against ``CONFIG_RULES`` before any work.
+    workdir: the output directory (``results.json``, ``report.md``, ``heatmap.png``, ``curves/``,
+      ``clicks.md``), or None to write nothing.
+
+  Returns:
+    The mapping written to ``results.json`` (see the module docstring): bias -> method -> its metrics,
+    plus ``_identifiability``, ``_meta`` and, with ``click_eval.sessions_per_list``, ``_clicks``.
   """
   validate_config(config, CONFIG_RULES)  # every value in range before any work
   t_start = time.perf_counter()
   data = make_bias_data(config)
-  methods = list(config.methods)
-  columns = methods + online_columns(config)
+  columns = list(config.methods) + online_columns(config)
   biases = list(config.biases)
   seeds = [int(config.seed) + i for i in range(int(config.num_seeds))]
   sessions_per_list = int(config.get("click_eval", {}).get("sessions_per_list", 0) or 0)
@@ -603,104 +738,8 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
   rows: dict[str, dict] = {}
   timings: dict[str, dict] = {}
   for b_idx, bias_name in enumerate(biases):
-    bias = config.bias_configs[bias_name]
-    train, valid, test = _bias_datasets(bias, data, int(config.seed) + 1000 * b_idx)
-    click_fn, click_cfg = make_bias_click_fn(bias, train, top_k=config.logging_policy.top_k)
-    train = with_policy_examination(bias, train, click_cfg, seed=int(config.seed) + 1000 * b_idx + 2)
-    top_k = click_cfg.get("top_k")
-    contexts = train.extras.get("context") if "context" in _batch_inputs(click_cfg) else None
-    rep = logged_identifiability(
-      train,
-      top_k=top_k,
-      contexts=contexts,
-      positions=sampled_display_positions(bias, train, seed=int(config.seed) + 1000 * b_idx),
-    )
-    ig = {
-      **rep.to_dict(),
-      "label": _ig_label(rep),
-      "bias_factors": "(context, position)" if contexts is not None else "position",
-      "click_model": click_cfg,
-    }
-    results["_identifiability"][bias_name] = ig
-    row: dict[str, Any] = {"identifiability (IG)": ig["label"]}
-    results[bias_name] = {}
-    timings[bias_name] = {}
-    probe = _probe_batch(train, click_fn)
-    logging.info(f"[report] bias {bias_name}: IG {ig['label']} ({ig['num_records']} records)")
-    held = None
-    if sessions_per_list:
-      held, truth = held_out_click_log(
-        test, click_fn, list_size=train.list_size, sessions=sessions_per_list, seed=int(config.seed) + 1000 * b_idx + 1
-      )
-      results["_clicks"][bias_name] = {"true_model": truth, "pages": held.num_queries}
-    histories: dict[str, list] = {}
-    for name in methods:
-      t0 = time.perf_counter()
-      method_cfg = config.method_configs.get(name, ml_collections.ConfigDict())
-      method = methods_lib.get_method(name, method_cfg, num_features=train.num_features, list_size=train.list_size)
-      reason = not_applicable_reason(method, bias_name, probe)
-      if reason is not None:
-        results[bias_name][name] = {"n/a": reason}
-        row[name] = reason
-        continue
-      fit_result = fit(
-        method,
-        train,
-        valid if config.get("select_on_valid", True) else None,
-        click_fn=click_fn,
-        config=config.train,
-        seeds=seeds,
-        name=f"{bias_name}/{name}",
-      )
-      per_seed = evaluate(method, fit_result.params, test)
-      if held is not None and method.click_logits is not None:  # the method predicts clicks: score them
-        per_seed.update(evaluate_clicks(method, fit_result.params, fit_result.extra, held))
-      entry, summaries = summarize_metrics(per_seed, [c for c in (*METRIC_COLUMNS, *CLICK_COLUMNS) if c in per_seed])
-      entry["best_step"] = np.asarray(fit_result.best_step).tolist()
-      entry["history"] = histories[name] = fit_result.history  # per evaluation: loss, validation metrics
-      diverged = not all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree.leaves(fit_result.final_params))
-      results[bias_name][name] = entry
-      row[name] = summaries["ndcg@10"]
-      if diverged:  # NaN/inf weights: the scores tie, so the number is not the method's
-        entry["diverged"] = True
-        s = summaries["ndcg@10"]
-        row[name] = f"{s['mean']:.4f} ± {s['ci90']:.4f} (diverged: non-finite parameters)"
-      timings[bias_name][name] = time.perf_counter() - t0
-      logging.info(f"[report] {bias_name}/{name}: ndcg@10 {entry['ndcg@10']:.4f} ({timings[bias_name][name]:.1f}s)")
-    if online_columns(config):
-      candidates, reason = _online_lists(bias, data, int(config.seed) + 1000 * b_idx, click_cfg, config)
-    for column in online_columns(config):
-      t0 = time.perf_counter()
-      if reason is not None:
-        results[bias_name][column], row[column] = {"n/a": reason}, reason
-        continue
-      results[bias_name][column], row[column] = _online_cell(
-        column[len("online_") :], click_cfg, candidates, config, seeds
-      )
-      timings[bias_name][column] = time.perf_counter() - t0
-      logging.info(
-        f"[report] {bias_name}/{column}: ndcg@10 {results[bias_name][column]['ndcg@10']:.4f} "
-        f"({timings[bias_name][column]:.1f}s)"
-      )
-    rows[bias_name] = row
-    if workdir is not None and histories:
-      plot_learning_curves(
-        histories,
-        os.path.join(workdir, "curves", f"{bias_name}.png"),
-        relative=("train/loss",),
-        metrics=("train/loss", f"valid/{config.train.select_metric}"),
-      )
-    results["_meta"] = {
-      "methods": columns,
-      "biases": biases[: b_idx + 1],
-      "num_seeds": len(seeds),
-      "data": config.data.to_dict(),
-      "logging_policy": config.logging_policy.to_dict(),
-      "train": config.train.to_dict(),
-      "seconds_per_cell": timings,
-      **({"online": config.online.to_dict()} if online_columns(config) else {}),
-      "seconds": time.perf_counter() - t_start,
-    }
+    rows[bias_name] = _run_bias(config, data, bias_name, b_idx, seeds, sessions_per_list, results, timings, workdir)
+    results["_meta"] = _report_meta(config, columns, biases[: b_idx + 1], len(seeds), timings, t_start)
     _write(workdir, results, rows, biases, columns, len(seeds), final=b_idx == len(biases) - 1)
   table = _write(None, results, rows, biases, columns, len(seeds), final=True)
   if sessions_per_list:
