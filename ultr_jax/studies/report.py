@@ -118,6 +118,12 @@ def make_bias_data(config: ml_collections.ConfigDict) -> dict[str, Any]:
   keeps every candidate in logging order (the top-k selection bias shows only the first k). Test lists
   keep every candidate in both. Every split carries ``extras["logging_score"]``, the standardised
   logging-policy score (SIF's bias source z).
+
+  Args:
+    config: the report's config (``data``, ``logging_policy``, ``seed``).
+
+  Returns:
+    ``{"display": (train, valid, test), "candidates": (train, valid, test), "weights"}`` as above.
   """
   lp = config.logging_policy
   train, valid, test = load_datasets(config)
@@ -179,6 +185,15 @@ def make_bias_click_fn(bias: ml_collections.ConfigDict, train, *, top_k: Optiona
   ``top_k`` (the report passes the logging policy's). With ``logging_temperature`` the logging policy is
   stochastic: each session shows a Plackett-Luce sample of the lists' ``logging_score`` at that temperature
   (:func:`~ultr_jax.simulation.stochastic_logging_click_fn`).
+
+  Args:
+    bias: one entry of ``config.bias_configs`` (``click_model``, ``selection``, ``logging_temperature``).
+    train: the training split whose lists the clicks are drawn on.
+    top_k: the number of positions shown when the bias does not set its own.
+
+  Returns:
+    ``(click_fn, click_model_config)``: the function ``(key, batch) -> clicks and their inputs`` and the
+    click model's config as used (with ``top_k`` where one applies).
   """
   cm = _resolve_click_model(bias, train, top_k)
   click_fn = simulation.make_any_click_fn(cm)
@@ -196,6 +211,16 @@ def with_policy_examination(
   Each candidate's expected examination over ``num_samples`` displays of the bias's logging policy
   (:func:`~ultr_jax.simulation.policy_examination`): the propensity of policy-aware IPS
   (``ips_policy_aware``), computed once per dataset.
+
+  Args:
+    bias: one entry of ``config.bias_configs``.
+    train: the training split.
+    click_cfg: the bias's click model config (:func:`make_bias_click_fn`).
+    seed: the seed of the sampled displays.
+    num_samples: how many displays the expectation averages over.
+
+  Returns:
+    ``train`` with ``extras["policy_examination"]`` (``float[Q, L]``), or ``train`` unchanged.
   """
   temperature = bias.get("logging_temperature")
   if not temperature:
@@ -215,6 +240,15 @@ def sampled_display_positions(bias: ml_collections.ConfigDict, train, *, seed: i
   """``num_displays`` Plackett-Luce displays of every list under a stochastic logging policy: ``int[R, Q, L]``.
 
   The records the identifiability check sees for such a bias (None for a fixed logging order).
+
+  Args:
+    bias: one entry of ``config.bias_configs``.
+    train: the training split.
+    seed: the seed of the sampled displays.
+    num_displays: how many displays of every list are drawn (R).
+
+  Returns:
+    ``int[R, Q, L]`` display positions, or None when the bias's logging order is fixed.
   """
   temperature = bias.get("logging_temperature")
   if not temperature:
@@ -261,6 +295,17 @@ def held_out_click_log(
   :math:`P(C_i = 1 \mid c_{<i})` (``conditional_click_prob``): the floor, in expectation, of a learned
   click model's held-out perplexity (:func:`~ultr_jax.train.evaluate_clicks`) on them.
 
+  Args:
+    test: the test split (every candidate, in logging order).
+    click_fn: the bias's click function (:func:`make_bias_click_fn`).
+    list_size: the training lists' size; the test lists are cut to it.
+    sessions: how many sessions of each test list are drawn.
+    seed: the seed of the clicks' key.
+
+  Returns:
+    ``(click log, {"click_ll", "click_perplexity"})``: the sessions as a :class:`~ultr_jax.data.RankingDataset`
+    and the generating model's own click metrics on them.
+
   >>> from ultr_jax import data
   >>> test = data.make_synthetic(num_train=1, num_valid=1, num_test=3, list_size=6, num_features=2).test
   >>> log, truth = held_out_click_log(test, simulation.make_click_fn({"name": "dcm", "continuation": 0.5}),
@@ -304,6 +349,14 @@ def click_table(results: Mapping[str, Any], biases, methods) -> tuple[str, dict]
   the means), ``tied_by_perplexity`` / ``tied_by_ndcg`` (the methods whose seed-paired difference to that
   best has a 90% t-interval including 0) and ``perplexity_pick_ranks_worse``: the perplexity pick's nDCG@10
   is below the nDCG pick's beyond that interval. Cells with a non-finite perplexity are left out.
+
+  Args:
+    results: the report's results (:func:`run_report`), with ``results["_clicks"]`` per bias.
+    biases: the biases (rows of the click table, columns of ``summary``), in order.
+    methods: the methods and online columns; those without a ``click_perplexity`` are left out.
+
+  Returns:
+    ``(markdown, summary)`` as above.
 
   >>> cell = lambda ppl, ndcg: {"click_perplexity": ppl, "ndcg@10": ndcg, "ci90": {"click_perplexity": 0.01},
   ...                           "per_seed": {"click_perplexity": [ppl - 0.01, ppl + 0.01],
@@ -386,6 +439,16 @@ def logged_identifiability(dataset, *, top_k: Optional[int] = None, contexts=Non
   displays of every list, e.g. a stochastic logging policy's, :func:`sampled_display_positions`) replace
   the stored order (item ``i`` at position ``i``).
 
+  Args:
+    dataset: the logged :class:`~ultr_jax.data.RankingDataset`.
+    top_k: how many leading positions were displayed, or None for all.
+    contexts: ``int[Q, L]`` context of every record, or None for position-only bias factors.
+    positions: ``int[R, Q, L]`` sampled display positions, or None for the stored order.
+
+  Returns:
+    The identifiability report of the records (``identifiable``, ``num_records`` and the graph's
+    components; see :func:`~ultr_jax.graph.check_identifiability`).
+
   >>> from ultr_jax.data import RankingDataset
   >>> ds = RankingDataset(np.zeros((2, 2, 1), np.float32), np.zeros((2, 2), np.float32),
   ...                     np.ones((2, 2), bool), np.arange(2), doc_ids=np.array([[0, 1], [1, 0]]))
@@ -423,7 +486,16 @@ def _ig_label(rep) -> str:
 
 
 def not_applicable_reason(method, bias_name: str, batch: Mapping[str, Any]) -> Optional[str]:
-  """``"n/a: <reason>"`` when ``method`` cannot be trained on the clicks of ``bias_name``, else None."""
+  """``"n/a: <reason>"`` when ``method`` cannot be trained on the clicks of ``bias_name``, else None.
+
+  Args:
+    method: the method (:func:`~ultr_jax.train.get_method`).
+    bias_name: the bias's name, as the reason names it.
+    batch: a probe batch of the bias's clicks (its entries and their shapes).
+
+  Returns:
+    ``"n/a: <reason>; <bias> provides no '<entry>'"`` or None when the method can be trained.
+  """
   missing = method_inputs_missing(method, batch)
   if missing is None:
     return None
@@ -436,7 +508,14 @@ def _reason_text(missing: str, bias_name: str) -> str:
 
 
 def online_columns(config: ml_collections.ConfigDict) -> list[str]:
-  """The report's columns of the online learners: ``online_<method>`` per ``config.online.methods``."""
+  """The report's columns of the online learners: ``online_<method>`` per ``config.online.methods``.
+
+  Args:
+    config: the report's config.
+
+  Returns:
+    ``["online_<method>", ...]``, empty without ``config.online``.
+  """
   online = config.get("online")
   return [f"online_{m}" for m in (online.methods if online is not None else ())]
 
@@ -449,7 +528,16 @@ def _online_users(click_cfg: Mapping[str, Any], config: ml_collections.ConfigDic
 def online_not_applicable_reason(
   click_cfg: Mapping[str, Any], train, config: ml_collections.ConfigDict
 ) -> Optional[str]:
-  """``"n/a: <why>"`` where the online learners cannot face a bias's users on ``train``'s lists, else None."""
+  """``"n/a: <why>"`` where the online learners cannot face a bias's users on ``train``'s lists, else None.
+
+  Args:
+    click_cfg: the bias's click model config (:func:`make_bias_click_fn`).
+    train: the candidate-list training split the online users would browse.
+    config: the report's config (its ``logging_policy.top_k`` when the bias sets no ``top_k``).
+
+  Returns:
+    ``"n/a: online users: <why>"`` or None.
+  """
   users = _online_users(click_cfg, config)
   why = online_users_missing(users, train, top_k=users["top_k"])
   return None if why is None else f"n/a: online users: {why}"
@@ -487,6 +575,13 @@ def plan_cells(config: ml_collections.ConfigDict, data: Optional[Mapping[str, An
 
   Only traces (no training), so it checks a whole grid in seconds; ``data`` defaults to
   :func:`make_bias_data` of ``config``.
+
+  Args:
+    config: the report's config.
+    data: :func:`make_bias_data` of ``config``, or None to build it.
+
+  Returns:
+    ``{bias: {column: None or "n/a: <reason>"}}``.
   """
   data = make_bias_data(config) if data is None else data
   plan: dict[str, dict] = {}
@@ -521,7 +616,15 @@ def plan_cells(config: ml_collections.ConfigDict, data: Optional[Mapping[str, An
 
 
 def plot_heatmap(results: Mapping[str, Any], biases, methods, path: str, *, metric: str = "ndcg@10") -> None:
-  """Method x bias heatmap of ``metric`` (mean, 90% half-width annotated; n/a cells grey)."""
+  """Method x bias heatmap of ``metric`` (mean, 90% half-width annotated; n/a cells grey).
+
+  Args:
+    results: the report's results (:func:`run_report`).
+    biases: the biases (columns), in order.
+    methods: the methods and online columns (rows), in order.
+    path: the PNG file to write.
+    metric: the metric shown.
+  """
   import matplotlib  # noqa: PLC0415
 
   matplotlib.use("Agg")

@@ -72,6 +72,12 @@ def default_click_model_config() -> ml_collections.ConfigDict:
 def default_config(variant: str = "default") -> ml_collections.ConfigDict:
   """The click-model study's config ``variant`` (one of :data:`VARIANTS`).
 
+  Args:
+    variant: one of :data:`VARIANTS`: ``"default"`` or ``"smoke"`` (seconds).
+
+  Returns:
+    A fresh ``ml_collections.ConfigDict``.
+
   >>> default_config("smoke").true_models
   ('pbm', 'dcm')
   """

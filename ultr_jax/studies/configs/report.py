@@ -104,6 +104,12 @@ def _biases(top_k: int) -> ml_collections.ConfigDict:
 def default_config(variant: str = "default") -> ml_collections.ConfigDict:
   """The report's config ``variant`` (one of :data:`VARIANTS`).
 
+  Args:
+    variant: ``"default"``, ``"full"`` or ``"smoke"``.
+
+  Returns:
+    A fresh ``ml_collections.ConfigDict``.
+
   >>> len(default_config().methods), len(default_config("full").methods), default_config("smoke").biases
   (22, 25, ('pbm', 'topk'))
   """
