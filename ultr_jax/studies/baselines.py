@@ -57,11 +57,19 @@ def _pearson(a: np.ndarray, b: np.ndarray) -> float:
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dict:
   """Runs every method of ``config.methods`` and writes the comparison.
 
-  Returns the results mapping written to ``results.json``: method name ->
-  ``{"ndcg@1": mean, ..., "std": {...}, "ci90": {...}, "per_seed": {...}}``
-  plus ``"propensity_corr"`` for methods that learn position propensities,
-  ``"history"`` (the fit's evaluations: step, train loss and validation
-  metrics per seed), and a ``"_meta"`` entry describing the run.
+  Args:
+    config: the study's config (:func:`default_config`): ``data``, ``methods`` and their
+      ``method_configs``, ``train``, ``num_seeds``, ``seed``; its values are checked against
+      ``CONFIG_RULES`` before any work.
+    workdir: the output directory (``results.json``, the table, ``curves.png``, with ``write_runs`` the
+      TREC run files under ``runs/``), or None to write nothing.
+
+  Returns:
+    The results mapping written to ``results.json``: method name ->
+    ``{"ndcg@1": mean, ..., "std": {...}, "ci90": {...}, "per_seed": {...}}``
+    plus ``"propensity_corr"`` for methods that learn position propensities,
+    ``"history"`` (the fit's evaluations: step, train loss and validation
+    metrics per seed), and a ``"_meta"`` entry describing the run.
   """
   validate_config(config, CONFIG_RULES)  # every value in range before any work
   t_start = time.perf_counter()

@@ -98,6 +98,16 @@ def _attraction(config, seed) -> np.ndarray:
 def simulate_study_logs(config: ml_collections.ConfigDict, true_model: str, seed: int) -> dict:
   """One seed's simulated log for ``true_model``, split into ``train`` / ``test`` sessions.
 
+  Args:
+    config: the study's config (``num_queries``, ``num_sessions``, ``test_fraction``, ``noise``,
+      ``simulators``).
+    true_model: the generating click model's name (a key of ``config.simulators`` sets its parameters).
+    seed: the seed of the attraction table, the per-document parameters and the sessions.
+
+  Returns:
+    ``{"train": sessions, "test": sessions, "attraction": float[num_docs], "num_docs": int}``; the sessions
+    are :func:`~ultr_jax.simulation.simulate_session_log`'s arrays (``doc_ids``, ``clicks``, ``where``, ...).
+
   >>> c = default_click_model_config(); c.num_queries, c.num_sessions = 4, 50
   >>> logs = simulate_study_logs(c, "dcm", 0)
   >>> print(logs["train"]["doc_ids"].shape, logs["test"]["doc_ids"].shape, logs["attraction"].shape)
@@ -134,6 +144,18 @@ def fit_and_score(model: str, train: dict, test: dict, *, num_docs: int, config,
   """Fits ``model`` on ``train`` sessions and scores it on ``test``; None if the model cannot
   explain the log (the cascade on sessions with several clicks).
 
+  Args:
+    model: the click model to fit (one of :data:`~ultr_jax.simulation.FITTABLE_CLICK_MODELS`).
+    train: the training sessions (``doc_ids``, ``clicks``, ``where``).
+    test: the held-out sessions.
+    num_docs: the id range of ``doc_ids``.
+    config: the study's config (``l2``, ``max_iters``, ``tol``).
+    attraction: the true ``float[num_docs]`` attraction, for ``attraction_mae``, or None.
+
+  Returns:
+    The held-out scores (``perplexity``, ``perplexity_per_rank``, ``ctr_perplexity``, ``log_likelihood``)
+    with ``fit_seconds``, ``converged`` and ``attraction_mae`` (None without ``attraction``); or None.
+
   >>> c = default_click_model_config(); c.num_queries, c.num_sessions = 4, 200
   >>> logs = simulate_study_logs(c, "pbm", 0)
   >>> out = fit_and_score("pbm", logs["train"], logs["test"], num_docs=logs["num_docs"], config=c)
@@ -169,6 +191,16 @@ def score_ctr_baseline(model: str, train: dict, test: dict, *, num_docs: int, co
   """A click-through-rate baseline (:func:`~ultr_jax.simulation.fit_ctr_model`) counted on ``train``, scored on
   ``test`` in :func:`fit_and_score`'s form (its click probabilities are conditional and marginal at once).
 
+  Args:
+    model: the click-through-rate model (``"rctr"``, ``"dctr"``, ``"drctr"``: :func:`~ultr_jax.simulation.fit_ctr_model`).
+    train: the training sessions (``doc_ids``, ``clicks``, ``where``).
+    test: the held-out sessions.
+    num_docs: the id range of ``doc_ids``.
+    config: the study's config (``ctr_prior``).
+
+  Returns:
+    :func:`fit_and_score`'s scores, with ``converged`` True and ``attraction_mae`` None.
+
   >>> c = default_click_model_config(); c.num_queries, c.num_sessions = 4, 200
   >>> logs = simulate_study_logs(c, "pbm", 0)
   >>> out = score_ctr_baseline("dctr", logs["train"], logs["test"], num_docs=logs["num_docs"], config=c)
@@ -197,6 +229,13 @@ def score_true_parameters(test: dict) -> dict:
   :func:`~ultr_jax.simulation.click_prediction_scores`, as :func:`~ultr_jax.simulation.evaluate_click_model`
   scores a fit: no model fitted to the log can beat them in expectation, so a fitted model's gap to them is
   its estimation and misspecification error.
+
+  Args:
+    test: held-out sessions of :func:`simulate_study_logs` (with ``conditional_click_prob`` and
+      ``click_prob``).
+
+  Returns:
+    :func:`fit_and_score`'s scores, with ``fit_seconds`` and ``attraction_mae`` None.
 
   >>> c = default_click_model_config(); c.num_queries, c.num_sessions = 4, 200
   >>> logs = simulate_study_logs(c, "dcm", 0)
@@ -235,6 +274,15 @@ def log_split(batches, *, held_out: bool, fraction: float, seed: int):
   A session is held out where :func:`~ultr_jax.data.held_out_sessions` of its ``session`` index says so;
   the others' ``valid`` becomes False (shapes unchanged, so a jitted step still compiles once).
 
+  Args:
+    batches: an iterable of session batches, each with ``session`` and ``valid``.
+    held_out: yield the held-out sessions (True) or the training ones (False).
+    fraction: the held-out fraction of sessions.
+    seed: the seed of the split.
+
+  Returns:
+    A generator of the batches, ``valid`` restricted to the chosen sessions.
+
   >>> b = {"session": np.arange(4), "valid": np.ones(4, bool)}
   >>> [x["valid"].tolist() for x in log_split([b], held_out=True, fraction=0.5, seed=0)]
   [[False, True, False, False]]
@@ -253,6 +301,17 @@ def fit_and_score_stream(model: str, train, test, *, num_docs: int, config) -> O
   model's statistics outgrow ``config.statistics_memory_budget_bytes`` (a cascade-family model on a log whose lists
   rarely repeat), it is fitted by :func:`~ultr_jax.simulation.fit_click_model_minibatch` instead (Adam,
   ``config.minibatch_epochs`` passes over ``train()``), and ``fit`` says which.
+
+  Args:
+    model: the click model to fit (one of :data:`~ultr_jax.simulation.FITTABLE_CLICK_MODELS`).
+    train: returns a fresh iterable of training session batches.
+    test: returns a fresh iterable of held-out session batches.
+    num_docs: the id range of ``doc_ids``.
+    config: the study's config (``l2``, ``max_iters``, ``tol``, ``statistics_max_records``,
+      ``minibatch_epochs``).
+
+  Returns:
+    :func:`fit_and_score`'s scores plus ``fit`` (how the model was fitted), or None.
 
   >>> c = default_click_model_config(); c.num_queries, c.num_sessions = 4, 200
   >>> logs = simulate_study_logs(c, "pbm", 0)
@@ -347,6 +406,16 @@ def score_ctr_baseline_stream(model: str, statistics, test, *, num_docs: int, co
 
   ``fit_seconds`` counts the rates only (the shared pass is the caller's to add).
 
+  Args:
+    model: the click-through-rate model (as :func:`score_ctr_baseline`'s).
+    statistics: the training log's ``("pbm", ...)`` click statistics.
+    test: returns a fresh iterable of held-out session batches.
+    num_docs: the id range of ``doc_ids``.
+    config: the study's config (``ctr_prior``).
+
+  Returns:
+    :func:`fit_and_score`'s scores, with ``converged`` True and ``attraction_mae`` None.
+
   >>> c = default_click_model_config(); c.num_queries, c.num_sessions = 4, 200
   >>> logs = simulate_study_logs(c, "pbm", 0)
   >>> stats = sim.gather_click_statistics("pbm", [logs["train"]])
@@ -415,6 +484,14 @@ def score_click_log(config, columns=None) -> dict:
   The log is opened with :func:`~ultr_jax.data.open_click_log` (``config.click_log_format``; a text log
   converted into ``config.click_log_shard_dir``, or a temporary directory removed afterwards) and read in
   batches of ``config.click_log_batch_size`` sessions, lists of ``config.list_size_of_log`` (0: the longest).
+
+  Args:
+    config: the study's config (``click_log``, ``click_log_format``, ``click_log_shard_dir``,
+      ``click_log_batch_size``, ``list_size_of_log`` and those of :func:`score_log_batches`).
+    columns: the models to score, or None for ``config.fit_models`` then ``config.ctr_models``.
+
+  Returns:
+    :func:`score_log_batches`'s ``{model: scores}``.
   """
   shard_dir = config.get("click_log_shard_dir", "") or None
   with data_lib.open_click_log(config.click_log, format=config.click_log_format, shard_dir=shard_dir) as log:
@@ -486,7 +563,14 @@ def _write(workdir, results, fit_models):
 def run_click_model_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dict[str, Any]:
   """Runs the study and writes ``results.json``, ``table.md``/``.csv`` and the figure to ``workdir``.
 
-  Returns the results mapping (see the module docstring).
+  Args:
+    config: the study's config (:func:`default_config`): the simulated logs (``true_models``,
+      ``num_queries``, ``num_sessions``, ``num_seeds``) or ``click_log``, ``fit_models``, ``ctr_models``;
+      its values are checked against ``CONFIG_RULES`` before any work.
+    workdir: the output directory, or None to write nothing.
+
+  Returns:
+    The results mapping (see the module docstring).
   """
   validate_config(config, CONFIG_RULES)  # every value in range before any work
   fit_models = tuple(config.fit_models)

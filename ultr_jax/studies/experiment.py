@@ -90,12 +90,12 @@ def _files(pattern: str, field: str) -> list[str]:
   return paths
 
 
-def with_position_propensities(train, spec: str, *, field: str = "propensities"):
+def with_position_propensities(train, source: str, *, field: str = "propensities"):
   """``train`` with ``extras["examination"]`` set from given position propensities (position 1 first).
 
   For IPS on logged clicks, whose propensities no simulator knows (a single IPS or SNIPS method can
   instead take them as ``method_configs.<name>.propensities``; this sets them once for every method,
-  from a file): ``spec`` is comma-separated
+  from a file): ``source`` is comma-separated
   numbers; an existing text/CSV file with one position per line whose last column is the
   propensity (so a ``position,propensity`` table works; a header line is skipped); or the JSON
   that ``experiments/identifiability/check.py --click_log=...`` writes, as ``report.json`` (its
@@ -107,9 +107,9 @@ def with_position_propensities(train, spec: str, *, field: str = "propensities")
   >>> with_position_propensities(ds, "1, 0.5, 0.25, 0.1").extras["examination"].tolist()
   [[1.0, 0.5, 0.0]]
   """
-  json_path, method = spec, "all_pairs"
-  if ".json:" in spec:
-    json_path, method = spec.rsplit(":", 1)
+  json_path, method = source, "all_pairs"
+  if ".json:" in source:
+    json_path, method = source.rsplit(":", 1)
   if json_path.endswith(".json"):
     if not os.path.isfile(json_path):
       raise ValueError(f"{field}: no such file {json_path!r}")
@@ -124,9 +124,9 @@ def with_position_propensities(train, spec: str, *, field: str = "propensities")
     missing = [k + 1 for k, v in enumerate(values[: train.list_size]) if v is None]
     if missing:
       raise ValueError(f"{json_path}: the log does not identify the {method} propensities of positions {missing}")
-  elif os.path.isfile(spec):
+  elif os.path.isfile(source):
     values = []
-    with open(spec, encoding="utf-8") as fh:
+    with open(source, encoding="utf-8") as fh:
       for line_no, line in enumerate(fh, 1):
         parts = line.replace(",", " ").split()
         if not parts:
@@ -135,12 +135,12 @@ def with_position_propensities(train, spec: str, *, field: str = "propensities")
           values.append(float(parts[-1]))
         except ValueError:
           if line_no > 1:
-            raise ValueError(f"{spec}:{line_no}: field 'propensity': {parts[-1]!r} is not a number") from None
+            raise ValueError(f"{source}:{line_no}: field 'propensity': {parts[-1]!r} is not a number") from None
   else:
     try:
-      values = [float(v) for v in spec.split(",") if v.strip()]
+      values = [float(v) for v in source.split(",") if v.strip()]
     except ValueError:
-      raise ValueError(f"{field}: {spec!r} is neither comma-separated numbers nor an existing file") from None
+      raise ValueError(f"{field}: {source!r} is neither comma-separated numbers nor an existing file") from None
   prop = np.asarray(values, np.float32)
   if len(prop) < train.list_size:
     raise ValueError(f"{field}: {len(prop)} propensities for lists of {train.list_size} positions")

@@ -30,10 +30,11 @@ E1 the coupling effect (Unlimited below LBD at eta >= 0.1; Table 1), E2 no harm 
 """
 
 import concurrent.futures
+import functools
 import json
 import os
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 from absl import logging
 import jax
@@ -124,6 +125,17 @@ def make_lbd_synthetic(
   grades ``0..4`` at the pooled z-quantiles ``label_fractions``
   (about 50/25/15/7/3%). Deterministic in ``seed``; ``extras["true_score"]`` is ``z``.
 
+  Args:
+    num_train: queries of the training split.
+    num_valid: queries of the validation split.
+    num_test: queries of the test split.
+    list_size: documents per query (L).
+    num_features: feature dimension (F).
+    num_linear: non-zero entries of ``u``.
+    num_tanh: ``tanh`` terms of ``z`` (the sum's upper limit, 8 by default).
+    seed: the NumPy seed of every draw.
+    label_fractions: the fractions of documents with grades 0, 1, 2, 3, 4 (they set the z-quantile cuts).
+
   Returns:
     ``(Splits(train, valid, test), u float64[F])``.
 
@@ -169,6 +181,11 @@ def select_crux_features(dataset: RankingDataset, k: int = 10, *, l2: float = 1e
   plus the average slope of the ``tanh`` terms), which is not always the
   largest :math:`|u_f|`.
 
+  Args:
+    dataset: the graded training lists (padding ignored).
+    k: how many features to return.
+    l2: the ridge penalty :math:`l_2` (scaled by the number of documents N).
+
   Returns:
     ``int64[k]`` feature indices, most important first.
 
@@ -199,6 +216,13 @@ def redraw_no_click(click_fn, *, max_draws: int = 100):
   ``check_validation`` loop does (the authors' code) except that the same list is
   re-drawn rather than a new query (a fixed-shape batch); all-padding lists
   are left alone. Jittable: a ``lax.while_loop`` over the whole batch.
+
+  Args:
+    click_fn: a click function ``(key, batch) -> {"clicks", ...}``.
+    max_draws: the most draws per list; a list still without a click after them keeps its last draw.
+
+  Returns:
+    The wrapped ``click_fn(key, batch)``, returning the same entries.
 
   >>> fn = lambda key, b: {"clicks": jax.random.bernoulli(key, 0.05, b["where"].shape).astype(jnp.float32)}
   >>> out = redraw_no_click(fn)(jax.random.key(0), {"where": jnp.ones((64, 5), bool)})
@@ -251,6 +275,18 @@ def make_individual_click_fn(
   is read from ``batch[w_key]`` (``[..., D]`` per list), so one compiled
   training step serves every eta.
 
+  Args:
+    crux_indices: the crux features :math:`x_{crux}` (:func:`select_crux_features`), in ``w``'s order.
+    eta: the coupling level :math:`\eta`, or None to read ``w`` from ``batch[w_key]``.
+    base_w: the base coupling vector :math:`w_0`, one entry per crux feature.
+    eps: the click noise :math:`\epsilon` on irrelevant documents.
+    redraw: re-simulate lists without a click (:func:`redraw_no_click`).
+    max_draws: the most draws per list when ``redraw``.
+    w_key: the batch entry holding ``w`` when ``eta`` is None.
+
+  Returns:
+    ``click_fn(key, batch) -> {"clicks", "examination", ...}`` (jittable).
+
   >>> fn = make_individual_click_fn([0], 0.5, base_w=[1.0], redraw=False)
   >>> out = fn(jax.random.key(0), {"labels": jnp.array([4.0, 0.0]), "where": jnp.ones(2, bool),
   ...                              "features": jnp.array([[1.0], [-1.0]])})
@@ -284,6 +320,12 @@ def stack_click_fn(click_fn, values, *, key_name: str = "lbd_w", runs_key: str =
   run with that value would get. Pair it with
   :func:`~ultr_jax.train.methods.lbd.stack_runs`.
 
+  Args:
+    click_fn: a click function reading ``batch[key_name]`` (``make_individual_click_fn(crux, None)``).
+    values: ``[R, ...]`` one value of ``batch[key_name]`` per run.
+    key_name: the batch entry each row of ``values`` is set as.
+    runs_key: the entry the stacked outputs are returned under.
+
   Returns:
     ``click_fn(key, batch) -> {runs_key: {name: [R, ...]}}``.
 
@@ -314,6 +356,14 @@ def grid_members(lams: Sequence[float], ts: Sequence[float]) -> list[tuple[str, 
   """The LBD-family runs trained together: ``(variant, lam, t)`` (the ablations of Section 6.1: LBD_Lips is
   t = 0, LBD_Ber lambda = 0, Unlimited both; the paper gives no grid for the ablations, so they share LBD's).
 
+  Args:
+    lams: the grid's gradient-penalty weights lambda.
+    ts: the grid's Bernoulli dropout rates t.
+
+  Returns:
+    ``[(variant, lam, t), ...]``: Unlimited ``(0, 0)``, LBD_Lips ``(lam, 0)`` per ``lam``, LBD_Ber
+    ``(0, t)`` per ``t``, LBD on every ``(lam, t)``, then ``click_data_lbd_tower`` ``(0, 1)``.
+
   >>> [m[0] for m in grid_members([100.0], [0.1])]
   ['unlimited', 'lbd_lips', 'lbd_ber', 'lbd', 'click_data_lbd_tower']
   """
@@ -327,6 +377,13 @@ def grid_members(lams: Sequence[float], ts: Sequence[float]) -> list[tuple[str, 
 
 def select_on_validation(members, valid_scores: np.ndarray) -> dict[str, int]:
   """For every variant, the member index with the best mean validation score (first on ties).
+
+  Args:
+    members: the grid's ``(variant, lam, t)`` members (:func:`grid_members`).
+    valid_scores: ``[G]`` mean validation score of every member.
+
+  Returns:
+    ``{variant: index into members}``.
 
   >>> members = [("lbd", 1.0, 0.1), ("lbd", 100.0, 0.1), ("unlimited", 0.0, 0.0)]
   >>> select_on_validation(members, np.array([0.5, 0.7, 0.6]))
@@ -355,6 +412,13 @@ def welch_difference(a: Sequence[float], b: Sequence[float]) -> dict[str, float]
 
   For comparing rankers, whose seeds are different models (unpaired).
 
+  Args:
+    a: the first sample (one value per seed).
+    b: the second sample.
+
+  Returns:
+    ``{"diff": mean(a) - mean(b), "ci90": the interval's upper half-width, "interval": [low, high]}``.
+
   >>> r = welch_difference([1.0, 2.0, 3.0], [0.0, 0.5, 0.2])
   >>> round(r["diff"], 4), [round(v, 4) for v in r["interval"]]
   (1.7667, [0.154, 3.3793])
@@ -372,6 +436,14 @@ def tied_with_best(grid_rows: Sequence[dict], variant: str = "lbd") -> Optional[
   paired over seeds, includes 0: validation cannot tell it from the selected
   one (E5 reads the selection's drift only where it is outside such ties).
   None when the rows carry no ``valid_per_seed``.
+
+  Args:
+    grid_rows: the ``"grid"`` rows of one ranker and eta (``variant``, ``lam``, ``t``, ``valid_per_seed``).
+    variant: the variant whose members are compared.
+
+  Returns:
+    The best member first, then the tied ones: ``{"lam", "t", "valid", "behind_best", "ci90"}`` each; or
+    None.
 
   >>> rows = [{"variant": "lbd", "lam": 1.0, "t": 0.1, "valid_per_seed": [0.90, 0.91, 0.92]},
   ...         {"variant": "lbd", "lam": 1e4, "t": 0.4, "valid_per_seed": [0.91, 0.91, 0.93]},
@@ -403,6 +475,16 @@ def effects(results: dict, etas: Sequence[float], *, metric: str = "ndcg@10") ->
   """The effects E1-E5 (the module docstring) from ``results`` (per-seed values, paired over seeds).
 
   A difference is "significant" when its 90% seed-level interval excludes 0.
+
+  Args:
+    results: the study's results (:func:`run_lbd_study`): ``"eta=<v>"`` -> cell -> metric summaries with
+      ``per_seed``.
+    etas: the swept coupling levels.
+    metric: the metric the effects compare.
+
+  Returns:
+    ``{"E1": ..., ..., "E5": ...}``: each effect's differences, their 90% intervals and whether they are
+    significant.
   """
 
   def seeds(eta, ranker, method):
@@ -545,6 +627,14 @@ def prepare_lists(config: ml_collections.ConfigDict):
   in logged order: the code scores the full candidate list (not only the
   top 10) of a test/validation query, and (lambda, t) is selected on
   validation nDCG@10 with the true labels (Appendix C.2).
+
+  Args:
+    config: the study's config: ``data`` (its source, sizes and optional ``crux_indices``) and
+      ``logging_policy``.
+
+  Returns:
+    ``(train, valid, test, crux, crux_how)``: the three :class:`~ultr_jax.data.RankingDataset` splits, the
+    crux feature indices and how they were chosen.
   """
   train, valid, test, crux, crux_how = _load(config)
   lp = config.logging_policy
@@ -597,8 +687,157 @@ def _evaluate_runs(
   return {k: np.asarray(v).reshape(lead_shape) for k, v in m.items()}
 
 
+class _Sweep(NamedTuple):
+  """What every cell of one LBD eta sweep shares (built once by :func:`run_lbd_study`)."""
+
+  config: ml_collections.ConfigDict
+  train: RankingDataset
+  valid: RankingDataset
+  test: RankingDataset
+  seeds: list
+  members: list
+  etas: list
+  click_fn: Any
+  ws: np.ndarray
+  eta_click_fn: Any
+
+
+def _baseline_job(sweep: _Sweep, ranker: str, name: str) -> dict:
+  """One baseline ``name`` under ``ranker`` at every eta (one stacked fit): ``eta key -> {cell: metrics}``."""
+  config, train, test, seeds, etas = sweep.config, sweep.train, sweep.test, sweep.seeds, sweep.etas
+  n_eta, n_seed = len(etas), len(seeds)
+  tcfg, rcfg = _train_cfg(config, ranker), _ranker_cfg(config, ranker)
+  method = get_method(BASELINES[name], rcfg, num_features=train.num_features, list_size=train.list_size)
+  if name == "labeled_data":  # trained on the labels: the same model at every eta
+    res = fit(method, train, None, click_fn=None, config=tcfg, seeds=seeds, name=f"{name}[{ranker}]")
+    m = _evaluate_runs(method, res.params, test, (n_seed,))
+    cell = {k: _summ(m[k]) for k in METRICS}
+    return {_eta_key(e): {f"{ranker}/{name}": cell} for e in etas}
+  stacked = stack_runs(method, n_eta, optimizer=method.optimizer or make_optimizer(tcfg))
+  res = fit(stacked, train, None, click_fn=sweep.eta_click_fn, config=tcfg, seeds=seeds, name=f"{name}[{ranker}]")
+  m = _evaluate_runs(method, res.params, test, (n_seed, n_eta))
+  return {_eta_key(e): {f"{ranker}/{name}": {k: _summ(m[k][:, i]) for k in METRICS}} for i, e in enumerate(etas)}
+
+
+def _grid_config(sweep: _Sweep, ranker: str) -> tuple[ml_collections.ConfigDict, ml_collections.ConfigDict]:
+  """The LBD tower's ranker config of ``ranker`` and the ``(lambda, t)`` grid's config built on it."""
+  config, members = sweep.config, sweep.members
+  tcfg = _train_cfg(config, ranker)
+  # The LBD tower's ranker fields (the baselines' LayerNorm layout, norm_position and ln_epsilon, is not its).
+  rcfg = ml_collections.ConfigDict({k: v for k, v in _ranker_cfg(config, ranker).items() if k in LBD_DEFAULTS})
+  gcfg = ml_collections.ConfigDict(
+    {
+      **rcfg.to_dict(),
+      "lams": [m[1] for m in members],
+      "ts": [m[2] for m in members],
+      "keep": config.keep,
+      "gp_mode": config.gp_mode,
+      "optimizer": tcfg.optimizer,
+      "skip_zero_lambda_gp": config.get("skip_zero_lambda_gp", True),
+      "learning_rate": tcfg.learning_rate,
+      "grad_clip": tcfg.grad_clip,
+    }
+  )
+  return rcfg, gcfg
+
+
+def _grid_entry(sweep: _Sweep, ranker: str, i: int, valid_m: dict, test_m: dict) -> dict:
+  """The cells, ``"selected"`` and ``"grid"`` of ``ranker``'s grid at the ``i``-th eta of its chunk."""
+  members, select_metric = sweep.members, sweep.config.select_metric
+  vscore = valid_m[select_metric][:, i, :].mean(0)
+  chosen = select_on_validation(members, vscore)
+  entry = {f"{ranker}/{variant}": {k: _summ(test_m[k][:, i, g]) for k in METRICS} for variant, g in chosen.items()}
+  entry["selected"] = {
+    ranker: {
+      v: {"lam": members[g][1], "t": members[g][2]} for v, g in chosen.items() if v in ("lbd", "lbd_lips", "lbd_ber")
+    }
+  }
+  entry["grid"] = {
+    ranker: [
+      {
+        "variant": v,
+        "lam": lam,
+        "t": t,
+        "valid": float(vscore[g]),
+        "valid_per_seed": valid_m[select_metric][:, i, g].tolist(),
+        "test": float(np.mean(test_m["ndcg@10"][:, i, g])),
+      }
+      for g, (v, lam, t) in enumerate(members)
+    ]
+  }
+  return entry
+
+
+def _grid_job(sweep: _Sweep, ranker: str, chunk: tuple) -> dict:
+  """The (lambda, t) grid of ``ranker`` for the etas ``chunk`` (indices into ``etas``)."""
+  train, etas = sweep.train, sweep.etas
+  tcfg = _train_cfg(sweep.config, ranker)
+  rcfg, gcfg = _grid_config(sweep, ranker)
+  grid = make_lbd_grid(gcfg, num_features=train.num_features, list_size=train.list_size)
+  stacked = stack_runs(grid, len(chunk), optimizer=grid.optimizer)
+  res = fit(
+    stacked,
+    train,
+    None,
+    click_fn=stack_click_fn(sweep.click_fn, sweep.ws[list(chunk)]),
+    config=tcfg,
+    seeds=sweep.seeds,
+    name=f"lbd_grid[{ranker}, eta={','.join(f'{etas[i]:g}' for i in chunk)}]",
+  )
+  single = make_lbd(rcfg, num_features=train.num_features, list_size=train.list_size)
+  runs = {"tower": res.params["towers"]}  # leaves [S, E, G, ...]
+  lead = (len(sweep.seeds), len(chunk), len(sweep.members))
+  valid_m = _evaluate_runs(single, runs, sweep.valid, lead)
+  test_m = _evaluate_runs(single, runs, sweep.test, lead)
+  return {_eta_key(etas[j]): _grid_entry(sweep, ranker, i, valid_m, test_m) for i, j in enumerate(chunk)}
+
+
+def _sweep_jobs(config: ml_collections.ConfigDict, n_eta: int) -> tuple[list, list]:
+  """The sweep's eta chunks and its jobs ``(ranker, "lbd_grid" or baseline, eta indices)`` in run order."""
+  # The grids first (the longest cells, the DNN's before the Linear's; ``grid_etas_per_job`` etas
+  # each, so the worker threads share them), then the baselines. Chunking does not change a
+  # number: each eta is its own run.
+  per_job = int(config.get("grid_etas_per_job", 0)) or n_eta
+  chunks = [tuple(range(i, min(i + per_job, n_eta))) for i in range(0, n_eta, per_job)]
+  jobs = [(r, "lbd_grid", c) for r in sorted(config.rankers, key=lambda r: r == "linear") for c in chunks]
+  jobs += [(r, n, tuple(range(n_eta))) for r in config.rankers for n in config.baselines]
+  return chunks, jobs
+
+
+def _run_job(sweep: _Sweep, job: tuple, num_chunks: int, jobs: list, timings: dict, t_start: float) -> dict:
+  """Runs one job of :func:`_sweep_jobs`, records its time in ``timings`` and logs it."""
+  ranker, name, chunk = job
+  t0 = time.perf_counter()
+  out = _grid_job(sweep, ranker, chunk) if name == "lbd_grid" else _baseline_job(sweep, ranker, name)
+  label = f"{ranker}/{name}" + (
+    f"[eta={','.join(f'{sweep.etas[i]:g}' for i in chunk)}]" if num_chunks > 1 and name == "lbd_grid" else ""
+  )
+  timings[label] = time.perf_counter() - t0
+  logging.info(
+    f"[lbd study] {label}: {len(chunk)} etas in {timings[label]:.0f}s "
+    f"(done at {time.perf_counter() - t_start:.0f}s, job {jobs.index(job) + 1} of {len(jobs)})"
+  )
+  return out
+
+
+def _merge_jobs(config: ml_collections.ConfigDict, etas: list, jobs: list, outs: list) -> dict[str, Any]:
+  """The jobs' outputs as ``eta key -> cells`` (plus ``"selected"``, ``"grid"``), in ranker/method order."""
+  results: dict[str, Any] = {_eta_key(e): {"selected": {}, "grid": {}} for e in etas}
+  order = {
+    j: i for i, j in enumerate([(r, n) for r in config.rankers for n in tuple(config.baselines) + ("lbd_grid",)])
+  }
+  for job, out in sorted(zip(jobs, outs), key=lambda jo: (order[jo[0][:2]], jo[0][2])):
+    for key, cells in out.items():
+      for k, v in cells.items():
+        if k in ("selected", "grid"):
+          results[key][k].update(v)
+        else:
+          results[key][k] = v
+  return results
+
+
 def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dict:
-  """Runs the eta sweep of ``config`` (see ``experiments/lbd/configs/default.py``) and writes its outputs.
+  """Runs the eta sweep of ``config`` (:func:`default_config`) and writes its outputs.
 
   Every ``(ranker, method)`` cell is *one* :func:`~ultr_jax.train.fit` over all etas at once: the
   coupling vector of each eta is a stacked run (:func:`stack_click_fn` +
@@ -611,9 +850,17 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
   Appendix C.2). ``config.workers`` cells run concurrently (threads; JAX releases the GIL while compiling
   and running).
 
-  Returns the ``results.json`` mapping: ``"eta=<v>"`` -> ``"<ranker>/<method>"`` -> metric ->
-  ``{"mean", "std", "ci90", "per_seed"}``, plus ``"selected"`` ((lambda, t) per ranker and variant)
-  and ``"grid"`` (validation/test nDCG@10 of every grid member) per eta; ``"_effects"`` and ``"_meta"``.
+  Args:
+    config: the study's config (:func:`default_config`): ``data``, ``etas``, ``rankers``, ``baselines``,
+      the grid's ``lams`` and ``ts``, ``num_seeds``, ``seed``, ``workers``; its values are checked against
+      ``CONFIG_RULES`` before any work.
+    workdir: the output directory (``results.json``, the Table 1 Markdown, the figures), or None to write
+      nothing.
+
+  Returns:
+    The ``results.json`` mapping: ``"eta=<v>"`` -> ``"<ranker>/<method>"`` -> metric ->
+    ``{"mean", "std", "ci90", "per_seed"}``, plus ``"selected"`` ((lambda, t) per ranker and variant)
+    and ``"grid"`` (validation/test nDCG@10 of every grid member) per eta; ``"_effects"`` and ``"_meta"``.
   """
   validate_config(config, CONFIG_RULES)  # every value in range before any work
   t_start = time.perf_counter()
@@ -622,127 +869,21 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
   seeds = [int(config.seed) + i for i in range(int(config.num_seeds))]
   members = grid_members(config.lams, config.ts)
   etas = [float(e) for e in config.etas]
-  n_eta, n_seed = len(etas), len(seeds)
   enable_compilation_cache(config.get("compilation_cache_dir", ""), workdir)
   click_fn = make_individual_click_fn(crux, None, max_draws=int(config.max_redraws))
   ws = np.stack([np.float32(eta) * LBD_BASE_W.astype(np.float32) for eta in etas])
   eta_click_fn = stack_click_fn(click_fn, ws)
-
-  def baseline_job(ranker, name):
-    tcfg, rcfg = _train_cfg(config, ranker), _ranker_cfg(config, ranker)
-    method = get_method(BASELINES[name], rcfg, num_features=train.num_features, list_size=train.list_size)
-    if name == "labeled_data":  # trained on the labels: the same model at every eta
-      res = fit(method, train, None, click_fn=None, config=tcfg, seeds=seeds, name=f"{name}[{ranker}]")
-      m = _evaluate_runs(method, res.params, test, (n_seed,))
-      cell = {k: _summ(m[k]) for k in METRICS}
-      return {_eta_key(e): {f"{ranker}/{name}": cell} for e in etas}
-    stacked = stack_runs(method, n_eta, optimizer=method.optimizer or make_optimizer(tcfg))
-    res = fit(stacked, train, None, click_fn=eta_click_fn, config=tcfg, seeds=seeds, name=f"{name}[{ranker}]")
-    m = _evaluate_runs(method, res.params, test, (n_seed, n_eta))
-    return {_eta_key(e): {f"{ranker}/{name}": {k: _summ(m[k][:, i]) for k in METRICS}} for i, e in enumerate(etas)}
-
-  def grid_job(ranker, chunk):
-    """The (lambda, t) grid of ``ranker`` for the etas ``chunk`` (indices into ``etas``)."""
-    tcfg = _train_cfg(config, ranker)
-    # The LBD tower's ranker fields (the baselines' LayerNorm layout, norm_position and ln_epsilon, is not its).
-    rcfg = ml_collections.ConfigDict({k: v for k, v in _ranker_cfg(config, ranker).items() if k in LBD_DEFAULTS})
-    gcfg = ml_collections.ConfigDict(
-      {
-        **rcfg.to_dict(),
-        "lams": [m[1] for m in members],
-        "ts": [m[2] for m in members],
-        "keep": config.keep,
-        "gp_mode": config.gp_mode,
-        "optimizer": tcfg.optimizer,
-        "skip_zero_lambda_gp": config.get("skip_zero_lambda_gp", True),
-        "learning_rate": tcfg.learning_rate,
-        "grad_clip": tcfg.grad_clip,
-      }
-    )
-    grid = make_lbd_grid(gcfg, num_features=train.num_features, list_size=train.list_size)
-    stacked = stack_runs(grid, len(chunk), optimizer=grid.optimizer)
-    res = fit(
-      stacked,
-      train,
-      None,
-      click_fn=stack_click_fn(click_fn, ws[list(chunk)]),
-      config=tcfg,
-      seeds=seeds,
-      name=f"lbd_grid[{ranker}, eta={','.join(f'{etas[i]:g}' for i in chunk)}]",
-    )
-    single = make_lbd(rcfg, num_features=train.num_features, list_size=train.list_size)
-    runs = {"tower": res.params["towers"]}  # leaves [S, E, G, ...]
-    lead = (n_seed, len(chunk), len(members))
-    valid_m = _evaluate_runs(single, runs, valid, lead)
-    test_m = _evaluate_runs(single, runs, test, lead)
-    out = {}
-    for i, e in enumerate(etas[j] for j in chunk):
-      vscore = valid_m[config.select_metric][:, i, :].mean(0)
-      chosen = select_on_validation(members, vscore)
-      entry = {f"{ranker}/{variant}": {k: _summ(test_m[k][:, i, g]) for k in METRICS} for variant, g in chosen.items()}
-      entry["selected"] = {
-        ranker: {
-          v: {"lam": members[g][1], "t": members[g][2]}
-          for v, g in chosen.items()
-          if v in ("lbd", "lbd_lips", "lbd_ber")
-        }
-      }
-      entry["grid"] = {
-        ranker: [
-          {
-            "variant": v,
-            "lam": lam,
-            "t": t,
-            "valid": float(vscore[g]),
-            "valid_per_seed": valid_m[config.select_metric][:, i, g].tolist(),
-            "test": float(np.mean(test_m["ndcg@10"][:, i, g])),
-          }
-          for g, (v, lam, t) in enumerate(members)
-        ]
-      }
-      out[_eta_key(e)] = entry
-    return out
-
-  # The grids first (the longest cells, the DNN's before the Linear's; ``grid_etas_per_job`` etas
-  # each, so the worker threads share them), then the baselines. Chunking does not change a
-  # number: each eta is its own run.
-  per_job = int(config.get("grid_etas_per_job", 0)) or n_eta
-  chunks = [tuple(range(i, min(i + per_job, n_eta))) for i in range(0, n_eta, per_job)]
-  jobs = [(r, "lbd_grid", c) for r in sorted(config.rankers, key=lambda r: r == "linear") for c in chunks]
-  jobs += [(r, n, tuple(range(n_eta))) for r in config.rankers for n in config.baselines]
+  sweep = _Sweep(config, train, valid, test, seeds, members, etas, click_fn, ws, eta_click_fn)
+  chunks, jobs = _sweep_jobs(config, len(etas))
   timings: dict[str, float] = {}
-
-  def run(job):
-    ranker, name, chunk = job
-    t0 = time.perf_counter()
-    out = grid_job(ranker, chunk) if name == "lbd_grid" else baseline_job(ranker, name)
-    label = f"{ranker}/{name}" + (
-      f"[eta={','.join(f'{etas[i]:g}' for i in chunk)}]" if len(chunks) > 1 and name == "lbd_grid" else ""
-    )
-    timings[label] = time.perf_counter() - t0
-    logging.info(
-      f"[lbd study] {label}: {len(chunk)} etas in {timings[label]:.0f}s "
-      f"(done at {time.perf_counter() - t_start:.0f}s, job {jobs.index(job) + 1} of {len(jobs)})"
-    )
-    return out
-
+  run_job = functools.partial(_run_job, sweep, num_chunks=len(chunks), jobs=jobs, timings=timings, t_start=t_start)
   workers = max(1, int(config.get("workers", 1)))
   if workers == 1:
-    outs = [run(j) for j in jobs]
+    outs = [run_job(j) for j in jobs]
   else:
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-      outs = list(pool.map(run, jobs))
-  results: dict[str, Any] = {_eta_key(e): {"selected": {}, "grid": {}} for e in etas}
-  order = {
-    j: i for i, j in enumerate([(r, n) for r in config.rankers for n in tuple(config.baselines) + ("lbd_grid",)])
-  }
-  for job, out in sorted(zip(jobs, outs), key=lambda jo: (order[jo[0][:2]], jo[0][2])):
-    for key, cells in out.items():
-      for k, v in cells.items():
-        if k in ("selected", "grid"):
-          results[key][k].update(v)
-        else:
-          results[key][k] = v
+      outs = list(pool.map(run_job, jobs))
+  results = _merge_jobs(config, etas, jobs, outs)
   results["_effects"] = effects(results, etas)
   results["_meta"] = {
     "crux_indices": np.asarray(crux).tolist(),

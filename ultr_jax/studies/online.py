@@ -87,6 +87,16 @@ def run_online_study(config: ml_collections.ConfigDict, workdir: Optional[str]) 
   ``impressions``; ``pdgd_minus_<method>`` holds the seed-paired differences of PDGD against the others,
   ``nsgd_minus_mgd`` those of NSGD against MGD.
   ``full_info`` holds the ceiling, :func:`full_info_reference` (with ``config.full_info.enabled``).
+
+  Args:
+    config: the study's config (:func:`default_config`): ``click_models``, ``methods``,
+      ``num_impressions``, ``num_seeds``, ``full_info``; its values are checked against ``CONFIG_RULES``
+      before any work.
+    workdir: the output directory (``results.json``, tables, ``fig_online.png``), or None (or ``""``) to
+      write nothing.
+
+  Returns:
+    The mapping written to ``results.json`` (above).
   """
   validate_config(config, CONFIG_RULES)  # every value in range before any work
   for m in config.methods:

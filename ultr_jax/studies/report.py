@@ -118,6 +118,12 @@ def make_bias_data(config: ml_collections.ConfigDict) -> dict[str, Any]:
   keeps every candidate in logging order (the top-k selection bias shows only the first k). Test lists
   keep every candidate in both. Every split carries ``extras["logging_score"]``, the standardised
   logging-policy score (SIF's bias source z).
+
+  Args:
+    config: the report's config (``data``, ``logging_policy``, ``seed``).
+
+  Returns:
+    ``{"display": (train, valid, test), "candidates": (train, valid, test), "weights"}`` as above.
   """
   lp = config.logging_policy
   train, valid, test = load_datasets(config)
@@ -179,6 +185,15 @@ def make_bias_click_fn(bias: ml_collections.ConfigDict, train, *, top_k: Optiona
   ``top_k`` (the report passes the logging policy's). With ``logging_temperature`` the logging policy is
   stochastic: each session shows a Plackett-Luce sample of the lists' ``logging_score`` at that temperature
   (:func:`~ultr_jax.simulation.stochastic_logging_click_fn`).
+
+  Args:
+    bias: one entry of ``config.bias_configs`` (``click_model``, ``selection``, ``logging_temperature``).
+    train: the training split whose lists the clicks are drawn on.
+    top_k: the number of positions shown when the bias does not set its own.
+
+  Returns:
+    ``(click_fn, click_model_config)``: the function ``(key, batch) -> clicks and their inputs`` and the
+    click model's config as used (with ``top_k`` where one applies).
   """
   cm = _resolve_click_model(bias, train, top_k)
   click_fn = simulation.make_click_fn(cm)
@@ -196,6 +211,16 @@ def with_policy_examination(
   Each candidate's expected examination over ``num_samples`` displays of the bias's logging policy
   (:func:`~ultr_jax.simulation.policy_examination`): the propensity of policy-aware IPS
   (``ips_policy_aware``), computed once per dataset.
+
+  Args:
+    bias: one entry of ``config.bias_configs``.
+    train: the training split.
+    click_cfg: the bias's click model config (:func:`make_bias_click_fn`).
+    seed: the seed of the sampled displays.
+    num_samples: how many displays the expectation averages over.
+
+  Returns:
+    ``train`` with ``extras["policy_examination"]`` (``float[Q, L]``), or ``train`` unchanged.
   """
   temperature = bias.get("logging_temperature")
   if not temperature:
@@ -215,6 +240,15 @@ def sampled_display_positions(bias: ml_collections.ConfigDict, train, *, seed: i
   """``num_displays`` Plackett-Luce displays of every list under a stochastic logging policy: ``int[R, Q, L]``.
 
   The records the identifiability check sees for such a bias (None for a fixed logging order).
+
+  Args:
+    bias: one entry of ``config.bias_configs``.
+    train: the training split.
+    seed: the seed of the sampled displays.
+    num_displays: how many displays of every list are drawn (R).
+
+  Returns:
+    ``int[R, Q, L]`` display positions, or None when the bias's logging order is fixed.
   """
   temperature = bias.get("logging_temperature")
   if not temperature:
@@ -261,6 +295,17 @@ def held_out_click_log(
   :math:`P(C_i = 1 \mid c_{<i})` (``conditional_click_prob``): the floor, in expectation, of a learned
   click model's held-out perplexity (:func:`~ultr_jax.train.evaluate_clicks`) on them.
 
+  Args:
+    test: the test split (every candidate, in logging order).
+    click_fn: the bias's click function (:func:`make_bias_click_fn`).
+    list_size: the training lists' size; the test lists are cut to it.
+    sessions: how many sessions of each test list are drawn.
+    seed: the seed of the clicks' key.
+
+  Returns:
+    ``(click log, {"click_ll", "click_perplexity"})``: the sessions as a :class:`~ultr_jax.data.RankingDataset`
+    and the generating model's own click metrics on them.
+
   >>> from ultr_jax import data
   >>> test = data.make_synthetic(num_train=1, num_valid=1, num_test=3, list_size=6, num_features=2).test
   >>> log, truth = held_out_click_log(test, simulation.make_click_fn({"name": "dcm", "continuation": 0.5}),
@@ -304,6 +349,14 @@ def click_table(results: Mapping[str, Any], biases, methods) -> tuple[str, dict]
   the means), ``tied_by_perplexity`` / ``tied_by_ndcg`` (the methods whose seed-paired difference to that
   best has a 90% t-interval including 0) and ``perplexity_pick_ranks_worse``: the perplexity pick's nDCG@10
   is below the nDCG pick's beyond that interval. Cells with a non-finite perplexity are left out.
+
+  Args:
+    results: the report's results (:func:`run_report`), with ``results["_clicks"]`` per bias.
+    biases: the biases (rows of the click table, columns of ``summary``), in order.
+    methods: the methods and online columns; those without a ``click_perplexity`` are left out.
+
+  Returns:
+    ``(markdown, summary)`` as above.
 
   >>> cell = lambda ppl, ndcg: {"click_perplexity": ppl, "ndcg@10": ndcg, "ci90": {"click_perplexity": 0.01},
   ...                           "per_seed": {"click_perplexity": [ppl - 0.01, ppl + 0.01],
@@ -386,6 +439,16 @@ def logged_identifiability(dataset, *, top_k: Optional[int] = None, contexts=Non
   displays of every list, e.g. a stochastic logging policy's, :func:`sampled_display_positions`) replace
   the stored order (item ``i`` at position ``i``).
 
+  Args:
+    dataset: the logged :class:`~ultr_jax.data.RankingDataset`.
+    top_k: how many leading positions were displayed, or None for all.
+    contexts: ``int[Q, L]`` context of every record, or None for position-only bias factors.
+    positions: ``int[R, Q, L]`` sampled display positions, or None for the stored order.
+
+  Returns:
+    The identifiability report of the records (``identifiable``, ``num_records`` and the graph's
+    components; see :func:`~ultr_jax.graph.check_identifiability`).
+
   >>> from ultr_jax.data import RankingDataset
   >>> ds = RankingDataset(np.zeros((2, 2, 1), np.float32), np.zeros((2, 2), np.float32),
   ...                     np.ones((2, 2), bool), np.arange(2), doc_ids=np.array([[0, 1], [1, 0]]))
@@ -423,7 +486,16 @@ def _ig_label(rep) -> str:
 
 
 def not_applicable_reason(method, bias_name: str, batch: Mapping[str, Any]) -> Optional[str]:
-  """``"n/a: <reason>"`` when ``method`` cannot be trained on the clicks of ``bias_name``, else None."""
+  """``"n/a: <reason>"`` when ``method`` cannot be trained on the clicks of ``bias_name``, else None.
+
+  Args:
+    method: the method (:func:`~ultr_jax.train.get_method`).
+    bias_name: the bias's name, as the reason names it.
+    batch: a probe batch of the bias's clicks (its entries and their shapes).
+
+  Returns:
+    ``"n/a: <reason>; <bias> provides no '<entry>'"`` or None when the method can be trained.
+  """
   missing = method_inputs_missing(method, batch)
   if missing is None:
     return None
@@ -436,7 +508,14 @@ def _reason_text(missing: str, bias_name: str) -> str:
 
 
 def online_columns(config: ml_collections.ConfigDict) -> list[str]:
-  """The report's columns of the online learners: ``online_<method>`` per ``config.online.methods``."""
+  """The report's columns of the online learners: ``online_<method>`` per ``config.online.methods``.
+
+  Args:
+    config: the report's config.
+
+  Returns:
+    ``["online_<method>", ...]``, empty without ``config.online``.
+  """
   online = config.get("online")
   return [f"online_{m}" for m in (online.methods if online is not None else ())]
 
@@ -449,7 +528,16 @@ def _online_users(click_cfg: Mapping[str, Any], config: ml_collections.ConfigDic
 def online_not_applicable_reason(
   click_cfg: Mapping[str, Any], train, config: ml_collections.ConfigDict
 ) -> Optional[str]:
-  """``"n/a: <why>"`` where the online learners cannot face a bias's users on ``train``'s lists, else None."""
+  """``"n/a: <why>"`` where the online learners cannot face a bias's users on ``train``'s lists, else None.
+
+  Args:
+    click_cfg: the bias's click model config (:func:`make_bias_click_fn`).
+    train: the candidate-list training split the online users would browse.
+    config: the report's config (its ``logging_policy.top_k`` when the bias sets no ``top_k``).
+
+  Returns:
+    ``"n/a: online users: <why>"`` or None.
+  """
   users = _online_users(click_cfg, config)
   why = online_users_missing(users, train, top_k=users["top_k"])
   return None if why is None else f"n/a: online users: {why}"
@@ -487,6 +575,13 @@ def plan_cells(config: ml_collections.ConfigDict, data: Optional[Mapping[str, An
 
   Only traces (no training), so it checks a whole grid in seconds; ``data`` defaults to
   :func:`make_bias_data` of ``config``.
+
+  Args:
+    config: the report's config.
+    data: :func:`make_bias_data` of ``config``, or None to build it.
+
+  Returns:
+    ``{bias: {column: None or "n/a: <reason>"}}``.
   """
   data = make_bias_data(config) if data is None else data
   plan: dict[str, dict] = {}
@@ -521,7 +616,15 @@ def plan_cells(config: ml_collections.ConfigDict, data: Optional[Mapping[str, An
 
 
 def plot_heatmap(results: Mapping[str, Any], biases, methods, path: str, *, metric: str = "ndcg@10") -> None:
-  """Method x bias heatmap of ``metric`` (mean, 90% half-width annotated; n/a cells grey)."""
+  """Method x bias heatmap of ``metric`` (mean, 90% half-width annotated; n/a cells grey).
+
+  Args:
+    results: the report's results (:func:`run_report`).
+    biases: the biases (columns), in order.
+    methods: the methods and online columns (rows), in order.
+    path: the PNG file to write.
+    metric: the metric shown.
+  """
   import matplotlib  # noqa: PLC0415
 
   matplotlib.use("Agg")
@@ -585,17 +688,152 @@ def _write(workdir, results, rows, biases, methods, num_seeds, final: bool) -> s
   return table
 
 
+def _bias_identifiability(config, bias, train, click_cfg, b_idx: int) -> dict:
+  """The logged-data identifiability entry of one bias (``results["_identifiability"][bias]``)."""
+  contexts = train.extras.get("context") if "context" in _batch_inputs(click_cfg) else None
+  rep = logged_identifiability(
+    train,
+    top_k=click_cfg.get("top_k"),
+    contexts=contexts,
+    positions=sampled_display_positions(bias, train, seed=int(config.seed) + 1000 * b_idx),
+  )
+  return {
+    **rep.to_dict(),
+    "label": _ig_label(rep),
+    "bias_factors": "(context, position)" if contexts is not None else "position",
+    "click_model": click_cfg,
+  }
+
+
+def _method_cell(config, name, bias_name, train, valid, test, click_fn, probe, held, seeds) -> tuple:
+  """Fits and scores method ``name`` under one bias: ``(entry, table cell, history)``.
+
+  A method the bias's click log cannot serve gives ``({"n/a": reason}, reason, None)``.
+  """
+  method_cfg = config.method_configs.get(name, ml_collections.ConfigDict())
+  method = methods_lib.get_method(name, method_cfg, num_features=train.num_features, list_size=train.list_size)
+  reason = not_applicable_reason(method, bias_name, probe)
+  if reason is not None:
+    return {"n/a": reason}, reason, None
+  fit_result = fit(
+    method,
+    train,
+    valid if config.get("select_on_valid", True) else None,
+    click_fn=click_fn,
+    config=config.train,
+    seeds=seeds,
+    name=f"{bias_name}/{name}",
+  )
+  per_seed = evaluate(method, fit_result.params, test)
+  if held is not None and method.click_logits is not None:  # the method predicts clicks: score them
+    per_seed.update(evaluate_clicks(method, fit_result.params, fit_result.extra, held))
+  entry, summaries = summarize_metrics(per_seed, [c for c in (*METRIC_COLUMNS, *CLICK_COLUMNS) if c in per_seed])
+  entry["best_step"] = np.asarray(fit_result.best_step).tolist()
+  entry["history"] = fit_result.history  # per evaluation: loss, validation metrics
+  diverged = not all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree.leaves(fit_result.final_params))
+  cell = summaries["ndcg@10"]
+  if diverged:  # NaN/inf weights: the scores tie, so the number is not the method's
+    entry["diverged"] = True
+    s = summaries["ndcg@10"]
+    cell = f"{s['mean']:.4f} ± {s['ci90']:.4f} (diverged: non-finite parameters)"
+  return entry, cell, fit_result.history
+
+
+def _online_row(config, bias, bias_name, data, b_idx, click_cfg, seeds, results, row, timings) -> None:
+  """Fills the online learners' cells of one bias into ``results[bias_name]``, ``row`` and ``timings``."""
+  if online_columns(config):
+    candidates, reason = _online_lists(bias, data, int(config.seed) + 1000 * b_idx, click_cfg, config)
+  for column in online_columns(config):
+    t0 = time.perf_counter()
+    if reason is not None:
+      results[bias_name][column], row[column] = {"n/a": reason}, reason
+      continue
+    results[bias_name][column], row[column] = _online_cell(
+      column[len("online_") :], click_cfg, candidates, config, seeds
+    )
+    timings[bias_name][column] = time.perf_counter() - t0
+    logging.info(
+      f"[report] {bias_name}/{column}: ndcg@10 {results[bias_name][column]['ndcg@10']:.4f} "
+      f"({timings[bias_name][column]:.1f}s)"
+    )
+
+
+def _report_meta(config, columns, biases, num_seeds, timings, t_start) -> dict:
+  """``results["_meta"]`` after the biases ``biases`` (the ones done so far)."""
+  return {
+    "methods": columns,
+    "biases": biases,
+    "num_seeds": num_seeds,
+    "data": config.data.to_dict(),
+    "logging_policy": config.logging_policy.to_dict(),
+    "train": config.train.to_dict(),
+    "seconds_per_cell": timings,
+    **({"online": config.online.to_dict()} if online_columns(config) else {}),
+    "seconds": time.perf_counter() - t_start,
+  }
+
+
+def _run_bias(config, data, bias_name, b_idx, seeds, sessions_per_list, results, timings, workdir) -> dict:
+  """Trains every method and online learner under bias ``bias_name``; fills ``results`` and returns its row."""
+  methods = list(config.methods)
+  bias = config.bias_configs[bias_name]
+  train, valid, test = _bias_datasets(bias, data, int(config.seed) + 1000 * b_idx)
+  click_fn, click_cfg = make_bias_click_fn(bias, train, top_k=config.logging_policy.top_k)
+  train = with_policy_examination(bias, train, click_cfg, seed=int(config.seed) + 1000 * b_idx + 2)
+  ig = _bias_identifiability(config, bias, train, click_cfg, b_idx)
+  results["_identifiability"][bias_name] = ig
+  row: dict[str, Any] = {"identifiability (IG)": ig["label"]}
+  results[bias_name] = {}
+  timings[bias_name] = {}
+  probe = _probe_batch(train, click_fn)
+  logging.info(f"[report] bias {bias_name}: IG {ig['label']} ({ig['num_records']} records)")
+  held = None
+  if sessions_per_list:
+    held, truth = held_out_click_log(
+      test, click_fn, list_size=train.list_size, sessions=sessions_per_list, seed=int(config.seed) + 1000 * b_idx + 1
+    )
+    results["_clicks"][bias_name] = {"true_model": truth, "pages": held.num_queries}
+  histories: dict[str, list] = {}
+  for name in methods:
+    t0 = time.perf_counter()
+    entry, row[name], history = _method_cell(config, name, bias_name, train, valid, test, click_fn, probe, held, seeds)
+    results[bias_name][name] = entry
+    if history is None:
+      continue
+    histories[name] = history
+    timings[bias_name][name] = time.perf_counter() - t0
+    logging.info(f"[report] {bias_name}/{name}: ndcg@10 {entry['ndcg@10']:.4f} ({timings[bias_name][name]:.1f}s)")
+  _online_row(config, bias, bias_name, data, b_idx, click_cfg, seeds, results, row, timings)
+  if workdir is not None and histories:
+    plot_learning_curves(
+      histories,
+      os.path.join(workdir, "curves", f"{bias_name}.png"),
+      relative=("train/loss",),
+      metrics=("train/loss", f"valid/{config.train.select_metric}"),
+    )
+  return row
+
+
 def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dict:
   """Trains ``config.methods`` under every bias of ``config.biases`` and writes the report.
 
-  Returns the mapping written to ``results.json`` (see the module docstring). The files are rewritten
-  after every bias, so a long run shows its progress.
+  The files are rewritten after every bias, so a long run shows its progress.
+
+  Args:
+    config: the report's config (:func:`default_config`): ``methods``, ``biases`` and their
+      ``bias_configs``, ``data``, ``logging_policy``, ``train``, ``num_seeds``, ``seed``; its values are
+      checked against ``CONFIG_RULES`` before any work.
+    workdir: the output directory (``results.json``, ``report.md``, ``heatmap.png``, ``curves/``,
+      ``clicks.md``), or None to write nothing.
+
+  Returns:
+    The mapping written to ``results.json`` (see the module docstring): bias -> method -> its metrics,
+    plus ``_identifiability``, ``_meta`` and, with ``click_eval.sessions_per_list``, ``_clicks``.
   """
   validate_config(config, CONFIG_RULES)  # every value in range before any work
   t_start = time.perf_counter()
   data = make_bias_data(config)
-  methods = list(config.methods)
-  columns = methods + online_columns(config)
+  columns = list(config.methods) + online_columns(config)
   biases = list(config.biases)
   seeds = [int(config.seed) + i for i in range(int(config.num_seeds))]
   sessions_per_list = int(config.get("click_eval", {}).get("sessions_per_list", 0) or 0)
@@ -603,104 +841,8 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
   rows: dict[str, dict] = {}
   timings: dict[str, dict] = {}
   for b_idx, bias_name in enumerate(biases):
-    bias = config.bias_configs[bias_name]
-    train, valid, test = _bias_datasets(bias, data, int(config.seed) + 1000 * b_idx)
-    click_fn, click_cfg = make_bias_click_fn(bias, train, top_k=config.logging_policy.top_k)
-    train = with_policy_examination(bias, train, click_cfg, seed=int(config.seed) + 1000 * b_idx + 2)
-    top_k = click_cfg.get("top_k")
-    contexts = train.extras.get("context") if "context" in _batch_inputs(click_cfg) else None
-    rep = logged_identifiability(
-      train,
-      top_k=top_k,
-      contexts=contexts,
-      positions=sampled_display_positions(bias, train, seed=int(config.seed) + 1000 * b_idx),
-    )
-    ig = {
-      **rep.to_dict(),
-      "label": _ig_label(rep),
-      "bias_factors": "(context, position)" if contexts is not None else "position",
-      "click_model": click_cfg,
-    }
-    results["_identifiability"][bias_name] = ig
-    row: dict[str, Any] = {"identifiability (IG)": ig["label"]}
-    results[bias_name] = {}
-    timings[bias_name] = {}
-    probe = _probe_batch(train, click_fn)
-    logging.info(f"[report] bias {bias_name}: IG {ig['label']} ({ig['num_records']} records)")
-    held = None
-    if sessions_per_list:
-      held, truth = held_out_click_log(
-        test, click_fn, list_size=train.list_size, sessions=sessions_per_list, seed=int(config.seed) + 1000 * b_idx + 1
-      )
-      results["_clicks"][bias_name] = {"true_model": truth, "pages": held.num_queries}
-    histories: dict[str, list] = {}
-    for name in methods:
-      t0 = time.perf_counter()
-      method_cfg = config.method_configs.get(name, ml_collections.ConfigDict())
-      method = methods_lib.get_method(name, method_cfg, num_features=train.num_features, list_size=train.list_size)
-      reason = not_applicable_reason(method, bias_name, probe)
-      if reason is not None:
-        results[bias_name][name] = {"n/a": reason}
-        row[name] = reason
-        continue
-      fit_result = fit(
-        method,
-        train,
-        valid if config.get("select_on_valid", True) else None,
-        click_fn=click_fn,
-        config=config.train,
-        seeds=seeds,
-        name=f"{bias_name}/{name}",
-      )
-      per_seed = evaluate(method, fit_result.params, test)
-      if held is not None and method.click_logits is not None:  # the method predicts clicks: score them
-        per_seed.update(evaluate_clicks(method, fit_result.params, fit_result.extra, held))
-      entry, summaries = summarize_metrics(per_seed, [c for c in (*METRIC_COLUMNS, *CLICK_COLUMNS) if c in per_seed])
-      entry["best_step"] = np.asarray(fit_result.best_step).tolist()
-      entry["history"] = histories[name] = fit_result.history  # per evaluation: loss, validation metrics
-      diverged = not all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree.leaves(fit_result.final_params))
-      results[bias_name][name] = entry
-      row[name] = summaries["ndcg@10"]
-      if diverged:  # NaN/inf weights: the scores tie, so the number is not the method's
-        entry["diverged"] = True
-        s = summaries["ndcg@10"]
-        row[name] = f"{s['mean']:.4f} ± {s['ci90']:.4f} (diverged: non-finite parameters)"
-      timings[bias_name][name] = time.perf_counter() - t0
-      logging.info(f"[report] {bias_name}/{name}: ndcg@10 {entry['ndcg@10']:.4f} ({timings[bias_name][name]:.1f}s)")
-    if online_columns(config):
-      candidates, reason = _online_lists(bias, data, int(config.seed) + 1000 * b_idx, click_cfg, config)
-    for column in online_columns(config):
-      t0 = time.perf_counter()
-      if reason is not None:
-        results[bias_name][column], row[column] = {"n/a": reason}, reason
-        continue
-      results[bias_name][column], row[column] = _online_cell(
-        column[len("online_") :], click_cfg, candidates, config, seeds
-      )
-      timings[bias_name][column] = time.perf_counter() - t0
-      logging.info(
-        f"[report] {bias_name}/{column}: ndcg@10 {results[bias_name][column]['ndcg@10']:.4f} "
-        f"({timings[bias_name][column]:.1f}s)"
-      )
-    rows[bias_name] = row
-    if workdir is not None and histories:
-      plot_learning_curves(
-        histories,
-        os.path.join(workdir, "curves", f"{bias_name}.png"),
-        relative=("train/loss",),
-        metrics=("train/loss", f"valid/{config.train.select_metric}"),
-      )
-    results["_meta"] = {
-      "methods": columns,
-      "biases": biases[: b_idx + 1],
-      "num_seeds": len(seeds),
-      "data": config.data.to_dict(),
-      "logging_policy": config.logging_policy.to_dict(),
-      "train": config.train.to_dict(),
-      "seconds_per_cell": timings,
-      **({"online": config.online.to_dict()} if online_columns(config) else {}),
-      "seconds": time.perf_counter() - t_start,
-    }
+    rows[bias_name] = _run_bias(config, data, bias_name, b_idx, seeds, sessions_per_list, results, timings, workdir)
+    results["_meta"] = _report_meta(config, columns, biases[: b_idx + 1], len(seeds), timings, t_start)
     _write(workdir, results, rows, biases, columns, len(seeds), final=b_idx == len(biases) - 1)
   table = _write(None, results, rows, biases, columns, len(seeds), final=True)
   if sessions_per_list:

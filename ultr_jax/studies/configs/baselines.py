@@ -19,6 +19,12 @@ VARIANTS = ("default", "smoke")
 def default_config(variant: str = "default") -> ml_collections.ConfigDict:
   """The baselines study's config ``variant`` (one of :data:`VARIANTS`).
 
+  Args:
+    variant: one of :data:`VARIANTS`: ``"default"`` or ``"smoke"`` (seconds).
+
+  Returns:
+    A fresh ``ml_collections.ConfigDict``.
+
   >>> default_config().train.steps, default_config("smoke").train.steps
   (3000, 20)
   """

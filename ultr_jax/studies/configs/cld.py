@@ -42,7 +42,7 @@ def default_config(variant: str = "default") -> ml_collections.ConfigDict:
   c.data.num_features = 20  # observed by the learners on the main grid: all of them (the paper's setting)
   c.data.num_hidden = 0  # hidden from the learners on the main grid
   # Hidden from the learners (the last ones of the 20) in the k_hidden sweep: selection on
-  # unobservables (spec 10.2). Its keys start with hidden=4/.
+  # unobservables (a robustness sweep of ours, not the paper's). Its keys start with hidden=4/.
   c.data.num_hidden_sweep = 4
   c.data.label_noise = 0.5
   c.data.seed = 0
@@ -85,7 +85,7 @@ def default_config(variant: str = "default") -> ml_collections.ConfigDict:
   c.method.layer_norm = False
   c.method.dropout = 0.1
   # Naive, IPS (and RankAgg's IPS part): the paper's BPR on (clicked, unclicked) pairs of the top-k
-  # records, IPS weighting the clicked item by 1/rho (spec 5), each query's pairs weighted by its
+  # records, IPS weighting the clicked item by 1/rho (the paper's Section 6 baselines), each query's pairs weighted by its
   # sessions. "listwise" gives the softmax cross-entropy of the other studies instead.
   c.method.loss_type = "pairwise"
   c.overrides = {"cld": {"ranker": "linear"}, "cld_pair": {"ranker": "mlp"}}
@@ -108,7 +108,7 @@ def default_config(variant: str = "default") -> ml_collections.ConfigDict:
     c.train.steps = 5
     c.train.batch_size = 16
     c.method.hidden_sizes = (8,)
-  elif variant == "paper":  # spec 6 / 10.3: paper-size nets, 12 epochs-ish, Table 2 only
+  elif variant == "paper":  # the paper's Section 6 setting: paper-size nets, 12 epochs-ish, Table 2 only
     c.method.hidden_sizes = (256, 128, 64)
     c.method.dropout = 0.5
     c.learning_rate = 1e-3

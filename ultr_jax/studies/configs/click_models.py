@@ -18,6 +18,9 @@ VARIANTS = ("default", "smoke")
 def default_click_model_config() -> ml_collections.ConfigDict:
   """The study's default config (the binary: ``experiments/click_models/main.py``).
 
+  Returns:
+    A fresh ``ml_collections.ConfigDict`` (the ``"default"`` variant of :func:`default_config`).
+
   >>> default_click_model_config().num_sessions
   60000
   """
@@ -73,6 +76,12 @@ def default_click_model_config() -> ml_collections.ConfigDict:
 
 def default_config(variant: str = "default") -> ml_collections.ConfigDict:
   """The click-model study's config ``variant`` (one of :data:`VARIANTS`).
+
+  Args:
+    variant: one of :data:`VARIANTS`: ``"default"`` or ``"smoke"`` (seconds).
+
+  Returns:
+    A fresh ``ml_collections.ConfigDict``.
 
   >>> default_config("smoke").true_models
   ('pbm', 'dcm')

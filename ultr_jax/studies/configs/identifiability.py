@@ -16,6 +16,12 @@ VARIANTS = ("default", "smoke")
 def default_config(variant: str = "default") -> ml_collections.ConfigDict:
   """The identifiability study's config ``variant`` (one of :data:`VARIANTS`).
 
+  Args:
+    variant: one of :data:`VARIANTS`: ``"default"`` or ``"smoke"`` (seconds).
+
+  Returns:
+    A fresh ``ml_collections.ConfigDict``.
+
   >>> default_config().runs, default_config("smoke").runs
   (10, 2)
   """
@@ -30,13 +36,13 @@ def default_config(variant: str = "default") -> ml_collections.ConfigDict:
   c.runs = 10
   c.num_clicks = 1e6
   c.epochs = ml_collections.ConfigDict({"dla": 20_000, "regression_em": 100_000, "two_tower": 20_000})
-  c.dla_o_update = "mean_ratio"  # the authors' code (spec A6)
-  c.rem_variant = "repo"  # the authors' code (spec A7)
+  c.dla_o_update = "mean_ratio"  # the authors' code: Gauss-Seidel, mean-of-ratios o' (the paper: exact argmins)
+  c.rem_variant = "repo"  # the authors' code: the E-step plugs in ctr / o'(t), not the paper's r'_{k-1}(x)
   c.click_grid = (1e3, 1e4, 1e5, 1e6)  # Figures 3a and 4a
   c.figures = ("3a", "3b", "4a", "4b", "6")
   c.figure_epochs = 20_000  # DLA epochs of the figure runs
   # JAX's persistent XLA cache under --workdir ("" off; absolute: shared).
-  # Table 1 compiles ~9 s of its ~57 s cold; a re-run skips that.
+  # A re-run skips Table 1's compiles.
   c.compilation_cache_dir = "jax_cache"
   # Generator sizes (the paper's).
   c.gen = ml_collections.ConfigDict({"block_size": 1000, "num_queries": 1150, "borrow": 50})

@@ -20,6 +20,12 @@ BASELINES = ("labeled_data", "click_data", "ips", "dla", "regression_em", "paird
 def default_config(variant: str = "default") -> ml_collections.ConfigDict:
   """The LBD study's config ``variant`` (one of :data:`VARIANTS`).
 
+  Args:
+    variant: one of :data:`VARIANTS` (``"default"``, ``"smoke"``, ...).
+
+  Returns:
+    A fresh ``ml_collections.ConfigDict``.
+
   >>> default_config().etas, default_config("smoke").etas
   ((0.0, 0.1, 0.3, 0.6), (0.0, 0.1, 0.6))
   """
@@ -30,7 +36,7 @@ def default_config(variant: str = "default") -> ml_collections.ConfigDict:
   config.num_seeds = 3
 
   config.data = ml_collections.ConfigDict()
-  config.data.source = "synthetic"  # synthetic (spec 5.2) | svmlight | ultra
+  config.data.source = "synthetic"  # synthetic (an offline stand-in) | svmlight | ultra
   config.data.seed = 0
   config.data.num_train = 3000
   config.data.num_valid = 500
@@ -61,11 +67,11 @@ def default_config(variant: str = "default") -> ml_collections.ConfigDict:
   config.rankers = ("linear", "dnn")
   config.dnn_hidden_sizes = (64, 32)
   config.baselines = BASELINES
-  # The baselines' rankers: "before" = the LBD code's (spec 2.1: a LayerNorm before every dense layer,
+  # The baselines' rankers: "before" = the LBD code's (a LayerNorm before every dense layer,
   # the input included, so the baseline Linear is LayerNorm then dense); "after" = the foundation's.
   config.baseline_norm = "before"
 
-  # LBD grid (spec 4.6), lambda on the authors' (B, T, n) = (256, 10, 10) scale.
+  # LBD grid (the paper's Appendix C.2), lambda on the authors' (B, T, n) = (256, 10, 10) scale.
   config.lams = (1.0, 100.0, 10000.0)
   config.ts = (0.1, 0.2, 0.3, 0.4)
   config.keep = 0.1

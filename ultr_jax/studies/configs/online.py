@@ -26,6 +26,9 @@ def default_online_config() -> ml_collections.ConfigDict:
   (:func:`~ultr_jax.train.online_learner_config`) under the perfect, navigational and informational
   cascade users, and the full-information ceiling.
 
+  Returns:
+    A fresh ``ml_collections.ConfigDict`` (the ``"default"`` variant of :func:`default_config`).
+
   >>> default_online_config().num_impressions
   10000
   """
@@ -63,6 +66,12 @@ def default_online_config() -> ml_collections.ConfigDict:
 
 def default_config(variant: str = "default") -> ml_collections.ConfigDict:
   """The online study's config ``variant`` (one of :data:`VARIANTS`).
+
+  Args:
+    variant: one of :data:`VARIANTS`: ``"default"`` or ``"smoke"`` (seconds).
+
+  Returns:
+    A fresh ``ml_collections.ConfigDict``.
 
   >>> default_config("smoke").num_impressions
   300

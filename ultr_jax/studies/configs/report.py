@@ -27,7 +27,7 @@ __all__ = [
 VARIANTS = ("default", "full", "smoke")
 
 # SIF-ref's main variants and the two oracle-propensity baselines of its T6 toy; the channel ablations
-# (SIF_ABLATIONS) join them in the ":full" variant (21 more trained cells, about 7 more minutes).
+# (SIF_ABLATIONS) join them in the ":full" variant (21 more trained cells).
 SIF_VARIANTS = ("sif_full", "sif_dr", "dr", "sif_position", "ips_trust_oracle", "ips_dpenalty")
 SIF_ABLATIONS = ("sif_lambda0", "sif_exp", "sif_dec")
 # The click-model learners: a relevance tower as the attraction of a UBM / DBN fitted by session likelihood.
@@ -103,6 +103,12 @@ def _biases(top_k: int) -> ml_collections.ConfigDict:
 
 def default_config(variant: str = "default") -> ml_collections.ConfigDict:
   """The report's config ``variant`` (one of :data:`VARIANTS`).
+
+  Args:
+    variant: ``"default"``, ``"full"`` or ``"smoke"``.
+
+  Returns:
+    A fresh ``ml_collections.ConfigDict``.
 
   >>> len(default_config().methods), len(default_config("full").methods), default_config("smoke").biases
   (22, 25, ('pbm', 'topk'))

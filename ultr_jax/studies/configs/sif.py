@@ -91,7 +91,7 @@ def default_config(variant: str = "default") -> ml_collections.ConfigDict:
     c.train.steps = 40
     c.train.batch_size = 32
     c.train.eval_every = 20
-  elif variant == "t7":  # spec T7's 20k steps; the default run's 2,000 fit its 20-minute budget
+  elif variant == "t7":  # T7 at 20k steps; the default run's 2,000 fit its 20-minute budget
     c.t6.enabled = False
     c.position_setting = False
     c.alphas = (0.6,)

@@ -65,6 +65,9 @@ def click_log_counts(
     delimiter, position_base: a delimited log's (:func:`~ultr_jax.data.read_click_log`).
     query_key: a Baidu log's (:func:`~ultr_jax.data.read_baidu_sessions`).
 
+  Returns:
+    The log's :class:`~ultr_jax.graph.ClickCounts` (clicks and impressions per (item, position) cell).
+
   >>> import pathlib, tempfile
   >>> p = pathlib.Path(tempfile.mkdtemp()) / "log.tsv"
   >>> _ = p.write_text("query_id\tdoc_id\tposition\tclick\nq\ta\t1\t1\nq\tb\t2\t0\nq\tb\t1\t1\nq\ta\t1\t0\n")
@@ -123,6 +126,10 @@ def check_click_log(counts: ClickCounts, *, methods: Sequence[str] = HARVEST) ->
   r"""The IG check (Theorem 1: identifiable iff the graph of the positions is connected) and the harvested
   position propensities of a log's counts.
 
+  Args:
+    counts: the log's per-(item, position) counts (:func:`click_log_counts`).
+    methods: the harvesting methods to run (names of :mod:`~ultr_jax.graph.harvesting`'s methods).
+
   Returns:
     ``(report, out)``: the :class:`~ultr_jax.graph.IdentifiabilityReport` (``num_records``: the log's
     records, not its cells) and the JSON-ready ``out``: the report's dict, ``num_rows`` and
@@ -158,6 +165,12 @@ def check_click_log(counts: ClickCounts, *, methods: Sequence[str] = HARVEST) ->
 
 def propensity_table(out: dict) -> str:
   """The harvested propensities of :func:`check_click_log`'s ``out`` as a text table (one row per position).
+
+  Args:
+    out: the second value of :func:`check_click_log`.
+
+  Returns:
+    The table's text: a ``position`` column (1-based) and one column per method, ``-`` where not identified.
 
   >>> print(propensity_table({"propensities": {"pivot": [1.0, None]}}))
   position     pivot

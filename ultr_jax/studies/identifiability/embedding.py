@@ -530,9 +530,12 @@ def fit_dla(
 
   Args:
     key: PRNG key of the initialisation.
-    items, factors: ``int[n]`` record ids; ctr: ``float[n]`` CTRs.
+    items: ``int[n]`` item id of every record.
+    factors: ``int[n]`` bias-factor id of every record.
+    ctr: ``float[n]`` CTR of every record.
     where: ``bool[n]``, False for padding records.
-    num_items, num_factors: static id ranges.
+    num_items: static number of items.
+    num_factors: static number of bias factors.
     epochs: static number of epochs :math:`T`.
     o_update: ``"mean_ratio"`` or ``"least_squares"``.
     init_obs: constant initial observation (e.g. 1.0, "DLA_I"), or None.
@@ -595,7 +598,18 @@ def fit_regression_em(
   :math:`\rho_i = c_i / (o'(t_i) + 10^{-8})` (``"repo"``, the authors' code).
   :math:`r'_0 \sim U[0, 0.5]`, :math:`o'_0 \sim U[0, 1]`.
 
-  Args: as :func:`fit_dla`; ``variant`` is ``"repo"`` or ``"paper"``.
+  Args:
+    key: PRNG key of the initialisation.
+    items: ``int[n]`` item id of every record.
+    factors: ``int[n]`` bias-factor id of every record.
+    ctr: ``float[n]`` CTR of every record.
+    where: ``bool[n]``, False for padding records.
+    num_items: static number of items.
+    num_factors: static number of bias factors.
+    epochs: static number of epochs :math:`T`.
+    variant: ``"repo"`` (the authors' code) or ``"paper"``, the E-step's :math:`\rho_i`.
+    layout: :func:`record_layout` of ``(items, factors, where)``, to reuse
+      one across calls (built here when None).
 
   Returns:
     ``(r float[num_items], o float[num_factors])``.
@@ -645,7 +659,18 @@ def fit_two_tower(
   :math:`b \sim N(0, 1)` at the start; returns :math:`r' = \sigma(a)`,
   :math:`o' = \sigma(b)`.
 
-  Args: as :func:`fit_dla`, plus ``learning_rate``.
+  Args:
+    key: PRNG key of the initialisation.
+    items: ``int[n]`` item id of every record.
+    factors: ``int[n]`` bias-factor id of every record.
+    ctr: ``float[n]`` CTR of every record.
+    where: ``bool[n]``, False for padding records.
+    num_items: static number of items.
+    num_factors: static number of bias factors.
+    epochs: static number of epochs :math:`T`.
+    learning_rate: Adam's step size.
+    layout: :func:`record_layout` of ``(items, factors, where)``, to reuse
+      one across calls (built here when None).
 
   Returns:
     ``(r float[num_items], o float[num_factors])``.
@@ -1043,7 +1068,19 @@ def fit_no_debias(key, items, factors, ctr, *, where, num_items, num_factors, ep
   \operatorname{mean}_{i: x_i = x} c_i` (DLA with all :math:`t_i = 0`,
   :math:`o' = 1`).
 
-  Returns ``(r float[num_items], o float[num_factors])`` with :math:`o' = 1`.
+  Args:
+    key: unused (no randomness).
+    items: ``int[n]`` item id of every record.
+    factors: ``int[n]`` bias-factor id of every record.
+    ctr: ``float[n]`` CTR of every record.
+    where: ``bool[n]``, False for padding records.
+    num_items: static number of items.
+    num_factors: static number of bias factors.
+    epochs: unused (one closed-form step).
+    **unused: the other fits' options, ignored.
+
+  Returns:
+    ``(r float[num_items], o float[num_factors])`` with :math:`o' = 1`.
 
   >>> r, o = fit_no_debias(None, jnp.array([0, 0, 1]), jnp.array([0, 1, 0]),
   ...                      jnp.array([.2, .4, .5]), where=jnp.ones(3, bool),
