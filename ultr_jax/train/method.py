@@ -76,6 +76,13 @@ def method_inputs_missing(method, batch: Mapping[str, Any]) -> Optional[str]:
 
   ``method.requires`` is declared by the method's factory (no tracing, no parsing of errors).
 
+  Args:
+    method: a :class:`Method` (its ``requires``).
+    batch: a batch dict, or any mapping of its keys.
+
+  Returns:
+    The name of the first required entry the batch lacks, or None.
+
   >>> import jax.numpy as jnp
   >>> from ultr_jax.train import get_method
   >>> m = get_method("cld", {}, num_features=2, list_size=3)
