@@ -24,6 +24,9 @@ DISPLAYS = ("logged", "model", "model_sample")
 def default_train_config() -> ml_collections.ConfigDict:
   """Defaults of :func:`fit`; override any field in the config you pass.
 
+  Returns:
+    A new ``ConfigDict`` of the defaults.
+
   >>> c = default_train_config()
   >>> c.steps, c.batch_size, c.optimizer, c.display
   (2000, 64, 'adam', 'logged')
@@ -113,6 +116,12 @@ def with_defaults(config: Optional[ml_collections.ConfigDict]) -> ml_collections
 
 def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
   """The optax optimizer named by ``config.optimizer`` (adam, adagrad, sgd, adamw).
+
+  Args:
+    config: the training config (``optimizer``, ``learning_rate`` and the optimizer's fields).
+
+  Returns:
+    The ``optax.GradientTransformation``.
 
   >>> tx = make_optimizer(default_train_config())
   >>> isinstance(tx, optax.GradientTransformation)

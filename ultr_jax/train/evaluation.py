@@ -129,6 +129,15 @@ def predict(method: Method, params: Any, dataset: RankingDataset, *, batch_size:
   them (``jax.tree.map(lambda x: x[None], p)`` for one model). Chunks of ``batch_size`` queries are padded,
   so it compiles once. :func:`~ultr_jax.train.write_run` writes a TREC run file from the result.
 
+  Args:
+    method: the trained :class:`Method`.
+    params: its parameters, with a leading seed axis.
+    dataset: the :class:`~ultr_jax.data.RankingDataset` to score.
+    batch_size: queries per chunk.
+
+  Returns:
+    ``float32[S, Q, L]`` scores, ``-inf`` at padding.
+
   >>> from ultr_jax import data, metrics
   >>> from ultr_jax.train import get_method
   >>> test = data.make_synthetic(num_train=1, num_valid=1, num_test=8, list_size=5, num_features=4).test
@@ -168,6 +177,16 @@ def evaluate_clicks(
   the ranks that hold documents (Dupret & Piwowarski; 1 is perfect, 2 a coin), as
   :func:`ultr_jax.metrics.click_perplexity`. ``dataset`` carries ``clicks`` (logged sessions);
   chunks of ``batch_size`` pages are padded, so it compiles once.
+
+  Args:
+    method: a click-model :class:`Method` (with ``click_logits``).
+    params: its parameters, with a leading seed axis (as :func:`fit` returns them).
+    extra: its non-trained state, with the same leading seed axis.
+    dataset: the held-out :class:`~ultr_jax.data.RankingDataset`, with logged ``clicks``.
+    batch_size: pages per evaluation chunk.
+
+  Returns:
+    A dict of ``float[S]`` arrays: ``click_ll`` and ``click_perplexity`` per seed.
 
   >>> import dataclasses
   >>> from ultr_jax import data

@@ -178,6 +178,13 @@ def make_fingerprint(method, batch, train_digest, valid, click_fn, config, seeds
 def fingerprint_diff(old: Optional[Mapping[str, Any]], new: Mapping[str, Any]) -> list[str]:
   """The keys (``a.b`` for nested ones) where two fingerprints differ; ``hash`` is not compared.
 
+  Args:
+    old: a checkpoint's fingerprint (None: none recorded).
+    new: this run's fingerprint.
+
+  Returns:
+    The sorted list of differing keys (all of ``new``'s when ``old`` is None).
+
   >>> fingerprint_diff({"method": "ips", "train_config": {"lr": 1}}, {"method": "ips", "train_config": {"lr": 2}})
   ['train_config.lr']
   """

@@ -96,6 +96,13 @@ def training_arrays(train: RankingDataset, config: Optional[ml_collections.Confi
   (``sharding.shard_query_arrays``). In a multi-process run ``train`` is this process's
   queries (``sharding.process_query_range``).
 
+  Args:
+    train: the training :class:`~ultr_jax.data.RankingDataset` (this process's queries in a multi-process run).
+    config: the training config (None: the defaults).
+
+  Returns:
+    A dict of the training arrays, as placed on the devices.
+
   >>> from ultr_jax import data
   >>> train = data.make_synthetic(num_train=10, num_valid=1, num_test=1, list_size=4, num_features=3).train
   >>> a = training_arrays(train, {"num_devices": 1, "data_shards": 4})

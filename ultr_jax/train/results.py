@@ -121,6 +121,12 @@ def run_in_progress(workdir: str) -> Iterator[_Run]:
   marker stays, with the error appended. The yielded object's ``exit_code`` is non-zero
   when a run in the block diverged (:func:`~ultr_jax.train.fit` with ``on_divergence="mark"``).
 
+  Args:
+    workdir: the run's directory.
+
+  Returns:
+    A context manager yielding the run's handle (its ``exit_code``).
+
   >>> import tempfile
   >>> workdir = tempfile.mkdtemp()
   >>> write_results(workdir, {"old": 1})
@@ -186,6 +192,10 @@ def atomic_write_text(path: str, text: str) -> None:
   A reader sees the old file or the new one, never a half-written one; the directory is created; the
   file gets the usual permissions (``0o666`` less the umask); the temp file is removed on failure.
 
+  Args:
+    path: the file to write.
+    text: its new content.
+
   >>> import tempfile
   >>> path = os.path.join(tempfile.mkdtemp(), "out", "note.txt")
   >>> atomic_write_text(path, "done"); open(path).read(), os.listdir(os.path.dirname(path))
@@ -231,6 +241,15 @@ def markdown_table(
 
   Cells may be numbers, ``{"mean", "std"}``/``{"mean", "ci90"}`` dicts
   (printed as ``mean ± half-width``) or strings.
+
+  Args:
+    rows: ``{row name: {column: cell}}``.
+    columns: the columns, in order.
+    row_header: the first column's header.
+    precision: decimals of a number.
+
+  Returns:
+    The table's Markdown text.
 
   >>> print(markdown_table({"ips": {"ndcg@10": 0.71234}}, ["ndcg@10"]))
   | method | ndcg@10 |
@@ -360,6 +379,9 @@ def write_run(
     doc_ids: optional ``[Q, L]`` document ids.
     run_name: the last column.
     depth: the cut-off per query (None: every valid item).
+
+  Returns:
+    The number of lines written.
 
   >>> import tempfile
   >>> p = os.path.join(tempfile.mkdtemp(), "run.txt")

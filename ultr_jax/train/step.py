@@ -36,6 +36,9 @@ def display_batch(
     mode: ``"model"`` or ``"model_sample"``.
     key: PRNG key, for ``"model_sample"``.
 
+  Returns:
+    A new batch dict: the same entries, each list reordered as displayed.
+
   >>> b = {"labels": jnp.array([0.0, 1.0, 2.0]), "where": jnp.array([True, True, False])}
   >>> display_batch(b, jnp.array([0.5, 2.0, 9.0]))["labels"].tolist()
   [1.0, 0.0, 2.0]
