@@ -3,8 +3,8 @@ r"""Off-policy estimators side by side: ultr_jax against the Open Bandit Pipelin
 One log of ``--sessions`` sessions is generated here with ultr_jax's simulators (:mod:`ultr_jax.studies.ope`:
 ``--queries`` queries of ``--list_size`` documents, a noisy logging ranker shown by Plackett-Luce at
 ``--temperature``, clicks from ``--user``), together with the logging policy's propensities of the logged
-rankings (:func:`ultr_jax.evaluation.plackett_luce_propensities`), the target's (Plackett-Luce at
-``--target_temperature`` on the ideal ranker's scores) and, for the cascade doubly robust estimator, a PBM
+rankings (:func:`ultr_jax.evaluation.plackett_luce_propensities`), the target's (the ideal ranker, deterministic,
+or Plackett-Luce at ``--target_temperature``) and, for the cascade doubly robust estimator, a PBM
 fitted to the log and its Q-table (:func:`ultr_jax.evaluation.cascade_dr_tables`). Both sides read the same
 numbers from one ``.npz`` in OBP's flat slate layout (one row per session and slot; ``action`` = the display
 index, ``n_unique_action = L``; ``reward`` = the clicks):
@@ -67,7 +67,7 @@ def generate(args) -> dict:
   num_docs = args.queries * args.list_size
   fit = sim.fit_click_model("pbm", log["doc_ids"], log["clicks"], num_docs=num_docs)
   q_hat, action_dist = ev.cascade_dr_tables(
-    ideal, doc_ids=log["doc_ids"], model="pbm", params=fit.params, temperature=args.target_temperature
+    ideal, doc_ids=log["doc_ids"], model="pbm", params=fit.params, temperature=args.target_temperature, **_key(args)
   )
   return {
     "scores": ideal,
@@ -79,6 +79,11 @@ def generate(args) -> dict:
     "q_hat": q_hat,
     "action_dist": action_dist,
   }
+
+
+def _key(args) -> dict:
+  """A Plackett-Luce target's Monte-Carlo completions in the cascade-DR tables: the same key on both sides."""
+  return {"key": jax.random.key(args.seed + 1)} if args.target_temperature > 0 else {}
 
 
 def write_npz(inputs: dict, path: str) -> None:
@@ -107,7 +112,7 @@ def write_npz(inputs: dict, path: str) -> None:
   )
 
 
-def ultr_jax_estimator(name: str, inputs: dict, temperature: float):
+def ultr_jax_estimator(name: str, inputs: dict, args):
   """``session_weights -> Estimate`` of registry estimator ``name`` with the log bound."""
   spec = ev.get_estimator(name)
   available = {
@@ -117,32 +122,36 @@ def ultr_jax_estimator(name: str, inputs: dict, temperature: float):
     "params": inputs["params"],
   }
   kwargs = {k: available[k] for k in spec.inputs}
-  return functools.partial(spec.fn, inputs["scores"], inputs["clicks"], temperature=temperature, **kwargs)
+  if "model" in spec.inputs:
+    kwargs.update(_key(args))
+  return functools.partial(spec.fn, inputs["scores"], inputs["clicks"], temperature=args.target_temperature, **kwargs)
 
 
 def time_ultr_jax(args, inputs: dict) -> dict:
   """Estimates, warm times (median of ``--repeats``) and compile times of each estimator and its bootstrap."""
   out = {"estimates": {}, "estimate_seconds": {}, "compile_seconds": {}, "bootstrap_seconds": {}, "bootstrap": {}}
+  jitted = {k: v for k, v in inputs.items() if k not in ("logging_scores",)}
   for name in ESTIMATORS:
-    fn = ultr_jax_estimator(name, inputs, args.target_temperature)
-    value = jax.jit(lambda: fn(session_weights=None).value)
+    # The log goes in as arguments (as constants, XLA would fold the whole estimate at compile time).
+    value = jax.jit(lambda x, name=name: ultr_jax_estimator(name, x, args)(session_weights=None).value)
     t = time.perf_counter()
-    v = value().block_until_ready()
+    v = value(jitted).block_until_ready()
     out["compile_seconds"][name] = time.perf_counter() - t
     times = []
     for _ in range(args.repeats):
       t = time.perf_counter()
-      value().block_until_ready()
+      value(jitted).block_until_ready()
       times.append(time.perf_counter() - t)
     out["estimates"][name], out["estimate_seconds"][name] = float(v), statistics.median(times)
-    boot = jax.jit(
-      lambda key: ev.bootstrap_interval(
-        lambda sw: fn(session_weights=sw), key, num_replicates=args.bootstrap, alpha=0.1
-      )
-    )
-    boot(jax.random.key(1)).lower.block_until_ready()  # compile
+
+    def boot(x, key, name=name):
+      fn = ultr_jax_estimator(name, x, args)
+      return ev.bootstrap_interval(lambda sw: fn(session_weights=sw), key, num_replicates=args.bootstrap, alpha=0.1)
+
+    boot = jax.jit(boot)
+    boot(jitted, jax.random.key(1)).lower.block_until_ready()  # compile
     t = time.perf_counter()
-    ci = boot(jax.random.key(2))
+    ci = boot(jitted, jax.random.key(2))
     ci.lower.block_until_ready()
     out["bootstrap_seconds"][name] = time.perf_counter() - t
     out["bootstrap"][name] = {"lower": float(ci.lower), "upper": float(ci.upper)}
@@ -180,7 +189,7 @@ def main():
   parser.add_argument("--list_size", type=int, default=5)
   parser.add_argument("--user", default="dbn")
   parser.add_argument("--temperature", type=float, default=1.0, help="the logging policy's Plackett-Luce temperature")
-  parser.add_argument("--target_temperature", type=float, default=1.0)
+  parser.add_argument("--target_temperature", type=float, default=0.0, help="0: a deterministic target")
   parser.add_argument("--bootstrap", type=int, default=1000)
   parser.add_argument("--interval_sessions", type=int, default=20000)
   parser.add_argument("--repeats", type=int, default=5)
