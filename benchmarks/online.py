@@ -24,7 +24,7 @@ import numpy as np
 
 from ultr_jax.data import make_synthetic
 from ultr_jax.metrics import ndcg
-from ultr_jax.train import ONLINE_CLICK_MODELS, default_online_config, online_learning
+from ultr_jax.train import ONLINE_CLICK_MODELS, online_learner_config, online_learning
 
 CLICK, STOP = (np.asarray(v) for v in ONLINE_CLICK_MODELS["informational"])
 
@@ -244,7 +244,7 @@ def main():
   parser.add_argument("--pm-samples", type=int, default=1000)
   args = parser.parse_args()
   data = make_synthetic(num_train=1000, num_valid=1, num_test=200, list_size=20, num_features=32, seed=0)
-  config = default_online_config()
+  config = online_learner_config()
   config.num_impressions = args.impressions
   config.eval_every = args.impressions // 10
   seeds = tuple(range(args.seeds))

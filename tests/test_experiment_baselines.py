@@ -32,7 +32,8 @@ def test_default_config_builds_every_method_and_simulates_clicks_on_its_data():
   import jax  # noqa: PLC0415
 
   from ultr_jax import simulation  # noqa: PLC0415
-  from ultr_jax.train import experiment, get_method  # noqa: PLC0415
+  from ultr_jax.studies import experiment
+  from ultr_jax.train import get_method  # noqa: PLC0415
 
   config = _config("")
   train, valid, test = experiment.load_datasets(config)
@@ -120,7 +121,7 @@ def test_trains_on_logged_baidu_clicks(tmp_path):
   """
   from ultr_jax import data  # noqa: PLC0415
   from ultr_jax.studies import baselines  # noqa: PLC0415
-  from ultr_jax.train import experiment  # noqa: PLC0415
+  from ultr_jax.studies import experiment  # noqa: PLC0415
 
   splits = data.make_synthetic(num_train=48, num_valid=12, num_test=12, list_size=6, num_features=5, seed=3)
   rng = np.random.default_rng(0)

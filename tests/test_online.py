@@ -16,10 +16,10 @@ import rax
 from ultr_jax import losses, simulation as sim
 from ultr_jax.data import make_synthetic
 from ultr_jax.testing import assert_matches_expected, expected_metrics_path, load_expected
+from ultr_jax.studies.online import default_online_config
 from ultr_jax.train import (
   ONLINE_CLICK_MODELS,
   ONLINE_METHODS,
-  default_online_config,
   online_click_model,
   online_learning,
 )
@@ -893,3 +893,24 @@ def test_config_users_read_the_lists_per_item_extras(small_data):
   for users in (ctx_users, {"name": "position_trust", "alpha": 0.6, "delta": 0.3, "gamma": 1.0}):
     out = online_learning("pdgd", train, small_data.test, click_model=users, config=c, seeds=(0, 1))
     assert (out["curve"][:, -1] > out["curve"][:, 0] + 0.1).all(), users["name"]
+
+
+def test_a_registered_learner_runs_through_the_registry(small_data):
+  """A learner registered under a new name (PDGD's parse and step) runs as PDGD does: no name is branched on."""
+  from ultr_jax.train import online  # noqa: PLC0415
+
+  pdgd = online.ONLINE_LEARNERS["pdgd"]
+  online.register_online_learner("pdgd_copy", defaults=pdgd.defaults, make_step=pdgd.make_step)(
+    lambda section: pdgd.parse(section)
+  )
+  try:
+    with pytest.raises(ValueError, match="already registered"):
+      online.register_online_learner("pdgd_copy", defaults={}, make_step=pdgd.make_step)(pdgd.parse)
+    c = _small_config(num_impressions=200, eval_every=100)
+    assert c.pdgd_copy == c.pdgd  # the study's config holds every registered learner's section
+    kwargs = dict(click_model="perfect", config=c, seeds=(0, 1))
+    copy = online_learning("pdgd_copy", small_data.train, small_data.test, **kwargs)
+    base = online_learning("pdgd", small_data.train, small_data.test, **kwargs)
+    np.testing.assert_array_equal(copy["curve"], base["curve"])
+  finally:
+    del online.ONLINE_LEARNERS["pdgd_copy"]

@@ -3,8 +3,9 @@
 Nothing in the core library (``data``, ``simulation``, ``metrics``, ``graph``, ``losses``, ``models``,
 ``train``) imports this package or matplotlib; the studies import the core. Every study module exposes
 ``run(config, workdir) -> dict`` (the results it writes to ``workdir``: ``results.json``, Markdown/CSV
-tables, figures), and the ones whose default config lives in the library ``default_config()``; the
-binaries' configs are ``experiments/<study>/configs/default.py``.
+tables, figures), ``VARIANTS`` and ``default_config(variant="default")`` (its configs live in
+:mod:`ultr_jax.studies.configs`, so an installed package runs every study; the binaries'
+``experiments/<study>/configs/default.py`` return them).
 
 ========================  ==========================================================================
 ``STUDIES`` name          module
@@ -20,11 +21,15 @@ binaries' configs are ``experiments/<study>/configs/default.py``.
 ``sif``                   :mod:`~ultr_jax.studies.sif`: SIF (its Tables 6-8)
 ========================  ==========================================================================
 
+Beside them: :mod:`~ultr_jax.studies.configs` (every study's variants and value rules),
+:mod:`~ultr_jax.studies.experiment` (the data configs and loaders the studies share),
+:mod:`~ultr_jax.studies.tables` (summaries over seeds) and :mod:`~ultr_jax.studies.figures`.
+
 >>> from ultr_jax import studies
 >>> sorted(studies.STUDIES)[:3]
 ['baselines', 'cld', 'click_models']
->>> studies.default_config("online").num_impressions
-10000
+>>> studies.default_config("online").num_impressions, studies.default_config("online", "smoke").num_impressions
+(10000, 300)
 """
 
 import importlib
@@ -33,7 +38,7 @@ from typing import Any, Optional
 
 import ml_collections
 
-__all__ = ["STUDIES", "default_config", "get", "run"]
+__all__ = ["STUDIES", "default_config", "get", "run", "validate_config", "variants"]
 
 #: Study name -> its module (imported on first use).
 STUDIES = {
@@ -52,6 +57,12 @@ STUDIES = {
 def get(name: str) -> ModuleType:
   """The module of study ``name`` (a key of :data:`STUDIES`); raises ``ValueError`` naming the known ones.
 
+  Args:
+    name: the study's name.
+
+  Returns:
+    Its module (``run``, ``VARIANTS``, ``default_config``, ``CONFIG_RULES``).
+
   >>> get("lbd").__name__
   'ultr_jax.studies.lbd'
   """
@@ -61,15 +72,76 @@ def get(name: str) -> ModuleType:
 
 
 def run(name: str, config: ml_collections.ConfigDict, workdir: Optional[str]) -> dict[str, Any]:
-  """Runs study ``name`` with ``config``, writing its results to ``workdir``; returns its results."""
+  """Runs study ``name`` with ``config``, writing its results to ``workdir``; returns its results.
+
+  Args:
+    name: a key of :data:`STUDIES`.
+    config: the study's config (:func:`default_config`, fields changed as wished); its values are checked
+      (:func:`validate_config`) before any work.
+    workdir: the output directory (``results.json``, tables, figures).
+
+  Returns:
+    The results it wrote to ``results.json``.
+  """
   return get(name).run(config, workdir)
 
 
-def default_config(name: str) -> ml_collections.ConfigDict:
-  """The library's default config of study ``name``; raises ``ValueError`` where only the binary has one."""
-  module = get(name)
-  if not hasattr(module, "default_config"):
-    raise ValueError(
-      f"study {name!r} has no library default config; use experiments/{name}/configs/default.py (its get_config())"
-    )
-  return module.default_config()
+def default_config(name: str, variant: str = "default") -> ml_collections.ConfigDict:
+  """The config ``variant`` of study ``name`` (``"default"``, ``"smoke"``, or one of its ``VARIANTS``).
+
+  Args:
+    name: a key of :data:`STUDIES`.
+    variant: one of the study's ``VARIANTS``; every study has ``"default"`` and ``"smoke"`` (seconds).
+
+  Returns:
+    A fresh, locked ``ml_collections.ConfigDict`` (``run(name, config, workdir)`` takes it): as in the
+    binaries, setting a key it does not have is an error naming it (``with config.unlocked():`` adds one).
+
+  Raises:
+    ValueError: an unknown study or variant, naming the known ones.
+
+  >>> sorted(default_config("sif", "t8").t8.methods)
+  ['dla', 'ips', 'sif_exp', 'sif_position']
+  >>> default_config("lbd", "smoke").num_seedz = 2
+  Traceback (most recent call last):
+  AttributeError: 'Key "num_seedz" does not exist and cannot be added since the config is locked. ...'
+  """
+  config = get(name).default_config(variant)
+  config.lock()
+  return config
+
+
+def validate_config(name: str, config: ml_collections.ConfigDict) -> None:
+  """Checks ``config``'s values against study ``name``'s ``CONFIG_RULES`` (what its ``run`` does first).
+
+  Args:
+    name: a key of :data:`STUDIES`.
+    config: a config of the study (e.g. :func:`default_config` with fields changed).
+
+  Raises:
+    ValueError: the first field out of range, naming it, its value and the allowed values.
+
+  >>> config = default_config("click_models", "smoke")
+  >>> config.test_fraction = 1.5
+  >>> validate_config("click_models", config)
+  Traceback (most recent call last):
+  ValueError: config.test_fraction: 1.5 is out of range; expected a number in (0, 1)
+  """
+  from ultr_jax.studies import _config  # noqa: PLC0415
+
+  _config.validate_config(config, get(name).CONFIG_RULES)
+
+
+def variants(name: str) -> tuple[str, ...]:
+  """The config variants of study ``name``, ``"default"`` first.
+
+  Args:
+    name: a key of :data:`STUDIES`.
+
+  Returns:
+    Its variant names (each one a ``default_config(name, variant)``).
+
+  >>> variants("report")
+  ('default', 'full', 'smoke')
+  """
+  return tuple(get(name).VARIANTS)

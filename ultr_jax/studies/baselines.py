@@ -12,7 +12,7 @@ With real click logs (``config.data.source = "baidu"``: Baidu-ULTR's click
 files for training, its expert annotations for validation and test) the
 methods train on the logged clicks as shown, with no logging policy and no
 click model. The data half (configs, loaders, the logging policy) is
-:mod:`ultr_jax.train.experiment`.
+:mod:`ultr_jax.studies.experiment`.
 """
 
 import os
@@ -25,9 +25,11 @@ import ml_collections
 import numpy as np
 
 from ultr_jax import simulation
+from ultr_jax.studies._config import validate_config
+from ultr_jax.studies.configs.baselines import CONFIG_RULES, VARIANTS, default_config
 from ultr_jax.studies.figures import plot_learning_curves
 from ultr_jax.train import methods as methods_lib
-from ultr_jax.train.experiment import (
+from ultr_jax.studies.experiment import (
   check_logged_click_method,
   by_frequency_bucket,
   hold_out_pages,
@@ -36,9 +38,10 @@ from ultr_jax.train.experiment import (
   true_position_propensities,
 )
 from ultr_jax.train.loop import evaluate, evaluate_clicks, fit, predict
-from ultr_jax.train.results import markdown_table, summarize, summarize_metrics, write_results, write_run
+from ultr_jax.studies.tables import summarize_metrics
+from ultr_jax.train.results import markdown_table, summarize, write_results, write_run
 
-__all__ = ["METRIC_COLUMNS", "CLICK_COLUMNS", "train_and_evaluate", "run"]
+__all__ = ["CONFIG_RULES", "METRIC_COLUMNS", "CLICK_COLUMNS", "train_and_evaluate", "run", "VARIANTS", "default_config"]
 
 METRIC_COLUMNS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "err@10")
 CLICK_COLUMNS = ("click_ll", "click_perplexity")
@@ -60,6 +63,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
   ``"history"`` (the fit's evaluations: step, train loss and validation
   metrics per seed), and a ``"_meta"`` entry describing the run.
   """
+  validate_config(config, CONFIG_RULES)  # every value in range before any work
   t_start = time.perf_counter()
   train, valid, test = load_datasets(config, logged_clicks=True)
   logged = "clicks" in train.extras

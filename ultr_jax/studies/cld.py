@@ -25,6 +25,12 @@ import numpy as np
 
 from ultr_jax import data as data_lib
 from ultr_jax import simulation
+from ultr_jax.studies._config import validate_config
+from ultr_jax.studies.configs.cld import (
+  CONFIG_RULES as CONFIG_RULES,
+  VARIANTS as VARIANTS,
+  default_config as default_config,
+)  # re-exported
 from ultr_jax.studies.figures import save_figure
 from ultr_jax.train import enable_compilation_cache, evaluate, fit, get_method, shared_method_configs, summarize
 from ultr_jax.train import write_results
@@ -487,6 +493,7 @@ def _table(results, keys):
 
 def run(config, workdir):
   """Runs the whole grid; writes ``results.json``, ``table.md`` and figures under ``workdir``."""
+  validate_config(config, CONFIG_RULES)  # every value in range before any work
   os.makedirs(workdir, exist_ok=True)
   t0 = time.perf_counter()
   # fit() builds fresh closures per call; identical programs across grid points compile once.

@@ -56,10 +56,13 @@ import optax
 from ultr_jax import data as data_lib
 from ultr_jax import simulation as sim
 from ultr_jax.metrics import clicks as click_metrics
+from ultr_jax.studies._config import validate_config
+from ultr_jax.studies.configs.click_models import CONFIG_RULES, VARIANTS, default_click_model_config, default_config
 from ultr_jax.studies.figures import save_figure
 from ultr_jax.train.results import markdown_table, summarize, write_results
 
 __all__ = [
+  "CONFIG_RULES",
   "TRUE_PARAMETERS",
   "default_click_model_config",
   "simulate_study_logs",
@@ -72,64 +75,12 @@ __all__ = [
   "score_log_batches",
   "score_click_log",
   "run_click_model_study",
+  "VARIANTS",
+  "default_config",
 ]
 
 METRICS = ("perplexity", "ctr_perplexity", "log_likelihood", "attraction_mae", "fit_seconds")
 TRUE_PARAMETERS = "true parameters"
-
-
-def default_click_model_config() -> ml_collections.ConfigDict:
-  """The study's default config (see ``experiments/click_models/configs/default.py``).
-
-  >>> default_click_model_config().num_sessions
-  60000
-  """
-  c = ml_collections.ConfigDict()
-  c.seed = 0
-  c.num_seeds = 3
-  c.num_queries = 100
-  c.list_size = 10
-  c.label_fractions = (0.45, 0.30, 0.15, 0.07, 0.03)  # grades 0..4 (the synthetic default's)
-  c.num_sessions = 60000
-  c.test_fraction = 0.2
-  c.noise = 0.3  # the logging ranker's score noise (inf: uniform shuffles)
-  c.true_models = ("pbm", "ubm", "dcm", "dbn", "ccm", "trust")
-  # The classic seven (any of sim.FITTABLE_CLICK_MODELS may be added, e.g. "sdbn", "mixture").
-  c.fit_models = ("pbm", "ubm", "cascade", "dcm", "dbn", "ccm", "trust")
-  # Click-through-rate baselines beside the click models (sim.CTR_MODELS: gctr, rctr, dctr, drctr), smoothed
-  # toward their parent rate by ctr_prior pseudo-impressions: what counting alone predicts.
-  c.ctr_models = ("rctr", "dctr", "drctr")
-  c.ctr_prior = 1.0
-  # Simulator parameters per generating model (the samplers' keyword arguments); ``<name>_per_document =
-  # (lo, hi)`` draws ``<name>`` per document, uniform in [lo, hi) (the DBN's satisfaction: with one shared
-  # value the DBN would be a CCM with alpha = (gamma, gamma (1 - sigma), gamma (1 - sigma))).
-  c.simulators = ml_collections.ConfigDict(
-    {
-      "pbm": {},
-      "ubm": {},
-      "cascade": {},
-      "dcm": {"continuation": 0.6},
-      "dbn": {"perseverance": 0.9, "satisfaction_per_document": (0.2, 0.8)},
-      "ccm": {"alpha": (0.9, 0.7, 0.2)},
-      "trust": {},  # ULTRA's table with eps+ = 1 - (k + 2)/100, eps- = 0.65/(k + 1)
-    }
-  )
-  c.l2 = 1.0
-  c.max_iters = 500
-  c.tol = 1e-5
-  # A session log instead of the simulation (streamed): a file, a glob or a directory, in click_log_format, or
-  # Parquet session shards of convert_click_log.
-  c.click_log = ""
-  c.click_log_format = "tsv"  # or "baidu" (part-XXXXX.gz), "yandex", "yandex_personalized"; see read_click_log
-  c.click_log_batch_size = 4096  # sessions per batch of the stream
-  c.click_log_shard_dir = ""  # keep a text log's conversion to session shards here ("": a temporary directory)
-  c.list_size_of_log = 0  # 0: the log's largest position
-  # A model whose statistics do not reduce the log (more records than this: sessions that barely repeat) is
-  # fitted by Adam over the stream instead, this many passes at this learning rate (CLAX's 0.01).
-  c.statistics_max_records = 1 << 24
-  c.minibatch_epochs = 1
-  c.minibatch_learning_rate = 0.01
-  return c
 
 
 def _attraction(config, seed) -> np.ndarray:
@@ -516,6 +467,7 @@ def run_click_model_study(config: ml_collections.ConfigDict, workdir: Optional[s
 
   Returns the results mapping (see the module docstring).
   """
+  validate_config(config, CONFIG_RULES)  # every value in range before any work
   fit_models = tuple(config.fit_models)
   for m in fit_models:
     if m not in sim.FITTABLE_CLICK_MODELS:
@@ -574,4 +526,3 @@ def run_click_model_study(config: ml_collections.ConfigDict, workdir: Optional[s
 
 
 run = run_click_model_study
-default_config = default_click_model_config

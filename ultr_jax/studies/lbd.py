@@ -44,14 +44,18 @@ from scipy import stats as scipy_stats
 
 from ultr_jax import simulation
 from ultr_jax.data import RankingDataset, Splits
+from ultr_jax.studies._config import validate_config
+from ultr_jax.studies.configs.lbd import CONFIG_RULES, VARIANTS, default_config
 from ultr_jax.studies.figures import save_figure
 from ultr_jax.train.compilation import enable_compilation_cache
 from ultr_jax.train.loop import evaluate, fit, make_optimizer
 from ultr_jax.train.methods import get_method
 from ultr_jax.train.methods.lbd import LBD_DEFAULTS, make_lbd, make_lbd_grid, stack_runs
-from ultr_jax.train.results import best_and_ties, summarize, write_results
+from ultr_jax.studies.tables import best_and_ties
+from ultr_jax.train.results import summarize, write_results
 
 __all__ = [
+  "CONFIG_RULES",
   "LBD_BASE_W",
   "YAHOO_CRUX",
   "ISTELLA_CRUX",
@@ -67,6 +71,8 @@ __all__ = [
   "tied_with_best",
   "prepare_lists",
   "run_lbd_study",
+  "VARIANTS",
+  "default_config",
 ]
 
 #: The authors' code's coupling vector at eta = 0.1, divided by eta (``w = eta * LBD_BASE_W``); the paper draws
@@ -523,7 +529,7 @@ def _load(config):
     )
     crux = np.argsort(-np.abs(u), kind="stable")[: len(LBD_BASE_W)]
     return splits.train, splits.valid, splits.test, crux, "top-|u| of the synthetic relevance"
-  from ultr_jax.train.experiment import load_datasets  # svmlight / ultra
+  from ultr_jax.studies.experiment import load_datasets  # svmlight / ultra
 
   train, valid, test = load_datasets(config)
   if d.get("crux_indices"):
@@ -609,6 +615,7 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
   ``{"mean", "std", "ci90", "per_seed"}``, plus ``"selected"`` ((lambda, t) per ranker and variant)
   and ``"grid"`` (validation/test nDCG@10 of every grid member) per eta; ``"_effects"`` and ``"_meta"``.
   """
+  validate_config(config, CONFIG_RULES)  # every value in range before any work
   t_start = time.perf_counter()
   c_start = time.process_time()
   train, valid, test, crux, crux_how = prepare_lists(config)

@@ -14,22 +14,24 @@ import jax
 import ml_collections
 import numpy as np
 
+from ultr_jax.studies._config import validate_config
+from ultr_jax.studies.configs.online import CONFIG_RULES, VARIANTS, default_config, default_online_config
 from ultr_jax.studies.figures import save_figure
 from ultr_jax.train import sharding as sharding_lib
-from ultr_jax.train.experiment import load_datasets
+from ultr_jax.studies.experiment import load_datasets
 from ultr_jax.train.online import (
   METRICS,
   ONLINE_CLICK_MODELS,
-  ONLINE_METHODS,
+  ONLINE_LEARNERS,
   _as_dict,
   _click_config,
-  default_online_config,
   full_info_reference,
   online_learning,
 )
-from ultr_jax.train.results import markdown_table, summarize, summarize_metrics, write_results
+from ultr_jax.studies.tables import summarize_metrics
+from ultr_jax.train.results import markdown_table, summarize, write_results
 
-__all__ = ["default_config", "run", "run_online_study"]
+__all__ = ["CONFIG_RULES", "VARIANTS", "default_config", "default_online_config", "run", "run_online_study"]
 
 
 def _plot(results: Mapping[str, Any], path: str, ceiling: Optional[float] = None) -> None:
@@ -86,9 +88,10 @@ def run_online_study(config: ml_collections.ConfigDict, workdir: Optional[str]) 
   ``nsgd_minus_mgd`` those of NSGD against MGD.
   ``full_info`` holds the ceiling, :func:`full_info_reference` (with ``config.full_info.enabled``).
   """
+  validate_config(config, CONFIG_RULES)  # every value in range before any work
   for m in config.methods:
-    if m not in ONLINE_METHODS:
-      raise ValueError(f"config.methods: unknown online method {m!r} (expected {ONLINE_METHODS})")
+    if m not in ONLINE_LEARNERS:
+      raise ValueError(f"config.methods: unknown online method {m!r} (expected {tuple(ONLINE_LEARNERS)})")
   users = _study_users(config)  # fails before any work on an unknown user
   train, _, test = load_datasets(config)
   devices = math.gcd(int(config.num_devices) or jax.device_count(), int(config.num_seeds))
@@ -138,4 +141,3 @@ def run_online_study(config: ml_collections.ConfigDict, workdir: Optional[str]) 
 
 
 run = run_online_study
-default_config = default_online_config

@@ -1,7 +1,7 @@
 r"""One report: every method under every simulated bias, with the identifiability check beside it.
 
 :func:`run_report` generates one synthetic dataset (:func:`ultr_jax.data.make_synthetic`), orders it by
-the logging policy of the baselines study (:func:`~ultr_jax.train.experiment.prepare_logged_data`), and
+the logging policy of the baselines study (:func:`~ultr_jax.studies.experiment.prepare_logged_data`), and
 then, for every bias (a click model of :mod:`ultr_jax.simulation`):
 
 1. builds the logged dataset of that bias (the displayed top-k; for a bias with ``selection="topk"``,
@@ -62,20 +62,22 @@ from ultr_jax import simulation
 from ultr_jax.data import RankingDataset
 from ultr_jax.train import methods as methods_lib
 from ultr_jax.studies.baselines import CLICK_COLUMNS, METRIC_COLUMNS
+from ultr_jax.studies._config import validate_config
+from ultr_jax.studies.configs.report import CONFIG_RULES, VARIANTS, default_config
 from ultr_jax.studies.figures import plot_learning_curves, save_figure
-from ultr_jax.train.experiment import load_datasets
+from ultr_jax.studies.experiment import load_datasets
 from ultr_jax.train.loop import evaluate, evaluate_clicks, fit
 from ultr_jax.train.method import KEY_REASONS, method_inputs_missing
 from ultr_jax.train.online import online_learning, online_users_missing
+from ultr_jax.studies.tables import best_and_ties, summarize_metrics
 from ultr_jax.train.results import (
   atomic_write_text,
-  best_and_ties,
   markdown_table,
-  summarize_metrics,
   write_results,
 )
 
 __all__ = [
+  "CONFIG_RULES",
   "CLICK_TRUTH",
   "KEY_REASONS",
   "click_table",
@@ -92,6 +94,8 @@ __all__ = [
   "plan_cells",
   "plot_heatmap",
   "run_report",
+  "VARIANTS",
+  "default_config",
 ]
 
 # ----------------------------------------------------------------------------
@@ -140,13 +144,26 @@ def _layout(bias: ml_collections.ConfigDict) -> str:
   return "candidates" if selection == "topk" else "display"
 
 
+def _batch_inputs(click_model: Mapping[str, Any]) -> tuple[str, ...]:
+  """The batch entries a bias's click model reads besides the labels (its declared ``batch_inputs``)."""
+  name = click_model.get("name")
+  return simulation.get_click_model(name).batch_inputs if name in simulation.click_models() else ()
+
+
+def _takes_crux_features(click_model: Mapping[str, Any]) -> bool:
+  """Whether the click model reads feature columns it is given as ``crux_indices`` (LBD's individual bias)."""
+  name = click_model.get("name")
+  declared = simulation.get_click_model(name).config_keys if name in simulation.click_models() else {}
+  return "features" in _batch_inputs(click_model) and "crux_indices" in declared
+
+
 def _resolve_click_model(bias: ml_collections.ConfigDict, train, top_k: Optional[int] = None) -> dict:
   cm = bias.click_model.to_dict()
   if _layout(bias) == "candidates" and not cm.get("top_k"):  # every candidate listed, the top k shown
     if top_k is None:
       raise ValueError("a bias with selection='topk' needs click_model.top_k (or the logging policy's top_k)")
     cm["top_k"] = int(top_k)
-  if cm.get("name") == "individual" and not cm.get("crux_indices"):
+  if _takes_crux_features(cm) and not cm.get("crux_indices"):
     from ultr_jax.studies.lbd import LBD_BASE_W, select_crux_features  # noqa: PLC0415
 
     k = int(bias.get("num_crux", 5))
@@ -213,9 +230,7 @@ def _bias_datasets(bias: ml_collections.ConfigDict, data: Mapping[str, Any], see
     layout = _layout(bias)
   train, valid, test = data[layout]
   num_contexts = bias.click_model.get("num_contexts")
-  name = bias.click_model.name
-  needs_context = name in simulation.click_models() and "context" in simulation.get_click_model(name).batch_inputs
-  if needs_context and num_contexts:
+  if "context" in _batch_inputs(bias.click_model) and num_contexts:
     ctx = []
     for i, ds in enumerate((train, valid, test)):
       c = graph_lib.random_contexts(ds.num_queries, ds.list_size, int(num_contexts), seed=seed + i)
@@ -576,6 +591,7 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
   Returns the mapping written to ``results.json`` (see the module docstring). The files are rewritten
   after every bias, so a long run shows its progress.
   """
+  validate_config(config, CONFIG_RULES)  # every value in range before any work
   t_start = time.perf_counter()
   data = make_bias_data(config)
   methods = list(config.methods)
@@ -592,7 +608,7 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
     click_fn, click_cfg = make_bias_click_fn(bias, train, top_k=config.logging_policy.top_k)
     train = with_policy_examination(bias, train, click_cfg, seed=int(config.seed) + 1000 * b_idx + 2)
     top_k = click_cfg.get("top_k")
-    contexts = train.extras.get("context") if click_cfg.get("name") == "context_pbm" else None
+    contexts = train.extras.get("context") if "context" in _batch_inputs(click_cfg) else None
     rep = logged_identifiability(
       train,
       top_k=top_k,

@@ -33,6 +33,12 @@ from ultr_jax.simulation import (
   relevance_probability,
   sif_toy_dataset,
 )
+from ultr_jax.studies._config import validate_config
+from ultr_jax.studies.configs.sif import (
+  CONFIG_RULES as CONFIG_RULES,
+  VARIANTS as VARIANTS,
+  default_config as default_config,
+)  # re-exported
 from ultr_jax.studies.figures import save_figure
 from ultr_jax.train import (
   default_train_config,
@@ -488,6 +494,7 @@ def t7_checks(t7, histories, alpha_key, position_key):
 
 def run(config, workdir):
   """Runs T6 and T7 as configured, prints tables, writes results.json, tables and figures."""
+  validate_config(config, CONFIG_RULES)  # every value in range before any work
   os.makedirs(workdir, exist_ok=True)
   t_start = time.perf_counter()
   enable_compilation_cache(config.get("compilation_cache_dir", ""), workdir)

@@ -63,7 +63,9 @@ queries and the *online* nDCG@10, the mean nDCG@10 of the rankings the users
 were shown (what the learner cost them while learning).
 """
 
+import dataclasses
 import functools
+import types
 from typing import Any, Callable, Mapping, NamedTuple, Optional, Union
 
 import jax
@@ -83,17 +85,19 @@ from ultr_jax.train import sharding as sharding_lib
 from ultr_jax.train.loop import DISPLAYS
 
 __all__ = [
+  "ONLINE_LEARNERS",
   "ONLINE_METHODS",
   "MULTILEAVE_METHODS",
   "ONLINE_CLICK_MODELS",
+  "OnlineLearner",
+  "register_online_learner",
   "online_click_model",
-  "default_online_config",
+  "online_learner_config",
   "online_learning",
   "online_users_missing",
   "full_info_reference",
 ]
 
-ONLINE_METHODS = ("pdgd", "dbgd", "mgd", "nsgd")
 MULTILEAVE_METHODS = ("team_draft", "probabilistic")
 
 #: ``name -> (P(click | grade), P(stop | click, grade))`` for grades 0..4 (PDGD paper, Table 1).
@@ -171,6 +175,13 @@ def online_click_model(click_model: Union[str, Mapping[str, Any]], *, top_k: int
   individual-level model reads ``features``, ``context_pbm`` reads ``context``, ``position_trust`` reads
   ``logging_score``).
 
+  Args:
+    click_model: a name in :data:`ONLINE_CLICK_MODELS`, or a click-model config mapping.
+    top_k: the number of displayed positions the users scan.
+
+  Returns:
+    ``fn(key, labels, *, positions, where, features=None, **item_extras) -> clicks`` (``[L]`` float, 0/1).
+
   Raises:
     ValueError: an unknown name, a config its click-model factory rejects, or another ``top_k``.
 
@@ -192,68 +203,85 @@ def online_click_model(click_model: Union[str, Mapping[str, Any]], *, top_k: int
   return _config_clicks(_click_config(click_model, int(top_k)))
 
 
-def default_online_config() -> ml_collections.ConfigDict:
-  """The online study's default (see ``experiments/online/configs/default.py``).
+@dataclasses.dataclass(frozen=True)
+class OnlineLearner:
+  """One online learner of :data:`ONLINE_LEARNERS`.
 
-  >>> default_online_config().num_impressions
-  10000
+  Attributes:
+    name: its key in the registry and the name of its config section (``config.<name>``).
+    defaults: its config section, every field it reads with its default.
+    parse: ``parse(section) -> dict``: the static fields of a run the section sets (``learning_rate``,
+      ``unit``, ``num_rankers``, ``multileave``, ``tau``, ``nsgd``, ``display``, ``pdgd``); raises
+      ``ValueError`` naming ``config.<name>.<field>``.
+    make_step: ``make_step(spec, apply_fn, clicks_of) -> (init, step)``: ``init(params, x)`` is the
+      learner's state beyond its parameters (it rides in the scan's carry), ``step(params, state, key, x,
+      y, where, extras, click, stop) -> (params, state, positions)`` one impression: the displayed
+      ``positions``, the clicks on them and the update.
   """
-  c = ml_collections.ConfigDict()
-  c.seed = 0
-  c.num_seeds = 5
-  # The baselines' data (``ultr_jax.train.experiment.default_data_config``): synthetic 1000/200/200 queries of
-  # 20 candidates, or ``source="svmlight"`` / ``"ultra"`` files; the users issue the training queries, the test
-  # queries score the learner offline (the validation split is not used).
-  from ultr_jax.train.experiment import default_data_config
 
-  c.data = default_data_config()
-  c.top_k = 10
-  c.click_models = tuple(ONLINE_CLICK_MODELS)
-  # More users for ``click_models``, by name: make_click_fn configs, cut to the top_k shown (the report's
-  # position and trust bias and DCM columns), e.g. --config.click_models="('informational','pbm')".
-  c.click_model_configs = ml_collections.ConfigDict(
-    {
-      "pbm": {"name": "pbm_table", "eta": 1.0, "eps": 0.1},
-      "trust": {"name": "trust", "eta": 1.0, "eps": 0.1},
-      "dcm": {"name": "dcm", "continuation": 0.5, "eps": 0.1},
-    }
-  )
-  c.methods = ONLINE_METHODS
-  c.ranker = "linear"
-  c.hidden_sizes = (32,)  # the mlp ranker's
-  c.zero_init = True  # linear rankers start at w = 0 (the PDGD paper's setting)
-  c.num_devices = 0  # seeds are split over this many devices (0: all), reduced to a divisor of num_seeds
-  c.num_impressions = 10000
-  c.eval_every = 500
-  # PDGD's display: "model_sample" (Plackett-Luce samples of its scores: the method), or, as diagnostics,
-  # "logged" (the lists' stored order, the logging policy's: cuts the feedback loop) or "model" (by score).
-  # Its switches (losses.pdgd_loss) take its update apart: pairs="all", debias=False, surrogate="log_probability".
-  c.pdgd = ml_collections.ConfigDict(
-    {"learning_rate": 0.1, "display": "model_sample", "pairs": "considered", "debias": True, "surrogate": "probability"}
-  )
-  # The dueling bandits' comparison: "team_draft" or "probabilistic" multileaving (tau: its steepness).
-  c.dbgd = ml_collections.ConfigDict({"learning_rate": 0.01, "unit": 1.0, "multileave": "team_draft", "tau": 3.0})
-  c.mgd = ml_collections.ConfigDict(
-    {"learning_rate": 0.01, "unit": 1.0, "num_candidates": 9, "multileave": "team_draft", "tau": 3.0}
-  )
-  # NSGD: MGD plus the null space of the `worst` of the last `history` losing directions, and ties broken on
-  # the `tie_queries` most difficult recent queries (stored at most `tie_window` impressions ago); the
-  # settings of the authors' SIGIR'18 script.
-  c.nsgd = ml_collections.ConfigDict(
-    {
-      "learning_rate": 0.01,
-      "unit": 1.0,
-      "num_candidates": 9,
-      "multileave": "team_draft",
-      "tau": 3.0,
-      "history": 60,
-      "worst": 25,
-      "tie_queries": 10,
-      "tie_window": 50,
-    }
-  )
-  # The ceiling: the same ranker trained offline on the true labels (listwise softmax, Adam, full batch).
-  c.full_info = ml_collections.ConfigDict({"enabled": True, "steps": 1000, "learning_rate": 0.01})
+  name: str
+  defaults: Mapping[str, Any]
+  parse: Callable[[Mapping[str, Any]], dict]
+  make_step: Callable[..., tuple[Callable, Callable]]
+
+
+#: Online learner name -> :class:`OnlineLearner`, filled by :func:`register_online_learner`.
+ONLINE_LEARNERS: dict[str, OnlineLearner] = {}
+
+#: The fields of an online run that every learner shares (``config.<field>``).
+_RUN_DEFAULTS = {
+  "top_k": 10,
+  "ranker": "linear",
+  "hidden_sizes": (32,),  # the mlp ranker's
+  "zero_init": True,  # linear rankers start at w = 0 (the PDGD paper's setting)
+  "num_impressions": 10000,
+  "eval_every": 500,
+}
+
+
+def register_online_learner(name: str, *, defaults: Mapping[str, Any], make_step: Callable[..., tuple]):
+  """Registers the decorated ``parse(section) -> dict`` as the online learner ``name`` (see :class:`OnlineLearner`).
+
+  Args:
+    name: the learner's name (``online_learning(name, ...)``) and its config section's.
+    defaults: the section's fields and defaults (:func:`online_learner_config`).
+    make_step: the learner's impression step factory, ``make_step(spec, apply_fn, clicks_of) -> (init, step)``.
+
+  Returns:
+    The decorator; it returns ``parse`` unchanged. A name registered twice is a ``ValueError``.
+
+  >>> sorted(ONLINE_LEARNERS)
+  ['dbgd', 'mgd', 'nsgd', 'pdgd']
+  >>> ONLINE_LEARNERS["mgd"].defaults["num_candidates"]
+  9
+  """
+
+  def wrap(parse: Callable[[Mapping[str, Any]], dict]) -> Callable[[Mapping[str, Any]], dict]:
+    if name in ONLINE_LEARNERS:
+      raise ValueError(f"online learner {name!r} is already registered")
+    ONLINE_LEARNERS[name] = OnlineLearner(name, types.MappingProxyType(dict(defaults)), parse, make_step)
+    return parse
+
+  return wrap
+
+
+def online_learner_config() -> ml_collections.ConfigDict:
+  """The online learners' config: the run's fields and every registered learner's section with its defaults.
+
+  ``top_k`` items shown, the ``ranker`` (``hidden_sizes`` for an MLP; ``zero_init`` starts a linear one at
+  :math:`w = 0`), ``num_impressions`` per seed with a test nDCG@10 every ``eval_every``, then one section
+  per learner of :data:`ONLINE_LEARNERS`. The online study's config adds its data, users and seeds.
+
+  Returns:
+    A fresh ``ml_collections.ConfigDict`` (``online_learning(..., config=...)`` takes it).
+
+  >>> c = online_learner_config()
+  >>> c.num_impressions, c.pdgd.learning_rate, c.nsgd.history
+  (10000, 0.1, 60)
+  """
+  c = ml_collections.ConfigDict(dict(_RUN_DEFAULTS))
+  for name, learner in ONLINE_LEARNERS.items():
+    c[name] = ml_collections.ConfigDict(dict(learner.defaults))
   return c
 
 
@@ -276,67 +304,33 @@ class _Spec(NamedTuple):
   top_k: int
   eval_every: int
   num_blocks: int
-  learning_rate: float
-  unit: float
-  num_rankers: int  # DBGD 2, MGD candidates + 1
-  multileave: str  # "team_draft" or "probabilistic" (DBGD, MGD, NSGD)
-  tau: float  # probabilistic multileaving's steepness
   click_config: Any  # a frozen make_any_click_fn simulator; None for the cascade users (their tables are arguments)
+  learning_rate: float
+  unit: float = 0.0
+  num_rankers: int = 0  # DBGD 2, MGD candidates + 1
+  multileave: str = ""  # "team_draft" or "probabilistic" (DBGD, MGD, NSGD)
+  tau: float = 0.0  # probabilistic multileaving's steepness
   nsgd: tuple[int, ...] = ()  # NSGD's (history, worst, tie_queries, tie_window)
   display: str = "model_sample"  # PDGD's displayed lists (one of DISPLAYS)
   pdgd: tuple = ()  # PDGD's switches (pairs, debias, surrogate) of losses.pdgd_loss; () for the other methods
 
 
 def _spec(method: str, config: ml_collections.ConfigDict, click_config: Any = None) -> _Spec:
-  if method not in ONLINE_METHODS:
-    raise ValueError(f"unknown online method {method!r}; expected one of {ONLINE_METHODS}")
+  if method not in ONLINE_LEARNERS:
+    raise ValueError(f"unknown online method {method!r}; expected one of {tuple(ONLINE_LEARNERS)}")
   every, total = int(config.eval_every), int(config.num_impressions)
   if every <= 0 or total <= 0 or total % every:
     raise ValueError(f"config.num_impressions ({total}) must be a positive multiple of config.eval_every ({every})")
-  cfg = config[method]
-  n = 0 if method == "pdgd" else (2 if method == "dbgd" else int(cfg.num_candidates) + 1)
-  if method in ("mgd", "nsgd") and n < 2:
-    raise ValueError(f"config.{method}.num_candidates must be >= 1, got {n - 1}")
-  nsgd = ()
-  if method == "nsgd":
-    nsgd = tuple(int(cfg[k]) for k in ("history", "worst", "tie_queries", "tie_window"))
-    history, worst, tie_queries, _ = nsgd
-    if history < n - 1 or not 0 <= worst <= history or tie_queries < 0:
-      raise ValueError(
-        f"config.nsgd: need history >= num_candidates, 0 <= worst <= history and tie_queries >= 0; "
-        f"got history={history}, num_candidates={n - 1}, worst={worst}, tie_queries={tie_queries}"
-      )
-  display = str(cfg.get("display", "model_sample")) if method == "pdgd" else "model_sample"
-  if display not in DISPLAYS:
-    raise ValueError(f"config.pdgd.display: unknown {display!r}; expected one of {DISPLAYS}")
-  switches = ()
-  if method == "pdgd":
-    switches = (
-      str(cfg.get("pairs", "considered")),
-      bool(cfg.get("debias", True)),
-      str(cfg.get("surrogate", "probability")),
-    )
-    losses_lib.pdgd.check_switches(switches[0], switches[2])
-  multileave = str(cfg.get("multileave", ""))
-  if method != "pdgd" and multileave not in MULTILEAVE_METHODS:
-    raise ValueError(f"config.{method}.multileave: unknown {multileave!r}; expected one of {MULTILEAVE_METHODS}")
   return _Spec(
-    method,
-    str(config.ranker),
-    tuple(int(h) for h in config.hidden_sizes),
-    bool(config.zero_init),
-    int(config.top_k),
-    every,
-    total // every,
-    float(cfg.learning_rate),
-    float(cfg.get("unit", 0.0)),
-    n,
-    multileave,
-    float(cfg.tau) if multileave == "probabilistic" else 0.0,  # tau alone: no new program for team-draft
-    click_config,
-    nsgd,
-    display,
-    switches,
+    method=method,
+    ranker=str(config.ranker),
+    hidden_sizes=tuple(int(h) for h in config.hidden_sizes),
+    zero_init=bool(config.zero_init),
+    top_k=int(config.top_k),
+    eval_every=every,
+    num_blocks=total // every,
+    click_config=click_config,
+    **ONLINE_LEARNERS[method].parse(config[method]),
   )
 
 
@@ -502,7 +496,7 @@ def _nsgd_candidates(key, params, memory: _NSGDMemory, apply_fn, x, where, num: 
 def _dueling_step(spec, apply_fn, clicks_of):
   """DBGD (one candidate), MGD and NSGD (several): multileave, credit the clicks, step toward the winners."""
   n = spec.num_rankers
-  nsgd = spec.method == "nsgd"
+  nsgd = bool(spec.nsgd)  # NSGD's memory sizes: set by the nsgd learner only
 
   def init(params, x):
     return _nsgd_memory(params, x, spec.nsgd) if nsgd else ()
@@ -539,6 +533,100 @@ def _dueling_step(spec, apply_fn, clicks_of):
   return init, step
 
 
+def _field(name: str, section: Mapping[str, Any], key: str) -> Any:
+  """``section[key]``, or learner ``name``'s default where the section leaves it out."""
+  return section[key] if key in section else ONLINE_LEARNERS[name].defaults[key]
+
+
+@register_online_learner(
+  "pdgd",
+  # PDGD's display: "model_sample" (Plackett-Luce samples of its scores: the method), or, as diagnostics,
+  # "logged" (the lists' stored order, the logging policy's: cuts the feedback loop) or "model" (by score).
+  # Its switches (losses.pdgd_loss) take its update apart: pairs="all", debias=False, surrogate="log_probability".
+  defaults={
+    "learning_rate": 0.1,
+    "display": "model_sample",
+    "pairs": "considered",
+    "debias": True,
+    "surrogate": "probability",
+  },
+  make_step=_pdgd_step,
+)
+def _pdgd(section: Mapping[str, Any]) -> dict:
+  """PDGD (Oosterhuis & de Rijke, CIKM'18): SGD on :func:`~ultr_jax.losses.pdgd_loss` of its displayed lists."""
+  display = str(_field("pdgd", section, "display"))
+  if display not in DISPLAYS:
+    raise ValueError(f"config.pdgd.display: unknown {display!r}; expected one of {DISPLAYS}")
+  pairs, surrogate = str(_field("pdgd", section, "pairs")), str(_field("pdgd", section, "surrogate"))
+  losses_lib.pdgd.check_switches(pairs, surrogate)
+  switches = (pairs, bool(_field("pdgd", section, "debias")), surrogate)
+  return {"learning_rate": float(section["learning_rate"]), "display": display, "pdgd": switches}
+
+
+def _dueling_fields(name: str, section: Mapping[str, Any], num_rankers: int) -> dict:
+  """The fields DBGD, MGD and NSGD share: step size, exploration unit and the multileaved comparison."""
+  multileave = str(_field(name, section, "multileave"))
+  if multileave not in MULTILEAVE_METHODS:
+    raise ValueError(f"config.{name}.multileave: unknown {multileave!r}; expected one of {MULTILEAVE_METHODS}")
+  return {
+    "learning_rate": float(section["learning_rate"]),
+    "unit": float(_field(name, section, "unit")),
+    "num_rankers": num_rankers,
+    "multileave": multileave,
+    # tau alone: no new program for team-draft
+    "tau": float(_field(name, section, "tau")) if multileave == "probabilistic" else 0.0,
+  }
+
+
+def _num_rankers(name: str, section: Mapping[str, Any]) -> int:
+  """The current ranker plus ``num_candidates`` (at least one)."""
+  candidates = int(_field(name, section, "num_candidates"))
+  if candidates < 1:
+    raise ValueError(f"config.{name}.num_candidates must be >= 1, got {candidates}")
+  return candidates + 1
+
+
+# The dueling bandits' comparison: "team_draft" or "probabilistic" multileaving (tau: its steepness).
+_DUELING = {"learning_rate": 0.01, "unit": 1.0, "multileave": "team_draft", "tau": 3.0}
+
+
+@register_online_learner("dbgd", defaults=_DUELING, make_step=_dueling_step)
+def _dbgd(section: Mapping[str, Any]) -> dict:
+  """DBGD (Yue & Joachims, ICML'09): one candidate interleaved with the current ranker."""
+  return _dueling_fields("dbgd", section, 2)
+
+
+@register_online_learner("mgd", defaults={**_DUELING, "num_candidates": 9}, make_step=_dueling_step)
+def _mgd(section: Mapping[str, Any]) -> dict:
+  """MGD (Schuth et al., WSDM'16): ``num_candidates`` candidates multileaved with the current ranker."""
+  return _dueling_fields("mgd", section, _num_rankers("mgd", section))
+
+
+# NSGD: MGD plus the null space of the `worst` of the last `history` losing directions, and ties broken on
+# the `tie_queries` most difficult recent queries (stored at most `tie_window` impressions ago); the
+# settings of the authors' SIGIR'18 script.
+@register_online_learner(
+  "nsgd",
+  defaults={**_DUELING, "num_candidates": 9, "history": 60, "worst": 25, "tie_queries": 10, "tie_window": 50},
+  make_step=_dueling_step,
+)
+def _nsgd(section: Mapping[str, Any]) -> dict:
+  """NSGD (Wang et al., SIGIR'18): MGD's candidates drawn from the null space of recent losing directions."""
+  n = _num_rankers("nsgd", section)
+  nsgd = tuple(int(_field("nsgd", section, k)) for k in ("history", "worst", "tie_queries", "tie_window"))
+  history, worst, tie_queries, _ = nsgd
+  if history < n - 1 or not 0 <= worst <= history or tie_queries < 0:
+    raise ValueError(
+      f"config.nsgd: need history >= num_candidates, 0 <= worst <= history and tie_queries >= 0; "
+      f"got history={history}, num_candidates={n - 1}, worst={worst}, tie_queries={tie_queries}"
+    )
+  return {**_dueling_fields("nsgd", section, n), "nsgd": nsgd}
+
+
+#: The registered online learners' names, in registration order.
+ONLINE_METHODS = tuple(ONLINE_LEARNERS)
+
+
 @functools.lru_cache(maxsize=64)
 def _compiled_run(spec: _Spec):
   """``run(keys [S], click, stop, train arrays, train extras, test arrays) -> (curve [S, E + 1], online [S])``."""
@@ -553,7 +641,7 @@ def _compiled_run(spec: _Spec):
     clicks_of = lambda key, x, y, w, e, positions, click, stop: _cascade_clicks(
       key, y, positions=positions, where=w, click=click, stop=stop, top_k=spec.top_k
     )
-  init_extra, step = (_pdgd_step if spec.method == "pdgd" else _dueling_step)(spec, apply_fn, clicks_of)
+  init_extra, step = ONLINE_LEARNERS[spec.method].make_step(spec, apply_fn, clicks_of)
 
   def one_seed(key, click, stop, xs, ys, ws, es, xt, yt, wt):
     evaluate = lambda params: metrics_lib.ndcg(apply_fn(params, xt), yt, where=wt, topn=10)
@@ -594,6 +682,14 @@ def online_users_missing(click_model: Mapping[str, Any], dataset: RankingDataset
 
   Traces the users on the first list (no clicks are drawn), so a grid can say why a cell is empty
   before any training.
+
+  Args:
+    click_model: a click-model config mapping (see :func:`online_click_model`).
+    dataset: the lists the users would click on (its per-item extras join their batch).
+    top_k: the number of displayed positions.
+
+  Returns:
+    The click model's message naming the missing input, or None when the users can click.
 
   >>> from ultr_jax.data import make_synthetic
   >>> d = make_synthetic(num_train=2, num_valid=1, num_test=1, list_size=4, num_features=3, seed=0).train
@@ -639,13 +735,13 @@ def online_learning(
   ``make_click_fn`` config is part of the program: one compile per config).
 
   Args:
-    method: one of :data:`ONLINE_METHODS`.
+    method: a name in :data:`ONLINE_LEARNERS`.
     train: queries the simulated users issue (uniformly at random; ``labels``
       drive the clicks).
     test: queries for the offline nDCG@10.
     click_model: a name in :data:`ONLINE_CLICK_MODELS`, or a click-model config (see
       :func:`online_click_model`); it also sees ``train``'s per-item extras (e.g. ``context``).
-    config: :func:`default_online_config` (or a variant).
+    config: :func:`online_learner_config` (or a variant; the online study's config holds its fields).
     seeds: one run per seed (query draws, rankings, clicks and initialisation).
     mesh: optional device mesh (:func:`~ultr_jax.train.make_mesh`); the seeds are split over its
       devices (their number must divide the number of seeds), the data is replicated.
@@ -657,13 +753,13 @@ def online_learning(
 
   >>> from ultr_jax.data import make_synthetic
   >>> s = make_synthetic(num_train=20, num_valid=1, num_test=10, list_size=6, num_features=4, seed=0)
-  >>> c = default_online_config()
+  >>> c = online_learner_config()
   >>> c.num_impressions, c.eval_every, c.top_k = 40, 20, 5
   >>> out = online_learning("pdgd", s.train, s.test, click_model="perfect", config=c, seeds=(0, 1))
   >>> out["curve"].shape, out["impressions"].tolist()
   ((2, 3), [0, 20, 40])
   """
-  config = default_online_config() if config is None else config
+  config = online_learner_config() if config is None else config
   if isinstance(click_model, str):
     spec = _spec(method, config)
     click, stop = _click_tables(click_model)
@@ -692,17 +788,23 @@ def online_learning(
 
 
 def full_info_reference(
-  train: RankingDataset, test: RankingDataset, *, config: Optional[ml_collections.ConfigDict] = None, seeds=(0,)
+  train: RankingDataset, test: RankingDataset, *, config: ml_collections.ConfigDict, seeds=(0,)
 ) -> dict[str, np.ndarray]:
   r"""The online learners' ceiling: the same ranker trained offline on the true labels.
 
   :func:`rax.softmax_loss` on the graded labels of every training query (full batch, Adam,
   ``config.full_info.steps`` steps), vmapped over seeds (the initialisation).
 
+  Args:
+    train: the training queries (their graded ``labels`` are the targets).
+    test: the queries of the test nDCG@10.
+    config: the learners' ``ranker`` and ``hidden_sizes`` and a ``full_info`` section (``steps``,
+      ``learning_rate``), as the online study's config holds them.
+    seeds: one initialisation per seed.
+
   Returns:
     ``{"ndcg@10": [S]}``, the test nDCG@10.
   """
-  config = default_online_config() if config is None else config
   model = make_ranker(str(config.ranker), hidden_sizes=tuple(int(h) for h in config.hidden_sizes))
   opt = optax.adam(float(config.full_info.learning_rate))
   xs, ys, ws, xt, yt, wt = (

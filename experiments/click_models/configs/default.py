@@ -27,18 +27,11 @@ PBM, UBM, DCM, DBN, CCM and trust bias, three seeds each, and fits all seven mod
 no session has two clicks) to every log.
 """
 
-from ultr_jax.studies.click_models import default_click_model_config
+import ml_collections
+
+from ultr_jax import studies
 
 
-def get_config(arg: str = ""):
-  config = default_click_model_config()
-  if arg == "smoke":
-    config.num_seeds = 2
-    config.num_queries = 6
-    config.list_size = 5
-    config.num_sessions = 600
-    config.true_models = ("pbm", "dcm")
-    config.max_iters = 100
-  elif arg:
-    raise ValueError(f"unknown config variant {arg!r} (expected '' or 'smoke')")
-  return config
+def get_config(arg: str = "") -> ml_collections.ConfigDict:
+  """The study's config ``arg`` (``""``: the default; else one of ``studies.variants("click_models")``)."""
+  return studies.default_config("click_models", arg or "default")

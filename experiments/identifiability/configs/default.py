@@ -6,51 +6,9 @@
 
 import ml_collections
 
+from ultr_jax import studies
+
 
 def get_config(arg: str = "") -> ml_collections.ConfigDict:
-  c = ml_collections.ConfigDict()
-  c.seed = 0
-  # "" = the embedded generator (design graphs K = 1..4); else an ULTRA dir.
-  c.data = ""
-  # Directory with K=1..K=4 ULTRA datasets for the figures ("" = generator).
-  c.data_root = ""
-  c.runs = 10
-  c.num_clicks = 1e6
-  c.epochs = ml_collections.ConfigDict({"dla": 20_000, "regression_em": 100_000, "two_tower": 20_000})
-  c.dla_o_update = "mean_ratio"  # the authors' code (spec A6)
-  c.rem_variant = "repo"  # the authors' code (spec A7)
-  c.click_grid = (1e3, 1e4, 1e5, 1e6)  # Figures 3a and 4a
-  c.figures = ("3a", "3b", "4a", "4b", "6")
-  c.figure_epochs = 20_000  # DLA epochs of the figure runs
-  # JAX's persistent XLA cache under --workdir ("" off; absolute: shared).
-  # Table 1 compiles ~9 s of its ~57 s cold; a re-run skips that.
-  c.compilation_cache_dir = "jax_cache"
-  # Generator sizes (the paper's).
-  c.gen = ml_collections.ConfigDict({"block_size": 1000, "num_queries": 1150, "borrow": 50})
-  # The context-dependent study (Section 5.2) on synthetic LETOR data (or an
-  # SVMlight file whose line order is the logged ranking).
-  c.context = ml_collections.ConfigDict(
-    {
-      "enabled": True,
-      "svmlight": "",
-      "num_contexts": (1, 20, 200, 1000),
-      "num_queries": 2000,
-      "num_docs": 5000,
-      "epochs": 100,
-      "two_tower_epochs": 2000,
-      "runs": 1,
-    }
-  )
-  if arg == "smoke":
-    c.runs = 2
-    c.epochs = ml_collections.ConfigDict({"dla": 200, "regression_em": 200, "two_tower": 200})
-    c.figure_epochs = 200
-    c.click_grid = (1e4, 1e6)
-    c.context.num_contexts = (1, 50)
-    c.context.num_queries = 100
-    c.context.num_docs = 300
-    c.context.two_tower_epochs = 100
-    c.gen = ml_collections.ConfigDict({"block_size": 60, "num_queries": 100, "borrow": 5})
-  elif arg:
-    raise ValueError(f"unknown config variant {arg!r}")
-  return c
+  """The study's config ``arg`` (``""``: the default; else one of ``studies.variants("identifiability")``)."""
+  return studies.default_config("identifiability", arg or "default")

@@ -22,25 +22,11 @@ difficult queries of the last 50 impressions, as the NSGD authors' script) under
 and informational cascade users.
 """
 
-from ultr_jax.train.online import default_online_config
+import ml_collections
+
+from ultr_jax import studies
 
 
-def get_config(arg: str = ""):
-  config = default_online_config()
-  if arg == "smoke":
-    config.num_seeds = 2
-    config.data.num_train = 50
-    config.data.num_valid = 1
-    config.data.num_test = 20
-    config.data.list_size = 8
-    config.data.num_features = 6
-    config.top_k = 5
-    config.click_models = ("perfect", "informational")
-    config.num_impressions = 300
-    config.eval_every = 100
-    config.mgd.num_candidates = 3
-    config.nsgd.num_candidates, config.nsgd.history, config.nsgd.worst = 3, 12, 4  # 7 parameters here
-    config.full_info.steps = 100
-  elif arg:
-    raise ValueError(f"unknown config variant {arg!r} (expected '' or 'smoke')")
-  return config
+def get_config(arg: str = "") -> ml_collections.ConfigDict:
+  """The study's config ``arg`` (``""``: the default; else one of ``studies.variants("online")``)."""
+  return studies.default_config("online", arg or "default")

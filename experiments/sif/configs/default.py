@@ -14,89 +14,9 @@ r"""Default config of the SIF study (spec-sif 7.1 T6/T7 toy; position-only and p
 
 import ml_collections
 
-METHODS = ("naive", "ips", "dla", "regression_em", "paird", "dr", "sif_exp", "sif_dec", "sif_full", "sif_dr")
+from ultr_jax import studies
 
 
 def get_config(arg: str = "") -> ml_collections.ConfigDict:
-  c = ml_collections.ConfigDict()
-  c.num_seeds = 3
-  c.progress = False
-  c.compilation_cache_dir = "jax_cache"  # persistent XLA cache under --workdir ("" off; absolute: shared)
-
-  c.data = ml_collections.ConfigDict()
-  c.data.source = "toy"  # toy | svmlight
-  c.data.seed = 0
-  c.data.num_train = 3000
-  c.data.num_valid = 500
-  c.data.num_test = 1000
-  c.data.logging_corr = 0.7
-  c.data.list_size = 10
-  c.data.train_path = ""
-  c.data.valid_path = ""
-  c.data.test_path = ""
-
-  # T6: oracle propensities, population clicks, linear ranker, full-batch GD.
-  c.t6 = ml_collections.ConfigDict()
-  c.t6.enabled = True
-  c.t6.alphas = (0.3, 0.6, 1.0)
-  c.t6.lambdas = (1.0, 3.0, 10.0, 30.0, 100.0, 300.0)
-  c.t6.steps = 3000
-  c.t6.learning_rate = 0.5
-
-  # T7/T8: learned towers, one sampled session per query per step.
-  c.methods = METHODS
-  c.position_setting = True
-  c.alphas = (0.3, 0.6, 1.0)
-  c.figure_alpha = 0.6
-  c.k_top = 3
-  c.ranker = ml_collections.ConfigDict({"ranker": "mlp", "hidden_sizes": (64, 32), "layer_norm": False})
-  c.method_configs = ml_collections.ConfigDict()
-  c.method_configs.sif_exp = ml_collections.ConfigDict({"lambda_E": 1.0})
-  c.method_configs.sif_dec = ml_collections.ConfigDict({"lambda_D": 10.0})
-  c.method_configs.sif_full = ml_collections.ConfigDict({"lambda_E": 1.0, "lambda_D": 10.0})
-  c.method_configs.sif_dr = ml_collections.ConfigDict({"lambda_E": 1.0, "lambda_D": 10.0})
-
-  # T8: propensity recovery on position-only clicks, 10k steps; its own variant (`:t8`), as it
-  # does not fit the default run's time budget. displays: "logging" (the toy as logged, sorted by
-  # the logging score) and "random" (lists shuffled: position independent of the features).
-  c.t8 = ml_collections.ConfigDict()
-  c.t8.enabled = False
-  c.t8.methods = ("ips", "dla", "sif_exp", "sif_position")
-  c.t8.displays = ("logging", "random")
-  c.t8.steps = 10000
-  c.t8.eval_every = 1000
-
-  c.train = ml_collections.ConfigDict()
-  c.train.steps = 2000
-  c.train.batch_size = 256
-  c.train.optimizer = "adagrad"
-  c.train.learning_rate = 0.05
-  c.train.grad_clip = 5.0
-  c.train.eval_every = 200
-
-  if arg == "smoke":
-    c.num_seeds = 2
-    c.data.num_train, c.data.num_valid, c.data.num_test = 200, 50, 100
-    c.t6.alphas = (0.6,)
-    c.t6.lambdas = (10.0, 300.0)
-    c.t6.steps = 50
-    c.methods = ("naive", "ips", "dla", "dr", "sif_dec", "sif_full")
-    c.alphas = (0.6,)
-    c.train.steps = 40
-    c.train.batch_size = 32
-    c.train.eval_every = 20
-  elif arg == "t7":  # spec T7's 20k steps; the default run's 2,000 fit its 20-minute budget
-    c.t6.enabled = False
-    c.position_setting = False
-    c.alphas = (0.6,)
-    c.methods = ("dla", "sif_exp", "sif_dec")
-    c.train.steps = 20000
-    c.train.eval_every = 1000
-  elif arg == "t8":
-    c.t6.enabled = False
-    c.position_setting = False
-    c.alphas = ()
-    c.t8.enabled = True
-  elif arg:
-    raise ValueError(f"unknown config variant {arg!r} (expected '', 'smoke', 't7' or 't8')")
-  return c
+  """The study's config ``arg`` (``""``: the default; else one of ``studies.variants("sif")``)."""
+  return studies.default_config("sif", arg or "default")

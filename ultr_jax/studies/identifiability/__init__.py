@@ -14,6 +14,9 @@ from ultr_jax.studies.identifiability import click_log, context, embedding, tabl
 from ultr_jax.studies.identifiability.click_log import check_click_log, click_log_counts, propensity_table
 from ultr_jax.studies.identifiability.embedding import fit_dla, fit_no_debias, fit_regression_em, fit_two_tower
 from ultr_jax.studies.identifiability.study import (
+  CONFIG_RULES,
+  VARIANTS,
+  default_config,
   identifiability_context_study,
   identifiability_figures,
   run,
@@ -21,6 +24,9 @@ from ultr_jax.studies.identifiability.study import (
 )
 
 __all__ = [
+  "CONFIG_RULES",
+  "VARIANTS",
+  "default_config",
   "check_click_log",
   "click_log_counts",
   "propensity_table",

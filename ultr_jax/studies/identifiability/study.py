@@ -25,13 +25,22 @@ from ultr_jax.graph import (
   generate_design_dataset,
   read_svmlight_ranking,
 )
+from ultr_jax.studies._config import validate_config
+from ultr_jax.studies.configs.identifiability import CONFIG_RULES, VARIANTS, default_config
 from ultr_jax.studies.figures import save_figure
 from ultr_jax.studies.identifiability import context as context_study
 from ultr_jax.studies.identifiability import table1 as study
 from ultr_jax.train.compilation import enable_compilation_cache
 from ultr_jax.train.results import atomic_write_text
 
-__all__ = ["identifiability_figures", "identifiability_context_study", "run_identifiability_study"]
+__all__ = [
+  "CONFIG_RULES",
+  "identifiability_figures",
+  "identifiability_context_study",
+  "run_identifiability_study",
+  "VARIANTS",
+  "default_config",
+]
 
 METRICS = ("mcc", "ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "click_mse")
 
@@ -245,6 +254,7 @@ def run_identifiability_study(cfg, workdir: str) -> dict:
 
   Returns the Table 1 summary (row -> metric -> ``{"mean", "std"}``), as written to ``results.json``.
   """
+  validate_config(cfg, CONFIG_RULES)  # every value in range before any work
   os.makedirs(workdir, exist_ok=True)
   cache = enable_compilation_cache(cfg.compilation_cache_dir, workdir)
   # a run that finds compiled programs in the cache skips ~9 s of compiles

@@ -1,4 +1,4 @@
-"""The data half of the studies: data and logging-policy configs, loaders, logged-click checks.
+"""The studies' data: data and logging-policy configs, loaders, logged-click checks.
 
 :func:`load_datasets` reads a ``config.data`` (synthetic default, SVMlight / LightGBM / ULTRA files, or
 Baidu-ULTR's click logs with their expert annotations); :func:`prepare_logged_data` trains the logging
@@ -19,8 +19,8 @@ import numpy as np
 
 from ultr_jax import data as data_lib
 from ultr_jax import simulation
+from ultr_jax.train import evaluate
 from ultr_jax.train import methods as methods_lib  # noqa: F401  (the doctests')
-from ultr_jax.train.loop import evaluate
 from ultr_jax.train.method import KEY_REASONS, method_inputs_missing
 
 __all__ = [
