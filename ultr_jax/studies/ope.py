@@ -7,8 +7,8 @@ near-deterministic to uniform (``inf``). **Users** click by a click model of the
 default the PBM, the cascade and the DBN, with ``user_params``). **Targets** are ``num_targets`` deterministic
 rankers whose scores interpolate, per query, from the logging ranker's (standardised) scores to the ideal ones
 (the attraction): :math:`s_t = (1 - \alpha_t) z(s_{\log}) + \alpha_t z(a)`, :math:`\alpha_t` evenly in
-:math:`[0, 1]`. Each target's **true value** (expected reward per session, the number of clicks by default,
-DCG-weighted with ``reward_weights = "dcg"``) is exact, from the user model's exact marginals
+:math:`[0, 1]`. Each target's **true value** (expected reward per session: the clicks discounted by DCG's :math:`1 / \log_2(l + 2)` by default, their
+number with ``reward_weights = "clicks"``) is exact, from the user model's exact marginals
 (:func:`ultr_jax.evaluation.true_value`).
 
 For every (user, temperature, log size in ``log_sizes``), ``num_replicates`` logs are simulated (vmapped over
@@ -46,10 +46,13 @@ from scipy import stats as scipy_stats
 
 from ultr_jax import evaluation as ev
 from ultr_jax import simulation as sim
+from ultr_jax.studies._config import validate_config
+from ultr_jax.studies.configs.ope import CONFIG_RULES, VARIANTS, default_config
 from ultr_jax.studies.figures import save_figure
 from ultr_jax.train.results import markdown_table, write_results
 
 __all__ = [
+  "CONFIG_RULES",
   "VARIANTS",
   "METRICS",
   "default_config",
@@ -62,64 +65,8 @@ __all__ = [
   "run",
 ]
 
-VARIANTS = ("default", "smoke", "docs")
 #: The columns of the tables, per estimator.
 METRICS = ("rmse", "bias", "std", "coverage", "kendall_tau", "biased_targets")
-
-
-def default_config(variant: str = "default") -> ml_collections.ConfigDict:
-  """The study's config: ``"default"`` (10^3 to 10^6 sessions, 100 replicates; hours on 2 CPU cores),
-  ``"docs"`` (10^3 to 10^5 sessions: the run the docs page reports) or ``"smoke"`` (seconds).
-
-  >>> c = default_config(); c.log_sizes, c.num_replicates, len(c.users)
-  ((1000, 10000, 100000, 1000000), 100, 3)
-  """
-  if variant not in VARIANTS:
-    raise ValueError(f"unknown variant {variant!r} of study 'ope'; expected one of {VARIANTS}")
-  c = ml_collections.ConfigDict()
-  c.seed = 0
-  c.num_queries = 100
-  c.list_size = 5  # every ranking of a query is enumerated (5! = 120): the logging propensities are exact
-  c.label_fractions = (0.45, 0.30, 0.15, 0.07, 0.03)  # grades 0..4
-  c.logging_noise = 1.0  # the logging ranker's scores: labels + logging_noise * N(0, 1), fixed per query
-  c.temperatures = (0.2, 1.0, 5.0, float("inf"))  # Plackett-Luce temperatures of the logging policy; inf: uniform
-  c.users = ("pbm", "cascade", "dbn")
-  # Click-model parameters per user (the samplers' keyword arguments); "<name>_per_document": (lo, hi) draws
-  # <name> per document, uniform in [lo, hi).
-  c.user_params = ml_collections.ConfigDict(
-    {"pbm": {"eta": 1.0}, "cascade": {}, "dbn": {"perseverance": 0.9, "satisfaction_per_document": (0.2, 0.8)}}
-  )
-  c.num_targets = 11
-  c.target_temperature = 0.0  # 0: deterministic targets
-  c.reward_weights = "clicks"  # or "dcg": 1 / log2(position + 2)
-  c.log_sizes = (1000, 10000, 100000, 1000000)
-  c.num_replicates = 100
-  c.estimators = ("sips", "snsips", "iips", "sniips", "rips", "snrips", "pi", "snpi")
-  c.model_estimators = ("dm", "dr", "cascade_dr")
-  c.fitted_models = ("pbm", "dbn")
-  c.model_replicates = 20
-  c.fit_l2 = 1.0
-  c.fit_max_iters = 300
-  c.alpha = 0.1  # 90% intervals
-  c.replicate_chunk_sessions = 200_000  # sessions of the replicates vmapped at once (memory)
-  c.pairs_max_sessions = 100_000  # the pseudo-inverse's pairwise propensities only up to this log size
-  c.figure_temperature = 1.0
-  if variant == "docs":
-    c.log_sizes = (1000, 10000, 100000)
-    c.temperatures = (0.2, 1.0, float("inf"))
-    c.model_replicates = 10
-  elif variant == "smoke":
-    c.num_queries = 8
-    c.list_size = 4
-    c.temperatures = (1.0, float("inf"))
-    c.users = ("pbm", "cascade")
-    c.num_targets = 4
-    c.log_sizes = (200, 1000)
-    c.num_replicates = 8
-    c.model_replicates = 2
-    c.fitted_models = ("pbm",)
-    c.fit_max_iters = 50
-  return c
 
 
 # ----------------------------------------------------------------------------
@@ -448,27 +395,18 @@ def summarize_cell(values: np.ndarray, lower: np.ndarray, upper: np.ndarray, tru
 
 
 def _check_config(config: ml_collections.ConfigDict) -> None:
-  """The checks across fields (each field's own values: :data:`CONFIG_RULES`)."""
-  for name in config.estimators:
-    spec = ev.get_estimator(name)  # an unknown name: ValueError listing the known
-    if set(spec.inputs) - {"logging"}:
-      raise ValueError(
-        f"config.estimators: {name!r} needs {spec.inputs}; the model-based ones go in config.model_estimators"
-      )
-  for name in config.model_estimators:
-    ev.get_estimator(name)
-  for model in config.fitted_models:
-    if model not in sim.FITTABLE_CLICK_MODELS:
-      raise ValueError(f"config.fitted_models: {model!r} is not fittable; expected one of {sim.FITTABLE_CLICK_MODELS}")
-  for user in config.users:
-    sim.get_click_model(user)
+  """Every field's values (:data:`CONFIG_RULES`), then the checks across fields."""
+  validate_config(config, CONFIG_RULES)
   for user in config.user_params.keys():
     sim.get_click_model(user)  # parameters of an unknown model: ValueError listing the registered
-  if math.factorial(int(config.list_size)) > 5040:
-    raise ValueError(f"config.list_size: {config.list_size}! rankings per query are too many to enumerate (at most 7)")
   if int(config.model_replicates) > int(config.num_replicates):
     raise ValueError(
       f"config.model_replicates: {config.model_replicates} > config.num_replicates ({config.num_replicates})"
+    )
+  if float(config.figure_temperature) not in [float(t) for t in config.temperatures]:
+    raise ValueError(
+      f"config.figure_temperature: {config.figure_temperature} is not one of config.temperatures "
+      f"{tuple(config.temperatures)}"
     )
 
 
@@ -560,7 +498,7 @@ def _markdown(results: Mapping[str, Any], config: ml_collections.ConfigDict) -> 
   parts = [
     f"Off-policy estimates of {config.num_targets} target rankers, {config.num_replicates} replicate logs of "
     f"{size} sessions (model-based estimators: {config.model_replicates}); rmse/bias/std in "
-    f"{config.reward_weights} per session, coverage of {1 - config.alpha:.0%} normal intervals."
+    f"{'DCG-discounted clicks' if config.reward_weights == 'dcg' else 'clicks'} per session, coverage of {1 - config.alpha:.0%} normal intervals."
   ]
   for user in config.users:
     for temperature in config.temperatures:
