@@ -17,7 +17,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The public packages whose ``__all__`` the API reference documents (docs/conf.py's API_PACKAGES).
-PUBLIC_PACKAGES = ("data", "simulation", "metrics", "graph", "losses", "models", "train", "studies")
+PUBLIC_PACKAGES = ("data", "simulation", "metrics", "graph", "evaluation", "losses", "models", "train", "studies")
 
 
 def _conf_api_packages():

@@ -59,7 +59,7 @@ from ultr_jax.evaluation.policies import (
 )
 from ultr_jax.evaluation.registry import ESTIMATORS, Estimator, EstimatorSpec, available_estimators, get_estimator
 from ultr_jax.evaluation.truth import Truth, true_value
-from ultr_jax.evaluation.validation import check_log, evaluate, target_scores_from_ranking
+from ultr_jax.evaluation.validation import check_log, check_support, evaluate, target_scores_from_ranking
 
 __all__ = [
   "ESTIMATORS",
@@ -74,6 +74,7 @@ __all__ = [
   "cascade_doubly_robust",
   "cascade_dr_tables",
   "check_log",
+  "check_support",
   "click_dcg",
   "dcg_weights",
   "difference",

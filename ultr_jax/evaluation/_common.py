@@ -17,7 +17,7 @@ class Estimate(NamedTuple):
     value: ``[]`` the estimate :math:`\hat V`.
     terms: ``[B]`` per-session terms whose (session-weighted) mean over the valid sessions is ``value``: the
       session's contribution for a plain estimator, its delta-method linearisation
-      :math:`\sum_l \rho_{il}(x_{il} - \hat V_l) / \bar\rho_l + \hat V_l` for a self-normalised one (0 for an
+      :math:`\sum_l [\rho_{il}(x_{il} - \hat V_l) / \bar\rho_l + \hat V_l]` over its positions for a self-normalised one (0 for an
       all-masked session). Normal intervals and paired differences use them.
     num_clipped: ``int32[]`` importance weights above the clip (set to it), over the valid sessions.
     num_sessions: ``[]`` the (weighted) number of valid sessions.
@@ -85,9 +85,10 @@ def weighted_estimate(
   r"""The importance-weighted mean of per-position values ``x [B, L]`` with weights ``rho [B, L]``.
 
   Plain: :math:`\hat V = \sum_i n_i \sum_l \rho_{il} x_{il} / \sum_i n_i`. Self-normalised per position (as
-  Open Bandit Pipeline's ``SelfNormalizedSlate*``): :math:`\hat V = \sum_l \sum_i m_{il}\rho_{il} x_{il} /
-  \sum_i m_{il} \rho_{il}` with :math:`m_{il} = n_i \mathbb{1}[\text{active}_{il}]`. ``offset [B]`` (a direct
-  method's per-session value) is added to both.
+  Open Bandit Pipeline's ``SelfNormalizedSlate*``): :math:`\hat V = \sum_l (M_l / N)\, \hat V_l` with
+  :math:`\hat V_l = \sum_i m_{il}\rho_{il} x_{il} / \sum_i m_{il} \rho_{il}` over the sessions that have position
+  :math:`l` (:math:`m_{il} = n_i \mathbb{1}[\text{active}_{il}]`, :math:`M_l = \sum_i m_{il}`,
+  :math:`N = \sum_i n_i`). ``offset [B]`` (a direct method's per-session value) is added to both.
   """
   total = jnp.sum(mass)
   m = mass[:, None] * active
@@ -96,9 +97,9 @@ def weighted_estimate(
     num = jnp.sum(m * rx, axis=0)
     den = jnp.sum(m * jnp.where(active, rho, 0.0), axis=0)
     v_l = safe_div(num, den)
-    bar = safe_div(den, total)
-    lin = jnp.where(active, safe_div(rho * (x - v_l), bar), 0.0)
-    terms = jnp.sum(lin, axis=-1) + jnp.sum(v_l)
+    bar = safe_div(den, jnp.sum(m, axis=0))  # the mean weight over the sessions that have position l
+    lin = jnp.where(active, safe_div(rho * (x - v_l), bar) + v_l, 0.0)
+    terms = jnp.sum(lin, axis=-1)
   else:
     terms = jnp.sum(rx, axis=-1)
   if offset is not None:

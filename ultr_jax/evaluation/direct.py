@@ -67,6 +67,7 @@ def model_click_probabilities(
   """
   ids = jnp.asarray(doc_ids, jnp.int32)
   where = C.mask_of(ids, where)
+  params = {k: jnp.asarray(v, jnp.float32) for k, v in params.items()}
   big = jnp.iinfo(jnp.int32).max
   order = jnp.argsort(jnp.where(where, ranks, big), axis=-1, stable=True)
   inverse = jnp.argsort(order, axis=-1, stable=True)
@@ -186,6 +187,7 @@ def doubly_robust(
   *,
   logging: Propensities,
   doc_ids: Array,
+  target: Optional[Propensities] = None,
   model: Any,
   params: dict,
   kind: str = "independent",
@@ -217,6 +219,7 @@ def doubly_robust(
       :func:`~ultr_jax.evaluation.standard_ips`.
     logging: the logging policy's :class:`Propensities`.
     doc_ids, model, params: as :func:`direct_method`.
+    target: the target's :class:`Propensities` if already computed (as :func:`~ultr_jax.evaluation.standard_ips`).
     kind: ``"independent"`` or ``"standard"``.
     key, num_samples: the direct method's sampled target rankings, and (with ``max_enumeration``) the
       target's item-position marginals for a Plackett-Luce target.
@@ -241,7 +244,9 @@ def doubly_robust(
   logged = jnp.broadcast_to(jnp.arange(scores.shape[-1], dtype=jnp.int32), scores.shape)
   q_hat = model_click_probabilities(model, params, doc_ids, logged, where=where)
   residual = jnp.asarray(clicks, jnp.float32) - q_hat
-  common = dict(logging=logging, where=where, weights=weights, top_k=top_k, temperature=temperature, clip=clip)
+  common = dict(
+    logging=logging, target=target, where=where, weights=weights, top_k=top_k, temperature=temperature, clip=clip
+  )
   common.update(self_normalize=self_normalize, session_weights=session_weights)
   if kind == "independent":
     ips = independent_ips(scores, residual, key=key, num_samples=num_samples, max_enumeration=max_enumeration, **common)
@@ -346,6 +351,7 @@ def cascade_doubly_robust(
   *,
   logging: Propensities,
   doc_ids: Array,
+  target: Optional[Propensities] = None,
   model: Any,
   params: dict,
   where: Optional[Array] = None,
@@ -375,6 +381,7 @@ def cascade_doubly_robust(
       :func:`~ultr_jax.evaluation.standard_ips`.
     logging: the logging policy's :class:`Propensities` (``prefix`` is read).
     doc_ids, model, params: as :func:`direct_method`.
+    target: the target's :class:`Propensities` if already computed (``prefix`` is read).
     key, num_samples: as :func:`cascade_dr_tables`.
 
   Returns:
@@ -408,7 +415,9 @@ def cascade_doubly_robust(
   q_obs = jnp.diagonal(q, axis1=-2, axis2=-1)
   q_exp = jnp.sum(pi_next * q, axis=-1)
   rho, n_clip = C.clip_weights(
-    _ratio(prefix_probs(scores, where, temperature), logging.prefix), clip, active & (mass[:, None] > 0)
+    _ratio(prefix_probs(scores, where, temperature) if target is None else target.prefix, logging.prefix),
+    clip,
+    active & (mass[:, None] > 0),
   )
   if self_normalize:
     m = mass[:, None] * active

@@ -105,6 +105,7 @@ def standard_ips(
   clicks: Array,
   *,
   logging: Propensities,
+  target: Optional[Propensities] = None,
   where: Optional[Array] = None,
   weights: Optional[Array] = None,
   top_k: Optional[int] = None,
@@ -125,6 +126,8 @@ def standard_ips(
     scores: ``[B, L]`` target scores of the logged items (display order).
     clicks: ``[B, L]`` 0/1.
     logging: the logging policy's :class:`Propensities` (``ranking`` is read).
+    target: the target's :class:`Propensities` of the logged rankings, if already computed
+      (:func:`target_propensities`; e.g. once per distinct display of a query); None: from ``scores``.
     where: ``bool[B, L]``.
     weights: ``[L]`` or ``[B, L]`` per-position reward weights (default ones).
     top_k: the displayed prefix :math:`K` (rewards and ratios over it).
@@ -144,7 +147,7 @@ def standard_ips(
   """
   scores, where, r, active, mass = _prepare(scores, clicks, where, weights, top_k, session_weights)
   k = _cut(scores.shape[-1], top_k)
-  pe = prefix_probs(scores, where, temperature)[..., k - 1]
+  pe = prefix_probs(scores, where, temperature)[..., k - 1] if target is None else target.ranking
   rho, n_clip = C.clip_weights(_ratio(pe, logging.ranking), clip, mass > 0)
   rho = jnp.broadcast_to(rho[..., None], r.shape)
   return C.weighted_estimate(r, rho, active, mass, self_normalize, n_clip)
@@ -159,6 +162,7 @@ def independent_ips(
   clicks: Array,
   *,
   logging: Propensities,
+  target: Optional[Propensities] = None,
   where: Optional[Array] = None,
   weights: Optional[Array] = None,
   top_k: Optional[int] = None,
@@ -183,6 +187,7 @@ def independent_ips(
     scores, clicks, where, weights, top_k, temperature, clip, self_normalize, session_weights: as
       :func:`standard_ips`.
     logging: the logging policy's :class:`Propensities` (``item_position`` is read).
+    target: as :func:`standard_ips`.
     key, num_samples, max_enumeration: the target's item-position marginals when sampled (a Plackett-Luce
       target over more than ``max_enumeration`` prefixes; :func:`~ultr_jax.evaluation.plackett_luce_propensities`).
 
@@ -196,15 +201,17 @@ def independent_ips(
   2.0 [4. 0.]
   """
   scores, where, r, active, mass = _prepare(scores, clicks, where, weights, top_k, session_weights)
-  pe = target_propensities(
-    scores,
-    where=where,
-    temperature=temperature,
-    top_k=top_k,
-    key=key,
-    num_samples=num_samples,
-    max_enumeration=max_enumeration,
-  ).item_position
+  if target is None:
+    target = target_propensities(
+      scores,
+      where=where,
+      temperature=temperature,
+      top_k=top_k,
+      key=key,
+      num_samples=num_samples,
+      max_enumeration=max_enumeration,
+    )
+  pe = target.item_position
   rho, n_clip = C.clip_weights(_ratio(pe, logging.item_position), clip, active & (mass[:, None] > 0))
   return C.weighted_estimate(r, rho, active, mass, self_normalize, n_clip)
 
@@ -214,6 +221,7 @@ def reward_interaction_ips(
   clicks: Array,
   *,
   logging: Propensities,
+  target: Optional[Propensities] = None,
   where: Optional[Array] = None,
   weights: Optional[Array] = None,
   top_k: Optional[int] = None,
@@ -234,6 +242,7 @@ def reward_interaction_ips(
     scores, clicks, where, weights, top_k, temperature, clip, self_normalize, session_weights: as
       :func:`standard_ips`.
     logging: the logging policy's :class:`Propensities` (``prefix`` is read).
+    target: as :func:`standard_ips`.
 
   Returns:
     :class:`Estimate`.
@@ -245,7 +254,7 @@ def reward_interaction_ips(
   2.0 [4. 0.]
   """
   scores, where, r, active, mass = _prepare(scores, clicks, where, weights, top_k, session_weights)
-  pe = prefix_probs(scores, where, temperature)
+  pe = prefix_probs(scores, where, temperature) if target is None else target.prefix
   rho, n_clip = C.clip_weights(_ratio(pe, logging.prefix), clip, active & (mass[:, None] > 0))
   return C.weighted_estimate(r, rho, active, mass, self_normalize, n_clip)
 
@@ -255,6 +264,7 @@ def pseudo_inverse(
   clicks: Array,
   *,
   logging: Propensities,
+  target: Optional[Propensities] = None,
   where: Optional[Array] = None,
   weights: Optional[Array] = None,
   top_k: Optional[int] = None,
@@ -284,6 +294,7 @@ def pseudo_inverse(
       :func:`standard_ips` (``clip`` bounds :math:`|\theta_i|`).
     logging: the logging policy's :class:`Propensities` with ``pairs``
       (``plackett_luce_propensities(..., pairs=True)``).
+    target: as :func:`standard_ips`, with ``matrix``.
     key, num_samples, max_enumeration: as :func:`independent_ips`.
 
   Returns:
@@ -299,16 +310,18 @@ def pseudo_inverse(
   if logging.pairs is None:
     raise ValueError("pseudo_inverse: logging.pairs is required (plackett_luce_propensities(..., pairs=True))")
   size = scores.shape[-1]
-  q = target_propensities(
-    scores,
-    where=where,
-    temperature=temperature,
-    top_k=top_k,
-    matrix=True,
-    key=key,
-    num_samples=num_samples,
-    max_enumeration=max_enumeration,
-  ).matrix.reshape(scores.shape[:-1] + (size * size,))
+  if target is None or target.matrix is None:
+    target = target_propensities(
+      scores,
+      where=where,
+      temperature=temperature,
+      top_k=top_k,
+      matrix=True,
+      key=key,
+      num_samples=num_samples,
+      max_enumeration=max_enumeration,
+    )
+  q = target.matrix.reshape(scores.shape[:-1] + (size * size,))
   shown = jnp.eye(size, dtype=bool) & active[..., :, None]
   indicator = shown.reshape(scores.shape[:-1] + (size * size,)).astype(jnp.float32)
   gamma_pinv = jnp.linalg.pinv(logging.pairs, hermitian=True)

@@ -131,7 +131,7 @@ def _deterministic(scores, where, k, matrix, pairs):
   return Propensities(
     ranking=prefix[..., k - 1],
     prefix=prefix,
-    item_position=hit.astype(jnp.float32),
+    item_position=jnp.where(where & (jnp.arange(size) < k), hit, True).astype(jnp.float32),
     item_position_stderr=jnp.zeros(scores.shape),
     matrix=onehot if matrix else None,
     pairs=flat[..., :, None] * flat[..., None, :] if pairs else None,
@@ -147,21 +147,22 @@ def _prefix_table(size: int, k: int) -> tuple[np.ndarray, np.ndarray]:
   return perms, before
 
 
+def masked_last(z: Array, where: Array) -> Array:
+  """``z`` with each masked item's score far below every valid one's, decreasing in its index: a Plackett-Luce
+  ranking then puts the masked items last, in index order, with probability 1 (as the layout does). Computed from
+  ``z`` (not from the mask alone), so XLA never constant-folds the enumerations built on it."""
+  size = z.shape[-1]
+  low = jnp.min(jnp.where(where, z, jnp.inf), axis=-1, keepdims=True)
+  low = jnp.where(jnp.isfinite(low), low, 0.0)
+  return jnp.where(where, z, low - 1e4 * (1.0 + jnp.arange(size)))
+
+
 def _enumerated_probs(z: Array, where: Array, perms: np.ndarray, before: np.ndarray) -> Array:
   """Probabilities ``[P]`` of every prefix of one list ``z [L]`` (a masked item only after every valid one,
   masked items in index order)."""
-  remaining = ~before  # [P, k, L]
-  valid_rem = remaining & where
-  lse = jax.nn.logsumexp(jnp.where(valid_rem, z, -jnp.inf), axis=-1)
-  any_valid = jnp.any(valid_rem, axis=-1)
-  first_masked = jnp.argmax(remaining & ~where, axis=-1)
-  zc, wc = z[perms], where[perms]
-  lp = jnp.where(
-    any_valid,
-    jnp.where(wc, zc - jnp.where(any_valid, lse, 0.0), -jnp.inf),
-    jnp.where(perms == first_masked, 0.0, -jnp.inf),
-  )
-  return jnp.exp(jnp.sum(lp, axis=-1))
+  zz = masked_last(z, where)
+  lse = jax.nn.logsumexp(jnp.where(before, -jnp.inf, zz), axis=-1)  # [P, k] over the items not yet chosen
+  return jnp.exp(jnp.sum(zz[perms] - lse, axis=-1))
 
 
 def _enumerated_marginals(z, where, k, pairs):
@@ -181,7 +182,9 @@ def _enumerated_marginals(z, where, k, pairs):
 
   lead = z.shape[:-1]
   zf, wf = z.reshape((-1, size)), where.reshape((-1, size))
-  mat, pair = jax.lax.map(lambda a: one(*a), (zf, wf))
+  per_row = perms.shape[0] * (k * size + (size**4 if pairs else size * size))
+  batch = max(1, min(zf.shape[0], (1 << 22) // per_row))  # rows vmapped at once, a few million floats each
+  mat, pair = jax.lax.map(lambda a: one(*a), (zf, wf), batch_size=batch)
   mat = mat.reshape(lead + (size, size))
   pair = None if pair is None else pair.reshape(lead + (size * size, size * size))
   return mat, pair, jnp.zeros(lead + (size,))

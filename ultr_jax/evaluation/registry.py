@@ -65,6 +65,7 @@ ESTIMATORS: dict[str, EstimatorSpec] = {
   "dr": _spec(direct.doubly_robust, ("logging",) + _MODEL, "pbm_or_model", kind="independent"),
   "sndr": _spec(direct.doubly_robust, ("logging",) + _MODEL, "pbm_or_model", sn=True, kind="independent"),
   "sdr": _spec(direct.doubly_robust, ("logging",) + _MODEL, "any", kind="standard"),
+  "snsdr": _spec(direct.doubly_robust, ("logging",) + _MODEL, "any", sn=True, kind="standard"),
   "cascade_dr": _spec(direct.cascade_doubly_robust, ("logging",) + _MODEL, "cascade_or_model"),
   "sncascade_dr": _spec(direct.cascade_doubly_robust, ("logging",) + _MODEL, "cascade_or_model", sn=True),
   "click_dcg": _spec(estimators.click_dcg, ("propensities",), "pbm"),

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ultr_jax.evaluation import _common as C
-from ultr_jax.evaluation.policies import target_ranks
+from ultr_jax.evaluation.policies import masked_last, target_ranks
 from ultr_jax.simulation.click_models import get_click_model
 from ultr_jax.types import Array, PRNGKey
 
@@ -43,17 +43,11 @@ def _reward_of(model, attraction, where, ranks, w, top_k, model_kwargs):
 
 
 def _log_probs_all(z, where, perms):
-  """Log-probabilities ``[B, P]`` of every full ranking ``perms [P, L]`` (item at each rank). Valid items come
-  first in the lists, so a ranking is possible when it puts them on the first ranks and the masked ones after
-  them in index order."""
-  zs = jnp.where(where, z, -jnp.inf)[..., perms]  # [B, P, L] in ranking order
-  ws = where[..., perms]
+  """Log-probabilities ``[B, P]`` of every full ranking ``perms [P, L]`` (item at each rank); masked items go
+  last in index order (:func:`~ultr_jax.evaluation.policies.masked_last`), as the layout has them."""
+  zs = masked_last(z, where)[..., perms]  # [B, P, L] in ranking order
   suffix = jax.lax.cumlogsumexp(zs, axis=zs.ndim - 1, reverse=True)
-  lp = jnp.sum(jnp.where(ws, zs - jnp.where(ws, suffix, 0.0), 0.0), axis=-1)
-  rank = jnp.arange(perms.shape[-1])
-  n_valid = jnp.sum(where, axis=-1)[..., None, None]
-  possible = jnp.all(jnp.where(rank < n_valid, ws, perms == rank), axis=-1)
-  return jnp.where(possible, lp, -jnp.inf)
+  return jnp.sum(zs - suffix, axis=-1)
 
 
 def true_value(

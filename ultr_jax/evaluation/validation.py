@@ -10,10 +10,10 @@ from typing import Any, Optional
 import numpy as np
 
 from ultr_jax.evaluation._common import Estimate
-from ultr_jax.evaluation.policies import Propensities
+from ultr_jax.evaluation.policies import Propensities, target_ranks
 from ultr_jax.evaluation.registry import get_estimator
 
-__all__ = ["check_log", "target_scores_from_ranking", "evaluate"]
+__all__ = ["check_log", "check_support", "target_scores_from_ranking", "evaluate"]
 
 
 def _first_row(bad: np.ndarray) -> int:
@@ -108,6 +108,62 @@ def check_log(
       raise ValueError("doc_ids: expected non-negative integer ids on valid items")
 
 
+def check_support(
+  scores: Any,
+  logging: Propensities,
+  *,
+  where: Optional[Any] = None,
+  temperature: float = 0.0,
+  top_k: Optional[int] = None,
+) -> None:
+  r"""Raises ``ValueError`` when the target can put an item at a position where the logging policy never does.
+
+  Importance weighting needs :math:`\pi_b(y_k = d) > 0` wherever :math:`\pi_e(y_k = d) > 0` (for the ranking
+  and prefix weights this is necessary, not sufficient); a target outside the logging policy's support is not
+  identified from the log, and its IPS estimate would silently leave those clicks out. Reads
+  ``logging.matrix`` (``plackett_luce_propensities(..., matrix=True)``); a deterministic target puts each item
+  at its rank, a Plackett-Luce one every valid item at every displayed position.
+
+  Args:
+    scores: ``[B, L]`` target scores.
+    logging: the logging policy's :class:`Propensities` with ``matrix``.
+    where: ``bool[B, L]``.
+    temperature: the target's temperature (0: deterministic).
+    top_k: the displayed prefix.
+
+  Raises:
+    ValueError: naming ``scores``, the row, the item and the position.
+
+  >>> import jax.numpy as jnp
+  >>> from ultr_jax.evaluation import plackett_luce_propensities
+  >>> greedy = plackett_luce_propensities(jnp.array([[1.0, 0.0]]), temperature=0.0, matrix=True)
+  >>> check_support(np.array([[0.0, 1.0]]), greedy)
+  Traceback (most recent call last):
+  ...
+  ValueError: scores: row 0 puts item 0 at position 1, where the logging policy never shows it (logging.matrix is 0); off-policy estimates of this target are not identified
+  """
+  if logging.matrix is None:
+    raise ValueError("check_support: logging.matrix is required (plackett_luce_propensities(..., matrix=True))")
+  s = np.asarray(scores, np.float64)
+  size = s.shape[-1]
+  w = np.ones(s.shape, bool) if where is None else np.asarray(where, bool)
+  k = size if top_k is None else min(top_k, size)
+  n_valid = w.sum(axis=-1, keepdims=True)
+  if temperature == 0:
+    ranks = np.asarray(target_ranks(s, where=w))
+    support = (ranks[..., :, None] == np.arange(size)) & w[..., :, None]
+  else:
+    support = w[..., :, None] & (np.arange(size) < n_valid[..., None])
+  support &= np.arange(size) < k
+  bad = support & (np.asarray(logging.matrix) <= 0)
+  if bad.any():
+    row, item, pos = (int(x) for x in np.argwhere(bad)[0])
+    raise ValueError(
+      f"scores: row {row} puts item {item} at position {pos}, where the logging policy never shows it "
+      "(logging.matrix is 0); off-policy estimates of this target are not identified"
+    )
+
+
 def target_scores_from_ranking(doc_ids: Any, target_doc_ids: Any, *, where: Optional[Any] = None) -> np.ndarray:
   """Scores over the logged items that make the deterministic target rank them as ``target_doc_ids`` does.
 
@@ -168,7 +224,8 @@ def evaluate(name: str, scores: Any, clicks: Any, *, where: Optional[Any] = None
     :class:`~ultr_jax.evaluation.Estimate`.
 
   Raises:
-    ValueError: for an unknown estimator, a missing declared input, or a bad log (naming field and row).
+    ValueError: for an unknown estimator, a missing declared input, a bad log (naming field and row), or a
+      target outside the logging policy's support (:func:`check_support`, when ``logging.matrix`` is given).
 
   >>> import jax.numpy as jnp
   >>> from ultr_jax.evaluation import plackett_luce_propensities
@@ -189,4 +246,7 @@ def evaluate(name: str, scores: Any, clicks: Any, *, where: Optional[Any] = None
     doc_ids=inputs.get("doc_ids"),
     top_k=inputs.get("top_k"),
   )
+  logging = inputs.get("logging")
+  if logging is not None and logging.matrix is not None:
+    check_support(scores, logging, where=where, temperature=inputs.get("temperature", 0.0), top_k=inputs.get("top_k"))
   return spec.fn(scores, clicks, where=where, **inputs)
