@@ -146,13 +146,17 @@ def time_ultr_jax(args, inputs: dict) -> dict:
 
     def boot(x, key, name=name):
       fn = ultr_jax_estimator(name, x, args)
-      return ev.bootstrap_interval(lambda sw: fn(session_weights=sw), key, num_replicates=args.bootstrap, alpha=0.1)
+      return ev.bootstrap_interval(lambda sw: fn(session_weights=sw), key, num_replicates=batch, alpha=0.1)
 
+    # bootstrap_interval vmaps all its replicates at once: --bootstrap_batch replicates per call bound the memory
+    # (10^6 sessions x 1,000 replicates would hold 4 GB per intermediate); the calls' times add up.
+    batch = min(args.bootstrap, args.bootstrap_batch)
     boot = jax.jit(boot)
     boot(jitted, jax.random.key(1)).lower.block_until_ready()  # compile
     t = time.perf_counter()
-    ci = boot(jitted, jax.random.key(2))
-    ci.lower.block_until_ready()
+    for i in range(-(-args.bootstrap // batch)):
+      ci = boot(jitted, jax.random.key(2 + i))
+      ci.lower.block_until_ready()
     out["bootstrap_seconds"][name] = time.perf_counter() - t
     out["bootstrap"][name] = {"lower": float(ci.lower), "upper": float(ci.upper)}
     print(
@@ -191,6 +195,7 @@ def main():
   parser.add_argument("--temperature", type=float, default=1.0, help="the logging policy's Plackett-Luce temperature")
   parser.add_argument("--target_temperature", type=float, default=0.0, help="0: a deterministic target")
   parser.add_argument("--bootstrap", type=int, default=1000)
+  parser.add_argument("--bootstrap_batch", type=int, default=1000, help="ultr_jax's replicates per vmapped call")
   parser.add_argument("--interval_sessions", type=int, default=20000)
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--tolerance", type=float, default=1e-5)

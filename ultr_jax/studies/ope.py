@@ -559,10 +559,12 @@ def run_ope_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
   }
   start = time.perf_counter()
   key = jax.random.key(int(config.seed))
-  for u, user in enumerate(config.users):
-    truth = true_values(config, queries, user, targets)
-    results["truth"][user] = truth.tolist()
-    for t, temperature in enumerate(config.temperatures):
+  for user in config.users:
+    results["truth"][user] = true_values(config, queries, user, targets).tolist()
+  # Temperatures outermost: every user's curve over the log sizes is done at the first temperature before the next.
+  for t, temperature in enumerate(config.temperatures):
+    for u, user in enumerate(config.users):
+      truth = np.asarray(results["truth"][user])
       for n, size in enumerate(config.log_sizes):
         cell_key = jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(key, u), t), n)
         cell = _run_cell(config, queries, targets, truth, user, float(temperature), int(size), cell_key)
