@@ -90,12 +90,13 @@ def _check(name, text, value):
     "lbd": {"linear/click_data", "linear/lbd"},
     "cld": {"naive", "ips", "cld"},
     "sif": {"naive", "sif_full"},
+    "ope": {"sips", "iips", "rips", "dm[pbm]"},  # RESULT: each estimator's interval coverage
   }[name]
   assert expected <= set(value), (name, sorted(value))
 
 
-def test_there_are_five_notebooks():
-  assert [p.stem for p in NOTEBOOKS] == ["cld", "identifiability", "lbd", "quickstart", "sif"]
+def test_there_are_six_notebooks():
+  assert [p.stem for p in NOTEBOOKS] == ["cld", "identifiability", "lbd", "ope", "quickstart", "sif"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])

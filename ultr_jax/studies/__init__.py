@@ -16,6 +16,7 @@ tables, figures), ``VARIANTS`` and ``default_config(variant="default")`` (its co
 ``identifiability``       :mod:`~ultr_jax.studies.identifiability`: Table 1, Figures 3a-6
 ``lbd``                   :mod:`~ultr_jax.studies.lbd`: LBD (Table 1, Figures 3/4)
 ``online``                :mod:`~ultr_jax.studies.online`: PDGD, DBGD, MGD, NSGD
+``ope``                   :mod:`~ultr_jax.studies.ope`: off-policy estimators against the exact truth
 ``report``                :mod:`~ultr_jax.studies.report`: every method under every bias
 ``sif``                   :mod:`~ultr_jax.studies.sif`: SIF (its Tables 6-8)
 ========================  ==========================================================================
@@ -47,6 +48,7 @@ STUDIES = {
   "identifiability": "ultr_jax.studies.identifiability",
   "lbd": "ultr_jax.studies.lbd",
   "online": "ultr_jax.studies.online",
+  "ope": "ultr_jax.studies.ope",
   "report": "ultr_jax.studies.report",
   "sif": "ultr_jax.studies.sif",
 }

@@ -1,0 +1,27 @@
+r"""Off-policy evaluation of rankers from click logs: every estimator's bias, spread, RMSE, interval coverage and
+ranking of the targets against the exact truth, under PBM, cascade and DBN users.
+
+See ``configs/default.py`` for the commands; the logic is ``ultr_jax.studies.ope``.
+"""
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from ultr_jax.studies.ope import run_ope_study
+from ultr_jax.train.results import run_in_progress
+
+_CONFIG = config_flags.DEFINE_config_file(
+  "config", None, "Path to a config file, e.g. configs/default.py[:smoke].", lock_config=True
+)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results.json, table.md/.csv and fig_ope_rmse.png.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+  del argv
+  with run_in_progress(_WORKDIR.value):  # IN_PROGRESS until the results are written
+    run_ope_study(_CONFIG.value, _WORKDIR.value)
+
+
+if __name__ == "__main__":
+  app.run(main)
