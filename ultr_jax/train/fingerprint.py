@@ -140,6 +140,17 @@ def run_fingerprint(
   ``hash`` digests the rest. Fields of the training config that do not change what is computed
   (``progress``, ``eval_batch_size``, ``steps``, ...) are left out, so a finished run can be extended.
 
+  Args:
+    method: the :class:`~ultr_jax.train.Method` (its name, config and initial state's shapes).
+    train: the training :class:`~ultr_jax.data.RankingDataset`, or a stream (its ``identity()`` and first batch).
+    valid: the validation dataset (None: none).
+    click_fn: the click simulator (None: the logged clicks).
+    config: the training config (None: the defaults); fields that do not change what is computed are left out.
+    seeds: the seeds trained.
+
+  Returns:
+    The fingerprint dict, with its ``hash``.
+
   >>> from ultr_jax import data
   >>> from ultr_jax.train import get_method
   >>> splits = data.make_synthetic(num_train=8, num_valid=2, num_test=2, list_size=4, num_features=3)
