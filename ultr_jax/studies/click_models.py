@@ -307,7 +307,7 @@ def fit_and_score_stream(model: str, train, test, *, num_docs: int, config) -> O
     train: returns a fresh iterable of training session batches.
     test: returns a fresh iterable of held-out session batches.
     num_docs: the id range of ``doc_ids``.
-    config: the study's config (``l2``, ``max_iters``, ``tol``, ``statistics_max_records``,
+    config: the study's config (``l2``, ``max_iters``, ``tol``, ``statistics_memory_budget_bytes``,
       ``minibatch_epochs``).
 
   Returns:
