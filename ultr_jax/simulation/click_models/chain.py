@@ -73,11 +73,30 @@ class ChainModel(ClickModel):
     raise NotImplementedError
 
   def fitted_continuations(self, a, params):
-    """``(c0, c1)`` of the fitted parameters (probabilities; tables by item index, per-item ``[..., L]``)."""
+    """``(c0, c1)`` of the fitted parameters (probabilities; tables by item index, per-item ``[..., L]``).
+
+    Args:
+      a: ``[..., L]`` attraction probabilities.
+      params: dict name -> probabilities of the model's fitted parameters (per-item ones ``[..., L]``).
+
+    Returns:
+      ``(c0, c1)``: the continuation probabilities after no click and after a click, each ``[..., L]``.
+    """
     raise NotImplementedError
 
   def log_continuations(self, log_a, log_1ma, log_bias, ranks, table):
-    """``(log c0, log c1)`` from log-probabilities (``table(name)``: a bias table per item)."""
+    r"""``(log c0, log c1)`` from log-probabilities (``table(name)``: a bias table per item).
+
+    Args:
+      log_a: ``[..., L]`` :math:`\log a`.
+      log_1ma: ``[..., L]`` :math:`\log(1 - a)`.
+      log_bias: :meth:`log_bias`'s log-probabilities (per-item ones ``[..., L]``).
+      ranks: ``int[..., L]`` 0-based ranks indexing the tables, or None (the item index).
+      table: ``table(name) -> [..., L]``, the bias table ``name`` read at each item's rank.
+
+    Returns:
+      ``(log_c0, log_c1)``, each ``[..., L]``.
+    """
     raise NotImplementedError
 
   def log_probs(self, clicks, log_a, log_1ma, log_bias, *, ranks=None, where=None):
