@@ -60,7 +60,8 @@ def ubm(
     gamma: ``[K, K + 1]`` examination table (rank, last-click state);
       default :meth:`UBM.gamma_table` of ``table`` and
       ``eta`` over ``L`` ranks (the PBM table before any click).
-    eta, table: the default table's power and per-distance values.
+    eta: the default table's power.
+    table: the default table's per-distance examination probabilities :math:`v`.
     top_k: display cut-off.
     num_sessions: leading sessions axis.
     num_impressions: aggregated CTR mode (marginal click probabilities).
@@ -109,6 +110,21 @@ class UBM(ClickModel):
   def session(
     self, attraction, *, where=None, positions=None, top_k=None, gamma=None, eta=1.0, table=P.ULTRA_EXAM_TABLE
   ):
+    """The UBM's :class:`~ultr_jax.simulation.click_models.base.Session` (:func:`ubm`).
+
+    Args:
+      attraction: ``[..., L]`` click probability given examination.
+      where: ``bool[..., L]`` valid items (default all).
+      positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+      top_k: display cut-off (None: every valid item is shown).
+      gamma: ``[K, K + 1]`` examination table (rank, last-click state); None: :meth:`gamma_table` of ``table``
+        and ``eta`` over ``L`` ranks.
+      eta: power of the default table.
+      table: per-distance examination probabilities :math:`v` of the default table.
+
+    Returns:
+      The :class:`~ultr_jax.simulation.click_models.base.Session`.
+    """
     given_positions = positions is not None
     r, where, positions, shown = prepare(attraction, where, positions, top_k)
     g = jnp.asarray(self.gamma_table(r.shape[-1], eta=eta, table=table) if gamma is None else gamma, jnp.float32)
@@ -133,7 +149,17 @@ class UBM(ClickModel):
   statistics_kind = "ubm_items"
 
   def sufficient_statistics(self, doc_ids, clicks, where=None):
-    """Impressions and clicks per (document, rank, last-click state)."""
+    """Impressions and clicks per (document, rank, last-click state).
+
+    Args:
+      doc_ids: ``int[B, L]`` document ids, in displayed order.
+      clicks: ``[B, L]`` 0/1 clicks.
+      where: ``bool[B, L]`` valid items (None: all).
+
+    Returns:
+      A :class:`~ultr_jax.simulation.ClickStatistics` of kind ``"items"`` with keys (document, rank,
+      last-click state).
+    """
     return item_statistics(doc_ids, clicks, where, last_click_state=True)
 
   def statistics_accumulator(self):
