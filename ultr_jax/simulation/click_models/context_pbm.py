@@ -137,6 +137,22 @@ class ContextPBM(ClickModel):
     eta=1.0,
     table=P.ULTRA_EXAM_TABLE,
   ):
+    """The contextual PBM's :class:`~ultr_jax.simulation.click_models.base.Session` (:meth:`examination`).
+
+    Args:
+      attraction: ``[..., L]`` click probability given examination.
+      where: ``bool[..., L]`` valid items (default all).
+      positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+      top_k: display cut-off (None: every valid item is shown).
+      context: ``int[..., L]`` context type per item, or ``int[...]`` per list.
+      context_vectors: ``float[T, D]`` context embeddings :math:`X_t`.
+      w: ``float[D]``.
+      eta: power of the examination table (position-bias severity).
+      table: per-position examination probabilities :math:`v` (positions beyond it reuse its last value).
+
+    Returns:
+      The :class:`~ultr_jax.simulation.click_models.base.Session`.
+    """
     r, where, positions, shown = prepare(attraction, where, positions, top_k)
     exam = self.examination(positions, context, context_vectors=context_vectors, w=w, eta=eta, table=table)
     return Session(exam, exam * r, shown, True, top_k=top_k)

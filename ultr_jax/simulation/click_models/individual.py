@@ -93,6 +93,22 @@ class Individual(ClickModel):
     eta=1.0,
     table=P.ULTRA_EXAM_TABLE,
   ):
+    """LBD's individual-level observation model's :class:`~ultr_jax.simulation.click_models.base.Session`.
+
+    Args:
+      attraction: ``[..., L]`` click probability given examination.
+      where: ``bool[..., L]`` valid items (default all).
+      positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+      top_k: display cut-off (None: every valid item is shown).
+      features: ``float[..., L, F]`` the items' features.
+      crux_indices: indices into the last axis of ``features`` selecting the crux features :math:`x'` (``D``).
+      w: ``float[D]`` coupling vector (0 gives ULTRA's PBM).
+      eta: power of the examination table (position-bias severity).
+      table: per-position examination probabilities :math:`v` (positions beyond it reuse its last value).
+
+    Returns:
+      The :class:`~ultr_jax.simulation.click_models.base.Session`.
+    """
     crux_features = jnp.asarray(features)[..., np.asarray(crux_indices, np.int32)]
     return self.crux_session(
       attraction, crux_features, w, where=where, positions=positions, top_k=top_k, eta=eta, table=table
@@ -101,7 +117,21 @@ class Individual(ClickModel):
   def crux_session(
     self, attraction, crux_features, w, *, where=None, positions=None, top_k=None, eta=1.0, table=P.ULTRA_EXAM_TABLE
   ):
-    """The session from the crux features :math:`x'` ``[..., L, D]`` themselves."""
+    """The session from the crux features :math:`x'` ``[..., L, D]`` themselves.
+
+    Args:
+      attraction: ``[..., L]`` click probability given examination.
+      crux_features: ``float[..., L, D]`` the crux features :math:`x'`.
+      w: ``float[D]`` coupling vector (0 gives ULTRA's PBM).
+      where: ``bool[..., L]`` valid items (default all).
+      positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+      top_k: display cut-off (None: every valid item is shown).
+      eta: power of the examination table (position-bias severity).
+      table: per-position examination probabilities :math:`v` (positions beyond it reuse its last value).
+
+    Returns:
+      The :class:`~ultr_jax.simulation.click_models.base.Session`.
+    """
     r, where, positions, shown = prepare(attraction, where, positions, top_k)
     exam = self.examination(positions, crux_features, w, eta=eta, table=table)
     return Session(exam, exam * r, shown, True, top_k=top_k)

@@ -132,6 +132,22 @@ class Mixture(ClickModel):
     return {"components": tuple(parts), "weights": tuple(float(w) for w in weights / weights.sum())}
 
   def session(self, attraction, *, where=None, positions=None, top_k=None, components=None, weights=None):
+    """The mixture's :class:`~ultr_jax.simulation.click_models.base.Session`: each session drawn from one
+    component, chosen with probability ``weights``.
+
+    Args:
+      attraction: ``[..., L]`` click probability given examination.
+      where: ``bool[..., L]`` valid items (default all).
+      positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+      top_k: display cut-off (None: every valid item is shown).
+      components: ``((model, kwargs), ...)`` pairs of a :class:`ClickModel` and its :meth:`session` keyword
+        arguments as sorted ``(name, frozen value)`` tuples (:meth:`simulation_kwargs`); None: the defaults of
+        :attr:`components`.
+      weights: the components' probabilities, summing to 1 (used only with ``components``).
+
+    Returns:
+      The :class:`~ultr_jax.simulation.click_models.base.Session`.
+    """
     if components is None:
       kw = self.simulation_kwargs({})
       components, weights = kw["components"], kw["weights"]
@@ -215,7 +231,16 @@ class Mixture(ClickModel):
     out = super().to_logits({k: v for k, v in params.items() if k != "weights"})
     return {**out, "weights": jnp.log(jnp.asarray(params["weights"], jnp.float32))}
 
-  def check_sessions(self, clicks, where):
+  def check_sessions(self, clicks, where) -> None:
+    """Raises ValueError unless one of the components explains every session.
+
+    Args:
+      clicks: ``[B, L]`` 0/1 clicks.
+      where: ``bool[B, L]`` valid items.
+
+    Raises:
+      ValueError: listing each component's error when none explains the log.
+    """
     errors = []
     for m in self.models:
       try:
