@@ -220,6 +220,13 @@ def stochastic_logging_click_fn(click_fn, *, temperature: float = 1.0, score_key
     temperature: :math:`\tau > 0`.
     score_key: the batch entry with the logging scores.
 
+  Returns:
+    ``fn(key, batch) -> dict``: ``click_fn``'s output on the sampled display, with ``positions`` (``int[..., L]``)
+    the sampled 0-based ranks.
+
+  Raises:
+    ValueError: if ``temperature`` is not positive.
+
   >>> from ultr_jax.simulation import make_click_fn
   >>> fn = stochastic_logging_click_fn(make_click_fn({"name": "pbm_table", "top_k": 1}), temperature=1e-3)
   >>> out = fn(jax.random.key(0), {"labels": jnp.array([1.0, 4.0]), "where": jnp.ones(2, bool),
