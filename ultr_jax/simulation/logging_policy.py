@@ -273,7 +273,10 @@ def policy_examination(
 
   Args:
     key: PRNG key.
-    click_fn, temperature, score_key: as :func:`stochastic_logging_click_fn`.
+    click_fn: ``click_fn(key, batch) -> dict`` reporting ``examination`` (e.g.
+      :func:`~ultr_jax.simulation.make_click_fn`); it reads ``batch["positions"]``.
+    temperature: :math:`\tau > 0` of the Plackett-Luce policy.
+    score_key: the batch entry with the logging scores.
     batch: lists ``[..., L]`` with ``where`` and ``batch[score_key]`` (and what ``click_fn`` reads).
     num_samples: displays to average (a multiple of ``chunk`` is used, rounded up).
     chunk: displays vmapped at once.

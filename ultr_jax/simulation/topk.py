@@ -105,7 +105,10 @@ def simulate_topk_log(
     key: PRNG key.
     labels: ``[Q, L]`` graded labels of every candidate.
     where: ``bool[Q, L]``.
-    k, eta, noise, threshold: see :func:`topk_click_probability`.
+    k: display cut-off (as :func:`topk_click_probability`).
+    eta: position-bias severity.
+    noise: :math:`\epsilon^-`, click probability of an examined irrelevant item.
+    threshold: :math:`\tau`, smallest relevant grade.
     num_sessions: ``N``.
     assumed_eta: the :math:`\hat\eta` of the propensities handed to the
       learners (misspecification, RQ4); default ``eta``.

@@ -208,7 +208,8 @@ def bernoulli_log_likelihood(clicks: Array, log_q: Array, log_1mq: Array, *, whe
 
   Args:
     clicks: ``[..., L]`` 0/1 clicks.
-    log_q, log_1mq: ``[..., L]`` log conditional click and no-click probabilities.
+    log_q: ``[..., L]`` log conditional click probabilities.
+    log_1mq: ``[..., L]`` log conditional no-click probabilities.
     where: ``bool[..., L]``.
 
   Returns:

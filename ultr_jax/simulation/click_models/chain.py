@@ -145,7 +145,9 @@ class ChainModel(ClickModel):
 
     Args:
       attraction: ``[..., L]`` click probability given examination, in displayed order.
-      continue_no_click, continue_click: :math:`c^0, c^1`, scalars or ``[..., L]``.
+      continue_no_click: :math:`c^0`, the probability of examining the next item after no click, a scalar or
+        ``[..., L]``.
+      continue_click: :math:`c^1`, the probability after a click, a scalar or ``[..., L]``.
       prior: optional ``[..., L]`` examination ceiling (e.g. 0 beyond top-k); multiplies the result and gates
         the stopping of unshown items.
       where: ``bool[..., L]``.
@@ -190,7 +192,9 @@ class ChainModel(ClickModel):
     Args:
       key: PRNG key.
       attraction: ``[..., L]`` click probability given examination.
-      continue_no_click, continue_click: :math:`c^0, c^1`, scalars or ``[..., L]``.
+      continue_no_click: :math:`c^0`, the probability of examining the next item after no click, a scalar or
+        ``[..., L]``.
+      continue_click: :math:`c^1`, the probability after a click, a scalar or ``[..., L]``.
       where: ``bool[..., L]`` displayed items (masked items are skipped).
       num_sessions: if set, a leading sessions axis.
 
@@ -236,8 +240,10 @@ class ChainModel(ClickModel):
 
     Args:
       clicks: ``[..., L]`` 0/1 clicks, in displayed order.
-      log_attraction, log_no_attraction: ``[..., L]`` :math:`\log a`, :math:`\log(1 - a)`.
-      log_continue_no_click, log_continue_click: :math:`\log c^0, \log c^1`, scalars or ``[..., L]``.
+      log_attraction: ``[..., L]`` :math:`\log a`.
+      log_no_attraction: ``[..., L]`` :math:`\log(1 - a)`.
+      log_continue_no_click: :math:`\log c^0`, a scalar or ``[..., L]``.
+      log_continue_click: :math:`\log c^1`, a scalar or ``[..., L]``.
       where: ``bool[..., L]`` (masked items are skipped).
 
     Returns:
@@ -301,8 +307,9 @@ class ChainModel(ClickModel):
     Args:
       clicks: ``[..., L]`` observed 0/1 clicks, in displayed order.
       attraction: ``[..., L]`` click probability given examination.
-      continue_no_click, continue_click: :math:`c^0, c^1`, scalars or ``[..., L]`` (a model's
-        :meth:`~ultr_jax.simulation.ClickModel.continuations`).
+      continue_no_click: :math:`c^0`, the probability of examining the next item after no click, a scalar or
+        ``[..., L]`` (a model's :meth:`~ultr_jax.simulation.ClickModel.continuations`).
+      continue_click: :math:`c^1`, the probability after a click, a scalar or ``[..., L]``.
       where: ``bool[..., L]`` (masked items are skipped).
 
     Returns:
@@ -332,7 +339,12 @@ class ChainModel(ClickModel):
     log space.
 
     Args:
-      clicks, attraction, continue_no_click, continue_click, where: as :meth:`conditional_click_prob`.
+      clicks: ``[..., L]`` observed 0/1 clicks, in displayed order.
+      attraction: ``[..., L]`` click probability given examination.
+      continue_no_click: :math:`c^0`, the probability of examining the next item after no click, a scalar or
+        ``[..., L]``.
+      continue_click: :math:`c^1`, the probability after a click, a scalar or ``[..., L]``.
+      where: ``bool[..., L]`` (masked items are skipped).
 
     Returns:
       ``float32[...]`` log-likelihood per session (0 for a fully masked list).

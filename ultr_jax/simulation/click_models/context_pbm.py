@@ -56,8 +56,15 @@ def context_pbm(
     context: ``int[..., L]`` (per item) or ``int[...]`` (per list) context type.
     context_vectors: ``float[T, D]`` (:meth:`ContextPBM.make_context_vectors`).
     w: ``float[D]``.
-    where, positions, eta, table, top_k, num_sessions, num_impressions: as
-      :func:`pbm_table`.
+    where: ``bool[..., L]`` valid items (default all); masked items never click.
+    positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+    eta: power of the examination table (position-bias severity).
+    table: per-position examination probabilities :math:`v` (default ULTRA's; positions beyond it reuse its last
+      value).
+    top_k: display cut-off (``shown`` is returned); None: every valid item is shown.
+    num_sessions: if set, a leading axis of that many independent sessions.
+    num_impressions: if set, aggregated mode: ``clicks`` are CTRs over that many impressions of each item's
+      marginal click probability.
 
   Returns:
     dict with ``clicks``, ``examination``, ``click_prob``, ``conditional_click_prob``

@@ -39,8 +39,15 @@ def individual(
     attraction: ``[..., L]`` click probability given examination.
     crux_features: ``float[..., L, D]`` the crux features :math:`x'`.
     w: ``float[D]`` coupling vector (0 gives ULTRA's PBM).
-    where, positions, eta, table, top_k, num_sessions, num_impressions: as
-      :func:`pbm_table`.
+    where: ``bool[..., L]`` valid items (default all); masked items never click.
+    positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+    eta: power of the examination table (position-bias severity).
+    table: per-position examination probabilities :math:`v` (default ULTRA's; positions beyond it reuse its last
+      value).
+    top_k: display cut-off (``shown`` is returned); None: every valid item is shown.
+    num_sessions: if set, a leading axis of that many independent sessions.
+    num_impressions: if set, aggregated mode: ``clicks`` are CTRs over that many impressions of each item's
+      marginal click probability.
 
   Returns:
     dict with ``clicks``, ``examination``, ``click_prob``, ``conditional_click_prob``

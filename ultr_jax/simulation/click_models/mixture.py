@@ -62,7 +62,12 @@ def mixture(
     attraction: ``[..., L]`` click probability given examination (shared by the components).
     components: the components' simulation configs (``{"name": ..., <its keys>}``, no batch inputs).
     weights: ``[M]`` mixture weights (normalised; default uniform).
-    where, positions, top_k, num_sessions, num_impressions: as :func:`pbm`.
+    where: ``bool[..., L]`` valid items (default all); masked items never click.
+    positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+    top_k: display cut-off (``shown`` is returned); None: every valid item is shown.
+    num_sessions: if set, a leading axis of that many independent sessions.
+    num_impressions: if set, aggregated mode: ``clicks`` are CTRs over that many impressions of each item's
+      marginal click probability.
 
   Returns:
     dict as the other samplers (see :mod:`ultr_jax.simulation.click_models`).
@@ -263,7 +268,8 @@ class Mixture(ClickModel):
 
     Args:
       log_weights: ``[M]`` :math:`\log w`.
-      log_q, log_1mq: ``[M, ..., L]`` each component's :math:`\log q_{m,i}`, :math:`\log(1 - q_{m,i})`.
+      log_q: ``[M, ..., L]`` each component's :math:`\log q_{m,i}`.
+      log_1mq: ``[M, ..., L]`` each component's :math:`\log(1 - q_{m,i})`.
       clicks: ``[..., L]`` 0/1 clicks.
       where: ``bool[..., L]``.
       order: ``int[..., L]`` the permutation from array order to display order (the prefix sums run in display

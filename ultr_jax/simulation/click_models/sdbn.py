@@ -44,7 +44,12 @@ def sdbn(
   Args:
     key: PRNG key.
     attraction: ``[..., L]`` click probability given examination.
-    where, positions, top_k, num_sessions, num_impressions: as :func:`dbn`.
+    where: ``bool[..., L]`` valid items (default all); masked items never click.
+    positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+    top_k: display cut-off (``shown`` is returned); None: every valid item is shown.
+    num_sessions: if set, a leading axis of that many independent sessions.
+    num_impressions: if set, aggregated mode: ``clicks`` are CTRs over that many impressions of each item's
+      marginal click probability.
     satisfaction: :math:`\sigma`: None (the attraction), a scalar, ``[..., L]`` per item, or a per-position
       sequence.
 

@@ -410,7 +410,12 @@ class UBM(ClickModel):
     r"""Session log-likelihood of the UBM: :math:`\sum_i \log P(c_i \mid c_{<i})` (:meth:`conditional_click_prob`).
 
     Args:
-      clicks, attraction, gamma, ranks, where: as :meth:`conditional_click_prob`.
+      clicks: ``[..., L]`` 0/1 clicks, in displayed order.
+      attraction: ``[..., L]`` click probability given examination.
+      gamma: ``[K, K + 1]`` examination table (ranks and states beyond it are clipped to its last row and
+        column).
+      ranks: ``int[..., L]`` 0-based ranks (default ``arange(L)``).
+      where: ``bool[..., L]``.
 
     Returns:
       ``float32[...]`` log-likelihood per session.
