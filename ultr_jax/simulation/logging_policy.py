@@ -72,6 +72,9 @@ def train_logging_policy(
   Returns:
     ``float32[F]`` weights; scores are ``features @ w``.
 
+  Raises:
+    ValueError: if ``fraction`` is not in (0, 1].
+
   >>> feats = np.random.default_rng(0).normal(size=(20, 5, 3)).astype(np.float32)
   >>> ds = RankingDataset(feats, (feats[..., 0] > 0).astype(np.float32),
   ...                     np.ones((20, 5), bool), np.arange(20))
@@ -122,6 +125,9 @@ def logging_policy_scores(weights: np.ndarray, dataset: RankingDataset) -> np.nd
   Returns:
     ``float32[Q, L]`` (padding scored ``-inf``).
 
+  Raises:
+    ValueError: if ``weights`` is not ``[F]`` for the dataset's ``F`` features.
+
   >>> ds = RankingDataset(np.ones((1, 2, 2), np.float32), np.zeros((1, 2), np.float32),
   ...                     np.array([[True, False]]), np.arange(1))
   >>> print(logging_policy_scores(np.array([1.0, 2.0]), ds))
@@ -164,6 +170,9 @@ def apply_logging_policy(
 
   Returns:
     The reordered :class:`~ultr_jax.data.RankingDataset`.
+
+  Raises:
+    ValueError: if ``scores`` is not ``[Q, L]`` like the dataset's lists, or ``top_k < 1``.
 
   >>> ds = RankingDataset(np.zeros((1, 3, 1), np.float32), np.array([[0., 1., 2.]], np.float32),
   ...                     np.array([[True, True, False]]), np.arange(1))

@@ -499,7 +499,7 @@ class ClickModel:
       cfg: the simulation config, a mapping (None values: not set, the default applies).
 
     Returns:
-      dict of keyword arguments for :meth:`session` (empty here: no parameters of its own).
+      dict of keyword arguments for :meth:`session` (the model's own parameters; empty for a model without any).
     """
     return {}
 

@@ -81,6 +81,17 @@ class CCM(ChainModel):
   }
 
   def simulation_kwargs(self, cfg):
+    """The CCM's :meth:`session` keyword arguments: ``alpha`` (default (0.9, 0.8, 0.2)).
+
+    Args:
+      cfg: the (checked) simulation config, a mapping (None values: not set, the default applies).
+
+    Returns:
+      ``{"alpha": (alpha_1, alpha_2, alpha_3)}`` as floats.
+
+    Raises:
+      ValueError: unless ``alpha`` is three probabilities.
+    """
     alpha = tuple(float(v) for v in cfg.get("alpha", (0.9, 0.8, 0.2)))
     if len(alpha) != 3 or any(not 0.0 <= v <= 1.0 for v in alpha):
       raise ValueError(f"click_model.alpha: expected three probabilities (alpha_1, alpha_2, alpha_3), got {alpha}")

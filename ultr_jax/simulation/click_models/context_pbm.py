@@ -115,6 +115,18 @@ class ContextPBM(ClickModel):
   loss = False
 
   def simulation_kwargs(self, cfg):
+    """The contextual PBM's :meth:`session` keyword arguments: ``context_vectors`` (given, or
+    drawn from ``num_contexts``, ``context_dim``, ``context_scale``, ``context_seed``), ``w``, ``eta``, ``table``.
+
+    Args:
+      cfg: the (checked) simulation config, a mapping (None values: not set, the default applies).
+
+    Returns:
+      dict with ``context_vectors`` (``float32[T, D]``), ``w`` (``float32[D]``) ``eta`` (default 1.0) and ``table`` when set.
+
+    Raises:
+      ValueError: without ``context_vectors`` or ``num_contexts``, or for a ``w`` not of shape ``[D]``.
+    """
     if "context_vectors" in cfg:
       vectors = np.asarray(cfg["context_vectors"], np.float32)
     elif "num_contexts" in cfg:

@@ -89,6 +89,17 @@ class DBN(ChainModel):
   }
 
   def simulation_kwargs(self, cfg):
+    """The DBN's :meth:`session` keyword arguments: ``perseverance`` (0.9) and ``satisfaction`` when set.
+
+    Args:
+      cfg: the (checked) simulation config, a mapping (None values: not set, the default applies).
+
+    Returns:
+      dict with ``perseverance`` (a float) and, when set, ``satisfaction``.
+
+    Raises:
+      ValueError: if ``perseverance`` or ``satisfaction`` is not a probability (or a sequence of them).
+    """
     gamma = float(cfg.get("perseverance", 0.9))
     if not 0.0 <= gamma <= 1.0:
       raise ValueError(f"click_model.perseverance: expected a probability, got {gamma}")

@@ -79,6 +79,18 @@ class Individual(ClickModel):
   loss = False
 
   def simulation_kwargs(self, cfg):
+    """LBD's individual-level model's :meth:`session` keyword arguments: ``crux_indices``, ``w``, ``eta``,
+    ``table``.
+
+    Args:
+      cfg: the (checked) simulation config, a mapping (None values: not set, the default applies).
+
+    Returns:
+      dict with ``crux_indices`` (a tuple of ints), ``w`` (``float32[D]``) ``eta`` (default 1.0) and ``table`` when set.
+
+    Raises:
+      ValueError: without ``crux_indices`` or ``w``, or when their shapes differ.
+    """
     if "crux_indices" not in cfg or "w" not in cfg:
       raise ValueError("click_model: individual needs crux_indices and w")
     crux = np.asarray(cfg["crux_indices"], np.int32)

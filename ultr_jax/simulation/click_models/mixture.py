@@ -118,6 +118,19 @@ class Mixture(ClickModel):
   # -- simulation
 
   def simulation_kwargs(self, cfg):
+    """The mixture's :meth:`session` keyword arguments: each component's model and its own keyword
+    arguments, and the normalised ``weights``.
+
+    Args:
+      cfg: the (checked) simulation config, a mapping (None values: not set, the default applies).
+
+    Returns:
+      ``{"components": ((model, kwargs), ...), "weights": (w_1, ...)}`` (kwargs as sorted frozen pairs).
+
+    Raises:
+      ValueError: for a component key its model does not declare, a component reading batch inputs, or weights that are not
+        one non-negative value per component with a positive sum.
+    """
     comps = cfg.get("components") or tuple({"name": c} for c in self.components)
     parts = []
     for comp in comps:

@@ -99,6 +99,17 @@ class UBM(ClickModel):
   propensity_table = "gamma"
 
   def simulation_kwargs(self, cfg):
+    """The UBM's :meth:`session` keyword arguments: ``eta``, ``table`` and, when set, ``gamma``.
+
+    Args:
+      cfg: the (checked) simulation config, a mapping (None values: not set, the default applies).
+
+    Returns:
+      dict with ``eta`` (default 1.0) and, when set, ``table`` and ``gamma`` (a ``float32[K, K + 1]`` array).
+
+    Raises:
+      ValueError: if ``gamma`` is not a ``[K, K + 1]`` table of probabilities.
+    """
     kwargs = table_kwargs(cfg)
     if "gamma" in cfg:
       gamma = np.asarray(cfg["gamma"], np.float32)
