@@ -98,7 +98,7 @@ class CCM(ChainModel):
     return {"alpha": alpha}
 
   def session(self, attraction, *, where=None, positions=None, top_k=None, alpha=(0.9, 0.8, 0.2)):
-    """The CCM's :class:`~ultr_jax.simulation.click_models.base.Session` (:func:`ccm`).
+    """The CCM's ``Session`` (:func:`ccm`).
 
     Args:
       attraction: ``[..., L]`` click probability given examination.
@@ -108,7 +108,7 @@ class CCM(ChainModel):
       alpha: :math:`(\alpha_1, \alpha_2, \alpha_3)`, three floats.
 
     Returns:
-      The :class:`~ultr_jax.simulation.click_models.base.Session`.
+      The ``Session``.
     """
     given_positions = positions is not None
     r, where, positions, shown = prepare(attraction, where, positions, top_k)

@@ -156,7 +156,7 @@ class ContextPBM(ClickModel):
     eta=1.0,
     table=P.ULTRA_EXAM_TABLE,
   ):
-    """The contextual PBM's :class:`~ultr_jax.simulation.click_models.base.Session` (:meth:`examination`).
+    """The contextual PBM's ``Session`` (:meth:`examination`).
 
     Args:
       attraction: ``[..., L]`` click probability given examination.
@@ -170,7 +170,7 @@ class ContextPBM(ClickModel):
       table: per-position examination probabilities :math:`v` (positions beyond it reuse its last value).
 
     Returns:
-      The :class:`~ultr_jax.simulation.click_models.base.Session`.
+      The ``Session``.
     """
     r, where, positions, shown = prepare(attraction, where, positions, top_k)
     exam = self.examination(positions, context, context_vectors=context_vectors, w=w, eta=eta, table=table)

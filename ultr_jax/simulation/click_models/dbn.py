@@ -109,7 +109,7 @@ class DBN(ChainModel):
     return kwargs
 
   def session(self, attraction, *, where=None, positions=None, top_k=None, perseverance=0.9, satisfaction=None):
-    r"""The DBN's :class:`~ultr_jax.simulation.click_models.base.Session` (:func:`dbn`).
+    r"""The DBN's ``Session`` (:func:`dbn`).
 
     Args:
       attraction: ``[..., L]`` click probability given examination.
@@ -120,7 +120,7 @@ class DBN(ChainModel):
       satisfaction: :math:`\sigma`: None (the attraction), a scalar, a per-position sequence or ``[..., L]``.
 
     Returns:
-      The :class:`~ultr_jax.simulation.click_models.base.Session`.
+      The ``Session``.
     """
     given_positions = positions is not None
     r, where, positions, shown = prepare(attraction, where, positions, top_k)

@@ -15,7 +15,7 @@ __all__ = ["dcm", "DCM", "dcm_session"]
 
 
 def dcm_session(attraction, *, where=None, positions=None, top_k=None, continuation=0.5):
-  """The DCM's :class:`~ultr_jax.simulation.click_models.base.Session` (see :func:`dcm`)."""
+  """The DCM's ``Session`` (see :func:`dcm`)."""
   given_positions = positions is not None
   r, where, positions, shown = prepare(attraction, where, positions, top_k)
   lam = per_item(continuation, positions, r.shape, "dcm.continuation")
@@ -120,7 +120,7 @@ class DCM(ChainModel):
     return {"continuation": tuple(float(v) for v in lam) if isinstance(lam, (list, tuple)) else float(lam)}
 
   def session(self, attraction, *, where=None, positions=None, top_k=None, continuation=0.5):
-    r"""The DCM's :class:`~ultr_jax.simulation.click_models.base.Session` (:func:`dcm`).
+    r"""The DCM's ``Session`` (:func:`dcm`).
 
     Args:
       attraction: ``[..., L]`` click probability given examination.
@@ -130,7 +130,7 @@ class DCM(ChainModel):
       continuation: :math:`\lambda`, a scalar or a per-position sequence (its last value reused beyond it).
 
     Returns:
-      The :class:`~ultr_jax.simulation.click_models.base.Session`.
+      The ``Session``.
     """
     return dcm_session(attraction, where=where, positions=positions, top_k=top_k, continuation=continuation)
 

@@ -112,7 +112,7 @@ class Individual(ClickModel):
     eta=1.0,
     table=P.ULTRA_EXAM_TABLE,
   ):
-    """LBD's individual-level observation model's :class:`~ultr_jax.simulation.click_models.base.Session`.
+    """LBD's individual-level observation model's ``Session``.
 
     Args:
       attraction: ``[..., L]`` click probability given examination.
@@ -126,7 +126,7 @@ class Individual(ClickModel):
       table: per-position examination probabilities :math:`v` (positions beyond it reuse its last value).
 
     Returns:
-      The :class:`~ultr_jax.simulation.click_models.base.Session`.
+      The ``Session``.
     """
     crux_features = jnp.asarray(features)[..., np.asarray(crux_indices, np.int32)]
     return self.crux_session(
@@ -149,7 +149,7 @@ class Individual(ClickModel):
       table: per-position examination probabilities :math:`v` (positions beyond it reuse its last value).
 
     Returns:
-      The :class:`~ultr_jax.simulation.click_models.base.Session`.
+      The ``Session``.
     """
     r, where, positions, shown = prepare(attraction, where, positions, top_k)
     exam = self.examination(positions, crux_features, w, eta=eta, table=table)

@@ -150,7 +150,7 @@ class Mixture(ClickModel):
     return {"components": tuple(parts), "weights": tuple(float(w) for w in weights / weights.sum())}
 
   def session(self, attraction, *, where=None, positions=None, top_k=None, components=None, weights=None):
-    """The mixture's :class:`~ultr_jax.simulation.click_models.base.Session`: each session drawn from one
+    """The mixture's ``Session``: each session drawn from one
     component, chosen with probability ``weights``.
 
     Args:
@@ -164,7 +164,7 @@ class Mixture(ClickModel):
       weights: the components' probabilities, summing to 1 (used only with ``components``).
 
     Returns:
-      The :class:`~ultr_jax.simulation.click_models.base.Session`.
+      The ``Session``.
     """
     if components is None:
       kw = self.simulation_kwargs({})

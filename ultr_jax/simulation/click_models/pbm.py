@@ -159,7 +159,7 @@ class PBM(ItemStatistics, ClickModel):
     return {"eta": float(cfg.get("eta", 1.0))}
 
   def session(self, attraction, *, where=None, positions=None, top_k=None, eta=1.0):
-    r"""The PBM's :class:`~ultr_jax.simulation.click_models.base.Session`: :math:`(1/\mathrm{rank})^\eta`
+    r"""The PBM's ``Session``: :math:`(1/\mathrm{rank})^\eta`
     examination (:func:`pbm`).
 
     Args:
@@ -170,7 +170,7 @@ class PBM(ItemStatistics, ClickModel):
       eta: position-bias severity.
 
     Returns:
-      The :class:`~ultr_jax.simulation.click_models.base.Session`.
+      The ``Session``.
     """
     r, where, positions, shown = prepare(attraction, where, positions, top_k)
     return _session(self.examination(positions, eta=eta), r, shown, top_k)
@@ -231,7 +231,7 @@ class PBMTable(ClickModel):
     return table_kwargs(cfg)
 
   def session(self, attraction, *, where=None, positions=None, top_k=None, eta=1.0, table=P.ULTRA_EXAM_TABLE):
-    """ULTRA's PBM's :class:`~ultr_jax.simulation.click_models.base.Session` (:func:`pbm_table`).
+    """ULTRA's PBM's ``Session`` (:func:`pbm_table`).
 
     Args:
       attraction: ``[..., L]`` click probability given examination.
@@ -242,7 +242,7 @@ class PBMTable(ClickModel):
       table: per-position examination probabilities :math:`v` (positions beyond it reuse its last value).
 
     Returns:
-      The :class:`~ultr_jax.simulation.click_models.base.Session`.
+      The ``Session``.
     """
     r, where, positions, shown = prepare(attraction, where, positions, top_k)
     return _session(self.examination(positions, eta=eta, table=table), r, shown, top_k)

@@ -264,7 +264,7 @@ class PositionTrust(ClickModel):
     eta: float = 1.0,
     table: Sequence[float] = P.ULTRA_EXAM_TABLE,
   ) -> Session:
-    """The position+trust model's :class:`~ultr_jax.simulation.click_models.base.Session` (:func:`position_trust`).
+    """The position+trust model's ``Session`` (:func:`position_trust`).
 
     Args:
       attraction: ``[..., L]`` click probability given examination.
@@ -279,7 +279,7 @@ class PositionTrust(ClickModel):
       table: per-position examination probabilities :math:`v` (positions beyond it reuse its last value).
 
     Returns:
-      The :class:`~ultr_jax.simulation.click_models.base.Session`.
+      The ``Session``.
     """
     r, where, positions, shown = prepare(attraction, where, positions, top_k)
     exam = PBMTable.examination(positions, eta=eta, table=table)

@@ -85,7 +85,7 @@ class SDBN(ChainModel):
     return {"satisfaction": check_probabilities("satisfaction", cfg["satisfaction"])} if "satisfaction" in cfg else {}
 
   def session(self, attraction, *, where=None, positions=None, top_k=None, satisfaction=None):
-    r"""The SDBN's :class:`~ultr_jax.simulation.click_models.base.Session` (:func:`sdbn`).
+    r"""The SDBN's ``Session`` (:func:`sdbn`).
 
     Args:
       attraction: ``[..., L]`` click probability given examination.
@@ -95,7 +95,7 @@ class SDBN(ChainModel):
       satisfaction: :math:`\sigma`: None (the attraction), a scalar, a per-position sequence or ``[..., L]``.
 
     Returns:
-      The :class:`~ultr_jax.simulation.click_models.base.Session`.
+      The ``Session``.
     """
     given_positions = positions is not None
     r, where, positions, shown = prepare(attraction, where, positions, top_k)

@@ -108,7 +108,7 @@ class Trust(ItemStatistics, ClickModel):
   def session(
     self, attraction, *, where=None, positions=None, top_k=None, eta=1.0, epsilon_1_neg=0.65, table=P.ULTRA_EXAM_TABLE
   ):
-    r"""The trust-bias model's :class:`~ultr_jax.simulation.click_models.base.Session` (:func:`trust`).
+    r"""The trust-bias model's ``Session`` (:func:`trust`).
 
     Args:
       attraction: ``[..., L]`` click probability given examination.
@@ -120,7 +120,7 @@ class Trust(ItemStatistics, ClickModel):
       table: per-position examination probabilities :math:`v` (positions beyond it reuse its last value).
 
     Returns:
-      The :class:`~ultr_jax.simulation.click_models.base.Session`.
+      The ``Session``.
     """
     r, where, positions, shown = prepare(attraction, where, positions, top_k)
     exam = PBMTable.examination(positions, eta=eta, table=table)

@@ -121,7 +121,7 @@ class UBM(ClickModel):
   def session(
     self, attraction, *, where=None, positions=None, top_k=None, gamma=None, eta=1.0, table=P.ULTRA_EXAM_TABLE
   ):
-    """The UBM's :class:`~ultr_jax.simulation.click_models.base.Session` (:func:`ubm`).
+    """The UBM's ``Session`` (:func:`ubm`).
 
     Args:
       attraction: ``[..., L]`` click probability given examination.
@@ -134,7 +134,7 @@ class UBM(ClickModel):
       table: per-distance examination probabilities :math:`v` of the default table.
 
     Returns:
-      The :class:`~ultr_jax.simulation.click_models.base.Session`.
+      The ``Session``.
     """
     given_positions = positions is not None
     r, where, positions, shown = prepare(attraction, where, positions, top_k)
