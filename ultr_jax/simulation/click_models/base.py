@@ -514,7 +514,7 @@ class ClickModel:
       **kwargs: the model's own parameters (:meth:`simulation_kwargs`).
 
     Returns:
-      The :class:`Session` (marginals, and samplers for the sequential models).
+      The model's ``Session`` (marginals, and samplers for the sequential models).
 
     Raises:
       NotImplementedError: here; a model with a simulator overrides it.
@@ -810,7 +810,7 @@ class ClickModel:
 
     Args:
       logits: dict name -> fitted logits (:meth:`init`'s layout).
-      keys: ``int[R, K]`` the records' keys (:attr:`ClickStatistics.keys`).
+      keys: ``int[R, K]`` the records' keys (``ClickStatistics.keys``).
       counts: ``[R, V]`` the records' counts (column 0: the number of sessions of each pattern).
 
     Returns:

@@ -98,7 +98,7 @@ class CCM(ChainModel):
     return {"alpha": alpha}
 
   def session(self, attraction, *, where=None, positions=None, top_k=None, alpha=(0.9, 0.8, 0.2)):
-    """The CCM's ``Session`` (:func:`ccm`).
+    r"""The CCM's ``Session`` (:func:`ccm`).
 
     Args:
       attraction: ``[..., L]`` click probability given examination.
@@ -116,7 +116,7 @@ class CCM(ChainModel):
     return chain_session(r, shown, positions, given_positions, a1, a2 * (1.0 - r) + a3 * r, top_k)
 
   def continuations(self, attraction, *, alpha=(0.9, 0.8, 0.2), **_):
-    """``(c0, c1) = (alpha_1, alpha_2 (1 - a) + alpha_3 a)`` broadcast to the attraction's shape.
+    r"""``(c0, c1) = (alpha_1, alpha_2 (1 - a) + alpha_3 a)`` broadcast to the attraction's shape.
 
     Args:
       attraction: ``[..., L]`` click probability given examination :math:`a`.

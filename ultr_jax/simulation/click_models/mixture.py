@@ -160,7 +160,7 @@ class Mixture(ClickModel):
       top_k: display cut-off (None: every valid item is shown).
       components: ``((model, kwargs), ...)`` pairs of a :class:`ClickModel` and its :meth:`session` keyword
         arguments as sorted ``(name, frozen value)`` tuples (:meth:`simulation_kwargs`); None: the defaults of
-        :attr:`components`.
+        the model's ``components``.
       weights: the components' probabilities, summing to 1 (used only with ``components``).
 
     Returns:

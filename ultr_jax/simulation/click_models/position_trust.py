@@ -264,7 +264,7 @@ class PositionTrust(ClickModel):
     eta: float = 1.0,
     table: Sequence[float] = P.ULTRA_EXAM_TABLE,
   ) -> Session:
-    """The position+trust model's ``Session`` (:func:`position_trust`).
+    r"""The position+trust model's ``Session`` (:func:`position_trust`).
 
     Args:
       attraction: ``[..., L]`` click probability given examination.
@@ -273,8 +273,8 @@ class PositionTrust(ClickModel):
       top_k: display cut-off (None: every valid item is shown).
       logging_score: ``[..., L]`` standardised logging score :math:`z_i`.
       alpha: trust strength :math:`\alpha`.
-      delta: trust decay over positions :math:`\\delta`.
-      gamma: content sensitivity :math:`\\gamma` of the trust channel.
+      delta: trust decay over positions :math:`\delta`.
+      gamma: content sensitivity :math:`\gamma` of the trust channel.
       eta: power of the examination table (position-bias severity).
       table: per-position examination probabilities :math:`v` (positions beyond it reuse its last value).
 
