@@ -90,7 +90,7 @@ class ChainModel(ClickModel):
     Args:
       log_a: ``[..., L]`` :math:`\log a`.
       log_1ma: ``[..., L]`` :math:`\log(1 - a)`.
-      log_bias: :meth:`log_bias`'s log-probabilities (per-item ones ``[..., L]``).
+      log_bias: :meth:`ClickModel.log_bias`'s log-probabilities (per-item ones ``[..., L]``).
       ranks: ``int[..., L]`` 0-based ranks indexing the tables, or None (the item index).
       table: ``table(name) -> [..., L]``, the bias table ``name`` read at each item's rank.
 
