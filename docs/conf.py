@@ -156,6 +156,7 @@ nitpick_ignore_regex = [
   ("py:mod", r"ultr_jax\.(types|testing|\w+\.[\w.]+)"),
   ("py:class", r"ultr_jax\.[\w.]+\._\w+"),  # a private base class (shown under "Bases")
   ("py:class", r"ultr_jax\.simulation\.click_models\.base\.ItemStatistics"),  # the item models' internal mixin
+  ("py:class", r"ultr_jax\.simulation\.click_models\.base\.Session"),  # ClickModel.session's internal state
 ]
 
 autosummary_generate = True

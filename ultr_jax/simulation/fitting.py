@@ -374,6 +374,18 @@ def click_prediction_scores(
   scores, the floor of a fitted model's in expectation). ``session_log_likelihood`` (``[S]``) defaults to
   the sum over each session of :math:`\log P(c_{s,r} \mid c_{s,<r})` from ``conditional``.
 
+  Args:
+    conditional: ``[S, L]`` conditional click probabilities :math:`P(C_{s,r} = 1 \mid c_{s,<r})`.
+    marginal: ``[S, L]`` marginal click probabilities :math:`P(C_{s,r} = 1)`.
+    clicks: ``[S, L]`` observed 0/1 clicks.
+    where: ``bool[S, L]`` displayed items (default all).
+    session_log_likelihood: ``[S]`` each session's log-likelihood (None: summed from ``conditional``).
+
+  Returns:
+    dict of floats: ``log_likelihood`` (the mean over sessions with a displayed item, 0.0 without any),
+    ``perplexity`` (of ``conditional``), ``perplexity_per_rank`` (a list of ``L``) and ``ctr_perplexity`` (of
+    ``marginal``).
+
   >>> c = jnp.array([[1.0, 0.0], [0.0, 0.0]])
   >>> out = click_prediction_scores(jnp.full((2, 2), 0.5), jnp.full((2, 2), 0.5), c)
   >>> out["perplexity"], out["ctr_perplexity"], round(out["log_likelihood"], 4)
@@ -424,11 +436,23 @@ def fit_ctr_model(
 
   They ignore the clicks above an item, so their conditional and marginal click probabilities are equal
   (:func:`ctr_model_predict`); a click model that does not beat them on held-out sessions explains nothing
-  the counts do not. Host side (NumPy); arguments as :func:`fit_click_model`.
+  the counts do not. Host side (NumPy).
+
+  Args:
+    model: one of :data:`CTR_MODELS`.
+    doc_ids: ``int[S, L]`` document ids in displayed order.
+    clicks: ``[S, L]`` 0/1 clicks.
+    where: ``bool[S, L]`` displayed items (default all).
+    num_docs: number of ids ``D`` (default ``max + 1``).
+    prior: pseudo-impressions of the parent's rate in each cell (0: plain means).
 
   Returns:
     dict of ``float32`` rates: ``global[]`` always, ``rank[L]``, ``document[D]`` and ``document_rank[D, L]``
     as the model needs.
+
+  Raises:
+    ValueError: for an unknown ``model``, a negative ``prior``, ``doc_ids`` and ``clicks`` of different shapes,
+      non-integer ids, clicks other than 0/1 or ids outside ``[0, num_docs)`` where valid (naming the entry).
 
   >>> ids = np.array([[0, 1], [1, 0]]); c = np.array([[1.0, 0.0], [1.0, 1.0]])
   >>> p = fit_ctr_model("drctr", ids, c, prior=0.0)
@@ -488,6 +512,13 @@ def fit_ctr_model_from_statistics(
     num_docs: ``D`` (default the statistics'; at least it).
     prior: as :func:`fit_ctr_model`.
 
+  Returns:
+    dict of ``float32`` rates, as :func:`fit_ctr_model`.
+
+  Raises:
+    ValueError: for an unknown ``model``, a negative ``prior``, statistics of another kind than ``"items"``, or
+      a ``num_docs`` below the statistics' largest document id.
+
   >>> from ultr_jax.simulation import get_click_model
   >>> ids = np.array([[0, 1], [1, 0]]); c = np.array([[1.0, 0.0], [1.0, 1.0]])
   >>> s = get_click_model("pbm").sufficient_statistics(ids, c)
@@ -518,6 +549,17 @@ def ctr_model_predict(model: str, params: dict, doc_ids: Array) -> np.ndarray:
   """The click probability of every item of ``doc_ids`` (``[S, L]``, displayed order) under a CTR baseline.
 
   Documents or ranks past the tables get the parent's rate (``global``, or the document's).
+
+  Args:
+    model: one of :data:`CTR_MODELS`.
+    params: the rates of :func:`fit_ctr_model` for that model.
+    doc_ids: ``int[S, L]`` document ids in displayed order.
+
+  Returns:
+    ``float32[S, L]`` click probabilities (the conditional and the marginal alike).
+
+  Raises:
+    ValueError: for an unknown ``model``.
 
   >>> p = fit_ctr_model("rctr", np.array([[0, 1]]), np.array([[1.0, 0.0]]), prior=0.0)
   >>> print(ctr_model_predict("rctr", p, np.array([[1, 0]])))

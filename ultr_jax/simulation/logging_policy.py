@@ -72,6 +72,9 @@ def train_logging_policy(
   Returns:
     ``float32[F]`` weights; scores are ``features @ w``.
 
+  Raises:
+    ValueError: if ``fraction`` is not in (0, 1].
+
   >>> feats = np.random.default_rng(0).normal(size=(20, 5, 3)).astype(np.float32)
   >>> ds = RankingDataset(feats, (feats[..., 0] > 0).astype(np.float32),
   ...                     np.ones((20, 5), bool), np.arange(20))
@@ -122,6 +125,9 @@ def logging_policy_scores(weights: np.ndarray, dataset: RankingDataset) -> np.nd
   Returns:
     ``float32[Q, L]`` (padding scored ``-inf``).
 
+  Raises:
+    ValueError: if ``weights`` is not ``[F]`` for the dataset's ``F`` features.
+
   >>> ds = RankingDataset(np.ones((1, 2, 2), np.float32), np.zeros((1, 2), np.float32),
   ...                     np.array([[True, False]]), np.arange(1))
   >>> print(logging_policy_scores(np.array([1.0, 2.0]), ds))
@@ -164,6 +170,9 @@ def apply_logging_policy(
 
   Returns:
     The reordered :class:`~ultr_jax.data.RankingDataset`.
+
+  Raises:
+    ValueError: if ``scores`` is not ``[Q, L]`` like the dataset's lists, or ``top_k < 1``.
 
   >>> ds = RankingDataset(np.zeros((1, 3, 1), np.float32), np.array([[0., 1., 2.]], np.float32),
   ...                     np.array([[True, True, False]]), np.arange(1))
@@ -220,6 +229,13 @@ def stochastic_logging_click_fn(click_fn, *, temperature: float = 1.0, score_key
     temperature: :math:`\tau > 0`.
     score_key: the batch entry with the logging scores.
 
+  Returns:
+    ``fn(key, batch) -> dict``: ``click_fn``'s output on the sampled display, with ``positions`` (``int[..., L]``)
+    the sampled 0-based ranks.
+
+  Raises:
+    ValueError: if ``temperature`` is not positive.
+
   >>> from ultr_jax.simulation import make_click_fn
   >>> fn = stochastic_logging_click_fn(make_click_fn({"name": "pbm_table", "top_k": 1}), temperature=1e-3)
   >>> out = fn(jax.random.key(0), {"labels": jnp.array([1.0, 4.0]), "where": jnp.ones(2, bool),
@@ -266,7 +282,10 @@ def policy_examination(
 
   Args:
     key: PRNG key.
-    click_fn, temperature, score_key: as :func:`stochastic_logging_click_fn`.
+    click_fn: ``click_fn(key, batch) -> dict`` reporting ``examination`` (e.g.
+      :func:`~ultr_jax.simulation.make_click_fn`); it reads ``batch["positions"]``.
+    temperature: :math:`\tau > 0` of the Plackett-Luce policy.
+    score_key: the batch entry with the logging scores.
     batch: lists ``[..., L]`` with ``where`` and ``batch[score_key]`` (and what ``click_fn`` reads).
     num_samples: displays to average (a multiple of ``chunk`` is used, rounded up).
     chunk: displays vmapped at once.

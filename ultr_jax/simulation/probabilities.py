@@ -64,6 +64,9 @@ def relevance_probability(labels: Array, *, eps: float = 0.1, eps_plus: float = 
   Returns:
     ``float32[..., L]`` probabilities.
 
+  Raises:
+    ValueError: if ``ymax`` is not positive.
+
   >>> print(np.asarray(relevance_probability(jnp.arange(5.0))).round(4))
   [0.1  0.16 0.28 0.52 1.  ]
   """

@@ -42,7 +42,11 @@ def sif_toy_dataset(
     num_queries: lists to draw.
     seed: NumPy seed for the documents (the ground-truth vectors and
       quantile thresholds come from ``params`` when given).
-    num_features, list_size, logging_corr, noise, quantiles: as above.
+    num_features: :math:`F`, features per document.
+    list_size: documents per list.
+    logging_corr: :math:`\rho`, the correlation of the logging score with :math:`x^\top w^*`.
+    noise: the scale of :math:`\xi` in :math:`u` (0.5 in the formula above).
+    quantiles: the global quantiles of :math:`u` binning it into grades (the default's four give grades 0..4).
     params: ``{"w_star", "w_log", "thresholds", "rs_mean", "rs_std"}`` from a
       previous call (to draw test lists from the same world); None draws new
       ones from ``seed``.

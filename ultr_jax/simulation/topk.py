@@ -20,8 +20,8 @@ Pointwise CLD on counts is exactly the per-session log (see
   ``[..., L]`` arrays (jittable);
 * :func:`topk_selection_data`: host-side pipeline from a labelled
   :class:`~ultr_jax.data.Splits` with optional **hidden** features (seen by
-  the logging ranker, not by the learner: selection on unobservables, spec
-  10.2) to production-ordered, binarised splits with a ``shown`` mask.
+  the logging ranker, not by the learner: selection on unobservables, a case
+  beyond the CLD paper's Section 6 setup) to production-ordered, binarised splits with a ``shown`` mask.
 """
 
 from typing import Optional
@@ -105,7 +105,10 @@ def simulate_topk_log(
     key: PRNG key.
     labels: ``[Q, L]`` graded labels of every candidate.
     where: ``bool[Q, L]``.
-    k, eta, noise, threshold: see :func:`topk_click_probability`.
+    k: display cut-off (as :func:`topk_click_probability`).
+    eta: position-bias severity.
+    noise: :math:`\epsilon^-`, click probability of an examined irrelevant item.
+    threshold: :math:`\tau`, smallest relevant grade.
     num_sessions: ``N``.
     assumed_eta: the :math:`\hat\eta` of the propensities handed to the
       learners (misspecification, RQ4); default ``eta``.
@@ -168,9 +171,21 @@ def topk_selection_data(
   depends only on the observed features and there is no Heckman-type bias). Labels become :math:`\mathbb{1}[y \ge \tau]`; the graded
   labels are kept in ``extras["grades"]``.
 
+  Args:
+    splits: the labelled :class:`~ultr_jax.data.Splits` (graded labels, all features).
+    num_hidden: how many trailing features to hide from the learners, in ``[0, F)``.
+    threshold: :math:`\tau`, the grade from which a label is relevant (1).
+    logging_fraction: the fraction of training queries the production ranker is fitted on.
+    seed: the seed of that sample of queries.
+    logging_steps: the production ranker's Adam steps.
+
   Returns:
     ``(splits, logging_weights)``; each split is ordered by the production
-    ranker (item ``i`` at position ``i + 1``), with ``extras["logging_scores"]``.
+    ranker (item ``i`` at position ``i + 1``), with ``extras["logging_scores"]``;
+    ``logging_weights`` is the ranker's ``[F]`` weight vector over all features.
+
+  Raises:
+    ValueError: if ``num_hidden`` is not in ``[0, F)``.
 
   >>> from ultr_jax.data import make_synthetic
   >>> s, w = topk_selection_data(make_synthetic(40, 10, 10, list_size=6, num_features=5), num_hidden=2,
@@ -203,6 +218,15 @@ def topk_log_dataset(
   ``shown_only`` masks the unshown documents (Naive / IPS train on the top-k
   records only); ``drop_unseen`` removes queries no session drew (they
   are not in the log). Per-query ``sessions`` travel as weights.
+
+  Args:
+    train: the training :class:`~ultr_jax.data.RankingDataset` the log was drawn on (``[Q, L]`` lists).
+    log: :func:`simulate_topk_log`'s dict (arrays ``[Q, L]`` or ``[Q]``; ``shown`` and ``sessions`` are read).
+    shown_only: mask the documents outside the top k (``where & shown``).
+    drop_unseen: drop the queries with zero ``sessions``.
+
+  Returns:
+    The :class:`~ultr_jax.data.RankingDataset` with the log's entries as extras.
 
   >>> ds = RankingDataset(np.zeros((2, 3, 1), np.float32), np.ones((2, 3), np.float32),
   ...                     np.ones((2, 3), bool), np.arange(2))

@@ -158,7 +158,15 @@ class ClickSimulator:
   num_impressions: Any = None
 
   def attraction(self, labels: Array) -> Array:
-    """The click probability given examination of graded ``labels``."""
+    """The click probability given examination of graded ``labels``.
+
+    Args:
+      labels: ``[..., L]`` graded relevance labels.
+
+    Returns:
+      ``float32[..., L]``: :func:`~ultr_jax.simulation.relevance_probability` of the labels (graded relevance)
+      or :func:`~ultr_jax.simulation.binary_relevance_probability` (binary), with the config's parameters.
+    """
     kind, eps, eps_plus, ymax, threshold = self.relevance
     if kind == "binary":
       return P.binary_relevance_probability(labels, threshold=threshold, eps=eps, eps_plus=eps_plus)
@@ -219,6 +227,13 @@ def make_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict]:
   :func:`click_simulator`): equal configs give equal, hashable simulators, so
   the simulator can be a static argument or a compile-cache key.
 
+  Args:
+    config: the click-model config, an ``ml_collections.ConfigDict`` or a mapping (keys above).
+
+  Returns:
+    ``click_fn(key, batch) -> dict``: the bound ``__call__`` of :func:`click_simulator` of the config, or the
+    model's own click function where it has one (:meth:`ClickModel.click_function`, e.g. position_trust).
+
   Raises:
     ValueError: for an unknown model name or config key (naming it and listing the known ones).
 
@@ -240,6 +255,16 @@ def make_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict]:
 
 def click_simulator(config: Any) -> ClickSimulator:
   """The frozen :class:`ClickSimulator` of a config (see :func:`make_click_fn`).
+
+  Args:
+    config: the click-model config, an ``ml_collections.ConfigDict`` or a mapping (keys as :func:`make_click_fn`).
+
+  Returns:
+    The :class:`ClickSimulator`: the model, its frozen keyword arguments, relevance mapping and sampling mode.
+
+  Raises:
+    ValueError: for an unknown model name or config key, or a ``relevance`` other than ``"graded"`` or
+      ``"binary"``.
 
   >>> click_simulator({"name": "dcm"}) == click_simulator({"name": "dcm", "continuation": 0.5})
   True

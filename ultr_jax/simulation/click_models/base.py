@@ -83,6 +83,15 @@ CAPABILITIES = ("fittable", "loss", "chain")
 def register(cls: type) -> type:
   """Adds a :class:`ClickModel` subclass to the registry under ``cls.name`` (usable as a decorator).
 
+  Args:
+    cls: the :class:`ClickModel` subclass; its ``name`` must be non-empty and not yet registered.
+
+  Returns:
+    ``cls`` itself, unchanged.
+
+  Raises:
+    ValueError: if ``cls.name`` is empty or already registered.
+
   >>> print(get_click_model("dcm").name)
   dcm
   """
@@ -94,6 +103,12 @@ def register(cls: type) -> type:
 
 def get_click_model(model: "str | ClickModel") -> "ClickModel":
   """The registered click model ``model`` (a name: its default instance; an instance: itself).
+
+  Args:
+    model: a registered name (one of :func:`click_models`) or a :class:`ClickModel` instance.
+
+  Returns:
+    The :class:`ClickModel`: a fresh default instance of the named class, or ``model`` itself.
 
   Raises:
     ValueError: for an unknown name, listing the registered ones.
@@ -114,6 +129,15 @@ def click_models(capability: Optional[str] = None) -> tuple[str, ...]:
   ``capability`` is one of ``fittable`` (maximum likelihood on a session log), ``loss`` (a click-model
   likelihood loss with a learned attraction) or ``chain`` (a click chain: continuation probabilities
   :math:`c^0, c^1`).
+
+  Args:
+    capability: None (every model) or one of ``"fittable"``, ``"loss"``, ``"chain"``.
+
+  Returns:
+    The names, a tuple of str in registration order.
+
+  Raises:
+    ValueError: for an unknown ``capability``.
 
   >>> click_models()[:3], click_models("chain")[:2]
   (('pbm', 'ubm', 'cascade'), ('cascade', 'dcm'))
@@ -184,7 +208,8 @@ def bernoulli_log_likelihood(clicks: Array, log_q: Array, log_1mq: Array, *, whe
 
   Args:
     clicks: ``[..., L]`` 0/1 clicks.
-    log_q, log_1mq: ``[..., L]`` log conditional click and no-click probabilities.
+    log_q: ``[..., L]`` log conditional click probabilities.
+    log_1mq: ``[..., L]`` log conditional no-click probabilities.
     where: ``bool[..., L]``.
 
   Returns:
@@ -426,6 +451,12 @@ class ClickModel:
     is named as such (``'eta' does not apply to click model 'dbn' (a key of pbm, ...)``), any other with
     its nearest known key; the message lists the model's known keys.
 
+    Args:
+      cfg: the simulation config's set keys (a mapping of name to value).
+
+    Raises:
+      ValueError: naming every unknown key.
+
     >>> get_click_model("dbn").check_config({"name": "dbn", "eta": 1.0})  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
@@ -450,16 +481,44 @@ class ClickModel:
   def click_function(self, cfg: Mapping[str, Any]) -> Optional[Callable]:
     """The model's own ``click_fn(key, batch)`` for a simulation config, or None (the default) for the standard
     :class:`~ultr_jax.simulation.click_models.ClickSimulator` over :meth:`session`. A model overrides it when its
-    simulator reads more of the batch than :meth:`session` takes (per-query parameters, renamed inputs)."""
+    simulator reads more of the batch than :meth:`session` takes (per-query parameters, renamed inputs).
+
+    Args:
+      cfg: the (checked) simulation config, a mapping.
+
+    Returns:
+      ``click_fn(key, batch) -> dict``, or None.
+    """
     del cfg
     return None
 
   def simulation_kwargs(self, cfg: Mapping[str, Any]) -> dict:
-    """The keyword arguments of :meth:`session` from a (checked) simulation config."""
+    """The keyword arguments of :meth:`session` from a (checked) simulation config.
+
+    Args:
+      cfg: the simulation config, a mapping (None values: not set, the default applies).
+
+    Returns:
+      dict of keyword arguments for :meth:`session` (the model's own parameters; empty for a model without any).
+    """
     return {}
 
   def session(self, attraction: Array, *, where=None, positions=None, top_k=None, **kwargs) -> Session:
-    """The model on ``[..., L]`` lists with attraction (click probability given examination) ``attraction``."""
+    """The model on ``[..., L]`` lists with attraction (click probability given examination) ``attraction``.
+
+    Args:
+      attraction: ``[..., L]`` click probability given examination.
+      where: ``bool[..., L]`` valid items (default all).
+      positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+      top_k: display cut-off: items at positions ``>= top_k`` are not shown (None: all shown).
+      **kwargs: the model's own parameters (:meth:`simulation_kwargs`).
+
+    Returns:
+      The model's ``Session`` (marginals, and samplers for the sequential models).
+
+    Raises:
+      NotImplementedError: here; a model with a simulator overrides it.
+    """
     raise NotImplementedError(f"click model {self.name!r} has no simulator")
 
   def simulate(
@@ -474,12 +533,37 @@ class ClickModel:
     num_impressions: Optional[int] = None,
     **kwargs,
   ) -> dict:
-    """Samples clicks: the dict of :mod:`ultr_jax.simulation.click_models` (``clicks``, ``examination``, ...)."""
+    """Samples clicks: the dict of :mod:`ultr_jax.simulation.click_models` (``clicks``, ``examination``, ...).
+
+    Args:
+      key: PRNG key.
+      attraction: ``[..., L]`` click probability given examination.
+      where: ``bool[..., L]`` valid items (default all); masked items never click.
+      positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+      top_k: display cut-off (``shown`` is returned); None: every valid item is shown.
+      num_sessions: if set, a leading axis of that many independent sessions.
+      num_impressions: if set, aggregated mode: ``clicks`` are CTRs over that many impressions (Binomial) and
+        ``click_counts`` the counts.
+      **kwargs: the model's own parameters, as :meth:`session`.
+
+    Returns:
+      dict with ``clicks``, ``examination``, ``click_prob``, ``conditional_click_prob`` (sessions mode),
+      ``click_counts`` (aggregated mode), ``shown`` (with ``top_k``) and the model's extras.
+    """
     session = self.session(attraction, where=where, positions=positions, top_k=top_k, **kwargs)
     return session.output(key, num_sessions, num_impressions)
 
   def session_sampler(self, key: PRNGKey, attraction: Array, **kwargs) -> dict:
-    """The sampler :func:`~ultr_jax.simulation.simulate_session_log` draws the model's logs with."""
+    """The sampler :func:`~ultr_jax.simulation.simulate_session_log` draws the model's logs with.
+
+    Args:
+      key: PRNG key.
+      attraction: ``[..., L]`` click probability given examination.
+      **kwargs: as :meth:`simulate`.
+
+    Returns:
+      :meth:`simulate`'s dict (a model may draw its log with another parametrisation).
+    """
     return self.simulate(key, attraction, **kwargs)
 
   # -- fitted side (logits) -------------------------------------------------
@@ -491,21 +575,55 @@ class ClickModel:
     return tuple(k for k, p in self.parameters.items() if tuple(p.shape) == ("D",))
 
   def bias_shapes(self, num_ranks: int) -> dict[str, tuple[int, ...]]:
-    """Shapes of the bias logits over ``num_ranks`` ranks (:attr:`parameters` besides the per-document ones)."""
+    """Shapes of the bias logits over ``num_ranks`` ranks (:attr:`parameters` besides the per-document ones).
+
+    Args:
+      num_ranks: ``L``, the number of ranks the tables cover.
+
+    Returns:
+      dict name -> shape tuple.
+
+    Raises:
+      ValueError: if the model is not fittable.
+    """
     self._require_fittable()
     return {
       k: tuple(_dim(d, num_ranks) for d in p.shape) for k, p in self.parameters.items() if "D" not in tuple(p.shape)
     }
 
   def init(self, *, num_docs: int, list_size: int) -> dict:
-    """Initial logits (zeros: every probability 1/2), sorted by name."""
+    """Initial logits (zeros: every probability 1/2), sorted by name.
+
+    Args:
+      num_docs: ``D``, the number of documents (``attraction`` and the per-item parameters are ``[D]``).
+      list_size: ``L``, the number of ranks of the bias tables.
+
+    Returns:
+      dict name -> ``float32`` zeros: ``attraction[D]``, each of :attr:`item_params` ``[D]`` and the bias
+      logits of :meth:`bias_shapes`.
+
+    Raises:
+      ValueError: if the model is not fittable.
+    """
     shapes = {k: (num_docs,) for k in ("attraction",) + self.item_params}
     shapes.update(self.bias_shapes(list_size))
     return {k: jnp.zeros(s, jnp.float32) for k, s in sorted(shapes.items())}
 
   def log_bias(self, bias_logits: Mapping[str, Array], items: Optional[Mapping[str, tuple]] = None) -> dict:
     """The log-probabilities :meth:`log_probs` reads, from the bias logits (``log_sigmoid`` of each) and the
-    per-item ``items`` (``name -> (log p, log(1 - p))`` for each of :attr:`item_params`)."""
+    per-item ``items`` (``name -> (log p, log(1 - p))`` for each of :attr:`item_params`).
+
+    Args:
+      bias_logits: dict name -> logits of :meth:`bias_shapes`.
+      items: dict name -> ``(log p, log(1 - p))`` ``[..., L]`` pairs of the per-item parameters (None: none;
+        required when the model has :attr:`item_params`).
+
+    Returns:
+      dict name -> log-probabilities (``log_sigmoid`` of each bias logit).
+
+    Raises:
+      ValueError: if the model is not fittable or a per-item parameter is missing from ``items``.
+    """
     self._require_fittable()
     missing = [k for k in self.item_params if items is None or k not in items]
     if missing:
@@ -517,9 +635,20 @@ class ClickModel:
   ) -> tuple[Array, Array]:
     r"""``(log q, log(1 - q))`` per item, :math:`q_i = P(C_i = 1 \mid c_{<i})`, items in displayed order.
 
-    ``log_a``, ``log_1ma``: :math:`\log a` and :math:`\log(1 - a)` ``[..., L]`` (the shape of ``clicks``);
-    ``log_bias``: :meth:`log_bias`'s log-probabilities, tables indexed by ``ranks`` (default: the item index;
-    ranks beyond a table use its last entry); ``where``: ``bool[..., L]``.
+    Args:
+      clicks: ``float32[..., L]`` 0/1 clicks, in displayed order.
+      log_a: ``[..., L]`` :math:`\log a` (the shape of ``clicks``).
+      log_1ma: ``[..., L]`` :math:`\log(1 - a)`.
+      log_bias: :meth:`log_bias`'s log-probabilities.
+      ranks: ``int[..., L]`` 0-based ranks indexing the tables (None: the item index; ranks beyond a table use
+        its last entry).
+      where: ``bool[..., L]`` valid items.
+
+    Returns:
+      ``(log_q, log_1mq)``, each ``float32[..., L]``.
+
+    Raises:
+      NotImplementedError: here; a fittable model overrides it.
     """
     raise NotImplementedError(f"click model {self.name!r} has no likelihood")
 
@@ -572,20 +701,62 @@ class ClickModel:
     return self.log_probs(c, log_a, log_1ma, log_bias, ranks=ranks, where=full_mask(c, where))
 
   def predict(self, clicks: Array, a: Array, params: Mapping[str, Array], *, where: Array) -> tuple[Array, Array]:
-    """``(conditional, marginal)`` click probabilities from probabilities: ``a`` and the per-item parameters
-    ``[..., L]`` (gathered per document), the bias tables indexed by the item's rank (= index)."""
+    r"""``(conditional, marginal)`` click probabilities from probabilities: ``a`` and the per-item parameters
+    ``[..., L]`` (gathered per document), the bias tables indexed by the item's rank (= index).
+
+    Args:
+      clicks: ``float32[..., L]`` observed 0/1 clicks, in displayed order (the conditional reads the clicks
+        above each item).
+      a: ``[..., L]`` attraction probabilities.
+      params: dict name -> probabilities: the per-item parameters ``[..., L]`` and the bias tables.
+      where: ``bool[..., L]`` valid items.
+
+    Returns:
+      ``(conditional, marginal)``: :math:`P(C_i = 1 \mid c_{<i})` and :math:`P(C_i = 1)`, each ``[..., L]``.
+
+    Raises:
+      NotImplementedError: here; a fittable model overrides it.
+    """
     raise NotImplementedError(f"click model {self.name!r} has no likelihood")
 
   def sample(self, key: PRNGKey, a: Array, params: Mapping[str, Array], *, where=None, num_sessions=None) -> Array:
-    """Sessions drawn from the fitted parametrisation (arguments as :meth:`predict`), items in displayed order."""
+    """Sessions drawn from the fitted parametrisation, items in displayed order.
+
+    Args:
+      key: PRNG key.
+      a: ``[..., L]`` attraction probabilities.
+      params: dict name -> probabilities, as :meth:`predict`.
+      where: ``bool[..., L]`` valid items (None: all); masked items never click.
+      num_sessions: if set, a leading axis of that many independent sessions.
+
+    Returns:
+      ``float32`` 0/1 clicks ``[..., L]`` (``[S, ..., L]`` with ``num_sessions``).
+
+    Raises:
+      NotImplementedError: here; a model with a sampler overrides it.
+    """
     raise NotImplementedError(f"click model {self.name!r} has no sampler in its fitted parametrisation")
 
   def to_probabilities(self, logits: Mapping[str, Array]) -> dict:
-    """The fitted logits as probabilities (``sigmoid``)."""
+    """The fitted logits as probabilities (``sigmoid``).
+
+    Args:
+      logits: dict name -> logits (:meth:`init`'s layout).
+
+    Returns:
+      dict name -> probabilities, the same keys and shapes.
+    """
     return {k: jax.nn.sigmoid(v) for k, v in logits.items()}
 
   def to_logits(self, params: Mapping[str, Array]) -> dict:
-    """Probabilities to logits (+-inf at 1 and 0, which ``log_sigmoid`` maps back exactly)."""
+    """Probabilities to logits (+-inf at 1 and 0, which ``log_sigmoid`` maps back exactly).
+
+    Args:
+      params: dict name -> probabilities in [0, 1].
+
+    Returns:
+      dict name -> ``float32`` logits, the same keys and shapes.
+    """
     return {k: jax.scipy.special.logit(jnp.asarray(v, jnp.float32)) for k, v in params.items()}
 
   # -- sufficient statistics (host-side reduction, weighted likelihood) -----
@@ -602,6 +773,14 @@ class ClickModel:
     whose likelihood reads less of a session overrides it (with :meth:`statistics_log_likelihood` and
     :attr:`statistics_kind`), e.g. the PBM's impressions and clicks per (document, rank).
 
+    Args:
+      doc_ids: ``int[B, L]`` document ids, in displayed order.
+      clicks: ``[B, L]`` 0/1 clicks.
+      where: ``bool[B, L]`` valid items (None: all).
+
+    Returns:
+      A :class:`ClickStatistics` of kind :attr:`statistics_kind`.
+
     >>> s = get_click_model("dbn").sufficient_statistics(np.array([[0, 1], [0, 1]]), np.array([[1, 0], [1, 0]]))
     >>> s.kind, s.num_records, s.num_sessions
     ('patterns', 1, 2.0)
@@ -614,6 +793,9 @@ class ClickModel:
     (``click_models.statistics.RecordMerger``); the item models count into one table instead
     (``click_models.statistics.ItemCounter``).
 
+    Returns:
+      The accumulator, with ``add(doc_ids, clicks, where)`` and ``result()``.
+
     >>> acc = get_click_model("pbm").statistics_accumulator()
     >>> acc.add(np.array([[0, 1]]), np.array([[1.0, 0.0]]), None)
     >>> acc.result().counts.tolist()
@@ -625,14 +807,32 @@ class ClickModel:
     r"""The log-likelihood of the log the records ``keys [R, K]``, ``counts [R, V]`` reduce, from the logits.
 
     Default (patterns): :math:`\sum_r n_r \log P_\theta(c_r)` with :meth:`session_log_likelihood`.
+
+    Args:
+      logits: dict name -> fitted logits (:meth:`init`'s layout).
+      keys: ``int[R, K]`` the records' keys (``ClickStatistics.keys``).
+      counts: ``[R, V]`` the records' counts (column 0: the number of sessions of each pattern).
+
+    Returns:
+      The scalar log-likelihood of the whole log.
     """
     ids, clicks, where = pattern_sessions(keys)
     ll = self.session_log_likelihood(logits, ids, clicks.astype(jnp.float32), where)
     return jnp.sum(counts[:, 0] * ll)
 
   def session_log_likelihood(self, logits: Mapping[str, Array], doc_ids: Array, clicks: Array, where) -> Array:
-    """Session log-likelihoods ``[..., L] -> [...]`` from the logits, in log space: ``log_sigmoid`` of the
-    parameter vectors once, then a gather per item (several times cheaper on CPU than per item)."""
+    r"""Session log-likelihoods ``[..., L] -> [...]`` from the logits, in log space: ``log_sigmoid`` of the
+    parameter vectors once, then a gather per item (rather than ``log_sigmoid`` of every gathered item).
+
+    Args:
+      logits: dict name -> fitted logits (:meth:`init`'s layout).
+      doc_ids: ``int[..., L]`` document ids, in displayed order (clipped to the table).
+      clicks: ``float32[..., L]`` 0/1 clicks.
+      where: ``bool[..., L]`` valid items (None: all).
+
+    Returns:
+      ``float32[...]``: :math:`\sum_i \log P(c_i \mid c_{<i})` of each session.
+    """
     log_a, log_1ma, log_bias = self._gathered_logs(logits, doc_ids)
     log_q, log_1mq = self._full_log_probs(clicks, log_a, log_1ma, log_bias, where=where)
     return bernoulli_log_likelihood(clicks, log_q, log_1mq, where=where)
@@ -648,10 +848,30 @@ class ClickModel:
     return log_a, log_1ma, self.log_bias(bias, items)
 
   def check_sessions(self, clicks: np.ndarray, where: np.ndarray) -> None:
-    """Raises ValueError naming the first session the model cannot explain (host side)."""
+    """Raises ValueError naming the first session the model cannot explain (host side).
+
+    Args:
+      clicks: ``[B, L]`` 0/1 clicks.
+      where: ``bool[B, L]`` valid items.
+
+    Raises:
+      ValueError: naming the first session the model gives probability zero (never here: the default explains
+        every click pattern; a model that cannot, e.g. the cascade model, overrides it).
+    """
 
   def continuations(self, attraction: Array, **params) -> tuple[Array, Array]:
-    """The continuation probabilities ``(c0, c1)`` of a click chain (:attr:`chain` models)."""
+    """The continuation probabilities ``(c0, c1)`` of a click chain (:attr:`chain` models).
+
+    Args:
+      attraction: ``[..., L]`` click probability given examination.
+      **params: the model's own parameters.
+
+    Returns:
+      ``(c0, c1)``: the probability of examining the next item after no click and after a click, ``[..., L]``.
+
+    Raises:
+      ValueError: here; the chain models override it.
+    """
     raise ValueError(f"unknown click-chain model {self.name!r} (expected one of {click_models('chain')})")
 
   def _require_fittable(self):

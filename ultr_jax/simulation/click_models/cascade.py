@@ -29,7 +29,22 @@ def cascade(
   .. math::
       P(E_i = 1) = \prod_{j:\,p_j < p_i} (1 - r_j), \qquad P(C_i = 1) = P(E_i = 1)\, r_i
 
-  :func:`dcm` with :math:`\lambda = 0`; arguments as :func:`dcm`.
+  :func:`dcm` with :math:`\lambda = 0`.
+
+  Args:
+    key: PRNG key.
+    attraction: ``[..., L]`` click probability given examination :math:`r_i`.
+    where: ``bool[..., L]`` valid items (default all); masked items never click.
+    positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+    top_k: display cut-off (``shown`` is returned); None: every valid item is shown.
+    num_sessions: if set, a leading axis of that many independent sessions.
+    num_impressions: if set, aggregated mode: ``clicks`` are CTRs over that many impressions of each item's
+      marginal click probability.
+
+  Returns:
+    dict with ``clicks``, ``examination``, ``click_prob``, ``conditional_click_prob`` (sessions mode),
+    ``click_counts`` (aggregated mode) and ``shown`` (with ``top_k``); see
+    :mod:`ultr_jax.simulation.click_models`.
 
   >>> out = cascade(jax.random.key(0), jnp.array([0.5, 0.5, 0.5]))
   >>> print(out["click_prob"])
@@ -75,7 +90,16 @@ class Cascade(ChainModel):
   def log_continuations(self, log_a, log_1ma, log_bias, ranks, table):
     return jnp.zeros_like(log_a), jnp.full_like(log_a, -jnp.inf)
 
-  def check_sessions(self, clicks, where):
+  def check_sessions(self, clicks, where) -> None:
+    """Raises ValueError naming the first session with more than one valid click.
+
+    Args:
+      clicks: ``[B, L]`` 0/1 clicks.
+      where: ``bool[B, L]`` valid items.
+
+    Raises:
+      ValueError: naming the session and its number of clicks.
+    """
     many = np.sum(np.where(where, clicks, 0.0), axis=-1) > 1
     if many.any():
       idx = tuple(int(i) for i in np.argwhere(many)[0])

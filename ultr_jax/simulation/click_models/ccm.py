@@ -81,18 +81,54 @@ class CCM(ChainModel):
   }
 
   def simulation_kwargs(self, cfg):
+    """The CCM's :meth:`session` keyword arguments: ``alpha`` (default (0.9, 0.8, 0.2)).
+
+    Args:
+      cfg: the (checked) simulation config, a mapping (None values: not set, the default applies).
+
+    Returns:
+      ``{"alpha": (alpha_1, alpha_2, alpha_3)}`` as floats.
+
+    Raises:
+      ValueError: unless ``alpha`` is three probabilities.
+    """
     alpha = tuple(float(v) for v in cfg.get("alpha", (0.9, 0.8, 0.2)))
     if len(alpha) != 3 or any(not 0.0 <= v <= 1.0 for v in alpha):
       raise ValueError(f"click_model.alpha: expected three probabilities (alpha_1, alpha_2, alpha_3), got {alpha}")
     return {"alpha": alpha}
 
   def session(self, attraction, *, where=None, positions=None, top_k=None, alpha=(0.9, 0.8, 0.2)):
+    r"""The CCM's ``Session`` (:func:`ccm`).
+
+    Args:
+      attraction: ``[..., L]`` click probability given examination.
+      where: ``bool[..., L]`` valid items (default all).
+      positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+      top_k: display cut-off (None: every valid item is shown).
+      alpha: :math:`(\alpha_1, \alpha_2, \alpha_3)`, three floats.
+
+    Returns:
+      The ``Session``.
+    """
     given_positions = positions is not None
     r, where, positions, shown = prepare(attraction, where, positions, top_k)
     a1, a2, a3 = (float(v) for v in alpha)
     return chain_session(r, shown, positions, given_positions, a1, a2 * (1.0 - r) + a3 * r, top_k)
 
   def continuations(self, attraction, *, alpha=(0.9, 0.8, 0.2), **_):
+    r"""``(c0, c1) = (alpha_1, alpha_2 (1 - a) + alpha_3 a)`` broadcast to the attraction's shape.
+
+    Args:
+      attraction: ``[..., L]`` click probability given examination :math:`a`.
+      alpha: :math:`(\alpha_1, \alpha_2, \alpha_3)`: an array ``[..., 3]`` whose leading axes broadcast with
+        the attraction's.
+
+    Returns:
+      ``(c0, c1)``, each ``float32[..., L]``.
+
+    Raises:
+      ValueError: if ``alpha``'s last axis does not have 3 entries.
+    """
     a = jnp.asarray(attraction, jnp.float32)
     full = lambda v: jnp.broadcast_to(jnp.asarray(v, jnp.float32), a.shape)
     alpha = jnp.asarray(alpha, jnp.float32)

@@ -73,11 +73,30 @@ class ChainModel(ClickModel):
     raise NotImplementedError
 
   def fitted_continuations(self, a, params):
-    """``(c0, c1)`` of the fitted parameters (probabilities; tables by item index, per-item ``[..., L]``)."""
+    """``(c0, c1)`` of the fitted parameters (probabilities; tables by item index, per-item ``[..., L]``).
+
+    Args:
+      a: ``[..., L]`` attraction probabilities.
+      params: dict name -> probabilities of the model's fitted parameters (per-item ones ``[..., L]``).
+
+    Returns:
+      ``(c0, c1)``: the continuation probabilities after no click and after a click, each ``[..., L]``.
+    """
     raise NotImplementedError
 
   def log_continuations(self, log_a, log_1ma, log_bias, ranks, table):
-    """``(log c0, log c1)`` from log-probabilities (``table(name)``: a bias table per item)."""
+    r"""``(log c0, log c1)`` from log-probabilities (``table(name)``: a bias table per item).
+
+    Args:
+      log_a: ``[..., L]`` :math:`\log a`.
+      log_1ma: ``[..., L]`` :math:`\log(1 - a)`.
+      log_bias: :meth:`ClickModel.log_bias`'s log-probabilities (per-item ones ``[..., L]``).
+      ranks: ``int[..., L]`` 0-based ranks indexing the tables, or None (the item index).
+      table: ``table(name) -> [..., L]``, the bias table ``name`` read at each item's rank.
+
+    Returns:
+      ``(log_c0, log_c1)``, each ``[..., L]``.
+    """
     raise NotImplementedError
 
   def log_probs(self, clicks, log_a, log_1ma, log_bias, *, ranks=None, where=None):
@@ -126,7 +145,9 @@ class ChainModel(ClickModel):
 
     Args:
       attraction: ``[..., L]`` click probability given examination, in displayed order.
-      continue_no_click, continue_click: :math:`c^0, c^1`, scalars or ``[..., L]``.
+      continue_no_click: :math:`c^0`, the probability of examining the next item after no click, a scalar or
+        ``[..., L]``.
+      continue_click: :math:`c^1`, the probability after a click, a scalar or ``[..., L]``.
       prior: optional ``[..., L]`` examination ceiling (e.g. 0 beyond top-k); multiplies the result and gates
         the stopping of unshown items.
       where: ``bool[..., L]``.
@@ -171,7 +192,9 @@ class ChainModel(ClickModel):
     Args:
       key: PRNG key.
       attraction: ``[..., L]`` click probability given examination.
-      continue_no_click, continue_click: :math:`c^0, c^1`, scalars or ``[..., L]``.
+      continue_no_click: :math:`c^0`, the probability of examining the next item after no click, a scalar or
+        ``[..., L]``.
+      continue_click: :math:`c^1`, the probability after a click, a scalar or ``[..., L]``.
       where: ``bool[..., L]`` displayed items (masked items are skipped).
       num_sessions: if set, a leading sessions axis.
 
@@ -217,8 +240,10 @@ class ChainModel(ClickModel):
 
     Args:
       clicks: ``[..., L]`` 0/1 clicks, in displayed order.
-      log_attraction, log_no_attraction: ``[..., L]`` :math:`\log a`, :math:`\log(1 - a)`.
-      log_continue_no_click, log_continue_click: :math:`\log c^0, \log c^1`, scalars or ``[..., L]``.
+      log_attraction: ``[..., L]`` :math:`\log a`.
+      log_no_attraction: ``[..., L]`` :math:`\log(1 - a)`.
+      log_continue_no_click: :math:`\log c^0`, a scalar or ``[..., L]``.
+      log_continue_click: :math:`\log c^1`, a scalar or ``[..., L]``.
       where: ``bool[..., L]`` (masked items are skipped).
 
     Returns:
@@ -282,8 +307,9 @@ class ChainModel(ClickModel):
     Args:
       clicks: ``[..., L]`` observed 0/1 clicks, in displayed order.
       attraction: ``[..., L]`` click probability given examination.
-      continue_no_click, continue_click: :math:`c^0, c^1`, scalars or ``[..., L]`` (a model's
-        :meth:`~ultr_jax.simulation.ClickModel.continuations`).
+      continue_no_click: :math:`c^0`, the probability of examining the next item after no click, a scalar or
+        ``[..., L]`` (a model's :meth:`~ultr_jax.simulation.ClickModel.continuations`).
+      continue_click: :math:`c^1`, the probability after a click, a scalar or ``[..., L]``.
       where: ``bool[..., L]`` (masked items are skipped).
 
     Returns:
@@ -313,7 +339,12 @@ class ChainModel(ClickModel):
     log space.
 
     Args:
-      clicks, attraction, continue_no_click, continue_click, where: as :meth:`conditional_click_prob`.
+      clicks: ``[..., L]`` observed 0/1 clicks, in displayed order.
+      attraction: ``[..., L]`` click probability given examination.
+      continue_no_click: :math:`c^0`, the probability of examining the next item after no click, a scalar or
+        ``[..., L]``.
+      continue_click: :math:`c^1`, the probability after a click, a scalar or ``[..., L]``.
+      where: ``bool[..., L]`` (masked items are skipped).
 
     Returns:
       ``float32[...]`` log-likelihood per session (0 for a fully masked list).

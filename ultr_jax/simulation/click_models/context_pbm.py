@@ -56,8 +56,15 @@ def context_pbm(
     context: ``int[..., L]`` (per item) or ``int[...]`` (per list) context type.
     context_vectors: ``float[T, D]`` (:meth:`ContextPBM.make_context_vectors`).
     w: ``float[D]``.
-    where, positions, eta, table, top_k, num_sessions, num_impressions: as
-      :func:`pbm_table`.
+    where: ``bool[..., L]`` valid items (default all); masked items never click.
+    positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+    eta: power of the examination table (position-bias severity).
+    table: per-position examination probabilities :math:`v` (default ULTRA's; positions beyond it reuse its last
+      value).
+    top_k: display cut-off (``shown`` is returned); None: every valid item is shown.
+    num_sessions: if set, a leading axis of that many independent sessions.
+    num_impressions: if set, aggregated mode: ``clicks`` are CTRs over that many impressions of each item's
+      marginal click probability.
 
   Returns:
     dict with ``clicks``, ``examination``, ``click_prob``, ``conditional_click_prob``
@@ -108,6 +115,18 @@ class ContextPBM(ClickModel):
   loss = False
 
   def simulation_kwargs(self, cfg):
+    """The contextual PBM's :meth:`session` keyword arguments: ``context_vectors`` (given, or
+    drawn from ``num_contexts``, ``context_dim``, ``context_scale``, ``context_seed``), ``w``, ``eta``, ``table``.
+
+    Args:
+      cfg: the (checked) simulation config, a mapping (None values: not set, the default applies).
+
+    Returns:
+      dict with ``context_vectors`` (``float32[T, D]``), ``w`` (``float32[D]``) ``eta`` (default 1.0) and ``table`` when set.
+
+    Raises:
+      ValueError: without ``context_vectors`` or ``num_contexts``, or for a ``w`` not of shape ``[D]``.
+    """
     if "context_vectors" in cfg:
       vectors = np.asarray(cfg["context_vectors"], np.float32)
     elif "num_contexts" in cfg:
@@ -137,6 +156,22 @@ class ContextPBM(ClickModel):
     eta=1.0,
     table=P.ULTRA_EXAM_TABLE,
   ):
+    """The contextual PBM's ``Session`` (:meth:`examination`).
+
+    Args:
+      attraction: ``[..., L]`` click probability given examination.
+      where: ``bool[..., L]`` valid items (default all).
+      positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+      top_k: display cut-off (None: every valid item is shown).
+      context: ``int[..., L]`` context type per item, or ``int[...]`` per list.
+      context_vectors: ``float[T, D]`` context embeddings :math:`X_t`.
+      w: ``float[D]``.
+      eta: power of the examination table (position-bias severity).
+      table: per-position examination probabilities :math:`v` (positions beyond it reuse its last value).
+
+    Returns:
+      The ``Session``.
+    """
     r, where, positions, shown = prepare(attraction, where, positions, top_k)
     exam = self.examination(positions, context, context_vectors=context_vectors, w=w, eta=eta, table=table)
     return Session(exam, exam * r, shown, True, top_k=top_k)

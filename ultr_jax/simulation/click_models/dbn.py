@@ -89,6 +89,17 @@ class DBN(ChainModel):
   }
 
   def simulation_kwargs(self, cfg):
+    """The DBN's :meth:`session` keyword arguments: ``perseverance`` (0.9) and ``satisfaction`` when set.
+
+    Args:
+      cfg: the (checked) simulation config, a mapping (None values: not set, the default applies).
+
+    Returns:
+      dict with ``perseverance`` (a float) and, when set, ``satisfaction``.
+
+    Raises:
+      ValueError: if ``perseverance`` or ``satisfaction`` is not a probability (or a sequence of them).
+    """
     gamma = float(cfg.get("perseverance", 0.9))
     if not 0.0 <= gamma <= 1.0:
       raise ValueError(f"click_model.perseverance: expected a probability, got {gamma}")
@@ -98,6 +109,19 @@ class DBN(ChainModel):
     return kwargs
 
   def session(self, attraction, *, where=None, positions=None, top_k=None, perseverance=0.9, satisfaction=None):
+    r"""The DBN's ``Session`` (:func:`dbn`).
+
+    Args:
+      attraction: ``[..., L]`` click probability given examination.
+      where: ``bool[..., L]`` valid items (default all).
+      positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+      top_k: display cut-off (None: every valid item is shown).
+      perseverance: :math:`\gamma`, a scalar probability.
+      satisfaction: :math:`\sigma`: None (the attraction), a scalar, a per-position sequence or ``[..., L]``.
+
+    Returns:
+      The ``Session``.
+    """
     given_positions = positions is not None
     r, where, positions, shown = prepare(attraction, where, positions, top_k)
     sigma = r if satisfaction is None else per_item(satisfaction, positions, r.shape, "dbn.satisfaction")
@@ -105,6 +129,16 @@ class DBN(ChainModel):
     return chain_session(r, shown, positions, given_positions, gamma, gamma * (1.0 - sigma), top_k)
 
   def continuations(self, attraction, *, perseverance=0.9, satisfaction=None, **_):
+    r"""``(c0, c1) = (gamma, gamma * (1 - sigma))`` broadcast to the attraction's shape.
+
+    Args:
+      attraction: ``[..., L]`` click probability given examination.
+      perseverance: :math:`\gamma`, a scalar or an array broadcasting to ``[..., L]``.
+      satisfaction: :math:`\sigma`, broadcasting to ``[..., L]`` (None: the attraction).
+
+    Returns:
+      ``(c0, c1)``, each ``float32[..., L]``.
+    """
     a = jnp.asarray(attraction, jnp.float32)
     full = lambda v: jnp.broadcast_to(jnp.asarray(v, jnp.float32), a.shape)
     sigma = a if satisfaction is None else full(satisfaction)

@@ -15,7 +15,7 @@ __all__ = ["dcm", "DCM", "dcm_session"]
 
 
 def dcm_session(attraction, *, where=None, positions=None, top_k=None, continuation=0.5):
-  """The DCM's :class:`~ultr_jax.simulation.click_models.base.Session` (see :func:`dcm`)."""
+  """The DCM's ``Session`` (see :func:`dcm`)."""
   given_positions = positions is not None
   r, where, positions, shown = prepare(attraction, where, positions, top_k)
   lam = per_item(continuation, positions, r.shape, "dcm.continuation")
@@ -120,9 +120,30 @@ class DCM(ChainModel):
     return {"continuation": tuple(float(v) for v in lam) if isinstance(lam, (list, tuple)) else float(lam)}
 
   def session(self, attraction, *, where=None, positions=None, top_k=None, continuation=0.5):
+    r"""The DCM's ``Session`` (:func:`dcm`).
+
+    Args:
+      attraction: ``[..., L]`` click probability given examination.
+      where: ``bool[..., L]`` valid items (default all).
+      positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+      top_k: display cut-off (None: every valid item is shown).
+      continuation: :math:`\lambda`, a scalar or a per-position sequence (its last value reused beyond it).
+
+    Returns:
+      The ``Session``.
+    """
     return dcm_session(attraction, where=where, positions=positions, top_k=top_k, continuation=continuation)
 
   def continuations(self, attraction, *, continuation=0.5, **_):
+    r"""``(c0, c1) = (1, continuation)`` broadcast to the attraction's shape.
+
+    Args:
+      attraction: ``[..., L]`` click probability given examination (its shape).
+      continuation: :math:`\lambda`, a scalar or an array broadcasting to ``[..., L]``.
+
+    Returns:
+      ``(c0, c1)``, each ``float32[..., L]``.
+    """
     a = jnp.asarray(attraction, jnp.float32)
     full = lambda v: jnp.broadcast_to(jnp.asarray(v, jnp.float32), a.shape)
     return full(1.0), full(continuation)

@@ -39,8 +39,15 @@ def individual(
     attraction: ``[..., L]`` click probability given examination.
     crux_features: ``float[..., L, D]`` the crux features :math:`x'`.
     w: ``float[D]`` coupling vector (0 gives ULTRA's PBM).
-    where, positions, eta, table, top_k, num_sessions, num_impressions: as
-      :func:`pbm_table`.
+    where: ``bool[..., L]`` valid items (default all); masked items never click.
+    positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+    eta: power of the examination table (position-bias severity).
+    table: per-position examination probabilities :math:`v` (default ULTRA's; positions beyond it reuse its last
+      value).
+    top_k: display cut-off (``shown`` is returned); None: every valid item is shown.
+    num_sessions: if set, a leading axis of that many independent sessions.
+    num_impressions: if set, aggregated mode: ``clicks`` are CTRs over that many impressions of each item's
+      marginal click probability.
 
   Returns:
     dict with ``clicks``, ``examination``, ``click_prob``, ``conditional_click_prob``
@@ -72,6 +79,18 @@ class Individual(ClickModel):
   loss = False
 
   def simulation_kwargs(self, cfg):
+    """LBD's individual-level model's :meth:`session` keyword arguments: ``crux_indices``, ``w``, ``eta``,
+    ``table``.
+
+    Args:
+      cfg: the (checked) simulation config, a mapping (None values: not set, the default applies).
+
+    Returns:
+      dict with ``crux_indices`` (a tuple of ints), ``w`` (``float32[D]``) ``eta`` (default 1.0) and ``table`` when set.
+
+    Raises:
+      ValueError: without ``crux_indices`` or ``w``, or when their shapes differ.
+    """
     if "crux_indices" not in cfg or "w" not in cfg:
       raise ValueError("click_model: individual needs crux_indices and w")
     crux = np.asarray(cfg["crux_indices"], np.int32)
@@ -93,6 +112,22 @@ class Individual(ClickModel):
     eta=1.0,
     table=P.ULTRA_EXAM_TABLE,
   ):
+    """LBD's individual-level observation model's ``Session``.
+
+    Args:
+      attraction: ``[..., L]`` click probability given examination.
+      where: ``bool[..., L]`` valid items (default all).
+      positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+      top_k: display cut-off (None: every valid item is shown).
+      features: ``float[..., L, F]`` the items' features.
+      crux_indices: indices into the last axis of ``features`` selecting the crux features :math:`x'` (``D``).
+      w: ``float[D]`` coupling vector (0 gives ULTRA's PBM).
+      eta: power of the examination table (position-bias severity).
+      table: per-position examination probabilities :math:`v` (positions beyond it reuse its last value).
+
+    Returns:
+      The ``Session``.
+    """
     crux_features = jnp.asarray(features)[..., np.asarray(crux_indices, np.int32)]
     return self.crux_session(
       attraction, crux_features, w, where=where, positions=positions, top_k=top_k, eta=eta, table=table
@@ -101,7 +136,21 @@ class Individual(ClickModel):
   def crux_session(
     self, attraction, crux_features, w, *, where=None, positions=None, top_k=None, eta=1.0, table=P.ULTRA_EXAM_TABLE
   ):
-    """The session from the crux features :math:`x'` ``[..., L, D]`` themselves."""
+    """The session from the crux features :math:`x'` ``[..., L, D]`` themselves.
+
+    Args:
+      attraction: ``[..., L]`` click probability given examination.
+      crux_features: ``float[..., L, D]`` the crux features :math:`x'`.
+      w: ``float[D]`` coupling vector (0 gives ULTRA's PBM).
+      where: ``bool[..., L]`` valid items (default all).
+      positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+      top_k: display cut-off (None: every valid item is shown).
+      eta: power of the examination table (position-bias severity).
+      table: per-position examination probabilities :math:`v` (positions beyond it reuse its last value).
+
+    Returns:
+      The ``Session``.
+    """
     r, where, positions, shown = prepare(attraction, where, positions, top_k)
     exam = self.examination(positions, crux_features, w, eta=eta, table=table)
     return Session(exam, exam * r, shown, True, top_k=top_k)

@@ -62,7 +62,12 @@ def mixture(
     attraction: ``[..., L]`` click probability given examination (shared by the components).
     components: the components' simulation configs (``{"name": ..., <its keys>}``, no batch inputs).
     weights: ``[M]`` mixture weights (normalised; default uniform).
-    where, positions, top_k, num_sessions, num_impressions: as :func:`pbm`.
+    where: ``bool[..., L]`` valid items (default all); masked items never click.
+    positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+    top_k: display cut-off (``shown`` is returned); None: every valid item is shown.
+    num_sessions: if set, a leading axis of that many independent sessions.
+    num_impressions: if set, aggregated mode: ``clicks`` are CTRs over that many impressions of each item's
+      marginal click probability.
 
   Returns:
     dict as the other samplers (see :mod:`ultr_jax.simulation.click_models`).
@@ -113,6 +118,19 @@ class Mixture(ClickModel):
   # -- simulation
 
   def simulation_kwargs(self, cfg):
+    """The mixture's :meth:`session` keyword arguments: each component's model and its own keyword
+    arguments, and the normalised ``weights``.
+
+    Args:
+      cfg: the (checked) simulation config, a mapping (None values: not set, the default applies).
+
+    Returns:
+      ``{"components": ((model, kwargs), ...), "weights": (w_1, ...)}`` (kwargs as sorted frozen pairs).
+
+    Raises:
+      ValueError: for a component key its model does not declare, a component reading batch inputs, or weights that are not
+        one non-negative value per component with a positive sum.
+    """
     comps = cfg.get("components") or tuple({"name": c} for c in self.components)
     parts = []
     for comp in comps:
@@ -132,6 +150,22 @@ class Mixture(ClickModel):
     return {"components": tuple(parts), "weights": tuple(float(w) for w in weights / weights.sum())}
 
   def session(self, attraction, *, where=None, positions=None, top_k=None, components=None, weights=None):
+    """The mixture's ``Session``: each session drawn from one
+    component, chosen with probability ``weights``.
+
+    Args:
+      attraction: ``[..., L]`` click probability given examination.
+      where: ``bool[..., L]`` valid items (default all).
+      positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+      top_k: display cut-off (None: every valid item is shown).
+      components: ``((model, kwargs), ...)`` pairs of a :class:`ClickModel` and its :meth:`session` keyword
+        arguments as sorted ``(name, frozen value)`` tuples (:meth:`simulation_kwargs`); None: the defaults of
+        the model's ``components``.
+      weights: the components' probabilities, summing to 1 (used only with ``components``).
+
+    Returns:
+      The ``Session``.
+    """
     if components is None:
       kw = self.simulation_kwargs({})
       components, weights = kw["components"], kw["weights"]
@@ -215,7 +249,16 @@ class Mixture(ClickModel):
     out = super().to_logits({k: v for k, v in params.items() if k != "weights"})
     return {**out, "weights": jnp.log(jnp.asarray(params["weights"], jnp.float32))}
 
-  def check_sessions(self, clicks, where):
+  def check_sessions(self, clicks, where) -> None:
+    """Raises ValueError unless one of the components explains every session.
+
+    Args:
+      clicks: ``[B, L]`` 0/1 clicks.
+      where: ``bool[B, L]`` valid items.
+
+    Raises:
+      ValueError: listing each component's error when none explains the log.
+    """
     errors = []
     for m in self.models:
       try:
@@ -238,7 +281,8 @@ class Mixture(ClickModel):
 
     Args:
       log_weights: ``[M]`` :math:`\log w`.
-      log_q, log_1mq: ``[M, ..., L]`` each component's :math:`\log q_{m,i}`, :math:`\log(1 - q_{m,i})`.
+      log_q: ``[M, ..., L]`` each component's :math:`\log q_{m,i}`.
+      log_1mq: ``[M, ..., L]`` each component's :math:`\log(1 - q_{m,i})`.
       clicks: ``[..., L]`` 0/1 clicks.
       where: ``bool[..., L]``.
       order: ``int[..., L]`` the permutation from array order to display order (the prefix sums run in display

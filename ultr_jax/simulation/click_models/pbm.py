@@ -89,8 +89,24 @@ def pbm_table(
   .. math::
       P(C_i = 1) = v_{p_i}^{\,\eta}\; r_i
 
-  (:meth:`PBMTable.examination`; positions beyond the
-  table reuse its last value). Arguments as :func:`pbm`, plus ``table``.
+  (:meth:`PBMTable.examination`; positions beyond the table reuse its last value).
+
+  Args:
+    key: PRNG key.
+    attraction: ``[..., L]`` click probability given examination :math:`r_i`.
+    where: ``bool[..., L]`` valid items (default all); masked items never click.
+    positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+    eta: power of the examination table (position-bias severity).
+    table: per-position examination probabilities :math:`v` (default ULTRA's; positions beyond it reuse its last
+      value).
+    top_k: display cut-off (``shown`` is returned); None: every valid item is shown.
+    num_sessions: if set, a leading axis of that many independent sessions.
+    num_impressions: if set, aggregated mode: ``clicks`` are CTRs over that many impressions and
+      ``click_counts`` the counts.
+
+  Returns:
+    dict with ``clicks``, ``examination``, ``click_prob``, ``conditional_click_prob`` (sessions mode),
+    ``click_counts`` (aggregated mode) and ``shown`` (with ``top_k``); see :mod:`ultr_jax.simulation.click_models`.
 
   >>> out = pbm_table(jax.random.key(0), jnp.full(2, 0.5), eta=1.0)
   >>> print(out["click_prob"])
@@ -143,6 +159,19 @@ class PBM(ItemStatistics, ClickModel):
     return {"eta": float(cfg.get("eta", 1.0))}
 
   def session(self, attraction, *, where=None, positions=None, top_k=None, eta=1.0):
+    r"""The PBM's ``Session``: :math:`(1/\mathrm{rank})^\eta`
+    examination (:func:`pbm`).
+
+    Args:
+      attraction: ``[..., L]`` click probability given examination.
+      where: ``bool[..., L]`` valid items (default all).
+      positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+      top_k: display cut-off (None: every valid item is shown).
+      eta: position-bias severity.
+
+    Returns:
+      The ``Session``.
+    """
     r, where, positions, shown = prepare(attraction, where, positions, top_k)
     return _session(self.examination(positions, eta=eta), r, shown, top_k)
 
@@ -202,6 +231,19 @@ class PBMTable(ClickModel):
     return table_kwargs(cfg)
 
   def session(self, attraction, *, where=None, positions=None, top_k=None, eta=1.0, table=P.ULTRA_EXAM_TABLE):
+    """ULTRA's PBM's ``Session`` (:func:`pbm_table`).
+
+    Args:
+      attraction: ``[..., L]`` click probability given examination.
+      where: ``bool[..., L]`` valid items (default all).
+      positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+      top_k: display cut-off (None: every valid item is shown).
+      eta: power of the examination table (position-bias severity).
+      table: per-position examination probabilities :math:`v` (positions beyond it reuse its last value).
+
+    Returns:
+      The ``Session``.
+    """
     r, where, positions, shown = prepare(attraction, where, positions, top_k)
     return _session(self.examination(positions, eta=eta, table=table), r, shown, top_k)
 

@@ -58,9 +58,13 @@ def position_trust(
     key: PRNG key.
     attraction: ``[..., L]`` relevance click probability :math:`r_i`.
     logging_score: ``[..., L]`` standardised logging score :math:`z_i`.
-    where: ``bool[..., L]``; positions: ``int[..., L]`` (default ``arange(L)``).
-    alpha, delta, gamma: trust strength, decay, content sensitivity.
-    eta, table: PBM severity and examination table.
+    where: ``bool[..., L]`` valid items (default all).
+    positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+    alpha: trust strength :math:`\alpha`.
+    delta: trust decay over positions :math:`\delta`.
+    gamma: content sensitivity :math:`\gamma`.
+    eta: PBM severity (power of the examination table).
+    table: per-position examination probabilities :math:`v`.
     top_k: display cut-off (``shown`` is returned).
     num_sessions: leading sessions axis.
     expected: return the click probabilities as ``clicks`` (population
@@ -130,6 +134,12 @@ def make_position_trust_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict
   ``alpha_key``: when set and present in the batch, the per-query
   ``batch[alpha_key]`` (``[...]``) overrides ``alpha``, so one compiled step
   serves every trust strength.
+
+  Args:
+    config: the click-model config, a mapping or an ``ml_collections.ConfigDict`` (keys above).
+
+  Returns:
+    ``click_fn(key, batch) -> dict``: :func:`position_trust`'s dict for the batch's lists.
 
   Raises:
     ValueError: on an unknown key, or (when called) a batch without
@@ -254,6 +264,23 @@ class PositionTrust(ClickModel):
     eta: float = 1.0,
     table: Sequence[float] = P.ULTRA_EXAM_TABLE,
   ) -> Session:
+    r"""The position+trust model's ``Session`` (:func:`position_trust`).
+
+    Args:
+      attraction: ``[..., L]`` click probability given examination.
+      where: ``bool[..., L]`` valid items (default all).
+      positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+      top_k: display cut-off (None: every valid item is shown).
+      logging_score: ``[..., L]`` standardised logging score :math:`z_i`.
+      alpha: trust strength :math:`\alpha`.
+      delta: trust decay over positions :math:`\delta`.
+      gamma: content sensitivity :math:`\gamma` of the trust channel.
+      eta: power of the examination table (position-bias severity).
+      table: per-position examination probabilities :math:`v` (positions beyond it reuse its last value).
+
+    Returns:
+      The ``Session``.
+    """
     r, where, positions, shown = prepare(attraction, where, positions, top_k)
     exam = PBMTable.examination(positions, eta=eta, table=table)
     trust_score = jax.nn.sigmoid(gamma * jnp.asarray(logging_score, jnp.float32))

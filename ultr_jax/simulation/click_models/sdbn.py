@@ -44,7 +44,12 @@ def sdbn(
   Args:
     key: PRNG key.
     attraction: ``[..., L]`` click probability given examination.
-    where, positions, top_k, num_sessions, num_impressions: as :func:`dbn`.
+    where: ``bool[..., L]`` valid items (default all); masked items never click.
+    positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+    top_k: display cut-off (``shown`` is returned); None: every valid item is shown.
+    num_sessions: if set, a leading axis of that many independent sessions.
+    num_impressions: if set, aggregated mode: ``clicks`` are CTRs over that many impressions of each item's
+      marginal click probability.
     satisfaction: :math:`\sigma`: None (the attraction), a scalar, ``[..., L]`` per item, or a per-position
       sequence.
 
@@ -80,12 +85,33 @@ class SDBN(ChainModel):
     return {"satisfaction": check_probabilities("satisfaction", cfg["satisfaction"])} if "satisfaction" in cfg else {}
 
   def session(self, attraction, *, where=None, positions=None, top_k=None, satisfaction=None):
+    r"""The SDBN's ``Session`` (:func:`sdbn`).
+
+    Args:
+      attraction: ``[..., L]`` click probability given examination.
+      where: ``bool[..., L]`` valid items (default all).
+      positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+      top_k: display cut-off (None: every valid item is shown).
+      satisfaction: :math:`\sigma`: None (the attraction), a scalar, a per-position sequence or ``[..., L]``.
+
+    Returns:
+      The ``Session``.
+    """
     given_positions = positions is not None
     r, where, positions, shown = prepare(attraction, where, positions, top_k)
     sigma = r if satisfaction is None else per_item(satisfaction, positions, r.shape, "sdbn.satisfaction")
     return chain_session(r, shown, positions, given_positions, 1.0, 1.0 - sigma, top_k)
 
   def continuations(self, attraction, *, satisfaction=None, **_):
+    r"""``(c0, c1) = (1, 1 - sigma)`` broadcast to the attraction's shape.
+
+    Args:
+      attraction: ``[..., L]`` click probability given examination.
+      satisfaction: :math:`\sigma`, broadcasting to ``[..., L]`` (None: the attraction).
+
+    Returns:
+      ``(c0, c1)``, each ``float32[..., L]``.
+    """
     a = jnp.asarray(attraction, jnp.float32)
     sigma = a if satisfaction is None else jnp.broadcast_to(jnp.asarray(satisfaction, jnp.float32), a.shape)
     return jnp.ones_like(a), 1.0 - sigma

@@ -42,7 +42,25 @@ def trust(
       \quad \epsilon^+_p = 1 - \tfrac{p + 2}{100},\ \epsilon^-_p = \tfrac{\epsilon^-_1}{p + 1}
 
   The output also holds ``eps_plus`` and ``eps_minus`` (the affine
-  correction's oracle parameters). Arguments as :func:`pbm_table`.
+  correction's oracle parameters).
+
+  Args:
+    key: PRNG key.
+    attraction: ``[..., L]`` click probability given examination :math:`r_i`.
+    where: ``bool[..., L]`` valid items (default all); masked items never click.
+    positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+    eta: power of the examination table (position-bias severity).
+    epsilon_1_neg: :math:`\epsilon^-_1`, the click probability of an unattractive item at the first position.
+    table: per-position examination probabilities :math:`v` (default ULTRA's; positions beyond it reuse its last
+      value).
+    top_k: display cut-off (``shown`` is returned); None: every valid item is shown.
+    num_sessions: if set, a leading axis of that many independent sessions.
+    num_impressions: if set, aggregated mode: ``clicks`` are CTRs over that many impressions and
+      ``click_counts`` the counts.
+
+  Returns:
+    dict with ``clicks``, ``examination``, ``click_prob``, ``conditional_click_prob`` (sessions mode),
+    ``click_counts`` (aggregated mode) and ``shown`` (with ``top_k``), ``eps_plus`` and ``eps_minus``.
 
   >>> out = trust(jax.random.key(0), jnp.array([1.0, 0.0]))
   >>> print(np.asarray(out["click_prob"]).round(4))
@@ -90,6 +108,20 @@ class Trust(ItemStatistics, ClickModel):
   def session(
     self, attraction, *, where=None, positions=None, top_k=None, eta=1.0, epsilon_1_neg=0.65, table=P.ULTRA_EXAM_TABLE
   ):
+    r"""The trust-bias model's ``Session`` (:func:`trust`).
+
+    Args:
+      attraction: ``[..., L]`` click probability given examination.
+      where: ``bool[..., L]`` valid items (default all).
+      positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+      top_k: display cut-off (None: every valid item is shown).
+      eta: power of the examination table (position-bias severity).
+      epsilon_1_neg: :math:`\epsilon^-_1`, the click probability of an unattractive item at the first position.
+      table: per-position examination probabilities :math:`v` (positions beyond it reuse its last value).
+
+    Returns:
+      The ``Session``.
+    """
     r, where, positions, shown = prepare(attraction, where, positions, top_k)
     exam = PBMTable.examination(positions, eta=eta, table=table)
     eps_plus, eps_minus = self.epsilons(positions, epsilon_1_neg=epsilon_1_neg)

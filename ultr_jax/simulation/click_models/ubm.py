@@ -60,7 +60,8 @@ def ubm(
     gamma: ``[K, K + 1]`` examination table (rank, last-click state);
       default :meth:`UBM.gamma_table` of ``table`` and
       ``eta`` over ``L`` ranks (the PBM table before any click).
-    eta, table: the default table's power and per-distance values.
+    eta: the default table's power.
+    table: the default table's per-distance examination probabilities :math:`v`.
     top_k: display cut-off.
     num_sessions: leading sessions axis.
     num_impressions: aggregated CTR mode (marginal click probabilities).
@@ -98,6 +99,17 @@ class UBM(ClickModel):
   propensity_table = "gamma"
 
   def simulation_kwargs(self, cfg):
+    """The UBM's :meth:`session` keyword arguments: ``eta``, ``table`` and, when set, ``gamma``.
+
+    Args:
+      cfg: the (checked) simulation config, a mapping (None values: not set, the default applies).
+
+    Returns:
+      dict with ``eta`` (default 1.0) and, when set, ``table`` and ``gamma`` (a ``float32[K, K + 1]`` array).
+
+    Raises:
+      ValueError: if ``gamma`` is not a ``[K, K + 1]`` table of probabilities.
+    """
     kwargs = table_kwargs(cfg)
     if "gamma" in cfg:
       gamma = np.asarray(cfg["gamma"], np.float32)
@@ -109,6 +121,21 @@ class UBM(ClickModel):
   def session(
     self, attraction, *, where=None, positions=None, top_k=None, gamma=None, eta=1.0, table=P.ULTRA_EXAM_TABLE
   ):
+    """The UBM's ``Session`` (:func:`ubm`).
+
+    Args:
+      attraction: ``[..., L]`` click probability given examination.
+      where: ``bool[..., L]`` valid items (default all).
+      positions: ``int[..., L]`` 0-based display positions (default ``arange(L)``).
+      top_k: display cut-off (None: every valid item is shown).
+      gamma: ``[K, K + 1]`` examination table (rank, last-click state); None: :meth:`gamma_table` of ``table``
+        and ``eta`` over ``L`` ranks.
+      eta: power of the default table.
+      table: per-distance examination probabilities :math:`v` of the default table.
+
+    Returns:
+      The ``Session``.
+    """
     given_positions = positions is not None
     r, where, positions, shown = prepare(attraction, where, positions, top_k)
     g = jnp.asarray(self.gamma_table(r.shape[-1], eta=eta, table=table) if gamma is None else gamma, jnp.float32)
@@ -133,7 +160,17 @@ class UBM(ClickModel):
   statistics_kind = "ubm_items"
 
   def sufficient_statistics(self, doc_ids, clicks, where=None):
-    """Impressions and clicks per (document, rank, last-click state)."""
+    """Impressions and clicks per (document, rank, last-click state).
+
+    Args:
+      doc_ids: ``int[B, L]`` document ids, in displayed order.
+      clicks: ``[B, L]`` 0/1 clicks.
+      where: ``bool[B, L]`` valid items (None: all).
+
+    Returns:
+      A :class:`~ultr_jax.simulation.ClickStatistics` of kind ``"items"`` with keys (document, rank,
+      last-click state).
+    """
     return item_statistics(doc_ids, clicks, where, last_click_state=True)
 
   def statistics_accumulator(self):
@@ -384,7 +421,12 @@ class UBM(ClickModel):
     r"""Session log-likelihood of the UBM: :math:`\sum_i \log P(c_i \mid c_{<i})` (:meth:`conditional_click_prob`).
 
     Args:
-      clicks, attraction, gamma, ranks, where: as :meth:`conditional_click_prob`.
+      clicks: ``[..., L]`` 0/1 clicks, in displayed order.
+      attraction: ``[..., L]`` click probability given examination.
+      gamma: ``[K, K + 1]`` examination table (ranks and states beyond it are clipped to its last row and
+        column).
+      ranks: ``int[..., L]`` 0-based ranks (default ``arange(L)``).
+      where: ``bool[..., L]``.
 
     Returns:
       ``float32[...]`` log-likelihood per session.
