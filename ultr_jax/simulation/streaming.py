@@ -334,6 +334,19 @@ def fit_click_model_stream(
   then the weighted fit (:func:`fit_click_model_from_statistics`, ``kwargs`` passed on; on spilled statistics
   the partition-by-partition fit of :mod:`~ultr_jax.simulation.partitioned_fit`).
 
+  Args:
+    model: a fittable click model (a name or the model).
+    batches: the training session batches (an iterable of ``doc_ids``/``clicks``/``where`` dicts, read once).
+    memory_budget_bytes: memory for the statistics; past it item counts are spilled to disk by document.
+    spill_dir: where spilled counts go (None: a temporary directory).
+    num_partitions: the number of document partitions of spilled counts.
+    device: count on the accelerator (None: on a GPU or TPU backend, not on CPU).
+    across_processes: ``batches`` are this process's part; the statistics are merged over the processes.
+    kwargs: passed to :func:`fit_click_model_from_statistics` (``l2``, ``max_iters``, ``tol``, ...).
+
+  Returns:
+    The :class:`ClickModelFit`.
+
   >>> b = {"doc_ids": np.array([[0, 1], [1, 0]]), "clicks": np.array([[1.0, 0.0], [0.0, 1.0]])}
   >>> fit = fit_click_model_stream("pbm", [b] * 50, l2=1.0)
   >>> print(fit.converged, fit.params["attraction"][0] > 0.9 > 0.1 > fit.params["attraction"][1])

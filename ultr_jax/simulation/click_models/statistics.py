@@ -126,6 +126,12 @@ def merge_click_statistics(stats: Sequence["ClickStatistics | PartitionedStatist
   In-memory statistics merge into one :class:`ClickStatistics`; where any is a :class:`PartitionedStatistics`,
   the result is one too (the union of the runs, the in-memory ones spilled beside them).
 
+  Args:
+    stats: the statistics of several logs, in memory or spilled.
+
+  Returns:
+    One :class:`ClickStatistics`, or a :class:`PartitionedStatistics` where any input was spilled.
+
   >>> a = item_statistics(np.array([[0, 1]]), np.array([[1.0, 0.0]]), np.ones((1, 2), bool))
   >>> b = item_statistics(np.array([[1, 0]]), np.array([[0.0, 0.0]]), np.ones((1, 2), bool))
   >>> m = merge_click_statistics([a, b])
