@@ -158,3 +158,41 @@ def test_math_is_rendered_when_the_site_is_built(html_dir):
     "remote script https://cdn.example/mathjax.js",
     "no rendered math",
   ]
+
+
+def pages_without_sections(html_dir) -> list:
+  """Every public function whose API page lacks a parameter list (when it takes arguments) or a return section
+  (unless it returns None), as the site rendered them."""
+  import inspect  # pylint: disable=import-outside-toplevel
+
+  missing = []
+  for package in PUBLIC_PACKAGES:
+    module = importlib.import_module(f"ultr_jax.{package}")
+    for name in module.__all__:
+      fn = inspect.unwrap(getattr(module, name))
+      if not inspect.isfunction(fn):
+        continue
+      with open(os.path.join(html_dir, "api", "generated", f"ultr_jax.{package}.{name}.html"), encoding="utf-8") as f:
+        page = f.read()
+      signature = inspect.signature(fn)
+      skip = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+      if any(p.kind not in skip for p in signature.parameters.values()) and ">Parameters<" not in page:
+        missing.append(f"{package}.{name}: no parameter list")
+      if signature.return_annotation not in (None, "None") and ">Returns<" not in page:
+        missing.append(f"{package}.{name}: no return section")
+  return missing
+
+
+def test_every_function_page_lists_its_parameters_and_what_it_returns(html_dir, tmp_path):
+  assert pages_without_sections(html_dir) == []
+  # The check can fail: a page of ips_softmax_loss without its sections is reported.
+  generated = tmp_path / "api" / "generated"
+  generated.mkdir(parents=True)
+  for package in PUBLIC_PACKAGES:
+    for name in importlib.import_module(f"ultr_jax.{package}").__all__:
+      (generated / f"ultr_jax.{package}.{name}.html").write_text("<dt>Parameters</dt><dt>Returns</dt>")
+  (generated / "ultr_jax.losses.ips_softmax_loss.html").write_text("<p>A loss.</p>")
+  assert pages_without_sections(str(tmp_path)) == [
+    "losses.ips_softmax_loss: no parameter list",
+    "losses.ips_softmax_loss: no return section",
+  ]
