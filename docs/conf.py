@@ -157,6 +157,8 @@ nitpick_ignore_regex = [
   ("py:class", r"ultr_jax\.[\w.]+\._\w+"),  # a private base class (shown under "Bases")
   ("py:class", r"ultr_jax\.simulation\.click_models\.base\.ItemStatistics"),  # the item models' internal mixin
   ("py:class", r"ultr_jax\.simulation\.click_models\.base\.Session"),  # ClickModel.session's internal state
+  ("py:class", r"ultr_jax\.simulation\.click_models\.tables\.\w+"),  # the minibatch fit's table types
+  ("py:exc", r"ultr_jax\.train\.workdir\.\w+"),  # the workdir lock's error, raised by fit and the binaries
 ]
 
 autosummary_generate = True

@@ -596,7 +596,11 @@ def _dbgd(section: Mapping[str, Any]) -> dict:
   return _dueling_fields("dbgd", section, 2)
 
 
-@register_online_learner("mgd", defaults={**_DUELING, "num_candidates": 9}, make_step=_dueling_step)
+_MGD = {**_DUELING, "num_candidates": 9}
+_NSGD = {**_DUELING, "num_candidates": 9, "history": 60, "worst": 25, "tie_queries": 10, "tie_window": 50}
+
+
+@register_online_learner("mgd", defaults=_MGD, make_step=_dueling_step)
 def _mgd(section: Mapping[str, Any]) -> dict:
   """MGD (Schuth et al., WSDM'16): ``num_candidates`` candidates multileaved with the current ranker."""
   return _dueling_fields("mgd", section, _num_rankers("mgd", section))
@@ -607,7 +611,7 @@ def _mgd(section: Mapping[str, Any]) -> dict:
 # settings of the authors' SIGIR'18 script.
 @register_online_learner(
   "nsgd",
-  defaults={**_DUELING, "num_candidates": 9, "history": 60, "worst": 25, "tie_queries": 10, "tie_window": 50},
+  defaults=_NSGD,
   make_step=_dueling_step,
 )
 def _nsgd(section: Mapping[str, Any]) -> dict:

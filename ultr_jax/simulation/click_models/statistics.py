@@ -183,7 +183,10 @@ class PartitionedStatistics:
   and order-free, since grouping adds the counts of equal keys.
 
   Attributes:
-    kind, list_size, num_sessions, num_docs: as :class:`ClickStatistics`.
+    kind: the statistics' kind, as in :class:`ClickStatistics`.
+    list_size: the list size, as in :class:`ClickStatistics`.
+    num_sessions: the sessions counted, as in :class:`ClickStatistics`.
+    num_docs: the document id range, as in :class:`ClickStatistics`.
     num_partitions: ``P``.
     runs: ``tuple`` of ``P`` tuples of run file paths.
   """
