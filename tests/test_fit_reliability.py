@@ -182,6 +182,18 @@ def test_a_corrupted_newest_step_falls_back_or_stops(tmp_path, corruption):
   ckpt.close()
 
 
+def test_a_checkpoint_keeps_the_meta_of_its_step(tmp_path):
+  # Orbax writes in a background thread: a history appended to after the save is not this step's.
+  for i in range(3):
+    ckpt = Checkpointer(str(tmp_path / f"ckpt{i}"))
+    meta = {"history": [{"step": 1}]}
+    ckpt.save(1, {"w": np.zeros(3, np.float32)}, meta)
+    meta["history"].append({"step": 2})
+    ckpt.wait()
+    assert ckpt.restore_meta(1)["history"] == [{"step": 1}]
+    ckpt.close()
+
+
 def test_fit_resumes_from_the_newest_readable_step(tmp_path):
   full = _fit(steps=8)
   _fit(workdir=tmp_path, steps=8, eval_every=4, max_to_keep=3)

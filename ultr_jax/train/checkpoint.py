@@ -1,5 +1,6 @@
 """Orbax checkpointing of the whole training state (every tower, optimizer, step, RNG)."""
 
+import json
 import logging
 import os
 import shutil
@@ -83,6 +84,11 @@ class Checkpointer:
     return aside
 
   def save(self, step: int, state: Any, meta: dict) -> None:
+    """Saves ``state`` and ``meta`` as ``step``.
+
+    Orbax writes in a background thread; ``meta`` is copied (through JSON) first, so that what the caller changes
+    afterwards (a history it appends to) is not what lands in this step's checkpoint."""
+    meta = json.loads(json.dumps(meta))
     self._manager.save(
       step,
       args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)),
