@@ -41,6 +41,41 @@ def test_conf_generates_the_api_of_every_public_package():
   assert set(PUBLIC_PACKAGES) <= set(_conf_api_packages())
 
 
+def unreadable_modules(package: str = "ultr_jax") -> list:
+  """The modules of ``package`` that Sphinx's source analyzer cannot parse, each with its error.
+
+  The analyzer gives a module its highlighted source page (``viewcode``) and its constants their ``#:`` doc
+  comments; it fails on some valid Python (a ``{**mapping}`` inside a decorator's arguments), and the module's
+  pages then lack both without a warning.
+  """
+  import pkgutil  # pylint: disable=import-outside-toplevel
+
+  from sphinx.pycode import ModuleAnalyzer  # pylint: disable=import-outside-toplevel
+
+  module = importlib.import_module(package)
+  names = [package] + [info.name for info in pkgutil.walk_packages(getattr(module, "__path__", []), package + ".")]
+  unreadable = []
+  for name in names:
+    try:
+      analyzer = ModuleAnalyzer.for_module(name)
+      analyzer.find_attr_docs()
+      analyzer.find_tags()
+    except Exception as e:  # pylint: disable=broad-except  (any failure is one to report)
+      unreadable.append(f"{name}: {e}")
+  return unreadable
+
+
+def test_sphinx_reads_the_source_of_every_module(tmp_path, monkeypatch):
+  pytest.importorskip("sphinx")
+  assert unreadable_modules() == []
+  # The check can fail: a decorator given {**defaults, ...} is reported.
+  (tmp_path / "doc_probe_unreadable.py").write_text(
+    'def register(**kw):\n  return lambda f: f\n\n\n@register(defaults={**{}, "a": 1})\ndef f():\n  pass\n'
+  )
+  monkeypatch.syspath_prepend(str(tmp_path))
+  assert [m.split(":")[0] for m in unreadable_modules("doc_probe_unreadable")] == ["doc_probe_unreadable"]
+
+
 @pytest.fixture(scope="module")
 def html_dir():
   path = os.environ.get("ULTR_JAX_DOCS_HTML")

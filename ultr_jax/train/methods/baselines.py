@@ -367,7 +367,10 @@ def ips_policy_aware(config, *, num_features: int, list_size: int) -> Method:
   return _click_method("ips_policy_aware", config, num_features, list_size, "ips", propensity_key="policy_examination")
 
 
-@register("affine", defaults={**_TABLE, "eps_plus": None, "eps_minus": None})
+_AFFINE = {**_TABLE, "eps_plus": None, "eps_minus": None}
+
+
+@register("affine", defaults=_AFFINE)
 def affine(config, *, num_features: int, list_size: int) -> Method:
   """Affine trust-bias correction (Vardasbi et al. CIKM'20) with the oracle examination and eps_plus/eps_minus."""
   return _click_method("affine", config, num_features, list_size, "affine")
@@ -390,10 +393,10 @@ def full_info(config, *, num_features: int, list_size: int) -> Method:
 # PDGD on mini-batches.
 
 
-@register(
-  "pdgd",
-  defaults={**TOWER_DEFAULTS, "top_k": None, "pairs": "considered", "debias": True, "surrogate": "probability"},
-)
+_PDGD = {**TOWER_DEFAULTS, "top_k": None, "pairs": "considered", "debias": True, "surrogate": "probability"}
+
+
+@register("pdgd", defaults=_PDGD)
 def pdgd(config, *, num_features: int, list_size: int) -> Method:
   """PDGD's pairwise update (Oosterhuis & de Rijke 2018) on the displayed lists of a batch.
 
@@ -434,7 +437,10 @@ def _relative(p):
   return p / p[..., :1]
 
 
-@register("dla", defaults={**_LEARNED, "propensity_clip": 0.0})
+_DLA = {**_LEARNED, "propensity_clip": 0.0}
+
+
+@register("dla", defaults=_DLA)
 def dla(config, *, num_features: int, list_size: int) -> Method:
   """Dual Learning Algorithm (Ai et al. 2018) with a free logit per position."""
   towers = _Towers(config, num_features, list_size, with_bias=True)
@@ -465,7 +471,10 @@ def dla(config, *, num_features: int, list_size: int) -> Method:
 # Regression-EM.
 
 
-@register("regression_em", defaults={**_LEARNED, "em_step_size": 0.05, "em_init": 0.9})
+_REGRESSION_EM = {**_LEARNED, "em_step_size": 0.05, "em_init": 0.9}
+
+
+@register("regression_em", defaults=_REGRESSION_EM)
 def regression_em(config, *, num_features: int, list_size: int) -> Method:
   """Regression-EM (Wang et al. 2018): closed-form propensity M-step in ``extra``."""
   towers = _Towers(config, num_features, list_size, with_bias=False)
@@ -513,7 +522,10 @@ def regression_em(config, *, num_features: int, list_size: int) -> Method:
 # Two-tower.
 
 
-@register("two_tower", defaults={**_LEARNED, "two_tower_mode": "additive"})
+_TWO_TOWER = {**_LEARNED, "two_tower_mode": "additive"}
+
+
+@register("two_tower", defaults=_TWO_TOWER)
 def two_tower(config, *, num_features: int, list_size: int) -> Method:
   """Relevance tower + position tower trained on clicks (additive or PBM product)."""
   towers = _Towers(config, num_features, list_size, with_bias=True)
@@ -549,7 +561,10 @@ def two_tower(config, *, num_features: int, list_size: int) -> Method:
 # Pairwise debiasing.
 
 
-@register("paird", defaults={**_LEARNED, "em_step_size": 0.05, "pair_p": 1.0, "propensity_clip": 0.0})
+_PAIRD = {**_LEARNED, "em_step_size": 0.05, "pair_p": 1.0, "propensity_clip": 0.0}
+
+
+@register("paird", defaults=_PAIRD)
 def paird(config, *, num_features: int, list_size: int) -> Method:
   """Pairwise debiasing / Unbiased LambdaMART's estimator (Hu et al. 2019)."""
   towers = _Towers(config, num_features, list_size, with_bias=False)
@@ -588,16 +603,10 @@ def paird(config, *, num_features: int, list_size: int) -> Method:
 # Vectorization.
 
 
-@register(
-  "vectorization",
-  defaults={
-    **_LEARNED,
-    "dimension": 3,
-    "pretrain_steps": 500,
-    "density_sizes": (256, 64),
-    "density_l2": 1e-3,
-  },
-)
+_VECTORIZATION = {**_LEARNED, "dimension": 3, "pretrain_steps": 500, "density_sizes": (256, 64), "density_l2": 1e-3}
+
+
+@register("vectorization", defaults=_VECTORIZATION)
 def vectorization(config, *, num_features: int, list_size: int) -> Method:
   """Vectorization-based ULTR (Chen et al. KDD'22; ULTRA's ``vectorization.py``).
 

@@ -206,19 +206,24 @@ def _pairwise(name, config, num_features, ranker):
   return _two_tower_method(name, config, num_features, ranker, loss_fn)
 
 
-@register("cld", defaults={**CLD_TOWER_DEFAULTS, **_POINTWISE, "ranker": "linear"})
+_CLD = {**CLD_TOWER_DEFAULTS, **_POINTWISE, "ranker": "linear"}
+_CLD_N = {**CLD_TOWER_DEFAULTS, **_POINTWISE}
+_CLD_PAIR = {**CLD_TOWER_DEFAULTS, **_PAIRWISE, "ranker": "mlp"}
+
+
+@register("cld", defaults=_CLD)
 def cld(config, *, num_features: int, list_size: int) -> Method:
   """Pointwise CLD (Eq. 9) with a linear ranker and a linear selection model."""
   return _pointwise("cld", config, num_features, config.ranker)
 
 
-@register("cld_n", defaults={**CLD_TOWER_DEFAULTS, **_POINTWISE})
+@register("cld_n", defaults=_CLD_N)
 def cld_n(config, *, num_features: int, list_size: int) -> Method:
   """CLD-N: pointwise CLD with the neural ranker (Table 3)."""
   return _pointwise("cld_n", config, num_features, "mlp")
 
 
-@register("cld_pair", defaults={**CLD_TOWER_DEFAULTS, **_PAIRWISE, "ranker": "mlp"})
+@register("cld_pair", defaults=_CLD_PAIR)
 def cld_pair(config, *, num_features: int, list_size: int) -> Method:
   """CLD-pair (Eq. 12): neural ranker, linear selection model."""
   return _pairwise("cld_pair", config, num_features, config.ranker)
@@ -273,7 +278,10 @@ def heckman_rank(config, *, num_features: int, list_size: int) -> Method:
   )
 
 
-@register("rank_agg", defaults={**CLD_TOWER_DEFAULTS, **_HECKMAN, "ranker": "mlp", "loss_type": "listwise"})
+_RANK_AGG = {**CLD_TOWER_DEFAULTS, **_HECKMAN, "ranker": "mlp", "loss_type": "listwise"}
+
+
+@register("rank_agg", defaults=_RANK_AGG)
 def rank_agg(config, *, num_features: int, list_size: int) -> Method:
   r"""RankAgg: Borda count of an IPS ranker on the top-k records and Heckman-rank.
 
