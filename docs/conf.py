@@ -132,6 +132,7 @@ extensions = [
   "myst_nb",
   "sphinx.ext.autodoc",
   "sphinx.ext.autosummary",
+  "sphinx.ext.intersphinx",
   "sphinx.ext.napoleon",
   "sphinx.ext.viewcode",
   "sphinxcontrib.katex",
@@ -146,13 +147,41 @@ nb_execution_mode = "off"
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3
 
-# Broken cross-references are errors (with -W), except those the site cannot resolve by design: type annotations
-# (jax.Array, typing, numpy), other libraries' objects (no intersphinx: CI may be offline), and the packages'
-# submodules and helper modules (the reference documents each package's __all__, not its module tree).
+# Names of JAX, Flax, Optax, Rax, NumPy and Python link to those projects' sites, located through the small
+# inventories in _inventories/ (written by its make_inventories.py, which lists the names this site references): the
+# build reads no inventory over the network, so it runs offline and a failed download cannot fail -W.
+sys.path.insert(0, os.path.join(_DOCS, "_inventories"))
+import make_inventories  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+intersphinx_mapping = {
+  name: (base_url, make_inventories.inventory_path(name))
+  for name, (_, base_url, _) in make_inventories.INVENTORIES.items()
+}
+
+# An annotation names a class where Python finds it (jax.Array is jaxlib's, a Flax module's base is
+# flax.linen.module.Module); its library documents it under its public name, which the inventories list.
+_PUBLIC_NAMES = {
+  ("jax", "Array"): "jax.Array",
+  ("jaxlib", "Array"): "jax.Array",
+  ("jax", "Device"): "jax.Device",
+  ("jaxlib", "Device"): "jax.Device",
+  ("jax", "Mesh"): "jax.sharding.Mesh",
+  ("flax", "Module"): "flax.linen.Module",
+  ("optax", "GradientTransformation"): "optax.GradientTransformation",
+  ("numpy", "Generator"): "numpy.random.Generator",
+}
+
+# Broken cross-references are errors (with -W), except those the site cannot resolve by design: other libraries'
+# objects without a site in the inventories (orbax, ml_collections, ...) or private to a library, names in the
+# docstrings' type fields that are not Python names, and the packages' submodules and helper modules (the reference
+# documents each package's __all__, not its module tree). A reference into jax, flax, optax, rax or numpy must
+# resolve: a name missing from _inventories/make_inventories.py fails the build.
+_LINKED = r"(jax|jaxlib|flax|optax|rax|numpy)\."
 nitpicky = True
 nitpick_ignore_regex = [
-  ("py:class", r"(?!ultr_jax\.).*"),
-  (r"py:\w+", r"(rax|jax|jnp|flax|nn|optax|orbax|np|numpy|scipy|ml_collections|absl|pyarrow)(\..*)?"),
+  ("py:class", rf"(?!ultr_jax\.|{_LINKED}).*"),
+  ("py:class", rf"{_LINKED}([\w.]*\.)?_[\w.]*"),  # a library's private class (under "Bases", in an annotation)
+  (r"py:\w+", r"(jnp|nn|np|orbax|scipy|ml_collections|absl|pyarrow|grain)(\..*)?"),
   ("py:mod", r"ultr_jax\.(types|testing|\w+\.[\w.]+)"),
   ("py:class", r"ultr_jax\.[\w.]+\._\w+"),  # a private base class (shown under "Bases")
   ("py:class", r"ultr_jax\.simulation\.click_models\.base\.ItemStatistics"),  # the item models' internal mixin
@@ -237,7 +266,20 @@ class _ClickModelParameters(SphinxDirective):
     return container.children
 
 
+def _public_name(app, env, node, contnode):  # pylint: disable=unused-argument
+  """Points a reference to a library's class at the name its library documents it under (:data:`_PUBLIC_NAMES`).
+
+  Runs before intersphinx resolves the reference, and resolves nothing itself.
+  """
+  del app, env, contnode
+  parts = node.get("reftarget", "").split(".")
+  public = _PUBLIC_NAMES.get((parts[0], parts[-1]))
+  if node.get("refdomain") == "py" and public:
+    node["reftarget"] = public
+
+
 def setup(app):
+  app.connect("missing-reference", _public_name, priority=400)  # before intersphinx (500)
   app.connect("autodoc-process-docstring", _constant_docstrings)
   app.connect("autodoc-process-docstring", _click_model_parameters)
   app.add_directive("click-model-parameters", _ClickModelParameters)

@@ -76,6 +76,40 @@ def test_sphinx_reads_the_source_of_every_module(tmp_path, monkeypatch):
   assert [m.split(":")[0] for m in unreadable_modules("doc_probe_unreadable")] == ["doc_probe_unreadable"]
 
 
+def _make_inventories():
+  import importlib.util  # pylint: disable=import-outside-toplevel
+
+  path = os.path.join(ROOT, "docs", "_inventories", "make_inventories.py")
+  spec = importlib.util.spec_from_file_location("make_inventories", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_committed_inventories_are_what_the_script_writes():
+  inventories = _make_inventories()
+  for name, (project, _, entries) in inventories.INVENTORIES.items():
+    with open(inventories.inventory_path(name), "rb") as f:
+      assert f.read() == inventories.inventory_bytes(project, entries), (
+        f"run docs/_inventories/make_inventories.py ({name})"
+      )
+
+
+def test_conf_reads_every_inventory_from_a_local_file():
+  import ast  # pylint: disable=import-outside-toplevel
+
+  with open(os.path.join(ROOT, "docs", "conf.py"), encoding="utf-8") as f:
+    conf = f.read()
+  assert "make_inventories.inventory_path(name)" in conf and "intersphinx_mapping" in conf
+  inventories = _make_inventories()
+  for name, (_, base_url, entries) in inventories.INVENTORIES.items():
+    assert base_url.startswith("https://") and base_url.endswith("/"), name
+    assert os.path.exists(inventories.inventory_path(name)), name
+    for entry, _, uri_of in entries:
+      assert not uri_of(entry).startswith(("/", "http")), entry  # relative to the site's base URL
+  ast.parse(conf)
+
+
 @pytest.fixture(scope="module")
 def html_dir():
   path = os.environ.get("ULTR_JAX_DOCS_HTML")
@@ -231,3 +265,31 @@ def test_every_function_page_lists_its_parameters_and_what_it_returns(html_dir, 
     "losses.ips_softmax_loss: no parameter list",
     "losses.ips_softmax_loss: no return section",
   ]
+
+
+def external_links(page_html: str) -> dict:
+  """``{href: title}`` of the links a page makes to other sites (intersphinx titles one ``(in <Project>)``)."""
+  return dict(re.findall(r'<a class="reference external" href="([^"]+)" title="([^"]+)"', page_html))
+
+
+@pytest.mark.parametrize(
+  "page, url, project",
+  [
+    ("ultr_jax.losses.ips_softmax_loss", "https://docs.jax.dev/en/latest/_autosummary/jax.Array.html#jax.Array", "JAX"),
+    (
+      "ultr_jax.train.make_optimizer",
+      "https://optax.readthedocs.io/en/latest/api/transformations.html#optax.GradientTransformation",
+      "Optax",
+    ),
+    (
+      "ultr_jax.models.MLPRanker",
+      "https://flax-linen.readthedocs.io/en/latest/api_reference/flax.linen/module.html#flax.linen.Module",
+      "Flax",
+    ),
+    ("ultr_jax.metrics.ndcg", "https://rax.readthedocs.io/en/latest/api.html#rax.ndcg_metric", "Rax"),
+  ],
+)
+def test_library_names_link_to_their_own_sites(html_dir, page, url, project):
+  with open(os.path.join(html_dir, "api", "generated", f"{page}.html"), encoding="utf-8") as f:
+    links = external_links(f.read())
+  assert links.get(url) == f"(in {project})", sorted(links)
