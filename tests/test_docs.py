@@ -293,3 +293,30 @@ def test_library_names_link_to_their_own_sites(html_dir, page, url, project):
   with open(os.path.join(html_dir, "api", "generated", f"{page}.html"), encoding="utf-8") as f:
     links = external_links(f.read())
   assert links.get(url) == f"(in {project})", sorted(links)
+
+
+def attribute_type_fields(html_dir) -> list:
+  """``page: text`` of every "Type" field on an API page.
+
+  Napoleon reads the first line of an attribute's or property's doc as ``type: description`` when it holds a
+  colon, so "The number of pairs: ..." renders with the type "The number of pairs"; this site's attributes take
+  their types from annotations, never from such a field.
+  """
+  found = []
+  for path in sorted(glob.glob(os.path.join(html_dir, "api", "generated", "*.html"))):
+    with open(path, encoding="utf-8") as f:
+      page = f.read()
+    for text in re.findall(r'>Type<span class="colon">:</span></dt>\s*<dd[^>]*>(.*?)</dd>', page, re.S):
+      found.append(f"{os.path.basename(path)}: {re.sub(r'<[^>]+>', '', text).strip()}")
+  return found
+
+
+def test_no_attribute_doc_is_read_as_a_type(html_dir, tmp_path):
+  assert attribute_type_fields(html_dir) == []
+  # The check can fail: an attribute whose doc napoleon split at its colon is reported.
+  generated = tmp_path / "api" / "generated"
+  generated.mkdir(parents=True)
+  (generated / "x.html").write_text(
+    '<dt class="field-odd">Type<span class="colon">:</span></dt>\n<dd><p>Pairs</p></dd>'
+  )
+  assert attribute_type_fields(str(tmp_path)) == ["x.html: Pairs"]

@@ -331,7 +331,7 @@ class ClickLogRows:
     self.paths = [session_file(p, None) for p in paths]
     self.delimiter, self.position_base, self.chunk_size = delimiter, int(position_base), int(chunk_size)
     self._item_of = _tsv_vocabulary(self.paths, delimiter=delimiter, extra_columns=(), sessions=False)
-    #: The number of distinct (query, document) pairs: ``doc_ids`` lie in ``[0, num_items)``.
+    #: The number of distinct (query, document) pairs (``doc_ids`` lie in ``[0, num_items)``).
     self.num_items = len(self._item_of)
 
   def __iter__(self) -> Iterator[dict]:

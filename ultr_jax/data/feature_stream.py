@@ -958,7 +958,7 @@ class FeatureStream(_RowGroupStream):
     if not pa.types.is_integer(schema0.field("query_id").type):
       raise ValueError(f"{path0}, field 'query_id': expected integers, got {schema0.field('query_id').type}")
     self._features = [_column_kind(pa, f0, path0, n) for n in names]
-    #: ``F``: the sum of the feature columns' widths.
+    #: ``F``, the sum of the feature columns' widths.
     self.num_features = int(sum(c.width for c in self._features))
     present = [c for c in ("label", "position", "doc_id") if c in schema0.names]
     extras = _extra_columns(pa, schema0, meta0, path0, extra_columns)

@@ -426,11 +426,11 @@ class ClickModel:
 
   #: The registry name (``config.name``).
   name: ClassVar[str] = ""
-  #: Simulation-config keys of this model with their defaults (``None``: no default, optional or required).
+  #: Simulation-config keys of this model with their defaults (``None`` for a key without a default, optional or required).
   config_keys: ClassVar[Mapping[str, Any]] = {}
   #: Batch entries the simulator reads besides ``labels``, ``where`` and ``positions``.
   batch_inputs: ClassVar[tuple[str, ...]] = ()
-  #: The fitted parameters besides the per-document ``attraction``, stated once: name -> :class:`Parameter`
+  #: The fitted parameters besides the per-document ``attraction``, stated once as name -> :class:`Parameter`
   #: (shape and a one-line meaning). :attr:`item_params` and :meth:`bias_shapes` are read off it.
   parameters: ClassVar[Mapping[str, Parameter]] = {}
   #: Fittable to a session log by maximum likelihood (:func:`~ultr_jax.simulation.fit_click_model`).
@@ -570,7 +570,7 @@ class ClickModel:
 
   @property
   def item_params(self) -> tuple[str, ...]:
-    """Per-document fitted parameters besides ``attraction`` (a learner's extra outputs per item): those of
+    """Per-document fitted parameters besides ``attraction`` (a learner's extra outputs per item), the ones of
     :attr:`parameters` with shape ``("D",)``."""
     return tuple(k for k, p in self.parameters.items() if tuple(p.shape) == ("D",))
 

@@ -203,7 +203,7 @@ class PartitionedStatistics:
 
   @property
   def num_run_records(self) -> int:
-    """Records in the run files (at least the distinct records: a key may be in several runs)."""
+    """Records in the run files, at least the distinct records (a key may be in several runs)."""
     total = 0
     for paths in self.runs:
       for path in paths:
