@@ -225,24 +225,8 @@ def load_ultra(
     raise ValueError(f"repeated_docs must be one of {_REPEATED}, got {repeated_docs!r}")
   root = pathlib.Path(directory)
   settings = _settings(root)
-  rank_cutoff, max_label = settings["rank_cutoff"], settings["max_label"]
-  sdir = root / split
-  feat_path = sdir / f"{split}.feature"
-  list_path = sdir / f"{split}.init_list"
-  label_path = sdir / f"{split}.labels"
-  for p in (feat_path, list_path, label_path):
-    if not p.is_file():
-      raise ValueError(f"{p}: missing ULTRA file")
-  if with_features and settings["feature_size"] > _io.extent_limit(feat_path.stat().st_size):
-    raise ValueError(
-      f"{root / 'settings.json'}: field 'feature_size': {settings['feature_size']} is absurdly large for "
-      f"{feat_path} ({feat_path.stat().st_size} bytes)"
-    )
-  names, feats = read_ultra_features(feat_path, feature_size=settings["feature_size"], dense=with_features)
-  if rank_cutoff is not None and rank_cutoff > _io.extent_limit(len(names)):
-    raise ValueError(
-      f"{root / 'settings.json'}: field 'rank_cutoff': {rank_cutoff} is absurdly large for {len(names)} documents"
-    )
+  feat_path, list_path, label_path = _split_files(root, split)
+  names, feats = _split_features(root, settings, feat_path, with_features)
   index = {n.encode("utf-8"): i for i, n in enumerate(names)}
 
   lists = _lines(list_path)
@@ -257,47 +241,14 @@ def load_ultra(
       raise _err(label_path, lb, "qid", f"query {_show(ll[0])} where {list_path}:{ln} has {_show(lp[0])}")
     if len(lp) != len(ll):
       raise _err(label_path, lb, "labels", f"{len(ll) - 1} labels for {len(lp) - 1} documents in {list_path}:{ln}")
-    if rank_cutoff is not None and len(lp) - 1 > rank_cutoff:
-      raise _err(
-        list_path,
-        ln,
-        "doc_id",
-        f"{len(lp) - 1} documents: position {len(lp) - 2} is beyond rank_cutoff={rank_cutoff} of settings.json",
-      )
-    if not _io.INT_RE.fullmatch(lp[0]) or abs(int(lp[0])) >= 2**63:
-      raise _err(list_path, ln, "qid", f"not a 64-bit integer: {_show(lp[0])}")
-    qid = int(lp[0])
-    ids = []
-    for name in lp[1:]:
-      i = index.get(name)
-      if i is None:
-        raise _err(list_path, ln, "doc_id", f"document {_show(name)} is not in {feat_path}")
-      ids.append(i)
-    if len(set(ids)) != len(ids):
-      j = next(j for j in range(len(ids)) if ids[j] in ids[:j])
-      msg = f"document {names[ids[j]]!r} is shown twice in one list (positions {ids.index(ids[j])} and {j})"
+    qid, ids = _list_documents(lp, list_path, ln, index, feat_path, settings["rank_cutoff"])
+    msg = _repeated_document(ids, names)
+    if msg is not None:
       if repeated_docs == "error":
         raise _err(list_path, ln, "doc_id", msg)
       repeated.append((ln, msg))
     labs = [_number(v, label_path, lb, "labels") for v in ll[1:]]
-    for i, y in zip(ids, labs):
-      if y < 0 or (max_label is not None and y > max_label):
-        raise _err(
-          label_path,
-          lb,
-          "labels",
-          f"label {y:g} of document {names[i]!r} is outside [0, {'inf' if max_label is None else max_label}]"
-          + (" (max_label of settings.json)" if max_label is not None else ""),
-        )
-      if np.isnan(doc_label[i]):
-        doc_label[i], doc_label_line[i] = y, lb
-      elif doc_label[i] != y:
-        raise _err(
-          label_path,
-          lb,
-          "labels",
-          f"document {names[i]!r} has label {y:g} here but {doc_label[i]:g} at line {doc_label_line[i]}",
-        )
+    _check_labels(ids, labs, names, label_path, lb, settings["max_label"], doc_label, doc_label_line)
     qids.append(qid)
     rows.append(ids)
     lab_rows.append(labs)
@@ -308,8 +259,91 @@ def load_ultra(
       "(kept; repeated_docs='error' refuses them, 'allow' keeps them silently)",
       stacklevel=2,
     )
+  return _padded_dataset(qids, rows, lab_rows, feats, list_size or settings["rank_cutoff"], list_path, with_features)
+
+
+def _split_files(root: pathlib.Path, split: str) -> tuple:
+  """The split's ``.feature``, ``.init_list`` and ``.labels`` files, each of which must exist."""
+  paths = tuple(root / split / f"{split}.{kind}" for kind in ("feature", "init_list", "labels"))
+  for p in paths:
+    if not p.is_file():
+      raise ValueError(f"{p}: missing ULTRA file")
+  return paths
+
+
+def _split_features(root: pathlib.Path, settings: dict, feat_path: pathlib.Path, with_features: bool) -> tuple:
+  """``(names, features)`` of the split's ``.feature`` file, after checking the settings' sizes against it."""
+  rank_cutoff = settings["rank_cutoff"]
+  if with_features and settings["feature_size"] > _io.extent_limit(feat_path.stat().st_size):
+    raise ValueError(
+      f"{root / 'settings.json'}: field 'feature_size': {settings['feature_size']} is absurdly large for "
+      f"{feat_path} ({feat_path.stat().st_size} bytes)"
+    )
+  names, feats = read_ultra_features(feat_path, feature_size=settings["feature_size"], dense=with_features)
+  if rank_cutoff is not None and rank_cutoff > _io.extent_limit(len(names)):
+    raise ValueError(
+      f"{root / 'settings.json'}: field 'rank_cutoff': {rank_cutoff} is absurdly large for {len(names)} documents"
+    )
+  return names, feats
+
+
+def _list_documents(lp: list, list_path, ln: int, index: dict, feat_path, rank_cutoff: Optional[int]) -> tuple:
+  """``(qid, rows)`` of one ``.init_list`` line: its query id and the ``.feature`` row of each document."""
+  if rank_cutoff is not None and len(lp) - 1 > rank_cutoff:
+    raise _err(
+      list_path,
+      ln,
+      "doc_id",
+      f"{len(lp) - 1} documents: position {len(lp) - 2} is beyond rank_cutoff={rank_cutoff} of settings.json",
+    )
+  if not _io.INT_RE.fullmatch(lp[0]) or abs(int(lp[0])) >= 2**63:
+    raise _err(list_path, ln, "qid", f"not a 64-bit integer: {_show(lp[0])}")
+  ids = []
+  for name in lp[1:]:
+    i = index.get(name)
+    if i is None:
+      raise _err(list_path, ln, "doc_id", f"document {_show(name)} is not in {feat_path}")
+    ids.append(i)
+  return int(lp[0]), ids
+
+
+def _repeated_document(ids: list, names: list) -> Optional[str]:
+  """The message naming the first document a list shows twice, or None when it shows each once."""
+  if len(set(ids)) == len(ids):
+    return None
+  j = next(j for j in range(len(ids)) if ids[j] in ids[:j])
+  return f"document {names[ids[j]]!r} is shown twice in one list (positions {ids.index(ids[j])} and {j})"
+
+
+def _check_labels(ids, labs, names, label_path, lb, max_label, doc_label, doc_label_line) -> None:
+  """Checks one ``.labels`` line: each label in ``[0, max_label]``, and each document's label the one it had before.
+
+  ``doc_label`` (NaN: not seen yet) and ``doc_label_line`` record each document's first label and its line.
+  """
+  for i, y in zip(ids, labs):
+    if y < 0 or (max_label is not None and y > max_label):
+      raise _err(
+        label_path,
+        lb,
+        "labels",
+        f"label {y:g} of document {names[i]!r} is outside [0, {'inf' if max_label is None else max_label}]"
+        + (" (max_label of settings.json)" if max_label is not None else ""),
+      )
+    if np.isnan(doc_label[i]):
+      doc_label[i], doc_label_line[i] = y, lb
+    elif doc_label[i] != y:
+      raise _err(
+        label_path,
+        lb,
+        "labels",
+        f"document {names[i]!r} has label {y:g} here but {doc_label[i]:g} at line {doc_label_line[i]}",
+      )
+
+
+def _padded_dataset(qids, rows, lab_rows, feats, list_size, list_path, with_features: bool) -> RankingDataset:
+  """The :class:`RankingDataset` of the parsed lists, padded to ``list_size`` (None: the longest list)."""
   longest = max((len(r) for r in rows), default=0)
-  size = list_size or rank_cutoff or longest
+  size = list_size or longest
   if longest > size:
     raise ValueError(f"{list_path}: a list of {longest} > list_size={size}")
   q = len(rows)
