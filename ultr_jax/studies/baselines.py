@@ -54,6 +54,76 @@ def _pearson(a: np.ndarray, b: np.ndarray) -> float:
   return float(np.corrcoef(a, b)[0, 1])
 
 
+def _study_data(config: ml_collections.ConfigDict) -> tuple:
+  """``(train, valid, test, logged, held_clicks, click_fn, true_prop)``: the study's splits and how clicks arise.
+
+  With logged clicks (``logged``: ``"clicks"`` in the loaded training split's extras) the methods train on them as shown
+  (``click_fn`` and ``true_prop`` None), and ``config.data.click_test_fraction`` of the pages may be held out to
+  score the methods that are click models (``held_clicks``); otherwise the logging policy displays the lists, the
+  configured click model simulates clicks, and ``true_prop`` is its position propensities.
+  """
+  train, valid, test = load_datasets(config, logged_clicks=True)
+  if "clicks" in train.extras:  # real click logs: trained on as shown, nothing simulated
+    held_clicks = None
+    fraction = float(config.data.get("click_test_fraction", 0.0) or 0.0)
+    if fraction > 0:  # held-out pages score the methods that are click models
+      train, held_clicks = hold_out_pages(train, fraction, seed=config.data.seed)
+    return train, valid, test, True, held_clicks, None, None
+  train, valid, test = prepare_logged_data(train, valid, test, config)
+  click_fn = simulation.make_click_fn(config.click_model)
+  true_prop = true_position_propensities(
+    click_fn, train.subset(np.arange(min(256, train.num_queries))), jax.random.key(config.seed)
+  )
+  return train, valid, test, False, None, click_fn, true_prop
+
+
+def _write_test_runs(method, params, test, workdir: str, name: str, first_seed: int) -> None:
+  """Writes the TREC run file of the test lists for every seed (``runs/<name>.seed<seed>.txt``)."""
+  scores = predict(method, params, test)
+  for i, seed_scores in enumerate(scores):
+    write_run(
+      os.path.join(workdir, "runs", f"{name}.seed{first_seed + i}.txt"),
+      seed_scores,
+      test.qid,
+      test.where,
+      doc_ids=test.doc_ids,
+      run_name=name,
+    )
+
+
+def _add_propensities(method, fit_result, true_prop: Optional[np.ndarray], entry: dict, row: dict) -> None:
+  """Adds a method's learned position propensities (and, against ``true_prop``, their correlation) to its
+  results ``entry`` and table ``row``."""
+  if method.propensities is None:
+    row["propensity_corr"] = "n/a"
+    return
+  learned = np.asarray(jax.vmap(method.propensities)(fit_result.params, fit_result.extra))
+  if true_prop is None:
+    entry["learned_propensities"] = learned.mean(0).tolist()
+    row["propensity_corr"] = "n/a"
+    return
+  corr = [_pearson(learned[s, : len(true_prop)], true_prop[: learned.shape[1]]) for s in range(learned.shape[0])]
+  summary = summarize(corr)
+  entry["propensity_corr"] = summary["mean"]
+  entry["std"]["propensity_corr"] = summary["std"]
+  entry["ci90"]["propensity_corr"] = summary["ci90"]
+  entry["learned_propensities"] = learned.mean(0).tolist()
+  row["propensity_corr"] = summary
+
+
+def _table_caption(config: ml_collections.ConfigDict, logged: bool, held_clicks) -> str:
+  """The line under the table: what the numbers are and where the clicks came from."""
+  clicks = f"logged clicks of {config.data.train_path}" if logged else f"click model {config.click_model.name}"
+  if logged and config.data.get("propensities"):
+    clicks += f", position propensities from {config.data.propensities}"
+  if held_clicks is not None:
+    clicks += (
+      f"; click_ll (nats per shown document) and click_perplexity on {held_clicks.num_queries} held-out "
+      "click pages, for the methods that are click models"
+    )
+  return f"\n\nTest metrics, mean ± 90% t-interval half-width over {config.num_seeds} seeds; {clicks}.\n"
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dict:
   """Runs every method of ``config.methods`` and writes the comparison.
 
@@ -73,20 +143,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
   """
   validate_config(config, CONFIG_RULES)  # every value in range before any work
   t_start = time.perf_counter()
-  train, valid, test = load_datasets(config, logged_clicks=True)
-  logged = "clicks" in train.extras
-  held_clicks = None
-  if logged:  # real click logs: trained on as shown, nothing simulated
-    click_fn, true_prop = None, None
-    fraction = float(config.data.get("click_test_fraction", 0.0) or 0.0)
-    if fraction > 0:  # held-out pages score the methods that are click models
-      train, held_clicks = hold_out_pages(train, fraction, seed=config.data.seed)
-  else:
-    train, valid, test = prepare_logged_data(train, valid, test, config)
-    click_fn = simulation.make_click_fn(config.click_model)
-    true_prop = true_position_propensities(
-      click_fn, train.subset(np.arange(min(256, train.num_queries))), jax.random.key(config.seed)
-    )
+  train, valid, test, logged, held_clicks, click_fn, true_prop = _study_data(config)
   results: dict[str, Any] = {}
   rows: dict[str, dict] = {}
   histories: dict[str, list] = {}
@@ -104,6 +161,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
       check_logged_click_method(method, train)
   dcg_cutoffs = tuple(int(k) for k in (config.get("dcg_cutoffs", ()) or ()))
   dcg_columns = tuple(f"dcg@{k}" for k in dcg_cutoffs)
+  metric_columns = METRIC_COLUMNS + dcg_columns + (CLICK_COLUMNS if held_clicks is not None else ())
   for name, method in built.items():
     fit_result = fit(
       method,
@@ -117,44 +175,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
     )
     test_metrics = evaluate(method, fit_result.params, test, dcg_cutoffs=dcg_cutoffs)
     if workdir is not None and config.get("write_runs"):  # TREC run files of the test lists, one per seed
-      scores = predict(method, fit_result.params, test)
-      for i, seed_scores in enumerate(scores):
-        write_run(
-          os.path.join(workdir, "runs", f"{name}.seed{config.seed + i}.txt"),
-          seed_scores,
-          test.qid,
-          test.where,
-          doc_ids=test.doc_ids,
-          run_name=name,
-        )
+      _write_test_runs(method, fit_result.params, test, workdir, name, config.seed)
     if held_clicks is not None and method.click_logits is not None:
       test_metrics.update(evaluate_clicks(method, fit_result.params, fit_result.extra, held_clicks))
-    metric_columns = METRIC_COLUMNS + dcg_columns + (CLICK_COLUMNS if held_clicks is not None else ())
     entry, row = summarize_metrics(test_metrics, [c for c in metric_columns if c in test_metrics])
     row.update({c: "n/a" for c in metric_columns if c not in test_metrics})
     if "frequency_bucket" in test.extras:  # Baidu-ULTR's annotations: by query frequency, as Hager et al.
       entry["by_frequency_bucket"] = by_frequency_bucket(method, fit_result.params, test, dcg_cutoffs=dcg_cutoffs)
-    if method.propensities is not None and true_prop is None:
-      learned = np.asarray(jax.vmap(method.propensities)(fit_result.params, fit_result.extra))
-      entry["learned_propensities"] = learned.mean(0).tolist()
-      row["propensity_corr"] = "n/a"
-    elif method.propensities is not None:
-      learned = np.asarray(jax.vmap(method.propensities)(fit_result.params, fit_result.extra))
-      corr = [_pearson(learned[s, : len(true_prop)], true_prop[: learned.shape[1]]) for s in range(learned.shape[0])]
-      summary = summarize(corr)
-      entry["propensity_corr"] = summary["mean"]
-      entry["std"]["propensity_corr"] = summary["std"]
-      entry["ci90"]["propensity_corr"] = summary["ci90"]
-      entry["learned_propensities"] = learned.mean(0).tolist()
-      row["propensity_corr"] = summary
-    else:
-      row["propensity_corr"] = "n/a"
+    _add_propensities(method, fit_result, true_prop, entry, row)
     entry["best_step"] = np.asarray(fit_result.best_step).tolist()
     entry["history"] = fit_result.history  # per evaluation: train loss and validation metrics, per seed
     histories[name] = fit_result.history
     results[name] = entry
     rows[name] = row
-  columns = [*METRIC_COLUMNS, *dcg_columns, *(CLICK_COLUMNS if held_clicks is not None else ()), "propensity_corr"]
+  columns = [*metric_columns, "propensity_corr"]
   results["_meta"] = {
     "true_propensities": None if true_prop is None else true_prop.tolist(),
     "click_model": "logged clicks" if logged else config.click_model.to_dict(),
@@ -162,16 +196,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
     "data": config.data.to_dict(),
     "seconds": time.perf_counter() - t_start,
   }
-  table = markdown_table(rows, columns)
-  clicks = f"logged clicks of {config.data.train_path}" if logged else f"click model {config.click_model.name}"
-  if logged and config.data.get("propensities"):
-    clicks += f", position propensities from {config.data.propensities}"
-  if held_clicks is not None:
-    clicks += (
-      f"; click_ll (nats per shown document) and click_perplexity on {held_clicks.num_queries} held-out "
-      "click pages, for the methods that are click models"
-    )
-  table += f"\n\nTest metrics, mean ± 90% t-interval half-width over {config.num_seeds} seeds; {clicks}.\n"
+  table = markdown_table(rows, columns) + _table_caption(config, logged, held_clicks)
   if workdir is not None:
     table = write_results(workdir, results, table=table, rows=rows, columns=columns)  # + any diverged runs
     plot_learning_curves(
