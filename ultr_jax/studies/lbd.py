@@ -471,27 +471,13 @@ def tied_with_best(grid_rows: Sequence[dict], variant: str = "lbd") -> Optional[
   return out
 
 
-def effects(results: dict, etas: Sequence[float], *, metric: str = "ndcg@10") -> dict:
-  """The effects E1-E5 (the module docstring) from ``results`` (per-seed values, paired over seeds).
+def _per_seed(results: dict, metric: str, eta: float, ranker: str, method: str) -> list:
+  """The per-seed values of ``metric`` for one cell (``ranker/method`` at coupling ``eta``)."""
+  return results[_eta_key(eta)][f"{ranker}/{method}"][metric]["per_seed"]
 
-  A difference is "significant" when its 90% seed-level interval excludes 0.
 
-  Args:
-    results: the study's results (:func:`run_lbd_study`): ``"eta=<v>"`` -> cell -> metric summaries with
-      ``per_seed``.
-    etas: the swept coupling levels.
-    metric: the metric the effects compare.
-
-  Returns:
-    ``{"E1": ..., ..., "E5": ...}``: each effect's differences, their 90% intervals and whether they are
-    significant.
-  """
-
-  def seeds(eta, ranker, method):
-    return results[_eta_key(eta)][f"{ranker}/{method}"][metric]["per_seed"]
-
-  rankers = [r for r in ("linear", "dnn") if f"{r}/lbd" in results[_eta_key(etas[0])]]
-  out: dict[str, Any] = {}
+def _effect_e1(seeds, rankers: list, etas: Sequence[float]) -> dict:
+  """E1: LBD against Unlimited for every ranker at every eta >= 0.1, and (both rankers) which gap is larger."""
   e1 = {}
   for ranker in rankers:
     e1[ranker] = {
@@ -499,7 +485,7 @@ def effects(results: dict, etas: Sequence[float], *, metric: str = "ndcg@10") ->
     }
   holds = all(v["diff"] - v["ci90"] > 0 for r in e1.values() for v in r.values())
   gap = {r: float(np.mean([v["diff"] for v in e1[r].values()])) if e1[r] else float("nan") for r in rankers}
-  out["E1"] = {
+  out = {
     "lbd_minus_unlimited": e1,
     "mean_gap": gap,
     "holds_all_significant": bool(holds),
@@ -515,8 +501,13 @@ def effects(results: dict, etas: Sequence[float], *, metric: str = "ndcg@10") ->
       if e >= 0.1 - 1e-9
       for k in [_eta_key(e)]
     }
-    out["E1"]["linear_minus_dnn_gap"] = order
-    out["E1"]["linear_gap_larger_significant"] = bool(order) and all(v["interval"][0] > 0 for v in order.values())
+    out["linear_minus_dnn_gap"] = order
+    out["linear_gap_larger_significant"] = bool(order) and all(v["interval"][0] > 0 for v in order.values())
+  return out
+
+
+def _effect_e2(results: dict, seeds, rankers: list, etas: Sequence[float]) -> dict:
+  """E2: LBD against Two-Tower, DLA and Click Data at eta = 0 (and against DLA at eta = 0.1)."""
   e2 = {}
   for ranker in rankers:
     present = [n for n in ("two_tower", "dla", "click_data") if f"{ranker}/{n}" in results[_eta_key(etas[0])]]
@@ -525,7 +516,11 @@ def effects(results: dict, etas: Sequence[float], *, metric: str = "ndcg@10") ->
     )
     if 0.1 in etas and "dla" in present:
       e2[ranker]["eta=0.1/lbd_minus_dla"] = _paired(seeds(0.1, ranker, "lbd"), seeds(0.1, ranker, "dla"))
-  out["E2"] = e2
+  return e2
+
+
+def _effect_e3(results: dict, seeds, rankers: list, etas: Sequence[float]) -> dict:
+  """E3: the methods against Click Data along eta, and at the largest eta."""
   e3 = {}
   top = max(etas)
   for ranker in rankers:
@@ -563,10 +558,13 @@ def effects(results: dict, etas: Sequence[float], *, metric: str = "ndcg@10") ->
       e3[ranker]["unlimited_below_same_tower_click_at_top"] = bool(
         np.mean(np.subtract(seeds(top, ranker, "unlimited"), seeds(top, ranker, "click_data_lbd_tower"))) < 0
       )
-  out["E3"] = e3
-  e4 = {}
-  for ranker in rankers:
-    e4[ranker] = {
+  return e3
+
+
+def _effect_e4(seeds, rankers: list, etas: Sequence[float]) -> dict:
+  """E4: LBD, LBD-LIPS and LBD-BER against each other at every eta."""
+  return {
+    ranker: {
       _eta_key(e): {
         "lbd_minus_lips": _paired(seeds(e, ranker, "lbd"), seeds(e, ranker, "lbd_lips")),
         "lbd_minus_ber": _paired(seeds(e, ranker, "lbd"), seeds(e, ranker, "lbd_ber")),
@@ -574,7 +572,12 @@ def effects(results: dict, etas: Sequence[float], *, metric: str = "ndcg@10") ->
       }
       for e in etas
     }
-  out["E4"] = e4
+    for ranker in rankers
+  }
+
+
+def _effect_e5(results: dict, rankers: list, etas: Sequence[float]) -> dict:
+  """E5: how LBD's selected lambda and t drift with eta (Spearman), with the members tied with the best."""
   e5 = {}
   for ranker in rankers:
     sel = [results[_eta_key(e)]["selected"][ranker]["lbd"] for e in etas]
@@ -591,8 +594,34 @@ def effects(results: dict, etas: Sequence[float], *, metric: str = "ndcg@10") ->
     tied = {_eta_key(e): tied_with_best(results[_eta_key(e)].get("grid", {}).get(ranker, [])) for e in etas}
     if all(v is not None for v in tied.values()):
       e5[ranker]["tied_with_best"] = tied
-  out["E5"] = e5
-  return out
+  return e5
+
+
+def effects(results: dict, etas: Sequence[float], *, metric: str = "ndcg@10") -> dict:
+  """The effects E1-E5 (the module docstring) from ``results`` (per-seed values, paired over seeds).
+
+  A difference is "significant" when its 90% seed-level interval excludes 0.
+
+  Args:
+    results: the study's results (:func:`run_lbd_study`): ``"eta=<v>"`` -> cell -> metric summaries with
+      ``per_seed``.
+    etas: the swept coupling levels.
+    metric: the metric the effects compare.
+
+  Returns:
+    ``{"E1": ..., ..., "E5": ...}``: each effect's differences, their 90% intervals and whether they are
+    significant.
+  """
+
+  seeds = functools.partial(_per_seed, results, metric)
+  rankers = [r for r in ("linear", "dnn") if f"{r}/lbd" in results[_eta_key(etas[0])]]
+  return {
+    "E1": _effect_e1(seeds, rankers, etas),
+    "E2": _effect_e2(results, seeds, rankers, etas),
+    "E3": _effect_e3(results, seeds, rankers, etas),
+    "E4": _effect_e4(seeds, rankers, etas),
+    "E5": _effect_e5(results, rankers, etas),
+  }
 
 
 def _eta_key(eta: float) -> str:
