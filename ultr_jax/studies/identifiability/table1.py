@@ -227,25 +227,7 @@ def run_method(
   canonical = np.arange(l) if canonical is None else np.asarray(canonical)
   exam = np.asarray(examination, np.float64)[:l]
   nd = num_docs or int(ds.doc_ids.max()) + 1
-  # The records' layout is built once here, on the host (dense per-item and
-  # per-factor sums instead of scatters, see embedding.record_layout); with
-  # `share_shapes`, padded to the shapes of those rows' layouts (one compile).
-  n = ds.where.size
-  layout = None
-  if method != "no_debias":
-    group = [(ds, canonical)] + [(d, np.arange(l) if c is None else np.asarray(c)) for d, c in share_shapes]
-    n = max(d.where.size for d, _ in group)
-    lays = [
-      embedding.record_layout(
-        _pad(np.maximum(d.doc_ids, 0).ravel(), n),
-        _pad(c[_positions(d)].ravel(), n),
-        _pad(d.where.ravel(), n),
-        num_items=nd,
-        num_factors=l,
-      )
-      for d, c in group
-    ]
-    layout = embedding.pad_layouts(lays, n)[0] if len(lays) > 1 else lays[0]
+  n, layout = _records_layout(ds, canonical, share_shapes, method=method, num_docs=nd, num_factors=l)
   with jax.enable_x64(True):
     keys = jax.random.split(key, runs)
     doc_ids = jnp.asarray(ds.doc_ids)
@@ -255,24 +237,9 @@ def run_method(
     if click_cache is not None and cache_key in click_cache:
       _, ctr, k_fit, r_true_doc = click_cache[cache_key]
     else:
-      sims = [
-        _simulate(
-          k,
-          doc_ids,
-          positions,
-          labels,
-          where,
-          jnp.asarray(exam),
-          jnp.float64(num_clicks),
-          jnp.float64(eps),
-          jnp.float64(y_max),
-          num_docs=nd,
-        )
-        for k in keys
-      ]
-      ctr = jnp.stack([c for c, _, _ in sims])
-      k_fit = jnp.stack([k for _, k, _ in sims])
-      r_true_doc = sims[0][2]
+      ctr, k_fit, r_true_doc = _simulate_runs(
+        keys, doc_ids, positions, labels, where, exam, num_clicks, eps, y_max, num_docs=nd
+      )
       if click_cache is not None:
         click_cache[cache_key] = ds_given, ctr, k_fit, r_true_doc
     pad = n - ds.where.size
@@ -291,6 +258,50 @@ def run_method(
     o_pos = jnp.ones((runs, l), jnp.float64) if method == "no_debias" else o[:, jnp.asarray(canonical, jnp.int32)]
     out = [_score(ctr[i], r[i], o_pos[i], r_true_doc, doc_ids, positions, labels, where) for i in range(runs)]
     return jax.tree.map(lambda *v: np.stack([np.asarray(x) for x in v]), *out)
+
+
+def _records_layout(ds, canonical, share_shapes, *, method: str, num_docs: int, num_factors: int) -> tuple:
+  """``(n, layout)``: the number of flat records the fit sees and their layout (None for ``no_debias``).
+
+  The layout is built once, on the host (dense per-item and per-factor sums instead of scatters, see
+  ``embedding.record_layout``); with ``share_shapes``, padded to the shapes of those rows' layouts (one compile).
+  """
+  if method == "no_debias":
+    return ds.where.size, None
+  l = num_factors
+  group = [(ds, canonical)] + [(d, np.arange(l) if c is None else np.asarray(c)) for d, c in share_shapes]
+  n = max(d.where.size for d, _ in group)
+  lays = [
+    embedding.record_layout(
+      _pad(np.maximum(d.doc_ids, 0).ravel(), n),
+      _pad(c[_positions(d)].ravel(), n),
+      _pad(d.where.ravel(), n),
+      num_items=num_docs,
+      num_factors=l,
+    )
+    for d, c in group
+  ]
+  return n, embedding.pad_layouts(lays, n)[0] if len(lays) > 1 else lays[0]
+
+
+def _simulate_runs(keys, doc_ids, positions, labels, where, exam, num_clicks, eps, y_max, *, num_docs: int) -> tuple:
+  """``(ctr [R, Q, L], fit keys [R], true relevance per document)``: one click simulation per key (float64)."""
+  sims = [
+    _simulate(
+      k,
+      doc_ids,
+      positions,
+      labels,
+      where,
+      jnp.asarray(exam),
+      jnp.float64(num_clicks),
+      jnp.float64(eps),
+      jnp.float64(y_max),
+      num_docs=num_docs,
+    )
+    for k in keys
+  ]
+  return jnp.stack([c for c, _, _ in sims]), jnp.stack([k for _, k, _ in sims]), sims[0][2]
 
 
 def _pad_lists(ds, q):
