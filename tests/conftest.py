@@ -16,6 +16,7 @@
 * ``shared_data``: the read-only reference data in ``../shared/data``, read
   in place; tests that need it skip with a clear reason where it is absent.
 * Doctests see ``jax``, ``jnp`` and ``np``.
+* JAX's compiled programs are dropped after each test module, so a worker's memory stays bounded.
 * ``assert_compiles_once``: a function compiles once for every call a user makes with new values of the
   same shapes (see :func:`check_compiles_once`).
 """
@@ -45,6 +46,17 @@ import pytest  # noqa: E402
 from ultr_jax.testing import shared_data_dir  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_compiled_programs():
+  """Drops JAX's compiled programs after each test module.
+
+  A worker keeps every executable it compiled: without this, each of the two workers of the default run grew past
+  5 GB by a third of the suite, and a worker killed for memory fails whichever test it was running.
+  """
+  yield
+  jax.clear_caches()
 
 
 @pytest.fixture(scope="session")
