@@ -34,7 +34,9 @@ def _batches(model, batch_size=100, num_sessions=600):
   kw = {"satisfaction": rng.uniform(0.2, 0.8, size=a.shape).astype(np.float32)} if model == "dbn" else {}
   log = sim.simulate_session_log(jax.random.key(0), model, a, num_sessions=num_sessions, noise=1.0, **kw)
   ids, clicks = np.asarray(log["doc_ids"]), np.asarray(log["clicks"])
-  return [{"doc_ids": ids[i : i + batch_size], "clicks": clicks[i : i + batch_size]} for i in range(0, len(ids), 100)]
+  return [
+    {"doc_ids": ids[i : i + batch_size], "clicks": clicks[i : i + batch_size]} for i in range(0, len(ids), batch_size)
+  ]
 
 
 def _assert_same_fit(got, want):
