@@ -5,7 +5,13 @@ its share of every table, and a step moves the batch's rows between devices, nev
 The eight fake CPU devices come from tests/conftest.py.
 """
 
+import json
+import os
 import re
+import socket
+import subprocess
+import sys
+import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -126,3 +132,50 @@ def test_each_device_holds_its_rows_and_a_step_moves_no_table(sparse):
   hlo = run.lower(m, OPTIMIZER, sparse, state, xs, jnp.float32(0.1)).compile().as_text()
   dims = _collective_dims(hlo)
   assert dims and max(dims) < rows // 8, max(dims)
+
+
+_TWO_PROCESSES = textwrap.dedent(
+  """
+  import json, sys
+  from ultr_jax import _processes
+  pid, port, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+  _processes.initialize_processes(pid, 2, f"127.0.0.1:{port}")
+  import jax, numpy as np, optax
+  from jax.experimental import multihost_utils
+  from ultr_jax import simulation as sim
+  from ultr_jax.train.sharding import make_mesh
+  assert jax.process_count() == 2 and jax.device_count() == 4, jax.devices()
+  batches = [{k: np.asarray(v) for k, v in b.items()} for b in json.loads(sys.argv[4])]  # the same in each
+  fit = sim.fit_click_model_minibatch("pbm", batches, optimizer=optax.adam(0.05, eps=1e-3), mesh=make_mesh())
+  attraction = multihost_utils.process_allgather(fit.logits["attraction"], tiled=True)  # each holds its rows
+  json.dump({"attraction": np.asarray(attraction).tolist(), "log_likelihood": fit.log_likelihood,
+             "examination": np.asarray(fit.logits["examination"]).tolist()}, open(out, "w"))
+  """
+)
+
+
+def test_two_processes_take_the_one_process_steps(tmp_path):
+  """Two CPU processes on 127.0.0.1 (jax.distributed, gloo), two devices each, every process passing the same
+  batches: the tables split over the four devices of both, the fit the one-process fit."""
+  batches = _batches("pbm")
+  one = sim.fit_click_model_minibatch("pbm", batches, optimizer=OPTIMIZER)
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", env.get("XLA_FLAGS", ""))
+  env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count=2".strip()
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+  payload = json.dumps([{k: v.tolist() for k, v in b.items()} for b in batches])
+  out = [tmp_path / f"p{i}.json" for i in range(2)]
+  cmd = lambda i: [sys.executable, "-c", _TWO_PROCESSES, str(i), str(port), str(out[i]), payload]  # noqa: E731
+  procs = [subprocess.Popen(cmd(i), env=env) for i in range(2)]
+  try:
+    assert [p.wait(timeout=300) for p in procs] == [0, 0]
+  finally:
+    for p in procs:
+      p.kill()
+  for path in out:
+    got = json.loads(path.read_text())
+    assert abs(got["log_likelihood"] - one.log_likelihood) < 1e-6
+    for k in ("attraction", "examination"):
+      np.testing.assert_allclose(got[k], np.asarray(one.logits[k]), rtol=0, atol=1e-6, err_msg=k)

@@ -346,6 +346,21 @@ def _state_shardings(state, placement: _Placement, padded: Mapping[str, int]):
   return ({k: placement.rows for k in vectors}, rep(bias), by_rows, rep(bias_state))
 
 
+def _put_group(xs: dict, placement: _Placement) -> dict:
+  """A group of prepared batches placed on the mesh (its sessions split, its distinct rows and their priors
+  replicated), each device's part cut from the host arrays (every process of a multi-process mesh holds the
+  same ones)."""
+
+  def put(x, sharding):
+    return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+  replicated = ("uniq", "prior")
+  return {
+    k: jax.tree.map(functools.partial(put, sharding=placement.replicated if k in replicated else placement.sessions), v)
+    for k, v in xs.items()
+  }
+
+
 def _sharded_start(m, optimizer, tables, num_rows, padded, list_size, init, placement: _Placement):
   """The initial state created in place on the mesh (no device holds a whole table), and the jitted steps that
   take and return it with the same shardings (the batches split by sessions, their distinct rows replicated)."""
@@ -483,7 +498,10 @@ def fit_click_model_minibatch(
   steps, last = 0, []
   for _ in range(epochs):
     values = []
-    for xs in _prefetch(_groups(plan, _iterate(batches), steps_per_call)):
+    groups = _groups(plan, _iterate(batches), steps_per_call)
+    if placement is not None:
+      groups = map(functools.partial(_put_group, placement=placement), groups)
+    for xs in _prefetch(groups):
       state, ll = run(m, optimizer, plan.sparse, state, xs, l2_bias)
       values.append(ll)
       steps += int(xs["clicks"].shape[0])
