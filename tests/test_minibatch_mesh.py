@@ -63,7 +63,7 @@ def test_a_fit_over_a_mesh_takes_the_one_device_steps_and_splits_the_tables(mode
     for k in fit.logits:  # per-document logits split by rows, one share per device; the bias replicated
       shards = fit.logits[k].addressable_shards
       assert len(shards) == n
-      per_doc = fit.logits[k].shape == (NUM_DOCS,) and k != "examination"
+      per_doc = fit.logits[k].shape == (NUM_DOCS,)
       assert {s.data.shape for s in shards} == ({(NUM_DOCS // n,)} if per_doc else {fit.logits[k].shape}), k
 
 
