@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The accelerator checks in one go (time limits summing to 460 s, under 8 minutes on one GPU): the device name, the GPU-relevant tests
+# The accelerator checks in one go (time limits summing to 480 s, under 8 minutes on one GPU): the device name, the GPU-relevant tests
 # (device counting equals host counting, the sharded and multi-process tests), then the click-model, training-step
 # and IG benchmarks in small sizes. Every figure goes, with the device name, into one report file.
 #
@@ -61,6 +61,9 @@ step bench_long_tail 90 python benchmarks/long_tail.py --sessions=200000 --memor
   --workdir="$WORK/long_tail"
 step bench_train_step 60 python benchmarks/train_step.py --steps 100 --methods naive,ips
 step bench_ig 30 python benchmarks/ig_connectivity.py --scale=0.1 --repeats 1
+# The minibatch click-model fit on a mesh (tables split by rows) against no mesh: one device on one GPU, the
+# fake host devices on a CPU.
+step bench_minibatch_mesh 20 python benchmarks/minibatch_mesh.py --sessions=20000 --models=pbm --devices=1,8
 
 {
   echo "=== summary"

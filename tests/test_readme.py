@@ -9,6 +9,7 @@ import glob
 import os
 import re
 
+import jax
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -123,6 +124,16 @@ def test_long_tail_example_runs(capsys):
   assert printed[-2] == "PartitionedStatistics 64 20000.0"
   spilled, whole = (float(v) for v in printed[-1].split())
   assert abs(spilled - whole) <= 2e-4
+
+
+def test_minibatch_mesh_example_runs(capsys):
+  """docs/guides/multi_device.md: the minibatch fit over a mesh of every device, tables split by rows."""
+  exec(compile(_block("minibatch_mesh"), "docs:minibatch_mesh", "exec"), {})  # pylint: disable=exec-used
+  printed = capsys.readouterr().out.strip().split("\n")
+  n = len(jax.devices())
+  assert printed[-2] == f"(16000,) {n} ({16000 // n},)"
+  on_mesh, one = (float(v) for v in printed[-1].split())
+  assert abs(on_mesh - one) <= 1e-4
 
 
 def test_feature_stream_example_runs(capsys):

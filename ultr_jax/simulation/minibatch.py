@@ -19,6 +19,13 @@ and the next group is read and prepared in a background thread.
 
 The per-document parameters may be compressed (:mod:`~ultr_jax.simulation.click_models.tables`: the hashing
 trick, quotient-remainder rows); the fit returns the per-document logits they imply.
+
+Over a ``jax.sharding.Mesh`` the fit is data-parallel: each batch's sessions are split over the devices of the
+mesh's first axis, while the per-document vectors and their optimiser state are split by rows (each device
+holds ``1 / n`` of every table, the row count padded with never-shown rows to a multiple of ``n``) and the bias
+logits are replicated. The jitted steps take and return those shardings; XLA's partitioner gathers each
+batch's rows from the devices that hold them and scatters them back, so no device ever holds a whole table and
+what moves between devices per step is the batch's rows, not the table.
 """
 
 import functools
@@ -30,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ultr_jax.simulation.click_models import ClickModel, get_click_model  # noqa: F401 (the doctests')
 from ultr_jax.simulation.click_models.tables import FullTable, ParameterTable, table_logits
@@ -113,6 +121,7 @@ class _Plan(NamedTuple):
   l2: float
   prior: Optional[dict]  # table name -> float32[num_rows + 1]: l2 / N_u, each row's prior per shown item
   scratch: Optional[dict]  # table name -> int32[num_rows + 1], the host's work space of _distinct
+  batch_multiple: int = 1  # sessions per batch padded to a multiple of this (the mesh's devices)
 
 
 def _distinct(rows: np.ndarray, scratch: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -183,7 +192,7 @@ def _groups(plan: _Plan, batches: Batches, steps_per_call: int) -> Iterator[dict
     if group and n > rows:
       yield _stack(group)
       group = []
-    rows = n if not group else rows
+    rows = -(-n // plan.batch_multiple) * plan.batch_multiple if not group else rows
     group.append(_prepare(plan, i, batch, rows))
     if len(group) == steps_per_call:
       yield _stack(group)
@@ -270,9 +279,11 @@ def _step(model, optimizer, sparse, state, x, l2_bias):
   return (new_vectors, optax.apply_updates(bias, updates), new_states, bias_state), ll
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2), donate_argnums=(3,))
-def _steps(model, optimizer, sparse, state, xs, l2_bias):
+def _scan(model, optimizer, sparse, state, xs, l2_bias):
   return jax.lax.scan(lambda s, x: _step(model, optimizer, sparse, s, x, l2_bias), state, xs)
+
+
+_steps = jax.jit(_scan, static_argnums=(0, 1, 2), donate_argnums=(3,))
 
 
 def _tables(m: ClickModel, tables: Optional[Mapping[str, ParameterTable]]) -> dict:
@@ -286,19 +297,86 @@ def _tables(m: ClickModel, tables: Optional[Mapping[str, ParameterTable]]) -> di
   return {k: tables.get(k, FullTable()) for k in names}
 
 
-def _initial_state(m, optimizer, tables, num_rows, list_size, init):
+def _initial_state(m, optimizer, tables, num_rows, list_size, init, padded=None):
+  """The fit's state ``(vectors, bias, vector optimiser states, bias optimiser state)``; the vectors have
+  ``padded`` rows (default ``num_rows``), the rows past ``num_rows`` zero (a mesh's padding, never shown)."""
+  padded = num_rows if padded is None else padded
   logits = m.init(num_docs=1, list_size=list_size)
-  vectors = {k: jnp.zeros(num_rows[k], jnp.float32) for k in tables}
+  vectors = {k: jnp.zeros(padded[k], jnp.float32) for k in tables}
   bias = {k: v for k, v in logits.items() if k not in tables}
   if init is not None:
     for k, v in init.items():
       if k in tables and not isinstance(tables[k], FullTable):
         raise ValueError(f"fit_click_model_minibatch: init[{k!r}] given for a compressed table")
       target = vectors if k in tables else bias
-      if k not in target or np.shape(v) != np.shape(target[k]):
+      expected = (num_rows[k],) if k in tables else np.shape(target.get(k))
+      if k not in target or np.shape(v) != expected:
         raise ValueError(f"fit_click_model_minibatch: init[{k!r}] of shape {np.shape(v)} does not fit this model")
       target[k] = jnp.array(v, jnp.float32)
+      if k in tables and padded[k] != num_rows[k]:
+        target[k] = jnp.pad(target[k], (0, padded[k] - num_rows[k]))
   return (vectors, bias, {k: optimizer.init(v) for k, v in vectors.items()}, optimizer.init(bias))
+
+
+class _Placement(NamedTuple):
+  """Where a fit over a mesh keeps its arrays."""
+
+  rows: NamedSharding  # the per-document vectors and their optimiser state, split by rows over the devices
+  replicated: NamedSharding  # the bias logits, their optimiser state, each batch's distinct rows
+  sessions: NamedSharding  # a group of batches [steps, sessions, ...], split by sessions
+  size: int  # devices along the mesh's first axis
+
+
+def _placement(mesh: Mesh) -> _Placement:
+  axis = mesh.axis_names[0]
+  return _Placement(
+    NamedSharding(mesh, P(axis)), NamedSharding(mesh, P()), NamedSharding(mesh, P(None, axis)), mesh.shape[axis]
+  )
+
+
+def _state_shardings(state, placement: _Placement, padded: Mapping[str, int]):
+  """The shardings of a state like ``state`` (arrays or shapes): the vectors and the row leaves of their
+  optimiser states split by rows, everything else replicated."""
+  vectors, bias, vector_states, bias_state = state
+  rep = lambda tree: jax.tree.map(lambda _: placement.replicated, tree)  # noqa: E731
+  by_rows = {
+    k: jax.tree.map(lambda a, n=padded[k]: placement.rows if a.ndim and a.shape[0] == n else placement.replicated, t)
+    for k, t in vector_states.items()
+  }
+  return ({k: placement.rows for k in vectors}, rep(bias), by_rows, rep(bias_state))
+
+
+def _put_group(xs: dict, placement: _Placement) -> dict:
+  """A group of prepared batches placed on the mesh (its sessions split, its distinct rows and their priors
+  replicated), each device's part cut from the host arrays (every process of a multi-process mesh holds the
+  same ones)."""
+
+  def put(x, sharding):
+    return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+  replicated = ("uniq", "prior")
+  return {
+    k: jax.tree.map(functools.partial(put, sharding=placement.replicated if k in replicated else placement.sessions), v)
+    for k, v in xs.items()
+  }
+
+
+def _sharded_start(m, optimizer, tables, num_rows, padded, list_size, init, placement: _Placement):
+  """The initial state created in place on the mesh (no device holds a whole table), and the jitted steps that
+  take and return it with the same shardings (the batches split by sessions, their distinct rows replicated)."""
+  make = functools.partial(_initial_state, m, optimizer, tables, num_rows, list_size, padded=padded)
+  shardings = _state_shardings(jax.eval_shape(make, init), placement, padded)
+  state = jax.jit(make, out_shardings=shardings)(init)
+  rep, split = placement.replicated, placement.sessions
+  batch = {"clicks": split, "where": split, "rows": split, "uniq": rep, "prior": rep}
+  steps = jax.jit(
+    _scan,
+    static_argnums=(0, 1, 2),
+    donate_argnums=(3,),
+    in_shardings=(shardings, batch, rep),
+    out_shardings=(shardings, rep),
+  )
+  return state, steps
 
 
 def _sparse_pays(tables, num_docs, batches) -> bool:
@@ -322,6 +400,7 @@ def fit_click_model_minibatch(
   sparse: Optional[bool] = None,
   tables: Optional[Mapping[str, ParameterTable]] = None,
   steps_per_call: int = STEPS_PER_CALL,
+  mesh: Optional[Mesh] = None,
 ) -> ClickModelFit:
   r"""The MAP objective of :func:`~ultr_jax.simulation.fit_click_model` by a stochastic optimiser over a stream.
 
@@ -357,9 +436,14 @@ def fit_click_model_minibatch(
     tables: per-document parameter name -> :class:`~ultr_jax.simulation.click_models.tables.ParameterTable`
       (default one row per document), e.g. ``{"attraction": HashedTable(2**20)}``.
     steps_per_call: batches per jitted call.
+    mesh: optional ``jax.sharding.Mesh``: the batches are split by sessions over its first axis (padded with
+      masked sessions to a multiple of its size), the per-document vectors and their optimiser state by rows
+      over the same devices, the bias logits replicated: the same steps as without a mesh, up to the order of
+      float sums (default None: one device). Every process of a multi-process mesh must pass the same batches.
 
   Returns:
     :class:`~ultr_jax.simulation.ClickModelFit` (per-document logits and probabilities for every document;
+    with a mesh whose size divides ``D`` the per-document ones stay split by rows over its devices;
     ``log_likelihood``: the mean of the last epoch's batch estimates per session; ``grad_norm`` NaN,
     ``iterations`` the steps, ``converged`` False: a stochastic fit checks none).
 
@@ -371,6 +455,11 @@ def fit_click_model_minibatch(
   >>> fit = fit_click_model_minibatch("cascade", [b] * 10, epochs=5, optimizer=optax.adam(0.1), sparse=True)
   >>> print(fit.iterations, fit.params["attraction"][0] > 0.9 > 0.1 > fit.params["attraction"][1])
   50 True
+  >>> mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("data",))  # with two devices each holds one row
+  >>> fit2 = fit_click_model_minibatch("cascade", [b] * 10, epochs=5, optimizer=optax.adam(0.1), mesh=mesh)
+  >>> a, a2 = fit.logits["attraction"], fit2.logits["attraction"]
+  >>> print(a2.sharding.spec, np.allclose(a2, a, atol=1e-6))
+  P('data',) True
   """
   m = _model(model)
   if epochs < 1 or steps_per_call < 1:
@@ -388,28 +477,40 @@ def fit_click_model_minibatch(
   list_size = counts.list_size if list_size is None else int(list_size)
   num_sessions = counts.num_sessions if num_sessions is None else float(num_sessions)
   num_rows = {k: t.num_rows(num_docs) for k, t in tables.items()}
+  placement = None if mesh is None else _placement(mesh)
+  devices = 1 if placement is None else placement.size
+  padded = {k: -(-n // devices) * devices for k, n in num_rows.items()}  # the mesh's rows past num_rows: zeros
   sparse = _sparse_pays(tables, num_docs, batches) if sparse is None else sparse
   prior = None
   if sparse and l2 > 0:  # one entry more: the padding row (never read with a count)
     prior = {}
     for k in tables:
       n = counts.impressions[k]
-      prior[k] = (l2 / np.maximum(np.pad(n, (0, num_rows[k] + 1 - n.shape[0])), 1.0)).astype(np.float32)
+      prior[k] = (l2 / np.maximum(np.pad(n, (0, padded[k] + 1 - n.shape[0])), 1.0)).astype(np.float32)
   # Written through now (np.zeros would leave its pages to fault in one by one at the first batches).
-  scratch = {k: np.full(num_rows[k] + 1, -1, np.int32) for k in tables} if sparse else None
-  plan = _Plan(m, tables, num_rows, num_docs, list_size, bool(sparse), float(l2), prior, scratch)
-  state = _initial_state(m, optimizer, tables, num_rows, list_size, init)
+  scratch = {k: np.full(padded[k] + 1, -1, np.int32) for k in tables} if sparse else None
+  plan = _Plan(m, tables, padded, num_docs, list_size, bool(sparse), float(l2), prior, scratch, devices)
+  if placement is None:
+    state, run = _initial_state(m, optimizer, tables, num_rows, list_size, init), _steps
+  else:
+    state, run = _sharded_start(m, optimizer, tables, num_rows, padded, list_size, init, placement)
   l2_bias = jnp.float32(l2 / max(num_sessions, 1.0))
   steps, last = 0, []
   for _ in range(epochs):
     values = []
-    for xs in _prefetch(_groups(plan, _iterate(batches), steps_per_call)):
-      state, ll = _steps(m, optimizer, plan.sparse, state, xs, l2_bias)
+    groups = _groups(plan, _iterate(batches), steps_per_call)
+    if placement is not None:
+      groups = map(functools.partial(_put_group, placement=placement), groups)
+    for xs in _prefetch(groups):
+      state, ll = run(m, optimizer, plan.sparse, state, xs, l2_bias)
       values.append(ll)
       steps += int(xs["clicks"].shape[0])
     last = values
   vectors, bias = state[0], state[1]
-  logits = {**table_logits(tables, vectors, num_docs), **bias}
+  per_doc = table_logits(tables, vectors, num_docs)
+  if placement is not None and num_docs % placement.size == 0:  # split over the devices as the tables were
+    per_doc = jax.device_put(per_doc, placement.rows)
+  logits = {**per_doc, **bias}
   logits = {k: logits[k] for k in sorted(logits)}
   mean_ll = float(np.mean(np.concatenate([np.asarray(v) for v in last]))) if last else float("nan")
   return ClickModelFit(
