@@ -255,7 +255,8 @@ def doubly_robust(
   mass = C.session_mass(where, session_weights)
   terms = jnp.where(mass > 0, ips.terms + dm, 0.0)
   value = C.safe_div(jnp.sum(mass * terms), jnp.sum(mass))
-  return C.Estimate(value, terms, ips.num_clipped, ips.num_sessions, mass)
+  ratios = None if ips.ratios is None else jnp.concatenate([ips.ratios, C.plain_parts(dm, mass)], axis=-2)
+  return C.Estimate(value, terms, ips.num_clipped, ips.num_sessions, mass, ratios)
 
 
 def _candidate_ranks(ranks_e: Array) -> Array:
@@ -419,10 +420,24 @@ def cascade_doubly_robust(
     clip,
     active & (mass[:, None] > 0),
   )
+  ratios = None
   if self_normalize:
+    ratios = _cascade_ratios(rho, r - q_obs, q_exp, active, mass)
     m = mass[:, None] * active
     rho = C.safe_div(rho, C.safe_div(jnp.sum(m * rho, axis=0), jnp.sum(m, axis=0)))
   rho_prev = jnp.concatenate([jnp.ones_like(rho[..., :1]), rho[..., :-1]], axis=-1)
   x = jnp.where(active, rho * (r - q_obs) + rho_prev * q_exp, 0.0)
   ones = jnp.ones_like(x)
-  return C.weighted_estimate(x, ones, active, mass, False, n_clip)
+  return C.weighted_estimate(x, ones, active, mass, False, n_clip)._replace(ratios=ratios)
+
+
+def _cascade_ratios(rho: Array, residual: Array, q_exp: Array, active: Array, mass: Array) -> Array:
+  r"""Self-normalised cascade-DR as ratio components (:attr:`~ultr_jax.evaluation.Estimate.ratios`): at each
+  position, :math:`\sum_i n_i \rho_{il} (r_{il} - \hat Q_{il}) / \bar\rho_l` and
+  :math:`\sum_i n_i \rho_{i,l-1} \mathbb{E}\hat Q_{il} / \bar\rho_{l-1}` (the first position's unweighted)."""
+  act = active & (mass > 0)[:, None]
+  den = jnp.where(act, rho, 0.0)
+  here = C.ratio_parts(jnp.where(act, rho * residual, 0.0), den, act)
+  below = C.ratio_parts(jnp.where(act[..., 1:], rho[..., :-1] * q_exp[..., 1:], 0.0), den[..., :-1], act[..., :-1])
+  first = C.plain_parts(jnp.where(act[..., 0], q_exp[..., 0], 0.0), mass)
+  return jnp.concatenate([here, first, below], axis=-2)
