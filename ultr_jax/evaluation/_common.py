@@ -91,6 +91,33 @@ def session_mass(where: Array, session_weights: Optional[Array]) -> Array:
   return valid * jnp.asarray(session_weights, jnp.float32)
 
 
+class Prepared(NamedTuple):
+  """What every estimator starts from: ``scores`` (float32), ``where``, per-position ``rewards``, the positions
+  within ``top_k`` (``active``) and each session's weight (``mass``)."""
+
+  scores: Array
+  where: Array
+  rewards: Array
+  active: Array
+  mass: Array
+
+
+def prepare(
+  scores: Array,
+  clicks: Optional[Array],
+  where: Optional[Array],
+  weights: Optional[Array],
+  top_k: Optional[int],
+  session_weights: Optional[Array],
+) -> Prepared:
+  """The estimators' common preamble (``clicks`` None: zero rewards)."""
+  scores = jnp.asarray(scores, jnp.float32)
+  where = mask_of(scores, where)
+  clicks = jnp.zeros(scores.shape, jnp.float32) if clicks is None else clicks
+  r = rewards(clicks, where, weights, top_k)
+  return Prepared(scores, where, r, shown_mask(where, top_k), session_mass(where, session_weights))
+
+
 def clip_weights(rho: Array, clip: Optional[float], valid: Array) -> tuple[Array, Array]:
   """``(min(rho, clip), number clipped among valid)``; no clip: ``(rho, 0)``."""
   if clip is None:

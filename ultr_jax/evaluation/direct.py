@@ -173,9 +173,7 @@ def direct_method(
   1.05
   """
   del clicks
-  scores = jnp.asarray(scores, jnp.float32)
-  where = C.mask_of(scores, where)
-  mass = C.session_mass(where, session_weights)
+  scores, where, _, _, mass = C.prepare(scores, None, where, None, None, session_weights)
   dm = _dm_terms(scores, doc_ids, model, params, where, weights, top_k, temperature, key, num_samples)
   zero = jnp.zeros(scores.shape[:-1] + (1,))
   return C.weighted_estimate(zero, zero, zero > 0, mass, False, jnp.zeros((), jnp.int32), offset=dm)
@@ -238,8 +236,7 @@ def doubly_robust(
   """
   if kind not in ("independent", "standard"):
     raise ValueError(f"doubly_robust: kind must be 'independent' or 'standard', got {kind!r}")
-  scores = jnp.asarray(scores, jnp.float32)
-  where = C.mask_of(scores, where)
+  scores, where, _, _, mass = C.prepare(scores, None, where, None, None, session_weights)
   dm = _dm_terms(scores, doc_ids, model, params, where, weights, top_k, temperature, key, num_samples)
   logged = jnp.broadcast_to(jnp.arange(scores.shape[-1], dtype=jnp.int32), scores.shape)
   q_hat = model_click_probabilities(model, params, doc_ids, logged, where=where)
@@ -252,7 +249,6 @@ def doubly_robust(
     ips = independent_ips(scores, residual, key=key, num_samples=num_samples, max_enumeration=max_enumeration, **common)
   else:
     ips = standard_ips(scores, residual, **common)
-  mass = C.session_mass(where, session_weights)
   terms = jnp.where(mass > 0, ips.terms + dm, 0.0)
   value = C.safe_div(jnp.sum(mass * terms), jnp.sum(mass))
   ratios = None if ips.ratios is None else jnp.concatenate([ips.ratios, C.plain_parts(dm, mass)], axis=-2)
@@ -396,11 +392,7 @@ def cascade_doubly_robust(
   >>> print(est.value.round(4))  # the logged ranking is not the target's: only the model's 0.9 remains
   0.9
   """
-  scores = jnp.asarray(scores, jnp.float32)
-  where = C.mask_of(scores, where)
-  r = C.rewards(clicks, where, weights, top_k)
-  active = C.shown_mask(where, top_k)
-  mass = C.session_mass(where, session_weights)
+  scores, where, r, active, mass = C.prepare(scores, clicks, where, weights, top_k, session_weights)
   q, pi_next = cascade_dr_tables(
     scores,
     doc_ids=doc_ids,

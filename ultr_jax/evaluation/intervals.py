@@ -79,7 +79,7 @@ def _poisson_thresholds() -> tuple[int, ...]:
   return tuple(int(t) for t in np.round(cdf * 2.0**32) if t < 2.0**32)
 
 
-_POISSON_THRESHOLDS = _poisson_thresholds()
+_POISSON_THRESHOLDS = np.array(_poisson_thresholds(), np.uint32)
 
 
 def _mix32(x: Array) -> Array:
@@ -98,10 +98,8 @@ def _poisson_weights(seeds: Array, start: Array, size: int) -> Array:
   depends on its session's index and its replicate's seeds only (not on the blocks it is computed in)."""
   i = jnp.asarray(start, jnp.uint32) + jax.lax.broadcasted_iota(jnp.uint32, (seeds.shape[0], size), 1)
   u = _mix32(_mix32(i ^ seeds[:, :1]) ^ seeds[:, 1:])
-  w = jnp.zeros(u.shape, jnp.int32)
-  for t in _POISSON_THRESHOLDS:
-    w = w + (u >= jnp.uint32(t)).astype(jnp.int32)
-  return w.astype(jnp.float32)
+  thresholds = jnp.asarray(_POISSON_THRESHOLDS, jnp.uint32)
+  return jnp.searchsorted(thresholds, u, side="right", method="compare_all").astype(jnp.float32)
 
 
 def _multinomial_counts(key: PRNGKey, valid: Array) -> Array:
