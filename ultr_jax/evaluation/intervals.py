@@ -212,16 +212,16 @@ def bootstrap_interval(
   weighted sum per replicate. The weights:
 
   * ``"poisson"`` (default): :math:`w_{bi} \sim \mathrm{Poisson}(1)` independently, the Poisson bootstrap
-    (Hanley & MacGibbon, *Computer Methods and Programs in Biomedicine* 2006, Section 2; Chamandy et al.,
-    *Estimating uncertainty for massive data streams*, Google, 2012, Section 3), which approximates the
-    multinomial one to :math:`O(1/n)`. Each weight is the Poisson(1) quantile of a 32-bit uniform made by a
-    counter-based hash of the session's index and the replicate's two seeds (drawn from ``key``), so the
-    weights are made where they are summed and never stored: Wellons' ``lowbias32`` hash applied twice (in
-    the manner of Salmon et al., SC'11's counter-based generators); the Poisson probabilities are exact to
-    :math:`2^{-32}`.
+    (Hanley & MacGibbon, *Creating non-parametric bootstrap samples using Poisson frequencies*, Computer
+    Methods and Programs in Biomedicine 2006; Chamandy et al., *Estimating uncertainty for massive data
+    streams*, Google, 2012), asymptotically equivalent to the multinomial one. Each weight is the Poisson(1)
+    quantile of a 32-bit uniform made by a counter-based hash of the session's index and the replicate's two
+    seeds (drawn from ``key``): Wellons' ``lowbias32`` hash applied twice, in the manner of Salmon et al.'s
+    counter-based generators (SC'11). The weights are made block by block where they are summed and never
+    stored whole; the Poisson probabilities are exact to :math:`2^{-32}`.
   * ``"multinomial"``: Efron's bootstrap, :math:`w_b \sim \mathrm{Mult}(n, \mathbb 1/n)` over the :math:`n`
-    valid sessions (``jax.random.randint`` draws counted by ``segment_sum``; ``chunk_size`` ``x`` :math:`B`
-    counts held at once).
+    valid sessions (``jax.random.randint`` draws counted by ``segment_sum``, a scatter per replicate, so
+    slower; ``chunk_size`` ``x`` :math:`B` counts held at once).
 
   Args:
     fn: an :class:`Estimate`, or ``session_weights -> Estimate`` (an estimator with the log bound, e.g. a
