@@ -16,7 +16,10 @@ index, ``n_unique_action = L``; ``reward`` = the clicks):
   its ``estimate_interval`` first sums each slate by a Python loop over slates that is quadratic in the number
   of sessions), and ``estimate_interval`` itself on ``--interval_sessions`` sessions.
 * **ultr_jax**: the registry's ``sips``, ``iips``, ``rips`` and ``cascade_dr`` on the same inputs, jitted
-  (compile timed apart, then the median of ``--repeats`` warm calls), and ``--bootstrap`` replicates of each.
+  (compile timed apart, then the median of ``--repeats`` warm calls), and ``--bootstrap`` replicates of each
+  (:func:`ultr_jax.evaluation.bootstrap_interval` of the estimate, ``--resampling`` Poisson or multinomial, one
+  warm call after its compile): the replicates reweight the estimate's per-session terms, as OBP's core
+  resamples its per-session values.
 
 The estimates must agree to ``--tolerance`` (absolute; the script exits 1 otherwise). Prints both sides' times
 and the ratios (OBP / ultr_jax), with the machine's load.
@@ -24,6 +27,7 @@ and the ratios (OBP / ultr_jax), with the machine's load.
   bash benchmarks/obp_venv.sh                          # once: /tmp/obp-venv
   python benchmarks/ope_obp.py                         # 10^6 sessions, 1,000 bootstrap replicates
   python benchmarks/ope_obp.py --sessions=20000 --bootstrap=100   # a quick check
+  python benchmarks/ope_obp.py --estimators=sips,iips,rips --repeats=3   # without cascade-DR's Q tables
 """
 
 import argparse
@@ -64,21 +68,15 @@ def generate(args) -> dict:
   ideal = jnp.take_along_axis(jnp.asarray(queries["attraction"])[query], order, axis=-1)
   logging = ev.plackett_luce_propensities(logging_scores, temperature=args.temperature)
   target = ev.plackett_luce_propensities(ideal, temperature=args.target_temperature)
-  num_docs = args.queries * args.list_size
-  fit = sim.fit_click_model("pbm", log["doc_ids"], log["clicks"], num_docs=num_docs)
-  q_hat, action_dist = ev.cascade_dr_tables(
-    ideal, doc_ids=log["doc_ids"], model="pbm", params=fit.params, temperature=args.target_temperature, **_key(args)
-  )
-  return {
-    "scores": ideal,
-    "clicks": log["clicks"],
-    "doc_ids": log["doc_ids"],
-    "logging": logging,
-    "target": target,
-    "params": fit.params,
-    "q_hat": q_hat,
-    "action_dist": action_dist,
-  }
+  inputs = {"scores": ideal, "clicks": log["clicks"], "doc_ids": log["doc_ids"], "logging": logging, "target": target}
+  if "cascade_dr" in args.estimators.split(","):  # a fitted PBM and its Q tables
+    num_docs = args.queries * args.list_size
+    fit = sim.fit_click_model("pbm", log["doc_ids"], log["clicks"], num_docs=num_docs)
+    q_hat, action_dist = ev.cascade_dr_tables(
+      ideal, doc_ids=log["doc_ids"], model="pbm", params=fit.params, temperature=args.target_temperature, **_key(args)
+    )
+    inputs.update(params=fit.params, q_hat=q_hat, action_dist=action_dist)
+  return inputs
 
 
 def _key(args) -> dict:
@@ -107,8 +105,11 @@ def write_npz(inputs: dict, path: str) -> None:
     evaluation_policy_pscore_item_position=flat(target.item_position),
     pscore_cascade=flat(logging.prefix),
     evaluation_policy_pscore_cascade=flat(target.prefix),
-    q_hat=flat(inputs["q_hat"]),
-    evaluation_policy_action_dist=flat(inputs["action_dist"]),
+    **(
+      {"q_hat": flat(inputs["q_hat"]), "evaluation_policy_action_dist": flat(inputs["action_dist"])}
+      if "q_hat" in inputs
+      else {}
+    ),
   )
 
 
@@ -119,7 +120,7 @@ def ultr_jax_estimator(name: str, inputs: dict, args):
     "logging": inputs["logging"],
     "doc_ids": inputs["doc_ids"],
     "model": "pbm",
-    "params": inputs["params"],
+    "params": inputs.get("params"),
   }
   kwargs = {k: available[k] for k in spec.inputs}
   if "model" in spec.inputs:
@@ -128,11 +129,18 @@ def ultr_jax_estimator(name: str, inputs: dict, args):
 
 
 def time_ultr_jax(args, inputs: dict) -> dict:
-  """Estimates, warm times (median of ``--repeats``) and compile times of each estimator and its bootstrap."""
+  """Estimates, warm times (median of ``--repeats``) and compile times of each estimator, and the time of its
+  ``--bootstrap`` replicates from the estimate (compiled apart, then one warm call)."""
   out = {"estimates": {}, "estimate_seconds": {}, "compile_seconds": {}, "bootstrap_seconds": {}, "bootstrap": {}}
   jitted = {k: v for k, v in inputs.items() if k not in ("logging_scores",)}
-  for name in ESTIMATORS:
+  boot = jax.jit(
+    lambda est, key: ev.bootstrap_interval(
+      est, key, num_replicates=args.bootstrap, alpha=0.1, resampling=args.resampling, chunk_size=args.chunk_size
+    )
+  )
+  for name in args.estimators.split(","):
     # The log goes in as arguments (as constants, XLA would fold the whole estimate at compile time).
+    estimate = jax.jit(lambda x, name=name: ultr_jax_estimator(name, x, args)(session_weights=None))
     value = jax.jit(lambda x, name=name: ultr_jax_estimator(name, x, args)(session_weights=None).value)
     t = time.perf_counter()
     v = value(jitted).block_until_ready()
@@ -143,25 +151,18 @@ def time_ultr_jax(args, inputs: dict) -> dict:
       value(jitted).block_until_ready()
       times.append(time.perf_counter() - t)
     out["estimates"][name], out["estimate_seconds"][name] = float(v), statistics.median(times)
-
-    def boot(x, key, name=name):
-      fn = ultr_jax_estimator(name, x, args)
-      return ev.bootstrap_interval(lambda sw: fn(session_weights=sw), key, num_replicates=batch, alpha=0.1)
-
-    # bootstrap_interval vmaps all its replicates at once: --bootstrap_batch replicates per call bound the memory
-    # (10^6 sessions x 1,000 replicates would hold 4 GB per intermediate); the calls' times add up.
-    batch = min(args.bootstrap, args.bootstrap_batch)
-    boot = jax.jit(boot)
-    boot(jitted, jax.random.key(1)).lower.block_until_ready()  # compile
+    # The bootstrap from the estimate (its per-session terms), as OBP's core from its per-session values.
+    est = jax.block_until_ready(estimate(jitted))
+    boot(est, jax.random.key(1)).lower.block_until_ready()  # compile
     t = time.perf_counter()
-    for i in range(-(-args.bootstrap // batch)):
-      ci = boot(jitted, jax.random.key(2 + i))
-      ci.lower.block_until_ready()
+    ci = boot(est, jax.random.key(2))
+    ci.lower.block_until_ready()
     out["bootstrap_seconds"][name] = time.perf_counter() - t
     out["bootstrap"][name] = {"lower": float(ci.lower), "upper": float(ci.upper)}
     print(
       f"[ultr_jax] {name}: {float(v):.6f}; estimate {out['estimate_seconds'][name] * 1e3:.1f} ms "
-      f"(compile {out['compile_seconds'][name]:.1f}s), bootstrap x{args.bootstrap} {out['bootstrap_seconds'][name]:.2f}s",
+      f"(compile {out['compile_seconds'][name]:.1f}s), bootstrap x{args.bootstrap} ({args.resampling}) "
+      f"{out['bootstrap_seconds'][name]:.2f}s [{float(ci.lower):.5f}, {float(ci.upper):.5f}]",
       flush=True,
     )
   return out
@@ -180,6 +181,8 @@ def run_obp(args, path: str) -> dict:
     str(args.bootstrap),
     "--interval_sessions",
     str(args.interval_sessions),
+    "--estimators",
+    args.estimators,
   ]
   subprocess.run(cmd, check=True)
   with open(out_path, encoding="utf-8") as f:
@@ -195,7 +198,9 @@ def main():
   parser.add_argument("--temperature", type=float, default=1.0, help="the logging policy's Plackett-Luce temperature")
   parser.add_argument("--target_temperature", type=float, default=0.0, help="0: a deterministic target")
   parser.add_argument("--bootstrap", type=int, default=1000)
-  parser.add_argument("--bootstrap_batch", type=int, default=1000, help="ultr_jax's replicates per vmapped call")
+  parser.add_argument("--resampling", default="poisson", choices=("poisson", "multinomial"), help="ultr_jax's")
+  parser.add_argument("--chunk_size", type=int, default=32, help="ultr_jax's bootstrap replicates vmapped at once")
+  parser.add_argument("--estimators", default=",".join(ESTIMATORS), help="a subset of " + ",".join(ESTIMATORS))
   parser.add_argument("--interval_sessions", type=int, default=20000)
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--tolerance", type=float, default=1e-5)
@@ -223,7 +228,8 @@ def main():
   print(
     f"{'estimator':<12}{'ultr_jax':>12}{'obp':>12}{'|diff|':>10}{'est. x':>9}{'boot ultr_jax':>15}{'boot obp':>10}{'boot x':>8}"
   )
-  for name in ESTIMATORS:
+  names = args.estimators.split(",")
+  for name in names:
     diff = abs(ours["estimates"][name] - theirs["estimates"][name])
     worst = max(worst, diff)
     print(
@@ -234,7 +240,7 @@ def main():
     )
   boot_ours, boot_theirs = sum(ours["bootstrap_seconds"].values()), sum(theirs["bootstrap_seconds"].values())
   print(
-    f"bootstrap x{args.bootstrap}, all four: ultr_jax {boot_ours:.1f}s, OBP's core {boot_theirs:.1f}s "
+    f"bootstrap x{args.bootstrap}, all {len(names)}: ultr_jax {boot_ours:.1f}s, OBP's core {boot_theirs:.1f}s "
     f"({boot_theirs / boot_ours:.1f}x); OBP's estimate_interval on {theirs['interval_sessions']} sessions: "
     + ", ".join(f"{k} {v:.1f}s" for k, v in theirs["interval_seconds"].items())
   )

@@ -469,8 +469,8 @@ def test_a_plackett_luce_target_truth_by_enumeration_and_by_sampling():
 # Intervals.
 
 
-@pytest.mark.parametrize("name", ["iips", "sniips"])
-def test_normal_and_bootstrap_intervals_reach_nominal_coverage(name):
+@pytest.mark.parametrize("name,resampling", [("iips", "poisson"), ("sniips", "poisson"), ("sniips", "multinomial")])
+def test_normal_and_bootstrap_intervals_reach_nominal_coverage(name, resampling):
   num_logs, num_sessions = 200, 300
   truth = _truth("pbm")
   spec = ev.get_estimator(name)
@@ -481,7 +481,7 @@ def test_normal_and_bootstrap_intervals_reach_nominal_coverage(name):
     log, clicks, logging, target = _simulate(k_log, "pbm", num_sessions)
     fn = lambda sw: spec.fn(log["scores"], clicks, logging=logging, target=target, session_weights=sw)  # noqa: E731
     normal = ev.normal_interval(fn(None))
-    boot = ev.bootstrap_interval(fn, k_boot, num_replicates=200)
+    boot = ev.bootstrap_interval(fn, k_boot, num_replicates=200, resampling=resampling)
     return jnp.stack([(normal.lower <= truth) & (truth <= normal.upper), (boot.lower <= truth) & (truth <= boot.upper)])
 
   covered = np.asarray(jax.lax.map(one, jax.random.split(jax.random.key(3), num_logs)))
@@ -527,6 +527,108 @@ def test_bootstrap_resamples_the_valid_sessions_only():
   ci = ev.bootstrap_interval(fn2, jax.random.key(0), num_replicates=100)
   assert np.isfinite([ci.lower, ci.upper]).all()
   assert float(fn(None).num_sessions) == 5.0
+
+
+def _np_lowbias32(x):
+  x = x ^ (x >> np.uint32(16))
+  x = x * np.uint32(0x7FEB352D)
+  x = x ^ (x >> np.uint32(15))
+  x = x * np.uint32(0x846CA68B)
+  return x ^ (x >> np.uint32(16))
+
+
+def test_poisson_bootstrap_weights_match_a_numpy_reference_and_are_poisson_one():
+  from ultr_jax.evaluation import intervals
+
+  seeds = intervals._draws(jax.random.key(0), 4, "poisson")
+  n = 200_000
+  w = np.asarray(intervals._poisson_weights(seeds, jnp.uint32(0), n))
+  s = np.asarray(seeds)
+  with np.errstate(over="ignore"):
+    u = _np_lowbias32(_np_lowbias32(np.arange(n, dtype=np.uint32)[None] ^ s[:, :1]) ^ s[:, 1:])
+  cdf = np.cumsum([np.exp(-1.0) / np.prod(np.arange(1, k + 1)) for k in range(20)])
+  np.testing.assert_array_equal(w, np.searchsorted(cdf * 2.0**32, u.astype(np.float64), side="right"))
+  # The same weights whatever block they are computed in.
+  np.testing.assert_array_equal(w[:, 1000:1100], intervals._poisson_weights(seeds, jnp.uint32(1000), 100))
+  pmf = np.exp(-1.0) / np.array([1, 1, 2, 6, 24])
+  freq = np.array([np.mean(w == k) for k in range(5)])
+  assert np.all(np.abs(freq - pmf) <= 4 * np.sqrt(pmf * (1 - pmf) / w.size)), freq
+  corr = np.corrcoef(np.concatenate([w[:, 1:], w[:, :-1]]).reshape(8, -1))
+  assert np.all(np.abs(corr - np.eye(8)) < 5 / np.sqrt(n)), corr  # neighbours and replicates uncorrelated
+
+
+def test_multinomial_bootstrap_counts_draw_n_among_the_valid_sessions():
+  from ultr_jax.evaluation import intervals
+
+  valid = jnp.array([True, False, True, True, False, True])
+  keys = intervals._draws(jax.random.key(0), 4000, "multinomial")
+  counts = np.asarray(jax.vmap(intervals._multinomial_counts, (0, None))(keys, valid))
+  assert np.all(counts.sum(axis=1) == 4) and np.all(counts[:, ~np.asarray(valid)] == 0)
+  np.testing.assert_allclose(counts[:, np.asarray(valid)].mean(axis=0), 1.0, atol=0.06)
+  np.testing.assert_allclose(counts[:, np.asarray(valid)].var(axis=0), 0.75, atol=0.08)  # n p (1 - p)
+
+
+def _resampled_log():
+  log = _small_log()
+  log["where"][2] = False  # an all-masked session: never resampled
+  log["clicks"] = np.where(log["where"], log["clicks"], 0.0).astype(np.float32)
+  return log
+
+
+@pytest.mark.parametrize(
+  "name", [n for n, s in ev.ESTIMATORS.items() if s.self_normalize] + ["iips", "dr", "click_dcg"]
+)
+def test_bootstrap_replicates_equal_the_estimator_rerun_with_their_session_weights(name):
+  """Resampling the terms (or the ratios, self-normalised) is the estimator re-run on the reweighted log."""
+  from ultr_jax.evaluation import intervals
+
+  spec = ev.get_estimator(name)
+  log = _resampled_log()
+  inputs = {k: v for k, v in _registry_inputs(log, jax.random.key(5)).items() if k in spec.inputs}
+  if "model" in spec.inputs:
+    inputs["key"] = jax.random.key(5)
+  temperature = {} if name == "click_dcg" else {"temperature": 0.7}
+  estimator = functools.partial(spec.fn, log["scores"], log["clicks"], where=log["where"], **temperature, **inputs)
+  fn = lambda sw: estimator(session_weights=sw)  # noqa: E731
+
+  @jax.jit
+  def check(key):
+    base = fn(None)
+    valid = jnp.asarray(base.session_weights) > 0
+    poisson = intervals._poisson_weights(intervals._draws(key, 5, "poisson"), jnp.uint32(0), 5) * valid
+    counts = jax.vmap(intervals._multinomial_counts, (0, None))(intervals._draws(key, 5, "multinomial"), valid)
+    rerun = jax.vmap(lambda w: fn(w).value)(jnp.concatenate([poisson, counts]))
+    fast = [intervals._replicates(base, key, 5, r, chunk_size=2) for r in ("poisson", "multinomial")]
+    return jnp.concatenate(fast), rerun
+
+  fast, rerun = check(jax.random.key(1))
+  np.testing.assert_allclose(fast, rerun, rtol=2e-5, atol=1e-6)
+
+
+def test_bootstrap_replicates_do_not_depend_on_the_chunk_size_and_paired_ones_are_differences():
+  from ultr_jax.evaluation import intervals
+
+  log = _resampled_log()
+  logging = _inputs(log)
+  fa = functools.partial(ev.independent_ips, log["scores"], log["clicks"], logging=logging, where=log["where"])
+  fb = functools.partial(
+    ev.standard_ips, log["logging_scores"], log["clicks"], logging=logging, where=log["where"], self_normalize=True
+  )
+  a, b = fa(session_weights=None), fb(session_weights=None)
+
+  @functools.partial(jax.jit, static_argnums=0)
+  def replicates(resampling, key):
+    chunks = [intervals._replicates(b, key, 7, resampling, c) for c in (1, 3, 64)]
+    diff = intervals._replicates(ev.difference(a, b), key, 7, resampling, 4)
+    return chunks, diff, intervals._replicates(a, key, 7, resampling, 4)
+
+  for resampling in ("poisson", "multinomial"):
+    (one, three, all_), diff, rep_a = replicates(resampling, jax.random.key(0))
+    np.testing.assert_allclose(three, one, rtol=1e-6)
+    np.testing.assert_allclose(all_, one, rtol=1e-6)
+    np.testing.assert_allclose(diff, rep_a - one, atol=1e-6)
+  with pytest.raises(ValueError, match="resampling"):
+    ev.bootstrap_interval(a, jax.random.key(0), resampling="bayesian")
 
 
 # ----------------------------------------------------------------------------

@@ -23,6 +23,12 @@ class Estimate(NamedTuple):
     num_sessions: ``[]`` the (weighted) number of valid sessions.
     session_weights: ``[B]`` each session's weight in the mean (1 for a valid session, 0 for an all-masked one;
       the bootstrap's counts when given).
+    ratios: ``[B, P, 3]`` or None. None: ``value`` is the session-weighted mean of ``terms``. Otherwise (a
+      self-normalised estimator) each session's numerator, denominator and share of each of ``P`` ratio
+      components, with ``value`` :math:`= \sum_p \frac{\sum_i n_i u_{ip}}{\sum_i n_i v_{ip}}
+      \cdot \frac{\sum_i n_i s_{ip}}{\sum_i n_i}` for the session weights :math:`n_i`
+      (a ratio with a zero denominator counts 0), so a bootstrap reweights them jointly without re-running the
+      estimator.
   """
 
   value: Array
@@ -30,6 +36,25 @@ class Estimate(NamedTuple):
   num_clipped: Array
   num_sessions: Array
   session_weights: Array
+  ratios: Optional[Array] = None
+
+
+def ratio_parts(num: Array, den: Array, share: Array) -> Array:
+  """``[..., P, 3]``: the (numerator, denominator, share) of each ratio component (:attr:`Estimate.ratios`)."""
+  num, den, share = (jnp.asarray(x, jnp.float32) for x in (num, den, share))
+  return jnp.stack(jnp.broadcast_arrays(num, den, share), axis=-1)
+
+
+def plain_parts(terms: Array, mass: Array) -> Array:
+  r"""A plain mean's terms ``[B]`` as one ratio component ``[B, 1, 3]``: :math:`\sum_i n_i t_i / \sum_i n_i`."""
+  valid = (mass > 0).astype(jnp.float32)
+  return ratio_parts(terms * valid, valid, valid)[..., None, :]
+
+
+def ratios_value(sums: Array, total: Array) -> Array:
+  r""":math:`\sum_p (U_p / V_p)(S_p / N)` from the session-weighted sums ``[..., P, 3]`` of
+  :attr:`Estimate.ratios` and the sessions' total weight :math:`N` ``[...]``."""
+  return jnp.sum(safe_div(sums[..., 0], sums[..., 1]) * safe_div(sums[..., 2], total[..., None]), axis=-1)
 
 
 def mask_of(x: Array, where: Optional[Array]) -> Array:
@@ -66,6 +91,33 @@ def session_mass(where: Array, session_weights: Optional[Array]) -> Array:
   return valid * jnp.asarray(session_weights, jnp.float32)
 
 
+class Prepared(NamedTuple):
+  """What every estimator starts from: ``scores`` (float32), ``where``, per-position ``rewards``, the positions
+  within ``top_k`` (``active``) and each session's weight (``mass``)."""
+
+  scores: Array
+  where: Array
+  rewards: Array
+  active: Array
+  mass: Array
+
+
+def prepare(
+  scores: Array,
+  clicks: Optional[Array],
+  where: Optional[Array],
+  weights: Optional[Array],
+  top_k: Optional[int],
+  session_weights: Optional[Array],
+) -> Prepared:
+  """The estimators' common preamble (``clicks`` None: zero rewards)."""
+  scores = jnp.asarray(scores, jnp.float32)
+  where = mask_of(scores, where)
+  clicks = jnp.zeros(scores.shape, jnp.float32) if clicks is None else clicks
+  r = rewards(clicks, where, weights, top_k)
+  return Prepared(scores, where, r, shown_mask(where, top_k), session_mass(where, session_weights))
+
+
 def clip_weights(rho: Array, clip: Optional[float], valid: Array) -> tuple[Array, Array]:
   """``(min(rho, clip), number clipped among valid)``; no clip: ``(rho, 0)``."""
   if clip is None:
@@ -99,6 +151,7 @@ def weighted_estimate(
   total = jnp.sum(mass)
   m = mass[:, None] * active
   rx = jnp.where(active, rho * x, 0.0)
+  ratios = None
   if self_normalize:
     num = jnp.sum(m * rx, axis=0)
     den = jnp.sum(m * jnp.where(active, rho, 0.0), axis=0)
@@ -106,10 +159,14 @@ def weighted_estimate(
     bar = safe_div(den, jnp.sum(m, axis=0))  # the mean weight over the sessions that have position l
     lin = jnp.where(active, safe_div(rho * (x - v_l), bar) + v_l, 0.0)
     terms = jnp.sum(lin, axis=-1)
+    valid = (mass > 0)[:, None]
+    ratios = ratio_parts(jnp.where(valid, rx, 0.0), jnp.where(valid & active, rho, 0.0), valid & active)
+    if offset is not None:
+      ratios = jnp.concatenate([ratios, plain_parts(offset, mass)], axis=-2)
   else:
     terms = jnp.sum(rx, axis=-1)
   if offset is not None:
     terms = terms + offset
   terms = jnp.where(mass > 0, terms, 0.0)
   value = safe_div(jnp.sum(mass * terms), total)
-  return Estimate(value=value, terms=terms, num_clipped=num_clipped, num_sessions=total, session_weights=mass)
+  return Estimate(value, terms, num_clipped, total, mass, ratios)

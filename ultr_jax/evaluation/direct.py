@@ -173,9 +173,7 @@ def direct_method(
   1.05
   """
   del clicks
-  scores = jnp.asarray(scores, jnp.float32)
-  where = C.mask_of(scores, where)
-  mass = C.session_mass(where, session_weights)
+  scores, where, _, _, mass = C.prepare(scores, None, where, None, None, session_weights)
   dm = _dm_terms(scores, doc_ids, model, params, where, weights, top_k, temperature, key, num_samples)
   zero = jnp.zeros(scores.shape[:-1] + (1,))
   return C.weighted_estimate(zero, zero, zero > 0, mass, False, jnp.zeros((), jnp.int32), offset=dm)
@@ -238,8 +236,7 @@ def doubly_robust(
   """
   if kind not in ("independent", "standard"):
     raise ValueError(f"doubly_robust: kind must be 'independent' or 'standard', got {kind!r}")
-  scores = jnp.asarray(scores, jnp.float32)
-  where = C.mask_of(scores, where)
+  scores, where, _, _, mass = C.prepare(scores, None, where, None, None, session_weights)
   dm = _dm_terms(scores, doc_ids, model, params, where, weights, top_k, temperature, key, num_samples)
   logged = jnp.broadcast_to(jnp.arange(scores.shape[-1], dtype=jnp.int32), scores.shape)
   q_hat = model_click_probabilities(model, params, doc_ids, logged, where=where)
@@ -252,10 +249,10 @@ def doubly_robust(
     ips = independent_ips(scores, residual, key=key, num_samples=num_samples, max_enumeration=max_enumeration, **common)
   else:
     ips = standard_ips(scores, residual, **common)
-  mass = C.session_mass(where, session_weights)
   terms = jnp.where(mass > 0, ips.terms + dm, 0.0)
   value = C.safe_div(jnp.sum(mass * terms), jnp.sum(mass))
-  return C.Estimate(value, terms, ips.num_clipped, ips.num_sessions, mass)
+  ratios = None if ips.ratios is None else jnp.concatenate([ips.ratios, C.plain_parts(dm, mass)], axis=-2)
+  return C.Estimate(value, terms, ips.num_clipped, ips.num_sessions, mass, ratios)
 
 
 def _candidate_ranks(ranks_e: Array) -> Array:
@@ -395,11 +392,7 @@ def cascade_doubly_robust(
   >>> print(est.value.round(4))  # the logged ranking is not the target's: only the model's 0.9 remains
   0.9
   """
-  scores = jnp.asarray(scores, jnp.float32)
-  where = C.mask_of(scores, where)
-  r = C.rewards(clicks, where, weights, top_k)
-  active = C.shown_mask(where, top_k)
-  mass = C.session_mass(where, session_weights)
+  scores, where, r, active, mass = C.prepare(scores, clicks, where, weights, top_k, session_weights)
   q, pi_next = cascade_dr_tables(
     scores,
     doc_ids=doc_ids,
@@ -419,10 +412,24 @@ def cascade_doubly_robust(
     clip,
     active & (mass[:, None] > 0),
   )
+  ratios = None
   if self_normalize:
+    ratios = _cascade_ratios(rho, r - q_obs, q_exp, active, mass)
     m = mass[:, None] * active
     rho = C.safe_div(rho, C.safe_div(jnp.sum(m * rho, axis=0), jnp.sum(m, axis=0)))
   rho_prev = jnp.concatenate([jnp.ones_like(rho[..., :1]), rho[..., :-1]], axis=-1)
   x = jnp.where(active, rho * (r - q_obs) + rho_prev * q_exp, 0.0)
   ones = jnp.ones_like(x)
-  return C.weighted_estimate(x, ones, active, mass, False, n_clip)
+  return C.weighted_estimate(x, ones, active, mass, False, n_clip)._replace(ratios=ratios)
+
+
+def _cascade_ratios(rho: Array, residual: Array, q_exp: Array, active: Array, mass: Array) -> Array:
+  r"""Self-normalised cascade-DR as ratio components (:attr:`~ultr_jax.evaluation.Estimate.ratios`): at each
+  position, :math:`\sum_i n_i \rho_{il} (r_{il} - \hat Q_{il}) / \bar\rho_l` and
+  :math:`\sum_i n_i \rho_{i,l-1} \mathbb{E}\hat Q_{il} / \bar\rho_{l-1}` (the first position's unweighted)."""
+  act = active & (mass > 0)[:, None]
+  den = jnp.where(act, rho, 0.0)
+  here = C.ratio_parts(jnp.where(act, rho * residual, 0.0), den, act)
+  below = C.ratio_parts(jnp.where(act[..., 1:], rho[..., :-1] * q_exp[..., 1:], 0.0), den[..., :-1], act[..., :-1])
+  first = C.plain_parts(jnp.where(act[..., 0], q_exp[..., 0], 0.0), mass)
+  return jnp.concatenate([here, first, below], axis=-2)

@@ -87,11 +87,20 @@ def target_propensities(
   )
 
 
-def _prepare(scores, clicks, where, weights, top_k, session_weights):
-  scores = jnp.asarray(scores, jnp.float32)
-  where = C.mask_of(scores, where)
-  r = C.rewards(clicks, where, weights, top_k)
-  return scores, where, r, C.shown_mask(where, top_k), C.session_mass(where, session_weights)
+def _target_or_computed(target, scores, where, temperature, top_k, key, num_samples, max_enumeration, matrix=False):
+  """``target`` if given (with its ``matrix`` when one is needed), else the target's propensities from ``scores``."""
+  if target is not None and (target.matrix is not None or not matrix):
+    return target
+  return target_propensities(
+    scores,
+    where=where,
+    temperature=temperature,
+    top_k=top_k,
+    matrix=matrix,
+    key=key,
+    num_samples=num_samples,
+    max_enumeration=max_enumeration,
+  )
 
 
 def standard_ips(
@@ -139,7 +148,7 @@ def standard_ips(
   >>> print(est.value, est.terms)
   1.0 [2. 0.]
   """
-  scores, where, r, active, mass = _prepare(scores, clicks, where, weights, top_k, session_weights)
+  scores, where, r, active, mass = C.prepare(scores, clicks, where, weights, top_k, session_weights)
   k = _cut(scores.shape[-1], top_k)
   pe = prefix_probs(scores, where, temperature)[..., k - 1] if target is None else target.ranking
   rho, n_clip = C.clip_weights(C.ratio(pe, logging.ranking), clip, mass > 0)
@@ -194,17 +203,8 @@ def independent_ips(
   >>> print(est.value, est.terms)
   2.0 [4. 0.]
   """
-  scores, where, r, active, mass = _prepare(scores, clicks, where, weights, top_k, session_weights)
-  if target is None:
-    target = target_propensities(
-      scores,
-      where=where,
-      temperature=temperature,
-      top_k=top_k,
-      key=key,
-      num_samples=num_samples,
-      max_enumeration=max_enumeration,
-    )
+  scores, where, r, active, mass = C.prepare(scores, clicks, where, weights, top_k, session_weights)
+  target = _target_or_computed(target, scores, where, temperature, top_k, key, num_samples, max_enumeration)
   pe = target.item_position
   rho, n_clip = C.clip_weights(C.ratio(pe, logging.item_position), clip, active & (mass[:, None] > 0))
   return C.weighted_estimate(r, rho, active, mass, self_normalize, n_clip)
@@ -247,7 +247,7 @@ def reward_interaction_ips(
   >>> print(est.value, est.terms)
   2.0 [4. 0.]
   """
-  scores, where, r, active, mass = _prepare(scores, clicks, where, weights, top_k, session_weights)
+  scores, where, r, active, mass = C.prepare(scores, clicks, where, weights, top_k, session_weights)
   pe = prefix_probs(scores, where, temperature) if target is None else target.prefix
   rho, n_clip = C.clip_weights(C.ratio(pe, logging.prefix), clip, active & (mass[:, None] > 0))
   return C.weighted_estimate(r, rho, active, mass, self_normalize, n_clip)
@@ -300,21 +300,11 @@ def pseudo_inverse(
   >>> print(est.value.round(4), est.terms.round(4))
   1.0 [2. 0.]
   """
-  scores, where, r, active, mass = _prepare(scores, clicks, where, weights, top_k, session_weights)
+  scores, where, r, active, mass = C.prepare(scores, clicks, where, weights, top_k, session_weights)
   if logging.pairs is None:
     raise ValueError("pseudo_inverse: logging.pairs is required (plackett_luce_propensities(..., pairs=True))")
   size = scores.shape[-1]
-  if target is None or target.matrix is None:
-    target = target_propensities(
-      scores,
-      where=where,
-      temperature=temperature,
-      top_k=top_k,
-      matrix=True,
-      key=key,
-      num_samples=num_samples,
-      max_enumeration=max_enumeration,
-    )
+  target = _target_or_computed(target, scores, where, temperature, top_k, key, num_samples, max_enumeration, True)
   q = target.matrix.reshape(scores.shape[:-1] + (size * size,))
   shown = jnp.eye(size, dtype=bool) & active[..., :, None]
   indicator = shown.reshape(scores.shape[:-1] + (size * size,)).astype(jnp.float32)
@@ -373,12 +363,10 @@ def click_dcg(
   >>> print(est.value)  # the clicked item (weight 1 / 0.5) is the target's first
   2.0
   """
-  scores = jnp.asarray(scores, jnp.float32)
-  where = C.mask_of(scores, where)
+  scores, where, _, _, mass = C.prepare(scores, None, where, None, None, session_weights)
   size = scores.shape[-1]
   lam = dcg_weights(size) if weights is None else jnp.asarray(weights, jnp.float32)
   lam = C.position_weights(scores.shape, lam, top_k)
-  mass = C.session_mass(where, session_weights)
   inv = jnp.where(where, C.safe_div(jnp.ones_like(scores), jnp.asarray(propensities, jnp.float32)), 0.0)
   inv, n_clip = C.clip_weights(inv, clip, where & (jnp.asarray(clicks) > 0) & (mass[:, None] > 0))
   gain = jnp.where(where, jnp.asarray(clicks, jnp.float32) * inv, 0.0)

@@ -3,20 +3,22 @@ r"""Confidence intervals for an estimate, and the paired difference of two ranke
 * :func:`normal_interval`: :math:`\hat V \pm z_{1-\alpha/2}\, s / \sqrt n` with :math:`s` the standard deviation of
   the estimate's per-session terms (for a self-normalised estimator their delta-method linearisation).
 * :func:`bootstrap_interval`: the percentile bootstrap (Efron & Tibshirani, 1993, Section 13.3): sessions are
-  resampled with replacement (as multinomial counts passed to the estimator as ``session_weights``, so a
-  self-normalised estimator is recomputed on each replicate, normaliser included); the replicates are vmapped
-  over keys.
+  reweighted (Poisson(1) weights, or Efron's multinomial counts) and each replicate is the estimate's weighted
+  mean of its per-session terms, or for a self-normalised estimator its weighted numerators over its weighted
+  denominators (normaliser included), without re-running the estimator; replicates are vmapped in chunks.
 * :func:`difference` / :func:`paired_bootstrap_interval`: two estimates on the same sessions, differenced
   session by session (the same resampled sessions for both), so what the two rankers share cancels.
 """
 
-from typing import Callable, NamedTuple
+import math
+from typing import Callable, NamedTuple, Optional, Union
 
 import jax
 import jax.numpy as jnp
 import jax.scipy.stats as jstats
+import numpy as np
 
-from ultr_jax.evaluation._common import Estimate, safe_div
+from ultr_jax.evaluation._common import Estimate, plain_parts, ratios_value, safe_div
 from ultr_jax.types import Array, PRNGKey
 
 __all__ = ["Interval", "normal_interval", "bootstrap_interval", "difference", "paired_bootstrap_interval"]
@@ -68,14 +70,111 @@ def normal_interval(estimate: Estimate, *, alpha: float = 0.05) -> Interval:
   return Interval(estimate.value, estimate.value - z * stderr, estimate.value + z * stderr, stderr)
 
 
-def _counts(key: PRNGKey, mask: Array) -> Array:
-  """Multinomial counts ``[B]``: ``n = sum(mask)`` draws with replacement among the valid sessions."""
-  size = mask.shape[-1]
-  n = jnp.sum(mask)
-  p = mask / jnp.maximum(n, 1)
-  idx = jax.random.choice(key, size, (size,), p=p)
-  keep = jnp.arange(size) < n
-  return jnp.zeros(size).at[idx].add(keep.astype(jnp.float32))
+_RESAMPLING = ("poisson", "multinomial")
+
+
+def _poisson_thresholds() -> tuple[int, ...]:
+  """The Poisson(1) distribution function at 0, 1, 2, ... in units of :math:`2^{-32}` (those below :math:`2^{32}`)."""
+  cdf = np.cumsum([math.exp(-1.0) / math.factorial(k) for k in range(20)])
+  return tuple(int(t) for t in np.round(cdf * 2.0**32) if t < 2.0**32)
+
+
+_POISSON_THRESHOLDS = np.array(_poisson_thresholds(), np.uint32)
+
+
+def _mix32(x: Array) -> Array:
+  """An integer hash of ``uint32`` words with full avalanche (Wellons' ``lowbias32``; a bijection)."""
+  x = x ^ (x >> 16)
+  x = x * jnp.uint32(0x7FEB352D)
+  x = x ^ (x >> 15)
+  x = x * jnp.uint32(0x846CA68B)
+  return x ^ (x >> 16)
+
+
+def _poisson_weights(seeds: Array, start: Array, size: int) -> Array:
+  r"""``float32[R, size]`` Poisson(1) weights of sessions ``start .. start + size - 1`` in the replicates whose
+  seeds are ``seeds [R, 2]``: :math:`w_{bi} = \#\{k : u_{bi} \ge 2^{32} F(k)\}` for the Poisson(1) distribution
+  function :math:`F` and the 32-bit uniform :math:`u_{bi} = h(h(i \oplus s_{b1}) \oplus s_{b2})`. A weight
+  depends on its session's index and its replicate's seeds only (not on the blocks it is computed in)."""
+  i = jnp.asarray(start, jnp.uint32) + jax.lax.broadcasted_iota(jnp.uint32, (seeds.shape[0], size), 1)
+  u = _mix32(_mix32(i ^ seeds[:, :1]) ^ seeds[:, 1:])
+  thresholds = jnp.asarray(_POISSON_THRESHOLDS, jnp.uint32)
+  return jnp.searchsorted(thresholds, u, side="right", method="compare_all").astype(jnp.float32)
+
+
+def _multinomial_counts(key: PRNGKey, valid: Array) -> Array:
+  """``float32[B]`` multinomial counts: ``n = sum(valid)`` draws with replacement among the valid sessions."""
+  size = valid.shape[-1]
+  n = jnp.sum(valid)
+  rows = jnp.nonzero(valid, size=size, fill_value=0)[0]
+  drawn = rows[jax.random.randint(key, (size,), 0, jnp.maximum(n, 1))]
+  keep = (jnp.arange(size) < n).astype(jnp.float32)
+  return jax.ops.segment_sum(keep, drawn, num_segments=size)
+
+
+def _draws(key: PRNGKey, num_replicates: int, resampling: str) -> Array:
+  """Each replicate's randomness: two ``uint32`` seeds (Poisson) or a key (multinomial)."""
+  if resampling == "poisson":
+    return jax.random.bits(key, (num_replicates, 2), jnp.uint32)
+  return jax.random.split(key, num_replicates)
+
+
+def _statistics(estimate: Estimate) -> Array:
+  """``float32[B, C]`` what a replicate sums per session: the valid-session indicator, then the terms (a mean)
+  or the flattened :attr:`Estimate.ratios` (a self-normalised estimator)."""
+  terms = jnp.asarray(estimate.terms, jnp.float32)
+  if terms.ndim != 1:
+    raise ValueError(f"bootstrap: the estimate's terms must be [sessions], got shape {terms.shape}")
+  valid = (jnp.asarray(estimate.session_weights, jnp.float32) > 0).astype(jnp.float32)
+  if estimate.ratios is None:
+    columns = (terms * valid)[:, None]
+  else:
+    columns = (jnp.asarray(estimate.ratios, jnp.float32) * valid[:, None, None]).reshape(terms.shape[0], -1)
+  return jnp.concatenate([valid[:, None], columns], axis=-1)
+
+
+def _value_of_sums(sums: Array, ratio: bool) -> Array:
+  """Replicate values ``[R]`` from their weighted sums ``[R, C]`` of :func:`_statistics`."""
+  if not ratio:
+    return safe_div(sums[:, 1], sums[:, 0])
+  return ratios_value(sums[:, 1:].reshape(sums.shape[0], -1, 3), sums[:, 0])
+
+
+def _poisson_sums(stats: Array, seeds: Array) -> Array:
+  """``[R, C]`` the Poisson-weighted sums of ``stats [B, C]``, block by block of sessions (weights never stored
+  whole: ``R x block`` at a time)."""
+  size, cols = stats.shape
+  block = min(-(-size // 8) * 8, max(1024, (1 << 18) // seeds.shape[0]))
+  num_blocks = -(-size // block)
+  x = jnp.pad(stats, ((0, num_blocks * block - size), (0, 0))).reshape(num_blocks, block, cols)
+
+  def body(acc, jx):
+    j, xb = jx
+    return acc + _poisson_weights(seeds, j * jnp.uint32(block), block) @ xb, None
+
+  starts = jnp.arange(num_blocks, dtype=jnp.uint32)
+  return jax.lax.scan(body, jnp.zeros((seeds.shape[0], cols), jnp.float32), (starts, x))[0]
+
+
+def _replicates(estimate: Estimate, key: PRNGKey, num_replicates: int, resampling: str, chunk_size: int) -> Array:
+  """``[num_replicates]`` bootstrap values of ``estimate``, ``chunk_size`` replicates at a time."""
+  if resampling not in _RESAMPLING:
+    raise ValueError(f"bootstrap: resampling must be one of {_RESAMPLING}, got {resampling!r}")
+  if chunk_size < 1 or num_replicates < 1:
+    raise ValueError(f"bootstrap: chunk_size and num_replicates must be >= 1, got {chunk_size}, {num_replicates}")
+  stats = _statistics(estimate)
+  chunk = min(chunk_size, num_replicates)
+  num_chunks = -(-num_replicates // chunk)
+  draws = _draws(key, num_replicates, resampling)
+  draws = draws[jnp.minimum(jnp.arange(num_chunks * chunk), num_replicates - 1)]  # the last chunk padded
+  draws = draws.reshape((num_chunks, chunk) + draws.shape[1:])
+  if resampling == "poisson":
+    sums = jax.lax.map(lambda s: _poisson_sums(stats, s), draws)
+  else:
+    valid = stats[:, 0] > 0
+    sums = jax.lax.map(lambda k: jax.vmap(_multinomial_counts, (0, None))(k, valid) @ stats, draws)
+  sums = sums.reshape(num_chunks * chunk, -1)[:num_replicates]
+  return _value_of_sums(sums, estimate.ratios is not None)
 
 
 def _percentiles(values: Array, value: Array, alpha: float) -> Interval:
@@ -83,45 +182,70 @@ def _percentiles(values: Array, value: Array, alpha: float) -> Interval:
   return Interval(value, lo, hi, jnp.std(values, ddof=1))
 
 
+def _base(fn: Union[Estimate, Callable[[Optional[Array]], Estimate]]) -> Estimate:
+  return fn if isinstance(fn, Estimate) else fn(None)
+
+
 def bootstrap_interval(
-  fn: Callable[[Array], Estimate],
+  fn: Union[Estimate, Callable[[Optional[Array]], Estimate]],
   key: PRNGKey,
   *,
   num_replicates: int = 1000,
   alpha: float = 0.05,
+  resampling: str = "poisson",
+  chunk_size: int = 32,
 ) -> Interval:
-  r"""The percentile bootstrap interval of an estimator, resampling sessions.
+  r"""The percentile bootstrap interval of an estimate, resampling sessions.
 
   .. math::
-      [\hat V^*_{(\alpha/2)},\; \hat V^*_{(1-\alpha/2)}], \qquad \hat V^*_b = \hat V(\text{log resampled with
-      counts } n^{(b)} \sim \mathrm{Mult}(n, \mathbb{1}/n))
+      [\hat V^*_{(\alpha/2)},\; \hat V^*_{(1-\alpha/2)}], \qquad
+      \hat V^*_b = \frac{\sum_i w_{bi}\, t_i}{\sum_i w_{bi}}
+      \quad\text{or}\quad
+      \hat V^*_b = \sum_p \frac{\sum_i w_{bi} u_{ip}}{\sum_i w_{bi} v_{ip}} \cdot
+        \frac{\sum_i w_{bi} s_{ip}}{\sum_i w_{bi}}
 
-  (Efron & Tibshirani, *An Introduction to the Bootstrap*, 1993, Eq. 13.5). Each replicate calls ``fn`` with
-  its counts as ``session_weights``, so self-normalised estimators recompute their normalisers; the replicates
-  run under one ``vmap`` over keys.
+  the percentile interval (Efron & Tibshirani, *An Introduction to the Bootstrap*, 1993, Eq. 13.5) of the
+  estimate on the log with session :math:`i` weighted :math:`w_{bi}` in replicate :math:`b`: a mean of the
+  per-session terms :math:`t_i` (:attr:`Estimate.terms`), or for a self-normalised estimator its ratios of
+  weighted sums (:attr:`Estimate.ratios`, numerators and denominators reweighted jointly, so the normaliser is
+  resampled too). Either equals the estimator re-run with ``session_weights`` :math:`w_b`, at the cost of one
+  weighted sum per replicate. The weights:
+
+  * ``"poisson"`` (default): :math:`w_{bi} \sim \mathrm{Poisson}(1)` independently, the Poisson bootstrap
+    (Hanley & MacGibbon, *Creating non-parametric bootstrap samples using Poisson frequencies*, Computer
+    Methods and Programs in Biomedicine 2006; Chamandy et al., *Estimating uncertainty for massive data
+    streams*, Google, 2012), asymptotically equivalent to the multinomial one. Each weight is the Poisson(1)
+    quantile of a 32-bit uniform made by a counter-based hash of the session's index and the replicate's two
+    seeds (drawn from ``key``): Wellons' ``lowbias32`` hash applied twice, in the manner of Salmon et al.'s
+    counter-based generators (SC'11). The weights are made block by block where they are summed and never
+    stored whole; the Poisson probabilities are exact to :math:`2^{-32}`.
+  * ``"multinomial"``: Efron's bootstrap, :math:`w_b \sim \mathrm{Mult}(n, \mathbb 1/n)` over the :math:`n`
+    valid sessions (``jax.random.randint`` draws counted by ``segment_sum``, a scatter per replicate, so
+    slower; ``chunk_size`` ``x`` :math:`B` counts held at once).
 
   Args:
-    fn: ``session_weights -> Estimate`` (an estimator with the log bound, e.g. a ``functools.partial``;
-      ``fn(None)`` is the estimate on the log itself, whose :attr:`Estimate.session_weights` mark the sessions
-      resampled).
+    fn: an :class:`Estimate`, or ``session_weights -> Estimate`` (an estimator with the log bound, e.g. a
+      ``functools.partial``) of which ``fn(None)`` is used. Its :attr:`Estimate.session_weights` mark the
+      sessions resampled (the positive ones); its ``terms`` (or ``ratios``) must be ``[B]`` (``[B, P, 3]``).
     key: PRNG key.
     num_replicates: bootstrap replicates.
     alpha: miscoverage.
+    resampling: ``"poisson"`` or ``"multinomial"``.
+    chunk_size: replicates computed at once (memory: ``chunk_size`` times a block of sessions, Poisson, or
+      times all ``B`` sessions, multinomial).
 
   Returns:
-    :class:`Interval` (``value``: ``fn`` on the log itself).
+    :class:`Interval` (``value``: the estimate on the log itself; ``stderr``: the replicates' standard
+    deviation).
 
-  >>> terms = jnp.arange(10.0)
-  >>> def fn(sw):
-  ...   sw = jnp.ones(10) if sw is None else sw
-  ...   return Estimate(jnp.sum(sw * terms) / jnp.sum(sw), terms, jnp.array(0), jnp.sum(sw), sw)
-  >>> ci = bootstrap_interval(fn, jax.random.key(0), num_replicates=2000)
-  >>> print(bool(ci.lower < 4.5 < ci.upper), ci.value)
-  True 4.5
+  >>> terms = jnp.arange(100.0)
+  >>> est = Estimate(jnp.mean(terms), terms, jnp.array(0), jnp.array(100.0), jnp.ones(100))
+  >>> ci = bootstrap_interval(est, jax.random.key(0), num_replicates=2000)
+  >>> print(ci.value, bool(ci.lower < 49.5 < ci.upper), bool(abs(ci.stderr / (jnp.std(terms) / 10) - 1) < 0.1))
+  49.5 True True
   """
-  base = fn(None)
-  mask = jnp.asarray(base.session_weights) > 0
-  values = jax.vmap(lambda k: fn(_counts(k, mask)).value)(jax.random.split(key, num_replicates))
+  base = _base(fn)
+  values = _replicates(base, key, num_replicates, resampling, chunk_size)
   return _percentiles(values, base.value, alpha)
 
 
@@ -129,9 +253,12 @@ def difference(a: Estimate, b: Estimate) -> Estimate:
   r"""The paired difference of two estimates on the same log: :math:`\hat V_a - \hat V_b` with per-session terms
   :math:`t^a_i - t^b_i` (so :func:`normal_interval` gives the paired interval, whose variance
   :math:`\mathrm{Var}(t^a) + \mathrm{Var}(t^b) - 2\,\mathrm{Cov}(t^a, t^b)` keeps what the two share out).
+  When either is self-normalised, the difference's :attr:`Estimate.ratios` are ``a``'s components followed by
+  ``b``'s with their numerators negated, so a bootstrap reweights both on the same sessions.
 
   Args:
-    a, b: :class:`Estimate` on the same sessions.
+    a: :class:`Estimate` of the first ranker.
+    b: :class:`Estimate` of the second, on the same sessions.
 
   Returns:
     :class:`Estimate` (``num_clipped``: the sum).
@@ -140,24 +267,41 @@ def difference(a: Estimate, b: Estimate) -> Estimate:
   >>> print(difference(e(jnp.array([1.0, 3.0])), e(jnp.array([0.5, 2.5]))).terms)
   [0.5 0.5]
   """
+  ratios = None
+  if a.ratios is not None or b.ratios is not None:
+    parts = [plain_parts(e.terms, e.session_weights) if e.ratios is None else e.ratios for e in (a, b)]
+    ratios = jnp.concatenate([parts[0], parts[1] * jnp.array([-1.0, 1.0, 1.0])], axis=-2)
   return Estimate(
-    a.value - b.value, a.terms - b.terms, a.num_clipped + b.num_clipped, a.num_sessions, a.session_weights
+    a.value - b.value, a.terms - b.terms, a.num_clipped + b.num_clipped, a.num_sessions, a.session_weights, ratios
   )
 
 
 def paired_bootstrap_interval(
-  fn_a: Callable[[Array], Estimate],
-  fn_b: Callable[[Array], Estimate],
+  fn_a: Union[Estimate, Callable[[Optional[Array]], Estimate]],
+  fn_b: Union[Estimate, Callable[[Optional[Array]], Estimate]],
   key: PRNGKey,
   *,
   num_replicates: int = 1000,
   alpha: float = 0.05,
+  resampling: str = "poisson",
+  chunk_size: int = 32,
 ) -> Interval:
-  r"""The percentile bootstrap interval of :math:`V_a - V_b`, both estimators on the same resampled sessions.
+  r"""The percentile bootstrap interval of :math:`V_a - V_b`, both estimates on the same reweighted sessions.
+
+  .. math::
+      \hat\Delta^*_b = \hat V_a(w_b) - \hat V_b(w_b)
+
+  :func:`bootstrap_interval` of :func:`difference` ``(a, b)``: each replicate reweights both estimates' terms (or
+  ratios) by the same session weights :math:`w_b`, so what the two rankers share cancels replicate by replicate.
 
   Args:
-    fn_a, fn_b: ``session_weights -> Estimate`` for the two rankers on the same log.
-    key, num_replicates, alpha: as :func:`bootstrap_interval`.
+    fn_a: an :class:`Estimate` of the first ranker, or ``session_weights -> Estimate`` (``fn_a(None)`` is used).
+    fn_b: the same for the second ranker, on the same log.
+    key: PRNG key.
+    num_replicates: bootstrap replicates.
+    alpha: miscoverage.
+    resampling: ``"poisson"`` or ``"multinomial"`` (:func:`bootstrap_interval`).
+    chunk_size: replicates computed at once.
 
   Returns:
     :class:`Interval` of the difference.
@@ -173,8 +317,10 @@ def paired_bootstrap_interval(
   1.0 1.0
   """
   return bootstrap_interval(
-    lambda sw: difference(fn_a(sw), fn_b(sw)),
+    difference(_base(fn_a), _base(fn_b)),
     key,
     num_replicates=num_replicates,
     alpha=alpha,
+    resampling=resampling,
+    chunk_size=chunk_size,
   )

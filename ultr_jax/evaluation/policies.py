@@ -148,9 +148,8 @@ def _deterministic(scores, where, k, matrix, pairs):
 def _prefix_table(size: int, k: int) -> tuple[np.ndarray, np.ndarray]:
   """All top-``k`` prefixes ``[P, k]`` and, per prefix and step, the items chosen before it ``bool[P, k, L]``."""
   perms = np.array(list(itertools.permutations(range(size), k)), np.int32).reshape(-1, k)
-  before = np.zeros((perms.shape[0], k, size), bool)
-  for t in range(1, k):
-    before[np.arange(perms.shape[0])[:, None], t, perms[:, :t]] = True
+  chosen = np.eye(size, dtype=np.int32)[perms]  # [P, k, L]: the item chosen at each step
+  before = (np.cumsum(chosen, axis=1) - chosen) > 0  # an exclusive cumulative sum over the steps
   return perms, before
 
 
