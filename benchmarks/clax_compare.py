@@ -100,20 +100,25 @@ def generate(args, path):
 def generate_long_tail(args, path):
   """The long-tail log (:func:`ultr_jax.simulation.simulate_long_tail_log`: ``--queries`` Zipf(``--zipf``)
   queries of ``--candidates`` documents each, a noisy logging ranker showing 10), in the layout of
-  :func:`generate`; the held-out splits come from other keys than the training split."""
+  :func:`generate`; the held-out splits are other sessions of the same documents (the same key, batches numbered
+  past the training split's: another key would draw other parameters under the same document ids)."""
   params = {"document_params": {"satisfaction": (2.0, 2.0)}, "perseverance": 0.9} if args.generator == "dbn" else {}
   heldout = max(1, int(args.sessions * args.heldout_fraction))
   out = {"num_docs": np.int64(args.queries * args.candidates)}
-  for i, (split, n) in enumerate((("train", args.sessions), ("val", heldout), ("test", heldout))):
+  batch = 500_000
+  first = {"train": 0, "val": -(-args.sessions // batch)}
+  first["test"] = first["val"] + -(-heldout // batch)
+  for split, n in (("train", args.sessions), ("val", heldout), ("test", heldout)):
     batches = list(
       sim.simulate_long_tail_log(
-        jax.random.key(args.seed * 1000 + i),
+        jax.random.key(args.seed),
         args.generator,
+        first_batch=first[split],
         num_sessions=n,
         num_queries=args.queries,
         num_candidates=args.candidates,
         list_size=10,
-        batch_size=500_000,
+        batch_size=batch,
         zipf_exponent=args.zipf,
         noise=args.noise,
         **params,
