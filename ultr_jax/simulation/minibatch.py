@@ -33,7 +33,7 @@ import optax
 
 from ultr_jax.simulation.click_models import ClickModel, get_click_model  # noqa: F401 (the doctests')
 from ultr_jax.simulation.click_models.tables import FullTable, ParameterTable, table_logits
-from ultr_jax.simulation.fitting import ClickModelFit, _model
+from ultr_jax.simulation.fitting import ClickModelFit, _check_prior, _model
 from ultr_jax.simulation.streaming import _batch, _iterate
 
 __all__ = ["fit_click_model_minibatch", "STEPS_PER_CALL"]
@@ -215,9 +215,11 @@ def _prefetch(items: Iterator, depth: int = 2) -> Iterator:
     yield item
 
 
-def _batch_log_likelihood(model, vectors, bias, rows, clicks, where):
-  """The batch's mean session log-likelihood: each item's logits summed from its rows, in log space."""
+def _batch_log_likelihood(model, vectors, bias, rows, clicks, where, centre):
+  """The batch's mean session log-likelihood: each item's logits summed from its rows (plus its table's
+  ``centre``, where the prior has one), in log space."""
   logit = {k: jnp.sum(v[rows[k]], axis=-1) for k, v in vectors.items()}
+  logit = {k: (v + centre[k] if k in centre else v) for k, v in logit.items()}
   items = {k: (jax.nn.log_sigmoid(logit[k]), jax.nn.log_sigmoid(-logit[k])) for k in model.item_params}
   log_bias = model.log_bias(bias, items)
   a = logit["attraction"]
@@ -241,21 +243,25 @@ def _put_rows(tree, new, uniq, num_rows):
 
 
 def _step(model, optimizer, sparse, state, x, l2_bias):
-  """One optimiser step on one prepared batch ``x``; returns the new state and the batch's mean log-likelihood."""
-  vectors, bias, vector_states, bias_state = state
+  """One optimiser step on one prepared batch ``x``; returns the new state and the batch's mean log-likelihood.
+  The state: the logit vectors, the bias logits, the prior's centres (empty without one) and their optimiser
+  states."""
+  vectors, (bias, centre), vector_states, (bias_state, centre_state) = state
   if sparse:
     local = {k: v.at[x["uniq"][k]].get(mode="fill", fill_value=0.0) for k, v in vectors.items()}
     prior = x["prior"]
   else:
     local, prior = vectors, {k: l2_bias for k in vectors}
 
-  def objective(local, bias):
-    ll = _batch_log_likelihood(model, local, bias, x["rows"], x["clicks"], x["where"])
+  def objective(local, bias, centre):
+    ll = _batch_log_likelihood(model, local, bias, x["rows"], x["clicks"], x["where"], centre)
     penalty = sum(jnp.sum(prior[k] * v**2) for k, v in local.items())
     penalty += l2_bias * sum(jnp.sum(v**2) for v in jax.tree.leaves(bias))
     return 0.5 * penalty - ll, ll
 
-  (_, ll), (grad, bias_grad) = jax.value_and_grad(objective, argnums=(0, 1), has_aux=True)(local, bias)
+  (_, ll), (grad, bias_grad, centre_grad) = jax.value_and_grad(objective, argnums=(0, 1, 2), has_aux=True)(
+    local, bias, centre
+  )
   new_vectors, new_states = {}, {}
   for k, v in vectors.items():
     opt_state = _rows_of(vector_states[k], x["uniq"][k], v.shape[0]) if sparse else vector_states[k]
@@ -267,7 +273,11 @@ def _step(model, optimizer, sparse, state, x, l2_bias):
     else:
       new_vectors[k], new_states[k] = rows, opt_state
   updates, bias_state = optimizer.update(bias_grad, bias_state, bias)
-  return (new_vectors, optax.apply_updates(bias, updates), new_states, bias_state), ll
+  bias = optax.apply_updates(bias, updates)
+  if centre:  # the prior's centres: dense scalars every item informs
+    updates, centre_state = optimizer.update(centre_grad, centre_state, centre)
+    centre = optax.apply_updates(centre, updates)
+  return (new_vectors, (bias, centre), new_states, (bias_state, centre_state)), ll
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2), donate_argnums=(3,))
@@ -286,7 +296,7 @@ def _tables(m: ClickModel, tables: Optional[Mapping[str, ParameterTable]]) -> di
   return {k: tables.get(k, FullTable()) for k in names}
 
 
-def _initial_state(m, optimizer, tables, num_rows, list_size, init):
+def _initial_state(m, optimizer, tables, num_rows, list_size, init, prior):
   logits = m.init(num_docs=1, list_size=list_size)
   vectors = {k: jnp.zeros(num_rows[k], jnp.float32) for k in tables}
   bias = {k: v for k, v in logits.items() if k not in tables}
@@ -298,7 +308,9 @@ def _initial_state(m, optimizer, tables, num_rows, list_size, init):
       if k not in target or np.shape(v) != np.shape(target[k]):
         raise ValueError(f"fit_click_model_minibatch: init[{k!r}] of shape {np.shape(v)} does not fit this model")
       target[k] = jnp.array(v, jnp.float32)
-  return (vectors, bias, {k: optimizer.init(v) for k, v in vectors.items()}, optimizer.init(bias))
+  centre = {k: jnp.zeros((), jnp.float32) for k in tables} if prior == "data_mean" else {}
+  states = (optimizer.init(bias), optimizer.init(centre))
+  return (vectors, (bias, centre), {k: optimizer.init(v) for k, v in vectors.items()}, states)
 
 
 def _sparse_pays(tables, num_docs, batches) -> bool:
@@ -322,6 +334,7 @@ def fit_click_model_minibatch(
   sparse: Optional[bool] = None,
   tables: Optional[Mapping[str, ParameterTable]] = None,
   steps_per_call: int = STEPS_PER_CALL,
+  prior: str = "data_mean",
 ) -> ClickModelFit:
   r"""The MAP objective of :func:`~ultr_jax.simulation.fit_click_model` by a stochastic optimiser over a stream.
 
@@ -330,14 +343,17 @@ def fit_click_model_minibatch(
   .. math::
       \frac{1}{2}\sum_{u \in b} \frac{\ell_2\, c_{u,b}}{n_b\, N_u}\, v_u^2
       + \frac{\ell_2}{2S}\lVert\beta\rVert^2 - \frac{1}{n_b}\sum_{s \in b}\log P_\theta(c^{(s)}),
-      \qquad \theta_d = \sum_p v_{r_p(d)},
+      \qquad \theta_d = \mu + \sum_p v_{r_p(d)},
 
   over the rows :math:`u` of the per-document logit vectors :math:`v` the batch shows (:math:`c_{u,b}` of its
   items, :math:`N_u` of the stream's) and the bias logits :math:`\beta`: the prior of each row spread over its
   impressions, so the estimate is unbiased for the full objective per session, and over an epoch of equal
   batches its prior sums to the full objective's exactly. With ``sparse=False`` every row takes every step
   with :math:`\frac{\ell_2}{2S}\lVert v\rVert^2`, the full objective's prior, at a cost per step that grows with
-  the number of documents. CLAX (Hager et al. 2025, "CLAX: Fast and flexible neural click models in JAX") fits
+  the number of documents. With ``prior="data_mean"`` each per-document table has a centre :math:`\mu`, a
+  scalar every item's gradient reaches (the prior's mean of :func:`~ultr_jax.simulation.logit_prior`, estimated
+  with the fit; CLAX's baseline logit), so a rarely shown document starts from, and is shrunk towards, the log's
+  typical logit rather than 0; ``prior="zero"`` fixes :math:`\mu = 0`. CLAX (Hager et al. 2025, "CLAX: Fast and flexible neural click models in JAX") fits
   its click models by such minibatch steps.
 
   Args:
@@ -357,6 +373,8 @@ def fit_click_model_minibatch(
     tables: per-document parameter name -> :class:`~ultr_jax.simulation.click_models.tables.ParameterTable`
       (default one row per document), e.g. ``{"attraction": HashedTable(2**20)}``.
     steps_per_call: batches per jitted call.
+    prior: one of :data:`~ultr_jax.simulation.LOGIT_PRIORS`: ``"data_mean"`` (a fitted centre per per-document
+      table) or ``"zero"`` (none).
 
   Returns:
     :class:`~ultr_jax.simulation.ClickModelFit` (per-document logits and probabilities for every document;
@@ -373,6 +391,7 @@ def fit_click_model_minibatch(
   50 True
   """
   m = _model(model)
+  _check_prior(prior)
   if epochs < 1 or steps_per_call < 1:
     raise ValueError(
       f"fit_click_model_minibatch: epochs and steps_per_call must be >= 1, got {epochs}, {steps_per_call}"
@@ -398,7 +417,7 @@ def fit_click_model_minibatch(
   # Written through now (np.zeros would leave its pages to fault in one by one at the first batches).
   scratch = {k: np.full(num_rows[k] + 1, -1, np.int32) for k in tables} if sparse else None
   plan = _Plan(m, tables, num_rows, num_docs, list_size, bool(sparse), float(l2), prior, scratch)
-  state = _initial_state(m, optimizer, tables, num_rows, list_size, init)
+  state = _initial_state(m, optimizer, tables, num_rows, list_size, init, prior)
   l2_bias = jnp.float32(l2 / max(num_sessions, 1.0))
   steps, last = 0, []
   for _ in range(epochs):
@@ -408,8 +427,9 @@ def fit_click_model_minibatch(
       values.append(ll)
       steps += int(xs["clicks"].shape[0])
     last = values
-  vectors, bias = state[0], state[1]
-  logits = {**table_logits(tables, vectors, num_docs), **bias}
+  vectors, (bias, centre) = state[0], state[1]
+  logits = {k: v + centre[k] if k in centre else v for k, v in table_logits(tables, vectors, num_docs).items()}
+  logits.update(bias)
   logits = {k: logits[k] for k in sorted(logits)}
   mean_ll = float(np.mean(np.concatenate([np.asarray(v) for v in last]))) if last else float("nan")
   return ClickModelFit(
