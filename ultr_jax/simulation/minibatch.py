@@ -408,15 +408,15 @@ def fit_click_model_minibatch(
   num_sessions = counts.num_sessions if num_sessions is None else float(num_sessions)
   num_rows = {k: t.num_rows(num_docs) for k, t in tables.items()}
   sparse = _sparse_pays(tables, num_docs, batches) if sparse is None else sparse
-  prior = None
+  row_prior = None
   if sparse and l2 > 0:  # one entry more: the padding row (never read with a count)
-    prior = {}
+    row_prior = {}
     for k in tables:
       n = counts.impressions[k]
-      prior[k] = (l2 / np.maximum(np.pad(n, (0, num_rows[k] + 1 - n.shape[0])), 1.0)).astype(np.float32)
+      row_prior[k] = (l2 / np.maximum(np.pad(n, (0, num_rows[k] + 1 - n.shape[0])), 1.0)).astype(np.float32)
   # Written through now (np.zeros would leave its pages to fault in one by one at the first batches).
   scratch = {k: np.full(num_rows[k] + 1, -1, np.int32) for k in tables} if sparse else None
-  plan = _Plan(m, tables, num_rows, num_docs, list_size, bool(sparse), float(l2), prior, scratch)
+  plan = _Plan(m, tables, num_rows, num_docs, list_size, bool(sparse), float(l2), row_prior, scratch)
   state = _initial_state(m, optimizer, tables, num_rows, list_size, init, prior)
   l2_bias = jnp.float32(l2 / max(num_sessions, 1.0))
   steps, last = 0, []
