@@ -215,7 +215,7 @@ def child_fit(args):
     sparse=sparse,
     tables=table,
     steps_per_call=args.steps_per_call,
-    prior=args.prior,
+    **({"prior": args.prior} if args.prior not in (None, "None") else {}),
   )
   jax.block_until_ready(fit.params)
   fit_s = time.perf_counter() - t0
@@ -263,7 +263,7 @@ def stream_fits(batch_size, validate=False, minibatch_epochs=0):
   if minibatch_epochs:
     import optax  # noqa: PLC0415
 
-    def minibatch(model, ids, clicks, *, num_docs, l2, val=None, prior="data_mean"):
+    def minibatch(model, ids, clicks, *, num_docs, l2, val=None, prior=None):
       del val
       step = 4096  # CLAX's batch and learning rate: its way of fitting, ultr_jax's loop
       chunks = [{"doc_ids": ids[i : i + step], "clicks": clicks[i : i + step]} for i in range(0, len(ids), step)]
@@ -276,7 +276,7 @@ def stream_fits(batch_size, validate=False, minibatch_epochs=0):
         list_size=ids.shape[1],
         num_sessions=float(len(ids)),
         l2=l2,
-        prior=prior,
+        **({"prior": prior} if prior else {}),
       )
 
     found.append((f"minibatch Adam, {minibatch_epochs} epoch(s)", minibatch))
@@ -315,7 +315,9 @@ def main():
     "--clax_python", default=os.path.join(os.environ.get("CLAX_VENV", "/tmp/clax-venv"), "bin/python")
   )
   parser.add_argument("--l2", type=float, default=1.0, help="ultr_jax's prior precision (fit_click_model's default)")
-  parser.add_argument("--prior", default="data_mean", help="ultr_jax's prior centre (simulation.LOGIT_PRIORS)")
+  parser.add_argument(
+    "--prior", default=None, help="ultr_jax's prior centre (simulation.LOGIT_PRIORS; default each fit's)"
+  )
   parser.add_argument("--stream_batch", type=int, default=100_000, help="sessions per batch of a streaming fit")
   parser.add_argument("--reuse_log", action="store_true", help="read --workdir's log.npz if there (same --sessions)")
   parser.add_argument("--validate", action="store_true", help="also time the statistics fit with l2 by validation")
@@ -394,11 +396,11 @@ def main():
         best, fit = None, None
         for _ in range(args.repeats):
           jax.clear_caches()  # compile included in every repeat, as on CLAX's side
-          more = {"val": val} if "validation" in side else {"prior": args.prior}
+          more = {"val": val} if "validation" in side else ({"prior": args.prior} if args.prior else {})
           t, fit = timed(lambda fn=fn: fn(model, train_ids, train_clicks, num_docs=num_docs, l2=args.l2, **more))
           best = t if best is None else min(best, t)
         cond = sim.click_model_predict(model, fit.params, test_ids, test_clicks)["conditional"]
-        note = f"{getattr(fit, 'iterations', '?')} it, prior {more.get('prior', 'by validation')}"
+        note = f"{getattr(fit, 'iterations', '?')} it, prior {more.get('prior', 'default')}"
         rows.append((model, side, best, perplexity(cond, test_clicks), note))
         print(f"  {model} {side}: {best:.1f} s, {args.sessions / best:,.0f} sessions/s, ppl {rows[-1][3]:.4f} ({note})")
     if args.minibatch_child and not args.skip_ultr_jax:
@@ -406,7 +408,7 @@ def main():
       side = (
         f"ultr_jax minibatch (fresh process, {args.minibatch_epochs} ep, batch {args.minibatch_batch}, "
         f"{args.minibatch_optimizer} {args.minibatch_lr} {args.minibatch_schedule}, l2 {args.l2}, {args.table}, "
-        f"prior {args.prior})"
+        f"prior {args.prior or 'default'})"
       )
       if t is None:
         print(f"  {model} {side} failed: {info['error']}")

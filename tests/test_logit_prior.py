@@ -19,7 +19,7 @@ def test_logit_prior_matches_numpy(model):
   per_doc = ("attraction",) + m.item_params
   centred = sum(np.sum((v - v.mean()) ** 2) if k in per_doc else np.sum(v**2) for k, v in logits.items())
   plain = sum(np.sum(v**2) for v in logits.values())
-  np.testing.assert_allclose(sim.logit_prior(model, logits, 0.7), 0.35 * centred, rtol=1e-5)
+  np.testing.assert_allclose(sim.logit_prior(model, logits, 0.7, prior="data_mean"), 0.35 * centred, rtol=1e-5)
   np.testing.assert_allclose(sim.logit_prior(model, logits, 0.7, prior="zero"), 0.35 * plain, rtol=1e-5)
   with pytest.raises(ValueError, match="prior must be one of"):
     sim.logit_prior(model, logits, 1.0, prior="mean")
@@ -38,20 +38,21 @@ def test_fitted_centre_is_the_mean_of_the_document_logits():
   ids, clicks = _pbm_log()
   num_docs = 50  # documents 40..49 have no sessions: at the optimum they sit at the prior's centre
   stats = sim.gather_click_statistics("pbm", [{"doc_ids": ids, "clicks": clicks}])
-  fit = sim.fit_click_model_from_statistics("pbm", stats, num_docs=num_docs, l2=1.0, tol=1e-7)
+  kw = {"num_docs": num_docs, "l2": 1.0, "tol": 1e-7, "prior": "data_mean"}
+  fit = sim.fit_click_model_from_statistics("pbm", stats, **kw)
   a = np.asarray(fit.logits["attraction"], np.float64)
   centre = a.mean()
   np.testing.assert_allclose(a[40:], centre, atol=2e-3)
   np.testing.assert_allclose(a[:40].mean(), centre, atol=2e-3)
   assert centre < -0.5  # Beta(1, 3) attractions: the centre is well below logit 0
-  zero = sim.fit_click_model_from_statistics("pbm", stats, num_docs=num_docs, l2=1.0, prior="zero")
+  zero = sim.fit_click_model_from_statistics("pbm", stats, num_docs=num_docs, l2=1.0)  # the default: "zero"
   np.testing.assert_allclose(np.asarray(zero.logits["attraction"])[40:], 0.0, atol=1e-6)
   # The in-memory fit and the partition-by-partition fit reach the same optimum.
-  whole = sim.fit_click_model("pbm", ids, clicks, num_docs=num_docs, l2=1.0, tol=1e-7)
+  whole = sim.fit_click_model("pbm", ids, clicks, **kw)
   np.testing.assert_allclose(np.asarray(whole.logits["attraction"]), a, atol=5e-3)
   counter = ItemCounter(memory_budget_bytes=0, num_partitions=3)
   counter.add(ids, clicks, None)
-  parts = sim.fit_click_model_from_statistics("pbm", counter.result(), num_docs=num_docs, l2=1.0, tol=1e-7)
+  parts = sim.fit_click_model_from_statistics("pbm", counter.result(), **kw)
   pa = np.asarray(parts.logits["attraction"], np.float64)
   np.testing.assert_allclose(pa[40:], pa.mean(), atol=2e-3)
   np.testing.assert_allclose(pa, a, atol=5e-3)

@@ -215,7 +215,7 @@ def fit_click_model_from_statistics(
   tol: float = 1e-5,
   init: Optional[dict] = None,
   memory_budget_bytes: Optional[int] = MEMORY_BUDGET_BYTES,
-  prior: str = "data_mean",
+  prior: str = "zero",
 ) -> ClickModelFit:
   r""":func:`~ultr_jax.simulation.fit_click_model`'s MAP fit, on sufficient statistics.
 
@@ -226,8 +226,8 @@ def fit_click_model_from_statistics(
   where the weighted record sum (:meth:`~ultr_jax.simulation.ClickModel.statistics_log_likelihood`) equals
   the sessions' :math:`\sum_s \log P_\theta(c^{(s)}_{1:L})`, so the objective is the in-memory fit's (up to
   the order of float sums), at :math:`O(R)` per step for :math:`R` records, and :math:`\Omega_{\ell_2}` is the
-  prior of :func:`~ultr_jax.simulation.logit_prior` (``prior``: centred on each per-document table's fitted mean
-  by default; on a long-tail log most documents are seen a few times and their estimates are that centre's).
+  prior of :func:`~ultr_jax.simulation.logit_prior` (``prior``: centred on 0, or on each per-document table's
+  fitted mean).
 
   Args:
     model: a fittable click model (name or instance); the one the statistics were gathered for.
@@ -240,7 +240,7 @@ def fit_click_model_from_statistics(
     memory_budget_bytes: on partitioned statistics, the partitions kept in memory between passes (the others
       are read again from their files each pass).
     prior: the per-document logits' prior centre, one of :data:`~ultr_jax.simulation.LOGIT_PRIORS`
-      (``"data_mean"``: fitted; ``"zero"``: 1/2).
+      (``"zero"``: 1/2; ``"data_mean"``: fitted).
 
   Returns:
     :class:`~ultr_jax.simulation.ClickModelFit`.
