@@ -100,20 +100,25 @@ def generate(args, path):
 def generate_long_tail(args, path):
   """The long-tail log (:func:`ultr_jax.simulation.simulate_long_tail_log`: ``--queries`` Zipf(``--zipf``)
   queries of ``--candidates`` documents each, a noisy logging ranker showing 10), in the layout of
-  :func:`generate`; the held-out splits come from other keys than the training split."""
+  :func:`generate`; the held-out splits are other sessions of the same documents (the same key, batches numbered
+  past the training split's: another key would draw other parameters under the same document ids)."""
   params = {"document_params": {"satisfaction": (2.0, 2.0)}, "perseverance": 0.9} if args.generator == "dbn" else {}
   heldout = max(1, int(args.sessions * args.heldout_fraction))
   out = {"num_docs": np.int64(args.queries * args.candidates)}
-  for i, (split, n) in enumerate((("train", args.sessions), ("val", heldout), ("test", heldout))):
+  batch = 500_000
+  first = {"train": 0, "val": -(-args.sessions // batch)}
+  first["test"] = first["val"] + -(-heldout // batch)
+  for split, n in (("train", args.sessions), ("val", heldout), ("test", heldout)):
     batches = list(
       sim.simulate_long_tail_log(
-        jax.random.key(args.seed * 1000 + i),
+        jax.random.key(args.seed),
         args.generator,
+        first_batch=first[split],
         num_sessions=n,
         num_queries=args.queries,
         num_candidates=args.candidates,
         list_size=10,
-        batch_size=500_000,
+        batch_size=batch,
         zipf_exponent=args.zipf,
         noise=args.noise,
         **params,
@@ -153,7 +158,16 @@ def run_minibatch_child(args, model, log_path, workdir):
   its own peak RSS): (seconds, test conditional probabilities, info) or (None, None, error)."""
   out = os.path.join(workdir, f"ultr_jax_{model}.npz")
   cmd = [sys.executable, os.path.abspath(__file__), "--child_fit", model, "--workdir", workdir, "--child_out", out]
-  flags = ("minibatch_epochs", "minibatch_lr", "minibatch_schedule", "minibatch_batch", "l2", "sparse", "table")
+  flags = (
+    "minibatch_epochs",
+    "minibatch_lr",
+    "minibatch_schedule",
+    "minibatch_batch",
+    "l2",
+    "sparse",
+    "table",
+    "prior",
+  )
   flags += ("minibatch_optimizer",)
   for flag in flags + ("steps_per_call",):
     cmd += [f"--{flag}", str(getattr(args, flag))]
@@ -201,6 +215,7 @@ def child_fit(args):
     sparse=sparse,
     tables=table,
     steps_per_call=args.steps_per_call,
+    **({"prior": args.prior} if args.prior not in (None, "None") else {}),
   )
   jax.block_until_ready(fit.params)
   fit_s = time.perf_counter() - t0
@@ -248,7 +263,7 @@ def stream_fits(batch_size, validate=False, minibatch_epochs=0):
   if minibatch_epochs:
     import optax  # noqa: PLC0415
 
-    def minibatch(model, ids, clicks, *, num_docs, l2, val=None):
+    def minibatch(model, ids, clicks, *, num_docs, l2, val=None, prior=None):
       del val
       step = 4096  # CLAX's batch and learning rate: its way of fitting, ultr_jax's loop
       chunks = [{"doc_ids": ids[i : i + step], "clicks": clicks[i : i + step]} for i in range(0, len(ids), step)]
@@ -261,6 +276,7 @@ def stream_fits(batch_size, validate=False, minibatch_epochs=0):
         list_size=ids.shape[1],
         num_sessions=float(len(ids)),
         l2=l2,
+        **({"prior": prior} if prior else {}),
       )
 
     found.append((f"minibatch Adam, {minibatch_epochs} epoch(s)", minibatch))
@@ -299,6 +315,9 @@ def main():
     "--clax_python", default=os.path.join(os.environ.get("CLAX_VENV", "/tmp/clax-venv"), "bin/python")
   )
   parser.add_argument("--l2", type=float, default=1.0, help="ultr_jax's prior precision (fit_click_model's default)")
+  parser.add_argument(
+    "--prior", default=None, help="ultr_jax's prior centre (simulation.LOGIT_PRIORS; default each fit's)"
+  )
   parser.add_argument("--stream_batch", type=int, default=100_000, help="sessions per batch of a streaming fit")
   parser.add_argument("--reuse_log", action="store_true", help="read --workdir's log.npz if there (same --sessions)")
   parser.add_argument("--validate", action="store_true", help="also time the statistics fit with l2 by validation")
@@ -377,18 +396,19 @@ def main():
         best, fit = None, None
         for _ in range(args.repeats):
           jax.clear_caches()  # compile included in every repeat, as on CLAX's side
-          more = {"val": val} if "validation" in side else {}
+          more = {"val": val} if "validation" in side else ({"prior": args.prior} if args.prior else {})
           t, fit = timed(lambda fn=fn: fn(model, train_ids, train_clicks, num_docs=num_docs, l2=args.l2, **more))
           best = t if best is None else min(best, t)
         cond = sim.click_model_predict(model, fit.params, test_ids, test_clicks)["conditional"]
-        note = f"{getattr(fit, 'iterations', '?')} it"
+        note = f"{getattr(fit, 'iterations', '?')} it, prior {more.get('prior', 'default')}"
         rows.append((model, side, best, perplexity(cond, test_clicks), note))
-        print(f"  {model} {side}: {best:.1f} s, {args.sessions / best:,.0f} sessions/s, ppl {rows[-1][3]:.4f}")
+        print(f"  {model} {side}: {best:.1f} s, {args.sessions / best:,.0f} sessions/s, ppl {rows[-1][3]:.4f} ({note})")
     if args.minibatch_child and not args.skip_ultr_jax:
       t, cond, info = run_minibatch_child(args, model, log_path, workdir)
       side = (
         f"ultr_jax minibatch (fresh process, {args.minibatch_epochs} ep, batch {args.minibatch_batch}, "
-        f"{args.minibatch_optimizer} {args.minibatch_lr} {args.minibatch_schedule}, l2 {args.l2}, {args.table})"
+        f"{args.minibatch_optimizer} {args.minibatch_lr} {args.minibatch_schedule}, l2 {args.l2}, {args.table}, "
+        f"prior {args.prior or 'default'})"
       )
       if t is None:
         print(f"  {model} {side} failed: {info['error']}")

@@ -3,7 +3,8 @@ r"""Item click models (PBM, UBM) on a long-tail log, against CLAX; phases, peak 
 The log is :func:`ultr_jax.simulation.simulate_long_tail_log`'s: ``--sessions`` training sessions over ``--queries``
 Zipf(1.1) queries (default ``sessions / 10``) of ``--candidates`` candidates each, ranked by a noisy logger, 10 ranks
 shown, clicks from ``--generator`` (UBM by default), written batch by batch as Parquet session shards (never the
-whole log in memory), plus validation and test splits of ``--heldout_fraction`` of that (other keys).
+whole log in memory), plus validation and test splits of ``--heldout_fraction`` of that (other sessions of the same
+documents: the same key, later batches).
 
 * **ultr_jax** (one subprocess per model, its peak RSS its own): a :class:`ultr_jax.data.SessionStream` over the
   shards, timed per phase: ``read`` (one pass over the stream, nothing else), ``aggregate``
@@ -55,9 +56,12 @@ def generate(args):
 
   heldout = max(1, int(args.sessions * args.heldout_fraction))
   t0 = time.perf_counter()
-  for split, key, n in (("train", 0, args.sessions), ("val", 1, heldout), ("test", 2, heldout)):
+  # One key (the same documents' parameters in every split); each split its own batches, numbered past the last.
+  first = {"train": 0, "val": -(-args.sessions // _BATCH)}
+  first["test"] = first["val"] + -(-heldout // _BATCH)
+  for split, n in (("train", args.sessions), ("val", heldout), ("test", heldout)):
     batches = sim.simulate_long_tail_log(
-      jax.random.key(args.seed * 10 + key), args.generator, num_sessions=n, **_log_args(args)
+      jax.random.key(args.seed), args.generator, num_sessions=n, first_batch=first[split], **_log_args(args)
     )
     if split == "train" and not args.clax:
       data.write_session_shards(batches, os.path.join(args.workdir, split), row_group_size=8192)

@@ -15,6 +15,7 @@
   these settings runs with the defaults (``default_xla_env``).
 * ``shared_data``: the read-only reference data in ``../shared/data``, read
   in place; tests that need it skip with a clear reason where it is absent.
+* One persistent XLA compilation cache shared by the run's workers and subprocesses.
 * Doctests see ``jax``, ``jnp`` and ``np``.
 * JAX's compiled programs are dropped after each test module, so a worker's memory stays bounded.
 * ``assert_compiles_once``: a function compiles once for every call a user makes with new values of the
@@ -31,6 +32,19 @@ for _flag, _value in (
 ):
   if _flag not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --{_flag}={_value}".strip()
+
+# One persistent compilation cache for the whole run: both xdist workers and every binary or notebook a test
+# starts (they inherit the environment) reuse a program compiled once, which the suite does often (the same
+# smoke binary several times, the same fit in a test and a doctest). Created by the first process (the xdist
+# controller), removed when it ends. An entry half-written by another worker reads as a cache error, which JAX
+# reports as a warning and compiles instead.
+_OWNS_COMPILATION_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ and "PYTEST_XDIST_WORKER" not in os.environ
+if _OWNS_COMPILATION_CACHE:
+  import tempfile
+
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="ultr_jax_test_xla_cache_")
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
 import contextlib  # noqa: E402
 import pathlib  # noqa: E402
@@ -189,3 +203,11 @@ def assert_same_fit(a, b, tol: float = 1e-6) -> None:
   for ha, hb in zip(a.history, b.history):
     np.testing.assert_allclose(ha["train/loss"], hb["train/loss"], rtol=tol, atol=tol)
     np.testing.assert_allclose(ha["valid/ndcg@10"], hb["valid/ndcg@10"], rtol=tol, atol=tol)
+
+
+def pytest_unconfigure(config):
+  """Removes the run's compilation cache (see the top of this file) in the process that made it."""
+  if _OWNS_COMPILATION_CACHE:
+    import shutil  # noqa: PLC0415
+
+    shutil.rmtree(os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)

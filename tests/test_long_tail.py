@@ -88,3 +88,29 @@ def test_per_document_params_reach_the_sampler():
 def test_bad_arguments(kw):
   with pytest.raises(ValueError):
     _log(**kw)
+
+
+def test_first_batch_continues_the_log_with_the_same_documents():
+  whole = _log(num_sessions=900)  # batches 0, 1, 2
+  later = _log(num_sessions=600, first_batch=1)
+  for x, y in zip(whole[1:], later):
+    for k in x:
+      np.testing.assert_array_equal(x[k], y[k])
+
+  # Held-out batches of the same key rank each query's candidates by the same attractions: with a noiseless
+  # ranker, the same list for a query as in training (another key: other attractions, other lists).
+  def lists(batches):
+    return {int(q): tuple(r) for b in batches for q, r in zip(b["queries"], b["doc_ids"].tolist())}
+
+  train, held = lists(_log(noise=0.0)), lists(_log(noise=0.0, first_batch=10))
+  other = lists(
+    sim.simulate_long_tail_log(
+      jax.random.key(4), "pbm", num_sessions=1000, num_queries=50, num_candidates=8, list_size=5, noise=0.0
+    )
+  )
+  common = sorted(set(train) & set(held) & set(other))
+  assert len(common) > 10
+  assert all(train[q] == held[q] for q in common)
+  assert sum(train[q] != other[q] for q in common) > len(common) // 2
+  with pytest.raises(ValueError, match="first_batch"):
+    _log(first_batch=-1)

@@ -107,7 +107,7 @@ def test_each_device_holds_its_rows_and_a_step_moves_no_table(sparse):
   tables = {"attraction": tb.FullTable()}
   placement = mb._placement(make_mesh(8))
   num_rows = {"attraction": rows}
-  state, run = mb._sharded_start(m, OPTIMIZER, tables, num_rows, num_rows, LIST_SIZE, None, placement)
+  state, run = mb._sharded_start(m, OPTIMIZER, tables, num_rows, num_rows, LIST_SIZE, None, "data_mean", placement)
   vectors, bias, vector_states, bias_state = state
   mu, nu = vector_states["attraction"][0].mu, vector_states["attraction"][0].nu
   for a in (vectors["attraction"], mu, nu):

@@ -69,6 +69,7 @@ from ultr_jax.simulation.click_models import (
 from ultr_jax.simulation.fitting import (
   CTR_MODELS,
   FITTABLE_CLICK_MODELS,
+  LOGIT_PRIORS,
   ClickModelFit,
   click_model_log_likelihood,
   click_model_predict,
@@ -79,6 +80,7 @@ from ultr_jax.simulation.fitting import (
   fit_ctr_model,
   fit_ctr_model_from_statistics,
   init_click_model,
+  logit_prior,
   simulate_session_log,
 )
 from ultr_jax.simulation.minibatch import fit_click_model_minibatch
@@ -158,6 +160,8 @@ __all__ = [
   "ctr_model_predict",
   "evaluate_click_model",
   "fit_click_model",
+  "LOGIT_PRIORS",
+  "logit_prior",
   "fit_ctr_model",
   "fit_ctr_model_from_statistics",
   "init_click_model",

@@ -105,6 +105,7 @@ def simulate_long_tail_log(
   noise: float = 0.3,
   attraction: tuple = (1.0, 3.0),
   document_params: Optional[Mapping[str, tuple]] = None,
+  first_batch: int = 0,
   **model_params,
 ) -> Iterator[dict]:
   r"""A long-tail session log, yielded batch by batch (bounded memory for any ``num_sessions``).
@@ -121,7 +122,9 @@ def simulate_long_tail_log(
   ``model``'s session sampler (as :func:`~ultr_jax.simulation.simulate_session_log`) with ``model_params``.
   The attraction :math:`a_d \sim \mathrm{Beta}` and any ``document_params`` are a hash of (key, document)
   (:func:`long_tail_document_params`), so no table of the ``Q C`` documents is held. Batch ``i`` is a
-  function of ``(key, i)`` alone.
+  function of ``(key, i)`` alone. A held-out log of the same documents takes the same ``key`` and batches
+  numbered past the training log's (``first_batch``); another key draws other documents' parameters under the
+  same ids, which no fit on the training log can predict.
 
   Args:
     key: PRNG key.
@@ -136,6 +139,8 @@ def simulate_long_tail_log(
     attraction: ``(a, b)`` of the attraction's Beta distribution.
     document_params: other per-document sampler parameters, ``name -> (a, b)`` of their Beta distribution
       (e.g. ``{"satisfaction": (2, 2)}`` for the DBN).
+    first_batch: the number of the first batch (``i`` above): a held-out log of the same documents starts past
+      the training log's last batch.
     **model_params: scalar sampler parameters (e.g. ``perseverance=0.9``).
 
   Yields:
@@ -158,9 +163,11 @@ def simulate_long_tail_log(
     raise ValueError(f"num_queries * num_candidates = {num_queries * num_candidates} document ids exceed int32")
   if not zipf_exponent > 1:
     raise ValueError(f"zipf_exponent must be > 1, got {zipf_exponent}")
+  if first_batch < 0:
+    raise ValueError(f"first_batch must be >= 0, got {first_batch}")
   seed = _seed(key)
   sample = jax.jit(functools.partial(m.session_sampler, **model_params))  # scalars static, per-document traced
-  for i, start in enumerate(range(0, num_sessions, batch_size)):
+  for i, start in enumerate(range(0, num_sessions, batch_size), start=int(first_batch)):
     n = min(batch_size, num_sessions - start)
     rng = np.random.default_rng(np.random.SeedSequence([seed & 0xFFFFFFFF, seed >> 32, i]))
     queries = _zipf_queries(rng, n, num_queries, zipf_exponent)

@@ -41,7 +41,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ultr_jax.simulation.click_models import ClickModel, get_click_model  # noqa: F401 (the doctests')
 from ultr_jax.simulation.click_models.tables import FullTable, ParameterTable, table_logits
-from ultr_jax.simulation.fitting import ClickModelFit, _model
+from ultr_jax.simulation.fitting import ClickModelFit, _check_prior, _model
 from ultr_jax.simulation.streaming import _batch, _iterate
 
 __all__ = ["fit_click_model_minibatch", "STEPS_PER_CALL"]
@@ -224,9 +224,11 @@ def _prefetch(items: Iterator, depth: int = 2) -> Iterator:
     yield item
 
 
-def _batch_log_likelihood(model, vectors, bias, rows, clicks, where):
-  """The batch's mean session log-likelihood: each item's logits summed from its rows, in log space."""
+def _batch_log_likelihood(model, vectors, bias, rows, clicks, where, centre):
+  """The batch's mean session log-likelihood: each item's logits summed from its rows (plus its table's
+  ``centre``, where the prior has one), in log space."""
   logit = {k: jnp.sum(v[rows[k]], axis=-1) for k, v in vectors.items()}
+  logit = {k: (v + centre[k] if k in centre else v) for k, v in logit.items()}
   items = {k: (jax.nn.log_sigmoid(logit[k]), jax.nn.log_sigmoid(-logit[k])) for k in model.item_params}
   log_bias = model.log_bias(bias, items)
   a = logit["attraction"]
@@ -250,21 +252,25 @@ def _put_rows(tree, new, uniq, num_rows):
 
 
 def _step(model, optimizer, sparse, state, x, l2_bias):
-  """One optimiser step on one prepared batch ``x``; returns the new state and the batch's mean log-likelihood."""
-  vectors, bias, vector_states, bias_state = state
+  """One optimiser step on one prepared batch ``x``; returns the new state and the batch's mean log-likelihood.
+  The state: the logit vectors, the bias logits, the prior's centres (empty without one) and their optimiser
+  states."""
+  vectors, (bias, centre), vector_states, (bias_state, centre_state) = state
   if sparse:
     local = {k: v.at[x["uniq"][k]].get(mode="fill", fill_value=0.0) for k, v in vectors.items()}
     prior = x["prior"]
   else:
     local, prior = vectors, {k: l2_bias for k in vectors}
 
-  def objective(local, bias):
-    ll = _batch_log_likelihood(model, local, bias, x["rows"], x["clicks"], x["where"])
+  def objective(local, bias, centre):
+    ll = _batch_log_likelihood(model, local, bias, x["rows"], x["clicks"], x["where"], centre)
     penalty = sum(jnp.sum(prior[k] * v**2) for k, v in local.items())
     penalty += l2_bias * sum(jnp.sum(v**2) for v in jax.tree.leaves(bias))
     return 0.5 * penalty - ll, ll
 
-  (_, ll), (grad, bias_grad) = jax.value_and_grad(objective, argnums=(0, 1), has_aux=True)(local, bias)
+  (_, ll), (grad, bias_grad, centre_grad) = jax.value_and_grad(objective, argnums=(0, 1, 2), has_aux=True)(
+    local, bias, centre
+  )
   new_vectors, new_states = {}, {}
   for k, v in vectors.items():
     opt_state = _rows_of(vector_states[k], x["uniq"][k], v.shape[0]) if sparse else vector_states[k]
@@ -276,7 +282,11 @@ def _step(model, optimizer, sparse, state, x, l2_bias):
     else:
       new_vectors[k], new_states[k] = rows, opt_state
   updates, bias_state = optimizer.update(bias_grad, bias_state, bias)
-  return (new_vectors, optax.apply_updates(bias, updates), new_states, bias_state), ll
+  bias = optax.apply_updates(bias, updates)
+  if centre:  # the prior's centres: dense scalars every item informs
+    updates, centre_state = optimizer.update(centre_grad, centre_state, centre)
+    centre = optax.apply_updates(centre, updates)
+  return (new_vectors, (bias, centre), new_states, (bias_state, centre_state)), ll
 
 
 def _scan(model, optimizer, sparse, state, xs, l2_bias):
@@ -297,9 +307,10 @@ def _tables(m: ClickModel, tables: Optional[Mapping[str, ParameterTable]]) -> di
   return {k: tables.get(k, FullTable()) for k in names}
 
 
-def _initial_state(m, optimizer, tables, num_rows, list_size, init, padded=None):
-  """The fit's state ``(vectors, bias, vector optimiser states, bias optimiser state)``; the vectors have
-  ``padded`` rows (default ``num_rows``), the rows past ``num_rows`` zero (a mesh's padding, never shown)."""
+def _initial_state(m, optimizer, tables, num_rows, list_size, init, prior, padded=None):
+  """The fit's state ``(vectors, (bias, centres), vector optimiser states, (bias, centre) optimiser states)``; the
+  vectors have ``padded`` rows (default ``num_rows``), the rows past ``num_rows`` zero (a mesh's padding, never
+  shown)."""
   padded = num_rows if padded is None else padded
   logits = m.init(num_docs=1, list_size=list_size)
   vectors = {k: jnp.zeros(padded[k], jnp.float32) for k in tables}
@@ -315,7 +326,9 @@ def _initial_state(m, optimizer, tables, num_rows, list_size, init, padded=None)
       target[k] = jnp.array(v, jnp.float32)
       if k in tables and padded[k] != num_rows[k]:
         target[k] = jnp.pad(target[k], (0, padded[k] - num_rows[k]))
-  return (vectors, bias, {k: optimizer.init(v) for k, v in vectors.items()}, optimizer.init(bias))
+  centre = {k: jnp.zeros((), jnp.float32) for k in tables} if prior == "data_mean" else {}
+  states = (optimizer.init(bias), optimizer.init(centre))
+  return (vectors, (bias, centre), {k: optimizer.init(v) for k, v in vectors.items()}, states)
 
 
 class _Placement(NamedTuple):
@@ -361,10 +374,10 @@ def _put_group(xs: dict, placement: _Placement) -> dict:
   }
 
 
-def _sharded_start(m, optimizer, tables, num_rows, padded, list_size, init, placement: _Placement):
+def _sharded_start(m, optimizer, tables, num_rows, padded, list_size, init, prior, placement: _Placement):
   """The initial state created in place on the mesh (no device holds a whole table), and the jitted steps that
   take and return it with the same shardings (the batches split by sessions, their distinct rows replicated)."""
-  make = functools.partial(_initial_state, m, optimizer, tables, num_rows, list_size, padded=padded)
+  make = functools.partial(_initial_state, m, optimizer, tables, num_rows, list_size, prior=prior, padded=padded)
   shardings = _state_shardings(jax.eval_shape(make, init), placement, padded)
   state = jax.jit(make, out_shardings=shardings)(init)
   rep, split = placement.replicated, placement.sessions
@@ -401,6 +414,7 @@ def fit_click_model_minibatch(
   tables: Optional[Mapping[str, ParameterTable]] = None,
   steps_per_call: int = STEPS_PER_CALL,
   mesh: Optional[Mesh] = None,
+  prior: str = "data_mean",
 ) -> ClickModelFit:
   r"""The MAP objective of :func:`~ultr_jax.simulation.fit_click_model` by a stochastic optimiser over a stream.
 
@@ -409,14 +423,17 @@ def fit_click_model_minibatch(
   .. math::
       \frac{1}{2}\sum_{u \in b} \frac{\ell_2\, c_{u,b}}{n_b\, N_u}\, v_u^2
       + \frac{\ell_2}{2S}\lVert\beta\rVert^2 - \frac{1}{n_b}\sum_{s \in b}\log P_\theta(c^{(s)}),
-      \qquad \theta_d = \sum_p v_{r_p(d)},
+      \qquad \theta_d = \mu + \sum_p v_{r_p(d)},
 
   over the rows :math:`u` of the per-document logit vectors :math:`v` the batch shows (:math:`c_{u,b}` of its
   items, :math:`N_u` of the stream's) and the bias logits :math:`\beta`: the prior of each row spread over its
   impressions, so the estimate is unbiased for the full objective per session, and over an epoch of equal
   batches its prior sums to the full objective's exactly. With ``sparse=False`` every row takes every step
   with :math:`\frac{\ell_2}{2S}\lVert v\rVert^2`, the full objective's prior, at a cost per step that grows with
-  the number of documents. CLAX (Hager et al. 2025, "CLAX: Fast and flexible neural click models in JAX") fits
+  the number of documents. With ``prior="data_mean"`` each per-document table has a centre :math:`\mu`, a
+  scalar every item's gradient reaches (the prior's mean of :func:`~ultr_jax.simulation.logit_prior`, estimated
+  with the fit; CLAX's baseline logit), so a rarely shown document starts from, and is shrunk towards, the log's
+  typical logit rather than 0; ``prior="zero"`` fixes :math:`\mu = 0`. CLAX (Hager et al. 2025, "CLAX: Fast and flexible neural click models in JAX") fits
   its click models by such minibatch steps.
 
   Args:
@@ -440,6 +457,8 @@ def fit_click_model_minibatch(
       masked sessions to a multiple of its size), the per-document vectors and their optimiser state by rows
       over the same devices, the bias logits replicated: the same steps as without a mesh, up to the order of
       float sums (default None: one device). Every process of a multi-process mesh must pass the same batches.
+    prior: one of :data:`~ultr_jax.simulation.LOGIT_PRIORS`: ``"data_mean"`` (a fitted centre per per-document
+      table) or ``"zero"`` (none).
 
   Returns:
     :class:`~ultr_jax.simulation.ClickModelFit` (per-document logits and probabilities for every document;
@@ -462,6 +481,7 @@ def fit_click_model_minibatch(
   P('data',) True
   """
   m = _model(model)
+  _check_prior(prior)
   if epochs < 1 or steps_per_call < 1:
     raise ValueError(
       f"fit_click_model_minibatch: epochs and steps_per_call must be >= 1, got {epochs}, {steps_per_call}"
@@ -481,19 +501,19 @@ def fit_click_model_minibatch(
   devices = 1 if placement is None else placement.size
   padded = {k: -(-n // devices) * devices for k, n in num_rows.items()}  # the mesh's rows past num_rows: zeros
   sparse = _sparse_pays(tables, num_docs, batches) if sparse is None else sparse
-  prior = None
+  row_prior = None
   if sparse and l2 > 0:  # one entry more: the padding row (never read with a count)
-    prior = {}
+    row_prior = {}
     for k in tables:
       n = counts.impressions[k]
-      prior[k] = (l2 / np.maximum(np.pad(n, (0, padded[k] + 1 - n.shape[0])), 1.0)).astype(np.float32)
+      row_prior[k] = (l2 / np.maximum(np.pad(n, (0, padded[k] + 1 - n.shape[0])), 1.0)).astype(np.float32)
   # Written through now (np.zeros would leave its pages to fault in one by one at the first batches).
   scratch = {k: np.full(padded[k] + 1, -1, np.int32) for k in tables} if sparse else None
-  plan = _Plan(m, tables, padded, num_docs, list_size, bool(sparse), float(l2), prior, scratch, devices)
+  plan = _Plan(m, tables, padded, num_docs, list_size, bool(sparse), float(l2), row_prior, scratch, devices)
   if placement is None:
-    state, run = _initial_state(m, optimizer, tables, num_rows, list_size, init), _steps
+    state, run = _initial_state(m, optimizer, tables, num_rows, list_size, init, prior), _steps
   else:
-    state, run = _sharded_start(m, optimizer, tables, num_rows, padded, list_size, init, placement)
+    state, run = _sharded_start(m, optimizer, tables, num_rows, padded, list_size, init, prior, placement)
   l2_bias = jnp.float32(l2 / max(num_sessions, 1.0))
   steps, last = 0, []
   for _ in range(epochs):
@@ -506,8 +526,9 @@ def fit_click_model_minibatch(
       values.append(ll)
       steps += int(xs["clicks"].shape[0])
     last = values
-  vectors, bias = state[0], state[1]
+  vectors, (bias, centre) = state[0], state[1]
   per_doc = table_logits(tables, vectors, num_docs)
+  per_doc = {k: v + centre[k] if k in centre else v for k, v in per_doc.items()}
   if placement is not None and num_docs % placement.size == 0:  # split over the devices as the tables were
     per_doc = jax.device_put(per_doc, placement.rows)
   logits = {**per_doc, **bias}

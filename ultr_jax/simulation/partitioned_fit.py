@@ -39,22 +39,23 @@ def _bucket(n: int, minimum: int = 256) -> int:
   return next(b for b in (base, base * 5 // 4, base * 3 // 2, base * 7 // 4, 2 * base) if b >= n)
 
 
-def _doc_objective(model, docs, bias, keys, counts, l2, num_local):
-  """Per-document objective ``[num_local]``: :math:`\\ell_2/2 \\lVert\\theta_d\\rVert^2 - \\mathcal{L}_d`."""
+def _doc_objective(model, docs, bias, keys, counts, l2, num_local, centre):
+  """Per-document objective ``[num_local]``: :math:`\\ell_2/2 \\lVert\\theta_d - \\mu\\rVert^2 - \\mathcal{L}_d`."""
   logits = {**docs, **bias}
   per_count = jax.grad(lambda c: model.statistics_log_likelihood(logits, keys, c))(counts)
   ll_record = jnp.sum(counts * per_count, axis=1)
   ll_doc = jax.ops.segment_sum(ll_record, keys[:, 0], num_segments=num_local)
-  return 0.5 * l2 * sum(v**2 for v in docs.values()) - ll_doc
+  return 0.5 * l2 * sum((v - centre[k]) ** 2 for k, v in docs.items()) - ll_doc
 
 
 @functools.partial(jax.jit, static_argnames=("model", "iters"))
-def _doc_newton(model, docs, bias, keys, counts, l2, iters):
-  """``iters`` damped Newton steps on every document's parameters (one group at a time) given ``bias``."""
+def _doc_newton(model, docs, bias, keys, counts, l2, iters, centre):
+  """``iters`` damped Newton steps on every document's parameters (one group at a time) given ``bias`` and the
+  prior's ``centre`` (name -> scalar)."""
   num_local = next(iter(docs.values())).shape[0]
 
   def total(docs):
-    return 0.5 * l2 * sum(jnp.sum(v**2) for v in docs.values()) - model.statistics_log_likelihood(
+    return 0.5 * l2 * sum(jnp.sum((v - centre[k]) ** 2) for k, v in docs.items()) - model.statistics_log_likelihood(
       {**docs, **bias}, keys, counts
     )
 
@@ -65,14 +66,14 @@ def _doc_newton(model, docs, bias, keys, counts, l2, iters):
       grad, h = jax.jvp(jax.grad(f), (docs[name],), (jnp.ones_like(docs[name]),))  # h: the diagonal
       delta = jnp.clip(-grad / jnp.maximum(h, 1e-3 * jnp.maximum(l2, 1e-3)), -4.0, 4.0)
       trial = {**docs, name: docs[name] + scale * delta}
-      new_value = _doc_objective(model, trial, bias, keys, counts, l2, num_local)
+      new_value = _doc_objective(model, trial, bias, keys, counts, l2, num_local, centre)
       ok = new_value <= value
       docs = {**docs, name: jnp.where(ok, trial[name], docs[name])}
       value = jnp.where(ok, new_value, value)
       scale = jnp.where(ok, jnp.minimum(2.0 * scale, 1.0), 0.5 * scale)
     return (docs, value, scale), None
 
-  value = _doc_objective(model, docs, bias, keys, counts, l2, num_local)
+  value = _doc_objective(model, docs, bias, keys, counts, l2, num_local, centre)
   (docs, value, _), _ = jax.lax.scan(step, (docs, value, jnp.ones(num_local)), None, length=iters)
   doc_grad = jax.grad(total)(docs)
   return docs, jnp.sum(value), sum(jnp.sum(v**2) for v in doc_grad.values())
@@ -143,6 +144,21 @@ def _bias_step(flat, grad_ll, hess_ll, l2, max_step: float = 2.0):
   return flat + (step * (max_step / norm) if norm > max_step else step), float(np.linalg.norm(grad))
 
 
+def _centre(docs: dict, source: "_Partitions", parts: int, centre: Optional[dict], prior: str) -> dict:
+  """The prior's centre per per-document table: 0 (``prior="zero"``) or the table's mean over all ``D`` documents,
+  those of partitions without records (no step reaches them) first set to the previous centre, where the
+  objective puts them (``"data_mean"``)."""
+  if prior == "zero":
+    return {k: 0.0 for k in docs}
+  if prior != "data_mean":
+    raise ValueError(f"prior must be 'data_mean' or 'zero', got {prior!r}")
+  if centre is not None:
+    for p in set(range(parts)) - set(source.nonempty):
+      for k, v in docs.items():
+        v[p::parts] = centre[k]
+  return {k: float(np.mean(v, dtype=np.float64)) for k, v in docs.items()}
+
+
 def fit_partitioned_statistics(
   model: ClickModel,
   statistics: PartitionedStatistics,
@@ -154,12 +170,18 @@ def fit_partitioned_statistics(
   inner_iters: int = 4,
   init: Optional[dict] = None,
   memory_budget_bytes: Optional[int] = None,
+  prior: str = "zero",
 ) -> tuple[dict, float, float, int]:
   r"""Minimises the MAP objective on partitioned item statistics (see the module docstring).
 
   .. math::
       \theta_d \leftarrow \theta_d - \frac{\partial_{\theta_d} J}{\partial^2_{\theta_d} J}\ \text{(per document,
-      damped)}, \qquad \beta \leftarrow \beta - (\nabla^2_\beta J + \lambda I)^{-1} \nabla_\beta J
+      damped)}, \qquad \beta \leftarrow \beta - (\nabla^2_\beta J + \lambda I)^{-1} \nabla_\beta J,
+      \qquad \mu_k \leftarrow \frac{1}{D} \sum_d \theta^{(k)}_d
+
+  With ``prior="data_mean"`` the prior on each per-document table :math:`\theta^{(k)}` is centred on
+  :math:`\mu_k` (:func:`~ultr_jax.simulation.logit_prior`), the third block of the descent, exact given the
+  documents; with ``prior="zero"`` :math:`\mu_k = 0` throughout.
 
   Args:
     model: an item click model (its statistics are per (document, rank[, state])).
@@ -172,6 +194,7 @@ def fit_partitioned_statistics(
     init: starting logits.
     memory_budget_bytes: partitions are kept in memory between passes while they fit this (None: all of
       them), and read from their files again otherwise.
+    prior: ``"data_mean"`` or ``"zero"`` (:data:`~ultr_jax.simulation.LOGIT_PRIORS`).
 
   Returns:
     ``(logits, mean log-likelihood per session, gradient norm, passes)``.
@@ -193,13 +216,15 @@ def fit_partitioned_statistics(
   l2 = float(l2)
   prev, gnorm, passes = np.inf, np.inf, 0
   source = _Partitions(statistics.compact(), num_docs, memory_budget_bytes)
+  centre = _centre(docs, source, parts, None, prior)
   for passes in range(1, int(max_iters) + 1):
     obj, doc_sq, grad_ll, hess_ll = 0.0, 0.0, 0.0, 0.0
+    mu = {k: jnp.float32(v) for k, v in centre.items()}
     for p in source.nonempty:
       keys, counts = source.arrays(p)
       local_n = source.local_docs[p]
       local = {k: jnp.asarray(_pad(v[p::parts], source.width)) for k, v in docs.items()}
-      local, value, sq = _doc_newton(model, local, bias, keys, counts, jnp.float32(l2), int(inner_iters))
+      local, value, sq = _doc_newton(model, local, bias, keys, counts, jnp.float32(l2), int(inner_iters), mu)
       for k in per_doc:
         docs[k][p::parts] = np.asarray(local[k])[:local_n]
       _, g_b, h_b = _bias_terms(model, local, bias, keys, counts)
@@ -215,7 +240,9 @@ def fit_partitioned_statistics(
     if gnorm <= tol or prev - obj <= 1e-12 * abs(obj):
       break
     bias = unravel(jnp.asarray(new_flat, jnp.float32))
+    centre = _centre(docs, source, parts, centre, prior)
     prev = obj
+  _centre(docs, source, parts, centre, prior)  # documents without records: at the centre
   logits = {**{k: jnp.asarray(v) for k, v in docs.items()}, **bias}
   ll = 0.0
   for p in source.nonempty:

@@ -40,7 +40,7 @@ from ultr_jax.simulation.click_models.statistics import (
   open_partitioned_statistics,
   write_statistics_runs,
 )
-from ultr_jax.simulation.fitting import ClickModelFit, _model, _validate, click_model_predict
+from ultr_jax.simulation.fitting import ClickModelFit, _check_prior, _model, _validate, click_model_predict, logit_prior
 from ultr_jax.simulation.partitioned_fit import fit_partitioned_statistics
 
 __all__ = [
@@ -187,13 +187,12 @@ def _bucket(n: int, minimum: int = 256) -> int:
   return next(b for b in (base, base * 5 // 4, base * 3 // 2, base * 7 // 4, 2 * base) if b >= n)
 
 
-@functools.partial(jax.jit, static_argnames=("model", "max_iters"))
-def _fit_statistics(model, logits, keys, counts, num_sessions, l2, max_iters, tol):
+@functools.partial(jax.jit, static_argnames=("model", "max_iters", "prior"))
+def _fit_statistics(model, logits, keys, counts, num_sessions, l2, max_iters, tol, prior="zero"):
   n = jnp.maximum(num_sessions, 1.0)
 
   def objective(theta):
-    prior = 0.5 * l2 * sum(jnp.sum(v**2) for v in jax.tree.leaves(theta))
-    return (prior - model.statistics_log_likelihood(theta, keys, counts)) / n
+    return (logit_prior(model, theta, l2, prior) - model.statistics_log_likelihood(theta, keys, counts)) / n
 
   # Curvatures differ by orders of magnitude (a document's few impressions, a rank's millions): precondition.
   scale = jax.tree.map(jnp.sqrt, table_curvature(objective, logits, jnp.maximum(l2, 1e-6) / n))
@@ -216,16 +215,19 @@ def fit_click_model_from_statistics(
   tol: float = 1e-5,
   init: Optional[dict] = None,
   memory_budget_bytes: Optional[int] = MEMORY_BUDGET_BYTES,
+  prior: str = "zero",
 ) -> ClickModelFit:
   r""":func:`~ultr_jax.simulation.fit_click_model`'s MAP fit, on sufficient statistics.
 
   .. math::
-      \hat\theta = \arg\min_\theta\; \frac{1}{S}\Bigl(\frac{\ell_2}{2}\lVert\theta\rVert^2
+      \hat\theta = \arg\min_\theta\; \frac{1}{S}\Bigl(\Omega_{\ell_2}(\theta)
         - \sum_{r} \sum_v n_{r,v}\, f_v(\theta; k_r)\Bigr)
 
   where the weighted record sum (:meth:`~ultr_jax.simulation.ClickModel.statistics_log_likelihood`) equals
   the sessions' :math:`\sum_s \log P_\theta(c^{(s)}_{1:L})`, so the objective is the in-memory fit's (up to
-  the order of float sums), at :math:`O(R)` per step for :math:`R` records.
+  the order of float sums), at :math:`O(R)` per step for :math:`R` records, and :math:`\Omega_{\ell_2}` is the
+  prior of :func:`~ultr_jax.simulation.logit_prior` (``prior``: centred on 0, or on each per-document table's
+  fitted mean).
 
   Args:
     model: a fittable click model (name or instance); the one the statistics were gathered for.
@@ -237,6 +239,8 @@ def fit_click_model_from_statistics(
     l2, max_iters, tol, init: as :func:`~ultr_jax.simulation.fit_click_model`.
     memory_budget_bytes: on partitioned statistics, the partitions kept in memory between passes (the others
       are read again from their files each pass).
+    prior: the per-document logits' prior centre, one of :data:`~ultr_jax.simulation.LOGIT_PRIORS`
+      (``"zero"``: 1/2; ``"data_mean"``: fitted).
 
   Returns:
     :class:`~ultr_jax.simulation.ClickModelFit`.
@@ -248,6 +252,7 @@ def fit_click_model_from_statistics(
   2 True [1.0, 0.0]
   """
   m = _model(model)
+  _check_prior(prior)
   if statistics.kind != m.statistics_kind:
     raise ValueError(f"{m.name}: statistics of kind {statistics.kind!r}, expected {m.statistics_kind!r}")
   if num_docs is None:
@@ -265,6 +270,7 @@ def fit_click_model_from_statistics(
       tol=tol,
       init=init,
       memory_budget_bytes=memory_budget_bytes,
+      prior=prior,
     )
   # Records and documents padded to buckets (zero counts; documents no record reads stay at their start and
   # are cut off after): one compilation serves logs of similar sizes.
@@ -277,7 +283,15 @@ def fit_click_model_from_statistics(
   keys = jnp.asarray(_pad_rows(statistics.keys, rows), jnp.int32)
   counts = jnp.asarray(_pad_rows(statistics.counts, rows), jnp.float32)
   theta, params, mean_ll, gnorm, iters = _fit_statistics(
-    m, logits, keys, counts, jnp.float32(statistics.num_sessions), jnp.float32(l2), int(max_iters), jnp.float32(tol)
+    m,
+    logits,
+    keys,
+    counts,
+    jnp.float32(statistics.num_sessions),
+    jnp.float32(l2),
+    int(max_iters),
+    jnp.float32(tol),
+    prior,
   )
   cut = lambda tree: {k: jax.device_put(np.asarray(v)[:num_docs]) if k in per_doc else v for k, v in tree.items()}
   theta, params = cut(theta), cut(params)  # on the host: no program per number of documents
@@ -292,7 +306,7 @@ def fit_click_model_from_statistics(
   )
 
 
-def _fit_partitioned(model, m, statistics, *, num_docs, l2, max_iters, tol, init, memory_budget_bytes):
+def _fit_partitioned(model, m, statistics, *, num_docs, l2, max_iters, tol, init, memory_budget_bytes, prior):
   """:func:`~ultr_jax.simulation.fit_partitioned_statistics` as a :class:`ClickModelFit`."""
   if init is not None:
     init = {k: np.asarray(v, np.float32) for k, v in init.items()}
@@ -305,6 +319,7 @@ def _fit_partitioned(model, m, statistics, *, num_docs, l2, max_iters, tol, init
     tol=tol,
     init=init,
     memory_budget_bytes=memory_budget_bytes,
+    prior=prior,
   )
   return ClickModelFit(
     model=model,

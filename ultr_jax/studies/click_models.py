@@ -176,6 +176,7 @@ def fit_and_score(model: str, train: dict, test: dict, *, num_docs: int, config,
     l2=float(config.l2),
     max_iters=int(config.max_iters),
     tol=float(config.tol),
+    prior="zero",  # the prior this study's expected metrics were recorded with
   )
   seconds = time.perf_counter() - start
   out = sim.evaluate_click_model(model, fit.params, test["doc_ids"], test["clicks"], where=test["where"])
@@ -331,6 +332,7 @@ def fit_and_score_stream(model: str, train, test, *, num_docs: int, config) -> O
       max_iters=int(config.max_iters),
       tol=float(config.tol),
       **_statistics_options(config),
+      prior="zero",  # the prior this study's expected metrics were recorded with
     )
   except _Unexplained:
     return None
@@ -350,6 +352,7 @@ def fit_and_score_stream(model: str, train, test, *, num_docs: int, config) -> O
         epochs=int(config.minibatch_epochs),
         num_docs=num_docs,
         l2=float(config.l2),
+        prior="zero",  # the prior this study's expected metrics were recorded with
       )
     except _Unexplained:
       return None

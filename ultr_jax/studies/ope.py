@@ -444,6 +444,7 @@ def _model_based(config, queries, user: str, num_sessions: int, logits, keys, ta
         num_docs=num_docs,
         l2=float(config.fit_l2),
         max_iters=int(config.fit_max_iters),
+        prior="zero",  # the prior this study's expected metrics were recorded with
       )
       values = _model_based_run(log, fit.params, targets, table, model=model, names=names, settings=_settings(config))
       for i, n in enumerate(names):
