@@ -494,6 +494,7 @@ def test_a_model_whose_statistics_do_not_reduce_is_fitted_by_adam_over_the_strea
       epochs=config.minibatch_epochs,
       num_docs=log.num_docs,
       l2=config.l2,
+      prior="zero",  # as the study
     )
     want = sim.evaluate_click_model_stream("dbn", fit.params, test())
   for k in ("perplexity", "log_likelihood"):

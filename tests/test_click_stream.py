@@ -118,9 +118,10 @@ def test_a_minibatch_fit_approaches_the_full_batch_fit(model):
   log = _log(model, num_sessions=2000)
   full = sim.fit_click_model(model, log["doc_ids"], log["clicks"], num_docs=NUM_DOCS)
   batches = _batches(log, 200)
-  fit = sim.fit_click_model_minibatch(model, batches, optimizer=optax.adam(0.05), epochs=60, num_docs=NUM_DOCS)
+  kwargs = {"optimizer": optax.adam(0.05), "num_docs": NUM_DOCS, "prior": "zero"}  # the full fit's objective
+  fit = sim.fit_click_model_minibatch(model, batches, epochs=60, **kwargs)
   assert fit.iterations == 600
-  start = sim.fit_click_model_minibatch(model, batches, optimizer=optax.adam(0.05), epochs=1, num_docs=NUM_DOCS)
+  start = sim.fit_click_model_minibatch(model, batches, epochs=1, **kwargs)
   for k in full.params:
     err = np.max(np.abs(np.asarray(fit.params[k]) - np.asarray(full.params[k])))
     assert err < 0.03, (k, err)
