@@ -86,17 +86,28 @@ def _api_sections(package):
 
 
 def _write_api_pages():
-  """One page per package: its docstring, then one autosummary table per theme (:func:`_api_sections`)."""
+  """One page per package: its docstring, then one autosummary table per theme (:func:`_api_sections`).
+
+  The names' own pages are generated from a separate orphan page (``api/pages.rst``), so they stay out of the
+  sidebar's navigation tree: the theme renders that whole tree into every page, and with each of several hundred
+  names in it, that rendering was most of the build's time. A reader reaches a name's page from its package's
+  table, as in optax's and rax's references.
+  """
   os.makedirs(_API_DIR, exist_ok=True)
+  pages = [":orphan:", "", "Every API page", "==============", ""]
   for package in API_PACKAGES:
     module = importlib.import_module(f"ultr_jax.{package}")
     title = f"ultr_jax.{package}"
     lines = [title, "=" * len(title), "", f".. automodule:: ultr_jax.{package}", "   :no-members:", ""]
     lines += [f".. currentmodule:: ultr_jax.{package}", ""]
+    pages += [f".. currentmodule:: ultr_jax.{package}", "", ".. autosummary::", "   :toctree: generated", ""]
     for section, names in _api_sections(module):
-      lines += [section, "-" * len(section), "", ".. autosummary::", "   :toctree: generated", ""]
+      lines += [section, "-" * len(section), "", ".. autosummary::", ""]
       lines += [f"   {name}" for name in names] + [""]
+      pages += [f"   {name}" for name in names]
+    pages += [""]
     _write_if_changed(os.path.join(_API_DIR, f"{package}.rst"), "\n".join(lines) + "\n")
+  _write_if_changed(os.path.join(_API_DIR, "pages.rst"), "\n".join(pages) + "\n")
   index = [
     "API reference",
     "=============",
