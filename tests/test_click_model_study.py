@@ -78,7 +78,7 @@ def test_binary_smoke_run(tmp_path, subprocess_env):
   assert_matches_expected(results, "click_models_smoke")  # the recorded numbers of this config
 
 
-@pytest.mark.parametrize("fmt", ["tsv", "baidu"])
+@pytest.mark.parametrize("fmt", [pytest.param("tsv", marks=pytest.mark.slow), "baidu"])  # tsv: test_click_log_stream
 def test_click_log_mode_fits_a_session_file(tmp_path, fmt):
   attraction = np.random.default_rng(0).uniform(0.1, 0.9, size=(4, 5)).astype(np.float32)
   log = sim.simulate_session_log(jax.random.key(0), "cascade", attraction, num_sessions=500)

@@ -114,6 +114,7 @@ def _write_baidu(ds, path, clicks=None):
   pa.feather.write_feather(pa.table({**cols, "query_document_embedding": emb}), path)
 
 
+@pytest.mark.slow  # the loader's part: test_data_baidu's logged-click tests, in the default run
 def test_trains_on_logged_baidu_clicks(tmp_path):
   """``data.source="baidu"``: click files train, annotation files validate and test; nothing is simulated.
 

@@ -415,7 +415,10 @@ def _write_yandex_sessions(path, items, positions, clicks):
       fh.writelines(f"{s}\t1\tC\tdoc-{items[s, j]}\n" for j in np.flatnonzero(clicks[s]))
 
 
-@pytest.mark.parametrize("fmt", ["tsv", "baidu", "yandex"])
+# Each format's reader has its own tests; the binary runs on all three in the slow run, on Yandex's in the default.
+@pytest.mark.parametrize(
+  "fmt", [pytest.param("tsv", marks=pytest.mark.slow), pytest.param("baidu", marks=pytest.mark.slow), "yandex"]
+)
 def test_check_binary_on_a_click_log(tmp_path, subprocess_env, fmt):
   import json
   import pathlib

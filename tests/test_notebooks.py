@@ -109,7 +109,13 @@ def test_notebook_is_valid_nbformat_4_5(path):
   nbformat.validate(nbformat.reads(path.read_text(encoding="utf-8"), as_version=4))
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+# The quickstart runs in the default run; the study notebooks, whose studies the default run tests through their
+# smoke binaries, are slow (their stored outputs are still checked against their code by the digest test below).
+@pytest.mark.parametrize(
+  "path",
+  [pytest.param(p, marks=() if p.stem == "quickstart" else pytest.mark.slow) for p in NOTEBOOKS],
+  ids=[p.stem for p in NOTEBOOKS],
+)
 def test_notebook_runs_in_smoke_mode(path, tmp_path_factory, monkeypatch, subprocess_env):
   nb = nbformat.read(path, as_version=4)
   assert nb.metadata["accelerator"] == "TPU" and nb.metadata["kernelspec"]["name"] == "python3"
