@@ -227,7 +227,9 @@ def fit_click_model_from_statistics(
   the sessions' :math:`\sum_s \log P_\theta(c^{(s)}_{1:L})`, so the objective is the in-memory fit's (up to
   the order of float sums), at :math:`O(R)` per step for :math:`R` records, and :math:`\Omega_{\ell_2}` is the
   prior of :func:`~ultr_jax.simulation.logit_prior` (``prior``: centred on 0, or on each per-document table's
-  fitted mean).
+  fitted mean). Under ``prior="zero"`` a document that no record reads has its optimum at logit 0 (its only
+  term is the prior's), so the item models' fit runs over the documents the records read alone and gives the
+  others logit 0: the table is the log's documents, not every id below ``num_docs``.
 
   Args:
     model: a fittable click model (name or instance); the one the statistics were gathered for.
