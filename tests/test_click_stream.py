@@ -196,6 +196,32 @@ def test_grouping_by_counting_by_sorting_and_as_bytes_agree():
   np.testing.assert_allclose(as_bytes[1].sum(0), counts.sum(0))
 
 
+@pytest.mark.parametrize("model", ["pbm", "ubm"])
+def test_a_fit_on_statistics_over_sparse_document_ids_equals_the_full_table_fit(model):
+  """Documents 5 apart among 300 ids (most never read): the fit over the read documents alone equals the
+  in-memory fit over the whole table, an unread document stays at logit 0, and a start away from 0 on unread
+  documents (a warm start) ends at the same optimum, where an unread document's logit is 0."""
+  log = _masked(_log(model))
+  log["doc_ids"] = log["doc_ids"] * 5 + 3
+  kwargs = {"num_docs": 300, "tol": 1e-7, "max_iters": 300}
+  full = sim.fit_click_model(model, log["doc_ids"], log["clicks"], where=log["where"], **kwargs)
+  stats = sim.gather_click_statistics(model, _batches(log, 64))
+  fit = sim.fit_click_model_from_statistics(model, stats, **kwargs)
+  assert fit.converged and full.converged
+  assert fit.log_likelihood == pytest.approx(full.log_likelihood, abs=1e-6)
+  for k in full.params:
+    np.testing.assert_allclose(fit.params[k], full.params[k], atol=1e-6, err_msg=k)
+  unread = np.setdiff1d(np.arange(300), log["doc_ids"][log["where"]])
+  assert unread.size > 250 and np.all(np.asarray(fit.logits["attraction"])[unread] == 0.0)
+  init = {k: np.asarray(v) for k, v in fit.logits.items()}
+  init["attraction"] = init["attraction"] + np.linspace(-1.0, 1.0, 300, dtype=np.float32)
+  warm = sim.fit_click_model_from_statistics(model, stats, init=init, **kwargs)
+  assert warm.converged and fit.params["attraction"].shape == warm.params["attraction"].shape == (300,)
+  assert np.all(np.asarray(warm.logits["attraction"])[unread] == 0.0)
+  for k in full.params:
+    np.testing.assert_allclose(warm.params[k], full.params[k], atol=1e-5, err_msg=k)
+
+
 def test_a_fit_on_statistics_compiles_once_for_logs_of_similar_sizes(assert_compiles_once):
   """Records and documents are padded to buckets: logs of 300-400 sessions over 12-14 documents share a program."""
 

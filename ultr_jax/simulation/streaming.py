@@ -227,7 +227,9 @@ def fit_click_model_from_statistics(
   the sessions' :math:`\sum_s \log P_\theta(c^{(s)}_{1:L})`, so the objective is the in-memory fit's (up to
   the order of float sums), at :math:`O(R)` per step for :math:`R` records, and :math:`\Omega_{\ell_2}` is the
   prior of :func:`~ultr_jax.simulation.logit_prior` (``prior``: centred on 0, or on each per-document table's
-  fitted mean).
+  fitted mean). Under ``prior="zero"`` a document that no record reads has its optimum at logit 0 (its only
+  term is the prior's), so the item models' fit runs over the documents the records read alone and gives the
+  others logit 0: the table is the log's documents, not every id below ``num_docs``.
 
   Args:
     model: a fittable click model (name or instance); the one the statistics were gathered for.
@@ -272,15 +274,25 @@ def fit_click_model_from_statistics(
       memory_budget_bytes=memory_budget_bytes,
       prior=prior,
     )
-  # Records and documents padded to buckets (zero counts; documents no record reads stay at their start and
-  # are cut off after): one compilation serves logs of similar sizes.
-  padded_docs = _bucket(num_docs)
   per_doc = ("attraction",) + tuple(m.item_params)
+  keys, seen = statistics.keys, None
+  if statistics.kind in ("items", "ubm_items") and prior == "zero":
+    keys, seen = _compact_documents(statistics.keys)
+  # Records and documents padded to buckets (zero counts; documents no record reads stay at their start and
+  # are cut off after): one compilation serves logs of similar sizes. Under the zero-centred prior the optimum of
+  # a document no record reads is logit 0 whatever its start, and from 0 its gradient is 0 at every step, so the
+  # fit runs over the documents the records read alone (renumbered; at least one padded row, at 0, gives the
+  # others' values), a table of the log's documents rather than of every id.
+  table_docs = num_docs if seen is None else seen.size + 1
+  padded_docs = _bucket(table_docs)
   logits = m.init(num_docs=padded_docs, list_size=statistics.list_size)
   if init is not None:
-    logits = {k: (_pad_rows(np.asarray(v, np.float32), padded_docs) if k in per_doc else v) for k, v in init.items()}
+    pick = (lambda v: v) if seen is None else (lambda v: _take_rows(v, seen))
+    logits = {
+      k: (_pad_rows(pick(np.asarray(v, np.float32)), padded_docs) if k in per_doc else v) for k, v in init.items()
+    }
   rows = _bucket(statistics.num_records)
-  keys = jnp.asarray(_pad_rows(statistics.keys, rows), jnp.int32)
+  keys = jnp.asarray(_pad_rows(keys, rows), jnp.int32)
   counts = jnp.asarray(_pad_rows(statistics.counts, rows), jnp.float32)
   theta, params, mean_ll, gnorm, iters = _fit_statistics(
     m,
@@ -293,7 +305,12 @@ def fit_click_model_from_statistics(
     jnp.float32(tol),
     prior,
   )
-  cut = lambda tree: {k: jax.device_put(np.asarray(v)[:num_docs]) if k in per_doc else v for k, v in tree.items()}
+  if seen is None:
+    cut = lambda tree: {k: jax.device_put(np.asarray(v)[:num_docs]) if k in per_doc else v for k, v in tree.items()}
+  else:
+    cut = lambda tree: {
+      k: jax.device_put(_spread_rows(np.asarray(v), seen, num_docs)) if k in per_doc else v for k, v in tree.items()
+    }
   theta, params = cut(theta), cut(params)  # on the host: no program per number of documents
   return ClickModelFit(
     model=model,
@@ -304,6 +321,33 @@ def fit_click_model_from_statistics(
     iterations=int(iters),
     converged=bool(gnorm <= tol),
   )
+
+
+def _compact_documents(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """``(keys renumbered, seen)``: ``seen`` the sorted ids of the documents the records read, the records'
+  documents replaced by their index in ``seen``."""
+  docs = np.asarray(keys[:, 0])
+  sorted_docs = bool(docs.size < 2 or np.all(docs[1:] >= docs[:-1]))
+  seen = docs[np.r_[True, docs[1:] != docs[:-1]]] if sorted_docs and docs.size else np.unique(docs)
+  out = np.array(keys, copy=True)
+  out[:, 0] = np.searchsorted(seen, docs)
+  return out, seen
+
+
+def _take_rows(v: np.ndarray, seen: np.ndarray) -> np.ndarray:
+  """The rows ``seen`` of a per-document table (rows past its end: 0, the start)."""
+  inside = seen < v.shape[0]
+  out = np.zeros((seen.size,) + v.shape[1:], v.dtype)
+  out[inside] = v[seen[inside]]
+  return out
+
+
+def _spread_rows(v: np.ndarray, seen: np.ndarray, num_docs: int) -> np.ndarray:
+  """A compacted per-document table back over ``num_docs`` documents: row ``i`` to document ``seen[i]``, every
+  other document the first padded row's value (a document that no record reads, started at 0)."""
+  out = np.repeat(v[seen.size : seen.size + 1], num_docs, axis=0)
+  out[seen] = v[: seen.size]
+  return out
 
 
 def _fit_partitioned(model, m, statistics, *, num_docs, l2, max_iters, tol, init, memory_budget_bytes, prior):
