@@ -108,6 +108,8 @@ def fit_ultr_jax(args, model, process_id=0, port=0):
   t0 = time.perf_counter()
   sessions = sum(int(np.count_nonzero(b["valid"])) for b in stream())
   read_s = time.perf_counter() - t0
+  if model in args.minibatch_models:
+    return _fit_minibatch(args, model, num_docs, sessions, read_s)
   budget = int(args.memory_budget_mb * 2**20)
   spill = os.path.join(args.workdir, f"spill_{model}_{args.processes}") if args.processes > 1 else None
   t0 = time.perf_counter()
@@ -123,13 +125,8 @@ def fit_ultr_jax(args, model, process_id=0, port=0):
     fit = sim.fit_click_model_from_statistics(model, stats, num_docs=num_docs, l2=args.l2)
   jax.block_until_ready(fit.params)
   fit_s = time.perf_counter() - t0
-  z = (
-    np.load(os.path.join(args.workdir, "test.npz")) if os.path.exists(os.path.join(args.workdir, "test.npz")) else None
-  )
-  ppl = None
-  if z is not None:
-    pred = sim.click_model_predict(model, fit.params, z["doc_ids"], z["clicks"])
-    ppl = _perplexity(pred["conditional"], z["clicks"])
+  peak_fit_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+  ppl = _test_perplexity(args, model, fit.params)
   spilled = isinstance(stats, sim.PartitionedStatistics)
   print(
     json.dumps(
@@ -147,11 +144,76 @@ def fit_ultr_jax(args, model, process_id=0, port=0):
         "fit_passes_or_iters": fit.iterations,
         "converged": fit.converged,
         "perplexity": ppl,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": peak_fit_mb,
       }
     ),
     flush=True,
   )
+
+
+def _test_perplexity(args, model, params):
+  """The test split's conditional perplexity, predicted in chunks (the fit's peak memory is taken before)."""
+  from ultr_jax import simulation as sim  # noqa: PLC0415
+
+  path = os.path.join(args.workdir, "test.npz")
+  if not os.path.exists(path):
+    return None
+  z, step = np.load(path), 65536
+  ids, clicks = z["doc_ids"], z["clicks"]
+  cond = [
+    np.asarray(sim.click_model_predict(model, params, ids[i : i + step], clicks[i : i + step])["conditional"])
+    for i in range(0, len(ids), step)
+  ]
+  return _perplexity(np.concatenate(cond), clicks)
+
+
+def _fit_minibatch(args, model, num_docs, sessions, read_s):
+  """A cascade model by :func:`ultr_jax.simulation.fit_click_model_minibatch` over the stream (one counting pass,
+  then ``--minibatch_epochs``), Adam ``--minibatch_lr`` decaying linearly to 0, per-document tables as
+  ``--table`` (``full`` or ``hashed:<rows>``); prints a JSON line."""
+  import jax  # noqa: PLC0415
+  import optax  # noqa: PLC0415
+
+  from ultr_jax import data  # noqa: PLC0415
+  from ultr_jax import simulation as sim  # noqa: PLC0415
+  from ultr_jax.simulation.click_models import tables  # noqa: PLC0415
+
+  m = sim.get_click_model(model)
+  kind, _, size = args.table.partition(":")
+  table = None
+  if kind == "hashed":
+    table = {k: tables.HashedTable(int(size)) for k in ("attraction",) + tuple(m.item_params)}
+  steps = args.minibatch_epochs * -(-sessions // args.minibatch_batch)
+  batches = lambda: data.SessionStream(os.path.join(args.workdir, "train"), batch_size=args.minibatch_batch)  # noqa: E731
+  t0 = time.perf_counter()
+  fit = sim.fit_click_model_minibatch(
+    model,
+    batches,
+    optimizer=optax.adam(optax.linear_schedule(args.minibatch_lr, 0.0, steps)),
+    epochs=args.minibatch_epochs,
+    num_docs=num_docs,
+    num_sessions=float(sessions),
+    l2=args.l2,
+    tables=table,
+  )
+  jax.block_until_ready(fit.params)
+  fit_s = time.perf_counter() - t0
+  peak_fit_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+  row = {
+    "side": "ultr_jax",
+    "model": model,
+    "path": f"minibatch, {args.minibatch_epochs} epoch(s), table {args.table}",
+    "process": jax.process_index(),
+    "processes": jax.process_count(),
+    "sessions_read": sessions,
+    "read_s": read_s,
+    "fit_s": fit_s,
+    "fit_passes": 1 + args.minibatch_epochs,
+    "steps": fit.iterations,
+    "perplexity": _test_perplexity(args, model, fit.params),
+    "peak_rss_mb": peak_fit_mb,
+  }
+  print(json.dumps(row), flush=True)
 
 
 def _free_port() -> int:
@@ -200,6 +262,11 @@ def main():
   p.add_argument("--batch_size", type=int, default=8192)
   p.add_argument("--l2", type=float, default=1.0)
   p.add_argument("--select_prior", action="store_true", help="pick l2 on the validation split (6 fits)")
+  p.add_argument("--minibatch_models", nargs="*", default=["dbn"], help="fitted by minibatch steps over the stream")
+  p.add_argument("--minibatch_lr", type=float, default=0.05)
+  p.add_argument("--minibatch_epochs", type=int, default=1)
+  p.add_argument("--minibatch_batch", type=int, default=4096)
+  p.add_argument("--table", default="full", help="the minibatch fit's per-document tables: full or hashed:<rows>")
   p.add_argument("--processes", type=int, default=1)
   p.add_argument("--clax", action="store_true")
   p.add_argument("--clax_python", default="/tmp/clax-venv/bin/python")
