@@ -20,22 +20,15 @@ JAX_SPEC="${CLAX_JAX_SPEC-jax==0.7.2 jaxlib==0.7.2}"  # set empty for the newest
 TORCH_SPEC="${CLAX_TORCH_SPEC:-torch==2.13.0+cpu}"
 TORCH_INDEX="${CLAX_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
 
-if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import clax" >/dev/null 2>&1; then
+# shellcheck source=benchmarks/_venv.sh
+source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
+if venv_ready "$VENV" "import clax"; then
   echo "CLAX venv ready: $VENV"
 else
-  "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/python" -m pip install -q --upgrade pip
-  if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
-    # A CPU wheel by pip's configured find-links / index first, then PyTorch's CPU index, then PyPI's torch.
-    "$VENV/bin/python" -m pip install -q "$TORCH_SPEC" \
-      || "$VENV/bin/python" -m pip install -q --retries 1 torch --index-url "$TORCH_INDEX" \
-      || "$VENV/bin/python" -m pip install -q torch
-  fi
+  venv_create "$VENV" "$PYTHON"
+  venv_torch "$VENV" "$TORCH_SPEC" "$TORCH_INDEX" any
   # shellcheck disable=SC2086
   "$VENV/bin/python" -m pip install -q "$CLAX_SPEC" $JAX_SPEC
   "$VENV/bin/python" -c "import clax"
 fi
-"$VENV/bin/python" - <<'PY'
-import importlib.metadata as md
-print("  ".join(f"{p} {md.version(p)}" for p in ("clax-models", "jax", "jaxlib", "flax", "optax", "torch", "pyarrow")))
-PY
+venv_versions "$VENV" clax-models jax jaxlib flax optax torch pyarrow

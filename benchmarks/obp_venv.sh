@@ -24,22 +24,16 @@ TORCH_INDEX="${OBP_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
 DEPS="numpy scipy pandas scikit-learn tqdm matplotlib seaborn pyyaml mypy_extensions"
 CHECK="from obp.ope import SlateStandardIPS, SlateIndependentIPS, SlateRewardInteractionIPS, SlateCascadeDoublyRobust"
 
-if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "$CHECK" >/dev/null 2>&1; then
+# shellcheck source=benchmarks/_venv.sh
+source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
+if venv_ready "$VENV" "$CHECK"; then
   echo "OBP venv ready: $VENV"
 else
-  "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/python" -m pip install -q --upgrade pip
-  if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
-    # A CPU wheel by pip's configured find-links / index first, then PyTorch's CPU index.
-    "$VENV/bin/python" -m pip install -q "$TORCH_SPEC" \
-      || "$VENV/bin/python" -m pip install -q --retries 1 torch --index-url "$TORCH_INDEX"
-  fi
+  venv_create "$VENV" "$PYTHON"
+  venv_torch "$VENV" "$TORCH_SPEC" "$TORCH_INDEX"
   "$VENV/bin/python" -m pip install -q --no-deps --ignore-requires-python "$OBP_SPEC"
   # shellcheck disable=SC2086
   "$VENV/bin/python" -m pip install -q $DEPS
   "$VENV/bin/python" -c "$CHECK"
 fi
-"$VENV/bin/python" - <<'PY'
-import importlib.metadata as md
-print("  ".join(f"{p} {md.version(p)}" for p in ("obp", "numpy", "pandas", "scikit-learn", "scipy", "torch")))
-PY
+venv_versions "$VENV" obp numpy pandas scikit-learn scipy torch
