@@ -18,7 +18,10 @@ embedding tables (the moments of an absent row are not decayed). Several batches
 and the next group is read and prepared in a background thread.
 
 The per-document parameters may be compressed (:mod:`~ultr_jax.simulation.click_models.tables`: the hashing
-trick, quotient-remainder rows); the fit returns the per-document logits they imply.
+trick, quotient-remainder rows), or computed from the documents' features by a flax module
+(:class:`~ultr_jax.simulation.click_models.tables.FeatureTable`: each prepared batch carries its documents'
+features ``[B, L, F]``, and the module's few parameters take dense steps); the fit returns the per-document
+logits they imply.
 
 Over a ``jax.sharding.Mesh`` the fit is data-parallel: each batch's sessions are split over the devices of the
 mesh's first axis, while the per-document vectors and their optimiser state are split by rows (each device
@@ -40,7 +43,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ultr_jax.simulation.click_models import ClickModel, get_click_model  # noqa: F401 (the doctests')
-from ultr_jax.simulation.click_models.tables import FullTable, ParameterTable, table_logits
+from ultr_jax.simulation.click_models.tables import FeatureTable, FullTable, ParameterTable, table_logits
 from ultr_jax.simulation.fitting import ClickModelFit, _check_prior, _model
 from ultr_jax.simulation.streaming import _batch, _iterate
 
@@ -113,7 +116,8 @@ class _Plan(NamedTuple):
   """What the host side needs to prepare a batch (hashable parts only matter to jit through shapes)."""
 
   model: ClickModel
-  tables: Mapping[str, ParameterTable]
+  tables: Mapping[str, ParameterTable]  # the tables of rows
+  features: Mapping[str, FeatureTable]  # the tables computed from features
   num_rows: Mapping[str, int]
   num_docs: int
   list_size: int
@@ -140,8 +144,9 @@ def _distinct(rows: np.ndarray, scratch: np.ndarray) -> tuple[np.ndarray, np.nda
 
 def _prepare(plan: _Plan, index: int, batch: dict, rows_per_batch: Optional[int]) -> dict:
   """A batch as the step reads it: ``clicks``, ``where``, ``rows`` (per table ``int32[B, L, P]``: rows of the
-  logit vector, or of the batch's gathered rows when sparse), and when sparse ``uniq`` (the distinct rows, padded
-  with the out-of-range row ``num_rows``) and ``prior`` (each gathered row's prior precision this step)."""
+  logit vector, or of the batch's gathered rows when sparse), when sparse ``uniq`` (the distinct rows, padded
+  with the out-of-range row ``num_rows``) and ``prior`` (each gathered row's prior precision this step), and
+  ``features`` (per feature table ``float32[B, L, F]``, masked items' those of document 0)."""
   doc_ids, clicks, where, _ = _batch(batch, plan.model, plan.num_docs)
   _check_list_size(index, doc_ids.shape[-1], plan.list_size)
   doc_ids, clicks, where = (x.reshape(-1, plan.list_size) for x in (doc_ids, clicks, where))
@@ -153,6 +158,7 @@ def _prepare(plan: _Plan, index: int, batch: dict, rows_per_batch: Optional[int]
   ids = np.where(where, doc_ids, 0)
   sessions = max(int(np.count_nonzero(np.any(where, axis=-1))), 1)
   out = {"clicks": clicks, "where": where, "rows": {}, "uniq": {}, "prior": {}}
+  out["features"] = {k: t.lookup(ids) for k, t in plan.features.items()}
   done = {}  # tables equal to one already mapped share its rows
   for k, t in plan.tables.items():
     same = next((j for j in done if plan.tables[j] == t), None)
@@ -224,11 +230,13 @@ def _prefetch(items: Iterator, depth: int = 2) -> Iterator:
     yield item
 
 
-def _batch_log_likelihood(model, vectors, bias, rows, clicks, where, centre):
+def _batch_log_likelihood(model, vectors, bias, rows, clicks, where, centre, modules=None, features=None):
   """The batch's mean session log-likelihood: each item's logits summed from its rows (plus its table's
-  ``centre``, where the prior has one), in log space."""
+  ``centre``, where the prior has one), or computed from its features by a feature table's module
+  (``modules``: name -> (table, its parameters)), in log space."""
   logit = {k: jnp.sum(v[rows[k]], axis=-1) for k, v in vectors.items()}
   logit = {k: (v + centre[k] if k in centre else v) for k, v in logit.items()}
+  logit.update({k: t.logits(p, features[k]) for k, (t, p) in (modules or {}).items()})
   items = {k: (jax.nn.log_sigmoid(logit[k]), jax.nn.log_sigmoid(-logit[k])) for k in model.item_params}
   log_bias = model.log_bias(bias, items)
   a = logit["attraction"]
@@ -251,26 +259,27 @@ def _put_rows(tree, new, uniq, num_rows):
   )
 
 
-def _step(model, optimizer, sparse, state, x, l2_bias):
+def _step(model, optimizer, sparse, feature_tables, state, x, l2_bias):
   """One optimiser step on one prepared batch ``x``; returns the new state and the batch's mean log-likelihood.
-  The state: the logit vectors, the bias logits, the prior's centres (empty without one) and their optimiser
-  states."""
-  vectors, (bias, centre), vector_states, (bias_state, centre_state) = state
+  The state: the logit vectors, the bias logits, the prior's centres (empty without one), the feature tables'
+  module parameters (``feature_tables``: ``(name, table)`` pairs) and their optimiser states."""
+  vectors, (bias, centre, modules), vector_states, (bias_state, centre_state, module_state) = state
+  tables = dict(feature_tables)
   if sparse:
     local = {k: v.at[x["uniq"][k]].get(mode="fill", fill_value=0.0) for k, v in vectors.items()}
     prior = x["prior"]
   else:
     local, prior = vectors, {k: l2_bias for k in vectors}
 
-  def objective(local, bias, centre):
-    ll = _batch_log_likelihood(model, local, bias, x["rows"], x["clicks"], x["where"], centre)
+  def objective(local, bias, centre, modules):
+    applied = {k: (tables[k], p) for k, p in modules.items()}
+    ll = _batch_log_likelihood(model, local, bias, x["rows"], x["clicks"], x["where"], centre, applied, x["features"])
     penalty = sum(jnp.sum(prior[k] * v**2) for k, v in local.items())
-    penalty += l2_bias * sum(jnp.sum(v**2) for v in jax.tree.leaves(bias))
+    penalty += l2_bias * sum(jnp.sum(v**2) for v in jax.tree.leaves((bias, modules)))
     return 0.5 * penalty - ll, ll
 
-  (_, ll), (grad, bias_grad, centre_grad) = jax.value_and_grad(objective, argnums=(0, 1, 2), has_aux=True)(
-    local, bias, centre
-  )
+  (_, ll), grads = jax.value_and_grad(objective, argnums=(0, 1, 2, 3), has_aux=True)(local, bias, centre, modules)
+  grad, bias_grad, centre_grad, module_grad = grads
   new_vectors, new_states = {}, {}
   for k, v in vectors.items():
     opt_state = _rows_of(vector_states[k], x["uniq"][k], v.shape[0]) if sparse else vector_states[k]
@@ -286,14 +295,17 @@ def _step(model, optimizer, sparse, state, x, l2_bias):
   if centre:  # the prior's centres: dense scalars every item informs
     updates, centre_state = optimizer.update(centre_grad, centre_state, centre)
     centre = optax.apply_updates(centre, updates)
-  return (new_vectors, (bias, centre), new_states, (bias_state, centre_state)), ll
+  if modules:  # the feature tables' modules: dense steps on their (few) parameters
+    updates, module_state = optimizer.update(module_grad, module_state, modules)
+    modules = optax.apply_updates(modules, updates)
+  return (new_vectors, (bias, centre, modules), new_states, (bias_state, centre_state, module_state)), ll
 
 
-def _scan(model, optimizer, sparse, state, xs, l2_bias):
-  return jax.lax.scan(lambda s, x: _step(model, optimizer, sparse, s, x, l2_bias), state, xs)
+def _scan(model, optimizer, sparse, feature_tables, state, xs, l2_bias):
+  return jax.lax.scan(lambda s, x: _step(model, optimizer, sparse, feature_tables, s, x, l2_bias), state, xs)
 
 
-_steps = jax.jit(_scan, static_argnums=(0, 1, 2), donate_argnums=(3,))
+_steps = jax.jit(_scan, static_argnums=(0, 1, 2, 3), donate_argnums=(4,))
 
 
 def _tables(m: ClickModel, tables: Optional[Mapping[str, ParameterTable]]) -> dict:
@@ -307,16 +319,34 @@ def _tables(m: ClickModel, tables: Optional[Mapping[str, ParameterTable]]) -> di
   return {k: tables.get(k, FullTable()) for k in names}
 
 
-def _initial_state(m, optimizer, tables, num_rows, list_size, init, prior, padded=None):
-  """The fit's state ``(vectors, (bias, centres), vector optimiser states, (bias, centre) optimiser states)``; the
-  vectors have ``padded`` rows (default ``num_rows``), the rows past ``num_rows`` zero (a mesh's padding, never
-  shown)."""
+def _initial_modules(features: Mapping[str, FeatureTable], init: Optional[dict], key: jax.Array) -> dict:
+  """Each feature table's module parameters: ``init``'s where given (the same tree), else ``module.init``."""
+  modules = {}
+  for i, (k, t) in enumerate(sorted(features.items())):
+    modules[k] = t.init(jax.random.fold_in(key, i))
+    if init is not None and k in init:
+      if jax.tree.structure(init[k]) != jax.tree.structure(modules[k]) or any(
+        np.shape(a) != np.shape(b) for a, b in zip(jax.tree.leaves(init[k]), jax.tree.leaves(modules[k]))
+      ):
+        raise ValueError(f"fit_click_model_minibatch: init[{k!r}] is not its feature table's module parameters")
+      modules[k] = jax.tree.map(lambda a: jnp.array(a, jnp.float32), init[k])
+  return modules
+
+
+def _initial_state(m, optimizer, tables, num_rows, list_size, init, prior, padded=None, modules=None):
+  """The fit's state ``(vectors, (bias, centres, modules), vector optimiser states, (bias, centre, module)
+  optimiser states)``; the vectors have ``padded`` rows (default ``num_rows``), the rows past ``num_rows`` zero (a
+  mesh's padding, never shown); ``modules``: the feature tables' module parameters (their names in no table of
+  rows, no centre: a module's own bias is its intercept)."""
   padded = num_rows if padded is None else padded
+  modules = {} if modules is None else modules
   logits = m.init(num_docs=1, list_size=list_size)
   vectors = {k: jnp.zeros(padded[k], jnp.float32) for k in tables}
-  bias = {k: v for k, v in logits.items() if k not in tables}
+  bias = {k: v for k, v in logits.items() if k not in tables and k not in modules}
   if init is not None:
     for k, v in init.items():
+      if k in modules:
+        continue
       if k in tables and not isinstance(tables[k], FullTable):
         raise ValueError(f"fit_click_model_minibatch: init[{k!r}] given for a compressed table")
       target = vectors if k in tables else bias
@@ -327,8 +357,8 @@ def _initial_state(m, optimizer, tables, num_rows, list_size, init, prior, padde
       if k in tables and padded[k] != num_rows[k]:
         target[k] = jnp.pad(target[k], (0, padded[k] - num_rows[k]))
   centre = {k: jnp.zeros((), jnp.float32) for k in tables} if prior == "data_mean" else {}
-  states = (optimizer.init(bias), optimizer.init(centre))
-  return (vectors, (bias, centre), {k: optimizer.init(v) for k, v in vectors.items()}, states)
+  states = (optimizer.init(bias), optimizer.init(centre), optimizer.init(modules))
+  return (vectors, (bias, centre, modules), {k: optimizer.init(v) for k, v in vectors.items()}, states)
 
 
 class _Placement(NamedTuple):
@@ -374,18 +404,20 @@ def _put_group(xs: dict, placement: _Placement) -> dict:
   }
 
 
-def _sharded_start(m, optimizer, tables, num_rows, padded, list_size, init, prior, placement: _Placement):
+def _sharded_start(m, optimizer, tables, num_rows, padded, list_size, init, prior, placement: _Placement, modules):
   """The initial state created in place on the mesh (no device holds a whole table), and the jitted steps that
   take and return it with the same shardings (the batches split by sessions, their distinct rows replicated)."""
-  make = functools.partial(_initial_state, m, optimizer, tables, num_rows, list_size, prior=prior, padded=padded)
+  make = functools.partial(
+    _initial_state, m, optimizer, tables, num_rows, list_size, prior=prior, padded=padded, modules=modules
+  )
   shardings = _state_shardings(jax.eval_shape(make, init), placement, padded)
   state = jax.jit(make, out_shardings=shardings)(init)
   rep, split = placement.replicated, placement.sessions
-  batch = {"clicks": split, "where": split, "rows": split, "uniq": rep, "prior": rep}
+  batch = {"clicks": split, "where": split, "rows": split, "uniq": rep, "prior": rep, "features": split}
   steps = jax.jit(
     _scan,
-    static_argnums=(0, 1, 2),
-    donate_argnums=(3,),
+    static_argnums=(0, 1, 2, 3),
+    donate_argnums=(4,),
     in_shardings=(shardings, batch, rep),
     out_shardings=(shardings, rep),
   )
@@ -396,7 +428,7 @@ def _sparse_pays(tables, num_docs, batches) -> bool:
   """Whether the logit vectors have more than 16 times as many rows as the first batch has items."""
   first = next(iter(_iterate(batches)), None)
   items = int(np.asarray(first["clicks"]).size) if first is not None and "clicks" in first else 1
-  return max(t.num_rows(num_docs) for t in tables.values()) > 16 * items
+  return max((t.num_rows(num_docs) for t in tables.values()), default=0) > 16 * items
 
 
 def fit_click_model_minibatch(
@@ -415,6 +447,7 @@ def fit_click_model_minibatch(
   steps_per_call: int = STEPS_PER_CALL,
   mesh: Optional[Mesh] = None,
   prior: str = "data_mean",
+  key: Optional[jax.Array] = None,
 ) -> ClickModelFit:
   r"""The MAP objective of :func:`~ultr_jax.simulation.fit_click_model` by a stochastic optimiser over a stream.
 
@@ -487,6 +520,8 @@ def fit_click_model_minibatch(
       f"fit_click_model_minibatch: epochs and steps_per_call must be >= 1, got {epochs}, {steps_per_call}"
     )
   tables = _tables(m, tables)
+  features = {k: t for k, t in tables.items() if t.from_features}
+  tables = {k: t for k, t in tables.items() if not t.from_features}
   optimizer = optax.adam(0.05) if optimizer is None else optimizer
   if sparse is None and num_docs is not None:
     sparse = _sparse_pays(tables, num_docs, batches)
@@ -509,11 +544,14 @@ def fit_click_model_minibatch(
       row_prior[k] = (l2 / np.maximum(np.pad(n, (0, padded[k] + 1 - n.shape[0])), 1.0)).astype(np.float32)
   # Written through now (np.zeros would leave its pages to fault in one by one at the first batches).
   scratch = {k: np.full(padded[k] + 1, -1, np.int32) for k in tables} if sparse else None
-  plan = _Plan(m, tables, padded, num_docs, list_size, bool(sparse), float(l2), row_prior, scratch, devices)
+  plan = _Plan(m, tables, features, padded, num_docs, list_size, bool(sparse), float(l2), row_prior, scratch, devices)
+  modules = _initial_modules(features, init, jax.random.key(0) if key is None else key)
   if placement is None:
-    state, run = _initial_state(m, optimizer, tables, num_rows, list_size, init, prior), _steps
+    state, run = _initial_state(m, optimizer, tables, num_rows, list_size, init, prior, modules=modules), _steps
   else:
-    state, run = _sharded_start(m, optimizer, tables, num_rows, padded, list_size, init, prior, placement)
+    start = (m, optimizer, tables, num_rows, padded, list_size, init, prior, placement, modules)
+    state, run = _sharded_start(*start)
+  feature_tables = tuple(sorted(features.items()))
   l2_bias = jnp.float32(l2 / max(num_sessions, 1.0))
   steps, last = 0, []
   for _ in range(epochs):
@@ -522,12 +560,12 @@ def fit_click_model_minibatch(
     if placement is not None:
       groups = map(functools.partial(_put_group, placement=placement), groups)
     for xs in _prefetch(groups):
-      state, ll = run(m, optimizer, plan.sparse, state, xs, l2_bias)
+      state, ll = run(m, optimizer, plan.sparse, feature_tables, state, xs, l2_bias)
       values.append(ll)
       steps += int(xs["clicks"].shape[0])
     last = values
-  vectors, (bias, centre) = state[0], state[1]
-  per_doc = table_logits(tables, vectors, num_docs)
+  vectors, (bias, centre, modules) = state[0], state[1]
+  per_doc = table_logits({**tables, **features}, {**vectors, **modules}, num_docs)
   per_doc = {k: v + centre[k] if k in centre else v for k, v in per_doc.items()}
   if placement is not None and num_docs % placement.size == 0:  # split over the devices as the tables were
     per_doc = jax.device_put(per_doc, placement.rows)
@@ -542,4 +580,5 @@ def fit_click_model_minibatch(
     grad_norm=float("nan"),
     iterations=steps,
     converged=False,
+    feature_params=modules or None,
   )
