@@ -43,7 +43,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ultr_jax.simulation.click_models import ClickModel, get_click_model  # noqa: F401 (the doctests')
-from ultr_jax.simulation.click_models.tables import FeatureTable, FullTable, ParameterTable, table_logits
+from ultr_jax.simulation.click_models.tables import FeatureTable, FullTable, ParameterTable, table_logits  # noqa: F401 (the doctests')
 from ultr_jax.simulation.fitting import ClickModelFit, _check_prior, _model
 from ultr_jax.simulation.streaming import _batch, _iterate
 
@@ -466,7 +466,12 @@ def fit_click_model_minibatch(
   the number of documents. With ``prior="data_mean"`` each per-document table has a centre :math:`\mu`, a
   scalar every item's gradient reaches (the prior's mean of :func:`~ultr_jax.simulation.logit_prior`, estimated
   with the fit; CLAX's baseline logit), so a rarely shown document starts from, and is shrunk towards, the log's
-  typical logit rather than 0; ``prior="zero"`` fixes :math:`\mu = 0`. CLAX (Hager et al. 2025, "CLAX: Fast and flexible neural click models in JAX") fits
+  typical logit rather than 0; ``prior="zero"`` fixes :math:`\mu = 0`. A per-document parameter given a
+  :class:`~ultr_jax.simulation.FeatureTable` is instead computed from the document's features,
+  :math:`\theta_d = f_\phi(x_d)` with a flax module's parameters :math:`\phi` (no centre: the module's own bias
+  is the intercept), which take dense steps with the prior :math:`\frac{\ell_2}{2S}\lVert\phi\rVert^2`: a
+  step's cost is the batch's and the module's, and a document no batch showed gets its logit from its features.
+  CLAX (Hager et al. 2025, "CLAX: Fast and flexible neural click models in JAX") fits
   its click models by such minibatch steps.
 
   Args:
@@ -480,11 +485,13 @@ def fit_click_model_minibatch(
     num_docs, list_size, num_sessions: ``D``, ``L`` and ``S`` (default: one counting pass, which also counts
       :math:`N_u` when sparse with ``l2 > 0``). Every batch must have ``L`` items per list.
     l2: prior precision on the logits, per ``S`` sessions as in the full-batch fit.
-    init: starting logits (per-document ones only for full tables).
+    init: starting logits (per-document ones only for full tables; for a feature table, its module's
+      parameters).
     sparse: row-wise steps (default: when the logit vectors have more than 16 times as many rows as a batch has
       items, where the dense step's cost is the vectors').
-    tables: per-document parameter name -> :class:`~ultr_jax.simulation.click_models.tables.ParameterTable`
-      (default one row per document), e.g. ``{"attraction": HashedTable(2**20)}``.
+    tables: per-document parameter name -> :class:`~ultr_jax.simulation.ParameterTable` (default one row per
+      document), e.g. ``{"attraction": HashedTable(2**20)}`` or ``{"attraction": FeatureTable(nn.Dense(1), x)}``
+      (``x``: ``float[D, F]``).
     steps_per_call: batches per jitted call.
     mesh: optional ``jax.sharding.Mesh``: the batches are split by sessions over its first axis (padded with
       masked sessions to a multiple of its size), the per-document vectors and their optimiser state by rows
@@ -492,12 +499,14 @@ def fit_click_model_minibatch(
       float sums (default None: one device). Every process of a multi-process mesh must pass the same batches.
     prior: one of :data:`~ultr_jax.simulation.LOGIT_PRIORS`: ``"data_mean"`` (a fitted centre per per-document
       table) or ``"zero"`` (none).
+    key: PRNG key of the feature tables' initial module parameters (default ``jax.random.key(0)``).
 
   Returns:
     :class:`~ultr_jax.simulation.ClickModelFit` (per-document logits and probabilities for every document;
     with a mesh whose size divides ``D`` the per-document ones stay split by rows over its devices;
     ``log_likelihood``: the mean of the last epoch's batch estimates per session; ``grad_norm`` NaN,
-    ``iterations`` the steps, ``converged`` False: a stochastic fit checks none).
+    ``iterations`` the steps, ``converged`` False: a stochastic fit checks none; ``feature_params`` each feature
+    table's fitted module parameters).
 
   Raises:
     ValueError: a batch whose list size differs from the fit's (naming the batch and both sizes); as
@@ -512,6 +521,12 @@ def fit_click_model_minibatch(
   >>> a, a2 = fit.logits["attraction"], fit2.logits["attraction"]
   >>> print(a2.sharding.spec, np.allclose(a2, a, atol=1e-6))
   P('data',) True
+  >>> import flax.linen as nn  # attraction from one feature: documents 0 and 1 have x = 1 and -1
+  >>> table = FeatureTable(nn.Dense(1), np.array([[1.0], [-1.0], [2.0]], np.float32))  # doc 2: never shown
+  >>> fit3 = fit_click_model_minibatch("cascade", [b] * 10, epochs=5, tables={"attraction": table}, num_docs=3)
+  >>> a3 = fit3.logits["attraction"]
+  >>> print(a3.shape, bool(a3[2] > a3[0] > 0 > a3[1]), np.allclose(a3, table.logits(fit3.feature_params["attraction"], table.features)))
+  (3,) True True
   """
   m = _model(model)
   _check_prior(prior)

@@ -1,5 +1,7 @@
-r"""Parameter tables: how a per-document parameter (a click model's ``attraction``, the DBN's ``satisfaction``)
-is stored, one logit per document or compressed into fewer rows.
+r"""Parameter tables: one logit per document, fewer rows shared by compression, or a module of features.
+
+How a per-document parameter (a click model's ``attraction``, the DBN's ``satisfaction``) is stored: one logit
+per document, compressed into fewer rows, or computed from the document's features.
 
 A table maps each document id :math:`d` to :math:`P` rows :math:`r_1(d), \dots, r_P(d)` of one vector
 :math:`v` of :meth:`ParameterTable.num_rows` logits, and the document's logit is their sum:
