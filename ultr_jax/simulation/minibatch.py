@@ -34,6 +34,7 @@ what moves between devices per step is the batch's rows, not the table.
 import functools
 import queue
 import threading
+import types
 from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Optional
 
 import jax
@@ -117,7 +118,6 @@ class _Plan(NamedTuple):
 
   model: ClickModel
   tables: Mapping[str, ParameterTable]  # the tables of rows
-  features: Mapping[str, FeatureTable]  # the tables computed from features
   num_rows: Mapping[str, int]
   num_docs: int
   list_size: int
@@ -126,6 +126,7 @@ class _Plan(NamedTuple):
   prior: Optional[dict]  # table name -> float32[num_rows + 1]: l2 / N_u, each row's prior per shown item
   scratch: Optional[dict]  # table name -> int32[num_rows + 1], the host's work space of _distinct
   batch_multiple: int = 1  # sessions per batch padded to a multiple of this (the mesh's devices)
+  features: Mapping[str, FeatureTable] = types.MappingProxyType({})  # the tables computed from features
 
 
 def _distinct(rows: np.ndarray, scratch: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -259,7 +260,7 @@ def _put_rows(tree, new, uniq, num_rows):
   )
 
 
-def _step(model, optimizer, sparse, feature_tables, state, x, l2_bias):
+def _step(model, optimizer, sparse, state, x, l2_bias, feature_tables=()):
   """One optimiser step on one prepared batch ``x``; returns the new state and the batch's mean log-likelihood.
   The state: the logit vectors, the bias logits, the prior's centres (empty without one), the feature tables'
   module parameters (``feature_tables``: ``(name, table)`` pairs) and their optimiser states."""
@@ -301,11 +302,11 @@ def _step(model, optimizer, sparse, feature_tables, state, x, l2_bias):
   return (new_vectors, (bias, centre, modules), new_states, (bias_state, centre_state, module_state)), ll
 
 
-def _scan(model, optimizer, sparse, feature_tables, state, xs, l2_bias):
-  return jax.lax.scan(lambda s, x: _step(model, optimizer, sparse, feature_tables, s, x, l2_bias), state, xs)
+def _scan(model, optimizer, sparse, state, xs, l2_bias, feature_tables=()):
+  return jax.lax.scan(lambda s, x: _step(model, optimizer, sparse, s, x, l2_bias, feature_tables), state, xs)
 
 
-_steps = jax.jit(_scan, static_argnums=(0, 1, 2, 3), donate_argnums=(4,))
+_steps = jax.jit(_scan, static_argnums=(0, 1, 2, 6), donate_argnums=(3,))
 
 
 def _tables(m: ClickModel, tables: Optional[Mapping[str, ParameterTable]]) -> dict:
@@ -404,7 +405,7 @@ def _put_group(xs: dict, placement: _Placement) -> dict:
   }
 
 
-def _sharded_start(m, optimizer, tables, num_rows, padded, list_size, init, prior, placement: _Placement, modules):
+def _sharded_start(m, optimizer, tables, num_rows, padded, list_size, init, prior, placement: _Placement, modules=None):
   """The initial state created in place on the mesh (no device holds a whole table), and the jitted steps that
   take and return it with the same shardings (the batches split by sessions, their distinct rows replicated)."""
   make = functools.partial(
@@ -416,8 +417,8 @@ def _sharded_start(m, optimizer, tables, num_rows, padded, list_size, init, prio
   batch = {"clicks": split, "where": split, "rows": split, "uniq": rep, "prior": rep, "features": split}
   steps = jax.jit(
     _scan,
-    static_argnums=(0, 1, 2, 3),
-    donate_argnums=(4,),
+    static_argnums=(0, 1, 2, 6),
+    donate_argnums=(3,),
     in_shardings=(shardings, batch, rep),
     out_shardings=(shardings, rep),
   )
@@ -559,7 +560,7 @@ def fit_click_model_minibatch(
       row_prior[k] = (l2 / np.maximum(np.pad(n, (0, padded[k] + 1 - n.shape[0])), 1.0)).astype(np.float32)
   # Written through now (np.zeros would leave its pages to fault in one by one at the first batches).
   scratch = {k: np.full(padded[k] + 1, -1, np.int32) for k in tables} if sparse else None
-  plan = _Plan(m, tables, features, padded, num_docs, list_size, bool(sparse), float(l2), row_prior, scratch, devices)
+  plan = _Plan(m, tables, padded, num_docs, list_size, bool(sparse), float(l2), row_prior, scratch, devices, features)
   modules = _initial_modules(features, init, jax.random.key(0) if key is None else key)
   if placement is None:
     state, run = _initial_state(m, optimizer, tables, num_rows, list_size, init, prior, modules=modules), _steps
@@ -575,7 +576,7 @@ def fit_click_model_minibatch(
     if placement is not None:
       groups = map(functools.partial(_put_group, placement=placement), groups)
     for xs in _prefetch(groups):
-      state, ll = run(m, optimizer, plan.sparse, feature_tables, state, xs, l2_bias)
+      state, ll = run(m, optimizer, plan.sparse, state, xs, l2_bias, feature_tables)
       values.append(ll)
       steps += int(xs["clicks"].shape[0])
     last = values
