@@ -10,7 +10,8 @@ prior's centre).
 
 Each fit is :func:`ultr_jax.simulation.fit_click_model_minibatch` (Adam ``--lr``, batches of ``--batch``,
 ``--epochs``): ``rows`` (one row per document, row-wise steps), ``linear`` (``FeatureTable(nn.Dense(1), x)``) and
-``mlp`` (a tanh MLP of ``--hidden`` units). Reported: wall seconds of each fit (compilation included), its
+``mlp`` (a tanh MLP of ``--hidden`` units) for the ``--feature_params`` (default the attraction, the one the
+features determine; the DBN's satisfaction keeps one row per document). Reported: wall seconds of each fit (compilation included), its
 parameters, held-out conditional perplexity on all, seen and unseen sessions, and ``truth`` (the generating
 model's own, :func:`ultr_jax.simulation.click_prediction_scores`), plus ``uptime``'s load.
 
@@ -81,6 +82,9 @@ def main():
   parser.add_argument("--model", default="pbm")
   parser.add_argument("--fits", default="rows,linear,mlp")
   parser.add_argument("--hidden", type=int, default=32)
+  parser.add_argument(
+    "--feature_params", default="attraction", help="per-document parameters from features (the others: one row each)"
+  )
   parser.add_argument("--epochs", type=int, default=3)
   parser.add_argument("--batch", type=int, default=4096)
   parser.add_argument("--lr", type=float, default=0.02)
@@ -110,7 +114,7 @@ def main():
   )
   print(f"truth perplexity: {json.dumps({k: round(v, 5) for k, v in truth.items()})}")
   modules = {"linear": nn.Dense(1), "mlp": MLP(args.hidden)}
-  names = ("attraction",) + sim.get_click_model(args.model).item_params
+  names = args.feature_params.split(",")
   batches = [{"doc_ids": b["doc_ids"], "clicks": b["clicks"]} for b in train]
   for fit_name in args.fits.split(","):
     tables = None if fit_name == "rows" else {k: sim.FeatureTable(modules[fit_name], x) for k in names}
@@ -127,7 +131,8 @@ def main():
     )
     jax.block_until_ready(fit.params)
     seconds = time.perf_counter() - t0
-    size = sum(np.size(v) for v in jax.tree.leaves(fit.feature_params if tables else fit.logits))
+    size = sum(np.size(v) for k, v in fit.logits.items() if not tables or k not in tables)  # rows and biases
+    size += sum(np.size(v) for v in jax.tree.leaves(fit.feature_params or {}))  # the modules
     ppl = {
       name: round(_scores(args.model, fit.params, test, keep), 5)
       for name, keep in (("all", slice(None)), ("seen", ~unseen), ("unseen", unseen))

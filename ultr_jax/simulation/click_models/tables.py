@@ -194,7 +194,13 @@ class FeatureTable(ParameterTable):
     raise TypeError("FeatureTable has no rows: its logits are computed from features (lookup, logits)")
 
   def lookup(self, doc_ids: np.ndarray) -> np.ndarray:
-    """``float32[..., F]``: the features of ``doc_ids`` (host side).
+    """The features of ``doc_ids``, read on the host (what a fit does for each batch).
+
+    Args:
+      doc_ids: ``int[...]`` document ids (e.g. a batch's ``[B, L]``).
+
+    Returns:
+      ``float32[..., F]``.
 
     Raises:
       ValueError: an id past the features' rows, naming it and the row count.
@@ -207,16 +213,40 @@ class FeatureTable(ParameterTable):
     return np.asarray(self.features[doc_ids.ravel()], np.float32).reshape(doc_ids.shape + (-1,))
 
   def init(self, key: jax.Array) -> Any:
-    """The module's initial parameters (``module.init`` on one row of features)."""
+    """The module's initial parameters.
+
+    Args:
+      key: PRNG key of ``module.init`` (applied to one row of the features).
+
+    Returns:
+      the module's variables (a pytree, ``{"params": ...}``).
+    """
     return self.module.init(key, jnp.asarray(np.asarray(self.features[:1], np.float32)))
 
   def logits(self, params: Any, features: Any) -> jax.Array:
-    r"""``float32[...]``: :math:`f_\phi(x)` of ``features`` ``[..., F]`` (any documents, seen or not)."""
+    r"""The logits :math:`f_\phi(x)` of any documents' features, seen in training or not (cold start).
+
+    Args:
+      params: the module's variables (:meth:`init`, or a fit's ``feature_params[name]``).
+      features: ``float[..., F]``.
+
+    Returns:
+      ``float32[...]``.
+    """
     out = self.module.apply(params, jnp.asarray(features, jnp.float32))
     return out[..., 0] if out.ndim == jnp.ndim(features) else out
 
   def document_logits(self, params: Any, num_docs: int, chunk: int = 1 << 16) -> jax.Array:
-    """``float32[num_docs]``: the logits of documents ``0..num_docs - 1``, ``chunk`` rows at a time."""
+    """The logits of documents ``0..num_docs - 1`` from their rows of :attr:`features`.
+
+    Args:
+      params: the module's variables.
+      num_docs: ``D`` (at most the features' rows).
+      chunk: rows applied at a time.
+
+    Returns:
+      ``float32[D]``.
+    """
     if np.shape(self.features)[0] < num_docs:
       raise ValueError(f"FeatureTable: {num_docs} documents, but features for {np.shape(self.features)[0]}")
     apply = jax.jit(self.logits)
