@@ -237,7 +237,7 @@ class FeatureTable(ParameterTable):
     return out[..., 0] if out.ndim == jnp.ndim(features) else out
 
   def document_logits(self, params: Any, num_docs: int, chunk: int = 1 << 16) -> jax.Array:
-    """The logits of documents ``0..num_docs - 1`` from their rows of :attr:`features`.
+    """The logits of documents ``0..num_docs - 1`` from their rows of ``features``.
 
     Args:
       params: the module's variables.
