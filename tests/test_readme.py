@@ -136,6 +136,15 @@ def test_minibatch_mesh_example_runs(capsys):
   assert abs(on_mesh - one) <= 1e-4
 
 
+def test_feature_table_example_runs(capsys):
+  """docs/guides/multi_device.md: attraction from features by a linear module, against one row per document."""
+  exec(compile(_block("feature_table"), "docs:feature_table", "exec"), {})  # pylint: disable=exec-used
+  printed = capsys.readouterr().out.strip().split("\n")
+  from_features, one_row_each = (float(v) for v in printed[-3:-1])
+  assert 1 < from_features < one_row_each, printed
+  assert printed[-1] == "(1,)"
+
+
 def test_feature_stream_example_runs(capsys):
   """docs/guides/multi_device.md: an SVMlight file converted to feature shards, streamed, and a ranker trained."""
   exec(compile(_block("feature_stream"), "docs:feature_stream", "exec"), {})  # pylint: disable=exec-used

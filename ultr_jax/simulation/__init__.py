@@ -84,6 +84,14 @@ from ultr_jax.simulation.fitting import (
   simulate_session_log,
 )
 from ultr_jax.simulation.minibatch import fit_click_model_minibatch
+from ultr_jax.simulation.click_models.tables import (
+  FeatureTable,
+  FullTable,
+  HashedTable,
+  ParameterTable,
+  QuotientRemainderTable,
+  table_logits,
+)
 from ultr_jax.simulation.streaming import (
   MEMORY_BUDGET_BYTES,
   ClickStatistics,
@@ -174,6 +182,12 @@ __all__ = [
   "evaluate_click_model_stream",
   "fit_click_model_from_statistics",
   "fit_click_model_minibatch",
+  "FeatureTable",
+  "FullTable",
+  "HashedTable",
+  "ParameterTable",
+  "QuotientRemainderTable",
+  "table_logits",
   "fit_click_model_stream",
   "gather_click_statistics",
   "merge_click_statistics",

@@ -74,6 +74,9 @@ class ClickModelFit(NamedTuple):
     grad_norm: the objective's final gradient norm.
     iterations: L-BFGS iterations run.
     converged: ``grad_norm <= tol``.
+    feature_params: the fitted module parameters of each per-document parameter computed from features
+      (:class:`~ultr_jax.simulation.click_models.tables.FeatureTable`, by name; a new document's logit is
+      ``table.logits(feature_params[name], its_features)``), None where there is none.
   """
 
   model: "str | ClickModel"
@@ -83,6 +86,7 @@ class ClickModelFit(NamedTuple):
   grad_norm: float
   iterations: int
   converged: bool
+  feature_params: Optional[dict] = None
 
 
 def _model(model: "str | ClickModel") -> ClickModel:

@@ -18,7 +18,10 @@ embedding tables (the moments of an absent row are not decayed). Several batches
 and the next group is read and prepared in a background thread.
 
 The per-document parameters may be compressed (:mod:`~ultr_jax.simulation.click_models.tables`: the hashing
-trick, quotient-remainder rows); the fit returns the per-document logits they imply.
+trick, quotient-remainder rows), or computed from the documents' features by a flax module
+(:class:`~ultr_jax.simulation.click_models.tables.FeatureTable`: each prepared batch carries its documents'
+features ``[B, L, F]``, and the module's few parameters take dense steps); the fit returns the per-document
+logits they imply.
 
 Over a ``jax.sharding.Mesh`` the fit is data-parallel: each batch's sessions are split over the devices of the
 mesh's first axis, while the per-document vectors and their optimiser state are split by rows (each device
@@ -31,6 +34,7 @@ what moves between devices per step is the batch's rows, not the table.
 import functools
 import queue
 import threading
+import types
 from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Optional
 
 import jax
@@ -40,7 +44,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ultr_jax.simulation.click_models import ClickModel, get_click_model  # noqa: F401 (the doctests')
-from ultr_jax.simulation.click_models.tables import FullTable, ParameterTable, table_logits
+from ultr_jax.simulation.click_models.tables import FeatureTable, FullTable, ParameterTable, table_logits  # noqa: F401 (the doctests')
 from ultr_jax.simulation.fitting import ClickModelFit, _check_prior, _model
 from ultr_jax.simulation.streaming import _batch, _iterate
 
@@ -113,7 +117,7 @@ class _Plan(NamedTuple):
   """What the host side needs to prepare a batch (hashable parts only matter to jit through shapes)."""
 
   model: ClickModel
-  tables: Mapping[str, ParameterTable]
+  tables: Mapping[str, ParameterTable]  # the tables of rows
   num_rows: Mapping[str, int]
   num_docs: int
   list_size: int
@@ -122,6 +126,7 @@ class _Plan(NamedTuple):
   prior: Optional[dict]  # table name -> float32[num_rows + 1]: l2 / N_u, each row's prior per shown item
   scratch: Optional[dict]  # table name -> int32[num_rows + 1], the host's work space of _distinct
   batch_multiple: int = 1  # sessions per batch padded to a multiple of this (the mesh's devices)
+  features: Mapping[str, FeatureTable] = types.MappingProxyType({})  # the tables computed from features
 
 
 def _distinct(rows: np.ndarray, scratch: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -140,8 +145,9 @@ def _distinct(rows: np.ndarray, scratch: np.ndarray) -> tuple[np.ndarray, np.nda
 
 def _prepare(plan: _Plan, index: int, batch: dict, rows_per_batch: Optional[int]) -> dict:
   """A batch as the step reads it: ``clicks``, ``where``, ``rows`` (per table ``int32[B, L, P]``: rows of the
-  logit vector, or of the batch's gathered rows when sparse), and when sparse ``uniq`` (the distinct rows, padded
-  with the out-of-range row ``num_rows``) and ``prior`` (each gathered row's prior precision this step)."""
+  logit vector, or of the batch's gathered rows when sparse), when sparse ``uniq`` (the distinct rows, padded
+  with the out-of-range row ``num_rows``) and ``prior`` (each gathered row's prior precision this step), and
+  ``features`` (per feature table ``float32[B, L, F]``, masked items' those of document 0)."""
   doc_ids, clicks, where, _ = _batch(batch, plan.model, plan.num_docs)
   _check_list_size(index, doc_ids.shape[-1], plan.list_size)
   doc_ids, clicks, where = (x.reshape(-1, plan.list_size) for x in (doc_ids, clicks, where))
@@ -153,6 +159,7 @@ def _prepare(plan: _Plan, index: int, batch: dict, rows_per_batch: Optional[int]
   ids = np.where(where, doc_ids, 0)
   sessions = max(int(np.count_nonzero(np.any(where, axis=-1))), 1)
   out = {"clicks": clicks, "where": where, "rows": {}, "uniq": {}, "prior": {}}
+  out["features"] = {k: t.lookup(ids) for k, t in plan.features.items()}
   done = {}  # tables equal to one already mapped share its rows
   for k, t in plan.tables.items():
     same = next((j for j in done if plan.tables[j] == t), None)
@@ -224,11 +231,13 @@ def _prefetch(items: Iterator, depth: int = 2) -> Iterator:
     yield item
 
 
-def _batch_log_likelihood(model, vectors, bias, rows, clicks, where, centre):
+def _batch_log_likelihood(model, vectors, bias, rows, clicks, where, centre, modules=None, features=None):
   """The batch's mean session log-likelihood: each item's logits summed from its rows (plus its table's
-  ``centre``, where the prior has one), in log space."""
+  ``centre``, where the prior has one), or computed from its features by a feature table's module
+  (``modules``: name -> (table, its parameters)), in log space."""
   logit = {k: jnp.sum(v[rows[k]], axis=-1) for k, v in vectors.items()}
   logit = {k: (v + centre[k] if k in centre else v) for k, v in logit.items()}
+  logit.update({k: t.logits(p, features[k]) for k, (t, p) in (modules or {}).items()})
   items = {k: (jax.nn.log_sigmoid(logit[k]), jax.nn.log_sigmoid(-logit[k])) for k in model.item_params}
   log_bias = model.log_bias(bias, items)
   a = logit["attraction"]
@@ -251,26 +260,27 @@ def _put_rows(tree, new, uniq, num_rows):
   )
 
 
-def _step(model, optimizer, sparse, state, x, l2_bias):
+def _step(model, optimizer, sparse, state, x, l2_bias, feature_tables=()):
   """One optimiser step on one prepared batch ``x``; returns the new state and the batch's mean log-likelihood.
-  The state: the logit vectors, the bias logits, the prior's centres (empty without one) and their optimiser
-  states."""
-  vectors, (bias, centre), vector_states, (bias_state, centre_state) = state
+  The state: the logit vectors, the bias logits, the prior's centres (empty without one), the feature tables'
+  module parameters (``feature_tables``: ``(name, table)`` pairs) and their optimiser states."""
+  vectors, (bias, centre, modules), vector_states, (bias_state, centre_state, module_state) = state
+  tables = dict(feature_tables)
   if sparse:
     local = {k: v.at[x["uniq"][k]].get(mode="fill", fill_value=0.0) for k, v in vectors.items()}
     prior = x["prior"]
   else:
     local, prior = vectors, {k: l2_bias for k in vectors}
 
-  def objective(local, bias, centre):
-    ll = _batch_log_likelihood(model, local, bias, x["rows"], x["clicks"], x["where"], centre)
+  def objective(local, bias, centre, modules):
+    applied = {k: (tables[k], p) for k, p in modules.items()}
+    ll = _batch_log_likelihood(model, local, bias, x["rows"], x["clicks"], x["where"], centre, applied, x["features"])
     penalty = sum(jnp.sum(prior[k] * v**2) for k, v in local.items())
-    penalty += l2_bias * sum(jnp.sum(v**2) for v in jax.tree.leaves(bias))
+    penalty += l2_bias * sum(jnp.sum(v**2) for v in jax.tree.leaves((bias, modules)))
     return 0.5 * penalty - ll, ll
 
-  (_, ll), (grad, bias_grad, centre_grad) = jax.value_and_grad(objective, argnums=(0, 1, 2), has_aux=True)(
-    local, bias, centre
-  )
+  (_, ll), grads = jax.value_and_grad(objective, argnums=(0, 1, 2, 3), has_aux=True)(local, bias, centre, modules)
+  grad, bias_grad, centre_grad, module_grad = grads
   new_vectors, new_states = {}, {}
   for k, v in vectors.items():
     opt_state = _rows_of(vector_states[k], x["uniq"][k], v.shape[0]) if sparse else vector_states[k]
@@ -286,14 +296,17 @@ def _step(model, optimizer, sparse, state, x, l2_bias):
   if centre:  # the prior's centres: dense scalars every item informs
     updates, centre_state = optimizer.update(centre_grad, centre_state, centre)
     centre = optax.apply_updates(centre, updates)
-  return (new_vectors, (bias, centre), new_states, (bias_state, centre_state)), ll
+  if modules:  # the feature tables' modules: dense steps on their (few) parameters
+    updates, module_state = optimizer.update(module_grad, module_state, modules)
+    modules = optax.apply_updates(modules, updates)
+  return (new_vectors, (bias, centre, modules), new_states, (bias_state, centre_state, module_state)), ll
 
 
-def _scan(model, optimizer, sparse, state, xs, l2_bias):
-  return jax.lax.scan(lambda s, x: _step(model, optimizer, sparse, s, x, l2_bias), state, xs)
+def _scan(model, optimizer, sparse, state, xs, l2_bias, feature_tables=()):
+  return jax.lax.scan(lambda s, x: _step(model, optimizer, sparse, s, x, l2_bias, feature_tables), state, xs)
 
 
-_steps = jax.jit(_scan, static_argnums=(0, 1, 2), donate_argnums=(3,))
+_steps = jax.jit(_scan, static_argnums=(0, 1, 2, 6), donate_argnums=(3,))
 
 
 def _tables(m: ClickModel, tables: Optional[Mapping[str, ParameterTable]]) -> dict:
@@ -307,16 +320,34 @@ def _tables(m: ClickModel, tables: Optional[Mapping[str, ParameterTable]]) -> di
   return {k: tables.get(k, FullTable()) for k in names}
 
 
-def _initial_state(m, optimizer, tables, num_rows, list_size, init, prior, padded=None):
-  """The fit's state ``(vectors, (bias, centres), vector optimiser states, (bias, centre) optimiser states)``; the
-  vectors have ``padded`` rows (default ``num_rows``), the rows past ``num_rows`` zero (a mesh's padding, never
-  shown)."""
+def _initial_modules(features: Mapping[str, FeatureTable], init: Optional[dict], key: jax.Array) -> dict:
+  """Each feature table's module parameters: ``init``'s where given (the same tree), else ``module.init``."""
+  modules = {}
+  for i, (k, t) in enumerate(sorted(features.items())):
+    modules[k] = t.init(jax.random.fold_in(key, i))
+    if init is not None and k in init:
+      if jax.tree.structure(init[k]) != jax.tree.structure(modules[k]) or any(
+        np.shape(a) != np.shape(b) for a, b in zip(jax.tree.leaves(init[k]), jax.tree.leaves(modules[k]))
+      ):
+        raise ValueError(f"fit_click_model_minibatch: init[{k!r}] is not its feature table's module parameters")
+      modules[k] = jax.tree.map(lambda a: jnp.array(a, jnp.float32), init[k])
+  return modules
+
+
+def _initial_state(m, optimizer, tables, num_rows, list_size, init, prior, padded=None, modules=None):
+  """The fit's state ``(vectors, (bias, centres, modules), vector optimiser states, (bias, centre, module)
+  optimiser states)``; the vectors have ``padded`` rows (default ``num_rows``), the rows past ``num_rows`` zero (a
+  mesh's padding, never shown); ``modules``: the feature tables' module parameters (their names in no table of
+  rows, no centre: a module's own bias is its intercept)."""
   padded = num_rows if padded is None else padded
+  modules = {} if modules is None else modules
   logits = m.init(num_docs=1, list_size=list_size)
   vectors = {k: jnp.zeros(padded[k], jnp.float32) for k in tables}
-  bias = {k: v for k, v in logits.items() if k not in tables}
+  bias = {k: v for k, v in logits.items() if k not in tables and k not in modules}
   if init is not None:
     for k, v in init.items():
+      if k in modules:
+        continue
       if k in tables and not isinstance(tables[k], FullTable):
         raise ValueError(f"fit_click_model_minibatch: init[{k!r}] given for a compressed table")
       target = vectors if k in tables else bias
@@ -327,8 +358,8 @@ def _initial_state(m, optimizer, tables, num_rows, list_size, init, prior, padde
       if k in tables and padded[k] != num_rows[k]:
         target[k] = jnp.pad(target[k], (0, padded[k] - num_rows[k]))
   centre = {k: jnp.zeros((), jnp.float32) for k in tables} if prior == "data_mean" else {}
-  states = (optimizer.init(bias), optimizer.init(centre))
-  return (vectors, (bias, centre), {k: optimizer.init(v) for k, v in vectors.items()}, states)
+  states = (optimizer.init(bias), optimizer.init(centre), optimizer.init(modules))
+  return (vectors, (bias, centre, modules), {k: optimizer.init(v) for k, v in vectors.items()}, states)
 
 
 class _Placement(NamedTuple):
@@ -374,17 +405,19 @@ def _put_group(xs: dict, placement: _Placement) -> dict:
   }
 
 
-def _sharded_start(m, optimizer, tables, num_rows, padded, list_size, init, prior, placement: _Placement):
+def _sharded_start(m, optimizer, tables, num_rows, padded, list_size, init, prior, placement: _Placement, modules=None):
   """The initial state created in place on the mesh (no device holds a whole table), and the jitted steps that
   take and return it with the same shardings (the batches split by sessions, their distinct rows replicated)."""
-  make = functools.partial(_initial_state, m, optimizer, tables, num_rows, list_size, prior=prior, padded=padded)
+  make = functools.partial(
+    _initial_state, m, optimizer, tables, num_rows, list_size, prior=prior, padded=padded, modules=modules
+  )
   shardings = _state_shardings(jax.eval_shape(make, init), placement, padded)
   state = jax.jit(make, out_shardings=shardings)(init)
   rep, split = placement.replicated, placement.sessions
-  batch = {"clicks": split, "where": split, "rows": split, "uniq": rep, "prior": rep}
+  batch = {"clicks": split, "where": split, "rows": split, "uniq": rep, "prior": rep, "features": split}
   steps = jax.jit(
     _scan,
-    static_argnums=(0, 1, 2),
+    static_argnums=(0, 1, 2, 6),
     donate_argnums=(3,),
     in_shardings=(shardings, batch, rep),
     out_shardings=(shardings, rep),
@@ -396,7 +429,7 @@ def _sparse_pays(tables, num_docs, batches) -> bool:
   """Whether the logit vectors have more than 16 times as many rows as the first batch has items."""
   first = next(iter(_iterate(batches)), None)
   items = int(np.asarray(first["clicks"]).size) if first is not None and "clicks" in first else 1
-  return max(t.num_rows(num_docs) for t in tables.values()) > 16 * items
+  return max((t.num_rows(num_docs) for t in tables.values()), default=0) > 16 * items
 
 
 def fit_click_model_minibatch(
@@ -415,6 +448,7 @@ def fit_click_model_minibatch(
   steps_per_call: int = STEPS_PER_CALL,
   mesh: Optional[Mesh] = None,
   prior: str = "data_mean",
+  key: Optional[jax.Array] = None,
 ) -> ClickModelFit:
   r"""The MAP objective of :func:`~ultr_jax.simulation.fit_click_model` by a stochastic optimiser over a stream.
 
@@ -433,7 +467,12 @@ def fit_click_model_minibatch(
   the number of documents. With ``prior="data_mean"`` each per-document table has a centre :math:`\mu`, a
   scalar every item's gradient reaches (the prior's mean of :func:`~ultr_jax.simulation.logit_prior`, estimated
   with the fit; CLAX's baseline logit), so a rarely shown document starts from, and is shrunk towards, the log's
-  typical logit rather than 0; ``prior="zero"`` fixes :math:`\mu = 0`. CLAX (Hager et al. 2025, "CLAX: Fast and flexible neural click models in JAX") fits
+  typical logit rather than 0; ``prior="zero"`` fixes :math:`\mu = 0`. A per-document parameter given a
+  :class:`~ultr_jax.simulation.FeatureTable` is instead computed from the document's features,
+  :math:`\theta_d = f_\phi(x_d)` with a flax module's parameters :math:`\phi` (no centre: the module's own bias
+  is the intercept), which take dense steps with the prior :math:`\frac{\ell_2}{2S}\lVert\phi\rVert^2`: a
+  step's cost is the batch's and the module's, and a document no batch showed gets its logit from its features.
+  CLAX (Hager et al. 2025, "CLAX: Fast and flexible neural click models in JAX") fits
   its click models by such minibatch steps.
 
   Args:
@@ -447,11 +486,13 @@ def fit_click_model_minibatch(
     num_docs, list_size, num_sessions: ``D``, ``L`` and ``S`` (default: one counting pass, which also counts
       :math:`N_u` when sparse with ``l2 > 0``). Every batch must have ``L`` items per list.
     l2: prior precision on the logits, per ``S`` sessions as in the full-batch fit.
-    init: starting logits (per-document ones only for full tables).
+    init: starting logits (per-document ones only for full tables; for a feature table, its module's
+      parameters).
     sparse: row-wise steps (default: when the logit vectors have more than 16 times as many rows as a batch has
       items, where the dense step's cost is the vectors').
-    tables: per-document parameter name -> :class:`~ultr_jax.simulation.click_models.tables.ParameterTable`
-      (default one row per document), e.g. ``{"attraction": HashedTable(2**20)}``.
+    tables: per-document parameter name -> :class:`~ultr_jax.simulation.ParameterTable` (default one row per
+      document), e.g. ``{"attraction": HashedTable(2**20)}`` or ``{"attraction": FeatureTable(nn.Dense(1), x)}``
+      (``x``: ``float[D, F]``).
     steps_per_call: batches per jitted call.
     mesh: optional ``jax.sharding.Mesh``: the batches are split by sessions over its first axis (padded with
       masked sessions to a multiple of its size), the per-document vectors and their optimiser state by rows
@@ -459,12 +500,14 @@ def fit_click_model_minibatch(
       float sums (default None: one device). Every process of a multi-process mesh must pass the same batches.
     prior: one of :data:`~ultr_jax.simulation.LOGIT_PRIORS`: ``"data_mean"`` (a fitted centre per per-document
       table) or ``"zero"`` (none).
+    key: PRNG key of the feature tables' initial module parameters (default ``jax.random.key(0)``).
 
   Returns:
     :class:`~ultr_jax.simulation.ClickModelFit` (per-document logits and probabilities for every document;
     with a mesh whose size divides ``D`` the per-document ones stay split by rows over its devices;
     ``log_likelihood``: the mean of the last epoch's batch estimates per session; ``grad_norm`` NaN,
-    ``iterations`` the steps, ``converged`` False: a stochastic fit checks none).
+    ``iterations`` the steps, ``converged`` False: a stochastic fit checks none; ``feature_params`` each feature
+    table's fitted module parameters).
 
   Raises:
     ValueError: a batch whose list size differs from the fit's (naming the batch and both sizes); as
@@ -479,6 +522,12 @@ def fit_click_model_minibatch(
   >>> a, a2 = fit.logits["attraction"], fit2.logits["attraction"]
   >>> print(a2.sharding.spec, np.allclose(a2, a, atol=1e-6))
   P('data',) True
+  >>> import flax.linen as nn  # attraction from one feature: documents 0 and 1 have x = 1 and -1
+  >>> table = FeatureTable(nn.Dense(1), np.array([[1.0], [-1.0], [2.0]], np.float32))  # doc 2: never shown
+  >>> fit3 = fit_click_model_minibatch("cascade", [b] * 10, epochs=5, tables={"attraction": table}, num_docs=3)
+  >>> a3 = fit3.logits["attraction"]
+  >>> print(a3.shape, bool(a3[2] > a3[0] > 0 > a3[1]), np.allclose(a3, table.logits(fit3.feature_params["attraction"], table.features)))
+  (3,) True True
   """
   m = _model(model)
   _check_prior(prior)
@@ -487,6 +536,8 @@ def fit_click_model_minibatch(
       f"fit_click_model_minibatch: epochs and steps_per_call must be >= 1, got {epochs}, {steps_per_call}"
     )
   tables = _tables(m, tables)
+  features = {k: t for k, t in tables.items() if t.from_features}
+  tables = {k: t for k, t in tables.items() if not t.from_features}
   optimizer = optax.adam(0.05) if optimizer is None else optimizer
   if sparse is None and num_docs is not None:
     sparse = _sparse_pays(tables, num_docs, batches)
@@ -509,11 +560,14 @@ def fit_click_model_minibatch(
       row_prior[k] = (l2 / np.maximum(np.pad(n, (0, padded[k] + 1 - n.shape[0])), 1.0)).astype(np.float32)
   # Written through now (np.zeros would leave its pages to fault in one by one at the first batches).
   scratch = {k: np.full(padded[k] + 1, -1, np.int32) for k in tables} if sparse else None
-  plan = _Plan(m, tables, padded, num_docs, list_size, bool(sparse), float(l2), row_prior, scratch, devices)
+  plan = _Plan(m, tables, padded, num_docs, list_size, bool(sparse), float(l2), row_prior, scratch, devices, features)
+  modules = _initial_modules(features, init, jax.random.key(0) if key is None else key)
   if placement is None:
-    state, run = _initial_state(m, optimizer, tables, num_rows, list_size, init, prior), _steps
+    state, run = _initial_state(m, optimizer, tables, num_rows, list_size, init, prior, modules=modules), _steps
   else:
-    state, run = _sharded_start(m, optimizer, tables, num_rows, padded, list_size, init, prior, placement)
+    start = (m, optimizer, tables, num_rows, padded, list_size, init, prior, placement, modules)
+    state, run = _sharded_start(*start)
+  feature_tables = tuple(sorted(features.items()))
   l2_bias = jnp.float32(l2 / max(num_sessions, 1.0))
   steps, last = 0, []
   for _ in range(epochs):
@@ -522,12 +576,12 @@ def fit_click_model_minibatch(
     if placement is not None:
       groups = map(functools.partial(_put_group, placement=placement), groups)
     for xs in _prefetch(groups):
-      state, ll = run(m, optimizer, plan.sparse, state, xs, l2_bias)
+      state, ll = run(m, optimizer, plan.sparse, state, xs, l2_bias, feature_tables)
       values.append(ll)
       steps += int(xs["clicks"].shape[0])
     last = values
-  vectors, (bias, centre) = state[0], state[1]
-  per_doc = table_logits(tables, vectors, num_docs)
+  vectors, (bias, centre, modules) = state[0], state[1]
+  per_doc = table_logits({**tables, **features}, {**vectors, **modules}, num_docs)
   per_doc = {k: v + centre[k] if k in centre else v for k, v in per_doc.items()}
   if placement is not None and num_docs % placement.size == 0:  # split over the devices as the tables were
     per_doc = jax.device_put(per_doc, placement.rows)
@@ -542,4 +596,5 @@ def fit_click_model_minibatch(
     grad_norm=float("nan"),
     iterations=steps,
     converged=False,
+    feature_params=modules or None,
   )

@@ -1,5 +1,7 @@
-r"""Parameter tables: how a per-document parameter (a click model's ``attraction``, the DBN's ``satisfaction``)
-is stored, one logit per document or compressed into fewer rows.
+r"""Parameter tables: one logit per document, fewer rows shared by compression, or a module of features.
+
+How a per-document parameter (a click model's ``attraction``, the DBN's ``satisfaction``) is stored: one logit
+per document, compressed into fewer rows, or computed from the document's features.
 
 A table maps each document id :math:`d` to :math:`P` rows :math:`r_1(d), \dots, r_P(d)` of one vector
 :math:`v` of :meth:`ParameterTable.num_rows` logits, and the document's logit is their sum:
@@ -15,20 +17,25 @@ A table maps each document id :math:`d` to :math:`P` rows :math:`r_1(d), \dots, 
   using complementary partitions", Sec. 3.1, combined by a sum): :math:`r_1(d) = d \bmod m`,
   :math:`r_2(d) = m + \lfloor d / m \rfloor`, so every document has its own pair of rows out of
   :math:`m + \lceil D / m \rceil`.
+* :class:`FeatureTable`: no rows at all: :math:`\theta_d = f_\phi(x_d)`, a flax module applied to the
+  document's features, whose few parameters :math:`\phi` every document shares (a document never seen in
+  training gets its logit from its features; the parameters do not grow with the number of documents).
 
 The row map runs on the host (NumPy): :func:`~ultr_jax.simulation.fit_click_model_minibatch` computes each
-batch's rows where it prepares the batch and updates only the rows a batch touches.
+batch's rows where it prepares the batch and updates only the rows a batch touches (a feature table's rows of
+features are looked up there the same way, and its module's parameters take dense steps).
 """
 
 import dataclasses
-from typing import Mapping
+from typing import Any, Mapping
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ultr_jax.types import Array
 
-__all__ = ["ParameterTable", "FullTable", "HashedTable", "QuotientRemainderTable", "table_logits"]
+__all__ = ["ParameterTable", "FullTable", "HashedTable", "QuotientRemainderTable", "FeatureTable", "table_logits"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +44,9 @@ class ParameterTable:
 
   #: Rows summed per document (:math:`P`).
   rows_per_doc = 1
+  #: Whether the parameter is computed from the documents' features by a module (:class:`FeatureTable`) rather
+  #: than summed from rows of a logit vector.
+  from_features = False
 
   def num_rows(self, num_docs: int) -> int:
     """The length of the logit vector for ``num_docs`` documents."""
@@ -136,12 +146,120 @@ class QuotientRemainderTable(ParameterTable):
     return np.stack([d % self.num_buckets, self.num_buckets + d // self.num_buckets], axis=-1)
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class FeatureTable(ParameterTable):
+  r"""A per-document logit computed from the document's features by a flax module,
+  :math:`\theta_d = f_\phi(x_d)`.
+
+  Click models whose parameters are computed from features by a network are CLAX's (Hager et al. 2025, "CLAX:
+  Fast and flexible neural click models in JAX"); with a ``flax.linen.Dense`` layer of one output, :math:`f_\phi(x) = w^\top x + b`. The table holds the
+  features of every document id on the host, ``float[D, F]`` (a NumPy array or ``np.memmap``); a fit looks up
+  the rows of each batch's documents there, as ``[B, L, F]`` (the library's layout), where it prepares the batch.
+  Two tables are equal only if they are the same object.
+
+  Attributes:
+    module: a ``flax.linen.Module`` mapping ``float32[..., F]`` to ``[..., 1]`` or ``[...]`` logits.
+    features: ``float[D, F]``: row :math:`d` is document :math:`d`'s features (also those of documents no
+      training batch shows: their logits are :math:`f_\phi(x_d)` all the same).
+
+  >>> import flax.linen as nn
+  >>> t = FeatureTable(nn.Dense(1), np.array([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]], np.float32))
+  >>> params = t.init(jax.random.key(0))
+  >>> w, b = params["params"]["kernel"][:, 0], params["params"]["bias"][0]
+  >>> new = np.array([[3.0, -1.0]], np.float32)  # a document the table has never seen
+  >>> print(t.logits(params, new).shape, np.allclose(t.logits(params, new), new @ w + b))
+  (1,) True
+  >>> t.num_rows(3), t.lookup(np.array([[2, 0]])).shape
+  (0, (1, 2, 2))
+  """
+
+  module: Any
+  features: Any
+  from_features = True
+  rows_per_doc = 0
+
+  __hash__ = object.__hash__  # identity (the features are an array)
+  __eq__ = object.__eq__
+
+  def __post_init__(self):
+    if np.ndim(self.features) != 2:
+      raise ValueError(f"FeatureTable: features must be [num_docs, F], got shape {np.shape(self.features)}")
+
+  def num_rows(self, num_docs: int) -> int:
+    """0: the table has no per-document rows (its parameters are the module's)."""
+    del num_docs
+    return 0
+
+  def rows(self, doc_ids: np.ndarray) -> np.ndarray:
+    raise TypeError("FeatureTable has no rows: its logits are computed from features (lookup, logits)")
+
+  def lookup(self, doc_ids: np.ndarray) -> np.ndarray:
+    """The features of ``doc_ids``, read on the host (what a fit does for each batch).
+
+    Args:
+      doc_ids: ``int[...]`` document ids (e.g. a batch's ``[B, L]``).
+
+    Returns:
+      ``float32[..., F]``.
+
+    Raises:
+      ValueError: an id past the features' rows, naming it and the row count.
+    """
+    doc_ids = np.asarray(doc_ids, np.int64)
+    n = np.shape(self.features)[0]
+    if doc_ids.size and (doc_ids.max() >= n or doc_ids.min() < 0):
+      bad = int(doc_ids.max() if doc_ids.max() >= n else doc_ids.min())
+      raise ValueError(f"FeatureTable: document id {bad}, but the features have rows for ids 0..{n - 1}")
+    return np.asarray(self.features[doc_ids.ravel()], np.float32).reshape(doc_ids.shape + (-1,))
+
+  def init(self, key: jax.Array) -> Any:
+    """The module's initial parameters.
+
+    Args:
+      key: PRNG key of ``module.init`` (applied to one row of the features).
+
+    Returns:
+      the module's variables (a pytree, ``{"params": ...}``).
+    """
+    return self.module.init(key, jnp.asarray(np.asarray(self.features[:1], np.float32)))
+
+  def logits(self, params: Any, features: Any) -> jax.Array:
+    r"""The logits :math:`f_\phi(x)` of any documents' features, seen in training or not (cold start).
+
+    Args:
+      params: the module's variables (:meth:`init`, or a fit's ``feature_params[name]``).
+      features: ``float[..., F]``.
+
+    Returns:
+      ``float32[...]``.
+    """
+    out = self.module.apply(params, jnp.asarray(features, jnp.float32))
+    return out[..., 0] if out.ndim == jnp.ndim(features) else out
+
+  def document_logits(self, params: Any, num_docs: int, chunk: int = 1 << 16) -> jax.Array:
+    """The logits of documents ``0..num_docs - 1`` from their rows of ``features``.
+
+    Args:
+      params: the module's variables.
+      num_docs: ``D`` (at most the features' rows).
+      chunk: rows applied at a time.
+
+    Returns:
+      ``float32[D]``.
+    """
+    if np.shape(self.features)[0] < num_docs:
+      raise ValueError(f"FeatureTable: {num_docs} documents, but features for {np.shape(self.features)[0]}")
+    apply = jax.jit(self.logits)
+    parts = [apply(params, self.lookup(np.arange(i, min(i + chunk, num_docs)))) for i in range(0, num_docs, chunk)]
+    return jnp.concatenate(parts) if parts else jnp.zeros(0, jnp.float32)
+
+
 def table_logits(tables: Mapping[str, ParameterTable], vectors: Mapping[str, Array], num_docs: int) -> dict:
   r"""Every document's logit :math:`\theta_d = \sum_p v_{r_p(d)}` of each table, ``float32[num_docs]``.
 
   Args:
     tables: name -> :class:`ParameterTable`.
-    vectors: name -> its logit vector ``[num_rows]``.
+    vectors: name -> its logit vector ``[num_rows]`` (a :class:`FeatureTable`'s: its module's parameters).
     num_docs: ``D``.
 
   Returns:
@@ -154,6 +272,9 @@ def table_logits(tables: Mapping[str, ParameterTable], vectors: Mapping[str, Arr
   ids = np.arange(int(num_docs))
   out = {}
   for k, t in tables.items():
+    if t.from_features:
+      out[k] = t.document_logits(vectors[k], int(num_docs))
+      continue
     v = jnp.asarray(vectors[k], jnp.float32)
     out[k] = v[: int(num_docs)] if type(t) is FullTable else jnp.sum(v[t.rows(ids)], axis=-1)
   return out
