@@ -148,13 +148,10 @@ def _count_loop(doc_ids, clicks, where, last_click_state):
 
 @pytest.mark.parametrize("last_click_state", [False, True])
 @pytest.mark.parametrize("max_dense_cells", [1 << 25, 40, 1])  # dense, dense then sparse, sparse
-@pytest.mark.parametrize("chunk", [1 << 20, 7])  # sparse codes sorted once at the end, or in chunks then merged
-def test_item_counts_equal_a_loop_over_the_sessions(last_click_state, max_dense_cells, chunk, monkeypatch):
+def test_item_counts_equal_a_loop_over_the_sessions(last_click_state, max_dense_cells):
   """Batches whose largest document id grows (the table grows, or outgrows its cap), hidden items, empty sessions."""
-  from ultr_jax.simulation.click_models import statistics
   from ultr_jax.simulation.click_models.statistics import ItemCounter
 
-  monkeypatch.setattr(statistics, "MIN_SPARSE_CHUNK", chunk)
   rng = np.random.default_rng(0)
   batches, counter = [], ItemCounter(last_click_state=last_click_state, max_dense_cells=max_dense_cells)
   for b in range(5):

@@ -543,8 +543,6 @@ def item_statistics(doc_ids, clicks, where, *, last_click_state: bool = False) -
 #: :class:`ItemCounter` keeps a dense table while the item keys span at most this many cells (2 int64 each:
 #: 512 MiB) and its memory budget allows, and sorted sparse records beyond.
 MAX_DENSE_ITEM_CELLS = 1 << 25
-#: :class:`ItemCounter`'s sparse counting sorts at least this many codes at once (several batches' items).
-MIN_SPARSE_CHUNK = 1 << 20
 #: Partitions :class:`ItemCounter` spills into by default (each one ``1/P`` of the records, read one at a time).
 NUM_PARTITIONS = 64
 
@@ -556,9 +554,9 @@ class ItemCounter:
   :math:`t < T` (the rank, :math:`T = L`; or rank and last-click state, :math:`T = L (L + 1)`) and click
   :math:`c`, and counted: into a dense table ``int64[D T, 2]`` that grows with the largest document id while
   :math:`D T \le` :data:`MAX_DENSE_ITEM_CELLS` and the table fits half the memory budget (``np.bincount``:
-  :math:`O(B L)` per batch, no sort), else as sorted ``(code, count)`` records: the raw codes of several batches
-  wait until they are as many as the records held (at least :data:`MIN_SPARSE_CHUNK`), are counted by one sort,
-  and the sorted runs merged by a stable sort (:math:`O(S L \log R)` over :math:`S` sessions). Where the records held pass ``memory_budget_bytes``, they are decoded,
+  :math:`O(B L)` per batch, no sort), else as sorted ``(code, count)`` records: each batch counted by a sort of
+  its own, the sorted pieces merged by one stable sort over the runs whenever they outgrow the merged records
+  (:math:`O(S L \log R)` over :math:`S` sessions). Where the records held pass ``memory_budget_bytes``, they are decoded,
   hash-partitioned by document and written to run files under ``spill_dir`` (:class:`PartitionedStatistics`),
   and counting starts afresh: memory stays within the budget (plus one batch) however many distinct
   (document, rank) pairs the log has. Counts are exact integers; :meth:`result` gives the statistics of every
@@ -605,8 +603,6 @@ class ItemCounter:
     self.table: Optional[np.ndarray] = None  # int64[D * T * 2]: (no-click, click) counts per cell
     self.sparse: list = []  # (codes int64[R], counts int64[R]) sorted, while the keys are too many for a table
     self._pending, self._buffer, self._buffered = 0, [], 0
-    self._raw: list = []  # codes not counted yet (sparse counting), and how many
-    self._raw_n = 0
 
   def configure(
     self,
@@ -641,8 +637,7 @@ class ItemCounter:
   def held_bytes(self) -> int:
     """Bytes of counts held now (the dense table, the sparse records and the buffered codes)."""
     table = 0 if self.table is None else self.table.nbytes
-    pending = sum(b.nbytes for b in self._buffer) + sum(b.nbytes for b in self._raw)
-    return table + sum(c.nbytes + n.nbytes for c, n in self.sparse) + pending
+    return table + sum(c.nbytes + n.nbytes for c, n in self.sparse) + sum(b.nbytes for b in self._buffer)
 
   @property
   def spilled(self) -> bool:
@@ -699,12 +694,7 @@ class ItemCounter:
     else:
       self._count_sparse(code)
     if self.memory_budget_bytes is not None and self.held_bytes > self.memory_budget_bytes:
-      if self._raw:  # counted (and merged) first: distinct records take less than their items
-        self._count_raw()
-        if len(self.sparse) > 1:
-          self.sparse, self._pending = [self._merge_sparse()], 0
-      if self.held_bytes > self.memory_budget_bytes:
-        self._spill_held()
+      self._spill_held()
 
   def _count_dense(self, code, per_doc):
     size = 2 * self.num_docs * per_doc
@@ -734,18 +724,8 @@ class ItemCounter:
       self._buffer, self._buffered = [], 0
 
   def _count_sparse(self, code):
-    # Raw codes wait until they are as many as the records held (and MIN_SPARSE_CHUNK): one sort then counts many
-    # batches, and each merge joins two sorted runs of similar sizes.
-    self._raw.append(code)
-    self._raw_n += code.shape[0]
-    if self._raw_n >= max(MIN_SPARSE_CHUNK, self.num_records):
-      self._count_raw()
-
-  def _count_raw(self):
-    if not self._raw:
-      return
-    code = self._raw[0] if len(self._raw) == 1 else np.concatenate(self._raw)
-    self._raw, self._raw_n = [], 0
+    # Each batch counted by one sort of its own (small, in cache); the sorted pieces merged whenever they outgrow
+    # the merged records, by one stable sort over the runs.
     codes, counts = count_codes(code, device=self.device)
     self.sparse.append((codes, counts))
     self._pending += codes.shape[0]
@@ -758,7 +738,7 @@ class ItemCounter:
     counts = np.concatenate([n for _, n in self.sparse])
     if codes.shape[0] == 0:
       return codes.astype(np.int64), counts.astype(np.int64)
-    # The pieces are sorted runs: a stable sort (timsort) merges them in linear time per run.
+    # The pieces are sorted runs: a stable sort (timsort) merges k of them in O(n log k).
     order = np.argsort(codes, kind="stable")
     codes, counts = codes[order], counts[order]
     first = np.flatnonzero(np.concatenate([[True], codes[1:] != codes[:-1]]))
@@ -770,7 +750,6 @@ class ItemCounter:
       self._flush()
       present = np.flatnonzero(self.table)
       return present, self.table[present]
-    self._count_raw()
     if self.sparse:
       return self._merge_sparse() if len(self.sparse) > 1 else self.sparse[0]
     return np.zeros(0, np.int64), np.zeros(0, np.int64)
@@ -783,7 +762,6 @@ class ItemCounter:
     if keys.shape[0]:
       self._spill.write(keys, counts)
     self.table, self.sparse, self._pending, self._buffer, self._buffered = None, [], 0, [], 0
-    self._raw, self._raw_n = [], 0
 
   def _decode(self, present: np.ndarray, counted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(keys int64[R, K], counts float64[R, 2])`` of sorted ``(code, count)`` pairs."""
@@ -838,8 +816,9 @@ def count_codes(code: np.ndarray, *, device: Optional[bool] = None) -> tuple[np.
   if device is None:
     device = _accelerator()
   if not device or code.shape[0] == 0:
-    uniq, counts = np.unique(code.astype(np.int64, copy=False), return_counts=True)
-    return uniq, counts.astype(np.int64)
+    narrow = code.dtype.itemsize <= 4 and np.issubdtype(code.dtype, np.integer)  # sorted as is: int32 sorts faster
+    uniq, counts = np.unique(code if narrow else code.astype(np.int64, copy=False), return_counts=True)
+    return uniq.astype(np.int64, copy=False), counts.astype(np.int64)
   from ultr_jax.simulation.click_models import _device_count  # noqa: PLC0415 (jax, only where asked)
 
   return _device_count.count_codes_on_device(code)
