@@ -15,8 +15,8 @@ only where that document's own objective decreases), and the gradient and Hessia
 the partitions at the updated documents; then one Levenberg-damped Newton step on :math:`\beta`. Each pass reads
 every partition once. A partition's tables hold the documents its records read alone (renumbered), so a pass
 costs :math:`O(R)` for :math:`R` records, whatever the number of ids: a document that no record reads has the
-prior's term only, and its optimum, the prior's centre, is set after the last pass. Everything goes through the model's
-:meth:`~ultr_jax.simulation.ClickModel.statistics_log_likelihood`; a document's own log-likelihood comes from
+prior's term only, and its optimum, the prior's centre, is set after the last pass. Everything goes through the
+model's :meth:`~ultr_jax.simulation.ClickModel.statistics_log_likelihood`; a document's own log-likelihood comes from
 its linearity in the counts (:math:`\sum_v n_{r,v}\,\partial \mathcal{L} / \partial n_{r,v}` per record, summed
 per document).
 """
