@@ -766,17 +766,24 @@ class ItemCounter:
   def _decode(self, present: np.ndarray, counted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(keys int64[R, K], counts float64[R, 2])`` of sorted ``(code, count)`` pairs."""
     length = self.list_size or 0
-    cell, click = present // 2, present % 2
-    first = np.flatnonzero(np.diff(cell, prepend=-1))  # present is sorted: a cell's (no click, click) adjacent
-    cells = cell[first]
-    n = np.add.reduceat(counted, first) if cells.shape[0] else np.zeros(0, np.int64)
-    k = np.zeros(cells.shape[0], np.int64)
-    k[np.cumsum(np.diff(cell, prepend=-1) != 0)[click == 1] - 1] = counted[click == 1]
-    per_doc = self._per_doc(length)
-    doc, rest = cells // max(per_doc, 1), cells % max(per_doc, 1)
-    columns = [doc, rest // (length + 1), rest % (length + 1)] if self.last_click_state else [doc, rest]
-    keys = np.stack(columns, axis=1).astype(np.int64)
-    return keys, np.stack([n.astype(np.float64), k.astype(np.float64)], axis=1)
+    present = np.asarray(present, np.int64)
+    cell, click = present >> 1, (present & 1) == 1  # codes >= 0: the cell and the click bit
+    change = np.diff(cell, prepend=-1) != 0  # present is sorted: a cell's (no click, click) adjacent
+    first = np.flatnonzero(change)
+    rows = first.shape[0]
+    out = np.zeros((rows, 2), np.float64)
+    if rows:
+      out[:, 0] = np.add.reduceat(counted, first)
+      out[np.cumsum(change)[click] - 1, 1] = counted[click]
+    per_doc = max(self._per_doc(length), 1)
+    keys = np.empty((rows, 3 if self.last_click_state else 2), np.int64)
+    doc, rest = np.divmod(cell[first], per_doc)
+    keys[:, 0] = doc
+    if self.last_click_state:
+      keys[:, 1], keys[:, 2] = np.divmod(rest, length + 1)
+    else:
+      keys[:, 1] = rest
+    return keys, out
 
   def result(self) -> "ClickStatistics | PartitionedStatistics":
     """The statistics (kind ``items`` or ``ubm_items``) of everything added: a :class:`ClickStatistics`, or a
