@@ -13,8 +13,10 @@ partition, damped Newton steps on each document's parameters given :math:`\beta`
 :math:`\theta_d` is diagonal across documents, one Hessian-vector product gives it; a step is kept per document
 only where that document's own objective decreases), and the gradient and Hessian in :math:`\beta` summed over
 the partitions at the updated documents; then one Levenberg-damped Newton step on :math:`\beta`. Each pass reads
-every partition once. Everything goes through the model's
-:meth:`~ultr_jax.simulation.ClickModel.statistics_log_likelihood`; a document's own log-likelihood comes from
+every partition once. A partition's tables hold the documents its records read alone (renumbered), so a pass
+costs :math:`O(R)` for :math:`R` records, whatever the number of ids: a document that no record reads has the
+prior's term only, and its optimum, the prior's centre, is set after the last pass. Everything goes through the
+model's :meth:`~ultr_jax.simulation.ClickModel.statistics_log_likelihood`; a document's own log-likelihood comes from
 its linearity in the counts (:math:`\sum_v n_{r,v}\,\partial \mathcal{L} / \partial n_{r,v}` per record, summed
 per document).
 """
@@ -31,6 +33,10 @@ from ultr_jax.simulation.click_models import ClickModel
 from ultr_jax.simulation.click_models.statistics import PartitionedStatistics
 
 __all__ = ["fit_partitioned_statistics"]
+
+
+#: Passes in a row without a decrease of the objective (float rounding) after which the fit stops.
+STALLED_PASSES = 3
 
 
 def _bucket(n: int, minimum: int = 256) -> int:
@@ -92,29 +98,30 @@ def _bias_terms(model, docs, bias, keys, counts):
 
 
 class _Partitions:
-  """The partitions' records as padded device arrays (local document ids ``d // P``), all padded to one shape (one
-  compiled program), kept in memory while they fit the budget and read again from their files otherwise."""
+  """The partitions' records as padded device arrays, their documents renumbered ``0..n-1`` in the order of
+  ``seen`` (the sorted ids the partition's records read), all padded to one shape (one compiled program): kept in
+  memory while they fit the budget and read again from their files otherwise."""
 
-  def __init__(self, statistics: PartitionedStatistics, num_docs: int, memory_budget_bytes: Optional[int]):
+  def __init__(self, statistics: PartitionedStatistics, memory_budget_bytes: Optional[int]):
     self.statistics, parts = statistics, statistics.num_partitions
-    self.local_docs = [len(range(p, num_docs, parts)) for p in range(parts)]
     sizes = [sum(_rows(path) for path in runs) for runs in statistics.runs]
-    self.nonempty = [p for p in range(parts) if sizes[p] and self.local_docs[p]]
+    self.nonempty = [p for p in range(parts) if sizes[p]]
     self.rows = _bucket(max(sizes, default=0))
-    self.width = _bucket(max(self.local_docs, default=0))
+    self.width = self.rows  # a partition's records read at most as many documents as they are
     self.budget = memory_budget_bytes
     self.cache: dict = {}
     self.cached_bytes = 0
 
   def arrays(self, p: int):
+    """``(keys, counts, seen)`` of partition ``p``."""
     if p in self.cache:
       return self.cache[p]
     stats = self.statistics.partition(p)
-    keys = stats.keys.copy()
-    keys[:, 0] //= self.statistics.num_partitions
+    keys, seen = _compact_documents(stats.keys)
     out = (
       jnp.asarray(_pad(keys, self.rows), jnp.int32),
       jnp.asarray(_pad(stats.counts, self.rows), jnp.float32),
+      seen,
     )
     size = sum(int(x.nbytes) for x in out)
     if self.budget is None or self.cached_bytes + size <= self.budget:
@@ -123,14 +130,25 @@ class _Partitions:
     return out
 
 
+def _compact_documents(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """``(keys renumbered, seen)``: ``seen`` the sorted ids of the documents that records ``keys [R, K]`` (column 0:
+  the document) read, each record's document replaced by its index in ``seen``."""
+  docs = np.asarray(keys[:, 0])
+  sorted_docs = bool(docs.size < 2 or np.all(docs[1:] >= docs[:-1]))
+  seen = docs[np.r_[True, docs[1:] != docs[:-1]]] if sorted_docs and docs.size else np.unique(docs)
+  out = np.array(keys, copy=True)
+  out[:, 0] = np.searchsorted(seen, docs)
+  return out, seen
+
+
 def _rows(path: str) -> int:
   """Records in a run file (read from its header only)."""
   with np.load(path, mmap_mode="r") as z:
     return int(z["counts"].shape[0])
 
 
-def _pad(x: np.ndarray, rows: int) -> np.ndarray:
-  return np.concatenate([x, np.zeros((rows - x.shape[0],) + x.shape[1:], x.dtype)]) if rows > x.shape[0] else x
+def _pad(x: np.ndarray, rows: int, value: float = 0.0) -> np.ndarray:
+  return np.concatenate([x, np.full((rows - x.shape[0],) + x.shape[1:], value, x.dtype)]) if rows > x.shape[0] else x
 
 
 def _bias_step(flat, grad_ll, hess_ll, l2, max_step: float = 2.0):
@@ -144,19 +162,18 @@ def _bias_step(flat, grad_ll, hess_ll, l2, max_step: float = 2.0):
   return flat + (step * (max_step / norm) if norm > max_step else step), float(np.linalg.norm(grad))
 
 
-def _centre(docs: dict, source: "_Partitions", parts: int, centre: Optional[dict], prior: str) -> dict:
-  """The prior's centre per per-document table: 0 (``prior="zero"``) or the table's mean over all ``D`` documents,
-  those of partitions without records (no step reaches them) first set to the previous centre, where the
-  objective puts them (``"data_mean"``)."""
+def _centre(docs: dict, sums: Optional[dict], num_read: int, prior: str) -> dict:
+  """The prior's centre per per-document table: 0 (``prior="zero"``), or (``"data_mean"``) the mean over the
+  documents the records read (``sums`` of their logits over ``num_read`` documents; before the first pass, the
+  mean of the start over all documents): with the unread documents at the centre, the table's mean over all
+  ``D`` documents is the centre exactly when it is the read documents' mean."""
   if prior == "zero":
     return {k: 0.0 for k in docs}
   if prior != "data_mean":
     raise ValueError(f"prior must be 'data_mean' or 'zero', got {prior!r}")
-  if centre is not None:
-    for p in set(range(parts)) - set(source.nonempty):
-      for k, v in docs.items():
-        v[p::parts] = centre[k]
-  return {k: float(np.mean(v, dtype=np.float64)) for k, v in docs.items()}
+  if sums is None or not num_read:
+    return {k: float(np.mean(v, dtype=np.float64)) for k, v in docs.items()}
+  return {k: sums[k] / num_read for k in docs}
 
 
 def fit_partitioned_statistics(
@@ -177,11 +194,13 @@ def fit_partitioned_statistics(
   .. math::
       \theta_d \leftarrow \theta_d - \frac{\partial_{\theta_d} J}{\partial^2_{\theta_d} J}\ \text{(per document,
       damped)}, \qquad \beta \leftarrow \beta - (\nabla^2_\beta J + \lambda I)^{-1} \nabla_\beta J,
-      \qquad \mu_k \leftarrow \frac{1}{D} \sum_d \theta^{(k)}_d
+      \qquad \mu_k \leftarrow \frac{1}{|R_D|} \sum_{d \in R_D} \theta^{(k)}_d
 
   With ``prior="data_mean"`` the prior on each per-document table :math:`\theta^{(k)}` is centred on
   :math:`\mu_k` (:func:`~ultr_jax.simulation.logit_prior`), the third block of the descent, exact given the
-  documents; with ``prior="zero"`` :math:`\mu_k = 0` throughout.
+  documents: :math:`R_D` are the documents the records read, and the others, which sit at :math:`\mu_k` at the
+  optimum, leave the mean over all :math:`D` equal to the mean over :math:`R_D`; with ``prior="zero"``
+  :math:`\mu_k = 0` throughout. The documents outside :math:`R_D` are set to :math:`\mu_k` at the end.
 
   Args:
     model: an item click model (its statistics are per (document, rank[, state])).
@@ -207,26 +226,30 @@ def fit_partitioned_statistics(
   >>> print(gnorm < 1e-5, round(ll, 4))
   True -0.117
   """
-  parts = statistics.num_partitions
   theta = model.init(num_docs=num_docs, list_size=statistics.list_size) if init is None else init
   per_doc = ("attraction",) + tuple(model.item_params)
   docs = {k: np.array(theta[k], np.float32) for k in per_doc}
   bias = {k: jnp.asarray(v, jnp.float32) for k, v in theta.items() if k not in per_doc}
   n = max(float(statistics.num_sessions), 1.0)
   l2 = float(l2)
-  prev, gnorm, passes = np.inf, np.inf, 0
-  source = _Partitions(statistics.compact(), num_docs, memory_budget_bytes)
-  centre = _centre(docs, source, parts, None, prior)
+  prev, gnorm, passes, stalled = np.inf, np.inf, 0, 0
+  source = _Partitions(statistics.compact(), memory_budget_bytes)
+  read = np.zeros(num_docs, bool)  # the documents some record reads (each partition's, on the first pass)
+  centre = _centre(docs, None, 0, prior)
   for passes in range(1, int(max_iters) + 1):
     obj, doc_sq, grad_ll, hess_ll = 0.0, 0.0, 0.0, 0.0
     mu = {k: jnp.float32(v) for k, v in centre.items()}
+    sums, num_read = {k: 0.0 for k in per_doc}, 0
     for p in source.nonempty:
-      keys, counts = source.arrays(p)
-      local_n = source.local_docs[p]
-      local = {k: jnp.asarray(_pad(v[p::parts], source.width)) for k, v in docs.items()}
+      keys, counts, seen = source.arrays(p)
+      local = {k: jnp.asarray(_pad(v[seen], source.width, centre[k])) for k, v in docs.items()}
       local, value, sq = _doc_newton(model, local, bias, keys, counts, jnp.float32(l2), int(inner_iters), mu)
       for k in per_doc:
-        docs[k][p::parts] = np.asarray(local[k])[:local_n]
+        docs[k][seen] = np.asarray(local[k])[: seen.size]
+        sums[k] += float(np.sum(docs[k][seen], dtype=np.float64))
+      if passes == 1:
+        read[seen] = True
+      num_read += seen.size
       _, g_b, h_b = _bias_terms(model, local, bias, keys, counts)
       obj += float(value)
       doc_sq += float(sq)
@@ -237,15 +260,19 @@ def fit_partitioned_statistics(
     obj += 0.5 * l2 * float(flat @ flat)
     new_flat, bias_gnorm = _bias_step(flat, grad_ll, hess_ll, l2)
     gnorm = float(np.sqrt(doc_sq + bias_gnorm**2)) / n
-    if gnorm <= tol or prev - obj <= 1e-12 * abs(obj):
+    stalled = stalled + 1 if prev - obj <= 1e-12 * abs(obj) else 0
+    if gnorm <= tol or stalled >= STALLED_PASSES:
       break
     bias = unravel(jnp.asarray(new_flat, jnp.float32))
-    centre = _centre(docs, source, parts, centre, prior)
+    centre = _centre(docs, sums, num_read, prior)
     prev = obj
-  _centre(docs, source, parts, centre, prior)  # documents without records: at the centre
+  centre = _centre(docs, sums, num_read, prior) if source.nonempty else centre
+  for k in per_doc:  # documents that no record reads: at the centre (the read documents' mean), their optimum
+    docs[k][~read] = centre[k]
   logits = {**{k: jnp.asarray(v) for k, v in docs.items()}, **bias}
   ll = 0.0
   for p in source.nonempty:
-    local = {k: (jnp.asarray(_pad(v[p::parts], source.width)) if k in per_doc else v) for k, v in logits.items()}
-    ll += float(model.statistics_log_likelihood(local, *source.arrays(p)))
+    keys, counts, seen = source.arrays(p)
+    local = {k: (jnp.asarray(_pad(v[seen], source.width)) if k in per_doc else v) for k, v in logits.items()}
+    ll += float(model.statistics_log_likelihood(local, keys, counts))
   return logits, ll / n, gnorm, passes

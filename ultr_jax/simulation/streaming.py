@@ -41,7 +41,7 @@ from ultr_jax.simulation.click_models.statistics import (
   write_statistics_runs,
 )
 from ultr_jax.simulation.fitting import ClickModelFit, _check_prior, _model, _validate, click_model_predict, logit_prior
-from ultr_jax.simulation.partitioned_fit import fit_partitioned_statistics
+from ultr_jax.simulation.partitioned_fit import _compact_documents, fit_partitioned_statistics
 
 __all__ = [
   "ClickStatistics",
@@ -227,9 +227,17 @@ def fit_click_model_from_statistics(
   the sessions' :math:`\sum_s \log P_\theta(c^{(s)}_{1:L})`, so the objective is the in-memory fit's (up to
   the order of float sums), at :math:`O(R)` per step for :math:`R` records, and :math:`\Omega_{\ell_2}` is the
   prior of :func:`~ultr_jax.simulation.logit_prior` (``prior``: centred on 0, or on each per-document table's
-  fitted mean). Under ``prior="zero"`` a document that no record reads has its optimum at logit 0 (its only
-  term is the prior's), so the item models' fit runs over the documents the records read alone and gives the
-  others logit 0: the table is the log's documents, not every id below ``num_docs``.
+  fitted mean). A document that no record reads has only the prior's term, so its optimum is the prior's
+  centre: logit 0 under ``prior="zero"``; under ``prior="data_mean"`` the table's mean :math:`\mu`, and with the
+  :math:`U` unread documents at :math:`\mu`
+
+  .. math::
+      \min_{\mu,\,u}\; \sum_{d\ \text{read}} (\theta_d - \mu)^2 + \sum_{j=1}^{U} (u_j - \mu)^2
+        = \sum_{d\ \text{read}} (\theta_d - \bar\theta_{\text{read}})^2,
+
+  the same prior over the read documents alone, whatever :math:`U`. So the item models' fit runs over the
+  documents the records read and gives the others the centre (0, or the fitted :math:`\mu`): the table is the
+  log's documents, not every id below ``num_docs``, and the optimum is the full table's.
 
   Args:
     model: a fittable click model (name or instance); the one the statistics were gathered for.
@@ -276,13 +284,13 @@ def fit_click_model_from_statistics(
     )
   per_doc = ("attraction",) + tuple(m.item_params)
   keys, seen = statistics.keys, None
-  if statistics.kind in ("items", "ubm_items") and prior == "zero":
+  if statistics.kind in ("items", "ubm_items"):
     keys, seen = _compact_documents(statistics.keys)
-  # Records and documents padded to buckets (zero counts; documents no record reads stay at their start and
-  # are cut off after): one compilation serves logs of similar sizes. Under the zero-centred prior the optimum of
-  # a document no record reads is logit 0 whatever its start, and from 0 its gradient is 0 at every step, so the
-  # fit runs over the documents the records read alone (renumbered; at least one padded row, at 0, gives the
-  # others' values), a table of the log's documents rather than of every id.
+  # Records and documents padded to buckets (zero counts): one compilation serves logs of similar sizes. The
+  # optimum of a document no record reads is the prior's centre whatever the number of such documents (see the
+  # docstring), so the fit runs over the documents the records read alone (renumbered; at least one padded row,
+  # which no record reads either, converges to the centre and gives the others' values), a table of the log's
+  # documents rather than of every id.
   table_docs = num_docs if seen is None else seen.size + 1
   padded_docs = _bucket(table_docs)
   logits = m.init(num_docs=padded_docs, list_size=statistics.list_size)
@@ -323,17 +331,6 @@ def fit_click_model_from_statistics(
   )
 
 
-def _compact_documents(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """``(keys renumbered, seen)``: ``seen`` the sorted ids of the documents the records read, the records'
-  documents replaced by their index in ``seen``."""
-  docs = np.asarray(keys[:, 0])
-  sorted_docs = bool(docs.size < 2 or np.all(docs[1:] >= docs[:-1]))
-  seen = docs[np.r_[True, docs[1:] != docs[:-1]]] if sorted_docs and docs.size else np.unique(docs)
-  out = np.array(keys, copy=True)
-  out[:, 0] = np.searchsorted(seen, docs)
-  return out, seen
-
-
 def _take_rows(v: np.ndarray, seen: np.ndarray) -> np.ndarray:
   """The rows ``seen`` of a per-document table (rows past its end: 0, the start)."""
   inside = seen < v.shape[0]
@@ -344,7 +341,7 @@ def _take_rows(v: np.ndarray, seen: np.ndarray) -> np.ndarray:
 
 def _spread_rows(v: np.ndarray, seen: np.ndarray, num_docs: int) -> np.ndarray:
   """A compacted per-document table back over ``num_docs`` documents: row ``i`` to document ``seen[i]``, every
-  other document the first padded row's value (a document that no record reads, started at 0)."""
+  other document the first padded row's value (a document that no record reads: the prior's centre)."""
   out = np.repeat(v[seen.size : seen.size + 1], num_docs, axis=0)
   out[seen] = v[: seen.size]
   return out

@@ -554,10 +554,11 @@ class ItemCounter:
   :math:`t < T` (the rank, :math:`T = L`; or rank and last-click state, :math:`T = L (L + 1)`) and click
   :math:`c`, and counted: into a dense table ``int64[D T, 2]`` that grows with the largest document id while
   :math:`D T \le` :data:`MAX_DENSE_ITEM_CELLS` and the table fits half the memory budget (``np.bincount``:
-  :math:`O(B L)` per batch, no sort), else as sorted ``(code, count)`` records merged as they accumulate
-  (:math:`O(B L \log R)`). Where the records held pass ``memory_budget_bytes``, they are decoded,
-  hash-partitioned by document and written to run files under ``spill_dir`` (:class:`PartitionedStatistics`),
-  and counting starts afresh: memory stays within the budget (plus one batch) however many distinct
+  :math:`O(B L)` per batch, no sort), else as sorted ``(code, count)`` records: each batch counted by a sort of
+  its own, the sorted pieces merged by one stable sort over the runs whenever they outgrow the merged records
+  (:math:`O(S L \log R)` over :math:`S` sessions). Where the records held pass ``memory_budget_bytes``, they are
+  decoded, hash-partitioned by document and written to run files under ``spill_dir``
+  (:class:`PartitionedStatistics`), and counting starts afresh: memory stays within the budget (plus one batch) however many distinct
   (document, rank) pairs the log has. Counts are exact integers; :meth:`result` gives the statistics of every
   batch added, equal to :func:`merge_click_statistics` of the per-batch ones.
 
@@ -723,6 +724,8 @@ class ItemCounter:
       self._buffer, self._buffered = [], 0
 
   def _count_sparse(self, code):
+    # Each batch counted by one sort of its own (small, in cache); the sorted pieces merged whenever they outgrow
+    # the merged records, by one stable sort over the runs.
     codes, counts = count_codes(code, device=self.device)
     self.sparse.append((codes, counts))
     self._pending += codes.shape[0]
@@ -733,8 +736,13 @@ class ItemCounter:
   def _merge_sparse(self):
     codes = np.concatenate([c for c, _ in self.sparse])
     counts = np.concatenate([n for _, n in self.sparse])
-    uniq, inverse = np.unique(codes, return_inverse=True)
-    return uniq, np.bincount(inverse.ravel(), weights=counts, minlength=uniq.shape[0]).astype(np.int64)
+    if codes.shape[0] == 0:
+      return codes.astype(np.int64), counts.astype(np.int64)
+    # The pieces are sorted runs: a stable sort (timsort) merges k of them in O(n log k).
+    order = np.argsort(codes, kind="stable")
+    codes, counts = codes[order], counts[order]
+    first = np.flatnonzero(np.concatenate([[True], codes[1:] != codes[:-1]]))
+    return codes[first].astype(np.int64, copy=False), np.add.reduceat(counts, first).astype(np.int64, copy=False)
 
   def _held_codes(self) -> tuple[np.ndarray, np.ndarray]:
     """The sorted ``(code, count)`` pairs of every count held."""
@@ -758,17 +766,24 @@ class ItemCounter:
   def _decode(self, present: np.ndarray, counted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(keys int64[R, K], counts float64[R, 2])`` of sorted ``(code, count)`` pairs."""
     length = self.list_size or 0
-    cell, click = present // 2, present % 2
-    first = np.flatnonzero(np.diff(cell, prepend=-1))  # present is sorted: a cell's (no click, click) adjacent
-    cells = cell[first]
-    n = np.add.reduceat(counted, first) if cells.shape[0] else np.zeros(0, np.int64)
-    k = np.zeros(cells.shape[0], np.int64)
-    k[np.cumsum(np.diff(cell, prepend=-1) != 0)[click == 1] - 1] = counted[click == 1]
-    per_doc = self._per_doc(length)
-    doc, rest = cells // max(per_doc, 1), cells % max(per_doc, 1)
-    columns = [doc, rest // (length + 1), rest % (length + 1)] if self.last_click_state else [doc, rest]
-    keys = np.stack(columns, axis=1).astype(np.int64)
-    return keys, np.stack([n.astype(np.float64), k.astype(np.float64)], axis=1)
+    present = np.asarray(present, np.int64)
+    cell, click = present >> 1, (present & 1) == 1  # codes >= 0: the cell and the click bit
+    change = np.diff(cell, prepend=-1) != 0  # present is sorted: a cell's (no click, click) adjacent
+    first = np.flatnonzero(change)
+    rows = first.shape[0]
+    out = np.zeros((rows, 2), np.float64)
+    if rows:
+      out[:, 0] = np.add.reduceat(counted, first)
+      out[np.cumsum(change)[click] - 1, 1] = counted[click]
+    per_doc = max(self._per_doc(length), 1)
+    keys = np.empty((rows, 3 if self.last_click_state else 2), np.int64)
+    doc, rest = np.divmod(cell[first], per_doc)
+    keys[:, 0] = doc
+    if self.last_click_state:
+      keys[:, 1], keys[:, 2] = np.divmod(rest, length + 1)
+    else:
+      keys[:, 1] = rest
+    return keys, out
 
   def result(self) -> "ClickStatistics | PartitionedStatistics":
     """The statistics (kind ``items`` or ``ubm_items``) of everything added: a :class:`ClickStatistics`, or a
@@ -808,8 +823,9 @@ def count_codes(code: np.ndarray, *, device: Optional[bool] = None) -> tuple[np.
   if device is None:
     device = _accelerator()
   if not device or code.shape[0] == 0:
-    uniq, counts = np.unique(code.astype(np.int64, copy=False), return_counts=True)
-    return uniq, counts.astype(np.int64)
+    narrow = code.dtype.itemsize <= 4 and np.issubdtype(code.dtype, np.integer)  # sorted as is: int32 sorts faster
+    uniq, counts = np.unique(code if narrow else code.astype(np.int64, copy=False), return_counts=True)
+    return uniq.astype(np.int64, copy=False), counts.astype(np.int64)
   from ultr_jax.simulation.click_models import _device_count  # noqa: PLC0415 (jax, only where asked)
 
   return _device_count.count_codes_on_device(code)
