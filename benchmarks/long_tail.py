@@ -122,7 +122,7 @@ def fit_ultr_jax(args, model, process_id=0, port=0):
     val = lambda: data.SessionStream(os.path.join(args.workdir, "val"), batch_size=args.batch_size)  # noqa: E731
     fit, _ = sim.select_click_model_prior(model, stats, val, num_docs=num_docs, memory_budget_bytes=budget)
   else:
-    fit = sim.fit_click_model_from_statistics(model, stats, num_docs=num_docs, l2=args.l2)
+    fit = sim.fit_click_model_from_statistics(model, stats, num_docs=num_docs, l2=args.l2, max_iters=args.max_iters)
   jax.block_until_ready(fit.params)
   fit_s = time.perf_counter() - t0
   peak_fit_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -261,6 +261,7 @@ def main():
   p.add_argument("--memory_budget_mb", type=float, default=1024)
   p.add_argument("--batch_size", type=int, default=8192)
   p.add_argument("--l2", type=float, default=1.0)
+  p.add_argument("--max_iters", type=int, default=500, help="the statistics fit's iterations (spilled: passes)")
   p.add_argument("--select_prior", action="store_true", help="pick l2 on the validation split (6 fits)")
   p.add_argument("--minibatch_models", nargs="*", default=["dbn"], help="fitted by minibatch steps over the stream")
   p.add_argument("--minibatch_lr", type=float, default=0.05)
