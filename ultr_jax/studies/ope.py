@@ -16,10 +16,18 @@ replicate keys, ``replicate_chunk_sessions`` sessions at a time) and every estim
 :data:`ultr_jax.evaluation.ESTIMATORS` that need only the log and the logging propensities) estimates every
 target from every log, with a normal ``1 - alpha`` interval from its per-session terms. The model-based
 estimators (``model_estimators``: the direct method, doubly robust, cascade doubly robust) use a click model
-of ``fitted_models`` fitted to each log (:func:`ultr_jax.simulation.fit_click_model`, on the host), on the
-first ``model_replicates`` replicates; their columns are ``<estimator>[<model>]``. The logging propensities of
-every (query, permutation) are enumerated once per temperature (exact, :math:`L!` rankings per query) and
-gathered per session.
+of ``fitted_models`` fitted to each log (on the host, to the log's sufficient statistics:
+:func:`ultr_jax.simulation.fit_click_model_from_statistics`), on the first ``model_replicates`` replicates;
+their columns are ``<estimator>[<model>]``. The logging propensities of every (query, permutation) are
+enumerated once per temperature (exact, :math:`L!` rankings per query) and gathered per session.
+
+A session is one of :math:`Q \cdot L! \cdot 2^L` cells (query, ranking, click pattern), and every estimator's
+per-session terms (and a self-normalised one's ratio components) depend on the cell alone, not on the user or
+the rest of the log. So the model-free estimators' terms are computed once per logging temperature on every
+cell (up to :data:`MAX_CELLS`; beyond, session by session), and a replicate log only gathers them per session,
+or counts its sessions per cell when it has more sessions than there are cells; the model-based estimators read
+a log's distinct cells weighted by their counts. Both give the estimators' own values and intervals on the
+sessions (to float rounding).
 
 Per estimator and cell, ``results.json`` holds: the **bias** (mean over targets of the absolute mean error;
 ``biased_targets``: the targets whose mean error is more than 3 standard errors from 0), the **standard
