@@ -24,7 +24,7 @@ enumerated once per temperature (exact, :math:`L!` rankings per query) and gathe
 A session is one of :math:`Q \cdot L! \cdot 2^L` cells (query, ranking, click pattern), and every estimator's
 per-session terms (and a self-normalised one's ratio components) depend on the cell alone, not on the user or
 the rest of the log. So the model-free estimators' terms are computed once per logging temperature on every
-cell (up to :data:`MAX_CELLS`; beyond, session by session), and a replicate log only gathers them per session,
+cell (up to ``MAX_CELLS``; beyond, session by session), and a replicate log only gathers them per session,
 or counts its sessions per cell when it has more sessions than there are cells; the model-based estimators read
 a log's distinct cells weighted by their counts. Both give the estimators' own values and intervals on the
 sessions (to float rounding).
@@ -670,7 +670,7 @@ def _run_cell(config, queries, targets, truth, user, temperature, num_sessions, 
 
 def _temperature_parts(config, queries, targets, temperature: float) -> Optional[dict[str, np.ndarray]]:
   """The model-free estimators' terms on every cell at ``temperature`` (:func:`_cell_parts`; None where there are
-  more than :data:`MAX_CELLS` cells or no estimator)."""
+  more than ``MAX_CELLS`` cells or no estimator)."""
   names = tuple(dict.fromkeys(n for size in config.log_sizes for n in _cell_names(config, int(size))))
   if not names or _num_cells(int(config.num_queries), int(config.list_size)) > MAX_CELLS:
     return None
