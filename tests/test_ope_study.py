@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 
+from ultr_jax import simulation as sim
 from ultr_jax import studies
 from ultr_jax.studies import ope
 
@@ -113,3 +114,38 @@ def test_config_checks_across_fields():
     ope.run_ope_study(_tiny(figure_temperature=3.0), None)
   with pytest.raises(ValueError, match=r"config.estimators: \('dm',\) is out of range"):
     ope.run_ope_study(_tiny(estimators=("dm",)), None)
+
+
+@pytest.mark.parametrize("num_sessions", [300, 4000])  # fewer sessions than the 3072 cells (gathered), more (counted)
+def test_estimates_from_the_cells_equal_the_estimates_session_by_session(num_sessions):
+  """A log's model-free estimates and intervals from its cells' terms (computed once per logging policy) are
+  the estimators' own on its sessions; the model-based ones on its distinct sessions, each counted, with the
+  click model fitted to its sufficient statistics, are those on the whole log with the in-memory fit."""
+  config = _tiny(num_replicates=3, model_replicates=1)
+  queries = ope.study_queries(config)
+  targets = jax.numpy.asarray(ope.target_scores(config, queries))
+  logits = jax.numpy.asarray(ope.logging_logits(queries["logging_scores"], 1.0))
+  table = ope.logging_table(logits, pairs=True)
+  keys = jax.random.split(jax.random.key(num_sessions), 3)
+  parts = ope._temperature_parts(config, queries, targets, 1.0)
+  session = ope._model_free(config, queries, "cascade", num_sessions, logits, keys, targets, table, None)
+  cells = ope._model_free(config, queries, "cascade", num_sessions, logits, keys, targets, table, parts)
+  assert sorted(cells) == sorted(config.estimators)
+  for name in config.estimators:
+    np.testing.assert_allclose(cells[name], session[name], atol=2e-6, err_msg=name)
+  log = ope.simulate_logs(keys[0], queries, "cascade", 1.0, num_sessions)
+  fit = sim.fit_click_model("pbm", log["doc_ids"], log["clicks"], num_docs=32, l2=1.0, max_iters=50, prior="zero")
+  names = tuple(config.model_estimators)
+  whole = ope._model_based_run(
+    log,
+    jax.numpy.ones(num_sessions),
+    fit.params,
+    targets,
+    table,
+    model="pbm",
+    names=names,
+    settings=ope._settings(config),
+  )
+  distinct = ope._model_based(config, queries, "cascade", num_sessions, logits, keys, targets, table)
+  for i, name in enumerate(names):
+    np.testing.assert_allclose(distinct[f"{name}[pbm]"][0], whole[i], atol=2e-5, err_msg=name)

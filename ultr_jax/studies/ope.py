@@ -16,10 +16,18 @@ replicate keys, ``replicate_chunk_sessions`` sessions at a time) and every estim
 :data:`ultr_jax.evaluation.ESTIMATORS` that need only the log and the logging propensities) estimates every
 target from every log, with a normal ``1 - alpha`` interval from its per-session terms. The model-based
 estimators (``model_estimators``: the direct method, doubly robust, cascade doubly robust) use a click model
-of ``fitted_models`` fitted to each log (:func:`ultr_jax.simulation.fit_click_model`, on the host), on the
-first ``model_replicates`` replicates; their columns are ``<estimator>[<model>]``. The logging propensities of
-every (query, permutation) are enumerated once per temperature (exact, :math:`L!` rankings per query) and
-gathered per session.
+of ``fitted_models`` fitted to each log (on the host, to the log's sufficient statistics:
+:func:`ultr_jax.simulation.fit_click_model_from_statistics`), on the first ``model_replicates`` replicates;
+their columns are ``<estimator>[<model>]``. The logging propensities of every (query, permutation) are
+enumerated once per temperature (exact, :math:`L!` rankings per query) and gathered per session.
+
+A session is one of :math:`Q \cdot L! \cdot 2^L` cells (query, ranking, click pattern), and every estimator's
+per-session terms (and a self-normalised one's ratio components) depend on the cell alone, not on the user or
+the rest of the log. So the model-free estimators' terms are computed once per logging temperature on every
+cell (up to ``MAX_CELLS``; beyond, session by session), and a replicate log only gathers them per session,
+or counts its sessions per cell when it has more sessions than there are cells; the model-based estimators read
+a log's distinct cells weighted by their counts. Both give the estimators' own values and intervals on the
+sessions (to float rounding).
 
 Per estimator and cell, ``results.json`` holds: the **bias** (mean over targets of the absolute mean error;
 ``biased_targets``: the targets whose mean error is more than 3 standard errors from 0), the **standard
@@ -312,11 +320,16 @@ def _shown_targets(targets: jax.Array, log: Mapping[str, jax.Array]) -> jax.Arra
 # The estimates: every estimator on every target of every replicate log.
 
 
-def _estimate(name: str, shown, clicks, inputs: Mapping[str, Any], settings: _Settings) -> jax.Array:
-  """``[T, 3]``: estimator ``name``'s value and normal interval (lower, upper) for each target."""
+def _estimate(
+  name: str, shown, clicks, inputs: Mapping[str, Any], settings: _Settings, session_weights=None
+) -> jax.Array:
+  """``[T, 3]``: estimator ``name``'s value and normal interval (lower, upper) for each target (each session
+  counted ``session_weights`` times: the distinct sessions of a log with their counts give the log's estimate)."""
   spec = ev.get_estimator(name)
   weights = _weights(settings, clicks.shape[-1])
   kwargs = {k: inputs[k] for k in spec.inputs}
+  if session_weights is not None:
+    kwargs["session_weights"] = session_weights
 
   def one(scores):
     est = spec.fn(scores, clicks, weights=weights, temperature=settings.target_temperature, **kwargs)
@@ -342,11 +355,163 @@ def _model_free_run(
 
 
 @functools.partial(jax.jit, static_argnames=("model", "names", "settings"))
-def _model_based_run(log, params, targets, table, *, model, names, settings):
-  """``[E, T, 3]``: the model-based estimators with one fitted click model on one log."""
+def _model_based_run(log, counts, params, targets, table, *, model, names, settings):
+  """``[E, T, 3]``: the model-based estimators with one fitted click model on one log, given as its distinct
+  sessions (:func:`_distinct_sessions`) each weighted by its ``counts``."""
   inputs = {"logging": _session_propensities(table, log), "doc_ids": log["doc_ids"], "model": model, "params": params}
   shown = _shown_targets(targets, log)
-  return jnp.stack([_estimate(n, shown, log["clicks"], inputs, settings) for n in names])
+  return jnp.stack([_estimate(n, shown, log["clicks"], inputs, settings, counts) for n in names])
+
+
+# ----------------------------------------------------------------------------
+# The model-free estimators from their terms on every distinct session ("cell"): a session is a (query,
+# ranking, click pattern), Q * L! * 2^L of them. A plain estimator is the mean of per-session terms that depend on
+# the cell alone, a self-normalised one a sum of ratios of such sums: each is computed once per cell and logging
+# policy (the users do not enter), and a replicate log reduces to its cells (gathered, or counted where the log
+# has more sessions than there are cells).
+
+#: At most this many cells: beyond, every replicate log is estimated session by session (:func:`_model_free_run`).
+MAX_CELLS = 4_000_000
+_CELL_CHUNK = 40_000  # cells per compiled estimator call (the pseudo-inverse's pairs: ~2.5 KB per cell)
+
+
+def _num_cells(num_queries: int, list_size: int) -> int:
+  return num_queries * math.factorial(list_size) * 2**list_size
+
+
+def _cell_index(log: Mapping[str, jax.Array], num_rankings: int) -> jax.Array:
+  """``int32[S]`` each session's cell, ``(query * L! + ranking) * 2^L + sum_l c_l 2^l``."""
+  size = log["clicks"].shape[-1]
+  pattern = jnp.sum(log["clicks"].astype(jnp.int32) << jnp.arange(size, dtype=jnp.int32), axis=-1)
+  return (log["query"] * num_rankings + log["permutation"]) * 2**size + pattern
+
+
+def _cells(index: np.ndarray, list_size: int) -> dict:
+  """The sessions of cells ``index`` (:func:`_cell_index`'s inverse), as :func:`simulate_logs` lays them out."""
+  perms = permutation_table(list_size)
+  index = np.asarray(index, np.int64)
+  patterns, rankings = 2**list_size, perms.shape[0]
+  query = (index // (rankings * patterns)).astype(np.int32)
+  permutation = ((index // patterns) % rankings).astype(np.int32)
+  order = perms[permutation]
+  clicks = (((index % patterns)[:, None] >> np.arange(list_size)) & 1).astype(np.float32)
+  return {
+    "query": jnp.asarray(query),
+    "order": jnp.asarray(order),
+    "permutation": jnp.asarray(permutation),
+    "doc_ids": jnp.asarray(query[:, None] * list_size + order),
+    "clicks": jnp.asarray(clicks),
+  }
+
+
+@functools.partial(jax.jit, static_argnames=("names", "settings"))
+def _cell_parts_chunk(cells, targets, table, *, names, settings) -> tuple:
+  """Per estimator of ``names``: its terms ``[T, C]`` (plain) or ratio components ``[T, C, P, 3]``
+  (self-normalised: :attr:`~ultr_jax.evaluation.Estimate.ratios`) of every cell."""
+  inputs = {"logging": _session_propensities(table, cells)}
+  shown = _shown_targets(targets, cells)
+  weights = _weights(settings, cells["clicks"].shape[-1])
+  out = []
+  for name in names:
+    spec = ev.get_estimator(name)
+    kwargs = {k: inputs[k] for k in spec.inputs}
+
+    def one(scores, spec=spec, kwargs=kwargs):
+      est = spec.fn(scores, cells["clicks"], weights=weights, temperature=settings.target_temperature, **kwargs)
+      return est.ratios if spec.self_normalize else est.terms
+
+    out.append(jax.vmap(one)(shown))
+  return tuple(out)
+
+
+def _cell_parts(config, targets, table, names: tuple[str, ...]) -> tuple[np.ndarray, ...]:
+  """:func:`_cell_parts_chunk` over every cell, in chunks of whole queries (one compilation)."""
+  size = int(config.list_size)
+  per_query = _num_cells(1, size)
+  num_queries = int(config.num_queries)
+  step = max(d for d in range(1, num_queries + 1) if num_queries % d == 0 and (d == 1 or d * per_query <= _CELL_CHUNK))
+  chunks = []
+  for q0 in range(0, num_queries, step):
+    cells = _cells(np.arange(q0 * per_query, (q0 + step) * per_query), size)
+    chunks.append(jax.device_get(_cell_parts_chunk(cells, targets, table, names=names, settings=_settings(config))))
+  return tuple(np.concatenate([c[i] for c in chunks], axis=1) for i in range(len(names)))
+
+
+def _interval(value: jax.Array, terms: jax.Array, weights: jax.Array, alpha: float) -> jax.Array:
+  """``[T, 3]``: value, lower, upper of the normal interval of ``terms [T, R]`` counted ``weights [R]`` times."""
+
+  def one(v, t):
+    est = ev.Estimate(v, t, jnp.zeros((), jnp.int32), jnp.sum(weights), weights)
+    iv = ev.normal_interval(est, alpha=alpha)
+    return jnp.stack([iv.value, iv.lower, iv.upper])
+
+  return jax.vmap(one)(value, terms)
+
+
+def _safe_div(a: jax.Array, b: jax.Array) -> jax.Array:
+  ok = b != 0
+  return jnp.where(ok, a / jnp.where(ok, b, 1.0), 0.0)
+
+
+def _plain_from_cells(terms: jax.Array, weights: jax.Array, alpha: float) -> jax.Array:
+  r"""A plain estimator from its terms ``[T, R]`` counted ``weights [R]``: :math:`\hat V = \sum_r n_r t_r / N`."""
+  value = _safe_div(terms @ weights, jnp.sum(weights))
+  return _interval(value, terms, weights, alpha)
+
+
+def _ratio_from_cells(ratios: jax.Array, weights: jax.Array, alpha: float) -> jax.Array:
+  r"""A self-normalised estimator from its ratio components ``[T, R, P, 3]`` (numerators :math:`u`,
+  denominators :math:`v`, shares :math:`s`) counted ``weights [R]``:
+
+  .. math::
+      \hat V = \sum_p \frac{U_p}{V_p} \frac{S_p}{N}, \qquad
+      t_r = \sum_p \Bigl[\Bigl(u_{rp} - \frac{U_p}{V_p} v_{rp}\Bigr) \frac{S_p}{V_p} + \frac{U_p}{V_p} s_{rp}\Bigr]
+
+  (:math:`U_p = \sum_r n_r u_{rp}`, ...; :math:`t_r` the delta-method linearisation, the estimators' own
+  :attr:`~ultr_jax.evaluation.Estimate.terms`)."""
+  total = jnp.sum(weights)
+  sums = jnp.einsum("trpk,r->tpk", ratios, weights)
+  ratio = _safe_div(sums[..., 0], sums[..., 1])  # [T, P]
+  share = _safe_div(sums[..., 2], sums[..., 1])
+  value = jnp.sum(ratio * _safe_div(sums[..., 2], total), axis=-1)
+  u, v, s = ratios[..., 0], ratios[..., 1], ratios[..., 2]
+  terms = jnp.sum((u - ratio[:, None] * v) * share[:, None] + ratio[:, None] * s, axis=-1)
+  return _interval(value, terms, weights, alpha)
+
+
+@functools.partial(
+  jax.jit, static_argnames=("user", "scalars", "num_sessions", "ratio", "chunk", "counted", "alpha", "rankings")
+)
+def _cells_run(
+  keys, logits, attraction, arrays, parts, *, user, scalars, num_sessions, ratio, chunk, counted, alpha, rankings
+):
+  """``[R, E, T, 3]``: the model-free estimators on every replicate log from their cells' ``parts``
+  (:func:`_cell_parts`); ``counted``: each log's cells counted, else gathered per session."""
+  num_cells = parts[0].shape[1]
+
+  def replicate(key):
+    log = _simulate(key, logits, attraction, arrays, user=user, scalars=scalars, num_sessions=num_sessions)
+    cell = _cell_index(log, rankings)
+    if counted:
+      weights = jax.ops.segment_sum(jnp.ones(num_sessions, jnp.float32), cell, num_segments=num_cells)
+      rows = parts
+    else:
+      weights = jnp.ones(num_sessions, jnp.float32)
+      rows = tuple(p[:, cell] for p in parts)
+    return jnp.stack([(_ratio_from_cells if r else _plain_from_cells)(x, weights, alpha) for x, r in zip(rows, ratio)])
+
+  return jax.lax.map(replicate, keys, batch_size=chunk)
+
+
+def _distinct_sessions(log: Mapping[str, jax.Array], list_size: int) -> tuple[dict, np.ndarray]:
+  """A log's distinct sessions (cells) and their counts, padded with uncounted cells to a power of 2 (one
+  compilation serves logs of similar sizes)."""
+  cell = np.asarray(_cell_index(log, math.factorial(list_size)))
+  index, counts = np.unique(cell, return_counts=True)
+  rows = 1 << max(int(index.size - 1).bit_length(), 4)
+  index = np.concatenate([index, np.full(rows - index.size, index[0])])
+  counts = np.concatenate([counts, np.zeros(rows - counts.size, counts.dtype)]).astype(np.float32)
+  return _cells(index, list_size), counts
 
 
 def summarize_cell(values: np.ndarray, lower: np.ndarray, upper: np.ndarray, truth: np.ndarray) -> dict[str, Any]:
@@ -428,57 +593,90 @@ def _cell_names(config: ml_collections.ConfigDict, num_sessions: int) -> tuple[s
 
 def _model_based(config, queries, user: str, num_sessions: int, logits, keys, targets, table) -> dict[str, np.ndarray]:
   """``{"<estimator>[<model>]": [R', T, 3]}``: the model-based estimators with each fitted click model, on the
-  first ``model_replicates`` replicate logs (the same logs as the model-free estimators'); fits on the host."""
+  first ``model_replicates`` replicate logs (the same logs as the model-free estimators'). Each click model is
+  fitted on the host to the log's sufficient statistics (:func:`ultr_jax.simulation.gather_click_statistics`,
+  the MAP fit of :func:`ultr_jax.simulation.fit_click_model_from_statistics`), and the estimators read the log's
+  distinct sessions with their counts."""
   names = tuple(config.model_estimators)
-  num_docs = int(config.num_queries) * int(config.list_size)
+  size = int(config.list_size)
+  num_docs = int(config.num_queries) * size
   arrays, scalars = _split_user(queries["users"][user])
   attraction = jnp.asarray(queries["attraction"])
   out: dict[str, list] = {f"{n}[{m}]": [] for m in config.fitted_models for n in names}
   for key in keys[: int(config.model_replicates)]:
     log = _simulate(key, logits, attraction, arrays, user=user, scalars=scalars, num_sessions=num_sessions)
+    cells, counts = _distinct_sessions(log, size)
+    batch = {"doc_ids": np.asarray(log["doc_ids"]), "clicks": np.asarray(log["clicks"])}
     for model in config.fitted_models:
-      fit = sim.fit_click_model(
+      fit = sim.fit_click_model_from_statistics(
         model,
-        log["doc_ids"],
-        log["clicks"],
+        sim.gather_click_statistics(model, [batch]),
         num_docs=num_docs,
         l2=float(config.fit_l2),
         max_iters=int(config.fit_max_iters),
-        prior="zero",  # the prior this study's expected metrics were recorded with
+        prior="zero",
       )
-      values = _model_based_run(log, fit.params, targets, table, model=model, names=names, settings=_settings(config))
+      values = _model_based_run(
+        cells, jnp.asarray(counts), fit.params, targets, table, model=model, names=names, settings=_settings(config)
+      )
       for i, n in enumerate(names):
         out[f"{n}[{model}]"].append(np.asarray(values[i], np.float64))
   return {k: np.stack(v) for k, v in out.items() if v}
 
 
-def _run_cell(config, queries, targets, truth, user, temperature, num_sessions, key) -> dict[str, dict]:
-  """Every estimator's summary (:func:`summarize_cell`) in one (user, temperature, log size)."""
+def _model_free(config, queries, user, num_sessions, logits, keys, targets, table, parts) -> dict[str, np.ndarray]:
+  """``{estimator: [R, T, 3]}``: the model-free estimators on every replicate log, from the cells' ``parts``
+  (name -> :func:`_cell_parts`' array) where given, else session by session."""
+  names = _cell_names(config, num_sessions)
+  arrays, scalars = _split_user(queries["users"][user])
+  chunk = max(1, min(len(keys), int(config.replicate_chunk_sessions) // num_sessions))
+  common = dict(user=user, scalars=scalars, num_sessions=num_sessions, chunk=chunk)
+  attraction = jnp.asarray(queries["attraction"])
+  if parts is None:
+    free = _model_free_run(
+      keys, logits, attraction, arrays, targets, table, names=names, settings=_settings(config), **common
+    )
+  else:
+    num_cells = _num_cells(int(config.num_queries), int(config.list_size))
+    free = _cells_run(
+      keys,
+      logits,
+      attraction,
+      arrays,
+      tuple(jnp.asarray(parts[n]) for n in names),
+      ratio=tuple(ev.get_estimator(n).self_normalize for n in names),
+      counted=num_sessions >= num_cells,
+      alpha=float(config.alpha),
+      rankings=math.factorial(int(config.list_size)),
+      **common,
+    )
+  return dict(zip(names, np.moveaxis(np.asarray(free, np.float64), 1, 0)))
+
+
+def _run_cell(config, queries, targets, truth, user, temperature, num_sessions, key, parts=None) -> dict[str, dict]:
+  """Every estimator's summary (:func:`summarize_cell`) in one (user, temperature, log size); ``parts``: the
+  model-free estimators' cell terms at this temperature (:func:`_cell_parts`), None to estimate session by
+  session."""
   names = _cell_names(config, num_sessions)
   logits = jnp.asarray(logging_logits(queries["logging_scores"], temperature))
   table = logging_table(logits, pairs=any(_reads_pairs(n) for n in names))
   keys = jax.random.split(key, int(config.num_replicates))
   targets = jnp.asarray(targets)
-  arrays, scalars = _split_user(queries["users"][user])
-  chunk = max(1, min(len(keys), int(config.replicate_chunk_sessions) // num_sessions))
-  free = _model_free_run(
-    keys,
-    logits,
-    jnp.asarray(queries["attraction"]),
-    arrays,
-    targets,
-    table,
-    user=user,
-    scalars=scalars,
-    num_sessions=num_sessions,
-    names=names,
-    chunk=chunk,
-    settings=_settings(config),
-  )
-  values = dict(zip(names, np.moveaxis(np.asarray(free, np.float64), 1, 0)))
+  values = _model_free(config, queries, user, num_sessions, logits, keys, targets, table, parts)
   if config.model_estimators and config.fitted_models:
     values.update(_model_based(config, queries, user, num_sessions, logits, keys, targets, table))
   return {n: summarize_cell(v[..., 0], v[..., 1], v[..., 2], truth) for n, v in values.items()}
+
+
+def _temperature_parts(config, queries, targets, temperature: float) -> Optional[dict[str, np.ndarray]]:
+  """The model-free estimators' terms on every cell at ``temperature`` (:func:`_cell_parts`; None where there are
+  more than ``MAX_CELLS`` cells or no estimator)."""
+  names = tuple(dict.fromkeys(n for size in config.log_sizes for n in _cell_names(config, int(size))))
+  if not names or _num_cells(int(config.num_queries), int(config.list_size)) > MAX_CELLS:
+    return None
+  logits = jnp.asarray(logging_logits(queries["logging_scores"], temperature))
+  table = logging_table(logits, pairs=any(_reads_pairs(n) for n in names))
+  return dict(zip(names, _cell_parts(config, jnp.asarray(targets), table, names)))
 
 
 def _rows(results: Mapping[str, Any]) -> dict[str, dict]:
@@ -564,11 +762,12 @@ def run_ope_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
     results["truth"][user] = true_values(config, queries, user, targets).tolist()
   # Temperatures outermost: every user's curve over the log sizes is done at the first temperature before the next.
   for t, temperature in enumerate(config.temperatures):
+    parts = _temperature_parts(config, queries, targets, float(temperature))
     for u, user in enumerate(config.users):
       truth = np.asarray(results["truth"][user])
       for n, size in enumerate(config.log_sizes):
         cell_key = jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(key, u), t), n)
-        cell = _run_cell(config, queries, targets, truth, user, float(temperature), int(size), cell_key)
+        cell = _run_cell(config, queries, targets, truth, user, float(temperature), int(size), cell_key, parts)
         results.setdefault(f"user={user}", {}).setdefault(_label(temperature), {})[f"sessions={size}"] = cell
         logging.info(f"[ope] {user} {_label(temperature)} sessions={size}: {time.perf_counter() - start:.0f}s")
         if workdir:

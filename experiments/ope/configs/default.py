@@ -1,7 +1,10 @@
-r"""Off-policy evaluation study config: ``get_config()`` (the default), ``get_config("docs")`` or ``get_config("smoke")``.
+r"""Off-policy evaluation study config: ``get_config()`` (the default), ``get_config("grid")``, ``get_config("docs")``
+or ``get_config("smoke")``.
 
   python experiments/ope/main.py --config=experiments/ope/configs/default.py --workdir=/tmp/ope
-  # the run the docs page reports (10^3 and 10^4 sessions, three logging temperatures):
+  # the run the docs page reports (10^3 to 10^5 sessions, logging temperatures 1, 0.2 and uniform):
+  python experiments/ope/main.py --config=experiments/ope/configs/default.py:grid --workdir=/tmp/ope_grid
+  # a shorter run (10^3 and 10^4 sessions, the same temperatures):
   python experiments/ope/main.py --config=experiments/ope/configs/default.py:docs --workdir=/tmp/ope_docs
   # seconds-long variant used by the tests:
   python experiments/ope/main.py --config=experiments/ope/configs/default.py:smoke --workdir=/tmp/ope_smoke

@@ -1,7 +1,8 @@
 """The off-policy evaluation study's configs: every estimator against the exact truth over replicate logs.
 
-Variants: ``default`` (logs of 10^3 to 10^6 sessions, 100 replicates each; hours on 2 CPU cores), ``docs`` (10^3
-and 10^4 sessions, three logging temperatures: the run the docs page reports) and ``smoke`` (seconds). The binary
+Variants: ``default`` (logs of 10^3 to 10^6 sessions, 100 replicates each; hours on 2 CPU cores), ``grid``
+(10^3 to 10^5 sessions, three logging temperatures: the run the docs page reports), ``docs`` (10^3 and 10^4
+sessions, three logging temperatures) and ``smoke`` (seconds). The binary
 is ``experiments/ope/main.py``; its config file documents the commands.
 """
 
@@ -13,12 +14,13 @@ from ultr_jax.studies._config import Rule, integer, number, one_of, sequence, un
 
 __all__ = ["CONFIG_RULES", "VARIANTS", "default_config"]
 
-VARIANTS = ("default", "smoke", "docs")
+VARIANTS = ("default", "smoke", "docs", "grid")
 
 
 def default_config(variant: str = "default") -> ml_collections.ConfigDict:
   """The study's config: ``"default"`` (10^3 to 10^6 sessions, 100 replicates; hours on 2 CPU cores),
-  ``"docs"`` (10^3 and 10^4 sessions: the run the docs page reports) or ``"smoke"`` (seconds).
+  ``"grid"`` (10^3 to 10^5 sessions, temperatures 1, 0.2 and uniform, 100 replicates, the model-based
+  estimators on 5: the run the docs page reports), ``"docs"`` (10^3 and 10^4 sessions) or ``"smoke"`` (seconds).
 
   >>> c = default_config(); c.log_sizes, c.num_replicates, len(c.users)
   ((1000, 10000, 100000, 1000000), 100, 3)
@@ -56,8 +58,8 @@ def default_config(variant: str = "default") -> ml_collections.ConfigDict:
   c.replicate_chunk_sessions = 200_000  # sessions of the replicates vmapped at once (memory)
   c.pairs_max_sessions = 100_000  # the pseudo-inverse's pairwise propensities only up to this log size
   c.figure_temperature = 1.0
-  if variant == "docs":  # what 2 shared CPU cores run in about half an hour
-    c.log_sizes = (1000, 10000)
+  if variant in ("docs", "grid"):
+    c.log_sizes = (1000, 10000) if variant == "docs" else (1000, 10000, 100000)
     c.temperatures = (1.0, 0.2, float("inf"))
     c.model_replicates = 5
     c.fit_max_iters = 100
