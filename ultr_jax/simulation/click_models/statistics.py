@@ -734,34 +734,42 @@ class ItemCounter:
       self._pending = 0
 
   def _merge_sparse(self):
-    codes = np.concatenate([c for c, _ in self.sparse])
-    counts = np.concatenate([n for _, n in self.sparse])
+    """The held pieces merged into one sorted ``(code, count)`` run; the pieces are let go of first (the caller
+    holds the result), so a merge's peak is the run and its sort's work space, not the pieces as well."""
+    pieces, self.sparse = self.sparse, []
+    codes = np.concatenate([c for c, _ in pieces])
+    counts = np.concatenate([n for _, n in pieces])
+    del pieces
     if codes.shape[0] == 0:
       return codes.astype(np.int64), counts.astype(np.int64)
     # The pieces are sorted runs: a stable sort (timsort) merges k of them in O(n log k).
     order = np.argsort(codes, kind="stable")
     codes, counts = codes[order], counts[order]
+    del order
     first = np.flatnonzero(np.concatenate([[True], codes[1:] != codes[:-1]]))
     return codes[first].astype(np.int64, copy=False), np.add.reduceat(counts, first).astype(np.int64, copy=False)
 
   def _held_codes(self) -> tuple[np.ndarray, np.ndarray]:
-    """The sorted ``(code, count)`` pairs of every count held."""
+    """The sorted ``(code, count)`` pairs of every count held (held as one run from then on)."""
     if self.table is not None:
       self._flush()
       present = np.flatnonzero(self.table)
       return present, self.table[present]
-    if self.sparse:
-      return self._merge_sparse() if len(self.sparse) > 1 else self.sparse[0]
-    return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if len(self.sparse) > 1:
+      self.sparse, self._pending = [self._merge_sparse()], 0
+    return self.sparse[0] if self.sparse else (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
   def _spill_held(self) -> None:
-    """Writes every count held as partitioned runs and forgets them."""
-    keys, counts = self._decode(*self._held_codes())
+    """Writes every count held as partitioned runs and forgets them (before decoding them: the decoded records,
+    not the codes as well, are what a spill holds)."""
+    codes, counts = self._held_codes()
+    self.table, self.sparse, self._pending, self._buffer, self._buffered = None, [], 0, [], 0
+    keys, counts = self._decode(codes, counts)
+    del codes
     if self._spill is None:
       self._spill = _Spill(self.spill_dir, self.num_partitions, _tag())
     if keys.shape[0]:
       self._spill.write(keys, counts)
-    self.table, self.sparse, self._pending, self._buffer, self._buffered = None, [], 0, [], 0
 
   def _decode(self, present: np.ndarray, counted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(keys int64[R, K], counts float64[R, 2])`` of sorted ``(code, count)`` pairs."""
@@ -777,12 +785,13 @@ class ItemCounter:
       out[np.cumsum(change)[click] - 1, 1] = counted[click]
     per_doc = max(self._per_doc(length), 1)
     keys = np.empty((rows, 3 if self.last_click_state else 2), np.int64)
-    doc, rest = np.divmod(cell[first], per_doc)
-    keys[:, 0] = doc
+    cell = cell[first]
+    del first, change, click
+    np.divmod(cell, per_doc, out=(keys[:, 0], cell))  # the document, and the rest in place of the cell
     if self.last_click_state:
-      keys[:, 1], keys[:, 2] = np.divmod(rest, length + 1)
+      np.divmod(cell, length + 1, out=(keys[:, 1], keys[:, 2]))
     else:
-      keys[:, 1] = rest
+      keys[:, 1] = cell
     return keys, out
 
   def result(self) -> "ClickStatistics | PartitionedStatistics":
