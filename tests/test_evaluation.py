@@ -326,6 +326,19 @@ def test_cascade_doubly_robust_matches_numpy(temperature):
     np.testing.assert_allclose(est.value, expected, rtol=0.05)
 
 
+@pytest.mark.parametrize("size", [5, 20])  # counted comparisons (short lists) and sorts (long ones)
+def test_model_click_ranks_equal_stable_argsort(size):
+  from ultr_jax.evaluation import direct
+
+  rng = np.random.default_rng(0)
+  key = rng.integers(0, 4, (50, 3, size)).astype(np.int32)  # many ties
+  key[:, 0, 1::2] = np.iinfo(np.int32).max  # masked items' sentinel
+  expected = np.argsort(np.argsort(key, axis=-1, kind="stable"), axis=-1, kind="stable")
+  ranks = direct._stable_ranks(jnp.asarray(key))
+  np.testing.assert_array_equal(ranks, expected)
+  np.testing.assert_array_equal(direct._inverse_permutation(ranks), np.argsort(key, axis=-1, kind="stable"))
+
+
 def test_click_dcg_matches_numpy():
   log = _small_log()
   prop = np.broadcast_to(np.array([1.0, 0.5, 0.3, 0.2], np.float32), (5, L))

@@ -39,6 +39,30 @@ def _take(x, idx):
   return jnp.take_along_axis(x, idx, axis=-1)
 
 
+_SORT_FREE_MAX = 16  # up to this list size, ranks by O(L^2) comparisons that XLA fuses (CPU sorts are slow)
+
+
+def _stable_ranks(key: Array) -> Array:
+  """``int32[..., L]`` each entry's 0-based position in the stable ascending sort of ``key`` (ties by index):
+  ``argsort(argsort(key, stable=True), stable=True)``, by counting the entries before it for short lists."""
+  size = key.shape[-1]
+  if size > _SORT_FREE_MAX:
+    return jnp.argsort(jnp.argsort(key, axis=-1, stable=True), axis=-1, stable=True).astype(jnp.int32)
+  j = jnp.arange(size)
+  k_self, k_other = key[..., :, None], key[..., None, :]
+  before = (k_other < k_self) | ((k_other == k_self) & (j[None, :] < j[:, None]))
+  return jnp.sum(before, axis=-1, dtype=jnp.int32)
+
+
+def _inverse_permutation(perm: Array) -> Array:
+  """``int32[..., L]`` the inverse of the permutations ``perm [..., L]`` (``argsort(perm)``)."""
+  size = perm.shape[-1]
+  if size > _SORT_FREE_MAX:
+    return jnp.argsort(perm, axis=-1, stable=True).astype(jnp.int32)
+  j = jnp.arange(size, dtype=jnp.int32)
+  return jnp.sum(jnp.where(perm[..., None, :] == j[:, None], j, 0), axis=-1, dtype=jnp.int32)
+
+
 def model_click_probabilities(
   model: Any, params: dict, doc_ids: Array, ranks: Array, *, where: Optional[Array] = None
 ) -> Array:
@@ -69,8 +93,8 @@ def model_click_probabilities(
   where = C.mask_of(ids, where)
   params = {k: jnp.asarray(v, jnp.float32) for k, v in params.items()}
   big = jnp.iinfo(jnp.int32).max
-  order = jnp.argsort(jnp.where(where, ranks, big), axis=-1, stable=True)
-  inverse = jnp.argsort(order, axis=-1, stable=True)
+  inverse = _stable_ranks(jnp.where(where, ranks, big))
+  order = _inverse_permutation(inverse)
   w_sorted = _take(where, order)
   pred = click_model_predict(model, params, _take(ids, order), jnp.zeros(ids.shape, jnp.float32), where=w_sorted)
   return jnp.where(where, _take(pred["marginal"], inverse), 0.0)
@@ -265,7 +289,7 @@ def _candidate_ranks(ranks_e: Array) -> Array:
   jj = j[None, None, :]
   rest = 2 * size + ranks_e[..., None, None, :]
   key = jnp.where(jj < l_, jj, jnp.where(jj == a_, l_, rest))
-  return jnp.argsort(jnp.argsort(key, axis=-1, stable=True), axis=-1, stable=True).astype(jnp.int32)
+  return _stable_ranks(key)
 
 
 def cascade_dr_tables(
