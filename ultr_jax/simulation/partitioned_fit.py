@@ -230,6 +230,7 @@ def fit_partitioned_statistics(
   per_doc = ("attraction",) + tuple(model.item_params)
   docs = {k: np.array(theta[k], np.float32) for k in per_doc}
   bias = {k: jnp.asarray(v, jnp.float32) for k, v in theta.items() if k not in per_doc}
+  del theta  # the start's per-document tables: copied into ``docs`` (a table per copy of every id)
   n = max(float(statistics.num_sessions), 1.0)
   l2 = float(l2)
   prev, gnorm, passes, stalled = np.inf, np.inf, 0, 0
