@@ -558,8 +558,9 @@ class ItemCounter:
   its own, the sorted pieces merged by one stable sort over the runs whenever they outgrow the merged records
   (:math:`O(S L \log R)` over :math:`S` sessions). Where the records held pass ``memory_budget_bytes``, they are
   decoded, hash-partitioned by document and written to run files under ``spill_dir``
-  (:class:`PartitionedStatistics`), and counting starts afresh: memory stays within the budget (plus one batch) however many distinct
-  (document, rank) pairs the log has. Counts are exact integers; :meth:`result` gives the statistics of every
+  (:class:`PartitionedStatistics`), and counting starts afresh: the records held stay within the budget (plus
+  one batch) however many distinct (document, rank) pairs the log has; merging, decoding and spilling them need
+  work space of a few times their size on top. Counts are exact integers; :meth:`result` gives the statistics of every
   batch added, equal to :func:`merge_click_statistics` of the per-batch ones.
 
   Args:
