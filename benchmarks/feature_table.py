@@ -1,4 +1,4 @@
-r"""Per-document parameters from features (``simulation.FeatureTable``) against one row per document, on a long-tail log.
+r"""Per-document parameters from features (``simulation.FeatureTable``) against one row per document, long tail.
 
 The log is :func:`ultr_jax.simulation.simulate_long_tail_log`'s with ``feature_weights``: every document has
 ``--features`` standard-normal features and its attraction :math:`\sigma(b + w^\top x_d + s\,\epsilon_d)` (``s``:
@@ -10,10 +10,10 @@ prior's centre).
 
 Each fit is :func:`ultr_jax.simulation.fit_click_model_minibatch` (Adam ``--lr``, batches of ``--batch``,
 ``--epochs``): ``rows`` (one row per document, row-wise steps), ``linear`` (``FeatureTable(nn.Dense(1), x)``) and
-``mlp`` (a tanh MLP of ``--hidden`` units) for the ``--feature_params`` (default the attraction, the one the
-features determine; the DBN's satisfaction keeps one row per document). Reported: wall seconds of each fit (compilation included), its
-parameters, held-out conditional perplexity on all, seen and unseen sessions, and ``truth`` (the generating
-model's own, :func:`ultr_jax.simulation.click_prediction_scores`), plus ``uptime``'s load.
+``mlp`` (a tanh MLP of ``--hidden`` units) for the ``--feature_params`` (default the attraction, the one the features
+determine; the DBN's satisfaction keeps one row per document). Reported: wall seconds of each fit (compilation
+included), its parameters, held-out conditional perplexity on all, seen and unseen sessions, and ``truth`` (the
+generating model's own, :func:`ultr_jax.simulation.click_prediction_scores`), plus ``uptime``'s load.
 
   nice -n 5 python benchmarks/feature_table.py --sessions=200000 --queries=50000
   nice -n 5 python benchmarks/feature_table.py --sessions=1000000 --queries=200000 --model=dbn

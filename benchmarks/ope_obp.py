@@ -18,8 +18,8 @@ index, ``n_unique_action = L``; ``reward`` = the clicks):
 * **ultr_jax**: the registry's ``sips``, ``iips``, ``rips`` and ``cascade_dr`` on the same inputs, jitted
   (``lower().compile()`` timed apart, then the first call, then the median of ``--repeats`` warm calls), and
   ``--bootstrap`` replicates of each (:func:`ultr_jax.evaluation.bootstrap_interval` of the estimate,
-  ``--resampling`` Poisson or multinomial, one warm call after its compile): the replicates reweight the estimate's per-session terms, as OBP's core
-  resamples its per-session values.
+  ``--resampling`` Poisson or multinomial, one warm call after its compile): the replicates reweight the
+  estimate's per-session terms, as OBP's core resamples its per-session values.
 
 The estimates must agree to ``--tolerance`` (absolute; the script exits 1 otherwise). Prints both sides' times
 and the ratios (OBP / ultr_jax), with the machine's load.
@@ -165,7 +165,8 @@ def time_ultr_jax(args, inputs: dict) -> dict:
     out["bootstrap"][name] = {"lower": float(ci.lower), "upper": float(ci.upper)}
     print(
       f"[ultr_jax] {name}: {float(v):.6f}; estimate {out['estimate_seconds'][name] * 1e3:.1f} ms "
-      f"(compile {out['compile_seconds'][name]:.1f}s, first call {out['first_call_seconds'][name]:.1f}s), bootstrap x{args.bootstrap} ({args.resampling}) "
+      f"(compile {out['compile_seconds'][name]:.1f}s, first call {out['first_call_seconds'][name]:.1f}s), "
+      f"bootstrap x{args.bootstrap} ({args.resampling}) "
       f"{out['bootstrap_seconds'][name]:.2f}s [{float(ci.lower):.5f}, {float(ci.upper):.5f}]",
       flush=True,
     )
