@@ -8,17 +8,29 @@ The objective of :func:`~ultr_jax.simulation.fit_click_model_from_statistics`,
       - \sum_r \sum_v n_{r,v} f_v(\theta_{d_r}, \beta; k_r)\Bigr),
 
 separates over documents given the shared bias parameters :math:`\beta` (a record reads one document's
-parameters :math:`\theta_d`). It is minimised by block-coordinate descent, streaming the partitions: per
-partition, damped Newton steps on each document's parameters given :math:`\beta` (the Hessian in
-:math:`\theta_d` is diagonal across documents, one Hessian-vector product gives it; a step is kept per document
-only where that document's own objective decreases), and the gradient and Hessian in :math:`\beta` summed over
-the partitions at the updated documents; then one Levenberg-damped Newton step on :math:`\beta`. Each pass reads
-every partition once. A partition's tables hold the documents its records read alone (renumbered), so a pass
-costs :math:`O(R)` for :math:`R` records, whatever the number of ids: a document that no record reads has the
-prior's term only, and its optimum, the prior's centre, is set after the last pass. Everything goes through the
-model's :meth:`~ultr_jax.simulation.ClickModel.statistics_log_likelihood`; a document's own log-likelihood comes from
-its linearity in the counts (:math:`\sum_v n_{r,v}\,\partial \mathcal{L} / \partial n_{r,v}` per record, summed
-per document).
+parameters :math:`\theta_d`), so its Hessian's document block :math:`H_{\theta\theta}` is block-diagonal, one
+small block per document. It is minimised pass by pass, streaming the partitions: per partition, damped Newton
+steps on each document's parameters given :math:`\beta` (one Hessian-vector product per per-document table gives
+every document's block; a step is kept per document only where that document's own objective decreases); then
+the partition's gradient and Hessian in :math:`\beta` with its documents eliminated,
+
+.. math::
+    g = \nabla_\beta J - H_{\beta\theta} H_{\theta\theta}^{-1} \nabla_\theta J, \qquad
+    S = H_{\beta\beta} - H_{\beta\theta} H_{\theta\theta}^{-1} H_{\theta\beta},
+
+(the Schur complement of the documents' block, in Hessian-vector products), summed over the partitions; then
+one Levenberg-damped Newton step :math:`\beta \leftarrow \beta - S^{-1} g`. That is the Newton step of the joint
+objective in :math:`\beta`, the documents following it, so the passes converge like Newton's method in
+:math:`\beta` rather than like block-coordinate descent, which zig-zags between the documents' attraction and the
+bias it trades off against (Schur-complement elimination of the per-point variables, as in bundle adjustment:
+B. Triggs et al., *Bundle Adjustment -- A Modern Synthesis*, 1999, Sec. 6.1). Each pass reads every partition
+once. A partition's tables hold the documents its records read alone (renumbered), so a pass costs :math:`O(R)`
+for :math:`R` records, and memory holds the read documents' logits, whatever the number of ids: a document that
+no record reads has the prior's term only, and its optimum, the prior's centre, is written into the full tables
+after the last pass. Everything goes through the model's
+:meth:`~ultr_jax.simulation.ClickModel.statistics_log_likelihood`; a document's own log-likelihood comes from its
+linearity in the counts (:math:`\sum_v n_{r,v}\,\partial \mathcal{L} / \partial n_{r,v}` per record, summed per
+document).
 """
 
 import functools
@@ -37,6 +49,12 @@ __all__ = ["fit_partitioned_statistics"]
 
 #: Passes in a row without a decrease of the objective (float rounding) after which the fit stops.
 STALLED_PASSES = 3
+#: The bias step's trust region (the norm of the change of the bias logits): its first radius and its largest; it
+#: doubles after each accepted pass and shrinks 4x (the step taken back) after one that increases the objective.
+START_RADIUS, MAX_RADIUS = 2.0, 64.0
+#: A pass whose objective exceeds the last accepted one by more than this (relative; float32 sums are noisier
+#: below it) takes its bias step back.
+REJECT_RTOL = 1e-6
 
 
 def _bucket(n: int, minimum: int = 256) -> int:
@@ -73,7 +91,7 @@ def _doc_newton(model, docs, bias, keys, counts, l2, iters, centre):
       delta = jnp.clip(-grad / jnp.maximum(h, 1e-3 * jnp.maximum(l2, 1e-3)), -4.0, 4.0)
       trial = {**docs, name: docs[name] + scale * delta}
       new_value = _doc_objective(model, trial, bias, keys, counts, l2, num_local, centre)
-      ok = new_value <= value
+      ok = new_value <= value + 1e-6 * jnp.abs(value)  # float32 noise: a converging step may not show a decrease
       docs = {**docs, name: jnp.where(ok, trial[name], docs[name])}
       value = jnp.where(ok, new_value, value)
       scale = jnp.where(ok, jnp.minimum(2.0 * scale, 1.0), 0.5 * scale)
@@ -82,19 +100,69 @@ def _doc_newton(model, docs, bias, keys, counts, l2, iters, centre):
   value = _doc_objective(model, docs, bias, keys, counts, l2, num_local, centre)
   (docs, value, _), _ = jax.lax.scan(step, (docs, value, jnp.ones(num_local)), None, length=iters)
   doc_grad = jax.grad(total)(docs)
-  return docs, jnp.sum(value), sum(jnp.sum(v**2) for v in doc_grad.values())
+  return docs, value, sum(jnp.sum(v**2) for v in doc_grad.values())
+
+
+def _negative_log_posterior(model, docs, bias, keys, counts, l2, centre):
+  r""":math:`\ell_2/2 \lVert\theta - \mu\rVert^2 - \mathcal{L}(\theta, \beta)` of a partition (the bias's own prior
+  term is added once, outside the partitions)."""
+  prior = 0.5 * l2 * sum(jnp.sum((v - centre[k]) ** 2) for k, v in docs.items())
+  return prior - model.statistics_log_likelihood({**docs, **bias}, keys, counts)
+
+
+def _doc_blocks(grad_docs, docs):
+  """Each document's Hessian block in its ``k`` parameters, ``[N, k, k]`` (documents are independent, so one
+  Hessian-vector product with a table of ones per parameter gives every document's column at once)."""
+  names = sorted(docs)
+  cols = [jax.jvp(grad_docs, (docs,), ({k: jnp.ones_like(v) * (k == j) for k, v in docs.items()},))[1] for j in names]
+  return jnp.stack([jnp.stack([c[i] for i in names], axis=-1) for c in cols], axis=-1)
+
+
+def _solve_blocks(blocks, rhs, floor):
+  """``blocks^{-1} rhs`` per document (``[N, k, k]``, ``[N, k]``), the blocks' eigenvalues floored at ``floor``
+  (a document whose objective is not convex there is held, not pushed along a negative curvature)."""
+  if blocks.shape[-1] == 1:
+    return rhs / jnp.maximum(blocks[..., 0], floor)
+  w, v = jnp.linalg.eigh(blocks)
+  return jnp.einsum("nij,nj->ni", v, jnp.einsum("nji,nj->ni", v, rhs) / jnp.maximum(w, floor))
 
 
 @functools.partial(jax.jit, static_argnames=("model",))
-def _bias_terms(model, docs, bias, keys, counts):
-  """Log-likelihood, its gradient and Hessian in the flattened bias parameters."""
+def _bias_terms(model, docs, bias, keys, counts, l2, centre):
+  r"""``(g_beta, g, S)``: the gradient :math:`\nabla_\beta J` in the flattened bias parameters :math:`\beta` of the
+  partition's part of :math:`J`, and its gradient and Hessian with the documents eliminated (the Schur complement
+  of their block):
+
+  .. math::
+      g = \nabla_\beta J - H_{\beta\theta} H_{\theta\theta}^{-1} \nabla_\theta J, \qquad
+      S = H_{\beta\beta} - H_{\beta\theta} H_{\theta\theta}^{-1} H_{\theta\beta},
+
+  :math:`H_{\theta\theta}` block-diagonal over documents. Summed over the partitions they give the Newton step
+  of the joint objective in :math:`\beta` (the documents following it), not the step with the documents held.
+  """
+  names = sorted(docs)
   flat, unravel = ravel_pytree(bias)
-  ll = lambda b: model.statistics_log_likelihood({**docs, **unravel(b)}, keys, counts)
-  grad = jax.grad(ll)
-  # Hessian-vector products with the basis vectors, 8 at a time: memory of 8 passes over the records, not of
-  # one per bias parameter (the UBM has L (L + 1)).
-  hess = jax.lax.map(lambda v: jax.jvp(grad, (flat,), (v,))[1], jnp.eye(flat.shape[0], dtype=flat.dtype), batch_size=8)
-  return ll(flat), grad(flat), hess
+  objective = lambda d, b: _negative_log_posterior(model, d, unravel(b), keys, counts, l2, centre)
+  grad = jax.grad(objective, argnums=(0, 1))
+  g_docs, g_bias = grad(docs, flat)
+  blocks = _doc_blocks(lambda d: grad(d, flat)[0], docs)
+  floor = 1e-3 * jnp.maximum(l2, 1e-3)
+  stack = lambda tree: jnp.stack([tree[k] for k in names], axis=-1)
+  unstack = lambda x: {k: x[:, i] for i, k in enumerate(names)}
+  zero_docs = jax.tree_util.tree_map(jnp.zeros_like, docs)
+
+  def reduced_column(v):
+    # H v for the direction (0, v): the documents' rows H_{theta beta} v and the bias's H_{beta beta} v; then the
+    # documents' response -H_{theta theta}^{-1} H_{theta beta} v, and its coupling back into the bias.
+    h_docs, h_bias = jax.jvp(grad, (docs, flat), (zero_docs, v))[1]
+    response = unstack(-_solve_blocks(blocks, stack(h_docs), floor))
+    return h_bias + jax.jvp(lambda d: grad(d, flat)[1], (docs,), (response,))[1]
+
+  # Columns 8 at a time: memory of 8 passes over the records, not of one per bias parameter (the UBM has L (L + 1)).
+  schur = jax.lax.map(reduced_column, jnp.eye(flat.shape[0], dtype=flat.dtype), batch_size=8)
+  shift = unstack(_solve_blocks(blocks, stack(g_docs), floor))
+  newton = g_bias - jax.jvp(lambda d: grad(d, flat)[1], (docs,), (shift,))[1]
+  return g_bias, newton, schur
 
 
 class _Partitions:
@@ -151,29 +219,60 @@ def _pad(x: np.ndarray, rows: int, value: float = 0.0) -> np.ndarray:
   return np.concatenate([x, np.full((rows - x.shape[0],) + x.shape[1:], value, x.dtype)]) if rows > x.shape[0] else x
 
 
-def _bias_step(flat, grad_ll, hess_ll, l2, max_step: float = 2.0):
-  """A Levenberg-damped Newton step on :math:`\\ell_2/2 \\lVert\\beta\\rVert^2 - \\mathcal{L}(\\beta)`."""
-  grad = l2 * flat - grad_ll
-  hess = l2 * np.eye(flat.shape[0]) - hess_ll
+def _bias_step(flat, grad_terms, hess_terms, l2):
+  """The Newton step on :math:`\\ell_2/2 \\lVert\\beta\\rVert^2` plus the partitions' terms (:func:`_bias_terms`:
+  their reduced gradient and Hessian summed), the Hessian's eigenvalues floored (a positive-definite step)."""
+  grad = l2 * flat + grad_terms
+  hess = l2 * np.eye(flat.shape[0]) + hess_terms
   w, v = np.linalg.eigh(0.5 * (hess + hess.T))
   w = np.maximum(w, max(1e-8 * float(np.abs(w).max(initial=1.0)), 1e-12))
-  step = -(v @ ((v.T @ grad) / w))
+  return -(v @ ((v.T @ grad) / w))
+
+
+def _within(step, radius: float):
+  """``step`` shortened to norm ``radius`` where it is longer (a trust region)."""
   norm = float(np.linalg.norm(step))
-  return flat + (step * (max_step / norm) if norm > max_step else step), float(np.linalg.norm(grad))
+  return step * (radius / norm) if norm > radius else step
 
 
-def _centre(docs: dict, sums: Optional[dict], num_read: int, prior: str) -> dict:
+def _centre(start: Optional[dict], per_doc: tuple, sums: Optional[dict], num_read: int, prior: str) -> dict:
   """The prior's centre per per-document table: 0 (``prior="zero"``), or (``"data_mean"``) the mean over the
   documents the records read (``sums`` of their logits over ``num_read`` documents; before the first pass, the
-  mean of the start over all documents): with the unread documents at the centre, the table's mean over all
+  mean of the ``start`` over all documents): with the unread documents at the centre, the table's mean over all
   ``D`` documents is the centre exactly when it is the read documents' mean."""
   if prior == "zero":
-    return {k: 0.0 for k in docs}
+    return {k: 0.0 for k in per_doc}
   if prior != "data_mean":
     raise ValueError(f"prior must be 'data_mean' or 'zero', got {prior!r}")
   if sums is None or not num_read:
-    return {k: float(np.mean(v, dtype=np.float64)) for k, v in docs.items()}
-  return {k: sums[k] / num_read for k in docs}
+    return {k: float(np.mean(np.asarray(start[k]), dtype=np.float64)) for k in per_doc}
+  return {k: sums[k] / num_read for k in per_doc}
+
+
+def _start_rows(start: dict, per_doc: tuple, seen: np.ndarray) -> dict:
+  """The start's rows of the documents ``seen`` (a table of one row: the start of every document; ids past a
+  table's end start at 0)."""
+  out = {}
+  for k in per_doc:
+    v = np.asarray(start[k], np.float32)
+    if v.shape[0] == 1:
+      out[k] = np.full(seen.size, v[0], np.float32)
+    else:
+      out[k] = np.zeros(seen.size, np.float32)
+      inside = seen < v.shape[0]
+      out[k][inside] = v[seen[inside]]
+  return out
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _full(num_docs: int, value):
+  return jnp.full((num_docs,), value, jnp.float32)
+
+
+@functools.partial(jax.jit, donate_argnums=0)
+def _scatter(table, rows, values):
+  """``table`` with ``rows`` set to ``values`` (rows past its end dropped: the padding), in place."""
+  return table.at[rows].set(values, mode="drop")
 
 
 def fit_partitioned_statistics(
@@ -193,9 +292,10 @@ def fit_partitioned_statistics(
 
   .. math::
       \theta_d \leftarrow \theta_d - \frac{\partial_{\theta_d} J}{\partial^2_{\theta_d} J}\ \text{(per document,
-      damped)}, \qquad \beta \leftarrow \beta - (\nabla^2_\beta J + \lambda I)^{-1} \nabla_\beta J,
+      damped)}, \qquad \beta \leftarrow \beta - (S + \lambda I)^{-1} g,
       \qquad \mu_k \leftarrow \frac{1}{|R_D|} \sum_{d \in R_D} \theta^{(k)}_d
 
+  with :math:`g, S` the gradient and Hessian in :math:`\beta` with the documents eliminated (the module docstring).
   With ``prior="data_mean"`` the prior on each per-document table :math:`\theta^{(k)}` is centred on
   :math:`\mu_k` (:func:`~ultr_jax.simulation.logit_prior`), the third block of the descent, exact given the
   documents: :math:`R_D` are the documents the records read, and the others, which sit at :math:`\mu_k` at the
@@ -226,54 +326,66 @@ def fit_partitioned_statistics(
   >>> print(gnorm < 1e-5, round(ll, 4))
   True -0.117
   """
-  theta = model.init(num_docs=num_docs, list_size=statistics.list_size) if init is None else init
   per_doc = ("attraction",) + tuple(model.item_params)
-  docs = {k: np.array(theta[k], np.float32) for k in per_doc}
-  bias = {k: jnp.asarray(v, jnp.float32) for k, v in theta.items() if k not in per_doc}
-  del theta  # the start's per-document tables: copied into ``docs`` (a table per copy of every id)
+  start = model.init(num_docs=1, list_size=statistics.list_size) if init is None else init
+  bias = {k: jnp.asarray(v, jnp.float32) for k, v in start.items() if k not in per_doc}
   n = max(float(statistics.num_sessions), 1.0)
   l2 = float(l2)
-  prev, gnorm, passes, stalled = np.inf, np.inf, 0, 0
+  prev, gnorm, passes, stalled, radius = np.inf, np.inf, 0, 0, START_RADIUS
   source = _Partitions(statistics.compact(), memory_budget_bytes)
-  read = np.zeros(num_docs, bool)  # the documents some record reads (each partition's, on the first pass)
-  centre = _centre(docs, None, 0, prior)
+  # The read documents' logits, partition by partition (partitions hold disjoint documents): memory of the
+  # documents the records read, not of every id.
+  tables = {p: _start_rows(start, per_doc, source.arrays(p)[2]) for p in source.nonempty}
+  centre = _centre(start, per_doc, None, 0, prior)
+  del start
   for passes in range(1, int(max_iters) + 1):
-    obj, doc_sq, grad_ll, hess_ll = 0.0, 0.0, 0.0, 0.0
+    obj, doc_sq, grad_bias, grad_terms, hess_terms = 0.0, 0.0, 0.0, 0.0, 0.0
     mu = {k: jnp.float32(v) for k, v in centre.items()}
     sums, num_read = {k: 0.0 for k in per_doc}, 0
     for p in source.nonempty:
       keys, counts, seen = source.arrays(p)
-      local = {k: jnp.asarray(_pad(v[seen], source.width, centre[k])) for k, v in docs.items()}
+      local = {k: jnp.asarray(_pad(v, source.width, centre[k])) for k, v in tables[p].items()}
       local, value, sq = _doc_newton(model, local, bias, keys, counts, jnp.float32(l2), int(inner_iters), mu)
+      tables[p] = {k: np.asarray(local[k])[: seen.size] for k in per_doc}
       for k in per_doc:
-        docs[k][seen] = np.asarray(local[k])[: seen.size]
-        sums[k] += float(np.sum(docs[k][seen], dtype=np.float64))
-      if passes == 1:
-        read[seen] = True
+        sums[k] += float(np.sum(tables[p][k], dtype=np.float64))
       num_read += seen.size
-      _, g_b, h_b = _bias_terms(model, local, bias, keys, counts)
-      obj += float(value)
+      g_true, g_b, h_b = _bias_terms(model, local, bias, keys, counts, jnp.float32(l2), mu)
+      obj += float(np.sum(np.asarray(value), dtype=np.float64))
       doc_sq += float(sq)
-      grad_ll = grad_ll + np.asarray(g_b, np.float64)
-      hess_ll = hess_ll + np.asarray(h_b, np.float64)
+      grad_bias = grad_bias + np.asarray(g_true, np.float64)
+      grad_terms = grad_terms + np.asarray(g_b, np.float64)
+      hess_terms = hess_terms + np.asarray(h_b, np.float64)
     flat, unravel = ravel_pytree(bias)
     flat = np.asarray(flat, np.float64)
     obj += 0.5 * l2 * float(flat @ flat)
-    new_flat, bias_gnorm = _bias_step(flat, grad_ll, hess_ll, l2)
+    bias_gnorm = float(np.linalg.norm(l2 * flat + grad_bias))
     gnorm = float(np.sqrt(doc_sq + bias_gnorm**2)) / n
     stalled = stalled + 1 if prev - obj <= 1e-12 * abs(obj) else 0
     if gnorm <= tol or stalled >= STALLED_PASSES:
       break
-    bias = unravel(jnp.asarray(new_flat, jnp.float32))
-    centre = _centre(docs, sums, num_read, prior)
-    prev = obj
-  centre = _centre(docs, sums, num_read, prior) if source.nonempty else centre
-  for k in per_doc:  # documents that no record reads: at the centre (the read documents' mean), their optimum
-    docs[k][~read] = centre[k]
-  logits = {**{k: jnp.asarray(v) for k, v in docs.items()}, **bias}
+    if not obj > prev + REJECT_RTOL * abs(prev):  # accept: a Newton step from here, in a growing trust region
+      accepted, step, prev = flat, _bias_step(flat, grad_terms, hess_terms, l2), obj
+      radius = min(2.0 * radius, MAX_RADIUS) if passes > 1 else radius
+    else:  # reject: back to the last accepted bias, a shorter step along its Newton direction
+      radius *= 0.25
+    bias = unravel(jnp.asarray(accepted + _within(step, radius), jnp.float32))
+    centre = _centre(None, per_doc, sums, num_read, prior)
+  if source.nonempty:
+    centre = _centre(None, per_doc, sums, num_read, prior)
   ll = 0.0
   for p in source.nonempty:
     keys, counts, seen = source.arrays(p)
-    local = {k: (jnp.asarray(_pad(v[seen], source.width)) if k in per_doc else v) for k, v in logits.items()}
-    ll += float(model.statistics_log_likelihood(local, keys, counts))
+    local = {k: jnp.asarray(_pad(v, source.width)) for k, v in tables[p].items()}
+    ll += float(model.statistics_log_likelihood({**local, **bias}, keys, counts))
+  # Documents that no record reads sit at the centre (the read documents' mean), their optimum; the read ones are
+  # spread into the full tables partition by partition, in place.
+  docs = {k: _full(int(num_docs), jnp.float32(centre[k])) for k in per_doc}
+  for p in source.nonempty:
+    seen = source.arrays(p)[2]
+    rows = jnp.asarray(_pad(seen, source.width, num_docs), jnp.int32)
+    for k in per_doc:
+      docs[k] = _scatter(docs[k], rows, jnp.asarray(_pad(tables[p][k], source.width)))
+    del tables[p]
+  logits = {**docs, **bias}
   return logits, ll / n, gnorm, passes
