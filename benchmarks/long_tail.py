@@ -123,7 +123,13 @@ def fit_ultr_jax(args, model, process_id=0, port=0):
     fit, _ = sim.select_click_model_prior(model, stats, val, num_docs=num_docs, memory_budget_bytes=budget)
   else:
     fit = sim.fit_click_model_from_statistics(
-      model, stats, num_docs=num_docs, l2=args.l2, max_iters=args.max_iters, memory_budget_bytes=budget
+      model,
+      stats,
+      num_docs=num_docs,
+      l2=args.l2,
+      max_iters=args.max_iters,
+      memory_budget_bytes=budget,
+      across_processes=args.processes > 1,
     )
   jax.block_until_ready(fit.params)
   fit_s = time.perf_counter() - t0

@@ -1,6 +1,7 @@
 """Two CPU processes joined by ``jax.distributed`` (gloo) fit a click model as one: each reads its own row groups
 of the session shards, the statistics are merged across processes (in memory by an all-gather, or through the
-partition files of a shared spill directory) and the fit and the held-out scores equal one process's."""
+partition files of a shared spill directory, whose partitions the processes then fit a share each) and the fit
+and the held-out scores equal one process's."""
 
 import json
 import os
@@ -84,7 +85,7 @@ def _two_processes(tmp_path, shards, budget, spill):
   return [json.load(open(tmp_path / f"p{i}.json")) for i in range(2)]
 
 
-@pytest.mark.parametrize("spilled", [False, pytest.param(True, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("spilled", [False, True])
 def test_two_processes_fit_as_one(tmp_path, shards, spilled):
   spill = str(tmp_path / "spill") if spilled else ""
   got = _two_processes(tmp_path, shards, 3000 if spilled else 0, spill)

@@ -33,6 +33,7 @@ linearity in the counts (:math:`\sum_v n_{r,v}\,\partial \mathcal{L} / \partial 
 document).
 """
 
+import dataclasses
 import functools
 from typing import Optional
 
@@ -41,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from ultr_jax import _processes
 from ultr_jax.simulation.click_models import ClickModel
 from ultr_jax.simulation.click_models.statistics import PartitionedStatistics
 
@@ -275,6 +277,81 @@ def _scatter(table, rows, values):
   return table.at[rows].set(values, mode="drop")
 
 
+@dataclasses.dataclass
+class _PassTerms:
+  """One pass's sums over the partitions: the objective, the documents' squared gradient norm, the bias's gradient,
+  reduced gradient and reduced Hessian (:func:`_bias_terms`), and per per-document table the sum of the read
+  documents' logits and their number (the ``data_mean`` prior's centre)."""
+
+  objective: float
+  doc_sq: float
+  grad_bias: np.ndarray
+  grad_terms: np.ndarray
+  hess_terms: np.ndarray
+  sums: np.ndarray
+  num_read: float
+
+  def across_processes(self) -> "_PassTerms":
+    """The sums over every process's partitions (one all-reduce of the packed terms)."""
+    parts = [np.atleast_1d(np.asarray(getattr(self, f.name), np.float64)) for f in dataclasses.fields(self)]
+    total = _processes.process_sum(np.concatenate([x.ravel() for x in parts]))
+    out, i = [], 0
+    for x in parts:
+      out.append(total[i : i + x.size].reshape(x.shape))
+      i += x.size
+    scalars = {"objective", "doc_sq", "num_read"}
+    return _PassTerms(*[float(v[0]) if f.name in scalars else v for f, v in zip(dataclasses.fields(self), out)])
+
+
+def _pass(model, source, mine, tables, bias, l2, inner_iters, centre, per_doc) -> _PassTerms:
+  """Newton steps on the documents of the partitions ``mine`` (``tables`` updated in place), and the pass's terms
+  over them."""
+  mu = {k: jnp.float32(v) for k, v in centre.items()}
+  num_bias = ravel_pytree(bias)[0].shape[0]
+  terms = _PassTerms(
+    0.0, 0.0, np.zeros(num_bias), np.zeros(num_bias), np.zeros((num_bias, num_bias)), np.zeros(len(per_doc)), 0.0
+  )
+  for p in mine:
+    keys, counts, seen = source.arrays(p)
+    local = {k: jnp.asarray(_pad(v, source.width, centre[k])) for k, v in tables[p].items()}
+    local, value, sq = _doc_newton(model, local, bias, keys, counts, jnp.float32(l2), int(inner_iters), mu)
+    tables[p] = {k: np.asarray(local[k])[: seen.size] for k in per_doc}
+    g_true, g_b, h_b = _bias_terms(model, local, bias, keys, counts, jnp.float32(l2), mu)
+    terms.objective += float(np.sum(np.asarray(value), dtype=np.float64))
+    terms.doc_sq += float(sq)
+    terms.grad_bias += np.asarray(g_true, np.float64)
+    terms.grad_terms += np.asarray(g_b, np.float64)
+    terms.hess_terms += np.asarray(h_b, np.float64)
+    terms.sums += [float(np.sum(tables[p][k], dtype=np.float64)) for k in per_doc]
+    terms.num_read += seen.size
+  return terms
+
+
+def _full_tables(source, mine, tables, per_doc, centre, num_docs, across_processes: bool) -> dict:
+  """The per-document tables over all ``num_docs`` ids: every document at the ``centre`` (the optimum of one
+  that no record reads), the read ones' logits scattered in place, partition by partition (with several
+  processes, every process's partitions, gathered)."""
+  docs = {k: _full(int(num_docs), jnp.float32(centre[k])) for k in per_doc}
+
+  def put(seen, values):
+    rows = jnp.asarray(_pad(seen, source.width, num_docs), jnp.int32)
+    for i, k in enumerate(per_doc):
+      docs[k] = _scatter(docs[k], rows, jnp.asarray(_pad(values[:, i], source.width)))
+
+  if not across_processes:
+    for p in mine:
+      put(source.arrays(p)[2], np.stack([tables.pop(p)[k] for k in per_doc], axis=1))
+    return docs
+  seen = [source.arrays(p)[2] for p in mine]
+  values = [np.stack([tables.pop(p)[k] for k in per_doc], axis=1) for p in mine]
+  empty = (np.zeros(0, np.int64), np.zeros((0, len(per_doc)), np.float32))
+  ids, vals = (np.concatenate(x) if x else e for x, e in zip((seen, values), empty))
+  for ids_p, vals_p in _processes.allgather_rows(ids.astype(np.int64), vals):
+    for i in range(0, ids_p.shape[0], source.width):
+      put(ids_p[i : i + source.width], vals_p[i : i + source.width])
+  return docs
+
+
 def fit_partitioned_statistics(
   model: ClickModel,
   statistics: PartitionedStatistics,
@@ -287,6 +364,7 @@ def fit_partitioned_statistics(
   init: Optional[dict] = None,
   memory_budget_bytes: Optional[int] = None,
   prior: str = "zero",
+  across_processes: bool = False,
 ) -> tuple[dict, float, float, int]:
   r"""Minimises the MAP objective on partitioned item statistics (see the module docstring).
 
@@ -314,6 +392,10 @@ def fit_partitioned_statistics(
     memory_budget_bytes: partitions are kept in memory between passes while they fit this (None: all of
       them), and read from their files again otherwise.
     prior: ``"data_mean"`` or ``"zero"`` (:data:`~ultr_jax.simulation.LOGIT_PRIORS`).
+    across_processes: every process of a ``jax.distributed`` run holds the same ``statistics`` (partition files
+      in a shared directory, as :func:`~ultr_jax.simulation.gather_click_statistics` merges them): each fits
+      the documents of its share of the partitions, the bias terms are summed over the processes each pass,
+      and every process returns the whole fit.
 
   Returns:
     ``(logits, mean log-likelihood per session, gradient norm, passes)``.
@@ -333,59 +415,36 @@ def fit_partitioned_statistics(
   l2 = float(l2)
   prev, gnorm, passes, stalled, radius = np.inf, np.inf, 0, 0, START_RADIUS
   source = _Partitions(statistics.compact(), memory_budget_bytes)
+  across_processes = bool(across_processes) and jax.process_count() > 1
+  mine = source.nonempty[jax.process_index() :: jax.process_count()] if across_processes else source.nonempty
   # The read documents' logits, partition by partition (partitions hold disjoint documents): memory of the
   # documents the records read, not of every id.
-  tables = {p: _start_rows(start, per_doc, source.arrays(p)[2]) for p in source.nonempty}
+  tables = {p: _start_rows(start, per_doc, source.arrays(p)[2]) for p in mine}
   centre = _centre(start, per_doc, None, 0, prior)
   del start
   for passes in range(1, int(max_iters) + 1):
-    obj, doc_sq, grad_bias, grad_terms, hess_terms = 0.0, 0.0, 0.0, 0.0, 0.0
-    mu = {k: jnp.float32(v) for k, v in centre.items()}
-    sums, num_read = {k: 0.0 for k in per_doc}, 0
-    for p in source.nonempty:
-      keys, counts, seen = source.arrays(p)
-      local = {k: jnp.asarray(_pad(v, source.width, centre[k])) for k, v in tables[p].items()}
-      local, value, sq = _doc_newton(model, local, bias, keys, counts, jnp.float32(l2), int(inner_iters), mu)
-      tables[p] = {k: np.asarray(local[k])[: seen.size] for k in per_doc}
-      for k in per_doc:
-        sums[k] += float(np.sum(tables[p][k], dtype=np.float64))
-      num_read += seen.size
-      g_true, g_b, h_b = _bias_terms(model, local, bias, keys, counts, jnp.float32(l2), mu)
-      obj += float(np.sum(np.asarray(value), dtype=np.float64))
-      doc_sq += float(sq)
-      grad_bias = grad_bias + np.asarray(g_true, np.float64)
-      grad_terms = grad_terms + np.asarray(g_b, np.float64)
-      hess_terms = hess_terms + np.asarray(h_b, np.float64)
+    terms = _pass(model, source, mine, tables, bias, l2, inner_iters, centre, per_doc)
+    terms = terms.across_processes() if across_processes else terms
     flat, unravel = ravel_pytree(bias)
     flat = np.asarray(flat, np.float64)
-    obj += 0.5 * l2 * float(flat @ flat)
-    bias_gnorm = float(np.linalg.norm(l2 * flat + grad_bias))
-    gnorm = float(np.sqrt(doc_sq + bias_gnorm**2)) / n
+    obj = terms.objective + 0.5 * l2 * float(flat @ flat)
+    bias_gnorm = float(np.linalg.norm(l2 * flat + terms.grad_bias))
+    gnorm = float(np.sqrt(terms.doc_sq + bias_gnorm**2)) / n
     stalled = stalled + 1 if prev - obj <= 1e-12 * abs(obj) else 0
+    centre = _centre(None, per_doc, dict(zip(per_doc, terms.sums)), terms.num_read, prior) if terms.num_read else centre
     if gnorm <= tol or stalled >= STALLED_PASSES:
       break
     if not obj > prev + REJECT_RTOL * abs(prev):  # accept: a Newton step from here, in a growing trust region
-      accepted, step, prev = flat, _bias_step(flat, grad_terms, hess_terms, l2), obj
+      accepted, step, prev = flat, _bias_step(flat, terms.grad_terms, terms.hess_terms, l2), obj
       radius = min(2.0 * radius, MAX_RADIUS) if passes > 1 else radius
     else:  # reject: back to the last accepted bias, a shorter step along its Newton direction
       radius *= 0.25
     bias = unravel(jnp.asarray(accepted + _within(step, radius), jnp.float32))
-    centre = _centre(None, per_doc, sums, num_read, prior)
-  if source.nonempty:
-    centre = _centre(None, per_doc, sums, num_read, prior)
   ll = 0.0
-  for p in source.nonempty:
-    keys, counts, seen = source.arrays(p)
+  for p in mine:
+    keys, counts, _ = source.arrays(p)
     local = {k: jnp.asarray(_pad(v, source.width)) for k, v in tables[p].items()}
     ll += float(model.statistics_log_likelihood({**local, **bias}, keys, counts))
-  # Documents that no record reads sit at the centre (the read documents' mean), their optimum; the read ones are
-  # spread into the full tables partition by partition, in place.
-  docs = {k: _full(int(num_docs), jnp.float32(centre[k])) for k in per_doc}
-  for p in source.nonempty:
-    seen = source.arrays(p)[2]
-    rows = jnp.asarray(_pad(seen, source.width, num_docs), jnp.int32)
-    for k in per_doc:
-      docs[k] = _scatter(docs[k], rows, jnp.asarray(_pad(tables[p][k], source.width)))
-    del tables[p]
-  logits = {**docs, **bias}
-  return logits, ll / n, gnorm, passes
+  ll = float(_processes.process_sum(np.asarray([ll]))[0]) if across_processes else ll
+  docs = _full_tables(source, mine, tables, per_doc, centre, num_docs, across_processes)
+  return {**docs, **bias}, ll / n, gnorm, passes

@@ -216,6 +216,7 @@ def fit_click_model_from_statistics(
   init: Optional[dict] = None,
   memory_budget_bytes: Optional[int] = MEMORY_BUDGET_BYTES,
   prior: str = "zero",
+  across_processes: bool = False,
 ) -> ClickModelFit:
   r""":func:`~ultr_jax.simulation.fit_click_model`'s MAP fit, on sufficient statistics.
 
@@ -251,6 +252,9 @@ def fit_click_model_from_statistics(
       are read again from their files each pass).
     prior: the per-document logits' prior centre, one of :data:`~ultr_jax.simulation.LOGIT_PRIORS`
       (``"zero"``: 1/2; ``"data_mean"``: fitted).
+    across_processes: the statistics are every process's same merged statistics (as
+      :func:`gather_click_statistics` ``across_processes`` returns them): partitioned ones are fitted with each
+      process taking its share of the partitions (in memory, every process fits them all).
 
   Returns:
     :class:`~ultr_jax.simulation.ClickModelFit`.
@@ -281,6 +285,7 @@ def fit_click_model_from_statistics(
       init=init,
       memory_budget_bytes=memory_budget_bytes,
       prior=prior,
+      across_processes=across_processes,
     )
   per_doc = ("attraction",) + tuple(m.item_params)
   keys, seen = statistics.keys, None
@@ -347,7 +352,9 @@ def _spread_rows(v: np.ndarray, seen: np.ndarray, num_docs: int) -> np.ndarray:
   return out
 
 
-def _fit_partitioned(model, m, statistics, *, num_docs, l2, max_iters, tol, init, memory_budget_bytes, prior):
+def _fit_partitioned(
+  model, m, statistics, *, num_docs, l2, max_iters, tol, init, memory_budget_bytes, prior, across_processes
+):
   """:func:`~ultr_jax.simulation.fit_partitioned_statistics` as a :class:`ClickModelFit`."""
   if init is not None:
     init = {k: np.asarray(v, np.float32) for k, v in init.items()}
@@ -361,6 +368,7 @@ def _fit_partitioned(model, m, statistics, *, num_docs, l2, max_iters, tol, init
     init=init,
     memory_budget_bytes=memory_budget_bytes,
     prior=prior,
+    across_processes=across_processes,
   )
   return ClickModelFit(
     model=model,
@@ -397,7 +405,8 @@ def fit_click_model_stream(
     spill_dir: where spilled counts go (None: a temporary directory).
     num_partitions: the number of document partitions of spilled counts.
     device: count on the accelerator (None: on a GPU or TPU backend, not on CPU).
-    across_processes: ``batches`` are this process's part; the statistics are merged over the processes.
+    across_processes: ``batches`` are this process's part; the statistics are merged over the processes (and a
+      spilled fit shares its partitions among them).
     kwargs: passed to :func:`fit_click_model_from_statistics` (``l2``, ``max_iters``, ``tol``, ...).
 
   Returns:
@@ -417,7 +426,9 @@ def fit_click_model_stream(
     device=device,
     across_processes=across_processes,
   )
-  return fit_click_model_from_statistics(model, stats, memory_budget_bytes=memory_budget_bytes, **kwargs)
+  return fit_click_model_from_statistics(
+    model, stats, memory_budget_bytes=memory_budget_bytes, across_processes=across_processes, **kwargs
+  )
 
 
 #: Prior precisions :func:`select_click_model_prior` tries by default (about a factor 2 apart).
