@@ -9,8 +9,9 @@ A stream is any iterable of session-batch dicts ``{"doc_ids": int[B, L], "clicks
   one table for the item models, spilled to disk partitioned by document past a memory budget; distinct sessions
   merged across batches for the others), and :func:`fit_click_model_from_statistics` maximises the same MAP objective as
   :func:`~ultr_jax.simulation.fit_click_model` on them (preconditioned L-BFGS, records padded to size buckets so
-  that one program serves logs of similar sizes; on spilled statistics, block-coordinate Newton over the
-  partitions, :mod:`~ultr_jax.simulation.partitioned_fit`), at a cost per step that does not grow with the number
+  that one program serves logs of similar sizes; on spilled statistics, Newton steps per document and on the
+  bias with the documents eliminated, partition by partition, :mod:`~ultr_jax.simulation.partitioned_fit`), at a
+  cost per step that does not grow with the number
   of sessions; :func:`fit_click_model_stream` is the two, and :func:`select_click_model_prior` picks the prior's
   strength on held-out sessions.
 * :func:`~ultr_jax.simulation.fit_click_model_minibatch` (:mod:`~ultr_jax.simulation.minibatch`) is the fallback
