@@ -1,6 +1,8 @@
 """The partition-by-partition fit takes the Newton step of the joint objective in the bias parameters: a
-partition's reduced gradient and Hessian equal the Schur complement of the dense Hessian of all its parameters,
-and on a long-tail log the passes reach the in-memory optimum in a few Newton-like passes."""
+partition's reduced gradient and Hessian equal the Schur complement of the dense Hessian of all its parameters
+(by Hessian-vector products per bias parameter, and, where each record reads one bias parameter, from the
+records' own cross derivatives), and on a long-tail log the passes reach the in-memory optimum in a few
+Newton-like passes."""
 
 import jax
 import jax.numpy as jnp
@@ -53,10 +55,17 @@ def test_bias_terms_are_the_schur_complement_of_the_dense_hessian(model):
   schur = h_bb - h_db.T @ np.linalg.solve(h_dd, h_db)
   reduced = g[nd:] - h_db.T @ np.linalg.solve(h_dd, g[:nd])
 
-  g_bias, newton, s = pf._bias_terms(m, docs, bias, keys, counts, jnp.float32(l2), centre)
-  np.testing.assert_allclose(np.asarray(g_bias), g[nd:], rtol=1e-4, atol=1e-3)
-  np.testing.assert_allclose(np.asarray(newton), reduced, rtol=1e-4, atol=1e-3)
-  np.testing.assert_allclose(np.asarray(s), schur, rtol=1e-4, atol=1e-3)
+  docs_of = np.asarray(keys[:, 0])
+  assert np.all(np.diff(docs_of) >= 0)  # records sorted by document, as the partitions hold them
+  max_run = int(np.max(np.unique(docs_of, return_counts=True)[1]))
+  paths = {"dense": pf._bias_terms_dense(m, docs, bias, keys, counts, jnp.float32(l2), centre)}
+  if m.statistics_bias_index(bias, keys) is not None:  # one bias parameter per record: the sparse path
+    paths["sparse"] = pf._bias_terms_sparse(m, docs, bias, keys, counts, jnp.float32(l2), centre, max_run)
+  assert set(paths) == ({"dense"} if model == "trust" else {"dense", "sparse"})
+  for path, (g_bias, newton, s) in paths.items():
+    np.testing.assert_allclose(np.asarray(g_bias), g[nd:], rtol=1e-4, atol=1e-3, err_msg=path)
+    np.testing.assert_allclose(np.asarray(newton), reduced, rtol=1e-4, atol=1e-3, err_msg=path)
+    np.testing.assert_allclose(np.asarray(s), schur, rtol=1e-4, atol=1e-3, err_msg=path)
 
 
 @pytest.mark.parametrize("model", ["pbm", "ubm"])

@@ -130,7 +130,7 @@ def _solve_blocks(blocks, rhs, floor):
 
 
 @functools.partial(jax.jit, static_argnames=("model",))
-def _bias_terms(model, docs, bias, keys, counts, l2, centre):
+def _bias_terms_dense(model, docs, bias, keys, counts, l2, centre):
   r"""``(g_beta, g, S)``: the gradient :math:`\nabla_\beta J` in the flattened bias parameters :math:`\beta` of the
   partition's part of :math:`J`, and its gradient and Hessian with the documents eliminated (the Schur complement
   of their block):
@@ -167,6 +167,68 @@ def _bias_terms(model, docs, bias, keys, counts, l2, centre):
   return g_bias, newton, schur
 
 
+def _bias_terms(model, docs, bias, keys, counts, l2, centre, max_run):
+  """:func:`_bias_terms_dense`'s terms; by :func:`_bias_terms_sparse` where each record reads one bias parameter
+  (:meth:`~ultr_jax.simulation.ClickModel.statistics_bias_index`) and a document has one parameter."""
+  if len(docs) == 1 and model.statistics_bias_index(bias, keys[:1]) is not None:
+    return _bias_terms_sparse(model, docs, bias, keys, counts, l2, centre, max_run)
+  return _bias_terms_dense(model, docs, bias, keys, counts, l2, centre)
+
+
+@functools.partial(jax.jit, static_argnames=("model",))
+def _bias_terms_sparse(model, docs, bias, keys, counts, l2, centre, max_run):
+  r""":func:`_bias_terms_dense`'s terms when record :math:`r` reads one bias parameter :math:`b_r` and document
+  :math:`d_r` one parameter. Then :math:`H_{\beta\beta}` is diagonal, :math:`H_{\theta\beta}` has one entry per
+  record, :math:`c_r = \partial^2 J / \partial\theta_{d_r} \partial\beta_{b_r}`, and with
+  :math:`w_r = c_r / \sqrt{h_{d_r}}` (:math:`h_d` the document's curvature)
+
+  .. math::
+      S = H_{\beta\beta} - \sum_d v_d v_d^\top, \quad v_d = \sum_{r: d_r = d} w_r e_{b_r}, \qquad
+      g = \nabla_\beta J - \sum_r c_r \frac{\partial_{\theta_{d_r}} J}{h_{d_r}} e_{b_r}:
+
+  two Hessian-vector products over the records, whatever the number of bias parameters, and the pairs of records
+  of one document (``keys`` sorted by document, at most ``max_run`` records each).
+  """
+  (name,) = docs
+  flat, unravel = ravel_pytree(bias)
+  size = flat.shape[0]
+  doc_of, index = keys[:, 0], model.statistics_bias_index(bias, keys)
+  per_record = keys.at[:, 0].set(jnp.arange(keys.shape[0], dtype=keys.dtype))  # each record its own copy
+
+  def nll(t, b):
+    return -model.statistics_log_likelihood({name: t, **unravel(b)}, per_record, counts)
+
+  t = docs[name][doc_of]
+  grad = jax.grad(nll, argnums=(0, 1))
+  (_, g_bias), (cross, h_bias) = jax.jvp(grad, (t, flat), (jnp.zeros_like(t), jnp.ones_like(flat)))
+  doc_objective = lambda d: _negative_log_posterior(model, d, bias, keys, counts, l2, centre)
+  g_docs = jax.grad(doc_objective)(docs)
+  h_docs = jnp.maximum(_doc_blocks(jax.grad(doc_objective), docs)[:, 0, 0], 1e-3 * jnp.maximum(l2, 1e-3))
+  newton = g_bias - jax.ops.segment_sum(cross * (g_docs[name] / h_docs)[doc_of], index, num_segments=size)
+  w = cross / jnp.sqrt(h_docs[doc_of])
+  return g_bias, newton, jnp.diag(h_bias) - _grouped_outer(w, doc_of, index, size, max_run)
+
+
+def _grouped_outer(w, group, index, size: int, max_run):
+  r""":math:`\sum_d v_d v_d^\top`, :math:`v_d = \sum_{r: g_r = d} w_r e_{i_r}` (``[size, size]``), for records sorted
+  by ``group`` in runs of at most ``max_run``: the pairs :math:`(r, r + o)` of one group, offset by offset."""
+  cell = lambda i, j: i * size + j
+  first = jax.ops.segment_sum(w * w, cell(index, index), num_segments=size * size)
+  rows = jnp.arange(w.shape[0])
+
+  def offset(o, acc):
+    pair = (jnp.roll(group, -o) == group) & (rows < w.shape[0] - o)
+    prod = jnp.where(pair, w * jnp.roll(w, -o), 0.0)
+    other = jnp.roll(index, -o)
+    return (
+      acc
+      + jax.ops.segment_sum(prod, cell(index, other), num_segments=size * size)
+      + jax.ops.segment_sum(prod, cell(other, index), num_segments=size * size)
+    )
+
+  return jax.lax.fori_loop(1, max_run, offset, first).reshape(size, size)
+
+
 class _Partitions:
   """The partitions' records as padded device arrays, their documents renumbered ``0..n-1`` in the order of
   ``seen`` (the sorted ids the partition's records read), all padded to one shape (one compiled program): kept in
@@ -183,17 +245,25 @@ class _Partitions:
     self.cached_bytes = 0
 
   def arrays(self, p: int):
-    """``(keys, counts, seen)`` of partition ``p``."""
+    """``(keys, counts, seen, max_run)`` of partition ``p``: its records sorted by document, ``max_run`` the most
+    records of one document."""
     if p in self.cache:
       return self.cache[p]
     stats = self.statistics.partition(p)
-    keys, seen = _compact_documents(stats.keys)
+    keys, counts = stats.keys, stats.counts
+    if keys.shape[0] > 1 and np.any(keys[1:, 0] < keys[:-1, 0]):
+      order = np.argsort(keys[:, 0], kind="stable")
+      keys, counts = keys[order], counts[order]
+    keys, seen = _compact_documents(keys)
+    starts = np.flatnonzero(np.r_[True, keys[1:, 0] != keys[:-1, 0]]) if keys.shape[0] else np.zeros(0, np.int64)
+    max_run = int(np.max(np.diff(np.r_[starts, keys.shape[0]]), initial=1))
     out = (
       jnp.asarray(_pad(keys, self.rows), jnp.int32),
-      jnp.asarray(_pad(stats.counts, self.rows), jnp.float32),
+      jnp.asarray(_pad(counts, self.rows), jnp.float32),
       seen,
+      max_run,
     )
-    size = sum(int(x.nbytes) for x in out)
+    size = sum(int(x.nbytes) for x in out[:3])
     if self.budget is None or self.cached_bytes + size <= self.budget:
       self.cache[p] = out
       self.cached_bytes += size
@@ -312,11 +382,11 @@ def _pass(model, source, mine, tables, bias, l2, inner_iters, centre, per_doc) -
     0.0, 0.0, np.zeros(num_bias), np.zeros(num_bias), np.zeros((num_bias, num_bias)), np.zeros(len(per_doc)), 0.0
   )
   for p in mine:
-    keys, counts, seen = source.arrays(p)
+    keys, counts, seen, max_run = source.arrays(p)
     local = {k: jnp.asarray(_pad(v, source.width, centre[k])) for k, v in tables[p].items()}
     local, value, sq = _doc_newton(model, local, bias, keys, counts, jnp.float32(l2), int(inner_iters), mu)
     tables[p] = {k: np.asarray(local[k])[: seen.size] for k in per_doc}
-    g_true, g_b, h_b = _bias_terms(model, local, bias, keys, counts, jnp.float32(l2), mu)
+    g_true, g_b, h_b = _bias_terms(model, local, bias, keys, counts, jnp.float32(l2), mu, max_run)
     terms.objective += float(np.sum(np.asarray(value), dtype=np.float64))
     terms.doc_sq += float(sq)
     terms.grad_bias += np.asarray(g_true, np.float64)
@@ -442,7 +512,7 @@ def fit_partitioned_statistics(
     bias = unravel(jnp.asarray(accepted + _within(step, radius), jnp.float32))
   ll = 0.0
   for p in mine:
-    keys, counts, _ = source.arrays(p)
+    keys, counts = source.arrays(p)[:2]
     local = {k: jnp.asarray(_pad(v, source.width)) for k, v in tables[p].items()}
     ll += float(model.statistics_log_likelihood({**local, **bias}, keys, counts))
   ll = float(_processes.process_sum(np.asarray([ll]))[0]) if across_processes else ll

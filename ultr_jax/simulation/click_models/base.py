@@ -820,6 +820,24 @@ class ClickModel:
     ll = self.session_log_likelihood(logits, ids, clicks.astype(jnp.float32), where)
     return jnp.sum(counts[:, 0] * ll)
 
+  def statistics_bias_index(self, bias: Mapping[str, Array], keys: Array) -> Optional[Array]:
+    r"""Which bias parameter each item record reads, where each reads exactly one: ``int[R]``, the index into the
+    bias logits flattened in sorted name order (``jax.flatten_util.ravel_pytree(bias)``); None (the default)
+    where a record reads several, or the model's records are not item records.
+
+    With one bias parameter per record the bias's Hessian is diagonal and its coupling to a document is one
+    number per record, which :func:`~ultr_jax.simulation.fit_partitioned_statistics` uses to eliminate the
+    documents in a few passes over the records instead of one per bias parameter.
+
+    Args:
+      bias: the bias logits (:meth:`init`'s tables besides the per-document ones).
+      keys: ``int[R, K]`` the records' keys (``ClickStatistics.keys``).
+
+    Returns:
+      ``int32[R]`` flat indices, or None.
+    """
+    return None
+
   def session_log_likelihood(self, logits: Mapping[str, Array], doc_ids: Array, clicks: Array, where) -> Array:
     r"""Session log-likelihoods ``[..., L] -> [...]`` from the logits, in log space: ``log_sigmoid`` of the
     parameter vectors once, then a gather per item (rather than ``log_sigmoid`` of every gathered item).

@@ -178,6 +178,14 @@ class PBM(ItemStatistics, ClickModel):
   def session_sampler(self, key, attraction, **kwargs):
     return pbm_table(key, attraction, **kwargs)  # ULTRA's eye-tracking table; pass table=... / eta=...
 
+  def statistics_bias_index(self, bias, keys):
+    """A record (document, rank) reads the examination of its rank alone (ranks past the table: its last).
+
+    >>> PBM().statistics_bias_index({"examination": jnp.zeros(3)}, jnp.array([[7, 0], [7, 2], [8, 5]])).tolist()
+    [0, 2, 2]
+    """
+    return jnp.clip(jnp.asarray(keys[:, 1], jnp.int32), 0, bias["examination"].shape[0] - 1)
+
   def log_probs(self, clicks, log_a, log_1ma, log_bias, *, ranks=None, where=None):
     log_q = rank_table(log_bias["examination"], ranks, jnp.shape(clicks)) + log_a
     return log_q, log1mexp(log_q, one_branch=True)

@@ -176,6 +176,16 @@ class UBM(ClickModel):
   def statistics_accumulator(self):
     return ItemCounter(last_click_state=True)
 
+  def statistics_bias_index(self, bias, keys):
+    """A record (document, rank, last-click state) reads :math:`\\gamma` at its (rank, state) alone.
+
+    >>> UBM().statistics_bias_index({"gamma": jnp.zeros((3, 4))}, jnp.array([[7, 0, 0], [7, 2, 1]])).tolist()
+    [0, 9]
+    """
+    k, s = bias["gamma"].shape
+    rank = jnp.clip(jnp.asarray(keys[:, 1], jnp.int32), 0, k - 1)
+    return rank * s + jnp.clip(jnp.asarray(keys[:, 2], jnp.int32), 0, s - 1)
+
   def statistics_log_likelihood(self, logits, keys, counts):
     log_a, _, log_bias = self._gathered_logs(logits, keys[:, 0])
     k, s = log_bias["gamma"].shape
