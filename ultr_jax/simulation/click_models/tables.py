@@ -27,7 +27,8 @@ features are looked up there the same way, and its module's parameters take dens
 """
 
 import dataclasses
-from typing import Any, Mapping
+import functools
+from typing import Any, Callable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -242,7 +243,7 @@ class FeatureTable(ParameterTable):
     Args:
       params: the module's variables.
       num_docs: ``D`` (at most the features' rows).
-      chunk: rows applied at a time.
+      chunk: rows applied at a time (each chunk's logits are written in place into the one ``[D]`` output).
 
     Returns:
       ``float32[D]``.
@@ -250,12 +251,54 @@ class FeatureTable(ParameterTable):
     if np.shape(self.features)[0] < num_docs:
       raise ValueError(f"FeatureTable: {num_docs} documents, but features for {np.shape(self.features)[0]}")
     apply = jax.jit(self.logits)
-    parts = [apply(params, self.lookup(np.arange(i, min(i + chunk, num_docs)))) for i in range(0, num_docs, chunk)]
-    return jnp.concatenate(parts) if parts else jnp.zeros(0, jnp.float32)
+    return _fill(int(num_docs), chunk, lambda start, stop: apply(params, self.lookup(np.arange(start, stop))))
+
+
+#: Documents whose logits :func:`table_logits` maps at a time: its work space is a few arrays of this length
+#: (the row map's ``int64`` temporaries), besides the one ``[D]`` output each table's logits are written into.
+_CHUNK = 1 << 21
+
+
+@functools.partial(jax.jit, donate_argnums=(0,))
+def _put(out: jax.Array, values: jax.Array, start) -> jax.Array:
+  """``out[start : start + len(values)] = values``, in place (``out`` donated)."""
+  return jax.lax.dynamic_update_slice(out, values.astype(out.dtype), (start,))
+
+
+@jax.jit
+def _row_sums(vector: jax.Array, rows: jax.Array) -> jax.Array:
+  return jnp.sum(vector[rows], axis=-1)
+
+
+def _row_logits(table: ParameterTable, vector: jax.Array, num_docs: int) -> jax.Array:
+  """:math:`\\sum_p v_{r_p(d)}` of documents ``0..num_docs - 1``, mapped to rows ``_CHUNK`` ids at a time."""
+
+  def chunk(start: int, stop: int) -> jax.Array:
+    return _row_sums(vector, table.rows(np.arange(start, stop)).astype(np.int32))
+
+  return _fill(num_docs, _CHUNK, chunk)
+
+
+def _fill(num_docs: int, chunk: int, values: Callable[[int, int], jax.Array]) -> jax.Array:
+  """One ``[num_docs]`` array (the dtype of the first chunk's values) of ``values(start, stop)`` for the chunks
+  ``[start, stop)`` of ``chunk`` ids, each written in place: no chunk list to concatenate, no second copy."""
+  if chunk < 1:
+    raise ValueError(f"table logits: chunk must be >= 1, got {chunk}")
+  out = None
+  for start in range(0, num_docs, chunk):
+    part = values(start, min(start + chunk, num_docs))
+    out = jnp.zeros(num_docs, part.dtype) if out is None else out
+    out = _put(out, part, start)
+  return jnp.zeros(0, jnp.float32) if out is None else out
 
 
 def table_logits(tables: Mapping[str, ParameterTable], vectors: Mapping[str, Array], num_docs: int) -> dict:
   r"""Every document's logit :math:`\theta_d = \sum_p v_{r_p(d)}` of each table, ``float32[num_docs]``.
+
+  The documents' rows are mapped ``_CHUNK`` ids at a time and each chunk's logits written in place into the
+  table's one output array, so the work space beyond the outputs is a few arrays of ``_CHUNK`` entries, whatever
+  ``num_docs`` (a :class:`FullTable`'s logits are its vector's first ``num_docs`` entries: no copy when it has
+  exactly that many).
 
   Args:
     tables: name -> :class:`ParameterTable`.
@@ -269,12 +312,15 @@ def table_logits(tables: Mapping[str, ParameterTable], vectors: Mapping[str, Arr
   >>> print(table_logits(t, {"attraction": jnp.array([0.0, 1.0, 10.0, 20.0])}, 4)["attraction"])
   [10. 11. 20. 21.]
   """
-  ids = np.arange(int(num_docs))
+  num_docs = int(num_docs)
   out = {}
   for k, t in tables.items():
     if t.from_features:
-      out[k] = t.document_logits(vectors[k], int(num_docs))
+      out[k] = t.document_logits(vectors[k], num_docs)
       continue
     v = jnp.asarray(vectors[k], jnp.float32)
-    out[k] = v[: int(num_docs)] if type(t) is FullTable else jnp.sum(v[t.rows(ids)], axis=-1)
+    if type(t) is FullTable:
+      out[k] = v[:num_docs]
+      continue
+    out[k] = _row_logits(t, v, num_docs)
   return out
