@@ -7,6 +7,7 @@ import optax
 import pytest
 
 from ultr_jax import simulation as sim
+from ultr_jax.simulation import minibatch as mb
 from ultr_jax.simulation.click_models import tables as tb
 
 NUM_QUERIES, LIST_SIZE = 40, 5
@@ -158,6 +159,19 @@ def test_table_logits_mapped_in_chunks_equal_the_whole_gather(monkeypatch, num_d
     want = vectors[k][t.rows(ids)].sum(axis=-1) if num_docs else np.zeros(0, np.float32)
     assert got[k].shape == (num_docs,) and got[k].dtype == np.float32, k
     np.testing.assert_array_equal(np.asarray(got[k]), want, err_msg=k)
+
+
+def test_rows_counted_a_few_at_a_time_are_the_bincount_of_them_all(monkeypatch):
+  """The shown items per row, counted in flushes whose largest row grows and shrinks, are one bincount."""
+  monkeypatch.setattr(mb._RowCounter, "flush_size", 5)
+  rng = np.random.default_rng(0)
+  parts = [rng.integers(0, hi, size=(3, 2)) for hi in (4, 9, 2, 30, 7, 30, 1)]
+  counter = mb._RowCounter()
+  for rows in parts:
+    counter.add(rows)
+  total = counter.flush()
+  assert total.dtype == np.int64
+  np.testing.assert_array_equal(total, np.bincount(np.concatenate([p.ravel() for p in parts])))
 
 
 def test_a_hashed_fit_is_the_full_table_fit_on_the_hashed_ids(monkeypatch):

@@ -60,7 +60,7 @@ class _Counts(NamedTuple):
   num_docs: int
   list_size: int
   num_sessions: float
-  impressions: Optional[dict]  # table name -> float64[num_rows + 1] shown items per row (last: the padding row)
+  impressions: Optional[dict]  # table name -> int64[<= num_rows] shown items per row (rows past its end: none)
 
 
 def _check_list_size(index: int, got: int, list_size: int) -> None:
@@ -72,24 +72,30 @@ def _check_list_size(index: int, got: int, list_size: int) -> None:
 
 
 class _RowCounter:
-  """Shown items per row, counted a few million at a time (a bincount per batch would sweep the whole table)."""
+  """Shown items per row, counted a few million at a time (a bincount per batch would sweep the whole table), into
+  one ``int64`` total added to in place (no ``float64`` copy of it, no temporary of its size but the bincount's)."""
+
+  #: Rows held before they are counted.
+  flush_size = 1 << 24
 
   def __init__(self):
-    self.total, self.pending, self.size = np.zeros(0, np.float64), [], 0
+    self.total, self.pending, self.size = np.zeros(0, np.int64), [], 0
 
   def add(self, rows: np.ndarray) -> None:
     self.pending.append(rows.ravel())
     self.size += rows.size
-    if self.size >= 1 << 24:
+    if self.size >= self.flush_size:
       self.flush()
 
   def flush(self) -> np.ndarray:
     if self.pending:
       counts = np.bincount(np.concatenate(self.pending))
-      if counts.shape[0] > self.total.shape[0]:
-        self.total = np.pad(self.total, (0, counts.shape[0] - self.total.shape[0]))
-      self.total[: counts.shape[0]] += counts
       self.pending, self.size = [], 0
+      if counts.shape[0] > self.total.shape[0]:
+        counts[: self.total.shape[0]] += self.total
+        self.total = counts
+      else:
+        self.total[: counts.shape[0]] += counts
     return self.total
 
 
@@ -436,8 +442,8 @@ def _shared(tables: Mapping[str, ParameterTable], make: Callable[[str], np.ndarr
 
 def _row_priors(tables, impressions: Mapping[str, np.ndarray], padded: Mapping[str, int], l2: float) -> dict:
   """Each row's prior per shown item, :math:`\\ell_2 / \\max(N_u, 1)`, ``float32[padded + 1]`` (the last entry:
-  the padding row, never read with a count), one array per distinct table, converted from the ``float64`` counts
-  a block at a time (no ``float64`` copy of them)."""
+  the padding row, never read with a count), one array per distinct table, converted from the counts a block at a
+  time (no ``float64`` copy of them)."""
 
   def make(k: str) -> np.ndarray:
     n, prior, block = impressions[k], np.full(padded[k] + 1, np.float32(l2 / 1.0)), 1 << 20
@@ -474,15 +480,11 @@ def _plus_in_place(v: jax.Array, c: jax.Array) -> jax.Array:
 
 def _document_logits(tables, vectors: dict, modules: dict, centre: dict, num_docs: int) -> dict:
   """Each table's logits over the ``num_docs`` documents, :math:`\\theta_d = \\mu + \\sum_p v_{r_p(d)}` (a
-  feature table's :math:`f_\\phi(x_d)`), in one ``float32[D]`` array each: ``vectors`` is emptied as it goes (a
-  vector is let go once its table's logits are built; a full table's vector of ``D`` rows becomes them in place)
-  and the centre is added in place."""
-  out = {}
-  for k in [k for k in tables if k not in modules]:
-    v = vectors.pop(k)
-    logit = table_logits({k: tables[k]}, {k: v}, num_docs)[k]
-    v = None  # a full table's vector of D rows is its logits: held by them alone now
-    out[k] = _plus_in_place(logit, centre[k]) if k in centre else logit
+  feature table's :math:`f_\\phi(x_d)`), in one ``float32[D]`` array each, the centre added in place. ``vectors``
+  is emptied once they are built (a full table's vector of ``D`` rows becomes its logits in place)."""
+  out = table_logits({k: tables[k] for k in vectors}, vectors, num_docs)
+  vectors.clear()  # what a full table's logits share with its vector is held by the logits alone now
+  out = {k: _plus_in_place(v, centre[k]) if k in centre else v for k, v in out.items()}
   out.update(table_logits({k: tables[k] for k in modules}, modules, num_docs))
   return out
 

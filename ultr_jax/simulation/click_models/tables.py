@@ -251,12 +251,13 @@ class FeatureTable(ParameterTable):
     if np.shape(self.features)[0] < num_docs:
       raise ValueError(f"FeatureTable: {num_docs} documents, but features for {np.shape(self.features)[0]}")
     apply = jax.jit(self.logits)
-    return _fill(int(num_docs), chunk, lambda start, stop: apply(params, self.lookup(np.arange(start, stop))))
+    out = _fill(int(num_docs), chunk, lambda start, stop: {"": apply(params, self.lookup(np.arange(start, stop)))})
+    return out.get("", jnp.zeros(0, jnp.float32))
 
 
 #: Documents whose logits :func:`table_logits` maps at a time: its work space is a few arrays of this length
 #: (the row map's ``int64`` temporaries), besides the one ``[D]`` output each table's logits are written into.
-_CHUNK = 1 << 21
+_CHUNK = 1 << 16
 
 
 @functools.partial(jax.jit, donate_argnums=(0,))
@@ -270,35 +271,38 @@ def _row_sums(vector: jax.Array, rows: jax.Array) -> jax.Array:
   return jnp.sum(vector[rows], axis=-1)
 
 
-def _row_logits(table: ParameterTable, vector: jax.Array, num_docs: int) -> jax.Array:
-  """:math:`\\sum_p v_{r_p(d)}` of documents ``0..num_docs - 1``, mapped to rows ``_CHUNK`` ids at a time."""
+def _row_logits(table: ParameterTable, vectors: Mapping[str, jax.Array], num_docs: int) -> dict:
+  """:math:`\\sum_p v_{r_p(d)}` of documents ``0..num_docs - 1`` for each of ``vectors`` (tables equal to
+  ``table``), their rows mapped once per chunk of ``_CHUNK`` ids."""
 
-  def chunk(start: int, stop: int) -> jax.Array:
-    return _row_sums(vector, table.rows(np.arange(start, stop)).astype(np.int32))
+  def chunk(start: int, stop: int) -> dict:
+    rows = table.rows(np.arange(start, stop)).astype(np.int32)
+    return {k: _row_sums(v, rows) for k, v in vectors.items()}
 
-  return _fill(num_docs, _CHUNK, chunk)
+  out = _fill(num_docs, _CHUNK, chunk)
+  return {k: out.get(k, jnp.zeros(0, jnp.float32)) for k in vectors}
 
 
-def _fill(num_docs: int, chunk: int, values: Callable[[int, int], jax.Array]) -> jax.Array:
-  """One ``[num_docs]`` array (the dtype of the first chunk's values) of ``values(start, stop)`` for the chunks
-  ``[start, stop)`` of ``chunk`` ids, each written in place: no chunk list to concatenate, no second copy."""
+def _fill(num_docs: int, chunk: int, values: Callable[[int, int], Mapping[str, jax.Array]]) -> dict:
+  """Name -> one ``[num_docs]`` array (the dtype of its first chunk) of ``values(start, stop)[name]`` over the
+  chunks ``[start, stop)`` of ``chunk`` ids, each written in place: no chunk list to concatenate, no second copy
+  (empty for ``num_docs = 0``)."""
   if chunk < 1:
     raise ValueError(f"table logits: chunk must be >= 1, got {chunk}")
-  out = None
+  out = {}
   for start in range(0, num_docs, chunk):
-    part = values(start, min(start + chunk, num_docs))
-    out = jnp.zeros(num_docs, part.dtype) if out is None else out
-    out = _put(out, part, start)
-  return jnp.zeros(0, jnp.float32) if out is None else out
+    for k, part in values(start, min(start + chunk, num_docs)).items():
+      out[k] = _put(out[k] if k in out else jnp.zeros(num_docs, part.dtype), part, start)
+  return out
 
 
 def table_logits(tables: Mapping[str, ParameterTable], vectors: Mapping[str, Array], num_docs: int) -> dict:
   r"""Every document's logit :math:`\theta_d = \sum_p v_{r_p(d)}` of each table, ``float32[num_docs]``.
 
-  The documents' rows are mapped ``_CHUNK`` ids at a time and each chunk's logits written in place into the
-  table's one output array, so the work space beyond the outputs is a few arrays of ``_CHUNK`` entries, whatever
-  ``num_docs`` (a :class:`FullTable`'s logits are its vector's first ``num_docs`` entries: no copy when it has
-  exactly that many).
+  The documents' rows are mapped ``_CHUNK`` ids at a time (once for all the equal tables) and each chunk's
+  logits written in place into the table's one output array, so the work space beyond the outputs is a few
+  arrays of ``_CHUNK`` entries, whatever ``num_docs`` (a :class:`FullTable`'s logits are its vector's first
+  ``num_docs`` entries: no copy when it has exactly that many).
 
   Args:
     tables: name -> :class:`ParameterTable`.
@@ -313,14 +317,14 @@ def table_logits(tables: Mapping[str, ParameterTable], vectors: Mapping[str, Arr
   [10. 11. 20. 21.]
   """
   num_docs = int(num_docs)
-  out = {}
+  out, equal = {}, {}  # equal: the first name of each distinct table of rows -> the names of the tables equal to it
   for k, t in tables.items():
     if t.from_features:
       out[k] = t.document_logits(vectors[k], num_docs)
-      continue
-    v = jnp.asarray(vectors[k], jnp.float32)
-    if type(t) is FullTable:
-      out[k] = v[:num_docs]
-      continue
-    out[k] = _row_logits(t, v, num_docs)
-  return out
+    elif type(t) is FullTable:
+      out[k] = jnp.asarray(vectors[k], jnp.float32)[:num_docs]
+    else:
+      equal.setdefault(next((j for j in equal if tables[j] == t), k), []).append(k)
+  for first, names in equal.items():
+    out.update(_row_logits(tables[first], {k: jnp.asarray(vectors[k], jnp.float32) for k in names}, num_docs))
+  return {k: out[k] for k in tables}
