@@ -539,6 +539,12 @@ def fit_click_model_minibatch(
   CLAX (Hager et al. 2025, "CLAX: Fast and flexible neural click models in JAX") fits
   its click models by such minibatch steps.
 
+  Memory: while the steps run, each table's vector of rows and its optimiser state, and when sparse each row's
+  prior and an index entry (one per distinct table; compressed tables: rows, not documents) besides the batches
+  in flight; once they end, the optimiser state is let go and each per-document table's logits are built in one
+  ``float32[D]`` array in place (a few thousand documents' rows mapped at a time), then its probabilities: the
+  peak is the larger of the two phases, the last one the returned tables themselves.
+
   Args:
     model: a fittable click model.
     batches: a re-iterable of session-batch dicts (``doc_ids``, ``clicks``, optional ``where``/``valid``; a list,
