@@ -7,6 +7,7 @@ import optax
 import pytest
 
 from ultr_jax import simulation as sim
+from ultr_jax.simulation import minibatch as mb
 from ultr_jax.simulation.click_models import tables as tb
 
 NUM_QUERIES, LIST_SIZE = 40, 5
@@ -142,6 +143,67 @@ def test_table_rows_and_logits():
     tb.HashedTable(num_buckets=0)
   with pytest.raises(ValueError, match="tables for \\['examination'\\]"):
     sim.fit_click_model_minibatch("pbm", [], tables={"examination": qr})
+
+
+@pytest.mark.parametrize("num_docs", [0, 5, 7, 50])
+def test_table_logits_mapped_in_chunks_equal_the_whole_gather(monkeypatch, num_docs):
+  """The logits are built a few ids at a time into one array: each document's must be its rows' sum, whatever
+  the chunks (one, several, a last shorter one, none)."""
+  monkeypatch.setattr(tb, "_CHUNK", 7)
+  ids = np.arange(num_docs)
+  hashed, qr = tb.HashedTable(num_buckets=5, seed=2), tb.QuotientRemainderTable(num_buckets=3)
+  tables = {"attraction": hashed, "satisfaction": qr, "full": tb.FullTable()}
+  vectors = {k: np.linspace(-1.0, 1.0, max(t.num_rows(num_docs), 1), dtype=np.float32) for k, t in tables.items()}
+  got = tb.table_logits(tables, vectors, num_docs)
+  for k, t in tables.items():
+    want = vectors[k][t.rows(ids)].sum(axis=-1) if num_docs else np.zeros(0, np.float32)
+    assert got[k].shape == (num_docs,) and got[k].dtype == np.float32, k
+    np.testing.assert_array_equal(np.asarray(got[k]), want, err_msg=k)
+
+
+def test_rows_counted_a_few_at_a_time_are_the_bincount_of_them_all(monkeypatch):
+  """The shown items per row, counted in flushes whose largest row grows and shrinks, are one bincount."""
+  monkeypatch.setattr(mb._RowCounter, "flush_size", 5)
+  rng = np.random.default_rng(0)
+  parts = [rng.integers(0, hi, size=(3, 2)) for hi in (4, 9, 2, 30, 7, 30, 1)]
+  counter = mb._RowCounter()
+  for rows in parts:
+    counter.add(rows)
+  total = counter.flush()
+  assert total.dtype == np.int64
+  np.testing.assert_array_equal(total, np.bincount(np.concatenate([p.ravel() for p in parts])))
+
+
+def test_a_hashed_fit_is_the_full_table_fit_on_the_hashed_ids(monkeypatch):
+  """A hashed table's document d reads row h(d): the fit over ids spread across many documents must be the fit
+  of full tables over the ids h(d), step for step, bit for bit; its logits built in chunks of ids."""
+  monkeypatch.setattr(tb, "_CHUNK", 1000)
+  log = _log("dbn", num_sessions=1200)
+  spread = log["doc_ids"].astype(np.int64) * 997 + 3
+  num_docs = NUM_DOCS * 997 + 5  # many chunks, the last shorter
+  table = tb.HashedTable(num_buckets=64, seed=1)
+  kwargs = {"optimizer": optax.adam(0.05), "epochs": 2}
+  hashed = sim.fit_click_model_minibatch(
+    "dbn",
+    [{"doc_ids": spread[i : i + 100], "clicks": log["clicks"][i : i + 100]} for i in range(0, 1200, 100)],
+    num_docs=num_docs,
+    tables={"attraction": table, "satisfaction": table},
+    **kwargs,
+  )
+  rows = table.rows(spread)[..., 0]
+  full = sim.fit_click_model_minibatch(
+    "dbn",
+    [{"doc_ids": rows[i : i + 100], "clicks": log["clicks"][i : i + 100]} for i in range(0, 1200, 100)],
+    num_docs=64,
+    **kwargs,
+  )
+  each = table.rows(np.arange(num_docs))[:, 0]
+  assert hashed.iterations == full.iterations == 24
+  for part in ("logits", "params"):
+    for k, v in getattr(full, part).items():
+      v = np.asarray(v)
+      want = v[each] if k in ("attraction", "satisfaction") else v
+      np.testing.assert_array_equal(np.asarray(getattr(hashed, part)[k]), want, err_msg=f"{part}[{k}]")
 
 
 @pytest.mark.parametrize("sparse", [True, False])

@@ -60,7 +60,7 @@ class _Counts(NamedTuple):
   num_docs: int
   list_size: int
   num_sessions: float
-  impressions: Optional[dict]  # table name -> float64[num_rows + 1] shown items per row (last: the padding row)
+  impressions: Optional[dict]  # table name -> int64[<= num_rows] shown items per row (rows past its end: none)
 
 
 def _check_list_size(index: int, got: int, list_size: int) -> None:
@@ -72,24 +72,30 @@ def _check_list_size(index: int, got: int, list_size: int) -> None:
 
 
 class _RowCounter:
-  """Shown items per row, counted a few million at a time (a bincount per batch would sweep the whole table)."""
+  """Shown items per row, counted a few million at a time (a bincount per batch would sweep the whole table), into
+  one ``int64`` total added to in place (no ``float64`` copy of it, no temporary of its size but the bincount's)."""
+
+  #: Rows held before they are counted.
+  flush_size = 1 << 24
 
   def __init__(self):
-    self.total, self.pending, self.size = np.zeros(0, np.float64), [], 0
+    self.total, self.pending, self.size = np.zeros(0, np.int64), [], 0
 
   def add(self, rows: np.ndarray) -> None:
     self.pending.append(rows.ravel())
     self.size += rows.size
-    if self.size >= 1 << 24:
+    if self.size >= self.flush_size:
       self.flush()
 
   def flush(self) -> np.ndarray:
     if self.pending:
       counts = np.bincount(np.concatenate(self.pending))
-      if counts.shape[0] > self.total.shape[0]:
-        self.total = np.pad(self.total, (0, counts.shape[0] - self.total.shape[0]))
-      self.total[: counts.shape[0]] += counts
       self.pending, self.size = [], 0
+      if counts.shape[0] > self.total.shape[0]:
+        counts[: self.total.shape[0]] += self.total
+        self.total = counts
+      else:
+        self.total[: counts.shape[0]] += counts
     return self.total
 
 
@@ -425,6 +431,64 @@ def _sharded_start(m, optimizer, tables, num_rows, padded, list_size, init, prio
   return state, steps
 
 
+def _shared(tables: Mapping[str, ParameterTable], make: Callable[[str], np.ndarray]) -> dict:
+  """``make(k)`` for each table ``k``, made once per distinct table (equal tables share their rows)."""
+  out = {}
+  for k, t in tables.items():
+    same = next((j for j in out if tables[j] == t), None)
+    out[k] = out[same] if same is not None else make(k)
+  return out
+
+
+def _row_priors(tables, impressions: Mapping[str, np.ndarray], padded: Mapping[str, int], l2: float) -> dict:
+  """Each row's prior per shown item, :math:`\\ell_2 / \\max(N_u, 1)`, ``float32[padded + 1]`` (the last entry:
+  the padding row, never read with a count), one array per distinct table, converted from the counts a block at a
+  time (no ``float64`` copy of them)."""
+
+  def make(k: str) -> np.ndarray:
+    n, prior, block = impressions[k], np.full(padded[k] + 1, np.float32(l2 / 1.0)), 1 << 20
+    for start in range(0, n.shape[0], block):
+      stop = min(start + block, n.shape[0])
+      prior[start:stop] = (l2 / np.maximum(n[start:stop], 1.0)).astype(np.float32)
+    return prior
+
+  return _shared(tables, make)
+
+
+def _epochs(step: Callable, plan: _Plan, state, batches, epochs: int, steps_per_call: int, placement):
+  """``epochs`` passes of ``step(state, group)`` over the prepared groups of batches; returns the last state, the
+  steps taken and the last epoch's batch log-likelihoods (the prepared groups let go on return)."""
+  steps, last = 0, []
+  for _ in range(epochs):
+    values = []
+    groups = _groups(plan, _iterate(batches), steps_per_call)
+    if placement is not None:
+      groups = map(functools.partial(_put_group, placement=placement), groups)
+    for xs in _prefetch(groups):
+      state, ll = step(state, xs)
+      values.append(ll)
+      steps += int(xs["clicks"].shape[0])
+    last = values
+  return state, steps, last
+
+
+@functools.partial(jax.jit, donate_argnums=(0,))
+def _plus_in_place(v: jax.Array, c: jax.Array) -> jax.Array:
+  """``v + c``, written over ``v`` (donated: the fit's own arrays only)."""
+  return v + c
+
+
+def _document_logits(tables, vectors: dict, modules: dict, centre: dict, num_docs: int) -> dict:
+  """Each table's logits over the ``num_docs`` documents, :math:`\\theta_d = \\mu + \\sum_p v_{r_p(d)}` (a
+  feature table's :math:`f_\\phi(x_d)`), in one ``float32[D]`` array each, the centre added in place. ``vectors``
+  is emptied once they are built (a full table's vector of ``D`` rows becomes its logits in place)."""
+  out = table_logits({k: tables[k] for k in vectors}, vectors, num_docs)
+  vectors.clear()  # what a full table's logits share with its vector is held by the logits alone now
+  out = {k: _plus_in_place(v, centre[k]) if k in centre else v for k, v in out.items()}
+  out.update(table_logits({k: tables[k] for k in modules}, modules, num_docs))
+  return out
+
+
 def _sparse_pays(tables, num_docs, batches) -> bool:
   """Whether the logit vectors have more than 16 times as many rows as the first batch has items."""
   first = next(iter(_iterate(batches)), None)
@@ -474,6 +538,12 @@ def fit_click_model_minibatch(
   step's cost is the batch's and the module's, and a document no batch showed gets its logit from its features.
   CLAX (Hager et al. 2025, "CLAX: Fast and flexible neural click models in JAX") fits
   its click models by such minibatch steps.
+
+  Memory: while the steps run, each table's vector of rows and its optimiser state, and when sparse each row's
+  prior and an index entry (one per distinct table; compressed tables: rows, not documents) besides the batches
+  in flight; once they end, the optimiser state is let go and each per-document table's logits are built in one
+  ``float32[D]`` array in place (a few thousand documents' rows mapped at a time), then its probabilities: the
+  peak is the larger of the two phases, the last one the returned tables themselves.
 
   Args:
     model: a fittable click model.
@@ -552,15 +622,11 @@ def fit_click_model_minibatch(
   devices = 1 if placement is None else placement.size
   padded = {k: -(-n // devices) * devices for k, n in num_rows.items()}  # the mesh's rows past num_rows: zeros
   sparse = _sparse_pays(tables, num_docs, batches) if sparse is None else sparse
-  row_prior = None
-  if sparse and l2 > 0:  # one entry more: the padding row (never read with a count)
-    row_prior = {}
-    for k in tables:
-      n = counts.impressions[k]
-      row_prior[k] = (l2 / np.maximum(np.pad(n, (0, padded[k] + 1 - n.shape[0])), 1.0)).astype(np.float32)
-  # Written through now (np.zeros would leave its pages to fault in one by one at the first batches).
-  scratch = {k: np.full(padded[k] + 1, -1, np.int32) for k in tables} if sparse else None
-  plan = _Plan(m, tables, padded, num_docs, list_size, bool(sparse), float(l2), row_prior, scratch, devices, features)
+  row_prior = _row_priors(tables, counts.impressions, padded, l2) if sparse and l2 > 0 else None
+  counts = None  # the shown items per row: their float64 tables are let go here
+  plan = _Plan(m, tables, padded, num_docs, list_size, bool(sparse), float(l2), row_prior, None, devices, features)
+  plan = plan._replace(scratch=_shared(tables, lambda k: np.full(padded[k] + 1, -1, np.int32)) if sparse else None)
+  del row_prior
   modules = _initial_modules(features, init, jax.random.key(0) if key is None else key)
   if placement is None:
     state, run = _initial_state(m, optimizer, tables, num_rows, list_size, init, prior, modules=modules), _steps
@@ -569,20 +635,12 @@ def fit_click_model_minibatch(
     state, run = _sharded_start(*start)
   feature_tables = tuple(sorted(features.items()))
   l2_bias = jnp.float32(l2 / max(num_sessions, 1.0))
-  steps, last = 0, []
-  for _ in range(epochs):
-    values = []
-    groups = _groups(plan, _iterate(batches), steps_per_call)
-    if placement is not None:
-      groups = map(functools.partial(_put_group, placement=placement), groups)
-    for xs in _prefetch(groups):
-      state, ll = run(m, optimizer, plan.sparse, state, xs, l2_bias, feature_tables)
-      values.append(ll)
-      steps += int(xs["clicks"].shape[0])
-    last = values
+  step = lambda s, xs: run(m, optimizer, plan.sparse, s, xs, l2_bias, feature_tables)  # noqa: E731
+  state, steps, last = _epochs(step, plan, state, batches, epochs, steps_per_call, placement)
+  plan = None  # the rows' priors and the host's work space
   vectors, (bias, centre, modules) = state[0], state[1]
-  per_doc = table_logits({**tables, **features}, {**vectors, **modules}, num_docs)
-  per_doc = {k: v + centre[k] if k in centre else v for k, v in per_doc.items()}
+  state = None  # the optimiser's state: let go before the per-document tables are built
+  per_doc = _document_logits({**tables, **features}, vectors, modules, centre, num_docs)
   if placement is not None and num_docs % placement.size == 0:  # split over the devices as the tables were
     per_doc = jax.device_put(per_doc, placement.rows)
   logits = {**per_doc, **bias}

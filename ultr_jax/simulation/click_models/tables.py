@@ -27,7 +27,8 @@ features are looked up there the same way, and its module's parameters take dens
 """
 
 import dataclasses
-from typing import Any, Mapping
+import functools
+from typing import Any, Callable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -242,7 +243,7 @@ class FeatureTable(ParameterTable):
     Args:
       params: the module's variables.
       num_docs: ``D`` (at most the features' rows).
-      chunk: rows applied at a time.
+      chunk: rows applied at a time (each chunk's logits are written in place into the one ``[D]`` output).
 
     Returns:
       ``float32[D]``.
@@ -250,12 +251,58 @@ class FeatureTable(ParameterTable):
     if np.shape(self.features)[0] < num_docs:
       raise ValueError(f"FeatureTable: {num_docs} documents, but features for {np.shape(self.features)[0]}")
     apply = jax.jit(self.logits)
-    parts = [apply(params, self.lookup(np.arange(i, min(i + chunk, num_docs)))) for i in range(0, num_docs, chunk)]
-    return jnp.concatenate(parts) if parts else jnp.zeros(0, jnp.float32)
+    out = _fill(int(num_docs), chunk, lambda start, stop: {"": apply(params, self.lookup(np.arange(start, stop)))})
+    return out.get("", jnp.zeros(0, jnp.float32))
+
+
+#: Documents whose logits :func:`table_logits` maps at a time: its work space is a few arrays of this length
+#: (the row map's ``int64`` temporaries), besides the one ``[D]`` output each table's logits are written into.
+_CHUNK = 1 << 16
+
+
+@functools.partial(jax.jit, donate_argnums=(0,))
+def _put(out: jax.Array, values: jax.Array, start) -> jax.Array:
+  """``out[start : start + len(values)] = values``, in place (``out`` donated)."""
+  return jax.lax.dynamic_update_slice(out, values.astype(out.dtype), (start,))
+
+
+@jax.jit
+def _row_sums(vector: jax.Array, rows: jax.Array) -> jax.Array:
+  return jnp.sum(vector[rows], axis=-1)
+
+
+def _row_logits(table: ParameterTable, vectors: Mapping[str, jax.Array], num_docs: int) -> dict:
+  """:math:`\\sum_p v_{r_p(d)}` of documents ``0..num_docs - 1`` for each of ``vectors`` (tables equal to
+  ``table``), their rows mapped once per chunk of ``_CHUNK`` ids."""
+
+  def chunk(start: int, stop: int) -> dict:
+    rows = table.rows(np.arange(start, stop)).astype(np.int32)
+    return {k: _row_sums(v, rows) for k, v in vectors.items()}
+
+  out = _fill(num_docs, _CHUNK, chunk)
+  return {k: out.get(k, jnp.zeros(0, jnp.float32)) for k in vectors}
+
+
+def _fill(num_docs: int, chunk: int, values: Callable[[int, int], Mapping[str, jax.Array]]) -> dict:
+  """Name -> one ``[num_docs]`` array (the dtype of its first chunk) of ``values(start, stop)[name]`` over the
+  chunks ``[start, stop)`` of ``chunk`` ids, each written in place: no chunk list to concatenate, no second copy
+  (empty for ``num_docs = 0``)."""
+  if chunk < 1:
+    raise ValueError(f"table logits: chunk must be >= 1, got {chunk}")
+  out = {}
+  for start in range(0, num_docs, chunk):
+    for k, part in values(start, min(start + chunk, num_docs)).items():
+      out[k] = _put(out[k] if k in out else jnp.zeros(num_docs, part.dtype), part, start)
+  return out
 
 
 def table_logits(tables: Mapping[str, ParameterTable], vectors: Mapping[str, Array], num_docs: int) -> dict:
   r"""Every document's logit :math:`\theta_d = \sum_p v_{r_p(d)}` of each table, ``float32[num_docs]``.
+
+  The documents' rows are mapped ``_CHUNK`` ids at a time (once for all the equal tables) and each chunk's
+  logits written in place into the table's one output array, so the work space beyond the outputs is a few
+  arrays of ``_CHUNK`` entries, whatever ``num_docs`` (a :class:`FullTable`'s logits are its vector's first
+  ``num_docs`` entries: no copy when it has exactly that many).
 
   Args:
     tables: name -> :class:`ParameterTable`.
@@ -269,12 +316,15 @@ def table_logits(tables: Mapping[str, ParameterTable], vectors: Mapping[str, Arr
   >>> print(table_logits(t, {"attraction": jnp.array([0.0, 1.0, 10.0, 20.0])}, 4)["attraction"])
   [10. 11. 20. 21.]
   """
-  ids = np.arange(int(num_docs))
-  out = {}
+  num_docs = int(num_docs)
+  out, equal = {}, {}  # equal: the first name of each distinct table of rows -> the names of the tables equal to it
   for k, t in tables.items():
     if t.from_features:
-      out[k] = t.document_logits(vectors[k], int(num_docs))
-      continue
-    v = jnp.asarray(vectors[k], jnp.float32)
-    out[k] = v[: int(num_docs)] if type(t) is FullTable else jnp.sum(v[t.rows(ids)], axis=-1)
-  return out
+      out[k] = t.document_logits(vectors[k], num_docs)
+    elif type(t) is FullTable:
+      out[k] = jnp.asarray(vectors[k], jnp.float32)[:num_docs]
+    else:
+      equal.setdefault(next((j for j in equal if tables[j] == t), k), []).append(k)
+  for first, names in equal.items():
+    out.update(_row_logits(tables[first], {k: jnp.asarray(vectors[k], jnp.float32) for k in names}, num_docs))
+  return {k: out[k] for k in tables}
