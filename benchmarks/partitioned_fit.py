@@ -2,17 +2,21 @@ r"""The partition-by-partition statistics fit against the in-memory fit on one l
 (compilation included), and the distance to the in-memory optimum.
 
 The log is :func:`ultr_jax.simulation.simulate_long_tail_log`'s (``--sessions`` sessions over ``sessions / 10``
-Zipf queries x 20 candidates, 10 ranks, UBM clicks). Each model's item statistics are counted once in memory
+Zipf queries x 20 candidates, 10 ranks, UBM clicks; with ``--num_docs`` the document ids spread over that many
+ids, most of them unread, as in a large log's vocabulary). Each model's item statistics are counted once in memory
 (fitted by :func:`ultr_jax.simulation.fit_click_model_from_statistics`, preconditioned L-BFGS) and once spilled
 into ``--partitions`` partitions (:class:`ultr_jax.simulation.PartitionedStatistics`, fitted by
-:func:`ultr_jax.simulation.fit_partitioned_statistics`). Prints one JSON line per model.
+:func:`ultr_jax.simulation.fit_partitioned_statistics`). Prints one JSON line per model, with the process's peak RSS after the partitioned fit (run one model per process
+for its own peak).
 
   python benchmarks/partitioned_fit.py --sessions=200000 --models pbm ubm
+  python benchmarks/partitioned_fit.py --sessions=100000 --num_docs=200000000 --models pbm --skip_in_memory
 """
 
 import argparse
 import json
 import os
+import resource
 import time
 
 import numpy as np
@@ -24,6 +28,8 @@ def main():
   p.add_argument("--partitions", type=int, default=4)
   p.add_argument("--models", nargs="+", default=["pbm", "ubm"])
   p.add_argument("--l2", type=float, default=1.0)
+  p.add_argument("--num_docs", type=int, default=0, help="spread the ids over this many (0: the log's own)")
+  p.add_argument("--skip_in_memory", action="store_true", help="only the partitioned fit")
   args = p.parse_args()
 
   import jax  # noqa: PLC0415
@@ -43,14 +49,18 @@ def main():
       batch_size=100_000,
     )
   )
-  num_docs = n // 10 * 20
+  num_docs = max(args.num_docs, n // 10 * 20)
+  spread = num_docs // (n // 10 * 20)
+  for b in batches:
+    b["doc_ids"] = b["doc_ids"] * spread
   for model in args.models:
     m = sim.get_click_model(model)
-    t0 = time.perf_counter()
-    memory = sim.fit_click_model_from_statistics(
-      model, sim.gather_click_statistics(model, batches, memory_budget_bytes=None), num_docs=num_docs, l2=args.l2
-    )
-    memory_s = time.perf_counter() - t0
+    memory, memory_s = None, None
+    if not args.skip_in_memory:
+      t0 = time.perf_counter()
+      stats = sim.gather_click_statistics(model, batches, memory_budget_bytes=None)
+      memory = sim.fit_click_model_from_statistics(model, stats, num_docs=num_docs, l2=args.l2)
+      memory_s = round(time.perf_counter() - t0, 2)
     counter = ItemCounter(
       memory_budget_bytes=0, num_partitions=args.partitions, last_click_state=m.statistics_kind == "ubm_items"
     )
@@ -60,18 +70,23 @@ def main():
     fit = sim.fit_click_model_from_statistics(model, counter.result(), num_docs=num_docs, l2=args.l2)
     jax.block_until_ready(fit.params)
     fit_s = time.perf_counter() - t0
-    gap = np.max(np.abs(np.asarray(fit.params["attraction"]) - np.asarray(memory.params["attraction"])))
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    gap = None
+    if memory is not None:
+      gap = float(np.max(np.abs(np.asarray(fit.params["attraction"]) - np.asarray(memory.params["attraction"]))))
     row = {
       "model": model,
       "sessions": n,
       "load": os.getloadavg(),
-      "in_memory_s": round(memory_s, 2),
-      "in_memory_iterations": memory.iterations,
+      "num_docs": num_docs,
+      "in_memory_s": memory_s,
+      "in_memory_iterations": memory and memory.iterations,
       "partitioned_s": round(fit_s, 2),
       "passes": fit.iterations,
       "grad_norm": fit.grad_norm,
-      "log_likelihood_gap": memory.log_likelihood - fit.log_likelihood,
-      "max_attraction_gap": float(gap),
+      "log_likelihood_gap": memory and memory.log_likelihood - fit.log_likelihood,
+      "max_attraction_gap": gap,
+      "peak_rss_mb": round(peak_mb),
     }
     print(json.dumps(row), flush=True)
 
