@@ -52,11 +52,16 @@ __all__ = ["fit_partitioned_statistics"]
 #: Passes in a row without a decrease of the objective (float rounding) after which the fit stops.
 STALLED_PASSES = 3
 #: The bias step's trust region (the norm of the change of the bias logits): its first radius and its largest; it
-#: doubles after each accepted pass and shrinks 4x (the step taken back) after one that increases the objective.
+#: doubles after each accepted pass.
 START_RADIUS, MAX_RADIUS = 2.0, 64.0
 #: A pass whose objective exceeds the last accepted one by more than this (relative; float32 sums are noisier
-#: below it) takes its bias step back.
-REJECT_RTOL = 1e-6
+#: below it) takes its bias step back; the fit stops after more than ``MAX_REJECTIONS`` in a row.
+REJECT_RTOL, MAX_REJECTIONS = 1e-6, 6
+#: The bias step's Levenberg-Marquardt damping (times the bias's own curvature): its start and floor. A reduced
+#: Hessian summed in float32 over hundreds of millions of records can lose its smallest eigenvalues (the documents'
+#: attraction and the examination trade off along a nearly flat direction); the damping keeps that direction's
+#: step to the size the bias's own curvature allows, and relaxes 3x per accepted pass.
+START_DAMPING, MIN_DAMPING = 1e-3, 1e-6
 
 
 def _bucket(n: int, minimum: int = 256) -> int:
@@ -120,20 +125,23 @@ def _doc_blocks(grad_docs, docs):
   return jnp.stack([jnp.stack([c[i] for i in names], axis=-1) for c in cols], axis=-1)
 
 
-def _solve_blocks(blocks, rhs, floor):
-  """``blocks^{-1} rhs`` per document (``[N, k, k]``, ``[N, k]``), the blocks' eigenvalues floored at ``floor``
-  (a document whose objective is not convex there is held, not pushed along a negative curvature)."""
+def _solve_blocks(blocks, rhs, threshold):
+  """``blocks^{-1} rhs`` per document (``[N, k, k]``, ``[N, k]``) over the blocks' eigenvalues above
+  ``threshold`` (0 along the others: a document whose log-likelihood is not convex there is held, not eliminated,
+  as its Schur complement would not be positive semi-definite)."""
   if blocks.shape[-1] == 1:
-    return rhs / jnp.maximum(blocks[..., 0], floor)
+    h = blocks[..., 0]
+    return jnp.where(h > threshold, rhs / jnp.where(h > threshold, h, 1.0), 0.0)
   w, v = jnp.linalg.eigh(blocks)
-  return jnp.einsum("nij,nj->ni", v, jnp.einsum("nji,nj->ni", v, rhs) / jnp.maximum(w, floor))
+  inverse = jnp.where(w > threshold, 1.0 / jnp.where(w > threshold, w, 1.0), 0.0)
+  return jnp.einsum("nij,nj->ni", v, jnp.einsum("nji,nj->ni", v, rhs) * inverse)
 
 
 @functools.partial(jax.jit, static_argnames=("model",))
 def _bias_terms_dense(model, docs, bias, keys, counts, l2, centre):
-  r"""``(g_beta, g, S)``: the gradient :math:`\nabla_\beta J` in the flattened bias parameters :math:`\beta` of the
+  r"""``(g_beta, g, S, h)``: the gradient :math:`\nabla_\beta J` in the flattened bias parameters :math:`\beta` of the
   partition's part of :math:`J`, and its gradient and Hessian with the documents eliminated (the Schur complement
-  of their block):
+  of their block), and :math:`h` the diagonal of :math:`H_{\beta\beta}` (the damping's scale):
 
   .. math::
       g = \nabla_\beta J - H_{\beta\theta} H_{\theta\theta}^{-1} \nabla_\theta J, \qquad
@@ -148,7 +156,7 @@ def _bias_terms_dense(model, docs, bias, keys, counts, l2, centre):
   grad = jax.grad(objective, argnums=(0, 1))
   g_docs, g_bias = grad(docs, flat)
   blocks = _doc_blocks(lambda d: grad(d, flat)[0], docs)
-  floor = 1e-3 * jnp.maximum(l2, 1e-3)
+  threshold = 2.0 * l2  # the data's own curvature above the prior's
   stack = lambda tree: jnp.stack([tree[k] for k in names], axis=-1)
   unstack = lambda x: {k: x[:, i] for i, k in enumerate(names)}
   zero_docs = jax.tree_util.tree_map(jnp.zeros_like, docs)
@@ -157,14 +165,14 @@ def _bias_terms_dense(model, docs, bias, keys, counts, l2, centre):
     # H v for the direction (0, v): the documents' rows H_{theta beta} v and the bias's H_{beta beta} v; then the
     # documents' response -H_{theta theta}^{-1} H_{theta beta} v, and its coupling back into the bias.
     h_docs, h_bias = jax.jvp(grad, (docs, flat), (zero_docs, v))[1]
-    response = unstack(-_solve_blocks(blocks, stack(h_docs), floor))
-    return h_bias + jax.jvp(lambda d: grad(d, flat)[1], (docs,), (response,))[1]
+    response = unstack(-_solve_blocks(blocks, stack(h_docs), threshold))
+    return h_bias + jax.jvp(lambda d: grad(d, flat)[1], (docs,), (response,))[1], jnp.vdot(v, h_bias)
 
   # Columns 8 at a time: memory of 8 passes over the records, not of one per bias parameter (the UBM has L (L + 1)).
-  schur = jax.lax.map(reduced_column, jnp.eye(flat.shape[0], dtype=flat.dtype), batch_size=8)
-  shift = unstack(_solve_blocks(blocks, stack(g_docs), floor))
+  schur, h_diag = jax.lax.map(reduced_column, jnp.eye(flat.shape[0], dtype=flat.dtype), batch_size=8)
+  shift = unstack(_solve_blocks(blocks, stack(g_docs), threshold))
   newton = g_bias - jax.jvp(lambda d: grad(d, flat)[1], (docs,), (shift,))[1]
-  return g_bias, newton, schur
+  return g_bias, newton, schur, h_diag
 
 
 def _bias_terms(model, docs, bias, keys, counts, l2, centre, max_run):
@@ -203,10 +211,12 @@ def _bias_terms_sparse(model, docs, bias, keys, counts, l2, centre, max_run):
   (_, g_bias), (cross, h_bias) = jax.jvp(grad, (t, flat), (jnp.zeros_like(t), jnp.ones_like(flat)))
   doc_objective = lambda d: _negative_log_posterior(model, d, bias, keys, counts, l2, centre)
   g_docs = jax.grad(doc_objective)(docs)
-  h_docs = jnp.maximum(_doc_blocks(jax.grad(doc_objective), docs)[:, 0, 0], 1e-3 * jnp.maximum(l2, 1e-3))
-  newton = g_bias - jax.ops.segment_sum(cross * (g_docs[name] / h_docs)[doc_of], index, num_segments=size)
-  w = cross / jnp.sqrt(h_docs[doc_of])
-  return g_bias, newton, jnp.diag(h_bias) - _grouped_outer(w, doc_of, index, size, max_run)
+  h_docs = _doc_blocks(jax.grad(doc_objective), docs)[:, 0, 0]
+  # 1 / h_d where the data's own curvature is above the prior's, else 0 (as _solve_blocks: the document held).
+  scale = _solve_blocks(h_docs[:, None, None], jnp.ones_like(h_docs)[:, None], 2.0 * l2)[:, 0][doc_of]
+  newton = g_bias - jax.ops.segment_sum(cross * g_docs[name][doc_of] * scale, index, num_segments=size)
+  w = cross * jnp.sqrt(scale)
+  return g_bias, newton, jnp.diag(h_bias) - _grouped_outer(w, doc_of, index, size, max_run), h_bias
 
 
 def _grouped_outer(w, group, index, size: int, max_run):
@@ -291,11 +301,13 @@ def _pad(x: np.ndarray, rows: int, value: float = 0.0) -> np.ndarray:
   return np.concatenate([x, np.full((rows - x.shape[0],) + x.shape[1:], value, x.dtype)]) if rows > x.shape[0] else x
 
 
-def _bias_step(flat, grad_terms, hess_terms, l2):
-  """The Newton step on :math:`\\ell_2/2 \\lVert\\beta\\rVert^2` plus the partitions' terms (:func:`_bias_terms`:
-  their reduced gradient and Hessian summed), the Hessian's eigenvalues floored (a positive-definite step)."""
-  grad = l2 * flat + grad_terms
-  hess = l2 * np.eye(flat.shape[0]) + hess_terms
+def _bias_step(flat, terms: "_PassTerms", l2, damping: float):
+  """The Levenberg-Marquardt step on :math:`\\ell_2/2 \\lVert\\beta\\rVert^2` plus the partitions' terms: the
+  reduced Newton system (:func:`_bias_terms`: the reduced gradient and Hessian summed) damped by ``damping`` times
+  the bias's own curvature, :math:`(S + \\lambda\\,\\mathrm{diag}(H_{\\beta\\beta}))\\,\\delta = -g` (large
+  :math:`\\lambda`: the step with the documents held), eigenvalues floored (a positive-definite step)."""
+  grad = l2 * flat + terms.grad_terms
+  hess = l2 * np.eye(flat.shape[0]) + terms.hess_terms + damping * np.diag(l2 + np.abs(terms.hess_diag))
   w, v = np.linalg.eigh(0.5 * (hess + hess.T))
   w = np.maximum(w, max(1e-8 * float(np.abs(w).max(initial=1.0)), 1e-12))
   return -(v @ ((v.T @ grad) / w))
@@ -350,7 +362,7 @@ def _scatter(table, rows, values):
 @dataclasses.dataclass
 class _PassTerms:
   """One pass's sums over the partitions: the objective, the documents' squared gradient norm, the bias's gradient,
-  reduced gradient and reduced Hessian (:func:`_bias_terms`), and per per-document table the sum of the read
+  reduced gradient, reduced Hessian and its own Hessian's diagonal (:func:`_bias_terms`), and per per-document table the sum of the read
   documents' logits and their number (the ``data_mean`` prior's centre)."""
 
   objective: float
@@ -358,6 +370,7 @@ class _PassTerms:
   grad_bias: np.ndarray
   grad_terms: np.ndarray
   hess_terms: np.ndarray
+  hess_diag: np.ndarray
   sums: np.ndarray
   num_read: float
 
@@ -379,19 +392,27 @@ def _pass(model, source, mine, tables, bias, l2, inner_iters, centre, per_doc) -
   mu = {k: jnp.float32(v) for k, v in centre.items()}
   num_bias = ravel_pytree(bias)[0].shape[0]
   terms = _PassTerms(
-    0.0, 0.0, np.zeros(num_bias), np.zeros(num_bias), np.zeros((num_bias, num_bias)), np.zeros(len(per_doc)), 0.0
+    0.0,
+    0.0,
+    np.zeros(num_bias),
+    np.zeros(num_bias),
+    np.zeros((num_bias, num_bias)),
+    np.zeros(num_bias),
+    np.zeros(len(per_doc)),
+    0.0,
   )
   for p in mine:
     keys, counts, seen, max_run = source.arrays(p)
     local = {k: jnp.asarray(_pad(v, source.width, centre[k])) for k, v in tables[p].items()}
     local, value, sq = _doc_newton(model, local, bias, keys, counts, jnp.float32(l2), int(inner_iters), mu)
     tables[p] = {k: np.asarray(local[k])[: seen.size] for k in per_doc}
-    g_true, g_b, h_b = _bias_terms(model, local, bias, keys, counts, jnp.float32(l2), mu, max_run)
+    g_true, g_b, h_b, h_d = _bias_terms(model, local, bias, keys, counts, jnp.float32(l2), mu, max_run)
     terms.objective += float(np.sum(np.asarray(value), dtype=np.float64))
     terms.doc_sq += float(sq)
     terms.grad_bias += np.asarray(g_true, np.float64)
     terms.grad_terms += np.asarray(g_b, np.float64)
     terms.hess_terms += np.asarray(h_b, np.float64)
+    terms.hess_diag += np.asarray(h_d, np.float64)
     terms.sums += [float(np.sum(tables[p][k], dtype=np.float64)) for k in per_doc]
     terms.num_read += seen.size
   return terms
@@ -483,7 +504,8 @@ def fit_partitioned_statistics(
   bias = {k: jnp.asarray(v, jnp.float32) for k, v in start.items() if k not in per_doc}
   n = max(float(statistics.num_sessions), 1.0)
   l2 = float(l2)
-  prev, gnorm, passes, stalled, radius = np.inf, np.inf, 0, 0, START_RADIUS
+  prev, gnorm, passes, stalled, rejections = np.inf, np.inf, 0, 0, 0
+  radius, damping = START_RADIUS, START_DAMPING
   source = _Partitions(statistics.compact(), memory_budget_bytes)
   across_processes = bool(across_processes) and jax.process_count() > 1
   mine = source.nonempty[jax.process_index() :: jax.process_count()] if across_processes else source.nonempty
@@ -500,16 +522,19 @@ def fit_partitioned_statistics(
     obj = terms.objective + 0.5 * l2 * float(flat @ flat)
     bias_gnorm = float(np.linalg.norm(l2 * flat + terms.grad_bias))
     gnorm = float(np.sqrt(terms.doc_sq + bias_gnorm**2)) / n
-    stalled = stalled + 1 if prev - obj <= 1e-12 * abs(obj) else 0
+    rejected = obj > prev + REJECT_RTOL * abs(prev)
+    stalled = stalled + 1 if not rejected and prev - obj <= 1e-12 * abs(obj) else 0
+    rejections = rejections + 1 if rejected else 0
     centre = _centre(None, per_doc, dict(zip(per_doc, terms.sums)), terms.num_read, prior) if terms.num_read else centre
-    if gnorm <= tol or stalled >= STALLED_PASSES:
+    if gnorm <= tol or stalled >= STALLED_PASSES or rejections > MAX_REJECTIONS:
       break
-    if not obj > prev + REJECT_RTOL * abs(prev):  # accept: a Newton step from here, in a growing trust region
-      accepted, step, prev = flat, _bias_step(flat, terms.grad_terms, terms.hess_terms, l2), obj
+    if not rejected:  # accept: a damped Newton step from here, the damping relaxed, the trust region grown
+      accepted, kept, prev = flat, terms, obj
+      damping = max(damping / 3.0, MIN_DAMPING)
       radius = min(2.0 * radius, MAX_RADIUS) if passes > 1 else radius
-    else:  # reject: back to the last accepted bias, a shorter step along its Newton direction
-      radius *= 0.25
-    bias = unravel(jnp.asarray(accepted + _within(step, radius), jnp.float32))
+    else:  # reject: back to the last accepted bias, a step damped 10x more (towards the documents-held step)
+      damping *= 10.0
+    bias = unravel(jnp.asarray(accepted + _within(_bias_step(accepted, kept, l2, damping), radius), jnp.float32))
   ll = 0.0
   for p in mine:
     keys, counts = source.arrays(p)[:2]
