@@ -18,8 +18,11 @@ the partition's gradient and Hessian in :math:`\beta` with its documents elimina
     g = \nabla_\beta J - H_{\beta\theta} H_{\theta\theta}^{-1} \nabla_\theta J, \qquad
     S = H_{\beta\beta} - H_{\beta\theta} H_{\theta\theta}^{-1} H_{\theta\beta},
 
-(the Schur complement of the documents' block, in Hessian-vector products), summed over the partitions; then
-one Levenberg-damped Newton step :math:`\beta \leftarrow \beta - S^{-1} g`. That is the Newton step of the joint
+(the Schur complement of the documents' block, in Hessian-vector products; a document whose log-likelihood is
+not convex there is held instead), summed over the partitions; then one Newton step
+:math:`\beta \leftarrow \beta - (S + \lambda\,\mathrm{diag}\,H_{\beta\beta})^{-1} g`, Levenberg-Marquardt damped
+(:math:`\lambda` grows 10x after a pass that raised :math:`J`, whose step is taken back, and shrinks 3x after one
+that did not) within a trust region. That is the Newton step of the joint
 objective in :math:`\beta`, the documents following it, so the passes converge like Newton's method in
 :math:`\beta` rather than like block-coordinate descent, which zig-zags between the documents' attraction and the
 bias it trades off against (Schur-complement elimination of the per-point variables, as in bundle adjustment:
