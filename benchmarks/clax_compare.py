@@ -9,13 +9,13 @@ One log of ``--sessions`` training sessions x 10 ranks (plus validation and test
   (``benchmarks/_clax_side.py``), with CLAX's experiment settings: ``optax.adamw(0.01)``, batches of 4096,
   up to 100 epochs with its ``Trainer``'s early stopping on the validation split. It returns its fit's wall time
   (compile included) and its conditional click probabilities on the test split.
-* **ultr_jax**: :func:`ultr_jax.simulation.fit_click_model` (in-memory L-BFGS, its defaults), wall time
-  including compile, on the training split only. A streaming / sufficient-statistics fit, if the installed
-  ``ultr_jax.simulation`` has one (:data:`STREAM_FITS`), is timed too, and with ``--validate`` the statistics fit
-  whose prior precision :func:`ultr_jax.simulation.select_click_model_prior` picks on the validation split (the
-  split CLAX's early stopping reads): gathering, every fit of the grid and every validation pass timed; with
-  ``--minibatch_epochs`` :func:`ultr_jax.simulation.fit_click_model_minibatch` with CLAX's optimiser and batch
-  (Adam 0.01, 4096 sessions) for that many epochs.
+* **ultr_jax**: :func:`ultr_jax.simulation.fit_click_model` with ``solver=sim.LBFGS()`` (in-memory L-BFGS, its
+  defaults), wall time including compile, on the training split only. The streaming / sufficient-statistics fit
+  (:data:`STREAM_FIT`: the same call on the split's batches with ``solver=sim.Statistics()``) is timed too, and
+  with ``--validate`` the statistics fit whose prior precision ``fit_click_model(..., l2=PRIOR_GRID,
+  validation=...)`` picks on the validation split (the split CLAX's early stopping reads): gathering, every fit of
+  the grid and every validation pass timed; with ``--minibatch_epochs`` the fit by ``solver=sim.Minibatch(...)``
+  with CLAX's optimiser and batch (Adam 0.01, 4096 sessions) for that many epochs.
 
 Both sides' held-out conditional perplexity comes from the same function here,
 :func:`ultr_jax.simulation.click_prediction_scores` (per-rank conditional perplexity averaged over ranks, as
@@ -25,8 +25,8 @@ Both sides' held-out conditional perplexity comes from the same function here,
 With ``--log=long_tail`` the log is :func:`ultr_jax.simulation.simulate_long_tail_log`'s instead (``--queries``
 Zipf(``--zipf``) queries of ``--candidates`` documents, a noisy logging ranker showing 10: millions of distinct
 query-document pairs, as in real click logs), and ``--minibatch_child`` times
-:func:`ultr_jax.simulation.fit_click_model_minibatch` in a fresh process as CLAX's side is (row-wise steps where
-they pay, ``--sparse``; compressed tables, ``--table``), each side reporting its peak RSS.
+:func:`ultr_jax.simulation.fit_click_model` with ``solver=sim.Minibatch(...)`` in a fresh process as CLAX's side is
+(row-wise steps where they pay, ``--sparse``; compressed tables, ``--table``), each side reporting its peak RSS.
 
   bash benchmarks/clax_venv.sh                                  # once: /tmp/clax-venv
   python benchmarks/clax_compare.py                             # 10^6 sessions, pbm ubm dbn
@@ -36,7 +36,6 @@ they pay, ``--sparse``; compressed tables, ``--table``), each side reporting its
 """
 
 import argparse
-import inspect
 import json
 import os
 import platform
@@ -50,10 +49,12 @@ import numpy as np
 
 from ultr_jax import simulation as sim
 
-#: Optional streaming / statistics-based fits looked up on ``ultr_jax.simulation``: called like ``fit_click_model``
-#: when their signature takes ``doc_ids`` and ``clicks``, or with the training split as an iterable of session-batch
-#: dicts (``doc_ids``, ``clicks``; ``--stream_batch`` sessions each) when it takes ``batches``.
-STREAM_FITS = ("fit_click_model_stream", "fit_click_model_streaming")
+#: The streaming fit's side (``--skip_stream`` skips it): :func:`ultr_jax.simulation.fit_click_model` with
+#: ``solver=sim.Statistics()`` on the training split as an iterable of session-batch dicts (``doc_ids``,
+#: ``clicks``; ``--stream_batch`` sessions each): one pass to the sufficient statistics, then their fit.
+STREAM_FIT = "fit_click_model Statistics (stream)"
+#: The prior precisions ``--validate`` chooses among on the validation split (about a factor 2 apart).
+PRIOR_GRID = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -154,8 +155,8 @@ def run_clax(args, model, log_path, workdir):
 
 
 def run_minibatch_child(args, model, log_path, workdir):
-  """:func:`ultr_jax.simulation.fit_click_model_minibatch` in a fresh process (as CLAX's side: compile included,
-  its own peak RSS): (seconds, test conditional probabilities, info) or (None, None, error)."""
+  """:func:`ultr_jax.simulation.fit_click_model` by ``sim.Minibatch`` in a fresh process (as CLAX's side: compile
+  included, its own peak RSS): (seconds, test conditional probabilities, info) or (None, None, error)."""
   out = os.path.join(workdir, f"ultr_jax_{model}.npz")
   cmd = [sys.executable, os.path.abspath(__file__), "--child_fit", model, "--workdir", workdir, "--child_out", out]
   flags = (
@@ -203,19 +204,21 @@ def child_fit(args):
   if args.minibatch_schedule == "linear":  # to 0 at the last step: the late steps average the gradient noise
     lr = optax.linear_schedule(lr, 0.0, args.minibatch_epochs * len(chunks))
   t0 = time.perf_counter()
-  fit = sim.fit_click_model_minibatch(
+  fit = sim.fit_click_model(
     args.child_fit,
     chunks,
-    optimizer=getattr(optax, args.minibatch_optimizer)(lr),
-    epochs=args.minibatch_epochs,
+    solver=sim.Minibatch(
+      optimizer=getattr(optax, args.minibatch_optimizer)(lr),
+      epochs=args.minibatch_epochs,
+      list_size=ids.shape[1],
+      num_sessions=float(len(ids)),
+      sparse=sparse,
+      tables=table,
+      steps_per_call=args.steps_per_call,
+    ),
     num_docs=num_docs,
-    list_size=ids.shape[1],
-    num_sessions=float(len(ids)),
     l2=args.l2,
-    sparse=sparse,
-    tables=table,
-    steps_per_call=args.steps_per_call,
-    **({"prior": args.prior} if args.prior not in (None, "None") else {}),
+    prior=args.prior if args.prior not in (None, "None") else None,
   )
   jax.block_until_ready(fit.params)
   fit_s = time.perf_counter() - t0
@@ -242,11 +245,18 @@ def timed(fn):
   return time.perf_counter() - t0, out
 
 
+def in_memory_fit(model, ids, clicks, *, num_docs, l2, prior=None):
+  """:func:`ultr_jax.simulation.fit_click_model` by in-memory L-BFGS on the ``[S, L]`` arrays (its defaults)."""
+  return sim.fit_click_model(
+    model, {"doc_ids": ids, "clicks": clicks}, solver=sim.LBFGS(), num_docs=num_docs, l2=l2, prior=prior
+  )
+
+
 def stream_fits(batch_size, validate=False, minibatch_epochs=0):
-  """``(name, function)`` of the optional streaming fits present, each wrapped to take ``(model, doc_ids, clicks,
+  """``(name, function)`` of the streaming fits, each wrapped to take ``(model, doc_ids, clicks,
   num_docs=...)``."""
   found = []
-  if validate and hasattr(sim, "select_click_model_prior"):
+  if validate:
 
     def validated(model, ids, clicks, *, num_docs, l2, val=None):
       del l2  # chosen on the validation split
@@ -255,7 +265,10 @@ def stream_fits(batch_size, validate=False, minibatch_epochs=0):
         for i in range(0, len(ids), batch_size)
       ]
       stats = sim.gather_click_statistics(model, chunks)
-      fit, scores = sim.select_click_model_prior(model, stats, [val], num_docs=num_docs)
+      fit = sim.fit_click_model(
+        model, stats, solver=sim.Statistics(), num_docs=num_docs, l2=PRIOR_GRID, validation=[val]
+      )
+      scores = fit.perplexities
       print(f"  ({model} validation perplexity by l2: { ({k: round(v, 5) for k, v in scores.items()}) })")
       return fit
 
@@ -267,38 +280,30 @@ def stream_fits(batch_size, validate=False, minibatch_epochs=0):
       del val
       step = 4096  # CLAX's batch and learning rate: its way of fitting, ultr_jax's loop
       chunks = [{"doc_ids": ids[i : i + step], "clicks": clicks[i : i + step]} for i in range(0, len(ids), step)]
-      return sim.fit_click_model_minibatch(
+      return sim.fit_click_model(
         model,
         chunks,
-        optimizer=optax.adam(0.01),
-        epochs=minibatch_epochs,
+        solver=sim.Minibatch(
+          optimizer=optax.adam(0.01),
+          epochs=minibatch_epochs,
+          list_size=ids.shape[1],
+          num_sessions=float(len(ids)),
+        ),
         num_docs=num_docs,
-        list_size=ids.shape[1],
-        num_sessions=float(len(ids)),
         l2=l2,
-        **({"prior": prior} if prior else {}),
+        prior=prior or None,
       )
 
     found.append((f"minibatch Adam, {minibatch_epochs} epoch(s)", minibatch))
-  for name in STREAM_FITS:
-    fn = getattr(sim, name, None)
-    if fn is None:
-      continue
-    params = list(inspect.signature(fn).parameters)
-    if "doc_ids" in params and "clicks" in params:
-      found.append((name, fn))
-    elif "batches" in params:
 
-      def wrapped(model, ids, clicks, fn=fn, **kwargs):
-        chunks = [
-          {"doc_ids": ids[i : i + batch_size], "clicks": clicks[i : i + batch_size]}
-          for i in range(0, ids.shape[0], batch_size)
-        ]
-        return fn(model, chunks, **kwargs)
+  def streamed(model, ids, clicks, **kwargs):
+    chunks = [
+      {"doc_ids": ids[i : i + batch_size], "clicks": clicks[i : i + batch_size]}
+      for i in range(0, ids.shape[0], batch_size)
+    ]
+    return sim.fit_click_model(model, chunks, solver=sim.Statistics(), **kwargs)
 
-      found.append((name, wrapped))
-    else:
-      print(f"  ({name} present but takes {params[:4]}...: not timed)")
+  found.append((STREAM_FIT, streamed))
   return found
 
 
@@ -321,9 +326,11 @@ def main():
   parser.add_argument("--stream_batch", type=int, default=100_000, help="sessions per batch of a streaming fit")
   parser.add_argument("--reuse_log", action="store_true", help="read --workdir's log.npz if there (same --sessions)")
   parser.add_argument("--validate", action="store_true", help="also time the statistics fit with l2 by validation")
-  parser.add_argument("--skip_stream", action="store_true", help="do not time fit_click_model_stream")
   parser.add_argument(
-    "--minibatch_epochs", type=int, default=0, help="also time fit_click_model_minibatch (Adam 0.01, 4096 sessions)"
+    "--skip_stream", action="store_true", help="do not time the streaming statistics fit (STREAM_FIT)"
+  )
+  parser.add_argument(
+    "--minibatch_epochs", type=int, default=0, help="also time the fit by sim.Minibatch (Adam 0.01, 4096 sessions)"
   )
   parser.add_argument("--log", default="small", choices=("small", "long_tail"), help="which generated log")
   parser.add_argument("--candidates", type=int, default=20, help="long_tail: documents per query")
@@ -333,7 +340,7 @@ def main():
   parser.add_argument(
     "--minibatch_child",
     action="store_true",
-    help="time fit_click_model_minibatch in a fresh process (its own peak RSS; with --minibatch_epochs, lr, batch)",
+    help="time the fit by sim.Minibatch in a fresh process (its own peak RSS; with --minibatch_epochs, lr, batch)",
   )
   parser.add_argument("--minibatch_lr", type=float, default=0.01, help="minibatch fit: Adam's step (CLAX's)")
   parser.add_argument("--minibatch_optimizer", default="adam", help="minibatch fit: an optax optimiser's name")
@@ -349,7 +356,7 @@ def main():
   parser.add_argument("--skip_clax", action="store_true")
   parser.add_argument("--skip_ultr_jax", action="store_true")
   parser.add_argument(
-    "--skip_in_memory", action="store_true", help="time only the streaming fits, not fit_click_model on [S, L] arrays"
+    "--skip_in_memory", action="store_true", help="time only the streaming fits, not the LBFGS fit on [S, L] arrays"
   )
   parser.add_argument("--workdir", default=None, help="where the shared log goes (default a temporary folder)")
   args = parser.parse_args()
@@ -385,13 +392,13 @@ def main():
   in_process_minibatch = 0 if args.minibatch_child else args.minibatch_epochs
   extra = [] if args.skip_ultr_jax else stream_fits(args.stream_batch, args.validate, in_process_minibatch)
   val = {"doc_ids": log["val_query_doc_ids"], "clicks": log["val_clicks"]}
-  print(f"optional streaming fits found: {[n for n, _ in extra] or 'none'}")
+  print(f"streaming fits: {[n for n, _ in extra] or 'none'}")
 
   rows = []
   for model in models:
     if not args.skip_ultr_jax:
-      sides = [] if args.skip_in_memory else [("ultr_jax fit_click_model", sim.fit_click_model)]
-      sides += [(f"ultr_jax {n}", f) for n, f in extra if not (args.skip_stream and n in STREAM_FITS)]
+      sides = [] if args.skip_in_memory else [("ultr_jax fit_click_model LBFGS", in_memory_fit)]
+      sides += [(f"ultr_jax {n}", f) for n, f in extra if not (args.skip_stream and n == STREAM_FIT)]
       for side, fn in sides:
         best, fit = None, None
         for _ in range(args.repeats):

@@ -8,11 +8,12 @@ of 10 documents, a noisy logging ranker), then fits each of ``--models`` from a
 :class:`ultr_jax.data.SessionStream` over the shards, each fit in a fresh subprocess so that its peak resident
 memory (``resource.getrusage``) is its own:
 
-* ``pbm``, ``ubm``: one pass to sufficient statistics (:func:`ultr_jax.simulation.fit_click_model_stream`; a
-  table of (document, rank[, last click]) counts), then the preconditioned L-BFGS fit on them;
+* ``pbm``, ``ubm``: one pass to sufficient statistics (:func:`ultr_jax.simulation.gather_click_statistics`; a
+  table of (document, rank[, last click]) counts), then the preconditioned L-BFGS fit on them
+  (:func:`ultr_jax.simulation.fit_click_model` with ``solver=sim.Statistics()``);
 * ``dbn``: its exact statistics are the distinct sessions, which a noisy ranker's log does not reduce (as many
-  records as sessions), so it is fitted by :func:`ultr_jax.simulation.fit_click_model_minibatch` (Adam over the
-  stream, ``--dbn_epochs`` passes): memory flat, like CLAX's way;
+  records as sessions), so it is fitted by :func:`ultr_jax.simulation.fit_click_model` with
+  ``solver=sim.Minibatch(...)`` (Adam over the stream, ``--dbn_epochs`` passes): memory flat, like CLAX's way;
 
 each then scored on the held-out shards by :func:`ultr_jax.simulation.evaluate_click_model_stream` (the conditional
 perplexity). Prints one row per phase: wall seconds, sessions/s, peak RSS in MB, and the fit's details.
@@ -70,20 +71,22 @@ def _fit(args, model):
   t0 = time.perf_counter()
   if model == "dbn":
     stream = data.SessionStream(os.path.join(args.workdir, "train"), batch_size=args.dbn_batch_size)
-    fit = sim.fit_click_model_minibatch(
+    fit = sim.fit_click_model(
       model,
       stream,
-      optimizer=optax.adam(args.dbn_learning_rate),
-      epochs=args.dbn_epochs,
+      solver=sim.Minibatch(
+        optimizer=optax.adam(args.dbn_learning_rate),
+        epochs=args.dbn_epochs,
+        list_size=10,
+        num_sessions=float(args.sessions),
+      ),
       num_docs=num_docs,
-      list_size=10,
-      num_sessions=float(args.sessions),
     )
     details = {"steps": fit.iterations, "epochs": args.dbn_epochs, "batch": args.dbn_batch_size}
   else:
     stats = sim.gather_click_statistics(model, train)
     gathered = time.perf_counter() - t0
-    fit = sim.fit_click_model_from_statistics(model, stats, num_docs=num_docs)
+    fit = sim.fit_click_model(model, stats, solver=sim.Statistics(), num_docs=num_docs)
     details = {"records": stats.num_records, "gather_s": round(gathered, 1), "iterations": fit.iterations}
   jax.block_until_ready(fit.params)
   fit_s = time.perf_counter() - t0

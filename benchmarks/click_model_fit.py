@@ -7,9 +7,9 @@ logging ranker, 10 positions). Times, warm (compile excluded), best of
 * the DBN session log-likelihood (:meth:`ultr_jax.simulation.ChainModel.log_likelihood`,
   one ``lax.scan`` over ranks in log space) against a NumPy filter
   vectorised over sessions (a Python loop over the 10 ranks);
-* a PBM fit (:func:`ultr_jax.simulation.fit_click_model`, optax L-BFGS on
-  float32, ``l2 = 0``) against scipy's L-BFGS-B on the same likelihood with
-  its analytic gradient in NumPy (float64, ``np.bincount`` per parameter);
+* a PBM fit (:func:`ultr_jax.simulation.fit_click_model` with ``solver=sim.LBFGS()``, L-BFGS on the sessions in
+  memory, float32, ``l2 = 0``) against scipy's L-BFGS-B on the same likelihood with its analytic gradient in NumPy
+  (float64, ``np.bincount`` per parameter);
 * a DBN fit, for scale (no NumPy/scipy peer: its gradient has no short
   closed form).
 
@@ -116,9 +116,10 @@ def main():
   # 2. PBM fit: ultr_jax L-BFGS (float32) vs scipy L-BFGS-B (float64, analytic gradient).
   pbm_log = sim.simulate_session_log(jax.random.key(1), "pbm", attraction, num_sessions=args.sessions)
   p_ids, p_clicks = np.asarray(pbm_log["doc_ids"]), np.asarray(pbm_log["clicks"])
-  fit = sim.fit_click_model("pbm", p_ids, p_clicks, num_docs=num_docs, l2=0.0, max_iters=500, tol=1e-5)
+  pbm_data, lbfgs = {"doc_ids": p_ids, "clicks": p_clicks}, sim.LBFGS(max_iters=500, tol=1e-5)
+  fit = sim.fit_click_model("pbm", pbm_data, solver=lbfgs, num_docs=num_docs, l2=0.0)
   t_fit, fit = best_of(
-    lambda: sim.fit_click_model("pbm", p_ids, p_clicks, num_docs=num_docs, l2=0.0, max_iters=500, tol=1e-5),
+    lambda: sim.fit_click_model("pbm", pbm_data, solver=lbfgs, num_docs=num_docs, l2=0.0),
     args.repeats,
   )
   t_sp, (ll_sp, nit) = best_of(lambda: scipy_pbm_fit(p_ids, p_clicks, num_docs), 1)
@@ -129,8 +130,9 @@ def main():
   )
 
   # 3. DBN fit, for scale.
-  sim.fit_click_model("dbn", ids, clicks, num_docs=num_docs, max_iters=500)
-  t_dbn, fit = best_of(lambda: sim.fit_click_model("dbn", ids, clicks, num_docs=num_docs, max_iters=500), args.repeats)
+  dbn_data, lbfgs = {"doc_ids": ids, "clicks": clicks}, sim.LBFGS(max_iters=500)
+  sim.fit_click_model("dbn", dbn_data, solver=lbfgs, num_docs=num_docs)
+  t_dbn, fit = best_of(lambda: sim.fit_click_model("dbn", dbn_data, solver=lbfgs, num_docs=num_docs), args.repeats)
   print(
     f"DBN fit: ultr_jax {t_dbn:.2f} s ({fit.iterations} iterations, converged {fit.converged}, "
     f"{args.sessions * fit.iterations / t_dbn / 1e6:.1f}M session-iterations/s)"

@@ -8,11 +8,12 @@ same key, later batches), split into sessions whose documents all appear in trai
 one document no training batch showed (the long tail's: one row per document can only give such a document its
 prior's centre).
 
-Each fit is :func:`ultr_jax.simulation.fit_click_model_minibatch` (Adam ``--lr``, batches of ``--batch``,
-``--epochs``): ``rows`` (one row per document, row-wise steps), ``linear`` (``FeatureTable(nn.Dense(1), x)``) and
-``mlp`` (a tanh MLP of ``--hidden`` units) for the ``--feature_params`` (default the attraction, the one the features
-determine; the DBN's satisfaction keeps one row per document). Reported: wall seconds of each fit (compilation
-included), its parameters, held-out conditional perplexity on all, seen and unseen sessions, and ``truth`` (the
+Each fit is :func:`ultr_jax.simulation.fit_click_model` with ``solver=sim.Minibatch(...)`` (Adam ``--lr``, batches of
+``--batch``, ``--epochs``): ``rows`` (one row per document, row-wise steps), ``linear`` (``FeatureTable(nn.Dense(1),
+x)``) and ``mlp`` (a tanh MLP of ``--hidden`` units) for the ``--feature_params`` (default the attraction, the one
+the features determine; the DBN's satisfaction keeps one row per document). Reported: wall seconds of each fit
+(compilation included), its parameters, held-out conditional perplexity on all, seen and unseen sessions, and
+``truth`` (the
 generating model's own, :func:`ultr_jax.simulation.click_prediction_scores`), plus ``uptime``'s load.
 
   nice -n 5 python benchmarks/feature_table.py --sessions=200000 --queries=50000
@@ -119,15 +120,17 @@ def main():
   for fit_name in args.fits.split(","):
     tables = None if fit_name == "rows" else {k: sim.FeatureTable(modules[fit_name], x) for k in names}
     t0 = time.perf_counter()
-    fit = sim.fit_click_model_minibatch(
+    fit = sim.fit_click_model(
       args.model,
       batches,
-      optimizer=optax.adam(args.lr),
-      epochs=args.epochs,
+      solver=sim.Minibatch(
+        optimizer=optax.adam(args.lr),
+        epochs=args.epochs,
+        list_size=10,
+        num_sessions=float(args.sessions),
+        tables=tables,
+      ),
       num_docs=num_docs,
-      list_size=10,
-      num_sessions=float(args.sessions),
-      tables=tables,
     )
     jax.block_until_ready(fit.params)
     seconds = time.perf_counter() - t0

@@ -8,9 +8,9 @@ documents: the same key, later batches).
 
 * **ultr_jax** (one subprocess per model, its peak RSS its own): a :class:`ultr_jax.data.SessionStream` over the
   shards, timed per phase: ``read`` (one pass over the stream, nothing else), ``aggregate``
-  (:func:`ultr_jax.simulation.gather_click_statistics` within ``--memory_budget_mb``: spilled to disk
-  partitioned by document past it), ``fit`` (:func:`ultr_jax.simulation.fit_click_model_from_statistics`; on
-  spilled statistics the partition-by-partition fit). With ``--processes=2`` the same as two processes on
+  (:func:`ultr_jax.simulation.gather_click_statistics` within ``--memory_budget_mb``: spilled to disk partitioned by
+  document past it), ``fit`` (:func:`ultr_jax.simulation.fit_click_model` with ``solver=sim.Statistics(...)`` on
+  them; on spilled statistics the partition-by-partition fit). With ``--processes=2`` the same as two processes on
   127.0.0.1 (``jax.distributed``, gloo), each reading its own row groups.
 * **CLAX** (``--clax``; its venv, ``benchmarks/clax_venv.sh``): ``benchmarks/_clax_side.py`` on the same
   sessions as an ``.npz`` (written only with ``--clax``), CLAX's settings (AdamW 0.01, batches of 4096, early
@@ -37,6 +37,8 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 _BATCH = 200_000
+#: The prior precisions ``--select_prior`` chooses among on the validation split (about a factor 2 apart).
+PRIOR_GRID = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
 
 def _log_args(args):
@@ -120,16 +122,16 @@ def fit_ultr_jax(args, model, process_id=0, port=0):
   t0 = time.perf_counter()
   if args.select_prior:  # the prior's precision picked on the validation split (what CLAX's early stopping does)
     val = lambda: data.SessionStream(os.path.join(args.workdir, "val"), batch_size=args.batch_size)  # noqa: E731
-    fit, _ = sim.select_click_model_prior(model, stats, val, num_docs=num_docs, memory_budget_bytes=budget)
+    fit = sim.fit_click_model(
+      model, stats, solver=sim.Statistics(budget=budget), num_docs=num_docs, l2=PRIOR_GRID, validation=val
+    )
   else:
-    fit = sim.fit_click_model_from_statistics(
+    fit = sim.fit_click_model(
       model,
       stats,
+      solver=sim.Statistics(budget=budget, max_iters=args.max_iters, across_processes=args.processes > 1),
       num_docs=num_docs,
       l2=args.l2,
-      max_iters=args.max_iters,
-      memory_budget_bytes=budget,
-      across_processes=args.processes > 1,
     )
   jax.block_until_ready(fit.params)
   fit_s = time.perf_counter() - t0
@@ -176,9 +178,9 @@ def _test_perplexity(args, model, params):
 
 
 def _fit_minibatch(args, model, num_docs, sessions, read_s):
-  """A cascade model by :func:`ultr_jax.simulation.fit_click_model_minibatch` over the stream (one counting pass,
-  then ``--minibatch_epochs``), Adam ``--minibatch_lr`` decaying linearly to 0, per-document tables as
-  ``--table`` (``full`` or ``hashed:<rows>``); prints a JSON line."""
+  """A cascade model by :func:`ultr_jax.simulation.fit_click_model` with ``solver=sim.Minibatch(...)`` over the
+  stream (one counting pass, then ``--minibatch_epochs``), Adam ``--minibatch_lr`` decaying linearly to 0,
+  per-document tables as ``--table`` (``full`` or ``hashed:<rows>``); prints a JSON line."""
   import jax  # noqa: PLC0415
   import optax  # noqa: PLC0415
 
@@ -194,15 +196,17 @@ def _fit_minibatch(args, model, num_docs, sessions, read_s):
   steps = args.minibatch_epochs * -(-sessions // args.minibatch_batch)
   batches = lambda: data.SessionStream(os.path.join(args.workdir, "train"), batch_size=args.minibatch_batch)  # noqa: E731
   t0 = time.perf_counter()
-  fit = sim.fit_click_model_minibatch(
+  fit = sim.fit_click_model(
     model,
     batches,
-    optimizer=optax.adam(optax.linear_schedule(args.minibatch_lr, 0.0, steps)),
-    epochs=args.minibatch_epochs,
+    solver=sim.Minibatch(
+      optimizer=optax.adam(optax.linear_schedule(args.minibatch_lr, 0.0, steps)),
+      epochs=args.minibatch_epochs,
+      num_sessions=float(sessions),
+      tables=table,
+    ),
     num_docs=num_docs,
-    num_sessions=float(sessions),
     l2=args.l2,
-    tables=table,
   )
   jax.block_until_ready(fit.params)
   fit_s = time.perf_counter() - t0

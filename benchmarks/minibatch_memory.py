@@ -1,13 +1,14 @@
-"""Peak memory of :func:`ultr_jax.simulation.fit_click_model_minibatch` at a large document vocabulary, on a small log.
+"""Peak memory of the minibatch click-model fit at a large document vocabulary, on a small log.
 
 A proxy of the minibatch fit of ``benchmarks/long_tail.py`` at 10^8 sessions (2 x 10^8 document ids): the memory
 that grows with the vocabulary, not with the log, shows on a log of 10^5 sessions whose document ids are spread
 over ``--num_docs`` ids. The log: :func:`ultr_jax.simulation.simulate_long_tail_log` (``--generator`` clicks,
 ``--sessions`` sessions, ``--queries`` x ``--candidates`` documents), each id multiplied by
-``--num_docs // (queries x candidates)``, held in memory in batches of ``--batch`` sessions. The fit: ``--model``
-with ``num_docs=--num_docs``, ``num_sessions`` given (as ``long_tail.py`` does: the counting pass still runs for the
-sparse prior), Adam ``--lr`` decaying linearly to 0 over ``--epochs``, per-document tables ``--table`` (``full``
-or ``hashed:<rows>``).
+``--num_docs // (queries x candidates)``, held in memory in batches of ``--batch`` sessions. The fit
+(:func:`ultr_jax.simulation.fit_click_model`, ``solver=sim.Minibatch(...)``): ``--model`` with
+``num_docs=--num_docs``, ``num_sessions`` given (as ``long_tail.py`` does: the counting pass still runs for the
+sparse prior), Adam ``--lr`` decaying linearly to 0 over ``--epochs``, per-document tables ``--table`` (``full`` or
+``hashed:<rows>``).
 
 Prints one JSON line: the peak RSS (``VmHWM``, reset after the log is built: ``/proc/self/clear_refs``) before
 and during the fit in MB, the fit's wall seconds, the machine's load, and ``checksum``: a digest of the fitted
@@ -118,14 +119,16 @@ def main(args) -> dict:
   reset = _reset_peak()
   sampler = _Sampler() if args.trace else None
   t0 = time.perf_counter()
-  fit = sim.fit_click_model_minibatch(
+  fit = sim.fit_click_model(
     args.model,
     batches,
-    optimizer=optax.adam(optax.linear_schedule(args.lr, 0.0, steps)),
-    epochs=args.epochs,
+    solver=sim.Minibatch(
+      optimizer=optax.adam(optax.linear_schedule(args.lr, 0.0, steps)),
+      epochs=args.epochs,
+      num_sessions=float(args.sessions),
+      tables=table,
+    ),
     num_docs=args.num_docs,
-    num_sessions=float(args.sessions),
-    tables=table,
   )
   jax.block_until_ready(fit.params)
   fit_s = time.perf_counter() - t0

@@ -1,6 +1,6 @@
 r"""The minibatch click-model fit over a device mesh against one device, side by side in one process.
 
-:func:`ultr_jax.simulation.fit_click_model_minibatch` on a long-tail log
+:func:`ultr_jax.simulation.fit_click_model` with ``solver=sim.Minibatch(...)`` on a long-tail log
 (:func:`ultr_jax.simulation.simulate_long_tail_log`: ``--sessions`` sessions over ``sessions / 10`` Zipf(1.1)
 queries of 20 candidates, 10 ranks, clicks from each model itself), held in memory and cut into batches of
 ``--batch`` sessions, one epoch of Adam (0.05, ``eps`` 1e-3) with row-wise steps: once without a mesh (``none``),
@@ -60,9 +60,8 @@ def log_batches(model: str) -> list:
 
 def timed_fit(model: str, batches: list, num_docs: int, mesh) -> tuple:
   t0 = time.perf_counter()
-  fit = sim.fit_click_model_minibatch(
-    model, batches, optimizer=optax.adam(0.05, eps=1e-3), num_docs=num_docs, sparse=True, mesh=mesh
-  )
+  solver = sim.Minibatch(optimizer=optax.adam(0.05, eps=1e-3), sparse=True, mesh=mesh)
+  fit = sim.fit_click_model(model, batches, solver=solver, num_docs=num_docs)
   jax.block_until_ready(fit.logits)
   return time.perf_counter() - t0, fit
 

@@ -71,7 +71,9 @@ def generate(args) -> dict:
   inputs = {"scores": ideal, "clicks": log["clicks"], "doc_ids": log["doc_ids"], "logging": logging, "target": target}
   if "cascade_dr" in args.estimators.split(","):  # a fitted PBM and its Q tables
     num_docs = args.queries * args.list_size
-    fit = sim.fit_click_model("pbm", log["doc_ids"], log["clicks"], num_docs=num_docs)
+    fit = sim.fit_click_model(
+      "pbm", {"doc_ids": log["doc_ids"], "clicks": log["clicks"]}, solver=sim.LBFGS(), num_docs=num_docs
+    )
     q_hat, action_dist = ev.cascade_dr_tables(
       ideal, doc_ids=log["doc_ids"], model="pbm", params=fit.params, temperature=args.target_temperature, **_key(args)
     )

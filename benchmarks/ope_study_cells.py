@@ -7,9 +7,9 @@ targets and estimators): ``--replicates`` replicate logs of ``--sessions`` sessi
   the reference) and from the terms of every cell (query, ranking, click pattern) computed once per logging
   temperature (``_cells_run``; that one-off computation is timed apart).
 * **Model-based** (``--model_replicates`` logs): a click model fitted in memory to the whole log
-  (``simulation.fit_click_model``) and the direct method, doubly robust and cascade doubly robust on every
-  session (the reference), against the fit to the log's sufficient statistics and the estimators on its
-  distinct sessions, each counted.
+  (``simulation.fit_click_model`` with ``solver=simulation.LBFGS(...)``) and the direct method, doubly robust and
+  cascade doubly robust on every session (the reference), against the fit to the log's sufficient statistics and the
+  estimators on its distinct sessions, each counted.
 
 Each side is run once to compile, then timed; prints both times, the ratio and the largest difference of the
 estimates, with the machine's load.
@@ -46,8 +46,9 @@ def _model_based_in_memory(config, queries, user, sessions, logits, keys, target
     log = ope._simulate(key, logits, attraction, arrays, user=user, scalars=scalars, num_sessions=sessions)
     for model in config.fitted_models:
       fit = sim.fit_click_model(
-        model, log["doc_ids"], log["clicks"], num_docs=num_docs, l2=float(config.fit_l2),
-        max_iters=int(config.fit_max_iters), prior="zero",
+        model, {"doc_ids": log["doc_ids"], "clicks": log["clicks"]},
+        solver=sim.LBFGS(max_iters=int(config.fit_max_iters)), num_docs=num_docs, l2=float(config.fit_l2),
+        prior="zero",
       )  # fmt: skip
       names = tuple(config.model_estimators)
       out.append(

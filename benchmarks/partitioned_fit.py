@@ -4,10 +4,10 @@ r"""The partition-by-partition statistics fit against the in-memory fit on one l
 The log is :func:`ultr_jax.simulation.simulate_long_tail_log`'s (``--sessions`` sessions over ``sessions / 10``
 Zipf queries x 20 candidates, 10 ranks, UBM clicks; with ``--num_docs`` the document ids spread over that many
 ids, most of them unread, as in a large log's vocabulary). Each model's item statistics are counted once in memory
-(fitted by :func:`ultr_jax.simulation.fit_click_model_from_statistics`, preconditioned L-BFGS) and once spilled
-into ``--partitions`` partitions (:class:`ultr_jax.simulation.PartitionedStatistics`, fitted by
-:func:`ultr_jax.simulation.fit_partitioned_statistics`). Prints one JSON line per model, with the process's peak RSS after the partitioned fit (run one model per process
-for its own peak).
+(fitted by :func:`ultr_jax.simulation.fit_click_model` with ``solver=sim.Statistics()``, preconditioned L-BFGS) and
+once spilled into ``--partitions`` partitions (:class:`ultr_jax.simulation.PartitionedStatistics`, fitted by the same
+call, which on them runs :func:`ultr_jax.simulation.partitioned_fit.newton_fit_partitioned`). Prints one JSON line
+per model, with the process's peak RSS after the partitioned fit (run one model per process for its own peak).
 
   python benchmarks/partitioned_fit.py --sessions=200000 --models pbm ubm
   python benchmarks/partitioned_fit.py --sessions=100000 --num_docs=200000000 --models pbm --skip_in_memory
@@ -59,7 +59,7 @@ def main():
     if not args.skip_in_memory:
       t0 = time.perf_counter()
       stats = sim.gather_click_statistics(model, batches, memory_budget_bytes=None)
-      memory = sim.fit_click_model_from_statistics(model, stats, num_docs=num_docs, l2=args.l2)
+      memory = sim.fit_click_model(model, stats, solver=sim.Statistics(), num_docs=num_docs, l2=args.l2)
       memory_s = round(time.perf_counter() - t0, 2)
     counter = ItemCounter(
       memory_budget_bytes=0, num_partitions=args.partitions, last_click_state=m.statistics_kind == "ubm_items"
@@ -67,7 +67,7 @@ def main():
     for b in batches:
       counter.add(b["doc_ids"], b["clicks"], b.get("where"))
     t0 = time.perf_counter()
-    fit = sim.fit_click_model_from_statistics(model, counter.result(), num_docs=num_docs, l2=args.l2)
+    fit = sim.fit_click_model(model, counter.result(), solver=sim.Statistics(), num_docs=num_docs, l2=args.l2)
     jax.block_until_ready(fit.params)
     fit_s = time.perf_counter() - t0
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

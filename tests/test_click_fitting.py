@@ -66,7 +66,9 @@ def test_maximum_likelihood_matches_scipy_on_an_independent_numpy_likelihood(mod
   params = {"dcm": dict(continuation=0.6)}.get(model, {})
   _, log = _log(model, seed=1, num_queries=3, length=4, num_sessions=3000, **params)
   ids, clicks = log["doc_ids"], log["clicks"].astype(np.float64)
-  fit = sim.fit_click_model(model, ids, clicks, num_docs=12, l2=0.0, tol=1e-6, max_iters=2000)
+  fit = sim.fit_click_model(
+    model, {"doc_ids": ids, "clicks": clicks}, solver=sim.LBFGS(max_iters=2000, tol=1e-6), num_docs=12, l2=0.0
+  )
   np_ll = _np_pbm_ll if model == "pbm" else _np_dcm_ll
   ref_ll, ref = _scipy_fit(np_ll, [12, 4], ids, clicks)
   mine = [
@@ -87,7 +89,9 @@ def test_fit_is_at_least_as_likely_as_the_truth():
   """Maximum likelihood: the fitted parameters explain the training log at least as well as the
   parameters that generated it (up to the optimiser's tolerance)."""
   attraction, log = _log("dcm", seed=2, continuation=0.6)
-  fit = sim.fit_click_model("dcm", log["doc_ids"], log["clicks"], num_docs=50, l2=0.0)
+  fit = sim.fit_click_model(
+    "dcm", {"doc_ids": log["doc_ids"], "clicks": log["clicks"]}, solver=sim.LBFGS(), num_docs=50, l2=0.0
+  )
   truth = {"attraction": jnp.asarray(attraction), "continuation": jnp.full(5, 0.6)}
   true_ll = float(sim.click_model_log_likelihood("dcm", truth, log["doc_ids"], log["clicks"]).mean())
   assert fit.converged
@@ -140,7 +144,9 @@ RECOVERY = {
 @pytest.mark.parametrize("model", sorted(RECOVERY))
 def test_recovers_the_parameters_of_simulated_logs(model):
   attraction, log = _log(model, seed=3, **RECOVERY[model])
-  fit = sim.fit_click_model(model, log["doc_ids"], log["clicks"], num_docs=50)
+  fit = sim.fit_click_model(
+    model, {"doc_ids": log["doc_ids"], "clicks": log["clicks"]}, solver=sim.LBFGS(), num_docs=50
+  )
   assert fit.converged, fit
   a = np.asarray(fit.params["attraction"])
   p = {k: np.asarray(v) for k, v in fit.params.items()}
@@ -187,7 +193,9 @@ def test_trust_fit_recovers_every_click_probability_but_only_an_affine_map_of_th
   truth = {"attraction": jnp.asarray(attraction), "examination": jnp.asarray(o), "trust": jnp.asarray(rho)}
   lls = [sim.click_model_log_likelihood("trust", p, log["doc_ids"][:500], log["clicks"][:500]) for p in (truth, other)]
   np.testing.assert_allclose(lls[0], lls[1], rtol=1e-5)
-  fit = sim.fit_click_model("trust", log["doc_ids"], log["clicks"], num_docs=50)
+  fit = sim.fit_click_model(
+    "trust", {"doc_ids": log["doc_ids"], "clicks": log["clicks"]}, solver=sim.LBFGS(), num_docs=50
+  )
   assert fit.converged, fit
   p = {key: np.asarray(val, np.float64) for key, val in fit.params.items()}
   q_fit = p["examination"] * (p["trust"] + (1 - p["trust"]) * p["attraction"][:, None])
@@ -201,7 +209,9 @@ def test_held_out_likelihood_prefers_the_generating_model(true_model, other):
   train, test = _split(log, 24000)
   scores = {}
   for model in (true_model, other):
-    fit = sim.fit_click_model(model, train["doc_ids"], train["clicks"], num_docs=50)
+    fit = sim.fit_click_model(
+      model, {"doc_ids": train["doc_ids"], "clicks": train["clicks"]}, solver=sim.LBFGS(), num_docs=50
+    )
     scores[model] = sim.evaluate_click_model(model, fit.params, test["doc_ids"], test["clicks"])
   assert scores[true_model]["log_likelihood"] > scores[other]["log_likelihood"]
   assert scores[true_model]["perplexity"] < scores[other]["perplexity"]
@@ -236,7 +246,7 @@ def test_evaluate_by_hand_and_pbm_conditionals_are_marginals():
 def test_padding_items_and_sessions_changes_nothing(model):
   _, log = _log(model, seed=5, num_queries=4, length=4, num_sessions=800)
   ids, clicks = log["doc_ids"], log["clicks"]
-  plain = sim.fit_click_model(model, ids, clicks, num_docs=16)
+  plain = sim.fit_click_model(model, {"doc_ids": ids, "clicks": clicks}, solver=sim.LBFGS(), num_docs=16)
   # Two garbage items per session and 100 all-masked garbage sessions.
   rng = np.random.default_rng(0)
   pad_ids = np.concatenate([ids, rng.integers(-5, 40, size=(800, 2))], axis=1)
@@ -245,7 +255,9 @@ def test_padding_items_and_sessions_changes_nothing(model):
   pad_ids = np.concatenate([pad_ids, np.full((100, 6), 7)])
   pad_clicks = np.concatenate([pad_clicks, np.ones((100, 6))])
   where = np.concatenate([where, np.zeros((100, 6), bool)])
-  padded = sim.fit_click_model(model, pad_ids, pad_clicks, where=where, num_docs=16)
+  padded = sim.fit_click_model(
+    model, {"doc_ids": pad_ids, "clicks": pad_clicks, "where": where}, solver=sim.LBFGS(), num_docs=16
+  )
   assert padded.log_likelihood == pytest.approx(plain.log_likelihood, abs=1e-5)
   np.testing.assert_allclose(padded.params["attraction"], plain.params["attraction"], atol=1e-4)
 
@@ -253,19 +265,25 @@ def test_padding_items_and_sessions_changes_nothing(model):
 def test_input_errors_name_the_problem():
   ids = np.zeros((2, 3), int)
   with pytest.raises(ValueError, match="unknown click model 'dbm'"):
-    sim.fit_click_model("dbm", ids, np.zeros((2, 3)))
+    sim.fit_click_model("dbm", {"doc_ids": ids, "clicks": np.zeros((2, 3))}, solver=sim.LBFGS())
   with pytest.raises(ValueError, match="same"):
-    sim.fit_click_model("pbm", ids, np.zeros((2, 4)))
+    sim.fit_click_model("pbm", {"doc_ids": ids, "clicks": np.zeros((2, 4))}, solver=sim.LBFGS())
   with pytest.raises(ValueError, match=r"clicks\[1, 2\] = 0.5"):
-    sim.fit_click_model("pbm", ids, np.array([[0, 1, 0], [0, 0, 0.5]]))
+    sim.fit_click_model("pbm", {"doc_ids": ids, "clicks": np.array([[0, 1, 0], [0, 0, 0.5]])}, solver=sim.LBFGS())
   with pytest.raises(ValueError, match=r"doc_ids\[0, 1\] = 9"):
-    sim.fit_click_model("pbm", np.array([[0, 9, 1], [0, 1, 2]]), np.zeros((2, 3)), num_docs=3)
+    sim.fit_click_model(
+      "pbm", {"doc_ids": np.array([[0, 9, 1], [0, 1, 2]]), "clicks": np.zeros((2, 3))}, solver=sim.LBFGS(), num_docs=3
+    )
   with pytest.raises(ValueError, match=r"cascade: session \[1\] has 2 clicks.*dcm"):
-    sim.fit_click_model("cascade", ids, np.array([[1, 0, 0], [1, 0, 1]]))
+    sim.fit_click_model("cascade", {"doc_ids": ids, "clicks": np.array([[1, 0, 0], [1, 0, 1]])}, solver=sim.LBFGS())
   with pytest.raises(ValueError, match="integers"):
-    sim.fit_click_model("pbm", ids.astype(float), np.zeros((2, 3)))
+    sim.fit_click_model("pbm", {"doc_ids": ids.astype(float), "clicks": np.zeros((2, 3))}, solver=sim.LBFGS())
   # Masked entries are not checked: garbage there is fine.
-  fit = sim.fit_click_model("cascade", np.array([[0, -1]]), np.array([[1.0, 7.0]]), where=np.array([[True, False]]))
+  fit = sim.fit_click_model(
+    "cascade",
+    {"doc_ids": np.array([[0, -1]]), "clicks": np.array([[1.0, 7.0]]), "where": np.array([[True, False]])},
+    solver=sim.LBFGS(),
+  )
   assert fit.params["attraction"].shape == (1,)
 
 
@@ -293,8 +311,12 @@ def test_a_session_log_file_round_trips_and_fits_like_the_arrays(tmp_path):
   # Dense ids differ from the simulator's, but map one to one.
   pairs = set(zip(out["doc_ids"].ravel().tolist(), log["doc_ids"].ravel().tolist()))
   assert len(pairs) == len({a for a, _ in pairs}) == len({b for _, b in pairs}) == out["num_docs"]
-  from_file = sim.fit_click_model("dcm", out["doc_ids"], out["clicks"], num_docs=out["num_docs"])
-  from_arrays = sim.fit_click_model("dcm", log["doc_ids"], log["clicks"], num_docs=20)
+  from_file = sim.fit_click_model(
+    "dcm", {"doc_ids": out["doc_ids"], "clicks": out["clicks"]}, solver=sim.LBFGS(), num_docs=out["num_docs"]
+  )
+  from_arrays = sim.fit_click_model(
+    "dcm", {"doc_ids": log["doc_ids"], "clicks": log["clicks"]}, solver=sim.LBFGS(), num_docs=20
+  )
   assert from_file.log_likelihood == pytest.approx(from_arrays.log_likelihood, abs=1e-6)
 
 
@@ -331,8 +353,12 @@ def test_a_fit_sharded_over_sessions_equals_the_single_device_fit(model):
     pytest.skip("needs 8 devices (XLA_FLAGS=--xla_force_host_platform_device_count=8, as the tests set)")
   _, log = _log(model, seed=7, num_queries=4, length=5, num_sessions=1001)
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]), ("data",))
-  plain = sim.fit_click_model(model, log["doc_ids"], log["clicks"], num_docs=20)
-  sharded = sim.fit_click_model(model, log["doc_ids"], log["clicks"], num_docs=20, mesh=mesh)
+  plain = sim.fit_click_model(
+    model, {"doc_ids": log["doc_ids"], "clicks": log["clicks"]}, solver=sim.LBFGS(), num_docs=20
+  )
+  sharded = sim.fit_click_model(
+    model, {"doc_ids": log["doc_ids"], "clicks": log["clicks"]}, solver=sim.LBFGS(mesh=mesh), num_docs=20
+  )
   assert sharded.log_likelihood == pytest.approx(plain.log_likelihood, abs=1e-5)
   np.testing.assert_allclose(sharded.params["attraction"], plain.params["attraction"], atol=1e-3)
   assert len(sharded.params["attraction"].sharding.device_set) == 8  # it ran on the mesh
@@ -363,7 +389,9 @@ def test_dbn_recovers_per_document_satisfaction():
   log = sim.simulate_session_log(
     jax.random.key(8), "dbn", attraction, num_sessions=30000, noise=np.inf, perseverance=0.9, satisfaction=sigma
   )
-  fit = sim.fit_click_model("dbn", np.asarray(log["doc_ids"]), np.asarray(log["clicks"]), num_docs=50)
+  fit = sim.fit_click_model(
+    "dbn", {"doc_ids": np.asarray(log["doc_ids"]), "clicks": np.asarray(log["clicks"])}, solver=sim.LBFGS(), num_docs=50
+  )
   got = np.asarray(fit.params["satisfaction"])
   # The same 2-sigma bound as the attraction's (each document is clicked in ~1,500 sessions).
   assert np.abs(got - sigma.reshape(-1)).mean() < 0.05
@@ -403,7 +431,12 @@ def test_ctr_baselines_match_per_cell_counts(model, prior):
   _, log = _log("pbm", seed=6, num_queries=3, length=4, num_sessions=300, noise=0.5)
   where = np.ones(log["clicks"].shape, bool)
   where[::5, 3] = False  # some sessions show 3 documents
-  params = sim.fit_ctr_model(model, log["doc_ids"], log["clicks"], where=where, num_docs=13, prior=prior)
+  params = sim.fit_click_model(
+    model,
+    {"doc_ids": log["doc_ids"], "clicks": log["clicks"], "where": where},
+    num_docs=13,
+    solver=sim.Counts(prior=prior),
+  ).params
   got = sim.ctr_model_predict(model, params, log["doc_ids"])
   want = _np_ctr(model, log["doc_ids"], log["clicks"], where, 13, prior)
   np.testing.assert_allclose(got[where], want[where], rtol=1e-5)
@@ -414,19 +447,25 @@ def test_ctr_baselines_match_per_cell_counts(model, prior):
 def test_a_click_model_beats_the_ctr_baselines_on_its_own_log_and_errors_name_the_problem():
   _, log = _log("pbm", seed=7, num_queries=10, length=5, num_sessions=12000, noise=0.5)
   train, test = _split(log, 10000)
-  fit = sim.fit_click_model("pbm", train["doc_ids"], train["clicks"], num_docs=50)
+  fit = sim.fit_click_model(
+    "pbm", {"doc_ids": train["doc_ids"], "clicks": train["clicks"]}, solver=sim.LBFGS(), num_docs=50
+  )
   pbm = sim.evaluate_click_model("pbm", fit.params, test["doc_ids"], test["clicks"])["perplexity"]
   ppl = {}
   for model in sim.CTR_MODELS:
     p = sim.ctr_model_predict(
-      model, sim.fit_ctr_model(model, train["doc_ids"], train["clicks"], num_docs=50), test["doc_ids"]
+      model,
+      sim.fit_click_model(
+        model, {"doc_ids": train["doc_ids"], "clicks": train["clicks"]}, num_docs=50, solver=sim.Counts()
+      ).params,
+      test["doc_ids"],
     )
     ppl[model] = sim.click_prediction_scores(p, p, test["clicks"])["perplexity"]
   assert pbm < min(ppl.values()), (pbm, ppl)
   assert ppl["gctr"] > max(ppl["rctr"], ppl["dctr"])  # a rank or a document effect beats none
   with pytest.raises(ValueError, match="unknown CTR model 'ctr'"):
-    sim.fit_ctr_model("ctr", train["doc_ids"], train["clicks"])
+    sim.fit_click_model("ctr", {"doc_ids": train["doc_ids"], "clicks": train["clicks"]}, solver=sim.Counts())
   with pytest.raises(ValueError, match="prior must be >= 0"):
-    sim.fit_ctr_model("dctr", train["doc_ids"], train["clicks"], prior=-1.0)
+    sim.fit_click_model("dctr", {"doc_ids": train["doc_ids"], "clicks": train["clicks"]}, solver=sim.Counts(prior=-1.0))
   with pytest.raises(ValueError, match="clicks must be 0 or 1"):
-    sim.fit_ctr_model("dctr", train["doc_ids"], 2 * train["clicks"])
+    sim.fit_click_model("dctr", {"doc_ids": train["doc_ids"], "clicks": 2 * train["clicks"]}, solver=sim.Counts())

@@ -450,13 +450,16 @@ def test_ctr_baselines_from_statistics_equal_the_in_memory_ones(sessions, model)
   ids, clicks = sessions
   where = np.random.default_rng(1).random(ids.shape) < 0.9
   stats = sim.gather_click_statistics("pbm", [{"doc_ids": ids, "clicks": clicks, "where": where}])
-  got = sim.fit_ctr_model_from_statistics(model, stats, num_docs=25)
-  want = sim.fit_ctr_model(model, ids, clicks, where=where, num_docs=25)
+  got = sim.fit_click_model(model, stats, num_docs=25, solver=sim.Counts()).params
+  want = sim.fit_click_model(
+    model, {"doc_ids": ids, "clicks": clicks, "where": where}, num_docs=25, solver=sim.Counts()
+  ).params
   assert set(got) == set(want)
   for k in want:
     np.testing.assert_allclose(got[k], want[k], rtol=1e-6, err_msg=k)
+  dbn = sim.gather_click_statistics("dbn", [{"doc_ids": ids, "clicks": clicks}])
   with pytest.raises(ValueError, match="expected 'items'"):
-    sim.fit_ctr_model_from_statistics(model, sim.gather_click_statistics("dbn", [{"doc_ids": ids, "clicks": clicks}]))
+    sim.fit_click_model(model, dbn, solver=sim.Counts())
 
 
 def test_open_click_log_warns_about_yandex_ads_once(tmp_path):
@@ -471,7 +474,7 @@ def test_open_click_log_warns_about_yandex_ads_once(tmp_path):
 
 def test_a_model_whose_statistics_do_not_reduce_is_fitted_by_adam_over_the_stream(tmp_path, sessions):
   """With a memory budget below the DBN's distinct sessions, the study fits the DBN by
-  fit_click_model_minibatch over the same training split (equal to calling it directly) and says so; the
+  fit_click_model's Minibatch solver over the same training split (equal to calling it directly) and says so; the
   PBM's item counts are spilled to disk by document past the budget, so it stays on its statistics."""
   import optax
 
@@ -487,11 +490,10 @@ def test_a_model_whose_statistics_do_not_reduce_is_fitted_by_adam_over_the_strea
     test = lambda: study.log_split(log.stream(batch_size=config.click_log_batch_size), held_out=True, **split)
     with pytest.raises(sim.StatisticsTooLarge, match=r"dbn's patterns statistics hold .* records .* after .* sessions"):
       sim.gather_click_statistics("dbn", train(), memory_budget_bytes=2000)
-    fit = sim.fit_click_model_minibatch(
+    fit = sim.fit_click_model(
       "dbn",
       train,
-      optimizer=optax.adam(config.minibatch_learning_rate),
-      epochs=config.minibatch_epochs,
+      solver=sim.Minibatch(optimizer=optax.adam(config.minibatch_learning_rate), epochs=config.minibatch_epochs),
       num_docs=log.num_docs,
       l2=config.l2,
       prior="zero",  # as the study

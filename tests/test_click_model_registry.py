@@ -122,7 +122,9 @@ def test_a_fit_predicts_the_models_own_sessions_as_well_as_the_generating_parame
     return ids, np.asarray(m.sample(jax.random.key(seed), a, p, where=jnp.ones(ids.shape, bool)))
 
   (ids, clicks), (test_ids, test_clicks) = log(0), log(1)
-  fit = sim.fit_click_model(m, ids, clicks, num_docs=q * length, l2=0.1, max_iters=300)
+  fit = sim.fit_click_model(
+    m, {"doc_ids": ids, "clicks": clicks}, solver=sim.LBFGS(max_iters=300), num_docs=q * length, l2=0.1
+  )
   got = float(np.mean(sim.click_model_log_likelihood(m, fit.params, test_ids, test_clicks)))
   want = float(np.mean(sim.click_model_log_likelihood(m, truth, test_ids, test_clicks)))
   assert got > want - 0.01, (got, want)

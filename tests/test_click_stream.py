@@ -61,9 +61,10 @@ def test_the_statistics_likelihood_is_the_sum_of_the_session_likelihoods(model):
 def test_the_fit_on_statistics_equals_the_in_memory_fit(model):
   """Both run to a gradient norm of 1e-7 (the default 1e-5 leaves the optimum determined to a few 1e-6)."""
   log = _masked(_log(model))
-  kwargs = {"num_docs": NUM_DOCS, "tol": 1e-7, "max_iters": 300}
-  full = sim.fit_click_model(model, log["doc_ids"], log["clicks"], where=log["where"], **kwargs)
-  stream = sim.fit_click_model_stream(model, _batches(log, 64), **kwargs)
+  solve = {"tol": 1e-7, "max_iters": 300}
+  data = {"doc_ids": log["doc_ids"], "clicks": log["clicks"], "where": log["where"]}
+  full = sim.fit_click_model(model, data, solver=sim.LBFGS(**solve), num_docs=NUM_DOCS)
+  stream = sim.fit_click_model(model, _batches(log, 64), solver=sim.Statistics(**solve), num_docs=NUM_DOCS)
   assert stream.converged and full.converged
   assert stream.log_likelihood == pytest.approx(full.log_likelihood, abs=1e-6)
   for k in full.params:
@@ -74,9 +75,9 @@ def test_statistics_errors_name_the_problem():
   log = _log("pbm", num_sessions=20)
   stats = sim.gather_click_statistics("pbm", _batches(log, 8))
   with pytest.raises(ValueError, match="kind 'items', expected 'ubm_items'"):
-    sim.fit_click_model_from_statistics("ubm", stats)
+    sim.fit_click_model("ubm", stats, solver=sim.Statistics())
   with pytest.raises(ValueError, match="num_docs = 2"):
-    sim.fit_click_model_from_statistics("pbm", stats, num_docs=2)
+    sim.fit_click_model("pbm", stats, solver=sim.Statistics(), num_docs=2)
   with pytest.raises(ValueError, match="different reductions"):
     sim.merge_click_statistics([stats, sim.get_click_model("dbn").sufficient_statistics(log["doc_ids"], log["clicks"])])
   with pytest.raises(ValueError, match="empty"):
@@ -103,7 +104,12 @@ def test_a_stream_s_padding_rows_change_nothing():
 @pytest.mark.parametrize("model", ["pbm", "ubm", "dbn", "mixture"])
 def test_held_out_scores_over_a_stream_equal_the_in_memory_scores(model):
   log = _masked(_log(model, seed=2))
-  fit = sim.fit_click_model(model, log["doc_ids"][:200], log["clicks"][:200], num_docs=NUM_DOCS, max_iters=20)
+  fit = sim.fit_click_model(
+    model,
+    {"doc_ids": log["doc_ids"][:200], "clicks": log["clicks"][:200]},
+    solver=sim.LBFGS(max_iters=20),
+    num_docs=NUM_DOCS,
+  )
   test = {k: v[200:] for k, v in log.items()}
   want = sim.evaluate_click_model(model, fit.params, test["doc_ids"], test["clicks"], where=test["where"])
   got = sim.evaluate_click_model_stream(model, fit.params, _batches(test, 23))
@@ -116,12 +122,15 @@ def test_held_out_scores_over_a_stream_equal_the_in_memory_scores(model):
 @pytest.mark.parametrize("model", ["pbm", "cascade", "dbn"])
 def test_a_minibatch_fit_approaches_the_full_batch_fit(model):
   log = _log(model, num_sessions=2000)
-  full = sim.fit_click_model(model, log["doc_ids"], log["clicks"], num_docs=NUM_DOCS)
+  full = sim.fit_click_model(
+    model, {"doc_ids": log["doc_ids"], "clicks": log["clicks"]}, solver=sim.LBFGS(), num_docs=NUM_DOCS, prior="zero"
+  )
   batches = _batches(log, 200)
-  kwargs = {"optimizer": optax.adam(0.05), "num_docs": NUM_DOCS, "prior": "zero"}  # the full fit's objective
-  fit = sim.fit_click_model_minibatch(model, batches, epochs=60, **kwargs)
+  optimizer = optax.adam(0.05)
+  kwargs = {"num_docs": NUM_DOCS, "prior": "zero"}  # the full fit's objective
+  fit = sim.fit_click_model(model, batches, solver=sim.Minibatch(optimizer=optimizer, epochs=60), **kwargs)
   assert fit.iterations == 600
-  start = sim.fit_click_model_minibatch(model, batches, epochs=1, **kwargs)
+  start = sim.fit_click_model(model, batches, solver=sim.Minibatch(optimizer=optimizer, epochs=1), **kwargs)
   for k in full.params:
     err = np.max(np.abs(np.asarray(fit.params[k]) - np.asarray(full.params[k])))
     assert err < 0.03, (k, err)
@@ -203,10 +212,11 @@ def test_a_fit_on_statistics_over_sparse_document_ids_equals_the_full_table_fit(
   documents (a warm start) ends at the same optimum, where an unread document's logit is 0."""
   log = _masked(_log(model))
   log["doc_ids"] = log["doc_ids"] * 5 + 3
-  kwargs = {"num_docs": 300, "tol": 1e-7, "max_iters": 300}
-  full = sim.fit_click_model(model, log["doc_ids"], log["clicks"], where=log["where"], **kwargs)
+  solve = {"tol": 1e-7, "max_iters": 300}
+  data = {"doc_ids": log["doc_ids"], "clicks": log["clicks"], "where": log["where"]}
+  full = sim.fit_click_model(model, data, solver=sim.LBFGS(**solve), num_docs=300)
   stats = sim.gather_click_statistics(model, _batches(log, 64))
-  fit = sim.fit_click_model_from_statistics(model, stats, **kwargs)
+  fit = sim.fit_click_model(model, stats, solver=sim.Statistics(**solve), num_docs=300)
   assert fit.converged and full.converged
   assert fit.log_likelihood == pytest.approx(full.log_likelihood, abs=1e-6)
   for k in full.params:
@@ -215,7 +225,7 @@ def test_a_fit_on_statistics_over_sparse_document_ids_equals_the_full_table_fit(
   assert unread.size > 250 and np.all(np.asarray(fit.logits["attraction"])[unread] == 0.0)
   init = {k: np.asarray(v) for k, v in fit.logits.items()}
   init["attraction"] = init["attraction"] + np.linspace(-1.0, 1.0, 300, dtype=np.float32)
-  warm = sim.fit_click_model_from_statistics(model, stats, init=init, **kwargs)
+  warm = sim.fit_click_model(model, stats, solver=sim.Statistics(**solve), num_docs=300, init=init)
   assert warm.converged and fit.params["attraction"].shape == warm.params["attraction"].shape == (300,)
   assert np.all(np.asarray(warm.logits["attraction"])[unread] == 0.0)
   for k in full.params:
@@ -228,9 +238,9 @@ def test_a_fit_on_statistics_compiles_once_for_logs_of_similar_sizes(assert_comp
   def make(i):
     log = _log("ubm", seed=10 + i, num_sessions=300 + 50 * i)
     stats = sim.gather_click_statistics("ubm", _batches(log, 64))
-    return (("ubm", stats), {"num_docs": 12 + i, "l2": 1.0 + i, "tol": 1e-4 * (i + 1)})
+    return (("ubm", stats), {"num_docs": 12 + i, "l2": 1.0 + i, "solver": sim.Statistics(tol=1e-4 * (i + 1))})
 
-  fit = assert_compiles_once(sim.fit_click_model_from_statistics, make, jit=False)[-1]
+  fit = assert_compiles_once(sim.fit_click_model, make, jit=False)[-1]
   assert fit.params["attraction"].shape == (14,) and fit.converged
 
 
@@ -267,7 +277,7 @@ def test_the_preconditioned_fit_reaches_the_optimum_where_the_plain_fit_stops_sh
     method="L-BFGS-B",
     options={"ftol": 0, "gtol": 1e-12, "maxiter": 50_000},
   )
-  fit = sim.fit_click_model_from_statistics("pbm", stats)
+  fit = sim.fit_click_model("pbm", stats, solver=sim.Statistics())
   got = np.concatenate([np.asarray(fit.logits["attraction"]), np.asarray(fit.logits["examination"])])
   assert fit.converged
   assert np.abs(best.jac).max() < 1e-8  # curvatures >= 1e-3: within 1e-5 of the optimum
@@ -302,8 +312,8 @@ def test_sessions_written_as_shards_stream_back_as_the_arrays(tmp_path):
     streamed = np.concatenate([b[key] for b in got])[valid]
     want = np.where(log["where"], log[key], 0)[keep] if key != "where" else log["where"][keep]
     np.testing.assert_array_equal(streamed, want, err_msg=key)  # every hidden item here is the list's last
-  a = sim.fit_click_model_stream("ubm", data.SessionStream(shards, batch_size=50), num_docs=NUM_DOCS)
-  b = sim.fit_click_model_stream("ubm", _batches(log, 64), num_docs=NUM_DOCS)
+  a = sim.fit_click_model("ubm", data.SessionStream(shards, batch_size=50), solver=sim.Statistics(), num_docs=NUM_DOCS)
+  b = sim.fit_click_model("ubm", _batches(log, 64), solver=sim.Statistics(), num_docs=NUM_DOCS)
   for k in a.params:
     np.testing.assert_allclose(a.params[k], b.params[k], atol=1e-6, err_msg=k)
   with pytest.raises(ValueError, match="already holds"):
@@ -315,19 +325,20 @@ def test_sessions_written_as_shards_stream_back_as_the_arrays(tmp_path):
 
 
 def test_the_prior_selected_on_held_out_sessions_is_the_grid_s_best():
-  """select_click_model_prior equals a loop of independent fits and held-out scores over the grid, and keeps the
-  one with the lowest validation perplexity."""
+  """fit_click_model with a grid of l2 values equals a loop of independent fits and held-out scores over the grid,
+  and keeps the one with the lowest validation perplexity."""
   log = _log("ubm", num_sessions=600)
   train, valid = _batches({k: v[:400] for k, v in log.items()}, 64), _batches({k: v[400:] for k, v in log.items()}, 64)
   stats = sim.gather_click_statistics("ubm", train)
   grid = (0.05, 1.0, 20.0)
-  fit, ppl = sim.select_click_model_prior("ubm", stats, valid, grid=grid, num_docs=NUM_DOCS, tol=1e-7)
+  fit = sim.fit_click_model("ubm", stats, l2=grid, validation=valid, solver=sim.Statistics(tol=1e-7), num_docs=NUM_DOCS)
+  ppl = fit.perplexities
   for l2 in grid:
-    alone = sim.fit_click_model_from_statistics("ubm", stats, l2=l2, num_docs=NUM_DOCS, tol=1e-7)
+    alone = sim.fit_click_model("ubm", stats, solver=sim.Statistics(tol=1e-7), l2=l2, num_docs=NUM_DOCS)
     want = sim.evaluate_click_model_stream("ubm", alone.params, valid)["perplexity"]
     assert ppl[l2] == pytest.approx(want, abs=1e-5), l2
   best = min(ppl, key=ppl.get)
   assert len(set(ppl.values())) == 3 and best != max(grid)
-  chosen = sim.fit_click_model_from_statistics("ubm", stats, l2=best, num_docs=NUM_DOCS, tol=1e-7)
+  chosen = sim.fit_click_model("ubm", stats, solver=sim.Statistics(tol=1e-7), l2=best, num_docs=NUM_DOCS)
   for k in chosen.params:
     np.testing.assert_allclose(fit.params[k], chosen.params[k], atol=1e-4, err_msg=k)

@@ -52,11 +52,10 @@ def test_a_step_follows_the_gradient_of_the_materialised_table(model):
   phi = {k: t.init(jax.random.key(i + 1)) for i, (k, t) in enumerate(tables.items())}
   bias = {k: v for k, v in sim.init_click_model(model, num_docs=1, list_size=LIST_SIZE).items() if k not in names}
   lr, l2 = 0.5, 3.0
-  fit = sim.fit_click_model_minibatch(
+  fit = sim.fit_click_model(
     model,
     [{"doc_ids": ids, "clicks": clicks}],
-    optimizer=optax.sgd(lr),
-    tables=tables,
+    solver=sim.Minibatch(optimizer=optax.sgd(lr), tables=tables),
     init=phi,
     l2=l2,
     prior="zero",
@@ -79,8 +78,8 @@ def test_masked_sessions_count_for_nothing_and_all_masked_batches_are_finite():
   batch that is all masked takes a finite step of the prior alone."""
   x, ids, clicks = _tiny_log("dbn")
   table = {"attraction": sim.FeatureTable(_MLP(), x)}
-  kwargs = {"optimizer": optax.adam(0.05), "tables": table, "num_docs": NUM_DOCS, "num_sessions": 48.0, "l2": 1.0}
-  kwargs.update(list_size=LIST_SIZE, sparse=False)
+  solver = sim.Minibatch(optimizer=optax.adam(0.05), tables=table, num_sessions=48.0, list_size=LIST_SIZE, sparse=False)
+  kwargs = {"solver": solver, "num_docs": NUM_DOCS, "l2": 1.0}
   short = [{"doc_ids": ids[i : i + 12], "clicks": clicks[i : i + 12]} for i in range(0, 48, 12)]
   rng = np.random.default_rng(1)
   padded = [
@@ -91,12 +90,12 @@ def test_masked_sessions_count_for_nothing_and_all_masked_batches_are_finite():
     }
     for b in short
   ]
-  a = sim.fit_click_model_minibatch("dbn", short, **kwargs)
-  b = sim.fit_click_model_minibatch("dbn", padded, **kwargs)
+  a = sim.fit_click_model("dbn", short, **kwargs)
+  b = sim.fit_click_model("dbn", padded, **kwargs)
   for got, want in zip(jax.tree.leaves(b.feature_params), jax.tree.leaves(a.feature_params)):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
   empty = [{"doc_ids": ids[:8], "clicks": clicks[:8], "where": np.zeros((8, LIST_SIZE), bool)}] * 3
-  c = sim.fit_click_model_minibatch("dbn", empty, **kwargs)
+  c = sim.fit_click_model("dbn", empty, **kwargs)
   assert all(np.all(np.isfinite(v)) for v in jax.tree.leaves((c.feature_params, c.logits)))
 
 
@@ -135,9 +134,11 @@ def test_a_linear_module_recovers_the_true_model_and_predicts_unseen_documents()
   features = sim.long_tail_document_params(jax.random.key(7), np.arange(3000 * 8), feature_weights=WEIGHTS)
   table = sim.FeatureTable(nn.Dense(1), features["features"])
   train = [{k: b[k][i : i + 250] for k in ("doc_ids", "clicks")} for b in train for i in range(0, 1000, 250)]
-  kwargs = {"optimizer": optax.adam(0.05), "epochs": 4, "num_docs": 3000 * 8}
-  fit = sim.fit_click_model_minibatch("pbm", train, tables={"attraction": table}, **kwargs)
-  full = sim.fit_click_model_minibatch("pbm", train, **kwargs)
+  solver = {"optimizer": optax.adam(0.05), "epochs": 4}
+  fit = sim.fit_click_model(
+    "pbm", train, solver=sim.Minibatch(tables={"attraction": table}, **solver), num_docs=3000 * 8
+  )
+  full = sim.fit_click_model("pbm", train, solver=sim.Minibatch(**solver), num_docs=3000 * 8)
   true = [
     sim.click_prediction_scores(
       *(np.concatenate([b[k] for b in test])[keep] for k in ("conditional_click_prob", "click_prob", "clicks"))
@@ -179,14 +180,14 @@ def test_feature_table_errors_name_the_problem():
   x, ids, clicks = _tiny_log("pbm")
   table = sim.FeatureTable(nn.Dense(1), x[:10])
   with pytest.raises(ValueError, match="document id .* but the features have rows for ids 0..9"):
-    sim.fit_click_model_minibatch("pbm", [{"doc_ids": ids, "clicks": clicks}], tables={"attraction": table})
+    sim.fit_click_model("pbm", [{"doc_ids": ids, "clicks": clicks}], solver=sim.Minibatch(tables={"attraction": table}))
   with pytest.raises(ValueError, match="features must be \\[num_docs, F\\]"):
     sim.FeatureTable(nn.Dense(1), x[0])
   with pytest.raises(ValueError, match="init\\['attraction'\\] is not its feature table's module parameters"):
-    sim.fit_click_model_minibatch(
+    sim.fit_click_model(
       "pbm",
       [{"doc_ids": ids, "clicks": clicks}],
-      tables={"attraction": sim.FeatureTable(nn.Dense(1), x)},
+      solver=sim.Minibatch(tables={"attraction": sim.FeatureTable(nn.Dense(1), x)}),
       init={"attraction": {"params": {"kernel": np.zeros((2, 1))}}},
     )
   assert sim.FeatureTable(nn.Dense(1), x) != sim.FeatureTable(nn.Dense(1), x)  # equal only if the same object
@@ -195,11 +196,11 @@ def test_feature_table_errors_name_the_problem():
 def test_over_a_mesh_the_module_is_replicated_and_takes_the_one_device_steps():
   x, ids, clicks = _tiny_log("dbn")
   batches = [{"doc_ids": ids[i : i + 16], "clicks": clicks[i : i + 16]} for i in range(0, 48, 16)]
-  kwargs = {"optimizer": optax.adam(0.05), "epochs": 2, "num_docs": NUM_DOCS}
+  kwargs = {"optimizer": optax.adam(0.05), "epochs": 2}
   kwargs["tables"] = {"attraction": sim.FeatureTable(_MLP(), x)}
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:4]), ("data",))
-  one = sim.fit_click_model_minibatch("dbn", batches, **kwargs)
-  split = sim.fit_click_model_minibatch("dbn", batches, mesh=mesh, **kwargs)
+  one = sim.fit_click_model("dbn", batches, solver=sim.Minibatch(**kwargs), num_docs=NUM_DOCS)
+  split = sim.fit_click_model("dbn", batches, solver=sim.Minibatch(mesh=mesh, **kwargs), num_docs=NUM_DOCS)
   for got, want in zip(jax.tree.leaves(split.feature_params), jax.tree.leaves(one.feature_params)):
     assert got.sharding.is_fully_replicated
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)

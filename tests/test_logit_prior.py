@@ -38,21 +38,21 @@ def test_fitted_centre_is_the_mean_of_the_document_logits():
   ids, clicks = _pbm_log()
   num_docs = 50  # documents 40..49 have no sessions: at the optimum they sit at the prior's centre
   stats = sim.gather_click_statistics("pbm", [{"doc_ids": ids, "clicks": clicks}])
-  kw = {"num_docs": num_docs, "l2": 1.0, "tol": 1e-7, "prior": "data_mean"}
-  fit = sim.fit_click_model_from_statistics("pbm", stats, **kw)
+  kw = {"num_docs": num_docs, "l2": 1.0, "prior": "data_mean"}
+  fit = sim.fit_click_model("pbm", stats, solver=sim.Statistics(tol=1e-7), **kw)
   a = np.asarray(fit.logits["attraction"], np.float64)
   centre = a.mean()
   np.testing.assert_allclose(a[40:], centre, atol=2e-3)
   np.testing.assert_allclose(a[:40].mean(), centre, atol=2e-3)
   assert centre < -0.5  # Beta(1, 3) attractions: the centre is well below logit 0
-  zero = sim.fit_click_model_from_statistics("pbm", stats, num_docs=num_docs, l2=1.0)  # the default: "zero"
+  zero = sim.fit_click_model("pbm", stats, solver=sim.Statistics(), num_docs=num_docs, l2=1.0)  # the default: "zero"
   np.testing.assert_allclose(np.asarray(zero.logits["attraction"])[40:], 0.0, atol=1e-6)
   # The in-memory fit and the partition-by-partition fit reach the same optimum.
-  whole = sim.fit_click_model("pbm", ids, clicks, **kw)
+  whole = sim.fit_click_model("pbm", {"doc_ids": ids, "clicks": clicks}, solver=sim.LBFGS(tol=1e-7), **kw)
   np.testing.assert_allclose(np.asarray(whole.logits["attraction"]), a, atol=5e-3)
   counter = ItemCounter(memory_budget_bytes=0, num_partitions=3)
   counter.add(ids, clicks, None)
-  parts = sim.fit_click_model_from_statistics("pbm", counter.result(), **kw)
+  parts = sim.fit_click_model("pbm", counter.result(), solver=sim.Statistics(tol=1e-7), **kw)
   pa = np.asarray(parts.logits["attraction"], np.float64)
   np.testing.assert_allclose(pa[40:], pa.mean(), atol=2e-3)
   np.testing.assert_allclose(pa, a, atol=5e-3)
@@ -61,10 +61,12 @@ def test_fitted_centre_is_the_mean_of_the_document_logits():
 def test_minibatch_centre_reaches_unseen_documents():
   ids, clicks = _pbm_log(num_sessions=2000)
   batches = [{"doc_ids": ids[i : i + 200], "clicks": clicks[i : i + 200]} for i in range(0, 2000, 200)]
-  fit = sim.fit_click_model_minibatch("pbm", batches, optimizer=optax.adam(0.05), epochs=3, num_docs=50)
+  fit = sim.fit_click_model("pbm", batches, solver=sim.Minibatch(optimizer=optax.adam(0.05), epochs=3), num_docs=50)
   a = np.asarray(fit.logits["attraction"])
   assert np.ptp(a[40:]) == 0.0 and a[40] < -0.3  # the unseen documents: the fitted centre alone
-  zero = sim.fit_click_model_minibatch("pbm", batches, optimizer=optax.adam(0.05), epochs=3, num_docs=50, prior="zero")
+  zero = sim.fit_click_model(
+    "pbm", batches, solver=sim.Minibatch(optimizer=optax.adam(0.05), epochs=3), num_docs=50, prior="zero"
+  )
   np.testing.assert_array_equal(np.asarray(zero.logits["attraction"])[40:], 0.0)
 
 
@@ -98,8 +100,12 @@ def test_centred_prior_predicts_a_long_tail_log_better():
   truth = _perplexity(test["conditional_click_prob"], test["clicks"])
   scores = {}
   for prior in ("zero", "data_mean"):
-    fit = sim.fit_click_model_minibatch(
-      "dbn", batches, optimizer=optax.adam(0.05), num_docs=40_000, num_sessions=20_000.0, prior=prior
+    fit = sim.fit_click_model(
+      "dbn",
+      batches,
+      solver=sim.Minibatch(optimizer=optax.adam(0.05), num_sessions=20_000.0),
+      num_docs=40_000,
+      prior=prior,
     )
     pred = sim.click_model_predict("dbn", fit.params, test["doc_ids"], test["clicks"])["conditional"]
     scores[prior] = _perplexity(pred, test["clicks"])

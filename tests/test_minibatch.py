@@ -46,9 +46,10 @@ def test_sparse_steps_equal_dense_steps_and_leave_unshown_rows_alone(model, opti
   log = {k: v[keep] for k, v in log.items()}
   batches = _batches(log, 64)
   init = _random_init(model)
-  kwargs = {"optimizer": optimizer, "epochs": 2, "num_docs": NUM_DOCS, "l2": 0.0, "init": init, "steps_per_call": 3}
-  dense = sim.fit_click_model_minibatch(model, batches, sparse=False, **kwargs)
-  sparse = sim.fit_click_model_minibatch(model, batches, sparse=True, **kwargs)
+  solver = {"optimizer": optimizer, "epochs": 2, "steps_per_call": 3}
+  kwargs = {"num_docs": NUM_DOCS, "l2": 0.0, "init": init}
+  dense = sim.fit_click_model(model, batches, solver=sim.Minibatch(sparse=False, **solver), **kwargs)
+  sparse = sim.fit_click_model(model, batches, solver=sim.Minibatch(sparse=True, **solver), **kwargs)
   assert dense.iterations == sparse.iterations == 2 * len(batches)
   touched = np.unique(log["doc_ids"])
   untouched = np.setdiff1d(np.arange(NUM_DOCS), touched)
@@ -60,7 +61,7 @@ def test_sparse_steps_equal_dense_steps_and_leave_unshown_rows_alone(model, opti
       np.testing.assert_allclose(moved[untouched], moved[untouched][0], atol=1e-6)
       assert moved[untouched][0] != 0.0
       assert np.all(np.abs(moved[touched] - moved[untouched][0]) > 0)
-  fixed = sim.fit_click_model_minibatch(model, batches, sparse=True, prior="zero", **kwargs)
+  fixed = sim.fit_click_model(model, batches, solver=sim.Minibatch(sparse=True, **solver), prior="zero", **kwargs)
   np.testing.assert_array_equal(np.asarray(fixed.logits["attraction"])[untouched], init["attraction"][untouched])
 
 
@@ -71,9 +72,10 @@ def test_sparse_adam_leaves_unshown_rows_and_their_moments_alone():
   a = {k: v[np.all(first, -1)][:64] for k, v in log.items()}
   b = {k: v[np.all(second, -1)][:64] for k, v in log.items()}
   # prior="zero": no fitted centre, which every step moves (the rows and their moments are what is checked).
-  kwargs = {"optimizer": optax.adam(0.1), "num_docs": NUM_DOCS, "l2": 0.0, "sparse": True, "prior": "zero"}
-  one = sim.fit_click_model_minibatch("cascade", _batches(a, 64), **kwargs)
-  two = sim.fit_click_model_minibatch("cascade", _batches(a, 64) + _batches(b, 64), **kwargs)
+  solver = sim.Minibatch(optimizer=optax.adam(0.1), sparse=True)
+  kwargs = {"solver": solver, "num_docs": NUM_DOCS, "l2": 0.0, "prior": "zero"}
+  one = sim.fit_click_model("cascade", _batches(a, 64), **kwargs)
+  two = sim.fit_click_model("cascade", _batches(a, 64) + _batches(b, 64), **kwargs)
   rows = np.unique(a["doc_ids"])
   np.testing.assert_array_equal(two.logits["attraction"][rows], one.logits["attraction"][rows])
 
@@ -84,14 +86,21 @@ def test_the_sparse_fit_reaches_the_full_batch_optimum_s_held_out_perplexity(mod
   log = _log(model, num_sessions=12000)
   train = {k: v[:8000] for k, v in log.items()}
   test = {k: v[8000:] for k, v in log.items()}
-  full = sim.fit_click_model(model, train["doc_ids"], train["clicks"], num_docs=NUM_DOCS)
+  full = sim.fit_click_model(
+    model, {"doc_ids": train["doc_ids"], "clicks": train["clicks"]}, solver=sim.LBFGS(), num_docs=NUM_DOCS
+  )
   want = sim.evaluate_click_model(model, full.params, test["doc_ids"], test["clicks"])["perplexity"]
-  fit = sim.fit_click_model_minibatch(
-    model, _batches(train, 250), optimizer=optax.adam(0.05), epochs=25, num_docs=NUM_DOCS, sparse=True
+  fit = sim.fit_click_model(
+    model,
+    _batches(train, 250),
+    solver=sim.Minibatch(optimizer=optax.adam(0.05), epochs=25, sparse=True),
+    num_docs=NUM_DOCS,
   )
   got = sim.evaluate_click_model(model, fit.params, test["doc_ids"], test["clicks"])["perplexity"]
   assert abs(got - want) < 1e-3, (got, want)
-  start = sim.fit_click_model_minibatch(model, _batches(train, 250), epochs=1, num_docs=NUM_DOCS, sparse=True)
+  start = sim.fit_click_model(
+    model, _batches(train, 250), solver=sim.Minibatch(epochs=1, sparse=True), num_docs=NUM_DOCS
+  )
   assert sim.evaluate_click_model(model, start.params, test["doc_ids"], test["clicks"])["perplexity"] > got
 
 
@@ -101,9 +110,9 @@ def test_the_row_wise_prior_sums_to_the_full_prior_over_an_epoch():
   ids = np.tile(np.arange(4 * LIST_SIZE).reshape(4, LIST_SIZE), (32, 1))
   batches = [{"doc_ids": ids[i : i + 16], "clicks": np.zeros((16, LIST_SIZE))} for i in range(0, 128, 16)]
   init = {k: np.ones_like(v) for k, v in sim.init_click_model("cascade", num_docs=20, list_size=LIST_SIZE).items()}
-  kwargs = {"optimizer": optax.sgd(1e-3), "num_docs": 20, "l2": 1.0, "init": init}
-  sparse = sim.fit_click_model_minibatch("cascade", batches, sparse=True, **kwargs)
-  dense = sim.fit_click_model_minibatch("cascade", batches, sparse=False, **kwargs)
+  optimizer, kwargs = optax.sgd(1e-3), {"num_docs": 20, "l2": 1.0, "init": init}
+  sparse = sim.fit_click_model("cascade", batches, solver=sim.Minibatch(optimizer=optimizer, sparse=True), **kwargs)
+  dense = sim.fit_click_model("cascade", batches, solver=sim.Minibatch(optimizer=optimizer, sparse=False), **kwargs)
   np.testing.assert_allclose(sparse.logits["attraction"], dense.logits["attraction"], rtol=1e-5)
 
 
@@ -116,9 +125,11 @@ def test_compressed_tables_fit_within_a_bound_of_the_full_table(table):
   log = _log("dbn", num_sessions=8000)
   train = {k: v[:6000] for k, v in log.items()}
   test = {k: v[6000:] for k, v in log.items()}
-  kwargs = {"optimizer": optax.adam(0.05), "epochs": 10, "num_docs": NUM_DOCS}
-  full = sim.fit_click_model_minibatch("dbn", _batches(train, 250), **kwargs)
-  fit = sim.fit_click_model_minibatch("dbn", _batches(train, 250), tables={"attraction": table}, **kwargs)
+  solver = {"optimizer": optax.adam(0.05), "epochs": 10}
+  full = sim.fit_click_model("dbn", _batches(train, 250), solver=sim.Minibatch(**solver), num_docs=NUM_DOCS)
+  fit = sim.fit_click_model(
+    "dbn", _batches(train, 250), solver=sim.Minibatch(tables={"attraction": table}, **solver), num_docs=NUM_DOCS
+  )
   assert fit.params["attraction"].shape == fit.params["satisfaction"].shape == (NUM_DOCS,)
   assert table.num_rows(NUM_DOCS) < NUM_DOCS
   ppl = {
@@ -142,7 +153,7 @@ def test_table_rows_and_logits():
   with pytest.raises(ValueError, match="num_buckets"):
     tb.HashedTable(num_buckets=0)
   with pytest.raises(ValueError, match="tables for \\['examination'\\]"):
-    sim.fit_click_model_minibatch("pbm", [], tables={"examination": qr})
+    sim.fit_click_model("pbm", [], solver=sim.Minibatch(tables={"examination": qr}))
 
 
 @pytest.mark.parametrize("num_docs", [0, 5, 7, 50])
@@ -183,19 +194,18 @@ def test_a_hashed_fit_is_the_full_table_fit_on_the_hashed_ids(monkeypatch):
   num_docs = NUM_DOCS * 997 + 5  # many chunks, the last shorter
   table = tb.HashedTable(num_buckets=64, seed=1)
   kwargs = {"optimizer": optax.adam(0.05), "epochs": 2}
-  hashed = sim.fit_click_model_minibatch(
+  hashed = sim.fit_click_model(
     "dbn",
     [{"doc_ids": spread[i : i + 100], "clicks": log["clicks"][i : i + 100]} for i in range(0, 1200, 100)],
     num_docs=num_docs,
-    tables={"attraction": table, "satisfaction": table},
-    **kwargs,
+    solver=sim.Minibatch(tables={"attraction": table, "satisfaction": table}, **kwargs),
   )
   rows = table.rows(spread)[..., 0]
-  full = sim.fit_click_model_minibatch(
+  full = sim.fit_click_model(
     "dbn",
     [{"doc_ids": rows[i : i + 100], "clicks": log["clicks"][i : i + 100]} for i in range(0, 1200, 100)],
     num_docs=64,
-    **kwargs,
+    solver=sim.Minibatch(**kwargs),
   )
   each = table.rows(np.arange(num_docs))[:, 0]
   assert hashed.iterations == full.iterations == 24
@@ -212,15 +222,16 @@ def test_a_batch_of_another_list_size_is_an_error_naming_it(sparse):
   four = _log("pbm", num_sessions=64, list_size=4)
   batches = _batches(six, 32) + _batches(four, 32)
   with pytest.raises(ValueError, match="batch 2 holds lists of 4 items, but the fit's list size is 6"):
-    sim.fit_click_model_minibatch("pbm", batches, sparse=sparse)
+    sim.fit_click_model("pbm", batches, solver=sim.Minibatch(sparse=sparse))
+  solver = sim.Minibatch(list_size=4, num_sessions=128, sparse=sparse)
   with pytest.raises(ValueError, match="batch 0 holds lists of 6 items, but the fit's list size is 4"):
-    sim.fit_click_model_minibatch("pbm", batches, num_docs=300, list_size=4, num_sessions=128, l2=0.0, sparse=sparse)
+    sim.fit_click_model("pbm", batches, solver=solver, num_docs=300, l2=0.0)
 
 
 def test_scoring_a_model_on_longer_lists_than_it_was_fitted_on_is_an_error():
   four = _log("pbm", num_sessions=64, list_size=4)
   six = _log("pbm", num_sessions=64, list_size=6)
-  fit = sim.fit_click_model_minibatch("pbm", _batches(four, 32), num_docs=300)
+  fit = sim.fit_click_model("pbm", _batches(four, 32), solver=sim.Minibatch(), num_docs=300)
   assert fit.params["examination"].shape == (4,)
   match = "fitted on lists of 4 items.*lists of 6"
   with pytest.raises(ValueError, match=match):

@@ -1,6 +1,6 @@
-"""Tests of fit_click_model_minibatch over a device mesh: the batches split by sessions, the per-document tables
-and their optimiser state split by rows over the devices; the steps are the one-device steps, each device holds
-its share of every table, and a step moves the batch's rows between devices, never a table.
+"""Tests of fit_click_model's Minibatch solver over a device mesh: the batches split by sessions, the per-document
+tables and their optimiser state split by rows over the devices; the steps are the one-device steps, each device
+holds its share of every table, and a step moves the batch's rows between devices, never a table.
 
 The eight fake CPU devices come from tests/conftest.py.
 """
@@ -55,10 +55,10 @@ def _assert_same_fit(got, want):
 @pytest.mark.parametrize("model", ["pbm", "ubm", "dbn"])
 def test_a_fit_over_a_mesh_takes_the_one_device_steps_and_splits_the_tables(model):
   batches = _batches(model)
-  kw = {"optimizer": OPTIMIZER, "epochs": 2, "l2": 1.0, "sparse": True, "steps_per_call": 3}
-  one = sim.fit_click_model_minibatch(model, batches, **kw)
+  kw = {"optimizer": OPTIMIZER, "epochs": 2, "sparse": True, "steps_per_call": 3}
+  one = sim.fit_click_model(model, batches, solver=sim.Minibatch(**kw), l2=1.0)
   for n in (8, 2):
-    fit = sim.fit_click_model_minibatch(model, batches, mesh=make_mesh(n), **kw)
+    fit = sim.fit_click_model(model, batches, solver=sim.Minibatch(mesh=make_mesh(n), **kw), l2=1.0)
     _assert_same_fit(fit, one)
     for k in fit.logits:  # per-document logits split by rows, one share per device; the bias replicated
       shards = fit.logits[k].addressable_shards
@@ -78,12 +78,13 @@ def test_a_fit_over_a_mesh_takes_the_one_device_steps_and_splits_the_tables(mode
 def test_rows_and_sessions_padded_to_the_mesh_change_nothing(case):
   """200 documents and batches of 70 sessions on 3 devices: rows and sessions are padded to multiples of 3."""
   batches = _batches("pbm", batch_size=70, num_sessions=700)
-  kw = {"optimizer": OPTIMIZER, "l2": 1.0, "sparse": case["sparse"], "tables": case.get("tables")}
+  solver = {"optimizer": OPTIMIZER, "sparse": case["sparse"], "tables": case.get("tables")}
+  kw = {"l2": 1.0}
   if case.get("init"):
     kw["init"] = {"attraction": np.linspace(-1, 1, NUM_DOCS, dtype=np.float32), "examination": np.zeros(LIST_SIZE)}
   _assert_same_fit(
-    sim.fit_click_model_minibatch("pbm", batches, mesh=make_mesh(3), **kw),
-    sim.fit_click_model_minibatch("pbm", batches, **kw),
+    sim.fit_click_model("pbm", batches, solver=sim.Minibatch(mesh=make_mesh(3), **solver), **kw),
+    sim.fit_click_model("pbm", batches, solver=sim.Minibatch(**solver), **kw),
   )
 
 
@@ -103,7 +104,7 @@ def _collective_dims(hlo: str) -> list:
 def test_each_device_holds_its_rows_and_a_step_moves_no_table(sparse):
   """The state: vectors and Adam's moments of 8,000 rows, 1,000 on each of 8 devices; the compiled steps: no
   collective produces an array as long as a device's share of a table (what moves is the batch's rows)."""
-  m, rows = mb._model("ubm"), 8000
+  m, rows = mb.fittable_model("ubm"), 8000
   tables = {"attraction": tb.FullTable()}
   placement = mb._placement(make_mesh(8))
   num_rows = {"attraction": rows}
@@ -146,7 +147,8 @@ _TWO_PROCESSES = textwrap.dedent(
   from ultr_jax.train.sharding import make_mesh
   assert jax.process_count() == 2 and jax.device_count() == 4, jax.devices()
   batches = [{k: np.asarray(v) for k, v in b.items()} for b in json.loads(sys.argv[4])]  # the same in each
-  fit = sim.fit_click_model_minibatch("pbm", batches, optimizer=optax.adam(0.05, eps=1e-3), mesh=make_mesh())
+  solver = sim.Minibatch(optimizer=optax.adam(0.05, eps=1e-3), mesh=make_mesh())
+  fit = sim.fit_click_model("pbm", batches, solver=solver)
   attraction = multihost_utils.process_allgather(fit.logits["attraction"], tiled=True)  # each holds its rows
   json.dump({"attraction": np.asarray(attraction).tolist(), "log_likelihood": fit.log_likelihood,
              "examination": np.asarray(fit.logits["examination"]).tolist()}, open(out, "w"))
@@ -158,7 +160,7 @@ def test_two_processes_take_the_one_process_steps(tmp_path):
   """Two CPU processes on 127.0.0.1 (jax.distributed, gloo), two devices each, every process passing the same
   batches: the tables split over the four devices of both, the fit the one-process fit."""
   batches = _batches("pbm")
-  one = sim.fit_click_model_minibatch("pbm", batches, optimizer=OPTIMIZER)
+  one = sim.fit_click_model("pbm", batches, solver=sim.Minibatch(optimizer=OPTIMIZER))
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", env.get("XLA_FLAGS", ""))
   env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count=2".strip()

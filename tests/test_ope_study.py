@@ -134,7 +134,14 @@ def test_estimates_from_the_cells_equal_the_estimates_session_by_session(num_ses
   for name in config.estimators:
     np.testing.assert_allclose(cells[name], session[name], atol=2e-6, err_msg=name)
   log = ope.simulate_logs(keys[0], queries, "cascade", 1.0, num_sessions)
-  fit = sim.fit_click_model("pbm", log["doc_ids"], log["clicks"], num_docs=32, l2=1.0, max_iters=50, prior="zero")
+  fit = sim.fit_click_model(
+    "pbm",
+    {"doc_ids": log["doc_ids"], "clicks": log["clicks"]},
+    solver=sim.LBFGS(max_iters=50),
+    num_docs=32,
+    l2=1.0,
+    prior="zero",
+  )
   names = tuple(config.model_estimators)
   whole = ope._model_based_run(
     log,

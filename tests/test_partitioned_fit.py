@@ -93,13 +93,13 @@ def test_partitioned_fit_converges_in_a_few_passes(model):
     )
   )
   num_docs = 40_000
-  ref = sim.fit_click_model_from_statistics(
-    model, sim.gather_click_statistics(model, batches), num_docs=num_docs, l2=1.0, tol=1e-7
+  ref = sim.fit_click_model(
+    model, sim.gather_click_statistics(model, batches), solver=sim.Statistics(tol=1e-7), num_docs=num_docs, l2=1.0
   )
   counter = ItemCounter(memory_budget_bytes=0, num_partitions=4, last_click_state=m.statistics_kind == "ubm_items")
   for b in batches:
     counter.add(b["doc_ids"], b["clicks"], b.get("where"))
-  fit = sim.fit_click_model_from_statistics(model, counter.result(), num_docs=num_docs, l2=1.0)
+  fit = sim.fit_click_model(model, counter.result(), solver=sim.Statistics(), num_docs=num_docs, l2=1.0)
   # Block-coordinate descent (the documents, then the bias with the documents held) needs 25-30 passes here.
   assert fit.converged and fit.iterations <= 10, (fit.iterations, fit.grad_norm)
   assert fit.log_likelihood == pytest.approx(ref.log_likelihood, abs=2e-6)

@@ -100,8 +100,8 @@ def test_pattern_statistics_past_the_budget_name_the_cause():
 def test_partitioned_fit_reaches_the_in_memory_optimum(model):
   train, test = _batches(model, n=6000, batch_size=6000), _batches(model, n=3000, seed=1, batch_size=3000)
   ids, clicks = (np.concatenate([b[k] for b in train]) for k in ("doc_ids", "clicks"))
-  ref = sim.fit_click_model(model, ids, clicks, num_docs=1600, l2=1.0)
-  fit = sim.fit_click_model_stream(model, train, num_docs=1600, l2=1.0, memory_budget_bytes=8000, num_partitions=3)
+  ref = sim.fit_click_model(model, {"doc_ids": ids, "clicks": clicks}, solver=sim.LBFGS(), num_docs=1600, l2=1.0)
+  fit = sim.fit_click_model(model, train, solver=sim.Statistics(budget=8000, num_partitions=3), num_docs=1600, l2=1.0)
   ppl = [sim.evaluate_click_model_stream(model, f.params, test)["perplexity"] for f in (ref, fit)]
   assert abs(ppl[0] - ppl[1]) < 1e-3, ppl
   assert fit.log_likelihood == pytest.approx(ref.log_likelihood, abs=1e-4)

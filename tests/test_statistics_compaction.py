@@ -36,9 +36,10 @@ def test_fit_over_the_read_documents_equals_the_full_table_fit(model, prior):
   wide = _spread(ids, 3)
   num_docs = int(wide.max()) + 50
   stats = sim.gather_click_statistics(model, [{"doc_ids": wide, "clicks": clicks}])
-  kw = {"num_docs": num_docs, "l2": 1.0, "tol": 1e-7, "prior": prior}
-  fit = sim.fit_click_model_from_statistics(model, stats, **kw)
-  full = sim.fit_click_model(model, wide, clicks, **kw)  # every id's logit a free parameter
+  kw = {"num_docs": num_docs, "l2": 1.0, "prior": prior}
+  fit = sim.fit_click_model(model, stats, solver=sim.Statistics(tol=1e-7), **kw)
+  # every id's logit a free parameter
+  full = sim.fit_click_model(model, {"doc_ids": wide, "clicks": clicks}, solver=sim.LBFGS(tol=1e-7), **kw)
   assert fit.converged and full.converged
   for k in fit.logits:
     np.testing.assert_allclose(np.asarray(fit.logits[k]), np.asarray(full.logits[k]), atol=1e-5, err_msg=k)
@@ -59,7 +60,7 @@ def test_partitioned_fit_does_not_depend_on_the_unread_ids(prior):
     stats = counter.result()
     assert isinstance(stats, sim.PartitionedStatistics)
     num_docs = int(doc_ids.max()) + 50
-    fits[name] = sim.fit_click_model_from_statistics("ubm", stats, num_docs=num_docs, l2=1.0, prior=prior)
+    fits[name] = sim.fit_click_model("ubm", stats, solver=sim.Statistics(), num_docs=num_docs, l2=1.0, prior=prior)
   compact, wide = fits["compact"].logits, fits["wide"].logits
   read = np.zeros(wide["attraction"].shape[0], bool)
   read[_spread(np.arange(NUM_READ), 3)] = True
@@ -69,5 +70,6 @@ def test_partitioned_fit_does_not_depend_on_the_unread_ids(prior):
   np.testing.assert_allclose(a[~read], _centre(a, read, prior), atol=1e-6)
   assert fits["wide"].log_likelihood == pytest.approx(fits["compact"].log_likelihood, abs=1e-6)
   # And it nears the in-memory optimum (block-coordinate descent stops on a flat objective, short of 1e-7).
-  ref = sim.fit_click_model("ubm", ids, clicks, num_docs=int(ids.max()) + 50, l2=1.0, prior=prior)
+  session_log = {"doc_ids": ids, "clicks": clicks}
+  ref = sim.fit_click_model("ubm", session_log, solver=sim.LBFGS(), num_docs=int(ids.max()) + 50, l2=1.0, prior=prior)
   np.testing.assert_allclose(np.asarray(compact["attraction"]), np.asarray(ref.logits["attraction"]), atol=0.02)

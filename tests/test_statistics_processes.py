@@ -30,10 +30,10 @@ _SCRIPT = textwrap.dedent(
   stream = lambda part: data.SessionStream(f"{shards}/{part}", batch_size=256)  # this process's row groups
   out = {}
   for model in ("pbm", "ubm"):
-    fit = sim.fit_click_model_stream(
-      model, stream("train"), num_docs=stream("train").num_docs, l2=1.0, across_processes=True,
-      memory_budget_bytes=int(budget) or None, spill_dir=spill or None, num_partitions=3,
+    solver = sim.Statistics(
+      budget=int(budget) or None, spill_dir=spill or None, num_partitions=3, across_processes=True
     )
+    fit = sim.fit_click_model(model, stream("train"), solver=solver, num_docs=stream("train").num_docs, l2=1.0)
     scores = sim.evaluate_click_model_stream(model, fit.params, stream("test"), across_processes=True)
     out[model] = {"attraction": fit.params["attraction"].tolist(), "perplexity": scores["perplexity"],
                   "num_sessions": scores["num_sessions"], "log_likelihood": fit.log_likelihood}
@@ -59,11 +59,11 @@ def shards(tmp_path_factory):
   return d
 
 
-def _reference(shards, **kw):
+def _reference(shards, solver):
   stream = lambda part: data.SessionStream(shards / part, batch_size=256, process_index=0, process_count=1)
   out = {}
   for model in ("pbm", "ubm"):
-    fit = sim.fit_click_model_stream(model, stream("train"), num_docs=stream("train").num_docs, l2=1.0, **kw)
+    fit = sim.fit_click_model(model, stream("train"), solver=solver, num_docs=stream("train").num_docs, l2=1.0)
     scores = sim.evaluate_click_model_stream(model, fit.params, stream("test"))
     out[model] = {"attraction": fit.params["attraction"], **scores, "log_likelihood": fit.log_likelihood}
   return out
@@ -89,7 +89,7 @@ def _two_processes(tmp_path, shards, budget, spill):
 def test_two_processes_fit_as_one(tmp_path, shards, spilled):
   spill = str(tmp_path / "spill") if spilled else ""
   got = _two_processes(tmp_path, shards, 3000 if spilled else 0, spill)
-  want = _reference(shards, **(dict(memory_budget_bytes=3000, num_partitions=3) if spilled else {}))
+  want = _reference(shards, sim.Statistics(budget=3000, num_partitions=3) if spilled else sim.Statistics())
   for model in ("pbm", "ubm"):
     for out in got:  # both processes hold the whole log's fit and scores, one process's to 1e-6
       assert out[model]["num_sessions"] == want[model]["num_sessions"]

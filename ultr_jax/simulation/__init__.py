@@ -8,12 +8,13 @@
   ``[..., list_size]``, exact marginals, conditional click probabilities, session log-likelihood,
   sufficient statistics, fitted parameters; the click chains share :class:`ChainModel`), and the
   config-driven :func:`make_click_fn`;
-* :mod:`~ultr_jax.simulation.fitting`: click models fitted to session logs
-  (L-BFGS on that likelihood) and scored by held-out perplexity;
-* :mod:`~ultr_jax.simulation.streaming`: the same over a stream of session batches (one pass to the
-  models' sufficient statistics, then the weighted fit; held-out scores);
-* :mod:`~ultr_jax.simulation.minibatch`: optax fits over minibatches, each step updating only the rows of the
-  per-document parameters its batch shows;
+* :mod:`~ultr_jax.simulation.fit`: :func:`fit_click_model`, the one way to fit a click model to a log (arrays, a
+  stream, statistics), with the solver it picks or the one given (:class:`Statistics`, :class:`LBFGS`,
+  :class:`Minibatch`, :class:`Counts`); the solvers' mechanics live in
+  :mod:`~ultr_jax.simulation.fitting` (the likelihood, L-BFGS on sessions, held-out scores),
+  :mod:`~ultr_jax.simulation.streaming` (sufficient statistics over a stream, their fit),
+  :mod:`~ultr_jax.simulation.partitioned_fit` (Newton passes on spilled statistics) and
+  :mod:`~ultr_jax.simulation.minibatch` (optax steps updating only the rows a batch shows);
 * :mod:`~ultr_jax.simulation.interleaving`: Plackett-Luce ranking samples
   and team-draft or probabilistic multileaving for online learning to rank;
 * :mod:`~ultr_jax.simulation.logging_policy`: the ULTRA protocol's production
@@ -76,14 +77,20 @@ from ultr_jax.simulation.fitting import (
   click_prediction_scores,
   ctr_model_predict,
   evaluate_click_model,
-  fit_click_model,
-  fit_ctr_model,
-  fit_ctr_model_from_statistics,
   init_click_model,
   logit_prior,
   simulate_session_log,
 )
-from ultr_jax.simulation.minibatch import fit_click_model_minibatch
+from ultr_jax.simulation.fit import (
+  LBFGS,
+  Counts,
+  Minibatch,
+  SessionData,
+  Solver,
+  Statistics,
+  choose_solver,
+  fit_click_model,
+)
 from ultr_jax.simulation.click_models.tables import (
   FeatureTable,
   FullTable,
@@ -98,12 +105,9 @@ from ultr_jax.simulation.streaming import (
   PartitionedStatistics,
   StatisticsTooLarge,
   evaluate_click_model_stream,
-  fit_click_model_from_statistics,
-  fit_click_model_stream,
   gather_click_statistics,
   merge_click_statistics,
   open_partitioned_statistics,
-  select_click_model_prior,
 )
 from ultr_jax.simulation.interleaving import (
   multileave_credit,
@@ -123,7 +127,6 @@ from ultr_jax.simulation.logging_policy import (
 )
 from ultr_jax.simulation.sif_toy import sif_toy_dataset
 from ultr_jax.simulation.long_tail import long_tail_document_params, simulate_long_tail_log
-from ultr_jax.simulation.partitioned_fit import fit_partitioned_statistics
 from ultr_jax.simulation.topk import (
   simulate_topk_log,
   topk_click_probability,
@@ -168,10 +171,15 @@ __all__ = [
   "ctr_model_predict",
   "evaluate_click_model",
   "fit_click_model",
+  "Solver",
+  "SessionData",
+  "LBFGS",
+  "Statistics",
+  "Minibatch",
+  "Counts",
+  "choose_solver",
   "LOGIT_PRIORS",
   "logit_prior",
-  "fit_ctr_model",
-  "fit_ctr_model_from_statistics",
   "init_click_model",
   "simulate_session_log",
   "ClickStatistics",
@@ -180,22 +188,17 @@ __all__ = [
   "PartitionedStatistics",
   "open_partitioned_statistics",
   "evaluate_click_model_stream",
-  "fit_click_model_from_statistics",
-  "fit_click_model_minibatch",
   "FeatureTable",
   "FullTable",
   "HashedTable",
   "ParameterTable",
   "QuotientRemainderTable",
   "table_logits",
-  "fit_click_model_stream",
   "gather_click_statistics",
   "merge_click_statistics",
-  "select_click_model_prior",
   "simulate_topk_log",
   "simulate_long_tail_log",
   "long_tail_document_params",
-  "fit_partitioned_statistics",
   "topk_click_probability",
   "topk_log_dataset",
   "topk_selection_data",

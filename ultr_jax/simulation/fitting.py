@@ -10,7 +10,7 @@ from them). The models are the registry's fittable ones (:func:`~ultr_jax.simula
 ``("fittable")``); ``model`` is a name or a :class:`~ultr_jax.simulation.ClickModel` (e.g.
 ``Mixture(("ubm", "dbn"))``), whose methods hold everything model-specific.
 
-:func:`fit_click_model` maximises the sessions' log-likelihood
+:func:`~ultr_jax.simulation.fit_click_model` maximises the sessions' log-likelihood
 (:meth:`~ultr_jax.simulation.ClickModel.session_log_likelihood`, in log space from the logits)
 with a standard-normal prior on every
 logit (``l2``; 0 is plain maximum likelihood) by ``optax.lbfgs`` in one jitted
@@ -44,11 +44,8 @@ __all__ = [
   "init_click_model",
   "click_model_log_likelihood",
   "click_model_predict",
-  "fit_click_model",
   "evaluate_click_model",
   "click_prediction_scores",
-  "fit_ctr_model",
-  "fit_ctr_model_from_statistics",
   "ctr_model_predict",
   "simulate_session_log",
 ]
@@ -58,7 +55,7 @@ FITTABLE_CLICK_MODELS = click_models("fittable")
 # Each click-through-rate baseline as the rate tables it estimates beside the global rate, coarse to fine (a
 # table's parent is the one before it, or the global rate): the dispatch is on the tables, not on the name.
 _CTR_TABLES = {"gctr": (), "rctr": ("rank",), "dctr": ("document",), "drctr": ("document", "document_rank")}
-#: Click-through-rate baselines (:func:`fit_ctr_model`): global, per rank, per document, per document and rank.
+#: Click-through-rate baselines (:class:`~ultr_jax.simulation.Counts`): global, per rank, per document, per document and rank.
 CTR_MODELS = tuple(_CTR_TABLES)
 
 
@@ -77,6 +74,11 @@ class ClickModelFit(NamedTuple):
     feature_params: the fitted module parameters of each per-document parameter computed from features
       (:class:`~ultr_jax.simulation.click_models.tables.FeatureTable`, by name; a new document's logit is
       ``table.logits(feature_params[name], its_features)``), None where there is none.
+    solver: the :class:`~ultr_jax.simulation.Solver` that ran (:func:`~ultr_jax.simulation.fit_click_model`
+      reports its automatic choice here).
+    stop_reason: why the solver stopped (converged, its iteration cap, its epochs).
+    l2: the prior precision of the fit (with a grid, the chosen one).
+    perplexities: with a grid of ``l2`` values, each one's held-out perplexity; else None.
   """
 
   model: "str | ClickModel"
@@ -87,9 +89,13 @@ class ClickModelFit(NamedTuple):
   iterations: int
   converged: bool
   feature_params: Optional[dict] = None
+  solver: Optional[object] = None
+  stop_reason: str = ""
+  l2: float = float("nan")
+  perplexities: Optional[dict] = None
 
 
-def _model(model: "str | ClickModel") -> ClickModel:
+def fittable_model(model: "str | ClickModel") -> ClickModel:
   """The registry's fittable click model ``model`` (a name or an instance)."""
   if not isinstance(model, ClickModel) and model not in click_models("fittable"):
     raise ValueError(f"unknown click model {model!r} (expected one of {click_models('fittable')})")
@@ -113,7 +119,7 @@ def init_click_model(model: str, *, num_docs: int, list_size: int) -> dict:
   >>> print({k: v.shape for k, v in init_click_model("dbn", num_docs=5, list_size=3).items()})
   {'attraction': (5,), 'perseverance': (), 'satisfaction': (5,)}
   """
-  return _model(model).init(num_docs=num_docs, list_size=list_size)
+  return fittable_model(model).init(num_docs=num_docs, list_size=list_size)
 
 
 #: The centres :func:`logit_prior` offers for the per-document logits: ``"data_mean"`` (each table's own mean, a
@@ -121,7 +127,7 @@ def init_click_model(model: str, *, num_docs: int, list_size: int) -> dict:
 LOGIT_PRIORS = ("data_mean", "zero")
 
 
-def _check_prior(prior: str) -> str:
+def check_prior(prior: str) -> str:
   if prior not in LOGIT_PRIORS:
     raise ValueError(f"prior must be one of {LOGIT_PRIORS}, got {prior!r}")
   return prior
@@ -153,7 +159,7 @@ def logit_prior(model: "str | ClickModel", logits: dict, l2: Array, prior: str =
   log's typical attraction already; ``"data_mean"`` then drifts along that nearly flat direction (on a long-tail
   log 5-9x the L-BFGS iterations, for a held-out perplexity lower by under 1e-3), hence the L-BFGS fits'
   default ``"zero"``. Where the first rank is always examined (the cascade family: DBN, DCM, ...) nothing
-  absorbs the offset, and the centre counts: :func:`~ultr_jax.simulation.fit_click_model_minibatch`'s default
+  absorbs the offset, and the centre counts: :class:`~ultr_jax.simulation.Minibatch`'s default
   is ``"data_mean"``.
 
   Args:
@@ -169,8 +175,8 @@ def logit_prior(model: "str | ClickModel", logits: dict, l2: Array, prior: str =
   >>> print(logit_prior("pbm", logits, 1.0, prior="data_mean"), logit_prior("pbm", logits, 1.0, prior="zero"))
   1.5 7.5
   """
-  m = _model(model)
-  if _check_prior(prior) == "zero":
+  m = fittable_model(model)
+  if check_prior(prior) == "zero":
     return 0.5 * l2 * sum(jnp.sum(v**2) for v in jax.tree.leaves(logits))
   per_doc = ("attraction",) + tuple(m.item_params)
   total = sum(jnp.sum((v - jnp.mean(v)) ** 2) if k in per_doc else jnp.sum(v**2) for k, v in sorted(logits.items()))
@@ -234,7 +240,7 @@ def click_model_log_likelihood(
   >>> print(round(float(ll), 6), round(float(jnp.log(0.5 * 0.9)), 6))
   -0.798508 -0.798508
   """
-  m = _model(model)
+  m = fittable_model(model)
   _check_list_size(m, params, np.shape(doc_ids)[-1])
   return _log_likelihood_logits(m, m.to_logits(params), doc_ids, clicks, where)
 
@@ -264,7 +270,7 @@ def click_model_predict(
   >>> print(out["conditional"], out["marginal"])  # after a cascade click nothing follows
   [0.5 0. ] [0.5  0.25]
   """
-  m = _model(model)
+  m = fittable_model(model)
   _check_list_size(m, params, np.shape(doc_ids)[-1])
   docs, bias = _split(m, params)
   ids = jnp.clip(jnp.asarray(doc_ids, jnp.int32), 0, docs["attraction"].shape[0] - 1)
@@ -291,7 +297,7 @@ def _fit(model, logits, doc_ids, clicks, where, l2, max_iters, tol, prior="zero"
   return theta, mean_ll, gnorm, iters
 
 
-def _validate(doc_ids, clicks, where, num_docs, model=None):
+def validate_sessions(doc_ids, clicks, where, num_docs, model=None):
   doc_ids = np.asarray(doc_ids)
   clicks = np.asarray(clicks, np.float32)
   where = np.ones(clicks.shape, bool) if where is None else np.broadcast_to(np.asarray(where, bool), clicks.shape)
@@ -318,8 +324,8 @@ def _validate(doc_ids, clicks, where, num_docs, model=None):
 
 # Its docstring's fit example is skipped under pytest: in two full runs of the suite that doctest's compile crashed an
 # xdist worker inside XLA's CPU compiler (it passes alone); tests/test_click_fitting.py runs the same fits.
-def fit_click_model(
-  model: str,
+def fit_sessions_lbfgs(
+  model: "str | ClickModel",
   doc_ids: Array,
   clicks: Array,
   *,
@@ -373,13 +379,13 @@ def fit_click_model(
 
   >>> ids = jnp.array([[0, 1], [1, 0]] * 50)
   >>> clicks = jnp.array([[1.0, 0.0], [0.0, 1.0]] * 50)  # document 0 is always clicked
-  >>> fit = fit_click_model("cascade", ids, clicks, l2=0.0)  # doctest: +SKIP
+  >>> fit = fit_sessions_lbfgs("cascade", ids, clicks, l2=0.0)  # doctest: +SKIP
   >>> print(fit.converged, [round(v, 3) for v in fit.params["attraction"].tolist()])  # doctest: +SKIP
   True [1.0, 0.0]
   """
-  m = _model(model)
-  _check_prior(prior)
-  doc_ids, clicks, where, num_docs = _validate(doc_ids, clicks, where, num_docs, m)
+  m = fittable_model(model)
+  check_prior(prior)
+  doc_ids, clicks, where, num_docs = validate_sessions(doc_ids, clicks, where, num_docs, m)
   logits = m.init(num_docs=num_docs, list_size=clicks.shape[-1]) if init is None else init
   arrays = (doc_ids, clicks, where)
   if mesh is not None:
@@ -425,8 +431,8 @@ def evaluate_click_model(
   >>> print(evaluate_click_model("pbm", p, jnp.zeros((4, 1), int), jnp.array([[1.], [0.], [1.], [0.]]))["perplexity"])
   2.0
   """
-  _model(model)
-  doc_ids, clicks, where, _ = _validate(doc_ids, clicks, where, params["attraction"].shape[0])
+  fittable_model(model)
+  doc_ids, clicks, where, _ = validate_sessions(doc_ids, clicks, where, params["attraction"].shape[0])
   ll = click_model_log_likelihood(model, params, doc_ids, clicks, where=where)
   pred = click_model_predict(model, params, doc_ids, clicks, where=where)
   return click_prediction_scores(pred["conditional"], pred["marginal"], clicks, where=where, session_log_likelihood=ll)
@@ -481,7 +487,7 @@ def click_prediction_scores(
   }
 
 
-def fit_ctr_model(
+def count_ctr_model(
   model: str,
   doc_ids: Array,
   clicks: Array,
@@ -529,15 +535,15 @@ def fit_ctr_model(
       non-integer ids, clicks other than 0/1 or ids outside ``[0, num_docs)`` where valid (naming the entry).
 
   >>> ids = np.array([[0, 1], [1, 0]]); c = np.array([[1.0, 0.0], [1.0, 1.0]])
-  >>> p = fit_ctr_model("drctr", ids, c, prior=0.0)
-  >>> print(p["global"], fit_ctr_model("rctr", ids, c, prior=0.0)["rank"], p["document"], p["document_rank"].tolist())
+  >>> p = count_ctr_model("drctr", ids, c, prior=0.0)
+  >>> print(p["global"], count_ctr_model("rctr", ids, c, prior=0.0)["rank"], p["document"], p["document_rank"].tolist())
   0.75 [1.  0.5] [1.  0.5] [[1.0, 1.0], [1.0, 0.0]]
   """
   if model not in CTR_MODELS:
     raise ValueError(f"unknown CTR model {model!r} (expected one of {CTR_MODELS})")
   if prior < 0:
     raise ValueError(f"prior must be >= 0, got {prior}")
-  doc_ids, clicks, where, num_docs = _validate(doc_ids, clicks, where, num_docs)
+  doc_ids, clicks, where, num_docs = validate_sessions(doc_ids, clicks, where, num_docs)
   length = clicks.shape[-1]
   ranks = np.broadcast_to(np.arange(length), clicks.shape)[where]
   docs, c = doc_ids[where].astype(np.int64), clicks[where].astype(np.float64)
@@ -570,24 +576,24 @@ def _ctr_tables(model, docs, ranks, impressions, clicks, g, *, num_docs, length,
   return out
 
 
-def fit_ctr_model_from_statistics(
+def count_ctr_model_from_statistics(
   model: str, statistics, *, num_docs: Optional[int] = None, prior: float = 1.0
 ) -> dict:
-  r""":func:`fit_ctr_model` from impressions and clicks per (document, rank): the ``"items"`` sufficient
+  r""":func:`count_ctr_model` from impressions and clicks per (document, rank): the ``"items"`` sufficient
   statistics of a log (the PBM's, :func:`~ultr_jax.simulation.gather_click_statistics` ``("pbm", batches)``),
   so the baselines of a log larger than memory are counted in one streaming pass.
 
-  The same tables as :func:`fit_ctr_model` of the sessions (up to the order of float sums).
+  The same tables as :func:`count_ctr_model` of the sessions (up to the order of float sums).
 
   Args:
     model: one of :data:`CTR_MODELS`.
     statistics: a :class:`~ultr_jax.simulation.ClickStatistics` of kind ``"items"`` (keys ``(document,
       rank)``, counts ``(impressions, clicks)``).
     num_docs: ``D`` (default the statistics'; at least it).
-    prior: as :func:`fit_ctr_model`.
+    prior: as :func:`count_ctr_model`.
 
   Returns:
-    dict of ``float32`` rates, as :func:`fit_ctr_model`.
+    dict of ``float32`` rates, as :func:`count_ctr_model`.
 
   Raises:
     ValueError: for an unknown ``model``, a negative ``prior``, statistics of another kind than ``"items"``, or
@@ -596,7 +602,7 @@ def fit_ctr_model_from_statistics(
   >>> from ultr_jax.simulation import get_click_model
   >>> ids = np.array([[0, 1], [1, 0]]); c = np.array([[1.0, 0.0], [1.0, 1.0]])
   >>> s = get_click_model("pbm").sufficient_statistics(ids, c)
-  >>> p = fit_ctr_model_from_statistics("drctr", s, prior=0.0)
+  >>> p = count_ctr_model_from_statistics("drctr", s, prior=0.0)
   >>> print(p["global"], p["document"], p["document_rank"].tolist())
   0.75 [1.  0.5] [[1.0, 1.0], [1.0, 0.0]]
   """
@@ -626,7 +632,7 @@ def ctr_model_predict(model: str, params: dict, doc_ids: Array) -> np.ndarray:
 
   Args:
     model: one of :data:`CTR_MODELS`.
-    params: the rates of :func:`fit_ctr_model` for that model.
+    params: the rates a :class:`~ultr_jax.simulation.Counts` fit counted for that model (``fit.params``).
     doc_ids: ``int[S, L]`` document ids in displayed order.
 
   Returns:
@@ -635,7 +641,7 @@ def ctr_model_predict(model: str, params: dict, doc_ids: Array) -> np.ndarray:
   Raises:
     ValueError: for an unknown ``model``.
 
-  >>> p = fit_ctr_model("rctr", np.array([[0, 1]]), np.array([[1.0, 0.0]]), prior=0.0)
+  >>> p = count_ctr_model("rctr", np.array([[0, 1]]), np.array([[1.0, 0.0]]), prior=0.0)
   >>> print(ctr_model_predict("rctr", p, np.array([[1, 0]])))
   [[1. 0.]]
   """
@@ -699,7 +705,7 @@ def simulate_session_log(
   >>> print(log["doc_ids"].shape, int(log["clicks"].sum(-1).max()))
   (6, 4) 1
   """
-  m = _model(model)
+  m = fittable_model(model)
   a = jnp.asarray(attraction, jnp.float32)
   num_queries, length = a.shape
   k_q, k_n, k_c = jax.random.split(key, 3)

@@ -1,7 +1,7 @@
 r"""Click models fitted by a stochastic optimiser over a stream of session batches, at a cost per step set by the
 batch, not by the number of documents.
 
-:func:`fit_click_model_minibatch` is the fallback of :mod:`~ultr_jax.simulation.streaming` where no reduction to
+:func:`fit_minibatch` is the fallback of :mod:`~ultr_jax.simulation.streaming` where no reduction to
 sufficient statistics applies (a cascade-family model on a log whose lists rarely repeat): an optax optimiser over
 minibatches, CLAX's way of fitting. A real click log holds millions of query-document pairs, of which a batch
 shows a few thousand; so, as the optimisers of embedding tables do, each step
@@ -45,14 +45,14 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ultr_jax.simulation.click_models import ClickModel, get_click_model  # noqa: F401 (the doctests')
 from ultr_jax.simulation.click_models.tables import FeatureTable, FullTable, ParameterTable, table_logits  # noqa: F401 (the doctests')
-from ultr_jax.simulation.fitting import ClickModelFit, _check_prior, _model
-from ultr_jax.simulation.streaming import _batch, _iterate
+from ultr_jax.simulation.fitting import ClickModelFit, check_prior, fittable_model
+from ultr_jax.simulation.streaming import session_batch, iterate_batches
 
-__all__ = ["fit_click_model_minibatch", "STEPS_PER_CALL"]
+__all__ = ["fit_minibatch", "STEPS_PER_CALL"]
 
 Batches = Iterable[dict]
 
-#: Batches one jitted call of :func:`fit_click_model_minibatch` runs (a ``lax.scan`` over them).
+#: Batches one jitted call of :func:`fit_minibatch` runs (a ``lax.scan`` over them).
 STEPS_PER_CALL = 16
 
 
@@ -66,7 +66,7 @@ class _Counts(NamedTuple):
 def _check_list_size(index: int, got: int, list_size: int) -> None:
   if got != list_size:
     raise ValueError(
-      f"fit_click_model_minibatch: batch {index} holds lists of {got} items, but the fit's list size is "
+      f"fit_minibatch: batch {index} holds lists of {got} items, but the fit's list size is "
       f"{list_size} (the first batch's or list_size=); every batch of a fit must have the same list size"
     )
 
@@ -105,8 +105,8 @@ def _count(m, batches, tables, list_size, need_impressions) -> _Counts:
   owner = {k: next(j for j in tables if tables[j] == t) for k, t in tables.items()}
   counters = {k: _RowCounter() for k in set(owner.values())} if need_impressions else {}
   docs, count = 0, 0.0
-  for i, batch in enumerate(_iterate(batches)):
-    doc_ids, _, where, n = _batch(batch, m)
+  for i, batch in enumerate(iterate_batches(batches)):
+    doc_ids, _, where, n = session_batch(batch, m)
     list_size = doc_ids.shape[-1] if list_size is None else list_size
     _check_list_size(i, doc_ids.shape[-1], list_size)
     docs = max(docs, n)
@@ -114,7 +114,7 @@ def _count(m, batches, tables, list_size, need_impressions) -> _Counts:
     for k, counter in counters.items():
       counter.add(tables[k].rows(doc_ids[where]))
   if list_size is None:
-    raise ValueError("fit_click_model_minibatch: the stream is empty")
+    raise ValueError("fit_minibatch: the stream is empty")
   impressions = {k: counters[owner[k]].flush() for k in tables} if need_impressions else None
   return _Counts(docs, list_size, count, impressions)
 
@@ -154,7 +154,7 @@ def _prepare(plan: _Plan, index: int, batch: dict, rows_per_batch: Optional[int]
   logit vector, or of the batch's gathered rows when sparse), when sparse ``uniq`` (the distinct rows, padded
   with the out-of-range row ``num_rows``) and ``prior`` (each gathered row's prior precision this step), and
   ``features`` (per feature table ``float32[B, L, F]``, masked items' those of document 0)."""
-  doc_ids, clicks, where, _ = _batch(batch, plan.model, plan.num_docs)
+  doc_ids, clicks, where, _ = session_batch(batch, plan.model, plan.num_docs)
   _check_list_size(index, doc_ids.shape[-1], plan.list_size)
   doc_ids, clicks, where = (x.reshape(-1, plan.list_size) for x in (doc_ids, clicks, where))
   pad = (rows_per_batch or doc_ids.shape[0]) - doc_ids.shape[0]
@@ -320,9 +320,7 @@ def _tables(m: ClickModel, tables: Optional[Mapping[str, ParameterTable]]) -> di
   tables = dict(tables or {})
   unknown = sorted(set(tables) - set(names))
   if unknown:
-    raise ValueError(
-      f"fit_click_model_minibatch: tables for {unknown}, but {m.name}'s per-document parameters are {names}"
-    )
+    raise ValueError(f"fit_minibatch: tables for {unknown}, but {m.name}'s per-document parameters are {names}")
   return {k: tables.get(k, FullTable()) for k in names}
 
 
@@ -335,7 +333,7 @@ def _initial_modules(features: Mapping[str, FeatureTable], init: Optional[dict],
       if jax.tree.structure(init[k]) != jax.tree.structure(modules[k]) or any(
         np.shape(a) != np.shape(b) for a, b in zip(jax.tree.leaves(init[k]), jax.tree.leaves(modules[k]))
       ):
-        raise ValueError(f"fit_click_model_minibatch: init[{k!r}] is not its feature table's module parameters")
+        raise ValueError(f"fit_minibatch: init[{k!r}] is not its feature table's module parameters")
       modules[k] = jax.tree.map(lambda a: jnp.array(a, jnp.float32), init[k])
   return modules
 
@@ -355,11 +353,11 @@ def _initial_state(m, optimizer, tables, num_rows, list_size, init, prior, padde
       if k in modules:
         continue
       if k in tables and not isinstance(tables[k], FullTable):
-        raise ValueError(f"fit_click_model_minibatch: init[{k!r}] given for a compressed table")
+        raise ValueError(f"fit_minibatch: init[{k!r}] given for a compressed table")
       target = vectors if k in tables else bias
       expected = (num_rows[k],) if k in tables else np.shape(target.get(k))
       if k not in target or np.shape(v) != expected:
-        raise ValueError(f"fit_click_model_minibatch: init[{k!r}] of shape {np.shape(v)} does not fit this model")
+        raise ValueError(f"fit_minibatch: init[{k!r}] of shape {np.shape(v)} does not fit this model")
       target[k] = jnp.array(v, jnp.float32)
       if k in tables and padded[k] != num_rows[k]:
         target[k] = jnp.pad(target[k], (0, padded[k] - num_rows[k]))
@@ -461,7 +459,7 @@ def _epochs(step: Callable, plan: _Plan, state, batches, epochs: int, steps_per_
   steps, last = 0, []
   for _ in range(epochs):
     values = []
-    groups = _groups(plan, _iterate(batches), steps_per_call)
+    groups = _groups(plan, iterate_batches(batches), steps_per_call)
     if placement is not None:
       groups = map(functools.partial(_put_group, placement=placement), groups)
     for xs in _prefetch(groups):
@@ -491,12 +489,12 @@ def _document_logits(tables, vectors: dict, modules: dict, centre: dict, num_doc
 
 def _sparse_pays(tables, num_docs, batches) -> bool:
   """Whether the logit vectors have more than 16 times as many rows as the first batch has items."""
-  first = next(iter(_iterate(batches)), None)
+  first = next(iter(iterate_batches(batches)), None)
   items = int(np.asarray(first["clicks"]).size) if first is not None and "clicks" in first else 1
   return max((t.num_rows(num_docs) for t in tables.values()), default=0) > 16 * items
 
 
-def fit_click_model_minibatch(
+def fit_minibatch(
   model: "str | ClickModel",
   batches: "Batches | Callable[[], Batches]",
   *,
@@ -584,27 +582,25 @@ def fit_click_model_minibatch(
       :func:`~ultr_jax.simulation.fit_click_model` for bad sessions.
 
   >>> b = {"doc_ids": np.array([[0, 1], [1, 0]] * 8), "clicks": np.array([[1.0, 0.0], [0.0, 1.0]] * 8)}
-  >>> fit = fit_click_model_minibatch("cascade", [b] * 10, epochs=5, optimizer=optax.adam(0.1), sparse=True)
+  >>> fit = fit_minibatch("cascade", [b] * 10, epochs=5, optimizer=optax.adam(0.1), sparse=True)
   >>> print(fit.iterations, fit.params["attraction"][0] > 0.9 > 0.1 > fit.params["attraction"][1])
   50 True
   >>> mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("data",))  # with two devices each holds one row
-  >>> fit2 = fit_click_model_minibatch("cascade", [b] * 10, epochs=5, optimizer=optax.adam(0.1), mesh=mesh)
+  >>> fit2 = fit_minibatch("cascade", [b] * 10, epochs=5, optimizer=optax.adam(0.1), mesh=mesh)
   >>> a, a2 = fit.logits["attraction"], fit2.logits["attraction"]
   >>> print(a2.sharding.spec, np.allclose(a2, a, atol=1e-6))
   P('data',) True
   >>> import flax.linen as nn  # attraction from one feature: documents 0 and 1 have x = 1 and -1
   >>> table = FeatureTable(nn.Dense(1), np.array([[1.0], [-1.0], [2.0]], np.float32))  # doc 2: never shown
-  >>> fit3 = fit_click_model_minibatch("cascade", [b] * 10, epochs=5, tables={"attraction": table}, num_docs=3)
+  >>> fit3 = fit_minibatch("cascade", [b] * 10, epochs=5, tables={"attraction": table}, num_docs=3)
   >>> a3 = fit3.logits["attraction"]
   >>> print(a3.shape, bool(a3[2] > a3[0] > 0 > a3[1]), np.allclose(a3, table.logits(fit3.feature_params["attraction"], table.features)))
   (3,) True True
   """
-  m = _model(model)
-  _check_prior(prior)
+  m = fittable_model(model)
+  check_prior(prior)
   if epochs < 1 or steps_per_call < 1:
-    raise ValueError(
-      f"fit_click_model_minibatch: epochs and steps_per_call must be >= 1, got {epochs}, {steps_per_call}"
-    )
+    raise ValueError(f"fit_minibatch: epochs and steps_per_call must be >= 1, got {epochs}, {steps_per_call}")
   tables = _tables(m, tables)
   features = {k: t for k, t in tables.items() if t.from_features}
   tables = {k: t for k, t in tables.items() if not t.from_features}

@@ -1,7 +1,7 @@
 r"""The MAP fit of an item click model (PBM, trust, UBM) on statistics partitioned by document, one partition in
 memory at a time.
 
-The objective of :func:`~ultr_jax.simulation.fit_click_model_from_statistics`,
+The objective of :class:`~ultr_jax.simulation.Statistics`' fit,
 
 .. math::
     J(\theta, \beta) = \frac{1}{S}\Bigl(\frac{\ell_2}{2}\bigl(\lVert\theta\rVert^2 + \lVert\beta\rVert^2\bigr)
@@ -49,7 +49,7 @@ from ultr_jax import _processes
 from ultr_jax.simulation.click_models import ClickModel
 from ultr_jax.simulation.click_models.statistics import PartitionedStatistics
 
-__all__ = ["fit_partitioned_statistics"]
+__all__ = ["newton_fit_partitioned"]
 
 
 #: Passes in a row without a decrease of the objective (float rounding) after which the fit stops.
@@ -267,7 +267,7 @@ class _Partitions:
     if keys.shape[0] > 1 and np.any(keys[1:, 0] < keys[:-1, 0]):
       order = np.argsort(keys[:, 0], kind="stable")
       keys, counts = keys[order], counts[order]
-    keys, seen = _compact_documents(keys)
+    keys, seen = compact_documents(keys)
     starts = np.flatnonzero(np.r_[True, keys[1:, 0] != keys[:-1, 0]]) if keys.shape[0] else np.zeros(0, np.int64)
     max_run = int(np.max(np.diff(np.r_[starts, keys.shape[0]]), initial=1))
     out = (
@@ -283,7 +283,7 @@ class _Partitions:
     return out
 
 
-def _compact_documents(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def compact_documents(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """``(keys renumbered, seen)``: ``seen`` the sorted ids of the documents that records ``keys [R, K]`` (column 0:
   the document) read, each record's document replaced by its index in ``seen``."""
   docs = np.asarray(keys[:, 0])
@@ -446,7 +446,7 @@ def _full_tables(source, mine, tables, per_doc, centre, num_docs, across_process
   return docs
 
 
-def fit_partitioned_statistics(
+def newton_fit_partitioned(
   model: ClickModel,
   statistics: PartitionedStatistics,
   *,
@@ -498,7 +498,7 @@ def fit_partitioned_statistics(
   >>> from ultr_jax.simulation.click_models.statistics import ItemCounter
   >>> c = ItemCounter(memory_budget_bytes=0, num_partitions=2)
   >>> c.add(np.array([[0, 1], [1, 0]] * 50), np.array([[1.0, 0.0], [0.0, 0.0]] * 50), None)
-  >>> logits, ll, gnorm, passes = fit_partitioned_statistics(get_click_model("pbm"), c.result(), num_docs=2)
+  >>> logits, ll, gnorm, passes = newton_fit_partitioned(get_click_model("pbm"), c.result(), num_docs=2)
   >>> print(gnorm < 1e-5, round(ll, 4))
   True -0.117
   """

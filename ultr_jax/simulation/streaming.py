@@ -7,22 +7,19 @@ A stream is any iterable of session-batch dicts ``{"doc_ids": int[B, L], "clicks
 * :func:`gather_click_statistics` reduces the stream in one pass to the model's sufficient statistics
   (:meth:`~ultr_jax.simulation.ClickModel.statistics_accumulator`: counts per (document, rank[, last click]) in
   one table for the item models, spilled to disk partitioned by document past a memory budget; distinct sessions
-  merged across batches for the others), and :func:`fit_click_model_from_statistics` maximises the same MAP objective as
-  :func:`~ultr_jax.simulation.fit_click_model` on them (preconditioned L-BFGS, records padded to size buckets so
-  that one program serves logs of similar sizes; on spilled statistics, Newton steps per document and on the
-  bias with the documents eliminated, partition by partition, :mod:`~ultr_jax.simulation.partitioned_fit`), at a
-  cost per step that does not grow with the number
-  of sessions; :func:`fit_click_model_stream` is the two, and :func:`select_click_model_prior` picks the prior's
-  strength on held-out sessions.
-* :func:`~ultr_jax.simulation.fit_click_model_minibatch` (:mod:`~ultr_jax.simulation.minibatch`) is the fallback
-  where no reduction applies (a stream too diverse to reduce): an optax optimiser over minibatches, CLAX's way.
+  merged across batches for the others), and :func:`fit_statistics` (the
+  :class:`~ultr_jax.simulation.Statistics` solver of :func:`~ultr_jax.simulation.fit_click_model`) maximises the
+  same MAP objective on them (preconditioned L-BFGS, records padded to size buckets so that one program serves
+  logs of similar sizes, refused before it runs where its working memory would pass the budget; on spilled
+  statistics, Newton steps per document and on the bias with the documents eliminated, partition by partition,
+  :mod:`~ultr_jax.simulation.partitioned_fit`), at a cost per step that does not grow with the number of sessions.
 * :func:`evaluate_click_model_stream` accumulates the held-out scores of
   :func:`~ultr_jax.simulation.evaluate_click_model` per rank across batches.
 """
 
 import functools
 import os
-from typing import Callable, Iterable, Optional
+from typing import Iterable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -41,8 +38,15 @@ from ultr_jax.simulation.click_models.statistics import (
   open_partitioned_statistics,
   write_statistics_runs,
 )
-from ultr_jax.simulation.fitting import ClickModelFit, _check_prior, _model, _validate, click_model_predict, logit_prior
-from ultr_jax.simulation.partitioned_fit import _compact_documents, fit_partitioned_statistics
+from ultr_jax.simulation.fitting import (
+  ClickModelFit,
+  check_prior,
+  fittable_model,
+  validate_sessions,
+  click_model_predict,
+  logit_prior,
+)
+from ultr_jax.simulation.partitioned_fit import compact_documents, newton_fit_partitioned
 
 __all__ = [
   "ClickStatistics",
@@ -52,16 +56,13 @@ __all__ = [
   "open_partitioned_statistics",
   "merge_click_statistics",
   "gather_click_statistics",
-  "fit_click_model_from_statistics",
-  "fit_click_model_stream",
   "evaluate_click_model_stream",
-  "select_click_model_prior",
 ]
 
 Batches = Iterable[dict]
 
 
-def _batch(batch: dict, model: Optional[ClickModel] = None, num_docs: Optional[int] = None):
+def session_batch(batch: dict, model: Optional[ClickModel] = None, num_docs: Optional[int] = None):
   """``(doc_ids, clicks, where)`` of a batch dict (``where`` and ``valid`` combined), validated."""
   for k in ("doc_ids", "clicks"):
     if k not in batch:
@@ -71,7 +72,7 @@ def _batch(batch: dict, model: Optional[ClickModel] = None, num_docs: Optional[i
   where = np.ones(clicks.shape, bool) if where is None else np.asarray(where, bool)
   if "valid" in batch:
     where = where & np.asarray(batch["valid"], bool).reshape(where.shape[:-1] + (1,))
-  return _validate(batch["doc_ids"], clicks, where, num_docs, model)
+  return validate_sessions(batch["doc_ids"], clicks, where, num_docs, model)
 
 
 #: :func:`gather_click_statistics`' default memory budget for the records held at once (bytes): 1 GiB.
@@ -118,14 +119,14 @@ def gather_click_statistics(
   Raises:
     StatisticsTooLarge: (a ``ValueError``) where session-pattern statistics (which read several documents each,
       so cannot be partitioned by document) outgrow the budget, saying after how many sessions; fit such a log
-      with :func:`~ultr_jax.simulation.fit_click_model_minibatch`.
+      with :class:`~ultr_jax.simulation.Minibatch`.
 
   >>> b = {"doc_ids": np.array([[0, 1], [0, 1]]), "clicks": np.array([[1.0, 0.0], [1.0, 0.0]])}
   >>> s = gather_click_statistics("pbm", [b, b])
   >>> s.kind, s.keys.tolist(), s.counts.tolist(), s.num_sessions
   ('items', [[0, 0], [1, 1]], [[4.0, 4.0], [4.0, 0.0]], 4.0)
   """
-  m = _model(model)
+  m = fittable_model(model)
   if across_processes and spill_dir is not None:
     spill_dir = os.path.join(spill_dir, _run_token())  # one fresh directory that every process agrees on
   accumulator = m.statistics_accumulator().configure(
@@ -133,7 +134,7 @@ def gather_click_statistics(
   )
   seen = False
   for batch in batches:
-    doc_ids, clicks, where, _ = _batch(batch, m)
+    doc_ids, clicks, where, _ = session_batch(batch, m)
     try:
       accumulator.add(doc_ids, clicks, where)
     except StatisticsTooLarge as e:
@@ -202,11 +203,20 @@ def _fit_statistics(model, logits, keys, counts, num_sessions, l2, max_iters, to
   return theta, model.to_probabilities(theta), ll, gnorm, iters
 
 
+def _working_bytes(program) -> int:
+  """The temporary memory a compiled program allocates beyond its arguments and outputs (0 if unknown)."""
+  try:
+    analysis = program.memory_analysis()
+  except Exception:  # noqa: BLE001 (a backend without the analysis: no bound can be checked)
+    return 0
+  return int(getattr(analysis, "temp_size_in_bytes", 0) or 0)
+
+
 def _pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
   return np.concatenate([x, np.zeros((rows - x.shape[0],) + x.shape[1:], x.dtype)]) if rows > x.shape[0] else x
 
 
-def fit_click_model_from_statistics(
+def fit_statistics(
   model: "str | ClickModel",
   statistics: ClickStatistics,
   *,
@@ -245,7 +255,7 @@ def fit_click_model_from_statistics(
     model: a fittable click model (name or instance); the one the statistics were gathered for.
     statistics: :func:`gather_click_statistics` (or :meth:`~ultr_jax.simulation.ClickModel.sufficient_statistics`);
       spilled :class:`~ultr_jax.simulation.PartitionedStatistics` are fitted one
-      partition in memory at a time (:func:`~ultr_jax.simulation.fit_partitioned_statistics`;
+      partition in memory at a time (:mod:`~ultr_jax.simulation.partitioned_fit`;
       ``max_iters`` then counts passes over the partitions).
     num_docs: number of ids ``D`` (default the statistics'; at least it).
     l2, max_iters, tol, init: as :func:`~ultr_jax.simulation.fit_click_model`.
@@ -262,12 +272,12 @@ def fit_click_model_from_statistics(
 
   >>> ids = np.array([[0, 1], [1, 0]] * 50); clicks = np.array([[1.0, 0.0], [0.0, 1.0]] * 50)
   >>> s = get_click_model("cascade").sufficient_statistics(ids, clicks)
-  >>> fit = fit_click_model_from_statistics("cascade", s, l2=0.0)
+  >>> fit = fit_statistics("cascade", s, l2=0.0)
   >>> print(s.num_records, fit.converged, [round(v, 3) for v in fit.params["attraction"].tolist()])
   2 True [1.0, 0.0]
   """
-  m = _model(model)
-  _check_prior(prior)
+  m = fittable_model(model)
+  check_prior(prior)
   if statistics.kind != m.statistics_kind:
     raise ValueError(f"{m.name}: statistics of kind {statistics.kind!r}, expected {m.statistics_kind!r}")
   if num_docs is None:
@@ -291,7 +301,7 @@ def fit_click_model_from_statistics(
   per_doc = ("attraction",) + tuple(m.item_params)
   keys, seen = statistics.keys, None
   if statistics.kind in ("items", "ubm_items"):
-    keys, seen = _compact_documents(statistics.keys)
+    keys, seen = compact_documents(statistics.keys)
   # Records and documents padded to buckets (zero counts): one compilation serves logs of similar sizes. The
   # optimum of a document no record reads is the prior's centre whatever the number of such documents (see the
   # docstring), so the fit runs over the documents the records read alone (renumbered; at least one padded row,
@@ -308,17 +318,17 @@ def fit_click_model_from_statistics(
   rows = _bucket(statistics.num_records)
   keys = jnp.asarray(_pad_rows(keys, rows), jnp.int32)
   counts = jnp.asarray(_pad_rows(statistics.counts, rows), jnp.float32)
-  theta, params, mean_ll, gnorm, iters = _fit_statistics(
-    m,
-    logits,
-    keys,
-    counts,
-    jnp.float32(statistics.num_sessions),
-    jnp.float32(l2),
-    int(max_iters),
-    jnp.float32(tol),
-    prior,
-  )
+  n, l2_, tol_ = jnp.float32(statistics.num_sessions), jnp.float32(l2), jnp.float32(tol)
+  # Compiled before it runs, so that a program whose working memory would outgrow the budget (session patterns of
+  # a long-tail log: every record reads L documents) is refused before anything is allocated.
+  program = _fit_statistics.lower(m, logits, keys, counts, n, l2_, int(max_iters), tol_, prior).compile()
+  need = _working_bytes(program)
+  if memory_budget_bytes is not None and need > memory_budget_bytes:
+    raise StatisticsTooLarge(
+      f"{m.name}: the fit on {statistics.num_records} records of kind {statistics.kind!r} needs {need:,} bytes of "
+      f"working memory, over the budget of {memory_budget_bytes:,} bytes"
+    )
+  theta, params, mean_ll, gnorm, iters = program(logits, keys, counts, n, l2_, tol_)
   if seen is None:
     cut = lambda tree: {k: jax.device_put(np.asarray(v)[:num_docs]) if k in per_doc else v for k, v in tree.items()}
   else:
@@ -356,10 +366,10 @@ def _spread_rows(v: np.ndarray, seen: np.ndarray, num_docs: int) -> np.ndarray:
 def _fit_partitioned(
   model, m, statistics, *, num_docs, l2, max_iters, tol, init, memory_budget_bytes, prior, across_processes
 ):
-  """:func:`~ultr_jax.simulation.fit_partitioned_statistics` as a :class:`ClickModelFit`."""
+  """:mod:`~ultr_jax.simulation.partitioned_fit` as a :class:`ClickModelFit`."""
   if init is not None:
     init = {k: np.asarray(v, np.float32) for k, v in init.items()}
-  theta, mean_ll, gnorm, passes = fit_partitioned_statistics(
+  theta, mean_ll, gnorm, passes = newton_fit_partitioned(
     m,
     statistics,
     num_docs=num_docs,
@@ -382,111 +392,7 @@ def _fit_partitioned(
   )
 
 
-def fit_click_model_stream(
-  model: "str | ClickModel",
-  batches: Batches,
-  *,
-  memory_budget_bytes: Optional[int] = MEMORY_BUDGET_BYTES,
-  spill_dir=None,
-  num_partitions: int = NUM_PARTITIONS,
-  device: Optional[bool] = None,
-  across_processes: bool = False,
-  **kwargs,
-) -> ClickModelFit:
-  """One pass to gather the sufficient statistics (:func:`gather_click_statistics` within
-  ``memory_budget_bytes``, spilling to ``spill_dir`` in ``num_partitions`` partitions, counting on the ``device``,
-  merged ``across_processes``),
-  then the weighted fit (:func:`fit_click_model_from_statistics`, ``kwargs`` passed on; on spilled statistics
-  the partition-by-partition fit of :mod:`~ultr_jax.simulation.partitioned_fit`).
-
-  Args:
-    model: a fittable click model (a name or the model).
-    batches: the training session batches (an iterable of ``doc_ids``/``clicks``/``where`` dicts, read once).
-    memory_budget_bytes: memory for the statistics; past it item counts are spilled to disk by document.
-    spill_dir: where spilled counts go (None: a temporary directory).
-    num_partitions: the number of document partitions of spilled counts.
-    device: count on the accelerator (None: on a GPU or TPU backend, not on CPU).
-    across_processes: ``batches`` are this process's part; the statistics are merged over the processes (and a
-      spilled fit shares its partitions among them).
-    kwargs: passed to :func:`fit_click_model_from_statistics` (``l2``, ``max_iters``, ``tol``, ...).
-
-  Returns:
-    The :class:`ClickModelFit`.
-
-  >>> b = {"doc_ids": np.array([[0, 1], [1, 0]]), "clicks": np.array([[1.0, 0.0], [0.0, 1.0]])}
-  >>> fit = fit_click_model_stream("pbm", [b] * 50, l2=1.0)
-  >>> print(fit.converged, fit.params["attraction"][0] > 0.9 > 0.1 > fit.params["attraction"][1])
-  True True
-  """
-  stats = gather_click_statistics(
-    model,
-    batches,
-    memory_budget_bytes=memory_budget_bytes,
-    spill_dir=spill_dir,
-    num_partitions=num_partitions,
-    device=device,
-    across_processes=across_processes,
-  )
-  return fit_click_model_from_statistics(
-    model, stats, memory_budget_bytes=memory_budget_bytes, across_processes=across_processes, **kwargs
-  )
-
-
-#: Prior precisions :func:`select_click_model_prior` tries by default (about a factor 2 apart).
-PRIOR_GRID = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
-
-
-def select_click_model_prior(
-  model: "str | ClickModel",
-  statistics: ClickStatistics,
-  validation: "Batches | Callable[[], Batches]",
-  *,
-  grid: Iterable[float] = PRIOR_GRID,
-  **kwargs,
-) -> tuple[ClickModelFit, dict]:
-  r"""The fit on ``statistics`` whose prior precision :math:`\ell_2` (one of ``grid``) predicts the held-out
-  sessions ``validation`` best: the lowest conditional click perplexity of
-  :func:`evaluate_click_model_stream`.
-
-  .. math::
-      \hat\ell_2 = \arg\min_{\ell_2 \in \text{grid}} \mathrm{PPL}_{\text{valid}}\bigl(\hat\theta(\ell_2)\bigr)
-
-  The prior's strength is a bias-variance choice that depends on how many sessions each document has; CLAX
-  makes it by stopping its optimiser early on a validation loss, this makes it explicitly. The fits run from the
-  strongest prior to the weakest, each starting where the last stopped, and share one compiled program.
-
-  Args:
-    model: a fittable click model.
-    statistics: the training sessions' :func:`gather_click_statistics`.
-    validation: held-out session batches, re-iterable (a list, a :class:`~ultr_jax.data.SessionStream`) or a
-      function returning a fresh iterable; one pass per grid value.
-    grid: the prior precisions to try.
-    **kwargs: passed to :func:`fit_click_model_from_statistics` (``num_docs``, ``tol``, ``max_iters``).
-
-  Returns:
-    ``(fit, perplexities)``: the best fit and the validation perplexity of each :math:`\ell_2` tried.
-
-  >>> ids = np.array([[0, 1], [1, 0]] * 20); clicks = np.array([[1.0, 0.0], [0.0, 0.0]] * 20)
-  >>> stats = gather_click_statistics("pbm", [{"doc_ids": ids, "clicks": clicks}])
-  >>> fit, ppl = select_click_model_prior("pbm", stats, [{"doc_ids": ids, "clicks": clicks}], grid=(0.1, 10.0))
-  >>> sorted(ppl), ppl[0.1] < ppl[10.0]
-  ([0.1, 10.0], True)
-  """
-  m = _model(model)
-  grid = sorted({float(v) for v in grid}, reverse=True)
-  if not grid or min(grid) < 0:
-    raise ValueError(f"select_click_model_prior: grid must hold prior precisions >= 0, got {grid}")
-  scores, best, init = {}, None, kwargs.pop("init", None)
-  for l2 in grid:
-    fit = fit_click_model_from_statistics(m, statistics, l2=l2, init=init, **kwargs)
-    init = fit.logits
-    scores[l2] = evaluate_click_model_stream(m, fit.params, _iterate(validation))["perplexity"]
-    if best is None or scores[l2] < scores[best[0]]:
-      best = (l2, fit)
-  return best[1]._replace(model=model), scores
-
-
-def _iterate(batches) -> Iterable[dict]:
+def iterate_batches(batches) -> Iterable[dict]:
   return batches() if callable(batches) else batches
 
 
@@ -534,12 +440,12 @@ def evaluate_click_model_stream(
   >>> print(round(evaluate_click_model_stream("pbm", p, [b, b])["perplexity"], 6))
   2.0
   """
-  m = _model(model)
+  m = fittable_model(model)
   num_docs = int(params["attraction"].shape[0])
   params = {k: jnp.asarray(v, jnp.float32) for k, v in params.items()}
   total_ll, cond, marg, count, sessions = 0.0, None, None, None, 0.0
   for batch in batches:
-    doc_ids, clicks, where, _ = _batch(batch, None, num_docs)
+    doc_ids, clicks, where, _ = session_batch(batch, None, num_docs)
     out = [np.asarray(x, np.float64) for x in _score_batch(m, params, doc_ids, clicks, where)]
     total_ll += float(out[0])
     cond = out[1] if cond is None else cond + out[1]

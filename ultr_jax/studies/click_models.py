@@ -3,7 +3,7 @@ r"""Which click model explains a log? Fit every session click model, score them 
 On the embedded default, logs are simulated from each click model in turn
 (a noisy logging ranker over synthetic queries, several seeds), every
 fittable model (:data:`~ultr_jax.simulation.FITTABLE_CLICK_MODELS`) is fitted
-to 80% of the sessions by :func:`~ultr_jax.simulation.fit_click_model` and
+to 80% of the sessions by :func:`~ultr_jax.simulation.fit_click_model` (:class:`~ultr_jax.simulation.LBFGS` on the sessions) and
 scored on the rest (:func:`~ultr_jax.simulation.evaluate_click_model`): the
 conditional perplexity, the CTR perplexity and the log-likelihood, as
 PyClick and CLAX report, plus the attraction error against the simulator's
@@ -20,13 +20,13 @@ opens it with :func:`~ultr_jax.data.open_click_log` (a text log is converted
 to temporary session shards first); the held-out sessions are those
 :func:`~ultr_jax.data.held_out_sessions` picks (a hash of the session's index
 in the log and ``config.seed``: the same split however the log is read or
-batched); each model is fitted by the streaming statistics path
-(:func:`~ultr_jax.simulation.fit_click_model_stream`: one pass gathering its
+batched); each model is fitted by :func:`~ultr_jax.simulation.fit_click_model` with the
+:class:`~ultr_jax.simulation.Statistics` solver (one pass gathering its
 sufficient statistics over the training sessions, then a fit whose cost does
-not grow with the log) and scored over a second pass
+not grow with the log; :class:`~ultr_jax.simulation.Minibatch` where they outgrow the budget) and scored over a second pass
 (:func:`~ultr_jax.simulation.evaluate_click_model_stream`), the CTR baselines
 from the impressions and clicks per (document, rank) of one pass
-(:func:`~ultr_jax.simulation.fit_ctr_model_from_statistics`). Memory holds a
+(:class:`~ultr_jax.simulation.Counts`). Memory holds a
 few batches and the statistics, not the sessions.
 
 ``results.json`` maps ``true=<model>`` (or ``log``) to the fitted model's
@@ -38,7 +38,7 @@ the held-out scores of the parameters that generated the log (the sampler's
 own click probabilities: the floor, in expectation, of any fitted model);
 ``table.md`` / ``table.csv`` hold the held-out perplexity (rows: the
 generating model, columns: the fitted one, then the click-through-rate
-baselines of ``config.ctr_models`` (:func:`~ultr_jax.simulation.fit_ctr_model`:
+baselines of ``config.ctr_models`` (:class:`~ultr_jax.simulation.Counts`:
 what counting clicks per rank, document or both predicts), then the true parameters),
 ``fig_perplexity_per_rank.png`` the per-rank curves.
 """
@@ -162,20 +162,17 @@ def fit_and_score(model: str, train: dict, test: dict, *, num_docs: int, config,
   >>> print(sorted(out))
   ['attraction_mae', 'converged', 'ctr_perplexity', 'fit_seconds', 'log_likelihood', 'perplexity', 'perplexity_per_rank']
   """
-  try:  # fit_click_model refuses a log the model cannot explain (the cascade: a second click)
+  try:  # the fit refuses a log the model cannot explain (the cascade: a second click)
     sim.get_click_model(model).check_sessions(np.asarray(train["clicks"]), np.asarray(train["where"], bool))
   except ValueError:
     return None
   start = time.perf_counter()
   fit = sim.fit_click_model(
     model,
-    train["doc_ids"],
-    train["clicks"],
-    where=train["where"],
+    {k: train[k] for k in ("doc_ids", "clicks", "where")},
+    solver=sim.LBFGS(max_iters=int(config.max_iters), tol=float(config.tol)),
     num_docs=num_docs,
     l2=float(config.l2),
-    max_iters=int(config.max_iters),
-    tol=float(config.tol),
     prior="zero",  # the prior this study's expected metrics were recorded with
   )
   seconds = time.perf_counter() - start
@@ -189,11 +186,11 @@ def fit_and_score(model: str, train: dict, test: dict, *, num_docs: int, config,
 
 
 def score_ctr_baseline(model: str, train: dict, test: dict, *, num_docs: int, config) -> dict:
-  """A click-through-rate baseline (:func:`~ultr_jax.simulation.fit_ctr_model`) counted on ``train``, scored on
+  """A click-through-rate baseline (:class:`~ultr_jax.simulation.Counts`) counted on ``train``, scored on
   ``test`` in :func:`fit_and_score`'s form (its click probabilities are conditional and marginal at once).
 
   Args:
-    model: the click-through-rate model (``"rctr"``, ``"dctr"``, ``"drctr"``: :func:`~ultr_jax.simulation.fit_ctr_model`).
+    model: the click-through-rate model (``"rctr"``, ``"dctr"``, ``"drctr"``: :class:`~ultr_jax.simulation.Counts`).
     train: the training sessions (``doc_ids``, ``clicks``, ``where``).
     test: the held-out sessions.
     num_docs: the id range of ``doc_ids``.
@@ -209,14 +206,9 @@ def score_ctr_baseline(model: str, train: dict, test: dict, *, num_docs: int, co
   (True, None)
   """
   start = time.perf_counter()
-  params = sim.fit_ctr_model(
-    model,
-    train["doc_ids"],
-    train["clicks"],
-    where=train["where"],
-    num_docs=num_docs,
-    prior=float(config.ctr_prior),
-  )
+  counts = sim.Counts(prior=float(config.ctr_prior))
+  log = {k: train[k] for k in ("doc_ids", "clicks", "where")}
+  params = sim.fit_click_model(model, log, solver=counts, num_docs=num_docs).params
   p = sim.ctr_model_predict(model, params, test["doc_ids"])
   out = sim.click_prediction_scores(p, p, test["clicks"], where=test["where"])
   return {**out, "fit_seconds": time.perf_counter() - start, "converged": True, "attraction_mae": None}
@@ -296,11 +288,12 @@ def log_split(batches, *, held_out: bool, fraction: float, seed: int):
 def fit_and_score_stream(model: str, train, test, *, num_docs: int, config) -> Optional[dict]:
   """:func:`fit_and_score` over streams: ``train()`` and ``test()`` return fresh iterables of session batches.
 
-  The fit is :func:`~ultr_jax.simulation.fit_click_model_stream` (one pass over ``train()``), the
+  The fit is :func:`~ultr_jax.simulation.fit_click_model` by :class:`~ultr_jax.simulation.Statistics` (one pass
+  over ``train()``), the
   scores :func:`~ultr_jax.simulation.evaluate_click_model_stream` (one pass over ``test()``); None if
   the model cannot explain a training session (the cascade on a session with several clicks). Where the
   model's statistics outgrow ``config.statistics_memory_budget_bytes`` (a cascade-family model on a log whose lists
-  rarely repeat), it is fitted by :func:`~ultr_jax.simulation.fit_click_model_minibatch` instead (Adam,
+  rarely repeat), the solver's fallback :class:`~ultr_jax.simulation.Minibatch` fits it instead (Adam,
   ``config.minibatch_epochs`` passes over ``train()``), and ``fit`` says which.
 
   Args:
@@ -322,40 +315,39 @@ def fit_and_score_stream(model: str, train, test, *, num_docs: int, config) -> O
   ['attraction_mae', 'converged', 'ctr_perplexity', 'fit', 'fit_seconds', 'log_likelihood', 'num_sessions',
    'perplexity', 'perplexity_per_rank'] statistics
   """
-  start, how = time.perf_counter(), "statistics"
+  processes = jax.process_count()
+  fallback = sim.Minibatch(
+    optimizer=optax.adam(float(config.minibatch_learning_rate)), epochs=int(config.minibatch_epochs)
+  )
+  options = _statistics_options(config)
+  solver = sim.Statistics(
+    budget=options["memory_budget_bytes"],
+    spill_dir=options["spill_dir"],
+    across_processes=options["across_processes"],
+    max_iters=int(config.max_iters),
+    tol=float(config.tol),
+    fallback=fallback if processes == 1 else None,  # the minibatch fit runs in one process
+  )
+  start = time.perf_counter()
   try:
-    fit = sim.fit_click_model_stream(
+    fit = sim.fit_click_model(
       model,
-      _explained(sim.get_click_model(model), train()),
+      lambda: _explained(sim.get_click_model(model), train()),
+      solver=solver,
       num_docs=num_docs,
       l2=float(config.l2),
-      max_iters=int(config.max_iters),
-      tol=float(config.tol),
-      **_statistics_options(config),
       prior="zero",  # the prior this study's expected metrics were recorded with
     )
   except _Unexplained:
     return None
   except sim.StatisticsTooLarge as e:
-    if jax.process_count() > 1:
-      raise ValueError(
-        f"{model}: its statistics do not reduce this log and the fallback (Adam over the stream) runs in one "
-        f"process only; run it with --num_processes=1 or leave {model} out of config.fit_models ({e})"
-      ) from e
-    logging.info("[click models] %s: %s", model, e)
-    how = "minibatch"
-    try:
-      fit = sim.fit_click_model_minibatch(
-        model,
-        lambda: _explained(sim.get_click_model(model), train()),
-        optimizer=optax.adam(float(config.minibatch_learning_rate)),
-        epochs=int(config.minibatch_epochs),
-        num_docs=num_docs,
-        l2=float(config.l2),
-        prior="zero",  # the prior this study's expected metrics were recorded with
-      )
-    except _Unexplained:
-      return None
+    raise ValueError(
+      f"{model}: its statistics do not reduce this log and the fallback (Adam over the stream) runs in one "
+      f"process only; run it with --num_processes=1 or leave {model} out of config.fit_models ({e})"
+    ) from e
+  how = "minibatch" if isinstance(fit.solver, sim.Minibatch) else "statistics"
+  if how == "minibatch":
+    logging.info("[click models] %s: %s", model, fit.stop_reason)
   seconds = time.perf_counter() - start
   out = sim.evaluate_click_model_stream(model, fit.params, test(), across_processes=jax.process_count() > 1)
   return {**out, "fit_seconds": seconds, "converged": fit.converged, "attraction_mae": None, "fit": how}
@@ -428,7 +420,8 @@ def score_ctr_baseline_stream(model: str, statistics, test, *, num_docs: int, co
   True
   """
   start = time.perf_counter()
-  params = sim.fit_ctr_model_from_statistics(model, statistics, num_docs=num_docs, prior=float(config.ctr_prior))
+  counts = sim.Counts(prior=float(config.ctr_prior))
+  params = sim.fit_click_model(model, statistics, solver=counts, num_docs=num_docs).params
   seconds = time.perf_counter() - start
   out = _prediction_scores_stream(lambda ids: sim.ctr_model_predict(model, params, ids), test())
   return {**out, "fit_seconds": seconds, "converged": True, "attraction_mae": None}

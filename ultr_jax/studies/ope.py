@@ -17,7 +17,7 @@ replicate keys, ``replicate_chunk_sessions`` sessions at a time) and every estim
 target from every log, with a normal ``1 - alpha`` interval from its per-session terms. The model-based
 estimators (``model_estimators``: the direct method, doubly robust, cascade doubly robust) use a click model
 of ``fitted_models`` fitted to each log (on the host, to the log's sufficient statistics:
-:func:`ultr_jax.simulation.fit_click_model_from_statistics`), on the first ``model_replicates`` replicates;
+:func:`ultr_jax.simulation.fit_click_model` with :class:`ultr_jax.simulation.Statistics`), on the first ``model_replicates`` replicates;
 their columns are ``<estimator>[<model>]``. The logging propensities of every (query, permutation) are
 enumerated once per temperature (exact, :math:`L!` rankings per query) and gathered per session.
 
@@ -595,7 +595,7 @@ def _model_based(config, queries, user: str, num_sessions: int, logits, keys, ta
   """``{"<estimator>[<model>]": [R', T, 3]}``: the model-based estimators with each fitted click model, on the
   first ``model_replicates`` replicate logs (the same logs as the model-free estimators'). Each click model is
   fitted on the host to the log's sufficient statistics (:func:`ultr_jax.simulation.gather_click_statistics`,
-  the MAP fit of :func:`ultr_jax.simulation.fit_click_model_from_statistics`), and the estimators read the log's
+  the MAP fit of :func:`ultr_jax.simulation.fit_click_model`'s :class:`~ultr_jax.simulation.Statistics` solver), and the estimators read the log's
   distinct sessions with their counts."""
   names = tuple(config.model_estimators)
   size = int(config.list_size)
@@ -608,12 +608,12 @@ def _model_based(config, queries, user: str, num_sessions: int, logits, keys, ta
     cells, counts = _distinct_sessions(log, size)
     batch = {"doc_ids": np.asarray(log["doc_ids"]), "clicks": np.asarray(log["clicks"])}
     for model in config.fitted_models:
-      fit = sim.fit_click_model_from_statistics(
+      fit = sim.fit_click_model(
         model,
-        sim.gather_click_statistics(model, [batch]),
+        batch,
+        solver=sim.Statistics(max_iters=int(config.fit_max_iters)),
         num_docs=num_docs,
         l2=float(config.fit_l2),
-        max_iters=int(config.fit_max_iters),
         prior="zero",
       )
       values = _model_based_run(

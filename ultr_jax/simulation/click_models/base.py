@@ -25,7 +25,7 @@ asks :func:`get_click_model` for it and never compares names. A new model is one
 and one :func:`register` line in ``click_models/__init__.py``. Nothing here assumes the whole log is in memory:
 :meth:`ClickModel.sufficient_statistics` reduces a batch of sessions to mergeable weighted records
 (:mod:`~ultr_jax.simulation.click_models.statistics`) and :meth:`ClickModel.statistics_log_likelihood` is the
-log-likelihood on them, which the streaming fits (:func:`~ultr_jax.simulation.fit_click_model_stream`) use.
+log-likelihood on them, which the streaming fits (:class:`~ultr_jax.simulation.Statistics`) use.
 """
 
 import dataclasses
@@ -826,7 +826,7 @@ class ClickModel:
     where a record reads several, or the model's records are not item records.
 
     With one bias parameter per record the bias's Hessian is diagonal and its coupling to a document is one
-    number per record, which :func:`~ultr_jax.simulation.fit_partitioned_statistics` uses to eliminate the
+    number per record, which the partitioned fit (:mod:`~ultr_jax.simulation.partitioned_fit`) uses to eliminate the
     documents in a few passes over the records instead of one per bias parameter.
 
     Args:

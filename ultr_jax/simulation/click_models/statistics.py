@@ -162,7 +162,7 @@ class StatisticsTooLarge(ValueError):
   """Session-pattern statistics (a cascade-family model's distinct sessions) that outgrow the memory budget: a
   session pattern reads several documents, so its records cannot be partitioned by document and spilled (item
   counts can); on a log whose lists barely repeat there are about as many patterns as sessions. Fit such a log
-  with :func:`~ultr_jax.simulation.fit_click_model_minibatch`, or raise the budget."""
+  with :class:`~ultr_jax.simulation.Minibatch` (:func:`~ultr_jax.simulation.fit_click_model`'s fallback), or raise the budget."""
 
 
 #: Bytes a :class:`ClickStatistics` record of ``K`` key and ``V`` count columns takes (int64 and float64).
@@ -457,7 +457,7 @@ class RecordMerger:
         f"{self.num_sessions:,.0f} sessions, over memory_budget_bytes={budget:,}: each record is a distinct "
         "session (a list with its clicks), which reads several documents, so the records cannot be partitioned "
         "by document and spilled; the sessions barely repeat, so this log does not reduce: fit it with "
-        "fit_click_model_minibatch (an optax optimiser over the stream, memory flat) or raise the budget"
+        "fit_click_model(..., solver=Minibatch()) (an optax optimiser over the stream, memory flat) or raise the budget"
       )
 
   def result(self) -> ClickStatistics:

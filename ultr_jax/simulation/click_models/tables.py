@@ -21,7 +21,7 @@ A table maps each document id :math:`d` to :math:`P` rows :math:`r_1(d), \dots, 
   document's features, whose few parameters :math:`\phi` every document shares (a document never seen in
   training gets its logit from its features; the parameters do not grow with the number of documents).
 
-The row map runs on the host (NumPy): :func:`~ultr_jax.simulation.fit_click_model_minibatch` computes each
+The row map runs on the host (NumPy): :class:`~ultr_jax.simulation.Minibatch` computes each
 batch's rows where it prepares the batch and updates only the rows a batch touches (a feature table's rows of
 features are looked up there the same way, and its module's parameters take dense steps).
 """
