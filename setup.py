@@ -23,7 +23,11 @@ setup(
   ),
   long_description=open(os.path.join(_HERE, "README.md")).read(),
   long_description_content_type="text/markdown",
-  packages=find_packages(include=["ultr_jax", "ultr_jax.*"]),
+  packages=[*find_packages(include=["ultr_jax", "ultr_jax.*"]), "ultr_jax.expected_metrics"],
+  # The checked-in expected metrics (expected_metrics/*.json at the repository root) ship inside the package, as
+  # ultr_jax/expected_metrics/, so `python -m ultr_jax.testing` works from a wheel (ultr_jax.testing finds both).
+  package_dir={"ultr_jax.expected_metrics": "expected_metrics"},
+  package_data={"ultr_jax.expected_metrics": ["*.json"]},
   python_requires=">=3.10",
   install_requires=[
     "jax>=0.4.35",

@@ -17,26 +17,17 @@ import pytest
 
 from ultr_jax.testing import assert_matches_expected, compare_to_expected, expected_metrics_path, load_expected, lookup
 
+from ultr_jax import studies
+from ultr_jax.testing import _main, expected_metrics_dir
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FILES = sorted((ROOT / "expected_metrics").glob("*.json"))
-REQUIRED = (
-  "baselines_default",
-  "baselines_smoke",
-  "identifiability_default",
-  "identifiability_smoke",
-  "lbd_default",
-  "lbd_smoke",
-  "cld_default",
-  "cld_smoke",
-  "sif_default",
-  "sif_smoke",
-  "report_default",
-  "report_smoke",
-  "click_models_default",
-  "click_models_smoke",
-  "online_default",
-  "online_smoke",
-)
+#: Study runs with no file, and why (``python -m ultr_jax.testing`` says there is none, naming the files there are).
+NOT_RECORDED = {
+  "ope_default": "its 10^6-session logs (100 replicates, 3 users, 4 temperatures) take over 90 min on 2 CPUs;"
+  " docs/studies/ope.md reports the grid variant instead",
+}
+REQUIRED = sorted({f"{s}_{v}" for s in studies.STUDIES for v in ("smoke", "default")} - set(NOT_RECORDED))
 
 
 def _nested(metrics: dict) -> dict:
@@ -51,9 +42,18 @@ def _nested(metrics: dict) -> dict:
   return out
 
 
-def test_every_binary_config_has_an_expected_file():
+def test_every_study_has_a_smoke_and_a_default_file():
   names = {f.stem for f in FILES}
   assert set(REQUIRED) <= names, sorted(set(REQUIRED) - names)
+  assert not set(NOT_RECORDED) & names, "a file now exists: drop it from NOT_RECORDED"
+  assert expected_metrics_dir() == ROOT / "expected_metrics"  # a checkout; a wheel carries ultr_jax/expected_metrics/
+
+
+def test_every_file_names_a_variant_of_its_study():
+  for f in FILES:
+    study, variant = f.stem.rsplit("_", 1)
+    assert study in studies.STUDIES and variant in studies.variants(study), f.name
+    assert load_expected(str(f))["config"].startswith(f"experiments/{study}/configs/default.py"), f.name
 
 
 @pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
@@ -104,7 +104,7 @@ def test_load_expected_rejects_malformed_files(tmp_path):
       load_expected(str(tmp_path / name))
 
 
-def test_cli_exit_status(tmp_path):
+def test_cli_exit_status(tmp_path, capsys):
   expected = expected_metrics_path("baselines_default")
   metrics = load_expected(str(expected))["metrics"]
   good = tmp_path / "good.json"
@@ -112,12 +112,17 @@ def test_cli_exit_status(tmp_path):
   bad_metrics = dict(metrics, **{"ips|ndcg@10": metrics["ips|ndcg@10"] - 0.2})
   bad = tmp_path / "bad.json"
   bad.write_text(json.dumps(_nested(bad_metrics)))
-  run = lambda p: subprocess.run(
-    [sys.executable, "-m", "ultr_jax.testing", str(p), str(expected)], capture_output=True, text=True, cwd=ROOT
+  run = lambda p, e: subprocess.run(
+    [sys.executable, "-m", "ultr_jax.testing", str(p), str(e)], capture_output=True, text=True, cwd=tmp_path
   )
-  ok, fail = run(good), run(bad)
+  ok, fail = run(good, "baselines_default"), run(bad, expected)  # a name from any directory, or a path
   assert ok.returncode == 0 and f"{len(metrics)} of {len(metrics)} metrics match" in ok.stdout
   assert fail.returncode == 1 and "MISMATCH ips|ndcg@10" in fail.stdout
+  assert _main(["testing", str(good), "ope_default"]) == 2  # a study run without a file: a message, no traceback
+  err = capsys.readouterr().err
+  assert "no expected metrics 'ope_default.json'" in err and "baselines_smoke" in err, err
+  assert _main(["testing", str(tmp_path / "nope.json"), "baselines_default"]) == 2
+  assert "no results file" in capsys.readouterr().err
 
 
 @pytest.mark.slow

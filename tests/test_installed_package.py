@@ -26,6 +26,11 @@ _RUN_ALL = textwrap.dedent(
     out = studies.run(name, studies.default_config(name, "smoke"), os.path.join(workdir, name))
     done[name] = type(out).__name__
     print(f"[installed] {name}: ok", flush=True)
+  # "Is my run right?" from the installed package: its own copy of the expected metrics.
+  from ultr_jax.testing import _main, expected_metrics_dir
+  assert os.path.realpath(expected_metrics_dir()).startswith(os.path.realpath(venv)), expected_metrics_dir()
+  checks = {name: _main(["testing", os.path.join(workdir, name, "results.json"), name + "_smoke"]) for name in done}
+  assert not any(checks.values()), checks
   print(json.dumps({"ultr_jax": ultr_jax.__file__, "studies": done}))
   """
 )
@@ -35,6 +40,7 @@ def _install(venv: pathlib.Path, tmp_path: pathlib.Path) -> None:
   """A non-editable install of a copy of the package's sources (the build leaves nothing in the checkout)."""
   src = tmp_path / "src"
   shutil.copytree(ROOT / "ultr_jax", src / "ultr_jax", ignore=shutil.ignore_patterns("__pycache__"))
+  shutil.copytree(ROOT / "expected_metrics", src / "expected_metrics")  # shipped as ultr_jax/expected_metrics/
   for name in ("setup.py", "README.md"):
     shutil.copy(ROOT / name, src / name)
   pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps"]
@@ -45,11 +51,13 @@ def _install(venv: pathlib.Path, tmp_path: pathlib.Path) -> None:
 
 
 @pytest.mark.slow
-def test_every_study_runs_its_smoke_config_from_an_installed_package(tmp_path, subprocess_env):
+def test_every_study_runs_its_smoke_config_from_an_installed_package(tmp_path, default_xla_env):
   venv = tmp_path / "venv"
   subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
   _install(venv, tmp_path)
-  env = {k: v for k, v in subprocess_env.items() if k != "PYTHONPATH"}  # the checkout must not be importable
+  env = {
+    k: v for k, v in default_xla_env.items() if k != "PYTHONPATH"
+  }  # as a user runs (XLA defaults, the files' settings); no checkout
   outside = tmp_path / "elsewhere"
   outside.mkdir()
   proc = subprocess.run(

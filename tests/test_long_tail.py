@@ -65,6 +65,7 @@ def test_clicks_match_the_model_and_write_as_shards(tmp_path):
   data.write_session_shards(iter(batches), tmp_path / "s", shard_size=1500)
   log = data.read_session_shards(tmp_path / "s")
   np.testing.assert_array_equal(log.items, np.concatenate([b["doc_ids"] for b in batches]).reshape(-1))
+  assert log.lines is not None and (log.lines == -1).all()  # arrays have no source lines (nulls, read as -1)
 
 
 def test_per_document_params_reach_the_sampler():

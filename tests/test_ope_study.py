@@ -13,6 +13,7 @@ import pytest
 from ultr_jax import simulation as sim
 from ultr_jax import studies
 from ultr_jax.studies import ope
+from ultr_jax.testing import assert_matches_expected
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "experiments" / "ope" / "configs" / "default.py"
@@ -57,6 +58,9 @@ def test_binary_smoke_run(tmp_path, subprocess_env):
   assert csv_header[0] == "user/temperature/sessions/estimator" and set(ope.METRICS) <= set(csv_header)
   assert (tmp_path / "fig_ope_rmse.png").stat().st_size > 0
   assert not (tmp_path / "IN_PROGRESS").exists()
+  assert header in proc.stdout and f"wrote {tmp_path / 'results.json'}" in proc.stdout  # the table on stdout
+  assert header not in proc.stderr and "[ope]" not in proc.stdout  # the logs on stderr
+  assert_matches_expected(results, "ope_smoke")  # expected_metrics/ope_smoke.json, recorded at XLA's defaults
 
 
 def test_logged_clicks_average_to_the_exact_value_of_the_logging_policy():

@@ -5,8 +5,9 @@
   checked-in expected-metrics file (``expected_metrics/*.json``), the way
   allRank ships expected numbers, so a user can tell whether a run is right::
 
-    python -m ultr_jax.testing /tmp/ultr_baselines/results.json \\
-        expected_metrics/baselines_default.json
+    python -m ultr_jax.testing /tmp/ultr_baselines/results.json baselines_default
+
+  (a path to a file works too; an installed package carries the files, see :func:`expected_metrics_dir`).
 """
 
 import json
@@ -22,6 +23,7 @@ __all__ = [
   "compare_to_expected",
   "load_expected",
   "expected_from_results",
+  "expected_metrics_dir",
   "expected_metrics_path",
   "assert_matches_expected",
 ]
@@ -178,16 +180,60 @@ def compare_to_expected(results: Mapping[str, Any], expected: Mapping[str, Any])
   return problems
 
 
+def expected_metrics_dir() -> pathlib.Path:
+  """The folder of the expected-metrics files.
+
+  An installed package carries them as ``ultr_jax/expected_metrics/`` (``setup.py``'s ``package_data``); a source
+  checkout has them at the repository root, ``expected_metrics/``.
+
+  >>> sorted(p.stem for p in expected_metrics_dir().glob("baselines_*.json"))
+  ['baselines_default', 'baselines_smoke']
+  """
+  here = pathlib.Path(__file__).resolve().parent
+  installed = here / "expected_metrics"
+  return installed if installed.is_dir() else here.parent / "expected_metrics"
+
+
 def expected_metrics_path(name: str) -> pathlib.Path:
-  """``expected_metrics/<name>`` at the repository root (``name`` with or without ``.json``)."""
-  root = pathlib.Path(__file__).resolve().parent.parent
-  return root / "expected_metrics" / (name if name.endswith(".json") else name + ".json")
+  """The expected-metrics file ``name`` (``"baselines_smoke"``, with or without ``.json``).
+
+  Args:
+    name: a file name in :func:`expected_metrics_dir` (``<study>_<variant>``, e.g. ``"online_smoke"``).
+
+  Returns:
+    Its path.
+
+  Raises:
+    FileNotFoundError: there is no such file; the message lists the files there are.
+
+  >>> expected_metrics_path("baselines_smoke").name
+  'baselines_smoke.json'
+  >>> expected_metrics_path("nope_smoke")
+  Traceback (most recent call last):
+  ...
+  FileNotFoundError: no expected metrics 'nope_smoke.json' in ...
+  """
+  folder = expected_metrics_dir()
+  path = folder / (name if name.endswith(".json") else name + ".json")
+  if not path.is_file():
+    known = ", ".join(sorted(p.stem for p in folder.glob("*.json"))) or "none"
+    raise FileNotFoundError(
+      f"no expected metrics {path.name!r} in {folder} (a study or variant without a recorded run); the files "
+      f"there are: {known}"
+    )
+  return path
+
+
+def _resolve_expected(expected: str) -> pathlib.Path:
+  """A path to an existing file, else a name in :func:`expected_metrics_dir`."""
+  path = pathlib.Path(expected)
+  return path if path.is_file() else expected_metrics_path(path.name if path.suffix == ".json" else expected)
 
 
 def assert_matches_expected(results: Mapping[str, Any], expected: Any) -> None:
   """Raises ``AssertionError`` listing every mismatch of ``results`` against ``expected``.
 
-  ``expected`` is a mapping or a path / name under ``expected_metrics/``.
+  ``expected`` is a mapping, a path, or a name in :func:`expected_metrics_dir` (``"online_smoke"``).
 
   >>> assert_matches_expected({"ips": {"ndcg@10": 0.60}},
   ...                         {"config": "c", "metrics": {"ips|ndcg@10": 0.70}, "tolerance": 0.02})
@@ -197,8 +243,7 @@ def assert_matches_expected(results: Mapping[str, Any], expected: Any) -> None:
   ips|ndcg@10: got 0.6000, expected 0.7000 ± 0.0200
   """
   if not isinstance(expected, Mapping):
-    path = pathlib.Path(expected)
-    expected = load_expected(str(path if path.exists() else expected_metrics_path(str(expected))))
+    expected = load_expected(str(_resolve_expected(str(expected))))
   problems = compare_to_expected(results, expected)
   if problems:
     raise AssertionError(
@@ -208,17 +253,28 @@ def assert_matches_expected(results: Mapping[str, Any], expected: Any) -> None:
 
 def _main(argv: list[str]) -> int:
   if len(argv) != 3:
-    print("usage: python -m ultr_jax.testing RESULTS_JSON EXPECTED_JSON", file=sys.stderr)
+    print(
+      "usage: python -m ultr_jax.testing RESULTS_JSON EXPECTED (a file, or a name such as baselines_smoke)",
+      file=sys.stderr,
+    )
+    return 2
+  try:
+    expected_path = _resolve_expected(argv[2])
+  except FileNotFoundError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  if not os.path.isfile(argv[1]):
+    print(f"error: no results file {argv[1]!r} (a run writes results.json in its --workdir)", file=sys.stderr)
     return 2
   with open(argv[1]) as f:
     results = json.load(f)
-  expected = load_expected(argv[2])
+  expected = load_expected(str(expected_path))
   problems = compare_to_expected(results, expected)
   for line in problems:
     print("MISMATCH", line)
   print(
     f"{len(expected['metrics']) - len(problems)} of {len(expected['metrics'])} metrics match "
-    f"{argv[2]} ({expected['config']})"
+    f"{expected_path} ({expected['config']})"
   )
   return 1 if problems else 0
 

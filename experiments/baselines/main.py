@@ -37,6 +37,7 @@ def main(argv):
   ultr_jax.train.maybe_initialize_distributed(_DISTRIBUTED.value)
   with run_in_progress(_WORKDIR.value) as run:  # IN_PROGRESS until the results are written
     baselines.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  run.report()  # the table and the files written, on stdout (the logs are on stderr)
   return run.exit_code  # non-zero when a run diverged (on_divergence='mark')
 
 

@@ -36,6 +36,7 @@ def main(argv):
     cfg.data = _DATA.value
   with run_in_progress(_WORKDIR.value) as run:  # IN_PROGRESS until the results are written
     run_identifiability_study(cfg, _WORKDIR.value)
+  run.report()  # the table and the files written, on stdout (the logs are on stderr)
   return run.exit_code  # non-zero when a run diverged (on_divergence='mark')
 
 

@@ -20,6 +20,7 @@ def main(argv):
   del argv
   with run_in_progress(_WORKDIR.value) as run:  # IN_PROGRESS until the results are written
     run_online_study(_CONFIG.value, _WORKDIR.value)
+  run.report()  # the table and the files written, on stdout (the logs are on stderr)
   return run.exit_code  # non-zero when a run diverged (on_divergence='mark')
 
 

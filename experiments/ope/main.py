@@ -19,8 +19,9 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 def main(argv):
   del argv
-  with run_in_progress(_WORKDIR.value):  # IN_PROGRESS until the results are written
+  with run_in_progress(_WORKDIR.value) as run:  # IN_PROGRESS until the results are written
     run_ope_study(_CONFIG.value, _WORKDIR.value)
+  run.report()  # the table and the files written, on stdout (the logs are on stderr)
 
 
 if __name__ == "__main__":

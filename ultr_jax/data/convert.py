@@ -1002,6 +1002,12 @@ def read_session_shards(source: Union[PathLike, Sequence[PathLike]]) -> ClickLog
     col = table.column(name).combine_chunks()
     return np.asarray(col.flatten().to_numpy(zero_copy_only=False), dtype)
 
+  def source_lines():
+    # An "arrays" log (write_session_shards) has no source lines: its nulls read as -1 (no line, as
+    # click_log._line_of), not as a float NaN cast to int.
+    col = table.column("lines").combine_chunks().flatten()
+    return np.asarray(pa.compute.fill_null(col, -1).to_numpy(zero_copy_only=False), np.int32)
+
   positions = flat("positions", np.int32)
   fmt = metas[0].get("format", "tsv")
   query_ids = np.asarray(table.column("query_id").to_numpy(zero_copy_only=False), dtype=str)
@@ -1016,5 +1022,5 @@ def read_session_shards(source: Union[PathLike, Sequence[PathLike]]) -> ClickLog
     num_positions=int(positions.max()) + 1 if len(positions) else 0,
     sessions=np.repeat(table.column("session").to_numpy().astype(np.int32), lengths),
     path=metas[0].get("source", str(paths[0])),
-    lines=None if fmt == "tsv" else flat("lines", np.int32),
+    lines=None if fmt == "tsv" else source_lines(),
   )

@@ -90,9 +90,9 @@ from ultr_jax.losses.affine import affine_sigmoid_loss, affine_softmax_loss, aff
 
 __all__ += ["affine_sigmoid_loss", "affine_softmax_loss", "affine_targets"]
 
-from ultr_jax.losses.dla import dla_loss, dla_weights  # noqa: E402
+from ultr_jax.losses.dla import dla_loss, dla_propensities, dla_weights  # noqa: E402
 
-__all__ += ["dla_loss", "dla_weights"]
+__all__ += ["dla_loss", "dla_propensities", "dla_weights"]
 
 from ultr_jax.losses.em import (  # noqa: E402
   RegressionEMState,

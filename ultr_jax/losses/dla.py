@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from ultr_jax.losses import _utils
 from ultr_jax.losses.registry import register_loss
 
-__all__ = ["dla_weights", "dla_loss"]
+__all__ = ["dla_weights", "dla_propensities", "dla_loss"]
 
 
 def dla_weights(
@@ -56,6 +56,37 @@ def dla_weights(
   return jax.lax.stop_gradient(jnp.where(valid, jnp.exp(log_w), 1.0))
 
 
+def dla_propensities(observation_logits: jax.Array, *, where: Optional[jax.Array] = None) -> jax.Array:
+  r"""The examination propensities a DLA propensity tower has learned, relative to the first item.
+
+  .. math::
+      \hat p_i = \frac{\mathrm{softmax}(o)_i}{\mathrm{softmax}(o)_1} = e^{o_i - o_1}
+
+  Ai et al., "Unbiased Learning to Rank with Unbiased Propensity Estimation", SIGIR'18: the tower's softmax
+  over a list estimates the propensities up to one scale, fixed here by the first position's (the inverse of
+  :func:`dla_weights`, unclipped and with gradients). The logits are usually those of a position tower,
+  :class:`ultr_jax.models.PositionBias` applied to the positions ``0 .. L-1``, which gives the propensity of
+  each rank.
+
+  Args:
+    observation_logits: ``[..., L]`` propensity-tower logits :math:`o` (the ``observation_logits`` of
+      :func:`dla_loss`), item 0 first.
+    where: ``[..., L]`` bool mask (0 at padding; all 0 where item 0 is padding).
+
+  Returns:
+    ``[..., L]`` propensities (1 at item 0).
+
+  >>> dla_propensities(jnp.log(jnp.array([0.5, 0.25, 0.125]))).tolist()
+  [1.0, 0.5, 0.25]
+  >>> dla_propensities(jnp.zeros(3), where=jnp.array([True, True, False])).tolist()
+  [1.0, 1.0, 0.0]
+  """
+  where = _utils.as_where(where, observation_logits.shape)
+  valid = where & where[..., :1]
+  diff = jnp.where(valid, observation_logits - observation_logits[..., :1], 0.0)
+  return jnp.where(valid, jnp.exp(diff), 0.0)
+
+
 @register_loss("dla", trains=("observation_logits",), parts=2)
 def dla_loss(
   scores: jax.Array,
@@ -74,7 +105,8 @@ def dla_loss(
     scores: ``[..., L]`` ranker logits.
     clicks: ``[..., L]`` clicks.
     observation_logits: ``[..., L]`` propensity-tower logits of each item's
-      displayed position.
+      displayed position (e.g. :class:`ultr_jax.models.PositionBias`; the propensities it learns:
+      :func:`dla_propensities`).
     where: ``[..., L]`` bool mask.
     weights: optional ``[..., L]`` per-item weights (multiply the clicks of both parts).
     max_weight: clip of both weight vectors (ULTRA's ``max_propensity_weight``;

@@ -842,9 +842,11 @@ def _run_job(sweep: _Sweep, job: tuple, num_chunks: int, jobs: list, timings: di
     f"[eta={','.join(f'{sweep.etas[i]:g}' for i in chunk)}]" if num_chunks > 1 and name == "lbd_grid" else ""
   )
   timings[label] = time.perf_counter() - t0
+  elapsed, done = time.perf_counter() - t_start, len(timings)  # jobs finished so far (the threads share them)
   logging.info(
     f"[lbd study] {label}: {len(chunk)} etas in {timings[label]:.0f}s "
-    f"(done at {time.perf_counter() - t_start:.0f}s, job {jobs.index(job) + 1} of {len(jobs)})"
+    f"(done at {elapsed:.0f}s, job {jobs.index(job) + 1} of {len(jobs)}; {done} of {len(jobs)} finished, "
+    f"~{elapsed / done * (len(jobs) - done):.0f}s left)"
   )
   return out
 

@@ -761,6 +761,7 @@ def run_ope_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
   for user in config.users:
     results["truth"][user] = true_values(config, queries, user, targets).tolist()
   # Temperatures outermost: every user's curve over the log sizes is done at the first temperature before the next.
+  done, total = 0, len(config.temperatures) * len(config.users) * sum(int(n) for n in config.log_sizes)
   for t, temperature in enumerate(config.temperatures):
     parts = _temperature_parts(config, queries, targets, float(temperature))
     for u, user in enumerate(config.users):
@@ -769,7 +770,11 @@ def run_ope_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
         cell_key = jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(key, u), t), n)
         cell = _run_cell(config, queries, targets, truth, user, float(temperature), int(size), cell_key, parts)
         results.setdefault(f"user={user}", {}).setdefault(_label(temperature), {})[f"sessions={size}"] = cell
-        logging.info(f"[ope] {user} {_label(temperature)} sessions={size}: {time.perf_counter() - start:.0f}s")
+        done += int(size)
+        elapsed = time.perf_counter() - start
+        logging.info(  # the time left from the sessions still to simulate (a cell's cost grows with its log)
+          f"[ope] {user} {_label(temperature)} sessions={size}: {elapsed:.0f}s, ~{elapsed / done * (total - done):.0f}s left"
+        )
         if workdir:
           write_results(
             workdir,

@@ -14,10 +14,13 @@ import io
 import json
 import math
 import os
+import sys
 import tempfile
 import threading
-from typing import Any, Iterator, Mapping, Optional, Sequence
+import time
+from typing import Any, Iterator, Mapping, Optional, Sequence, TextIO
 
+import jax
 import numpy as np
 from scipy import stats as scipy_stats
 
@@ -94,10 +97,45 @@ def run_diverged(workdir: str) -> dict:
 
 
 class _Run:
-  """What :func:`run_in_progress` yields: ``diverged`` (run -> seeds) and ``exit_code`` once the run is over."""
+  """What :func:`run_in_progress` yields: ``diverged`` (run -> seeds), ``exit_code`` once the run is over, and
+  ``report()``, what a binary prints on stdout at the end (its logs go to stderr)."""
 
   def __init__(self, workdir: str):
     self.workdir = workdir
+    self.started = time.time()
+
+  def written(self) -> list[str]:
+    """The files the run wrote at the top of its workdir (results, tables, figures), sorted by name."""
+    names = sorted(os.listdir(self.workdir)) if os.path.isdir(self.workdir) else []
+    paths = [os.path.join(self.workdir, n) for n in names if n != workdir_lock.LOCK_NAME]
+    return [p for p in paths if os.path.isfile(p) and os.path.getmtime(p) >= self.started - 1.0]
+
+  def report(self, file: Optional[TextIO] = None) -> None:
+    """Prints the run's ``table.md`` (when it wrote one) and the paths of the files it wrote, to ``file``
+    (stdout by default), so a console shows the result apart from the logs on stderr; only process 0 (which
+    writes the results) prints.
+
+    >>> import tempfile
+    >>> workdir = tempfile.mkdtemp()
+    >>> with run_in_progress(workdir) as run:
+    ...   _ = write_results(workdir, {"ips": {"ndcg@10": 0.5}}, table="| method | ndcg@10 |")
+    >>> run.report()  # doctest: +ELLIPSIS
+    | method | ndcg@10 |
+    <BLANKLINE>
+    wrote .../results.json
+    wrote .../table.md
+    """
+    if jax.process_index() != 0:  # process 0 writes the results
+      return
+    out = file if file is not None else sys.stdout
+    written = self.written()
+    table = os.path.join(self.workdir, "table.md")
+    if table in written:
+      with open(table) as f:
+        print(f.read().rstrip("\n") + "\n", file=out)
+    for path in written:
+      print(f"wrote {path}", file=out)
+    out.flush()
 
   @property
   def diverged(self) -> dict:

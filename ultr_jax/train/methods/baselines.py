@@ -461,8 +461,7 @@ def dla(config, *, num_features: int, list_size: int) -> Method:
     return value, (parts, extra)
 
   def propensities(params, extra):
-    logits = towers.bias_table(params)
-    return jnp.exp(logits - logits[..., :1])
+    return losses.dla_propensities(towers.bias_table(params))
 
   return _make("dla", towers, loss, propensities)
 
