@@ -60,6 +60,7 @@ from ultr_jax.train import results as results_lib
 from ultr_jax.train import sharding as sharding_lib
 from ultr_jax.train import workdir as workdir_lock
 from ultr_jax.train.checkpoint import ON_CORRUPT, Checkpointer, restore_checkpoint
+from ultr_jax.train.schema import validate_train_config
 from ultr_jax.train.divergence import divergence_cause, first_nonfinite
 from ultr_jax.train.defaults import (
   DEFAULT_CUTOFFS,
@@ -427,6 +428,7 @@ def fit(
   ((2,), [2, 4], True)
   """
   config = with_defaults(config)
+  validate_train_config(config)  # every value in range (train/schema.py) before any work
   _check_config(config, click_fn)
   with workdir_lock.held(workdir):  # one run per workdir: another live run there is an error naming it
     return _fit(method, train, valid, click_fn, config, [int(s) for s in seeds], workdir, name, on_eval)

@@ -25,7 +25,7 @@ from ultr_jax.graph import (
   generate_design_dataset,
   read_svmlight_ranking,
 )
-from ultr_jax.studies._config import validate_config
+from ultr_jax._schema import validate_config
 from ultr_jax.studies.configs.identifiability import CONFIG_RULES, VARIANTS, default_config
 from ultr_jax.studies.figures import save_figure
 from ultr_jax.studies.identifiability import context as context_study
