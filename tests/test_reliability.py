@@ -4,11 +4,14 @@
 (d) run-state and side files, (e) conversions, (f) off-policy estimates and their intervals.
 """
 
+import dataclasses
 import re
 
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
-from ultr_jax import data, studies, train
+from ultr_jax import data, metrics, studies, train
 
 SPLITS = data.make_synthetic(num_train=8, num_valid=4, num_test=4, list_size=3, num_features=2)
 
@@ -67,3 +70,47 @@ def test_a_study_with_nothing_to_do_says_so(tmp_path, name, fields, message):
   with pytest.raises(ValueError, match=re.escape(message)):
     studies.run(name, _study_config(name, **fields), str(tmp_path))
   assert not (tmp_path / "results.json").exists()
+
+
+# ----------------------------------------------------------------------------
+# (b) Labels: finite and non-negative where they enter a dataset or a metric; model selection never on NaN.
+
+
+@pytest.mark.parametrize("value,shown", [(float("nan"), "nan"), (-1.0, "-1.0"), (float("inf"), "inf")])
+def test_a_bad_label_is_refused_naming_its_list_and_position(value, shown):
+  labels = SPLITS.valid.labels.copy()
+  labels[2, 1] = value
+  qid = SPLITS.valid.qid[2]
+  with pytest.raises(ValueError, match=re.escape(f"RankingDataset.labels: list 2 (qid {qid}), position 1 is {shown}")):
+    dataclasses.replace(SPLITS.valid, labels=labels)
+  scores = jnp.asarray(SPLITS.valid.features[..., 0])
+  for metric in (metrics.ndcg, metrics.dcg, metrics.err, metrics.mrr):
+    with pytest.raises(ValueError, match=re.escape(f"metric labels: list 2, position 1 is {shown}")):
+      metric(scores, jnp.asarray(labels), where=jnp.asarray(SPLITS.valid.where))
+
+
+def test_a_bad_label_at_padding_is_not_read():
+  labels, where = np.array([[1.0, -1.0]]), np.array([[True, False]])
+  assert float(metrics.ndcg(jnp.array([[1.0, 0.0]]), labels, where=where)) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("diverged,refused", [((False, False), [1]), ((False, True), None), ((True, False), [1])])
+def test_a_non_finite_selection_metric_is_refused_unless_the_seed_is_marked_diverged(diverged, refused):
+  values, check = np.array([0.5, np.nan]), train.divergence.check_selection_metric
+  if refused is None:
+    check(values, "ndcg@10", seeds=(3, 4), diverged=np.array(diverged))
+    return
+  with pytest.raises(ValueError, match=re.escape("validation ndcg@10 is not finite for seed(s) [4]")):
+    check(values, "ndcg@10", seeds=(3, 4), diverged=np.array(diverged))
+
+
+@pytest.mark.slow
+def test_model_selection_refuses_a_non_finite_validation_metric():
+  features = SPLITS.valid.features.copy()
+  features[1, 0, 0] = np.nan  # a NaN score on a valid item: that list's nDCG is NaN
+  valid = dataclasses.replace(SPLITS.valid, features=features)
+  method = train.get_method("naive", {"ranker": "linear"}, num_features=2, list_size=3)
+  train_set = dataclasses.replace(SPLITS.train, extras={"clicks": (SPLITS.train.labels >= 2).astype(np.float32)})
+  config = {"steps": 2, "batch_size": 4, "eval_every": 2, "progress": False, "steps_per_call": 1}
+  with pytest.raises(ValueError, match=r"validation ndcg@10 is not finite for seed\(s\) \[0\]"):
+    train.fit(method, train_set, valid, config=config)

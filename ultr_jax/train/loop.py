@@ -61,7 +61,7 @@ from ultr_jax.train import sharding as sharding_lib
 from ultr_jax.train import workdir as workdir_lock
 from ultr_jax.train.checkpoint import ON_CORRUPT, Checkpointer, restore_checkpoint
 from ultr_jax.train.schema import validate_train_config
-from ultr_jax.train.divergence import divergence_cause, first_nonfinite
+from ultr_jax.train.divergence import check_selection_metric, divergence_cause, first_nonfinite
 from ultr_jax.train.defaults import (
   DEFAULT_CUTOFFS,
   DISPLAYS,
@@ -214,6 +214,7 @@ def _validate(run: _Run, state: dict) -> tuple[dict, Optional[dict]]:
   select = run.config.select_metric
   if select not in m:
     raise ValueError(f"select_metric {select!r} not among {sorted(m)}")
+  check_selection_metric(m[select], select, seeds=run.seeds, diverged=run.diverged)  # never a NaN "best"
   return update_best(state, np.asarray(m[select], np.float32)), m
 
 
