@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ultr_jax import data, metrics, studies, train
+from ultr_jax import data, graph, metrics, studies, train
 
 SPLITS = data.make_synthetic(num_train=8, num_valid=4, num_test=4, list_size=3, num_features=2)
 
@@ -114,3 +114,58 @@ def test_model_selection_refuses_a_non_finite_validation_metric():
   config = {"steps": 2, "batch_size": 4, "eval_every": 2, "progress": False, "steps_per_call": 1}
   with pytest.raises(ValueError, match=r"validation ndcg@10 is not finite for seed\(s\) \[0\]"):
     train.fit(method, train_set, valid, config=config)
+
+
+# ----------------------------------------------------------------------------
+# (c) Degenerate inputs: named before the work.
+
+
+@pytest.mark.parametrize(
+  "change,message",
+  [
+    ({"num_features": 0}, "the lists have no features: there is nothing to rank by"),
+  ],
+)
+def test_the_baselines_study_names_degenerate_data(tmp_path, change, message):
+  config = studies.default_config("baselines", "smoke")
+  for k, v in change.items():
+    config.data[k] = v
+  with pytest.raises(ValueError, match=re.escape(f"config.data (source 'synthetic', the train split): {message}")):
+    studies.run("baselines", config, str(tmp_path))
+
+
+def test_a_split_without_positive_labels_is_named():
+  from ultr_jax.studies import experiment  # noqa: PLC0415
+
+  config = studies.default_config("baselines", "smoke")
+  zero = dataclasses.replace(SPLITS.test, labels=np.zeros_like(SPLITS.test.labels))
+  with pytest.raises(ValueError, match=re.escape("the test split): no document has a positive label")):
+    experiment._check_not_degenerate(config.data, "test", zero, positives=True)
+
+
+@pytest.mark.parametrize(  # ctr (biased) reads CTRs, not interventions; all_pairs' L-BFGS compiles for ~10 s
+  "method", [pytest.param("all_pairs", marks=pytest.mark.slow), "pivot", "adjacent_chain"]
+)
+def test_lists_of_one_document_identify_the_pivot_only(method):
+  items, clicks = np.array([[0], [1], [2]]), np.array([[1.0], [0.0], [1.0]])
+  est = graph.harvest_propensities(items, np.zeros((3, 1), int), clicks, method=method)
+  assert np.asarray(est.identified).tolist() == [True] and np.asarray(est.propensities).tolist() == [1.0]
+  with pytest.raises(ValueError, match=r"factors \[1\] are not identified .*every list holds at most one document"):
+    graph.harvest_propensities(items, np.array([[0], [1], [1]]), clicks, method=method)
+
+
+@pytest.mark.parametrize(
+  "arrow_type,qid",
+  [("uint64", 2**64 - 1), ("uint64", 2**63), ("int64", -(2**63))],
+)
+def test_an_id_beyond_the_id_type_is_refused_never_wrapped(tmp_path, arrow_type, qid):
+  pa = pytest.importorskip("pyarrow")
+  feather = pytest.importorskip("pyarrow.feather")
+  path = tmp_path / "page.feather"
+  table = {"query_id": pa.array([qid] * 2, getattr(pa, arrow_type)()), "position": [1, 2], "click": [0, 1]}
+  feather.write_feather(pa.table({**table, "label": [0, 1], "bm25": [0.1, 0.2]}), str(path))
+  if arrow_type == "int64":  # in range: read as itself
+    assert data.load_baidu_ultr(path, features=("bm25",)).qid.tolist() == [qid]
+    return
+  with pytest.raises(ValueError, match=re.escape(f"row 0, field 'query_id': {qid} is outside the int64 id range")):
+    data.load_baidu_ultr(path, features=("bm25",))

@@ -205,6 +205,28 @@ def load_datasets(config: ml_collections.ConfigDict, *, logged_clicks: bool = Fa
   graded labels, so ``"baidu"`` raises for them.
   """
   d = config.data
+  splits = _load_splits(d, logged_clicks)
+  for name, ds in zip(("train", "valid", "test"), splits):
+    _check_not_degenerate(d, name, ds, positives=name != "train" or not logged_clicks)
+  return splits
+
+
+def _check_not_degenerate(d, name: str, ds, *, positives: bool) -> None:
+  """Refuses a split with no features (nothing to rank by) or, where labels are read, no positive label (no
+  click can be simulated and every ranker's nDCG is 0), naming the source and the split."""
+  source = f"config.data (source {d.source!r}, the {name} split)"
+  if ds.num_features == 0:
+    hint = " (config.data.num_features=0 gives no features to the synthetic source)" if d.source == "synthetic" else ""
+    raise ValueError(f"{source}: the lists have no features: there is nothing to rank by{hint}")
+  if positives and not np.any(ds.labels[ds.where] > 0):
+    raise ValueError(
+      f"{source}: no document has a positive label ({int(ds.where.sum())} documents, all labelled 0): no click "
+      "can be simulated and every ranker's nDCG is 0"
+    )
+
+
+def _load_splits(d, logged_clicks: bool) -> tuple[Any, Any, Any]:
+  """:func:`load_datasets`'s three splits as the source holds them."""
   if d.source == "baidu":
     if not logged_clicks:
       raise ValueError(
