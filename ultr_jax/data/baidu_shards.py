@@ -386,6 +386,7 @@ def _check_contiguous(path, qid: np.ndarray, first_row: np.ndarray) -> None:
   )
 
 
+@_shards.converts_into_out_dir  # the workdir lock: one writer; a failure leaves it incomplete
 def convert_baidu_ultr(
   source: Union[PathLike, Sequence[PathLike]],
   out_dir: PathLike,

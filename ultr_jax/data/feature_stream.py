@@ -104,6 +104,7 @@ def _lists(pa, offsets: np.ndarray, values):
   return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values)
 
 
+@_shards.converts_into_out_dir  # the workdir lock: one writer; a failure leaves it incomplete
 def write_feature_shards(
   ds: RankingDataset,
   out_dir: PathLike,
@@ -256,6 +257,7 @@ def _svmlight_rows(path, block_size, num_features, max_label, state):
     yield labels, qid, indptr, idx, val, line
 
 
+@_shards.converts_into_out_dir  # the workdir lock: one writer; a failure leaves it incomplete
 def convert_svmlight(
   path: PathLike,
   out_dir: PathLike,

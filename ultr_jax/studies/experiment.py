@@ -8,7 +8,6 @@ trains every method on them is :mod:`ultr_jax.studies.baselines`.
 
 import dataclasses
 import glob
-import json
 import os
 from typing import Any
 
@@ -18,6 +17,7 @@ import ml_collections
 import numpy as np
 
 from ultr_jax import data as data_lib
+from ultr_jax._state_files import read_state_file
 from ultr_jax import simulation
 from ultr_jax.train import evaluate
 from ultr_jax.train import methods as methods_lib  # noqa: F401  (the doctests')
@@ -113,8 +113,15 @@ def with_position_propensities(train, source: str, *, field: str = "propensities
   if json_path.endswith(".json"):
     if not os.path.isfile(json_path):
       raise ValueError(f"{field}: no such file {json_path!r}")
-    with open(json_path, encoding="utf-8") as fh:
-      harvested = json.load(fh).get("propensities", {})
+    report = read_state_file(
+      json_path,
+      {"propensities": {f"{method}?": [(int, float, type(None))]}},  # a method it lacks: named below
+      what=f"the identifiability check's report.json with the {method!r} propensities per position (null: not "
+      "identified)",
+      recovery="write it again with experiments/identifiability/check.py --click_log=... (or name another method "
+      "after the colon, report.json:pivot)",
+    )
+    harvested = report["propensities"]
     if method not in harvested:
       raise ValueError(
         f"{json_path}: no propensities of {method!r} (it has {sorted(harvested)}); write it with "
