@@ -67,7 +67,9 @@ def check_options(*, temperature: Any = 0.0, top_k: Any = None, what: str = "est
     raise ValueError(
       f"{what}: temperature={temperature!r} is out of range; expected a number >= 0 (0: deterministic, inf: uniform)"
     )
-  if top_k is not None and not (isinstance(top_k, numbers.Integral) and not isinstance(top_k, bool) and top_k >= 1):
+  if top_k is not None and not (
+    isinstance(top_k, numbers.Integral) and not isinstance(top_k, bool) and int(top_k) >= 1
+  ):
     raise ValueError(f"{what}: top_k={top_k!r} is out of range; expected None (every position) or an integer >= 1")
 
 

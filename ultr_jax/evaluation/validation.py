@@ -7,6 +7,7 @@ checks) runs :func:`check_log` first, which raises a ``ValueError`` naming the f
 
 from typing import Any, Optional
 
+import jax.numpy as jnp
 import numpy as np
 
 from ultr_jax.evaluation import _common as C
@@ -279,7 +280,7 @@ def _check_deterministic_support(scores, logging: Propensities, *, where, temper
   if temperature != 0:
     moves = shown & (w.sum(axis=-1, keepdims=True) > 1)
   else:
-    moves = shown & (np.asarray(target_ranks(s, where=w)) != np.arange(size))
+    moves = shown & (np.asarray(target_ranks(jnp.asarray(s), where=jnp.asarray(w))) != np.arange(size))
   if moves.any():
     row, pos = (int(x) for x in np.argwhere(moves)[0])
     raise ValueError(

@@ -138,7 +138,7 @@ def check_selection_metric(
   if bad.any():
     at = "" if step is None else f" at step {step}"
     raise ValueError(
-      f"validation {name} is not finite{at} for seed(s) {[seeds[i] for i in np.flatnonzero(bad)]} ({v.tolist()}): "
+      f"validation {name} is not finite{at} for seed(s) {[seeds[int(i)] for i in np.flatnonzero(bad)]} ({v.tolist()}): "
       "model selection cannot rank it; a NaN feature or label in the validation set, or NaN scores (a NaN score "
       "on a valid item makes its list's metric NaN)"
     )
