@@ -344,7 +344,7 @@ def test_standard_ips_reports_its_effective_sample_size_in_closed_form():
   assert float(est.num_sessions) == 4.0
 
 
-@pytest.mark.parametrize("name", ["sips", "iips", "rips", "pi"])
+@pytest.mark.parametrize("name", ["sips", "iips", "rips", pytest.param("pi", marks=pytest.mark.slow)])  # pi: ~5 s
 def test_every_estimate_carries_its_support(name):
   logging = ev.plackett_luce_propensities(jnp.zeros((4, 2)), temperature=1.0, pairs=True)
   est = ev.evaluate(name, MATCHED, CLICKS, logging=logging)
