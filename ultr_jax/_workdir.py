@@ -232,7 +232,7 @@ def check_not_held_by_another(workdir: str) -> None:
 
 
 def unfinished(workdir: str) -> Optional[str]:
-  """Why ``workdir`` holds another run's unfinished work (its ``IN_PROGRESS``), or None (no marker, or this
+  r"""Why ``workdir`` holds another run's unfinished work (its ``IN_PROGRESS``), or None (no marker, or this
   process holds it).
 
   Args:
