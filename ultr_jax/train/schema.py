@@ -53,7 +53,8 @@ TRAIN_CONFIG_RULES: dict[str, Rule] = {
 
 
 def validate_train_config(config: Any, *, prefix: str = "config") -> None:
-  """Checks every field of a training config against :data:`TRAIN_CONFIG_RULES`; the first one out of range raises.
+  """Checks every field of a training config against :data:`~ultr_jax.train.TRAIN_CONFIG_RULES`; the first one out of
+  range raises.
 
   Args:
     config: a training config (:func:`~ultr_jax.train.default_train_config` with fields changed; a field it
