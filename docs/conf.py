@@ -198,7 +198,9 @@ nitpick_ignore_regex = [
   ("py:class", r"ultr_jax\.simulation\.click_models\.base\.ItemStatistics"),  # the item models' internal mixin
   ("py:class", r"ultr_jax\.simulation\.click_models\.base\.Session"),  # ClickModel.session's internal state
   ("py:class", r"ultr_jax\.simulation\.click_models\.tables\.\w+"),  # the minibatch fit's table types
-  ("py:exc", r"ultr_jax\.train\.workdir\.\w+"),  # the workdir lock's error, raised by fit and the binaries
+  # the shared base modules below the packages (the workdir lock and its error, the side-file reader, the config
+  # rules), private: referenced from the public docstrings, not documented themselves
+  (r"py:\w+", r"ultr_jax\._(workdir|state_files|schema)(\..*)?"),
 ]
 
 autosummary_generate = True

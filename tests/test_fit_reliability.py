@@ -15,7 +15,7 @@ import pytest
 
 from ultr_jax.data import RankingDataset
 from ultr_jax.train import default_train_config, fit, get_method, run_fingerprint, run_in_progress, write_results
-from ultr_jax.train import workdir as workdir_lock
+from ultr_jax import _workdir as workdir_lock
 from ultr_jax.train.checkpoint import Checkpointer, restore_checkpoint
 from ultr_jax.train.input import mask_padding
 
@@ -252,7 +252,7 @@ def test_a_stale_lock_is_taken_over(tmp_path, marker):
 
 def test_the_lock_is_exclusive_between_processes(tmp_path):
   code = (
-    "import sys, time; from ultr_jax.train import workdir as w; w.acquire(sys.argv[1]); print('held', flush=True); "
+    "import sys, time; from ultr_jax import _workdir as w; w.acquire(sys.argv[1]); print('held', flush=True); "
     "time.sleep(60)"
   )
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

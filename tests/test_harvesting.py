@@ -240,7 +240,9 @@ def test_pairs_without_clicks_identify_nothing():
   factors = np.array([[0, 1], [0, 1]])
   for method in ESTIMATORS:
     est = hv.harvest_propensities(items, factors, np.zeros((2, 2)), method=method, allow_unidentified=True)
-    assert np.asarray(est.identified).tolist() == [False, False], method
+    # the pivot (factor 0) is 1 by definition on any log; nothing else is identified without clicks
+    assert np.asarray(est.identified).tolist() == [True, False], method
+    assert np.asarray(est.propensities)[0] == 1.0 and np.isnan(np.asarray(est.propensities)[1])
 
 
 def test_chain_breaks_at_a_missing_link():

@@ -126,6 +126,9 @@ LAYERS = {
   "_numerics": 0,
   "_optim": 0,
   "_processes": 0,
+  "_schema": 0,  # config value rules: the binaries', train.fit's and the studies'
+  "_state_files": 0,  # the validating reader of run-state and side files
+  "_workdir": 0,  # the IN_PROGRESS lock: runs and conversions
   "data": 1,
   "simulation": 2,
   "metrics": 2,

@@ -9,7 +9,7 @@ import pathlib
 import pytest
 
 from ultr_jax import studies
-from ultr_jax.studies._config import rule_paths
+from ultr_jax._schema import rule_paths
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CASES = [(name, variant) for name in sorted(studies.STUDIES) for variant in studies.variants(name)]

@@ -249,7 +249,7 @@ def test_a_model_sample_display_trains_compiles_once_and_needs_simulated_clicks(
   assert np.all(evaluate(method, result.params, valid)["ndcg@10"] > before["ndcg@10"] + 0.02)
   with pytest.raises(ValueError, match="needs a click_fn"):
     fit(method, train.with_extras(clicks=np.zeros_like(train.labels)), None, config=_config(display="model"))
-  with pytest.raises(ValueError, match="config.display: unknown 'best'"):
+  with pytest.raises(ValueError, match="config.display: 'best' is out of range; expected one of"):
     fit(method, train, None, click_fn=_toy_click_fn, config=_config(display="best"))
 
 

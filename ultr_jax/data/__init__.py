@@ -2,7 +2,7 @@
 
 from ultr_jax.data.baidu import BERT_FEATURES, LTR_FEATURES, load_baidu_ultr, read_baidu_sessions
 from ultr_jax.data.click_log import CLICK_LOG_FORMATS, ClickLog, click_log_sessions, read_click_log
-from ultr_jax.data.dataset import RankingDataset, is_per_item
+from ultr_jax.data.dataset import RankingDataset, check_labels, is_per_item
 from ultr_jax.data.preprocessing import (
   NORMALIZATIONS,
   DatasetStats,
@@ -37,6 +37,7 @@ __all__ = [
   "load_ultra",
   "read_ultra_features",
   "RankingDataset",
+  "check_labels",
   "is_per_item",
   "NORMALIZATIONS",
   "DatasetStats",

@@ -16,6 +16,8 @@ import re
 import zlib
 from typing import Callable, Optional
 
+import numpy as np
+
 GZIP_MAGIC = b"\x1f\x8b"
 
 #: An id or position inferred from the data (a feature id that sets ``F``, a position that sets ``L``)
@@ -70,6 +72,42 @@ def decode_utf8(data: bytes, path) -> str:
 def read_text(path) -> str:
   """The file as UTF-8 text (decompressed if gzip)."""
   return decode_utf8(read_bytes(path), path)
+
+
+def as_ids(values, dtype, where: Callable[[int], str]) -> np.ndarray:
+  """Integer ids as ``dtype``, refusing any outside its range (a ``uint64`` of 2^64 - 1 is never wrapped to -1).
+
+  Args:
+    values: the ids read (any integer dtype, or numbers holding integers).
+    dtype: the id type they are kept in (``np.int64``, ``np.int32``).
+    where: ``where(i) -> str``, the location of value ``i`` (file, row, field) for the error.
+
+  Returns:
+    ``values`` as ``dtype``.
+
+  >>> as_ids(np.array([3, 2**64 - 1], np.uint64), np.int64, lambda i: f"f.feather, row {i}, field 'query_id'")
+  Traceback (most recent call last):
+  ValueError: f.feather, row 1, field 'query_id': 18446744073709551615 is outside the int64 id range [-9223372036854775808, 9223372036854775807]; refused rather than wrapped
+  """
+  v = np.asarray(values)
+  info = np.iinfo(dtype)
+  if v.dtype.kind in "ui":
+    src = np.iinfo(v.dtype)
+    if src.min >= info.min and src.max <= info.max:
+      return v.astype(dtype, copy=False)
+    big = np.array(info.max, v.dtype) if src.max > info.max else None
+    bad = (v > big) if big is not None else np.zeros(v.shape, bool)
+    if v.dtype.kind == "i" and src.min < info.min:
+      bad |= v < info.min
+  else:
+    bad = ~((v >= info.min) & (v <= info.max))
+  if bad.any():
+    i = int(np.flatnonzero(bad.reshape(-1))[0])
+    raise ValueError(
+      f"{where(i)}: {v.reshape(-1)[i]} is outside the {np.dtype(dtype).name} id range "
+      f"[{info.min}, {info.max}]; refused rather than wrapped"
+    )
+  return v.astype(dtype, copy=False)
 
 
 def read_json(path):

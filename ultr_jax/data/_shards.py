@@ -13,13 +13,19 @@ is caught there); pages are read with ``page_checksum_verification``, so a flipp
 error. Every error names the file.
 """
 
+import contextlib
+import functools
 import hashlib
+import inspect
 import json
 import os
 import pathlib
 import re
 import zlib
-from typing import Optional
+from typing import Any, Callable, Iterator, Optional, TypeVar
+
+from ultr_jax import _workdir
+from ultr_jax._state_files import check_shape, read_state_file
 
 #: Prefix of the shards' footer keys (``ultr_jax.source``, ``ultr_jax.num_items``, ...).
 META = "ultr_jax."
@@ -94,6 +100,68 @@ def _entry(path: str) -> dict:
   }
 
 
+@contextlib.contextmanager
+def converting(out_dir) -> Iterator[None]:
+  """Holds ``out_dir`` for one conversion with the binaries' exclusive workdir lock (its ``IN_PROGRESS``,
+  :mod:`ultr_jax._workdir`): a second writer is refused naming the first. A conversion stopped by bad input (a
+  ``ValueError`` or a missing file, which the error names) leaves the directory as it was; one that fails for any
+  other reason (a full disk, an interrupt) leaves the marker with ``failed: <error>``, and one killed leaves it as
+  it was, so every reader reports the directory as incomplete (:func:`check_complete`) until a conversion with
+  ``overwrite=True`` replaces it.
+
+  >>> import tempfile
+  >>> d = tempfile.mkdtemp()
+  >>> with converting(d):
+  ...   print(sorted(os.listdir(d)))
+  ['IN_PROGRESS']
+  >>> os.listdir(d)
+  []
+  """
+  created = not os.path.exists(out_dir)
+  _workdir.acquire(str(out_dir))  # WorkdirLockedError: another live conversion (or run) holds it
+  try:
+    yield
+  except (ValueError, FileNotFoundError):  # bad input, named by the error: the directory is left as it was
+    _workdir.release(str(out_dir))
+    if created:
+      with contextlib.suppress(OSError):
+        os.rmdir(out_dir)  # only when empty
+    raise
+  except BaseException as e:  # a full disk, an interrupt, a kill: readers report the directory incomplete
+    _workdir.release(str(out_dir), failure=f"{type(e).__name__}: {e}".replace("\n", " "))
+    raise
+  _workdir.release(str(out_dir))
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def converts_into_out_dir(fn: _F) -> _F:
+  """Runs the conversion ``fn`` (which takes an ``out_dir`` argument) under :func:`converting` ``(out_dir)``."""
+  signature = inspect.signature(fn)
+
+  @functools.wraps(fn)
+  def locked(*args, **kwargs):
+    with converting(signature.bind(*args, **kwargs).arguments["out_dir"]):
+      return fn(*args, **kwargs)
+
+  return locked  # type: ignore[return-value]
+
+
+def check_complete(directory, what: str = "shards") -> None:
+  """Refuses a directory another conversion is writing or did not finish (its ``IN_PROGRESS`` marker).
+
+  Raises:
+    ValueError: ``"<directory>: an incomplete conversion of <what>: <why>; ..."`` with how to restart.
+  """
+  why = _workdir.unfinished(str(directory))
+  if why is not None:
+    raise ValueError(
+      f"{directory}: an incomplete conversion of {what}: {why}. Convert again with overwrite=True to restart it "
+      f"(a conversion does not resume); if it did finish and only the marker is left, delete {_workdir.LOCK_NAME}"
+    )
+
+
 def prepare_out_dir(out_dir, overwrite: bool = False, *, create: bool = True) -> pathlib.Path:
   """``out_dir``, created (``create``), with no shard, temporary shard or manifest in it.
 
@@ -127,6 +195,19 @@ def prepare_out_dir(out_dir, overwrite: bool = False, *, create: bool = True) ->
   for p in ours:
     p.unlink()
   return out_dir
+
+
+@contextlib.contextmanager
+def _naming(path) -> Iterator[None]:
+  """An ``OSError`` while writing ``path`` (a full disk, a lost mount) re-raised naming the file."""
+  try:
+    yield
+  except OSError as e:
+    if str(path) in str(e):
+      raise
+    if e.errno is None:
+      raise OSError(f"{path}: {e} (while writing it)") from e
+    raise OSError(e.errno, f"{path}: {e.strerror or e} (while writing it)") from e
 
 
 class ShardWriter:
@@ -176,8 +257,10 @@ class ShardWriter:
     if self._writer is None:
       name = f"part-{len(self.paths):05d}.parquet"
       self._tmp = self.out_dir / (name + TMP_SUFFIX)
-      self._writer = self.pa.parquet.ParquetWriter(self._tmp, self.schema, write_page_checksum=True)
-    self._writer.write_table(head, row_group_size=k)
+      with _naming(self._tmp):
+        self._writer = self.pa.parquet.ParquetWriter(self._tmp, self.schema, write_page_checksum=True)
+    with _naming(self._tmp):
+      self._writer.write_table(head, row_group_size=k)
     self._in_shard += k
     self._pending = [rest] if rest.num_rows else []
     self._pending_rows -= k
@@ -189,9 +272,10 @@ class ShardWriter:
       return
     meta = {**self.metadata, **self.sizes}
     self._writer.add_key_value_metadata({META + k: str(v) for k, v in meta.items()})
-    self._writer.close()
     final = self._tmp.with_suffix("")  # drops .tmp
-    os.replace(self._tmp, final)
+    with _naming(self._tmp):
+      self._writer.close()
+      os.replace(self._tmp, final)
     self.paths.append(str(final))
     self.entries.append(
       {**_entry(str(final)), "rows": self._in_shard, "metadata": {k: str(v) for k, v in meta.items()}}
@@ -219,14 +303,16 @@ class ShardWriter:
     }
     body["conversion_id"] = digest(body)
     tmp = self.out_dir / (MANIFEST + TMP_SUFFIX)
-    tmp.write_text(json.dumps(body, indent=1, sort_keys=True))
-    os.replace(tmp, self.out_dir / MANIFEST)
+    with _naming(tmp):
+      tmp.write_text(json.dumps(body, indent=1, sort_keys=True))
+      os.replace(tmp, self.out_dir / MANIFEST)
     return list(self.paths)
 
   def abort(self) -> None:
     """Closes and removes every shard this writer wrote."""
     if self._writer is not None:
-      self._writer.close()
+      with contextlib.suppress(OSError):  # a full disk fails the close too; the file goes anyway
+        self._writer.close()
     for p in [*self.paths, self._tmp]:
       if p is not None and os.path.exists(p):
         os.remove(p)
@@ -265,30 +351,38 @@ def read_row_group(f, path, group: int, first_row: int, columns, what: str = "sh
     ) from None
 
 
+#: The shape of a shard directory's manifest (beyond it, each writer's own keys).
+MANIFEST_SPEC = {
+  "ultr_jax_manifest": int,
+  "conversion_id": str,
+  "files": [{"name": str, "rows": int, "bytes": int, "footer_offset": int, "footer_crc32": int}],
+}
+_MANIFEST_WHAT = "the manifest of a directory of ultr_jax shards (a JSON object listing its files)"
+
+
 def read_manifest(directory) -> Optional[dict]:
   """The manifest of a shard directory (None when it has none); ValueError naming it when damaged."""
   path = pathlib.Path(directory) / MANIFEST
   if not path.is_file():
     return None
-  try:
-    manifest = json.loads(path.read_text(encoding="utf-8"))
-    body = {k: v for k, v in manifest.items() if k != "conversion_id"}
-    ok = manifest.get("ultr_jax_manifest") == MANIFEST_VERSION and manifest.get("conversion_id") == digest(body)
-  except (ValueError, AttributeError) as e:
-    raise ValueError(f"{path}: not a readable manifest ({e})") from None
-  if not ok:
-    raise ValueError(f"{path}: a damaged or edited manifest (its conversion_id does not match its content)")
-  keys = {"name", "rows", "bytes", "footer_offset", "footer_crc32"}
-  files = manifest.get("files")
-  if not isinstance(files, list) or not all(isinstance(e, dict) and keys <= e.keys() for e in files):
-    raise ValueError(f"{path}: not a manifest of ultr_jax shards (no list of files with {sorted(keys)})")
-  return manifest
+  recovery = "convert again with overwrite=True (the shards are checked against it; an edited one cannot be trusted)"
+  manifest = read_state_file(
+    path, {"ultr_jax_manifest": int, "conversion_id": str}, what=_MANIFEST_WHAT, recovery=recovery
+  )
+  body = {k: v for k, v in manifest.items() if k != "conversion_id"}
+  if manifest["ultr_jax_manifest"] != MANIFEST_VERSION or manifest["conversion_id"] != digest(body):
+    raise ValueError(
+      f"{path}: a damaged or edited manifest (its conversion_id does not match its content, or its version is not "
+      f"{MANIFEST_VERSION}); {recovery}"
+    )
+  return check_shape(manifest, MANIFEST_SPEC, path=path, what=_MANIFEST_WHAT, recovery=recovery)
 
 
 def manifest_paths(directory, what: str) -> list:
   """The shards of a directory, as its manifest lists them; an unlisted ``.parquet`` or ``.tmp`` there is an
   error (shards of another conversion, or of one that was interrupted)."""
   directory = pathlib.Path(directory)
+  check_complete(directory, what)
   manifest = read_manifest(directory)
   tmp = sorted(p.name for p in directory.glob("*" + TMP_SUFFIX))
   if manifest is None:
@@ -400,6 +494,7 @@ def shard_set(paths, what: str = "shards", *, foreign: bool = False) -> ShardSet
     path = str(path)
     directory = os.path.dirname(path) or "."
     if directory not in manifests:
+      check_complete(directory, what)
       manifests[directory] = read_manifest(directory)
     manifest = manifests[directory]
     if not os.path.isfile(path):

@@ -240,7 +240,7 @@ def _integers(values: np.ndarray, where: _Where, field: str, low: int, high: Opt
     doc = int(np.flatnonzero(bad)[0])
     allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
     raise ValueError(f"{where(doc, field)}: {values[doc]} is not {allowed}")
-  return values.astype(np.int64)
+  return _io.as_ids(values, np.int64, lambda doc: where(doc, field))
 
 
 def _feature_names(features) -> tuple:
@@ -290,7 +290,7 @@ def _read_file(path: pathlib.Path, feature_names, extra_columns, max_sessions: O
     raise ValueError(f"{path}, row 0, field 'query_id': expected integers, got the Arrow type {qid_col.type}")
   if qid_col.null_count:
     raise ValueError(f"{path}, row {_first_null(pa, qid_col)}, field 'query_id': missing value")
-  qid_rows = qid_col.to_numpy().astype(np.int64)
+  qid_rows = _io.as_ids(qid_col.to_numpy(), np.int64, lambda r: f"{path}, row {r}, field 'query_id'")
 
   if page_layout:
     if max_sessions is not None:

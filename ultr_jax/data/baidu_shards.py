@@ -174,7 +174,7 @@ class _Converter:
       qcol = batch.column("query_id")
       if qcol.null_count:
         raise ValueError(f"{where(_baidu._first_null(pa, qcol), 'query_id')}: missing value")
-      q = qcol.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+      q = _io.as_ids(qcol.to_numpy(zero_copy_only=False), np.int64, lambda r: where(r, "query_id"))
       if r0 == 0 and self.prev is not None and q[0] == self.prev[1]:
         raise ValueError(
           f"{where(0, 'query_id')}: query_id {q[0]} continues the last page of {self.prev[0]}: a page must lie in "
@@ -386,6 +386,7 @@ def _check_contiguous(path, qid: np.ndarray, first_row: np.ndarray) -> None:
   )
 
 
+@_shards.converts_into_out_dir  # the workdir lock: one writer; a failure leaves it incomplete
 def convert_baidu_ultr(
   source: Union[PathLike, Sequence[PathLike]],
   out_dir: PathLike,

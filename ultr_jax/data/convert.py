@@ -676,6 +676,7 @@ def _page_sessions(path, pages, item_ids: dict, fields: tuple) -> Iterator[_Sess
     yield s
 
 
+@_shards.converts_into_out_dir  # the workdir lock: one writer; a failure leaves it incomplete
 def convert_click_log(
   path: PathLike,
   out_dir: PathLike,
@@ -869,6 +870,7 @@ def session_shard_set(paths: Sequence[str]) -> _shards.ShardSet:
   return shards
 
 
+@_shards.converts_into_out_dir  # the workdir lock: one writer; a failure leaves it incomplete
 def write_session_shards(
   batches,
   out_dir: PathLike,

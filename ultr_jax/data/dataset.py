@@ -5,7 +5,47 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["RankingDataset", "is_per_item"]
+__all__ = ["RankingDataset", "check_labels", "is_per_item"]
+
+
+def check_labels(
+  labels: np.ndarray,
+  where: Optional[np.ndarray] = None,
+  *,
+  what: str = "labels",
+  qid: Optional[np.ndarray] = None,
+) -> None:
+  r"""Refuses a graded relevance label that is not finite and non-negative, naming its list and position.
+
+  Graded labels :math:`y \in [0, \infty)` (Baidu-ULTR's and LETOR's 0-4 grades): a NaN would make every
+  metric of its list NaN, a negative one would lift nDCG above 1. Padding (``where`` False) is not read.
+
+  Args:
+    labels: ``[..., L]`` graded labels (NumPy or concrete JAX values).
+    where: ``bool[..., L]``, the valid items (None: all).
+    what: how the error names the array (e.g. ``"valid RankingDataset.labels"``).
+    qid: ``[Q]`` query ids of a ``[Q, L]`` array, named beside the list index.
+
+  Raises:
+    ValueError: ``"<what>: list <i> (qid <q>), position <j> is nan; graded labels must be finite and >= 0"``.
+
+  >>> check_labels(np.array([[2.0, 0.0], [1.0, -1.0]]), qid=np.array([7, 9]))
+  Traceback (most recent call last):
+  ValueError: labels: list 1 (qid 9), position 1 is -1.0; graded relevance labels must be finite and >= 0
+  """
+  y = np.asarray(labels)
+  bad = ~(np.isfinite(y) & (y >= 0)) if y.dtype.kind == "f" else (y < 0)
+  if where is not None:
+    bad &= np.broadcast_to(np.asarray(where, bool), y.shape)
+  if not bad.any():
+    return
+  at = np.unravel_index(int(np.argmax(bad.reshape(-1))), y.shape)
+  lists, pos = at[:-1], int(at[-1])
+  name = ", ".join(str(int(i)) for i in lists) if lists else "0"
+  q = f" (qid {np.asarray(qid).reshape(-1)[int(lists[0])]})" if qid is not None and len(lists) == 1 else ""
+  raise ValueError(
+    f"{what}: list {name}{q}, position {pos} is {float(y[at])!r}; graded relevance labels must be finite and >= 0"
+  )
 
 
 def is_per_item(value: np.ndarray, list_size: int) -> bool:
@@ -75,6 +115,7 @@ class RankingDataset:
     for name, value in self.extras.items():
       if value.shape[:1] != (q,):
         raise ValueError(f"extras[{name!r}] must lead with Q={q}, got {value.shape}")
+    check_labels(self.labels, self.where, what="RankingDataset.labels", qid=self.qid)
 
   @property
   def num_queries(self) -> int:

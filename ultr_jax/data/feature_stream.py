@@ -104,6 +104,7 @@ def _lists(pa, offsets: np.ndarray, values):
   return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values)
 
 
+@_shards.converts_into_out_dir  # the workdir lock: one writer; a failure leaves it incomplete
 def write_feature_shards(
   ds: RankingDataset,
   out_dir: PathLike,
@@ -256,6 +257,7 @@ def _svmlight_rows(path, block_size, num_features, max_label, state):
     yield labels, qid, indptr, idx, val, line
 
 
+@_shards.converts_into_out_dir  # the workdir lock: one writer; a failure leaves it incomplete
 def convert_svmlight(
   path: PathLike,
   out_dir: PathLike,
@@ -582,7 +584,7 @@ class _ReadLists:
     qcol = _array(table, "query_id")
     if qcol.null_count:
       raise ValueError(f"{at(_first_null(pa, qcol), 'query_id')}: missing value")
-    qid = qcol.to_numpy().astype(np.int64, copy=False)
+    qid = _io.as_ids(qcol.to_numpy(), np.int64, lambda r: at(r, "query_id"))
 
     flat, row, item = _list_values(pa, table, s._list_columns, at, n)
     D = len(row)
@@ -657,7 +659,7 @@ def _integers(at, row, item, name: str, v: np.ndarray, low, high=None) -> np.nda
     k = int(np.flatnonzero(bad)[0])
     allowed = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high}]"
     raise ValueError(f"{at(row[k], name, item[k])}: {v[k]} is not {allowed}")
-  return v.astype(np.int64)
+  return _io.as_ids(v, np.int64, lambda k: at(row[k], name, item[k]))
 
 
 def _list_values(pa, table, columns, at, n: int) -> tuple:

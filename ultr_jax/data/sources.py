@@ -123,11 +123,17 @@ class StreamedClickLog:
       ValueError: the log is closed (its converted shards are gone), or the errors of
         :class:`~ultr_jax.data.SessionStream`.
     """
-    if self._cleanup is not None and not self._cleanup.alive:
+    if self.closed:
       raise ValueError("the click log is closed: its converted shards are gone")
     stream = SessionStream(self.shards, batch_size=batch_size, **kwargs)
     stream._log = self  # the stream keeps the log, and so its converted shards, alive
     return stream
+
+  @property
+  def closed(self) -> bool:
+    """Whether :meth:`close` removed the shards :func:`open_click_log` converted (a log of given shards never
+    closes)."""
+    return self._cleanup is not None and not self._cleanup.alive
 
   def close(self) -> None:
     """Removes the shards :func:`open_click_log` converted into a temporary directory (nothing else)."""

@@ -283,14 +283,26 @@ class _RowGroupStream:
       return None
     return -(-self._rows_per_epoch * int(self._num_epochs) // self.batch_size)
 
+  def _check_open(self) -> None:
+    """Refuses to read on once the click log this stream came from (:meth:`StreamedClickLog.stream`) is closed."""
+    log = getattr(self, "_log", None)
+    if log is not None and log.closed:
+      raise ValueError(
+        f"the click log this stream reads was closed ({log!r}): close() removed the shards it converted; "
+        "iterate the stream before closing its log (or inside `with open_click_log(...) as log:`), or open the "
+        "log again"
+      )
+
   def __iter__(self) -> Iterator[dict]:
     """Starts a pass: from the beginning (the same order every pass), or where :meth:`set_state` put it."""
+    self._check_open()
     if not self._positioned:
       self._iterator = iter(self._dataset)
     self._positioned = False
     return self
 
   def __next__(self) -> dict:
+    self._check_open()
     self._positioned = False
     return next(self._iterator)
 

@@ -1,8 +1,10 @@
 r"""What the estimators share: the :class:`Estimate` they return, the per-position rewards of a log, and the
 (self-normalised, clipped) importance-weighted mean."""
 
-from typing import NamedTuple, Optional
+import numbers
+from typing import Any, NamedTuple, Optional
 
+import jax
 import jax.numpy as jnp
 
 from ultr_jax.types import Array
@@ -29,6 +31,13 @@ class Estimate(NamedTuple):
       \cdot \frac{\sum_i n_i s_{ip}}{\sum_i n_i}` for the session weights :math:`n_i`
       (a ratio with a zero denominator counts 0), so a bootstrap reweights them jointly without re-running the
       estimator.
+    effective_sample_size: ``[]`` Kish's effective number of sessions of the importance weights,
+      :math:`(\sum_i n_i \bar\rho_i)^2 / \sum_i n_i \bar\rho_i^2` with :math:`\bar\rho_i` session :math:`i`'s mean
+      weight over its positions (0 when every weight is 0; the number of sessions for the direct method). Far
+      below ``num_sessions``: a few sessions carry the estimate, whatever its interval says.
+    num_nonzero_weight: ``[]`` the (weighted) number of sessions with a non-zero weight at some position: 0
+      means no logged session supports the target (the estimate is not identified from the log, and
+      :func:`~ultr_jax.evaluation.normal_interval` refuses it). None for an :class:`Estimate` built by hand.
   """
 
   value: Array
@@ -37,6 +46,42 @@ class Estimate(NamedTuple):
   num_sessions: Array
   session_weights: Array
   ratios: Optional[Array] = None
+  effective_sample_size: Optional[Array] = None
+  num_nonzero_weight: Optional[Array] = None
+
+
+def check_options(*, temperature: Any = 0.0, top_k: Any = None, what: str = "estimator") -> None:
+  r"""Refuses a target ``temperature`` outside :math:`[0, \infty]` (a negative one would rank by reversed scores; inf
+  is the uniform policy) and a ``top_k`` that is not None or an integer >= 1 (0 would show nothing and estimate
+  0). Values only known under ``jit`` are not checked.
+
+  >>> check_options(temperature=-1.0)
+  Traceback (most recent call last):
+  ValueError: estimator: temperature=-1.0 is out of range; expected a number >= 0 (0: deterministic, inf: uniform)
+  """
+  try:
+    t = float(temperature)
+  except (TypeError, jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
+    t = None
+  if t is not None and not t >= 0:  # NaN too
+    raise ValueError(
+      f"{what}: temperature={temperature!r} is out of range; expected a number >= 0 (0: deterministic, inf: uniform)"
+    )
+  if top_k is not None and not (
+    isinstance(top_k, numbers.Integral) and not isinstance(top_k, bool) and int(top_k) >= 1
+  ):
+    raise ValueError(f"{what}: top_k={top_k!r} is out of range; expected None (every position) or an integer >= 1")
+
+
+def weight_support(rho: Array, active: Array, mass: Array) -> tuple[Array, Array]:
+  r"""``(effective_sample_size, num_nonzero_weight)`` of importance weights ``rho [B, L]`` over the ``active``
+  positions of sessions counted ``mass [B]`` times (:attr:`Estimate.effective_sample_size`)."""
+  act = jnp.asarray(active, bool)
+  r = jnp.where(act, jnp.asarray(rho, jnp.float32), 0.0)
+  mean = safe_div(jnp.sum(r, axis=-1), jnp.sum(act, axis=-1).astype(jnp.float32))
+  ess = safe_div(jnp.sum(mass * mean) ** 2, jnp.sum(mass * mean**2))
+  nonzero = jnp.sum(jnp.where(jnp.any(act & (r != 0), axis=-1), mass, 0.0))
+  return ess, nonzero
 
 
 def ratio_parts(num: Array, den: Array, share: Array) -> Array:
@@ -111,6 +156,7 @@ def prepare(
   session_weights: Optional[Array],
 ) -> Prepared:
   """The estimators' common preamble (``clicks`` None: zero rewards)."""
+  check_options(top_k=top_k)
   scores = jnp.asarray(scores, jnp.float32)
   where = mask_of(scores, where)
   clicks = jnp.zeros(scores.shape, jnp.float32) if clicks is None else clicks
@@ -169,4 +215,5 @@ def weighted_estimate(
     terms = terms + offset
   terms = jnp.where(mass > 0, terms, 0.0)
   value = safe_div(jnp.sum(mass * terms), total)
-  return Estimate(value, terms, num_clipped, total, mass, ratios)
+  ess, nonzero = weight_support(rho, active, mass)
+  return Estimate(value, terms, num_clipped, total, mass, ratios, ess, nonzero)

@@ -142,6 +142,7 @@ def _sampled_ranks(key, scores, where, temperature, num_samples):
 
 def _dm_terms(scores, doc_ids, model, params, where, weights, top_k, temperature, key, num_samples):
   """``[B]`` each session's expected reward of the target under the model (Monte-Carlo mean for a PL target)."""
+  C.check_options(temperature=temperature, top_k=top_k)
   ranks = _sampled_ranks(key, scores, where, temperature, num_samples)
   w = C.position_weights(scores.shape, weights, top_k)
 
@@ -200,7 +201,9 @@ def direct_method(
   scores, where, _, _, mass = C.prepare(scores, None, where, None, None, session_weights)
   dm = _dm_terms(scores, doc_ids, model, params, where, weights, top_k, temperature, key, num_samples)
   zero = jnp.zeros(scores.shape[:-1] + (1,))
-  return C.weighted_estimate(zero, zero, zero > 0, mass, False, jnp.zeros((), jnp.int32), offset=dm)
+  est = C.weighted_estimate(zero, zero, zero > 0, mass, False, jnp.zeros((), jnp.int32), offset=dm)
+  n = jnp.sum(jnp.where(jnp.any(where, axis=-1), mass, 0.0))  # no importance weights: every session counts
+  return est._replace(effective_sample_size=n, num_nonzero_weight=n)
 
 
 def doubly_robust(
@@ -276,7 +279,8 @@ def doubly_robust(
   terms = jnp.where(mass > 0, ips.terms + dm, 0.0)
   value = C.safe_div(jnp.sum(mass * terms), jnp.sum(mass))
   ratios = None if ips.ratios is None else jnp.concatenate([ips.ratios, C.plain_parts(dm, mass)], axis=-2)
-  return C.Estimate(value, terms, ips.num_clipped, ips.num_sessions, mass, ratios)
+  support = (ips.effective_sample_size, ips.num_nonzero_weight)  # of the correction's importance weights
+  return C.Estimate(value, terms, ips.num_clipped, ips.num_sessions, mass, ratios, *support)
 
 
 def _candidate_ranks(ranks_e: Array) -> Array:
@@ -437,6 +441,7 @@ def cascade_doubly_robust(
     active & (mass[:, None] > 0),
   )
   ratios = None
+  ess, nonzero = C.weight_support(rho, active, mass)
   if self_normalize:
     ratios = _cascade_ratios(rho, r - q_obs, q_exp, active, mass)
     m = mass[:, None] * active
@@ -444,7 +449,8 @@ def cascade_doubly_robust(
   rho_prev = jnp.concatenate([jnp.ones_like(rho[..., :1]), rho[..., :-1]], axis=-1)
   x = jnp.where(active, rho * (r - q_obs) + rho_prev * q_exp, 0.0)
   ones = jnp.ones_like(x)
-  return C.weighted_estimate(x, ones, active, mass, False, n_clip)._replace(ratios=ratios)
+  est = C.weighted_estimate(x, ones, active, mass, False, n_clip)
+  return est._replace(ratios=ratios, effective_sample_size=ess, num_nonzero_weight=nonzero)
 
 
 def _cascade_ratios(rho: Array, residual: Array, q_exp: Array, active: Array, mass: Array) -> Array:

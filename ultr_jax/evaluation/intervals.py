@@ -25,19 +25,61 @@ __all__ = ["Interval", "normal_interval", "bootstrap_interval", "difference", "p
 
 
 class Interval(NamedTuple):
-  """A two-sided confidence interval.
+  r"""A two-sided confidence interval.
 
   Attributes:
     value: ``[]`` the point estimate.
     lower: ``[]`` lower bound.
     upper: ``[]`` upper bound.
     stderr: ``[]`` the standard error (normal: of the terms' mean; bootstrap: the replicates' standard deviation).
+    trusted: ``bool[]``: the estimate has the sessions an interval needs (at least 2 valid sessions, and one with
+      a non-zero importance weight). On concrete values an untrusted interval is refused (``ValueError``);
+      under ``jit`` it is returned as :math:`(-\infty, \infty)` with ``trusted`` False, never zero-width.
   """
 
   value: Array
   lower: Array
   upper: Array
   stderr: Array
+  trusted: Optional[Array] = None
+
+
+#: The fewest valid sessions an interval is computed from (one session has no spread to estimate).
+MIN_SESSIONS = 2
+
+
+def _trusted(estimate: Estimate, what: str) -> Array:
+  """``bool[]``: whether ``estimate`` has the sessions an interval needs; on concrete values a ``ValueError``
+  saying what is missing when it does not."""
+  if np.ndim(estimate.terms) >= 1 and np.shape(estimate.terms)[0] == 0:
+    raise ValueError(f"{what}: the log has no sessions; an interval needs at least {MIN_SESSIONS}")
+  n = jnp.sum(jnp.asarray(estimate.session_weights, jnp.float32) > 0)
+  nonzero = estimate.num_nonzero_weight
+  ok = (n >= MIN_SESSIONS) & (True if nonzero is None else jnp.asarray(nonzero) > 0)
+  try:
+    concrete = bool(ok)
+  except (jax.errors.ConcretizationTypeError, jax.errors.TracerBoolConversionError):
+    return ok
+  if not concrete:
+    if int(n) < MIN_SESSIONS:
+      raise ValueError(
+        f"{what}: {int(n)} valid session(s) (all-masked sessions do not count); an interval needs at least "
+        f"{MIN_SESSIONS}: with fewer there is no spread to estimate (it would be zero-width)"
+      )
+    raise ValueError(
+      f"{what}: no session has a non-zero importance weight (num_nonzero_weight is 0): no logged session "
+      "supports the target (a deterministic target that no logged ranking matched, or an item at a position the "
+      "logging policy never uses); its estimate is not identified from this log"
+    )
+  return ok
+
+
+def _flagged(interval: Interval, ok: Array) -> Interval:
+  r"""``interval`` as :math:`(-\infty, \infty)` where ``ok`` is False (under ``jit``), with ``trusted``."""
+  inf = jnp.asarray(jnp.inf, jnp.result_type(interval.lower, jnp.float32))
+  lower = jnp.where(ok, interval.lower, -inf)
+  upper = jnp.where(ok, interval.upper, inf)
+  return interval._replace(lower=lower, upper=upper, trusted=jnp.asarray(ok))
 
 
 def normal_interval(estimate: Estimate, *, alpha: float = 0.05) -> Interval:
@@ -55,19 +97,23 @@ def normal_interval(estimate: Estimate, *, alpha: float = 0.05) -> Interval:
     alpha: miscoverage (0.05: a 95% interval).
 
   Returns:
-    :class:`Interval`.
+    :class:`Interval` (``trusted``: see :class:`Interval`).
+
+  Raises:
+    ValueError: fewer than 2 valid sessions, or none with a non-zero importance weight (concrete values).
 
   >>> est = Estimate(jnp.array(1.0), jnp.array([0.0, 2.0, 1.0, 1.0]), jnp.array(0), jnp.array(4.0), jnp.ones(4))
   >>> print(normal_interval(est).stderr.round(4))
   0.4082
   """
+  ok = _trusted(estimate, "normal_interval")
   terms = jnp.asarray(estimate.terms, jnp.float32)
   sw = jnp.asarray(estimate.session_weights, jnp.float32)
   n = jnp.sum(sw)
   var = safe_div(jnp.sum(sw * (terms - estimate.value) ** 2), n - 1.0)
   stderr = jnp.sqrt(safe_div(var, n))
   z = jstats.norm.ppf(1.0 - alpha / 2.0)
-  return Interval(estimate.value, estimate.value - z * stderr, estimate.value + z * stderr, stderr)
+  return _flagged(Interval(estimate.value, estimate.value - z * stderr, estimate.value + z * stderr, stderr), ok)
 
 
 _RESAMPLING = ("poisson", "multinomial")
@@ -248,8 +294,9 @@ def bootstrap_interval(
   49.5 True True
   """
   base = _base(fn)
+  ok = _trusted(base, "bootstrap_interval")
   values = _replicates(base, key, num_replicates, resampling, chunk_size)
-  return _percentiles(values, base.value, alpha)
+  return _flagged(_percentiles(values, base.value, alpha), ok)
 
 
 def difference(a: Estimate, b: Estimate) -> Estimate:
@@ -274,8 +321,16 @@ def difference(a: Estimate, b: Estimate) -> Estimate:
   if a.ratios is not None or b.ratios is not None:
     parts = [plain_parts(e.terms, e.session_weights) if e.ratios is None else e.ratios for e in (a, b)]
     ratios = jnp.concatenate([parts[0], parts[1] * jnp.array([-1.0, 1.0, 1.0])], axis=-2)
+  both = lambda x, y: None if x is None or y is None else jnp.minimum(x, y)  # noqa: E731 (the weaker one's)
   return Estimate(
-    a.value - b.value, a.terms - b.terms, a.num_clipped + b.num_clipped, a.num_sessions, a.session_weights, ratios
+    a.value - b.value,
+    a.terms - b.terms,
+    a.num_clipped + b.num_clipped,
+    a.num_sessions,
+    a.session_weights,
+    ratios,
+    both(a.effective_sample_size, b.effective_sample_size),
+    both(a.num_nonzero_weight, b.num_nonzero_weight),
   )
 
 

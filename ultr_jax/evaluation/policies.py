@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import rax
 
+from ultr_jax.evaluation import _common as C
 from ultr_jax.types import Array, PRNGKey
 
 __all__ = ["Propensities", "plackett_luce_propensities", "target_ranks", "dcg_weights", "num_prefixes"]
@@ -120,6 +121,7 @@ def _prefix_log_probs(z: Array, where: Array) -> Array:
 
 def prefix_probs(scores: Array, where: Array, temperature: float) -> Array:
   r""":math:`\pi(a_{1:l+1})` ``[..., L]`` of the display order, exact (deterministic or Plackett-Luce)."""
+  C.check_options(temperature=temperature)
   if temperature == 0:
     ranks = target_ranks(scores, where=where)
     hit = (ranks == jnp.arange(scores.shape[-1])) | ~where
@@ -271,8 +273,7 @@ def plackett_luce_propensities(
   where = _mask(z, where)
   size = z.shape[-1]
   k = _cut(size, top_k)
-  if temperature < 0:
-    raise ValueError(f"plackett_luce_propensities: temperature must be >= 0, got {temperature}")
+  C.check_options(temperature=temperature, top_k=top_k, what="plackett_luce_propensities")
   if temperature == 0:
     return _deterministic(z, where, k, matrix, pairs)
   prefix = prefix_probs(z, where, temperature)

@@ -95,9 +95,13 @@ def true_value(
   >>> print(t.value.round(4), t.stderr)  # 0.8 + 0.2 * 0.5
   0.9 0.0
   """
+  C.check_options(temperature=temperature, top_k=top_k, what="true_value")
   m = get_click_model(model)
   a = jnp.asarray(attraction, jnp.float32)
   s = jnp.asarray(scores, jnp.float32)
+  shapes = {"attraction": a.shape, "scores": s.shape, **({} if where is None else {"where": np.shape(where)})}
+  if len(set(shapes.values())) != 1:
+    raise ValueError(f"true_value: attraction, scores and where must be one [B, L] shape (the log's), got {shapes}")
   where = C.mask_of(s, where)
   size = s.shape[-1]
   w = C.position_weights(s.shape, weights, top_k)

@@ -7,8 +7,10 @@ checks) runs :func:`check_log` first, which raises a ``ValueError`` naming the f
 
 from typing import Any, Optional
 
+import jax.numpy as jnp
 import numpy as np
 
+from ultr_jax.evaluation import _common as C
 from ultr_jax.evaluation._common import Estimate
 from ultr_jax.evaluation.policies import Propensities, target_ranks
 from ultr_jax.evaluation.registry import get_estimator
@@ -199,9 +201,16 @@ def target_scores_from_ranking(doc_ids: Any, target_doc_ids: Any, *, where: Opti
   for i in range(d.shape[0]):
     shown = {int(x): j for j, x in enumerate(d[i]) if w[i, j]}
     rank = np.full(size, t.shape[1] + np.arange(size), np.float64)
+    seen: dict = {}
     for r, doc in enumerate(int(x) for x in t[i]):
       if doc < 0:
         continue
+      if doc in seen:
+        raise ValueError(
+          f"target_doc_ids: row {i} ranks document {doc} twice (at ranks {seen[doc]} and {r}); a ranking lists each "
+          "document once"
+        )
+      seen[doc] = r
       if doc not in shown:
         raise ValueError(f"target_doc_ids: row {i} ranks document {doc}, which the log did not show for that session")
       rank[shown[doc]] = r
@@ -246,7 +255,36 @@ def evaluate(name: str, scores: Any, clicks: Any, *, where: Optional[Any] = None
     doc_ids=inputs.get("doc_ids"),
     top_k=inputs.get("top_k"),
   )
+  temperature, top_k = inputs.get("temperature", 0.0), inputs.get("top_k")
+  C.check_options(temperature=temperature, top_k=top_k, what=name)
   logging = inputs.get("logging")
   if logging is not None and logging.matrix is not None:
-    check_support(scores, logging, where=where, temperature=inputs.get("temperature", 0.0), top_k=inputs.get("top_k"))
+    check_support(scores, logging, where=where, temperature=temperature, top_k=top_k)
+  elif logging is not None and "model" not in spec.inputs:  # a model-based estimator has the model's values there
+    _check_deterministic_support(scores, logging, where=where, temperature=temperature, top_k=top_k)
   return spec.fn(scores, clicks, where=where, **inputs)
+
+
+def _check_deterministic_support(scores, logging: Propensities, *, where, temperature, top_k) -> None:
+  """With a deterministic logger (every logged ranking has probability 1), support is decidable without
+  ``logging.matrix``: it shows item ``i`` only at its logged position, so a target that puts a shown item
+  elsewhere (or a Plackett-Luce target, which puts every item everywhere) is refused, naming the session."""
+  s = np.asarray(scores, np.float64)
+  w = np.ones(s.shape, bool) if where is None else np.asarray(where, bool)
+  valid = w.any(axis=-1)
+  if not np.all(np.asarray(logging.ranking)[valid] == 1.0):
+    return  # a stochastic logger: support needs logging.matrix (check_support)
+  size = s.shape[-1]
+  k = size if top_k is None else min(int(top_k), size)
+  shown = w & (np.arange(size) < k)
+  if temperature != 0:
+    moves = shown & (w.sum(axis=-1, keepdims=True) > 1)
+  else:
+    moves = shown & (np.asarray(target_ranks(jnp.asarray(s), where=jnp.asarray(w))) != np.arange(size))
+  if moves.any():
+    row, pos = (int(x) for x in np.argwhere(moves)[0])
+    raise ValueError(
+      f"scores: row {row}: the logging policy is deterministic (every logged ranking has probability 1) and shows "
+      f"its item at position {pos} only there, but the target moves it: off-policy estimates of this target are "
+      "not identified from this log (they would count those clicks as 0)"
+    )

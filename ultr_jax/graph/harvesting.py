@@ -499,14 +499,21 @@ def harvest_propensities(
   est = fn(sets) if method == "adjacent_chain" else fn(sets, pivot=pivot)
   if method == "all_pairs":
     est = _check_finite_maximum(est, sets, pivot, allow_unidentified)
+  anchor = 0 if method == "adjacent_chain" else pivot  # propensity 1 by definition: identified on any log
+  est = est._replace(propensities=est.propensities.at[anchor].set(1.0), identified=est.identified.at[anchor].set(True))
   if not allow_unidentified:
     occurs = np.asarray(sets.factor_impressions) > 0
     missing = np.flatnonzero(occurs & ~np.asarray(est.identified))
     if missing.size:
+      single = m.ndim >= 2 and int(m.sum(-1).max()) <= 1
+      why = (
+        "every list holds at most one document, so no item is seen under two factors and only the pivot (1 by"
+        " definition) is identified"
+        if single
+        else f"no chain of shared, clicked items links them to factor {anchor}; see check_identifiability"
+      )
       raise ValueError(
-        f"{method}: the propensities of factors {missing.tolist()} are not identified from"
-        f" this log (no chain of shared, clicked items links them to factor"
-        f" {0 if method == 'adjacent_chain' else pivot}; see check_identifiability);"
+        f"{method}: the propensities of factors {missing.tolist()} are not identified from this log ({why});"
         " pass allow_unidentified=True to get NaN for them"
       )
   return est

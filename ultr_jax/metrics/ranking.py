@@ -21,8 +21,12 @@ lists that do not count) or its reduction over the lists that count.
 
 from typing import Callable, Optional, Sequence
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 import rax
+
+from ultr_jax.data.dataset import check_labels
 
 from ultr_jax.types import Array
 
@@ -64,6 +68,16 @@ def _nan_lists(scores, where):
   if where is not None:
     nan = nan & jnp.asarray(where, bool)
   return jnp.any(nan, axis=-1)
+
+
+def _check_labels(labels, where) -> None:
+  """Graded labels finite and >= 0 (:func:`ultr_jax.data.check_labels`) when they are concrete; under ``jit`` the
+  values are unknown here (the dataset checked them where they entered)."""
+  try:
+    y, w = np.asarray(labels), None if where is None else np.asarray(where)
+  except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+    return
+  check_labels(y, w, what="metric labels")
 
 
 def _reduce(values, labels, where, drop_no_relevant, reduce_fn, scores):
@@ -109,6 +123,7 @@ def ndcg(
   >>> print(ndcg(jnp.array([[3., 2.], [jnp.nan, 0.]]), jnp.array([[1., 0.], [1., 0.]]), reduce_fn=None))
   [ 1. nan]
   """
+  _check_labels(labels, where)  # before any work: names the list and position
   values = rax.ndcg_metric(scores, labels, where=where, topn=topn, weights=weights, key=key, reduce_fn=None)
   return _reduce(values, labels, where, drop_no_relevant, reduce_fn, scores)
 
@@ -151,6 +166,7 @@ def dcg(
   >>> print(round(float(dcg(jnp.array([3., 2., 1., 0.]), jnp.array([0., 1., 0., 2.]))), 4))  # + 3 / log2(5)
   1.923
   """
+  _check_labels(labels, where)  # before any work: names the list and position
   values = rax.dcg_metric(scores, labels, where=where, topn=topn, weights=weights, key=key, reduce_fn=None)
   return _reduce(values, labels, where, drop_no_relevant, reduce_fn, scores)
 
@@ -190,6 +206,7 @@ def precision(
   >>> print(round(float(precision(jnp.array([4., 3., 2., 1.]), jnp.array([1., 0., 1., 0.]), topn=3)), 4))
   0.6667
   """
+  _check_labels(labels, where)  # before any work: names the list and position
   binary = (jnp.asarray(labels) >= relevance_threshold).astype(jnp.result_type(float))
   values = rax.precision_metric(scores, binary, where=where, topn=topn, key=key, reduce_fn=None)
   return _reduce(values, labels, where, drop_no_relevant, reduce_fn, scores)
@@ -227,6 +244,7 @@ def err(
   0.53125
   """
   scores = jnp.asarray(scores)
+  _check_labels(labels, where)  # before any work: names the list and position
   labels = jnp.asarray(labels, jnp.result_type(float))
   if where is None:
     where = jnp.ones(scores.shape, bool)
@@ -274,6 +292,7 @@ def mrr(
   >>> print(float(mrr(jnp.array([3., 2., 1.]), jnp.array([0., 0., 2.]))))
   0.3333333432674408
   """
+  _check_labels(labels, where)  # before any work: names the list and position
   binary = (jnp.asarray(labels) >= relevance_threshold).astype(jnp.result_type(float))
   values = rax.mrr_metric(scores, binary, where=where, topn=topn, key=key, reduce_fn=None)
   return _reduce(values, labels, where, drop_no_relevant, reduce_fn, scores)
@@ -308,6 +327,7 @@ def average_precision(
   >>> print(round(float(average_precision(jnp.array([4., 3., 2., 1.]), jnp.array([1., 0., 1., 0.]))), 4))
   0.8333
   """
+  _check_labels(labels, where)  # before any work: names the list and position
   binary = (jnp.asarray(labels) >= relevance_threshold).astype(jnp.result_type(float))
   values = rax.ap_metric(scores, binary, where=where, topn=topn, key=key, reduce_fn=None)
   return _reduce(values, labels, where, drop_no_relevant, reduce_fn, scores)

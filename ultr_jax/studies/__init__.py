@@ -127,9 +127,9 @@ def validate_config(name: str, config: ml_collections.ConfigDict) -> None:
   Traceback (most recent call last):
   ValueError: config.test_fraction: 1.5 is out of range; expected a number in (0, 1)
   """
-  from ultr_jax.studies import _config  # noqa: PLC0415
+  from ultr_jax import _schema  # noqa: PLC0415
 
-  _config.validate_config(config, get(name).CONFIG_RULES)
+  _schema.validate_config(config, get(name).CONFIG_RULES)
 
 
 def variants(name: str) -> tuple[str, ...]:

@@ -25,7 +25,7 @@ import ml_collections
 import numpy as np
 
 from ultr_jax import simulation
-from ultr_jax.studies._config import validate_config
+from ultr_jax._schema import validate_config
 from ultr_jax.studies.configs.baselines import CONFIG_RULES, VARIANTS, default_config
 from ultr_jax.studies.figures import plot_learning_curves
 from ultr_jax.train import methods as methods_lib

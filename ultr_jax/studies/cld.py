@@ -25,7 +25,7 @@ import numpy as np
 
 from ultr_jax import data as data_lib
 from ultr_jax import simulation
-from ultr_jax.studies._config import validate_config
+from ultr_jax._schema import validate_config
 from ultr_jax.studies.configs.cld import (
   CONFIG_RULES as CONFIG_RULES,
   VARIANTS as VARIANTS,

@@ -57,7 +57,7 @@ from ultr_jax import _processes
 from ultr_jax import data as data_lib
 from ultr_jax import simulation as sim
 from ultr_jax.metrics import clicks as click_metrics
-from ultr_jax.studies._config import validate_config
+from ultr_jax._schema import validate_config
 from ultr_jax.studies.configs.click_models import CONFIG_RULES, VARIANTS, default_click_model_config, default_config
 from ultr_jax.studies.figures import save_figure
 from ultr_jax.train.results import markdown_table, summarize, write_results
@@ -584,6 +584,11 @@ def run_click_model_study(config: ml_collections.ConfigDict, workdir: Optional[s
     return fit_and_score(m, train, test, num_docs=num_docs, config=config, attraction=attraction)
 
   columns = fit_models + ctr_models
+  if not columns:
+    raise ValueError(
+      "config.fit_models and config.ctr_models are both empty: the study has nothing to do; "
+      f"name at least one click model ({sim.FITTABLE_CLICK_MODELS}) or CTR model ({sim.CTR_MODELS})"
+    )
   if workdir:
     os.makedirs(workdir, exist_ok=True)
   results: dict[str, Any] = {}

@@ -8,7 +8,6 @@ trains every method on them is :mod:`ultr_jax.studies.baselines`.
 
 import dataclasses
 import glob
-import json
 import os
 from typing import Any
 
@@ -18,6 +17,7 @@ import ml_collections
 import numpy as np
 
 from ultr_jax import data as data_lib
+from ultr_jax._state_files import read_state_file
 from ultr_jax import simulation
 from ultr_jax.train import evaluate
 from ultr_jax.train import methods as methods_lib  # noqa: F401  (the doctests')
@@ -113,8 +113,15 @@ def with_position_propensities(train, source: str, *, field: str = "propensities
   if json_path.endswith(".json"):
     if not os.path.isfile(json_path):
       raise ValueError(f"{field}: no such file {json_path!r}")
-    with open(json_path, encoding="utf-8") as fh:
-      harvested = json.load(fh).get("propensities", {})
+    report = read_state_file(
+      json_path,
+      {"propensities": {f"{method}?": [(int, float, type(None))]}},  # a method it lacks: named below
+      what=f"the identifiability check's report.json with the {method!r} propensities per position (null: not "
+      "identified)",
+      recovery="write it again with experiments/identifiability/check.py --click_log=... (or name another method "
+      "after the colon, report.json:pivot)",
+    )
+    harvested = report["propensities"]
     if method not in harvested:
       raise ValueError(
         f"{json_path}: no propensities of {method!r} (it has {sorted(harvested)}); write it with "
@@ -205,6 +212,28 @@ def load_datasets(config: ml_collections.ConfigDict, *, logged_clicks: bool = Fa
   graded labels, so ``"baidu"`` raises for them.
   """
   d = config.data
+  splits = _load_splits(d, logged_clicks)
+  for name, ds in zip(("train", "valid", "test"), splits):
+    _check_not_degenerate(d, name, ds, positives=name != "train" or not logged_clicks)
+  return splits
+
+
+def _check_not_degenerate(d, name: str, ds, *, positives: bool) -> None:
+  """Refuses a split with no features (nothing to rank by) or, where labels are read, no positive label (no
+  click can be simulated and every ranker's nDCG is 0), naming the source and the split."""
+  source = f"config.data (source {d.source!r}, the {name} split)"
+  if ds.num_features == 0:
+    hint = " (config.data.num_features=0 gives no features to the synthetic source)" if d.source == "synthetic" else ""
+    raise ValueError(f"{source}: the lists have no features: there is nothing to rank by{hint}")
+  if positives and not np.any(ds.labels[ds.where] > 0):
+    raise ValueError(
+      f"{source}: no document has a positive label ({int(ds.where.sum())} documents, all labelled 0): no click "
+      "can be simulated and every ranker's nDCG is 0"
+    )
+
+
+def _load_splits(d, logged_clicks: bool) -> tuple[Any, Any, Any]:
+  """:func:`load_datasets`'s three splits as the source holds them."""
   if d.source == "baidu":
     if not logged_clicks:
       raise ValueError(

@@ -45,7 +45,7 @@ from scipy import stats as scipy_stats
 
 from ultr_jax import simulation
 from ultr_jax.data import RankingDataset, Splits
-from ultr_jax.studies._config import validate_config
+from ultr_jax._schema import validate_config
 from ultr_jax.studies.configs.lbd import CONFIG_RULES, VARIANTS, default_config
 from ultr_jax.studies.figures import save_figure
 from ultr_jax.train.compilation import enable_compilation_cache

@@ -14,7 +14,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from ultr_jax.studies._config import validate_config
+from ultr_jax._schema import validate_config
 from ultr_jax.studies.configs.online import CONFIG_RULES, VARIANTS, default_config, default_online_config
 from ultr_jax.studies.figures import save_figure
 from ultr_jax.train import sharding as sharding_lib

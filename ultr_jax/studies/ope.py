@@ -54,7 +54,7 @@ from scipy import stats as scipy_stats
 
 from ultr_jax import evaluation as ev
 from ultr_jax import simulation as sim
-from ultr_jax.studies._config import validate_config
+from ultr_jax._schema import validate_config
 from ultr_jax.studies.configs.ope import CONFIG_RULES, VARIANTS, default_config
 from ultr_jax.studies.figures import save_figure
 from ultr_jax.train.results import markdown_table, write_results

@@ -62,7 +62,7 @@ from ultr_jax import simulation
 from ultr_jax.data import RankingDataset
 from ultr_jax.train import methods as methods_lib
 from ultr_jax.studies.baselines import CLICK_COLUMNS, METRIC_COLUMNS
-from ultr_jax.studies._config import validate_config
+from ultr_jax._schema import validate_config
 from ultr_jax.studies.configs.report import CONFIG_RULES, VARIANTS, default_config
 from ultr_jax.studies.figures import plot_learning_curves, save_figure
 from ultr_jax.studies.experiment import load_datasets

@@ -33,7 +33,7 @@ from ultr_jax.simulation import (
   relevance_probability,
   sif_toy_dataset,
 )
-from ultr_jax.studies._config import validate_config
+from ultr_jax._schema import validate_config
 from ultr_jax.studies.configs.sif import (
   CONFIG_RULES as CONFIG_RULES,
   VARIANTS as VARIANTS,

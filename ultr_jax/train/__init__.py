@@ -48,6 +48,7 @@ from ultr_jax.train.results import (
   write_results,
   write_run,
 )
+from ultr_jax.train.schema import TRAIN_CONFIG_RULES, validate_train_config
 from ultr_jax.train.sharding import make_mesh, maybe_initialize_distributed
 
 __all__ = [
@@ -70,6 +71,8 @@ __all__ = [
   "evaluate_clicks",
   "fingerprint_diff",
   "fit",
+  "validate_train_config",
+  "TRAIN_CONFIG_RULES",
   "get_method",
   "merge_config",
   "method_defaults",

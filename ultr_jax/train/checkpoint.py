@@ -10,6 +10,7 @@ from absl import logging as absl_logging
 import jax
 import orbax.checkpoint as ocp
 
+from ultr_jax._state_files import check_shape
 from ultr_jax.train.fingerprint import fingerprint_diff
 
 __all__ = ["Checkpointer", "ON_CORRUPT", "restore_checkpoint"]
@@ -17,6 +18,13 @@ __all__ = ["Checkpointer", "ON_CORRUPT", "restore_checkpoint"]
 #: What :func:`restore_checkpoint` does with an unreadable newest checkpoint: set it aside and resume from the
 #: newest readable one ("fallback"), or stop with an error ("raise").
 ON_CORRUPT = ("fallback", "raise")
+#: The shape of a checkpoint's JSON meta (:func:`~ultr_jax.train.fit` writes every key; other writers, some).
+META_SPEC = {"fingerprint?": dict, "history?": [{"step": int}], "diverged?": [bool], "stream_state?": object}
+_META_WHAT = "a checkpoint's meta (the run's fingerprint, history of {step, ...} records, diverged seeds)"
+_RECOVERY = (
+  "on_corrupt_checkpoint='fallback' (the default) sets this step aside and resumes from the newest readable "
+  "one; restart=True in the train config deletes the checkpoints and starts over"
+)
 
 
 class _DropOrbaxInfo(logging.Filter):
@@ -102,7 +110,13 @@ class Checkpointer:
     if step is None:
       raise FileNotFoundError(f"no checkpoint in {self.directory}")
     restored = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
-    return dict(restored["meta"] or {})
+    return self._checked_meta(step, restored["meta"])
+
+  def _checked_meta(self, step: int, meta: Any) -> dict:
+    """``meta`` of ``step`` checked against :data:`META_SPEC` (a :class:`~ultr_jax._state_files.StateFileError`
+    naming its file, which :func:`restore_checkpoint` reports as an unreadable step and falls back from)."""
+    path = os.path.join(self.step_path(step), "meta", "metadata")
+    return dict(check_shape({} if meta is None else meta, META_SPEC, path=path, what=_META_WHAT, recovery=_RECOVERY))
 
   def restore(self, state_like: Any, step: Optional[int] = None) -> tuple[Any, dict]:
     """Restores ``(state, meta)`` at ``step`` (default latest) shaped like ``state_like``."""
@@ -114,7 +128,7 @@ class Checkpointer:
       step,
       args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()),
     )
-    return restored["state"], restored["meta"]
+    return restored["state"], self._checked_meta(step, restored["meta"])
 
   def wait(self) -> None:
     self._manager.wait_until_finished()

@@ -15,7 +15,7 @@ import numpy as np
 from ultr_jax.data import RankingDataset
 from ultr_jax.train.input import TrainLayout
 
-__all__ = ["first_nonfinite", "divergence_cause"]
+__all__ = ["check_selection_metric", "first_nonfinite", "divergence_cause"]
 
 
 def _flagged(tree: Any) -> list[str]:
@@ -111,3 +111,34 @@ def divergence_cause(
     f"The first non-finite value came at {where}), with finite inputs and parameters: the update made "
     f"{first['params_after'] or 'the loss'} non-finite. Lower the learning rate or clip the gradients (grad_clip)."
   )
+
+
+def check_selection_metric(
+  values: Any, name: str, *, seeds: Sequence[int], diverged: np.ndarray, step: Optional[int] = None
+) -> None:
+  """Refuses a non-finite validation ``name`` of a seed not marked diverged: model selection on it would keep
+  whatever state came first (the untrained one) as the "best".
+
+  Args:
+    values: ``[S]`` the validation metric per seed.
+    name: the metric (``config.select_metric``).
+    seeds: the runs' seeds, ``[S]``.
+    diverged: ``bool[S]``, the seeds marked diverged (their metric may be NaN; their best stays where it was).
+    step: the step evaluated, for the error.
+
+  Raises:
+    ValueError: naming the seeds, the step and the metric's values.
+
+  >>> check_selection_metric(np.array([0.5, np.nan]), "ndcg@10", seeds=(0, 1), diverged=np.array([False, False]))
+  Traceback (most recent call last):
+  ValueError: validation ndcg@10 is not finite for seed(s) [1] ([0.5, nan]): model selection cannot rank it; a NaN feature or label in the validation set, or NaN scores (a NaN score on a valid item makes its list's metric NaN)
+  """
+  v = np.asarray(values, np.float64).reshape(-1)
+  bad = ~np.isfinite(v) & ~np.asarray(diverged, bool).reshape(-1)
+  if bad.any():
+    at = "" if step is None else f" at step {step}"
+    raise ValueError(
+      f"validation {name} is not finite{at} for seed(s) {[seeds[int(i)] for i in np.flatnonzero(bad)]} ({v.tolist()}): "
+      "model selection cannot rank it; a NaN feature or label in the validation set, or NaN scores (a NaN score "
+      "on a valid item makes its list's metric NaN)"
+    )

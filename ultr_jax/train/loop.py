@@ -24,7 +24,7 @@ CLD, SIF ...):
   the step, the RNG and the best-so-far state) is checkpointed with orbax
   and resumed from the newest readable checkpoint, once its fingerprint (method and
   config, every byte of the data or the stream's identity, clicks, training config) matches the
-  run's (:func:`run_fingerprint`); a run holds its workdir (``IN_PROGRESS``, :mod:`ultr_jax.train.workdir`);
+  run's (:func:`run_fingerprint`); a run holds its workdir (``IN_PROGRESS``, :mod:`ultr_jax._workdir`);
 * padded entries are zeroed (:func:`ultr_jax.train.input.mask_padding`: in-memory lists once, as they are
   placed; a streamed batch as it enters the step);
 * the loss and parameters are checked for finite values at every evaluation: a
@@ -36,7 +36,7 @@ The pieces, each usable alone: :mod:`ultr_jax.train.defaults` (the config), :mod
 lists on the devices and the batches), :mod:`~ultr_jax.train.stream` (a stream's reader),
 :mod:`~ultr_jax.train.state` (the train state), :mod:`~ultr_jax.train.step` (the jitted step),
 :mod:`~ultr_jax.train.evaluation`, :mod:`~ultr_jax.train.fingerprint`, :mod:`~ultr_jax.train.checkpoint`
-(checkpoints and their restoring), :mod:`~ultr_jax.train.divergence` and :mod:`~ultr_jax.train.workdir`.
+(checkpoints and their restoring), :mod:`~ultr_jax.train.divergence` and :mod:`~ultr_jax._workdir`.
 """
 
 import dataclasses
@@ -58,9 +58,10 @@ import numpy as np
 from ultr_jax.data import RankingDataset
 from ultr_jax.train import results as results_lib
 from ultr_jax.train import sharding as sharding_lib
-from ultr_jax.train import workdir as workdir_lock
+from ultr_jax import _workdir as workdir_lock
 from ultr_jax.train.checkpoint import ON_CORRUPT, Checkpointer, restore_checkpoint
-from ultr_jax.train.divergence import divergence_cause, first_nonfinite
+from ultr_jax.train.schema import validate_train_config
+from ultr_jax.train.divergence import check_selection_metric, divergence_cause, first_nonfinite
 from ultr_jax.train.defaults import (
   DEFAULT_CUTOFFS,
   DISPLAYS,
@@ -213,6 +214,7 @@ def _validate(run: _Run, state: dict) -> tuple[dict, Optional[dict]]:
   select = run.config.select_metric
   if select not in m:
     raise ValueError(f"select_metric {select!r} not among {sorted(m)}")
+  check_selection_metric(m[select], select, seeds=run.seeds, diverged=run.diverged)  # never a NaN "best"
   return update_best(state, np.asarray(m[select], np.float32)), m
 
 
@@ -409,7 +411,7 @@ def fit(
       aside with a warning and the newest readable one is resumed).
     FloatingPointError: the loss or parameters went non-finite (``config.on_divergence="raise"``); the message
       names the step, the batch and the input field or parameters that went non-finite first.
-    ultr_jax.train.workdir.WorkdirLockedError: another live run holds ``workdir`` (its ``IN_PROGRESS``).
+    ultr_jax._workdir.WorkdirLockedError: another live run holds ``workdir`` (its ``IN_PROGRESS``).
 
   Logged clicks (here the labels >= 2 as perfect clicks), two seeds at once:
 
@@ -427,6 +429,7 @@ def fit(
   ((2,), [2, 4], True)
   """
   config = with_defaults(config)
+  validate_train_config(config)  # every value in range (train/schema.py) before any work
   _check_config(config, click_fn)
   with workdir_lock.held(workdir):  # one run per workdir: another live run there is an error naming it
     return _fit(method, train, valid, click_fn, config, [int(s) for s in seeds], workdir, name, on_eval)

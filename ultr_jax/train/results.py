@@ -24,7 +24,7 @@ import jax
 import numpy as np
 from scipy import stats as scipy_stats
 
-from ultr_jax.train import workdir as workdir_lock
+from ultr_jax import _workdir as workdir_lock
 
 __all__ = [
   "summarize",
@@ -152,7 +152,7 @@ def run_in_progress(workdir: str) -> Iterator[_Run]:
   """Marks ``workdir`` as holding a run in progress, for as long as the block runs.
 
   On entry the run takes the workdir's lock, the ``IN_PROGRESS`` file (created exclusively, with the
-  run's PID, host, command and start time: ``ultr_jax.train.workdir.acquire``; another live run there is
+  run's PID, host, command and start time: ``ultr_jax._workdir.acquire``; another live run there is
   an error naming its PID and host, a stale marker is taken over with a warning); then a previous run's
   result files (``results.json``, ``table.md``, ``table.csv``) are moved to ``workdir/stale/``, so no stale
   result is ever read as this run's. On a normal exit the marker is removed; if the block raises, the

@@ -32,6 +32,8 @@ from typing import Iterator, NamedTuple, Optional, Sequence
 
 import numpy as np
 
+from ultr_jax._state_files import read_state_file
+
 __all__ = [
   "ClickStatistics",
   "StatisticsTooLarge",
@@ -171,6 +173,19 @@ def record_bytes(num_keys: int, num_counts: int) -> int:
 
 
 _META = "ultr_jax.partitioned_statistics"
+#: The shape of a writer's ``<tag>.json`` (any other JSON object in the directory is not a writer's and is skipped).
+_META_SPEC = {
+  f"{_META}?": {
+    "kind": str,
+    "list_size": int,
+    "num_sessions": float,
+    "num_docs": int,
+    "num_partitions": int,
+    "runs": [[str]],
+  }
+}
+_META_WHAT = f"a JSON object (a statistics writer's metadata under {_META!r}: kind, list_size, runs per partition)"
+_META_RECOVERY = "gather the statistics again into an empty directory (or remove the file if it is not a writer's)"
 
 
 class PartitionedStatistics:
@@ -338,7 +353,7 @@ def open_partitioned_statistics(directory) -> PartitionedStatistics:
   directory = pathlib.Path(directory)
   metas = []
   for path in sorted(directory.glob("*.json")):
-    meta = json.loads(path.read_text()).get(_META)
+    meta = read_state_file(path, _META_SPEC, what=_META_WHAT, recovery=_META_RECOVERY).get(_META)
     if meta is not None:
       metas.append(meta)
   if not metas:

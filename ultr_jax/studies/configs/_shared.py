@@ -1,8 +1,8 @@
 """Value rules of the config sections several studies share: data, logging policy, training."""
 
 from ultr_jax import data as data_lib
-from ultr_jax.studies._config import Rule, integer, number, one_of
-from ultr_jax.train import DISPLAYS
+from ultr_jax._schema import Rule, integer, number, one_of
+from ultr_jax.train.schema import TRAIN_CONFIG_RULES
 
 __all__ = ["data_rules", "logging_policy_rules", "seed_rules", "train_rules"]
 
@@ -45,25 +45,6 @@ def logging_policy_rules(prefix: str = "logging_policy") -> dict[str, Rule]:
 
 
 def train_rules(prefix: str = "train") -> dict[str, Rule]:
-  """The fields of :func:`~ultr_jax.train.default_train_config` (those a section holds are checked)."""
-  rules = {
-    "steps": integer(1),
-    "batch_size": integer(1),
-    "optimizer": one_of("adam", "adagrad", "sgd", "adamw"),
-    "learning_rate": number(0, lo_open=True),
-    "grad_clip": number(0),
-    "eval_every": integer(0),
-    "patience": integer(0),
-    "checkpoint_every": integer(0),
-    "max_to_keep": integer(1),
-    "eval_batch_size": integer(1),
-    "num_devices": integer(0),
-    "data_seed": integer(0),
-    "data_shards": integer(0),
-    "prefetch": integer(0),
-    "progress_every": integer(0),
-    "steps_per_call": integer(1),
-    "display": one_of(*DISPLAYS),
-    "on_divergence": one_of("raise", "mark"),
-  }
-  return {f"{prefix}.{k}": v for k, v in rules.items()}
+  """The fields of :func:`~ultr_jax.train.default_train_config` (those a section holds are checked): the one
+  declaration, :data:`ultr_jax.train.schema.TRAIN_CONFIG_RULES`, under ``prefix``."""
+  return {f"{prefix}.{k}": v for k, v in TRAIN_CONFIG_RULES.items()}

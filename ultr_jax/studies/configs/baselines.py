@@ -5,7 +5,7 @@ Variants: ``default`` and ``smoke`` (seconds). The binary is ``experiments/basel
 
 import ml_collections
 
-from ultr_jax.studies._config import Rule, integer, number, one_of, optional, sequence, unknown_variant
+from ultr_jax._schema import Rule, integer, number, one_of, optional, sequence, unknown_variant
 from ultr_jax.studies.configs._shared import data_rules, logging_policy_rules, seed_rules, train_rules
 from ultr_jax.studies import experiment
 from ultr_jax.train import available_methods, default_train_config, method_defaults

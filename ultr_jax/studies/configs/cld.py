@@ -6,7 +6,7 @@ SVMlight data). The binary is ``experiments/cld/main.py``; its config file docum
 
 import ml_collections
 
-from ultr_jax.studies._config import Rule, for_fields, integer, number, one_of, sequence, unknown_variant
+from ultr_jax._schema import Rule, for_fields, integer, number, one_of, sequence, unknown_variant
 from ultr_jax.studies.configs._shared import data_rules, train_rules
 from ultr_jax.train import available_methods
 

@@ -7,7 +7,7 @@ Variants: ``default`` (60k sessions from each of six generating models, three se
 import ml_collections
 
 from ultr_jax import data as data_lib
-from ultr_jax.studies._config import Rule, integer, number, one_of, sequence, unknown_variant
+from ultr_jax._schema import Rule, fractions, integer, number, one_of, unknown_variant
 from ultr_jax.studies.configs._shared import seed_rules
 
 __all__ = ["CONFIG_RULES", "VARIANTS", "default_click_model_config", "default_config"]
@@ -104,7 +104,7 @@ CONFIG_RULES: dict[str, Rule] = {
   **seed_rules(),
   "num_queries": integer(1),
   "list_size": integer(1),
-  "label_fractions": sequence(number(0), min_len=1),
+  "label_fractions": fractions(),  # all zero: no grade to draw (a NaN probability)
   "num_sessions": integer(1),
   "test_fraction": number(0, 1, lo_open=True, hi_open=True),
   "noise": number(0, finite=False),  # inf: uniform shuffles

@@ -6,7 +6,7 @@ Variants: ``default`` (the paper's sizes) and ``smoke`` (seconds). The binary is
 
 import ml_collections
 
-from ultr_jax.studies._config import Rule, integer, number, one_of, sequence, unknown_variant
+from ultr_jax._schema import Rule, integer, number, one_of, sequence, unknown_variant
 
 __all__ = ["CONFIG_RULES", "VARIANTS", "default_config"]
 

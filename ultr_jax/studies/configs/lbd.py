@@ -6,7 +6,7 @@ Variants: ``default`` (4 etas, both rankers) and ``smoke`` (seconds). The binary
 
 import ml_collections
 
-from ultr_jax.studies._config import Rule, for_fields, integer, number, one_of, sequence, unknown_variant
+from ultr_jax._schema import Rule, for_fields, integer, number, one_of, sequence, unknown_variant
 from ultr_jax.studies.configs._shared import data_rules, logging_policy_rules, seed_rules, train_rules
 from ultr_jax.train import default_train_config
 

@@ -6,7 +6,7 @@ Variants: ``default`` (the PDGD paper's protocol) and ``smoke`` (seconds). The b
 
 import ml_collections
 
-from ultr_jax.studies._config import Rule, integer, number, one_of, sequence, unknown_variant
+from ultr_jax._schema import Rule, integer, number, one_of, sequence, unknown_variant
 from ultr_jax.studies.configs._shared import data_rules, seed_rules
 from ultr_jax.train import DISPLAYS, MULTILEAVE_METHODS
 from ultr_jax.studies.experiment import default_data_config

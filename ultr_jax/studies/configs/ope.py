@@ -10,7 +10,7 @@ import ml_collections
 
 from ultr_jax import evaluation as ev
 from ultr_jax import simulation as sim
-from ultr_jax.studies._config import Rule, integer, number, one_of, sequence, unknown_variant
+from ultr_jax._schema import Rule, fractions, integer, number, one_of, sequence, unknown_variant
 
 __all__ = ["CONFIG_RULES", "VARIANTS", "default_config"]
 
@@ -89,7 +89,7 @@ CONFIG_RULES: dict[str, Rule] = {
   "seed": integer(0),
   "num_queries": integer(1),
   "list_size": integer(2, 7),  # every ranking is enumerated: at most 7! = 5040 per query
-  "label_fractions": sequence(number(0), min_len=1),
+  "label_fractions": fractions(),  # all zero: no grade to draw (a NaN probability)
   "logging_noise": number(0),
   "temperatures": sequence(_TEMPERATURE, min_len=1),
   "users": sequence(one_of(*USERS), min_len=1),
@@ -98,7 +98,7 @@ CONFIG_RULES: dict[str, Rule] = {
   "reward_weights": one_of("clicks", "dcg"),
   "log_sizes": sequence(integer(2), min_len=1),
   "num_replicates": integer(2),
-  "estimators": sequence(one_of(*MODEL_FREE)),
+  "estimators": sequence(one_of(*MODEL_FREE), min_len=1),  # the model-free estimators: the study's subject
   "model_estimators": sequence(one_of(*MODEL_BASED)),
   "fitted_models": sequence(one_of(*sim.FITTABLE_CLICK_MODELS)),
   "model_replicates": integer(0),

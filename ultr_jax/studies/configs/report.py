@@ -7,7 +7,7 @@ Variants: ``default``, ``full`` (with SIF's channel ablations) and ``smoke`` (se
 import ml_collections
 
 from ultr_jax.studies import experiment
-from ultr_jax.studies._config import Rule, integer, number, one_of, sequence, unknown_variant
+from ultr_jax._schema import Rule, integer, number, one_of, sequence, unknown_variant
 from ultr_jax.studies.configs._shared import data_rules, logging_policy_rules, seed_rules, train_rules
 from ultr_jax.studies.configs.online import default_online_config, learner_rules
 from ultr_jax.train import ONLINE_LEARNERS, available_methods, default_train_config, method_defaults

@@ -6,7 +6,7 @@ Variants: ``default``, ``smoke`` (seconds), ``t7`` (T7 at 20k steps) and ``t8`` 
 
 import ml_collections
 
-from ultr_jax.studies._config import Rule, for_fields, integer, number, one_of, sequence, unknown_variant
+from ultr_jax._schema import Rule, for_fields, integer, number, one_of, sequence, unknown_variant
 from ultr_jax.studies.configs._shared import train_rules
 
 __all__ = ["CONFIG_RULES", "METHODS", "VARIANTS", "default_config"]

@@ -25,7 +25,8 @@ from ultr_jax.graph import (
   generate_design_dataset,
   read_svmlight_ranking,
 )
-from ultr_jax.studies._config import validate_config
+from ultr_jax._schema import validate_config
+from ultr_jax._state_files import read_state_file
 from ultr_jax.studies.configs.identifiability import CONFIG_RULES, VARIANTS, default_config
 from ultr_jax.studies.figures import save_figure
 from ultr_jax.studies.identifiability import context as context_study
@@ -261,8 +262,10 @@ def identifiability_context_study(cfg, key):
   root = cfg.data_root or os.path.dirname(cfg.data or "")
   path = os.path.join(root, "click_model.json")
   if root and os.path.exists(path):
-    with open(path) as fh:
-      w = np.asarray(json.load(fh)["w"])
+    spec = {"w": [(int, float)]}
+    what = "the context study's click model (a JSON object with 'w', the list of its weights)"
+    recovery = "write it again, or remove it to draw w at random from the seed"
+    w = np.asarray(read_state_file(path, spec, what=what, recovery=recovery)["w"])
   else:
     w = np.random.default_rng(cfg.seed).uniform(-1, 1, 10)
   out = {}

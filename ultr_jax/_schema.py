@@ -1,6 +1,7 @@
-"""The studies' config helpers: variants and the allowed values of each field (:mod:`ultr_jax.studies.configs`).
+"""The one schema of config values: each field's type and range, for the binaries and the Python API alike.
 
-A study declares, beside its defaults, ``CONFIG_RULES``: a dotted field path (``"data.num_train"``; a ``*``
+:func:`~ultr_jax.train.fit`'s config declares its rules in :mod:`ultr_jax.train.schema` (checked at the start of
+``fit``, and reused by every study's training section); a study declares, beside its defaults, ``CONFIG_RULES``: a dotted field path (``"data.num_train"``; a ``*``
 segment matches every child of a section, ``"epochs.*"``) -> :class:`Rule`. :func:`validate_config` checks
 them all before the study does any work and stops at the first field out of range with a ``ValueError``
 naming the field, its value and what is allowed.
@@ -16,8 +17,12 @@ import math
 import numbers
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
+import numpy as np
+
 __all__ = [
   "Rule",
+  "boolean",
+  "fractions",
   "integer",
   "number",
   "one_of",
@@ -107,6 +112,16 @@ def number(
   return Rule(check, f"a number {_interval(lo, hi, lo_open, hi_open)}".replace(" any", ""), _outside(lo, hi, lo_open))
 
 
+def boolean() -> Rule:
+  """True or False (a NumPy bool too; an integer is no bool).
+
+  >>> r = boolean()
+  >>> r.check(True), r.check(1), r.allowed
+  (True, False, 'a bool')
+  """
+  return Rule(lambda v: isinstance(v, (bool, np.bool_)), "a bool", None)
+
+
 def one_of(*choices: Any) -> Rule:
   """One of ``choices``.
 
@@ -138,6 +153,18 @@ def sequence(item: Rule, *, min_len: int = 0) -> Rule:
   check = lambda v: isinstance(v, (tuple, list)) and len(v) >= min_len and all(item.check(x) for x in v)
   length = f"at least {min_len} of" if min_len else "any number of"
   return Rule(check, f"a sequence of {length}: {item.allowed}", (item.bad,))
+
+
+def fractions(*, min_len: int = 1) -> Rule:
+  """At least ``min_len`` finite, non-negative numbers with a positive sum (shares to normalise: not all zero).
+
+  >>> r = fractions()
+  >>> r.check((0.5, 0.5)), r.check((0.0, 0.0)), r.check((1.0, -0.5)), r.allowed, r.bad
+  (True, False, False, 'a sequence of at least 1 numbers >= 0, not all 0', (0.0,))
+  """
+  nonneg = number(0)
+  check = lambda v: isinstance(v, (tuple, list)) and len(v) >= min_len and all(map(nonneg.check, v)) and sum(v) > 0
+  return Rule(check, f"a sequence of at least {min_len} numbers >= 0, not all 0", (0.0,) * min_len)
 
 
 def _children(node: Any) -> list[str]:

@@ -18,7 +18,8 @@ import sys
 from typing import Iterator, Optional
 
 from absl import logging
-import jax
+
+from ultr_jax._state_files import read_state_file
 
 __all__ = [
   "LOCK_NAME",
@@ -28,6 +29,7 @@ __all__ = [
   "held",
   "holder",
   "check_not_held_by_another",
+  "unfinished",
 ]
 
 LOCK_NAME = "IN_PROGRESS"
@@ -44,6 +46,8 @@ def _path(workdir: str) -> str:
 
 def _lock_process() -> bool:
   """Whether this process takes workdir locks: always, but in a multi-process run only process 0."""
+  import jax  # noqa: PLC0415 (the data layer's conversions take the lock without importing jax up front)
+
   return not jax.distributed.is_initialized() or jax.process_index() == 0
 
 
@@ -57,6 +61,9 @@ def holder(workdir: str) -> Optional[dict]:
     The marker's PID (None if it names none), host (None: written before hosts were recorded, taken as this
     one), whether it records a failure, and its text.
 
+  Raises:
+    ultr_jax._state_files.StateFileError: a marker that is not UTF-8 text, naming it and how to recover.
+
   >>> import tempfile
   >>> w = tempfile.mkdtemp()
   >>> acquire(w)
@@ -67,8 +74,13 @@ def holder(workdir: str) -> Optional[dict]:
   True
   """
   try:
-    with open(_path(workdir), encoding="utf-8") as f:
-      text = f.read()
+    text = read_state_file(
+      _path(workdir),
+      str,
+      what="a workdir marker (the UTF-8 lines 'pid N', 'host H', 'started T', 'command C' of the run holding it)",
+      recovery="if no run is using this workdir (a crashed or killed one left the file), delete the file",
+      fmt="text",
+    )
   except FileNotFoundError:
     return None
   pid = re.search(r"\bpid (\d+)", text)
@@ -217,6 +229,40 @@ def check_not_held_by_another(workdir: str) -> None:
   info = holder(key)
   if info is not None and _stale(info, key) is None:
     _refuse(key, info)
+
+
+def unfinished(workdir: str) -> Optional[str]:
+  r"""Why ``workdir`` holds another run's unfinished work (its ``IN_PROGRESS``), or None (no marker, or this
+  process holds it).
+
+  Args:
+    workdir: a run's or a conversion's directory.
+
+  Returns:
+    None, or a sentence naming the marker and its run: live (wait for it) or over without finishing (it failed,
+    naming the failure, or its process is gone).
+
+  >>> import tempfile
+  >>> w = tempfile.mkdtemp()
+  >>> unfinished(w) is None
+  True
+  >>> with open(os.path.join(w, LOCK_NAME), "w") as f:
+  ...   _ = f.write("pid 999999999\nhost " + socket.gethostname() + "\nfailed: OSError: No space left on device\n")
+  >>> print(unfinished(w).split(" (")[0])
+  the run that wrote it did not finish
+  """
+  key = os.path.abspath(workdir)
+  if key in _HELD:
+    return None
+  info = holder(key)
+  if info is None:
+    return None
+  why = _stale(info, key)
+  if why is None:
+    return f"a run in progress holds it (pid {info['pid']} on host {info['host'] or '?'}, {_path(key)}): wait for it"
+  failure = re.search(r"^failed: (.*)$", info["text"], re.MULTILINE)
+  what = f"it failed: {failure.group(1)}" if failure else why
+  return f"the run that wrote it did not finish ({what}; {_path(key)})"
 
 
 @contextlib.contextmanager
