@@ -205,9 +205,12 @@ def prpo_loss(
   Returns:
     The surrogate loss: a scalar, or ``[...]`` per list with ``reduce_fn=None``.
 
-  >>> g = jnp.array([[1.0, 0.0], [0.0, 1.0]])  # two samples: each order once
-  >>> round(float(prpo_loss(jnp.zeros(2), jnp.array([1.0, 0.0]), logging_exposure=jnp.ones(2), gumbel_noise=g)), 4)
-  0.0
+  Two samples (each order once); the gradient lifts the rewarded document:
+
+  >>> g = jnp.array([[1.0, 0.0], [0.0, 1.0]])
+  >>> f = lambda s: prpo_loss(s, jnp.array([1.0, 0.0]), logging_exposure=jnp.ones(2), gumbel_noise=g)
+  >>> [round(v, 4) for v in jax.grad(f)(jnp.zeros(2)).tolist()]
+  [-0.0923, 0.0923]
   """
   where = _utils.as_where(where, scores.shape)
   _, exposure = plackett_luce_samples(scores, gumbel_noise, where=where, top_k=top_k)
@@ -255,9 +258,13 @@ def safe_dr_loss(
   Returns:
     The surrogate loss: a scalar, or ``[...]`` per list with ``reduce_fn=None``.
 
+  With little data the penalty pulls towards the logger (here: rank document 1 first) against the reward:
+
   >>> g = jnp.array([[1.0, 0.0], [0.0, 1.0]])
-  >>> round(float(safe_dr_loss(jnp.zeros(2), jnp.array([1.0, 0.0]), logging_exposure=jnp.ones(2), gumbel_noise=g)), 4)
-  0.0
+  >>> w0 = jnp.array([0.63, 1.0])
+  >>> f = lambda s, n: safe_dr_loss(s, jnp.array([1.0, 0.0]), logging_exposure=w0, gumbel_noise=g, num_sessions=n)
+  >>> [round(float(jax.grad(f)(jnp.zeros(2), n)[0]), 4) for n in (1e6, 1.0)]
+  [-0.0923, -0.0862]
   """
   if not 0.0 < delta < 1.0 or not num_sessions > 0:
     raise ValueError(f"delta must be in (0, 1) and num_sessions > 0, got {delta}, {num_sessions}")
