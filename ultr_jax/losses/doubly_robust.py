@@ -31,8 +31,8 @@ predicted click probability :math:`\bar\alpha_d h_d + \bar\beta_d`): :func:`dire
 optimises a Plackett-Luce policy by PL-Rank on the DCG-exposure-weighted estimates; here the estimates are the
 targets of the listwise softmax cross-entropy (the ULTRA convention every other correction of the library uses),
 whose optimum orders documents by the same estimates. SIF's :func:`~ultr_jax.losses.dr_targets` is the special
-case :math:`\bar\beta = 0` with click propensities in place of :math:`\bar\alpha`, and is computed by the same
-function (:func:`doubly_robust_targets`).
+case :math:`\bar\beta = 0` with click propensities in place of :math:`\bar\alpha` on its displayed items (it
+keeps its own function: a displayed item of propensity 0 gets :math:`m + c/\tau` there, :math:`h` here).
 """
 
 import math
