@@ -38,7 +38,7 @@ field                      default               meaning
 ``weight_clip``            ``10.0``              two_tower_weighted: cap of the balancing weights
 =========================  ====================  ==========================================================
 
-plus the relevance tower's fields (``ranker``, ``hidden_sizes``, ...; see :mod:`.baselines`) and, for the
+plus the relevance tower's fields (``ranker``, ``hidden_sizes``, ...; see :mod:`~ultr_jax.train.methods.baselines`) and, for the
 methods with position tables, ``num_positions``.
 
 >>> from ultr_jax.train import get_method
