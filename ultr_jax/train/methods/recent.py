@@ -193,7 +193,10 @@ def _policy_method(name, config, num_features, make_loss):
   )
 
 
-@register("prpo", defaults={**_DR, "num_samples": 16, "epsilon": 0.2, "clip_scale": -0.1})
+_PRPO = {**_DR, "num_samples": 16, "epsilon": 0.2, "clip_scale": -0.1}
+
+
+@register("prpo", defaults=_PRPO)
 def prpo(config, *, num_features: int, list_size: int) -> Method:
   """PRPO (Gupta et al., CIKM'24) on the DR estimates against the logged ranking's exposure."""
   eps, scale = float(config.epsilon), float(config.clip_scale)
@@ -204,7 +207,10 @@ def prpo(config, *, num_features: int, list_size: int) -> Method:
   )
 
 
-@register("safe_dr", defaults={**_DR, "num_samples": 16, "num_sessions": 1000.0, "delta": 0.95})
+_SAFE_DR = {**_DR, "num_samples": 16, "num_sessions": 1000.0, "delta": 0.95}
+
+
+@register("safe_dr", defaults=_SAFE_DR)
 def safe_dr(config, *, num_features: int, list_size: int) -> Method:
   """Safe DR (Gupta et al., SIGIR'23): the exposure-divergence risk bound on the DR estimates."""
   n, delta = float(config.num_sessions), float(config.delta)
@@ -303,7 +309,10 @@ def two_tower_disentangled(config, *, num_features: int, list_size: int) -> Meth
   )
 
 
-@register("two_tower_weighted", defaults={**TOWER_DEFAULTS, "num_positions": None, "weight_clip": 10.0})
+_WEIGHTED = {**TOWER_DEFAULTS, "num_positions": None, "weight_clip": 10.0}
+
+
+@register("two_tower_weighted", defaults=_WEIGHTED)
 def two_tower_weighted(config, *, num_features: int, list_size: int) -> Method:
   r"""Additive two-tower with balancing weights against logging-policy confounding (after Hager et al., ICTIR'25).
 
@@ -357,7 +366,10 @@ def two_tower_weighted(config, *, num_features: int, list_size: int) -> Method:
 # UPE.
 
 
-@register("upe", defaults={**TOWER_DEFAULTS, "num_positions": None, "num_permutations": 16, "embedding_size": 8})
+_UPE = {**TOWER_DEFAULTS, "num_positions": None, "num_permutations": 16, "embedding_size": 8}
+
+
+@register("upe", defaults=_UPE)
 def upe(config, *, num_features: int, list_size: int) -> Method:
   r"""UPE (Luo et al., SIGIR'24): a logging-policy-aware propensity model with the backdoor adjustment.
 
