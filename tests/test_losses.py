@@ -75,6 +75,27 @@ def _pdgd_frozen(s0, a0, clicks, where):
   return fn
 
 
+def _upe_frozen(s0, a0, clicks, where):
+  pw = losses.backdoor_weights(
+    VOCABULARY["permuted_observation_logits"][2](a0, clicks, where), where=where, max_weight=100.0
+  )
+  rw = losses.dla_weights(s0, where=where, max_weight=100.0)
+  return lambda s, a: (
+    rax.softmax_loss(s, clicks, where=where, weights=pw) + rax.softmax_loss(a, clicks, where=where, weights=rw)
+  )
+
+
+def _disentangled_frozen(s0, a0, clicks, where):
+  """The click loss in (s, a) plus the adversary's error against the relevance logits fixed at s0."""
+
+  def fn(s, a):
+    adversary = VOCABULARY["adversary_logits"][2](a, clicks, where)
+    click = losses.two_tower_loss(s, clicks, observation_logits=a, where=where, reduce_fn=None)
+    return jnp.sum(click + jnp.where(where, (adversary - s0) ** 2, 0.0)) / jnp.sum(where)
+
+  return fn
+
+
 # How each name of the loss vocabulary is drawn. A case has one per-item draw `a` besides the scores and clicks:
 # the loss's primary input (the first it trains, else the first here with a distribution), "prob" uniform in
 # (0.1, 1), "logit" standard normal. Each name: (its distribution when primary, its value then, its value as a
@@ -99,6 +120,14 @@ VOCABULARY = {
   # their own invariants in test_click_model_registry.
   "model": (None, None, lambda a, c, w: "pbm"),
   "bias": (None, None, lambda a, c, w: {"examination": 1.0 - 0.3 * jnp.arange(a.shape[-1], dtype=a.dtype)}),
+  # Doubly robust LTR's expected treatments (beta_bar below alpha_bar, as a trust model's).
+  "alpha_bar": ("prob", _ident, lambda a, c, w: jnp.full_like(a, 0.5)),
+  "beta_bar": (None, None, lambda a, c, w: 0.1 * a),
+  # Safe CLTR: the logger's exposure, and three fixed "Gumbel" rows (any noise gives a valid ranking sample).
+  "logging_exposure": ("prob", _ident, None),
+  "gumbel_noise": (None, None, lambda a, c, w: jnp.stack([jnp.sin(7 * a), jnp.cos(5 * a), 2 * jnp.sin(3 * a + 1)], -2)),
+  "adversary_logits": (None, None, lambda a, c, w: 0.5 * a + 0.1),
+  "permuted_observation_logits": (None, None, lambda a, c, w: jnp.stack([a, 0.5 * a, 0.3 - a], -2)),
 }
 # The first argument from the scores s (and a), the second from the clicks, by the names the loss gives them.
 PREDICTIONS = {
@@ -113,9 +142,15 @@ TARGETS = {
   "targets": lambda c, prediction: jnp.stack([c, 1.0 - c], -1) if prediction == "mean" else 2.0 * c,
 }
 # Stop-gradient parts that depend on the differentiated inputs (for check_grads' reference).
-FROZEN = {"dla_loss": _dla_frozen, "regression_em_loss": _rem_frozen, "pdgd_loss": _pdgd_frozen}
-# Fixed keyword settings a loss is tested with (DLA's cap is what its frozen reference uses).
-OPTIONS = {"dla_loss": {"max_weight": 100.0}}
+FROZEN = {
+  "dla_loss": _dla_frozen,
+  "regression_em_loss": _rem_frozen,
+  "pdgd_loss": _pdgd_frozen,
+  "upe_loss": _upe_frozen,
+  "disentangled_two_tower_loss": _disentangled_frozen,
+}
+# Fixed keyword settings a loss is tested with (DLA's and UPE's cap is what their frozen references use).
+OPTIONS = {"dla_loss": {"max_weight": 100.0}, "upe_loss": {"max_weight": 100.0}}
 # Further settings of some losses, each tested as a case of its own: (case name, loss, settings, input overrides).
 VARIANTS = [
   ("naive_lambdarank", "naive_pairwise_loss", {"lambdaweight_fn": losses.lambdarank_weights}, {}),

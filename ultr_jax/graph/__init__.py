@@ -4,7 +4,8 @@ Chen et al., "Identifiability Matters" (ICML 2024): the IG check
 (Algorithm 1, :mod:`~ultr_jax.graph.connectivity`), node intervention
 (Algorithm 2, :mod:`~ultr_jax.graph.intervention`), node merging
 (Algorithm 3, :mod:`~ultr_jax.graph.merging`), propensities by intervention
-harvesting on the same records (:mod:`~ultr_jax.graph.harvesting`) and the
+harvesting on the same records (:mod:`~ultr_jax.graph.harvesting`), the feature-space condition of two-tower
+models (Hager et al., ICTIR'25, :mod:`~ultr_jax.graph.overlap`) and the
 fully synthetic study's data generator (:mod:`~ultr_jax.graph.synthetic`). The study itself (its embedding
 fits, Table 1, the figures) is :mod:`ultr_jax.studies.identifiability`.
 """
@@ -37,6 +38,7 @@ from ultr_jax.graph.intervention import (
 )
 from ultr_jax.graph.merging import MergePlan, apply_merge, merge_plan
 from ultr_jax.graph.mst import UnionFind, prim_mst
+from ultr_jax.graph.overlap import check_feature_overlap, feature_cell_ids
 from ultr_jax.graph.records import (
   ClickCounts,
   bias_factor_ids,
@@ -66,11 +68,13 @@ __all__ = [
   "apply_merge",
   "bias_factor_ids",
   "bias_factor_names",
+  "check_feature_overlap",
   "check_identifiability",
   "click_counts",
   "connected_components",
   "ctr_estimate",
   "factor_components",
+  "feature_cell_ids",
   "feature_vector_ids",
   "gather_click_counts",
   "generate_design_dataset",

@@ -22,21 +22,26 @@ r"""ultr_jax.losses: pure ULTR losses over ``[..., list_size]`` (rax convention)
 
 **Named extra inputs** (keyword-only, the same name in every family):
 
-=======================  ==============================================================
-``propensities``         examination probabilities :math:`\theta_i` at each item's position (IPS, SNIPS,
-                         affine, Regression-EM, CLD, SIF's DR risk)
-``observation_logits``   the bias / observation tower's logits (DLA, two-tower, LBD)
-``selection_scores``     the selection model's index :math:`f_\omega(x)` (CLD, CLD-pair, Heckman)
-``positions``            ``int[..., L]`` 0-based displayed positions (PDGD, the estimators' updates)
-``shown``                ``bool[..., L]`` the items a top-k log displayed (CLD, Heckman)
-``eps_plus/eps_minus``   trust-bias click probabilities (affine)
-``t_plus/t_minus``       PairD's bias ratios per item
-``imputed``              a doubly robust estimator's imputed values :math:`m(X, K)` (SIF's DR risk)
-``log_var``              log-variances :math:`v` of a Gaussian prediction (Vectorization's observation density)
-``max_weight``           cap of every inverse-propensity-style weight; None means
-                         :data:`DEFAULT_MAX_WEIGHT` (``1e8``, far above any weight of the
-                         expected-metrics runs), ``math.inf`` no cap
-=======================  ==============================================================
+=================================  ==============================================================
+``propensities``                   examination probabilities :math:`\theta_i` at each item's position (IPS, SNIPS,
+                                   affine, Regression-EM, CLD, SIF's DR risk)
+``observation_logits``             the bias / observation tower's logits (DLA, two-tower, LBD)
+``selection_scores``               the selection model's index :math:`f_\omega(x)` (CLD, CLD-pair, Heckman)
+``positions``                      ``int[..., L]`` 0-based displayed positions (PDGD, the estimators' updates)
+``shown``                          ``bool[..., L]`` the items a top-k log displayed (CLD, Heckman)
+``eps_plus/eps_minus``             trust-bias click probabilities (affine)
+``t_plus/t_minus``                 PairD's bias ratios per item
+``imputed``                        a doubly robust estimator's imputed values :math:`m(X, K)` (SIF's DR risk)
+``log_var``                        log-variances :math:`v` of a Gaussian prediction (Vectorization's observation density)
+``alpha_bar/beta_bar``             expected affine treatments of a document under the logging policy (doubly robust LTR)
+``logging_exposure``               the logging policy's expected DCG exposure of each item (safe DR, PRPO)
+``gumbel_noise``                   ``[..., S, L]`` standard Gumbel noise for ``S`` sampled Plackett-Luce rankings
+``adversary_logits``               an adversarial head's predictions of the relevance logits (disentangled two-tower)
+``permuted_observation_logits``    ``[..., P, L]`` a propensity model's logits over ``P`` document permutations (UPE)
+``max_weight``                     cap of every inverse-propensity-style weight; None means
+                                   :data:`DEFAULT_MAX_WEIGHT` (``1e8``, far above any weight of the
+                                   expected-metrics runs), ``math.inf`` no cap
+=================================  ==============================================================
 
 **Numerics**: with the default cap, propensities down to :math:`10^{-30}` and scores of
 :math:`\pm 10^{30}` give finite losses and gradients (CLD and Heckman bound their scores at
@@ -218,3 +223,34 @@ __all__ += [
   "rescale_gp_weight",
   "softmax_click_loss",
 ]
+
+from ultr_jax.losses.doubly_robust import (  # noqa: E402
+  direct_method_loss,
+  doubly_robust_softmax_loss,
+  doubly_robust_targets,
+  dr_clip_threshold,
+)
+
+__all__ += ["direct_method_loss", "doubly_robust_softmax_loss", "doubly_robust_targets", "dr_clip_threshold"]
+
+from ultr_jax.losses.safe_cltr import (  # noqa: E402
+  exposure_divergence,
+  plackett_luce_samples,
+  prpo_coefficients,
+  prpo_loss,
+  safe_dr_loss,
+)
+
+__all__ += ["exposure_divergence", "plackett_luce_samples", "prpo_coefficients", "prpo_loss", "safe_dr_loss"]
+
+from ultr_jax.losses.disentangled import (  # noqa: E402
+  disentangled_two_tower_loss,
+  gradient_reversal,
+  observation_dropout,
+)
+
+__all__ += ["disentangled_two_tower_loss", "gradient_reversal", "observation_dropout"]
+
+from ultr_jax.losses.upe import backdoor_weights, upe_loss  # noqa: E402
+
+__all__ += ["backdoor_weights", "upe_loss"]

@@ -19,6 +19,8 @@ tables, figures), ``VARIANTS`` and ``default_config(variant="default")`` (its co
 ``ope``                   :mod:`~ultr_jax.studies.ope`: off-policy estimators against the exact truth
 ``report``                :mod:`~ultr_jax.studies.report`: every method under every bias
 ``sif``                   :mod:`~ultr_jax.studies.sif`: SIF (its Tables 6-8)
+``since2023``             :mod:`~ultr_jax.studies.since2023`: DR, safe DR/PRPO, disentangled two-towers, UPE,
+                          two-tower identifiability, the loss-by-correction grid
 ========================  ==========================================================================
 
 Beside them: :mod:`~ultr_jax.studies.configs` (every study's variants and value rules),
@@ -51,6 +53,7 @@ STUDIES = {
   "ope": "ultr_jax.studies.ope",
   "report": "ultr_jax.studies.report",
   "sif": "ultr_jax.studies.sif",
+  "since2023": "ultr_jax.studies.since2023",
 }
 
 

@@ -1,7 +1,8 @@
 r"""Config of the one-report study: every method under every simulated bias.
 
   python experiments/report/main.py --config=experiments/report/configs/default.py --workdir=/tmp/report
-  # with SIF's channel ablations (sif_lambda0, sif_exp, sif_dec) too:
+  # with SIF's channel ablations (sif_lambda0, sif_exp, sif_dec) and the methods since 2023 (dr_ltr, safe_dr, prpo,
+  # two_tower_disentangled, two_tower_weighted, upe; their papers' claims: experiments/since2023) too:
   python experiments/report/main.py --config=experiments/report/configs/default.py:full --workdir=/tmp/report
   # the online learners under the same users (as columns online_pdgd, ...), alone or beside the others:
   ... --config.online.methods="('pdgd','mgd','dbgd')" [--config.methods="()"]

@@ -1,6 +1,6 @@
 """The report's configs: every method under every simulated bias, with the identifiability check beside it.
 
-Variants: ``default``, ``full`` (with SIF's channel ablations) and ``smoke`` (seconds). The binary is
+Variants: ``default``, ``full`` (with SIF's channel ablations and the methods since 2023) and ``smoke`` (seconds). The binary is
 ``experiments/report/main.py``; its config file documents the commands.
 """
 
@@ -20,6 +20,7 @@ __all__ = [
   "METHODS",
   "SIF_ABLATIONS",
   "SIF_VARIANTS",
+  "SINCE_2023",
   "VARIANTS",
   "default_config",
 ]
@@ -50,7 +51,9 @@ METHODS = (
   *CLICK_MODEL_LEARNERS,
   "full_info",
 )
-ALL_METHODS = METHODS[:-1] + SIF_ABLATIONS + METHODS[-1:]
+# The methods since 2023 (``experiments/since2023`` runs their papers' claims) join the ":full" variant too.
+SINCE_2023 = ("dr_ltr", "safe_dr", "prpo", "two_tower_disentangled", "two_tower_weighted", "upe")
+ALL_METHODS = METHODS[:-1] + SIF_ABLATIONS + SINCE_2023 + METHODS[-1:]
 # New columns go last: a bias's index seeds its data (context_pbm's contexts), so appending keeps every
 # other column.
 BIASES = (

@@ -1,7 +1,7 @@
 """Registry of trainable methods: ``get_method(name, config, ...)``.
 
 Each family lives in its own module (``baselines``, ``click_models``, ``lbd``, ``cld``,
-``sif``) and registers factories with :func:`register`, declaring each method's config fields
+``sif``, ``recent``) and registers factories with :func:`register`, declaring each method's config fields
 and their defaults in one place. A factory has the signature
 ``factory(config, *, num_features, list_size) -> Method`` where ``config`` is the method's
 ``ml_collections.ConfigDict``: its declared defaults with the user's values over them
@@ -21,7 +21,7 @@ __all__ = ["register", "get_method", "available_methods", "method_defaults", "sh
 
 _REGISTRY: dict[str, Callable[..., Method]] = {}
 _DEFAULTS: dict[str, dict[str, Any]] = {}
-_FAMILIES = ("baselines", "click_models", "lbd", "cld", "sif")
+_FAMILIES = ("baselines", "click_models", "lbd", "cld", "sif", "recent")
 
 
 def register(name: str, *, defaults: Optional[Mapping[str, Any]] = None):
