@@ -49,7 +49,7 @@ def test_binary_smoke_run(tmp_path, subprocess_env):
   for entry in rows.values():
     assert 0.0 <= entry["ndcg@10"] <= 1.0 and len(entry["per_seed"]["ndcg@10"]) == 2
   assert "DR - IPS" in results["dr_vs_ips"]["verdict"]
-  assert "## dr_vs_ips" in (tmp_path / "tables.md").read_text()
+  assert "## dr_vs_ips" in (tmp_path / "table.md").read_text()
 
 
 @pytest.mark.slow

@@ -13,14 +13,16 @@ from ultr_jax.train.results import run_in_progress
 _CONFIG = config_flags.DEFINE_config_file(
   "config", None, "Path to a config file, e.g. configs/default.py[:smoke].", lock_config=True
 )
-_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results.json and tables.md.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results.json and table.md.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
 def main(argv):
   del argv
-  with run_in_progress(_WORKDIR.value):  # IN_PROGRESS until the results are written
+  with run_in_progress(_WORKDIR.value) as run:  # IN_PROGRESS until the results are written
     since2023.run(_CONFIG.value, _WORKDIR.value)
+  run.report()  # the table and the files written, on stdout (the logs are on stderr)
+  return run.exit_code
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ the features) or any SVMlight/ULTRA data, every number a mean over ``num_seeds``
    than the correction does.
 
 Every fixed log is simulated once per experiment (:func:`fixed_log`) and trained on for ``config.train.steps``
-steps; the table rows are written to ``results.json`` and ``tables.md`` with each hypothesis's verdict as
+steps; the table rows are written to ``results.json`` and ``table.md`` with each hypothesis's verdict as
 measured (a claim that does not reproduce is reported, never tuned).
 """
 
@@ -45,7 +45,7 @@ import numpy as np
 import rax
 
 from ultr_jax import graph, losses, simulation
-from ultr_jax.studies._config import validate_config
+from ultr_jax._schema import validate_config
 from ultr_jax.studies.configs.since2023 import CLAIMS, CONFIG_RULES, VARIANTS, default_config
 from ultr_jax.studies.experiment import load_datasets
 from ultr_jax.studies.tables import summarize_metrics
@@ -324,7 +324,7 @@ _EXPERIMENTS = {
 
 
 def run(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dict[str, Any]:
-  """Runs every experiment of ``config.claims``; writes ``results.json`` and ``tables.md`` to ``workdir``.
+  """Runs every experiment of ``config.claims``; writes ``results.json`` and ``table.md`` to ``workdir``.
 
   Args:
     config: the study's config (:func:`default_config`), checked against ``CONFIG_RULES`` first.
@@ -353,9 +353,5 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dict[str, 
   tables = f"Test metrics, mean ± 90% t-interval half-width over {config.num_seeds} seeds.\n\n" + "\n".join(sections)
   if workdir is not None:
     os.makedirs(workdir, exist_ok=True)
-    write_results(workdir, results)
-    tmp = os.path.join(workdir, "tables.md.tmp")
-    with open(tmp, "w") as f:
-      f.write(tables)
-    os.replace(tmp, os.path.join(workdir, "tables.md"))
+    write_results(workdir, results, table=tables)
   return results

@@ -8,7 +8,7 @@ The binary is ``experiments/since2023/main.py``.
 import ml_collections
 
 from ultr_jax.studies import experiment
-from ultr_jax.studies._config import Rule, integer, number, one_of, sequence, unknown_variant
+from ultr_jax._schema import Rule, integer, number, one_of, sequence, unknown_variant
 from ultr_jax.studies.configs._shared import data_rules, seed_rules, train_rules
 from ultr_jax.train import default_train_config
 
