@@ -110,6 +110,8 @@ def fit_ultr_jax(args, model, process_id=0, port=0):
   t0 = time.perf_counter()
   sessions = sum(int(np.count_nonzero(b["valid"])) for b in stream())
   read_s = time.perf_counter() - t0
+  if args.defaults:
+    return _fit_default(args, model, stream, num_docs, sessions, read_s)
   if model in args.minibatch_models:
     return _fit_minibatch(args, model, num_docs, sessions, read_s)
   budget = int(args.memory_budget_mb * 2**20)
@@ -175,6 +177,32 @@ def _test_perplexity(args, model, params):
     for i in range(0, len(ids), step)
   ]
   return _perplexity(np.concatenate(cond), clicks)
+
+
+def _fit_default(args, model, stream, num_docs, sessions, read_s):
+  """``fit_click_model(model, stream)`` with nothing else: the solver it picks, its defaults (one JSON line)."""
+  import jax  # noqa: PLC0415
+
+  from ultr_jax import simulation as sim  # noqa: PLC0415
+
+  t0 = time.perf_counter()
+  fit = sim.fit_click_model(model, stream, num_docs=num_docs)
+  jax.block_until_ready(fit.params)
+  fit_s = time.perf_counter() - t0
+  peak_fit_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+  row = {
+    "side": "ultr_jax",
+    "model": model,
+    "path": f"fit_click_model defaults: {type(fit.solver).__name__}",
+    "stop_reason": fit.stop_reason[:200],
+    "sessions_read": sessions,
+    "read_s": read_s,
+    "fit_s": fit_s,
+    "steps_or_iters": fit.iterations,
+    "perplexity": _test_perplexity(args, model, fit.params),
+    "peak_rss_mb": peak_fit_mb,
+  }
+  print(json.dumps(row), flush=True)
 
 
 def _fit_minibatch(args, model, num_docs, sessions, read_s):
@@ -280,6 +308,7 @@ def main():
   p.add_argument("--minibatch_epochs", type=int, default=1)
   p.add_argument("--minibatch_batch", type=int, default=4096)
   p.add_argument("--table", default="full", help="the minibatch fit's per-document tables: full or hashed:<rows>")
+  p.add_argument("--defaults", action="store_true", help="fit_click_model(model, stream) with no other argument")
   p.add_argument("--processes", type=int, default=1)
   p.add_argument("--clax", action="store_true")
   p.add_argument("--clax_python", default="/tmp/clax-venv/bin/python")
