@@ -75,13 +75,17 @@ def test_train_steps_take_one_optimizer_step_per_live_step():
   m, tx, mesh, arrays, layout, state = _setup()
   steps = make_train_steps(m, tx, layout=layout, click_fn=None, display="logged", batch_sharding=replicated(mesh))
   idx = np.stack([layout.indices(0), layout.indices(1)])
-  params0 = jax.tree.map(np.asarray, state.params)
-  # The step by hand: seed s's loss gradient on its own batch, then the optimizer's update.
-  key0 = jax.random.fold_in(jax.random.wrap_key_data(state.rng[0]), 0)
+  # The step by hand (jitted: one compilation): seed 0's loss gradient on its own batch, then the optimizer's update.
   batch0 = TRAIN.as_batch(layout.indices(0)[0])
-  grads = jax.grad(lambda p: m.loss(p, {}, batch0, jax.random.split(key0)[1])[0])(jax.tree.map(lambda x: x[0], params0))
-  updates, _ = tx.update(grads, tx.init(jax.tree.map(lambda x: x[0], params0)), jax.tree.map(lambda x: x[0], params0))
-  want = jax.tree.map(lambda p, u: p + u, jax.tree.map(lambda x: x[0], params0), updates)
+
+  @jax.jit
+  def by_hand(params, rng):
+    loss_key = jax.random.split(jax.random.fold_in(jax.random.wrap_key_data(rng), 0))[1]
+    grads = jax.grad(lambda p: m.loss(p, {}, batch0, loss_key)[0])(params)
+    updates, _ = tx.update(grads, tx.init(params), params)
+    return jax.tree.map(lambda p, u: p + u, params, updates)
+
+  want = by_hand(jax.tree.map(lambda x: x[0], state.params), state.rng[0])
   state1, sm, diagnosis = steps(state, arrays, idx, np.array([True, False]))  # the second step is not live
   assert int(state1.step) == 1 and sm["loss"].shape == (2,) and int(diagnosis["first"]) == -1
   got = jax.tree.map(lambda x: np.asarray(x[0]), state1.params)
@@ -158,14 +162,8 @@ def test_resume_from_a_dict_layout_checkpoint(tmp_path):
   resumed = fit(_method(), SPLITS.train, SPLITS.valid, click_fn=PBM, config=c, seeds=(0, 1), workdir=tmp_path)
   assert [h["step"] for h in resumed.history] == [3, 6]
   jax.tree.map(np.testing.assert_array_equal, resumed.final_params, whole.final_params)
-
-
-def test_a_fit_result_feeds_write_results(tmp_path):
-  result = fit(
-    _method(), SPLITS.train, None, click_fn=PBM, config=_config(steps=3), seeds=(4, 5), workdir=tmp_path / "w"
-  )
-  result = result._replace(diverged=np.array([False, True]))
-  write_results(str(tmp_path), {"naive": {}}, fits={"naive": result})
+  # Its FitResult feeds write_results: the run's fingerprint, and its diverged seeds (here one, marked by hand).
+  write_results(str(tmp_path), {"naive": {}}, fits={"naive": resumed._replace(diverged=np.array([False, True]))})
   saved = json.loads((tmp_path / "results.json").read_text())
-  assert saved["_fingerprint"]["runs"] == {"naive": result.fingerprint["hash"]}
-  assert saved["_diverged"] == {"naive": [5]}
+  assert saved["_fingerprint"]["runs"] == {"naive": resumed.fingerprint["hash"]}
+  assert saved["_diverged"] == {"naive": [1]}

@@ -107,7 +107,7 @@ def _progress(message: str) -> None:
 
 
 class OnEval(Protocol):
-  """``on_eval(record)``: called on the host with each evaluation's record (:attr:`FitResult.history`'s)."""
+  """``on_eval(record)``: called on the host with each evaluation's record (an entry of ``FitResult.history``)."""
 
   def __call__(self, record: dict, /) -> Any: ...
 
