@@ -21,11 +21,12 @@ from ultr_jax.train import (
   make_mesh,
   make_optimizer,
   make_train_steps,
+  place_train,
   write_results,
 )
 from ultr_jax.train import loop as loop_lib
 from ultr_jax.train.checkpoint import Checkpointer
-from ultr_jax.train.input import place_train
+
 from ultr_jax.train.sharding import replicated
 
 SPLITS = data.make_synthetic(num_train=16, num_valid=4, num_test=4, list_size=4, num_features=3, seed=0)

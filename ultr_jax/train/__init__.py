@@ -39,6 +39,7 @@ from ultr_jax.train.online import (
   register_online_learner,
 )
 from ultr_jax.train.config import merge_config
+from ultr_jax.train.input import TrainLayout, place_train
 from ultr_jax.train.methods import available_methods, get_method, method_defaults, register, shared_method_configs
 from ultr_jax.train.results import (
   FitResult,
@@ -59,6 +60,7 @@ __all__ = [
   "FitResult",
   "Method",
   "OnEval",
+  "TrainLayout",
   "TrainState",
   "TrainSteps",
   "ONLINE_CLICK_MODELS",
@@ -90,6 +92,7 @@ __all__ = [
   "online_learner_config",
   "online_learning",
   "online_users_missing",
+  "place_train",
   "predict",
   "register",
   "register_online_learner",

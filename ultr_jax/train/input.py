@@ -278,7 +278,7 @@ def place_train(
 ) -> tuple[dict[str, jax.Array], TrainLayout]:
   """The training lists on the devices (:func:`training_arrays`) and the :class:`TrainLayout` to draw from them.
 
-  Every floating per-item entry under the mask is zeroed as the lists are placed (:func:`mask_padding`, on the
+  Every floating per-item entry under the mask is zeroed as the lists are placed (``input.mask_padding``, on the
   host, once), so no padded NaN or inf reaches a step.
 
   Args:

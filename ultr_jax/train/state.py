@@ -151,15 +151,14 @@ def create_train_state(
     seeds: ``[S]`` the runs' seeds.
     data: the in-memory training lists on the devices (None for a stream).
     idx: the first batch's indices ``[S, B]`` (in memory) or the first streamed batch ``{name: [B, ...]}``.
-    layout: the in-memory :class:`~ultr_jax.train.input.TrainLayout` (None for a stream).
+    layout: the in-memory :class:`~ultr_jax.train.TrainLayout` (None for a stream).
     sharding: where the state lives (replicated over the mesh).
 
   Returns:
     A :class:`TrainState`, leaves ``[S, ...]`` (``step`` a scalar).
 
   >>> from ultr_jax import data
-  >>> from ultr_jax.train import default_train_config, get_method, make_mesh, make_optimizer
-  >>> from ultr_jax.train.input import place_train
+  >>> from ultr_jax.train import default_train_config, get_method, make_mesh, make_optimizer, place_train
   >>> from ultr_jax.train.sharding import replicated
   >>> train = data.make_synthetic(num_train=8, num_valid=1, num_test=1, list_size=4, num_features=3).train
   >>> m = get_method("naive", {"ranker": "linear"}, num_features=3, list_size=4)

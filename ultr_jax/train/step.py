@@ -189,12 +189,23 @@ def make_train_steps(
   is False leaves the state as it was (so a shorter last call reuses the same compiled function). The state
   is donated. ``diagnosis["first"]`` is the call's first step (``0..K-1``) whose loss or new params are not
   finite, or -1; the
-  rest of it is that step's (:func:`train_step`). The arguments are those of :func:`train_step`.
+  rest of it is that step's (:func:`train_step`).
+
+  Args:
+    method: the method to train.
+    tx: its optimizer.
+    layout: the in-memory :class:`~ultr_jax.train.TrainLayout` (None for a stream).
+    click_fn: ``click_fn(key, batch) -> dict`` merged into each batch, or None (logged clicks).
+    display: ``"logged"``, ``"model"`` or ``"model_sample"`` (:func:`display_batch`).
+    batch_sharding: the batch's sharding (over its batch axis).
+
+  Returns:
+    The jitted ``train_steps`` (:class:`TrainSteps`).
 
   >>> import numpy as np
   >>> from ultr_jax import data
   >>> from ultr_jax.train import create_train_state, default_train_config, get_method, make_mesh, make_optimizer
-  >>> from ultr_jax.train.input import place_train
+  >>> from ultr_jax.train import place_train
   >>> from ultr_jax.train.sharding import replicated
   >>> train = data.make_synthetic(num_train=8, num_valid=1, num_test=1, list_size=4, num_features=3).train
   >>> train = train.with_extras(clicks=(train.labels >= 2).astype(np.float32))
