@@ -189,7 +189,7 @@ def make_train_steps(
   is False leaves the state as it was (so a shorter last call reuses the same compiled function). The state
   is donated. ``diagnosis["first"]`` is the call's first step (``0..K-1``) whose loss or new params are not
   finite, or -1; the
-  rest of it is that step's (:func:`train_step`).
+  rest of it is that step's (``step.train_step``).
 
   Args:
     method: the method to train.
