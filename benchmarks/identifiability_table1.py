@@ -115,7 +115,7 @@ def main():
 
   t = time.perf_counter()
   rows = study.table1(
-    jax.random.PRNGKey(0),
+    jax.random.key(0),
     ds,
     runs=args.runs,
     epochs=epochs,

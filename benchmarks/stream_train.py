@@ -27,7 +27,7 @@ import numpy as np
 
 from ultr_jax import data
 from ultr_jax.train import default_train_config, fit, get_method
-from ultr_jax.train.loop import _batch_indices
+from ultr_jax.train.input import _batch_indices
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from ultr_jax import data
 from ultr_jax.train import default_train_config, fit, get_method
-from ultr_jax.train.loop import _batch_indices
+from ultr_jax.train.input import _batch_indices
 from conftest import assert_same_fit as _assert_same
 from conftest import fit_leaves as _leaves
 

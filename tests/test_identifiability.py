@@ -202,7 +202,7 @@ def test_fit_padding_equals_truncation(name):
   ctr = r[items] * o[factors]
   with jax.enable_x64(True):
     kw = dict(num_items=12, num_factors=4, epochs=50)
-    key = jax.random.PRNGKey(1)
+    key = jax.random.key(1)
     r1, o1 = FITS[name](key, items, factors, ctr, where=np.ones(40, bool), **kw)
     pad = lambda a, v: np.concatenate([a, np.full(7, v, a.dtype)])  # noqa
     r2, o2 = FITS[name](key, pad(items, 3), pad(factors, 2), pad(ctr, 0.9), where=pad(np.ones(40, bool), False), **kw)
@@ -219,7 +219,7 @@ def test_fit_vmap_equals_loop_and_compiles_once(name, assert_compiles_once):
     return FITS[name](k, items, factors, ctr, where=np.ones(40, bool), num_items=12, num_factors=4, epochs=30)
 
   with jax.enable_x64(True):
-    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    keys = jax.random.split(jax.random.key(0), 3)
     rb, ob = jax.vmap(one)(keys)
     # The entry point as a user calls it (it jits inside): three keys, one compile.
     fit = functools.partial(FITS[name], where=np.ones(40, bool), num_items=12, num_factors=4, epochs=30)
@@ -258,7 +258,7 @@ def test_fit_dense_layout_equals_segment_sum(name, kw):
   items, factors, where, ctr = _mixed_records()
   args = dict(num_items=15, num_factors=5, epochs=200, **kw)
   with jax.enable_x64(True):
-    key = jax.random.PRNGKey(3)
+    key = jax.random.key(3)
     r1, o1 = FITS[name](key, items, factors, ctr, where=where, **args)
     traced = jax.jit(lambda i, f, w: FITS[name](key, i, f, ctr, where=w, **args))
     r2, o2 = traced(items, factors, where)
@@ -276,7 +276,7 @@ def test_fit_runs_equals_single_runs(name, kw):
   ctrs = np.clip(ctr * rng.uniform(0.8, 1.2, (3, ctr.size)), 0, 1)
   args = dict(num_items=15, num_factors=5, epochs=150, **kw)
   with jax.enable_x64(True):
-    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    keys = jax.random.split(jax.random.key(0), 3)
     lay = embedding.record_layout(items, factors, where, num_items=15, num_factors=5)
     rb, ob = jax.jit(lambda k, c: embedding.fit_runs(name, k, c, where=where, layout=lay, **args))(keys, ctrs)
     for i in range(3):
@@ -295,7 +295,7 @@ def test_cpu_compiler_option_changes_speed_not_fits(name, kw):
   assert embedding.compiler_options("cpu") == embedding.CPU_COMPILER_OPTIONS
   assert embedding.compiler_options("gpu") is None and embedding.compiler_options("tpu") is None
   with jax.enable_x64(True):
-    keys = jax.random.split(jax.random.PRNGKey(0), 2)
+    keys = jax.random.split(jax.random.key(0), 2)
     lay = embedding.record_layout(items, factors, where, num_items=15, num_factors=5)
     fit = lambda k, c: embedding.fit_runs(name, k, c, where=where, layout=lay, **args)  # noqa: E731
     cpu = jax.device_get(jax.jit(fit, compiler_options=embedding.compiler_options("cpu"))(keys, ctrs))
@@ -325,7 +325,7 @@ def test_padded_layouts_share_shapes_and_fits(name, kw, assert_compiles_once):
   assert [x.shape for x in jax.tree.leaves(lays[0])] != shapes[0]
   args = dict(num_items=15, num_factors=5, epochs=20, **kw)
   with jax.enable_x64(True):
-    keys = jax.random.split(jax.random.PRNGKey(0), 2)
+    keys = jax.random.split(jax.random.key(0), 2)
     fit = lambda c, w, l: embedding.fit_runs(name, keys, c, where=w, layout=l, **args)  # noqa: E731
     own = jax.jit(fit)
     ctrs = [np.stack([c, c * 0.9]) for _, _, _, c in (a, b)]
@@ -455,7 +455,7 @@ def test_single_record_sums_equal_record_by_record(name, ctrs):
   args = dict(num_items=n_single + 20, num_factors=5, epochs=300)
   fit = FITS[name]
   with jax.enable_x64(True):
-    key = jax.random.PRNGKey(2)
+    key = jax.random.key(2)
     r1, o1 = fit(key, items, factors, ctr, where=where, **args)
     traced = jax.jit(lambda i, f: fit(key, i, f, ctr, where=where, **args))
     r2, o2 = traced(items, factors)
@@ -512,7 +512,7 @@ def test_theorem1_connected_ig_identifies_relevance(seed):
   with jax.enable_x64(True):
     for k in range(3):
       rp, op = fit_dla(
-        jax.random.PRNGKey(k),
+        jax.random.key(k),
         items,
         factors,
         ctr,
@@ -552,7 +552,7 @@ def test_theorem1_disconnected_ig_is_not_identifiable():
     scales = []
     for k in range(3):
       rp, op = fit_dla(
-        jax.random.PRNGKey(k),
+        jax.random.key(k),
         items,
         factors,
         ctr,
@@ -573,7 +573,7 @@ def test_proposition3_tree_merge_keeps_exact_fit():
   rep = _components(ds)
   plan = merge_plan(np.arange(10.0), rep.labels, rep.present)
   m = study.run_method(
-    jax.random.PRNGKey(0),
+    jax.random.key(0),
     ds,
     method="dla",
     runs=2,
@@ -591,7 +591,7 @@ def test_proposition4_error_bound_after_merging():
   rep = _components(ds)
   plan = merge_plan(np.arange(10.0), rep.labels, rep.present)
   m = study.run_method(
-    jax.random.PRNGKey(0),
+    jax.random.key(0),
     ds,
     method="dla",
     runs=1,
@@ -617,7 +617,7 @@ def test_proposition4_error_bound_after_merging():
 
 def test_no_debias_is_deterministic_and_nm_recovers_ranking():
   ds = _small(2)
-  key = jax.random.PRNGKey(0)
+  key = jax.random.key(0)
   nd = study.run_method(key, ds, method="no_debias", runs=2, epochs=1)
   assert nd["mcc"].std() < 1e-3
   nm = study.run_method(key, ds, method="dla", runs=2, epochs=1000, canonical=study.node_merging_canonical(ds))
@@ -629,14 +629,14 @@ def test_click_cache_simulates_once_per_dataset_and_key():
   """Rows sharing a click cache reuse one simulation per (dataset, key) and
   give exactly the numbers of uncached calls."""
   ds = generate_design_dataset(DESIGN_GRAPHS[2], block_size=40, num_queries=60, borrow=3)
-  key = jax.random.PRNGKey(4)
+  key = jax.random.key(4)
   cache = {}
   run = lambda k, m, **kw: study.run_method(  # noqa: E731
     k, ds, method=m, runs=2, epochs=50, **kw
   )
   cached = [run(key, m, click_cache=cache) for m in ("no_debias", "dla")]
   assert len(cache) == 1
-  run(jax.random.PRNGKey(5), "dla", click_cache=cache)
+  run(jax.random.key(5), "dla", click_cache=cache)
   assert len(cache) == 2
   for m, c in zip(("no_debias", "dla"), cached):
     fresh = run(key, m)
@@ -692,7 +692,7 @@ def test_table1_reproduction(shared_data):
 
   ds = load_ultra(shared_data / "identifiability" / "K=2")
   rows = study.table1(
-    jax.random.PRNGKey(0),
+    jax.random.key(0),
     ds,
     runs=10,
     num_docs=10000,
@@ -721,7 +721,7 @@ def test_table1_reproduction(shared_data):
 def test_figure3b_and_4b_node_merging(shared_data):
   from ultr_jax.data import load_ultra
 
-  key = jax.random.PRNGKey(0)
+  key = jax.random.key(0)
   for k, target in ((2, 0.975), (3, 0.959), (4, 0.739)):
     ds = load_ultra(shared_data / "identifiability" / f"K={k}")
     m = study.run_method(key, ds, method="dla", runs=3, epochs=20_000, canonical=study.node_merging_canonical(ds))
@@ -740,7 +740,7 @@ def test_context_study_end_to_end():
   f, y, wh = cs.synthetic_letor(0, num_queries=100, num_docs=300)
   w = np.random.default_rng(0).uniform(-1, 1, 10)
   out = cs.context_study(
-    jax.random.PRNGKey(0), f, y, wh, num_contexts=50, w=w, runs=2, two_tower_epochs=50, log=lambda *_: None
+    jax.random.key(0), f, y, wh, num_contexts=50, w=w, runs=2, two_tower_epochs=50, log=lambda *_: None
   )
   k = out["report"]["num_components"]
   assert k > 1 and out["merge_pairs"] == k - 1

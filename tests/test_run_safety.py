@@ -113,7 +113,7 @@ def test_resume_refuses_another_runs_checkpoint_and_restart_starts_over(tmp_path
 
 def test_results_carry_the_fingerprints_of_the_runs_fit_trained(tmp_path):
   result = _fit(tmp_path)
-  write_results(str(tmp_path), {"ips": {"ndcg@10": 0.5}})
+  write_results(str(tmp_path), {"ips": {"ndcg@10": 0.5}}, fits={"ips": result})
   saved = json.loads((tmp_path / "results.json").read_text())
   assert saved["_fingerprint"]["runs"] == {"ips": result.fingerprint["hash"]}
   assert "_diverged" not in saved
@@ -138,7 +138,13 @@ def test_divergence_marked_per_seed(tmp_path):
       config=_config(learning_rate=1e30, on_divergence="mark"),
       seeds=(0, 1),
     )
-    write_results(str(tmp_path), {"ips": {"ndcg@10": None}}, rows={"ips": {"ndcg@10": None}}, columns=["ndcg@10"])
+    write_results(
+      str(tmp_path),
+      {"ips": {"ndcg@10": None}},
+      rows={"ips": {"ndcg@10": None}},
+      columns=["ndcg@10"],
+      fits={"ips": result},
+    )
   assert result.diverged.tolist() == [True, True]
   assert all(h["diverged"] == [True, True] for h in result.history)
   # No metric from NaN scores: validation metrics are NaN, and no state was selected on them.

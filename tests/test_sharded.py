@@ -14,7 +14,7 @@ import pytest
 
 from ultr_jax import data
 from ultr_jax.train import default_train_config, training_arrays
-from ultr_jax.train.loop import _stratified_indices
+from ultr_jax.train.input import _stratified_indices
 from ultr_jax.train.sharding import process_query_range, stratum_bounds
 
 _SCRIPT = textwrap.dedent(

@@ -22,6 +22,7 @@ from ultr_jax.train import (
   summarize,
   write_results,
 )
+from ultr_jax.train import input as input_lib
 from ultr_jax.train import loop as loop_lib
 
 NUM_FEATURES = 5
@@ -318,12 +319,12 @@ def test_resume_equals_uninterrupted(tmp_path):
 
 
 def test_batch_indices_cover_each_epoch_and_pad():
-  idx = np.stack([loop_lib._batch_indices(10, 4, s, [0], 0)[0] for s in range(5)])
+  idx = np.stack([input_lib._batch_indices(10, 4, s, [0], 0)[0] for s in range(5)])
   # Steps 0..4 consume 20 slots = two epochs of 10 queries, each a permutation.
   flat = idx.reshape(-1)
   assert sorted(flat[:10]) == list(range(10)) and sorted(flat[10:]) == list(range(10))
-  np.testing.assert_array_equal(idx, np.stack([loop_lib._batch_indices(10, 4, s, [0], 0)[0] for s in range(5)]))
-  padded = loop_lib._batch_indices(3, 8, 0, [0, 1], 0)
+  np.testing.assert_array_equal(idx, np.stack([input_lib._batch_indices(10, 4, s, [0], 0)[0] for s in range(5)]))
+  padded = input_lib._batch_indices(3, 8, 0, [0, 1], 0)
   assert padded.shape == (2, 8) and (padded[:, 3:] == -1).all()
   assert sorted(padded[0, :3]) == [0, 1, 2]
 

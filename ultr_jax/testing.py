@@ -119,7 +119,8 @@ def expected_from_results(
   """
   metrics = {p: float(lookup(results, p)) for p in paths}
   if callable(tolerance):
-    tol: Any = {p: float(tolerance(p)) for p in paths}
+    per_path: Any = tolerance  # tolerance(path) -> a number
+    tol: Any = {p: float(per_path(p)) for p in paths}
   else:
     tol = tolerance
   out = {"config": config, **provenance, "metrics": metrics, "tolerance": tol}

@@ -60,7 +60,7 @@ __all__ = [
 class ReduceFn(Protocol):
   """A reduction over masked values: ``jnp.mean``, ``jnp.sum`` or any ``f(values, where=mask)``."""
 
-  def __call__(self, values: Array, *, where: Optional[Array] = None) -> Array: ...
+  def __call__(self, values: Array, /, *, where: Optional[Array] = None) -> Array: ...
 
 
 class LossFn(Protocol):
@@ -73,17 +73,10 @@ class LossFn(Protocol):
   ``reduce_fn=None``, or ``(loss, aux)`` with ``return_aux=True``.
   """
 
-  def __call__(
-    self,
-    prediction: Array,
-    target: Array,
-    /,
-    *,
-    where: Optional[Array] = None,
-    weights: Optional[Array] = None,
-    reduce_fn: Optional[ReduceFn] = ...,
-    **named_inputs: Any,
-  ) -> Union[Array, tuple[Array, dict]]: ...
+  # The keywords (where=, weights=, reduce_fn= and the loss's own named inputs, some required) differ from loss to
+  # loss, so the Protocol states the two positional arrays and leaves the keywords open: ``*args: Any, **kwargs: Any``
+  # is how a type checker spells "any further parameters" (a function with only some of them still matches).
+  def __call__(self, prediction: Array, target: Array, /, *args: Any, **named_inputs: Any) -> Union[Array, tuple]: ...
 
 
 class ClickFn(Protocol):
@@ -93,7 +86,7 @@ class ClickFn(Protocol):
   the result's arrays are ``[..., L]``. :func:`ultr_jax.simulation.make_click_fn` builds one from a config.
   """
 
-  def __call__(self, key: PRNGKey, batch: Batch) -> dict[str, Array]: ...
+  def __call__(self, key: PRNGKey, batch: Batch, /) -> Mapping[str, Array]: ...
 
 
 class EstimatorInitFn(Protocol):
@@ -111,16 +104,16 @@ class EstimatorUpdateFn(Protocol):
 class MethodInitFn(Protocol):
   """``init(key, batch) -> (params, extra)``: a method's trainable pytree and its non-trained state."""
 
-  def __call__(self, key: PRNGKey, batch: Batch) -> tuple[Params, Any]: ...
+  def __call__(self, key: PRNGKey, batch: Batch, /) -> tuple[Params, Any]: ...
 
 
 class MethodLossFn(Protocol):
   """``loss(params, extra, batch, key) -> (loss, (metrics, new_extra))`` of one training step."""
 
-  def __call__(self, params: Params, extra: Any, batch: Batch, key: PRNGKey) -> tuple[Array, tuple[dict, Any]]: ...
+  def __call__(self, params: Params, extra: Any, batch: Batch, key: PRNGKey, /) -> tuple[Array, tuple[dict, Any]]: ...
 
 
 class ScoreFn(Protocol):
   """``score(params, batch) -> [..., L]``: relevance scores that rank the lists (never reads clicks)."""
 
-  def __call__(self, params: Params, batch: Batch) -> Array: ...
+  def __call__(self, params: Params, batch: Batch, /) -> Array: ...

@@ -56,6 +56,7 @@ INVENTORIES = {
       ("flax.linen.Dense", "class", _section("api_reference/flax.linen/layers.html")),
       ("flax.linen.LayerNorm", "class", _section("api_reference/flax.linen/layers.html")),
       ("flax.linen.Dropout", "class", _section("api_reference/flax.linen/layers.html")),
+      ("flax.struct.PyTreeNode", "class", _section("api_reference/flax.struct.html")),
     ],
   ),
   "optax": (

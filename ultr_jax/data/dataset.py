@@ -1,7 +1,7 @@
 """The host-side container for a padded set of ranked lists."""
 
 import dataclasses
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -136,7 +136,7 @@ class RankingDataset:
   def __len__(self) -> int:
     return self.num_queries
 
-  def subset(self, indices: Sequence[int]) -> "RankingDataset":
+  def subset(self, indices: Union[Sequence[int], np.ndarray]) -> "RankingDataset":
     """The queries at ``indices`` (any NumPy index), extras included."""
     idx = np.asarray(indices)
     return RankingDataset(
@@ -177,7 +177,7 @@ class RankingDataset:
     """A copy with ``arrays`` added to (or replacing entries of) ``extras``."""
     return dataclasses.replace(self, extras={**self.extras, **arrays})
 
-  def as_batch(self, indices: Optional[Sequence[int]] = None) -> dict[str, np.ndarray]:
+  def as_batch(self, indices: Optional[Union[Sequence[int], np.ndarray]] = None) -> dict[str, np.ndarray]:
     """The standard batch dict (see :mod:`ultr_jax.types`) for ``indices``."""
     ds = self if indices is None else self.subset(indices)
     batch = {

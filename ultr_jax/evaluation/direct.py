@@ -268,7 +268,7 @@ def doubly_robust(
   logged = jnp.broadcast_to(jnp.arange(scores.shape[-1], dtype=jnp.int32), scores.shape)
   q_hat = model_click_probabilities(model, params, doc_ids, logged, where=where)
   residual = jnp.asarray(clicks, jnp.float32) - q_hat
-  common = dict(
+  common: dict[str, Any] = dict(
     logging=logging, target=target, where=where, weights=weights, top_k=top_k, temperature=temperature, clip=clip
   )
   common.update(self_normalize=self_normalize, session_weights=session_weights)

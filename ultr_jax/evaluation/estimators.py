@@ -305,6 +305,7 @@ def pseudo_inverse(
     raise ValueError("pseudo_inverse: logging.pairs is required (plackett_luce_propensities(..., pairs=True))")
   size = scores.shape[-1]
   target = _target_or_computed(target, scores, where, temperature, top_k, key, num_samples, max_enumeration, True)
+  assert target.matrix is not None  # computed with pairs=True
   q = target.matrix.reshape(scores.shape[:-1] + (size * size,))
   shown = jnp.eye(size, dtype=bool) & active[..., :, None]
   indicator = shown.reshape(scores.shape[:-1] + (size * size,)).astype(jnp.float32)

@@ -152,7 +152,7 @@ def check_support(
   k = size if top_k is None else min(top_k, size)
   n_valid = w.sum(axis=-1, keepdims=True)
   if temperature == 0:
-    ranks = np.asarray(target_ranks(s, where=w))
+    ranks = np.asarray(target_ranks(jnp.asarray(s), where=jnp.asarray(w)))
     support = (ranks[..., :, None] == np.arange(size)) & w[..., :, None]
   else:
     support = w[..., :, None] & (np.arange(size) < n_valid[..., None])

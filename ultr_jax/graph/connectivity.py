@@ -251,7 +251,8 @@ class IdentifiabilityReport:
 
   def summary(self, max_components: int = 20, max_members: int = 30) -> str:
     """A readable multi-line report."""
-    name = (lambda t: str(self.factor_names[t])) if self.factor_names else str
+    names = self.factor_names
+    name = (lambda t: str(names[t])) if names else str
     verdict = "IDENTIFIABLE" if self.identifiable else "NOT identifiable"
     lines = [
       f"Identifiability graph: {int(self.present.sum())} bias factors, "

@@ -55,7 +55,7 @@ are 0/1 per impression, or CTRs with ``weights`` = impressions.
 """
 
 import functools
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -214,7 +214,7 @@ def intervention_sets_from_counts(counts: ClickCounts) -> InterventionSets:
   )
 
 
-def _finish(ratio, identified, pivot, converged=True):
+def _finish(ratio, identified, pivot, converged: Union[bool, jax.Array] = True):
   ratio = (ratio / ratio[pivot]).at[pivot].set(1.0)
   return HarvestedPropensities(jnp.where(identified, ratio, jnp.nan), identified, jnp.asarray(converged, bool))
 

@@ -2,11 +2,12 @@
 
 import functools
 import math
-from typing import Callable, Optional
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
 import rax
+from ultr_jax.types import ReduceFn
 
 #: Default cap of every inverse-propensity-style weight (``max_weight=None``): :math:`10^{8}`, i.e. propensities
 #: (or propensity ratios) below :math:`10^{-8}` count as :math:`10^{-8}`. The expected-metrics runs never come near it
@@ -32,7 +33,7 @@ _PROBE = (1.0, 3.0, 8.0)
 _PROBE_WHERE = (True, True, False)
 
 
-def _probe_is_mean(reduce_fn: Callable) -> bool:
+def _probe_is_mean(reduce_fn: ReduceFn) -> bool:
   try:
     with jax.ensure_compile_time_eval():
       value = reduce_fn(jnp.asarray(_PROBE, jnp.float32), where=jnp.asarray(_PROBE_WHERE))
@@ -44,7 +45,7 @@ def _probe_is_mean(reduce_fn: Callable) -> bool:
 _cached_is_mean = functools.lru_cache(maxsize=256)(_probe_is_mean)
 
 
-def is_mean(reduce_fn: Callable) -> bool:
+def is_mean(reduce_fn: ReduceFn) -> bool:
   """Whether ``reduce_fn(a, where=...)`` is the masked mean, judged by what it computes (not by identity).
 
   ``jnp.mean``, ``functools.partial(jnp.mean)`` and ``lambda a, where: jnp.mean(a, where=where)`` all are; the
@@ -60,7 +61,7 @@ def is_mean(reduce_fn: Callable) -> bool:
 
 
 def reduce_loss(
-  values: jax.Array, where: jax.Array, reduce_fn: Optional[Callable], *, mass: Optional[jax.Array] = None
+  values: jax.Array, where: jax.Array, reduce_fn: Optional[ReduceFn], *, mass: Optional[jax.Array] = None
 ) -> jax.Array:
   r"""The one reduction of every loss: per-record values (items, lists or pairs) to the loss.
 

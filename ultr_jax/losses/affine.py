@@ -30,12 +30,13 @@ The trust simulator (:func:`ultr_jax.simulation.trust`) reports the oracle
 the oracle ``examination`` plays for IPS.
 """
 
-from typing import Callable, Optional
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
 from ultr_jax.losses import _utils
 from ultr_jax.losses.registry import register_loss
+from ultr_jax.types import ReduceFn
 
 __all__ = ["affine_sigmoid_loss", "affine_softmax_loss", "affine_targets"]
 
@@ -100,7 +101,7 @@ def affine_softmax_loss(
   where: Optional[jax.Array] = None,
   weights: Optional[jax.Array] = None,
   max_weight: Optional[float] = None,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> jax.Array:
   r"""Listwise softmax cross-entropy on the affine relevance estimates (:func:`affine_targets`).
 
@@ -154,7 +155,7 @@ def affine_sigmoid_loss(
   where: Optional[jax.Array] = None,
   weights: Optional[jax.Array] = None,
   max_weight: Optional[float] = None,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> jax.Array:
   r"""Pointwise sigmoid cross-entropy on the affine relevance estimates (:func:`affine_targets`).
 

@@ -26,7 +26,7 @@ Functions:
 * :func:`inverse_mills_ratio`, :func:`borda_scores` (RankAgg).
 """
 
-from typing import Callable, Optional, Union
+from typing import Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +35,7 @@ from jax.scipy.stats import norm
 
 from ultr_jax.losses import _utils
 from ultr_jax.losses.registry import register_loss
+from ultr_jax.types import ReduceFn
 
 __all__ = [
   "cld_loss",
@@ -93,7 +94,7 @@ def cld_loss(
   sq_weight: float = 1.0,
   target: str = "sessions",
   max_weight: Optional[float] = None,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> jax.Array:
   r"""Negative CLD log-likelihood (Eq. 9): a Type-II Tobit over shown and unshown records.
 
@@ -202,7 +203,7 @@ def cld_pair_loss(
   sel_weight: float = 1.0,
   unobs_weight: Union[float, str] = "balanced",
   include_selected_ties: bool = False,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> jax.Array:
   r"""Negative CLD\ :sup:`pair` objective (Eq. 12) over the ordered pairs of each list.
 
@@ -339,7 +340,7 @@ def heckman_loss(
   where: Optional[jax.Array] = None,
   weights: Optional[jax.Array] = None,
   outcome: str = "ls",
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
   return_aux: bool = False,
 ):
   r"""Heckman\ :sup:`rank` (Ovaisi et al., WWW'20; a baseline of the CLD paper, Section 6) as one joint objective.

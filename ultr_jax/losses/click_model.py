@@ -21,14 +21,14 @@ last and skipped); every term is computed from ``log_sigmoid`` of the logits
 (:meth:`~ultr_jax.simulation.ClickModel.log_probs_from_logits`).
 """
 
-from typing import Callable, Optional
+from typing import Optional
 
 import jax.numpy as jnp
 
 from ultr_jax.losses import _utils
 from ultr_jax.simulation.click_models import ClickModel, bernoulli_log_likelihood, click_models, get_click_model
 from ultr_jax.simulation.click_models.base import display_order, full_mask
-from ultr_jax.types import Array
+from ultr_jax.types import Array, ReduceFn
 from ultr_jax.losses.registry import register_loss
 
 __all__ = [
@@ -77,7 +77,7 @@ def click_model_log_likelihood_from_logits(
   scores: Array,
   clicks: Array,
   *,
-  model: str,
+  model: "str | ClickModel",
   bias: dict,
   where: Optional[Array] = None,
   positions: Optional[Array] = None,
@@ -148,7 +148,7 @@ def click_model_click_logits(
   scores: Array,
   clicks: Array,
   *,
-  model: str,
+  model: "str | ClickModel",
   bias: dict,
   where: Optional[Array] = None,
   positions: Optional[Array] = None,
@@ -195,14 +195,14 @@ def click_model_loss(
   scores: Array,
   clicks: Array,
   *,
-  model: str,
+  model: "str | ClickModel",
   bias: dict,
   where: Optional[Array] = None,
   positions: Optional[Array] = None,
   satisfaction_scores: Optional[Array] = None,
   item_scores: Optional[dict] = None,
   weights: Optional[Array] = None,
-  reduce_fn: Optional[Callable[..., Array]] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> Array:
   r"""Negative session log-likelihood of a click model with a learned attraction (see the module docstring).
 

@@ -19,12 +19,13 @@ list's first item (position 1), :math:`\theta_1/\theta_i = e^{o_1 - o_i}`
 ``i`` displayed at position ``i``) makes item 0 position 1.
 """
 
-from typing import Callable, Optional
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
 from ultr_jax.losses import _utils
 from ultr_jax.losses.registry import register_loss
+from ultr_jax.types import ReduceFn
 
 __all__ = ["dla_weights", "dla_propensities", "dla_loss"]
 
@@ -96,7 +97,7 @@ def dla_loss(
   where: Optional[jax.Array] = None,
   weights: Optional[jax.Array] = None,
   max_weight: Optional[float] = None,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
   return_aux: bool = False,
 ):
   r"""DLA loss :math:`\ell_R + \ell_E` (see the module docstring).

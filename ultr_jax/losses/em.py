@@ -28,7 +28,7 @@ the state of :func:`regression_em_estimator`, an ``(init, update)`` pair
 (:class:`~ultr_jax.losses.Estimator`); the loss only reads them.
 """
 
-from typing import Callable, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +36,7 @@ import jax.numpy as jnp
 from ultr_jax.losses import _utils
 from ultr_jax.losses.estimator import Estimator
 from ultr_jax.losses.registry import register_loss
+from ultr_jax.types import ReduceFn
 
 __all__ = [
   "em_posteriors",
@@ -103,7 +104,7 @@ def regression_em_loss(
   propensities: jax.Array,
   where: Optional[jax.Array] = None,
   weights: Optional[jax.Array] = None,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> jax.Array:
   r"""REM ranker M-step: BCE of :math:`\sigma(s)` against :math:`P(R{=}1\mid C)`.
 

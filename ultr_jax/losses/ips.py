@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 from ultr_jax.losses import _utils
 from ultr_jax.losses.registry import register_loss
+from ultr_jax.types import ReduceFn
 
 __all__ = [
   "ips_pairwise_loss",
@@ -117,7 +118,7 @@ def ips_sigmoid_loss(
   where: Optional[jax.Array] = None,
   weights: Optional[jax.Array] = None,
   max_weight: Optional[float] = None,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> jax.Array:
   r"""Pointwise IPS sigmoid cross-entropy (unbiased BCE).
 
@@ -162,7 +163,7 @@ def ips_softmax_loss(
   where: Optional[jax.Array] = None,
   weights: Optional[jax.Array] = None,
   max_weight: Optional[float] = None,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> jax.Array:
   r"""Listwise IPS softmax cross-entropy (ULTRA's ``IPWrank`` listwise loss).
 
@@ -207,7 +208,7 @@ def ips_pairwise_loss(
   weights: Optional[jax.Array] = None,
   max_weight: Optional[float] = None,
   lambdaweight_fn: Optional[Callable] = None,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> jax.Array:
   r"""Pairwise IPS logistic (BPR) loss: clicked over unclicked items, weighted by the clicked one.
 
@@ -258,7 +259,7 @@ def snips_sigmoid_loss(
   where: Optional[jax.Array] = None,
   weights: Optional[jax.Array] = None,
   max_weight: Optional[float] = None,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> jax.Array:
   r"""Pointwise SNIPS sigmoid cross-entropy: :func:`ips_sigmoid_loss` with :func:`snips_weights`.
 
@@ -296,7 +297,7 @@ def snips_softmax_loss(
   where: Optional[jax.Array] = None,
   weights: Optional[jax.Array] = None,
   max_weight: Optional[float] = None,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> jax.Array:
   r"""Listwise SNIPS softmax cross-entropy: :func:`ips_softmax_loss` with :func:`snips_weights`.
 

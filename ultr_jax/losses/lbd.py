@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from ultr_jax.losses._utils import reduce_loss
-from ultr_jax.types import Array
+from ultr_jax.types import Array, ReduceFn
 from ultr_jax.losses.registry import register_loss
 
 __all__ = [
@@ -112,7 +112,7 @@ def softmax_click_loss(
   *,
   where: Optional[Array] = None,
   weights: Optional[Array] = None,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
   eps: float = 1e-7,
 ) -> Array:
   r"""Listwise softmax cross-entropy per click over the whole batch (the paper's Eq. 2 as the authors' code computes it: ULTRA's ``softmax_loss``).

@@ -12,6 +12,7 @@ import rax
 
 from ultr_jax.losses import _utils
 from ultr_jax.losses.registry import register_loss
+from ultr_jax.types import ReduceFn
 
 __all__ = ["lambdarank_weights", "naive_pairwise_loss", "naive_sigmoid_loss", "naive_softmax_loss"]
 
@@ -23,7 +24,7 @@ def naive_sigmoid_loss(
   *,
   where: Optional[jax.Array] = None,
   weights: Optional[jax.Array] = None,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> jax.Array:
   r"""Pointwise sigmoid cross-entropy on clicks (:func:`rax.pointwise_sigmoid_loss`).
 
@@ -59,7 +60,7 @@ def naive_softmax_loss(
   *,
   where: Optional[jax.Array] = None,
   weights: Optional[jax.Array] = None,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> jax.Array:
   r"""Listwise softmax cross-entropy on clicks (:func:`rax.softmax_loss`).
 
@@ -95,7 +96,7 @@ def naive_pairwise_loss(
   where: Optional[jax.Array] = None,
   weights: Optional[jax.Array] = None,
   lambdaweight_fn: Optional[Callable] = None,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> jax.Array:
   r"""Pairwise logistic (BPR) loss of clicked over unclicked items.
 

@@ -30,7 +30,7 @@ an ``[..., L, L]`` mask (no Python loops). The ratios are the state of
 (:class:`~ultr_jax.losses.Estimator`); the loss only reads them.
 """
 
-from typing import Callable, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -38,6 +38,7 @@ import jax.numpy as jnp
 from ultr_jax.losses import _utils
 from ultr_jax.losses.estimator import Estimator
 from ultr_jax.losses.registry import register_loss
+from ultr_jax.types import ReduceFn
 
 __all__ = [
   "click_pairs",
@@ -82,7 +83,7 @@ def pairwise_debiasing_loss(
   where: Optional[jax.Array] = None,
   weights: Optional[jax.Array] = None,
   max_weight: Optional[float] = None,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> jax.Array:
   r"""Debiased pairwise logistic loss (see the module docstring).
 

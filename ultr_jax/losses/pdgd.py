@@ -35,13 +35,14 @@ many small ops one by one.
 """
 
 import functools
-from typing import Callable, Optional
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
 from ultr_jax._numerics import as_float
 from ultr_jax.losses import _utils
 from ultr_jax.losses.registry import register_loss
+from ultr_jax.types import ReduceFn
 
 __all__ = ["pdgd_pair_weights", "pdgd_loss"]
 
@@ -165,7 +166,7 @@ def pdgd_loss(
   where: Optional[jax.Array] = None,
   weights: Optional[jax.Array] = None,
   top_k: Optional[int] = None,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
   pairs: str = "considered",
   debias: bool = True,
   surrogate: str = "probability",

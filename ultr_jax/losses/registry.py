@@ -21,7 +21,7 @@ declared, as a click model is by being registered:
 
 import dataclasses
 import inspect
-from typing import Any, Callable
+from typing import Callable, TypeVar
 
 from ultr_jax.types import LossFn
 
@@ -59,23 +59,25 @@ class LossSpec:
   parts: int = 1
 
 
+_Loss = TypeVar("_Loss", bound=LossFn)  # the decorated loss keeps its own signature
+
 #: Every registered loss by its public name (see :func:`register_loss`).
 LOSSES: dict[str, LossSpec] = {}
 
 
-def _signature_parts(fn: Callable[..., Any]) -> tuple[str, str, tuple[str, ...]]:
+def _signature_parts(fn: LossFn) -> tuple[str, str, tuple[str, ...]]:
   """The names of ``fn``'s two positional arguments and its required keyword-only ones."""
   params = inspect.signature(inspect.unwrap(fn)).parameters.values()
   positional = [p.name for p in params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
   required = tuple(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is p.empty)
   if len(positional) != 2:
-    raise ValueError(f"a loss takes (prediction, target) positionally; {fn.__name__} takes {positional}")
+    raise ValueError(f"a loss takes (prediction, target) positionally; {getattr(fn, '__name__')} takes {positional}")
   return positional[0], positional[1], required
 
 
 def register_loss(
   family: str, *, trains: tuple[str, ...] = (), per_list: bool = True, parts: int = 1
-) -> Callable[[LossFn], LossFn]:
+) -> Callable[[_Loss], _Loss]:
   """Declares the decorated function a loss of ``family`` in :data:`LOSSES` and returns it unchanged.
 
   Args:
@@ -98,8 +100,8 @@ def register_loss(
   'clicks'
   """
 
-  def decorator(fn: LossFn) -> LossFn:
-    name = fn.__name__
+  def decorator(fn: _Loss) -> _Loss:
+    name = getattr(fn, "__name__")
     if name in LOSSES:
       raise ValueError(f"loss {name!r} is registered twice")
     prediction, target, inputs = _signature_parts(fn)

@@ -29,7 +29,7 @@ bias tower with exposure and trust heads, closed-form leakage penalties). Every 
   (:class:`~ultr_jax.losses.Estimator`).
 """
 
-from typing import Callable, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -38,6 +38,7 @@ from ultr_jax.losses import _utils
 from ultr_jax.losses.estimator import Estimator
 from ultr_jax.losses.ips import ips_weights
 from ultr_jax.losses.registry import register_loss
+from ultr_jax.types import ReduceFn
 
 __all__ = [
   "binary_entropy",
@@ -374,7 +375,7 @@ def listwise_risk(
   *,
   where: Optional[jax.Array] = None,
   weights: Optional[jax.Array] = None,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> jax.Array:
   r"""Listwise softmax cross-entropy with (weighted) targets, :math:`-\sum_i t_i \log\mathrm{softmax}(s)_i`.
 
@@ -409,7 +410,7 @@ def doubly_robust_risk(
   where: Optional[jax.Array] = None,
   weights: Optional[jax.Array] = None,
   max_weight: Optional[float] = None,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
   return_aux: bool = False,
 ):
   r"""The literal doubly robust risk of SIF eq. 33 with **observed** exposure.
@@ -467,7 +468,7 @@ def bias_likelihood_loss(
   *,
   where: Optional[jax.Array] = None,
   weights: Optional[jax.Array] = None,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> jax.Array:
   r"""Click likelihood of the bias tower, :math:`\mathrm{BCE}(c_i, \mathrm{clip}(\rho_i \hat r_i))` (SIF-ref).
 

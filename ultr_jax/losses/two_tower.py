@@ -13,13 +13,14 @@ clicks; only :math:`r` is used for ranking.
   (a sum of positive terms: no cancellation, exact at extreme logits).
 """
 
-from typing import Callable, Optional
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
 
 from ultr_jax.losses import _utils
 from ultr_jax.losses.registry import register_loss
+from ultr_jax.types import ReduceFn
 
 __all__ = ["two_tower_log_probs", "two_tower_loss"]
 
@@ -64,7 +65,7 @@ def two_tower_loss(
   where: Optional[jax.Array] = None,
   weights: Optional[jax.Array] = None,
   mode: str = "additive",
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> jax.Array:
   r"""Sigmoid cross-entropy of the two-tower click model on clicks.
 

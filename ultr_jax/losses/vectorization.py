@@ -16,13 +16,13 @@ items (:func:`base_vector`), and the ranking score is
 All functions take ``[..., L, d]`` vectors with a bool ``where`` ``[..., L]``.
 """
 
-from typing import Callable, Optional
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
 
 from ultr_jax.losses import _utils
-from ultr_jax.types import Array
+from ultr_jax.types import Array, ReduceFn
 from ultr_jax.losses.registry import register_loss
 
 __all__ = ["observation_density_loss", "base_vector", "vectorization_scores"]
@@ -42,7 +42,7 @@ def observation_density_loss(
   log_var: Array,
   where: Optional[Array] = None,
   weights: Optional[Array] = None,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> Array:
   r"""Gaussian fit of the density model to the (stop-gradient) observation vectors.
 

@@ -9,17 +9,15 @@ to ``[eps, 1 - eps]``. Perplexity per rank follows Dupret & Piwowarski
 (SIGIR'08) and CLAX: item ``i`` of a list is the document at rank ``i + 1``.
 """
 
-from typing import Callable, Optional
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
 import rax
 
-from ultr_jax.types import Array
+from ultr_jax.types import Array, ReduceFn
 
 __all__ = ["click_mse", "click_log_likelihood", "click_perplexity_per_rank", "click_perplexity"]
-
-ReduceFn = Optional[Callable[..., Array]]
 
 
 def _log_probs(pred, logits, eps):
@@ -31,7 +29,7 @@ def _log_probs(pred, logits, eps):
 
 
 def click_mse(
-  click_prob: Array, clicks: Array, *, where: Optional[Array] = None, reduce_fn: ReduceFn = jnp.mean
+  click_prob: Array, clicks: Array, *, where: Optional[Array] = None, reduce_fn: Optional[ReduceFn] = jnp.mean
 ) -> Array:
   r"""Squared error of predicted click probabilities (Identifiability 3.1.5's click MSE).
 
@@ -62,7 +60,7 @@ def click_log_likelihood(
   where: Optional[Array] = None,
   logits: bool = False,
   eps: float = 1e-7,
-  reduce_fn: ReduceFn = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> Array:
   r"""Bernoulli log-likelihood of the clicks (nats).
 

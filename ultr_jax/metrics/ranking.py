@@ -19,7 +19,7 @@ lists that do not count) or its reduction over the lists that count.
   ``safe_reduce``).
 """
 
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -27,12 +27,9 @@ import numpy as np
 import rax
 
 from ultr_jax.data.dataset import check_labels
-
-from ultr_jax.types import Array
+from ultr_jax.types import Array, ReduceFn
 
 __all__ = ["ndcg", "dcg", "err", "mrr", "average_precision", "precision", "mcc", "ranking_metrics", "query_mask"]
-
-ReduceFn = Optional[Callable[..., Array]]
 
 
 def query_mask(labels: Array, *, where: Optional[Array] = None, drop_no_relevant: bool = False) -> Array:
@@ -95,7 +92,7 @@ def ndcg(
   weights: Optional[Array] = None,
   key: Optional[Array] = None,
   drop_no_relevant: bool = False,
-  reduce_fn: ReduceFn = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> Array:
   r"""nDCG@k through :func:`rax.ndcg_metric` (Järvelin & Kekäläinen 2002).
 
@@ -137,7 +134,7 @@ def dcg(
   weights: Optional[Array] = None,
   key: Optional[Array] = None,
   drop_no_relevant: bool = False,
-  reduce_fn: ReduceFn = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> Array:
   r"""Unnormalised DCG@k through :func:`rax.dcg_metric`, the metric of Baidu-ULTR's expert annotations.
 
@@ -180,7 +177,7 @@ def precision(
   relevance_threshold: float = 1.0,
   key: Optional[Array] = None,
   drop_no_relevant: bool = False,
-  reduce_fn: ReduceFn = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> Array:
   r"""Precision@k through :func:`rax.precision_metric`: the share of relevant items among the top k.
 
@@ -221,7 +218,7 @@ def err(
   max_label: float = 4.0,
   key: Optional[Array] = None,
   drop_no_relevant: bool = False,
-  reduce_fn: ReduceFn = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> Array:
   r"""Expected reciprocal rank (Chapelle et al. CIKM'09).
 
@@ -275,7 +272,7 @@ def mrr(
   relevance_threshold: float = 1.0,
   key: Optional[Array] = None,
   drop_no_relevant: bool = False,
-  reduce_fn: ReduceFn = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> Array:
   r"""Mean reciprocal rank through :func:`rax.mrr_metric`.
 
@@ -307,7 +304,7 @@ def average_precision(
   relevance_threshold: float = 1.0,
   key: Optional[Array] = None,
   drop_no_relevant: bool = False,
-  reduce_fn: ReduceFn = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> Array:
   r"""Average precision (MAP when averaged) through :func:`rax.ap_metric`.
 
@@ -339,7 +336,7 @@ def mcc(
   *,
   where: Optional[Array] = None,
   per_list: bool = False,
-  reduce_fn: ReduceFn = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> Array:
   r"""Pearson correlation of true and predicted relevance (the identifiability paper's "MCC").
 
@@ -432,12 +429,22 @@ def ranking_metrics(
   >>> print(sorted(m), round(float(m["ndcg@3"][0]), 5))
   ['err@10', 'map', 'mrr', 'ndcg@1', 'ndcg@10', 'ndcg@3', 'ndcg@5'] 0.38685
   """
-  common = dict(where=where, key=key, drop_no_relevant=drop_no_relevant, reduce_fn=None)
-  out = {f"ndcg@{k}": ndcg(scores, labels, topn=int(k), **common) for k in cutoffs}
-  out[f"err@{err_topn}"] = err(scores, labels, topn=err_topn, max_label=max_label, **common)
-  out["mrr"] = mrr(scores, labels, **common)
-  out["map"] = average_precision(scores, labels, **common)
-  out.update({f"dcg@{k}": dcg(scores, labels, topn=int(k), **common) for k in dcg_cutoffs})
+  w, d = where, drop_no_relevant  # every metric per list (reduce_fn=None), over the same lists
+  out = {
+    f"ndcg@{k}": ndcg(scores, labels, topn=int(k), where=w, key=key, drop_no_relevant=d, reduce_fn=None)
+    for k in cutoffs
+  }
+  out[f"err@{err_topn}"] = err(
+    scores, labels, topn=err_topn, max_label=max_label, where=w, key=key, drop_no_relevant=d, reduce_fn=None
+  )
+  out["mrr"] = mrr(scores, labels, where=w, key=key, drop_no_relevant=d, reduce_fn=None)
+  out["map"] = average_precision(scores, labels, where=w, key=key, drop_no_relevant=d, reduce_fn=None)
+  out.update(
+    {
+      f"dcg@{k}": dcg(scores, labels, topn=int(k), where=w, key=key, drop_no_relevant=d, reduce_fn=None)
+      for k in dcg_cutoffs
+    }
+  )
   if return_mask:
     return out, query_mask(labels, where=where, drop_no_relevant=drop_no_relevant)
   return out

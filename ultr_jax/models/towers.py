@@ -16,7 +16,7 @@ Parameters are plain pytrees (``module.init(key, x)["params"]``); a
 """
 
 import math
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import flax.linen as nn
 import jax
@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from ultr_jax.losses.two_tower import two_tower_log_probs
 
 __all__ = [
+  "apply_array",
   "LinearRanker",
   "MLPRanker",
   "DocumentEmbedding",
@@ -358,3 +359,26 @@ def num_params(params) -> int:
   10
   """
   return int(sum(math.prod(x.shape) for x in jax.tree.leaves(params)))
+
+
+def apply_array(module: nn.Module, variables: Any, *args: Any, **kwargs: Any) -> jax.Array:
+  """``module.apply(variables, *args, **kwargs)``, the module's output array.
+
+  flax types ``apply``'s result as ``Any | (output, mutated variables)`` (the pair only with ``mutable=``); the
+  towers here return one array and are applied without ``mutable``, so this states it for a type checker.
+
+  Args:
+    module: a flax module whose ``__call__`` returns an array.
+    variables: its variables (``{"params": ...}``).
+    *args: the call's inputs.
+    **kwargs: ``apply``'s keywords (``rngs=``, ``deterministic=``, ``method=``).
+
+  Returns:
+    The module's output.
+
+  >>> m = LinearRanker()
+  >>> x = jnp.ones((2, 3, 4))
+  >>> apply_array(m, m.init(jax.random.key(0), x), x).shape
+  (2, 3)
+  """
+  return cast(jax.Array, module.apply(variables, *args, **kwargs))

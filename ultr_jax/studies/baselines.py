@@ -39,7 +39,7 @@ from ultr_jax.studies.experiment import (
 )
 from ultr_jax.train.loop import evaluate, evaluate_clicks, fit, predict
 from ultr_jax.studies.tables import summarize_metrics
-from ultr_jax.train.results import markdown_table, summarize, write_results, write_run
+from ultr_jax.train.results import FitResult, markdown_table, summarize, write_results, write_run
 
 __all__ = ["CONFIG_RULES", "METRIC_COLUMNS", "CLICK_COLUMNS", "train_and_evaluate", "run", "VARIANTS", "default_config"]
 
@@ -147,6 +147,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
   results: dict[str, Any] = {}
   rows: dict[str, dict] = {}
   histories: dict[str, list] = {}
+  fits: dict[str, FitResult] = {}
   built = {
     name: methods_lib.get_method(
       name,
@@ -186,6 +187,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
     entry["best_step"] = np.asarray(fit_result.best_step).tolist()
     entry["history"] = fit_result.history  # per evaluation: train loss and validation metrics, per seed
     histories[name] = fit_result.history
+    fits[name] = fit_result
     results[name] = entry
     rows[name] = row
   columns = [*metric_columns, "propensity_corr"]
@@ -198,7 +200,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
   }
   table = markdown_table(rows, columns) + _table_caption(config, logged, held_clicks)
   if workdir is not None:
-    table = write_results(workdir, results, table=table, rows=rows, columns=columns)  # + any diverged runs
+    table = write_results(workdir, results, table=table, rows=rows, columns=columns, fits=fits)  # + diverged runs
     plot_learning_curves(
       histories,
       os.path.join(workdir, "curves.png"),

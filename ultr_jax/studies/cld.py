@@ -187,16 +187,20 @@ def method_configs(config) -> dict:
   }
 
 
-def _fit_eval(name, train, test, config, seeds, *, valid=None):
+def _fit_eval(name, train, test, config, seeds, *, valid=None, fits=None, tag=""):
   method_name, method_config = method_configs(config)[name]
   method = get_method(method_name, method_config, num_features=train.num_features, list_size=train.list_size)
   result = fit(method, train, valid, config=_train_config(config), seeds=seeds, name=name)
+  if fits is not None:  # for write_results: the run's diverged seeds
+    fits[f"{tag}{name}"] = result
   m = evaluate(method, result.params, test, cutoffs=(1, 3), batch_size=config.eval_batch_size)
   return method, result.params, {k: np.asarray(m[k]) for k in METRICS}
 
 
-def run_point(params, methods, splits, config, seeds, oracle=None):
-  """Trains and evaluates ``methods`` on one simulated log. Returns ``{method: {metric: [S]}}``."""
+def run_point(params, methods, splits, config, seeds, oracle=None, *, fits=None, tag=""):
+  """Trains and evaluates ``methods`` on one simulated log. Returns ``{method: {metric: [S]}}``.
+
+  ``fits``, when given, collects each fit's :class:`~ultr_jax.train.FitResult` under ``tag + method``."""
   train, valid, test = splits
   log = simulation.simulate_topk_log(
     jax.random.key(config.sim_seed),
@@ -218,7 +222,7 @@ def run_point(params, methods, splits, config, seeds, oracle=None):
     if name == "rank_agg" or name == "oracle":
       continue
     ds = topk if name in ("naive", "ips") else full
-    method, p, m = _fit_eval(name, ds, test, config, seeds)
+    method, p, m = _fit_eval(name, ds, test, config, seeds, fits=fits, tag=tag)
     trained[name] = p
     out[name] = m
   if "rank_agg" in methods and "ips" in trained and "heckman_rank" in trained:
@@ -521,11 +525,11 @@ def run(config, workdir):
     f"{all_features.train.num_features - main_hidden} of {all_features.train.num_features} features "
     f"visible on the main grid"
   )
-  raw, results, timing = {}, {}, {}
+  raw, results, timing, fits = {}, {}, {}, {}
   for key, entry in points.items():
     t = time.perf_counter()
     splits, oracle = view(entry["params"]["hidden"])
-    raw[key] = run_point(entry["params"], entry["methods"], splits, config, seeds, oracle)
+    raw[key] = run_point(entry["params"], entry["methods"], splits, config, seeds, oracle, fits=fits, tag=f"{key}/")
     results[key] = _summ(raw[key])
     timing[key] = time.perf_counter() - t
     logging.info(
@@ -553,6 +557,6 @@ def run(config, workdir):
     logging.info(f"[cld] ordering {_ordering_line(name, e)}")
   table += "\n## All points\n\n" + _table(results, list(points))
   out["figures"] = _plots(results, points, workdir, config)
-  write_results(workdir, out, table=table)
+  write_results(workdir, out, table=table, fits=fits)
   logging.info(f"[cld] done in {time.perf_counter() - t0:.1f}s -> {workdir}")
   return out

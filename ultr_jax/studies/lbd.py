@@ -731,7 +731,13 @@ class _Sweep(NamedTuple):
   eta_click_fn: Any
 
 
-def _baseline_job(sweep: _Sweep, ranker: str, name: str) -> dict:
+def _keep(fits: Optional[dict], name: str, res) -> None:
+  """Notes ``res``'s diverged seeds and fingerprint for :func:`~ultr_jax.train.write_results` (not its params)."""
+  if fits is not None:
+    fits[name] = res._replace(params=None, extra=None, final_params=None, history=[])
+
+
+def _baseline_job(sweep: _Sweep, ranker: str, name: str, fits: Optional[dict] = None) -> dict:
   """One baseline ``name`` under ``ranker`` at every eta (one stacked fit): ``eta key -> {cell: metrics}``."""
   config, train, test, seeds, etas = sweep.config, sweep.train, sweep.test, sweep.seeds, sweep.etas
   n_eta, n_seed = len(etas), len(seeds)
@@ -739,11 +745,13 @@ def _baseline_job(sweep: _Sweep, ranker: str, name: str) -> dict:
   method = get_method(BASELINES[name], rcfg, num_features=train.num_features, list_size=train.list_size)
   if name == "labeled_data":  # trained on the labels: the same model at every eta
     res = fit(method, train, None, click_fn=None, config=tcfg, seeds=seeds, name=f"{name}[{ranker}]")
+    _keep(fits, f"{name}[{ranker}]", res)
     m = _evaluate_runs(method, res.params, test, (n_seed,))
     cell = {k: _summ(m[k]) for k in METRICS}
     return {_eta_key(e): {f"{ranker}/{name}": cell} for e in etas}
   stacked = stack_runs(method, n_eta, optimizer=method.optimizer or make_optimizer(tcfg))
   res = fit(stacked, train, None, click_fn=sweep.eta_click_fn, config=tcfg, seeds=seeds, name=f"{name}[{ranker}]")
+  _keep(fits, f"{name}[{ranker}]", res)
   m = _evaluate_runs(method, res.params, test, (n_seed, n_eta))
   return {_eta_key(e): {f"{ranker}/{name}": {k: _summ(m[k][:, i]) for k in METRICS}} for i, e in enumerate(etas)}
 
@@ -797,7 +805,7 @@ def _grid_entry(sweep: _Sweep, ranker: str, i: int, valid_m: dict, test_m: dict)
   return entry
 
 
-def _grid_job(sweep: _Sweep, ranker: str, chunk: tuple) -> dict:
+def _grid_job(sweep: _Sweep, ranker: str, chunk: tuple, fits: Optional[dict] = None) -> dict:
   """The (lambda, t) grid of ``ranker`` for the etas ``chunk`` (indices into ``etas``)."""
   train, etas = sweep.train, sweep.etas
   tcfg = _train_cfg(sweep.config, ranker)
@@ -813,6 +821,7 @@ def _grid_job(sweep: _Sweep, ranker: str, chunk: tuple) -> dict:
     seeds=sweep.seeds,
     name=f"lbd_grid[{ranker}, eta={','.join(f'{etas[i]:g}' for i in chunk)}]",
   )
+  _keep(fits, f"lbd_grid[{ranker}, eta={','.join(f'{etas[i]:g}' for i in chunk)}]", res)
   single = make_lbd(rcfg, num_features=train.num_features, list_size=train.list_size)
   runs = {"tower": res.params["towers"]}  # leaves [S, E, G, ...]
   lead = (len(sweep.seeds), len(chunk), len(sweep.members))
@@ -833,11 +842,16 @@ def _sweep_jobs(config: ml_collections.ConfigDict, n_eta: int) -> tuple[list, li
   return chunks, jobs
 
 
-def _run_job(sweep: _Sweep, job: tuple, num_chunks: int, jobs: list, timings: dict, t_start: float) -> dict:
-  """Runs one job of :func:`_sweep_jobs`, records its time in ``timings`` and logs it."""
+def _run_job(
+  sweep: _Sweep, job: tuple, num_chunks: int, jobs: list, timings: dict, t_start: float, fits: Optional[dict] = None
+) -> dict:
+  """Runs one job of :func:`_sweep_jobs`, records its time in ``timings`` (and its fits in ``fits``) and logs it."""
   ranker, name, chunk = job
   t0 = time.perf_counter()
-  out = _grid_job(sweep, ranker, chunk) if name == "lbd_grid" else _baseline_job(sweep, ranker, name)
+  if name == "lbd_grid":
+    out = _grid_job(sweep, ranker, chunk, fits)
+  else:
+    out = _baseline_job(sweep, ranker, name, fits)
   label = f"{ranker}/{name}" + (
     f"[eta={','.join(f'{sweep.etas[i]:g}' for i in chunk)}]" if num_chunks > 1 and name == "lbd_grid" else ""
   )
@@ -907,7 +921,10 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
   sweep = _Sweep(config, train, valid, test, seeds, members, etas, click_fn, ws, eta_click_fn)
   chunks, jobs = _sweep_jobs(config, len(etas))
   timings: dict[str, float] = {}
-  run_job = functools.partial(_run_job, sweep, num_chunks=len(chunks), jobs=jobs, timings=timings, t_start=t_start)
+  fits: dict[str, Any] = {}  # each job writes its own keys (from its thread)
+  run_job = functools.partial(
+    _run_job, sweep, num_chunks=len(chunks), jobs=jobs, timings=timings, t_start=t_start, fits=fits
+  )
   workers = max(1, int(config.get("workers", 1)))
   if workers == 1:
     outs = [run_job(j) for j in jobs]
@@ -932,7 +949,7 @@ def run_lbd_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
   logging.info(json.dumps({k: results["_effects"][k] for k in ("E1", "E5")}, indent=1, default=float)[:4000])
   if workdir is not None:
     os.makedirs(workdir, exist_ok=True)
-    write_results(workdir, results, table=table)
+    write_results(workdir, results, table=table, fits=fits)
     plot_figures(results, etas, config, workdir)
   logging.info(f"total time {time.perf_counter() - t_start:.1f}s")
   return results

@@ -71,6 +71,7 @@ from ultr_jax.train.method import KEY_REASONS, method_inputs_missing
 from ultr_jax.train.online import online_learning, online_users_missing
 from ultr_jax.studies.tables import best_and_ties, summarize_metrics
 from ultr_jax.train.results import (
+  FitResult,
   atomic_write_text,
   markdown_table,
   write_results,
@@ -666,7 +667,7 @@ def plot_heatmap(results: Mapping[str, Any], biases, methods, path: str, *, metr
 # The report.
 
 
-def _write(workdir, results, rows, biases, methods, num_seeds, final: bool) -> str:
+def _write(workdir, results, rows, biases, methods, num_seeds, final: bool, fits=None) -> str:
   columns = ["identifiability (IG)", *methods]
   table = markdown_table(rows, columns, row_header="bias")
   table += (
@@ -684,7 +685,7 @@ def _write(workdir, results, rows, biases, methods, num_seeds, final: bool) -> s
   if not final:
     table += "\n(partial: the report is still running)\n"
   if workdir is not None:
-    write_results(workdir, results, table=table, rows=rows, columns=columns, row_header="bias")
+    write_results(workdir, results, table=table, rows=rows, columns=columns, row_header="bias", fits=fits)
   return table
 
 
@@ -706,7 +707,7 @@ def _bias_identifiability(config, bias, train, click_cfg, b_idx: int) -> dict:
 
 
 def _method_cell(config, name, bias_name, train, valid, test, click_fn, probe, held, seeds) -> tuple:
-  """Fits and scores method ``name`` under one bias: ``(entry, table cell, history)``.
+  """Fits and scores method ``name`` under one bias: ``(entry, table cell, FitResult)``.
 
   A method the bias's click log cannot serve gives ``({"n/a": reason}, reason, None)``.
   """
@@ -736,7 +737,7 @@ def _method_cell(config, name, bias_name, train, valid, test, click_fn, probe, h
     entry["diverged"] = True
     s = summaries["ndcg@10"]
     cell = f"{s['mean']:.4f} ± {s['ci90']:.4f} (diverged: non-finite parameters)"
-  return entry, cell, fit_result.history
+  return entry, cell, fit_result
 
 
 def _online_row(config, bias, bias_name, data, b_idx, click_cfg, seeds, results, row, timings) -> None:
@@ -773,8 +774,9 @@ def _report_meta(config, columns, biases, num_seeds, timings, t_start) -> dict:
   }
 
 
-def _run_bias(config, data, bias_name, b_idx, seeds, sessions_per_list, results, timings, workdir) -> dict:
-  """Trains every method and online learner under bias ``bias_name``; fills ``results`` and returns its row."""
+def _run_bias(config, data, bias_name, b_idx, seeds, sessions_per_list, results, timings, fits, workdir) -> dict:
+  """Trains every method and online learner under bias ``bias_name``; fills ``results`` and ``fits`` (run name ->
+  :class:`~ultr_jax.train.FitResult`) and returns its row."""
   methods = list(config.methods)
   bias = config.bias_configs[bias_name]
   train, valid, test = _bias_datasets(bias, data, int(config.seed) + 1000 * b_idx)
@@ -796,11 +798,14 @@ def _run_bias(config, data, bias_name, b_idx, seeds, sessions_per_list, results,
   histories: dict[str, list] = {}
   for name in methods:
     t0 = time.perf_counter()
-    entry, row[name], history = _method_cell(config, name, bias_name, train, valid, test, click_fn, probe, held, seeds)
+    entry, row[name], fit_result = _method_cell(
+      config, name, bias_name, train, valid, test, click_fn, probe, held, seeds
+    )
     results[bias_name][name] = entry
-    if history is None:
+    if fit_result is None:
       continue
-    histories[name] = history
+    fits[f"{bias_name}/{name}"] = fit_result
+    histories[name] = fit_result.history
     timings[bias_name][name] = time.perf_counter() - t0
     logging.info(f"[report] {bias_name}/{name}: ndcg@10 {entry['ndcg@10']:.4f} ({timings[bias_name][name]:.1f}s)")
   _online_row(config, bias, bias_name, data, b_idx, click_cfg, seeds, results, row, timings)
@@ -840,10 +845,13 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
   results: dict[str, Any] = {"_identifiability": {}, **({"_clicks": {}} if sessions_per_list else {})}
   rows: dict[str, dict] = {}
   timings: dict[str, dict] = {}
+  fits: dict[str, FitResult] = {}
   for b_idx, bias_name in enumerate(biases):
-    rows[bias_name] = _run_bias(config, data, bias_name, b_idx, seeds, sessions_per_list, results, timings, workdir)
+    rows[bias_name] = _run_bias(
+      config, data, bias_name, b_idx, seeds, sessions_per_list, results, timings, fits, workdir
+    )
     results["_meta"] = _report_meta(config, columns, biases[: b_idx + 1], len(seeds), timings, t_start)
-    _write(workdir, results, rows, biases, columns, len(seeds), final=b_idx == len(biases) - 1)
+    _write(workdir, results, rows, biases, columns, len(seeds), final=b_idx == len(biases) - 1, fits=fits)
   table = _write(None, results, rows, biases, columns, len(seeds), final=True)
   if sessions_per_list:
     clicks_text, best = click_table(results, biases, columns)
@@ -855,7 +863,13 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
     plot_heatmap(results, biases, columns, os.path.join(workdir, "heatmap.png"))
     results["_meta"]["seconds"] = time.perf_counter() - t_start
     write_results(
-      workdir, results, table=table, rows=rows, columns=["identifiability (IG)", *columns], row_header="bias"
+      workdir,
+      results,
+      table=table,
+      rows=rows,
+      columns=["identifiability (IG)", *columns],
+      row_header="bias",
+      fits=fits,
     )
   logging.info(table)
   if sessions_per_list:

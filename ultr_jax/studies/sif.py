@@ -297,8 +297,11 @@ def exposure_slope_size(params):
   return np.abs(np.asarray(leaves[0], np.float64)).mean(-1) if leaves else None
 
 
-def run_t7(config, data, setting, alpha, *, methods=None, train_overrides=None):
-  """Every method of ``methods`` (default ``config.methods``) at one setting; returns (rows, histories)."""
+def run_t7(config, data, setting, alpha, *, methods=None, train_overrides=None, fits=None):
+  """Every method of ``methods`` (default ``config.methods``) at one setting; returns (rows, histories).
+
+  ``fits``, when given, collects each method's :class:`~ultr_jax.train.FitResult` under
+  ``"<setting>/alpha=<alpha>/<method>"`` (for :func:`~ultr_jax.train.write_results`: diverged seeds)."""
   train, valid, test = data
   a = 0.0 if setting == "position" else alpha
   # alpha travels in the data, so every setting reuses one compiled step (persistent XLA cache).
@@ -315,6 +318,8 @@ def run_t7(config, data, setting, alpha, *, methods=None, train_overrides=None):
     )
     t0 = time.perf_counter()
     res = fit(m, train, valid, click_fn=click_fn, config=tc, seeds=tuple(range(config.num_seeds)))
+    if fits is not None:
+      fits[f"{setting}/alpha={alpha:g}/{name}"] = res
     met = evaluate(m, res.params, test, cutoffs=(3, 5, 10))
     row = {k: summarize(met[k]) for k in METRICS}
     row["leakage_d"] = summarize(held_out_leakage(m, res.params, test, k_top=config.k_top))
@@ -520,12 +525,12 @@ def run(config, workdir):
       table = markdown_table({n: {c: cell(r, c) for c in cols} for n, r in block["rows"].items()}, cols, precision=4)
       report.append(f"### T8 (position-only PBM, {config.t8.steps} steps) [{dkey}]\n\n{table}\n")
       logging.info(report[-1])
-  results, histories = {}, {}
+  results, histories, fits = {}, {}, {}
   settings = [("position", 0.0)] if config.position_setting else []
   settings += [("trust", float(a)) for a in config.alphas]
   for setting, alpha in settings:
     key = f"setting={setting}/alpha={alpha:g}"
-    rows, hist = run_t7(config, data, setting, alpha)
+    rows, hist = run_t7(config, data, setting, alpha, fits=fits)
     results[key], histories[key] = rows, hist
     cols = list(METRICS) + ["leakage_d", "propensity_mae", "propensity_mae_final"]
     table = markdown_table({n: {c: r.get(c, "-") for c in cols} for n, r in rows.items()}, cols, precision=4)
@@ -567,5 +572,5 @@ def run(config, workdir):
     "seconds": elapsed,
     "histories": {k: {n: h for n, h in v.items()} for k, v in histories.items()},
   }
-  write_results(workdir, payload, table="\n".join(report))
+  write_results(workdir, payload, table="\n".join(report), fits=fits)
   return payload, figures

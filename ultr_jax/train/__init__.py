@@ -13,7 +13,7 @@ from ultr_jax.train.compilation import enable_compilation_cache
 from ultr_jax.train.loop import (
   DEFAULT_CUTOFFS,
   DISPLAYS,
-  FitResult,
+  OnEval,
   default_train_config,
   display_batch,
   evaluate,
@@ -39,8 +39,10 @@ from ultr_jax.train.online import (
   register_online_learner,
 )
 from ultr_jax.train.config import merge_config
+from ultr_jax.train.input import TrainLayout, place_train
 from ultr_jax.train.methods import available_methods, get_method, method_defaults, register, shared_method_configs
 from ultr_jax.train.results import (
+  FitResult,
   atomic_write_text,
   markdown_table,
   run_in_progress,
@@ -50,12 +52,18 @@ from ultr_jax.train.results import (
 )
 from ultr_jax.train.schema import TRAIN_CONFIG_RULES, validate_train_config
 from ultr_jax.train.sharding import make_mesh, maybe_initialize_distributed
+from ultr_jax.train.state import TrainState, create_train_state
+from ultr_jax.train.step import TrainSteps, make_train_steps
 
 __all__ = [
   "Checkpointer",
   "DEFAULT_CUTOFFS",
   "FitResult",
   "Method",
+  "OnEval",
+  "TrainLayout",
+  "TrainState",
+  "TrainSteps",
   "ONLINE_CLICK_MODELS",
   "MULTILEAVE_METHODS",
   "DISPLAYS",
@@ -65,6 +73,7 @@ __all__ = [
   "OnlineLearner",
   "atomic_write_text",
   "available_methods",
+  "create_train_state",
   "default_train_config",
   "enable_compilation_cache",
   "evaluate",
@@ -79,12 +88,14 @@ __all__ = [
   "shared_method_configs",
   "make_mesh",
   "make_optimizer",
+  "make_train_steps",
   "markdown_table",
   "maybe_initialize_distributed",
   "online_click_model",
   "online_learner_config",
   "online_learning",
   "online_users_missing",
+  "place_train",
   "predict",
   "register",
   "register_online_learner",

@@ -7,7 +7,7 @@ without clipping.
 """
 
 import difflib
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Union
 
 import ml_collections
 
@@ -25,7 +25,7 @@ def _items(config: Any) -> list[tuple[str, Any]]:
 
 
 def merge_config(
-  defaults: Mapping[str, Any],
+  defaults: Union[Mapping[str, Any], ml_collections.ConfigDict],
   config: Optional[Any] = None,
   *,
   what: str = "config",

@@ -88,9 +88,9 @@ def evaluate(
   cutoffs = tuple(int(k) for k in cutoffs)
   dcg_cutoffs = tuple(int(k) for k in dcg_cutoffs)
   sums, count = None, np.zeros((), np.float64)
-  labels_all, where_all = dataset.labels, dataset.where
-  has_rel = ((labels_all > 0) & where_all).any(-1)
-  counted_all = where_all.any(-1) & (has_rel if drop_no_relevant else True)
+  labels_all, where_all = np.asarray(dataset.labels), np.asarray(dataset.where, bool)
+  has_rel = np.any((labels_all > 0) & where_all, axis=-1)
+  counted_all: np.ndarray = np.any(where_all, axis=-1) & has_rel if drop_no_relevant else np.any(where_all, axis=-1)
   finite = None
   for idx, batch in _padded_chunks(dataset, batch_size):
     scores = _score_chunk(params, batch, score_fn=method.score)
@@ -103,6 +103,7 @@ def evaluate(
     part = {k: (np.asarray(v, np.float64) * counted).sum(-1) for k, v in per_query.items()}
     sums = part if sums is None else {k: sums[k] + part[k] for k in sums}
     count = count + counted.sum()
+  assert sums is not None and finite is not None  # a dataset has at least one chunk
   return {k: np.where(finite, v / max(count, 1.0), np.nan) for k, v in sums.items()}
 
 
@@ -216,6 +217,7 @@ def evaluate_clicks(
       _click_chunk(params, extra, jax.tree.map(jnp.asarray, batch), logits_fn=method.click_logits), np.float64
     )
     sums = part if sums is None else sums + part
+  assert sums is not None  # a dataset has at least one chunk
   count = dataset.where.sum(0).astype(np.float64)  # [L] shown documents per rank
   ranks = count > 0
   perplexity = np.exp(-sums[:, ranks] / count[ranks]).mean(-1)

@@ -3,7 +3,7 @@ resumed."""
 
 import hashlib
 import json
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +14,7 @@ from ultr_jax.data import RankingDataset
 from ultr_jax.train import results as results_lib
 from ultr_jax.train.defaults import NOT_FINGERPRINTED, with_defaults
 from ultr_jax.train.method import Method
+from ultr_jax.types import ClickFn
 
 __all__ = [
   "run_fingerprint",
@@ -24,8 +25,6 @@ __all__ = [
   "arrays_digest",
   "canonical",
 ]
-
-ClickFn = Callable[[jax.Array, Mapping[str, jax.Array]], Mapping[str, jax.Array]]
 
 
 def canonical(value: Any) -> Any:
@@ -56,7 +55,7 @@ def _array_digest(h: Any, name: str, v: np.ndarray) -> None:
     return
   rows = max(1, _CHUNK_BYTES // max(1, v[0].nbytes))
   for start in range(0, v.shape[0], rows):
-    h.update(memoryview(np.ascontiguousarray(v[start : start + rows])).cast("B"))
+    h.update(np.ascontiguousarray(v[start : start + rows]).data.cast("B"))
 
 
 def arrays_digest(arrays: Mapping[str, np.ndarray]) -> str:

@@ -37,15 +37,15 @@ def _masked_host(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def _device_arrays(arrays: Mapping[str, np.ndarray], sharding) -> dict[str, jax.Array]:
-  arrays = dict(arrays)
+  out = {}
   for k, v in arrays.items():
     v = np.asarray(v)
     if v.dtype == np.float64:
       v = v.astype(np.float32)
     elif v.dtype == np.int64:
       v = v.astype(np.int32)
-    arrays[k] = jax.device_put(v, sharding)
-  return arrays
+    out[k] = jax.device_put(v, sharding)
+  return out
 
 
 def _place_train(ds: RankingDataset, mesh, config) -> tuple[dict, Optional[np.ndarray], int]:
@@ -226,11 +226,12 @@ class TrainLayout:
     >>> layout.indices(0).shape
     (2, 4)
     """
-    if self.stratified:
-      return _stratified_indices(self.bounds, self.batch_size, step, self.seeds, self.data_seed)
     if self.bounds is None:
       return _batch_indices(self.num_queries, self.batch_size, step, self.seeds, self.data_seed)
+    if self.stratified:
+      return _stratified_indices(self.bounds, self.batch_size, step, self.seeds, self.data_seed)
     idx = _batch_indices(int(self.bounds[-1]), self.batch_size, step, self.seeds, self.data_seed)
+    assert self.rows_of is not None  # set for a sharded, unstratified layout
     return np.where(idx >= 0, self.rows_of[np.maximum(idx, 0)], -1).astype(np.int32)
 
   def queries(self, step: int) -> np.ndarray:
@@ -277,7 +278,7 @@ def place_train(
 ) -> tuple[dict[str, jax.Array], TrainLayout]:
   """The training lists on the devices (:func:`training_arrays`) and the :class:`TrainLayout` to draw from them.
 
-  Every floating per-item entry under the mask is zeroed as the lists are placed (:func:`mask_padding`, on the
+  Every floating per-item entry under the mask is zeroed as the lists are placed (``input.mask_padding``, on the
   host, once), so no padded NaN or inf reaches a step.
 
   Args:
@@ -359,4 +360,7 @@ def step_batch(
   >>> step_batch(None, None, {"where": jnp.ones((3, 2), bool)}, 2)["where"].shape
   (2, 3, 2)
   """
-  return seed_batch(mask_padding(idx), num_seeds) if layout is None else layout.gather(data, idx)
+  if layout is None:
+    return seed_batch(mask_padding(idx), num_seeds)
+  assert data is not None, "step_batch: an in-memory layout gathers from the lists on the devices"
+  return layout.gather(data, idx)

@@ -46,7 +46,7 @@ import os
 import shutil
 import sys
 import time
-from typing import Any, Callable, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Protocol, Sequence
 
 from absl import flags as absl_flags
 from absl import logging
@@ -56,7 +56,6 @@ import ml_collections
 import numpy as np
 
 from ultr_jax.data import RankingDataset
-from ultr_jax.train import results as results_lib
 from ultr_jax.train import sharding as sharding_lib
 from ultr_jax import _workdir as workdir_lock
 from ultr_jax.train.checkpoint import ON_CORRUPT, Checkpointer, restore_checkpoint
@@ -72,14 +71,17 @@ from ultr_jax.train.defaults import (
 )
 from ultr_jax.train.evaluation import evaluate, evaluate_clicks, predict
 from ultr_jax.train.fingerprint import fingerprint_diff, make_fingerprint, run_fingerprint, stream_digest
-from ultr_jax.train.input import TrainLayout, _batch_indices, _stratified_indices, place_train, training_arrays
+from ultr_jax.train.input import TrainLayout, place_train, training_arrays
 from ultr_jax.train.method import Method
-from ultr_jax.train.state import create_train_state, finite_params, host, local, update_best
-from ultr_jax.train.step import ClickFn, display_batch, make_train_steps
+from ultr_jax.train.results import FitResult
+from ultr_jax.train.state import TrainState, create_train_state, finite_params, host, local, update_best
+from ultr_jax.train.step import TrainSteps, display_batch, make_train_steps
 from ultr_jax.train.stream import StreamReader
+from ultr_jax.types import ClickFn
 
 __all__ = [
   "DISPLAYS",
+  "OnEval",
   "default_train_config",
   "display_batch",
   "make_optimizer",
@@ -94,21 +96,6 @@ __all__ = [
   "fingerprint_diff",
 ]
 
-_ = (_batch_indices, _stratified_indices)  # importable from here, as before the split
-
-
-class FitResult(NamedTuple):
-  """What :func:`fit` returns. Arrays have a leading seed axis ``[S, ...]``."""
-
-  params: Any  # best-on-validation params per seed (final params without validation)
-  extra: Any  # the matching non-trained method state
-  history: list  # one dict per evaluation
-  best_step: np.ndarray  # int [S]
-  best_metric: np.ndarray  # float [S] (validation select_metric)
-  final_params: Any  # params at the last step
-  diverged: Optional[np.ndarray] = None  # bool [S]: the seed's loss or parameters went non-finite
-  fingerprint: Optional[dict] = None  # what shaped the run (run_fingerprint), with a workdir
-
 
 def _progress(message: str) -> None:
   """A progress line: ``absl.logging.info`` under an absl app (its handler prints INFO on stderr);
@@ -120,32 +107,42 @@ def _progress(message: str) -> None:
     sys.stderr.flush()
 
 
-@dataclasses.dataclass(eq=False)
+class OnEval(Protocol):
+  """``on_eval(record)``: called on the host with each evaluation's record (an entry of ``FitResult.history``)."""
+
+  def __call__(self, record: dict, /) -> Any: ...
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
 class _Run:
-  """What one :func:`fit` call carries between its pieces (the loop, evaluation, checkpoints)."""
+  """What one :func:`fit` call holds fixed while it trains: the run, its data and its resources (the stream's
+  reader and the checkpoints are I/O handles). What changes from step to step is passed and returned: the
+  device state (:class:`~ultr_jax.train.TrainState`) and the host's :class:`_Progress`."""
 
   name: str
   method: Method
   config: ml_collections.ConfigDict
-  seeds: list
+  seeds: tuple[int, ...]
   valid: Optional[RankingDataset]
-  on_eval: Optional[Callable[[dict], None]]
+  on_eval: Optional[OnEval]
+  replicated: jax.sharding.Sharding  # the state's sharding, and that of the batch indices put on the devices
+  train: Optional[RankingDataset] = None  # the in-memory training lists (for divergence reports)
+  layout: Optional[TrainLayout] = None
   stream: Optional[StreamReader] = None
   ckpt: Optional[Checkpointer] = None
   fingerprint: Optional[dict] = None
-  history: list = dataclasses.field(default_factory=list)
-  train: Optional[RankingDataset] = None  # the in-memory training lists (for divergence reports)
-  layout: Optional[TrainLayout] = None
-  diverged: Optional[np.ndarray] = None  # bool [S], set in __post_init__
-  total: int = 0
-
-  def __post_init__(self):
-    self.diverged = np.zeros((len(self.seeds),), bool)
-    self.total = int(self.config.steps)
 
   def say(self, message: str) -> None:
     if self.config.progress:
       _progress(f"[{self.name}] {message}")
+
+
+class _Progress(NamedTuple):
+  """The host side of the loop's state, returned by every piece that changes it."""
+
+  history: tuple[dict, ...]  # one record per evaluation
+  diverged: np.ndarray  # bool [S]: the seed's loss or parameters went non-finite
+  total: int  # the step the run ends at (config.steps, or where the stream ended)
 
 
 def _check_config(config: ml_collections.ConfigDict, click_fn: Optional[ClickFn]) -> None:
@@ -167,66 +164,75 @@ def _check_config(config: ml_collections.ConfigDict, click_fn: Optional[ClickFn]
     )
 
 
-def _resume(run: _Run, state: dict, workdir: str, fingerprint: dict, sharding) -> dict:
-  """Opens ``workdir/checkpoints/<name>`` (deleted first with ``restart``) and restores its latest checkpoint
-  when its fingerprint matches the run's; refuses another run's checkpoint."""
-  ckpt_dir = os.path.join(os.path.abspath(workdir), "checkpoints", run.name)
-  if run.config.restart and os.path.isdir(ckpt_dir):
+def _open_checkpoints(name: str, config: ml_collections.ConfigDict, workdir: str) -> Checkpointer:
+  """Opens ``workdir/checkpoints/<name>`` (deleted first with ``restart``)."""
+  ckpt_dir = os.path.join(os.path.abspath(workdir), "checkpoints", name)
+  if config.restart and os.path.isdir(ckpt_dir):
     shutil.rmtree(ckpt_dir)
     shutil.rmtree(ckpt_dir + ".corrupt", ignore_errors=True)  # the unreadable steps set aside, if any
-    run.say(f"restart: deleted the checkpoints in {ckpt_dir}")
-  run.fingerprint = fingerprint
-  run.ckpt = Checkpointer(ckpt_dir, max_to_keep=run.config.max_to_keep)
+    if config.progress:
+      _progress(f"[{name}] restart: deleted the checkpoints in {ckpt_dir}")
+  return Checkpointer(ckpt_dir, max_to_keep=int(config.max_to_keep))
+
+
+def _resume(run: _Run, state: TrainState, progress: _Progress, sharding) -> tuple[TrainState, _Progress]:
+  """The run's latest checkpoint restored when its fingerprint matches the run's (another run's checkpoint is
+  refused); the state and progress as they are when there is none."""
+  assert run.ckpt is not None and run.fingerprint is not None
   restored = restore_checkpoint(
     run.ckpt,
     state,
-    fingerprint,
-    max_step=run.total,
+    run.fingerprint,
+    max_step=progress.total,
     name=run.name,
     on_corrupt=str(run.config.on_corrupt_checkpoint),
   )
-  if restored is not None:
-    step, state, meta = restored
-    state = jax.device_put(state, sharding)
-    run.history = list(meta.get("history", []))
-    run.diverged = np.asarray(meta.get("diverged", run.diverged.tolist()), bool)
-    if run.stream is not None:
-      run.stream.resume(step, meta.get("stream_state"))
-    run.say(f"resumed from step {step}")
-  results_lib.record_run(workdir, run.name, fingerprint=fingerprint["hash"])
-  return state
+  if restored is None:
+    return state, progress
+  step, state, meta = restored
+  state = jax.device_put(state, sharding)
+  progress = progress._replace(
+    history=tuple(meta.get("history", [])),
+    diverged=np.asarray(meta.get("diverged", progress.diverged.tolist()), bool),
+  )
+  if run.stream is not None:
+    run.stream.resume(step, meta.get("stream_state"))
+  run.say(f"resumed from step {step}")
+  return state, progress
 
 
-def _save(run: _Run, state: dict) -> None:
+def _save(run: _Run, state: TrainState, progress: _Progress) -> None:
   if run.ckpt is not None:
-    meta = {"history": run.history, "fingerprint": run.fingerprint, "diverged": run.diverged.tolist()}
+    meta = {"history": list(progress.history), "fingerprint": run.fingerprint, "diverged": progress.diverged.tolist()}
     if run.stream is not None:
       meta["stream_state"] = run.stream.consumed_state
-    run.ckpt.save(int(host(state["step"])), state, meta)
+    run.ckpt.save(int(host(state.step)), state, meta)
 
 
-def _validate(run: _Run, state: dict) -> tuple[dict, Optional[dict]]:
+def _validate(run: _Run, state: TrainState, diverged: np.ndarray) -> tuple[TrainState, Optional[dict]]:
   """Validation metrics of the current params (None without ``valid``); each seed's best state updated."""
   if run.valid is None:
     return state, None
   cutoffs = tuple(sorted(set(DEFAULT_CUTOFFS) | {10}))
-  m = evaluate(run.method, local(state["params"]), run.valid, cutoffs=cutoffs, batch_size=run.config.eval_batch_size)
+  batch_size = int(run.config.eval_batch_size)
+  m = evaluate(run.method, local(state.params), run.valid, cutoffs=cutoffs, batch_size=batch_size)
   select = run.config.select_metric
   if select not in m:
     raise ValueError(f"select_metric {select!r} not among {sorted(m)}")
-  check_selection_metric(m[select], select, seeds=run.seeds, diverged=run.diverged)  # never a NaN "best"
-  return update_best(state, np.asarray(m[select], np.float32)), m
+  check_selection_metric(m[select], select, seeds=run.seeds, diverged=diverged)  # never a NaN "best"
+  return update_best(state, jax.device_put(np.asarray(m[select], np.float32), run.replicated)), m
 
 
-def _check_finite(run: _Run, state: dict, means: dict, step: int, diagnoses: list) -> None:
-  """Marks (or, with on_divergence="raise", refuses) the seeds whose loss or parameters are not finite, naming
-  the step, the batch and the input field or parameter that went non-finite first."""
+def _check_finite(run: _Run, state: TrainState, diverged: np.ndarray, means: dict, step: int, diagnoses: list):
+  """The seeds marked diverged after this evaluation (``bool[S]``); with on_divergence="raise", an error for a
+  seed whose loss or parameters are not finite, naming the step, the batch and the input field or parameter that
+  went non-finite first."""
   loss = np.asarray(means["loss"], np.float64).reshape(len(run.seeds), -1)
-  bad = ~np.isfinite(loss).all(-1) | ~host(finite_params(state["params"]))
+  bad = ~np.isfinite(loss).all(-1) | ~host(finite_params(state.params))
   if not bad.any():
-    return
+    return diverged
   which = [run.seeds[i] for i in np.flatnonzero(bad)]
-  leaves = jax.tree_util.tree_leaves_with_path(host(state["params"]))
+  leaves = jax.tree_util.tree_leaves_with_path(host(state.params))
   nonfinite = [jax.tree_util.keystr(p) for p, x in leaves if x.dtype.kind == "f" and not np.isfinite(x).all()]
   in_memory = run.train is not None and jax.process_count() == 1
   cause = divergence_cause(
@@ -243,29 +249,30 @@ def _check_finite(run: _Run, state: dict, means: dict, step: int, diagnoses: lis
       f"({np.asarray(means['loss']).tolist()}) or parameters. {cause} Or set on_divergence='mark' to keep "
       "going and mark those seeds"
     )
-  new = bad & ~run.diverged
-  run.diverged = run.diverged | bad
+  new = bad & ~diverged
   if new.any():
     run.say(f"step {step}: seed(s) {[run.seeds[i] for i in np.flatnonzero(new)]} diverged (marked). {cause}")
+  return diverged | bad
 
 
-def _evaluation(run: _Run, state: dict, step: int, means: dict, rate: float, diagnoses: list) -> dict:
+def _evaluation(
+  run: _Run, state: TrainState, progress: _Progress, step: int, means: dict, rate: float, diagnoses: list
+) -> tuple[TrainState, _Progress]:
   """The evaluation at ``step``: the divergence check, validation, the history record (and ``on_eval``)."""
-  _check_finite(run, state, means, step, diagnoses)
-  state, m = _validate(run, state)
+  diverged = _check_finite(run, state, progress.diverged, means, step, diagnoses)
+  state, m = _validate(run, state, diverged)
   record = {"step": step, **{f"train/{k}": np.asarray(v).tolist() for k, v in means.items()}}
   if m is not None:
     record.update({f"valid/{k}": np.asarray(v).tolist() for k, v in m.items()})
-  if run.diverged.any():
-    record["diverged"] = run.diverged.tolist()
-  run.history.append(record)
+  if diverged.any():
+    record["diverged"] = diverged.tolist()
   if run.on_eval is not None:
     run.on_eval(record)
-  msg = f"step {step}/{run.total} loss {np.mean(means['loss']):.4f}"
+  msg = f"step {step}/{progress.total} loss {np.mean(means['loss']):.4f}"
   if m is not None:
     msg += f" valid {run.config.select_metric} {np.mean(m[run.config.select_metric]):.4f}"
   run.say(msg + f" ({rate:.1f} steps/s)")
-  return state
+  return state, progress._replace(history=(*progress.history, record), diverged=diverged)
 
 
 def _steps_per_call(config: ml_collections.ConfigDict) -> int:
@@ -277,81 +284,91 @@ def _steps_per_call(config: ml_collections.ConfigDict) -> int:
   return max(d for d in range(1, min(period, max(1, int(config.steps_per_call))) + 1) if period % d == 0)
 
 
-def _next_call(run: _Run, layout: Optional[TrainLayout], step: int, per_call: int) -> tuple[Any, int]:
-  """The next call's batches (indices ``[K, S, B]`` or a streamed chunk) and how many of its steps are live."""
-  n = min(per_call - step % per_call, run.total - step)
+def _next_call(run: _Run, total: int, step: int, per_call: int) -> tuple[Any, int, int]:
+  """The next call's batches (indices ``[K, S, B]`` or a streamed chunk), how many of its steps are live, and the
+  run's last step (earlier than ``total`` where the stream ended)."""
+  n = min(per_call - step % per_call, total - step)
   if run.stream is None:
-    return np.stack([layout.indices(step + min(j, n - 1)) for j in range(per_call)]), n
+    assert run.layout is not None
+    layout = run.layout
+    idx = np.stack([layout.indices(step + min(j, n - 1)) for j in range(per_call)])
+    return jax.device_put(idx, run.replicated), n, total  # explicitly: the step transfers nothing implicitly
   idx, got = run.stream.next_chunk()
   if got < n:  # the stream ended: train on what it gave, evaluate and save, then stop
-    n, run.total = got, step + got
-  return idx, n
+    n, total = got, step + got
+  return idx, n, total
 
 
-def _train_loop(run: _Run, state: dict, data, layout: Optional[TrainLayout], train_steps) -> tuple[dict, int]:
-  """Trains from the state's step to ``run.total`` (or the stream's end, or early stopping): ``(state, step)``."""
+def _train_loop(
+  run: _Run, state: TrainState, progress: _Progress, data, train_steps: TrainSteps
+) -> tuple[TrainState, _Progress, int]:
+  """Trains from the state's step to ``progress.total`` (or the stream's end, or early stopping):
+  ``(state, progress, step)``."""
   config = run.config
-  step = int(host(state["step"]))
+  step = int(host(state.step))
   eval_every = max(1, int(config.eval_every))
   ckpt_every = int(config.checkpoint_every) or eval_every
+  progress_every = int(config.progress_every or 0)
   per_call = _steps_per_call(config)
   loss_acc, loss_n, diagnoses = None, 0, []
   t0, s0 = time.perf_counter(), step
   if run.stream is not None:
-    run.stream.start(step, run.total, per_call, max(1, int(config.prefetch)))
-  while step < run.total:
-    idx, n = _next_call(run, layout, step, per_call)
+    run.stream.start(step, progress.total, per_call, max(1, int(config.prefetch)))
+  while step < progress.total:
+    idx, n, total = _next_call(run, progress.total, step, per_call)
+    progress = progress._replace(total=total)
     if n == 0 and loss_n == 0:
       break
-    state, sm, diagnosis = train_steps(state, data, idx, np.arange(per_call) < n)
+    live = jax.device_put(np.arange(per_call) < n, run.replicated)
+    state, sm, diagnosis = train_steps(state, data, idx, live)
     diagnoses.append((step, diagnosis))
     if run.stream is not None:
       run.stream.refill(after=sm)  # while the devices compute (dispatch is asynchronous)
     step += n
     loss_acc = sm if loss_acc is None else jax.tree.map(jnp.add, loss_acc, sm)
     loss_n += n
-    at_eval = step % eval_every == 0 or step == run.total
+    at_eval = step % eval_every == 0 or step == total
     rate = (step - s0) / max(time.perf_counter() - t0, 1e-9)  # includes the first step's compile
-    if config.progress_every and step % config.progress_every == 0 and not at_eval:
-      run.say(f"step {step}/{run.total} ({rate:.2f} steps/s, ~{(run.total - step) / rate:.0f}s left)")
+    if progress_every and step % progress_every == 0 and not at_eval:
+      run.say(f"step {step}/{total} ({rate:.2f} steps/s, ~{(total - step) / rate:.0f}s left)")
     if at_eval:
-      state = _evaluation(run, state, step, host(jax.tree.map(lambda v: v / loss_n, loss_acc)), rate, diagnoses)
+      means = host(jax.tree.map(lambda v: v / loss_n, loss_acc))
+      state, progress = _evaluation(run, state, progress, step, means, rate, diagnoses)
       loss_acc, loss_n, diagnoses = None, 0, []
-    if step % ckpt_every == 0 or step == run.total:
-      _save(run, state)
+    if step % ckpt_every == 0 or step == total:
+      _save(run, state, progress)
     if at_eval and run.valid is not None and config.patience > 0:
-      if bool(np.all(host(state["evals_since_best"]) >= config.patience)):
-        _save(run, state)
+      if bool(np.all(host(state.evals_since_best) >= config.patience)):
+        _save(run, state, progress)
         break
-  return state, step
+  return state, progress, step
 
 
-def _result(run: _Run, state: dict, step: int, workdir: Optional[str]) -> FitResult:
-  """Closes the checkpoints and the stream, records diverged seeds, and reads the result off the devices."""
+def _result(run: _Run, state: TrainState, progress: _Progress, step: int) -> FitResult:
+  """Closes the checkpoints and the stream and reads the result off the devices."""
   if run.ckpt is not None:
     run.ckpt.close()
-  if run.diverged.any():
-    results_lib.record_run(workdir, run.name, diverged=[run.seeds[i] for i in np.flatnonzero(run.diverged)])
   if run.stream is not None:
     run.stream.close()
   state = host(state)
   num_seeds = len(run.seeds)
   if run.valid is None:
-    params, extra = state["params"], state["extra"]
+    params, extra = state.params, state.extra
     best_step = np.full((num_seeds,), step, np.int64)
     best_metric = np.full((num_seeds,), np.nan)
   else:
-    params, extra = state["best_params"], state["best_extra"]
-    best_step, best_metric = np.asarray(state["best_step"]), np.asarray(state["best_metric"])
+    params, extra = state.best_params, state.best_extra
+    best_step, best_metric = np.asarray(state.best_step), np.asarray(state.best_metric)
   return FitResult(
     params=params,
     extra=extra,
-    history=run.history,
+    history=list(progress.history),
     best_step=best_step,
     best_metric=best_metric,
-    final_params=state["params"],
-    diverged=run.diverged.copy(),
+    final_params=state.params,
+    diverged=progress.diverged.copy(),
     fingerprint=run.fingerprint,
+    seeds=list(run.seeds),
   )
 
 
@@ -365,7 +382,7 @@ def fit(
   seeds: Sequence[int] = (0,),
   workdir: Optional[str] = None,
   name: Optional[str] = None,
-  on_eval: Optional[Callable[[dict], None]] = None,
+  on_eval: Optional[OnEval] = None,
 ) -> FitResult:
   """Trains ``method`` on ``train`` for ``len(seeds)`` independent runs at once.
 
@@ -437,18 +454,19 @@ def fit(
 
 def _fit(method, train, valid, click_fn, config, seeds, workdir, name, on_eval) -> FitResult:
   """:func:`fit`'s body, under the workdir's lock."""
-  run = _Run(name or method.name, method, config, seeds, valid, on_eval)
+  name = name or method.name
   mesh = sharding_lib.make_mesh(config.num_devices or None)
   rep = sharding_lib.replicated(mesh)
   tx = method.optimizer if method.optimizer is not None else make_optimizer(config)
-  seed_ids = np.asarray(run.seeds, np.uint32)
+  seed_ids = np.asarray(seeds, np.uint32)
+  stream, first = None, None
   if isinstance(train, RankingDataset):
-    data, layout = place_train(train, mesh, config, run.seeds)
-    idx0, run.train, run.layout = layout.indices(0), train, layout
+    data, layout = place_train(train, mesh, config, list(seeds))
+    idx0 = layout.indices(0)
   else:
-    data, layout, run.stream = None, None, StreamReader(train, mesh)
-    first = run.stream.peek()
-    idx0 = jax.tree.map(lambda v: v[0], run.stream.put_one(first))
+    data, layout, stream = None, None, StreamReader(train, mesh)
+    first = stream.peek()
+    idx0 = jax.tree.map(lambda v: v[0], stream.put_one(first))
   state = create_train_state(method, tx, seed_ids, data, idx0, layout=layout, sharding=rep)
   train_steps = make_train_steps(
     method,
@@ -458,13 +476,19 @@ def _fit(method, train, valid, click_fn, config, seeds, workdir, name, on_eval) 
     display=str(config.display),
     batch_sharding=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, sharding_lib.DATA_AXIS)),
   )
+  fingerprint, ckpt = None, None
   if workdir is not None:
     if layout is not None:
-      fingerprint = run_fingerprint(method, train, valid, click_fn=click_fn, config=config, seeds=run.seeds)
+      fingerprint = run_fingerprint(method, train, valid, click_fn=click_fn, config=config, seeds=list(seeds))
     else:
+      assert first is not None
       fp_batch = {k: jnp.asarray(v) for k, v in first.items() if k != "qid"}
-      digest = stream_digest(train, first)
-      fingerprint = make_fingerprint(method, fp_batch, digest, valid, click_fn, config, run.seeds)
-    state = _resume(run, state, workdir, fingerprint, rep)
-  state, step = _train_loop(run, state, data, layout, train_steps)
-  return _result(run, state, step, workdir)
+      fingerprint = make_fingerprint(method, fp_batch, stream_digest(train, first), valid, click_fn, config, seeds)
+    ckpt = _open_checkpoints(name, config, workdir)
+  in_memory = train if layout is not None else None
+  run = _Run(name, method, config, tuple(seeds), valid, on_eval, rep, in_memory, layout, stream, ckpt, fingerprint)
+  progress = _Progress(history=(), diverged=np.zeros((len(seeds),), bool), total=int(config.steps))
+  if ckpt is not None:
+    state, progress = _resume(run, state, progress, rep)
+  state, progress, step = _train_loop(run, state, progress, data, train_steps)
+  return _result(run, state, progress, step)

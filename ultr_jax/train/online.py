@@ -79,10 +79,13 @@ from jax.flatten_util import ravel_pytree
 from ultr_jax import losses as losses_lib
 from ultr_jax import metrics as metrics_lib
 from ultr_jax import simulation as sim
+from ultr_jax.losses import pdgd as pdgd_lib
 from ultr_jax.data import RankingDataset
+from ultr_jax import models
 from ultr_jax.models import make_ranker
 from ultr_jax.train import sharding as sharding_lib
 from ultr_jax.train.loop import DISPLAYS
+from ultr_jax.types import ClickFn
 
 __all__ = [
   "ONLINE_LEARNERS",
@@ -130,10 +133,10 @@ def _click_tables(name: str) -> tuple[jax.Array, jax.Array]:
 
 
 def _as_dict(config: Mapping[str, Any]) -> dict:
-  return dict(config.to_dict() if hasattr(config, "to_dict") else config)
+  return dict(config.to_dict() if isinstance(config, ml_collections.ConfigDict) else config)
 
 
-def _click_config(click_model: Mapping[str, Any], top_k: int) -> Callable[..., dict]:
+def _click_config(click_model: Mapping[str, Any], top_k: int) -> ClickFn:
   """A click-model config, cut to the top ``top_k``, as its click function: a frozen, hashable simulator
   (:func:`~ultr_jax.simulation.make_click_fn`), equal for equal configs, so it is the compiled
   program's cache key; building it validates the names and keys here.
@@ -144,10 +147,10 @@ def _click_config(click_model: Mapping[str, Any], top_k: int) -> Callable[..., d
       f"click_model.top_k ({cfg['top_k']}) differs from the learners' top_k ({top_k}): the users "
       "must see the ranking the learner shows"
     )
-  return sim.make_click_fn(cfg).__self__  # the frozen simulator (a bound method compares by identity)
+  return getattr(sim.make_click_fn(cfg), "__self__")  # the frozen simulator (a bound method compares by identity)
 
 
-def _config_clicks(click_fn: Callable[..., dict]) -> Callable[..., jax.Array]:
+def _config_clicks(click_fn: ClickFn) -> Callable[..., jax.Array]:
 
   def clicks(key, labels, *, positions, where, features=None, **item_extras):
     batch = {**item_extras, "labels": labels, "where": where, "positions": positions}
@@ -558,7 +561,7 @@ def _pdgd(section: Mapping[str, Any]) -> dict:
   if display not in DISPLAYS:
     raise ValueError(f"config.pdgd.display: unknown {display!r}; expected one of {DISPLAYS}")
   pairs, surrogate = str(_field("pdgd", section, "pairs")), str(_field("pdgd", section, "surrogate"))
-  losses_lib.pdgd.check_switches(pairs, surrogate)
+  pdgd_lib.check_switches(pairs, surrogate)
   switches = (pairs, bool(_field("pdgd", section, "debias")), surrogate)
   return {"learning_rate": float(section["learning_rate"]), "display": display, "pdgd": switches}
 
@@ -635,7 +638,7 @@ ONLINE_METHODS = tuple(ONLINE_LEARNERS)
 def _compiled_run(spec: _Spec):
   """``run(keys [S], click, stop, train arrays, train extras, test arrays) -> (curve [S, E + 1], online [S])``."""
   model = make_ranker(spec.ranker, hidden_sizes=spec.hidden_sizes)
-  apply_fn = lambda p, x: model.apply(p, x)
+  apply_fn = lambda p, x: models.apply_array(model, p, x)
   if spec.click_config is not None:
     config_clicks = _config_clicks(spec.click_config)
     clicks_of = lambda key, x, y, w, e, positions, click, stop: config_clicks(
@@ -817,7 +820,7 @@ def full_info_reference(
 
   def one_seed(key):
     params = model.init(key, xs[0])
-    loss = lambda p: rax.softmax_loss(model.apply(p, xs), ys, where=ws)
+    loss = lambda p: rax.softmax_loss(models.apply_array(model, p, xs), ys, where=ws)
 
     def step(carry, _):
       params, state = carry
@@ -825,7 +828,7 @@ def full_info_reference(
       return (optax.apply_updates(params, updates), state), None
 
     (params, _), _ = jax.lax.scan(step, (params, opt.init(params)), None, length=int(config.full_info.steps))
-    return metrics_lib.ndcg(model.apply(params, xt), yt, where=wt, topn=10)
+    return metrics_lib.ndcg(models.apply_array(model, params, xt), yt, where=wt, topn=10)
 
   keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
   return {"ndcg@10": np.asarray(jax.jit(jax.vmap(one_seed))(keys))}

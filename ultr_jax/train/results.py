@@ -2,9 +2,9 @@
 
 Files are written atomically (a temp file in the same directory, then ``os.replace``) with the usual
 permissions (``0o666`` less the umask, as ``open`` gives; not the temp file's 0600). A run marks its
-workdir ``IN_PROGRESS`` until its results are written (:func:`run_in_progress`), and the runs that
-:func:`~ultr_jax.train.fit` trains in a workdir leave their fingerprints and diverged seeds with
-:func:`write_results`, which adds them to ``results.json`` (``"_fingerprint"``, ``"_diverged"``).
+workdir ``IN_PROGRESS`` until its results are written (:func:`run_in_progress`); :func:`write_results` adds the
+fingerprints and diverged seeds of the :class:`FitResult` values it is given to ``results.json``
+(``"_fingerprint"``, ``"_diverged"``).
 """
 
 import contextlib
@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Iterator, Mapping, Optional, Sequence, TextIO
+from typing import Any, Iterator, Mapping, NamedTuple, Optional, Sequence, TextIO
 
 import jax
 import numpy as np
@@ -27,13 +27,13 @@ from scipy import stats as scipy_stats
 from ultr_jax import _workdir as workdir_lock
 
 __all__ = [
+  "FitResult",
   "summarize",
   "atomic_write_text",
   "write_results",
   "write_run",
   "markdown_table",
   "run_in_progress",
-  "record_run",
   "IN_PROGRESS",
   "default_file_mode",
 ]
@@ -42,9 +42,28 @@ IN_PROGRESS = "IN_PROGRESS"
 #: The result files a run writes; a new run moves a previous run's aside, to ``stale/``.
 RESULT_FILES = ("results.json", "table.md", "table.csv")
 _UMASK_LOCK = threading.Lock()
-# workdir (absolute) -> {"fingerprints": {run name: hash}, "diverged": {run name: [seeds]}}
-_RUNS: dict[str, dict] = {}
-_ACTIVE: list[str] = []  # the workdirs of the runs_in_progress entered, innermost last
+
+
+class FitResult(NamedTuple):
+  """What :func:`~ultr_jax.train.fit` returns. Arrays have a leading seed axis ``[S, ...]``.
+
+  :func:`write_results` takes them (``fits=``) to record the runs' fingerprints and diverged seeds.
+
+  >>> r = FitResult(params={}, extra={}, history=[], best_step=np.zeros(2, int), best_metric=np.zeros(2),
+  ...               final_params={}, diverged=np.array([False, True]))
+  >>> r.diverged.tolist(), r.fingerprint is None
+  ([False, True], True)
+  """
+
+  params: Any  # best-on-validation params per seed (final params without validation)
+  extra: Any  # the matching non-trained method state
+  history: list  # one dict per evaluation
+  best_step: np.ndarray  # int [S]
+  best_metric: np.ndarray  # float [S] (validation select_metric)
+  final_params: Any  # params at the last step
+  diverged: Optional[np.ndarray] = None  # bool [S]: the seed's loss or parameters went non-finite
+  fingerprint: Optional[dict] = None  # what shaped the run (run_fingerprint), with a workdir
+  seeds: Optional[Sequence[int]] = None  # the runs' seeds, in the order of the seed axis
 
 
 def default_file_mode() -> int:
@@ -55,49 +74,9 @@ def default_file_mode() -> int:
   return 0o666 & ~umask
 
 
-def _key(workdir: Optional[str]) -> Optional[str]:
-  if workdir is None:
-    workdir = _ACTIVE[-1] if _ACTIVE else None
-  return None if workdir is None else os.path.abspath(workdir)
-
-
-def record_run(
-  workdir: Optional[str], name: str, *, fingerprint: Optional[str] = None, diverged: Optional[Sequence[int]] = None
-) -> None:
-  """Notes a trained run's fingerprint hash and diverged seeds for :func:`write_results` of ``workdir``
-  (None: the innermost :func:`run_in_progress`; nothing when there is none). :func:`~ultr_jax.train.fit` calls it.
-
-  >>> import tempfile
-  >>> workdir = tempfile.mkdtemp()
-  >>> record_run(workdir, "ips", fingerprint="0123abcd", diverged=[1])
-  >>> write_results(workdir, {"ips": {"ndcg@10": 0.5}})
-  >>> r = json.load(open(os.path.join(workdir, "results.json")))
-  >>> r["_fingerprint"]["runs"], r["_diverged"]
-  ({'ips': '0123abcd'}, {'ips': [1]})
-  """
-  key = _key(workdir)
-  if key is None:
-    return
-  entry = _RUNS.setdefault(key, {"fingerprints": {}, "diverged": {}})
-  if fingerprint is not None:
-    entry["fingerprints"][name] = fingerprint
-  if diverged:
-    entry["diverged"][name] = [int(s) for s in diverged]
-
-
-def run_diverged(workdir: str) -> dict:
-  """``{run name: [seeds]}`` of the runs recorded as diverged in ``workdir`` (this process).
-
-  >>> import tempfile
-  >>> workdir = tempfile.mkdtemp()
-  >>> record_run(workdir, "dla", diverged=[0, 2]); run_diverged(workdir)
-  {'dla': [0, 2]}
-  """
-  return dict(_RUNS.get(os.path.abspath(workdir), {}).get("diverged", {}))
-
-
 class _Run:
-  """What :func:`run_in_progress` yields: ``diverged`` (run -> seeds), ``exit_code`` once the run is over, and
+  """What :func:`run_in_progress` yields: ``diverged`` (run -> seeds) and ``exit_code`` once the run is over, read
+  from the ``results.json`` the run wrote (a previous run's was moved aside when the block began), and
   ``report()``, what a binary prints on stdout at the end (its logs go to stderr)."""
 
   def __init__(self, workdir: str):
@@ -139,7 +118,11 @@ class _Run:
 
   @property
   def diverged(self) -> dict:
-    return run_diverged(self.workdir)
+    path = os.path.join(self.workdir, "results.json")
+    if not os.path.exists(path):
+      return {}
+    with open(path) as f:
+      return dict(json.load(f).get("_diverged") or {})
 
   @property
   def exit_code(self) -> int:
@@ -157,7 +140,8 @@ def run_in_progress(workdir: str) -> Iterator[_Run]:
   result files (``results.json``, ``table.md``, ``table.csv``) are moved to ``workdir/stale/``, so no stale
   result is ever read as this run's. On a normal exit the marker is removed; if the block raises, the
   marker stays, with the error appended. The yielded object's ``exit_code`` is non-zero
-  when a run in the block diverged (:func:`~ultr_jax.train.fit` with ``on_divergence="mark"``).
+  when the ``results.json`` written in the block records diverged seeds (:func:`write_results` of a
+  :func:`~ultr_jax.train.fit` with ``on_divergence="mark"``).
 
   Args:
     workdir: the run's directory.
@@ -184,8 +168,6 @@ def run_in_progress(workdir: str) -> Iterator[_Run]:
     os.makedirs(stale, exist_ok=True)
     for f in present:
       os.replace(os.path.join(workdir, f), os.path.join(stale, f))
-  _RUNS.pop(workdir, None)
-  _ACTIVE.append(workdir)
   run = _Run(workdir)
   try:
     yield run
@@ -194,8 +176,6 @@ def run_in_progress(workdir: str) -> Iterator[_Run]:
     raise
   else:
     workdir_lock.release(workdir)
-  finally:
-    _ACTIVE.remove(workdir)
 
 
 def summarize(values: Sequence[float], *, confidence: float = 0.9) -> dict[str, float]:
@@ -343,6 +323,7 @@ def write_results(
   rows: Optional[Mapping[str, Mapping[str, Any]]] = None,
   columns: Optional[Sequence[str]] = None,
   row_header: str = "method",
+  fits: Optional[Mapping[str, FitResult]] = None,
 ) -> Optional[str]:
   """Writes ``results.json`` (and ``table.md`` / ``table.csv``) atomically; returns the table as written.
 
@@ -354,6 +335,9 @@ def write_results(
       when omitted and those are given.
     rows, columns: a table to write as ``table.csv`` (and ``table.md``).
     row_header: the first column's name.
+    fits: ``{run name: FitResult}`` of the runs behind the results: their fingerprints (those trained with a
+      workdir) go to ``"_fingerprint"`` (``{"runs": {name: hash}, "hash": ...}``) and, when some seeds
+      diverged, ``"_diverged"`` (``{name: [seeds]}``, also noted under the table).
 
   Returns:
     The Markdown of ``table.md`` (with any diverged runs noted under it), or None when no table was written.
@@ -365,31 +349,49 @@ def write_results(
   >>> sorted(os.listdir(workdir)), json.load(open(os.path.join(workdir, "results.json")))
   (['results.json', 'table.csv', 'table.md'], {'naive': {'ndcg@10': 0.5, 'bad': None}})
 
-  The runs :func:`~ultr_jax.train.fit` trained with this ``workdir`` (or inside its
-  :func:`run_in_progress`) add ``"_fingerprint"`` (``{"runs": {name: hash}, "hash": ...}``) and, when
-  some diverged, ``"_diverged"`` (``{name: [seeds]}``, also noted under the table).
+  The fits behind the results record their fingerprints and diverged seeds:
+
+  >>> fit = FitResult({}, {}, [], np.zeros(2, int), np.zeros(2), {}, diverged=np.array([False, True]),
+  ...                 fingerprint={"hash": "0123abcd"}, seeds=[3, 4])
+  >>> _ = write_results(workdir, {"ips": {"ndcg@10": 0.5}}, fits={"ips": fit})
+  >>> r = json.load(open(os.path.join(workdir, "results.json")))
+  >>> r["_fingerprint"]["runs"], r["_diverged"]
+  ({'ips': '0123abcd'}, {'ips': [4]})
   """
   workdir_lock.check_not_held_by_another(workdir)  # results.json is the lock holder's
-  recorded = _RUNS.get(os.path.abspath(workdir), {})
-  if recorded.get("fingerprints"):
-    runs = dict(sorted(recorded["fingerprints"].items()))
+  fingerprints, diverged = _fit_records(fits or {})
+  if fingerprints:
+    runs = dict(sorted(fingerprints.items()))
     digest = json.dumps(runs, sort_keys=True).encode()
     results = {**results, "_fingerprint": {"runs": runs, "hash": hashlib.sha256(digest).hexdigest()[:16]}}
-  if recorded.get("diverged"):
-    results = {**results, "_diverged": dict(recorded["diverged"])}
+  if diverged:
+    results = {**results, "_diverged": diverged}
   atomic_write_text(
     os.path.join(workdir, "results.json"), json.dumps(_jsonable(results), indent=2, sort_keys=False) + "\n"
   )
   if table is None and rows is not None and columns is not None:
     table = markdown_table(rows, columns, row_header=row_header)
   if table is not None:
-    if recorded.get("diverged"):
-      runs = "; ".join(f"{name} (seeds {seeds})" for name, seeds in recorded["diverged"].items())
+    if diverged:
+      runs = "; ".join(f"{name} (seeds {seeds})" for name, seeds in diverged.items())
       table = table.rstrip("\n") + f"\n\n**Diverged** (non-finite loss or parameters): {runs}\n"
     atomic_write_text(os.path.join(workdir, "table.md"), table.rstrip("\n") + "\n")
   if rows is not None and columns is not None:
     atomic_write_text(os.path.join(workdir, "table.csv"), _csv_table(rows, columns, row_header))
   return table
+
+
+def _fit_records(fits: Mapping[str, FitResult]) -> tuple[dict[str, str], dict[str, list[int]]]:
+  """``({name: fingerprint hash}, {name: [diverged seeds]})`` of ``fits`` (those with a fingerprint / a diverged
+  seed)."""
+  fingerprints, diverged = {}, {}
+  for name, r in fits.items():
+    if r.fingerprint is not None:
+      fingerprints[name] = str(r.fingerprint["hash"])
+    if r.diverged is not None and np.any(r.diverged):
+      seeds = list(r.seeds) if r.seeds is not None else list(range(len(r.diverged)))
+      diverged[name] = [int(seeds[i]) for i in np.flatnonzero(r.diverged)]
+  return fingerprints, diverged
 
 
 def write_run(

@@ -1,6 +1,6 @@
 """Data-parallel sharding over queries with a ``jax.sharding.Mesh``."""
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import jax
 import numpy as np
@@ -20,7 +20,7 @@ __all__ = [
 DATA_AXIS = "data"
 
 
-def make_mesh(num_devices: Optional[int] = None, devices: Optional[Sequence[jax.Device]] = None) -> Mesh:
+def make_mesh(num_devices: Optional[int] = None, devices: Optional[Sequence[Any]] = None) -> Mesh:
   """A 1-D mesh named ``"data"`` over ``num_devices`` (default: all devices).
 
   Args:

@@ -2,7 +2,7 @@
 method's loss and gradient, the optimizer's update; ``steps_per_call`` of them in one ``lax.scan``."""
 
 import functools
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Mapping, Optional, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -11,10 +11,10 @@ import optax
 from ultr_jax import simulation
 from ultr_jax.train.input import TrainLayout, mask_padding, step_batch
 from ultr_jax.train.method import Method
+from ultr_jax.train.state import TrainState
+from ultr_jax.types import ClickFn
 
-__all__ = ["display_batch", "mask_padding", "train_step", "make_train_steps"]
-
-ClickFn = Callable[[jax.Array, Mapping[str, jax.Array]], Mapping[str, jax.Array]]
+__all__ = ["TrainSteps", "display_batch", "mask_padding", "train_step", "make_train_steps"]
 
 
 def display_batch(
@@ -67,7 +67,7 @@ def display_batch(
 
 
 def train_step(
-  state: dict,
+  state: TrainState,
   data: Optional[Mapping[str, jax.Array]],
   idx: Any,
   *,
@@ -77,7 +77,7 @@ def train_step(
   click_fn: Optional[ClickFn],
   display: str,
   batch_sharding: jax.sharding.Sharding,
-) -> tuple[dict, dict]:
+) -> tuple[TrainState, dict, dict]:
   """One training step of every seed (traced: the body of :func:`make_train_steps`).
 
   Each seed's key for the step is its run key folded with the step, split into a click key and a loss key;
@@ -85,7 +85,7 @@ def train_step(
   optimizer step on ``method.loss``.
 
   Args:
-    state: the training state (:func:`~ultr_jax.train.state.create_train_state`).
+    state: the training state (:func:`~ultr_jax.train.create_train_state`).
     data: the in-memory training lists (None for a stream).
     idx: the batch's indices ``[S, B]`` (in memory) or the streamed batch ``{name: [B, ...]}``.
     method: the method to train.
@@ -100,11 +100,11 @@ def train_step(
     are finite; when not, which of the batch's inputs and which parameter leaves (before and after the step)
     hold non-finite values (all False otherwise: a ``lax.cond``, computed only on a bad step).
   """
-  batch = step_batch(layout, data, idx, state["best_metric"].shape[0])  # [S, B, ...]
+  batch = step_batch(layout, data, idx, state.num_seeds)  # [S, B, ...]
   batch = jax.lax.with_sharding_constraint(batch, batch_sharding)
 
   def one(params, extra, opt_state, rng, b):
-    key = jax.random.fold_in(jax.random.wrap_key_data(rng), state["step"])
+    key = jax.random.fold_in(jax.random.wrap_key_data(rng), state.step)
     click_key, loss_key = jax.random.split(key)
     if display != "logged":
       b = display_batch(b, method.score(params, b), mode=display, key=jax.random.fold_in(key, 1))
@@ -115,10 +115,8 @@ def train_step(
     params = optax.apply_updates(params, updates)
     return params, new_extra, opt_state, {"loss": loss, **aux}
 
-  params, extra, opt_state, step_metrics = jax.vmap(one)(
-    state["params"], state["extra"], state["opt_state"], state["rng"], batch
-  )
-  new_state = {**state, "params": params, "extra": extra, "opt_state": opt_state, "step": state["step"] + 1}
+  params, extra, opt_state, step_metrics = jax.vmap(one)(state.params, state.extra, state.opt_state, state.rng, batch)
+  new_state = state.replace(params=params, extra=extra, opt_state=opt_state, step=state.step + 1)
   # A step is healthy when every seed's loss and new params are finite; else (a lax.cond: no cost otherwise) the
   # diagnosis names the non-finite inputs and params.
   ok = jnp.all(jnp.isfinite(step_metrics["loss"])) & ~jnp.any(
@@ -126,8 +124,8 @@ def train_step(
   )
   diagnosis = jax.lax.cond(
     ok,
-    lambda: _diagnose(batch, state["params"], params, healthy=True),
-    lambda: _diagnose(batch, state["params"], params, healthy=False),
+    lambda: _diagnose(batch, state.params, params, healthy=True),
+    lambda: _diagnose(batch, state.params, params, healthy=False),
   )
   return new_state, step_metrics, {"ok": ok, **diagnosis}
 
@@ -148,7 +146,20 @@ def _diagnose(batch: Mapping[str, jax.Array], before: Any, after: Any, *, health
   }
 
 
-def _train_steps(state: dict, data: Any, idx: Any, live: jax.Array, *, step_fn: Callable) -> tuple[dict, dict, dict]:
+class _StepFn(Protocol):
+  def __call__(self, state: TrainState, data: Any, idx: Any) -> tuple[TrainState, dict, dict]: ...
+
+
+class TrainSteps(Protocol):
+  """What :func:`make_train_steps` returns: ``train_steps(state, data, idx, live) -> (state, summed step metrics,
+  diagnosis)``."""
+
+  def __call__(self, state: TrainState, data: Any, idx: Any, live: Any) -> tuple[TrainState, dict, dict]: ...
+
+
+def _train_steps(
+  state: TrainState, data: Any, idx: Any, live: jax.Array, *, step_fn: _StepFn
+) -> tuple[TrainState, dict, dict]:
   def body(st, xs):
     i, ok = xs
     new, sm, diagnosis = step_fn(st, data, i)
@@ -170,7 +181,7 @@ def make_train_steps(
   click_fn: Optional[ClickFn],
   display: str,
   batch_sharding: jax.sharding.Sharding,
-) -> Callable[[dict, Any, Any, Any], tuple[dict, dict]]:
+) -> TrainSteps:
   """``train_steps(state, data, idx, live) -> (state, summed step metrics, diagnosis)``: ``K`` steps in one
   jitted call.
 
@@ -178,14 +189,24 @@ def make_train_steps(
   is False leaves the state as it was (so a shorter last call reuses the same compiled function). The state
   is donated. ``diagnosis["first"]`` is the call's first step (``0..K-1``) whose loss or new params are not
   finite, or -1; the
-  rest of it is that step's (:func:`train_step`). The arguments are those of :func:`train_step`.
+  rest of it is that step's (``step.train_step``).
+
+  Args:
+    method: the method to train.
+    tx: its optimizer.
+    layout: the in-memory :class:`~ultr_jax.train.TrainLayout` (None for a stream).
+    click_fn: ``click_fn(key, batch) -> dict`` merged into each batch, or None (logged clicks).
+    display: ``"logged"``, ``"model"`` or ``"model_sample"`` (:func:`display_batch`).
+    batch_sharding: the batch's sharding (over its batch axis).
+
+  Returns:
+    The jitted ``train_steps`` (:class:`TrainSteps`).
 
   >>> import numpy as np
   >>> from ultr_jax import data
-  >>> from ultr_jax.train import default_train_config, get_method, make_mesh, make_optimizer
-  >>> from ultr_jax.train.input import place_train
+  >>> from ultr_jax.train import create_train_state, default_train_config, get_method, make_mesh, make_optimizer
+  >>> from ultr_jax.train import place_train
   >>> from ultr_jax.train.sharding import replicated
-  >>> from ultr_jax.train.state import create_train_state
   >>> train = data.make_synthetic(num_train=8, num_valid=1, num_test=1, list_size=4, num_features=3).train
   >>> train = train.with_extras(clicks=(train.labels >= 2).astype(np.float32))
   >>> m = get_method("naive", {"ranker": "linear"}, num_features=3, list_size=4)
@@ -196,7 +217,7 @@ def make_train_steps(
   ...                        sharding=replicated(mesh))
   >>> steps = make_train_steps(m, tx, layout=layout, click_fn=None, display="logged", batch_sharding=replicated(mesh))
   >>> s, sm, diagnosis = steps(s, arrays, np.stack([layout.indices(0), layout.indices(1)]), np.array([True, True]))
-  >>> int(s["step"]), sm["loss"].shape, int(diagnosis["first"])
+  >>> int(s.step), sm["loss"].shape, int(diagnosis["first"])
   (2, (1,), -1)
   """
   step_fn = functools.partial(

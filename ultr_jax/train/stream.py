@@ -58,7 +58,7 @@ class StreamReader:
     self.consumed_state = self._state()
     self.queue: list = []
     self.last = None
-    self.spec = None  # {name: (shape, dtype)} of a batch, from the first one
+    self.spec: dict = {}  # {name: (shape, dtype)} of a batch, from the first one
     self.pulled = 0
     self.free: list = []  # host buffers {name: [K, B, ...]} no computation reads any more
     self.busy: list = []  # (buffer, outputs of the call that reads it)
@@ -77,7 +77,7 @@ class StreamReader:
       return None
     b = {k: np.asarray(v) for k, v in b.items()}
     spec = {k: (v.shape, _narrow(v.dtype)) for k, v in b.items()}
-    if self.spec is None:
+    if not self.spec:  # the first batch
       if b["where"].shape[0] * jax.process_count() % self.mesh.size:
         raise ValueError(
           f"a streamed batch of {b['where'].shape[0]} lists does not split over {self.mesh.size} devices"
@@ -163,7 +163,7 @@ class StreamReader:
         for k, v in item[0].items():
           buf[k][got] = v
         got, state = got + 1, item[1]
-      if not got:
+      if not got or buf is None:
         if buf is not None:
           self.free.append(buf)
         break

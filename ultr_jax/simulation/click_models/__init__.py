@@ -76,7 +76,7 @@ from ultr_jax.simulation.click_models.samplers import sample_clicks
 from ultr_jax.simulation.click_models.sdbn import SDBN, sdbn
 from ultr_jax.simulation.click_models.trust import Trust, trust
 from ultr_jax.simulation.click_models.ubm import UBM, ubm
-from ultr_jax.types import Array, Batch, PRNGKey
+from ultr_jax.types import Array, Batch, ClickFn, PRNGKey
 
 __all__ = [
   "sample_clicks",
@@ -192,7 +192,7 @@ class ClickSimulator:
     )
 
 
-def make_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict]:
+def make_click_fn(config: Any) -> ClickFn:
   r"""Builds ``click_fn(key, batch) -> dict`` from a config.
 
   ``config`` (an ``ml_collections.ConfigDict`` or mapping) holds ``name``

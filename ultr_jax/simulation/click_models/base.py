@@ -45,7 +45,7 @@ from ultr_jax.simulation.click_models.statistics import (
   pattern_sessions,
   pattern_statistics,
 )
-from ultr_jax.types import Array, PRNGKey
+from ultr_jax.types import Array, ClickFn, PRNGKey
 
 __all__ = [
   "ClickModel",
@@ -478,7 +478,7 @@ class ClickModel:
         )
     raise ValueError(f"click_model: {'; '.join(parts)}; known keys: {', '.join(known)}")
 
-  def click_function(self, cfg: Mapping[str, Any]) -> Optional[Callable]:
+  def click_function(self, cfg: Mapping[str, Any]) -> Optional[ClickFn]:
     """The model's own ``click_fn(key, batch)`` for a simulation config, or None (the default) for the standard
     :class:`~ultr_jax.simulation.click_models.ClickSimulator` over :meth:`session`. A model overrides it when its
     simulator reads more of the batch than :meth:`session` takes (per-query parameters, renamed inputs).

@@ -16,7 +16,7 @@ et al.), which has no content-sensitive, logging-score-driven channel.
 
 import dataclasses
 import functools
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -25,7 +25,7 @@ import numpy as np  # noqa: F401 (the doctests')
 from ultr_jax.simulation import probabilities as P
 from ultr_jax.simulation.click_models.base import ClickModel, Session, prepare
 from ultr_jax.simulation.click_models.pbm import PBMTable, table_kwargs
-from ultr_jax.types import Array, Batch, PRNGKey
+from ultr_jax.types import Array, Batch, ClickFn, PRNGKey
 
 __all__ = ["PositionTrust", "PositionTrustSimulator", "make_position_trust_click_fn", "position_trust"]
 
@@ -123,7 +123,7 @@ _KEYS = {
 }
 
 
-def make_position_trust_click_fn(config: Any) -> Callable[[PRNGKey, Batch], dict]:
+def make_position_trust_click_fn(config: Any) -> ClickFn:
   r"""``click_fn(key, batch)`` for :func:`position_trust`, for the training loop.
 
   ``config`` (mapping or ``ml_collections.ConfigDict``) may hold ``alpha``

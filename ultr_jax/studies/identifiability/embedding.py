@@ -228,9 +228,18 @@ def record_layout(items, factors, where, *, num_items: int, num_factors: int) ->
   ...       lay.gather.tolist())
   [[0], [3]] [[1, 2]] [0, 2, 1, 6]
   """
-  if any(isinstance(a, jax.core.Tracer) for a in (items, factors, where)):
+  if not all(_is_concrete(a) for a in (items, factors, where)):
     return _traced_layout(jnp.ravel(items), jnp.ravel(factors), jnp.ravel(where), num_items)
   return _host_layout(items, factors, where, num_items, num_factors)
+
+
+def _is_concrete(x) -> bool:
+  """Whether ``x`` has a value now (a NumPy or JAX array), not a tracer under an outer ``jit``/``vmap``."""
+  try:
+    np.asarray(x)
+  except jax.errors.TracerArrayConversionError:
+    return False
+  return True
 
 
 def pad_layouts(layouts, num_records: int):
@@ -550,7 +559,7 @@ def fit_dla(
   >>> import numpy as np
   >>> x = jnp.array([0, 1, 1, 2]); t = jnp.array([0, 0, 1, 1])
   >>> c = jnp.array([.5, .2, .2, .3]) * jnp.array([1., 1., .5, .5])
-  >>> r, o = fit_dla(jax.random.PRNGKey(0), x, t, c, where=x >= 0,
+  >>> r, o = fit_dla(jax.random.key(0), x, t, c, where=x >= 0,
   ...                num_items=3, num_factors=2, epochs=500)
   >>> print(np.round(r / r[0], 3), np.round(o[1] / o[0], 3))
   [1.  0.4 0.6] 0.5
@@ -616,7 +625,7 @@ def fit_regression_em(
 
   >>> x = jnp.array([0, 1, 1, 2]); t = jnp.array([0, 0, 1, 1])
   >>> c = jnp.array([.5, .2, .2, .3]) * jnp.array([.8, .8, .4, .4])
-  >>> r, o = fit_regression_em(jax.random.PRNGKey(0), x, t, c, where=x >= 0,
+  >>> r, o = fit_regression_em(jax.random.key(0), x, t, c, where=x >= 0,
   ...                          num_items=3, num_factors=2, epochs=3000)
   >>> print(float(jnp.round(o[1] / o[0], 2)))
   0.5
@@ -677,7 +686,7 @@ def fit_two_tower(
 
   >>> x = jnp.array([0, 1, 1, 2]); t = jnp.array([0, 0, 1, 1])
   >>> c = jnp.array([.5, .2, .2, .3]) * jnp.array([.8, .8, .4, .4])
-  >>> r, o = fit_two_tower(jax.random.PRNGKey(0), x, t, c, where=x >= 0,
+  >>> r, o = fit_two_tower(jax.random.key(0), x, t, c, where=x >= 0,
   ...                      num_items=3, num_factors=2, epochs=3000)
   >>> print(float(jnp.round(o[1] / o[0], 2)))
   0.5
@@ -1140,7 +1149,7 @@ def fit_runs(
   >>> x = np.array([0, 1, 1, 2]); t = np.array([0, 0, 1, 1])
   >>> c = np.array([[.5, .2, .2, .3], [.4, .3, .3, .6]]) * [1., 1., .5, .5]
   >>> lay = record_layout(x, t, np.ones(4, bool), num_items=3, num_factors=2)
-  >>> keys = jax.random.split(jax.random.PRNGKey(0), 2)
+  >>> keys = jax.random.split(jax.random.key(0), 2)
   >>> r, o = fit_runs("dla", keys, c, where=np.ones(4, bool), layout=lay,
   ...                 num_items=3, num_factors=2, epochs=500)
   >>> print(r.shape, np.round(o[:, 1] / o[:, 0], 3))

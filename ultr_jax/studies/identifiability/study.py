@@ -318,7 +318,7 @@ def run_identifiability_study(cfg, workdir: str) -> dict:
   # a run that finds compiled programs in the cache skips their compiles
   cached = len(os.listdir(cache)) if cache and os.path.isdir(cache) else 0
   timing_note = f"XLA cache {cache}: {cached} entries at the start" if cache else "XLA cache off"
-  key = jax.random.PRNGKey(cfg.seed)
+  key = jax.random.key(cfg.seed)
   ds = load_ultra(cfg.data) if cfg.data else _dataset(cfg, 2)
   t0 = time.time()
   rows = study.table1(

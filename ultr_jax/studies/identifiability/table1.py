@@ -58,7 +58,7 @@ def simulate_ctr(key, p, num_clicks: float):
   r"""Aggregated CTR per record: :math:`\mathrm{Binomial}(N, p) / N`.
 
   >>> with jax.enable_x64(True):
-  ...   print(round(float(simulate_ctr(jax.random.PRNGKey(0), jnp.full((2000,), 0.3), 1e4).mean()), 2))
+  ...   print(round(float(simulate_ctr(jax.random.key(0), jnp.full((2000,), 0.3), 1e4).mean()), 2))
   0.3
   """
   p = jnp.asarray(p)
@@ -201,7 +201,7 @@ def run_method(
   >>> from ultr_jax.graph.synthetic import generate_design_dataset, DESIGN_GRAPHS
   >>> ds = generate_design_dataset(DESIGN_GRAPHS[1], block_size=40,
   ...                              num_queries=60, borrow=3)
-  >>> m = run_method(jax.random.PRNGKey(0), ds, method="dla", runs=2,
+  >>> m = run_method(jax.random.key(0), ds, method="dla", runs=2,
   ...                epochs=300)
   >>> print(bool((m["mcc"] > 0.9).all()))
   True

@@ -202,14 +202,17 @@ class _Towers:
     """Training-mode relevance logits (dropout on when configured)."""
     x = jnp.asarray(batch["features"], jnp.float32)
     if key is not None and self.dropout > 0:
-      return self.ranker.apply({"params": params["relevance"]}, x, deterministic=False, rngs={"dropout": key})
-    return self.ranker.apply({"params": params["relevance"]}, x)
+      return models.apply_array(
+        self.ranker, {"params": params["relevance"]}, x, deterministic=False, rngs={"dropout": key}
+      )
+    return models.apply_array(self.ranker, {"params": params["relevance"]}, x)
 
   def score(self, params, batch):
-    return self.ranker.apply({"params": params["relevance"]}, jnp.asarray(batch["features"], jnp.float32))
+    return models.apply_array(self.ranker, {"params": params["relevance"]}, jnp.asarray(batch["features"], jnp.float32))
 
   def observation(self, params, positions):
-    return self.bias.apply({"params": params["bias"]}, positions)
+    assert self.bias is not None, "observation: the towers were built without a position tower"
+    return models.apply_array(self.bias, {"params": params["bias"]}, positions)
 
   def bias_table(self, params):
     return params["bias"]["logits"]
@@ -643,16 +646,16 @@ def vectorization(config, *, num_features: int, list_size: int) -> Method:
     return params, {"step": jnp.zeros((), jnp.int32)}
 
   def _density(params, x):
-    out = density.apply({"params": params["density"]}, jax.lax.stop_gradient(x))
+    out = models.apply_array(density, {"params": params["density"]}, jax.lax.stop_gradient(x))
     return out[..., :d], out[..., d:]
 
   def loss(params, extra, batch, key):
     where = _where(batch)
     x = jnp.asarray(batch["features"], jnp.float32)
     if dropout > 0:
-      r = ranker.apply({"params": params["relevance"]}, x, deterministic=False, rngs={"dropout": key})
+      r = models.apply_array(ranker, {"params": params["relevance"]}, x, deterministic=False, rngs={"dropout": key})
     else:
-      r = ranker.apply({"params": params["relevance"]}, x)
+      r = models.apply_array(ranker, {"params": params["relevance"]}, x)
     positions = jnp.clip(batch_positions(batch), 0, num_positions - 1)
     o = jnp.take(params["observation"], positions, axis=0)
     mean, log_var = _density(params, x)
@@ -674,7 +677,7 @@ def vectorization(config, *, num_features: int, list_size: int) -> Method:
 
   def score(params, batch):
     x = jnp.asarray(batch["features"], jnp.float32)
-    r = ranker.apply({"params": params["relevance"]}, x)
+    r = models.apply_array(ranker, {"params": params["relevance"]}, x)
     mean, log_var = _density(params, x)
     where = batch.get("where")
     return losses.vectorization_scores(r, mean, log_var, where=None if where is None else _where(batch))

@@ -105,8 +105,8 @@ class _Tower:
 
   def apply(self, params, x, key=None):
     if key is not None and self.dropout > 0:
-      return self.module.apply({"params": params}, x, deterministic=False, rngs={"dropout": key})
-    return self.module.apply({"params": params}, x)
+      return models.apply_array(self.module, {"params": params}, x, deterministic=False, rngs={"dropout": key})
+    return models.apply_array(self.module, {"params": params}, x)
 
 
 def cld_towers(config, *, num_features: int, ranker: str):

@@ -40,7 +40,7 @@ the chain models have no per-position table and report none.
 import jax
 import jax.numpy as jnp
 
-from ultr_jax import losses
+from ultr_jax import losses, models
 from ultr_jax.simulation import get_click_model
 from ultr_jax.train.method import Method
 from ultr_jax.train.methods import register
@@ -85,9 +85,9 @@ def _factory(model: str):
     def outputs(params, batch, key=None):
       x = jnp.asarray(batch["features"], jnp.float32)
       if key is not None and dropout > 0:
-        out = ranker.apply({"params": params["relevance"]}, x, deterministic=False, rngs={"dropout": key})
+        out = models.apply_array(ranker, {"params": params["relevance"]}, x, deterministic=False, rngs={"dropout": key})
       else:
-        out = ranker.apply({"params": params["relevance"]}, x)
+        out = models.apply_array(ranker, {"params": params["relevance"]}, x)
       if not extra_outputs:
         return out, {}
       return out[..., 0], {k: out[..., 1 + i] for i, k in enumerate(extra_outputs)}

@@ -251,7 +251,9 @@ def make_lbd_grid(config: ml_collections.ConfigDict, *, num_features: int, list_
       "grad_clip": config.get("grad_clip", 5.0),
     }
   )
-  tx = per_member_optimizer(_optimizer(tx_cfg))
+  base_tx = _optimizer(tx_cfg)
+  assert base_tx is not None  # tx_cfg names an optimizer
+  tx = per_member_optimizer(base_tx)
   select = int(config.get("select", 0))
 
   def init(key, batch):
@@ -271,7 +273,7 @@ def make_lbd_grid(config: ml_collections.ConfigDict, *, num_features: int, list_
 
   def loss(params, extra, batch, key):
     keys = jax.random.split(key, g)
-    total, parts = 0.0, []
+    total, parts = jnp.zeros((), jnp.float32), []
     for idx, with_gp in groups:
       sub = params["towers"] if idx.size == g else jax.tree.map(lambda x, i=idx: x[i], params["towers"])
       if with_gp:

@@ -117,7 +117,7 @@ def _or(value, default):
 
 
 def _relevance(ranker, params, batch):
-  return ranker.apply({"params": params["relevance"]}, jnp.asarray(batch["features"], jnp.float32))
+  return models.apply_array(ranker, {"params": params["relevance"]}, jnp.asarray(batch["features"], jnp.float32))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,7 +219,9 @@ def _ranking_risk(settings: _SIFSettings, imputer, params, batch, s, rho, clicks
   sg = jax.lax.stop_gradient
   tau = settings.tau
   if settings.risk == "dr":
-    m = jax.nn.sigmoid(imputer.apply({"params": params["imputer"]}, jnp.asarray(batch["features"], jnp.float32)))
+    m = jax.nn.sigmoid(
+      models.apply_array(imputer, {"params": params["imputer"]}, jnp.asarray(batch["features"], jnp.float32))
+    )
     l_imp = losses.bias_likelihood_loss(sg(rho) * m, clicks, where=disp)
     targets = losses.dr_targets(clicks, rho, m, where=where, displayed=disp, tau=tau)
     return losses.listwise_risk(s, targets, where=where), l_imp
@@ -269,9 +271,9 @@ def _sif_loss(settings: _SIFSettings, towers, multipliers, params, extra, batch)
   key = settings.score_key
   z = jnp.asarray(batch[key], jnp.float32) if key in batch else jnp.zeros(where.shape)
   s = _relevance(ranker, params, batch)
-  out = bias.apply({"params": params["bias"]}, pos, z)
+  out = models.apply_array(bias, {"params": params["bias"]}, pos, z)
   e, d, rho = out["exposure"], out["trust"], out["click_propensity"]
-  rhat = bias.apply({"params": params["bias"]}, s, method=models.SIFBiasTower.calibrate)
+  rhat = models.apply_array(bias, {"params": params["bias"]}, s, method=models.SIFBiasTower.calibrate)
   l_bias = losses.bias_likelihood_loss(rho * rhat, clicks, where=disp)
   r_ltr, l_imp = _ranking_risk(settings, imputer, params, batch, s, rho, clicks, where, disp)
   i_e, i_d = _leakages(settings, e, d, s, pos, disp, top)

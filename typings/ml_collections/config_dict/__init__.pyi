@@ -1,0 +1,6 @@
+from typing import Any
+
+from ml_collections import ConfigDict as ConfigDict
+
+def placeholder(field_type: Any, required: bool = ...) -> Any: ...
+def __getattr__(name: str) -> Any: ...
