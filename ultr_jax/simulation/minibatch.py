@@ -50,7 +50,7 @@ from ultr_jax.simulation.streaming import session_batch, iterate_batches
 
 __all__ = ["fit_minibatch", "STEPS_PER_CALL"]
 
-Batches = Iterable[dict]
+Batches = Iterable[Mapping]
 
 #: Batches one jitted call of :func:`fit_minibatch` runs (a ``lax.scan`` over them).
 STEPS_PER_CALL = 16

@@ -19,7 +19,7 @@ A stream is any iterable of session-batch dicts ``{"doc_ids": int[B, L], "clicks
 
 import functools
 import os
-from typing import Iterable, Optional
+from typing import Iterable, Mapping, Optional
 
 import jax
 import jax.numpy as jnp
@@ -59,7 +59,7 @@ __all__ = [
   "evaluate_click_model_stream",
 ]
 
-Batches = Iterable[dict]
+Batches = Iterable[Mapping]
 
 
 def session_batch(batch: dict, model: Optional[ClickModel] = None, num_docs: Optional[int] = None):
@@ -218,7 +218,7 @@ def _pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
 
 def fit_statistics(
   model: "str | ClickModel",
-  statistics: ClickStatistics,
+  statistics: "ClickStatistics | PartitionedStatistics",
   *,
   num_docs: Optional[int] = None,
   l2: float = 1.0,

@@ -56,7 +56,7 @@ methods with position tables, ``num_positions``.
 import jax
 import jax.numpy as jnp
 
-from ultr_jax import losses
+from ultr_jax import losses, models
 from ultr_jax.train.method import Method
 from ultr_jax.train.methods import register
 from ultr_jax.train.methods.baselines import TOWER_DEFAULTS, batch_positions, make_relevance_tower
@@ -110,10 +110,10 @@ class _DRTowers:
     return {"relevance": self.ranker.init(k1, x)["params"], "regression": self.regression.init(k2, x)["params"]}
 
   def score(self, params, batch):
-    return self.ranker.apply({"params": params["relevance"]}, _features(batch))
+    return models.apply_array(self.ranker, {"params": params["relevance"]}, _features(batch))
 
   def regression_logits(self, params, batch):
-    return self.regression.apply({"params": params["regression"]}, _features(batch))
+    return models.apply_array(self.regression, {"params": params["regression"]}, _features(batch))
 
   def dr_targets(self, params, batch, treatment, tau):
     """The DR estimates and the direct-method loss of the regression tower."""
@@ -238,13 +238,13 @@ class _TwoTowers:
 
   def relevance(self, params, batch, key):
     if self.dropout > 0:
-      return self.ranker.apply(
-        {"params": params["relevance"]}, _features(batch), deterministic=False, rngs={"dropout": key}
+      return models.apply_array(
+        self.ranker, {"params": params["relevance"]}, _features(batch), deterministic=False, rngs={"dropout": key}
       )
     return self.score(params, batch)
 
   def score(self, params, batch):
-    return self.ranker.apply({"params": params["relevance"]}, _features(batch))
+    return models.apply_array(self.ranker, {"params": params["relevance"]}, _features(batch))
 
   def observation(self, params, batch):
     return jnp.take(params["bias"], jnp.clip(batch_positions(batch), 0, self.num_positions - 1))
@@ -398,7 +398,7 @@ def upe(config, *, num_features: int, list_size: int) -> Method:
     return {"relevance": ranker.init(k_rel, x)["params"], "propensity": prop}, {}
 
   def score(params, batch):
-    return ranker.apply({"params": params["relevance"]}, _features(batch))
+    return models.apply_array(ranker, {"params": params["relevance"]}, _features(batch))
 
   def _logits(prop, positions, h):
     return jax.nn.elu(jnp.take(prop["emb"], positions, axis=0) + jax.lax.stop_gradient(h)) @ prop["v"]
@@ -408,7 +408,9 @@ def upe(config, *, num_features: int, list_size: int) -> Method:
     where = _where(batch)
     x = _features(batch)
     if dropout > 0:
-      scores = ranker.apply({"params": params["relevance"]}, x, deterministic=False, rngs={"dropout": k_rel})
+      scores = models.apply_array(
+        ranker, {"params": params["relevance"]}, x, deterministic=False, rngs={"dropout": k_rel}
+      )
     else:
       scores = score(params, batch)
     prop = params["propensity"]
