@@ -31,7 +31,7 @@ def test_minibatch_reaches_in_memory_optimum(model, log):
   stopping, not in its objective)."""
   train, test = log
   exact = sim.fit_click_model(model, train, solver=sim.LBFGS(tol=1e-6), num_docs=32, prior="zero")
-  solver = sim.Minibatch(optimizer=optax.adam(0.05), epochs=1500, sparse=False, steps_per_call=100)
+  solver = sim.Minibatch(optimizer=optax.adam(0.05), epochs=1500, sparse=False, steps_per_call=500)
   fit = sim.fit_click_model(model, [train], solver=solver, num_docs=32, prior="zero")
   assert fit.iterations == 1500 and "1500 epoch" in fit.stop_reason
   assert abs(_perplexity(model, fit, test) - _perplexity(model, exact, test)) < 1e-4

@@ -20,13 +20,14 @@ The loss is the two-tower click loss plus the adversary's squared error (Eq. 8),
 """
 
 import functools
-from typing import Callable, Optional
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
 
 from ultr_jax.losses import _utils
 from ultr_jax.losses.registry import register_loss
+from ultr_jax.types import ReduceFn
 from ultr_jax.losses.two_tower import two_tower_log_probs
 
 __all__ = ["disentangled_two_tower_loss", "gradient_reversal", "observation_dropout"]
@@ -97,7 +98,7 @@ def disentangled_two_tower_loss(
   weights: Optional[jax.Array] = None,
   mode: str = "additive",
   adversary_weight: float = 1.0,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> jax.Array:
   r"""The two-tower click loss plus the adversary's squared error (KDD'23 Eq. 8).
 

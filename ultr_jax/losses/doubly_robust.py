@@ -36,13 +36,14 @@ keeps its own function: a displayed item of propensity 0 gets :math:`m + c/\tau`
 """
 
 import math
-from typing import Callable, Optional
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
 
 from ultr_jax.losses import _utils
 from ultr_jax.losses.registry import register_loss
+from ultr_jax.types import ReduceFn
 
 __all__ = ["direct_method_loss", "doubly_robust_softmax_loss", "doubly_robust_targets", "dr_clip_threshold"]
 
@@ -130,7 +131,7 @@ def doubly_robust_softmax_loss(
   where: Optional[jax.Array] = None,
   weights: Optional[jax.Array] = None,
   tau: Optional[float] = None,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> jax.Array:
   r"""Listwise softmax cross-entropy on the doubly robust estimates (:func:`doubly_robust_targets`).
 
@@ -174,7 +175,7 @@ def direct_method_loss(
   beta_bar: jax.Array,
   where: Optional[jax.Array] = None,
   weights: Optional[jax.Array] = None,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> jax.Array:
   r"""The regression model's direct-method objective: squared error of the predicted click probability.
 

@@ -29,13 +29,14 @@ has the gradient of :math:`-\sum_d g_d\,\omega_\pi(d)` in expectation; :math:`\b
 is the control variate (the paper's mean-reward baseline).
 """
 
-from typing import Callable, Optional
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
 
 from ultr_jax.losses import _utils
 from ultr_jax.losses.registry import register_loss
+from ultr_jax.types import ReduceFn
 
 __all__ = [
   "exposure_divergence",
@@ -180,7 +181,7 @@ def prpo_loss(
   epsilon: float = 0.2,
   clip_scale: float = -0.1,
   top_k: Optional[int] = None,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> jax.Array:
   r"""PRPO: the REINFORCE surrogate with PRPO's clipped rewards (:func:`prpo_coefficients`).
 
@@ -233,7 +234,7 @@ def safe_dr_loss(
   num_sessions: float = 1000.0,
   delta: float = 0.95,
   top_k: Optional[int] = None,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
 ) -> jax.Array:
   r"""Safe DR: the REINFORCE surrogate of the risk-penalised value (SIGIR'23 Eq. 17).
 

@@ -21,7 +21,7 @@ IPS with these weights relative to position 1 (as DLA's, :func:`~ultr_jax.losses
 model by DLA's propensity loss on the observed placement.
 """
 
-from typing import Callable, Optional
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +29,7 @@ import jax.numpy as jnp
 from ultr_jax.losses import _utils
 from ultr_jax.losses.dla import dla_weights
 from ultr_jax.losses.registry import register_loss
+from ultr_jax.types import ReduceFn
 
 __all__ = ["backdoor_weights", "upe_loss"]
 
@@ -78,7 +79,7 @@ def upe_loss(
   where: Optional[jax.Array] = None,
   weights: Optional[jax.Array] = None,
   max_weight: Optional[float] = None,
-  reduce_fn: Optional[Callable] = jnp.mean,
+  reduce_fn: Optional[ReduceFn] = jnp.mean,
   return_aux: bool = False,
 ):
   r"""UPE: IPS on the backdoor-adjusted propensities plus DLA's propensity loss.

@@ -308,6 +308,13 @@ def choose_solver(model: "str | ClickModel", data: SessionData) -> Solver:
   :class:`Statistics` for every other model (exact, and the fastest wherever the records reduce); the fit itself
   moves to :class:`Minibatch` where the statistics outgrow their budget.
 
+  Args:
+    model: a click model or CTR baseline (as :func:`fit_click_model` takes it).
+    data: the log (unused today: the data decide at fit time, by the size of their statistics).
+
+  Returns:
+    The :class:`Solver`: ``Counts()`` or ``Statistics(fallback=Minibatch())``.
+
   >>> choose_solver("dctr", {})
   Counts(prior=1.0)
   >>> s = choose_solver("dbn", [])

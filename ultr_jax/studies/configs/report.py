@@ -114,7 +114,7 @@ def default_config(variant: str = "default") -> ml_collections.ConfigDict:
     A fresh ``ml_collections.ConfigDict``.
 
   >>> len(default_config().methods), len(default_config("full").methods), default_config("smoke").biases
-  (22, 25, ('pbm', 'topk'))
+  (22, 31, ('pbm', 'topk'))
   """
   if variant not in VARIANTS:
     raise unknown_variant("report", variant, VARIANTS)
