@@ -50,6 +50,9 @@ def test_binary_smoke_run(tmp_path, subprocess_env):
     assert 0.0 <= entry["ndcg@10"] <= 1.0 and len(entry["per_seed"]["ndcg@10"]) == 2
   assert "DR - IPS" in results["dr_vs_ips"]["verdict"]
   assert "## dr_vs_ips" in (tmp_path / "table.md").read_text()
+  # The smoke config runs only dr_vs_ips: its figure alone, a real PNG.
+  assert sorted(p.name for p in tmp_path.glob("*.png")) == ["fig_dr_vs_ips.png"]
+  assert (tmp_path / "fig_dr_vs_ips.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.slow
@@ -60,6 +63,7 @@ def test_every_experiment_runs_at_smoke_sizes(tmp_path):
     assert results[claim]["rows"] and results[claim]["verdict"]
   assert "logger" in results["safety"]["rows"]
   assert any("click_ll" in e for e in results["loss_grid"]["rows"].values())
+  assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(since2023.FIGURES.values())
 
 
 @pytest.mark.slow

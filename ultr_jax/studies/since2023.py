@@ -30,12 +30,14 @@ the features) or any SVMlight/ULTRA data, every number a mean over ``num_seeds``
 
 Every fixed log is simulated once per experiment (:func:`fixed_log`) and trained on for ``config.train.steps``
 steps; the table rows are written to ``results.json`` and ``table.md`` with each hypothesis's verdict as
-measured (a claim that does not reproduce is reported, never tuned).
+measured (a claim that does not reproduce is reported, never tuned), and the sweeps drawn as PNGs
+(:func:`write_figures`, which also draws them from a saved ``results.json``).
 """
 
 import os
+import re
 import time
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from absl import logging
 import jax
@@ -48,13 +50,23 @@ from ultr_jax import graph, losses, simulation
 from ultr_jax._schema import validate_config
 from ultr_jax.studies.configs.since2023 import CLAIMS, CONFIG_RULES, VARIANTS, default_config
 from ultr_jax.studies.experiment import load_datasets
+from ultr_jax.studies.figures import save_figure
 from ultr_jax.studies.tables import summarize_metrics
 from ultr_jax.train import get_method
 from ultr_jax.train.evaluation import evaluate, evaluate_clicks
 from ultr_jax.train.loop import fit
 from ultr_jax.train.results import markdown_table, write_results
 
-__all__ = ["CLAIMS", "CONFIG_RULES", "VARIANTS", "default_config", "fixed_log", "noisy_logger", "run"]
+__all__ = [
+  "CLAIMS",
+  "CONFIG_RULES",
+  "VARIANTS",
+  "default_config",
+  "fixed_log",
+  "noisy_logger",
+  "run",
+  "write_figures",
+]
 
 #: The click models: ULTRA's trust bias for DR, the KDD'23 reproduction's PBM for the rest.
 TRUST = {"name": "trust"}
@@ -323,12 +335,127 @@ _EXPERIMENTS = {
 }
 
 
+#: The figures :func:`write_figures` draws, by the experiment they show.
+FIGURES = {
+  "dr_vs_ips": "fig_dr_vs_ips.png",
+  "safety": "fig_safety.png",
+  "disentangle": "fig_disentangle.png",
+}
+
+
+def _series(rows, pattern, metric):
+  """``{label: (xs, means, ci90 half-widths)}`` from the rows whose key matches ``pattern`` (groups x, label)."""
+  out: dict[str, Any] = {}
+  for key, entry in rows.items():
+    match = re.fullmatch(pattern, key)
+    if match is None or metric not in entry:
+      continue
+    xs, means, cis = out.setdefault(match.group("label"), ([], [], []))
+    xs.append(float(match.group("x")))
+    means.append(float(entry[metric]))
+    cis.append(float(entry.get("ci90", {}).get(metric, 0.0)))
+  for label, (xs, means, cis) in out.items():
+    order = np.argsort(xs)
+    out[label] = tuple(np.asarray(v)[order] for v in (xs, means, cis))
+  return out
+
+
+def _draw(ax, series, *, log_x, dodge, band=True):
+  """One line per label with its 90% interval as error bars (and a band); points dodged sideways by ``dodge``."""
+  n = len(series)
+  for i, (label, (xs, means, cis)) in enumerate(series.items()):
+    shift = (i - (n - 1) / 2) * dodge
+    x = xs * 10.0**shift if log_x else xs + shift
+    line = ax.errorbar(x, means, yerr=cis, marker="o", ms=4, capsize=3, lw=1.2, label=label)
+    if band and len(x) > 1:
+      ax.fill_between(x, means - cis, means + cis, color=line[0].get_color(), alpha=0.12, lw=0)
+  if log_x:
+    ax.set_xscale("log")
+  ax.grid(alpha=0.3)
+
+
+def write_figures(results: Mapping[str, Any], outdir: str) -> list[str]:
+  """Draws the sweeps of a run's results as PNGs in ``outdir``, one per experiment present (:data:`FIGURES`).
+
+  ``fig_dr_vs_ips.png``: test nDCG@10 against the number of logged sessions, one line per method;
+  ``fig_safety.png``: each method's nDCG@10 against the sessions, truthful and adversarial clicks side by side,
+  the logger's level as a horizontal line; ``fig_disentangle.png``: nDCG@5 of the two-tower variants against the
+  logger's quality ``w``. Every point is the mean over seeds with its 90% t-interval (the rows' ``ci90``
+  half-widths) as error bar, and as a band in the two session sweeps; the methods' points are dodged slightly
+  sideways so that equal ones stay visible.
+
+  Args:
+    results: :func:`run`'s return value, or the ``results.json`` it wrote (loaded with ``json.load``).
+    outdir: the directory for the PNGs (created if missing).
+
+  Returns:
+    The paths written, in :data:`FIGURES` order.
+
+  >>> import tempfile
+  >>> row = lambda m: {"ndcg@10": m, "ci90": {"ndcg@10": 0.01}}
+  >>> res = {"dr_vs_ips": {"rows": {"N=10 naive": row(0.5), "N=100 naive": row(0.6), "N=10 DR": row(0.55)}}}
+  >>> [os.path.basename(p) for p in write_figures(res, tempfile.mkdtemp())]
+  ['fig_dr_vs_ips.png']
+  """
+  import matplotlib  # noqa: PLC0415
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # noqa: PLC0415
+
+  num_seeds = results.get("_meta", {}).get("num_seeds")
+  over = f"{num_seeds} seeds" if num_seeds else "seeds"
+  note = f"mean over {over}; bars and bands: 90% t-interval"
+  paths = []
+
+  def save(fig, claim):
+    fig.tight_layout()
+    paths.append(save_figure(fig, os.path.join(outdir, FIGURES[claim]), dpi=100))
+
+  if "dr_vs_ips" in results:
+    series = _series(results["dr_vs_ips"]["rows"], r"N=(?P<x>\d+) (?P<label>.+)", "ndcg@10")
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    _draw(ax, series, log_x=True, dodge=0.02)
+    ax.set_xlabel("logged sessions N (trust-bias clicks)")
+    ax.set_ylabel("test nDCG@10")
+    ax.set_title(f"DR vs IPS\n{note}", fontsize=9)
+    ax.legend(fontsize=8)
+    save(fig, "dr_vs_ips")
+
+  if "safety" in results:
+    rows = results["safety"]["rows"]
+    panels = [c for c in ("true", "adversarial") if any(k.startswith(f"{c} ") for k in rows)]
+    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.2 * max(len(panels), 1), 3.8), squeeze=False)
+    for ax, clicks in zip(axes[0], panels):
+      series = _series(rows, rf"{clicks} N=(?P<x>\d+) (?P<label>.+)", "ndcg@10")
+      _draw(ax, series, log_x=True, dodge=0.02)
+      if "logger" in rows:
+        ax.axhline(float(rows["logger"]["ndcg@10"]), color="k", ls="--", lw=1, label="logger")
+      ax.set_xlabel("logged sessions N (PBM clicks)")
+      ax.set_title(f"{clicks} clicks", fontsize=10)
+    axes[0][0].set_ylabel("test nDCG@10")
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(f"Safety: safe DR and PRPO against the logger ({note})", fontsize=9)
+    save(fig, "safety")
+
+  if "disentangle" in results:
+    series = _series(results["disentangle"]["rows"], r"w=(?P<x>[0-9.e+-]+) (?P<label>.+)", "ndcg@5")
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    _draw(ax, series, log_x=False, dodge=0.012, band=False)  # four overlapping bands would hide each other
+    ax.set_xlabel("logger quality w (ranking by w y + (1 - w) U(0, 4))")
+    ax.set_ylabel("test nDCG@5")
+    ax.set_title(f"Disentangled two-towers\n{note.replace('bars and bands', 'bars')}", fontsize=9)
+    ax.legend(fontsize=8)
+    save(fig, "disentangle")
+  return paths
+
+
 def run(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dict[str, Any]:
-  """Runs every experiment of ``config.claims``; writes ``results.json`` and ``table.md`` to ``workdir``.
+  """Runs every experiment of ``config.claims``; writes ``results.json``, ``table.md`` and the figures to ``workdir``.
 
   Args:
     config: the study's config (:func:`default_config`), checked against ``CONFIG_RULES`` first.
-    workdir: the output directory, or None to write nothing.
+    workdir: the output directory, or None to write nothing; the figures (:func:`write_figures`) are drawn after
+      the results are written, from the same mapping.
 
   Returns:
     ``{claim: {"rows": {row: entry}, "verdict": str, "seconds": float}, "_meta": {...}}``.
@@ -354,4 +481,5 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dict[str, 
   if workdir is not None:
     os.makedirs(workdir, exist_ok=True)
     write_results(workdir, results, table=tables)
+    write_figures(results, workdir)
   return results
