@@ -318,3 +318,28 @@ def test_no_attribute_doc_is_read_as_a_type(html_dir, tmp_path):
     '<dt class="field-odd">Type<span class="colon">:</span></dt>\n<dd><p>Pairs</p></dd>'
   )
   assert attribute_type_fields(str(tmp_path)) == ["x.html: Pairs"]
+
+
+def study_page_figure_problems(html_dir) -> list:
+  """Study pages that show no figure of their own study (an image from ``docs/_static/figures/<study>/``, where the
+  default runs' figures are committed) and do not say why (``No figure is committed``)."""
+  problems = []
+  for page in sorted(glob.glob(os.path.join(html_dir, "studies", "*.html"))):
+    study = os.path.splitext(os.path.basename(page))[0]
+    if study == "index":
+      continue
+    with open(page, encoding="utf-8") as f:
+      text = f.read()
+    figures = os.path.join(ROOT, "docs", "_static", "figures", study)  # sphinx copies them to _images/
+    drawn = set(os.listdir(figures)) if os.path.isdir(figures) else set()
+    own = [src for src in re.findall(r'<img[^>]*\bsrc="([^"]+)"', text) if posixpath.basename(src) in drawn]
+    if not own and "No figure is committed" not in text:
+      problems.append(f"studies/{study}.html: no figure of its default run and no reason why")
+  return problems
+
+
+def test_every_study_page_shows_its_default_run_figures_or_says_why_not(html_dir, tmp_path):
+  assert study_page_figure_problems(html_dir) == []
+  (tmp_path / "studies").mkdir()  # the check can fail: a page with another study's figure only
+  (tmp_path / "studies" / "x.html").write_text('<img src="../_images/fig2_leakage_ess.png">')
+  assert study_page_figure_problems(str(tmp_path)) == ["studies/x.html: no figure of its default run and no reason why"]
