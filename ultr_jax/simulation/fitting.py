@@ -338,44 +338,11 @@ def fit_sessions_lbfgs(
   mesh: Optional[jax.sharding.Mesh] = None,
   prior: str = "zero",
 ) -> ClickModelFit:
-  r"""Fits a click model to logged sessions by MAP / maximum likelihood.
-
-  .. math::
-      \hat\theta = \arg\min_\theta\; \frac{1}{S}\Bigl(\Omega_{\ell_2}(\theta)
-        - \sum_{s} \log P_\theta(c^{(s)}_{1:L})\Bigr)
-
-  over the logits :math:`\theta` of :func:`init_click_model`, with the Gaussian prior :math:`\Omega_{\ell_2}` of
-  :func:`logit_prior` (at ``l2 = 1`` a unit-variance prior on each logit, which keeps never-clicked
-  documents finite; centred on 0, or with ``prior="data_mean"`` the per-document logits on their own fitted
-  mean), by ``optax.lbfgs`` in one jitted ``lax.while_loop``, preconditioned by the diagonal
-  curvature (``ultr_jax._optim.table_curvature``): it stops when the gradient norm and the Newton step's length
-  are both at most ``tol``. Bias parameters a log cannot inform (a rank never shown, a UBM state that
-  never occurs) stay at the prior's 1/2.
-
-  Args:
-    model: one of :data:`FITTABLE_CLICK_MODELS`.
-    doc_ids: ``int[S, L]`` query-document ids in displayed order.
-    clicks: ``[S, L]`` 0/1 clicks.
-    where: ``bool[S, L]`` displayed items (default all).
-    num_docs: number of ids (default ``max + 1``).
-    l2: prior precision on the logits (0: maximum likelihood).
-    max_iters: L-BFGS iteration cap (static).
-    tol: gradient-norm tolerance.
-    init: starting logits (default :func:`init_click_model`).
-    mesh: optional device mesh: the sessions are sharded over its first axis
-      (padded with masked sessions to a multiple of its size) and the
-      parameters replicated, so each L-BFGS step is data-parallel (the same
-      fit, up to the order of float sums).
-    prior: the per-document logits' prior centre, one of :data:`LOGIT_PRIORS`: ``"zero"`` (probability 1/2)
-      or ``"data_mean"`` (each table's mean, fitted; see :func:`logit_prior` for which to use).
-
-  Returns:
-    :class:`ClickModelFit`.
-
-  Raises:
-    ValueError: unknown model, shape mismatch, clicks not 0/1 or ids out of
-      range where valid, or (the cascade) a session with more than one click
-      (naming the first bad entry).
+  r"""The :class:`~ultr_jax.simulation.LBFGS` solver: :func:`~ultr_jax.simulation.fit_click_model`'s objective on
+  ``[S, L]`` sessions held in memory, by ``optax.lbfgs`` in one jitted ``lax.while_loop`` preconditioned by the
+  diagonal curvature (``ultr_jax._optim.table_curvature``), stopping when the gradient norm and the step are both at
+  most ``tol``; with a ``mesh`` the sessions are sharded over its first axis (padded with masked sessions) and the
+  parameters replicated. Raises ``ValueError`` for bad sessions, naming the first bad entry.
 
   >>> ids = jnp.array([[0, 1], [1, 0]] * 50)
   >>> clicks = jnp.array([[1.0, 0.0], [0.0, 1.0]] * 50)  # document 0 is always clicked
