@@ -21,6 +21,7 @@ import json
 import os
 import pathlib
 import re
+import types
 import zlib
 from typing import Any, Callable, Iterator, Optional, TypeVar
 
@@ -38,8 +39,11 @@ TMP_SUFFIX = ".tmp"
 _CRC_BLOCK = 1 << 22
 
 
-def pyarrow(what: str = "shards"):
-  """pyarrow with its compute and Parquet modules, or an ImportError naming the extra that brings it."""
+def pyarrow(what: str = "shards") -> types.ModuleType:
+  """pyarrow with its compute and Parquet modules, or an ImportError naming the extra that brings it.
+
+  Typed as a plain module: pyarrow ships no stubs and generates ``pyarrow.compute``'s functions at import time.
+  """
   try:
     import pyarrow as pa  # noqa: PLC0415
     import pyarrow.compute  # noqa: PLC0415,F401
@@ -270,12 +274,14 @@ class ShardWriter:
   def _close(self) -> None:
     if self._writer is None:
       return
+    tmp = self._tmp
+    assert tmp is not None  # set with the writer
     meta = {**self.metadata, **self.sizes}
     self._writer.add_key_value_metadata({META + k: str(v) for k, v in meta.items()})
-    final = self._tmp.with_suffix("")  # drops .tmp
-    with _naming(self._tmp):
+    final = tmp.with_suffix("")  # drops .tmp
+    with _naming(tmp):
       self._writer.close()
-      os.replace(self._tmp, final)
+      os.replace(tmp, final)
     self.paths.append(str(final))
     self.entries.append(
       {**_entry(str(final)), "rows": self._in_shard, "metadata": {k: str(v) for k, v in meta.items()}}

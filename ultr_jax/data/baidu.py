@@ -152,10 +152,14 @@ class _Where(NamedTuple):
   path: pathlib.Path
   page_layout: bool
   row: np.ndarray  # [D] the table row of each document
-  index: np.ndarray  # [D] its index inside the row's lists (page layout)
+  index: Optional[np.ndarray]  # [D] its index inside the row's lists (page layout; None: not needed otherwise)
 
   def __call__(self, doc: int, field: str) -> str:
-    at = f"row {self.row[doc]}, document {self.index[doc]}" if self.page_layout else f"row {self.row[doc]}"
+    if self.page_layout:
+      assert self.index is not None  # given with the page layout
+      at = f"row {self.row[doc]}, document {self.index[doc]}"
+    else:
+      at = f"row {self.row[doc]}"
     return f"{self.path}, {at}, field {field!r}"
 
 
@@ -524,7 +528,7 @@ def load_baidu_ultr(
     page_offset += num
     doc_offset += len(session)
 
-  extras = dict(extra)
+  extras: dict[str, np.ndarray] = dict(extra)
   if clicks is not None:
     extras["clicks"] = clicks
   if bucket is not None:
@@ -651,7 +655,7 @@ def baidu_pages(path, *, query_key: str = "query", max_sessions: Optional[int] =
     raise ValueError(f"query_key must be one of {QUERY_KEYS}, got {query_key!r}")
   pos_col, url_col, click_col = (_SESSION_FIELDS[k] for k in ("pos", "url_md5", "click"))
   show = lambda b: repr(b.decode("utf-8", "replace"))  # noqa: E731
-  page = None  # the page being read
+  page: Optional[SessionPage] = None  # the page being read
   num_pages, num_rows = 0, 0
   prev_pos = None  # the pos of the line above when it is a document line, else None
   suspect = None  # (line, qid) of a query line that may be a document line cut short
@@ -718,6 +722,7 @@ def baidu_pages(path, *, query_key: str = "query", max_sessions: Optional[int] =
     raise ValueError(f"{path}: cannot read the session file ({type(e).__name__}: {e})") from e
   if not num_rows:
     raise ValueError(f"{path}: no document lines")
+  assert page is not None  # a document line (num_rows > 0) comes after a query line
   if not page.urls:
     raise ValueError(_cut_short(path, page.line, "no document line follows it"))
   limit = _io.extent_limit(num_rows)

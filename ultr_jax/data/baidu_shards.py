@@ -46,6 +46,9 @@ def _source_paths(source) -> list:
 class _File:
   """One input file: its schema, checked, and its rows as record batches of at most ``batch_rows`` rows."""
 
+  present: list  # the optional columns it has (set by _check_schema)
+  columns: list  # the columns read from it (set by _check_schema)
+
   def __init__(self, pa, path: pathlib.Path):
     self.pa, self.path = pa, path
     suffix = path.suffix.lower()
@@ -120,23 +123,27 @@ class _Width:
   """The width of a feature column: from the first file's type, or the first document's vector."""
 
   def __init__(self, name: str):
-    self.name, self.width, self.source = name, None, None  # source: (path, row) the width was taken from
+    self.name = name
+    self.width: Optional[int] = None
+    self.source: Optional[tuple] = None  # (path, row) the width was taken from
 
   def check(self, path, width: int, row: int, where, lengths=None) -> None:
     if self.width is None:
       self.width, self.source = int(width), (path, row)
       return
+    source = self.source
+    assert source is not None  # set with the width
     if lengths is None:
       if width != self.width:
         raise ValueError(
-          f"{path}, field {self.name!r}: vectors of {width} values (its Arrow type), where {self.source[0]}'s "
+          f"{path}, field {self.name!r}: vectors of {width} values (its Arrow type), where {source[0]}'s "
           f"have {self.width}"
         )
       return
     bad = lengths != self.width
     if bad.any():
       k = int(np.flatnonzero(bad)[0])
-      ref = f"row {self.source[1]}'s" if self.source[0] == path else f"{self.source[0]}, row {self.source[1]}'s"
+      ref = f"row {source[1]}'s" if source[0] == path else f"{source[0]}, row {source[1]}'s"
       raise ValueError(f"{where(k, self.name)}: a vector of {lengths[k]} values, where {ref} has {self.width}")
 
 
@@ -152,7 +159,7 @@ class _Converter:
     self.has_clicks = all("click" in f.present for f in files)
     self.has_bucket = all("frequency_bucket" in f.present for f in files)
     self.writer_args = (out_dir, shard_size, row_group_size)
-    self.writer = None
+    self.writer: Optional[_ShardWriter] = None
     self.doc0 = 0  # documents (rows) of the files before
     self.prev = None  # (path, query_id of its last page) of the last file with rows
 
@@ -495,6 +502,7 @@ def convert_baidu_ultr(
       converter.convert(f, int(batch_rows))
     if not converter.doc0:
       raise ValueError(f"{', '.join(str(f.path) for f in files)}: no documents")
+    assert converter.writer is not None  # the first page, written once there are documents, created it
     return converter.writer.finish()
   except BaseException:
     if converter.writer is not None:

@@ -57,7 +57,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
-from typing import Iterator, Optional, Sequence, Union
+from typing import Any, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
@@ -420,6 +420,7 @@ def _tsv_sessions(path, *, delimiter, position_base, extra_columns, max_sessions
       raise ValueError(
         f"{path}:{line_no}: field 'query_id': {f[qc]!r}, but its session began with query {first_query!r}"
       )
+    assert current is not None  # the first row starts a session (its session_id is not the initial None)
     position = _integer(f[pc], path, line_no, "position") - position_base
     if position < 0:
       raise ValueError(
@@ -678,7 +679,7 @@ def _page_sessions(path, pages, item_ids: dict, fields: tuple) -> Iterator[_Sess
 
 @_shards.converts_into_out_dir  # the workdir lock: one writer; a failure leaves it incomplete
 def convert_click_log(
-  path: PathLike,
+  path: Union[PathLike, Sequence[PathLike]],
   out_dir: PathLike,
   *,
   format: str = "tsv",  # pylint: disable=redefined-builtin
@@ -767,7 +768,7 @@ def convert_click_log(
     meta["position_base"] = str(position_base)
   elif format == "baidu":
     meta["query_key"] = query_key
-  tsv = dict(delimiter=delimiter, extra_columns=tuple(extra_columns))
+  tsv: dict[str, Any] = dict(delimiter=delimiter, extra_columns=tuple(extra_columns))  # the delimited logs' options
 
   def run(arrow: bool) -> list:
     writer = _ShardWriter(out_dir, int(shard_size), int(row_group_size), extra_columns, meta)

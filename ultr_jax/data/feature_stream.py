@@ -333,7 +333,8 @@ def convert_svmlight(
   rows = state["rows"]
   limit = None  # an inferred F above this is the in-memory reader's "absurdly large" error (raised in pass 2)
   if num_features is None:
-    num_features = state["max_id"]
+    max_id: int = state["max_id"]  # the largest feature id (an int, set by pass 1)
+    num_features = max_id
     if num_features > _io.extent_limit(state["values"]):
       limit = _io.extent_limit(state["values"])
   F = int(num_features)
@@ -613,10 +614,12 @@ class _ReadLists:
       if whole:
         x = x.reshape(n, L, s.num_features)
         out["features"] = np.take(x, perm, axis=0) if self.shuffle else x.copy()
-      elif col.width == s.num_features:
-        fview[kept_cell] = x
       else:
-        fview[kept_cell, c0 : c0 + col.width] = x
+        assert fview is not None  # made when not whole
+        if col.width == s.num_features:
+          fview[kept_cell] = x
+        else:
+          fview[kept_cell, c0 : c0 + col.width] = x
       c0 += col.width
 
     out["where"].reshape(-1)[kept_cell] = True

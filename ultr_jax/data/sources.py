@@ -102,10 +102,10 @@ class StreamedClickLog:
     self.shards = list(shards)
     self.format = fmt
     self.converted = converted
-    shards = session_shard_set(self.shards)
-    sizes = shards.sizes
+    shard_set = session_shard_set(self.shards)
+    sizes = shard_set.sizes
     self.num_docs, self.list_size = int(sizes.get("num_items", 0)), int(sizes.get("num_positions", 0))
-    self.num_sessions = sum(shards.metadata[p].num_rows for p in self.shards)
+    self.num_sessions = sum(shard_set.metadata[p].num_rows for p in self.shards)
     self._cleanup = weakref.finalize(self, shutil.rmtree, owned_dir, True) if owned_dir else None
 
   def stream(self, *, batch_size: int, **kwargs) -> SessionStream:

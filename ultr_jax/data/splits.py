@@ -1,6 +1,6 @@
 r"""Splits, query padding and fixed-shape batching of :class:`RankingDataset`\ s."""
 
-from typing import Iterator, NamedTuple, Optional, Sequence
+from typing import Iterator, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
@@ -25,13 +25,13 @@ class Splits(NamedTuple):
   test: RankingDataset
 
 
-def _pad_value(name: str, dtype) -> object:
+def _pad_value(name: str, dtype) -> int:  # -1, or 0 (False for a bool array)
   if name in ("doc_ids", "qid"):
     return -1
   return False if dtype == np.bool_ else 0
 
 
-def take_queries(ds: RankingDataset, indices: Sequence[int]) -> RankingDataset:
+def take_queries(ds: RankingDataset, indices: Union[Sequence[int], np.ndarray]) -> RankingDataset:
   r"""The queries at ``indices``, where an index ``-1`` yields an all-masked query.
 
   Padding queries have ``where`` all False, zero features/labels/extras and
@@ -116,13 +116,14 @@ def concatenate(datasets: Sequence[RankingDataset]) -> RankingDataset:
   4
   """
   keys = set.intersection(*(set(d.extras) for d in datasets))
-  has_ids = all(d.doc_ids is not None for d in datasets)
+  doc_ids = [d.doc_ids for d in datasets if d.doc_ids is not None]
+  has_ids = len(doc_ids) == len(datasets)  # every dataset has them
   return RankingDataset(
     features=np.concatenate([d.features for d in datasets]),
     labels=np.concatenate([d.labels for d in datasets]),
     where=np.concatenate([d.where for d in datasets]),
     qid=np.concatenate([d.qid for d in datasets]),
-    doc_ids=np.concatenate([d.doc_ids for d in datasets]) if has_ids else None,
+    doc_ids=np.concatenate(doc_ids) if has_ids else None,
     extras={k: np.concatenate([d.extras[k] for d in datasets]) for k in sorted(keys)},
   )
 

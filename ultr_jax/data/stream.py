@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Iterator, Optional, Sequence, Union
+from typing import Iterator, Optional, Protocol, Sequence, Union
 
 import numpy as np
 
@@ -89,7 +89,7 @@ class _ReadRowGroup:
     lengths = None
     for name in columns[1:]:
       col = table.column(name).combine_chunks()
-      got = pa.compute.list_value_length(col).to_numpy(zero_copy_only=False).astype(np.int64)
+      got: np.ndarray = pa.compute.list_value_length(col).to_numpy(zero_copy_only=False).astype(np.int64)
       if lengths is None:
         lengths = got
       elif not np.array_equal(got, lengths):
@@ -100,6 +100,7 @@ class _ReadRowGroup:
         r = np.repeat(np.arange(n), lengths)[np.flatnonzero(pa.compute.is_null(values).to_numpy(False))[0]]
         raise ValueError(f"{where_(r, name)}: missing value inside the list")
       lists[name] = values.to_numpy(zero_copy_only=False)
+    assert lengths is not None  # columns[1:] holds doc_ids, clicks and positions
     row = np.repeat(np.arange(n), lengths)
     pos, docs, clicks = lists["positions"], lists["doc_ids"], lists["clicks"]
     checks = (
@@ -204,6 +205,13 @@ def _epoch_shuffle(grain, parent, seed: int):
   return EpochShuffle()
 
 
+class _ClosableLog(Protocol):
+  """What a stream needs of the :class:`~ultr_jax.data.StreamedClickLog` it came from (not imported: a cycle)."""
+
+  @property
+  def closed(self) -> bool: ...
+
+
 class _RowGroupStream:
   r"""The Grain pipeline of the Parquet streams: fixed-shape batches from row groups, resumable, re-iterable.
 
@@ -222,6 +230,7 @@ class _RowGroupStream:
   batch_size: int
   process_index: int
   process_count: int
+  _log: _ClosableLog  # set by StreamedClickLog.stream: the log whose converted shards the stream keeps alive
 
   def _build(
     self,
@@ -261,7 +270,11 @@ class _RowGroupStream:
     if shuffle:
       ds = _epoch_shuffle(grain, ds, int(seed))
     ds = ds[self.process_index :: self.process_count]
-    self._my_units = [ds[i] for i in range(len(ds))]
+    self._my_units: list[tuple] = []
+    for i in range(len(ds)):
+      unit = ds[i]
+      assert unit is not None  # grain's None marks a filtered-out element; nothing is filtered here
+      self._my_units.append(unit)
     if num_epochs != 1:
       ds = ds.repeat(num_epochs)
     ds = ds.map_with_index(read)

@@ -341,7 +341,7 @@ def _parse_fast(data: bytes):
   if len(ii) != ncolon:
     return None
   qi = np.flatnonzero(t == _Q) if nq else None
-  if nq and (len(qi) != nq or nq != len(rows)):
+  if qi is not None and (len(qi) != nq or nq != len(rows)):  # qi is None exactly when nq is 0
     return None
   # "qid:" must follow whitespace ("2qid:7" is not a label and a qid): the byte before its 4 blanks.
   if nq and not np.all((buf[starts[qi] - 5] == 32) | (buf[starts[qi] - 5] == 9)):

@@ -16,7 +16,7 @@ fully synthetic data (Chen et al., ICML 2024, Section 5.1).
 import math
 import pathlib
 import warnings
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 
@@ -158,7 +158,10 @@ def _settings(root: pathlib.Path) -> dict:
       raise ValueError(f"{path}: field {key!r}: expected an integer >= {low}, got {v!r}")
     return v
 
-  out = {"feature_size": integer("feature_size", 1, True), "rank_cutoff": integer("rank_cutoff", 1, False)}
+  out: dict[str, Union[int, float, None]] = {
+    "feature_size": integer("feature_size", 1, True),
+    "rank_cutoff": integer("rank_cutoff", 1, False),
+  }
   m = settings.get("max_label")
   if m is not None and (isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 <= m < math.inf):
     raise ValueError(f"{path}: field 'max_label': expected a finite number >= 0, got {m!r}")

@@ -201,7 +201,9 @@ def yandex_pages(path, *, layout: str = "relpred", max_sessions: Optional[int] =
             unmatched += 1
             first_unmatched = first_unmatched or line_no
           else:
-            target[0].clicks[i] = 1
+            page = target[0]
+            assert page is not None  # a page of the click's session was read (the SessionID check above)
+            page.clicks[i] = 1
           continue
         raise ValueError(
           f"{path}:{line_no}: unknown record type {show(kind)} in field 3 (expected "
