@@ -252,6 +252,11 @@ class _TwoTowers:
   def propensities(self, params, extra):
     return jnp.exp(params["bias"] - params["bias"][..., :1])
 
+  def click_logits(self, params, extra, batch):
+    """The additive click logit: relevance plus the position's observation logit."""
+    del extra
+    return self.score(params, batch) + self.observation(params, batch)
+
 
 _DISENTANGLED = {
   **TOWER_DEFAULTS,
@@ -295,16 +300,13 @@ def two_tower_disentangled(config, *, num_features: int, list_size: int) -> Meth
     )
     return value, ({}, extra)
 
-  def click_logits(params, extra, batch):
-    return towers.score(params, batch) + towers.observation(params, batch)
-
   return Method(
     name="two_tower_disentangled",
     init=init,
     loss=loss,
     score=towers.score,
     propensities=towers.propensities,
-    click_logits=click_logits,
+    click_logits=towers.click_logits,
     requires=("clicks",),
   )
 
@@ -348,16 +350,13 @@ def two_tower_weighted(config, *, num_features: int, list_size: int) -> Method:
     )
     return click + placement, ({"click_loss": click, "placement_loss": placement}, extra)
 
-  def click_logits(params, extra, batch):
-    return towers.score(params, batch) + towers.observation(params, batch)
-
   return Method(
     name="two_tower_weighted",
     init=init,
     loss=loss,
     score=towers.score,
     propensities=towers.propensities,
-    click_logits=click_logits,
+    click_logits=towers.click_logits,
     requires=("clicks",),
   )
 
