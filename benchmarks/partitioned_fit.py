@@ -62,7 +62,9 @@ def main():
       memory = sim.fit_click_model(model, stats, solver=sim.Statistics(), num_docs=num_docs, l2=args.l2)
       memory_s = round(time.perf_counter() - t0, 2)
     counter = ItemCounter(
-      memory_budget_bytes=0, num_partitions=args.partitions, last_click_state=m.statistics_kind == "ubm_items"
+      memory_budget_bytes=0,
+      num_partitions=args.partitions,
+      last_click_state=sim.statistics_reduction(m).statistics_kind == "ubm_items",
     )
     for b in batches:
       counter.add(b["doc_ids"], b["clicks"], b.get("where"))

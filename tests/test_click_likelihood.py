@@ -146,8 +146,10 @@ def test_chain_continuations_match_the_click_models():
     exam = sim.ChainModel.examination(a, continue_no_click=c0, continue_click=c1)
     np.testing.assert_allclose(exam, out["examination"], rtol=1e-6, err_msg=model)
   np.testing.assert_allclose(sim.get_click_model("dbn").continuations(a)[1], 0.9 * (1 - a), rtol=1e-6)  # sigma = a
-  with pytest.raises(ValueError, match="unknown click-chain model"):
-    sim.get_click_model("pbm").continuations(a)
+  assert not isinstance(sim.get_click_model("pbm"), sim.ClickChain)  # an optional capability, not on every model
+  assert sim.click_models("chain") == tuple(
+    m for m in sim.click_models() if isinstance(sim.get_click_model(m), sim.ClickChain)
+  )
   with pytest.raises(ValueError, match="3 entries"):
     sim.get_click_model("ccm").continuations(a, alpha=(0.9, 0.5))
 

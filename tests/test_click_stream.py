@@ -40,9 +40,10 @@ def _batches(log, size):
 def test_the_statistics_likelihood_is_the_sum_of_the_session_likelihoods(model):
   """At random logits, on a log with hidden items and empty sessions, gathered in uneven batches."""
   m = sim.get_click_model(model)
+  r = sim.statistics_reduction(m)
   log = _masked(_log(model))
   stats = sim.gather_click_statistics(model, _batches(log, 37))
-  whole = m.sufficient_statistics(log["doc_ids"], log["clicks"], log["where"])
+  whole = r.sufficient_statistics(log["doc_ids"], log["clicks"], log["where"])
   np.testing.assert_array_equal(stats.keys, whole.keys)  # the merge of the batches is the whole log's
   np.testing.assert_array_equal(stats.counts, whole.counts)
   assert stats.num_sessions == whole.num_sessions == np.any(log["where"], -1).sum()
@@ -53,7 +54,7 @@ def test_the_statistics_likelihood_is_the_sum_of_the_session_likelihoods(model):
   expected = np.sum(
     np.asarray(m.session_log_likelihood(logits, log["doc_ids"], log["clicks"], log["where"]), np.float64)
   )
-  got = m.statistics_log_likelihood(logits, jnp.asarray(stats.keys, jnp.int32), jnp.asarray(stats.counts, jnp.float32))
+  got = r.statistics_log_likelihood(logits, jnp.asarray(stats.keys, jnp.int32), jnp.asarray(stats.counts, jnp.float32))
   assert float(got) == pytest.approx(expected, rel=1e-6)
 
 
@@ -79,7 +80,9 @@ def test_statistics_errors_name_the_problem():
   with pytest.raises(ValueError, match="num_docs = 2"):
     sim.fit_click_model("pbm", stats, solver=sim.Statistics(), num_docs=2)
   with pytest.raises(ValueError, match="different reductions"):
-    sim.merge_click_statistics([stats, sim.get_click_model("dbn").sufficient_statistics(log["doc_ids"], log["clicks"])])
+    sim.merge_click_statistics(
+      [stats, sim.statistics_reduction(sim.get_click_model("dbn")).sufficient_statistics(log["doc_ids"], log["clicks"])]
+    )
   with pytest.raises(ValueError, match="empty"):
     sim.gather_click_statistics("pbm", [])
   with pytest.raises(ValueError, match="more than one click|cascade"):
@@ -283,7 +286,7 @@ def test_the_preconditioned_fit_reaches_the_optimum_where_the_plain_fit_stops_sh
   assert np.abs(best.jac).max() < 1e-8  # curvatures >= 1e-3: within 1e-5 of the optimum
   np.testing.assert_allclose(got, best.x, atol=1e-3)
 
-  m = sim.get_click_model("pbm")
+  m = sim.get_click_model("pbm")  # the PBM is its own statistics reduction (item counts)
   keys, counts = jnp.asarray(stats.keys, jnp.int32), jnp.asarray(stats.counts, jnp.float32)
   f = lambda t: 0.5 * sum(jnp.sum(v**2) for v in jax.tree.leaves(t)) - m.statistics_log_likelihood(t, keys, counts)
   plain, _, _ = jax.jit(lambda t: lbfgs_minimize(lambda x: f(x) / sessions, t, max_iters=500, tol=1e-5))(

@@ -68,7 +68,7 @@ def test_bias_terms_are_the_schur_complement_of_the_dense_hessian(model, region)
   assert np.all(np.diff(docs_of) >= 0)  # records sorted by document, as the partitions hold them
   max_run = int(np.max(np.unique(docs_of, return_counts=True)[1]))
   paths = {"dense": pf._bias_terms_dense(m, docs, bias, keys, counts, jnp.float32(l2), centre)}
-  if m.statistics_bias_index(bias, keys) is not None:  # one bias parameter per record: the sparse path
+  if isinstance(m, sim.BiasIndexed):  # one bias parameter per record: the sparse path
     paths["sparse"] = pf._bias_terms_sparse(m, docs, bias, keys, counts, jnp.float32(l2), centre, max_run)
   assert set(paths) == ({"dense"} if model == "trust" else {"dense", "sparse"})
   for path, (g_bias, newton, s, h_diag) in paths.items():
@@ -96,7 +96,9 @@ def test_partitioned_fit_converges_in_a_few_passes(model):
   ref = sim.fit_click_model(
     model, sim.gather_click_statistics(model, batches), solver=sim.Statistics(tol=1e-7), num_docs=num_docs, l2=1.0
   )
-  counter = ItemCounter(memory_budget_bytes=0, num_partitions=4, last_click_state=m.statistics_kind == "ubm_items")
+  counter = ItemCounter(
+    memory_budget_bytes=0, num_partitions=4, last_click_state=sim.statistics_reduction(m).statistics_kind == "ubm_items"
+  )
   for b in batches:
     counter.add(b["doc_ids"], b["clicks"], b.get("where"))
   fit = sim.fit_click_model(model, counter.result(), solver=sim.Statistics(), num_docs=num_docs, l2=1.0)

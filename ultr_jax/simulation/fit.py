@@ -42,7 +42,7 @@ import jax
 import numpy as np
 import optax
 
-from ultr_jax.simulation.click_models import ClickModel
+from ultr_jax.simulation.click_models import ClickChain, ClickModel
 from ultr_jax.simulation.click_models.statistics import (
   NUM_PARTITIONS,
   ClickStatistics,
@@ -342,7 +342,7 @@ def _stop(fit: ClickModelFit, cap: str) -> ClickModelFit:
 def _default_prior(m: ClickModel, solver: Solver) -> str:
   """``"data_mean"`` where nothing absorbs an offset of the document logits (a chain model examines its first
   rank always) or for the minibatch fit, else ``"zero"`` (see :func:`~ultr_jax.simulation.logit_prior`)."""
-  return "data_mean" if m.chain or isinstance(solver, Minibatch) else "zero"
+  return "data_mean" if isinstance(m, ClickChain) or isinstance(solver, Minibatch) else "zero"
 
 
 def _fit_one(m, data, solver, *, num_docs, l2, prior, init, source=None) -> ClickModelFit:
@@ -407,7 +407,7 @@ def fit_click_model(
     validation: held-out session batches (re-iterable, or a function returning them): required with a grid;
       with one value its perplexity is reported too.
     prior: the per-document logits' prior centre, one of :data:`~ultr_jax.simulation.LOGIT_PRIORS` (None:
-      ``"data_mean"`` for the chain models (:attr:`~ultr_jax.simulation.ClickModel.chain`: the cascade family,
+      ``"data_mean"`` for the chain models (:class:`~ultr_jax.simulation.ClickChain`: the cascade family,
       whose first rank is always examined) and for :class:`Minibatch`, a fallback included; ``"zero"`` for the
       exact solvers of the others; see :func:`~ultr_jax.simulation.logit_prior` for why).
     init: starting logits (default every probability 1/2).

@@ -32,7 +32,7 @@ import numpy as np
 
 from ultr_jax._optim import lbfgs_minimize, table_curvature
 from ultr_jax.metrics import clicks as click_metrics
-from ultr_jax.simulation.click_models import ClickModel, click_models, get_click_model
+from ultr_jax.simulation.click_models import ClickModel, LogSampler, SessionChecker, click_models, get_click_model
 from ultr_jax.types import Array
 
 __all__ = [
@@ -310,7 +310,7 @@ def validate_sessions(doc_ids, clicks, where, num_docs, model=None):
   if bad.any() and (bad := bad & where).any():
     idx = tuple(int(i) for i in np.argwhere(bad)[0])
     raise ValueError(f"clicks must be 0 or 1 where valid; clicks{list(idx)} = {clicks[idx]}")
-  if model is not None:
+  if isinstance(model, SessionChecker):
     model.check_sessions(clicks, where)
   lo, hi = int(np.min(doc_ids, where=where, initial=0)), int(np.max(doc_ids, where=where, initial=-1))
   if num_docs is None:
@@ -687,7 +687,8 @@ def simulate_session_log(
     k: (jnp.asarray(v, jnp.float32).reshape(-1)[doc_ids] if np.shape(v) == a.shape else v)
     for k, v in model_params.items()
   }  # per-document [Q, L] parameters follow their documents
-  out = m.session_sampler(k_c, a.reshape(-1)[doc_ids], **per_item)
+  sampler = m.session_sampler if isinstance(m, LogSampler) else m.simulate
+  out = sampler(k_c, a.reshape(-1)[doc_ids], **per_item)
   return {
     "doc_ids": doc_ids,
     "clicks": out["clicks"],

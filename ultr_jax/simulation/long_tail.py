@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import scipy.special
 
-from ultr_jax.simulation.click_models import ClickModel, get_click_model
+from ultr_jax.simulation.click_models import ClickModel, LogSampler, get_click_model
 
 __all__ = ["simulate_long_tail_log", "long_tail_document_params"]
 
@@ -174,7 +174,7 @@ def simulate_long_tail_log(
 
   Args:
     key: PRNG key.
-    model: a registered click model's name or instance (its ``session_sampler`` draws the clicks).
+    model: a registered click model's name or instance (its :class:`~ultr_jax.simulation.LogSampler`, else its ``simulate``, draws the clicks).
     num_sessions: ``S`` in all.
     num_queries: ``Q``.
     num_candidates: ``C`` documents per query (``Q C < 2^31``).
@@ -217,7 +217,8 @@ def simulate_long_tail_log(
   seed = _seed(key)
   feat = {} if feature_weights is None else {"feature_weights": feature_weights, "feature_bias": feature_bias}
   feat.update({"feature_noise": feature_noise} if feat else {})
-  sample = jax.jit(functools.partial(m.session_sampler, **model_params))  # scalars static, per-document traced
+  sampler = m.session_sampler if isinstance(m, LogSampler) else m.simulate
+  sample = jax.jit(functools.partial(sampler, **model_params))  # scalars static, per-document traced
   for i, start in enumerate(range(0, num_sessions, batch_size), start=int(first_batch)):
     n = min(batch_size, num_sessions - start)
     rng = np.random.default_rng(np.random.SeedSequence([seed & 0xFFFFFFFF, seed >> 32, i]))

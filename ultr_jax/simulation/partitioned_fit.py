@@ -31,7 +31,7 @@ once. A partition's tables hold the documents its records read alone (renumbered
 for :math:`R` records, and memory holds the read documents' logits, whatever the number of ids: a document that
 no record reads has the prior's term only, and its optimum, the prior's centre, is written into the full tables
 after the last pass. Everything goes through the model's
-:meth:`~ultr_jax.simulation.ClickModel.statistics_log_likelihood`; a document's own log-likelihood comes from its
+:class:`~ultr_jax.simulation.StatisticsReduction`; a document's own log-likelihood comes from its
 linearity in the counts (:math:`\sum_v n_{r,v}\,\partial \mathcal{L} / \partial n_{r,v}` per record, summed per
 document).
 """
@@ -46,7 +46,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from ultr_jax import _processes
-from ultr_jax.simulation.click_models import ClickModel
+from ultr_jax.simulation.click_models import BiasIndexed, ClickModel, statistics_reduction
 from ultr_jax.simulation.click_models.statistics import PartitionedStatistics
 
 __all__ = ["newton_fit_partitioned"]
@@ -76,7 +76,7 @@ def _bucket(n: int, minimum: int = 256) -> int:
 def _doc_objective(model, docs, bias, keys, counts, l2, num_local, centre):
   """Per-document objective ``[num_local]``: :math:`\\ell_2/2 \\lVert\\theta_d - \\mu\\rVert^2 - \\mathcal{L}_d`."""
   logits = {**docs, **bias}
-  per_count = jax.grad(lambda c: model.statistics_log_likelihood(logits, keys, c))(counts)
+  per_count = jax.grad(lambda c: statistics_reduction(model).statistics_log_likelihood(logits, keys, c))(counts)
   ll_record = jnp.sum(counts * per_count, axis=1)
   ll_doc = jax.ops.segment_sum(ll_record, keys[:, 0], num_segments=num_local)
   return 0.5 * l2 * sum((v - centre[k]) ** 2 for k, v in docs.items()) - ll_doc
@@ -89,9 +89,9 @@ def _doc_newton(model, docs, bias, keys, counts, l2, iters, centre):
   num_local = next(iter(docs.values())).shape[0]
 
   def total(docs):
-    return 0.5 * l2 * sum(jnp.sum((v - centre[k]) ** 2) for k, v in docs.items()) - model.statistics_log_likelihood(
-      {**docs, **bias}, keys, counts
-    )
+    return 0.5 * l2 * sum(jnp.sum((v - centre[k]) ** 2) for k, v in docs.items()) - statistics_reduction(
+      model
+    ).statistics_log_likelihood({**docs, **bias}, keys, counts)
 
   def step(carry, _):
     docs, value, scale = carry
@@ -117,7 +117,7 @@ def _negative_log_posterior(model, docs, bias, keys, counts, l2, centre):
   r""":math:`\ell_2/2 \lVert\theta - \mu\rVert^2 - \mathcal{L}(\theta, \beta)` of a partition (the bias's own prior
   term is added once, outside the partitions)."""
   prior = 0.5 * l2 * sum(jnp.sum((v - centre[k]) ** 2) for k, v in docs.items())
-  return prior - model.statistics_log_likelihood({**docs, **bias}, keys, counts)
+  return prior - statistics_reduction(model).statistics_log_likelihood({**docs, **bias}, keys, counts)
 
 
 def _doc_blocks(grad_docs, docs):
@@ -180,8 +180,8 @@ def _bias_terms_dense(model, docs, bias, keys, counts, l2, centre):
 
 def _bias_terms(model, docs, bias, keys, counts, l2, centre, max_run):
   """:func:`_bias_terms_dense`'s terms; by :func:`_bias_terms_sparse` where each record reads one bias parameter
-  (:meth:`~ultr_jax.simulation.ClickModel.statistics_bias_index`) and a document has one parameter."""
-  if len(docs) == 1 and model.statistics_bias_index(bias, keys[:1]) is not None:
+  (:class:`~ultr_jax.simulation.BiasIndexed`) and a document has one parameter."""
+  if len(docs) == 1 and isinstance(model, BiasIndexed):
     return _bias_terms_sparse(model, docs, bias, keys, counts, l2, centre, max_run)
   return _bias_terms_dense(model, docs, bias, keys, counts, l2, centre)
 
@@ -207,7 +207,7 @@ def _bias_terms_sparse(model, docs, bias, keys, counts, l2, centre, max_run):
   per_record = keys.at[:, 0].set(jnp.arange(keys.shape[0], dtype=keys.dtype))  # each record its own copy
 
   def nll(t, b):
-    return -model.statistics_log_likelihood({name: t, **unravel(b)}, per_record, counts)
+    return -statistics_reduction(model).statistics_log_likelihood({name: t, **unravel(b)}, per_record, counts)
 
   t = docs[name][doc_of]
   grad = jax.grad(nll, argnums=(0, 1))
@@ -542,7 +542,7 @@ def newton_fit_partitioned(
   for p in mine:
     keys, counts = source.arrays(p)[:2]
     local = {k: jnp.asarray(_pad(v, source.width)) for k, v in tables[p].items()}
-    ll += float(model.statistics_log_likelihood({**local, **bias}, keys, counts))
+    ll += float(statistics_reduction(model).statistics_log_likelihood({**local, **bias}, keys, counts))
   ll = float(_processes.process_sum(np.asarray([ll]))[0]) if across_processes else ll
   docs = _full_tables(source, mine, tables, per_doc, centre, num_docs, across_processes)
   return {**docs, **bias}, ll / n, gnorm, passes

@@ -5,7 +5,7 @@ A stream is any iterable of session-batch dicts ``{"doc_ids": int[B, L], "clicks
 :class:`~ultr_jax.data.SessionStream` yields them; other keys are ignored).
 
 * :func:`gather_click_statistics` reduces the stream in one pass to the model's sufficient statistics
-  (:meth:`~ultr_jax.simulation.ClickModel.statistics_accumulator`: counts per (document, rank[, last click]) in
+  (:class:`~ultr_jax.simulation.StatisticsReduction`: counts per (document, rank[, last click]) in
   one table for the item models, spilled to disk partitioned by document past a memory budget; distinct sessions
   merged across batches for the others), and :func:`fit_statistics` (the
   :class:`~ultr_jax.simulation.Statistics` solver of :func:`~ultr_jax.simulation.fit_click_model`) maximises the
@@ -28,7 +28,7 @@ import numpy as np
 from ultr_jax import _processes
 from ultr_jax._optim import lbfgs_minimize, table_curvature
 from ultr_jax.metrics import clicks as click_metrics
-from ultr_jax.simulation.click_models import ClickModel, get_click_model  # noqa: F401 (the doctests')
+from ultr_jax.simulation.click_models import ClickModel, get_click_model, statistics_reduction  # noqa: F401 (the doctests')
 from ultr_jax.simulation.click_models.statistics import (
   NUM_PARTITIONS,
   ClickStatistics,
@@ -91,7 +91,7 @@ def gather_click_statistics(
 ) -> "ClickStatistics | PartitionedStatistics":
   r"""One pass over a stream: the model's sufficient statistics of all its sessions, in bounded memory.
 
-  The batches go into the model's :meth:`~ultr_jax.simulation.ClickModel.statistics_accumulator`: the item
+  The batches go into the model's :class:`~ultr_jax.simulation.StatisticsReduction`: the item
   models (PBM, trust, UBM) count every item, per (document, rank[, last click]), in a single integer pass per
   batch; where those counts outgrow ``memory_budget_bytes`` (a long-tail log: the distinct (document, rank)
   pairs grow with the log) they are hash-partitioned by document and spilled to run files
@@ -129,8 +129,12 @@ def gather_click_statistics(
   m = fittable_model(model)
   if across_processes and spill_dir is not None:
     spill_dir = os.path.join(spill_dir, _run_token())  # one fresh directory that every process agrees on
-  accumulator = m.statistics_accumulator().configure(
-    memory_budget_bytes=memory_budget_bytes, spill_dir=spill_dir, num_partitions=num_partitions, device=device
+  accumulator = (
+    statistics_reduction(m)
+    .statistics_accumulator()
+    .configure(
+      memory_budget_bytes=memory_budget_bytes, spill_dir=spill_dir, num_partitions=num_partitions, device=device
+    )
   )
   seen = False
   for batch in batches:
@@ -192,14 +196,15 @@ def _bucket(n: int, minimum: int = 256) -> int:
 @functools.partial(jax.jit, static_argnames=("model", "max_iters", "prior"))
 def _fit_statistics(model, logits, keys, counts, num_sessions, l2, max_iters, tol, prior="zero"):
   n = jnp.maximum(num_sessions, 1.0)
+  log_likelihood = statistics_reduction(model).statistics_log_likelihood
 
   def objective(theta):
-    return (logit_prior(model, theta, l2, prior) - model.statistics_log_likelihood(theta, keys, counts)) / n
+    return (logit_prior(model, theta, l2, prior) - log_likelihood(theta, keys, counts)) / n
 
   # Curvatures differ by orders of magnitude (a document's few impressions, a rank's millions): precondition.
   scale = jax.tree.map(jnp.sqrt, table_curvature(objective, logits, jnp.maximum(l2, 1e-6) / n))
   theta, gnorm, iters = lbfgs_minimize(objective, logits, max_iters=max_iters, tol=tol, scale=scale)
-  ll = model.statistics_log_likelihood(theta, keys, counts) / n
+  ll = log_likelihood(theta, keys, counts) / n
   return theta, model.to_probabilities(theta), ll, gnorm, iters
 
 
@@ -235,7 +240,7 @@ def fit_statistics(
       \hat\theta = \arg\min_\theta\; \frac{1}{S}\Bigl(\Omega_{\ell_2}(\theta)
         - \sum_{r} \sum_v n_{r,v}\, f_v(\theta; k_r)\Bigr)
 
-  where the weighted record sum (:meth:`~ultr_jax.simulation.ClickModel.statistics_log_likelihood`) equals
+  where the weighted record sum (:class:`~ultr_jax.simulation.StatisticsReduction`) equals
   the sessions' :math:`\sum_s \log P_\theta(c^{(s)}_{1:L})`, so the objective is the in-memory fit's (up to
   the order of float sums), at :math:`O(R)` per step for :math:`R` records, and :math:`\Omega_{\ell_2}` is the
   prior of :func:`~ultr_jax.simulation.logit_prior` (``prior``: centred on 0, or on each per-document table's
@@ -253,7 +258,7 @@ def fit_statistics(
 
   Args:
     model: a fittable click model (name or instance); the one the statistics were gathered for.
-    statistics: :func:`gather_click_statistics` (or :meth:`~ultr_jax.simulation.ClickModel.sufficient_statistics`);
+    statistics: :func:`gather_click_statistics` (or :func:`~ultr_jax.simulation.statistics_reduction`);
       spilled :class:`~ultr_jax.simulation.PartitionedStatistics` are fitted one
       partition in memory at a time (:mod:`~ultr_jax.simulation.partitioned_fit`;
       ``max_iters`` then counts passes over the partitions).
@@ -271,15 +276,16 @@ def fit_statistics(
     :class:`~ultr_jax.simulation.ClickModelFit`.
 
   >>> ids = np.array([[0, 1], [1, 0]] * 50); clicks = np.array([[1.0, 0.0], [0.0, 1.0]] * 50)
-  >>> s = get_click_model("cascade").sufficient_statistics(ids, clicks)
+  >>> s = statistics_reduction(get_click_model("cascade")).sufficient_statistics(ids, clicks)
   >>> fit = fit_statistics("cascade", s, l2=0.0)
   >>> print(s.num_records, fit.converged, [round(v, 3) for v in fit.params["attraction"].tolist()])
   2 True [1.0, 0.0]
   """
   m = fittable_model(model)
   check_prior(prior)
-  if statistics.kind != m.statistics_kind:
-    raise ValueError(f"{m.name}: statistics of kind {statistics.kind!r}, expected {m.statistics_kind!r}")
+  kind = statistics_reduction(m).statistics_kind
+  if statistics.kind != kind:
+    raise ValueError(f"{m.name}: statistics of kind {statistics.kind!r}, expected {kind!r}")
   if num_docs is None:
     num_docs = max(statistics.num_docs, 1)
   elif num_docs < statistics.num_docs:

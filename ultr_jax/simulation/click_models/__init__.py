@@ -47,7 +47,13 @@ import numpy as np  # noqa: F401 (the doctests')
 
 from ultr_jax.simulation import probabilities as P
 from ultr_jax.simulation.click_models.base import (
+  BiasIndexed,
+  ClickChain,
   ClickModel,
+  LogSampler,
+  OwnClickFunction,
+  SessionChecker,
+  StatisticsReduction,
   Parameter,
   Session,
   bernoulli_log_likelihood,
@@ -55,6 +61,7 @@ from ultr_jax.simulation.click_models.base import (
   freeze,
   get_click_model,
   register,
+  statistics_reduction,
   thaw,
 )
 from ultr_jax.simulation.click_models.cascade import Cascade, cascade
@@ -103,6 +110,13 @@ __all__ = [
   "make_click_fn",
   "click_simulator",
   "ClickModel",
+  "ClickChain",
+  "StatisticsReduction",
+  "BiasIndexed",
+  "SessionChecker",
+  "LogSampler",
+  "OwnClickFunction",
+  "statistics_reduction",
   "ChainModel",
   "ClickSimulator",
   "Parameter",
@@ -232,7 +246,7 @@ def make_click_fn(config: Any) -> ClickFn:
 
   Returns:
     ``click_fn(key, batch) -> dict``: the bound ``__call__`` of :func:`click_simulator` of the config, or the
-    model's own click function where it has one (:meth:`ClickModel.click_function`, e.g. position_trust).
+    model's own click function where it has one (:class:`OwnClickFunction`, e.g. position_trust).
 
   Raises:
     ValueError: for an unknown model name or config key (naming it and listing the known ones).
@@ -247,9 +261,8 @@ def make_click_fn(config: Any) -> ClickFn:
   if isinstance(name, str) and name in click_models():
     model = get_click_model(name)
     model.check_config(cfg)
-    own = model.click_function(cfg)
-    if own is not None:
-      return own
+    if isinstance(model, OwnClickFunction):
+      return model.click_function(cfg)
   return click_simulator(cfg).__call__
 
 

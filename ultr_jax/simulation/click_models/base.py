@@ -16,21 +16,32 @@ A click model is one frozen (hashable) object that declares in one place
   (:meth:`ClickModel.log_probs`: :math:`\log q_i` and :math:`\log(1 - q_i)`, whose Bernoulli sum is
   :math:`\log P(c_{1:L})`), the conditional and marginal click probabilities (:meth:`ClickModel.predict`)
   and a sampler (:meth:`ClickModel.sample`) in the same parametrisation;
-* its **capabilities** (:attr:`ClickModel.fittable` by maximum likelihood, usable as a click-model
-  :attr:`ClickModel.loss`, a click :attr:`ClickModel.chain`), from which the name lists
-  (:data:`~ultr_jax.simulation.FITTABLE_CLICK_MODELS`, ...) are derived.
+* its **registry flags** (:attr:`ClickModel.fittable` by maximum likelihood, usable as a click-model
+  :attr:`ClickModel.loss`), from which the name lists (:data:`~ultr_jax.simulation.FITTABLE_CLICK_MODELS`, ...)
+  are derived.
+
+What only some models have, and only some callers need, is an **optional capability**: a small
+``runtime_checkable`` Protocol the caller checks for with ``isinstance``, not a method on every model:
+
+* :class:`ClickChain`: a click chain's continuation probabilities :math:`c^0, c^1` (the cascade family);
+* :class:`StatisticsReduction`: a reduction of a batch of sessions to mergeable weighted records
+  (:mod:`~ultr_jax.simulation.click_models.statistics`) with the log-likelihood on them, which the statistics
+  solver (:class:`~ultr_jax.simulation.Statistics`) fits; a model without one of its own reduces to its distinct
+  session patterns (:func:`statistics_reduction`, exact for every model);
+* :class:`BiasIndexed`: a reduction whose records each read one bias parameter (the Newton passes of
+  :mod:`~ultr_jax.simulation.partitioned_fit` eliminate the documents with it);
+* :class:`SessionChecker`: a model that gives some click patterns probability zero names the first such session;
+* :class:`OwnClickFunction`: a model whose simulator reads more of the batch than :meth:`ClickModel.session` takes;
+* :class:`LogSampler`: a model that draws its simulated logs in another parametrisation than :meth:`ClickModel.simulate`.
 
 Everything that needs a click model (the config factory, the fits, the likelihood losses, the online users)
 asks :func:`get_click_model` for it and never compares names. A new model is one module with one subclass
-and one :func:`register` line in ``click_models/__init__.py``. Nothing here assumes the whole log is in memory:
-:meth:`ClickModel.sufficient_statistics` reduces a batch of sessions to mergeable weighted records
-(:mod:`~ultr_jax.simulation.click_models.statistics`) and :meth:`ClickModel.statistics_log_likelihood` is the
-log-likelihood on them, which the streaming fits (:class:`~ultr_jax.simulation.Statistics`) use.
+and one :func:`register` line in ``click_models/__init__.py``.
 """
 
 import dataclasses
 import difflib
-from typing import Any, Callable, ClassVar, Mapping, NamedTuple, Optional
+from typing import Any, Callable, ClassVar, Mapping, NamedTuple, Optional, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -49,6 +60,13 @@ from ultr_jax.types import Array, ClickFn, PRNGKey
 
 __all__ = [
   "ClickModel",
+  "ClickChain",
+  "StatisticsReduction",
+  "BiasIndexed",
+  "SessionChecker",
+  "LogSampler",
+  "OwnClickFunction",
+  "statistics_reduction",
   "Parameter",
   "Session",
   "bernoulli_log_likelihood",
@@ -146,6 +164,8 @@ def click_models(capability: Optional[str] = None) -> tuple[str, ...]:
     return tuple(_REGISTRY)
   if capability not in CAPABILITIES:
     raise ValueError(f"unknown click-model capability {capability!r}; expected one of {CAPABILITIES}")
+  if capability == "chain":
+    return tuple(name for name, cls in _REGISTRY.items() if issubclass(cls, ClickChain))
   return tuple(name for name, cls in _REGISTRY.items() if getattr(cls, capability))
 
 
@@ -437,8 +457,6 @@ class ClickModel:
   fittable: ClassVar[bool] = True
   #: Usable as a click-model likelihood loss with a learned attraction (:mod:`ultr_jax.losses.click_model`).
   loss: ClassVar[bool] = True
-  #: A click chain (continuation probabilities :math:`c^0, c^1`; :meth:`continuations`).
-  chain: ClassVar[bool] = False
   #: The bias table whose column 0 (or entries) is the examination before any click (a learner's propensities).
   propensity_table: ClassVar[Optional[str]] = None
 
@@ -477,20 +495,6 @@ class ClickModel:
           f"unknown key {k!r} for click model {self.name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
         )
     raise ValueError(f"click_model: {'; '.join(parts)}; known keys: {', '.join(known)}")
-
-  def click_function(self, cfg: Mapping[str, Any]) -> Optional[ClickFn]:
-    """The model's own ``click_fn(key, batch)`` for a simulation config, or None (the default) for the standard
-    :class:`~ultr_jax.simulation.click_models.ClickSimulator` over :meth:`session`. A model overrides it when its
-    simulator reads more of the batch than :meth:`session` takes (per-query parameters, renamed inputs).
-
-    Args:
-      cfg: the (checked) simulation config, a mapping.
-
-    Returns:
-      ``click_fn(key, batch) -> dict``, or None.
-    """
-    del cfg
-    return None
 
   def simulation_kwargs(self, cfg: Mapping[str, Any]) -> dict:
     """The keyword arguments of :meth:`session` from a (checked) simulation config.
@@ -552,19 +556,6 @@ class ClickModel:
     """
     session = self.session(attraction, where=where, positions=positions, top_k=top_k, **kwargs)
     return session.output(key, num_sessions, num_impressions)
-
-  def session_sampler(self, key: PRNGKey, attraction: Array, **kwargs) -> dict:
-    """The sampler :func:`~ultr_jax.simulation.simulate_session_log` draws the model's logs with.
-
-    Args:
-      key: PRNG key.
-      attraction: ``[..., L]`` click probability given examination.
-      **kwargs: as :meth:`simulate`.
-
-    Returns:
-      :meth:`simulate`'s dict (a model may draw its log with another parametrisation).
-    """
-    return self.simulate(key, attraction, **kwargs)
 
   # -- fitted side (logits) -------------------------------------------------
 
@@ -759,85 +750,6 @@ class ClickModel:
     """
     return {k: jax.scipy.special.logit(jnp.asarray(v, jnp.float32)) for k, v in params.items()}
 
-  # -- sufficient statistics (host-side reduction, weighted likelihood) -----
-
-  #: The reduction :meth:`sufficient_statistics` makes (:attr:`ClickStatistics.kind`).
-  statistics_kind: ClassVar[str] = "patterns"
-
-  def sufficient_statistics(self, doc_ids: np.ndarray, clicks: np.ndarray, where=None) -> ClickStatistics:
-    r"""A batch of sessions ``[B, L]`` as weighted records (host side, NumPy), mergeable across batches by
-    :func:`~ultr_jax.simulation.merge_click_statistics`.
-
-    Default: the distinct (document list, click vector, mask) patterns with their session counts
-    (``click_models.statistics.pattern_statistics``), exact for every model; a model
-    whose likelihood reads less of a session overrides it (with :meth:`statistics_log_likelihood` and
-    :attr:`statistics_kind`), e.g. the PBM's impressions and clicks per (document, rank).
-
-    Args:
-      doc_ids: ``int[B, L]`` document ids, in displayed order.
-      clicks: ``[B, L]`` 0/1 clicks.
-      where: ``bool[B, L]`` valid items (None: all).
-
-    Returns:
-      A :class:`ClickStatistics` of kind :attr:`statistics_kind`.
-
-    >>> s = get_click_model("dbn").sufficient_statistics(np.array([[0, 1], [0, 1]]), np.array([[1, 0], [1, 0]]))
-    >>> s.kind, s.num_records, s.num_sessions
-    ('patterns', 1, 2.0)
-    """
-    return pattern_statistics(doc_ids, clicks, where)
-
-  def statistics_accumulator(self):
-    """A fresh accumulator of :meth:`sufficient_statistics` over batches: ``add(doc_ids, clicks, where)`` per
-    batch, then ``result()`` (a :class:`ClickStatistics`). Default: per-batch records merged as they grow
-    (``click_models.statistics.RecordMerger``); the item models count into one table instead
-    (``click_models.statistics.ItemCounter``).
-
-    Returns:
-      The accumulator, with ``add(doc_ids, clicks, where)`` and ``result()``.
-
-    >>> acc = get_click_model("pbm").statistics_accumulator()
-    >>> acc.add(np.array([[0, 1]]), np.array([[1.0, 0.0]]), None)
-    >>> acc.result().counts.tolist()
-    [[1.0, 1.0], [1.0, 0.0]]
-    """
-    return RecordMerger(self.sufficient_statistics)
-
-  def statistics_log_likelihood(self, logits: Mapping[str, Array], keys: Array, counts: Array) -> Array:
-    r"""The log-likelihood of the log the records ``keys [R, K]``, ``counts [R, V]`` reduce, from the logits.
-
-    Default (patterns): :math:`\sum_r n_r \log P_\theta(c_r)` with :meth:`session_log_likelihood`.
-
-    Args:
-      logits: dict name -> fitted logits (:meth:`init`'s layout).
-      keys: ``int[R, K]`` the records' keys (``ClickStatistics.keys``).
-      counts: ``[R, V]`` the records' counts (column 0: the number of sessions of each pattern).
-
-    Returns:
-      The scalar log-likelihood of the whole log.
-    """
-    ids, clicks, where = pattern_sessions(keys)
-    ll = self.session_log_likelihood(logits, ids, clicks.astype(jnp.float32), where)
-    return jnp.sum(counts[:, 0] * ll)
-
-  def statistics_bias_index(self, bias: Mapping[str, Array], keys: Array) -> Optional[Array]:
-    r"""Which bias parameter each item record reads, where each reads exactly one: ``int[R]``, the index into the
-    bias logits flattened in sorted name order (``jax.flatten_util.ravel_pytree(bias)``); None (the default)
-    where a record reads several, or the model's records are not item records.
-
-    With one bias parameter per record the bias's Hessian is diagonal and its coupling to a document is one
-    number per record, which the partitioned fit (:mod:`~ultr_jax.simulation.partitioned_fit`) uses to eliminate the
-    documents in a few passes over the records instead of one per bias parameter.
-
-    Args:
-      bias: the bias logits (:meth:`init`'s tables besides the per-document ones).
-      keys: ``int[R, K]`` the records' keys (``ClickStatistics.keys``).
-
-    Returns:
-      ``int32[R]`` flat indices, or None.
-    """
-    return None
-
   def session_log_likelihood(self, logits: Mapping[str, Array], doc_ids: Array, clicks: Array, where) -> Array:
     r"""Session log-likelihoods ``[..., L] -> [...]`` from the logits, in log space: ``log_sigmoid`` of the
     parameter vectors once, then a gather per item (rather than ``log_sigmoid`` of every gathered item).
@@ -864,33 +776,6 @@ class ClickModel:
     bias = {k: v for k, v in logits.items() if k not in docs}
     items = {k: (jax.nn.log_sigmoid(logits[k])[ids], jax.nn.log_sigmoid(-logits[k])[ids]) for k in self.item_params}
     return log_a, log_1ma, self.log_bias(bias, items)
-
-  def check_sessions(self, clicks: np.ndarray, where: np.ndarray) -> None:
-    """Raises ValueError naming the first session the model cannot explain (host side).
-
-    Args:
-      clicks: ``[B, L]`` 0/1 clicks.
-      where: ``bool[B, L]`` valid items.
-
-    Raises:
-      ValueError: naming the first session the model gives probability zero (never here: the default explains
-        every click pattern; a model that cannot, e.g. the cascade model, overrides it).
-    """
-
-  def continuations(self, attraction: Array, **params) -> tuple[Array, Array]:
-    """The continuation probabilities ``(c0, c1)`` of a click chain (:attr:`chain` models).
-
-    Args:
-      attraction: ``[..., L]`` click probability given examination.
-      **params: the model's own parameters.
-
-    Returns:
-      ``(c0, c1)``: the probability of examining the next item after no click and after a click, ``[..., L]``.
-
-    Raises:
-      ValueError: here; the chain models override it.
-    """
-    raise ValueError(f"unknown click-chain model {self.name!r} (expected one of {click_models('chain')})")
 
   def _require_fittable(self):
     if not self.fittable:
@@ -920,3 +805,126 @@ class ItemStatistics:
     log_a, log_1ma, log_bias = self._gathered_logs(logits, keys[:, 0])
     log_q, log_1mq = self.log_probs(jnp.zeros(keys.shape[:1]), log_a, log_1ma, log_bias, ranks=keys[:, 1])
     return item_log_likelihood(log_q, log_1mq, counts)
+
+
+# ----------------------------------------------------------------------------
+# Optional capabilities (checked with isinstance by the callers that need them).
+
+
+@runtime_checkable
+class ClickChain(Protocol):
+  """A click chain: the user examines the ranks in order and goes on with probability :math:`c^0` after no click
+  and :math:`c^1` after a click (the cascade family, :class:`~ultr_jax.simulation.ChainModel`)."""
+
+  def continuations(self, attraction: Array, **params) -> tuple[Array, Array]:
+    """``(c0, c1)``, each ``[..., L]``, from the attraction ``[..., L]`` and the model's own parameters."""
+    ...
+
+
+@runtime_checkable
+class StatisticsReduction(Protocol):
+  r"""A reduction of sessions to weighted records whose likelihood equals the sessions' (host side, NumPy).
+
+  ``sufficient_statistics(doc_ids [B, L], clicks [B, L], where)`` reduces one batch to a :class:`ClickStatistics`
+  of kind :attr:`statistics_kind` (mergeable across batches by
+  :func:`~ultr_jax.simulation.merge_click_statistics`); ``statistics_accumulator()`` makes a fresh accumulator
+  over batches (``add(doc_ids, clicks, where)``, then ``result()``); ``statistics_log_likelihood(logits, keys,
+  counts)`` is the log-likelihood of the log the records ``keys [R, K]``, ``counts [R, V]`` reduce.
+  """
+
+  statistics_kind: ClassVar[str]
+
+  def sufficient_statistics(self, doc_ids: np.ndarray, clicks: np.ndarray, where=None) -> ClickStatistics: ...
+
+  def statistics_accumulator(self) -> Any: ...
+
+  def statistics_log_likelihood(self, logits: Mapping[str, Array], keys: Array, counts: Array) -> Array: ...
+
+
+@runtime_checkable
+class BiasIndexed(StatisticsReduction, Protocol):
+  r"""A reduction whose item records each read exactly one bias parameter.
+
+  ``statistics_bias_index(bias, keys [R, K]) -> int32[R]`` is the index each record reads into the bias logits
+  flattened in sorted name order (``jax.flatten_util.ravel_pytree(bias)``). The bias's Hessian is then diagonal and
+  its coupling to a document is one number per record, which the partitioned fit
+  (:mod:`~ultr_jax.simulation.partitioned_fit`) uses to eliminate the documents in a few passes over the records.
+  """
+
+  def statistics_bias_index(self, bias: Mapping[str, Array], keys: Array) -> Array: ...
+
+
+@runtime_checkable
+class SessionChecker(Protocol):
+  """A model that gives some click patterns probability zero (the cascade model: at most one click)."""
+
+  def check_sessions(self, clicks: np.ndarray, where: np.ndarray) -> None:
+    """Raises ValueError naming the first session of ``clicks [B, L]`` (``where``: valid items) it cannot explain."""
+    ...
+
+
+@runtime_checkable
+class OwnClickFunction(Protocol):
+  """A model whose simulator reads more of the batch than :meth:`ClickModel.session` takes (per-query parameters,
+  renamed inputs): :func:`~ultr_jax.simulation.make_click_fn` returns its ``click_function(cfg)`` (position_trust)
+  instead of the standard :class:`~ultr_jax.simulation.ClickSimulator`."""
+
+  def click_function(self, cfg: Mapping[str, Any]) -> ClickFn:
+    """``click_fn(key, batch) -> dict`` for the (checked) simulation config ``cfg``."""
+    ...
+
+
+@runtime_checkable
+class LogSampler(Protocol):
+  """A model whose simulated logs (:func:`~ultr_jax.simulation.simulate_session_log`) are drawn otherwise than by
+  :meth:`ClickModel.simulate` (the PBM: ULTRA's eye-tracking examination table)."""
+
+  def session_sampler(self, key: PRNGKey, attraction: Array, **kwargs) -> dict:
+    """:meth:`ClickModel.simulate`'s dict for the attraction ``[..., L]``."""
+    ...
+
+
+@dataclasses.dataclass(frozen=True)
+class PatternStatistics:
+  r"""The reduction of a model without one of its own: the distinct (document list, click vector, mask) patterns
+  with their session counts (``click_models.statistics.pattern_statistics``), exact for every model, and
+  :math:`\sum_r n_r \log P_\theta(c_r)` (:meth:`ClickModel.session_log_likelihood`) on them.
+
+  >>> s = statistics_reduction(get_click_model("dbn")).sufficient_statistics(
+  ...     np.array([[0, 1], [0, 1]]), np.array([[1, 0], [1, 0]]))
+  >>> s.kind, s.num_records, s.num_sessions
+  ('patterns', 1, 2.0)
+  """
+
+  model: ClickModel
+  statistics_kind: ClassVar[str] = "patterns"
+
+  @property
+  def name(self) -> str:
+    return self.model.name
+
+  def sufficient_statistics(self, doc_ids, clicks, where=None) -> ClickStatistics:
+    return pattern_statistics(doc_ids, clicks, where)
+
+  def statistics_accumulator(self) -> RecordMerger:
+    return RecordMerger(self.sufficient_statistics)
+
+  def statistics_log_likelihood(self, logits, keys, counts):
+    ids, clicks, where = pattern_sessions(keys)
+    ll = self.model.session_log_likelihood(logits, ids, clicks.astype(jnp.float32), where)
+    return jnp.sum(counts[:, 0] * ll)
+
+
+def statistics_reduction(model: ClickModel) -> StatisticsReduction:
+  """The model's own :class:`StatisticsReduction`, or its session patterns' (:class:`PatternStatistics`).
+
+  Args:
+    model: a fittable click model.
+
+  Returns:
+    ``model`` itself where it is a :class:`StatisticsReduction`, else ``PatternStatistics(model)``.
+
+  >>> [statistics_reduction(get_click_model(m)).statistics_kind for m in ("pbm", "ubm", "dbn")]
+  ['items', 'ubm_items', 'patterns']
+  """
+  return model if isinstance(model, StatisticsReduction) else PatternStatistics(model)

@@ -67,8 +67,6 @@ def check_probabilities(name, value):
 class ChainModel(ClickModel):
   """Base of the click chains: the likelihood, predictions and sampler from the continuations."""
 
-  chain = True
-
   def continuations(self, attraction, **params):
     raise NotImplementedError
 
@@ -308,7 +306,7 @@ class ChainModel(ClickModel):
       clicks: ``[..., L]`` observed 0/1 clicks, in displayed order.
       attraction: ``[..., L]`` click probability given examination.
       continue_no_click: :math:`c^0`, the probability of examining the next item after no click, a scalar or
-        ``[..., L]`` (a model's :meth:`~ultr_jax.simulation.ClickModel.continuations`).
+        ``[..., L]`` (a model's :class:`~ultr_jax.simulation.ClickChain`).
       continue_click: :math:`c^1`, the probability after a click, a scalar or ``[..., L]``.
       where: ``bool[..., L]`` (masked items are skipped).
 

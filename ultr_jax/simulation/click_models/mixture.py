@@ -22,6 +22,7 @@ from ultr_jax.simulation.click_models.base import (
   ClickModel,
   Parameter,
   Session,
+  SessionChecker,
   display_order,
   freeze,
   full_mask,
@@ -261,6 +262,8 @@ class Mixture(ClickModel):
     """
     errors = []
     for m in self.models:
+      if not isinstance(m, SessionChecker):
+        return  # explains every click pattern
       try:
         m.check_sessions(clicks, where)
         return

@@ -7,7 +7,7 @@ r"""SIF's position+trust simulator as a registered click model (Section VI-D of 
 with 0-based positions :math:`p_i`, ULTRA's examination table :math:`v`, and the standardised logging score
 :math:`z_i` (``batch["logging_score"]``). Clicks are independent given the list. The sampler and its options
 (``expected``, ``score_key``, the per-query ``alpha_key``) are :func:`position_trust`'s: the model builds its
-click function with :func:`make_position_trust_click_fn` (:meth:`PositionTrust.click_function`), so a config
+click function with :func:`make_position_trust_click_fn` (:class:`~ultr_jax.simulation.OwnClickFunction`), so a config
 names it like any other model. Simulation only: it is not fitted and has no likelihood loss.
 
 This differs from :func:`~ultr_jax.simulation.trust` (the affine :math:`\epsilon^\pm` trust model of Agarwal
@@ -243,7 +243,7 @@ class PositionTrust(ClickModel):
   fittable = False
   loss = False
 
-  def click_function(self, cfg: Mapping[str, Any]):
+  def click_function(self, cfg: Mapping[str, Any]) -> ClickFn:
     return make_position_trust_click_fn(cfg)
 
   def simulation_kwargs(self, cfg: Mapping[str, Any]) -> dict:

@@ -6,7 +6,7 @@ likelihood reads of them, so the log reduces to *records* (integer keys) with *c
 .. math::
     \sum_{s=1}^{S} \log P_\theta(c^{(s)}) = \sum_{r=1}^{R} \sum_v n_{r,v}\, f_v(\theta; k_r)
 
-costs :math:`O(R)`, not :math:`O(S)`. Three reductions (:meth:`~ultr_jax.simulation.ClickModel.sufficient_statistics`):
+costs :math:`O(R)`, not :math:`O(S)`. Three reductions (:func:`~ultr_jax.simulation.statistics_reduction`):
 
 * **patterns** (the default of every model): the distinct (document list, click vector, mask) triples with
   their session counts, weighted by the session log-likelihood;
@@ -418,7 +418,7 @@ def _tag() -> str:
 
 class RecordMerger:
   r"""Accumulates per-batch :class:`ClickStatistics` (``reduce(doc_ids, clicks, where)``, e.g. a model's
-  :meth:`~ultr_jax.simulation.ClickModel.sufficient_statistics`), merging the pending ones
+  :func:`~ultr_jax.simulation.statistics_reduction`), merging the pending ones
   (:func:`merge_click_statistics`) whenever they outgrow the merged records: memory :math:`O(R + B L)` for
   :math:`R` distinct records, merging work :math:`O(S L \log R)` over :math:`S` sessions.
 
@@ -629,7 +629,7 @@ class ItemCounter:
     device: Optional[bool] = None,
   ) -> "ItemCounter":
     """Sets the constructor's budget and spill options on a fresh counter (as a model's
-    :meth:`~ultr_jax.simulation.ClickModel.statistics_accumulator` made it); returns self."""
+    :class:`~ultr_jax.simulation.StatisticsReduction` made it); returns self."""
     if self.list_size is not None:
       raise ValueError("ItemCounter.configure: the counter has already counted")
     ItemCounter.__init__(
