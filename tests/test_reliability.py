@@ -314,6 +314,37 @@ def test_a_second_writer_is_refused_naming_the_first(tmp_path):
   assert sorted(p.name for p in out.iterdir()) == ["IN_PROGRESS"]  # the first writer's marker stands
 
 
+def test_a_second_thread_of_the_process_is_refused_too(tmp_path):
+  """The lock is re-entrant within a thread only: another thread of the same process (the marker names the same pid)
+  is refused while the first holds the directory, and takes it once the first has released it."""
+  import threading  # noqa: PLC0415
+
+  out, errors = tmp_path / "shards", []
+  holding, done = threading.Event(), threading.Event()
+
+  def first():
+    with _workdir.held(str(out)):
+      holding.set()
+      done.wait(30)
+
+  thread = threading.Thread(target=first)
+  thread.start()
+  holding.wait(30)
+  try:
+    with pytest.raises(_workdir.WorkdirLockedError, match="another thread of this process"):
+      data.convert_click_log(_tsv(tmp_path / "log.tsv"), out)
+    assert "another thread of this process" in (_workdir.unfinished(str(out)) or "")
+  except BaseException as e:  # noqa: BLE001 (re-raised below, after the thread ends)
+    errors.append(e)
+  done.set()
+  thread.join()
+  if errors:
+    raise errors[0]
+  assert sorted(p.name for p in out.iterdir()) == []  # the first thread's release removed its marker
+  data.convert_click_log(_tsv(tmp_path / "log.tsv"), out)
+  assert sum(b["where"].any(-1).sum() for b in data.SessionStream(out, batch_size=2, num_threads=0)) == 6
+
+
 def test_bad_input_leaves_the_directory_as_it_was(tmp_path):
   out = tmp_path / "shards"
   with pytest.raises(ValueError, match="path: give at least one file"):

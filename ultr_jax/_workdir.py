@@ -15,6 +15,7 @@ import os
 import re
 import socket
 import sys
+import threading
 from typing import Iterator, Optional
 
 from absl import logging
@@ -33,11 +34,22 @@ __all__ = [
 ]
 
 LOCK_NAME = "IN_PROGRESS"
-_HELD: dict[str, int] = {}  # workdir (absolute) -> nesting depth, for the locks this process holds
+# The locks this process holds: workdir (absolute) -> (the holding thread's ident, nesting depth). Process-wide
+# state by nature (the marker names the process; the threads of one process must still exclude each other), guarded
+# by _HELD_LOCK.
+_HELD: dict[str, tuple[int, int]] = {}
+_HELD_LOCK = threading.Lock()
 
 
 class WorkdirLockedError(RuntimeError):
   """Another live run holds the workdir."""
+
+
+def _refuse_thread(key: str) -> None:
+  raise WorkdirLockedError(
+    f"{key} holds a run in progress in another thread of this process (thread {_HELD[key][0]}, pid {os.getpid()}): "
+    "wait for it to finish, or use another workdir"
+  )
 
 
 def _path(workdir: str) -> str:
@@ -140,7 +152,7 @@ def _refuse(workdir: str, info: dict) -> None:
 def acquire(workdir: str) -> bool:
   r"""Takes ``workdir`` for this run: creates its ``IN_PROGRESS`` marker exclusively (``O_EXCL``).
 
-  Re-entrant within a process (each :func:`acquire` is matched by a :func:`release`); a stale marker (its
+  Re-entrant within a thread (each :func:`acquire` is matched by a :func:`release`); a stale marker (its
   process gone from this host, or its run failed) is taken over with a warning. In a multi-process run only
   process 0 takes the lock.
 
@@ -163,14 +175,23 @@ def acquire(workdir: str) -> bool:
   key = os.path.abspath(workdir)
   if not _lock_process():
     return False
-  if key in _HELD:
-    _HELD[key] += 1
-    return False
-  os.makedirs(key, exist_ok=True)
+  with _HELD_LOCK:
+    if key in _HELD:
+      thread, depth = _HELD[key]
+      if thread != threading.get_ident():
+        _refuse_thread(key)
+      _HELD[key] = (thread, depth + 1)
+      return False
+    os.makedirs(key, exist_ok=True)
+    return _take(key)
+
+
+def _take(key: str) -> bool:
+  """Creates ``key``'s marker for this thread, taking over a stale one (``_HELD_LOCK`` held)."""
   path = _path(key)
   for _ in range(8):
     if _create(path):
-      _HELD[key] = 1
+      _HELD[key] = (threading.get_ident(), 1)
       return True
     info = holder(key)
     if info is None:
@@ -204,17 +225,19 @@ def release(workdir: str, *, failure: Optional[str] = None) -> None:
   True
   """
   key = os.path.abspath(workdir)
-  if key not in _HELD:
-    return
-  _HELD[key] -= 1
-  if _HELD[key]:
-    return
-  del _HELD[key]
-  if failure is not None:
-    with open(_path(key), "a", encoding="utf-8") as f:
-      f.write(f"failed: {failure}\n")
-  elif os.path.exists(_path(key)):
-    os.remove(_path(key))
+  with _HELD_LOCK:  # the marker goes with the entry, so no other thread takes it over in between
+    if key not in _HELD or _HELD[key][0] != threading.get_ident():
+      return
+    thread, depth = _HELD[key]
+    if depth > 1:
+      _HELD[key] = (thread, depth - 1)
+      return
+    del _HELD[key]
+    if failure is not None:
+      with open(_path(key), "a", encoding="utf-8") as f:
+        f.write(f"failed: {failure}\n")
+    elif os.path.exists(_path(key)):
+      os.remove(_path(key))
 
 
 def check_not_held_by_another(workdir: str) -> None:
@@ -224,6 +247,8 @@ def check_not_held_by_another(workdir: str) -> None:
   >>> check_not_held_by_another(tempfile.mkdtemp())  # no marker: nothing to say
   """
   key = os.path.abspath(workdir)
+  if key in _HELD and _HELD[key][0] != threading.get_ident():
+    _refuse_thread(key)
   if key in _HELD or not _lock_process():
     return
   info = holder(key)
@@ -253,7 +278,10 @@ def unfinished(workdir: str) -> Optional[str]:
   """
   key = os.path.abspath(workdir)
   if key in _HELD:
-    return None
+    thread = _HELD[key][0]
+    if thread == threading.get_ident():
+      return None
+    return f"a run in progress in another thread of this process holds it (thread {thread}, {_path(key)}): wait for it"
   info = holder(key)
   if info is None:
     return None
