@@ -316,7 +316,7 @@ def test_identifiability_paper_datasets(shared_data, name, identified):
 
   cm = json.loads((shared_data / "identifiability" / "click_model.json").read_text())
   exam = np.asarray(cm["exam_prob"])
-  ds = load_ultra(shared_data / "identifiability" / name)
+  ds = load_ultra(shared_data / "identifiability" / name, repeated_docs="allow")  # as published
   pos = ds.extras["positions"]
   ctr = exam[pos] * np.asarray(cm["click_prob"])[ds.labels.astype(int)]
   est = hv.harvest_propensities(ds.doc_ids, pos, ctr, where=ds.where, allow_unidentified=True)
