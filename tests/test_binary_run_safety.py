@@ -86,9 +86,7 @@ def test_another_configuration_in_a_finished_workdir_is_refused_then_restarted(f
 
 
 def test_diverged_run_exits_non_zero(tmp_path):
-  proc = _run(tmp_path / "raise", "--config.train.learning_rate=1e30", env=_subprocess_env())
-  assert proc.returncode != 0
-  assert "FloatingPointError" in proc.stderr and "diverged at step 10" in proc.stderr
+  # on_divergence="raise" (the default) is tested in process (tests/test_run_safety.py, tests/test_fit_reliability.py)
   proc = _run(
     tmp_path / "mark", "--config.train.learning_rate=1e30", "--config.train.on_divergence=mark", env=_subprocess_env()
   )

@@ -254,6 +254,7 @@ def _fit(name, batch, steps=600):
   return method, params
 
 
+@pytest.mark.slow  # a statistical recovery through the training loop; the methods' exact invariants run by default
 def test_a_dbn_learner_fits_dbn_clicks_best_and_recovers_the_perseverance():
   """Relevance sigma(x.w) as the DBN's attraction (and satisfaction), DBN sessions (gamma 0.8) over a
   noisy logging order, linear learners. On fresh sessions the DBN learner's likelihood beats the PBM,
