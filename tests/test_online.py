@@ -4,6 +4,7 @@ import importlib.util
 import itertools
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -816,6 +817,8 @@ def _smoke_run(tmp_path, env):
     assert "pdgd_minus_dbgd" in row["pdgd"] and "nsgd_minus_mgd" in row["nsgd"]
   assert "| perfect/pdgd |" in (tmp_path / "table.md").read_text() and "| full_info (labels) |" in proc.stderr
   assert "| perfect/pdgd |" in proc.stdout and f"wrote {tmp_path / 'table.md'}" in proc.stdout  # result on stdout
+  assert re.search(r"\[online\] 1/\d+ \w+/\w+: ndcg@10 [\d.]+, .*: \d+s, ~\d+s left", proc.stderr)  # progress
+  assert re.search(r"\[online\] (\d+)/\1 \w+/\w+: .*, done", proc.stderr)  # the last cell says so
   assert (tmp_path / "table.csv").exists() and (tmp_path / "fig_online.png").stat().st_size > 0
   return results
 

@@ -34,6 +34,7 @@ from ultr_jax.studies.configs.cld import (
 from ultr_jax.studies.figures import save_figure
 from ultr_jax.train import enable_compilation_cache, evaluate, fit, get_method, shared_method_configs, summarize
 from ultr_jax.train import write_results
+from ultr_jax.studies._progress import Progress
 
 METRICS = ("ndcg@1", "ndcg@3", "map")
 ALL_METHODS = ("naive", "ips", "heckman_rank", "rank_agg", "cld", "cld_n", "cld_pair", "cld_pair_l", "oracle")
@@ -526,15 +527,15 @@ def run(config, workdir):
     f"visible on the main grid"
   )
   raw, results, timing, fits = {}, {}, {}, {}
+  progress = Progress("cld", total=len(points))
   for key, entry in points.items():
     t = time.perf_counter()
     splits, oracle = view(entry["params"]["hidden"])
     raw[key] = run_point(entry["params"], entry["methods"], splits, config, seeds, oracle, fits=fits, tag=f"{key}/")
     results[key] = _summ(raw[key])
     timing[key] = time.perf_counter() - t
-    logging.info(
-      f"[cld] {key}: {timing[key]:.1f}s "
-      + " ".join(f"{m}={results[key][m]['ndcg@1']['mean']:.3f}" for m in results[key])
+    progress.done(
+      f"{key} ({timing[key]:.1f}s) " + " ".join(f"{m}={results[key][m]['ndcg@1']['mean']:.3f}" for m in results[key])
     )
   base = dict(config.table2)
   t2 = point_key(base["k"], base["eta"], base["noise"], base["sessions"])

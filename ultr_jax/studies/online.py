@@ -30,6 +30,7 @@ from ultr_jax.train.online import (
 )
 from ultr_jax.studies.tables import summarize_metrics
 from ultr_jax.train.results import markdown_table, summarize, write_results
+from ultr_jax.studies._progress import Progress
 
 __all__ = ["CONFIG_RULES", "VARIANTS", "default_config", "default_online_config", "run", "run_online_study"]
 
@@ -120,6 +121,7 @@ def run_online_study(config: ml_collections.ConfigDict, workdir: Optional[str]) 
     rows["full_info (labels)"] = {**row, "online_ndcg@10": "n/a"}
     ceiling = entry["ndcg@10"]
     logging.info(f"[online] full_info (labels): ndcg@10 {ceiling:.4f}; {time.perf_counter() - start:.0f}s")
+  progress = Progress("online", total=len(config.click_models) * len(config.methods), start=start)
   for click_model in config.click_models:
     row_key = f"click_model={click_model}"
     results[row_key] = {}
@@ -132,9 +134,8 @@ def run_online_study(config: ml_collections.ConfigDict, workdir: Optional[str]) 
       entry["impressions"] = out["impressions"].tolist()
       results[row_key][method] = entry
       rows[f"{click_model}/{method}"] = row
-      logging.info(
-        f"[online] {click_model}/{method}: ndcg@10 {entry['ndcg@10']:.4f}, online ndcg@10 "
-        f"{entry['online_ndcg@10']:.4f}; {time.perf_counter() - start:.0f}s"
+      progress.done(
+        f"{click_model}/{method}: ndcg@10 {entry['ndcg@10']:.4f}, online ndcg@10 {entry['online_ndcg@10']:.4f}"
       )
     # Seed-paired gaps: PDGD against every other learner, and NSGD against MGD, the learner it extends.
     pairs = [("pdgd", m) for m in raw if m != "pdgd"] + [("nsgd", "mgd")]

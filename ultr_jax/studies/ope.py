@@ -45,7 +45,6 @@ import os
 import time
 from typing import Any, Mapping, NamedTuple, Optional
 
-from absl import logging
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -58,6 +57,7 @@ from ultr_jax._schema import validate_config
 from ultr_jax.studies.configs.ope import CONFIG_RULES, VARIANTS, default_config
 from ultr_jax.studies.figures import save_figure
 from ultr_jax.train.results import markdown_table, write_results
+from ultr_jax.studies._progress import Progress
 
 __all__ = [
   "CONFIG_RULES",
@@ -761,7 +761,10 @@ def run_ope_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
   for user in config.users:
     results["truth"][user] = true_values(config, queries, user, targets).tolist()
   # Temperatures outermost: every user's curve over the log sizes is done at the first temperature before the next.
-  done, total = 0, len(config.temperatures) * len(config.users) * sum(int(n) for n in config.log_sizes)
+  # The time left from the sessions still to simulate (a cell's cost grows with its log).
+  progress = Progress(
+    "ope", total=len(config.temperatures) * len(config.users) * sum(int(n) for n in config.log_sizes), start=start
+  )
   for t, temperature in enumerate(config.temperatures):
     parts = _temperature_parts(config, queries, targets, float(temperature))
     for u, user in enumerate(config.users):
@@ -770,11 +773,7 @@ def run_ope_study(config: ml_collections.ConfigDict, workdir: Optional[str]) -> 
         cell_key = jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(key, u), t), n)
         cell = _run_cell(config, queries, targets, truth, user, float(temperature), int(size), cell_key, parts)
         results.setdefault(f"user={user}", {}).setdefault(_label(temperature), {})[f"sessions={size}"] = cell
-        done += int(size)
-        elapsed = time.perf_counter() - start
-        logging.info(  # the time left from the sessions still to simulate (a cell's cost grows with its log)
-          f"[ope] {user} {_label(temperature)} sessions={size}: {elapsed:.0f}s, ~{elapsed / done * (total - done):.0f}s left"
-        )
+        progress.done(f"{user} {_label(temperature)} sessions={size}", weight=int(size))
         if workdir:
           write_results(
             workdir,

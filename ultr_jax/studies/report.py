@@ -70,6 +70,7 @@ from ultr_jax.train.loop import evaluate, evaluate_clicks, fit
 from ultr_jax.train.method import KEY_REASONS, method_inputs_missing
 from ultr_jax.train.online import online_learning, online_users_missing
 from ultr_jax.studies.tables import best_and_ties, summarize_metrics
+from ultr_jax.studies._progress import Progress
 from ultr_jax.train.results import (
   FitResult,
   atomic_write_text,
@@ -846,12 +847,14 @@ def run_report(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dic
   rows: dict[str, dict] = {}
   timings: dict[str, dict] = {}
   fits: dict[str, FitResult] = {}
+  progress = Progress("report", total=len(biases), start=t_start)
   for b_idx, bias_name in enumerate(biases):
     rows[bias_name] = _run_bias(
       config, data, bias_name, b_idx, seeds, sessions_per_list, results, timings, fits, workdir
     )
     results["_meta"] = _report_meta(config, columns, biases[: b_idx + 1], len(seeds), timings, t_start)
     _write(workdir, results, rows, biases, columns, len(seeds), final=b_idx == len(biases) - 1, fits=fits)
+    progress.done(f"bias {bias_name}")
   table = _write(None, results, rows, biases, columns, len(seeds), final=True)
   if sessions_per_list:
     clicks_text, best = click_table(results, biases, columns)

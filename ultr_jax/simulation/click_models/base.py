@@ -826,7 +826,7 @@ class StatisticsReduction(Protocol):
   r"""A reduction of sessions to weighted records whose likelihood equals the sessions' (host side, NumPy).
 
   ``sufficient_statistics(doc_ids [B, L], clicks [B, L], where)`` reduces one batch to a :class:`ClickStatistics`
-  of kind :attr:`statistics_kind` (mergeable across batches by
+  of kind ``statistics_kind`` (mergeable across batches by
   :func:`~ultr_jax.simulation.merge_click_statistics`); ``statistics_accumulator()`` makes a fresh accumulator
   over batches (``add(doc_ids, clicks, where)``, then ``result()``); ``statistics_log_likelihood(logits, keys,
   counts)`` is the log-likelihood of the log the records ``keys [R, K]``, ``counts [R, V]`` reduce.
