@@ -130,10 +130,38 @@ def dla_loss(
   """
   where = _utils.as_where(where, scores.shape)
   prop_w = dla_weights(observation_logits, where=where, max_weight=max_weight)
+  return _dual_softmax_loss(
+    scores, clicks, observation_logits, prop_w, where, weights, max_weight, reduce_fn, return_aux
+  )
+
+
+def _dual_softmax_loss(
+  scores: jax.Array,
+  clicks: jax.Array,
+  observation_logits: jax.Array,
+  propensity_weights: jax.Array,
+  where: jax.Array,
+  weights: Optional[jax.Array],
+  max_weight: Optional[float],
+  reduce_fn: Optional[ReduceFn],
+  return_aux: bool,
+):
+  r"""DLA's two listwise softmax losses, given the ranker's (stop-gradient) IPS weights :math:`w`.
+
+  .. math::
+      \ell_R = -\sum_i c_i\,u_i\,w_i\log\mathrm{softmax}(s)_i, \qquad
+      \ell_E = -\sum_i c_i\,u_i\,\min\Big(\frac{\gamma_1}{\gamma_i}, w_{max}\Big)\log\mathrm{softmax}(o)_i,
+      \qquad \gamma = \mathrm{softmax}(s)
+
+  (:math:`u` the per-item ``weights``, 1 when None). :func:`dla_loss` passes :math:`w_i = \theta_1/\theta_i`
+  (:func:`dla_weights` of ``observation_logits``), :func:`~ultr_jax.losses.upe_loss` the backdoor-adjusted weights.
+  ``where`` is the already-broadcast bool mask. Returns :math:`\ell_R + \ell_E`, or with ``return_aux``
+  ``(loss, {"ranker_loss": ..., "propensity_loss": ...})``.
+  """
   rel_w = dla_weights(scores, where=where, max_weight=max_weight)
   if weights is not None:
-    prop_w, rel_w = prop_w * weights, rel_w * weights
-  ranker = _utils.softmax_loss(scores, clicks, where, prop_w, reduce_fn)
+    propensity_weights, rel_w = propensity_weights * weights, rel_w * weights
+  ranker = _utils.softmax_loss(scores, clicks, where, propensity_weights, reduce_fn)
   exam = _utils.softmax_loss(observation_logits, clicks, where, rel_w, reduce_fn)
   if return_aux:
     return ranker + exam, {"ranker_loss": ranker, "propensity_loss": exam}

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from ultr_jax.losses import _utils
-from ultr_jax.losses.dla import dla_weights
+from ultr_jax.losses.dla import _dual_softmax_loss, dla_weights
 from ultr_jax.losses.registry import register_loss
 from ultr_jax.types import ReduceFn
 
@@ -111,11 +111,6 @@ def upe_loss(
   """
   where = _utils.as_where(where, scores.shape)
   prop_w = backdoor_weights(permuted_observation_logits, where=where, max_weight=max_weight)
-  rel_w = dla_weights(scores, where=where, max_weight=max_weight)
-  if weights is not None:
-    prop_w, rel_w = prop_w * weights, rel_w * weights
-  ranker = _utils.softmax_loss(scores, clicks, where, prop_w, reduce_fn)
-  exam = _utils.softmax_loss(observation_logits, clicks, where, rel_w, reduce_fn)
-  if return_aux:
-    return ranker + exam, {"ranker_loss": ranker, "propensity_loss": exam}
-  return ranker + exam
+  return _dual_softmax_loss(
+    scores, clicks, observation_logits, prop_w, where, weights, max_weight, reduce_fn, return_aux
+  )
