@@ -202,6 +202,28 @@ def test_ultra_bad_settings_name_the_file(tmp_path, case):
     assert err.__cause__ is not None and f"{tmp_path / 'settings.json'}:1:" in str(err)
 
 
+SETTINGS_CLASSES = [
+  # (id, settings.json's text, needles after the file's path): each failure class names the file, and the line
+  # (JSON syntax) or the field
+  ("truncated JSON", '{"feature_size": 4,\n "rank_cutoff": 3,\n "max_la', [":3: malformed JSON at column 2"]),
+  ("truncated to nothing", "", [":1: malformed JSON at column 1"]),
+  ("nested too deeply to parse", "[" * 100_000, [": malformed JSON", "nested too deeply"]),
+  ("missing field", '{"rank_cutoff": 3}', [": field 'feature_size': missing; expected an integer >= 1"]),
+  ("misspelled field", '{"feature_sise": 4}', [": field 'feature_size': missing", "'feature_sise'"]),
+  ("wrongly typed field", '{"feature_size": 4, "rank_cutoff": "3"}', [": field 'rank_cutoff': expected an integer"]),
+  ("wrongly typed max_label", '{"feature_size": 4, "max_label": [4]}', [": field 'max_label': expected a finite"]),
+  ("null required field", '{"feature_size": null}', [": field 'feature_size': expected an integer >= 1, got None"]),
+]
+
+
+@pytest.mark.parametrize("case", SETTINGS_CLASSES, ids=[c[0] for c in SETTINGS_CLASSES])
+def test_ultra_settings_errors_name_the_file_and_the_line_or_field(tmp_path, case):
+  _, text, needles = case
+  _ultra(tmp_path, settings=text)
+  path = tmp_path / "settings.json"
+  _raises(lambda: data.load_ultra(tmp_path, with_features=True), f"{path}{needles[0]}", *needles[1:])
+
+
 def test_ultra_gzip_feature_file_is_read(tmp_path):
   _ultra(tmp_path)
   want = data.load_ultra(tmp_path, with_features=True)

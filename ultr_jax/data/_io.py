@@ -117,6 +117,8 @@ def read_json(path):
     return json.loads(text)
   except json.JSONDecodeError as e:
     raise ValueError(f"{path}:{e.lineno}: malformed JSON at column {e.colno}: {e.msg}") from e
+  except RecursionError as e:  # json's decoder recurses once per nested array or object
+    raise ValueError(f"{path}: malformed JSON: nested too deeply to parse") from e
 
 
 def is_gzip(path) -> bool:

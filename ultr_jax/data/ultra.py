@@ -13,6 +13,7 @@ everywhere it is shown. This is the format of the Identifiability paper's
 fully synthetic data (Chen et al., ICML 2024, Section 5.1).
 """
 
+import difflib
 import math
 import pathlib
 import warnings
@@ -151,6 +152,10 @@ def _settings(root: pathlib.Path) -> dict:
     raise ValueError(f"{path}: expected a JSON object, got {type(settings).__name__}")
 
   def integer(key, low, required):
+    if key not in settings and required:
+      near = difflib.get_close_matches(key, list(settings), n=1)
+      hint = f" (the file has {near[0]!r})" if near else ""
+      raise ValueError(f"{path}: field {key!r}: missing; expected an integer >= {low}{hint}")
     v = settings.get(key)
     if v is None and not required:
       return None
