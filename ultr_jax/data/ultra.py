@@ -82,9 +82,9 @@ def read_ultra_features(path, *, feature_size: Optional[int] = None, dense: bool
       value that is not a finite decimal number in the float32 range, or a
       document id given twice.
 
-  >>> import tempfile, os
-  >>> d = tempfile.mkdtemp(); p = os.path.join(d, "x.feature")
-  >>> _ = open(p, "w").write("a 0:1 2:0.5\nb 1:2\n")
+  >>> import tempfile
+  >>> p = pathlib.Path(tempfile.mkdtemp()) / "x.feature"
+  >>> _ = p.write_text("a 0:1 2:0.5\nb 1:2\n")
   >>> names, f = read_ultra_features(p)
   >>> print(names, f.sum())
   ['a', 'b'] 3.5
@@ -217,11 +217,10 @@ def load_ultra(
       else no upper bound), one document with two labels, or a bad
       ``.feature`` line (see :func:`read_ultra_features`).
 
-  >>> import tempfile, os
-  >>> d = tempfile.mkdtemp(); os.mkdir(os.path.join(d, "train"))
-  >>> _ = open(os.path.join(d, "settings.json"), "w").write(
-  ...     '{"feature_size": 3, "rank_cutoff": 3}')
-  >>> w = lambda n, s: open(os.path.join(d, "train", "train." + n), "w").write(s)
+  >>> import tempfile
+  >>> d = pathlib.Path(tempfile.mkdtemp()); (d / "train").mkdir()
+  >>> _ = (d / "settings.json").write_text('{"feature_size": 3, "rank_cutoff": 3}')
+  >>> w = lambda n, s: (d / "train" / ("train." + n)).write_text(s)
   >>> _ = w("feature", "0 0:1\n1 1:1\n2 2:1\n")
   >>> _ = w("init_list", "7 2 0\n8 1 2 0\n")
   >>> _ = w("labels", "7 1 0\n8 3 1 0\n")
