@@ -542,9 +542,9 @@ def read_svmlight(
       a line, an empty file, a missing/short/long ``.query`` file, or gzip
       input that does not decompress.
 
-  >>> import tempfile, os
-  >>> p = os.path.join(tempfile.mkdtemp(), "a.txt")
-  >>> _ = open(p, "w").write("2 qid:7 1:0.5 3:2 # doc a\n0 qid:7 2:1\n1 qid:9 3:4\n")
+  >>> import pathlib, tempfile
+  >>> p = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
+  >>> _ = p.write_text("2 qid:7 1:0.5 3:2 # doc a\n0 qid:7 2:1\n1 qid:9 3:4\n")
   >>> r = read_svmlight(p, cache=False)
   >>> print(r.num_features, r.group.tolist(), r.values.sum())
   3 [0, 0, 1] 7.5
@@ -703,10 +703,10 @@ def load_svmlight(
     ValueError: the errors of :func:`read_svmlight` (naming the file, the 1-based line and the field), and
       ``list_size`` < 1.
 
-  >>> import tempfile, os
-  >>> p = os.path.join(tempfile.mkdtemp(), "b.txt")
-  >>> _ = open(p, "w").write("2 1:0.5\n0 2:1\n1 1:4\n")
-  >>> _ = open(p + ".query", "w").write("2\n1\n")
+  >>> import pathlib, tempfile
+  >>> d = pathlib.Path(tempfile.mkdtemp()); p = d / "b.txt"
+  >>> _ = p.write_text("2 1:0.5\n0 2:1\n1 1:4\n")
+  >>> _ = (d / "b.txt.query").write_text("2\n1\n")  # documents per query
   >>> ds = load_svmlight(p, cache=False)
   >>> print(ds.features.shape, ds.labels.sum(), ds.where.sum())
   (2, 2, 2) 3.0 3
@@ -737,12 +737,12 @@ def write_svmlight(ds: RankingDataset, path: PathLike, *, query_file: bool = Fal
     query_file: write a LightGBM ``.query`` file instead of ``qid:`` fields.
     doc_comments: append ``# doc=<doc_id>`` to each line.
 
-  >>> import tempfile, os
-  >>> p = os.path.join(tempfile.mkdtemp(), "c.txt")
+  >>> import pathlib, tempfile
+  >>> p = pathlib.Path(tempfile.mkdtemp()) / "c.txt"
   >>> ds = RankingDataset(features=np.array([[[0.5, 0.], [0., 2.]]], np.float32),
   ...     labels=np.array([[1., 0.]], np.float32), where=np.ones((1, 2), bool), qid=np.array([3]))
   >>> write_svmlight(ds, p)
-  >>> print(open(p).read().strip().replace(chr(10), " | "))
+  >>> print(p.read_text().strip().replace(chr(10), " | "))
   1 qid:3 1:0.5 | 0 qid:3 2:2
   """
   path = pathlib.Path(path)

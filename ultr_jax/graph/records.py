@@ -141,9 +141,9 @@ def read_svmlight_ranking(path, *, list_size: int = 10, num_features: Optional[i
   Raises:
     ValueError: naming the file, line and field on malformed input.
 
-  >>> import tempfile, os
-  >>> p = os.path.join(tempfile.mkdtemp(), "t.txt")
-  >>> _ = open(p, "w").write("2 qid:1 1:0.5 3:1\n0 qid:1 2:1\n1 qid:4 1:1\n")
+  >>> import pathlib, tempfile
+  >>> p = pathlib.Path(tempfile.mkdtemp()) / "t.txt"
+  >>> _ = p.write_text("2 qid:1 1:0.5 3:1\n0 qid:1 2:1\n1 qid:4 1:1\n")
   >>> f, y, w, q = read_svmlight_ranking(p, list_size=2)
   >>> print(f.shape, y.tolist(), q.tolist())
   (2, 2, 3) [[2.0, 0.0], [1.0, 0.0]] [1, 4]

@@ -214,9 +214,9 @@ def atomic_write_text(path: str, text: str) -> None:
     path: the file to write.
     text: its new content.
 
-  >>> import tempfile
+  >>> import pathlib, tempfile
   >>> path = os.path.join(tempfile.mkdtemp(), "out", "note.txt")
-  >>> atomic_write_text(path, "done"); open(path).read(), os.listdir(os.path.dirname(path))
+  >>> atomic_write_text(path, "done"); pathlib.Path(path).read_text(), os.listdir(os.path.dirname(path))
   ('done', ['note.txt'])
   """
   directory = os.path.dirname(os.path.abspath(path))
@@ -342,11 +342,11 @@ def write_results(
   Returns:
     The Markdown of ``table.md`` (with any diverged runs noted under it), or None when no table was written.
 
-  >>> import tempfile
+  >>> import pathlib, tempfile
   >>> workdir = tempfile.mkdtemp()
   >>> table = write_results(workdir, {"naive": {"ndcg@10": np.float32(0.5), "bad": float("nan")}},
   ...                       rows={"naive": {"ndcg@10": 0.5}}, columns=["ndcg@10"])
-  >>> sorted(os.listdir(workdir)), json.load(open(os.path.join(workdir, "results.json")))
+  >>> sorted(os.listdir(workdir)), json.loads(pathlib.Path(workdir, "results.json").read_text())
   (['results.json', 'table.csv', 'table.md'], {'naive': {'ndcg@10': 0.5, 'bad': None}})
 
   The fits behind the results record their fingerprints and diverged seeds:
@@ -354,7 +354,7 @@ def write_results(
   >>> fit = FitResult({}, {}, [], np.zeros(2, int), np.zeros(2), {}, diverged=np.array([False, True]),
   ...                 fingerprint={"hash": "0123abcd"}, seeds=[3, 4])
   >>> _ = write_results(workdir, {"ips": {"ndcg@10": 0.5}}, fits={"ips": fit})
-  >>> r = json.load(open(os.path.join(workdir, "results.json")))
+  >>> r = json.loads(pathlib.Path(workdir, "results.json").read_text())
   >>> r["_fingerprint"]["runs"], r["_diverged"]
   ({'ips': '0123abcd'}, {'ips': [4]})
   """
@@ -423,12 +423,12 @@ def write_run(
   Returns:
     The number of lines written.
 
-  >>> import tempfile
+  >>> import pathlib, tempfile
   >>> p = os.path.join(tempfile.mkdtemp(), "run.txt")
   >>> write_run(p, np.array([[0.1, 0.9, 0.5], [2.0, 2.0, -np.inf]]), np.array([7, 9]),
   ...           np.array([[True, True, True], [True, True, False]]), run_name="naive")
   5
-  >>> print(open(p).read().strip())
+  >>> print(pathlib.Path(p).read_text().strip())
   7 Q0 1 1 0.9 naive
   7 Q0 2 2 0.5 naive
   7 Q0 0 3 0.1 naive
