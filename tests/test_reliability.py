@@ -226,6 +226,7 @@ DAMAGE = {
   "truncated JSON": (b'{"propensities": {"all_pairs": [1.0, 0.', "got malformed JSON at line 1"),
   "a JSON list": (b"[1, 2]", "got a list"),
   "empty": (b"", "got an empty file"),
+  "nested too deeply": (b"[" * 100_000, "got malformed JSON (nested too deeply to parse)"),  # was a RecursionError
 }
 CASES = [(f, d) for f in SIDE_FILES for d in DAMAGE if not (f == "IN_PROGRESS" and d != "garbage bytes")]
 

@@ -131,8 +131,8 @@ def read_state_file(path: Any, spec: Any, *, what: str, recovery: str, fmt: str 
 
   Raises:
     FileNotFoundError: no such file (a caller that expects it may be absent catches this).
-    StateFileError: unreadable (an ``OSError``), not UTF-8, malformed JSON, or not of ``spec``'s shape; the
-      message names the file, the expectation and the recovery.
+    StateFileError: unreadable (an ``OSError``), not UTF-8, malformed JSON (or nested too deeply to parse), or
+      not of ``spec``'s shape; the message names the file, the expectation and the recovery.
 
   >>> import os, tempfile
   >>> path = os.path.join(tempfile.mkdtemp(), "IN_PROGRESS")
@@ -164,5 +164,8 @@ def read_state_file(path: Any, spec: Any, *, what: str, recovery: str, fmt: str 
     value = json.loads(text)
   except json.JSONDecodeError as e:
     got = "an empty file" if not text.strip() else f"malformed JSON at line {e.lineno}, column {e.colno} ({e.msg})"
+    raise StateFileError(f"{path}: expected {what}, {_describe(spec)}, got {got}; {recovery}") from None
+  except RecursionError:  # json's decoder recurses once per nested array or object
+    got = "malformed JSON (nested too deeply to parse)"
     raise StateFileError(f"{path}: expected {what}, {_describe(spec)}, got {got}; {recovery}") from None
   return check_shape(value, spec, path=path, what=what, recovery=recovery)
