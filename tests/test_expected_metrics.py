@@ -104,6 +104,46 @@ def test_load_expected_rejects_malformed_files(tmp_path):
       load_expected(str(tmp_path / name))
 
 
+EXPECTED_DAMAGE = [
+  # (id, the expected-metrics file's text, what the error says after the file's path)
+  ("truncated JSON", '{"config": "c",\n "metrics": {"a|b": 0.5', "got malformed JSON at line 2, column 24"),
+  ("a JSON string", '"config metrics"', "got a string"),  # was a TypeError
+  ("config of the wrong type", '{"config": 3, "metrics": {"a|b": 0.5}}', "got ['config'] holding an integer"),
+]
+
+
+@pytest.mark.parametrize("case", EXPECTED_DAMAGE, ids=[c[0] for c in EXPECTED_DAMAGE])
+def test_load_expected_names_the_file_and_the_line_or_field(tmp_path, case):
+  _, text, got = case
+  path = tmp_path / "expected.json"
+  path.write_text(text)
+  with pytest.raises(ValueError) as e:
+    load_expected(str(path))
+  assert str(e.value).startswith(f"{path}: expected an expected-metrics file, ") and got in str(e.value), e.value
+
+
+def test_cli_names_a_malformed_file_instead_of_a_traceback(tmp_path, capsys):
+  (tmp_path / "results.json").write_text('{"ips": {"ndcg@10": 0.5')  # truncated
+  proc = subprocess.run(
+    [sys.executable, "-m", "ultr_jax.testing", "results.json", "baselines_smoke"],
+    capture_output=True,
+    text=True,
+    cwd=tmp_path,
+  )
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+  assert proc.stderr.startswith(
+    "error: results.json: expected a run's results, a JSON object, got malformed JSON at line 1"
+  )
+  (tmp_path / "list.json").write_text("[0.5]")  # was an AttributeError
+  assert _main(["testing", str(tmp_path / "list.json"), "baselines_smoke"]) == 2
+  assert f"{tmp_path / 'list.json'}: expected a run's results, a JSON object, got a list" in capsys.readouterr().err
+  (tmp_path / "expected.json").write_text('{"config": "c", "metrics": ')  # was a JSONDecodeError traceback
+  assert _main(["testing", str(tmp_path / "results.json"), str(tmp_path / "expected.json")]) == 2
+  (tmp_path / "results.json").write_text("{}")
+  assert _main(["testing", str(tmp_path / "results.json"), str(tmp_path / "expected.json")]) == 2
+  assert f"{tmp_path / 'expected.json'}: expected an expected-metrics file" in capsys.readouterr().err
+
+
 def test_cli_exit_status(tmp_path, capsys):
   expected = expected_metrics_path("baselines_default")
   metrics = load_expected(str(expected))["metrics"]

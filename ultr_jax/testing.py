@@ -7,15 +7,18 @@
 
     python -m ultr_jax.testing /tmp/ultr_baselines/results.json baselines_default
 
-  (a path to a file works too; an installed package carries the files, see :func:`expected_metrics_dir`).
+  (a path to a file works too; an installed package carries the files, see :func:`expected_metrics_dir`). It
+  exits 0 when every metric matches, 1 on a mismatch, and 2, with a message naming the file (and the line or
+  field), when a file is missing or malformed.
 """
 
-import json
 import math
 import os
 import pathlib
 import sys
 from typing import Any, Mapping, Optional
+
+from ultr_jax._state_files import read_state_file
 
 __all__ = [
   "shared_data_dir",
@@ -64,6 +67,11 @@ def lookup(results: Mapping[str, Any], path: str) -> Any:
   return node
 
 
+#: The fields of an expected-metrics file and their types (:func:`load_expected` checks their values).
+_EXPECTED_SPEC = {"config": str, "metrics": dict, "tolerance?": (float, dict), "fingerprint?": str}
+_EXPECTED_RECOVERY = "fix it, or record it again from a run's results.json (ultr_jax.testing.expected_from_results)"
+
+
 def load_expected(path: str) -> dict:
   """Reads an expected-metrics file, validating its fields.
 
@@ -81,21 +89,17 @@ def load_expected(path: str) -> dict:
     written by :func:`~ultr_jax.train.write_results`); when both sides have one they must be equal.
 
   Raises:
-    ValueError: naming the file and the field that is missing or malformed.
+    FileNotFoundError: no such file.
+    ValueError: naming the file and the line (malformed JSON) or the field that is missing or malformed
+      (:class:`~ultr_jax._state_files.StateFileError`, for the JSON and the fields' types).
   """
-  with open(path) as f:
-    expected = json.load(f)
-  for field in ("config", "metrics"):
-    if field not in expected:
-      raise ValueError(f"{path}: missing field {field!r}")
+  expected = read_state_file(path, _EXPECTED_SPEC, what="an expected-metrics file", recovery=_EXPECTED_RECOVERY)
   metrics = expected["metrics"]
   if not isinstance(metrics, Mapping) or not metrics:
     raise ValueError(f"{path}: field 'metrics' must be a non-empty mapping of path -> number")
   for key, value in metrics.items():
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
       raise ValueError(f"{path}: metrics[{key!r}] must be a finite number, got {value!r}")
-  if "fingerprint" in expected and not isinstance(expected["fingerprint"], str):
-    raise ValueError(f"{path}: field 'fingerprint' must be a string (a results file's _fingerprint.hash)")
   tolerance = expected.get("tolerance", 0.0)
   tols = tolerance.values() if isinstance(tolerance, Mapping) else [tolerance]
   for t in tols:
@@ -267,9 +271,14 @@ def _main(argv: list[str]) -> int:
   if not os.path.isfile(argv[1]):
     print(f"error: no results file {argv[1]!r} (a run writes results.json in its --workdir)", file=sys.stderr)
     return 2
-  with open(argv[1]) as f:
-    results = json.load(f)
-  expected = load_expected(str(expected_path))
+  try:
+    results = read_state_file(
+      argv[1], {}, what="a run's results", recovery="pass the results.json a run writes in its --workdir"
+    )
+    expected = load_expected(str(expected_path))
+  except ValueError as e:  # a malformed file: its path, and the line or field
+    print(f"error: {e}", file=sys.stderr)
+    return 2
   problems = compare_to_expected(results, expected)
   for line in problems:
     print("MISMATCH", line)
