@@ -155,6 +155,24 @@ def test_divergence_marked_per_seed(tmp_path):
   assert "Diverged" in (tmp_path / "table.md").read_text()
 
 
+DAMAGED_RESULTS = [
+  # (id, results.json's text, what the error says after the file's path); each was a bare error before
+  ("truncated", '{"ips": {"ndcg@10": 0.5', "got malformed JSON at line 1, column 24"),  # JSONDecodeError, no path
+  ("a list", "[1]", "got a list"),  # AttributeError
+  ("_diverged a list", '{"_diverged": [4]}', "got ['_diverged'] holding a list"),  # TypeError from dict([4])
+]
+
+
+@pytest.mark.parametrize("case", DAMAGED_RESULTS, ids=[c[0] for c in DAMAGED_RESULTS])
+def test_a_damaged_results_json_names_itself_in_the_exit_code(tmp_path, case):
+  _, text, got = case
+  with run_in_progress(str(tmp_path)) as run:
+    (tmp_path / "results.json").write_text(text)
+  with pytest.raises(ValueError) as e:
+    _ = run.exit_code
+  assert str(e.value).startswith(f"{tmp_path / 'results.json'}: expected the run's results, ") and got in str(e.value)
+
+
 def test_evaluate_refuses_non_finite_scores():
   m = _method()
   params = jax.vmap(lambda k: m.init(k, None)[0])(jax.random.split(jax.random.key(0), 3))

@@ -25,6 +25,7 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from ultr_jax import _workdir as workdir_lock
+from ultr_jax._state_files import read_state_file
 
 __all__ = [
   "FitResult",
@@ -121,8 +122,9 @@ class _Run:
     path = os.path.join(self.workdir, "results.json")
     if not os.path.exists(path):
       return {}
-    with open(path) as f:
-      return dict(json.load(f).get("_diverged") or {})
+    spec = {"_diverged?": (dict, type(None))}  # {run name: [seeds]}, as write_results writes it
+    results = read_state_file(path, spec, what="the run's results", recovery="run it again")
+    return dict(results.get("_diverged") or {})
 
   @property
   def exit_code(self) -> int:
