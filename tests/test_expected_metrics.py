@@ -10,6 +10,7 @@ import copy
 import json
 import math
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -47,6 +48,14 @@ def test_every_study_has_a_smoke_and_a_default_file():
   assert set(REQUIRED) <= names, sorted(set(REQUIRED) - names)
   assert not set(NOT_RECORDED) & names, "a file now exists: drop it from NOT_RECORDED"
   assert expected_metrics_dir() == ROOT / "expected_metrics"  # a checkout; a wheel carries ultr_jax/expected_metrics/
+
+
+def test_the_guide_lists_every_study_with_a_smoke_file():
+  # docs/guides/is_my_run_right.md names the studies whose smoke runs have a file; a study added since is named too.
+  guide = (ROOT / "docs" / "guides" / "is_my_run_right.md").read_text(encoding="utf-8")
+  listed = re.search(r"the smoke config of every study \(([^;]+);", " ".join(guide.split()))
+  assert listed, "the guide no longer lists the studies"
+  assert sorted(n.strip() for n in listed.group(1).split(",")) == sorted(studies.STUDIES)
 
 
 def test_every_file_names_a_variant_of_its_study():

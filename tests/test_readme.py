@@ -89,6 +89,16 @@ def test_readme_keeps_the_commands_and_the_synopsis_and_stays_short():
     assert os.path.exists(os.path.join(ROOT, link)), link
 
 
+def test_readme_layout_names_every_study():
+  # The layout table's `ultr_jax/studies` row lists every study module (what `ultr_jax.studies.run` dispatches on).
+  from ultr_jax import studies
+
+  row = next(line for line in _readme().splitlines() if line.startswith("| `ultr_jax/studies` |"))
+  listed = re.search(r"one module or folder each \(([^)]+)\)", row)
+  assert listed, row
+  assert sorted(n.strip(" `") for n in listed.group(1).split(",")) == sorted(studies.STUDIES)
+
+
 def test_synopsis_runs(capsys):
   exec(compile(_block("synopsis"), "README.md:synopsis", "exec"), {})  # pylint: disable=exec-used
   printed = capsys.readouterr().out.split("\n")
