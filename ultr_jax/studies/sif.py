@@ -16,6 +16,7 @@ parses flags and calls :func:`run`.
 import json
 import os
 import time
+from typing import Any
 
 from absl import logging
 import jax
@@ -321,7 +322,7 @@ def run_t7(config, data, setting, alpha, *, methods=None, train_overrides=None, 
     if fits is not None:
       fits[f"{setting}/alpha={alpha:g}/{name}"] = res
     met = evaluate(m, res.params, test, cutoffs=(3, 5, 10))
-    row = {k: summarize(met[k]) for k in METRICS}
+    row: dict[str, Any] = {k: summarize(met[k]) for k in METRICS}
     row["leakage_d"] = summarize(held_out_leakage(m, res.params, test, k_top=config.k_top))
     mae = propensity_mae(m, res.params, res.extra)
     if mae is not None:

@@ -20,7 +20,7 @@ one jitted, vmapped call (float64).
 
 import dataclasses
 import functools
-from typing import Optional
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -226,7 +226,12 @@ def run_method(
   l = int(np.max(positions)) + 1
   canonical = np.arange(l) if canonical is None else np.asarray(canonical)
   exam = np.asarray(examination, np.float64)[:l]
-  nd = num_docs or int(ds.doc_ids.max()) + 1
+  if num_docs:
+    nd = num_docs
+  elif ds.doc_ids is not None:
+    nd = int(ds.doc_ids.max()) + 1
+  else:
+    raise ValueError("run_method: the dataset has no doc_ids; pass num_docs")
   n, layout = _records_layout(ds, canonical, share_shapes, method=method, num_docs=nd, num_factors=l)
   with jax.enable_x64(True):
     keys = jax.random.split(key, runs)
@@ -474,7 +479,7 @@ def table1(
   )
   # every row on `ds` (and every row on `ds_ni`) sees the same clicks:
   # simulated once per dataset
-  common = dict(runs=runs, num_clicks=num_clicks, num_docs=num_docs, click_cache={})
+  common: dict[str, Any] = dict(runs=runs, num_clicks=num_clicks, num_docs=num_docs, click_cache={})
   shared = ((ds, None), (ds_ni, None), (ds, canonical))
   rows = {}
 
@@ -482,7 +487,7 @@ def table1(
   log("No debias done")
   # the three rows of a method share one compiled fit (padded layouts)
   for name, method in TABLE1_METHODS:
-    kw = dict(epochs=epochs[method], share_shapes=shared, **common, **method_kwargs.get(method, {}))
+    kw: dict[str, Any] = dict(epochs=epochs[method], share_shapes=shared, **common, **method_kwargs.get(method, {}))
     rows[name] = run_method(k_run, ds, method=method, **kw)
     rows[f"{name} + node intervention"] = run_method(k_run, ds_ni, method=method, **kw)
     rows[f"{name} + node merging"] = run_method(k_run, ds, method=method, canonical=canonical, **kw)
