@@ -60,6 +60,7 @@ from ultr_jax import simulation as sim
 from ultr_jax.metrics import clicks as click_metrics
 from ultr_jax._schema import validate_config
 from ultr_jax.studies.configs.click_models import CONFIG_RULES, VARIANTS, default_click_model_config, default_config
+from ultr_jax.studies._progress import Progress
 from ultr_jax.studies.figures import save_figure
 from ultr_jax.train.results import markdown_table, summarize, write_results
 
@@ -458,6 +459,7 @@ def score_log_batches(batches, *, num_docs: int, config, columns=None) -> dict:
   train = lambda: log_split(batches(), held_out=False, fraction=fraction, seed=seed)  # noqa: E731
   test = lambda: log_split(batches(), held_out=True, fraction=fraction, seed=seed)  # noqa: E731
   out, statistics, gather_seconds = {}, None, 0.0
+  progress = Progress("click models", total=len(columns))  # one line per fitted model
   for m in columns:
     if m in ctr_models:
       if statistics is None:
@@ -470,8 +472,8 @@ def score_log_batches(batches, *, num_docs: int, config, columns=None) -> dict:
       out[m]["fit_seconds"] += gather_seconds
     else:
       out[m] = fit_and_score_stream(m, train, test, num_docs=num_docs, config=config)
-    logging.info(
-      f"[click models] log: {m} "
+    progress.done(
+      f"log {m} "
       + (
         "n/a (several clicks per session)"
         if out[m] is None
@@ -601,6 +603,8 @@ def run_click_model_study(config: ml_collections.ConfigDict, workdir: Optional[s
     os.makedirs(workdir, exist_ok=True)
   results: dict[str, Any] = {}
   start = time.perf_counter()
+  num_simulated = 0 if config.click_log else len(config.true_models) * int(config.num_seeds) * len(columns)
+  progress = Progress("click models", total=num_simulated, start=start)  # one line per fitted model and log
   if config.click_log:
     scores = score_click_log(config, columns=columns)
     results["log"] = {m: None if out is None else _summaries([out]) for m, out in scores.items()}
@@ -611,7 +615,10 @@ def run_click_model_study(config: ml_collections.ConfigDict, workdir: Optional[s
       for s in range(int(config.num_seeds)):
         logs = simulate_study_logs(config, true_model, int(config.seed) + s)
         for m in columns:
-          per_model[m].append(score(m, logs["train"], logs["test"], logs["num_docs"], logs["attraction"]))
+          out = score(m, logs["train"], logs["test"], logs["num_docs"], logs["attraction"])
+          per_model[m].append(out)
+          line = "n/a (several clicks per session)" if out is None else f"perplexity {out['perplexity']:.4f}"
+          progress.done(f"true={true_model} seed={s} {m}: {line}")
         truth.append(score_true_parameters(logs["test"]))
       row = {m: (None if any(r is None for r in v) else _summaries(v)) for m, v in per_model.items()}
       for m in columns:  # paired over seeds: the same logs score every model and the truth
