@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -104,3 +105,23 @@ def test_click_log_mode_fits_a_session_file(tmp_path, fmt):
   saved = json.loads((tmp_path / "out" / "results.json").read_text())
   assert saved["log"]["dcm"]["perplexity"]["mean"] == pytest.approx(ppl["dcm"])
   assert "attraction_mae" not in saved["log"]["pbm"]  # no truth for a real log
+
+
+def test_simulated_run_logs_a_progress_line_per_fitted_model(monkeypatch):
+  from ultr_jax.studies import _progress  # noqa: PLC0415
+
+  lines = []
+  monkeypatch.setattr(_progress.logging, "info", lambda msg, *a: lines.append(msg % a if a else msg))
+  config = _config("smoke")
+  config.true_models, config.num_seeds, config.num_queries, config.num_sessions = ("pbm", "dcm"), 1, 4, 200
+  config.fit_models, config.ctr_models = ("pbm",), ("dctr",)
+  run_click_model_study(config, None)
+  ours = [line for line in lines if re.match(r"\[click models\] \d+/4 ", line)]
+  assert [line.split(":")[0] for line in ours] == [
+    "[click models] 1/4 true=pbm seed=0 pbm",
+    "[click models] 2/4 true=pbm seed=0 dctr",
+    "[click models] 3/4 true=dcm seed=0 pbm",
+    "[click models] 4/4 true=dcm seed=0 dctr",
+  ]
+  assert all("perplexity 1." in line for line in ours)
+  assert all(line.endswith("s left") for line in ours[:-1]) and ours[-1].endswith(", done")

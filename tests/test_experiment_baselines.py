@@ -226,3 +226,17 @@ def test_trains_on_logged_baidu_clicks(tmp_path):
   config.data.train_path = str(tmp_path / "absent-*.feather")
   with pytest.raises(ValueError, match="config.data.train_path: no file matches"):
     experiment.load_datasets(config, logged_clicks=True)
+
+
+def test_train_and_evaluate_logs_a_progress_line_per_method(monkeypatch):
+  from ultr_jax.studies import _progress, baselines  # noqa: PLC0415
+
+  lines = []
+  monkeypatch.setattr(_progress.logging, "info", lambda msg, *a: lines.append(msg % a if a else msg))
+  config = _config("smoke")
+  config.methods, config.num_seeds = ("naive", "ips"), 1
+  config.train.steps = config.train.eval_every = 4
+  baselines.train_and_evaluate(config, None)
+  ours = [line for line in lines if line.startswith("[baselines] ")]
+  assert [line.split(":")[0] for line in ours] == ["[baselines] 1/2 naive", "[baselines] 2/2 ips"]
+  assert "ndcg@10 0." in ours[0] and ours[0].endswith("s left") and ours[1].endswith(", done")

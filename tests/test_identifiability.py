@@ -751,3 +751,23 @@ def test_context_study_end_to_end():
   assert out["No debias"]["click_mse"][0] != out["No debias"]["click_mse"][1]
   # the exact least-squares DLA fits the clicks closely with and without merging
   assert (out["DLA"]["click_mse"] < out["No debias"]["click_mse"]).all()
+
+
+def test_table1_logs_a_progress_line_per_row():
+  lines = []
+  rows = study.table1(
+    jax.random.key(0),
+    _small(2),
+    runs=1,
+    epochs={"dla": 2, "regression_em": 2, "two_tower": 2},
+    num_clicks=1e4,
+    log=lines.append,
+  )
+  names = ["No debias"] + [
+    f"{n}{s}" for n, _ in study.TABLE1_METHODS for s in ("", " + node intervention", " + node merging")
+  ]
+  assert [line.split(": mcc")[0] for line in lines] == [
+    f"[identifiability] {i}/10 Table 1 {n}" for i, n in enumerate(names, 1)
+  ]
+  assert all(line.endswith("s left") for line in lines[:-1]) and lines[-1].endswith(", done")
+  assert set(names) <= set(rows)

@@ -133,3 +133,29 @@ def test_exposure_slope_size_finds_the_sif_tower_slopes():
   np.testing.assert_allclose(size, [0.0, 1.0])  # u starts at 0 (spec 5.2)
   dla = get_method("dla", {"ranker": "linear"}, num_features=3, list_size=4)
   assert study.exposure_slope_size(dla.init(jax.random.key(0), None)[0]) is None
+
+
+def test_run_logs_a_progress_line_per_cell(tmp_path, monkeypatch):
+  """One line per T6 alpha, per fitted T8 method and display, per fitted T7 method and setting, with the time left."""
+  from ultr_jax.studies import _progress  # noqa: PLC0415
+
+  lines = []
+  monkeypatch.setattr(_progress.logging, "info", lambda msg, *a: lines.append(msg % a if a else msg))
+  c = get_config("smoke")
+  c.num_seeds = 1
+  c.compilation_cache_dir = ""
+  c.data.num_train, c.data.num_valid, c.data.num_test = 40, 20, 20
+  c.t6.lambdas, c.t6.steps = (10.0,), 3
+  c.methods, c.alphas, c.position_setting = ("naive", "dla"), (0.6,), False
+  c.train.steps, c.train.eval_every = 4, 2
+  c.t8.enabled, c.t8.displays, c.t8.methods, c.t8.steps, c.t8.eval_every = True, ("random",), ("ips",), 4, 2
+  study.run(c, str(tmp_path))
+  ours = [line for line in lines if line.startswith("[sif] ")]
+  assert [line.split(":")[0] for line in ours] == [
+    "[sif] 1/4 T6 alpha=0.6",
+    "[sif] 2/4 T8 display=random ips",
+    "[sif] 3/4 T7 trust alpha=0.6 naive",
+    "[sif] 4/4 T7 trust alpha=0.6 dla",
+  ]
+  assert all(line.endswith("s left") for line in ours[:-1]) and ours[-1].endswith(", done")
+  assert "T6 alpha=0.6: 4 variants" in ours[0] and "ndcg@10 0." in ours[-1]

@@ -1,6 +1,7 @@
 """The since-2023 methods study: its simulated logs, the smoke binary, and (slow) every experiment."""
 
 import json
+import re
 import pathlib
 import subprocess
 import sys
@@ -50,6 +51,7 @@ def test_binary_smoke_run(tmp_path, subprocess_env):
     assert 0.0 <= entry["ndcg@10"] <= 1.0 and len(entry["per_seed"]["ndcg@10"]) == 2
   assert "DR - IPS" in results["dr_vs_ips"]["verdict"]
   assert "## dr_vs_ips" in (tmp_path / "table.md").read_text()
+  assert re.search(r"\[since2023\] 1/1 dr_vs_ips: .*DR - IPS.*: \d+s, done", proc.stderr)  # the progress line
   # The smoke config runs only dr_vs_ips: its figure alone, a real PNG.
   assert sorted(p.name for p in tmp_path.glob("*.png")) == ["fig_dr_vs_ips.png"]
   assert (tmp_path / "fig_dr_vs_ips.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

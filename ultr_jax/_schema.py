@@ -72,6 +72,8 @@ def _outside(lo: Optional[float], hi: Optional[float], lo_open: bool) -> Any:
   """An integer just outside the range (an int also fits a float field of an ``ml_collections`` config)."""
   if lo is not None:
     return math.floor(lo) if lo_open and float(lo).is_integer() else math.floor(lo) - 1
+  if hi is None:
+    raise ValueError("a rule with neither bound has no value outside its range; give lo or hi")
   return math.floor(hi) + 1
 
 
@@ -105,8 +107,9 @@ def number(
     real = isinstance(v, numbers.Real) and not isinstance(v, bool) and not math.isnan(v)
     if not (_is_real(v) if finite else real):
       return False
-    above = lo is None or (v > lo if lo_open else v >= lo)
-    below = hi is None or (v < hi if hi_open else v <= hi)
+    x = float(v)  # a real number (numbers.Real declares no comparison with float)
+    above = lo is None or (x > lo if lo_open else x >= lo)
+    below = hi is None or (x < hi if hi_open else x <= hi)
     return above and below
 
   return Rule(check, f"a number {_interval(lo, hi, lo_open, hi_open)}".replace(" any", ""), _outside(lo, hi, lo_open))

@@ -19,7 +19,7 @@ lists that do not count) or its reduction over the lists that count.
   ``safe_reduce``).
 """
 
-from typing import Optional, Sequence
+from typing import Literal, Optional, Sequence, Union, overload
 
 import jax
 import jax.numpy as jnp
@@ -385,6 +385,38 @@ def mcc(
   return rax.utils.safe_reduce(corr, where=jnp.any(where, axis=-1), reduce_fn=reduce_fn)
 
 
+@overload
+def ranking_metrics(
+  scores: Array,
+  labels: Array,
+  *,
+  where: Optional[Array] = None,
+  cutoffs: Sequence[int] = (1, 3, 5, 10),
+  err_topn: int = 10,
+  max_label: float = 4.0,
+  key: Optional[Array] = None,
+  return_mask: Literal[False] = False,
+  drop_no_relevant: bool = False,
+  dcg_cutoffs: Sequence[int] = (),
+) -> dict[str, Array]: ...
+
+
+@overload
+def ranking_metrics(
+  scores: Array,
+  labels: Array,
+  *,
+  where: Optional[Array] = None,
+  cutoffs: Sequence[int] = (1, 3, 5, 10),
+  err_topn: int = 10,
+  max_label: float = 4.0,
+  key: Optional[Array] = None,
+  return_mask: Literal[True],
+  drop_no_relevant: bool = False,
+  dcg_cutoffs: Sequence[int] = (),
+) -> tuple[dict[str, Array], Array]: ...
+
+
 def ranking_metrics(
   scores: Array,
   labels: Array,
@@ -397,7 +429,7 @@ def ranking_metrics(
   return_mask: bool = False,
   drop_no_relevant: bool = False,
   dcg_cutoffs: Sequence[int] = (),
-):
+) -> Union[dict[str, Array], tuple[dict[str, Array], Array]]:
   r"""Per-list nDCG@k for every cut-off, ERR@10, MRR and MAP (unreduced), and DCG@k if asked.
 
   The evaluation helper of the training loop:

@@ -26,6 +26,7 @@ import numpy as np
 
 from ultr_jax import simulation
 from ultr_jax._schema import validate_config
+from ultr_jax.studies._progress import Progress
 from ultr_jax.studies.configs.baselines import CONFIG_RULES, VARIANTS, default_config
 from ultr_jax.studies.figures import plot_learning_curves
 from ultr_jax.train import methods as methods_lib
@@ -163,6 +164,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
   dcg_cutoffs = tuple(int(k) for k in (config.get("dcg_cutoffs", ()) or ()))
   dcg_columns = tuple(f"dcg@{k}" for k in dcg_cutoffs)
   metric_columns = METRIC_COLUMNS + dcg_columns + (CLICK_COLUMNS if held_clicks is not None else ())
+  progress = Progress("baselines", total=len(built), start=t_start)  # one line per trained method
   for name, method in built.items():
     fit_result = fit(
       method,
@@ -190,6 +192,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: Optional[str]
     fits[name] = fit_result
     results[name] = entry
     rows[name] = row
+    progress.done(f"{name}: ndcg@10 {entry['ndcg@10']:.4f}" if "ndcg@10" in entry else name)
   columns = [*metric_columns, "propensity_corr"]
   results["_meta"] = {
     "true_propensities": None if true_prop is None else true_prop.tolist(),

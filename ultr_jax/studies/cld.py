@@ -179,7 +179,8 @@ def method_configs(config) -> dict:
   heckman_rank heckman_rank {'heckman_outcome': 'probit'}
   oracle full_info {'ranker': 'mlp'}
   """
-  registered = {m: _REGISTERED.get(m, m) for m in config.methods}
+  methods: tuple[str, ...] = tuple(config.methods)
+  registered = {m: _REGISTERED.get(m, m) for m in methods}
   own = shared_method_configs(sorted(set(registered.values())), config.method)
   overrides = config.get("overrides", {})
   return {

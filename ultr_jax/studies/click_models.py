@@ -49,6 +49,7 @@ from typing import Any, Optional
 
 from absl import logging
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
@@ -59,6 +60,7 @@ from ultr_jax import simulation as sim
 from ultr_jax.metrics import clicks as click_metrics
 from ultr_jax._schema import validate_config
 from ultr_jax.studies.configs.click_models import CONFIG_RULES, VARIANTS, default_click_model_config, default_config
+from ultr_jax.studies._progress import Progress
 from ultr_jax.studies.figures import save_figure
 from ultr_jax.train.results import markdown_table, summarize, write_results
 
@@ -92,7 +94,7 @@ def _attraction(config, seed) -> np.ndarray:
     size=(config.num_queries, config.list_size),
     p=np.asarray(config.label_fractions) / np.sum(config.label_fractions),
   )
-  return np.asarray(sim.relevance_probability(labels.astype(np.float32)))
+  return np.asarray(sim.relevance_probability(jnp.asarray(labels, jnp.float32)))
 
 
 def simulate_study_logs(config: ml_collections.ConfigDict, true_model: str, seed: int) -> dict:
@@ -125,7 +127,7 @@ def simulate_study_logs(config: ml_collections.ConfigDict, true_model: str, seed
   log = sim.simulate_session_log(
     jax.random.key(seed),
     true_model,
-    attraction,
+    jnp.asarray(attraction),
     num_sessions=int(config.num_sessions),
     noise=float(config.noise),
     **params,
@@ -140,7 +142,7 @@ def simulate_study_logs(config: ml_collections.ConfigDict, true_model: str, seed
   }
 
 
-def fit_and_score(model: str, train: dict, test: dict, *, num_docs: int, config, attraction=None) -> dict:
+def fit_and_score(model: str, train: dict, test: dict, *, num_docs: int, config, attraction=None) -> Optional[dict]:
   """Fits ``model`` on ``train`` sessions and scores it on ``test``; None if the model cannot
   explain the log (the cascade on sessions with several clicks).
 
@@ -211,7 +213,7 @@ def score_ctr_baseline(model: str, train: dict, test: dict, *, num_docs: int, co
   counts = sim.Counts(prior=float(config.ctr_prior))
   log = {k: train[k] for k in ("doc_ids", "clicks", "where")}
   params = sim.fit_click_model(model, log, solver=counts, num_docs=num_docs).params
-  p = sim.ctr_model_predict(model, params, test["doc_ids"])
+  p = jnp.asarray(sim.ctr_model_predict(model, params, test["doc_ids"]))
   out = sim.click_prediction_scores(p, p, test["clicks"], where=test["where"])
   return {**out, "fit_seconds": time.perf_counter() - start, "converged": True, "attraction_mae": None}
 
@@ -376,13 +378,15 @@ def _prediction_scores_stream(predict, batches) -> dict:
   for b in batches:
     where = _where(b)
     clicks = np.asarray(b["clicks"], np.float32)
-    ll = click_metrics.click_log_likelihood(predict(b["doc_ids"]), clicks, where=where, reduce_fn=None)
+    ll = click_metrics.click_log_likelihood(
+      jnp.asarray(predict(b["doc_ids"])), jnp.asarray(clicks), where=jnp.asarray(where), reduce_fn=None
+    )
     ll = np.where(where, np.asarray(ll, np.float64), 0.0)
     total += float(ll.sum())
     per_rank = ll.sum(0) if per_rank is None else per_rank + ll.sum(0)
     count = where.sum(0) if count is None else count + where.sum(0)
     sessions += float(where.any(-1).sum())
-  if per_rank is None:
+  if per_rank is None or count is None:  # set together by the first batch
     raise ValueError("the held-out stream is empty")
   if jax.process_count() > 1:  # each process scored its own row groups: add the sums
     per_rank, count = _processes.process_sum(per_rank), _processes.process_sum(count)
@@ -451,10 +455,11 @@ def score_log_batches(batches, *, num_docs: int, config, columns=None) -> dict:
   """
   ctr_models = tuple(config.ctr_models or ())
   columns = tuple(config.fit_models) + ctr_models if columns is None else tuple(columns)
-  split = dict(fraction=float(config.test_fraction), seed=int(config.seed))
-  train = lambda: log_split(batches(), held_out=False, **split)  # noqa: E731
-  test = lambda: log_split(batches(), held_out=True, **split)  # noqa: E731
+  fraction, seed = float(config.test_fraction), int(config.seed)
+  train = lambda: log_split(batches(), held_out=False, fraction=fraction, seed=seed)  # noqa: E731
+  test = lambda: log_split(batches(), held_out=True, fraction=fraction, seed=seed)  # noqa: E731
   out, statistics, gather_seconds = {}, None, 0.0
+  progress = Progress("click models", total=len(columns))  # one line per fitted model
   for m in columns:
     if m in ctr_models:
       if statistics is None:
@@ -467,8 +472,8 @@ def score_log_batches(batches, *, num_docs: int, config, columns=None) -> dict:
       out[m]["fit_seconds"] += gather_seconds
     else:
       out[m] = fit_and_score_stream(m, train, test, num_docs=num_docs, config=config)
-    logging.info(
-      f"[click models] log: {m} "
+    progress.done(
+      f"log {m} "
       + (
         "n/a (several clicks per session)"
         if out[m] is None
@@ -598,6 +603,8 @@ def run_click_model_study(config: ml_collections.ConfigDict, workdir: Optional[s
     os.makedirs(workdir, exist_ok=True)
   results: dict[str, Any] = {}
   start = time.perf_counter()
+  num_simulated = 0 if config.click_log else len(config.true_models) * int(config.num_seeds) * len(columns)
+  progress = Progress("click models", total=num_simulated, start=start)  # one line per fitted model and log
   if config.click_log:
     scores = score_click_log(config, columns=columns)
     results["log"] = {m: None if out is None else _summaries([out]) for m, out in scores.items()}
@@ -608,24 +615,29 @@ def run_click_model_study(config: ml_collections.ConfigDict, workdir: Optional[s
       for s in range(int(config.num_seeds)):
         logs = simulate_study_logs(config, true_model, int(config.seed) + s)
         for m in columns:
-          per_model[m].append(score(m, logs["train"], logs["test"], logs["num_docs"], logs["attraction"]))
+          out = score(m, logs["train"], logs["test"], logs["num_docs"], logs["attraction"])
+          per_model[m].append(out)
+          line = "n/a (several clicks per session)" if out is None else f"perplexity {out['perplexity']:.4f}"
+          progress.done(f"true={true_model} seed={s} {m}: {line}")
         truth.append(score_true_parameters(logs["test"]))
       row = {m: (None if any(r is None for r in v) else _summaries(v)) for m, v in per_model.items()}
       for m in columns:  # paired over seeds: the same logs score every model and the truth
-        if row[m]:
-          row[m]["perplexity_minus_true_parameters"] = summarize(
+        r = row[m]
+        if r:
+          r["perplexity_minus_true_parameters"] = summarize(
             [a["perplexity"] - b["perplexity"] for a, b in zip(per_model[m], truth)]
           )
           if row.get(true_model) and m != true_model:
-            row[m]["perplexity_minus_true_model"] = summarize(
+            r["perplexity_minus_true_model"] = summarize(
               [a["perplexity"] - b["perplexity"] for a, b in zip(per_model[m], per_model[true_model])]
             )
       row[TRUE_PARAMETERS] = _summaries(truth)
       results[f"true={true_model}"] = row
-      best = min((m for m in columns if row[m]), key=lambda m: row[m]["perplexity"]["mean"])
+      scored = {m: r for m in columns if (r := row[m])}
+      best = min(scored, key=lambda m: scored[m]["perplexity"]["mean"])
       logging.info(
         f"[click models] true={true_model}: best held-out perplexity {best} "
-        f"({row[best]['perplexity']['mean']:.4f}); {time.perf_counter() - start:.0f}s"
+        f"({scored[best]['perplexity']['mean']:.4f}); {time.perf_counter() - start:.0f}s"
       )
       if workdir:
         _write(workdir, results, columns)

@@ -168,6 +168,7 @@ def _load_baidu(d) -> tuple[Any, Any, Any]:
   dtype = np.dtype(d.get("feature_dtype") or "float32")
   if dtype.kind != "f":
     raise ValueError(f"config.data.feature_dtype: expected a float dtype, got {d.feature_dtype!r}")
+  dtype = dtype.type  # the scalar type, as load_baidu_ultr's default np.float32
   train = data_lib.load_baidu_ultr(
     _files(d.train_path, "train_path"), features=features, max_sessions=max_sessions, dtype=dtype
   )
@@ -192,7 +193,8 @@ def _normalized(d, train, valid, test) -> tuple[Any, Any, Any]:
     return train, valid, test
   # Per-query methods need no statistics; global ones are fitted on the training split only.
   norm = None if d.normalize.startswith("query_") else data_lib.fit_normalizer([train], d.normalize)
-  return tuple(data_lib.normalize_features(x, method=d.normalize, stats=norm) for x in (train, valid, test))
+  train, valid, test = (data_lib.normalize_features(x, method=d.normalize, stats=norm) for x in (train, valid, test))
+  return train, valid, test
 
 
 def load_datasets(config: ml_collections.ConfigDict, *, logged_clicks: bool = False) -> tuple[Any, Any, Any]:
@@ -262,7 +264,10 @@ def _load_splits(d, logged_clicks: bool) -> tuple[Any, Any, Any]:
       train, valid = data_lib.train_valid_test_split(train, (0.8, 0.2, 0.0), seed=d.seed)[:2]
     return _normalized(d, train, valid, test)
   if d.source == "ultra":
-    return tuple(data_lib.load_ultra(d.path, split, with_features=True) for split in ("train", "valid", "test"))
+    train, valid, test = (
+      data_lib.load_ultra(d.path, split, with_features=True) for split in ("train", "valid", "test")
+    )
+    return train, valid, test
   raise ValueError(f"unknown data source {d.source!r} (synthetic, svmlight, ultra, baidu)")
 
 

@@ -34,7 +34,7 @@ import functools
 import json
 import os
 import time
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence, Union
 
 from absl import logging
 import jax
@@ -254,10 +254,10 @@ def redraw_no_click(click_fn, *, max_draws: int = 100):
 
 
 def make_individual_click_fn(
-  crux_indices: Sequence[int],
+  crux_indices: Union[Sequence[int], np.ndarray],
   eta: Optional[float] = None,
   *,
-  base_w: Sequence[float] = LBD_BASE_W,
+  base_w: Union[Sequence[float], np.ndarray] = LBD_BASE_W,
   eps: float = 0.1,
   redraw: bool = True,
   max_draws: int = 100,
@@ -407,7 +407,7 @@ def _paired(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
   return {"diff": s["mean"], "ci90": s["ci90"]}
 
 
-def welch_difference(a: Sequence[float], b: Sequence[float]) -> dict[str, float]:
+def welch_difference(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
   """``mean(a) - mean(b)`` of two independent samples with its 90% Welch t-interval.
 
   For comparing rankers, whose seeds are different models (unpaired).
@@ -423,9 +423,9 @@ def welch_difference(a: Sequence[float], b: Sequence[float]) -> dict[str, float]
   >>> round(r["diff"], 4), [round(v, 4) for v in r["interval"]]
   (1.7667, [0.154, 3.3793])
   """
-  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-  ci = scipy_stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.90)
-  diff = float(a.mean() - b.mean())
+  x, y = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  ci = scipy_stats.ttest_ind(x, y, equal_var=False).confidence_interval(0.90)
+  diff = float(x.mean() - y.mean())
   return {"diff": diff, "ci90": float(ci.high) - diff, "interval": [float(ci.low), float(ci.high)]}
 
 
@@ -583,8 +583,9 @@ def _effect_e5(results: dict, rankers: list, etas: Sequence[float]) -> dict:
     sel = [results[_eta_key(e)]["selected"][ranker]["lbd"] for e in etas]
     log_lam = [np.log10(max(s["lam"], 1e-12)) for s in sel]
     t = [s["t"] for s in sel]
-    rho_lam = scipy_stats.spearmanr(etas, log_lam).statistic if len(set(log_lam)) > 1 else 0.0
-    rho_t = scipy_stats.spearmanr(etas, t).statistic if len(set(t)) > 1 else 0.0
+    # scipy declares spearmanr's result as a bare tuple class (_make_tuple_bunch), without its fields
+    rho_lam = scipy_stats.spearmanr(etas, log_lam).statistic if len(set(log_lam)) > 1 else 0.0  # pyright: ignore[reportAttributeAccessIssue]
+    rho_t = scipy_stats.spearmanr(etas, t).statistic if len(set(t)) > 1 else 0.0  # pyright: ignore[reportAttributeAccessIssue]
     e5[ranker] = {
       "selected": {_eta_key(e): s for e, s in zip(etas, sel)},
       "spearman_eta_log10_lambda": float(rho_lam),
@@ -783,7 +784,9 @@ def _grid_entry(sweep: _Sweep, ranker: str, i: int, valid_m: dict, test_m: dict)
   members, select_metric = sweep.members, sweep.config.select_metric
   vscore = valid_m[select_metric][:, i, :].mean(0)
   chosen = select_on_validation(members, vscore)
-  entry = {f"{ranker}/{variant}": {k: _summ(test_m[k][:, i, g]) for k in METRICS} for variant, g in chosen.items()}
+  entry: dict[str, Any] = {
+    f"{ranker}/{variant}": {k: _summ(test_m[k][:, i, g]) for k in METRICS} for variant, g in chosen.items()
+  }
   entry["selected"] = {
     ranker: {
       v: {"lam": members[g][1], "t": members[g][2]} for v, g in chosen.items() if v in ("lbd", "lbd_lips", "lbd_ber")
@@ -811,6 +814,7 @@ def _grid_job(sweep: _Sweep, ranker: str, chunk: tuple, fits: Optional[dict] = N
   tcfg = _train_cfg(sweep.config, ranker)
   rcfg, gcfg = _grid_config(sweep, ranker)
   grid = make_lbd_grid(gcfg, num_features=train.num_features, list_size=train.list_size)
+  assert grid.optimizer is not None  # make_lbd_grid's Method always carries its optimizer
   stacked = stack_runs(grid, len(chunk), optimizer=grid.optimizer)
   res = fit(
     stacked,

@@ -105,7 +105,7 @@ def study_queries(config: ml_collections.ConfigDict) -> dict:
   shape = (int(config.num_queries), int(config.list_size))
   p = np.asarray(config.label_fractions, np.float64)
   labels = rng.choice(p.size, size=shape, p=p / p.sum()).astype(np.float32)
-  attraction = np.asarray(sim.relevance_probability(labels), np.float32)
+  attraction = np.asarray(sim.relevance_probability(jnp.asarray(labels)), np.float32)
   logging_scores = (labels + float(config.logging_noise) * rng.standard_normal(shape)).astype(np.float32)
   users = {
     u: _user_kwargs(config, u, np.random.default_rng([config.seed, i]), shape) for i, u in enumerate(config.users)
@@ -539,7 +539,8 @@ def summarize_cell(values: np.ndarray, lower: np.ndarray, upper: np.ndarray, tru
   std_t = values.std(axis=0, ddof=1) if num > 1 else np.zeros_like(bias_t)
   stderr = std_t / math.sqrt(num)
   biased = np.abs(bias_t) > 3.0 * stderr + 1e-12
-  taus = [scipy_stats.kendalltau(v, truth).statistic for v in values if np.ptp(v) > 0]
+  # scipy declares kendalltau's result as a bare tuple class (_make_tuple_bunch), without its fields
+  taus = [scipy_stats.kendalltau(v, truth).statistic for v in values if np.ptp(v) > 0]  # pyright: ignore[reportAttributeAccessIssue]
   taus = [t for t in taus if np.isfinite(t)]
   return {
     "rmse": float(np.sqrt(np.mean(err**2))),

@@ -337,8 +337,10 @@ def held_out_click_log(
     log = simulation.apply_logging_policy(log, -positions.astype(np.float64))
     where, clicks, q = (np.take_along_axis(a, order, axis=-1) for a in (where, clicks, q))
   truth = {
-    "click_ll": float(metrics_lib.click_log_likelihood(q, clicks, where=where)),
-    "click_perplexity": float(metrics_lib.click_perplexity(q, clicks, where=where)),
+    "click_ll": float(metrics_lib.click_log_likelihood(jnp.asarray(q), jnp.asarray(clicks), where=jnp.asarray(where))),
+    "click_perplexity": float(
+      metrics_lib.click_perplexity(jnp.asarray(q), jnp.asarray(clicks), where=jnp.asarray(where))
+    ),
   }
   return log.replace(where=where).with_extras(clicks=clicks), truth
 

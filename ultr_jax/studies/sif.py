@@ -16,6 +16,7 @@ parses flags and calls :func:`run`.
 import json
 import os
 import time
+from typing import Any
 
 from absl import logging
 import jax
@@ -39,6 +40,7 @@ from ultr_jax.studies.configs.sif import (
   VARIANTS as VARIANTS,
   default_config as default_config,
 )  # re-exported
+from ultr_jax.studies._progress import Progress
 from ultr_jax.studies.figures import save_figure
 from ultr_jax.train import (
   default_train_config,
@@ -297,11 +299,14 @@ def exposure_slope_size(params):
   return np.abs(np.asarray(leaves[0], np.float64)).mean(-1) if leaves else None
 
 
-def run_t7(config, data, setting, alpha, *, methods=None, train_overrides=None, fits=None):
+def run_t7(config, data, setting, alpha, *, methods=None, train_overrides=None, fits=None, progress=None, cell=None):
   """Every method of ``methods`` (default ``config.methods``) at one setting; returns (rows, histories).
 
   ``fits``, when given, collects each method's :class:`~ultr_jax.train.FitResult` under
-  ``"<setting>/alpha=<alpha>/<method>"`` (for :func:`~ultr_jax.train.write_results`: diverged seeds)."""
+  ``"<setting>/alpha=<alpha>/<method>"`` (for :func:`~ultr_jax.train.write_results`: diverged seeds).
+  ``progress``, when given, logs one line per fitted method, named ``cell`` (default ``"T7 <setting>
+  alpha=<alpha>"``) and the method."""
+  cell = cell or f"T7 {setting} alpha={alpha:g}"
   train, valid, test = data
   a = 0.0 if setting == "position" else alpha
   # alpha travels in the data, so every setting reuses one compiled step (persistent XLA cache).
@@ -321,7 +326,7 @@ def run_t7(config, data, setting, alpha, *, methods=None, train_overrides=None, 
     if fits is not None:
       fits[f"{setting}/alpha={alpha:g}/{name}"] = res
     met = evaluate(m, res.params, test, cutoffs=(3, 5, 10))
-    row = {k: summarize(met[k]) for k in METRICS}
+    row: dict[str, Any] = {k: summarize(met[k]) for k in METRICS}
     row["leakage_d"] = summarize(held_out_leakage(m, res.params, test, k_top=config.k_top))
     mae = propensity_mae(m, res.params, res.extra)
     if mae is not None:
@@ -334,11 +339,13 @@ def run_t7(config, data, setting, alpha, *, methods=None, train_overrides=None, 
       row["exposure_slope_abs"] = summarize(u)
     row["seconds"] = time.perf_counter() - t0
     rows[name] = row
+    if progress is not None:
+      progress.done(f"{cell} {name}: ndcg@10 {row['ndcg@10']['mean']:.4f}")
     histories[name] = res.history
   return rows, histories
 
 
-def run_t8(config, data):
+def run_t8(config, data, *, progress=None):
   """T8: propensity recovery on position-only clicks, for each display order of ``config.t8.displays``.
 
   ``"logging"`` is the toy as logged (lists sorted by the logging score,
@@ -348,7 +355,7 @@ def run_t8(config, data):
   maps each method to ``{"steps", "mean", "std"}`` of MAE_rel over seeds
   (each value averaged over its evaluation interval) and the rows add
   ``steps_to_mae<0.05`` (first logged step whose seed-mean MAE_rel is below
-  0.05; None if never).
+  0.05; None if never). ``progress``, when given, logs a line per fitted method.
   """
   t8 = config.t8
   train, valid, test = data
@@ -364,6 +371,8 @@ def run_t8(config, data):
       0.0,
       methods=t8.methods,
       train_overrides={"steps": t8.steps, "eval_every": t8.eval_every},
+      progress=progress,
+      cell=f"T8 display={display}",
     )
     curves = {}
     for name, h in hist.items():
@@ -505,10 +514,21 @@ def run(config, workdir):
   enable_compilation_cache(config.get("compilation_cache_dir", ""), workdir)
   data = load_data(config)
   report = []
+  settings = [("position", 0.0)] if config.position_setting else []
+  settings += [("trust", float(a)) for a in config.alphas]
+  run_t6_cells = config.t6.enabled and config.data.source == "toy"
+  progress = Progress(  # one cell per T6 alpha, per fitted T8 method and display, per fitted T7 method and setting
+    "sif",
+    total=(len(config.t6.alphas) if run_t6_cells else 0)
+    + (len(config.t8.displays) * len(config.t8.methods) if config.t8.enabled else 0)
+    + len(settings) * len(config.methods),
+    start=t_start,
+  )
   t6 = {}
-  if config.t6.enabled and config.data.source == "toy":
+  if run_t6_cells:
     for alpha in config.t6.alphas:
       rows = run_t6(config, data, alpha)
+      progress.done(f"T6 alpha={alpha:g}: {len(rows)} variants")
       t6[f"alpha={alpha:g}"] = {"rows": rows, "checks": t6_checks(rows)}
       table = markdown_table(rows, ["ndcg@10", "leakage_(k,y)", "leakage_(k)"], row_header="variant", precision=4)
       report.append(
@@ -518,7 +538,7 @@ def run(config, workdir):
       logging.info(report[-1])
   t8 = {}
   if config.t8.enabled:
-    t8 = run_t8(config, data)
+    t8 = run_t8(config, data, progress=progress)
     for dkey, block in t8.items():
       cols = ["ndcg@10", "propensity_mae", "propensity_mae_final", "steps_to_mae<0.05"]
       cell = lambda r, c: ("never" if r[c] is None else r[c]) if c in r else "-"
@@ -526,11 +546,9 @@ def run(config, workdir):
       report.append(f"### T8 (position-only PBM, {config.t8.steps} steps) [{dkey}]\n\n{table}\n")
       logging.info(report[-1])
   results, histories, fits = {}, {}, {}
-  settings = [("position", 0.0)] if config.position_setting else []
-  settings += [("trust", float(a)) for a in config.alphas]
   for setting, alpha in settings:
     key = f"setting={setting}/alpha={alpha:g}"
-    rows, hist = run_t7(config, data, setting, alpha, fits=fits)
+    rows, hist = run_t7(config, data, setting, alpha, fits=fits, progress=progress)
     results[key], histories[key] = rows, hist
     cols = list(METRICS) + ["leakage_d", "propensity_mae", "propensity_mae_final"]
     table = markdown_table({n: {c: r.get(c, "-") for c in cols} for n, r in rows.items()}, cols, precision=4)

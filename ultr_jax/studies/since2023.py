@@ -39,7 +39,6 @@ import re
 import time
 from typing import Any, Mapping, Optional
 
-from absl import logging
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -48,6 +47,7 @@ import rax
 
 from ultr_jax import graph, losses, simulation
 from ultr_jax._schema import validate_config
+from ultr_jax.studies._progress import Progress
 from ultr_jax.studies.configs.since2023 import CLAIMS, CONFIG_RULES, VARIANTS, default_config
 from ultr_jax.studies.experiment import load_datasets
 from ultr_jax.studies.figures import save_figure
@@ -465,6 +465,7 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dict[str, 
   train, valid, test = load_datasets(config)
   results: dict[str, Any] = {}
   sections = []
+  progress = Progress("since2023", total=len(config.claims), start=t0)  # one line per claim's experiment
   for claim in config.claims:
     t = time.perf_counter()
     entries, rows, columns, verdict = _EXPERIMENTS[claim](config, train, valid, test)
@@ -475,7 +476,7 @@ def run(config: ml_collections.ConfigDict, workdir: Optional[str]) -> dict[str, 
     sections.append(
       f"## {claim}\n\n{markdown_table(rows, columns, row_header='setting')}\n\n*Measured*: {verdict} ({seconds:.0f} s)\n"
     )
-    logging.info(f"{claim}: {verdict}")
+    progress.done(f"{claim}: {verdict}")
   results["_meta"] = {"num_seeds": config.num_seeds, "seconds": time.perf_counter() - t0, "config": config.to_dict()}
   tables = f"Test metrics, mean ± 90% t-interval half-width over {config.num_seeds} seeds.\n\n" + "\n".join(sections)
   if workdir is not None:

@@ -27,10 +27,10 @@ def best_and_ties(per_seed: Mapping[Any, Sequence[float]], *, higher_is_better: 
   """
   sign = 1.0 if higher_is_better else -1.0
   means = {k: sign * float(np.mean(v)) for k, v in per_seed.items()}
-  best = max(means, key=means.get)
+  best = max(means, key=lambda k: means[k])
   ref = np.asarray(per_seed[best], np.float64)
   tied = []
-  for k in sorted(means, key=means.get, reverse=True):
+  for k in sorted(means, key=lambda k: means[k], reverse=True):
     diff = np.asarray(per_seed[k], np.float64) - ref
     if k != best and diff.shape == ref.shape and diff.size > 1:
       s = summarize(diff)

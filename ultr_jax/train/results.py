@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any, Iterator, Mapping, NamedTuple, Optional, Sequence, TextIO
+from typing import Any, Iterator, Mapping, NamedTuple, Optional, Sequence, TextIO, Union
 
 import jax
 import numpy as np
@@ -180,7 +180,7 @@ def run_in_progress(workdir: str) -> Iterator[_Run]:
     workdir_lock.release(workdir)
 
 
-def summarize(values: Sequence[float], *, confidence: float = 0.9) -> dict[str, float]:
+def summarize(values: Union[Sequence[float], np.ndarray], *, confidence: float = 0.9) -> dict[str, float]:
   r"""Mean, sample standard deviation and t-interval half-width over seeds.
 
   .. math::

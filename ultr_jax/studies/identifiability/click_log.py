@@ -116,8 +116,8 @@ def merge_counts_across_processes(counts: ClickCounts) -> ClickCounts:
   meta = np.asarray([[counts.num_items, counts.num_factors, counts.num_records]], np.int64)
   cells = _processes.allgather_rows(counts.items, counts.factors, counts.clicks, counts.impressions)
   parts = [
-    ClickCounts(*cell, int(m[0, 0]), int(m[0, 1]), int(m[0, 2]))
-    for cell, (m,) in zip(cells, _processes.allgather_rows(meta))
+    ClickCounts(items, factors, clicks, impressions, int(m[0, 0]), int(m[0, 1]), int(m[0, 2]))
+    for (items, factors, clicks, impressions), (m,) in zip(cells, _processes.allgather_rows(meta))
   ]
   return merge_click_counts(parts)
 

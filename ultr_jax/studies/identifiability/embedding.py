@@ -28,7 +28,7 @@ divide by small numbers.
 """
 
 import functools
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, cast
 
 import jax
 import jax.numpy as jnp
@@ -319,7 +319,7 @@ def pad_layouts(layouts, num_records: int):
       t_fac.append(pf)
       t_cell.append(pc)
     s_old = l.single_rec.size if has_single else 0
-    s_new = s_shape[0] * s_shape[1] if has_single else 0
+    s_new = s_shape[0] * s_shape[1] if s_shape is not None else 0
     m_old = l.multi_items.shape[0]
     g = l.gather.astype(np.int64)
     gather = np.where(
@@ -332,7 +332,7 @@ def pad_layouts(layouts, num_records: int):
       ),
     )
     i32 = lambda a: jnp.asarray(np.asarray(a, np.int32))  # noqa: E731
-    if has_single:
+    if s_shape is not None:  # has_single
       s_cells, s_fac = pad_grid(l.single_rec, l.single_factor, s_shape)
       s_item = np.zeros(s_shape, np.int64)
       s_item[: l.single_item.shape[0], : l.single_item.shape[1]] = l.single_item
@@ -793,9 +793,11 @@ def _fit_dla(keys, ctr, where, lay, *, num_items, num_factors, epochs, o_update=
     if o_update == "mean_ratio":
       o_new = d.fac_sum(None if rs is None else term(d.cs, d.ws, rs), term(d.cm, d.wm, rx)) * inv_t
     else:
-      o_new = d.fac_sum(None if rs is None else d.cs * rs, d.cm * rx) / (
-        d.fac_sum(None if rs is None else d.ws * rs * rs, d.wm * rx * rx) + _EPS
-      )
+      if rs is None or d.cs is None or d.ws is None:  # no single grid (all three are None together)
+        s_num, s_den = None, None
+      else:
+        s_num, s_den = d.cs * rs, d.ws * rs * rs
+      o_new = d.fac_sum(s_num, d.cm * rx) / (d.fac_sum(s_den, d.wm * rx * rx) + _EPS)
     return rs, rm, update_o(o, o_new)
 
   rs, rm = _start(lay, r_init)
@@ -925,6 +927,7 @@ def _fit_regression_em(keys, ctr, where, lay, *, num_items, num_factors, epochs,
     return rm, post_o(d.cm, d.wm, rx, _rows(o, lay.multi_factor))
 
   def single_r(rs, o):
+    assert d.ws is not None  # called only with a single grid (rs is not None)
     ot = _rows(o, lay.single_factor)
     p = post_repo(d.cs, ot) if variant == "repo" else post(d.cs, ot, rs)
     return jnp.where(d.ws > 0, jnp.clip(d.ws * p * 1.0, 0.0, 1.0), rs)
@@ -992,7 +995,7 @@ def _fit_two_tower(keys, ctr, where, lay, *, num_items, num_factors, epochs, lea
   def grads(p):
     sb = jax.nn.sigmoid(p["b"])
     gs = None
-    g = {"as": None}
+    g: dict[str, Optional[jax.Array]] = {"as": None}
     if d.cs is not None:
       sa = jax.nn.sigmoid(p["as"])
       gs = dlogp(sa, _rows(sb, lay.single_factor), d.cs, d.ws)
@@ -1006,12 +1009,16 @@ def _fit_two_tower(keys, ctr, where, lay, *, num_items, num_factors, epochs, lea
 
   def step(carry):
     p, s = carry
-    upd, s = opt.update(grads(p), s, p)
+    # optax takes None as an empty subtree (no single grid); its ArrayTree alias does not list None
+    upd, s = opt.update(grads(p), s, p)  # pyright: ignore[reportArgumentType]
     return optax.apply_updates(p, upd), s
 
   params, _ = _iterate(step, (params, opt.init(params)), epochs, exact_stop=False)
+  params = cast(dict[str, Optional[jax.Array]], params)  # apply_updates keeps the dict it is given
+  fit_s, fit_m, fit_b = params["as"], params["am"], params["b"]
+  assert fit_m is not None and fit_b is not None  # only the single grid may be absent
   sig = jax.nn.sigmoid
-  return (d.assemble(None if params["as"] is None else sig(params["as"]), sig(params["am"]), sig(a0)), sig(params["b"]))
+  return (d.assemble(None if fit_s is None else sig(fit_s), sig(fit_m), sig(a0)), sig(fit_b))
 
 
 #: XLA:CPU options for the fits' top-level jits: its YNN fusions of float64 row reductions slow the Table 1

@@ -20,7 +20,7 @@ one jitted, vmapped call (float64).
 
 import dataclasses
 import functools
-from typing import Optional
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -28,6 +28,7 @@ import numpy as np
 from ultr_jax import metrics
 from ultr_jax.data.dataset import RankingDataset
 from ultr_jax.studies.identifiability import embedding
+from ultr_jax.studies._progress import Progress
 
 __all__ = [
   "PBM_EXAMINATION",
@@ -226,7 +227,12 @@ def run_method(
   l = int(np.max(positions)) + 1
   canonical = np.arange(l) if canonical is None else np.asarray(canonical)
   exam = np.asarray(examination, np.float64)[:l]
-  nd = num_docs or int(ds.doc_ids.max()) + 1
+  if num_docs:
+    nd = num_docs
+  elif ds.doc_ids is not None:
+    nd = int(ds.doc_ids.max()) + 1
+  else:
+    raise ValueError("run_method: the dataset has no doc_ids; pass num_docs")
   n, layout = _records_layout(ds, canonical, share_shapes, method=method, num_docs=nd, num_factors=l)
   with jax.enable_x64(True):
     keys = jax.random.split(key, runs)
@@ -451,6 +457,9 @@ def table1(
     epochs: ``{"dla": ..., "regression_em": ..., "two_tower": ...}``.
     num_clicks: impressions per record.
     method_kwargs: extra fit arguments per method.
+    num_docs: the id range of the documents (default: one more than the largest id).
+    log: called with one progress line per finished row, ``[identifiability] 3/10 Table 1 <row>: mcc
+      <mean>: <elapsed>s, ~<left>s left`` (``done`` on the last).
 
   Returns:
     ``{row name: metrics dict of float[runs] arrays}`` plus ``"_plan"``: the
@@ -474,19 +483,26 @@ def table1(
   )
   # every row on `ds` (and every row on `ds_ni`) sees the same clicks:
   # simulated once per dataset
-  common = dict(runs=runs, num_clicks=num_clicks, num_docs=num_docs, click_cache={})
+  common: dict[str, Any] = dict(runs=runs, num_clicks=num_clicks, num_docs=num_docs, click_cache={})
   shared = ((ds, None), (ds_ni, None), (ds, canonical))
   rows = {}
 
+  progress = Progress("identifiability", total=1 + 3 * len(TABLE1_METHODS))  # one line per row
+
+  def finished(row):
+    log(progress.line(f"Table 1 {row}: mcc {float(np.mean(rows[row]['mcc'])):.4f}"))
+
   rows["No debias"] = run_method(k_run, ds, method="no_debias", epochs=1, share_shapes=shared, **common)
-  log("No debias done")
+  finished("No debias")
   # the three rows of a method share one compiled fit (padded layouts)
   for name, method in TABLE1_METHODS:
-    kw = dict(epochs=epochs[method], share_shapes=shared, **common, **method_kwargs.get(method, {}))
+    kw: dict[str, Any] = dict(epochs=epochs[method], share_shapes=shared, **common, **method_kwargs.get(method, {}))
     rows[name] = run_method(k_run, ds, method=method, **kw)
+    finished(name)
     rows[f"{name} + node intervention"] = run_method(k_run, ds_ni, method=method, **kw)
+    finished(f"{name} + node intervention")
     rows[f"{name} + node merging"] = run_method(k_run, ds, method=method, canonical=canonical, **kw)
-    log(f"{name} rows done")
+    finished(f"{name} + node merging")
   rows["_plan"] = plan
   rows["_canonical"] = canonical
   return rows
