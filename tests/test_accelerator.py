@@ -7,6 +7,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from conftest import check_compiles_once
 from ultr_jax.evaluation import bootstrap_interval, paired_bootstrap_interval
@@ -82,12 +83,34 @@ def test_the_training_state_and_step_stay_float32_with_x64_enabled():
       assert leaf.dtype == jnp.float32, (jax.tree_util.keystr(path), leaf.dtype)
 
 
-# The library's only float64 paths, each with the reason its module states (no float32 variant yet: measuring one
-# against Table 1's targets is open, issue 46).
+# The library's only float64 paths, each with the reason its module states. Table 1's (table1.py) has a float32
+# variant (``dtype="float32"``, tested below) and turns x64 on only for float64.
 FLOAT64_PATHS = {
-  "studies/identifiability/table1.py": "Table 1's fits: click MSE below 1e-8, updates below float32 rounding",
   "studies/identifiability/context.py": "the context study's fits, as Table 1's",
 }
+
+
+def test_table1_float32_variant_runs_with_x64_off_and_matches_float64(monkeypatch):
+  """The identifiability fits' float32 variant (a TPU's precision): x64 stays off while it runs, every array it
+  returns is float32, and on a small design graph its node-merging MCC is float64's to 0.01."""
+  from ultr_jax.graph.synthetic import DESIGN_GRAPHS, generate_design_dataset  # noqa: PLC0415
+  from ultr_jax.studies.identifiability import table1  # noqa: PLC0415
+
+  ds = generate_design_dataset(DESIGN_GRAPHS[2], block_size=40, num_queries=60, borrow=3)
+  seen = []
+  simulate = table1._simulate_runs
+  monkeypatch.setattr(
+    table1, "_simulate_runs", lambda *a, **k: seen.append(jax.config.read("jax_enable_x64")) or simulate(*a, **k)
+  )
+  kw = dict(method="dla", runs=2, epochs=300, canonical=table1.node_merging_canonical(ds))
+  m32 = table1.run_method(jax.random.key(0), ds, dtype="float32", **kw)
+  m64 = table1.run_method(jax.random.key(0), ds, **kw)
+  assert seen == [False, True]
+  assert {k: v.dtype for k, v in m32.items()} == {k: np.dtype(np.float32) for k in m32}
+  assert {v.dtype for v in m64.values()} == {np.dtype(np.float64)}
+  np.testing.assert_allclose(m32["mcc"], m64["mcc"], atol=0.01)
+  with pytest.raises(ValueError, match="dtype='float16'"):
+    table1.run_method(jax.random.key(0), ds, dtype="float16", **kw)
 
 
 def test_float64_only_where_a_module_says_why():

@@ -18,8 +18,9 @@ The default dataset is synthetic LETOR-like data (a document pool sampled
 into lists, so documents recur across queries); SVMlight files with a logged
 ranking can be passed instead (:func:`ultr_jax.graph.read_svmlight_ranking`).
 
-The fits run in float64 (``jax.enable_x64``), as Table 1's: the click MSE they drive down goes below float32
-rounding. There is no float32 variant yet, so this path does not run natively on a TPU.
+The fits run in float64 (``jax.enable_x64``), as Table 1's default: the click MSE they drive down goes below
+float32 rounding. Unlike Table 1 (:func:`~ultr_jax.studies.identifiability.table1.run_method`'s ``dtype``) it has
+no float32 variant yet, so this path does not run natively on a TPU.
 """
 
 import functools
