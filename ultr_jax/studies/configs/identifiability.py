@@ -35,9 +35,8 @@ def default_config(variant: str = "default") -> ml_collections.ConfigDict:
   c.data_root = ""
   c.runs = 10
   c.num_clicks = 1e6
-  # Table 1's and the figures' precision: "float64" (the paper's numbers; click MSE goes below float32
-  # rounding) or "float32" (native on TPUs; its Table 1 against the paper's is on the study page). The
-  # context study runs in float64.
+  # The fits' precision (Table 1, the figures, the context study): "float64" (the paper's numbers; click MSE
+  # goes below float32 rounding) or "float32" (native on TPUs; measured against Table 1 on the study page).
   c.dtype = "float64"
   c.epochs = ml_collections.ConfigDict({"dla": 20_000, "regression_em": 100_000, "two_tower": 20_000})
   c.dla_o_update = "mean_ratio"  # the authors' code: Gauss-Seidel, mean-of-ratios o' (the paper: exact argmins)

@@ -301,6 +301,7 @@ def identifiability_context_study(cfg, key):
       runs=c.runs,
       two_tower_epochs=c.two_tower_epochs,
       log=logging.info,
+      dtype=cfg.dtype,
     )
     out[f"contexts={nc}"] = {
       "report": res.pop("report"),
