@@ -18,8 +18,9 @@ The default dataset is synthetic LETOR-like data (a document pool sampled
 into lists, so documents recur across queries); SVMlight files with a logged
 ranking can be passed instead (:func:`ultr_jax.graph.read_svmlight_ranking`).
 
-The fits run in float64 (``jax.enable_x64``), as Table 1's: the click MSE they drive down goes below float32
-rounding. There is no float32 variant yet, so this path does not run natively on a TPU.
+The fits run in float64 by default (``jax.enable_x64``), as Table 1's: the click MSE they drive down goes below
+float32 rounding. ``dtype="float32"`` runs them with x64 off, as a TPU runs them natively (its figures against
+float64's are on the study page).
 """
 
 import functools
@@ -33,7 +34,7 @@ from ultr_jax.graph.connectivity import check_identifiability
 from ultr_jax.graph.merging import merge_plan
 from ultr_jax.graph.records import bias_factor_ids, feature_vector_ids, random_contexts
 from ultr_jax.studies.identifiability import embedding
-from ultr_jax.studies.identifiability.table1 import PBM_EXAMINATION, embedding_metrics, simulate_ctr
+from ultr_jax.studies.identifiability.table1 import DTYPES, PBM_EXAMINATION, embedding_metrics, simulate_ctr
 
 __all__ = ["CLICK_PROB", "synthetic_letor", "cpbm_examination", "context_study"]
 
@@ -85,6 +86,7 @@ def context_study(
   two_tower_epochs: int = 2000,
   context_features: Optional[np.ndarray] = None,
   log=print,
+  dtype: str = "float64",
 ) -> dict:
   r"""IG check, node merging and DLA / Two-Tower with and without merging.
 
@@ -95,12 +97,18 @@ def context_study(
     w: ``float[10]`` CPBM weights (``click_model.json``'s ``w``).
     seed: seed of contexts and context features.
     num_clicks, epochs, runs: simulation and fitting sizes.
+    two_tower_epochs: the Two-Tower rows' epochs.
+    context_features: ``float[n_c, 10]`` context features (default: drawn from ``seed``).
+    log: called with each row's MCC.
+    dtype: ``"float64"`` (under ``jax.enable_x64``) or ``"float32"`` (x64 off).
 
   Returns:
     dict with ``report`` (the IG summary dict), ``merge_pairs`` and, per row
     (``No debias``, ``DLA``, ``DLA + node merging``, ``Two-Tower``,
     ``Two-Tower + node merging``), metrics arrays over runs.
   """
+  if dtype not in DTYPES:
+    raise ValueError(f"context_study: dtype={dtype!r} is not one of {DTYPES}")
   q, l = where.shape
   rng = np.random.default_rng(seed)
   xc = rng.normal(0, 0.35, size=(num_contexts, len(w))) if context_features is None else context_features
@@ -117,7 +125,7 @@ def context_study(
   rel = np.asarray(CLICK_PROB)[labels.astype(int)]
   p_click = np.where(where, rel * exam[factors], 0.0)
   out = {"report": report.to_dict() | {"components": len(report.components)}, "merge_pairs": len(plan.pairs)}
-  with jax.enable_x64(True):
+  with jax.enable_x64(dtype == "float64"):
     keys = jax.random.split(key, runs)
     items_f = np.maximum(items, 0).ravel()
     rows = {
@@ -135,12 +143,13 @@ def context_study(
       for c in (raw, plan.canonical)
     ]
     layouts = dict(zip(("raw", "merged"), embedding.pad_layouts(lays, items_f.size)))
+    p_click, rel, labels = (np.asarray(a, dtype) for a in (p_click, rel, labels))
     common = [
       jnp.asarray(a)
       for a in (p_click, where, items_f, factors, rel, np.where(where, np.arange(q * l).reshape(q, l), -1), labels)
     ]
     # the same clicks for every row (one compiled simulation, per run)
-    sims = [_clicks(k, common[0], common[1], jnp.float64(num_clicks)) for k in keys]
+    sims = [_clicks(k, common[0], common[1], jnp.asarray(num_clicks, dtype)) for k in keys]
     ctr = jnp.stack([c for c, _ in sims])  # [runs, Q, L]
     k_fit = jnp.stack([k for _, k in sims])  # [runs] keys
     for name, (method, canonical) in rows.items():
@@ -192,7 +201,7 @@ def _row(
         None, items_f, f_ids.ravel(), c, where=wh, num_items=num_items, num_factors=num_factors
       )
     )(ctr.reshape(runs, -1))
-    o_full = jnp.ones((runs, num_factors))
+    o_full = jnp.ones((runs, num_factors), ctr.dtype)
   else:
     r, o = embedding.fit_runs(
       method,

@@ -73,7 +73,15 @@ def _kw(cfg, method):
 def _dla(cfg, key, d, **kw) -> dict:
   """DLA's ``cfg.runs`` runs on dataset ``d`` for ``cfg.figure_epochs`` epochs (:func:`run_method`)."""
   return study.run_method(
-    key, d, method="dla", runs=cfg.runs, epochs=cfg.figure_epochs, num_docs=None, **_kw(cfg, "dla"), **kw
+    key,
+    d,
+    method="dla",
+    runs=cfg.runs,
+    epochs=cfg.figure_epochs,
+    num_docs=None,
+    dtype=cfg.dtype,
+    **_kw(cfg, "dla"),
+    **kw,
   )
 
 
@@ -108,7 +116,9 @@ def _figures_3b_6(cfg, key, data: dict, grid: list, workdir: str, plt, out: dict
   res, obs = {}, {}
   for k in (1, 2, 3, 4):
     d = data[k]
-    ni, _ = study.node_intervention_dataset(key, d, epochs=ep, num_clicks=cfg.num_clicks, **_kw(cfg, "dla"))
+    ni, _ = study.node_intervention_dataset(
+      key, d, epochs=ep, num_clicks=cfg.num_clicks, dtype=cfg.dtype, **_kw(cfg, "dla")
+    )
     r_dla = _dla(cfg, key, d, num_clicks=cfg.num_clicks)
     r_nm = _dla(cfg, key, d, num_clicks=cfg.num_clicks, canonical=study.node_merging_canonical(d))
     r_ni = _dla(cfg, key, ni, num_clicks=cfg.num_clicks)
@@ -154,7 +164,9 @@ def _figure_4a(cfg, key, data: dict, grid: list, workdir: str, plt, out: dict) -
   """Figure 4a (node intervention at minimal against random cost, K=2): ``out["4a"]``, ``fig4a.png``."""
   ep = cfg.figure_epochs
   d = data[2]
-  ni_min, _ = study.node_intervention_dataset(key, d, epochs=ep, num_clicks=cfg.num_clicks, **_kw(cfg, "dla"))
+  ni_min, _ = study.node_intervention_dataset(
+    key, d, epochs=ep, num_clicks=cfg.num_clicks, dtype=cfg.dtype, **_kw(cfg, "dla")
+  )
   res = {"min cost": [], "random cost": []}
   for n in grid:
     res["min cost"].append(_dla(cfg, key, ni_min, num_clicks=n)["mcc"])
@@ -164,7 +176,14 @@ def _figure_4a(cfg, key, data: dict, grid: list, workdir: str, plt, out: dict) -
       ni_rand, _ = study.node_intervention_dataset(key, d, epochs=ep, random_cost=True, seed=cfg.seed * 1000 + i)
       vals.append(
         study.run_method(
-          jax.random.fold_in(key, i), ni_rand, method="dla", runs=1, epochs=ep, num_clicks=n, **_kw(cfg, "dla")
+          jax.random.fold_in(key, i),
+          ni_rand,
+          method="dla",
+          runs=1,
+          epochs=ep,
+          num_clicks=n,
+          dtype=cfg.dtype,
+          **_kw(cfg, "dla"),
         )["mcc"][0]
       )
     res["random cost"].append(np.array(vals))
@@ -282,6 +301,7 @@ def identifiability_context_study(cfg, key):
       runs=c.runs,
       two_tower_epochs=c.two_tower_epochs,
       log=logging.info,
+      dtype=cfg.dtype,
     )
     out[f"contexts={nc}"] = {
       "report": res.pop("report"),
@@ -329,6 +349,7 @@ def run_identifiability_study(cfg, workdir: str) -> dict:
     num_clicks=cfg.num_clicks,
     method_kwargs={m: _kw(cfg, m) for m in ("dla", "regression_em")},
     log=logging.info,
+    dtype=cfg.dtype,
   )
   plan = rows.pop("_plan")
   rows.pop("_canonical")

@@ -15,7 +15,10 @@ list without relevant documents scores 0 and stays in the mean) and click
 MSE :math:`\operatorname{mean}_i (r'(x_i)\,o'(t_i) - c_i)^2`.
 
 :func:`run_method` runs ``runs`` independent click simulations and fits in
-one jitted, vmapped call (float64).
+one jitted, vmapped call, in float64 by default as the paper's numbers need
+(click MSE goes below float32 rounding); ``dtype="float32"`` runs the same
+fits in float32, which a TPU runs natively (its figures against Table 1's are
+on the study page).
 """
 
 import dataclasses
@@ -33,6 +36,7 @@ from ultr_jax.studies._progress import Progress
 __all__ = [
   "PBM_EXAMINATION",
   "NDCG_CUTOFFS",
+  "DTYPES",
   "true_relevance",
   "simulate_ctr",
   "embedding_metrics",
@@ -43,6 +47,8 @@ __all__ = [
 #: eye-tracking study); the values of the authors' code.
 PBM_EXAMINATION = (0.68, 0.61, 0.48, 0.34, 0.28, 0.20, 0.11, 0.10, 0.08, 0.06)
 NDCG_CUTOFFS = (1, 3, 5, 10)
+#: The precisions :func:`run_method` and :func:`table1` run in.
+DTYPES = ("float64", "float32")
 
 
 def true_relevance(labels, *, eps: float = 0.1, y_max: int = 5):
@@ -165,9 +171,10 @@ def run_method(
   share_shapes=(),
   num_lists: Optional[int] = None,
   click_cache: Optional[dict] = None,
+  dtype: str = "float64",
   **fit_kwargs,
 ) -> dict[str, np.ndarray]:
-  r"""Simulates PBM clicks and fits ``method`` ``runs`` times (vmapped, float64).
+  r"""Simulates PBM clicks and fits ``method`` ``runs`` times (vmapped, in ``dtype``).
 
   Args:
     key: PRNG key; run ``i`` uses ``split(key, runs)[i]`` for its clicks and
@@ -191,6 +198,8 @@ def run_method(
     click_cache: a dict shared by calls on the same ``ds`` object with the
       same ``key`` and click settings (e.g. the rows of :func:`table1`): the
       clicks are simulated once and reused (the same numbers).
+    dtype: ``"float64"`` (the paper's precision; run under
+      ``jax.enable_x64``) or ``"float32"`` (native on TPUs; x64 off).
     **fit_kwargs: passed to the fit function (e.g. ``o_update``, ``variant``).
 
   Returns:
@@ -207,6 +216,8 @@ def run_method(
   >>> print(bool((m["mcc"] > 0.9).all()))
   True
   """
+  if dtype not in DTYPES:
+    raise ValueError(f"run_method: dtype={dtype!r} is not one of {DTYPES}")
   # pad the lists too: one compiled simulation and score
   q = max([d.where.shape[0] for d, _ in share_shapes] + [num_lists or 0])
   # by the dataset's identity: each entry keeps its dataset alive, so an id
@@ -221,12 +232,13 @@ def run_method(
     y_max,
     num_docs,
     q,
+    dtype,
   )
   ds_given, ds = ds, _pad_lists(ds, q)
   positions = _positions(ds)
   l = int(np.max(positions)) + 1
   canonical = np.arange(l) if canonical is None else np.asarray(canonical)
-  exam = np.asarray(examination, np.float64)[:l]
+  exam = np.asarray(examination, dtype)[:l]
   if num_docs:
     nd = num_docs
   elif ds.doc_ids is not None:
@@ -234,17 +246,17 @@ def run_method(
   else:
     raise ValueError("run_method: the dataset has no doc_ids; pass num_docs")
   n, layout = _records_layout(ds, canonical, share_shapes, method=method, num_docs=nd, num_factors=l)
-  with jax.enable_x64(True):
+  with jax.enable_x64(dtype == "float64"):
     keys = jax.random.split(key, runs)
     doc_ids = jnp.asarray(ds.doc_ids)
     positions = jnp.asarray(positions, jnp.int32)
-    labels = jnp.asarray(ds.labels, jnp.float64)
+    labels = jnp.asarray(ds.labels, dtype)
     where = jnp.asarray(ds.where)
     if click_cache is not None and cache_key in click_cache:
       _, ctr, k_fit, r_true_doc = click_cache[cache_key]
     else:
       ctr, k_fit, r_true_doc = _simulate_runs(
-        keys, doc_ids, positions, labels, where, exam, num_clicks, eps, y_max, num_docs=nd
+        keys, doc_ids, positions, labels, where, exam, num_clicks, eps, y_max, num_docs=nd, dtype=dtype
       )
       if click_cache is not None:
         click_cache[cache_key] = ds_given, ctr, k_fit, r_true_doc
@@ -261,7 +273,7 @@ def run_method(
       epochs=epochs,
       fit_kwargs=tuple(sorted(fit_kwargs.items())),
     )
-    o_pos = jnp.ones((runs, l), jnp.float64) if method == "no_debias" else o[:, jnp.asarray(canonical, jnp.int32)]
+    o_pos = jnp.ones((runs, l), dtype) if method == "no_debias" else o[:, jnp.asarray(canonical, jnp.int32)]
     out = [_score(ctr[i], r[i], o_pos[i], r_true_doc, doc_ids, positions, labels, where) for i in range(runs)]
     return jax.tree.map(lambda *v: np.stack([np.asarray(x) for x in v]), *out)
 
@@ -290,8 +302,11 @@ def _records_layout(ds, canonical, share_shapes, *, method: str, num_docs: int, 
   return n, embedding.pad_layouts(lays, n)[0] if len(lays) > 1 else lays[0]
 
 
-def _simulate_runs(keys, doc_ids, positions, labels, where, exam, num_clicks, eps, y_max, *, num_docs: int) -> tuple:
-  """``(ctr [R, Q, L], fit keys [R], true relevance per document)``: one click simulation per key (float64)."""
+def _simulate_runs(
+  keys, doc_ids, positions, labels, where, exam, num_clicks, eps, y_max, *, num_docs: int, dtype: str
+) -> tuple:
+  """``(ctr [R, Q, L], fit keys [R], true relevance per document)``: one click simulation per key (in ``dtype``)."""
+  scalar = lambda v: jnp.asarray(v, dtype)  # noqa: E731
   sims = [
     _simulate(
       k,
@@ -300,9 +315,9 @@ def _simulate_runs(keys, doc_ids, positions, labels, where, exam, num_clicks, ep
       labels,
       where,
       jnp.asarray(exam),
-      jnp.float64(num_clicks),
-      jnp.float64(eps),
-      jnp.float64(y_max),
+      scalar(num_clicks),
+      scalar(eps),
+      scalar(y_max),
       num_docs=num_docs,
     )
     for k in keys
@@ -446,6 +461,7 @@ def table1(
   method_kwargs: Optional[dict] = None,
   num_docs=None,
   log=print,
+  dtype: str = "float64",
 ) -> dict:
   r"""Table 1: No debias, and each method raw, + node intervention and + node
   merging, ``runs`` runs each.
@@ -460,6 +476,7 @@ def table1(
     num_docs: the id range of the documents (default: one more than the largest id).
     log: called with one progress line per finished row, ``[identifiability] 3/10 Table 1 <row>: mcc
       <mean>: <elapsed>s, ~<left>s left`` (``done`` on the last).
+    dtype: ``"float64"`` (the paper's) or ``"float32"`` (see :func:`run_method`).
 
   Returns:
     ``{row name: metrics dict of float[runs] arrays}`` plus ``"_plan"``: the
@@ -479,11 +496,12 @@ def table1(
     num_clicks=num_clicks,
     num_docs=num_docs,
     num_lists=num_lists,
+    dtype=dtype,
     **method_kwargs.get("dla", {}),
   )
   # every row on `ds` (and every row on `ds_ni`) sees the same clicks:
   # simulated once per dataset
-  common: dict[str, Any] = dict(runs=runs, num_clicks=num_clicks, num_docs=num_docs, click_cache={})
+  common: dict[str, Any] = dict(runs=runs, num_clicks=num_clicks, num_docs=num_docs, click_cache={}, dtype=dtype)
   shared = ((ds, None), (ds_ni, None), (ds, canonical))
   rows = {}
 
