@@ -149,28 +149,16 @@ class LBFGS:
       axis = self.mesh.axis_names[0]
       pad = -clicks.shape[0] % self.mesh.shape[axis]
       arrays = tuple(np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)]) for x in arrays)
-      arrays = tuple(
-        jax.device_put(x, jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec(axis))) for x in arrays
-      )
+      shard = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec(axis))
+      arrays = tuple(jax.device_put(x, shard) for x in arrays)
       logits = jax.device_put(logits, jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec()))
+    l2_, tol_ = jnp.float32(l2), jnp.float32(self.tol)
     theta, mean_ll, gnorm, iters = _lbfgs_sessions(
-      model,
-      logits,
-      *(jnp.asarray(x) for x in arrays),
-      jnp.float32(l2),
-      int(self.max_iters),
-      jnp.float32(self.tol),
-      prior,
+      model, logits, *map(jnp.asarray, arrays), l2_, int(self.max_iters), tol_, prior
     )
-    theta_fit = (
-      model.to_probabilities(theta),
-      theta,
-      float(mean_ll),
-      float(gnorm),
-      int(iters),
-      bool(gnorm <= self.tol),
-    )
-    return _stop(ClickModelFit(model, *theta_fit, solver=self), f"max_iters = {self.max_iters} reached")
+    probs, converged = model.to_probabilities(theta), bool(gnorm <= self.tol)
+    fit = ClickModelFit(model, probs, theta, float(mean_ll), float(gnorm), int(iters), converged, solver=self)
+    return _stop(fit, f"max_iters = {self.max_iters} reached")
 
 
 @functools.partial(jax.jit, static_argnames=("model", "max_iters", "prior"))
