@@ -36,7 +36,7 @@ import functools
 import queue
 import threading
 import types
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, NamedTuple, Optional
+from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -48,9 +48,6 @@ from ultr_jax.simulation.click_models import ClickModel
 from ultr_jax.simulation.click_models.tables import FeatureTable, FullTable, ParameterTable, table_logits
 from ultr_jax.simulation.fitting import ClickModelFit
 from ultr_jax.simulation.streaming import session_batch, iterate_batches
-
-if TYPE_CHECKING:
-  from ultr_jax.simulation.fit import Minibatch
 
 __all__ = ["STEPS_PER_CALL"]
 
@@ -501,9 +498,9 @@ def _sparse_pays(tables, num_docs, batches) -> bool:
   return max((t.num_rows(num_docs) for t in tables.values()), default=0) > 16 * items
 
 
-def _fit(m: ClickModel, batches, solver: "Minibatch", *, num_docs, l2: float, prior: str, init) -> ClickModelFit:
-  """:class:`~ultr_jax.simulation.Minibatch`'s fit of ``m`` to ``batches`` (its objective and options are stated
-  there)."""
+def _fit(m: ClickModel, batches, solver, *, num_docs, l2: float, prior: str, init) -> ClickModelFit:
+  """``solver``'s fit of ``m`` to ``batches``: a :class:`~ultr_jax.simulation.Minibatch` (its objective and options
+  are stated there; ``fit.py`` imports this module, so the class is not named here)."""
   optimizer = optax.adam(0.05) if solver.optimizer is None else solver.optimizer
   sparse, list_size, num_sessions = solver.sparse, solver.list_size, solver.num_sessions
   tables = _tables(m, solver.tables)
