@@ -6,7 +6,7 @@ Zipf queries x 20 candidates, 10 ranks, UBM clicks; with ``--num_docs`` the docu
 ids, most of them unread, as in a large log's vocabulary). Each model's item statistics are counted once in memory
 (fitted by :func:`ultr_jax.simulation.fit_click_model` with ``solver=sim.Statistics()``, preconditioned L-BFGS) and
 once spilled into ``--partitions`` partitions (:class:`ultr_jax.simulation.PartitionedStatistics`, fitted by the same
-call, which on them runs :func:`ultr_jax.simulation.partitioned_fit.newton_fit_partitioned`). Prints one JSON line
+call, which on them runs the Newton passes of :mod:`ultr_jax.simulation.partitioned_fit`). Prints one JSON line
 per model, with the process's peak RSS after the partitioned fit (run one model per process for its own peak).
 
   python benchmarks/partitioned_fit.py --sessions=200000 --models pbm ubm

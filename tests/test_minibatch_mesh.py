@@ -104,7 +104,7 @@ def _collective_dims(hlo: str) -> list:
 def test_each_device_holds_its_rows_and_a_step_moves_no_table(sparse):
   """The state: vectors and Adam's moments of 8,000 rows, 1,000 on each of 8 devices; the compiled steps: no
   collective produces an array as long as a device's share of a table (what moves is the batch's rows)."""
-  m, rows = mb.fittable_model("ubm"), 8000
+  m, rows = sim.get_click_model("ubm"), 8000
   tables = {"attraction": tb.FullTable()}
   placement = mb._placement(make_mesh(8))
   num_rows = {"attraction": rows}

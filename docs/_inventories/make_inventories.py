@@ -94,6 +94,9 @@ INVENTORIES = {
     [
       ("numpy.ndarray", "class", lambda name: f"reference/generated/{name}.html#{name}"),
       ("numpy.random.Generator", "class", _section("reference/random/generator.html")),
+      # the scalar types in jax.typing.ArrayLike, which annotates the functions that take NumPy arrays too
+      ("numpy.bool", "class", _section("reference/arrays.scalars.html")),
+      ("numpy.number", "class", _section("reference/arrays.scalars.html")),
     ],
   ),
   "python": (

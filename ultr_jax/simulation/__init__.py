@@ -10,9 +10,9 @@
   config-driven :func:`make_click_fn`;
 * :mod:`~ultr_jax.simulation.fit`: :func:`fit_click_model`, the one way to fit a click model to a log (arrays, a
   stream, statistics), with the solver it picks or the one given (:class:`Statistics`, :class:`LBFGS`,
-  :class:`Minibatch`, :class:`Counts`); the solvers' mechanics live in
-  :mod:`~ultr_jax.simulation.fitting` (the likelihood, L-BFGS on sessions, held-out scores),
-  :mod:`~ultr_jax.simulation.streaming` (sufficient statistics over a stream, their fit),
+  :class:`Minibatch`, :class:`Counts`: their options and objectives), whose mechanics beyond that module live in
+  :mod:`~ultr_jax.simulation.fitting` (the likelihood, predictions, held-out scores, the prior),
+  :mod:`~ultr_jax.simulation.streaming` (sufficient statistics over a stream, their L-BFGS fit),
   :mod:`~ultr_jax.simulation.partitioned_fit` (Newton passes on spilled statistics) and
   :mod:`~ultr_jax.simulation.minibatch` (optax steps updating only the rows a batch shows);
 * :mod:`~ultr_jax.simulation.interleaving`: Plackett-Luce ranking samples

@@ -38,11 +38,16 @@ import dataclasses
 import logging
 from typing import Callable, Iterable, Mapping, Optional, Protocol, Sequence, Union, runtime_checkable
 
+import functools
+
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ultr_jax.simulation.click_models import ClickChain, ClickModel
+from ultr_jax._optim import lbfgs_minimize, table_curvature
+from ultr_jax.simulation import minibatch, partitioned_fit
+from ultr_jax.simulation.click_models import ClickChain, ClickModel, statistics_reduction
 from ultr_jax.simulation.click_models.statistics import (
   NUM_PARTITIONS,
   ClickStatistics,
@@ -52,17 +57,16 @@ from ultr_jax.simulation.click_models.statistics import (
 from ultr_jax.simulation.fitting import (
   CTR_MODELS,
   ClickModelFit,
+  _ctr_tables,
   check_prior,
-  count_ctr_model,
-  count_ctr_model_from_statistics,
-  fit_sessions_lbfgs,
   fittable_model,
+  logit_prior,
+  validate_sessions,
 )
-from ultr_jax.simulation.minibatch import STEPS_PER_CALL, fit_minibatch
 from ultr_jax.simulation.streaming import (
   MEMORY_BUDGET_BYTES,
+  _fit_records,
   evaluate_click_model_stream,
-  fit_statistics,
   gather_click_statistics,
   iterate_batches,
 )
@@ -138,41 +142,79 @@ class LBFGS:
     if isinstance(data, (ClickStatistics, PartitionedStatistics)):
       raise ValueError("LBFGS fits sessions; for gathered statistics use Statistics()")
     b = _in_memory(data)
-    fit = fit_sessions_lbfgs(
-      model,
-      b["doc_ids"],
-      b["clicks"],
-      where=b.get("where"),
-      num_docs=num_docs,
-      l2=l2,
-      max_iters=self.max_iters,
-      tol=self.tol,
-      init=init,
-      mesh=self.mesh,
-      prior=prior,
+    doc_ids, clicks, where, num_docs = validate_sessions(b["doc_ids"], b["clicks"], b["where"], num_docs, model)
+    logits = model.init(num_docs=num_docs, list_size=clicks.shape[-1]) if init is None else init
+    arrays = (doc_ids, clicks, where)
+    if self.mesh is not None:
+      axis = self.mesh.axis_names[0]
+      pad = -clicks.shape[0] % self.mesh.shape[axis]
+      arrays = tuple(np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)]) for x in arrays)
+      shard = jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec(axis))
+      arrays = tuple(jax.device_put(x, shard) for x in arrays)
+      logits = jax.device_put(logits, jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec()))
+    l2_, tol_ = jnp.float32(l2), jnp.float32(self.tol)
+    theta, mean_ll, gnorm, iters = _lbfgs_sessions(
+      model, logits, *map(jnp.asarray, arrays), l2_, int(self.max_iters), tol_, prior
     )
-    return _stop(fit._replace(solver=self), f"max_iters = {self.max_iters} reached")
+    probs, converged = model.to_probabilities(theta), bool(gnorm <= self.tol)
+    fit = ClickModelFit(model, probs, theta, float(mean_ll), float(gnorm), int(iters), converged, solver=self)
+    return _stop(fit, f"max_iters = {self.max_iters} reached")
+
+
+@functools.partial(jax.jit, static_argnames=("model", "max_iters", "prior"))
+def _lbfgs_sessions(model, logits, doc_ids, clicks, where, l2, max_iters, tol, prior):
+  """:class:`LBFGS`' program: ``(logits, mean log-likelihood per session, gradient norm, iterations)``."""
+  num_sessions = jnp.maximum(jnp.sum(jnp.any(where, axis=-1)), 1)
+
+  def objective(theta):
+    ll = model.session_log_likelihood(theta, doc_ids, clicks, where)
+    prior_value = logit_prior(model, theta, l2, prior)
+    return (prior_value - jnp.sum(ll)) / num_sessions
+
+  # Curvatures differ by orders of magnitude (a document's few impressions, a rank's thousands): precondition.
+  scale = jax.tree.map(jnp.sqrt, table_curvature(objective, logits, jnp.maximum(l2, 1e-6) / num_sessions))
+  theta, gnorm, iters = lbfgs_minimize(objective, logits, max_iters=max_iters, tol=tol, scale=scale)
+  mean_ll = jnp.sum(model.session_log_likelihood(theta, doc_ids, clicks, where)) / num_sessions
+  return theta, mean_ll, gnorm, iters
 
 
 @dataclasses.dataclass(frozen=True)
 class Statistics:
-  """Sufficient statistics in one pass, then an exact fit on them, at a cost per step independent of the sessions.
+  r"""Sufficient statistics in one pass, then an exact fit on them, at a cost per step independent of the sessions.
 
   The log is reduced by :func:`~ultr_jax.simulation.gather_click_statistics` (the item models count per
   (document, rank[, last click]) and spill to ``spill_dir`` partitioned by document past ``budget``; the others
-  merge distinct session patterns, refused past ``budget``); in-memory records are fitted by preconditioned
-  L-BFGS over size-bucketed records (one program serves logs of similar sizes), spilled ones by Newton passes
-  with the documents eliminated, one partition in memory at a time (``max_iters`` then counts passes).
+  merge distinct session patterns, refused past ``budget``), whose weighted record sum
+  (:class:`~ultr_jax.simulation.StatisticsReduction`) equals the sessions' log-likelihood,
+
+  .. math::
+      \sum_s \log P_\theta(c^{(s)}_{1:L}) = \sum_r \sum_v n_{r,v}\, f_v(\theta; k_r),
+
+  so the objective is the in-memory fit's (up to the order of float sums) at :math:`O(R)` per step for :math:`R`
+  records. In-memory records are fitted by preconditioned L-BFGS over size-bucketed records (one program serves
+  logs of similar sizes; compiled first, and refused where its working memory would pass ``budget``), spilled
+  ones by Newton passes with the documents eliminated, one partition in memory at a time
+  (:mod:`~ultr_jax.simulation.partitioned_fit`; ``max_iters`` then counts passes). Either way the tables hold the
+  documents the records read, and every other document gets the prior's centre, its optimum. Gathered statistics
+  must be of the model's kind, and ``num_docs`` at least theirs.
+
+  >>> ids = np.array([[0, 1], [1, 0]] * 50); clicks = np.array([[1.0, 0.0], [0.0, 1.0]] * 50)
+  >>> s = gather_click_statistics("cascade", [{"doc_ids": ids, "clicks": clicks}])
+  >>> fit = fit_click_model("cascade", s, solver=Statistics(), l2=0.0)
+  >>> print(s.num_records, fit.converged, [round(v, 3) for v in fit.params["attraction"].tolist()])
+  2 True [1.0, 0.0]
 
   Attributes:
     budget: bytes for the statistics held at once and for the fit's working memory (None: no bound); past it
       the statistics spill (item models) or :class:`StatisticsTooLarge` is raised before anything is allocated
-      (and :func:`fit_click_model`'s automatic choice moves to :class:`Minibatch`).
+      (and :func:`fit_click_model`'s automatic choice moves to :class:`Minibatch`); on spilled statistics, the
+      partitions kept in memory between passes (the others are read again from their files).
     spill_dir: where spilled counts go (None: a temporary directory).
     num_partitions: the spilled counts' partitions by document.
     device: count on the accelerator (None: on a GPU or TPU backend).
     across_processes: the data are this process's part of the log; the statistics are merged over the
-      processes of ``jax.distributed`` (and a spilled fit shares its partitions among them).
+      processes of ``jax.distributed`` (and a spilled fit shares its partitions among them, every process
+      returning the whole fit).
     max_iters: L-BFGS iterations, or Newton passes on spilled statistics.
     tol: gradient-norm tolerance.
     fallback: the solver to use instead where the statistics or their fit would outgrow ``budget`` (None: raise
@@ -203,72 +245,117 @@ class Statistics:
     )
 
   def fit(self, model, data, *, num_docs, l2, prior, init):
-    fit = fit_statistics(
-      model,
-      self.gather(model, data),
-      num_docs=num_docs,
-      l2=l2,
-      max_iters=self.max_iters,
-      tol=self.tol,
-      init=init,
-      memory_budget_bytes=self.budget,
-      prior=prior,
-      across_processes=self.across_processes,
-    )
+    stats = self.gather(model, data)
+    kind = statistics_reduction(model).statistics_kind
+    if stats.kind != kind:
+      raise ValueError(f"{model.name}: statistics of kind {stats.kind!r}, expected {kind!r}")
+    args = dict(num_docs=_num_docs(num_docs, stats), l2=l2, max_iters=self.max_iters, tol=self.tol, init=init)
+    if isinstance(stats, PartitionedStatistics):
+      fit = partitioned_fit._fit(
+        model, stats, **args, budget=self.budget, prior=prior, across_processes=self.across_processes
+      )
+    else:
+      fit = _fit_records(model, stats, **args, budget=self.budget, prior=prior)
     return _stop(fit._replace(solver=self), f"max_iters = {self.max_iters} reached")
+
+
+def _num_docs(num_docs: Optional[int], stats: "ClickStatistics | PartitionedStatistics") -> int:
+  """``num_docs``, or the statistics' (at least 1); an error below the statistics' largest document id."""
+  if num_docs is None:
+    return max(stats.num_docs, 1)
+  if num_docs < stats.num_docs:
+    raise ValueError(f"num_docs = {num_docs} but the statistics hold document id {stats.num_docs - 1}")
+  return int(num_docs)
 
 
 @dataclasses.dataclass(frozen=True)
 class Minibatch:
-  """An elementwise optax optimiser over minibatches, each step updating only the rows its batch shows.
+  r"""An elementwise optax optimiser over minibatches, each step updating only the rows its batch shows.
 
-  The objective per batch is the posterior's unbiased estimate (each row's prior spread over its impressions),
-  so over an epoch its prior sums to the full objective's (``ultr_jax.simulation.minibatch.fit_minibatch``
-  states it); approximate where the exact solvers are exact. The data must be re-iterable (a list, a stream, a
-  function returning fresh batches): one counting pass, then ``epochs`` passes.
+  Each batch :math:`b` of :math:`n_b` sessions takes one step on
+
+  .. math::
+      \frac{1}{2}\sum_{u \in b} \frac{\ell_2\, c_{u,b}}{n_b\, N_u}\, v_u^2
+      + \frac{\ell_2}{2S}\lVert\beta\rVert^2 - \frac{1}{n_b}\sum_{s \in b}\log P_\theta(c^{(s)}),
+      \qquad \theta_d = \mu + \sum_p v_{r_p(d)},
+
+  over the rows :math:`u` of the per-document logit vectors :math:`v` the batch shows (:math:`c_{u,b}` of its
+  items, :math:`N_u` of the stream's) and the bias logits :math:`\beta`: the prior of each row spread over its
+  impressions, so the estimate is unbiased for the full objective per session, and over an epoch of equal
+  batches its prior sums to the full objective's exactly; approximate where the exact solvers are exact. With
+  ``sparse=False`` every row takes every step with :math:`\frac{\ell_2}{2S}\lVert v\rVert^2`, at a cost per step
+  that grows with the number of documents. With ``prior="data_mean"`` each per-document table has a centre
+  :math:`\mu`, a scalar every item's gradient reaches (the mean of :func:`~ultr_jax.simulation.logit_prior`,
+  CLAX's baseline logit), so a rarely shown document is shrunk towards the log's typical logit rather than 0;
+  ``prior="zero"`` fixes :math:`\mu = 0`. A per-document parameter given a
+  :class:`~ultr_jax.simulation.FeatureTable` is computed from the document's features, :math:`\theta_d =
+  f_\phi(x_d)` with a flax module's parameters :math:`\phi` (no centre), which take dense steps with the prior
+  :math:`\frac{\ell_2}{2S}\lVert\phi\rVert^2`; a document no batch showed gets its logit from its features.
+  CLAX (Hager et al. 2025, "CLAX: Fast and flexible neural click models in JAX") fits its click models by such
+  minibatch steps (:mod:`~ultr_jax.simulation.minibatch` has the mechanics).
+
+  The data must be re-iterable (a list, a stream, a function returning fresh batches, called once per epoch and
+  once more for the counts); every batch must have ``L`` items per list. Memory: while the steps run, each
+  table's vector of rows and its optimiser state, and when sparse each row's prior and an index entry, besides the
+  batches in flight; then the optimiser state is let go and each per-document table's logits are built in one
+  ``float32[D]`` array in place. The fit's ``log_likelihood`` is the mean of the last epoch's batch estimates,
+  ``grad_norm`` NaN, ``iterations`` the steps, ``converged`` False (a stochastic fit checks none),
+  ``feature_params`` each feature table's fitted module parameters; with a mesh whose size divides ``D`` the
+  per-document logits stay split by rows over its devices.
 
   Attributes:
-    optimizer: elementwise optax optimiser (None: ``optax.adam(0.05)``).
+    optimizer: elementwise optax optimiser (None: ``optax.adam(0.05)``); sparse steps apply it to the shown rows
+      with their own state (for Adam the "lazy" Adam of embedding tables).
     epochs: passes over the data.
-    sparse: row-wise steps (None: when the tables have many more rows than a batch has items).
-    tables: per-document parameter name -> :class:`~ultr_jax.simulation.ParameterTable` (hashed, compressed, or
-      computed from features by a flax module).
-    steps_per_call: batches per jitted call.
-    mesh: optional device mesh: batches split by sessions, tables by rows.
-    list_size, num_sessions: ``L`` and ``S`` if known (else counted in the first pass).
-    key: PRNG key of feature tables' initial module parameters.
+    sparse: row-wise steps (None: when the logit vectors have more than 16 times as many rows as a batch has
+      items).
+    tables: per-document parameter name -> :class:`~ultr_jax.simulation.ParameterTable` (None: one row per
+      document), e.g. ``{"attraction": HashedTable(2**20)}`` or ``{"attraction": FeatureTable(nn.Dense(1), x)}``
+      (``x``: ``float[D, F]``); ``init`` then holds a feature table's module parameters.
+    steps_per_call: batches per jitted call (a ``lax.scan``).
+    mesh: optional device mesh: batches split by sessions over its first axis (padded with masked sessions), the
+      per-document vectors and their optimiser state by rows, the bias replicated: the same steps up to the order
+      of float sums. Every process of a multi-process mesh must pass the same batches.
+    list_size, num_sessions: ``L`` and ``S`` if known (else counted in a first pass, which also counts
+      :math:`N_u` when sparse with ``l2 > 0``).
+    key: PRNG key of feature tables' initial module parameters (None: ``jax.random.key(0)``).
+
+  >>> b = {"doc_ids": np.array([[0, 1], [1, 0]] * 8), "clicks": np.array([[1.0, 0.0], [0.0, 1.0]] * 8)}
+  >>> fit = fit_click_model("cascade", [b] * 10, solver=Minibatch(optimizer=optax.adam(0.1), epochs=5, sparse=True))
+  >>> print(fit.iterations, fit.params["attraction"][0] > 0.9 > 0.1 > fit.params["attraction"][1])
+  50 True
+  >>> mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("data",))  # with two devices each holds one row
+  >>> fit2 = fit_click_model("cascade", [b] * 10, solver=Minibatch(optimizer=optax.adam(0.1), epochs=5, mesh=mesh))
+  >>> a, a2 = fit.logits["attraction"], fit2.logits["attraction"]
+  >>> print(a2.sharding.spec, np.allclose(a2, a, atol=1e-6))
+  P('data',) True
+  >>> import flax.linen as nn  # attraction from one feature: documents 0 and 1 have x = 1 and -1
+  >>> from ultr_jax.simulation import FeatureTable
+  >>> table = FeatureTable(nn.Dense(1), np.array([[1.0], [-1.0], [2.0]], np.float32))  # doc 2: never shown
+  >>> fit3 = fit_click_model("cascade", [b] * 10, solver=Minibatch(epochs=5, tables={"attraction": table}), num_docs=3)
+  >>> a3 = fit3.logits["attraction"]
+  >>> print(a3.shape, bool(a3[2] > a3[0] > 0 > a3[1]), np.allclose(a3, table.logits(fit3.feature_params["attraction"], table.features)))
+  (3,) True True
   """
 
   optimizer: Optional[optax.GradientTransformation] = None
   epochs: int = 1
   sparse: Optional[bool] = None
   tables: Optional[Mapping] = None
-  steps_per_call: int = STEPS_PER_CALL
+  steps_per_call: int = minibatch.STEPS_PER_CALL
   mesh: Optional[jax.sharding.Mesh] = None
   list_size: Optional[int] = None
   num_sessions: Optional[float] = None
   key: Optional[jax.Array] = None
 
+  def __post_init__(self):
+    if self.epochs < 1 or self.steps_per_call < 1:
+      raise ValueError(f"Minibatch: epochs and steps_per_call must be >= 1, got {self.epochs}, {self.steps_per_call}")
+
   def fit(self, model, data, *, num_docs, l2, prior, init):
     if isinstance(data, (ClickStatistics, PartitionedStatistics)):
       raise ValueError("Minibatch fits sessions; for gathered statistics use Statistics()")
-    fit = fit_minibatch(
-      model,
-      _batches(data),
-      optimizer=self.optimizer,
-      epochs=self.epochs,
-      num_docs=num_docs,
-      list_size=self.list_size,
-      num_sessions=self.num_sessions,
-      l2=l2,
-      init=init,
-      sparse=self.sparse,
-      tables=self.tables,
-      steps_per_call=self.steps_per_call,
-      mesh=self.mesh,
-      prior=prior,
-      key=self.key,
-    )
+    fit = minibatch._fit(model, _batches(data), self, num_docs=num_docs, l2=l2, prior=prior, init=init)
     return fit._replace(solver=self, stop_reason=f"{self.epochs} epoch(s) run ({fit.iterations} steps)")
 
 
@@ -276,29 +363,68 @@ class Minibatch:
 class Counts:
   r"""The click-through-rate baselines by counting (PyClick's and CLAX's GCTR, RCTR, DCTR, DRCTR).
 
-  Each rate is a smoothed mean of its cell's clicks, shrunk towards its parent's rate by ``prior``
-  pseudo-impressions, :math:`\hat p = (\sum_{\text{cell}} c + \text{prior}\,\hat p_{\text{parent}}) /
-  (N_{\text{cell}} + \text{prior})` (``ultr_jax.simulation.fitting.count_ctr_model``); a stream is counted in
-  one pass through the PBM's statistics. The fit's ``params`` are the rate tables
-  (:func:`~ultr_jax.simulation.ctr_model_predict` scores them), ``logits`` is empty.
+  Each rate is a smoothed mean of the clicks of its cell, shrunk toward its parent's rate by ``prior``
+  pseudo-impressions:
+
+  .. math::
+      \hat p_{\text{cell}} = \frac{\sum_{\text{cell}} c + \text{prior}\cdot \hat p_{\text{parent}}}
+                                  {N_{\text{cell}} + \text{prior}}
+
+  =======  ===========================  ================================
+  model    cell                         parent
+  =======  ===========================  ================================
+  gctr     every shown item             none (the plain mean)
+  rctr     the rank                     gctr
+  dctr     the document                 gctr
+  drctr    the (document, rank) pair    the document's dctr
+  =======  ===========================  ================================
+
+  They ignore the clicks above an item, so their conditional and marginal click probabilities are equal; a click
+  model that does not beat them on held-out sessions explains nothing the counts do not. A batch dict is counted
+  on the host (NumPy); a stream in one pass through the PBM's statistics (impressions and clicks per (document,
+  rank), the same tables up to the order of float sums), as are gathered ``"items"`` statistics. The fit's
+  ``params`` are the ``float32`` rate tables, ``global[]`` always, ``rank[L]``, ``document[D]`` and
+  ``document_rank[D, L]`` as the model needs (:func:`~ultr_jax.simulation.ctr_model_predict` scores them);
+  ``logits`` is empty.
 
   Attributes:
-    prior: pseudo-impressions of the parent's rate in each cell (0: plain means).
+    prior: pseudo-impressions of the parent's rate in each cell (0: plain means; negative: a ``ValueError``).
+
+  >>> log = {"doc_ids": np.array([[0, 1], [1, 0]]), "clicks": np.array([[1.0, 0.0], [1.0, 1.0]])}
+  >>> p = fit_click_model("drctr", log, solver=Counts(prior=0.0)).params
+  >>> print(p["global"], fit_click_model("rctr", log, solver=Counts(0.0)).params["rank"], p["document"], p["document_rank"].tolist())
+  0.75 [1.  0.5] [1.  0.5] [[1.0, 1.0], [1.0, 0.0]]
+  >>> print(fit_click_model("drctr", [log], solver=Counts(prior=0.0)).params["document_rank"].tolist())  # a stream
+  [[1.0, 1.0], [1.0, 0.0]]
   """
 
   prior: float = 1.0
+
+  def __post_init__(self):
+    if self.prior < 0:
+      raise ValueError(f"Counts: prior must be >= 0, got {self.prior}")
 
   def fit(self, model, data, *, num_docs, l2, prior, init):
     del l2, prior, init  # counting has no optimiser
     name = model if isinstance(model, str) else model.name
     if isinstance(data, Mapping):
       b = _in_memory(data)
-      rates = count_ctr_model(name, b["doc_ids"], b["clicks"], where=b["where"], num_docs=num_docs, prior=self.prior)
+      doc_ids, clicks, where, num_docs = validate_sessions(b["doc_ids"], b["clicks"], b["where"], num_docs)
+      length = clicks.shape[-1]
+      docs, ranks = doc_ids[where].astype(np.int64), np.broadcast_to(np.arange(length), clicks.shape)[where]
+      n, k = None, clicks[where].astype(np.float64)
+      g = float(k.mean()) if k.size else 0.5
     else:
       stats = Statistics().gather(fittable_model("pbm"), data)
       if isinstance(stats, PartitionedStatistics):  # the rates read every record at once
         stats = stats.to_statistics()
-      rates = count_ctr_model_from_statistics(name, stats, num_docs=num_docs, prior=self.prior)
+      if stats.kind != "items":
+        raise ValueError(f"{name}: statistics of kind {stats.kind!r}, expected 'items' (per document and rank)")
+      num_docs, length = _num_docs(num_docs, stats), stats.list_size
+      docs, ranks = (np.asarray(stats.keys[:, i], np.int64) for i in (0, 1))
+      n, k = (np.asarray(stats.counts[:, v], np.float64) for v in (0, 1))
+      g = float(k.sum()) / float(n.sum()) if float(n.sum()) > 0 else 0.5
+    rates = _ctr_tables(name, docs, ranks, n, k, g, num_docs=num_docs, length=length, prior=self.prior)
     nan = float("nan")
     return ClickModelFit(name, rates, {}, nan, nan, 0, True, solver=self, stop_reason="counted")
 

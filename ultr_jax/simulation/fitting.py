@@ -1,4 +1,4 @@
-r"""Fitting click models to logged sessions by maximum likelihood (L-BFGS), and scoring them.
+r"""Click models on logged sessions: their likelihood, predictions and held-out scores, and the fits' prior.
 
 A session log is three ``[S, L]`` arrays in displayed order: ``doc_ids`` (a
 dense id per query-document pair, as :func:`~ultr_jax.data.click_log_sessions`
@@ -11,26 +11,21 @@ from them). The models are the registry's fittable ones (:func:`~ultr_jax.simula
 ``Mixture(("ubm", "dbn"))``), whose methods hold everything model-specific.
 
 :func:`~ultr_jax.simulation.fit_click_model` maximises the sessions' log-likelihood
-(:meth:`~ultr_jax.simulation.ClickModel.session_log_likelihood`, in log space from the logits)
-with a standard-normal prior on every
-logit (``l2``; 0 is plain maximum likelihood) by ``optax.lbfgs`` in one jitted
-``lax.while_loop``, preconditioned by the objective's diagonal curvature per parameter (a document seen ten
-times and a rank seen ten thousand times differ in curvature by orders of magnitude, which leaves plain L-BFGS
-hundreds of iterations short of the optimum; preconditioned, tens of iterations reach it: 21 for the PBM on 10^6
-sessions, where plain L-BFGS took 5,000).
+(:meth:`~ultr_jax.simulation.ClickModel.session_log_likelihood`, in log space from the logits) with the prior of
+:func:`logit_prior`, by one of its solvers; :func:`ctr_model_predict` scores the click-through-rate baselines
+that :class:`~ultr_jax.simulation.Counts` counts.
 :func:`evaluate_click_model` gives the held-out log-likelihood and the
 conditional perplexity per rank (Dupret & Piwowarski SIGIR'08; the measure
 PyClick and CLAX report).
 """
 
-import functools
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
-from ultr_jax._optim import lbfgs_minimize, table_curvature
 from ultr_jax.metrics import clicks as click_metrics
 from ultr_jax.simulation.click_models import ClickModel, LogSampler, SessionChecker, click_models, get_click_model
 from ultr_jax.types import Array
@@ -105,7 +100,7 @@ def fittable_model(model: "str | ClickModel") -> ClickModel:
   return m
 
 
-def init_click_model(model: str, *, num_docs: int, list_size: int) -> dict:
+def init_click_model(model: "str | ClickModel", *, num_docs: int, list_size: int) -> dict:
   r"""Initial logits: every probability 1/2 (attraction, examination, continuation, ...).
 
   Args:
@@ -218,7 +213,7 @@ def _log_likelihood_logits(m, theta, doc_ids, clicks, where):
 
 
 def click_model_log_likelihood(
-  model: str, params: dict, doc_ids: Array, clicks: Array, *, where: Optional[Array] = None
+  model: "str | ClickModel", params: dict, doc_ids: ArrayLike, clicks: ArrayLike, *, where: Optional[ArrayLike] = None
 ) -> Array:
   r"""Log-likelihood of each session under a click model: :math:`\sum_i \log P(c_i \mid c_{<i})`.
 
@@ -246,7 +241,7 @@ def click_model_log_likelihood(
 
 
 def click_model_predict(
-  model: str, params: dict, doc_ids: Array, clicks: Array, *, where: Optional[Array] = None
+  model: "str | ClickModel", params: dict, doc_ids: ArrayLike, clicks: ArrayLike, *, where: Optional[ArrayLike] = None
 ) -> dict:
   r"""Click probabilities of a click model on logged sessions.
 
@@ -277,24 +272,8 @@ def click_model_predict(
   a = docs["attraction"][ids]
   w = jnp.ones(a.shape, bool) if where is None else jnp.broadcast_to(jnp.asarray(where, bool), a.shape)
   per_item = {k: docs[k][ids] for k in m.item_params}
-  cond, marginal = m.predict(clicks, a, {**bias, **per_item}, where=w)
+  cond, marginal = m.predict(jnp.asarray(clicks), a, {**bias, **per_item}, where=w)
   return {"conditional": jnp.where(w, cond, 0.0), "marginal": jnp.where(w, marginal, 0.0)}
-
-
-@functools.partial(jax.jit, static_argnames=("model", "max_iters", "prior"))
-def _fit(model, logits, doc_ids, clicks, where, l2, max_iters, tol, prior="zero"):
-  num_sessions = jnp.maximum(jnp.sum(jnp.any(where, axis=-1)), 1)
-
-  def objective(theta):
-    ll = _log_likelihood_logits(model, theta, doc_ids, clicks, where)
-    prior_value = logit_prior(model, theta, l2, prior)
-    return (prior_value - jnp.sum(ll)) / num_sessions
-
-  # Curvatures differ by orders of magnitude (a document's few impressions, a rank's thousands): precondition.
-  scale = jax.tree.map(jnp.sqrt, table_curvature(objective, logits, jnp.maximum(l2, 1e-6) / num_sessions))
-  theta, gnorm, iters = lbfgs_minimize(objective, logits, max_iters=max_iters, tol=tol, scale=scale)
-  mean_ll = jnp.sum(_log_likelihood_logits(model, theta, doc_ids, clicks, where)) / num_sessions
-  return theta, mean_ll, gnorm, iters
 
 
 def validate_sessions(doc_ids, clicks, where, num_docs, model=None):
@@ -322,62 +301,8 @@ def validate_sessions(doc_ids, clicks, where, num_docs, model=None):
   return doc_ids.astype(np.int32, copy=False), clicks, where, int(num_docs)
 
 
-# Its docstring's fit example is skipped under pytest: in two full runs of the suite that doctest's compile crashed an
-# xdist worker inside XLA's CPU compiler (it passes alone); tests/test_click_fitting.py runs the same fits.
-def fit_sessions_lbfgs(
-  model: "str | ClickModel",
-  doc_ids: Array,
-  clicks: Array,
-  *,
-  where: Optional[Array] = None,
-  num_docs: Optional[int] = None,
-  l2: float = 1.0,
-  max_iters: int = 500,
-  tol: float = 1e-5,
-  init: Optional[dict] = None,
-  mesh: Optional[jax.sharding.Mesh] = None,
-  prior: str = "zero",
-) -> ClickModelFit:
-  r"""The :class:`~ultr_jax.simulation.LBFGS` solver: :func:`~ultr_jax.simulation.fit_click_model`'s objective on
-  ``[S, L]`` sessions held in memory, by ``optax.lbfgs`` in one jitted ``lax.while_loop`` preconditioned by the
-  diagonal curvature (``ultr_jax._optim.table_curvature``), stopping when the gradient norm and the step are both at
-  most ``tol``; with a ``mesh`` the sessions are sharded over its first axis (padded with masked sessions) and the
-  parameters replicated. Raises ``ValueError`` for bad sessions, naming the first bad entry.
-
-  >>> ids = jnp.array([[0, 1], [1, 0]] * 50)
-  >>> clicks = jnp.array([[1.0, 0.0], [0.0, 1.0]] * 50)  # document 0 is always clicked
-  >>> fit = fit_sessions_lbfgs("cascade", ids, clicks, l2=0.0)  # doctest: +SKIP
-  >>> print(fit.converged, [round(v, 3) for v in fit.params["attraction"].tolist()])  # doctest: +SKIP
-  True [1.0, 0.0]
-  """
-  m = fittable_model(model)
-  check_prior(prior)
-  doc_ids, clicks, where, num_docs = validate_sessions(doc_ids, clicks, where, num_docs, m)
-  logits = m.init(num_docs=num_docs, list_size=clicks.shape[-1]) if init is None else init
-  arrays = (doc_ids, clicks, where)
-  if mesh is not None:
-    axis = mesh.axis_names[0]
-    pad = -clicks.shape[0] % mesh.shape[axis]
-    arrays = tuple(np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)]) for x in arrays)
-    shard = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(axis))
-    arrays = tuple(jax.device_put(x, shard) for x in arrays)
-    logits = jax.device_put(logits, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
-  theta, mean_ll, gnorm, iters = _fit(
-    m, logits, *(jnp.asarray(x) for x in arrays), jnp.float32(l2), int(max_iters), jnp.float32(tol), prior
-  )
-  return ClickModelFit(
-    model=model,
-    params=m.to_probabilities(theta),
-    logits=theta,
-    log_likelihood=float(mean_ll),
-    grad_norm=float(gnorm),
-    iterations=int(iters),
-    converged=bool(gnorm <= tol),
-  )
-
-
 def evaluate_click_model(
-  model: str, params: dict, doc_ids: Array, clicks: Array, *, where: Optional[Array] = None
+  model: "str | ClickModel", params: dict, doc_ids: ArrayLike, clicks: ArrayLike, *, where: Optional[ArrayLike] = None
 ) -> dict:
   r"""Held-out scores of a click model on logged sessions.
 
@@ -406,12 +331,12 @@ def evaluate_click_model(
 
 
 def click_prediction_scores(
-  conditional: Array,
-  marginal: Array,
-  clicks: Array,
+  conditional: ArrayLike,
+  marginal: ArrayLike,
+  clicks: ArrayLike,
   *,
-  where: Optional[Array] = None,
-  session_log_likelihood: Optional[Array] = None,
+  where: Optional[ArrayLike] = None,
+  session_log_likelihood: Optional[ArrayLike] = None,
 ) -> dict:
   r"""The scores of :func:`evaluate_click_model` from any click predictions on logged sessions.
 
@@ -438,6 +363,7 @@ def click_prediction_scores(
   >>> out["perplexity"], out["ctr_perplexity"], round(out["log_likelihood"], 4)
   (2.0, 2.0, -1.3863)
   """
+  conditional, marginal = jnp.asarray(conditional), jnp.asarray(marginal)
   clicks = jnp.asarray(clicks, jnp.float32)
   where = jnp.ones(clicks.shape, bool) if where is None else jnp.asarray(where, bool)
   if session_log_likelihood is None:
@@ -452,70 +378,6 @@ def click_prediction_scores(
     "perplexity_per_rank": [float(v) for v in per_rank],
     "ctr_perplexity": float(click_metrics.click_perplexity(marginal, clicks, where=where)),
   }
-
-
-def count_ctr_model(
-  model: str,
-  doc_ids: Array,
-  clicks: Array,
-  *,
-  where: Optional[Array] = None,
-  num_docs: Optional[int] = None,
-  prior: float = 1.0,
-) -> dict:
-  r"""Click-through-rate baselines of a session log, by counting (PyClick's and CLAX's GCTR, RCTR, DCTR).
-
-  Each rate is a smoothed mean of the clicks of its cell, shrunk toward its parent's rate by ``prior``
-  pseudo-impressions:
-
-  .. math::
-      \hat p_{\text{cell}} = \frac{\sum_{\text{cell}} c + \text{prior}\cdot \hat p_{\text{parent}}}
-                                  {N_{\text{cell}} + \text{prior}}
-
-  =======  ===========================  ================================
-  model    cell                         parent
-  =======  ===========================  ================================
-  gctr     every shown item             none (the plain mean)
-  rctr     the rank                     gctr
-  dctr     the document                 gctr
-  drctr    the (document, rank) pair    the document's dctr
-  =======  ===========================  ================================
-
-  They ignore the clicks above an item, so their conditional and marginal click probabilities are equal
-  (:func:`ctr_model_predict`); a click model that does not beat them on held-out sessions explains nothing
-  the counts do not. Host side (NumPy).
-
-  Args:
-    model: one of :data:`CTR_MODELS`.
-    doc_ids: ``int[S, L]`` document ids in displayed order.
-    clicks: ``[S, L]`` 0/1 clicks.
-    where: ``bool[S, L]`` displayed items (default all).
-    num_docs: number of ids ``D`` (default ``max + 1``).
-    prior: pseudo-impressions of the parent's rate in each cell (0: plain means).
-
-  Returns:
-    dict of ``float32`` rates: ``global[]`` always, ``rank[L]``, ``document[D]`` and ``document_rank[D, L]``
-    as the model needs.
-
-  Raises:
-    ValueError: for an unknown ``model``, a negative ``prior``, ``doc_ids`` and ``clicks`` of different shapes,
-      non-integer ids, clicks other than 0/1 or ids outside ``[0, num_docs)`` where valid (naming the entry).
-
-  >>> ids = np.array([[0, 1], [1, 0]]); c = np.array([[1.0, 0.0], [1.0, 1.0]])
-  >>> p = count_ctr_model("drctr", ids, c, prior=0.0)
-  >>> print(p["global"], count_ctr_model("rctr", ids, c, prior=0.0)["rank"], p["document"], p["document_rank"].tolist())
-  0.75 [1.  0.5] [1.  0.5] [[1.0, 1.0], [1.0, 0.0]]
-  """
-  if model not in CTR_MODELS:
-    raise ValueError(f"unknown CTR model {model!r} (expected one of {CTR_MODELS})")
-  if prior < 0:
-    raise ValueError(f"prior must be >= 0, got {prior}")
-  doc_ids, clicks, where, num_docs = validate_sessions(doc_ids, clicks, where, num_docs)
-  length = clicks.shape[-1]
-  ranks = np.broadcast_to(np.arange(length), clicks.shape)[where]
-  docs, c = doc_ids[where].astype(np.int64), clicks[where].astype(np.float64)
-  g = float(c.mean()) if c.size else 0.5
-  return _ctr_tables(model, docs, ranks, None, c, g, num_docs=num_docs, length=length, prior=prior)
 
 
 def _ctr_tables(model, docs, ranks, impressions, clicks, g, *, num_docs, length, prior) -> dict:
@@ -543,56 +405,7 @@ def _ctr_tables(model, docs, ranks, impressions, clicks, g, *, num_docs, length,
   return out
 
 
-def count_ctr_model_from_statistics(
-  model: str, statistics, *, num_docs: Optional[int] = None, prior: float = 1.0
-) -> dict:
-  r""":func:`count_ctr_model` from impressions and clicks per (document, rank): the ``"items"`` sufficient
-  statistics of a log (the PBM's, :func:`~ultr_jax.simulation.gather_click_statistics` ``("pbm", batches)``),
-  so the baselines of a log larger than memory are counted in one streaming pass.
-
-  The same tables as :func:`count_ctr_model` of the sessions (up to the order of float sums).
-
-  Args:
-    model: one of :data:`CTR_MODELS`.
-    statistics: a :class:`~ultr_jax.simulation.ClickStatistics` of kind ``"items"`` (keys ``(document,
-      rank)``, counts ``(impressions, clicks)``).
-    num_docs: ``D`` (default the statistics'; at least it).
-    prior: as :func:`count_ctr_model`.
-
-  Returns:
-    dict of ``float32`` rates, as :func:`count_ctr_model`.
-
-  Raises:
-    ValueError: for an unknown ``model``, a negative ``prior``, statistics of another kind than ``"items"``, or
-      a ``num_docs`` below the statistics' largest document id.
-
-  >>> from ultr_jax.simulation import get_click_model
-  >>> ids = np.array([[0, 1], [1, 0]]); c = np.array([[1.0, 0.0], [1.0, 1.0]])
-  >>> s = get_click_model("pbm").sufficient_statistics(ids, c)
-  >>> p = count_ctr_model_from_statistics("drctr", s, prior=0.0)
-  >>> print(p["global"], p["document"], p["document_rank"].tolist())
-  0.75 [1.  0.5] [[1.0, 1.0], [1.0, 0.0]]
-  """
-  if model not in CTR_MODELS:
-    raise ValueError(f"unknown CTR model {model!r} (expected one of {CTR_MODELS})")
-  if prior < 0:
-    raise ValueError(f"prior must be >= 0, got {prior}")
-  if statistics.kind != "items":
-    raise ValueError(f"{model}: statistics of kind {statistics.kind!r}, expected 'items' (per document and rank)")
-  if num_docs is None:
-    num_docs = max(statistics.num_docs, 1)
-  elif num_docs < statistics.num_docs:
-    raise ValueError(f"num_docs = {num_docs} but the statistics hold document id {statistics.num_docs - 1}")
-  keys = np.asarray(statistics.keys, np.int64)
-  n, k = (np.asarray(statistics.counts[:, v], np.float64) for v in (0, 1))
-  total = float(n.sum())
-  g = float(k.sum()) / total if total > 0 else 0.5
-  return _ctr_tables(
-    model, keys[:, 0], keys[:, 1], n, k, g, num_docs=int(num_docs), length=statistics.list_size, prior=prior
-  )
-
-
-def ctr_model_predict(model: str, params: dict, doc_ids: Array) -> np.ndarray:
+def ctr_model_predict(model: str, params: dict, doc_ids: ArrayLike) -> np.ndarray:
   """The click probability of every item of ``doc_ids`` (``[S, L]``, displayed order) under a CTR baseline.
 
   Documents or ranks past the tables get the parent's rate (``global``, or the document's).
@@ -608,8 +421,9 @@ def ctr_model_predict(model: str, params: dict, doc_ids: Array) -> np.ndarray:
   Raises:
     ValueError: for an unknown ``model``.
 
-  >>> p = count_ctr_model("rctr", np.array([[0, 1]]), np.array([[1.0, 0.0]]), prior=0.0)
-  >>> print(ctr_model_predict("rctr", p, np.array([[1, 0]])))
+  >>> from ultr_jax.simulation import Counts, fit_click_model
+  >>> p = fit_click_model("rctr", {"doc_ids": np.array([[0, 1]]), "clicks": np.array([[1.0, 0.0]])}, solver=Counts(0.0))
+  >>> print(ctr_model_predict("rctr", p.params, np.array([[1, 0]])))
   [[1. 0.]]
   """
   if model not in CTR_MODELS:
@@ -635,7 +449,13 @@ def ctr_model_predict(model: str, params: dict, doc_ids: Array) -> np.ndarray:
 
 
 def simulate_session_log(
-  key: jax.Array, model: str, attraction: Array, *, num_sessions: int, noise: float = 0.3, **model_params
+  key: jax.Array,
+  model: "str | ClickModel",
+  attraction: ArrayLike,
+  *,
+  num_sessions: int,
+  noise: float = 0.3,
+  **model_params,
 ) -> dict:
   r"""A synthetic session log: a noisy logging ranker, then one click model's sessions.
 
@@ -683,7 +503,7 @@ def simulate_session_log(
     score = a[queries] + noise * jax.random.normal(k_n, (num_sessions, length))
   order = jnp.argsort(-score, axis=-1)
   doc_ids = (queries[:, None] * length + order).astype(jnp.int32)
-  per_item = {
+  per_item: dict[str, Any] = {
     k: (jnp.asarray(v, jnp.float32).reshape(-1)[doc_ids] if np.shape(v) == a.shape else v)
     for k, v in model_params.items()
   }  # per-document [Q, L] parameters follow their documents

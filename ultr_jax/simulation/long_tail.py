@@ -11,6 +11,7 @@ import functools
 from typing import Iterator, Mapping, Optional, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import scipy.special
 
@@ -35,7 +36,7 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
 def _document_uniforms(seed: int, stream: int, doc_ids: np.ndarray) -> np.ndarray:
   """A uniform in (0, 1) per document id: a hash of (seed, stream, id), the same in every batch."""
   with np.errstate(over="ignore"):
-    base = _splitmix64(np.uint64(seed) * _GOLDEN + np.uint64(stream + 1))
+    base = _splitmix64(np.asarray(np.uint64(seed) * _GOLDEN + np.uint64(stream + 1)))
     h = _splitmix64(np.asarray(doc_ids, np.uint64) * _GOLDEN ^ base)
   return ((h >> np.uint64(11)).astype(np.float64) + 0.5) / float(1 << 53)
 
@@ -115,7 +116,7 @@ def _feature_attraction(seed: int, doc_ids: np.ndarray, weights, bias: float, no
 
 def _seed(key: jax.Array) -> int:
   """A 64-bit integer from a PRNG key's data (typed or raw keys)."""
-  data = jax.random.key_data(key) if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) else key
+  data = jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key
   words = np.asarray(data, np.uint64).reshape(-1)
   with np.errstate(over="ignore"):
     return int(_splitmix64(np.bitwise_xor.reduce(words * (np.arange(len(words), dtype=np.uint64) + _GOLDEN))))

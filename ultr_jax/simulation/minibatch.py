@@ -1,7 +1,8 @@
 r"""Click models fitted by a stochastic optimiser over a stream of session batches, at a cost per step set by the
 batch, not by the number of documents.
 
-:func:`fit_minibatch` is the fallback of :mod:`~ultr_jax.simulation.streaming` where no reduction to
+The :class:`~ultr_jax.simulation.Minibatch` solver (its objective and options are stated there) is the fallback of
+:class:`~ultr_jax.simulation.Statistics` where no reduction to
 sufficient statistics applies (a cascade-family model on a log whose lists rarely repeat): an optax optimiser over
 minibatches, CLAX's way of fitting. A real click log holds millions of query-document pairs, of which a batch
 shows a few thousand; so, as the optimisers of embedding tables do, each step
@@ -43,16 +44,16 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ultr_jax.simulation.click_models import ClickModel, get_click_model  # noqa: F401 (the doctests')
-from ultr_jax.simulation.click_models.tables import FeatureTable, FullTable, ParameterTable, table_logits  # noqa: F401 (the doctests')
-from ultr_jax.simulation.fitting import ClickModelFit, check_prior, fittable_model
+from ultr_jax.simulation.click_models import ClickModel
+from ultr_jax.simulation.click_models.tables import FeatureTable, FullTable, ParameterTable, table_logits
+from ultr_jax.simulation.fitting import ClickModelFit
 from ultr_jax.simulation.streaming import session_batch, iterate_batches
 
-__all__ = ["fit_minibatch", "STEPS_PER_CALL"]
+__all__ = ["STEPS_PER_CALL"]
 
 Batches = Iterable[Mapping]
 
-#: Batches one jitted call of :func:`fit_minibatch` runs (a ``lax.scan`` over them).
+#: Batches one jitted call of :class:`~ultr_jax.simulation.Minibatch`'s fit runs (a ``lax.scan`` over them).
 STEPS_PER_CALL = 16
 
 
@@ -66,7 +67,7 @@ class _Counts(NamedTuple):
 def _check_list_size(index: int, got: int, list_size: int) -> None:
   if got != list_size:
     raise ValueError(
-      f"fit_minibatch: batch {index} holds lists of {got} items, but the fit's list size is "
+      f"Minibatch: batch {index} holds lists of {got} items, but the fit's list size is "
       f"{list_size} (the first batch's or list_size=); every batch of a fit must have the same list size"
     )
 
@@ -114,7 +115,7 @@ def _count(m, batches, tables, list_size, need_impressions) -> _Counts:
     for k, counter in counters.items():
       counter.add(tables[k].rows(doc_ids[where]))
   if list_size is None:
-    raise ValueError("fit_minibatch: the stream is empty")
+    raise ValueError("Minibatch: the stream is empty")
   impressions = {k: counters[owner[k]].flush() for k in tables} if need_impressions else None
   return _Counts(docs, list_size, count, impressions)
 
@@ -149,19 +150,20 @@ def _distinct(rows: np.ndarray, scratch: np.ndarray) -> tuple[np.ndarray, np.nda
   return rows[first], inverse, np.bincount(inverse, minlength=int(local[-1]) + 1 if rows.size else 0)
 
 
-def _prepare(plan: _Plan, index: int, batch: dict, rows_per_batch: Optional[int]) -> dict:
+def _prepare(plan: _Plan, index: int, batch: Mapping, rows_per_batch: Optional[int]) -> dict:
   """A batch as the step reads it: ``clicks``, ``where``, ``rows`` (per table ``int32[B, L, P]``: rows of the
   logit vector, or of the batch's gathered rows when sparse), when sparse ``uniq`` (the distinct rows, padded
   with the out-of-range row ``num_rows``) and ``prior`` (each gathered row's prior precision this step), and
   ``features`` (per feature table ``float32[B, L, F]``, masked items' those of document 0)."""
   doc_ids, clicks, where, _ = session_batch(batch, plan.model, plan.num_docs)
   _check_list_size(index, doc_ids.shape[-1], plan.list_size)
-  doc_ids, clicks, where = (x.reshape(-1, plan.list_size) for x in (doc_ids, clicks, where))
-  pad = (rows_per_batch or doc_ids.shape[0]) - doc_ids.shape[0]
-  if pad > 0:  # masked sessions: they count for nothing
-    doc_ids, clicks, where = (
-      np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)]) for x in (doc_ids, clicks, where)
-    )
+  pad = (rows_per_batch or doc_ids.size // plan.list_size) - doc_ids.size // plan.list_size
+
+  def sessions_of(x: np.ndarray) -> np.ndarray:  # [B, L], padded with masked sessions: they count for nothing
+    x = x.reshape(-1, plan.list_size)
+    return np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)]) if pad > 0 else x
+
+  doc_ids, clicks, where = sessions_of(doc_ids), sessions_of(clicks), sessions_of(where)
   ids = np.where(where, doc_ids, 0)
   sessions = max(int(np.count_nonzero(np.any(where, axis=-1))), 1)
   out = {"clicks": clicks, "where": where, "rows": {}, "uniq": {}, "prior": {}}
@@ -179,6 +181,7 @@ def _prepare(plan: _Plan, index: int, batch: dict, rows_per_batch: Optional[int]
     if not plan.sparse:
       out["rows"][k] = rows
       continue
+    assert plan.scratch is not None  # sparse plans have their work space
     uniq, inverse, counts = _distinct(rows[where].ravel(), plan.scratch[k])
     local = np.zeros(rows.shape, np.int32)
     local[where] = inverse.reshape(-1, rows.shape[-1])
@@ -187,6 +190,7 @@ def _prepare(plan: _Plan, index: int, batch: dict, rows_per_batch: Optional[int]
     out["uniq"][k] = np.concatenate([uniq, np.full(size - uniq.size, plan.num_rows[k], np.int32)])
     prior = np.zeros(size, np.float32)
     if plan.l2 > 0:  # each shown item carries 1/n_r of its row's prior: unbiased, and exact summed over an epoch
+      assert plan.prior is not None  # sparse plans with l2 > 0 have the rows' priors
       prior[: uniq.size] = counts * plan.prior[k][uniq] / sessions
     out["prior"][k] = prior
   return out
@@ -199,7 +203,7 @@ def _stack(prepared: list) -> dict:
 def _groups(plan: _Plan, batches: Batches, steps_per_call: int) -> Iterator[dict]:
   """Prepared batches stacked ``steps_per_call`` at a time (a group ends early where the batch shape changes
   and at the end of the stream; a shorter batch is padded with masked sessions to its group's size)."""
-  group, rows = [], None
+  group, rows = [], 0
   for i, batch in enumerate(batches):
     n = int(np.asarray(batch["clicks"]).size // plan.list_size) if "clicks" in batch else 0
     if group and n > rows:
@@ -237,7 +241,7 @@ def _prefetch(items: Iterator, depth: int = 2) -> Iterator:
     yield item
 
 
-def _batch_log_likelihood(model, vectors, bias, rows, clicks, where, centre, modules=None, features=None):
+def _batch_log_likelihood(model, vectors, bias, rows, clicks, where, centre, modules, features):
   """The batch's mean session log-likelihood: each item's logits summed from its rows (plus its table's
   ``centre``, where the prior has one), or computed from its features by a feature table's module
   (``modules``: name -> (table, its parameters)), in log space."""
@@ -320,7 +324,7 @@ def _tables(m: ClickModel, tables: Optional[Mapping[str, ParameterTable]]) -> di
   tables = dict(tables or {})
   unknown = sorted(set(tables) - set(names))
   if unknown:
-    raise ValueError(f"fit_minibatch: tables for {unknown}, but {m.name}'s per-document parameters are {names}")
+    raise ValueError(f"Minibatch: tables for {unknown}, but {m.name}'s per-document parameters are {names}")
   return {k: tables.get(k, FullTable()) for k in names}
 
 
@@ -333,7 +337,7 @@ def _initial_modules(features: Mapping[str, FeatureTable], init: Optional[dict],
       if jax.tree.structure(init[k]) != jax.tree.structure(modules[k]) or any(
         np.shape(a) != np.shape(b) for a, b in zip(jax.tree.leaves(init[k]), jax.tree.leaves(modules[k]))
       ):
-        raise ValueError(f"fit_minibatch: init[{k!r}] is not its feature table's module parameters")
+        raise ValueError(f"Minibatch: init[{k!r}] is not its feature table's module parameters")
       modules[k] = jax.tree.map(lambda a: jnp.array(a, jnp.float32), init[k])
   return modules
 
@@ -353,11 +357,11 @@ def _initial_state(m, optimizer, tables, num_rows, list_size, init, prior, padde
       if k in modules:
         continue
       if k in tables and not isinstance(tables[k], FullTable):
-        raise ValueError(f"fit_minibatch: init[{k!r}] given for a compressed table")
+        raise ValueError(f"Minibatch: init[{k!r}] given for a compressed table")
       target = vectors if k in tables else bias
       expected = (num_rows[k],) if k in tables else np.shape(target.get(k))
       if k not in target or np.shape(v) != expected:
-        raise ValueError(f"fit_minibatch: init[{k!r}] of shape {np.shape(v)} does not fit this model")
+        raise ValueError(f"Minibatch: init[{k!r}] of shape {np.shape(v)} does not fit this model")
       target[k] = jnp.array(v, jnp.float32)
       if k in tables and padded[k] != num_rows[k]:
         target[k] = jnp.pad(target[k], (0, padded[k] - num_rows[k]))
@@ -494,136 +498,38 @@ def _sparse_pays(tables, num_docs, batches) -> bool:
   return max((t.num_rows(num_docs) for t in tables.values()), default=0) > 16 * items
 
 
-def fit_minibatch(
-  model: "str | ClickModel",
-  batches: "Batches | Callable[[], Batches]",
-  *,
-  optimizer: Optional[optax.GradientTransformation] = None,
-  epochs: int = 1,
-  num_docs: Optional[int] = None,
-  list_size: Optional[int] = None,
-  num_sessions: Optional[float] = None,
-  l2: float = 1.0,
-  init: Optional[dict] = None,
-  sparse: Optional[bool] = None,
-  tables: Optional[Mapping[str, ParameterTable]] = None,
-  steps_per_call: int = STEPS_PER_CALL,
-  mesh: Optional[Mesh] = None,
-  prior: str = "data_mean",
-  key: Optional[jax.Array] = None,
-) -> ClickModelFit:
-  r"""The MAP objective of :func:`~ultr_jax.simulation.fit_click_model` by a stochastic optimiser over a stream.
-
-  Each batch :math:`b` of :math:`n_b` sessions takes one step on
-
-  .. math::
-      \frac{1}{2}\sum_{u \in b} \frac{\ell_2\, c_{u,b}}{n_b\, N_u}\, v_u^2
-      + \frac{\ell_2}{2S}\lVert\beta\rVert^2 - \frac{1}{n_b}\sum_{s \in b}\log P_\theta(c^{(s)}),
-      \qquad \theta_d = \mu + \sum_p v_{r_p(d)},
-
-  over the rows :math:`u` of the per-document logit vectors :math:`v` the batch shows (:math:`c_{u,b}` of its
-  items, :math:`N_u` of the stream's) and the bias logits :math:`\beta`: the prior of each row spread over its
-  impressions, so the estimate is unbiased for the full objective per session, and over an epoch of equal
-  batches its prior sums to the full objective's exactly. With ``sparse=False`` every row takes every step
-  with :math:`\frac{\ell_2}{2S}\lVert v\rVert^2`, the full objective's prior, at a cost per step that grows with
-  the number of documents. With ``prior="data_mean"`` each per-document table has a centre :math:`\mu`, a
-  scalar every item's gradient reaches (the prior's mean of :func:`~ultr_jax.simulation.logit_prior`, estimated
-  with the fit; CLAX's baseline logit), so a rarely shown document starts from, and is shrunk towards, the log's
-  typical logit rather than 0; ``prior="zero"`` fixes :math:`\mu = 0`. A per-document parameter given a
-  :class:`~ultr_jax.simulation.FeatureTable` is instead computed from the document's features,
-  :math:`\theta_d = f_\phi(x_d)` with a flax module's parameters :math:`\phi` (no centre: the module's own bias
-  is the intercept), which take dense steps with the prior :math:`\frac{\ell_2}{2S}\lVert\phi\rVert^2`: a
-  step's cost is the batch's and the module's, and a document no batch showed gets its logit from its features.
-  CLAX (Hager et al. 2025, "CLAX: Fast and flexible neural click models in JAX") fits
-  its click models by such minibatch steps.
-
-  Memory: while the steps run, each table's vector of rows and its optimiser state, and when sparse each row's
-  prior and an index entry (one per distinct table; compressed tables: rows, not documents) besides the batches
-  in flight; once they end, the optimiser state is let go and each per-document table's logits are built in one
-  ``float32[D]`` array in place (a few thousand documents' rows mapped at a time), then its probabilities: the
-  peak is the larger of the two phases, the last one the returned tables themselves.
-
-  Args:
-    model: a fittable click model.
-    batches: a re-iterable of session-batch dicts (``doc_ids``, ``clicks``, optional ``where``/``valid``; a list,
-      a stream with a fixed number of epochs...) or a function returning a fresh iterable (called once per
-      epoch, and once more for the counts).
-    optimizer: an elementwise optax optimiser (default ``optax.adam(0.05)``; sgd, adagrad, adam, rmsprop...);
-      hashable (optax's are). Sparse steps apply it to the shown rows with their own state.
-    epochs: passes over the stream.
-    num_docs, list_size, num_sessions: ``D``, ``L`` and ``S`` (default: one counting pass, which also counts
-      :math:`N_u` when sparse with ``l2 > 0``). Every batch must have ``L`` items per list.
-    l2: prior precision on the logits, per ``S`` sessions as in the full-batch fit.
-    init: starting logits (per-document ones only for full tables; for a feature table, its module's
-      parameters).
-    sparse: row-wise steps (default: when the logit vectors have more than 16 times as many rows as a batch has
-      items, where the dense step's cost is the vectors').
-    tables: per-document parameter name -> :class:`~ultr_jax.simulation.ParameterTable` (default one row per
-      document), e.g. ``{"attraction": HashedTable(2**20)}`` or ``{"attraction": FeatureTable(nn.Dense(1), x)}``
-      (``x``: ``float[D, F]``).
-    steps_per_call: batches per jitted call.
-    mesh: optional ``jax.sharding.Mesh``: the batches are split by sessions over its first axis (padded with
-      masked sessions to a multiple of its size), the per-document vectors and their optimiser state by rows
-      over the same devices, the bias logits replicated: the same steps as without a mesh, up to the order of
-      float sums (default None: one device). Every process of a multi-process mesh must pass the same batches.
-    prior: one of :data:`~ultr_jax.simulation.LOGIT_PRIORS`: ``"data_mean"`` (a fitted centre per per-document
-      table) or ``"zero"`` (none).
-    key: PRNG key of the feature tables' initial module parameters (default ``jax.random.key(0)``).
-
-  Returns:
-    :class:`~ultr_jax.simulation.ClickModelFit` (per-document logits and probabilities for every document;
-    with a mesh whose size divides ``D`` the per-document ones stay split by rows over its devices;
-    ``log_likelihood``: the mean of the last epoch's batch estimates per session; ``grad_norm`` NaN,
-    ``iterations`` the steps, ``converged`` False: a stochastic fit checks none; ``feature_params`` each feature
-    table's fitted module parameters).
-
-  Raises:
-    ValueError: a batch whose list size differs from the fit's (naming the batch and both sizes); as
-      :func:`~ultr_jax.simulation.fit_click_model` for bad sessions.
-
-  >>> b = {"doc_ids": np.array([[0, 1], [1, 0]] * 8), "clicks": np.array([[1.0, 0.0], [0.0, 1.0]] * 8)}
-  >>> fit = fit_minibatch("cascade", [b] * 10, epochs=5, optimizer=optax.adam(0.1), sparse=True)
-  >>> print(fit.iterations, fit.params["attraction"][0] > 0.9 > 0.1 > fit.params["attraction"][1])
-  50 True
-  >>> mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("data",))  # with two devices each holds one row
-  >>> fit2 = fit_minibatch("cascade", [b] * 10, epochs=5, optimizer=optax.adam(0.1), mesh=mesh)
-  >>> a, a2 = fit.logits["attraction"], fit2.logits["attraction"]
-  >>> print(a2.sharding.spec, np.allclose(a2, a, atol=1e-6))
-  P('data',) True
-  >>> import flax.linen as nn  # attraction from one feature: documents 0 and 1 have x = 1 and -1
-  >>> table = FeatureTable(nn.Dense(1), np.array([[1.0], [-1.0], [2.0]], np.float32))  # doc 2: never shown
-  >>> fit3 = fit_minibatch("cascade", [b] * 10, epochs=5, tables={"attraction": table}, num_docs=3)
-  >>> a3 = fit3.logits["attraction"]
-  >>> print(a3.shape, bool(a3[2] > a3[0] > 0 > a3[1]), np.allclose(a3, table.logits(fit3.feature_params["attraction"], table.features)))
-  (3,) True True
-  """
-  m = fittable_model(model)
-  check_prior(prior)
-  if epochs < 1 or steps_per_call < 1:
-    raise ValueError(f"fit_minibatch: epochs and steps_per_call must be >= 1, got {epochs}, {steps_per_call}")
-  tables = _tables(m, tables)
+def _fit(m: ClickModel, batches, solver, *, num_docs, l2: float, prior: str, init) -> ClickModelFit:
+  """``solver``'s fit of ``m`` to ``batches``: a :class:`~ultr_jax.simulation.Minibatch` (its objective and options
+  are stated there; ``fit.py`` imports this module, so the class is not named here)."""
+  optimizer = optax.adam(0.05) if solver.optimizer is None else solver.optimizer
+  sparse, list_size, num_sessions = solver.sparse, solver.list_size, solver.num_sessions
+  tables = _tables(m, solver.tables)
   features = {k: t for k, t in tables.items() if t.from_features}
   tables = {k: t for k, t in tables.items() if not t.from_features}
-  optimizer = optax.adam(0.05) if optimizer is None else optimizer
   if sparse is None and num_docs is not None:
     sparse = _sparse_pays(tables, num_docs, batches)
-  counts = None
-  if num_docs is None or list_size is None or num_sessions is None or (sparse is not False and l2 > 0):
-    counts = _count(m, batches, tables, list_size, need_impressions=sparse is not False and l2 > 0)
-  num_docs = counts.num_docs if num_docs is None else int(num_docs)
-  list_size = counts.list_size if list_size is None else int(list_size)
-  num_sessions = counts.num_sessions if num_sessions is None else float(num_sessions)
+  need_impressions = sparse is not False and l2 > 0
+  if num_docs is None or list_size is None or num_sessions is None or need_impressions:
+    counts = _count(m, batches, tables, list_size, need_impressions=need_impressions)
+    num_docs = counts.num_docs if num_docs is None else int(num_docs)
+    list_size = counts.list_size if list_size is None else int(list_size)
+    num_sessions = counts.num_sessions if num_sessions is None else float(num_sessions)
+  else:
+    counts, num_docs, list_size, num_sessions = None, int(num_docs), int(list_size), float(num_sessions)
   num_rows = {k: t.num_rows(num_docs) for k, t in tables.items()}
-  placement = None if mesh is None else _placement(mesh)
+  placement = None if solver.mesh is None else _placement(solver.mesh)
   devices = 1 if placement is None else placement.size
   padded = {k: -(-n // devices) * devices for k, n in num_rows.items()}  # the mesh's rows past num_rows: zeros
   sparse = _sparse_pays(tables, num_docs, batches) if sparse is None else sparse
-  row_prior = _row_priors(tables, counts.impressions, padded, l2) if sparse and l2 > 0 else None
+  row_prior = None
+  if sparse and l2 > 0:
+    assert counts is not None and counts.impressions is not None  # counted: sparse was not False
+    row_prior = _row_priors(tables, counts.impressions, padded, l2)
   counts = None  # the shown items per row: their float64 tables are let go here
   plan = _Plan(m, tables, padded, num_docs, list_size, bool(sparse), float(l2), row_prior, None, devices, features)
   plan = plan._replace(scratch=_shared(tables, lambda k: np.full(padded[k] + 1, -1, np.int32)) if sparse else None)
   del row_prior
-  modules = _initial_modules(features, init, jax.random.key(0) if key is None else key)
+  modules = _initial_modules(features, init, jax.random.key(0) if solver.key is None else solver.key)
   if placement is None:
     state, run = _initial_state(m, optimizer, tables, num_rows, list_size, init, prior, modules=modules), _steps
   else:
@@ -631,8 +537,9 @@ def fit_minibatch(
     state, run = _sharded_start(*start)
   feature_tables = tuple(sorted(features.items()))
   l2_bias = jnp.float32(l2 / max(num_sessions, 1.0))
-  step = lambda s, xs: run(m, optimizer, plan.sparse, s, xs, l2_bias, feature_tables)  # noqa: E731
-  state, steps, last = _epochs(step, plan, state, batches, epochs, steps_per_call, placement)
+  sparse_steps = plan.sparse
+  step = lambda s, xs: run(m, optimizer, sparse_steps, s, xs, l2_bias, feature_tables)  # noqa: E731
+  state, steps, last = _epochs(step, plan, state, batches, solver.epochs, solver.steps_per_call, placement)
   plan = None  # the rows' priors and the host's work space
   vectors, (bias, centre, modules) = state[0], state[1]
   state = None  # the optimiser's state: let go before the per-document tables are built
@@ -643,7 +550,7 @@ def fit_minibatch(
   logits = {k: logits[k] for k in sorted(logits)}
   mean_ll = float(np.mean(np.concatenate([np.asarray(v) for v in last]))) if last else float("nan")
   return ClickModelFit(
-    model=model,
+    model=m,
     params=m.to_probabilities(logits),
     logits=logits,
     log_likelihood=mean_ll,

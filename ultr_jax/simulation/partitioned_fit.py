@@ -34,6 +34,15 @@ after the last pass. Everything goes through the model's
 :class:`~ultr_jax.simulation.StatisticsReduction`; a document's own log-likelihood comes from its
 linearity in the counts (:math:`\sum_v n_{r,v}\,\partial \mathcal{L} / \partial n_{r,v}` per record, summed per
 document).
+
+With ``prior="data_mean"`` the prior on each per-document table :math:`\theta^{(k)}` is centred on :math:`\mu_k`
+(:func:`~ultr_jax.simulation.logit_prior`), a third block of the descent, exact given the documents:
+:math:`\mu_k \leftarrow \frac{1}{|R_D|} \sum_{d \in R_D} \theta^{(k)}_d` over the documents :math:`R_D` the records
+read (the others sit at :math:`\mu_k` at the optimum, so the mean over all :math:`D` is the mean over :math:`R_D`);
+with ``prior="zero"`` :math:`\mu_k = 0` throughout. With ``across_processes`` every process of a
+``jax.distributed`` run holds the same statistics (partition files in a shared directory): each fits the documents
+of its share of the partitions, the bias terms are summed over the processes each pass, and every process returns
+the whole fit.
 """
 
 import dataclasses
@@ -48,10 +57,13 @@ from jax.flatten_util import ravel_pytree
 from ultr_jax import _processes
 from ultr_jax.simulation.click_models import BiasIndexed, ClickModel, statistics_reduction
 from ultr_jax.simulation.click_models.statistics import PartitionedStatistics
+from ultr_jax.simulation.fitting import ClickModelFit
 
-__all__ = ["newton_fit_partitioned"]
+__all__ = []
 
 
+#: Newton steps per document per pass.
+INNER_ITERS = 4
 #: Passes in a row without a decrease of the objective (float rounding) after which the fit stops.
 STALLED_PASSES = 3
 #: The bias step's trust region (the norm of the change of the bias logits): its first radius and its largest; it
@@ -68,6 +80,12 @@ START_DAMPING, MIN_DAMPING = 1e-3, 1e-6
 
 
 def _bucket(n: int, minimum: int = 256) -> int:
+  """The smallest of :math:`2^k, 1.25 \\cdot 2^k, 1.5 \\cdot 2^k, 1.75 \\cdot 2^k` that is at least ``n`` (and
+  ``minimum``): padded to it, a fit compiles once per bucket, at most a quarter more work.
+
+  >>> [_bucket(n) for n in (1, 256, 257, 1000, 1025)]
+  [256, 256, 320, 1024, 1280]
+  """
   n = max(int(n), int(minimum))
   base = 1 << (n.bit_length() - 1)
   return next(b for b in (base, base * 5 // 4, base * 3 // 2, base * 7 // 4, 2 * base) if b >= n)
@@ -322,7 +340,7 @@ def _within(step, radius: float):
   return step * (radius / norm) if norm > radius else step
 
 
-def _centre(start: Optional[dict], per_doc: tuple, sums: Optional[dict], num_read: int, prior: str) -> dict:
+def _centre(start: Optional[dict], per_doc: tuple, sums: Optional[dict], num_read: float, prior: str) -> dict:
   """The prior's centre per per-document table: 0 (``prior="zero"``), or (``"data_mean"``) the mean over the
   documents the records read (``sums`` of their logits over ``num_read`` documents; before the first pass, the
   mean of the ``start`` over all documents): with the unread documents at the centre, the table's mean over all
@@ -332,6 +350,7 @@ def _centre(start: Optional[dict], per_doc: tuple, sums: Optional[dict], num_rea
   if prior != "data_mean":
     raise ValueError(f"prior must be 'data_mean' or 'zero', got {prior!r}")
   if sums is None or not num_read:
+    assert start is not None  # given before the first pass
     return {k: float(np.mean(np.asarray(start[k]), dtype=np.float64)) for k in per_doc}
   return {k: sums[k] / num_read for k in per_doc}
 
@@ -385,8 +404,11 @@ class _PassTerms:
     for x in parts:
       out.append(total[i : i + x.size].reshape(x.shape))
       i += x.size
-    scalars = {"objective", "doc_sq", "num_read"}
-    return _PassTerms(*[float(v[0]) if f.name in scalars else v for f, v in zip(dataclasses.fields(self), out)])
+    objective, doc_sq, grad_bias, grad_terms, hess_terms, hess_diag, sums, num_read = out
+    scalar = lambda v: float(v[0])  # noqa: E731
+    return _PassTerms(
+      scalar(objective), scalar(doc_sq), grad_bias, grad_terms, hess_terms, hess_diag, sums, scalar(num_read)
+    )
 
 
 def _pass(model, source, mine, tables, bias, l2, inner_iters, centre, per_doc) -> _PassTerms:
@@ -446,70 +468,30 @@ def _full_tables(source, mine, tables, per_doc, centre, num_docs, across_process
   return docs
 
 
-def newton_fit_partitioned(
+def _fit(
   model: ClickModel,
   statistics: PartitionedStatistics,
   *,
-  num_docs: int,
-  l2: float = 1.0,
-  max_iters: int = 200,
-  tol: float = 1e-5,
-  inner_iters: int = 4,
-  init: Optional[dict] = None,
-  memory_budget_bytes: Optional[int] = None,
-  prior: str = "zero",
-  across_processes: bool = False,
-) -> tuple[dict, float, float, int]:
-  r"""Minimises the MAP objective on partitioned item statistics (see the module docstring).
-
-  .. math::
-      \theta_d \leftarrow \theta_d - \frac{\partial_{\theta_d} J}{\partial^2_{\theta_d} J}\ \text{(per document,
-      damped)}, \qquad \beta \leftarrow \beta - (S + \lambda I)^{-1} g,
-      \qquad \mu_k \leftarrow \frac{1}{|R_D|} \sum_{d \in R_D} \theta^{(k)}_d
-
-  with :math:`g, S` the gradient and Hessian in :math:`\beta` with the documents eliminated (the module docstring).
-  With ``prior="data_mean"`` the prior on each per-document table :math:`\theta^{(k)}` is centred on
-  :math:`\mu_k` (:func:`~ultr_jax.simulation.logit_prior`), the third block of the descent, exact given the
-  documents: :math:`R_D` are the documents the records read, and the others, which sit at :math:`\mu_k` at the
-  optimum, leave the mean over all :math:`D` equal to the mean over :math:`R_D`; with ``prior="zero"``
-  :math:`\mu_k = 0` throughout. The documents outside :math:`R_D` are set to :math:`\mu_k` at the end.
-
-  Args:
-    model: an item click model (its statistics are per (document, rank[, state])).
-    statistics: :class:`~ultr_jax.simulation.PartitionedStatistics` of its kind.
-    num_docs: ``D``.
-    l2: prior precision.
-    max_iters: passes over the partitions.
-    tol: stop when the gradient norm of :math:`J` is at most ``tol`` (or :math:`J` stops decreasing).
-    inner_iters: Newton steps per document per pass.
-    init: starting logits.
-    memory_budget_bytes: partitions are kept in memory between passes while they fit this (None: all of
-      them), and read from their files again otherwise.
-    prior: ``"data_mean"`` or ``"zero"`` (:data:`~ultr_jax.simulation.LOGIT_PRIORS`).
-    across_processes: every process of a ``jax.distributed`` run holds the same ``statistics`` (partition files
-      in a shared directory, as :func:`~ultr_jax.simulation.gather_click_statistics` merges them): each fits
-      the documents of its share of the partitions, the bias terms are summed over the processes each pass,
-      and every process returns the whole fit.
-
-  Returns:
-    ``(logits, mean log-likelihood per session, gradient norm, passes)``.
-
-  >>> from ultr_jax.simulation.click_models import get_click_model
-  >>> from ultr_jax.simulation.click_models.statistics import ItemCounter
-  >>> c = ItemCounter(memory_budget_bytes=0, num_partitions=2)
-  >>> c.add(np.array([[0, 1], [1, 0]] * 50), np.array([[1.0, 0.0], [0.0, 0.0]] * 50), None)
-  >>> logits, ll, gnorm, passes = newton_fit_partitioned(get_click_model("pbm"), c.result(), num_docs=2)
-  >>> print(gnorm < 1e-5, round(ll, 4))
-  True -0.117
-  """
+  num_docs,
+  l2,
+  max_iters,
+  tol,
+  init,
+  budget,
+  prior,
+  across_processes,
+) -> ClickModelFit:
+  """:class:`~ultr_jax.simulation.Statistics`' fit on partitioned statistics (the module docstring): ``max_iters``
+  passes at most, ``budget`` the bytes of partitions kept in memory between passes (None: all)."""
   per_doc = ("attraction",) + tuple(model.item_params)
   start = model.init(num_docs=1, list_size=statistics.list_size) if init is None else init
+  start = {k: np.asarray(v, np.float32) for k, v in start.items()} if init is not None else start
   bias = {k: jnp.asarray(v, jnp.float32) for k, v in start.items() if k not in per_doc}
   n = max(float(statistics.num_sessions), 1.0)
   l2 = float(l2)
   prev, gnorm, passes, stalled, rejections = np.inf, np.inf, 0, 0, 0
   radius, damping = START_RADIUS, START_DAMPING
-  source = _Partitions(statistics.compact(), memory_budget_bytes)
+  source = _Partitions(statistics.compact(), budget)
   across_processes = bool(across_processes) and jax.process_count() > 1
   mine = source.nonempty[jax.process_index() :: jax.process_count()] if across_processes else source.nonempty
   # The read documents' logits, partition by partition (partitions hold disjoint documents): memory of the
@@ -518,7 +500,7 @@ def newton_fit_partitioned(
   centre = _centre(start, per_doc, None, 0, prior)
   del start
   for passes in range(1, int(max_iters) + 1):
-    terms = _pass(model, source, mine, tables, bias, l2, inner_iters, centre, per_doc)
+    terms = _pass(model, source, mine, tables, bias, l2, INNER_ITERS, centre, per_doc)
     terms = terms.across_processes() if across_processes else terms
     flat, unravel = ravel_pytree(bias)
     flat = np.asarray(flat, np.float64)
@@ -545,4 +527,5 @@ def newton_fit_partitioned(
     ll += float(statistics_reduction(model).statistics_log_likelihood({**local, **bias}, keys, counts))
   ll = float(_processes.process_sum(np.asarray([ll]))[0]) if across_processes else ll
   docs = _full_tables(source, mine, tables, per_doc, centre, num_docs, across_processes)
-  return {**docs, **bias}, ll / n, gnorm, passes
+  theta = {**docs, **bias}
+  return ClickModelFit(model, model.to_probabilities(theta), theta, ll / n, gnorm, passes, bool(gnorm <= tol))

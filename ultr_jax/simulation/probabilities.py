@@ -30,6 +30,8 @@ import jax  # noqa: F401 (the doctests')
 import jax.numpy as jnp
 import numpy as np  # noqa: F401 (the doctests')
 
+from jax.typing import ArrayLike
+
 from ultr_jax.types import Array
 
 __all__ = [
@@ -46,7 +48,7 @@ __all__ = [
 ULTRA_EXAM_TABLE = (0.68, 0.61, 0.48, 0.34, 0.28, 0.20, 0.11, 0.10, 0.08, 0.06)
 
 
-def relevance_probability(labels: Array, *, eps: float = 0.1, eps_plus: float = 1.0, ymax: int = 4) -> Array:
+def relevance_probability(labels: ArrayLike, *, eps: float = 0.1, eps_plus: float = 1.0, ymax: int = 4) -> Array:
   r"""ERR-style click probability given examination (Chapelle et al. 2009).
 
   .. math::
@@ -77,7 +79,7 @@ def relevance_probability(labels: Array, *, eps: float = 0.1, eps_plus: float = 
 
 
 def binary_relevance_probability(
-  labels: Array, *, threshold: float = 3.0, eps: float = 0.1, eps_plus: float = 1.0
+  labels: ArrayLike, *, threshold: float = 3.0, eps: float = 0.1, eps_plus: float = 1.0
 ) -> Array:
   r"""Binary click probability given examination (CLD 2.6, LBD/SIF binary variants).
 

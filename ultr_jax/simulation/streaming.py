@@ -7,9 +7,8 @@ A stream is any iterable of session-batch dicts ``{"doc_ids": int[B, L], "clicks
 * :func:`gather_click_statistics` reduces the stream in one pass to the model's sufficient statistics
   (:class:`~ultr_jax.simulation.StatisticsReduction`: counts per (document, rank[, last click]) in
   one table for the item models, spilled to disk partitioned by document past a memory budget; distinct sessions
-  merged across batches for the others), and :func:`fit_statistics` (the
-  :class:`~ultr_jax.simulation.Statistics` solver of :func:`~ultr_jax.simulation.fit_click_model`) maximises the
-  same MAP objective on them (preconditioned L-BFGS, records padded to size buckets so that one program serves
+  merged across batches for the others), and the :class:`~ultr_jax.simulation.Statistics` solver of
+  :func:`~ultr_jax.simulation.fit_click_model` maximises the same MAP objective on them (preconditioned L-BFGS, records padded to size buckets so that one program serves
   logs of similar sizes, refused before it runs where its working memory would pass the budget; on spilled
   statistics, Newton steps per document and on the bias with the documents eliminated, partition by partition,
   :mod:`~ultr_jax.simulation.partitioned_fit`), at a cost per step that does not grow with the number of sessions.
@@ -19,7 +18,7 @@ A stream is any iterable of session-batch dicts ``{"doc_ids": int[B, L], "clicks
 
 import functools
 import os
-from typing import Iterable, Mapping, Optional
+from typing import Callable, Iterable, Mapping, Optional
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +27,7 @@ import numpy as np
 from ultr_jax import _processes
 from ultr_jax._optim import lbfgs_minimize, table_curvature
 from ultr_jax.metrics import clicks as click_metrics
-from ultr_jax.simulation.click_models import ClickModel, get_click_model, statistics_reduction  # noqa: F401 (the doctests')
+from ultr_jax.simulation.click_models import ClickModel, statistics_reduction
 from ultr_jax.simulation.click_models.statistics import (
   NUM_PARTITIONS,
   ClickStatistics,
@@ -40,13 +39,12 @@ from ultr_jax.simulation.click_models.statistics import (
 )
 from ultr_jax.simulation.fitting import (
   ClickModelFit,
-  check_prior,
-  fittable_model,
-  validate_sessions,
   click_model_predict,
+  fittable_model,
   logit_prior,
+  validate_sessions,
 )
-from ultr_jax.simulation.partitioned_fit import compact_documents, newton_fit_partitioned
+from ultr_jax.simulation.partitioned_fit import _bucket, compact_documents
 
 __all__ = [
   "ClickStatistics",
@@ -62,7 +60,7 @@ __all__ = [
 Batches = Iterable[Mapping]
 
 
-def session_batch(batch: dict, model: Optional[ClickModel] = None, num_docs: Optional[int] = None):
+def session_batch(batch: Mapping, model: Optional[ClickModel] = None, num_docs: Optional[int] = None):
   """``(doc_ids, clicks, where)`` of a batch dict (``where`` and ``valid`` combined), validated."""
   for k in ("doc_ids", "clicks"):
     if k not in batch:
@@ -181,18 +179,6 @@ def _merge_across_processes(stats, spill_dir, num_partitions: int):
   return open_partitioned_statistics(spill_dir)
 
 
-def _bucket(n: int, minimum: int = 256) -> int:
-  """The smallest of :math:`2^k, 1.25 \\cdot 2^k, 1.5 \\cdot 2^k, 1.75 \\cdot 2^k` that is at least ``n`` (and
-  ``minimum``): padded to it, a fit compiles once per bucket, at most a quarter more work.
-
-  >>> [_bucket(n) for n in (1, 256, 257, 1000, 1025)]
-  [256, 256, 320, 1024, 1280]
-  """
-  n = max(int(n), int(minimum))
-  base = 1 << (n.bit_length() - 1)
-  return next(b for b in (base, base * 5 // 4, base * 3 // 2, base * 7 // 4, 2 * base) if b >= n)
-
-
 @functools.partial(jax.jit, static_argnames=("model", "max_iters", "prior"))
 def _fit_statistics(model, logits, keys, counts, num_sessions, l2, max_iters, tol, prior="zero"):
   n = jnp.maximum(num_sessions, 1.0)
@@ -221,89 +207,21 @@ def _pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
   return np.concatenate([x, np.zeros((rows - x.shape[0],) + x.shape[1:], x.dtype)]) if rows > x.shape[0] else x
 
 
-def fit_statistics(
-  model: "str | ClickModel",
-  statistics: "ClickStatistics | PartitionedStatistics",
-  *,
-  num_docs: Optional[int] = None,
-  l2: float = 1.0,
-  max_iters: int = 500,
-  tol: float = 1e-5,
-  init: Optional[dict] = None,
-  memory_budget_bytes: Optional[int] = MEMORY_BUDGET_BYTES,
-  prior: str = "zero",
-  across_processes: bool = False,
-) -> ClickModelFit:
-  r""":func:`~ultr_jax.simulation.fit_click_model`'s MAP fit, on sufficient statistics.
+def _fit_records(m: ClickModel, statistics: ClickStatistics, *, num_docs, l2, max_iters, tol, init, budget, prior):
+  r""":class:`~ultr_jax.simulation.Statistics`' fit on statistics in memory: preconditioned L-BFGS on the records.
 
-  .. math::
-      \hat\theta = \arg\min_\theta\; \frac{1}{S}\Bigl(\Omega_{\ell_2}(\theta)
-        - \sum_{r} \sum_v n_{r,v}\, f_v(\theta; k_r)\Bigr)
-
-  where the weighted record sum (:class:`~ultr_jax.simulation.StatisticsReduction`) equals
-  the sessions' :math:`\sum_s \log P_\theta(c^{(s)}_{1:L})`, so the objective is the in-memory fit's (up to
-  the order of float sums), at :math:`O(R)` per step for :math:`R` records, and :math:`\Omega_{\ell_2}` is the
-  prior of :func:`~ultr_jax.simulation.logit_prior` (``prior``: centred on 0, or on each per-document table's
-  fitted mean). A document that no record reads has only the prior's term, so its optimum is the prior's
-  centre: logit 0 under ``prior="zero"``; under ``prior="data_mean"`` the table's mean :math:`\mu`, and with the
-  :math:`U` unread documents at :math:`\mu`
+  A document that no record reads has only the prior's term, so its optimum is the prior's centre: logit 0 under
+  ``prior="zero"``; under ``prior="data_mean"`` the table's mean :math:`\mu`, and with the :math:`U` unread
+  documents at :math:`\mu`
 
   .. math::
       \min_{\mu,\,u}\; \sum_{d\ \text{read}} (\theta_d - \mu)^2 + \sum_{j=1}^{U} (u_j - \mu)^2
         = \sum_{d\ \text{read}} (\theta_d - \bar\theta_{\text{read}})^2,
 
   the same prior over the read documents alone, whatever :math:`U`. So the item models' fit runs over the
-  documents the records read and gives the others the centre (0, or the fitted :math:`\mu`): the table is the
-  log's documents, not every id below ``num_docs``, and the optimum is the full table's.
-
-  Args:
-    model: a fittable click model (name or instance); the one the statistics were gathered for.
-    statistics: :func:`gather_click_statistics` (or :func:`~ultr_jax.simulation.statistics_reduction`);
-      spilled :class:`~ultr_jax.simulation.PartitionedStatistics` are fitted one
-      partition in memory at a time (:mod:`~ultr_jax.simulation.partitioned_fit`;
-      ``max_iters`` then counts passes over the partitions).
-    num_docs: number of ids ``D`` (default the statistics'; at least it).
-    l2, max_iters, tol, init: as :func:`~ultr_jax.simulation.fit_click_model`.
-    memory_budget_bytes: on partitioned statistics, the partitions kept in memory between passes (the others
-      are read again from their files each pass).
-    prior: the per-document logits' prior centre, one of :data:`~ultr_jax.simulation.LOGIT_PRIORS`
-      (``"zero"``: 1/2; ``"data_mean"``: fitted).
-    across_processes: the statistics are every process's same merged statistics (as
-      :func:`gather_click_statistics` ``across_processes`` returns them): partitioned ones are fitted with each
-      process taking its share of the partitions (in memory, every process fits them all).
-
-  Returns:
-    :class:`~ultr_jax.simulation.ClickModelFit`.
-
-  >>> ids = np.array([[0, 1], [1, 0]] * 50); clicks = np.array([[1.0, 0.0], [0.0, 1.0]] * 50)
-  >>> s = statistics_reduction(get_click_model("cascade")).sufficient_statistics(ids, clicks)
-  >>> fit = fit_statistics("cascade", s, l2=0.0)
-  >>> print(s.num_records, fit.converged, [round(v, 3) for v in fit.params["attraction"].tolist()])
-  2 True [1.0, 0.0]
+  documents the records read and gives the others the centre: the table is the log's documents, not every id
+  below ``num_docs``, and the optimum is the full table's.
   """
-  m = fittable_model(model)
-  check_prior(prior)
-  kind = statistics_reduction(m).statistics_kind
-  if statistics.kind != kind:
-    raise ValueError(f"{m.name}: statistics of kind {statistics.kind!r}, expected {kind!r}")
-  if num_docs is None:
-    num_docs = max(statistics.num_docs, 1)
-  elif num_docs < statistics.num_docs:
-    raise ValueError(f"num_docs = {num_docs} but the statistics hold document id {statistics.num_docs - 1}")
-  if isinstance(statistics, PartitionedStatistics):
-    return _fit_partitioned(
-      model,
-      m,
-      statistics,
-      num_docs=num_docs,
-      l2=l2,
-      max_iters=max_iters,
-      tol=tol,
-      init=init,
-      memory_budget_bytes=memory_budget_bytes,
-      prior=prior,
-      across_processes=across_processes,
-    )
   per_doc = ("attraction",) + tuple(m.item_params)
   keys, seen = statistics.keys, None
   if statistics.kind in ("items", "ubm_items"):
@@ -329,10 +247,10 @@ def fit_statistics(
   # a long-tail log: every record reads L documents) is refused before anything is allocated.
   program = _fit_statistics.lower(m, logits, keys, counts, n, l2_, int(max_iters), tol_, prior).compile()
   need = _working_bytes(program)
-  if memory_budget_bytes is not None and need > memory_budget_bytes:
+  if budget is not None and need > budget:
     raise StatisticsTooLarge(
       f"{m.name}: the fit on {statistics.num_records} records of kind {statistics.kind!r} needs {need:,} bytes of "
-      f"working memory, over the budget of {memory_budget_bytes:,} bytes"
+      f"working memory, over the budget of {budget:,} bytes"
     )
   theta, params, mean_ll, gnorm, iters = program(logits, keys, counts, n, l2_, tol_)
   if seen is None:
@@ -343,7 +261,7 @@ def fit_statistics(
     }
   theta, params = cut(theta), cut(params)  # on the host: no program per number of documents
   return ClickModelFit(
-    model=model,
+    model=m,
     params=params,
     logits=theta,
     log_likelihood=float(mean_ll),
@@ -369,36 +287,7 @@ def _spread_rows(v: np.ndarray, seen: np.ndarray, num_docs: int) -> np.ndarray:
   return out
 
 
-def _fit_partitioned(
-  model, m, statistics, *, num_docs, l2, max_iters, tol, init, memory_budget_bytes, prior, across_processes
-):
-  """:mod:`~ultr_jax.simulation.partitioned_fit` as a :class:`ClickModelFit`."""
-  if init is not None:
-    init = {k: np.asarray(v, np.float32) for k, v in init.items()}
-  theta, mean_ll, gnorm, passes = newton_fit_partitioned(
-    m,
-    statistics,
-    num_docs=num_docs,
-    l2=l2,
-    max_iters=max_iters,
-    tol=tol,
-    init=init,
-    memory_budget_bytes=memory_budget_bytes,
-    prior=prior,
-    across_processes=across_processes,
-  )
-  return ClickModelFit(
-    model=model,
-    params=m.to_probabilities(theta),
-    logits=theta,
-    log_likelihood=float(mean_ll),
-    grad_norm=float(gnorm),
-    iterations=int(passes),
-    converged=bool(gnorm <= tol),
-  )
-
-
-def iterate_batches(batches) -> Iterable[dict]:
+def iterate_batches(batches: "Batches | Callable[[], Batches]") -> Batches:
   return batches() if callable(batches) else batches
 
 
@@ -449,22 +338,21 @@ def evaluate_click_model_stream(
   m = fittable_model(model)
   num_docs = int(params["attraction"].shape[0])
   params = {k: jnp.asarray(v, jnp.float32) for k, v in params.items()}
-  total_ll, cond, marg, count, sessions = 0.0, None, None, None, 0.0
+  total_ll, per_rank, sessions = 0.0, None, 0.0  # per_rank: the sums per rank of (cond, marg, count)
   for batch in batches:
     doc_ids, clicks, where, _ = session_batch(batch, None, num_docs)
     out = [np.asarray(x, np.float64) for x in _score_batch(m, params, doc_ids, clicks, where)]
     total_ll += float(out[0])
-    cond = out[1] if cond is None else cond + out[1]
-    marg = out[2] if marg is None else marg + out[2]
-    count = out[3] if count is None else count + out[3]
+    per_rank = out[1:4] if per_rank is None else [a + b for a, b in zip(per_rank, out[1:4])]
     sessions += float(out[4])
   if across_processes and jax.process_count() > 1:  # each process scored its part: add the sums
-    if cond is None:
+    if per_rank is None:
       raise ValueError(f"evaluate_click_model_stream: process {jax.process_index()}'s stream is empty")
-    cond, marg, count = (_processes.process_sum(x) for x in (cond, marg, count))
+    per_rank = [_processes.process_sum(x) for x in per_rank]
     total_ll, sessions = (float(v) for v in _processes.process_sum(np.asarray([total_ll, sessions])))
-  if cond is None:
+  if per_rank is None:
     raise ValueError("evaluate_click_model_stream: the stream is empty")
+  cond, marg, count = per_rank
   ppl = np.exp(-cond / np.maximum(count, 1.0))
   ctr = np.exp(-marg / np.maximum(count, 1.0))
   shown = count > 0

@@ -360,12 +360,14 @@ class Session(NamedTuple):
     """One session per list (``[S, ..., L]`` with ``num_sessions``), array order."""
     if self.independent:
       return sample_clicks(key, self.marginals()[1], where=self.shown, num_sessions=num_sessions)
+    assert self.sample_display is not None  # a sequential session has its sampler
     return self._back(self.sample_display(key, num_sessions))
 
   def conditional(self, clicks: Array) -> Array:
     r""":math:`P(C_i = 1 \mid c_{<i})` of observed ``clicks`` (array order, ``[..., L]`` broadcasting)."""
     if self.independent:
       return jnp.broadcast_to(self.marginals()[1], jnp.shape(clicks))
+    assert self.conditional_display is not None  # a sequential session has its filter
     c = jnp.asarray(clicks, jnp.float32)
     return self._back(self.conditional_display(self._forth(c)))
 
@@ -386,6 +388,7 @@ class Session(NamedTuple):
       else:  # clicks independent given the list: the marginal is the conditional
         out["conditional_click_prob"] = jnp.broadcast_to(click_prob, clicks.shape)
     else:
+      assert self.sample_display is not None and self.conditional_display is not None  # a sequential session
       clicks_s = self.sample_display(key, num_sessions)
       out = {
         "examination": exam,
@@ -596,7 +599,7 @@ class ClickModel:
     Raises:
       ValueError: if the model is not fittable.
     """
-    shapes = {k: (num_docs,) for k in ("attraction",) + self.item_params}
+    shapes: dict[str, tuple[int, ...]] = {k: (num_docs,) for k in ("attraction",) + self.item_params}
     shapes.update(self.bias_shapes(list_size))
     return {k: jnp.zeros(s, jnp.float32) for k, s in sorted(shapes.items())}
 
@@ -802,6 +805,7 @@ class ItemStatistics:
     return ItemCounter()
 
   def statistics_log_likelihood(self, logits, keys, counts):
+    assert isinstance(self, ClickModel)  # a mixin of click models
     log_a, log_1ma, log_bias = self._gathered_logs(logits, keys[:, 0])
     log_q, log_1mq = self.log_probs(jnp.zeros(keys.shape[:1]), log_a, log_1ma, log_bias, ranks=keys[:, 1])
     return item_log_likelihood(log_q, log_1mq, counts)

@@ -34,8 +34,9 @@ def chain_session(r, shown, positions, given_positions, c0, c1, top_k) -> Sessio
   """A click chain's :class:`Session`, the chain run in order of ``positions``."""
   if given_positions:
     order, inverse = display_order(positions, shown)
-    take = lambda x: x if isinstance(x, float) else jnp.take_along_axis(x, order, axis=-1)
-    r_s, shown_s, c0_s, c1_s = take(r), take(shown), take(c0), take(c1)
+    take = lambda x: jnp.take_along_axis(x, order, axis=-1)
+    r_s, shown_s = take(r), take(shown)
+    c0_s, c1_s = (x if isinstance(x, float) else take(x) for x in (c0, c1))
   else:
     r_s, shown_s, c0_s, c1_s = r, shown, c0, c1
     order = inverse = None

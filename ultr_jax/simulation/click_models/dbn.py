@@ -103,7 +103,7 @@ class DBN(ChainModel):
     gamma = float(cfg.get("perseverance", 0.9))
     if not 0.0 <= gamma <= 1.0:
       raise ValueError(f"click_model.perseverance: expected a probability, got {gamma}")
-    kwargs = {"perseverance": gamma}
+    kwargs: dict[str, "float | tuple[float, ...]"] = {"perseverance": gamma}
     if "satisfaction" in cfg:
       kwargs["satisfaction"] = check_probabilities("satisfaction", cfg["satisfaction"])
     return kwargs
@@ -150,6 +150,7 @@ class DBN(ChainModel):
 
   def log_bias(self, bias_logits, items=None):
     super().log_bias({}, items)  # checks the satisfaction is given
+    assert items is not None
     return {
       "perseverance": jax.nn.log_sigmoid(jnp.asarray(bias_logits["perseverance"], jnp.float32)),
       "no_satisfaction": items["satisfaction"][1],

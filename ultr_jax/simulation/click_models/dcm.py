@@ -14,7 +14,9 @@ from ultr_jax.types import Array, PRNGKey
 __all__ = ["dcm", "DCM", "dcm_session"]
 
 
-def dcm_session(attraction, *, where=None, positions=None, top_k=None, continuation=0.5):
+def dcm_session(
+  attraction, *, where=None, positions=None, top_k=None, continuation: "Array | float | Sequence[float]" = 0.5
+):
   """The DCM's ``Session`` (see :func:`dcm`)."""
   given_positions = positions is not None
   r, where, positions, shown = prepare(attraction, where, positions, top_k)

@@ -12,6 +12,7 @@ component has one), each keeps its bias logits under ``c<m>.<name>``, and the we
 """
 
 import dataclasses
+import functools
 from typing import Optional
 
 import jax
@@ -135,8 +136,11 @@ class Mixture(ClickModel):
     comps = cfg.get("components") or tuple({"name": c} for c in self.components)
     parts = []
     for comp in comps:
-      comp = dict(comp.to_dict() if hasattr(comp, "to_dict") else comp)
-      model = get_click_model(comp.get("name"))
+      to_dict = getattr(comp, "to_dict", None)  # a ConfigDict
+      comp = dict(to_dict() if to_dict is not None else comp)
+      if comp.get("name") is None:
+        raise ValueError(f"mixture: component {comp} has no 'name'")
+      model = get_click_model(comp["name"])
       unknown = sorted(set(comp) - {"name"} - set(model.config_keys))
       if unknown or model.batch_inputs:
         raise ValueError(
@@ -176,8 +180,8 @@ class Mixture(ClickModel):
     ]
     w = jnp.asarray(weights, jnp.float32)
     marg = [s.marginals() for s in sessions]
-    exam = sum(w[i] * e for i, (e, _) in enumerate(marg))
-    click_prob = sum(w[i] * p for i, (_, p) in enumerate(marg))
+    exam = functools.reduce(jnp.add, [w[i] * e for i, (e, _) in enumerate(marg)])
+    click_prob = functools.reduce(jnp.add, [w[i] * p for i, (_, p) in enumerate(marg)])
     order, _ = display_order(positions, shown)
 
     def sample(key, num_sessions):

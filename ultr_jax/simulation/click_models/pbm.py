@@ -128,7 +128,7 @@ def pbm_table(
 def table_kwargs(cfg) -> dict:
   r"""``eta`` (1.0) and, when given, ``table`` of a config: the simulation keywords of every model with a position
   table to the power :math:`\eta` (pbm's ``(1/rank)^eta`` takes ``eta`` alone)."""
-  kwargs = {"eta": float(cfg.get("eta", 1.0))}
+  kwargs: dict[str, "float | tuple[float, ...]"] = {"eta": float(cfg.get("eta", 1.0))}
   if "table" in cfg:
     kwargs["table"] = tuple(float(v) for v in cfg["table"])
   return kwargs

@@ -98,7 +98,7 @@ def position_trust(
     return session.output(key, num_sessions, None)
   exam, click_prob = session.marginals()
   clicks = click_prob if num_sessions is None else jnp.broadcast_to(click_prob, (num_sessions,) + click_prob.shape)
-  out = {"examination": exam, "click_prob": click_prob, "clicks": clicks, **session.extras}
+  out = {"examination": exam, "click_prob": click_prob, "clicks": clicks, **(session.extras or {})}
   out["conditional_click_prob"] = jnp.broadcast_to(click_prob, clicks.shape)  # independent clicks
   if top_k is not None:
     out["shown"] = session.shown

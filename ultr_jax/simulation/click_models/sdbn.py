@@ -121,6 +121,7 @@ class SDBN(ChainModel):
 
   def log_bias(self, bias_logits, items=None):
     super().log_bias(bias_logits, items)  # checks the satisfaction is given
+    assert items is not None
     return {"no_satisfaction": items["satisfaction"][1]}
 
   def log_continuations(self, log_a, log_1ma, log_bias, ranks, table):

@@ -28,7 +28,7 @@ import shutil
 import tempfile
 import uuid
 import weakref
-from typing import Iterator, NamedTuple, Optional, Sequence
+from typing import Iterator, NamedTuple, Optional, Sequence, overload
 
 import numpy as np
 
@@ -122,7 +122,13 @@ def _group(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray
   return keys[first], _sum_by(inverse.ravel(), counts, first.shape[0])
 
 
-def merge_click_statistics(stats: Sequence["ClickStatistics | PartitionedStatistics"]):
+@overload
+def merge_click_statistics(stats: Sequence["ClickStatistics"]) -> "ClickStatistics": ...
+@overload
+def merge_click_statistics(
+  stats: Sequence["ClickStatistics | PartitionedStatistics"],
+) -> "ClickStatistics | PartitionedStatistics": ...
+def merge_click_statistics(stats):
   """The statistics of the union of the logs (associative and commutative up to the records' order).
 
   In-memory statistics merge into one :class:`ClickStatistics`; where any is a :class:`PartitionedStatistics`,
@@ -149,6 +155,7 @@ def merge_click_statistics(stats: Sequence["ClickStatistics | PartitionedStatist
     raise ValueError(f"merge_click_statistics: different reductions or list sizes {sorted(kinds)}, {sorted(sizes)}")
   if any(isinstance(s, PartitionedStatistics) for s in stats):
     return _merge_partitioned(stats)
+  stats = [s for s in stats if isinstance(s, ClickStatistics)]  # all of them: none is partitioned
   keys, counts = _group(np.concatenate([s.keys for s in stats]), np.concatenate([s.counts for s in stats]))
   return ClickStatistics(
     kind=stats[0].kind,
@@ -435,7 +442,9 @@ class RecordMerger:
   """
 
   def __init__(self, reduce, *, memory_budget_bytes: Optional[int] = None):
-    self.reduce, self.merged, self.pending, self.pending_rows = reduce, None, [], 0
+    self.reduce, self.pending_rows = reduce, 0
+    self.merged: Optional[ClickStatistics] = None
+    self.pending: list[ClickStatistics] = []
     self.memory_budget_bytes = memory_budget_bytes
     self.num_sessions = 0.0
 
@@ -552,7 +561,9 @@ def item_statistics(doc_ids, clicks, where, *, last_click_state: bool = False) -
   """
   counter = ItemCounter(last_click_state=last_click_state)
   counter.add(doc_ids, clicks, where)
-  return counter.result()
+  stats = counter.result()
+  assert isinstance(stats, ClickStatistics)  # no memory budget: nothing spills
+  return stats
 
 
 #: :class:`ItemCounter` keeps a dense table while the item keys span at most this many cells (2 int64 each:
@@ -715,6 +726,7 @@ class ItemCounter:
   def _count_dense(self, code, per_doc):
     size = 2 * self.num_docs * per_doc
     if self.num_docs * per_doc > self.max_dense_cells:  # outgrew the table: its cells become sparse records
+      assert self.table is not None  # without a table the counts are dense only while they fit
       self._flush()
       present = np.flatnonzero(self.table)
       self.sparse, self.table = [(present.astype(np.int64), self.table[present])], None
@@ -735,6 +747,7 @@ class ItemCounter:
 
   def _flush(self):
     if self._buffer:
+      assert self.table is not None  # codes are buffered for the dense table only
       code = self._buffer[0] if len(self._buffer) == 1 else np.concatenate(self._buffer)
       self.table += np.bincount(code, minlength=self.table.shape[0])
       self._buffer, self._buffered = [], 0
@@ -775,9 +788,9 @@ class ItemCounter:
       self.sparse, self._pending = [self._merge_sparse()], 0
     return self.sparse[0] if self.sparse else (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
-  def _spill_held(self) -> None:
+  def _spill_held(self) -> "_Spill":
     """Writes every count held as partitioned runs and forgets them (before decoding them: the decoded records,
-    not the codes as well, are what a spill holds)."""
+    not the codes as well, are what a spill holds); returns the spill."""
     codes, counts = self._held_codes()
     self.table, self.sparse, self._pending, self._buffer, self._buffered = None, [], 0, [], 0
     keys, counts = self._decode(codes, counts)
@@ -786,6 +799,7 @@ class ItemCounter:
       self._spill = _Spill(self.spill_dir, self.num_partitions, _tag())
     if keys.shape[0]:
       self._spill.write(keys, counts)
+    return self._spill
 
   def _decode(self, present: np.ndarray, counted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(keys int64[R, K], counts float64[R, 2])`` of sorted ``(code, count)`` pairs."""
@@ -815,11 +829,9 @@ class ItemCounter:
     :class:`PartitionedStatistics` where the counts went past the memory budget."""
     length = self.list_size or 0
     if self._spill is not None:
-      self._spill_held()
-      return self._spill.finish(self.kind, length, self.num_sessions, self.num_docs)
+      return self._spill_held().finish(self.kind, length, self.num_sessions, self.num_docs)
     if self.memory_budget_bytes is not None and self.memory_budget_bytes <= 0:  # nothing held in memory at all
-      self._spill_held()
-      return self._spill.finish(self.kind, length, self.num_sessions, self.num_docs)
+      return self._spill_held().finish(self.kind, length, self.num_sessions, self.num_docs)
     keys, counts = self._decode(*self._held_codes())
     return ClickStatistics(self.kind, keys, counts, self.num_sessions, length, self.num_docs)
 

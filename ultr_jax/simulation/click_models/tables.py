@@ -180,7 +180,9 @@ class FeatureTable(ParameterTable):
   rows_per_doc = 0
 
   __hash__ = object.__hash__  # identity (the features are an array)
-  __eq__ = object.__eq__
+
+  def __eq__(self, other: object) -> bool:
+    return self is other
 
   def __post_init__(self):
     if np.ndim(self.features) != 2:
@@ -320,6 +322,7 @@ def table_logits(tables: Mapping[str, ParameterTable], vectors: Mapping[str, Arr
   out, equal = {}, {}  # equal: the first name of each distinct table of rows -> the names of the tables equal to it
   for k, t in tables.items():
     if t.from_features:
+      assert isinstance(t, FeatureTable)  # the tables computed from features
       out[k] = t.document_logits(vectors[k], num_docs)
     elif type(t) is FullTable:
       out[k] = jnp.asarray(vectors[k], jnp.float32)[:num_docs]
