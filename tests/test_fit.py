@@ -122,6 +122,30 @@ def test_one_fit_function_is_public():
   assert [n for n in sim.__all__ if n.startswith("fit_")] == ["fit_click_model"]
 
 
+def test_no_private_cross_imports_between_the_fitting_modules():
+  """The scale path's modules (fit.py and the modules holding the solvers' math) use each other's module-level
+  names only, never a private (``_``) one: no ``from ultr_jax.simulation.m import _x``, no ``m._x``."""
+  import ast  # noqa: PLC0415
+  import pathlib  # noqa: PLC0415
+
+  modules = ("fit", "fitting", "streaming", "minibatch", "partitioned_fit")
+  root = pathlib.Path(sim.__file__).parent
+  found = []
+  for name in modules:
+    nodes = list(ast.walk(ast.parse((root / f"{name}.py").read_text())))
+    siblings = set()  # the sibling modules imported as modules (`from ultr_jax.simulation import minibatch`)
+    for node in nodes:
+      if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1] in modules:
+        found += [f"{name}.py:{node.lineno} {a.name}" for a in node.names if a.name.startswith("_")]
+      if isinstance(node, ast.ImportFrom) and node.module == "ultr_jax.simulation":
+        siblings |= {a.asname or a.name for a in node.names if a.name in modules}
+    for node in nodes:
+      is_sibling = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in siblings
+      if is_sibling and node.attr.startswith("_"):
+        found.append(f"{name}.py:{node.lineno} {node.value.id}.{node.attr}")
+  assert not found, found
+
+
 @pytest.mark.parametrize("solver", [sim.LBFGS(), sim.Statistics(), sim.Counts()], ids=lambda s: type(s).__name__)
 def test_a_batch_s_valid_sessions_are_the_only_ones_fitted(solver, log):
   """``valid`` (a fixed-shape stream's padding rows) counts in a single batch dict as in a list of them."""

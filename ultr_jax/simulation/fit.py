@@ -57,7 +57,7 @@ from ultr_jax.simulation.click_models.statistics import (
 from ultr_jax.simulation.fitting import (
   CTR_MODELS,
   ClickModelFit,
-  _ctr_tables,
+  ctr_tables,
   check_prior,
   fittable_model,
   logit_prior,
@@ -65,7 +65,7 @@ from ultr_jax.simulation.fitting import (
 )
 from ultr_jax.simulation.streaming import (
   MEMORY_BUDGET_BYTES,
-  _fit_records,
+  fit_records,
   evaluate_click_model_stream,
   gather_click_statistics,
   iterate_batches,
@@ -251,11 +251,11 @@ class Statistics:
       raise ValueError(f"{model.name}: statistics of kind {stats.kind!r}, expected {kind!r}")
     args = dict(num_docs=_num_docs(num_docs, stats), l2=l2, max_iters=self.max_iters, tol=self.tol, init=init)
     if isinstance(stats, PartitionedStatistics):
-      fit = partitioned_fit._fit(
+      fit = partitioned_fit.newton_fit(
         model, stats, **args, budget=self.budget, prior=prior, across_processes=self.across_processes
       )
     else:
-      fit = _fit_records(model, stats, **args, budget=self.budget, prior=prior)
+      fit = fit_records(model, stats, **args, budget=self.budget, prior=prior)
     return _stop(fit._replace(solver=self), f"max_iters = {self.max_iters} reached")
 
 
@@ -355,7 +355,7 @@ class Minibatch:
   def fit(self, model, data, *, num_docs, l2, prior, init):
     if isinstance(data, (ClickStatistics, PartitionedStatistics)):
       raise ValueError("Minibatch fits sessions; for gathered statistics use Statistics()")
-    fit = minibatch._fit(model, _batches(data), self, num_docs=num_docs, l2=l2, prior=prior, init=init)
+    fit = minibatch.minibatch_fit(model, _batches(data), self, num_docs=num_docs, l2=l2, prior=prior, init=init)
     return fit._replace(solver=self, stop_reason=f"{self.epochs} epoch(s) run ({fit.iterations} steps)")
 
 
@@ -424,7 +424,7 @@ class Counts:
       docs, ranks = (np.asarray(stats.keys[:, i], np.int64) for i in (0, 1))
       n, k = (np.asarray(stats.counts[:, v], np.float64) for v in (0, 1))
       g = float(k.sum()) / float(n.sum()) if float(n.sum()) > 0 else 0.5
-    rates = _ctr_tables(name, docs, ranks, n, k, g, num_docs=num_docs, length=length, prior=self.prior)
+    rates = ctr_tables(name, docs, ranks, n, k, g, num_docs=num_docs, length=length, prior=self.prior)
     nan = float("nan")
     return ClickModelFit(name, rates, {}, nan, nan, 0, True, solver=self, stop_reason="counted")
 

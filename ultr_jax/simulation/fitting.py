@@ -380,7 +380,7 @@ def click_prediction_scores(
   }
 
 
-def _ctr_tables(model, docs, ranks, impressions, clicks, g, *, num_docs, length, prior) -> dict:
+def ctr_tables(model, docs, ranks, impressions, clicks, g, *, num_docs, length, prior) -> dict:
   """The rate tables of ``model`` from impressions and clicks per record (document, rank), global rate ``g``
   (``impressions`` None: one each)."""
 

@@ -498,7 +498,7 @@ def _sparse_pays(tables, num_docs, batches) -> bool:
   return max((t.num_rows(num_docs) for t in tables.values()), default=0) > 16 * items
 
 
-def _fit(m: ClickModel, batches, solver, *, num_docs, l2: float, prior: str, init) -> ClickModelFit:
+def minibatch_fit(m: ClickModel, batches, solver, *, num_docs, l2: float, prior: str, init) -> ClickModelFit:
   """``solver``'s fit of ``m`` to ``batches``: a :class:`~ultr_jax.simulation.Minibatch` (its objective and options
   are stated there; ``fit.py`` imports this module, so the class is not named here)."""
   optimizer = optax.adam(0.05) if solver.optimizer is None else solver.optimizer

@@ -79,11 +79,11 @@ REJECT_RTOL, MAX_REJECTIONS = 1e-6, 6
 START_DAMPING, MIN_DAMPING = 1e-3, 1e-6
 
 
-def _bucket(n: int, minimum: int = 256) -> int:
+def padded_size(n: int, minimum: int = 256) -> int:
   """The smallest of :math:`2^k, 1.25 \\cdot 2^k, 1.5 \\cdot 2^k, 1.75 \\cdot 2^k` that is at least ``n`` (and
   ``minimum``): padded to it, a fit compiles once per bucket, at most a quarter more work.
 
-  >>> [_bucket(n) for n in (1, 256, 257, 1000, 1025)]
+  >>> [padded_size(n) for n in (1, 256, 257, 1000, 1025)]
   [256, 256, 320, 1024, 1280]
   """
   n = max(int(n), int(minimum))
@@ -269,7 +269,7 @@ class _Partitions:
     self.statistics, parts = statistics, statistics.num_partitions
     sizes = [sum(_rows(path) for path in runs) for runs in statistics.runs]
     self.nonempty = [p for p in range(parts) if sizes[p]]
-    self.rows = _bucket(max(sizes, default=0))
+    self.rows = padded_size(max(sizes, default=0))
     self.width = self.rows  # a partition's records read at most as many documents as they are
     self.budget = memory_budget_bytes
     self.cache: dict = {}
@@ -468,7 +468,7 @@ def _full_tables(source, mine, tables, per_doc, centre, num_docs, across_process
   return docs
 
 
-def _fit(
+def newton_fit(
   model: ClickModel,
   statistics: PartitionedStatistics,
   *,

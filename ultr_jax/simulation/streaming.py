@@ -44,7 +44,7 @@ from ultr_jax.simulation.fitting import (
   logit_prior,
   validate_sessions,
 )
-from ultr_jax.simulation.partitioned_fit import _bucket, compact_documents
+from ultr_jax.simulation.partitioned_fit import padded_size, compact_documents
 
 __all__ = [
   "ClickStatistics",
@@ -207,7 +207,7 @@ def _pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
   return np.concatenate([x, np.zeros((rows - x.shape[0],) + x.shape[1:], x.dtype)]) if rows > x.shape[0] else x
 
 
-def _fit_records(m: ClickModel, statistics: ClickStatistics, *, num_docs, l2, max_iters, tol, init, budget, prior):
+def fit_records(m: ClickModel, statistics: ClickStatistics, *, num_docs, l2, max_iters, tol, init, budget, prior):
   r""":class:`~ultr_jax.simulation.Statistics`' fit on statistics in memory: preconditioned L-BFGS on the records.
 
   A document that no record reads has only the prior's term, so its optimum is the prior's centre: logit 0 under
@@ -232,14 +232,14 @@ def _fit_records(m: ClickModel, statistics: ClickStatistics, *, num_docs, l2, ma
   # which no record reads either, converges to the centre and gives the others' values), a table of the log's
   # documents rather than of every id.
   table_docs = num_docs if seen is None else seen.size + 1
-  padded_docs = _bucket(table_docs)
+  padded_docs = padded_size(table_docs)
   logits = m.init(num_docs=padded_docs, list_size=statistics.list_size)
   if init is not None:
     pick = (lambda v: v) if seen is None else (lambda v: _take_rows(v, seen))
     logits = {
       k: (_pad_rows(pick(np.asarray(v, np.float32)), padded_docs) if k in per_doc else v) for k, v in init.items()
     }
-  rows = _bucket(statistics.num_records)
+  rows = padded_size(statistics.num_records)
   keys = jnp.asarray(_pad_rows(keys, rows), jnp.int32)
   counts = jnp.asarray(_pad_rows(statistics.counts, rows), jnp.float32)
   n, l2_, tol_ = jnp.float32(statistics.num_sessions), jnp.float32(l2), jnp.float32(tol)
