@@ -136,6 +136,7 @@ def _figures_3b_6(cfg, key, data: dict, grid: list, workdir: str, plt, out: dict
   fig, ax = plt.subplots(figsize=(4.5, 3.2))
   for name in res[1]:
     ax.errorbar([1, 2, 3, 4], out["3b"][name]["mean"], yerr=out["3b"][name]["std"], marker="o", capsize=3, label=name)
+  ax.set_xticks([1, 2, 3, 4])
   ax.set_xlabel("K (components)")
   ax.set_ylabel("MCC")
   ax.set_title("Fig. 3b")
