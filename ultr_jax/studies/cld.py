@@ -475,6 +475,8 @@ def _plots(results, points, workdir, config):
       ax.set_ylabel(metric)
       if axis == "sessions":
         ax.set_xscale("log")
+      else:  # ticks at the grid's values (k = 2, 3, 5, 10, 20), not between them
+        ax.set_xticks(sorted({p[axis] for _, p in keys}))
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     name = f"fig_{tag.replace('/', '_').replace('=', '')}.png"
