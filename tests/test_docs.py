@@ -322,7 +322,8 @@ def test_no_attribute_doc_is_read_as_a_type(html_dir, tmp_path):
 
 def study_page_figure_problems(html_dir) -> list:
   """Study pages that show no figure of their own study (an image from ``docs/_static/figures/<study>/``, where the
-  default runs' figures are committed) and do not say why (``No figure is committed``)."""
+  default runs' figures are committed) and do not say why (``No figure is committed``), or show the smoke run's
+  figures (captioned ``(smoke config)``) without saying why the default run's are not drawn."""
   problems = []
   for page in sorted(glob.glob(os.path.join(html_dir, "studies", "*.html"))):
     study = os.path.splitext(os.path.basename(page))[0]
@@ -335,6 +336,8 @@ def study_page_figure_problems(html_dir) -> list:
     own = [src for src in re.findall(r'<img[^>]*\bsrc="([^"]+)"', text) if posixpath.basename(src) in drawn]
     if not own and "No figure is committed" not in text:
       problems.append(f"studies/{study}.html: no figure of its default run and no reason why")
+    if own and "(smoke config)" in text and "default run's figures are not drawn" not in text:
+      problems.append(f"studies/{study}.html: figures of the smoke run, not the default run, and no reason why")
   return problems
 
 
@@ -343,3 +346,8 @@ def test_every_study_page_shows_its_default_run_figures_or_says_why_not(html_dir
   (tmp_path / "studies").mkdir()  # the check can fail: a page with another study's figure only
   (tmp_path / "studies" / "x.html").write_text('<img src="../_images/fig2_leakage_ess.png">')
   assert study_page_figure_problems(str(tmp_path)) == ["studies/x.html: no figure of its default run and no reason why"]
+  (tmp_path / "studies" / "x.html").unlink()
+  (tmp_path / "studies" / "online.html").write_text('<img src="../_images/fig_online.png"> (smoke config)')
+  assert study_page_figure_problems(str(tmp_path)) == [
+    "studies/online.html: figures of the smoke run, not the default run, and no reason why"
+  ]
