@@ -207,8 +207,10 @@ def _data(key, shape, case, dtype=jnp.float32):
   return scores, clicks, aux, where
 
 
+@functools.cache
 def _jitted(case):
-  """``case.fn`` under ``jax.jit``, as a training step calls it.
+  """``case.fn`` under ``jax.jit``, as a training step calls it; one per case, so the tests of a case that call it
+  at the same shapes and ``reduce_fn`` share one compiled program.
 
   Called eagerly, a loss compiles each of its primitives separately for every new shape (about 20 ms
   each on CPU); jitted, it compiles once per shape.

@@ -29,14 +29,16 @@ _SCRIPT = textwrap.dedent(
   assert jax.process_count() == 2
   stream = lambda part: data.SessionStream(f"{shards}/{part}", batch_size=256)  # this process's row groups
   out = {}
-  for model in ("pbm", "ubm"):
+  for spilled in (False, True):  # in memory (all-gathered), then through the partition files of a shared spill dir
     solver = sim.Statistics(
-      budget=int(budget) or None, spill_dir=spill or None, num_partitions=3, across_processes=True
+      budget=int(budget) if spilled else None, spill_dir=spill if spilled else None, num_partitions=3,
+      across_processes=True,
     )
-    fit = sim.fit_click_model(model, stream("train"), solver=solver, num_docs=stream("train").num_docs, l2=1.0)
-    scores = sim.evaluate_click_model_stream(model, fit.params, stream("test"), across_processes=True)
-    out[model] = {"attraction": fit.params["attraction"].tolist(), "perplexity": scores["perplexity"],
-                  "num_sessions": scores["num_sessions"], "log_likelihood": fit.log_likelihood}
+    for model in ("pbm", "ubm"):
+      fit = sim.fit_click_model(model, stream("train"), solver=solver, num_docs=stream("train").num_docs, l2=1.0)
+      scores = sim.evaluate_click_model_stream(model, fit.params, stream("test"), across_processes=True)
+      out[f"{model}|{spilled}"] = {"attraction": fit.params["attraction"].tolist(), "perplexity": scores["perplexity"],
+                                   "num_sessions": scores["num_sessions"], "log_likelihood": fit.log_likelihood}
   json.dump(out, open(out_path, "w"))
   """
 )
@@ -85,22 +87,24 @@ def _two_processes(tmp_path, shards, budget, spill):
   return [json.load(open(tmp_path / f"p{i}.json")) for i in range(2)]
 
 
-@pytest.mark.parametrize("spilled", [False, True])
-def test_two_processes_fit_as_one(tmp_path, shards, spilled):
-  spill = str(tmp_path / "spill") if spilled else ""
-  got = _two_processes(tmp_path, shards, 3000 if spilled else 0, spill)
-  want = _reference(shards, sim.Statistics(budget=3000, num_partitions=3) if spilled else sim.Statistics())
-  for model in ("pbm", "ubm"):
-    for out in got:  # both processes hold the whole log's fit and scores, one process's to 1e-6
-      assert out[model]["num_sessions"] == want[model]["num_sessions"]
-      np.testing.assert_allclose(out[model]["attraction"], want[model]["attraction"], atol=1e-6)
-      assert out[model]["perplexity"] == pytest.approx(want[model]["perplexity"], abs=1e-6)
-      assert out[model]["log_likelihood"] == pytest.approx(want[model]["log_likelihood"], abs=1e-6)
-  if spilled:  # merged through the partition files: per model one run directory with both writers' metadata
-    runs = os.listdir(spill)
-    assert len(runs) == 2
-    for run in runs:
-      assert len([f for f in os.listdir(os.path.join(spill, run)) if f.endswith(".json")]) == 2
+def test_two_processes_fit_as_one(tmp_path, shards):
+  """Both merges in the same two processes (one start-up): in memory, and spilled with a 3,000-byte budget."""
+  spill = str(tmp_path / "spill")
+  got = _two_processes(tmp_path, shards, 3000, spill)
+  for spilled in (False, True):
+    want = _reference(shards, sim.Statistics(budget=3000, num_partitions=3) if spilled else sim.Statistics())
+    for model in ("pbm", "ubm"):
+      for out in got:  # both processes hold the whole log's fit and scores, one process's to 1e-6
+        o = out[f"{model}|{spilled}"]
+        assert o["num_sessions"] == want[model]["num_sessions"]
+        np.testing.assert_allclose(o["attraction"], want[model]["attraction"], atol=1e-6)
+        assert o["perplexity"] == pytest.approx(want[model]["perplexity"], abs=1e-6)
+        assert o["log_likelihood"] == pytest.approx(want[model]["log_likelihood"], abs=1e-6)
+  # merged through the partition files: per model one run directory with both writers' metadata
+  runs = os.listdir(spill)
+  assert len(runs) == 2
+  for run in runs:
+    assert len([f for f in os.listdir(os.path.join(spill, run)) if f.endswith(".json")]) == 2
 
 
 def _binary(args, tmp_path, n):
