@@ -342,16 +342,18 @@ def _health(x, loss, before, after):
   bias, centres and modules) are finite, and when not (a ``lax.cond``: nothing computed on a finite step) which of
   the batch's inputs (shown entries only) and parameters held a non-finite value before and after it."""
   ok = ~nonfinite(loss) & ~jnp.any(jnp.stack([nonfinite(v) for v in jax.tree.leaves(after)]))
-  shown = x["where"]
-  inputs = {
-    "clicks": jnp.where(shown, x["clicks"], 0.0),
-    "features": {k: jnp.where(shown[..., None], v, 0.0) for k, v in x["features"].items()},
-    "prior": x["prior"],
-  }
-  diagnosis = jax.lax.cond(
-    ok, lambda: diagnose(inputs, before, after, healthy=True), lambda: diagnose(inputs, before, after, healthy=False)
-  )
-  return ok, diagnosis
+  inputs = {"clicks": x["clicks"], "features": x["features"], "prior": x["prior"]}
+
+  def unhealthy():  # the masked entries (zeros, padding) do not count: masked here, in the branch alone
+    shown = x["where"]
+    masked = {
+      "clicks": jnp.where(shown, x["clicks"], 0.0),
+      "features": {k: jnp.where(shown[..., None], v, 0.0) for k, v in x["features"].items()},
+      "prior": x["prior"],
+    }
+    return diagnose(masked, before, after, healthy=False)
+
+  return ok, jax.lax.cond(ok, lambda: diagnose(inputs, before, after, healthy=True), unhealthy)
 
 
 def _scan(model, optimizer, sparse, state, xs, l2_bias, feature_tables=()):
