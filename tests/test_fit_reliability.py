@@ -16,7 +16,7 @@ import pytest
 from ultr_jax.data import RankingDataset
 from ultr_jax.train import default_train_config, fit, get_method, run_fingerprint, run_in_progress, write_results
 from ultr_jax import _workdir as workdir_lock
-from ultr_jax.train.checkpoint import Checkpointer, restore_checkpoint
+from ultr_jax._checkpoint import Checkpointer, restore_checkpoint
 from ultr_jax.train.input import mask_padding
 
 L, F = 4, 3

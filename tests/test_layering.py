@@ -129,6 +129,9 @@ LAYERS = {
   "_schema": 0,  # config value rules: the binaries', train.fit's and the studies'
   "_state_files": 0,  # the validating reader of run-state and side files
   "_workdir": 0,  # the IN_PROGRESS lock: runs and conversions
+  "_checkpoint": 0,  # orbax checkpoints and their restoring: train.fit's and the minibatch click-model fit's
+  "_fingerprint": 0,  # the digests and fingerprint_diff those checkpoints are refused by
+  "_divergence": 0,  # the in-scan non-finite diagnosis and first_nonfinite: train's steps and the minibatch fit's
   "data": 1,
   "simulation": 2,
   "metrics": 2,

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ultr_jax import _workdir, data, graph, metrics, studies, train
+from ultr_jax import _checkpoint, _workdir, data, graph, metrics, studies, train
 from ultr_jax import evaluation as ev
 
 SPLITS = data.make_synthetic(num_train=8, num_valid=4, num_test=4, list_size=3, num_features=2)
@@ -248,10 +248,10 @@ def test_a_checkpoint_meta_of_the_wrong_shape_falls_back_to_the_older_step(tmp_p
   ckpt.save(2, {"w": np.full(2, 2.0, np.float32)}, {"fingerprint": {"hash": "a"}, **meta})
   ckpt.wait()
   with pytest.raises(ValueError, match=r"2/meta/metadata: expected a checkpoint's meta .* restart=True"):
-    train.checkpoint.restore_checkpoint(ckpt, {"w": np.zeros(2)}, {"hash": "a"}, max_step=9, on_corrupt="raise")
+    _checkpoint.restore_checkpoint(ckpt, {"w": np.zeros(2)}, {"hash": "a"}, max_step=9, on_corrupt="raise")
   ckpt = train.Checkpointer(str(tmp_path / "ckpt"), max_to_keep=3)
   warnings = []
-  step, state, _ = train.checkpoint.restore_checkpoint(
+  step, state, _ = _checkpoint.restore_checkpoint(
     ckpt, {"w": np.zeros(2)}, {"hash": "a"}, max_step=9, warn=warnings.append
   )
   assert step == 1 and state["w"].tolist() == [1.0, 1.0]

@@ -25,7 +25,7 @@ from ultr_jax.train import (
   write_results,
 )
 from ultr_jax.train import loop as loop_lib
-from ultr_jax.train.checkpoint import Checkpointer
+from ultr_jax._checkpoint import Checkpointer
 
 from ultr_jax.train.sharding import replicated
 

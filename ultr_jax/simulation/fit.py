@@ -36,6 +36,7 @@ patterns of a long-tail log, which cannot be split by document) or their fit's p
 
 import dataclasses
 import logging
+import os
 from typing import Callable, Iterable, Mapping, Optional, Protocol, Sequence, Union, runtime_checkable
 
 import functools
@@ -319,6 +320,25 @@ class Minibatch:
     list_size, num_sessions: ``L`` and ``S`` if known (else counted in a first pass, which also counts
       :math:`N_u` when sparse with ``l2 > 0``).
     key: PRNG key of feature tables' initial module parameters (None: ``jax.random.key(0)``).
+    checkpoint_dir: where the fit checkpoints its whole state (None: nowhere): the row vectors, centres, bias,
+      feature modules' parameters and their optimiser states, and its position (epoch, batches done in it,
+      steps, the batch log-likelihoods its ``log_likelihood`` averages), through orbax (atomic writes; the two
+      newest kept). A fit given a directory that holds a checkpoint resumes from the newest readable one (an
+      unreadable one is set aside, with a warning), skipping the batches of its epoch already done, and returns
+      what the fit without interruption would (the same steps, and logits equal to the order of float sums);
+      a checkpoint of another fit (another model, ``l2``, prior, ``init``, optimiser or its settings, epochs,
+      tables, ``steps_per_call``, or data: ``D``, ``L``, ``S``, the first batch) is refused with a
+      ``ValueError`` naming what differs. With a grid of ``l2`` values each value's fit checkpoints in its
+      own subdirectory ``l2=<value>``.
+    checkpoint_every: jitted calls (of ``steps_per_call`` batches each) between checkpoints; the fit also saves
+      one when it ends.
+
+  A step whose objective or updated parameters are not finite (a learning rate too large, a non-finite feature)
+  stops the fit with a ``FloatingPointError`` naming its batch (0-based, counting from the fit's first batch) and
+  the input or parameter that went non-finite, as :func:`~ultr_jax.train.fit` does: the check runs inside the
+  jitted steps (each call returns its first non-finite step, read on the host a call later), and a checkpoint
+  is saved only after its steps are checked. Sessions the model cannot take (clicks not 0/1, NaN among them)
+  are a ``ValueError`` naming the batch, before any step.
 
   >>> b = {"doc_ids": np.array([[0, 1], [1, 0]] * 8), "clicks": np.array([[1.0, 0.0], [0.0, 1.0]] * 8)}
   >>> fit = fit_click_model("cascade", [b] * 10, solver=Minibatch(optimizer=optax.adam(0.1), epochs=5, sparse=True))
@@ -347,10 +367,16 @@ class Minibatch:
   list_size: Optional[int] = None
   num_sessions: Optional[float] = None
   key: Optional[jax.Array] = None
+  checkpoint_dir: Optional[str] = None
+  checkpoint_every: int = 100
 
   def __post_init__(self):
-    if self.epochs < 1 or self.steps_per_call < 1:
-      raise ValueError(f"Minibatch: epochs and steps_per_call must be >= 1, got {self.epochs}, {self.steps_per_call}")
+    for name in ("epochs", "steps_per_call", "checkpoint_every"):
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"Minibatch: {name} must be an integer >= 1, got {value!r}")
+    if self.checkpoint_dir is not None and not isinstance(self.checkpoint_dir, (str, os.PathLike)):
+      raise ValueError(f"Minibatch: checkpoint_dir must be a path or None, got {self.checkpoint_dir!r}")
 
   def fit(self, model, data, *, num_docs, l2, prior, init):
     if isinstance(data, (ClickStatistics, PartitionedStatistics)):
@@ -494,6 +520,15 @@ def _fit_one(m, data, solver, *, num_docs, l2, prior, init, source=None) -> Clic
     return fit._replace(stop_reason=f"{fit.stop_reason} (the fallback: {e})")
 
 
+def _checkpoints_of(solver: Solver, l2: float) -> Solver:
+  """``solver`` (or its fallback) checkpointing a grid's fit with ``l2`` in its own subdirectory."""
+  if isinstance(solver, Minibatch) and solver.checkpoint_dir is not None:
+    return dataclasses.replace(solver, checkpoint_dir=os.path.join(solver.checkpoint_dir, f"l2={l2!r}"))
+  if isinstance(solver, Statistics) and solver.fallback is not None:
+    return dataclasses.replace(solver, fallback=_checkpoints_of(solver.fallback, l2))
+  return solver
+
+
 def fit_click_model(
   model: "str | ClickModel",
   data: SessionData,
@@ -585,7 +620,8 @@ def fit_click_model(
       solver = solver.fallback
   scores, best = {}, None
   for value in grid:
-    fit = _fit_one(m, data, solver, num_docs=num_docs, l2=value, prior=prior, init=init, source=source)
+    one = _checkpoints_of(solver, value) if len(grid) > 1 else solver
+    fit = _fit_one(m, data, one, num_docs=num_docs, l2=value, prior=prior, init=init, source=source)
     init = fit.logits
     if validation is not None:
       held_out = validation() if callable(validation) else validation

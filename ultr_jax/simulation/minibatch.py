@@ -30,10 +30,20 @@ holds ``1 / n`` of every table, the row count padded with never-shown rows to a 
 logits are replicated. The jitted steps take and return those shardings; XLA's partitioner gathers each
 batch's rows from the devices that hold them and scatters them back, so no device ever holds a whole table and
 what moves between devices per step is the batch's rows, not the table.
+
+With a ``checkpoint_dir`` the fit saves its whole state and its position (epoch, batches done in it, steps, the
+batch log-likelihoods so far) every ``checkpoint_every`` calls and at the end, through the checkpoints the
+training loop uses (:mod:`ultr_jax._checkpoint`, fingerprinted by :mod:`ultr_jax._fingerprint`), and resumes
+from the newest readable one, skipping the batches of its epoch already done. Each step also reports whether its
+objective and updated parameters are finite, and if not which inputs and parameters were not
+(:mod:`ultr_jax._divergence`, as the training loop's steps do); the host reads each call's report one call later
+and stops a diverged fit with a ``FloatingPointError`` naming the batch.
 """
 
 import functools
+import itertools
 import queue
+import sys
 import threading
 import types
 from typing import Callable, Iterable, Iterator, Mapping, NamedTuple, Optional
@@ -44,6 +54,9 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from ultr_jax._checkpoint import Checkpointer, restore_checkpoint
+from ultr_jax._fingerprint import arrays_digest, digest
+from ultr_jax._divergence import diagnose, first_nonfinite, first_of_call, nonfinite
 from ultr_jax.simulation.click_models import ClickModel
 from ultr_jax.simulation.click_models.tables import FeatureTable, FullTable, ParameterTable, table_logits
 from ultr_jax.simulation.fitting import ClickModelFit
@@ -70,6 +83,14 @@ def _check_list_size(index: int, got: int, list_size: int) -> None:
       f"Minibatch: batch {index} holds lists of {got} items, but the fit's list size is "
       f"{list_size} (the first batch's or list_size=); every batch of a fit must have the same list size"
     )
+
+
+def _sessions(index: int, batch: Mapping, m: ClickModel, num_docs: Optional[int] = None):
+  """:func:`~ultr_jax.simulation.streaming.session_batch` of the fit's batch ``index`` (its errors name it)."""
+  try:
+    return session_batch(batch, m, num_docs)
+  except ValueError as e:
+    raise ValueError(f"Minibatch: batch {index} (0-based, counting from the fit's first batch): {e}") from None
 
 
 class _RowCounter:
@@ -107,7 +128,7 @@ def _count(m, batches, tables, list_size, need_impressions) -> _Counts:
   counters = {k: _RowCounter() for k in set(owner.values())} if need_impressions else {}
   docs, count = 0, 0.0
   for i, batch in enumerate(iterate_batches(batches)):
-    doc_ids, _, where, n = session_batch(batch, m)
+    doc_ids, _, where, n = _sessions(i, batch, m)
     list_size = doc_ids.shape[-1] if list_size is None else list_size
     _check_list_size(i, doc_ids.shape[-1], list_size)
     docs = max(docs, n)
@@ -155,7 +176,7 @@ def _prepare(plan: _Plan, index: int, batch: Mapping, rows_per_batch: Optional[i
   logit vector, or of the batch's gathered rows when sparse), when sparse ``uniq`` (the distinct rows, padded
   with the out-of-range row ``num_rows``) and ``prior`` (each gathered row's prior precision this step), and
   ``features`` (per feature table ``float32[B, L, F]``, masked items' those of document 0)."""
-  doc_ids, clicks, where, _ = session_batch(batch, plan.model, plan.num_docs)
+  doc_ids, clicks, where, _ = _sessions(index, batch, plan.model, plan.num_docs)
   _check_list_size(index, doc_ids.shape[-1], plan.list_size)
   pad = (rows_per_batch or doc_ids.size // plan.list_size) - doc_ids.size // plan.list_size
 
@@ -200,11 +221,12 @@ def _stack(prepared: list) -> dict:
   return jax.tree.map(lambda *x: np.stack(x), *prepared)
 
 
-def _groups(plan: _Plan, batches: Batches, steps_per_call: int) -> Iterator[dict]:
+def _groups(plan: _Plan, batches: Batches, steps_per_call: int, start: int = 0) -> Iterator[dict]:
   """Prepared batches stacked ``steps_per_call`` at a time (a group ends early where the batch shape changes
-  and at the end of the stream; a shorter batch is padded with masked sessions to its group's size)."""
+  and at the end of the stream; a shorter batch is padded with masked sessions to its group's size); ``start``:
+  the fit's number of the first batch (for messages)."""
   group, rows = [], 0
-  for i, batch in enumerate(batches):
+  for i, batch in enumerate(batches, start):
     n = int(np.asarray(batch["clicks"]).size // plan.list_size) if "clicks" in batch else 0
     if group and n > rows:
       yield _stack(group)
@@ -289,13 +311,14 @@ def _step(model, optimizer, sparse, state, x, l2_bias, feature_tables=()):
     penalty += l2_bias * sum(jnp.sum(v**2) for v in jax.tree.leaves((bias, modules)))
     return 0.5 * penalty - ll, ll
 
-  (_, ll), grads = jax.value_and_grad(objective, argnums=(0, 1, 2, 3), has_aux=True)(local, bias, centre, modules)
+  (loss, ll), grads = jax.value_and_grad(objective, argnums=(0, 1, 2, 3), has_aux=True)(local, bias, centre, modules)
   grad, bias_grad, centre_grad, module_grad = grads
-  new_vectors, new_states = {}, {}
+  before = {"rows": local, "bias": bias, "centre": centre, "modules": modules}
+  new_vectors, new_states, new_rows = {}, {}, {}
   for k, v in vectors.items():
     opt_state = _rows_of(vector_states[k], x["uniq"][k], v.shape[0]) if sparse else vector_states[k]
     updates, opt_state = optimizer.update(grad[k], opt_state, local[k])
-    rows = optax.apply_updates(local[k], updates)
+    rows = new_rows[k] = optax.apply_updates(local[k], updates)
     if sparse:
       new_vectors[k] = v.at[x["uniq"][k]].set(rows, mode="drop")
       new_states[k] = _put_rows(vector_states[k], opt_state, x["uniq"][k], v.shape[0])
@@ -309,11 +332,37 @@ def _step(model, optimizer, sparse, state, x, l2_bias, feature_tables=()):
   if modules:  # the feature tables' modules: dense steps on their (few) parameters
     updates, module_state = optimizer.update(module_grad, module_state, modules)
     modules = optax.apply_updates(modules, updates)
-  return (new_vectors, (bias, centre, modules), new_states, (bias_state, centre_state, module_state)), ll
+  after = {"rows": new_rows, "bias": bias, "centre": centre, "modules": modules}
+  new_state = (new_vectors, (bias, centre, modules), new_states, (bias_state, centre_state, module_state))
+  return new_state, (ll, *_health(x, loss, before, after))
+
+
+def _health(x, loss, before, after):
+  """``(ok, diagnosis)`` of one step: whether its objective and the parameters it updated (the batch's rows, the
+  bias, centres and modules) are finite, and when not (a ``lax.cond``: nothing computed on a finite step) which of
+  the batch's inputs (shown entries only) and parameters held a non-finite value before and after it."""
+  ok = ~nonfinite(loss) & ~jnp.any(jnp.stack([nonfinite(v) for v in jax.tree.leaves(after)]))
+  inputs = {"clicks": x["clicks"], "features": x["features"], "prior": x["prior"]}
+
+  def unhealthy():  # the masked entries (zeros, padding) do not count: masked here, in the branch alone
+    shown = x["where"]
+    masked = {
+      "clicks": jnp.where(shown, x["clicks"], 0.0),
+      "features": {k: jnp.where(shown[..., None], v, 0.0) for k, v in x["features"].items()},
+      "prior": x["prior"],
+    }
+    return diagnose(masked, before, after, healthy=False)
+
+  return ok, jax.lax.cond(ok, lambda: diagnose(inputs, before, after, healthy=True), unhealthy)
 
 
 def _scan(model, optimizer, sparse, state, xs, l2_bias, feature_tables=()):
-  return jax.lax.scan(lambda s, x: _step(model, optimizer, sparse, s, x, l2_bias, feature_tables), state, xs)
+  """The steps on a group of prepared batches: ``(state, (log-likelihoods [K], the call's first non-finite step))``
+  (:func:`~ultr_jax._divergence.first_of_call`)."""
+  state, (ll, ok, diagnosis) = jax.lax.scan(
+    lambda s, x: _step(model, optimizer, sparse, s, x, l2_bias, feature_tables), state, xs
+  )
+  return state, (ll, first_of_call(ok, diagnosis))
 
 
 _steps = jax.jit(_scan, static_argnums=(0, 1, 2, 6), donate_argnums=(3,))
@@ -457,21 +506,72 @@ def _row_priors(tables, impressions: Mapping[str, np.ndarray], padded: Mapping[s
   return _shared(tables, make)
 
 
-def _epochs(step: Callable, plan: _Plan, state, batches, epochs: int, steps_per_call: int, placement):
-  """``epochs`` passes of ``step(state, group)`` over the prepared groups of batches; returns the last state, the
-  steps taken and the last epoch's batch log-likelihoods (the prepared groups let go on return)."""
-  steps, last = 0, []
-  for _ in range(epochs):
-    values = []
-    groups = _groups(plan, iterate_batches(batches), steps_per_call)
+class _Position(NamedTuple):
+  """Where a fit is: the epoch, the batches done in it, the steps done in all, the batch log-likelihoods of this
+  epoch so far and of the last complete one (``float32``)."""
+
+  epoch: int = 0
+  batch: int = 0
+  steps: int = 0
+  values: np.ndarray = np.zeros(0, np.float32)
+  last: np.ndarray = np.zeros(0, np.float32)
+
+
+def _check_finite(pending: list, epoch: int) -> None:
+  """Raises ``FloatingPointError`` at the first non-finite step of the calls ``pending`` (``[(first batch,
+  diagnosis)]``), naming its batch and what went non-finite first; ``pending`` is emptied."""
+  first = first_nonfinite(pending)
+  pending.clear()
+  if first is None:
+    return
+  where = f"Minibatch: the fit diverged at batch {first['batch']} (0-based, counting from the fit's first batch; epoch {epoch})"
+  if first["inputs"]:
+    raise FloatingPointError(
+      f"{where}: its input {', '.join(first['inputs'])} hold(s) non-finite values among the shown items; fix the data"
+    )
+  if first["params_before"]:
+    raise FloatingPointError(f"{where}: parameter(s) {first['params_before']} were already non-finite")
+  what = f"parameter(s) {first['params_after']}" if first["params_after"] else "the objective"
+  raise FloatingPointError(
+    f"{where}, with finite inputs and parameters: the update made {what} non-finite. Lower the optimizer's "
+    "learning rate or clip its updates (optax.clip_by_global_norm)"
+  )
+
+
+def _epochs(step: Callable, plan: _Plan, state, batches, solver, placement, position: _Position, save=None):
+  """The passes of ``step(state, group)`` over the prepared groups of batches up to ``solver.epochs``, from
+  ``position`` (the batches it has done of its epoch skipped); returns the last state and position.
+
+  Each call's first non-finite step is read one call later (the device keeps a call queued) and before a save:
+  a non-finite step raises ``FloatingPointError``. ``save(state, position)``: every ``solver.checkpoint_every``
+  calls (None: never)."""
+  epoch, done, steps, values, last = position
+  values, last, calls = [values], [last], 0
+  for epoch in range(epoch, solver.epochs):
+    pending = []
+    batch_iter = itertools.islice(iterate_batches(batches), done, None) if done else iterate_batches(batches)
+    groups = _groups(plan, batch_iter, solver.steps_per_call, steps)
     if placement is not None:
       groups = map(functools.partial(_put_group, placement=placement), groups)
     for xs in _prefetch(groups):
-      state, ll = step(state, xs)
+      state, (ll, first) = step(state, xs)
+      if len(pending) > 0:  # the previous call's: it has finished or is about to, while this one runs
+        _check_finite(pending, epoch)
+      pending.append((steps, first))
       values.append(ll)
-      steps += int(xs["clicks"].shape[0])
-    last = values
-  return state, steps, last
+      n = int(xs["clicks"].shape[0])
+      steps, done, calls = steps + n, done + n, calls + 1
+      if save is not None and calls % solver.checkpoint_every == 0:
+        _check_finite(pending, epoch)
+        save(state, _Position(epoch, done, steps, _host(values), _host(last)))
+    _check_finite(pending, epoch)
+    last, values, done = values, [], 0
+  return state, _Position(solver.epochs, 0, steps, np.zeros(0, np.float32), _host(last))
+
+
+def _host(values: list) -> np.ndarray:
+  """The batch log-likelihoods (host or device arrays) in one ``float32`` array."""
+  return np.concatenate([np.asarray(v, np.float32).reshape(-1) for v in values]) if values else np.zeros(0, np.float32)
 
 
 @functools.partial(jax.jit, donate_argnums=(0,))
@@ -496,6 +596,122 @@ def _sparse_pays(tables, num_docs, batches) -> bool:
   first = next(iter(iterate_batches(batches)), None)
   items = int(np.asarray(first["clicks"]).size) if first is not None and "clicks" in first else 1
   return max((t.num_rows(num_docs) for t in tables.values()), default=0) > 16 * items
+
+
+#: The shape of a minibatch fit's checkpoint meta: its fingerprint and where it is.
+_META_SPEC = {
+  "fingerprint": dict,
+  "position": {
+    "epoch": int,
+    "batch": int,
+    "steps": int,
+    "values": [(float, type(None))],
+    "last": [(float, type(None))],
+  },
+}
+_RECOVERY = (
+  "the fit sets this step aside and resumes from the newest readable one; remove the checkpoint_dir to start over"
+)
+
+
+def _tree_digest(tree) -> str:
+  """A digest of a tree's leaves: their paths, shapes, dtypes and values."""
+  leaves = jax.tree_util.tree_leaves_with_path(tree)
+  return digest(*(x for p, v in leaves for x in (jax.tree_util.keystr(p), np.asarray(v))))
+
+
+def _optimizer_digest(optimizer: optax.GradientTransformation) -> str:
+  """What ``optimizer`` makes of a fixed probe: three steps from fixed parameters with fixed gradients (rounded
+  to 6 decimals), so that another optimiser, or other settings of it (a learning rate), give another digest."""
+  params = jnp.linspace(-1.0, 1.0, 5, dtype=jnp.float32)
+  grad = jnp.array([0.3, -0.2, 0.1, 0.5, -0.4], jnp.float32)
+  try:
+    opt_state, path = optimizer.init(params), []
+    for i in range(3):
+      updates, opt_state = optimizer.update(grad * (i + 1), opt_state, params)
+      params = optax.apply_updates(params, updates)
+      path.append(np.asarray(params, np.float64))
+    return digest(np.round(np.stack(path), 6))
+  except Exception:  # noqa: BLE001 (an optimiser that needs more than (grads, state, params): its state's shapes)
+    return digest(str(jax.tree.map(lambda x: (np.shape(x), str(np.asarray(x).dtype)), optimizer.init(params))))
+
+
+def _table_digest(t: ParameterTable) -> object:
+  if isinstance(t, FeatureTable):
+    return {"module": repr(t.module), "features": arrays_digest({"features": np.asarray(t.features)})}
+  return repr(t)
+
+
+def _fingerprint(m, solver, plan: _Plan, optimizer, batches, state, *, l2, prior, init, data: dict) -> dict:
+  """What shapes a minibatch fit's steps: the model, the solver's settings that change them, the optimiser (by
+  :func:`_optimizer_digest`), ``l2``, the prior, ``init``, the data (``D``, ``L``, ``S`` and the first batch's
+  content) and the state's shapes; a checkpoint of a fit whose fingerprint differs is not resumed."""
+  first = next(iter(iterate_batches(batches)))
+  doc_ids, clicks, where, _ = _sessions(0, first, m)
+  fp = {
+    "model": {"name": m.name, "repr": repr(m)},
+    "solver": {
+      "epochs": int(solver.epochs),
+      "sparse": bool(plan.sparse),
+      "steps_per_call": int(solver.steps_per_call),
+      "tables": {k: _table_digest(t) for k, t in sorted({**plan.tables, **plan.features}.items())},
+      "devices": int(plan.batch_multiple),
+      "key": None if solver.key is None else digest(np.asarray(jax.random.key_data(solver.key))),
+    },
+    "optimizer": _optimizer_digest(optimizer),
+    "l2": float(l2),
+    "prior": str(prior),
+    "init": None if init is None else _tree_digest(init),
+    "data": {**data, "first_batch": arrays_digest({"doc_ids": doc_ids, "clicks": clicks, "where": where})},
+    "state": digest(
+      [
+        (jax.tree_util.keystr(p), list(np.shape(x)), str(x.dtype))
+        for p, x in jax.tree_util.tree_leaves_with_path(state)
+      ]
+    ),
+  }
+  fp["hash"] = digest(fp)
+  return fp
+
+
+def _checkpointed(step: Callable, plan: _Plan, state, batches, solver, placement, fp: dict):
+  """:func:`_epochs` from the newest readable checkpoint in ``solver.checkpoint_dir`` of the fit with
+  fingerprint ``fp`` (another fit's refused with a ``ValueError`` naming what differs; an unreadable one set
+  aside), saving every ``solver.checkpoint_every`` calls and at the end."""
+  ckpt = Checkpointer(solver.checkpoint_dir, meta_spec=_META_SPEC, recovery=_RECOVERY)
+  saved: list[Optional[int]] = [None]
+
+  def save(state, pos: _Position) -> None:
+    where = {"epoch": pos.epoch, "batch": pos.batch, "steps": pos.steps}
+    ckpt.save(
+      pos.steps,
+      state,
+      {"fingerprint": fp, "position": {**where, "values": pos.values.tolist(), "last": pos.last.tolist()}},
+    )
+    saved[0] = pos.steps
+
+  try:
+    restored = restore_checkpoint(
+      ckpt,
+      state,
+      fp,
+      max_step=sys.maxsize,
+      name="Minibatch",
+      start_over=f"rm -r {ckpt.directory}",
+      elsewhere="another checkpoint_dir",
+    )
+    position = _Position()
+    if restored is not None:
+      saved[0], state, meta = restored
+      p = meta["position"]
+      values, last = (np.asarray(p[k], np.float32) for k in ("values", "last"))
+      position = _Position(int(p["epoch"]), int(p["batch"]), int(p["steps"]), values, last)
+    state, position = _epochs(step, plan, state, batches, solver, placement, position, save)
+    if saved[0] != position.steps:
+      save(state, position)
+  finally:
+    ckpt.close()
+  return state, position
 
 
 def minibatch_fit(m: ClickModel, batches, solver, *, num_docs, l2: float, prior: str, init) -> ClickModelFit:
@@ -539,7 +755,13 @@ def minibatch_fit(m: ClickModel, batches, solver, *, num_docs, l2: float, prior:
   l2_bias = jnp.float32(l2 / max(num_sessions, 1.0))
   sparse_steps = plan.sparse
   step = lambda s, xs: run(m, optimizer, sparse_steps, s, xs, l2_bias, feature_tables)  # noqa: E731
-  state, steps, last = _epochs(step, plan, state, batches, solver.epochs, solver.steps_per_call, placement)
+  if solver.checkpoint_dir is None:
+    state, position = _epochs(step, plan, state, batches, solver, placement, _Position())
+  else:
+    data = {"num_docs": num_docs, "list_size": list_size, "num_sessions": float(num_sessions)}
+    fp = _fingerprint(m, solver, plan, optimizer, batches, state, l2=l2, prior=prior, init=init, data=data)
+    state, position = _checkpointed(step, plan, state, batches, solver, placement, fp)
+  steps, last = position.steps, position.last
   plan = None  # the rows' priors and the host's work space
   vectors, (bias, centre, modules) = state[0], state[1]
   state = None  # the optimiser's state: let go before the per-document tables are built
@@ -548,7 +770,7 @@ def minibatch_fit(m: ClickModel, batches, solver, *, num_docs, l2: float, prior:
     per_doc = jax.device_put(per_doc, placement.rows)
   logits = {**per_doc, **bias}
   logits = {k: logits[k] for k in sorted(logits)}
-  mean_ll = float(np.mean(np.concatenate([np.asarray(v) for v in last]))) if last else float("nan")
+  mean_ll = float(np.mean(last)) if last.size else float("nan")
   return ClickModelFit(
     model=m,
     params=m.to_probabilities(logits),

@@ -8,7 +8,7 @@ The studies that drive it (the baselines study's ``train_and_evaluate`` among th
 'ndcg@10'
 """
 
-from ultr_jax.train.checkpoint import Checkpointer
+from ultr_jax._checkpoint import Checkpointer
 from ultr_jax.train.compilation import enable_compilation_cache
 from ultr_jax.train.loop import (
   DEFAULT_CUTOFFS,

@@ -1,7 +1,8 @@
 """Divergence reports of :func:`~ultr_jax.train.fit`: where a run's loss went non-finite, and why.
 
 Every step reports, when some seed's loss is not finite, which of the batch's inputs and which parameter leaves
-hold a non-finite value (:func:`~ultr_jax.train.step.train_step`; nothing is computed on a finite loss). At an
+hold a non-finite value (:func:`~ultr_jax.train.step.train_step`; nothing is computed on a finite loss), and
+:func:`~ultr_jax._divergence.first_nonfinite` finds the first such step. At an
 evaluation that finds a non-finite loss or parameters, :func:`divergence_cause` turns the first such step into
 a sentence naming the step, the batch and the input field or parameter; on the in-memory path the batch is
 re-read on the host to name the queries whose shown entries are not finite.
@@ -9,47 +10,12 @@ re-read on the host to name the queries whose shown entries are not finite.
 
 from typing import Any, Optional, Sequence
 
-import jax
 import numpy as np
 
 from ultr_jax.data import RankingDataset
 from ultr_jax.train.input import TrainLayout
 
-__all__ = ["check_selection_metric", "first_nonfinite", "divergence_cause"]
-
-
-def _flagged(tree: Any) -> list[str]:
-  """The paths of the True leaves of a tree of bools."""
-  return [jax.tree_util.keystr(p) for p, x in jax.tree_util.tree_leaves_with_path(tree) if bool(x)]
-
-
-def first_nonfinite(diagnoses: Sequence[tuple[int, Any]]) -> Optional[dict]:
-  """The first step with a non-finite loss or new parameters among the calls' ``diagnoses`` (``(first step of the call,
-  diagnosis)``, in order, as :func:`~ultr_jax.train.step.make_train_steps` returns them).
-
-  Args:
-    diagnoses: ``[(step, diagnosis)]``.
-
-  Returns:
-    ``{"batch": the step's batch number (0-based), "inputs": [names], "params_before": [paths],
-    "params_after": [paths]}``, or None when every step was finite.
-
-  >>> d = {"first": np.int32(1), "inputs": {"features": True, "where": False},
-  ...      "params_before": {"w": False}, "params_after": {"w": True}}
-  >>> first_nonfinite([(0, {**d, "first": np.int32(-1)}), (4, d)])
-  {'batch': 5, 'inputs': ['features'], 'params_before': [], 'params_after': ["['w']"]}
-  """
-  for start, diagnosis in diagnoses:
-    diagnosis = jax.device_get(diagnosis)
-    first = int(np.asarray(diagnosis["first"]))
-    if first >= 0:
-      return {
-        "batch": int(start) + first,
-        "inputs": sorted(k for k, v in diagnosis["inputs"].items() if bool(v)),
-        "params_before": _flagged(diagnosis["params_before"]),
-        "params_after": _flagged(diagnosis["params_after"]),
-      }
-  return None
+__all__ = ["check_selection_metric", "divergence_cause"]
 
 
 def _queries(train: RankingDataset, layout: TrainLayout, batch: int, field: str) -> list:
@@ -76,7 +42,7 @@ def divergence_cause(
   non-finite, with what to do about it.
 
   Args:
-    first: :func:`first_nonfinite`'s record (None: every step was finite, only parameters are not).
+    first: :func:`~ultr_jax._divergence.first_nonfinite`'s record (None: every step was finite, only parameters are not).
     nonfinite_params: the parameter leaves that are not finite at the evaluation.
     train: the in-memory training lists (to name the queries of a bad input; None for a stream).
     layout: their layout.

@@ -1,7 +1,6 @@
 """Fingerprints: what shapes a :func:`~ultr_jax.train.fit` run, so that a checkpoint of another run is never
 resumed."""
 
-import hashlib
 import json
 from typing import Any, Mapping, Optional, Sequence
 
@@ -10,76 +9,19 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from ultr_jax._fingerprint import arrays_digest, digest
 from ultr_jax.data import RankingDataset
 from ultr_jax.train import results as results_lib
 from ultr_jax.train.defaults import NOT_FINGERPRINTED, with_defaults
 from ultr_jax.train.method import Method
 from ultr_jax.types import ClickFn
 
-__all__ = [
-  "run_fingerprint",
-  "fingerprint_diff",
-  "make_fingerprint",
-  "dataset_digest",
-  "stream_digest",
-  "arrays_digest",
-  "canonical",
-]
+__all__ = ["run_fingerprint", "make_fingerprint", "dataset_digest", "stream_digest", "canonical"]
 
 
 def canonical(value: Any) -> Any:
   """``value`` as plain JSON types (tuples as lists, NumPy scalars as numbers), for comparison."""
   return json.loads(json.dumps(results_lib._jsonable(value), sort_keys=True, default=str))
-
-
-def _digest(*parts: Any) -> str:
-  h = hashlib.sha256()
-  for part in parts:
-    if isinstance(part, np.ndarray):
-      h.update(str((part.shape, part.dtype.str)).encode())
-      h.update(np.ascontiguousarray(part).tobytes())
-    else:
-      h.update(json.dumps(part, sort_keys=True, default=str).encode())
-  return h.hexdigest()[:16]
-
-
-_CHUNK_BYTES = 1 << 24  # the full digests read arrays in chunks of about 16 MB (no copy of a whole array)
-
-
-def _array_digest(h: Any, name: str, v: np.ndarray) -> None:
-  """Feeds ``name``, ``v``'s shape and dtype and all of its bytes to the hash ``h``, a chunk of rows at a time."""
-  v = np.asarray(v)
-  h.update(json.dumps([name, list(v.shape), v.dtype.str]).encode())
-  if v.ndim == 0 or v.size == 0:
-    h.update(np.ascontiguousarray(v).tobytes())
-    return
-  rows = max(1, _CHUNK_BYTES // max(1, v[0].nbytes))
-  for start in range(0, v.shape[0], rows):
-    h.update(np.ascontiguousarray(v[start : start + rows]).data.cast("B"))
-
-
-def arrays_digest(arrays: Mapping[str, np.ndarray]) -> str:
-  r"""A digest of every byte of ``arrays`` (with their names, shapes and dtypes), in name order.
-
-  .. math:: \mathrm{BLAKE2b}(\text{name}_1, \text{shape}_1, \text{dtype}_1, \text{bytes}_1, \ldots)
-
-  Read in chunks of about 16 MB, so an array is hashed without a copy of it; two arrays differing in any
-  entry (two labels swapped, one feature changed) give different digests.
-
-  Args:
-    arrays: ``{name: array}``.
-
-  Returns:
-    32 hex characters.
-
-  >>> a = {"labels": np.array([[0.0, 1.0]])}
-  >>> arrays_digest(a) == arrays_digest({"labels": np.array([[1.0, 0.0]])})
-  False
-  """
-  h = hashlib.blake2b(digest_size=16)
-  for k in sorted(arrays):
-    _array_digest(h, k, arrays[k])
-  return h.hexdigest()
 
 
 def dataset_digest(ds: Optional[RankingDataset]) -> Optional[dict]:
@@ -108,7 +50,7 @@ def _click_digest(click_fn: Optional[ClickFn], batch: Mapping[str, jax.Array]) -
   if click_fn is None:
     return None
   out = jax.device_get(click_fn(jax.random.key(0), batch))
-  return _digest(*(x for k in sorted(out) for x in (k, np.round(np.asarray(out[k], np.float64), 5))))
+  return digest(*(x for k in sorted(out) for x in (k, np.round(np.asarray(out[k], np.float64), 5))))
 
 
 def _across_processes(part: Any) -> Any:
@@ -119,9 +61,9 @@ def _across_processes(part: Any) -> Any:
     return part
   from jax.experimental import multihost_utils  # noqa: PLC0415
 
-  mine = np.frombuffer(_digest(part).encode("ascii"), np.uint8)
+  mine = np.frombuffer(digest(part).encode("ascii"), np.uint8)
   every = np.asarray(multihost_utils.process_allgather(mine))
-  return {"processes": int(jax.process_count()), "digest": _digest(every)}
+  return {"processes": int(jax.process_count()), "digest": digest(every)}
 
 
 def run_fingerprint(
@@ -151,7 +93,7 @@ def run_fingerprint(
     The fingerprint dict, with its ``hash``.
 
   >>> from ultr_jax import data
-  >>> from ultr_jax.train import get_method
+  >>> from ultr_jax.train import fingerprint_diff, get_method
   >>> splits = data.make_synthetic(num_train=8, num_valid=2, num_test=2, list_size=4, num_features=3)
   >>> m = get_method("naive", {"ranker": "linear"}, num_features=3, list_size=4)
   >>> a = run_fingerprint(m, splits.train)
@@ -171,7 +113,7 @@ def make_fingerprint(method, batch, train_digest, valid, click_fn, config, seeds
   fp = {
     "method": method.name,
     "method_config": canonical(method.config) if method.config is not None else None,
-    "method_state": _digest([(jax.tree_util.keystr(p), list(x.shape), str(x.dtype)) for p, x in leaves]),
+    "method_state": digest([(jax.tree_util.keystr(p), list(x.shape), str(x.dtype)) for p, x in leaves]),
     # data_shards=0 (the default) is left out, so fingerprints made before the key existed still match.
     "train_config": canonical(
       {k: v for k, v in config.items() if k not in NOT_FINGERPRINTED and not (k == "data_shards" and not v)}
@@ -181,35 +123,8 @@ def make_fingerprint(method, batch, train_digest, valid, click_fn, config, seeds
     "valid_data": dataset_digest(valid),
     "clicks": _across_processes(_click_digest(click_fn, batch)),
   }
-  fp["hash"] = _digest(fp)
+  fp["hash"] = digest(fp)
   return fp
-
-
-def fingerprint_diff(old: Optional[Mapping[str, Any]], new: Mapping[str, Any]) -> list[str]:
-  """The keys (``a.b`` for nested ones) where two fingerprints differ; ``hash`` is not compared.
-
-  Args:
-    old: a checkpoint's fingerprint (None: none recorded).
-    new: this run's fingerprint.
-
-  Returns:
-    The sorted list of differing keys (all of ``new``'s when ``old`` is None).
-
-  >>> fingerprint_diff({"method": "ips", "train_config": {"lr": 1}}, {"method": "ips", "train_config": {"lr": 2}})
-  ['train_config.lr']
-  """
-  if old is None:
-    return ["<no fingerprint in the checkpoint>"]
-  out = []
-  for k in sorted(set(old) | set(new)):
-    if k == "hash":
-      continue
-    a, b = old.get(k), new.get(k)
-    if isinstance(a, Mapping) and isinstance(b, Mapping) and k != "train_data" and k != "valid_data":
-      out += [f"{k}.{kk}" for kk in sorted(set(a) | set(b)) if a.get(kk) != b.get(kk)]
-    elif a != b:
-      out.append(k)
-  return out
 
 
 def stream_digest(source: Any, first: Mapping[str, np.ndarray]) -> dict:

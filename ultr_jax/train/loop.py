@@ -35,8 +35,9 @@ CLD, SIF ...):
 The pieces, each usable alone: :mod:`ultr_jax.train.defaults` (the config), :mod:`~ultr_jax.train.input` (the
 lists on the devices and the batches), :mod:`~ultr_jax.train.stream` (a stream's reader),
 :mod:`~ultr_jax.train.state` (the train state), :mod:`~ultr_jax.train.step` (the jitted step),
-:mod:`~ultr_jax.train.evaluation`, :mod:`~ultr_jax.train.fingerprint`, :mod:`~ultr_jax.train.checkpoint`
-(checkpoints and their restoring), :mod:`~ultr_jax.train.divergence` and :mod:`~ultr_jax._workdir`.
+:mod:`~ultr_jax.train.evaluation`, :mod:`~ultr_jax.train.fingerprint`, :mod:`~ultr_jax._checkpoint`
+(checkpoints and their restoring, shared with the minibatch click-model fit), :mod:`~ultr_jax.train.divergence`
+and :mod:`~ultr_jax._workdir`.
 """
 
 import dataclasses
@@ -58,9 +59,10 @@ import numpy as np
 from ultr_jax.data import RankingDataset
 from ultr_jax.train import sharding as sharding_lib
 from ultr_jax import _workdir as workdir_lock
-from ultr_jax.train.checkpoint import ON_CORRUPT, Checkpointer, restore_checkpoint
+from ultr_jax._checkpoint import ON_CORRUPT, Checkpointer, restore_checkpoint
 from ultr_jax.train.schema import validate_train_config
-from ultr_jax.train.divergence import check_selection_metric, divergence_cause, first_nonfinite
+from ultr_jax._divergence import first_nonfinite
+from ultr_jax.train.divergence import check_selection_metric, divergence_cause
 from ultr_jax.train.defaults import (
   DEFAULT_CUTOFFS,
   DISPLAYS,
@@ -70,7 +72,8 @@ from ultr_jax.train.defaults import (
   with_defaults,
 )
 from ultr_jax.train.evaluation import evaluate, evaluate_clicks, predict
-from ultr_jax.train.fingerprint import fingerprint_diff, make_fingerprint, run_fingerprint, stream_digest
+from ultr_jax._fingerprint import fingerprint_diff
+from ultr_jax.train.fingerprint import make_fingerprint, run_fingerprint, stream_digest
 from ultr_jax.train.input import TrainLayout, place_train, training_arrays
 from ultr_jax.train.method import Method
 from ultr_jax.train.results import FitResult

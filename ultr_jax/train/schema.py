@@ -15,7 +15,7 @@ ValueError: config.steps: -5 is out of range; expected an integer >= 1
 from typing import Any
 
 from ultr_jax._schema import Rule, boolean, integer, number, one_of, validate_config
-from ultr_jax.train.checkpoint import ON_CORRUPT
+from ultr_jax._checkpoint import ON_CORRUPT
 from ultr_jax.train.defaults import DISPLAYS, ON_DIVERGENCE
 
 __all__ = ["TRAIN_CONFIG_RULES", "validate_train_config"]

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import optax
 
 from ultr_jax import simulation
+from ultr_jax._divergence import diagnose, first_of_call, nonfinite
 from ultr_jax.train.input import TrainLayout, mask_padding, step_batch
 from ultr_jax.train.method import Method
 from ultr_jax.train.state import TrainState
@@ -120,30 +121,14 @@ def train_step(
   # A step is healthy when every seed's loss and new params are finite; else (a lax.cond: no cost otherwise) the
   # diagnosis names the non-finite inputs and params.
   ok = jnp.all(jnp.isfinite(step_metrics["loss"])) & ~jnp.any(
-    jnp.stack(jax.tree.leaves(jax.tree.map(_nonfinite, params)))
+    jnp.stack(jax.tree.leaves(jax.tree.map(nonfinite, params)))
   )
   diagnosis = jax.lax.cond(
     ok,
-    lambda: _diagnose(batch, state.params, params, healthy=True),
-    lambda: _diagnose(batch, state.params, params, healthy=False),
+    lambda: diagnose(batch, state.params, params, healthy=True),
+    lambda: diagnose(batch, state.params, params, healthy=False),
   )
   return new_state, step_metrics, {"ok": ok, **diagnosis}
-
-
-def _nonfinite(x: jax.Array) -> jax.Array:
-  return jnp.any(~jnp.isfinite(x)) if jnp.issubdtype(x.dtype, jnp.inexact) else jnp.zeros((), bool)
-
-
-def _diagnose(batch: Mapping[str, jax.Array], before: Any, after: Any, *, healthy: bool) -> dict:
-  """``{"inputs": {name: bool}, "params_before": tree of bool, "params_after": tree of bool}``: which batch
-  entries (shown ones: the masked are zero) and parameter leaves hold a non-finite value; all False when
-  ``healthy`` (the branch a finite loss takes)."""
-  check = (lambda x: jnp.zeros((), bool)) if healthy else _nonfinite
-  return {
-    "inputs": {k: check(v) for k, v in batch.items()},
-    "params_before": jax.tree.map(check, before),
-    "params_after": jax.tree.map(check, after),
-  }
 
 
 class _StepFn(Protocol):
@@ -167,10 +152,9 @@ def _train_steps(
     return jax.tree.map(keep, new, st), (jax.tree.map(lambda v: jnp.where(ok, v, 0), sm), diagnosis)
 
   state, (sm, diagnosis) = jax.lax.scan(body, state, (idx, live))
-  bad = ~diagnosis["ok"] & live
-  first = jnp.argmax(bad)  # the call's first step with a non-finite loss or params
-  at_first = jax.tree.map(lambda v: v[first], {k: v for k, v in diagnosis.items() if k != "ok"})
-  return state, jax.tree.map(lambda v: jnp.sum(v, axis=0), sm), {"first": jnp.where(bad.any(), first, -1), **at_first}
+  # the call's first step with a non-finite loss or params
+  first = first_of_call(diagnosis["ok"], {k: v for k, v in diagnosis.items() if k != "ok"}, live)
+  return state, jax.tree.map(lambda v: jnp.sum(v, axis=0), sm), first
 
 
 def make_train_steps(

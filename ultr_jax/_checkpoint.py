@@ -1,4 +1,10 @@
-"""Orbax checkpointing of the whole training state (every tower, optimizer, step, RNG)."""
+"""Orbax checkpoints of a run's whole state, and their restoring: the newest readable checkpoint of the same run.
+
+Shared by the training loop (:func:`~ultr_jax.train.fit`: every tower, optimizer, step, RNG) and the minibatch
+click-model fit (:class:`~ultr_jax.simulation.Minibatch`: the row vectors, their optimiser state, the position in
+the stream). A checkpoint records its run's fingerprint (:mod:`ultr_jax._fingerprint`); :func:`restore_checkpoint`
+refuses another run's, naming what differs, and falls back from an unreadable newest step.
+"""
 
 import json
 import logging
@@ -11,16 +17,18 @@ import jax
 import orbax.checkpoint as ocp
 
 from ultr_jax._state_files import check_shape
-from ultr_jax.train.fingerprint import fingerprint_diff
+from ultr_jax._fingerprint import fingerprint_diff
 
 __all__ = ["Checkpointer", "ON_CORRUPT", "restore_checkpoint"]
 
 #: What :func:`restore_checkpoint` does with an unreadable newest checkpoint: set it aside and resume from the
 #: newest readable one ("fallback"), or stop with an error ("raise").
 ON_CORRUPT = ("fallback", "raise")
-#: The shape of a checkpoint's JSON meta (:func:`~ultr_jax.train.fit` writes every key; other writers, some).
+#: The shape of a training checkpoint's JSON meta (:func:`~ultr_jax.train.fit` writes every key; other writers,
+#: some): what :class:`Checkpointer` checks by default.
 META_SPEC = {"fingerprint?": dict, "history?": [{"step": int}], "diverged?": [bool], "stream_state?": object}
 _META_WHAT = "a checkpoint's meta (the run's fingerprint, history of {step, ...} records, diverged seeds)"
+#: What the default meta check's error says to do.
 _RECOVERY = (
   "on_corrupt_checkpoint='fallback' (the default) sets this step aside and resumes from the newest readable "
   "one; restart=True in the train config deletes the checkpoints and starts over"
@@ -52,12 +60,30 @@ class Checkpointer:
   writes each step to a temporary directory and renames it when complete,
   so an interrupted save never corrupts the latest good checkpoint.
   Orbax's per-save INFO log records are dropped unless ``verbose=True``.
+
+  Args:
+    directory: where the steps' checkpoints go (created).
+    max_to_keep: the newest steps kept.
+    verbose: keep orbax's INFO log records.
+    meta_spec: the shape a step's ``meta`` must have (:mod:`~ultr_jax._state_files`' spec; default the training
+      loop's); one that departs from it is an unreadable step.
+    recovery: what that error says to do.
   """
 
-  def __init__(self, directory: str, *, max_to_keep: int = 2, verbose: bool = False):
+  def __init__(
+    self,
+    directory: str,
+    *,
+    max_to_keep: int = 2,
+    verbose: bool = False,
+    meta_spec: Any = None,
+    recovery: str = _RECOVERY,
+  ):
     if not verbose:
       _quiet_orbax()
     self.directory = os.path.abspath(directory)
+    self._meta_spec = META_SPEC if meta_spec is None else meta_spec
+    self._recovery = recovery
     self._manager = ocp.CheckpointManager(
       self.directory,
       options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
@@ -113,10 +139,12 @@ class Checkpointer:
     return self._checked_meta(step, restored["meta"])
 
   def _checked_meta(self, step: int, meta: Any) -> dict:
-    """``meta`` of ``step`` checked against :data:`META_SPEC` (a :class:`~ultr_jax._state_files.StateFileError`
+    """``meta`` of ``step`` checked against the meta spec (:data:`META_SPEC` by default; a :class:`~ultr_jax._state_files.StateFileError`
     naming its file, which :func:`restore_checkpoint` reports as an unreadable step and falls back from)."""
     path = os.path.join(self.step_path(step), "meta", "metadata")
-    return dict(check_shape({} if meta is None else meta, META_SPEC, path=path, what=_META_WHAT, recovery=_RECOVERY))
+    return dict(
+      check_shape({} if meta is None else meta, self._meta_spec, path=path, what=_META_WHAT, recovery=self._recovery)
+    )
 
   def restore(self, state_like: Any, step: Optional[int] = None) -> tuple[Any, dict]:
     """Restores ``(state, meta)`` at ``step`` (default latest) shaped like ``state_like``."""
@@ -138,8 +166,19 @@ class Checkpointer:
     self._manager.close()
 
 
+#: How the training loop's messages say to start over, and where else a run could go.
+_START_OVER = "restart=True in the train config (--config.train.restart=True)"
+_ELSEWHERE = "another workdir"
+
+
 def _corrupt(
-  name: str, ckpt: Checkpointer, step: int, error: Exception, on_corrupt: str, warn: Callable[[str], None]
+  name: str,
+  ckpt: Checkpointer,
+  step: int,
+  error: Exception,
+  on_corrupt: str,
+  warn: Callable[[str], None],
+  start_over: str = _START_OVER,
 ) -> None:
   """Reports ``step``'s unreadable checkpoint: an error (``on_corrupt="raise"``), or a warning and the step set
   aside (``"fallback"``)."""
@@ -149,11 +188,11 @@ def _corrupt(
   if on_corrupt == "raise":
     ckpt.close()
     raise ValueError(
-      f"{what}. Set restart=True in the train config (--config.train.restart=True) to delete the checkpoints "
-      "and start over, or on_corrupt_checkpoint='fallback' to resume from the newest readable step"
+      f"{what}. Set {start_over} to delete the checkpoints and start over, or on_corrupt_checkpoint='fallback' "
+      "to resume from the newest readable step"
     ) from error
   aside = ckpt.set_aside(step)
-  warn(f"{what}. Moved it to {aside}; resuming from the previous readable step, if any (restart=True starts over)")
+  warn(f"{what}. Moved it to {aside}; resuming from the previous readable step, if any ({start_over} starts over)")
 
 
 def restore_checkpoint(
@@ -165,6 +204,8 @@ def restore_checkpoint(
   name: str = "run",
   on_corrupt: str = "fallback",
   warn: Optional[Callable[[str], None]] = None,
+  start_over: str = _START_OVER,
+  elsewhere: str = _ELSEWHERE,
 ) -> Optional[tuple[int, Any, dict]]:
   """The newest readable checkpoint of the run with ``fingerprint``: ``(step, state, meta)``, or None when there
   is none.
@@ -178,11 +219,15 @@ def restore_checkpoint(
   Args:
     ckpt: the run's checkpoints.
     state_like: a state of the shapes to restore.
-    fingerprint: the run's fingerprint (:func:`~ultr_jax.train.run_fingerprint`).
-    max_step: the run's ``config.steps``; a checkpoint past it is refused.
+    fingerprint: the run's fingerprint (:func:`~ultr_jax.train.run_fingerprint`, or the minibatch fit's).
+    max_step: the run's ``config.steps``; a checkpoint past it is refused (the minibatch fit, whose steps are
+      not known before its first epoch ends, passes ``sys.maxsize``).
     name: the run's name, for messages.
     on_corrupt: ``"fallback"`` or ``"raise"``.
     warn: where warnings go (default: ``absl.logging.warning``).
+    start_over: how the messages say to delete the checkpoints and start over (default the train config's
+      ``restart=True``).
+    elsewhere: where else the messages say the run could go (default another workdir).
 
   Returns:
     ``(step, state, meta)`` or None.
@@ -206,26 +251,25 @@ def restore_checkpoint(
     try:
       meta = ckpt.restore_meta(step)
     except Exception as e:  # noqa: BLE001 (any unreadable file: reported with the step's path)
-      _corrupt(name, ckpt, step, e, on_corrupt, warn)
+      _corrupt(name, ckpt, step, e, on_corrupt, warn, start_over)
       continue
     differ = fingerprint_diff(meta.get("fingerprint"), fingerprint)
     if differ:
       ckpt.close()
       raise ValueError(
         f"[{name}] {ckpt.directory} holds a checkpoint (step {step}) of a different run: {', '.join(differ)} "
-        "differ(s). Use another workdir, or restart=True in the train config (--config.train.restart=True) "
-        "to delete it and start over"
+        f"differ(s). Use {elsewhere}, or {start_over} to delete it and start over"
       )
     if step > max_step:
       ckpt.close()
       raise ValueError(
         f"[{name}] {ckpt.directory} holds a checkpoint at step {step}, past config.steps={max_step}; "
-        "use another workdir or restart=True"
+        f"use {elsewhere} or {start_over}"
       )
     try:
       state, meta = ckpt.restore(state_like, step)
     except Exception as e:  # noqa: BLE001
-      _corrupt(name, ckpt, step, e, on_corrupt, warn)
+      _corrupt(name, ckpt, step, e, on_corrupt, warn, start_over)
       continue
     return step, state, meta
   return None

@@ -1,0 +1,166 @@
+"""The Minibatch click-model solver's checkpoints, resume and divergence checks (through ultr_jax._checkpoint and
+ultr_jax._divergence, shared with the training loop)."""
+
+import os
+
+import flax.linen as nn
+import numpy as np
+import optax
+import pytest
+
+from ultr_jax.simulation import FeatureTable, HashedTable, Minibatch, fit_click_model
+
+NUM_DOCS = 30
+
+
+def _log(num_batches: int = 10, seed: int = 0) -> list:
+  rng = np.random.default_rng(seed)
+  out = []
+  for _ in range(num_batches):
+    ids = np.stack([rng.choice(NUM_DOCS, 4, replace=False) for _ in range(16)])
+    out.append({"doc_ids": ids, "clicks": (rng.random((16, 4)) < 0.3).astype(np.float32)})
+  return out
+
+
+LOG = _log()
+SETTINGS = dict(optimizer=optax.adam(0.05), epochs=3, sparse=True, steps_per_call=3)
+
+
+class _Interrupted(Exception):
+  pass
+
+
+class _Flaky:
+  """A function returning fresh batches of ``LOG`` that raises at the ``stop``-th batch it reads in all (the
+  counting pass and the fingerprint's first batch included)."""
+
+  def __init__(self, stop: int):
+    self.stop, self.read = stop, 0
+
+  def __call__(self):
+    for batch in LOG:
+      self.read += 1
+      if self.read == self.stop:
+        raise _Interrupted(f"batch {self.read}")
+      yield batch
+
+
+def _fit(data=LOG, model="dbn", l2=1.0, **settings):
+  return fit_click_model(model, data, solver=Minibatch(**{**SETTINGS, **settings}), num_docs=NUM_DOCS, l2=l2)
+
+
+def _same(a, b):
+  assert a.iterations == b.iterations
+  assert a.log_likelihood == b.log_likelihood
+  assert sorted(a.logits) == sorted(b.logits)
+  for k in a.logits:
+    np.testing.assert_array_equal(np.asarray(a.logits[k]), np.asarray(b.logits[k]), err_msg=k)
+
+
+def test_a_fit_resumed_mid_epoch_equals_the_fit_without_interruption(tmp_path):
+  reference = _fit()
+  # The counting pass reads 10 batches, the fingerprint 1, the first epoch 10: the fit stops at the 5th batch of
+  # its second epoch, with checkpoints after each call (3 batches) of the steps done so far.
+  flaky = _Flaky(stop=10 + 1 + 10 + 5)
+  with pytest.raises(_Interrupted):
+    _fit(flaky, checkpoint_dir=str(tmp_path), checkpoint_every=1)
+  assert sorted(int(s) for s in os.listdir(tmp_path)) == [10, 13]  # mid-epoch: 10 batches, then 3 more
+  resumed = _fit(checkpoint_dir=str(tmp_path), checkpoint_every=1)
+  _same(resumed, reference)
+  assert resumed.iterations == 30
+  # The finished fit's last checkpoint: a third fit takes no step and returns the same.
+  assert max(int(s) for s in os.listdir(tmp_path)) == 30
+  _same(_fit(checkpoint_dir=str(tmp_path)), reference)
+
+
+def test_a_fit_without_checkpoint_dir_writes_nothing_and_matches_one_with(tmp_path):
+  _same(_fit(checkpoint_dir=str(tmp_path / "c"), checkpoint_every=2), _fit())
+
+
+@pytest.mark.parametrize(
+  "change, key",
+  [
+    (dict(l2=0.5), "l2"),
+    (dict(model="ubm"), "model.name"),
+    (dict(optimizer=optax.adam(0.1)), "optimizer"),
+    (dict(epochs=2), "solver.epochs"),
+    (dict(tables={"attraction": HashedTable(16)}), "solver.tables"),
+    (dict(data=LOG[:9]), "data.num_sessions"),
+    (dict(data=_log(seed=1)), "data.first_batch"),
+  ],
+)
+def test_another_fits_checkpoint_is_refused_naming_what_differs(tmp_path, change, key):
+  _fit(epochs=1, checkpoint_dir=str(tmp_path))
+  with pytest.raises(ValueError, match=rf"different run: .*{key}.*Use another checkpoint_dir"):
+    _fit(**{"epochs": 1, **change, "checkpoint_dir": str(tmp_path)})
+
+
+def test_a_corrupt_newest_checkpoint_is_set_aside_and_the_fit_resumes_from_the_previous(tmp_path):
+  reference = _fit()
+  with pytest.raises(_Interrupted):
+    _fit(_Flaky(stop=10 + 1 + 10 + 8), checkpoint_dir=str(tmp_path), checkpoint_every=1)
+  assert sorted(int(s) for s in os.listdir(tmp_path)) == [13, 16]
+  open(os.path.join(tmp_path, "16", "meta", "metadata"), "w").close()  # the newest step's meta, emptied
+  _same(_fit(checkpoint_dir=str(tmp_path), checkpoint_every=1), reference)
+  assert os.listdir(str(tmp_path) + ".corrupt") == ["16"]
+
+
+def test_a_grid_of_l2_values_checkpoints_each_in_its_own_directory(tmp_path):
+  solver = Minibatch(**{**SETTINGS, "epochs": 1}, checkpoint_dir=str(tmp_path))
+  fit = fit_click_model("pbm", LOG, solver=solver, num_docs=NUM_DOCS, l2=[1.0, 0.5], validation=LOG[:2])
+  assert sorted(os.listdir(tmp_path)) == ["l2=0.5", "l2=1.0"]
+  again = fit_click_model("pbm", LOG, solver=solver, num_docs=NUM_DOCS, l2=[1.0, 0.5], validation=LOG[:2])
+  _same(again, fit)
+
+
+def test_a_nan_click_is_refused_naming_its_batch_and_clicks():
+  data = [dict(b) for b in LOG]
+  data[3]["clicks"] = data[3]["clicks"].copy()
+  data[3]["clicks"][2, 1] = np.nan
+  with pytest.raises(ValueError, match=r"Minibatch: batch 3 .*clicks must be 0 or 1.*clicks\[2, 1\] = nan"):
+    _fit(data)
+
+
+def test_a_nan_feature_stops_the_fit_naming_its_batch_and_features():
+  features = np.random.default_rng(0).normal(size=(NUM_DOCS + 1, 2)).astype(np.float32)
+  features[NUM_DOCS, 1] = np.nan  # document 30's, first shown in batch 4
+  data = [dict(b) for b in LOG]
+  data[4]["doc_ids"] = data[4]["doc_ids"].copy()
+  data[4]["doc_ids"][0, 0] = NUM_DOCS
+  solver = Minibatch(**{**SETTINGS, "epochs": 1}, tables={"attraction": FeatureTable(nn.Dense(1), features)})
+  with pytest.raises(FloatingPointError, match=r"diverged at batch 4 .*epoch 0.*input features hold"):
+    fit_click_model("dbn", data, solver=solver, num_docs=NUM_DOCS + 1)
+
+
+def test_a_learning_rate_that_blows_up_stops_the_fit_naming_the_batch_and_parameters():
+  with pytest.raises(
+    FloatingPointError, match=r"diverged at batch 1 .*update made parameter\(s\) .*\['rows'\]\['attraction'\]"
+  ):
+    _fit(optimizer=optax.sgd(1e6), epochs=1)
+  # Past the first epoch: the batch counts from the fit's first.
+  with pytest.raises(FloatingPointError, match=r"diverged at batch 10 .*epoch 1"):
+    _fit(optimizer=optax.sgd(20.0), epochs=2, l2=0.0)
+
+
+def test_a_divergence_keeps_the_last_good_checkpoint(tmp_path):
+  with pytest.raises(FloatingPointError):
+    _fit(optimizer=optax.sgd(1e6), epochs=1, steps_per_call=1, checkpoint_dir=str(tmp_path), checkpoint_every=1)
+  assert sorted(int(s) for s in os.listdir(tmp_path)) == [1]  # batch 0's; the diverged batch 1 is not saved
+
+
+@pytest.mark.parametrize("field", ["checkpoint_every", "epochs", "steps_per_call"])
+def test_minibatch_refuses_a_count_below_one_naming_the_field(field):
+  with pytest.raises(ValueError, match=rf"Minibatch: {field} must be an integer >= 1, got 0"):
+    Minibatch(**{field: 0})
+
+
+def test_a_fit_over_a_mesh_resumes_with_its_shardings(tmp_path):
+  import jax  # noqa: PLC0415
+
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("data",))
+  reference = _fit(mesh=mesh, epochs=2)
+  with pytest.raises(_Interrupted):
+    _fit(_Flaky(stop=10 + 1 + 10 + 5), mesh=mesh, epochs=2, checkpoint_dir=str(tmp_path), checkpoint_every=1)
+  resumed = _fit(mesh=mesh, epochs=2, checkpoint_dir=str(tmp_path))
+  _same(resumed, reference)
+  assert resumed.logits["attraction"].sharding.spec == reference.logits["attraction"].sharding.spec
