@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from ultr_jax.simulation import FeatureTable, HashedTable, Minibatch, fit_click_model
+from ultr_jax.simulation import FeatureTable, HashedTable, Minibatch, evaluate_click_model_stream, fit_click_model
 
 NUM_DOCS = 30
 
@@ -164,3 +164,43 @@ def test_a_fit_over_a_mesh_resumes_with_its_shardings(tmp_path):
   resumed = _fit(mesh=mesh, epochs=2, checkpoint_dir=str(tmp_path))
   _same(resumed, reference)
   assert resumed.logits["attraction"].sharding.spec == reference.logits["attraction"].sharding.spec
+
+
+# Early stopping: a tiny training log (3 batches) fitted at a high learning rate with a weak prior over-fits, its
+# held-out perplexity on other batches falling to epoch 4 and rising after.
+OVERFIT = dict(data=LOG[:3], optimizer=optax.adam(0.1), l2=0.01)
+
+
+def _held_out(fit) -> float:
+  return evaluate_click_model_stream("dbn", fit.params, LOG[5:])["perplexity"]
+
+
+def test_early_stopping_returns_the_best_epochs_fit_and_names_it():
+  solver = Minibatch(**{**SETTINGS, "optimizer": OVERFIT["optimizer"], "epochs": 12, "patience": 2})
+  stopped = fit_click_model("dbn", LOG[:3], solver=solver, num_docs=NUM_DOCS, l2=0.01, validation=LOG[5:])
+  assert stopped.stop_reason.startswith("held-out perplexity stopped improving after epoch 6 of 12 (best ")
+  assert "at epoch 4; 18 steps run)" in stopped.stop_reason
+  assert stopped.iterations == 18  # 6 epochs of 3 batches
+  best = _fit(**{**OVERFIT, "epochs": 4})  # a fixed-epochs fit of exactly the best epoch's count
+  for k in best.logits:
+    np.testing.assert_array_equal(np.asarray(stopped.logits[k]), np.asarray(best.logits[k]), err_msg=k)
+  assert stopped.log_likelihood == best.log_likelihood
+  assert stopped.perplexities == {0.01: _held_out(best)}
+  assert f"best {_held_out(best):.4f} at epoch 4" in stopped.stop_reason
+  assert _held_out(best) < _held_out(_fit(**{**OVERFIT, "epochs": 12}))
+
+
+def test_without_validation_or_patience_every_epoch_runs():
+  plain = _fit(**{**OVERFIT, "epochs": 5})
+  assert plain.iterations == 15 and plain.stop_reason == "5 epoch(s) run (15 steps)"
+  solver = Minibatch(**{**SETTINGS, "optimizer": OVERFIT["optimizer"], "epochs": 5, "patience": None})
+  off = fit_click_model("dbn", LOG[:3], solver=solver, num_docs=NUM_DOCS, l2=0.01, validation=LOG[5:])
+  _same(off, plain)
+
+
+def test_patience_below_one_and_early_stopping_with_checkpoints_are_refused(tmp_path):
+  with pytest.raises(ValueError, match=r"Minibatch: patience must be an integer >= 1 or None, got 0"):
+    Minibatch(patience=0)
+  solver = Minibatch(**{**SETTINGS, "checkpoint_dir": str(tmp_path)})
+  with pytest.raises(ValueError, match=r"checkpoint_dir and early stopping .*patience"):
+    fit_click_model("dbn", LOG, solver=solver, num_docs=NUM_DOCS, validation=LOG[:2])

@@ -60,7 +60,7 @@ from ultr_jax._divergence import diagnose, first_nonfinite, first_of_call, nonfi
 from ultr_jax.simulation.click_models import ClickModel
 from ultr_jax.simulation.click_models.tables import FeatureTable, FullTable, ParameterTable, table_logits
 from ultr_jax.simulation.fitting import ClickModelFit
-from ultr_jax.simulation.streaming import session_batch, iterate_batches
+from ultr_jax.simulation.streaming import evaluate_click_model_stream, session_batch, iterate_batches
 
 __all__ = ["STEPS_PER_CALL"]
 
@@ -538,13 +538,41 @@ def _check_finite(pending: list, epoch: int) -> None:
   )
 
 
-def _epochs(step: Callable, plan: _Plan, state, batches, solver, placement, position: _Position, save=None):
+class _EarlyStopping:
+  """The held-out perplexity after each epoch (``score(state)``), the best epoch's parameters (a copy on the
+  device of the state's vectors, bias, centres and modules) and its batch log-likelihoods; ``after_epoch`` says
+  whether the fit stops: ``patience`` epochs without a strictly lower perplexity than the best."""
+
+  def __init__(self, score: Callable, patience: int):
+    self.score, self.patience = score, patience
+    self.history: list[float] = []
+    self.best_epoch, self.best_params, self.best_last = -1, None, np.zeros(0, np.float32)
+
+  def after_epoch(self, state, last: np.ndarray) -> bool:
+    ppl = float(self.score(state))
+    self.history.append(ppl)
+    rank = lambda v: v if np.isfinite(v) else np.inf  # noqa: E731 (a NaN perplexity never improves)
+    if self.best_epoch < 0 or rank(ppl) < rank(self.history[self.best_epoch]):
+      self.best_epoch = len(self.history) - 1
+      self.best_params = jax.tree.map(jnp.copy, (state[0], state[1]))  # the steps donate the state's buffers
+      self.best_last = last
+    return len(self.history) - 1 - self.best_epoch >= self.patience
+
+  def stop_reason(self, epochs: int, steps: int) -> str:
+    ran, best = len(self.history), f"best {self.history[self.best_epoch]:.4f} at epoch {self.best_epoch + 1}"
+    if ran < epochs:
+      return f"held-out perplexity stopped improving after epoch {ran} of {epochs} ({best}; {steps} steps run)"
+    return f"{epochs} epoch(s) run ({steps} steps); held-out perplexity {best}"
+
+
+def _epochs(step: Callable, plan: _Plan, state, batches, solver, placement, position: _Position, save=None, early=None):
   """The passes of ``step(state, group)`` over the prepared groups of batches up to ``solver.epochs``, from
   ``position`` (the batches it has done of its epoch skipped); returns the last state and position.
 
   Each call's first non-finite step is read one call later (the device keeps a call queued) and before a save:
   a non-finite step raises ``FloatingPointError``. ``save(state, position)``: every ``solver.checkpoint_every``
-  calls (None: never)."""
+  calls (None: never). ``early``: an :class:`_EarlyStopping`, told of each epoch's end, which may end the passes
+  (the position returned then names the epochs run)."""
   epoch, done, steps, values, last = position
   values, last, calls = [values], [last], 0
   for epoch in range(epoch, solver.epochs):
@@ -566,6 +594,8 @@ def _epochs(step: Callable, plan: _Plan, state, batches, solver, placement, posi
         save(state, _Position(epoch, done, steps, _host(values), _host(last)))
     _check_finite(pending, epoch)
     last, values, done = values, [], 0
+    if early is not None and early.after_epoch(state, _host(last)):
+      return state, _Position(epoch + 1, 0, steps, np.zeros(0, np.float32), _host(last))
   return state, _Position(solver.epochs, 0, steps, np.zeros(0, np.float32), _host(last))
 
 
@@ -714,9 +744,39 @@ def _checkpointed(step: Callable, plan: _Plan, state, batches, solver, placement
   return state, position
 
 
-def minibatch_fit(m: ClickModel, batches, solver, *, num_docs, l2: float, prior: str, init) -> ClickModelFit:
+def _held_out_perplexity(
+  m: ClickModel, tables, num_docs: int, validation: "Batches | Callable[[], Batches]"
+) -> Callable:
+  """``score(state)``: the held-out conditional perplexity
+  (:func:`~ultr_jax.simulation.evaluate_click_model_stream`) on ``validation`` (batches, or a function returning
+  them) of the probabilities the state's logits imply (built without touching the state's buffers)."""
+
+  def score(state) -> float:
+    vectors, (bias, centre, modules) = state[0], state[1]
+    per_doc = table_logits({k: tables[k] for k in vectors}, vectors, num_docs)
+    per_doc = {k: v + centre[k] if k in centre else v for k, v in per_doc.items()}
+    per_doc.update(table_logits({k: tables[k] for k in modules}, modules, num_docs))
+    params = m.to_probabilities({**per_doc, **bias})
+    held_out = validation() if callable(validation) else validation
+    return evaluate_click_model_stream(m, params, held_out)["perplexity"]
+
+  return score
+
+
+def minibatch_fit(
+  m: ClickModel, batches, solver, *, num_docs, l2: float, prior: str, init, validation=None
+) -> ClickModelFit:
   """``solver``'s fit of ``m`` to ``batches``: a :class:`~ultr_jax.simulation.Minibatch` (its objective and options
-  are stated there; ``fit.py`` imports this module, so the class is not named here)."""
+  are stated there; ``fit.py`` imports this module, so the class is not named here). With ``validation`` (held-out
+  batches, or a function returning them), more than one epoch and ``solver.patience`` not None, the fit stops
+  early on their perplexity and returns its best epoch's parameters, its ``stop_reason`` saying so."""
+  stopping = validation is not None and solver.patience is not None and solver.epochs > 1
+  if stopping and solver.checkpoint_dir is not None:
+    raise ValueError(
+      "Minibatch: checkpoint_dir and early stopping (validation sessions with patience) cannot be combined: the "
+      "checkpoints do not hold the best epoch's parameters; pass patience=None (no early stopping) or no "
+      "checkpoint_dir"
+    )
   optimizer = optax.adam(0.05) if solver.optimizer is None else solver.optimizer
   sparse, list_size, num_sessions = solver.sparse, solver.list_size, solver.num_sessions
   tables = _tables(m, solver.tables)
@@ -755,8 +815,13 @@ def minibatch_fit(m: ClickModel, batches, solver, *, num_docs, l2: float, prior:
   l2_bias = jnp.float32(l2 / max(num_sessions, 1.0))
   sparse_steps = plan.sparse
   step = lambda s, xs: run(m, optimizer, sparse_steps, s, xs, l2_bias, feature_tables)  # noqa: E731
+  early = None
+  if stopping:
+    assert solver.patience is not None and validation is not None  # stopping needs them
+    score = _held_out_perplexity(m, {**tables, **features}, num_docs, validation)
+    early = _EarlyStopping(score, int(solver.patience))
   if solver.checkpoint_dir is None:
-    state, position = _epochs(step, plan, state, batches, solver, placement, _Position())
+    state, position = _epochs(step, plan, state, batches, solver, placement, _Position(), early=early)
   else:
     data = {"num_docs": num_docs, "list_size": list_size, "num_sessions": float(num_sessions)}
     fp = _fingerprint(m, solver, plan, optimizer, batches, state, l2=l2, prior=prior, init=init, data=data)
@@ -764,6 +829,10 @@ def minibatch_fit(m: ClickModel, batches, solver, *, num_docs, l2: float, prior:
   steps, last = position.steps, position.last
   plan = None  # the rows' priors and the host's work space
   vectors, (bias, centre, modules) = state[0], state[1]
+  if early is not None:  # the best epoch's parameters, and its batch log-likelihoods
+    assert early.best_params is not None  # at least one epoch ran
+    vectors, (bias, centre, modules) = early.best_params
+    last, early.best_params = early.best_last, None
   state = None  # the optimiser's state: let go before the per-document tables are built
   per_doc = _document_logits({**tables, **features}, vectors, modules, centre, num_docs)
   if placement is not None and num_docs % placement.size == 0:  # split over the devices as the tables were
@@ -780,4 +849,5 @@ def minibatch_fit(m: ClickModel, batches, solver, *, num_docs, l2: float, prior:
     iterations=steps,
     converged=False,
     feature_params=modules or None,
+    stop_reason="" if early is None else early.stop_reason(solver.epochs, steps),
   )
