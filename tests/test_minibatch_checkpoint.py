@@ -34,11 +34,11 @@ class _Flaky:
   """A function returning fresh batches of ``LOG`` that raises at the ``stop``-th batch it reads in all (the
   counting pass and the fingerprint's first batch included)."""
 
-  def __init__(self, stop: int):
-    self.stop, self.read = stop, 0
+  def __init__(self, stop: int, log=LOG):
+    self.stop, self.read, self.log = stop, 0, log
 
   def __call__(self):
-    for batch in LOG:
+    for batch in self.log:
       self.read += 1
       if self.read == self.stop:
         raise _Interrupted(f"batch {self.read}")
@@ -198,9 +198,23 @@ def test_without_validation_or_patience_every_epoch_runs():
   _same(off, plain)
 
 
-def test_patience_below_one_and_early_stopping_with_checkpoints_are_refused(tmp_path):
+def test_patience_below_one_is_refused():
   with pytest.raises(ValueError, match=r"Minibatch: patience must be an integer >= 1 or None, got 0"):
     Minibatch(patience=0)
-  solver = Minibatch(**{**SETTINGS, "checkpoint_dir": str(tmp_path)})
-  with pytest.raises(ValueError, match=r"checkpoint_dir and early stopping .*patience"):
-    fit_click_model("dbn", LOG, solver=solver, num_docs=NUM_DOCS, validation=LOG[:2])
+
+
+def test_an_early_stopped_fit_resumed_equals_the_fit_without_interruption(tmp_path):
+  settings = {**SETTINGS, "optimizer": OVERFIT["optimizer"], "epochs": 12, "patience": 2}
+
+  def fit(data, **more):
+    solver = Minibatch(**{**settings, **more})
+    return fit_click_model("dbn", data, solver=solver, num_docs=NUM_DOCS, l2=0.01, validation=LOG[5:])
+
+  reference = fit(LOG[:3])
+  # The counting pass reads 3 batches, the fingerprint 1, each epoch 3: stopped in epoch 5 (past the best, 4).
+  with pytest.raises(_Interrupted):
+    fit(_Flaky(stop=3 + 1 + 3 * 4 + 2, log=LOG[:3]), checkpoint_dir=str(tmp_path), checkpoint_every=1)
+  resumed = fit(LOG[:3], checkpoint_dir=str(tmp_path), checkpoint_every=1)
+  _same(resumed, reference)
+  assert resumed.stop_reason == reference.stop_reason and resumed.perplexities == reference.perplexities
+  _same(fit(LOG[:3], checkpoint_dir=str(tmp_path)), reference)  # the finished fit's checkpoint: no step taken

@@ -342,8 +342,10 @@ class Minibatch:
       re-run) and its ``log_likelihood``, ``iterations`` the steps run in all, and ``stop_reason`` e.g.
       ``"held-out perplexity stopped improving after epoch 3 of 10 (best 1.3812 at epoch 2; 30 steps run)"``,
       or ``"10 epoch(s) run (100 steps); held-out perplexity best 1.3812 at epoch 10"``. The default 1 stops
-      at the first epoch that does not improve. Not combined with ``checkpoint_dir`` (a ``ValueError`` naming
-      both: the checkpoints do not hold the best epoch's parameters).
+      at the first epoch that does not improve. With ``checkpoint_dir`` the checkpoints also hold the best
+      epoch's parameters, its batch log-likelihoods and the perplexity of each epoch done (the fingerprint:
+      ``patience`` and the held-out sessions' first batch), so a resumed fit returns what the uninterrupted
+      one would.
 
   A step whose objective or updated parameters are not finite (a learning rate too large, a non-finite feature)
   stops the fit with a ``FloatingPointError`` naming its batch (0-based, counting from the fit's first batch) and

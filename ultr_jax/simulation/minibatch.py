@@ -556,7 +556,10 @@ class _EarlyStopping:
       self.best_epoch = len(self.history) - 1
       self.best_params = jax.tree.map(jnp.copy, (state[0], state[1]))  # the steps donate the state's buffers
       self.best_last = last
-    return len(self.history) - 1 - self.best_epoch >= self.patience
+    return self.stopped()
+
+  def stopped(self) -> bool:
+    return bool(self.history) and len(self.history) - 1 - self.best_epoch >= self.patience
 
   def stop_reason(self, epochs: int, steps: int) -> str:
     ran, best = len(self.history), f"best {self.history[self.best_epoch]:.4f} at epoch {self.best_epoch + 1}"
@@ -581,6 +584,8 @@ def _epochs(step: Callable, plan: _Plan, state, batches, solver, placement, posi
     groups = _groups(plan, batch_iter, solver.steps_per_call, steps)
     if placement is not None:
       groups = map(functools.partial(_put_group, placement=placement), groups)
+    if early is not None and early.stopped():  # a resumed fit that had stopped
+      return state, _Position(len(early.history), 0, steps, np.zeros(0, np.float32), _host(last))
     for xs in _prefetch(groups):
       state, (ll, first) = step(state, xs)
       if len(pending) > 0:  # the previous call's: it has finished or is about to, while this one runs
@@ -638,6 +643,8 @@ _META_SPEC = {
     "values": [(float, type(None))],
     "last": [(float, type(None))],
   },
+  # An early-stopped fit's: the held-out perplexity of each epoch done, the best epoch and its batch values.
+  "early?": {"history": [(float, type(None))], "best_epoch": int, "best_last": [(float, type(None))]},
 }
 _RECOVERY = (
   "the fit sets this step aside and resumes from the newest readable one; remove the checkpoint_dir to start over"
@@ -672,7 +679,20 @@ def _table_digest(t: ParameterTable) -> object:
   return repr(t)
 
 
-def _fingerprint(m, solver, plan: _Plan, optimizer, batches, state, *, l2, prior, init, data: dict) -> dict:
+def _fingerprint(
+  m,
+  solver,
+  plan: _Plan,
+  optimizer,
+  batches,
+  state,
+  *,
+  l2,
+  prior,
+  init,
+  data: dict,
+  validation: "Batches | Callable[[], Batches] | None" = None,
+) -> dict:
   """What shapes a minibatch fit's steps: the model, the solver's settings that change them, the optimiser (by
   :func:`_optimizer_digest`), ``l2``, the prior, ``init``, the data (``D``, ``L``, ``S`` and the first batch's
   content) and the state's shapes; a checkpoint of a fit whose fingerprint differs is not resumed."""
@@ -700,30 +720,45 @@ def _fingerprint(m, solver, plan: _Plan, optimizer, batches, state, *, l2, prior
       ]
     ),
   }
+  if validation is not None:  # an early-stopped fit's: its patience and held-out sessions (their first batch)
+    held_out = next(iter(iterate_batches(validation)))
+    v_ids, v_clicks, v_where, _ = _sessions(0, held_out, m)
+    fp["early_stopping"] = {
+      "patience": int(solver.patience),
+      "validation": arrays_digest({"doc_ids": v_ids, "clicks": v_clicks, "where": v_where}),
+    }
   fp["hash"] = digest(fp)
   return fp
 
 
-def _checkpointed(step: Callable, plan: _Plan, state, batches, solver, placement, fp: dict):
+def _checkpointed(step: Callable, plan: _Plan, state, batches, solver, placement, fp: dict, early=None):
   """:func:`_epochs` from the newest readable checkpoint in ``solver.checkpoint_dir`` of the fit with
   fingerprint ``fp`` (another fit's refused with a ``ValueError`` naming what differs; an unreadable one set
   aside), saving every ``solver.checkpoint_every`` calls and at the end."""
   ckpt = Checkpointer(solver.checkpoint_dir, meta_spec=_META_SPEC, recovery=_RECOVERY)
   saved: list[Optional[int]] = [None]
 
+  if early is not None and early.best_params is None:  # saved with the state: a copy until an epoch ends
+    early.best_params = jax.tree.map(jnp.copy, (state[0], state[1]))
+
   def save(state, pos: _Position) -> None:
     where = {"epoch": pos.epoch, "batch": pos.batch, "steps": pos.steps}
-    ckpt.save(
-      pos.steps,
-      state,
-      {"fingerprint": fp, "position": {**where, "values": pos.values.tolist(), "last": pos.last.tolist()}},
-    )
+    meta = {"fingerprint": fp, "position": {**where, "values": pos.values.tolist(), "last": pos.last.tolist()}}
+    tree = state
+    if early is not None:
+      tree = (state, early.best_params)
+      meta["early"] = {
+        "history": list(early.history),
+        "best_epoch": int(early.best_epoch),
+        "best_last": np.asarray(early.best_last, np.float32).tolist(),
+      }
+    ckpt.save(pos.steps, tree, meta)
     saved[0] = pos.steps
 
   try:
     restored = restore_checkpoint(
       ckpt,
-      state,
+      state if early is None else (state, early.best_params),
       fp,
       max_step=sys.maxsize,
       name="Minibatch",
@@ -733,10 +768,15 @@ def _checkpointed(step: Callable, plan: _Plan, state, batches, solver, placement
     position = _Position()
     if restored is not None:
       saved[0], state, meta = restored
+      if early is not None:
+        state, early.best_params = state
+        e = meta["early"]
+        early.history, early.best_epoch = [float(v) for v in e["history"]], int(e["best_epoch"])
+        early.best_last = np.asarray(e["best_last"], np.float32)
       p = meta["position"]
       values, last = (np.asarray(p[k], np.float32) for k in ("values", "last"))
       position = _Position(int(p["epoch"]), int(p["batch"]), int(p["steps"]), values, last)
-    state, position = _epochs(step, plan, state, batches, solver, placement, position, save)
+    state, position = _epochs(step, plan, state, batches, solver, placement, position, save, early)
     if saved[0] != position.steps:
       save(state, position)
   finally:
@@ -771,12 +811,6 @@ def minibatch_fit(
   batches, or a function returning them), more than one epoch and ``solver.patience`` not None, the fit stops
   early on their perplexity and returns its best epoch's parameters, its ``stop_reason`` saying so."""
   stopping = validation is not None and solver.patience is not None and solver.epochs > 1
-  if stopping and solver.checkpoint_dir is not None:
-    raise ValueError(
-      "Minibatch: checkpoint_dir and early stopping (validation sessions with patience) cannot be combined: the "
-      "checkpoints do not hold the best epoch's parameters; pass patience=None (no early stopping) or no "
-      "checkpoint_dir"
-    )
   optimizer = optax.adam(0.05) if solver.optimizer is None else solver.optimizer
   sparse, list_size, num_sessions = solver.sparse, solver.list_size, solver.num_sessions
   tables = _tables(m, solver.tables)
@@ -824,8 +858,13 @@ def minibatch_fit(
     state, position = _epochs(step, plan, state, batches, solver, placement, _Position(), early=early)
   else:
     data = {"num_docs": num_docs, "list_size": list_size, "num_sessions": float(num_sessions)}
-    fp = _fingerprint(m, solver, plan, optimizer, batches, state, l2=l2, prior=prior, init=init, data=data)
-    state, position = _checkpointed(step, plan, state, batches, solver, placement, fp)
+    saved_tree = state if early is None else (state, (state[0], state[1]))  # the best epoch's saved with it
+    held_out = validation if early is not None else None
+    fp = _fingerprint(
+      m, solver, plan, optimizer, batches, saved_tree, l2=l2, prior=prior, init=init, data=data, validation=held_out
+    )
+    saved_tree = None
+    state, position = _checkpointed(step, plan, state, batches, solver, placement, fp, early)
   steps, last = position.steps, position.last
   plan = None  # the rows' priors and the host's work space
   vectors, (bias, centre, modules) = state[0], state[1]
