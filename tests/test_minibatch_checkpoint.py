@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from ultr_jax.simulation import FeatureTable, HashedTable, Minibatch, fit_click_model
+from ultr_jax.simulation import FeatureTable, HashedTable, Minibatch, evaluate_click_model_stream, fit_click_model
 
 NUM_DOCS = 30
 
@@ -34,11 +34,11 @@ class _Flaky:
   """A function returning fresh batches of ``LOG`` that raises at the ``stop``-th batch it reads in all (the
   counting pass and the fingerprint's first batch included)."""
 
-  def __init__(self, stop: int):
-    self.stop, self.read = stop, 0
+  def __init__(self, stop: int, log=LOG):
+    self.stop, self.read, self.log = stop, 0, log
 
   def __call__(self):
-    for batch in LOG:
+    for batch in self.log:
       self.read += 1
       if self.read == self.stop:
         raise _Interrupted(f"batch {self.read}")
@@ -164,3 +164,57 @@ def test_a_fit_over_a_mesh_resumes_with_its_shardings(tmp_path):
   resumed = _fit(mesh=mesh, epochs=2, checkpoint_dir=str(tmp_path))
   _same(resumed, reference)
   assert resumed.logits["attraction"].sharding.spec == reference.logits["attraction"].sharding.spec
+
+
+# Early stopping: a tiny training log (3 batches) fitted at a high learning rate with a weak prior over-fits, its
+# held-out perplexity on other batches falling to epoch 4 and rising after.
+OVERFIT = dict(data=LOG[:3], optimizer=optax.adam(0.1), l2=0.01)
+
+
+def _held_out(fit) -> float:
+  return evaluate_click_model_stream("dbn", fit.params, LOG[5:])["perplexity"]
+
+
+def test_early_stopping_returns_the_best_epochs_fit_and_names_it():
+  solver = Minibatch(**{**SETTINGS, "optimizer": OVERFIT["optimizer"], "epochs": 12, "patience": 2})
+  stopped = fit_click_model("dbn", LOG[:3], solver=solver, num_docs=NUM_DOCS, l2=0.01, validation=LOG[5:])
+  assert stopped.stop_reason.startswith("held-out perplexity stopped improving after epoch 6 of 12 (best ")
+  assert "at epoch 4; 18 steps run)" in stopped.stop_reason
+  assert stopped.iterations == 18  # 6 epochs of 3 batches
+  best = _fit(**{**OVERFIT, "epochs": 4})  # a fixed-epochs fit of exactly the best epoch's count
+  for k in best.logits:
+    np.testing.assert_array_equal(np.asarray(stopped.logits[k]), np.asarray(best.logits[k]), err_msg=k)
+  assert stopped.log_likelihood == best.log_likelihood
+  assert stopped.perplexities == {0.01: _held_out(best)}
+  assert f"best {_held_out(best):.4f} at epoch 4" in stopped.stop_reason
+  assert _held_out(best) < _held_out(_fit(**{**OVERFIT, "epochs": 12}))
+
+
+def test_without_validation_or_patience_every_epoch_runs():
+  plain = _fit(**{**OVERFIT, "epochs": 5})
+  assert plain.iterations == 15 and plain.stop_reason == "5 epoch(s) run (15 steps)"
+  solver = Minibatch(**{**SETTINGS, "optimizer": OVERFIT["optimizer"], "epochs": 5, "patience": None})
+  off = fit_click_model("dbn", LOG[:3], solver=solver, num_docs=NUM_DOCS, l2=0.01, validation=LOG[5:])
+  _same(off, plain)
+
+
+def test_patience_below_one_is_refused():
+  with pytest.raises(ValueError, match=r"Minibatch: patience must be an integer >= 1 or None, got 0"):
+    Minibatch(patience=0)
+
+
+def test_an_early_stopped_fit_resumed_equals_the_fit_without_interruption(tmp_path):
+  settings = {**SETTINGS, "optimizer": OVERFIT["optimizer"], "epochs": 12, "patience": 2}
+
+  def fit(data, **more):
+    solver = Minibatch(**{**settings, **more})
+    return fit_click_model("dbn", data, solver=solver, num_docs=NUM_DOCS, l2=0.01, validation=LOG[5:])
+
+  reference = fit(LOG[:3])
+  # The counting pass reads 3 batches, the fingerprint 1, each epoch 3: stopped in epoch 5 (past the best, 4).
+  with pytest.raises(_Interrupted):
+    fit(_Flaky(stop=3 + 1 + 3 * 4 + 2, log=LOG[:3]), checkpoint_dir=str(tmp_path), checkpoint_every=1)
+  resumed = fit(LOG[:3], checkpoint_dir=str(tmp_path), checkpoint_every=1)
+  _same(resumed, reference)
+  assert resumed.stop_reason == reference.stop_reason and resumed.perplexities == reference.perplexities
+  _same(fit(LOG[:3], checkpoint_dir=str(tmp_path)), reference)  # the finished fit's checkpoint: no step taken

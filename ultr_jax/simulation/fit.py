@@ -332,6 +332,20 @@ class Minibatch:
       own subdirectory ``l2=<value>``.
     checkpoint_every: jitted calls (of ``steps_per_call`` batches each) between checkpoints; the fit also saves
       one when it ends.
+    patience: early stopping on :func:`fit_click_model`'s ``validation`` sessions (None: none; also none without
+      ``validation`` or with ``epochs = 1``). After each epoch :math:`e` the held-out conditional perplexity
+      :math:`\mathrm{PPL}_e` (:func:`~ultr_jax.simulation.evaluate_click_model_stream`, of the probabilities the
+      epoch's logits imply) is computed; the fit stops after epoch :math:`e` once :math:`e - e^* \ge`
+      ``patience`` for the best epoch :math:`e^* = \arg\min_{e' \le e} \mathrm{PPL}_{e'}` (the first of
+      equal ones; a NaN never improves), ``epochs`` being the most it runs. The fit returns epoch
+      :math:`e^*`'s parameters (kept as a copy on the device, one more set of the tables' vectors, so nothing is
+      re-run) and its ``log_likelihood``, ``iterations`` the steps run in all, and ``stop_reason`` e.g.
+      ``"held-out perplexity stopped improving after epoch 3 of 10 (best 1.3812 at epoch 2; 30 steps run)"``,
+      or ``"10 epoch(s) run (100 steps); held-out perplexity best 1.3812 at epoch 10"``. The default 1 stops
+      at the first epoch that does not improve. With ``checkpoint_dir`` the checkpoints also hold the best
+      epoch's parameters, its batch log-likelihoods and the perplexity of each epoch done (the fingerprint:
+      ``patience`` and the held-out sessions' first batch), so a resumed fit returns what the uninterrupted
+      one would.
 
   A step whose objective or updated parameters are not finite (a learning rate too large, a non-finite feature)
   stops the fit with a ``FloatingPointError`` naming its batch (0-based, counting from the fit's first batch) and
@@ -369,20 +383,30 @@ class Minibatch:
   key: Optional[jax.Array] = None
   checkpoint_dir: Optional[str] = None
   checkpoint_every: int = 100
+  patience: Optional[int] = 1
 
   def __post_init__(self):
-    for name in ("epochs", "steps_per_call", "checkpoint_every"):
+    for name in ("epochs", "steps_per_call", "checkpoint_every", "patience"):
       value = getattr(self, name)
+      if name == "patience" and value is None:
+        continue
       if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"Minibatch: {name} must be an integer >= 1, got {value!r}")
+        none = " or None" if name == "patience" else ""
+        raise ValueError(f"Minibatch: {name} must be an integer >= 1{none}, got {value!r}")
     if self.checkpoint_dir is not None and not isinstance(self.checkpoint_dir, (str, os.PathLike)):
       raise ValueError(f"Minibatch: checkpoint_dir must be a path or None, got {self.checkpoint_dir!r}")
 
-  def fit(self, model, data, *, num_docs, l2, prior, init):
+  def fit(self, model, data, *, num_docs, l2, prior, init, validation=None):
+    """Fits ``model`` to ``data`` (see :func:`fit_click_model`), stopping early on ``validation`` (held-out
+    batches or a function returning them; None: every epoch runs)."""
     if isinstance(data, (ClickStatistics, PartitionedStatistics)):
       raise ValueError("Minibatch fits sessions; for gathered statistics use Statistics()")
-    fit = minibatch.minibatch_fit(model, _batches(data), self, num_docs=num_docs, l2=l2, prior=prior, init=init)
-    return fit._replace(solver=self, stop_reason=f"{self.epochs} epoch(s) run ({fit.iterations} steps)")
+    fit = minibatch.minibatch_fit(
+      model, _batches(data), self, num_docs=num_docs, l2=l2, prior=prior, init=init, validation=validation
+    )
+    return fit._replace(
+      solver=self, stop_reason=fit.stop_reason or f"{self.epochs} epoch(s) run ({fit.iterations} steps)"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -497,15 +521,17 @@ def _default_prior(m: ClickModel, solver: Solver) -> str:
   return "data_mean" if isinstance(m, ClickChain) or isinstance(solver, Minibatch) else "zero"
 
 
-def _fit_one(m, data, solver, *, num_docs, l2, prior, init, source=None) -> ClickModelFit:
+def _fit_one(m, data, solver, *, num_docs, l2, prior, init, source=None, validation=None) -> ClickModelFit:
   """``solver``'s fit, or its fallback's on ``source`` (the sessions ``data`` were gathered from; default ``data``)
-  where the statistics or their fit would outgrow the budget."""
+  where the statistics or their fit would outgrow the budget; a :class:`Minibatch` fit (the fallback's included)
+  stops early on ``validation``."""
   centre = lambda s: _default_prior(m, s) if prior is None else check_prior(prior)  # noqa: E731
   source = data if source is None else source
   try:
     if isinstance(solver, Statistics) and not isinstance(data, (ClickStatistics, PartitionedStatistics)):
       data = solver.gather(m, data)
-    return solver.fit(m, data, num_docs=num_docs, l2=l2, prior=centre(solver), init=init)
+    held_out = {"validation": validation} if validation is not None and isinstance(solver, Minibatch) else {}
+    return solver.fit(m, data, num_docs=num_docs, l2=l2, prior=centre(solver), init=init, **held_out)
   except StatisticsTooLarge as e:
     fallback = getattr(solver, "fallback", None)
     if fallback is None:
@@ -516,7 +542,7 @@ def _fit_one(m, data, solver, *, num_docs, l2, prior, init, source=None) -> Clic
         "function returning fresh batches"
       ) from None
     _log.info("fit_click_model: %s; fitting by %s instead", e, fallback)
-    fit = _fit_one(m, source, fallback, num_docs=num_docs, l2=l2, prior=prior, init=None)
+    fit = _fit_one(m, source, fallback, num_docs=num_docs, l2=l2, prior=prior, init=None, validation=validation)
     return fit._replace(stop_reason=f"{fit.stop_reason} (the fallback: {e})")
 
 
@@ -566,7 +592,12 @@ def fit_click_model(
     num_docs: number of ids ``D`` (default the largest id + 1).
     l2: prior precision on the logits, or a grid of them chosen on ``validation``.
     validation: held-out session batches (re-iterable, or a function returning them): required with a grid;
-      with one value its perplexity is reported too.
+      with one value its perplexity is reported too. A :class:`Minibatch` fit of more than one epoch (explicit,
+      or the automatic choice's fallback) also stops early on them: after each epoch their conditional
+      perplexity is computed, the fit stops once it has not improved for ``patience`` epochs and returns the
+      best epoch's parameters (see :class:`Minibatch`; ``patience=None`` runs every epoch). With a grid, each
+      value's fit stops early on the same sessions, and the grid's choice is then made among those fits as
+      without early stopping.
     prior: the per-document logits' prior centre, one of :data:`~ultr_jax.simulation.LOGIT_PRIORS` (None:
       ``"data_mean"`` for the chain models (:class:`~ultr_jax.simulation.ClickChain`: the cascade family,
       whose first rank is always examined) and for :class:`Minibatch`, a fallback included; ``"zero"`` for the
@@ -621,7 +652,8 @@ def fit_click_model(
   scores, best = {}, None
   for value in grid:
     one = _checkpoints_of(solver, value) if len(grid) > 1 else solver
-    fit = _fit_one(m, data, one, num_docs=num_docs, l2=value, prior=prior, init=init, source=source)
+    args = dict(num_docs=num_docs, l2=value, prior=prior, init=init, source=source, validation=validation)
+    fit = _fit_one(m, data, one, **args)
     init = fit.logits
     if validation is not None:
       held_out = validation() if callable(validation) else validation

@@ -60,7 +60,7 @@ from ultr_jax._divergence import diagnose, first_nonfinite, first_of_call, nonfi
 from ultr_jax.simulation.click_models import ClickModel
 from ultr_jax.simulation.click_models.tables import FeatureTable, FullTable, ParameterTable, table_logits
 from ultr_jax.simulation.fitting import ClickModelFit
-from ultr_jax.simulation.streaming import session_batch, iterate_batches
+from ultr_jax.simulation.streaming import evaluate_click_model_stream, session_batch, iterate_batches
 
 __all__ = ["STEPS_PER_CALL"]
 
@@ -538,13 +538,44 @@ def _check_finite(pending: list, epoch: int) -> None:
   )
 
 
-def _epochs(step: Callable, plan: _Plan, state, batches, solver, placement, position: _Position, save=None):
+class _EarlyStopping:
+  """The held-out perplexity after each epoch (``score(state)``), the best epoch's parameters (a copy on the
+  device of the state's vectors, bias, centres and modules) and its batch log-likelihoods; ``after_epoch`` says
+  whether the fit stops: ``patience`` epochs without a strictly lower perplexity than the best."""
+
+  def __init__(self, score: Callable, patience: int):
+    self.score, self.patience = score, patience
+    self.history: list[float] = []
+    self.best_epoch, self.best_params, self.best_last = -1, None, np.zeros(0, np.float32)
+
+  def after_epoch(self, state, last: np.ndarray) -> bool:
+    ppl = float(self.score(state))
+    self.history.append(ppl)
+    rank = lambda v: v if np.isfinite(v) else np.inf  # noqa: E731 (a NaN perplexity never improves)
+    if self.best_epoch < 0 or rank(ppl) < rank(self.history[self.best_epoch]):
+      self.best_epoch = len(self.history) - 1
+      self.best_params = jax.tree.map(jnp.copy, (state[0], state[1]))  # the steps donate the state's buffers
+      self.best_last = last
+    return self.stopped()
+
+  def stopped(self) -> bool:
+    return bool(self.history) and len(self.history) - 1 - self.best_epoch >= self.patience
+
+  def stop_reason(self, epochs: int, steps: int) -> str:
+    ran, best = len(self.history), f"best {self.history[self.best_epoch]:.4f} at epoch {self.best_epoch + 1}"
+    if ran < epochs:
+      return f"held-out perplexity stopped improving after epoch {ran} of {epochs} ({best}; {steps} steps run)"
+    return f"{epochs} epoch(s) run ({steps} steps); held-out perplexity {best}"
+
+
+def _epochs(step: Callable, plan: _Plan, state, batches, solver, placement, position: _Position, save=None, early=None):
   """The passes of ``step(state, group)`` over the prepared groups of batches up to ``solver.epochs``, from
   ``position`` (the batches it has done of its epoch skipped); returns the last state and position.
 
   Each call's first non-finite step is read one call later (the device keeps a call queued) and before a save:
   a non-finite step raises ``FloatingPointError``. ``save(state, position)``: every ``solver.checkpoint_every``
-  calls (None: never)."""
+  calls (None: never). ``early``: an :class:`_EarlyStopping`, told of each epoch's end, which may end the passes
+  (the position returned then names the epochs run)."""
   epoch, done, steps, values, last = position
   values, last, calls = [values], [last], 0
   for epoch in range(epoch, solver.epochs):
@@ -553,6 +584,8 @@ def _epochs(step: Callable, plan: _Plan, state, batches, solver, placement, posi
     groups = _groups(plan, batch_iter, solver.steps_per_call, steps)
     if placement is not None:
       groups = map(functools.partial(_put_group, placement=placement), groups)
+    if early is not None and early.stopped():  # a resumed fit that had stopped
+      return state, _Position(len(early.history), 0, steps, np.zeros(0, np.float32), _host(last))
     for xs in _prefetch(groups):
       state, (ll, first) = step(state, xs)
       if len(pending) > 0:  # the previous call's: it has finished or is about to, while this one runs
@@ -566,6 +599,8 @@ def _epochs(step: Callable, plan: _Plan, state, batches, solver, placement, posi
         save(state, _Position(epoch, done, steps, _host(values), _host(last)))
     _check_finite(pending, epoch)
     last, values, done = values, [], 0
+    if early is not None and early.after_epoch(state, _host(last)):
+      return state, _Position(epoch + 1, 0, steps, np.zeros(0, np.float32), _host(last))
   return state, _Position(solver.epochs, 0, steps, np.zeros(0, np.float32), _host(last))
 
 
@@ -608,6 +643,8 @@ _META_SPEC = {
     "values": [(float, type(None))],
     "last": [(float, type(None))],
   },
+  # An early-stopped fit's: the held-out perplexity of each epoch done, the best epoch and its batch values.
+  "early?": {"history": [(float, type(None))], "best_epoch": int, "best_last": [(float, type(None))]},
 }
 _RECOVERY = (
   "the fit sets this step aside and resumes from the newest readable one; remove the checkpoint_dir to start over"
@@ -642,7 +679,20 @@ def _table_digest(t: ParameterTable) -> object:
   return repr(t)
 
 
-def _fingerprint(m, solver, plan: _Plan, optimizer, batches, state, *, l2, prior, init, data: dict) -> dict:
+def _fingerprint(
+  m,
+  solver,
+  plan: _Plan,
+  optimizer,
+  batches,
+  state,
+  *,
+  l2,
+  prior,
+  init,
+  data: dict,
+  validation: "Batches | Callable[[], Batches] | None" = None,
+) -> dict:
   """What shapes a minibatch fit's steps: the model, the solver's settings that change them, the optimiser (by
   :func:`_optimizer_digest`), ``l2``, the prior, ``init``, the data (``D``, ``L``, ``S`` and the first batch's
   content) and the state's shapes; a checkpoint of a fit whose fingerprint differs is not resumed."""
@@ -670,30 +720,45 @@ def _fingerprint(m, solver, plan: _Plan, optimizer, batches, state, *, l2, prior
       ]
     ),
   }
+  if validation is not None:  # an early-stopped fit's: its patience and held-out sessions (their first batch)
+    held_out = next(iter(iterate_batches(validation)))
+    v_ids, v_clicks, v_where, _ = _sessions(0, held_out, m)
+    fp["early_stopping"] = {
+      "patience": int(solver.patience),
+      "validation": arrays_digest({"doc_ids": v_ids, "clicks": v_clicks, "where": v_where}),
+    }
   fp["hash"] = digest(fp)
   return fp
 
 
-def _checkpointed(step: Callable, plan: _Plan, state, batches, solver, placement, fp: dict):
+def _checkpointed(step: Callable, plan: _Plan, state, batches, solver, placement, fp: dict, early=None):
   """:func:`_epochs` from the newest readable checkpoint in ``solver.checkpoint_dir`` of the fit with
   fingerprint ``fp`` (another fit's refused with a ``ValueError`` naming what differs; an unreadable one set
   aside), saving every ``solver.checkpoint_every`` calls and at the end."""
   ckpt = Checkpointer(solver.checkpoint_dir, meta_spec=_META_SPEC, recovery=_RECOVERY)
   saved: list[Optional[int]] = [None]
 
+  if early is not None and early.best_params is None:  # saved with the state: a copy until an epoch ends
+    early.best_params = jax.tree.map(jnp.copy, (state[0], state[1]))
+
   def save(state, pos: _Position) -> None:
     where = {"epoch": pos.epoch, "batch": pos.batch, "steps": pos.steps}
-    ckpt.save(
-      pos.steps,
-      state,
-      {"fingerprint": fp, "position": {**where, "values": pos.values.tolist(), "last": pos.last.tolist()}},
-    )
+    meta = {"fingerprint": fp, "position": {**where, "values": pos.values.tolist(), "last": pos.last.tolist()}}
+    tree = state
+    if early is not None:
+      tree = (state, early.best_params)
+      meta["early"] = {
+        "history": list(early.history),
+        "best_epoch": int(early.best_epoch),
+        "best_last": np.asarray(early.best_last, np.float32).tolist(),
+      }
+    ckpt.save(pos.steps, tree, meta)
     saved[0] = pos.steps
 
   try:
     restored = restore_checkpoint(
       ckpt,
-      state,
+      state if early is None else (state, early.best_params),
       fp,
       max_step=sys.maxsize,
       name="Minibatch",
@@ -703,10 +768,15 @@ def _checkpointed(step: Callable, plan: _Plan, state, batches, solver, placement
     position = _Position()
     if restored is not None:
       saved[0], state, meta = restored
+      if early is not None:
+        state, early.best_params = state
+        e = meta["early"]
+        early.history, early.best_epoch = [float(v) for v in e["history"]], int(e["best_epoch"])
+        early.best_last = np.asarray(e["best_last"], np.float32)
       p = meta["position"]
       values, last = (np.asarray(p[k], np.float32) for k in ("values", "last"))
       position = _Position(int(p["epoch"]), int(p["batch"]), int(p["steps"]), values, last)
-    state, position = _epochs(step, plan, state, batches, solver, placement, position, save)
+    state, position = _epochs(step, plan, state, batches, solver, placement, position, save, early)
     if saved[0] != position.steps:
       save(state, position)
   finally:
@@ -714,9 +784,33 @@ def _checkpointed(step: Callable, plan: _Plan, state, batches, solver, placement
   return state, position
 
 
-def minibatch_fit(m: ClickModel, batches, solver, *, num_docs, l2: float, prior: str, init) -> ClickModelFit:
+def _held_out_perplexity(
+  m: ClickModel, tables, num_docs: int, validation: "Batches | Callable[[], Batches]"
+) -> Callable:
+  """``score(state)``: the held-out conditional perplexity
+  (:func:`~ultr_jax.simulation.evaluate_click_model_stream`) on ``validation`` (batches, or a function returning
+  them) of the probabilities the state's logits imply (built without touching the state's buffers)."""
+
+  def score(state) -> float:
+    vectors, (bias, centre, modules) = state[0], state[1]
+    per_doc = table_logits({k: tables[k] for k in vectors}, vectors, num_docs)
+    per_doc = {k: v + centre[k] if k in centre else v for k, v in per_doc.items()}
+    per_doc.update(table_logits({k: tables[k] for k in modules}, modules, num_docs))
+    params = m.to_probabilities({**per_doc, **bias})
+    held_out = validation() if callable(validation) else validation
+    return evaluate_click_model_stream(m, params, held_out)["perplexity"]
+
+  return score
+
+
+def minibatch_fit(
+  m: ClickModel, batches, solver, *, num_docs, l2: float, prior: str, init, validation=None
+) -> ClickModelFit:
   """``solver``'s fit of ``m`` to ``batches``: a :class:`~ultr_jax.simulation.Minibatch` (its objective and options
-  are stated there; ``fit.py`` imports this module, so the class is not named here)."""
+  are stated there; ``fit.py`` imports this module, so the class is not named here). With ``validation`` (held-out
+  batches, or a function returning them), more than one epoch and ``solver.patience`` not None, the fit stops
+  early on their perplexity and returns its best epoch's parameters, its ``stop_reason`` saying so."""
+  stopping = validation is not None and solver.patience is not None and solver.epochs > 1
   optimizer = optax.adam(0.05) if solver.optimizer is None else solver.optimizer
   sparse, list_size, num_sessions = solver.sparse, solver.list_size, solver.num_sessions
   tables = _tables(m, solver.tables)
@@ -755,15 +849,29 @@ def minibatch_fit(m: ClickModel, batches, solver, *, num_docs, l2: float, prior:
   l2_bias = jnp.float32(l2 / max(num_sessions, 1.0))
   sparse_steps = plan.sparse
   step = lambda s, xs: run(m, optimizer, sparse_steps, s, xs, l2_bias, feature_tables)  # noqa: E731
+  early = None
+  if stopping:
+    assert solver.patience is not None and validation is not None  # stopping needs them
+    score = _held_out_perplexity(m, {**tables, **features}, num_docs, validation)
+    early = _EarlyStopping(score, int(solver.patience))
   if solver.checkpoint_dir is None:
-    state, position = _epochs(step, plan, state, batches, solver, placement, _Position())
+    state, position = _epochs(step, plan, state, batches, solver, placement, _Position(), early=early)
   else:
     data = {"num_docs": num_docs, "list_size": list_size, "num_sessions": float(num_sessions)}
-    fp = _fingerprint(m, solver, plan, optimizer, batches, state, l2=l2, prior=prior, init=init, data=data)
-    state, position = _checkpointed(step, plan, state, batches, solver, placement, fp)
+    saved_tree = state if early is None else (state, (state[0], state[1]))  # the best epoch's saved with it
+    held_out = validation if early is not None else None
+    fp = _fingerprint(
+      m, solver, plan, optimizer, batches, saved_tree, l2=l2, prior=prior, init=init, data=data, validation=held_out
+    )
+    saved_tree = None
+    state, position = _checkpointed(step, plan, state, batches, solver, placement, fp, early)
   steps, last = position.steps, position.last
   plan = None  # the rows' priors and the host's work space
   vectors, (bias, centre, modules) = state[0], state[1]
+  if early is not None:  # the best epoch's parameters, and its batch log-likelihoods
+    assert early.best_params is not None  # at least one epoch ran
+    vectors, (bias, centre, modules) = early.best_params
+    last, early.best_params = early.best_last, None
   state = None  # the optimiser's state: let go before the per-document tables are built
   per_doc = _document_logits({**tables, **features}, vectors, modules, centre, num_docs)
   if placement is not None and num_docs % placement.size == 0:  # split over the devices as the tables were
@@ -780,4 +888,5 @@ def minibatch_fit(m: ClickModel, batches, solver, *, num_docs, l2: float, prior:
     iterations=steps,
     converged=False,
     feature_params=modules or None,
+    stop_reason="" if early is None else early.stop_reason(solver.epochs, steps),
   )
