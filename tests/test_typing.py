@@ -1,12 +1,17 @@
 """The interfaces of ``ultr_jax.types`` stand in the signatures: no bare ``Callable`` where one of its Protocols
-applies, and no local alias shadowing one (pyright, run by ``.ci/run``, then checks the calls against them)."""
+applies, and no local alias shadowing one; pyright (``pyrightconfig.json``) then checks the calls against them."""
 
 import ast
 import pathlib
+import shutil
+import subprocess
 
 import pytest
 
 from ultr_jax import types
+
+# One worker: the probe test below writes a file into the package for a moment, which pyright must not read.
+pytestmark = pytest.mark.xdist_group("typing")
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "ultr_jax"
 PROTOCOLS = {n for n in types.__all__ if isinstance(getattr(types, n), type) and n not in ("Array",)}
@@ -67,3 +72,12 @@ def test_the_check_finds_a_bare_callable(tmp_path, source, expected):
 
 def test_the_protocols_are_the_library_types():
   assert {"ReduceFn", "ClickFn", "LossFn", "ScoreFn", "MethodInitFn", "MethodLossFn"} <= PROTOCOLS
+
+
+def test_pyright_reports_no_errors():
+  """The type checker over the whole package (``pyrightconfig.json``), as a test: it runs beside the other tests."""
+  pyright = shutil.which("pyright")
+  if pyright is None:
+    pytest.skip("pyright is in the test extra: pip install -e '.[test]'")
+  proc = subprocess.run([pyright], cwd=ROOT.parent, capture_output=True, text=True, timeout=1200)
+  assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
