@@ -432,17 +432,18 @@ def test_extreme_inputs_of_the_cld_family_are_finite():
     fn = lambda r, o: losses.cld_loss(
       r, one, selection_scores=o, propensities=jnp.array([1e-30, 0.5, 0.0]), shown=shown, link=link
     )
+    value_and_grads = jax.jit(jax.value_and_grad(fn, argnums=(0, 1)))  # one program for both scales
     for scale in (1e30, -1e30):
-      value, grads = jax.value_and_grad(fn, argnums=(0, 1))(scale * one, -scale * one)
+      value, grads = value_and_grads(scale * one, -scale * one)
       assert np.isfinite(float(value)) and all(np.all(np.isfinite(g)) for g in grads), (link, scale)
   for outcome in ("ls", "probit"):
     fn = lambda r, o: losses.heckman_loss(r, one, selection_scores=o, mills_coef=0.5, shown=shown, outcome=outcome)
-    value, grads = jax.value_and_grad(fn, argnums=(0, 1))(1e30 * one, -1e30 * one)
+    value, grads = jax.jit(jax.value_and_grad(fn, argnums=(0, 1)))(1e30 * one, -1e30 * one)
     assert np.isfinite(float(value)) and all(np.all(np.isfinite(g)) for g in grads), outcome
   # The inverse Mills ratio: the log-space form up to z = -100 (float32 cancellation: ~3e-4 there), the
   # asymptotic series beyond, continuous at the switch.
   z = jnp.array([-99.999, -100.001, -1e6, -1e15])
-  lam = np.asarray(losses.inverse_mills_ratio(z), np.float64)
+  lam = np.asarray(jax.jit(losses.inverse_mills_ratio)(z), np.float64)
   np.testing.assert_allclose(lam, -np.asarray(z, np.float64) / (1 - 1 / np.asarray(z, np.float64) ** 2), rtol=1e-3)
 
 
@@ -512,10 +513,10 @@ def test_mean_detection_is_by_behaviour():
 def _estimator_data():
   rng = np.random.default_rng(0)
   b, l, k = 6, 5, 4
-  s = jnp.asarray(rng.normal(size=(3, b, l)), jnp.float32)
-  c = jnp.asarray(rng.random((3, b, l)) < 0.4, jnp.float32)
-  pos = jnp.asarray(np.stack([np.stack([rng.permutation(l) for _ in range(b)]) for _ in range(3)]) % k, jnp.int32)
-  w = jnp.asarray(rng.random((3, b, l)) < 0.85)
+  s = np.asarray(rng.normal(size=(3, b, l)), np.float32)
+  c = np.asarray(rng.random((3, b, l)) < 0.4, np.float32)
+  pos = np.asarray(np.stack([np.stack([rng.permutation(l) for _ in range(b)]) for _ in range(3)]) % k, np.int32)
+  w = np.asarray(rng.random((3, b, l)) < 0.85)
   return s, c, pos, w
 
 
@@ -531,12 +532,15 @@ def test_estimators_apply_their_updates_to_their_state():
   np.testing.assert_allclose([pd_state.t_plus, pd_state.t_minus], 1.0)
   theta, t_plus, t_minus, lam, ema = em_state.propensities, pd_state.t_plus, pd_state.t_minus, 0.0, 0.0
   em_update, pd_update = jax.jit(em.update), jax.jit(pd.update)
+  # The references jitted too (one program each rather than every primitive eagerly).
+  em_ref = jax.jit(functools.partial(losses.em_propensity_update, step_size=0.3))
+  pd_ref = jax.jit(functools.partial(losses.pairwise_debiasing_update, step_size=0.3))
   for t in range(3):
     em_state = em_update(em_state, s[t], c[t], positions=pos[t], where=w[t])
     pd_state = pd_update(pd_state, s[t], c[t], positions=pos[t], where=w[t])
     da_state = da.update(da_state, jnp.float32(0.05 * (t + 1)))
-    theta = losses.em_propensity_update(theta, s[t], c[t], pos[t], where=w[t], step_size=0.3)
-    t_plus, t_minus = losses.pairwise_debiasing_update(t_plus, t_minus, s[t], c[t], pos[t], where=w[t], step_size=0.3)
+    theta = em_ref(theta, s[t], c[t], pos[t], where=w[t])
+    t_plus, t_minus = pd_ref(t_plus, t_minus, s[t], c[t], pos[t], where=w[t])
     lam, ema = losses.dual_ascent_update(lam, ema, jnp.float32(0.05 * (t + 1)), budget=0.02, eta=2.0, first=t == 0)
   np.testing.assert_allclose(em_state.propensities, theta, rtol=1e-6)
   np.testing.assert_allclose(pd_state.t_plus, t_plus, rtol=1e-6)
@@ -852,12 +856,21 @@ def test_pairwise_click_losses_reference():
 def test_pairwise_click_losses_on_binary_clicks_are_rax_pairwise_logistic():
   """0/1 clicks: the mean over (clicked, unclicked) pairs, weighted by the clicked item's 1/theta."""
   s, c, a, w = _data(8, SHAPE, CASES[0])
-  got = losses.ips_pairwise_loss(s, c, propensities=a, where=w)
-  want = rax.pairwise_logistic_loss(s, c, where=w, weights=1.0 / a)
+
+  @jax.jit  # one program rather than every primitive eagerly
+  def pairs(s, c, a, w):
+    ips = losses.ips_pairwise_loss(s, c, propensities=a, where=w)
+    naive = losses.naive_pairwise_loss(s, c, where=w)
+    return (
+      ips,
+      rax.pairwise_logistic_loss(s, c, where=w, weights=1.0 / a),
+      naive,
+      rax.pairwise_logistic_loss(s, c, where=w),
+    )
+
+  got, want, naive, plain = pairs(s, c, a, w)
   np.testing.assert_allclose(got, want, rtol=1e-6)
-  np.testing.assert_allclose(
-    losses.naive_pairwise_loss(s, c, where=w), rax.pairwise_logistic_loss(s, c, where=w), rtol=1e-6
-  )
+  np.testing.assert_allclose(naive, plain, rtol=1e-6)
 
 
 def test_lambdarank_click_losses_on_binary_clicks_are_rax_lambdarank():
@@ -878,12 +891,16 @@ def test_lambdarank_click_losses_on_binary_clicks_are_rax_lambdarank():
       ),
     ),
   ):
-    np.testing.assert_allclose(ours(s), theirs(s), rtol=1e-5)
-    np.testing.assert_allclose(jax.grad(ours)(s), jax.grad(theirs)(s), rtol=1e-5, atol=1e-7)
-  plain = losses.naive_pairwise_loss(s, c, where=w, reduce_fn=jnp.sum)
-  assert float(plain) != pytest.approx(
-    float(losses.naive_pairwise_loss(s, c, where=w, lambdaweight_fn=losses.lambdarank_weights, reduce_fn=jnp.sum))
-  )
+    (ours_value, ours_grad), (theirs_value, theirs_grad) = (jax.jit(jax.value_and_grad(g))(s) for g in (ours, theirs))
+    np.testing.assert_allclose(ours_value, theirs_value, rtol=1e-5)
+    np.testing.assert_allclose(ours_grad, theirs_grad, rtol=1e-5, atol=1e-7)
+  plain, lambdarank = jax.jit(
+    lambda s: [
+      losses.naive_pairwise_loss(s, c, where=w, lambdaweight_fn=fn, reduce_fn=jnp.sum)
+      for fn in (None, losses.lambdarank_weights)
+    ]
+  )(s)
+  assert float(plain) != pytest.approx(float(lambdarank))
 
 
 def test_pairwise_click_loss_on_ctrs_is_the_expected_session_loss():
