@@ -193,18 +193,24 @@ CASES += [_case(case, losses.LOSSES[loss], options, overrides) for case, loss, o
 IDS = [c.name for c in CASES]
 
 
-def _data(key, shape, case, dtype=jnp.float32):
-  ks, kc, ka, kw = jax.random.split(key, 4)
-  scores = jax.random.normal(ks, shape, dtype)
-  clicks = jax.random.bernoulli(kc, 0.4, shape).astype(dtype)
+def _data(seed, shape, case, dtype=np.float32):
+  """NumPy draws (no eager JAX op, which would compile a program of its own for every new shape)."""
+  rng = np.random.default_rng(seed)
+  scores = rng.normal(size=shape).astype(dtype)
+  clicks = (rng.random(shape) < 0.4).astype(dtype)
   if case.aux == "prob":
-    aux = jax.random.uniform(ka, shape, dtype, 0.1, 1.0)
+    aux = rng.uniform(0.1, 1.0, shape).astype(dtype)
   else:
-    aux = jax.random.normal(ka, shape, dtype)
+    aux = rng.normal(size=shape).astype(dtype)
   # Left-aligned lists with 3..L valid items (item 0 always valid).
-  lengths = jax.random.randint(kw, shape[:-1], 3, shape[-1] + 1)
-  where = jnp.arange(shape[-1]) < lengths[..., None]
+  lengths = rng.integers(3, shape[-1] + 1, shape[:-1])
+  where = np.arange(shape[-1]) < lengths[..., None]
   return scores, clicks, aux, where
+
+
+# The invariants' list batch: 4 lists of 6 items (3..6 valid). Every invariant that allows it uses this shape, so
+# a case's jitted loss (and its gradient program below) compiles once at it and is shared by the tests.
+SHAPE = (4, 6)
 
 
 @functools.cache
@@ -223,6 +229,18 @@ def _jitted(case):
   return fn
 
 
+@functools.cache
+def _value_and_grads(case):
+  """``(loss, (d/d scores, d/d aux))`` of the ``jnp.mean`` loss under ``jax.jit``: one program per case, shared by
+  the tests that differentiate it (all masked, extreme scores, extreme propensities)."""
+
+  @jax.jit
+  def fn(s, c, a, where):
+    return jax.value_and_grad(lambda s, a: case.fn(s, c, a, where=where, reduce_fn=jnp.mean), argnums=(0, 1))(s, a)
+
+  return fn
+
+
 # ----------------------------------------------------------------------------
 # Invariants, parametrized over every loss.
 
@@ -230,21 +248,22 @@ def _jitted(case):
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_mask_equals_truncation(case):
   f = _jitted(case)
-  s, c, a, _ = _data(jax.random.key(0), (5, 7), case)
-  where = jnp.broadcast_to(jnp.arange(7) < 5, (5, 7))
-  s_pad = s.at[:, 5:].set(1e4)  # garbage beyond the mask
-  c_pad = c.at[:, 5:].set(1.0)
+  s, c, a, _ = _data(0, SHAPE, case)
+  where = np.broadcast_to(np.arange(6) < 4, SHAPE)
+  s_pad, c_pad = s.copy(), c.copy()
+  s_pad[:, 4:] = 1e4  # garbage beyond the mask
+  c_pad[:, 4:] = 1.0
   masked = f(s_pad, c_pad, a, where=where, reduce_fn=jnp.mean)
-  truncated = f(s[:, :5], c[:, :5], a[:, :5], where=None, reduce_fn=jnp.mean)
+  truncated = f(s[:, :4], c[:, :4], a[:, :4], where=None, reduce_fn=jnp.mean)
   np.testing.assert_allclose(masked, truncated, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_arbitrary_leading_dims(case):
   f = _jitted(case)
-  s, c, a, w = _data(jax.random.key(1), (12, 6), case)
+  s, c, a, w = _data(1, SHAPE, case)
   flat = f(s, c, a, where=w, reduce_fn=jnp.mean)
-  for lead in [(3, 4), (2, 3, 2), (1, 12)]:
+  for lead in [(2, 2), (2, 1, 2), (1, 4)]:
     r = lambda x: x.reshape(*lead, 6)
     np.testing.assert_allclose(f(r(s), r(c), r(a), where=r(w), reduce_fn=jnp.mean), flat, rtol=1e-5, atol=1e-6)
 
@@ -252,45 +271,46 @@ def test_arbitrary_leading_dims(case):
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_vmap_equals_loop_and_batch(case):
   f = _jitted(case)
-  s, c, a, w = _data(jax.random.key(2), (3, 4, 6), case)
+  s, c, a, w = _data(2, (3, *SHAPE), case)
   fn = lambda s, c, a, w: f(s, c, a, where=w, reduce_fn=jnp.mean)
   vmapped = jax.jit(jax.vmap(fn))(s, c, a, w)
-  looped = jnp.stack([fn(s[i], c[i], a[i], w[i]) for i in range(3)])
+  looped = np.stack([fn(s[i], c[i], a[i], w[i]) for i in range(3)])
   np.testing.assert_allclose(vmapped, looped, rtol=1e-5, atol=1e-6)
   if case.separable:
     total = lambda s, c, a, w: f(s, c, a, where=w, reduce_fn=jnp.sum)
     per_list = jax.jit(jax.vmap(total))(s.reshape(12, 6), c.reshape(12, 6), a.reshape(12, 6), w.reshape(12, 6))
-    np.testing.assert_allclose(per_list.sum(), total(s, c, a, w), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.sum(per_list), total(s, c, a, w), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_reduce_fn_none_sums_to_sum(case):
   f = _jitted(case)
-  s, c, a, w = _data(jax.random.key(3), (4, 6), case)
+  s, c, a, w = _data(3, SHAPE, case)
   none = f(s, c, a, where=w, reduce_fn=None)
-  np.testing.assert_allclose(none.sum(), f(s, c, a, where=w, reduce_fn=jnp.sum), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.sum(none), f(s, c, a, where=w, reduce_fn=jnp.sum), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_all_masked_gives_zero_loss_and_finite_zero_grads(case):
-  f = _jitted(case)
-  s, c, a, _ = _data(jax.random.key(4), (3, 5), case)
-  where = jnp.zeros((3, 5), bool)
-  fn = lambda s, a: f(s, c, a, where=where, reduce_fn=jnp.mean)
-  assert float(fn(s, a)) == 0.0
-  gs, ga = jax.jit(jax.grad(fn, argnums=(0, 1)))(s, a)
+  f, value_and_grads = _jitted(case), _value_and_grads(case)
+  s, c, a, _ = _data(4, SHAPE, case)
+  where = np.zeros(SHAPE, bool)
+  assert float(f(s, c, a, where=where, reduce_fn=jnp.mean)) == 0.0
+  value, (gs, ga) = value_and_grads(s, c, a, where)
+  assert float(value) == 0.0
   np.testing.assert_array_equal(gs, 0.0)
   np.testing.assert_array_equal(ga, 0.0)
   # One all-masked list among valid ones changes nothing.
-  s2, c2, a2, w2 = _data(jax.random.key(5), (3, 5), case)
-  w_mixed = w2.at[1].set(False)
-  keep = jnp.array([0, 2])
+  s2, c2, a2, w2 = _data(5, SHAPE, case)
+  w_mixed = w2.copy()
+  w_mixed[1] = False
+  keep = np.array([0, 2, 3])
   np.testing.assert_allclose(
     f(s2, c2, a2, where=w_mixed, reduce_fn=jnp.mean),
     f(s2[keep], c2[keep], a2[keep], where=w2[keep], reduce_fn=jnp.mean),
     rtol=1e-5,
   )
-  g = jax.jit(jax.grad(lambda s: f(s, c2, a2, where=w_mixed, reduce_fn=jnp.mean)))(s2)
+  _, (g, _) = value_and_grads(s2, c2, a2, w_mixed)
   assert np.all(np.isfinite(g)) and np.all(g[1] == 0.0)
 
 
@@ -298,13 +318,12 @@ def test_all_masked_gives_zero_loss_and_finite_zero_grads(case):
 @pytest.mark.parametrize("scale", [1e3, 1e30])
 def test_extreme_scores_are_finite(case, scale):
   f = _jitted(case)
-  s, c, a, w = _data(jax.random.key(6), (4, 6), case)
-  s = jnp.sign(s) * scale
+  s, c, a, w = _data(6, SHAPE, case)
+  s = (np.sign(s) * scale).astype(s.dtype)
   if case.aux == "logit":
-    a = jnp.sign(a) * scale
-  fn = lambda s, a: f(s, c, a, where=w, reduce_fn=jnp.mean)
-  assert np.isfinite(float(fn(s, a)))
-  gs, ga = jax.jit(jax.grad(fn, argnums=(0, 1)))(s, a)
+    a = (np.sign(a) * scale).astype(a.dtype)
+  assert np.isfinite(float(f(s, c, a, where=w, reduce_fn=jnp.mean)))
+  _, (gs, ga) = _value_and_grads(case)(s, c, a, w)
   assert np.all(np.isfinite(gs)) and np.all(np.isfinite(ga))
 
 
@@ -312,17 +331,20 @@ def test_extreme_scores_are_finite(case, scale):
 def test_check_grads(case):
   with jax.enable_x64(True):
     f = _jitted(case)
-    s, c, a, w = _data(jax.random.key(7), (3, 5), case, dtype=jnp.float64)
+    s, c, a, w = _data(7, (3, 5), case, dtype=np.float64)
     fn = lambda s, a: f(s, c, a, where=w, reduce_fn=jnp.mean)
     ref = jax.jit(case.frozen(s, a, c, w)) if case.frozen is not None else fn
     if case.grad_aux:
       jtu.check_grads(ref, (s, a), order=1, modes=("rev",))
-      got = jax.jit(jax.grad(fn, argnums=(0, 1)))(s, a)
-      want = jax.jit(jax.grad(ref, argnums=(0, 1)))(s, a)
     else:
       jtu.check_grads(lambda s: ref(s, a), (s,), order=1, modes=("rev",))
-      got, want = jax.jit(jax.grad(fn))(s, a), jax.jit(jax.grad(ref))(s, a)
-    chex.assert_trees_all_close(got, want, rtol=1e-8, atol=1e-10)
+    # With stop-gradient parts, the loss's gradients are those of its frozen reference just checked numerically
+    # (without any, the reference is the loss itself and check_grads checked its gradients directly).
+    if case.frozen is not None:
+      argnums = (0, 1) if case.grad_aux else 0
+      got = jax.jit(jax.grad(fn, argnums=argnums))(s, a)
+      want = jax.jit(jax.grad(ref, argnums=argnums))(s, a)
+      chex.assert_trees_all_close(got, want, rtol=1e-8, atol=1e-10)
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -332,48 +354,59 @@ def test_compiles_once(case, assert_compiles_once):
   def step(s, c, a, w):
     return jax.value_and_grad(lambda s: case.fn(s, c, a, where=w, reduce_fn=jnp.mean))(s)
 
-  assert_compiles_once(step, lambda i: (_data(jax.random.key(10 + i), (4, 6), case), {}))
+  assert_compiles_once(step, lambda i: (_data(10 + i, SHAPE, case), {}))
 
 
 _WRAPPED_MEAN = lambda a, where=None: jnp.mean(a, where=where)  # noqa: E731  (a mean that is not jnp.mean)
 _MASKED_MAX = lambda a, where=None: jnp.max(a, where=where, initial=-jnp.inf)  # noqa: E731
 
 
+@functools.cache
+def _other_reductions(case):
+  """The loss under two means that are not ``jnp.mean`` and a masked max, in one jitted program per case."""
+
+  @jax.jit
+  def fn(s, c, a, where):
+    return [
+      case.fn(s, c, a, where=where, reduce_fn=r) for r in (_WRAPPED_MEAN, functools.partial(jnp.mean), _MASKED_MAX)
+    ]
+
+  return fn
+
+
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_any_reduce_fn_is_consistent(case):
   """A mean is a mean whatever object computes it; sum, mean and None agree with each other."""
   f = _jitted(case)
-  s, c, a, w = _data(jax.random.key(20), (4, 6), case)
+  s, c, a, w = _data(20, SHAPE, case)
   mean = f(s, c, a, where=w, reduce_fn=jnp.mean)
-  for other in (_WRAPPED_MEAN, functools.partial(jnp.mean)):
-    np.testing.assert_allclose(f(s, c, a, where=w, reduce_fn=other), mean, rtol=1e-6, atol=1e-7)
+  wrapped, partial, biggest = _other_reductions(case)(s, c, a, w)
+  for other in (wrapped, partial):
+    np.testing.assert_allclose(other, mean, rtol=1e-6, atol=1e-7)
   total = f(s, c, a, where=w, reduce_fn=jnp.sum)
   per = f(s, c, a, where=w, reduce_fn=None)
-  np.testing.assert_allclose(per.sum(), total, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.sum(per), total, rtol=1e-5, atol=1e-5)
   # Any other reduction runs on the same per-record values (here the largest one; a sum of the parts' largest).
-  biggest = f(s, c, a, where=w, reduce_fn=_MASKED_MAX)
-  assert np.isfinite(float(biggest)) and float(biggest) <= case.parts * float(jnp.max(per)) + 1e-5
+  assert np.isfinite(float(biggest)) and float(biggest) <= case.parts * float(np.max(per)) + 1e-5
   if case.parts == 1:
-    assert float(biggest) >= float(jnp.max(per)) - 1e-5 or float(jnp.max(per)) == 0.0
+    assert float(biggest) >= float(np.max(per)) - 1e-5 or float(np.max(per)) == 0.0
   # All masked: every mean is 0 (rax's safe_reduce), not NaN.
-  none_valid = jnp.zeros_like(w)
-  for m in (jnp.mean, _WRAPPED_MEAN):
-    assert float(f(s, c, a, where=none_valid, reduce_fn=m)) == 0.0
+  none_valid = np.zeros_like(w)
+  assert float(f(s, c, a, where=none_valid, reduce_fn=jnp.mean)) == 0.0
+  assert float(_other_reductions(case)(s, c, a, none_valid)[0]) == 0.0
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.aux == "prob"], ids=[c.name for c in CASES if c.aux == "prob"])
 def test_extreme_propensities_are_finite(case):
   """Propensities of 1e-30 (and 0): finite losses and gradients under the default weight cap."""
-  f = _jitted(case)
-  s, c, a, w = _data(jax.random.key(21), (4, 6), case)
+  s, c, a, w = _data(21, SHAPE, case)
   for tiny in (1e-30, 1e-45):
-    a_tiny = jnp.where(jnp.arange(6) % 2 == 0, tiny, a)
-    fn = lambda s: f(s, c, a_tiny, where=w, reduce_fn=jnp.mean)
-    value, grad = jax.jit(jax.value_and_grad(fn))(s)
+    a_tiny = np.where(np.arange(6) % 2 == 0, np.float32(tiny), a)
+    value, (grad, _) = _value_and_grads(case)(s, c, a_tiny, w)
     assert np.isfinite(float(value)), (tiny, float(value))
     assert np.all(np.isfinite(grad))
     # Bounded by the default cap (1e8 per weight), not merely finite (an uncapped 1/1e-30 gives ~1e30).
-    assert abs(float(value)) < 1e11 and float(jnp.max(jnp.abs(grad))) < 1e11, (tiny, float(value))
+    assert abs(float(value)) < 1e11 and float(np.max(np.abs(grad))) < 1e11, (tiny, float(value))
 
 
 def test_default_weight_cap_and_opt_out():
@@ -399,17 +432,18 @@ def test_extreme_inputs_of_the_cld_family_are_finite():
     fn = lambda r, o: losses.cld_loss(
       r, one, selection_scores=o, propensities=jnp.array([1e-30, 0.5, 0.0]), shown=shown, link=link
     )
+    value_and_grads = jax.jit(jax.value_and_grad(fn, argnums=(0, 1)))  # one program for both scales
     for scale in (1e30, -1e30):
-      value, grads = jax.value_and_grad(fn, argnums=(0, 1))(scale * one, -scale * one)
+      value, grads = value_and_grads(scale * one, -scale * one)
       assert np.isfinite(float(value)) and all(np.all(np.isfinite(g)) for g in grads), (link, scale)
   for outcome in ("ls", "probit"):
     fn = lambda r, o: losses.heckman_loss(r, one, selection_scores=o, mills_coef=0.5, shown=shown, outcome=outcome)
-    value, grads = jax.value_and_grad(fn, argnums=(0, 1))(1e30 * one, -1e30 * one)
+    value, grads = jax.jit(jax.value_and_grad(fn, argnums=(0, 1)))(1e30 * one, -1e30 * one)
     assert np.isfinite(float(value)) and all(np.all(np.isfinite(g)) for g in grads), outcome
   # The inverse Mills ratio: the log-space form up to z = -100 (float32 cancellation: ~3e-4 there), the
   # asymptotic series beyond, continuous at the switch.
   z = jnp.array([-99.999, -100.001, -1e6, -1e15])
-  lam = np.asarray(losses.inverse_mills_ratio(z), np.float64)
+  lam = np.asarray(jax.jit(losses.inverse_mills_ratio)(z), np.float64)
   np.testing.assert_allclose(lam, -np.asarray(z, np.float64) / (1 - 1 / np.asarray(z, np.float64) ** 2), rtol=1e-3)
 
 
@@ -451,7 +485,7 @@ def test_a_declared_loss_is_registered_with_its_signature():
     assert spec.inputs == ("observation_logits",) and spec.trains == ("observation_logits",)
     # A case is built for it from the vocabulary, as for every registered loss.
     case = _case("scaled", spec)
-    s, c, a, w = _data(jax.random.key(0), (2, 4), case)
+    s, c, a, w = _data(0, (2, 4), case)
     assert case.aux == "logit" and case.grad_aux and np.isfinite(float(case.fn(s, c, a, where=w)))
     with pytest.raises(ValueError, match="registered twice"):
       losses.register_loss("example")(scaled_loss)
@@ -479,10 +513,10 @@ def test_mean_detection_is_by_behaviour():
 def _estimator_data():
   rng = np.random.default_rng(0)
   b, l, k = 6, 5, 4
-  s = jnp.asarray(rng.normal(size=(3, b, l)), jnp.float32)
-  c = jnp.asarray(rng.random((3, b, l)) < 0.4, jnp.float32)
-  pos = jnp.asarray(np.stack([np.stack([rng.permutation(l) for _ in range(b)]) for _ in range(3)]) % k, jnp.int32)
-  w = jnp.asarray(rng.random((3, b, l)) < 0.85)
+  s = np.asarray(rng.normal(size=(3, b, l)), np.float32)
+  c = np.asarray(rng.random((3, b, l)) < 0.4, np.float32)
+  pos = np.asarray(np.stack([np.stack([rng.permutation(l) for _ in range(b)]) for _ in range(3)]) % k, np.int32)
+  w = np.asarray(rng.random((3, b, l)) < 0.85)
   return s, c, pos, w
 
 
@@ -498,12 +532,15 @@ def test_estimators_apply_their_updates_to_their_state():
   np.testing.assert_allclose([pd_state.t_plus, pd_state.t_minus], 1.0)
   theta, t_plus, t_minus, lam, ema = em_state.propensities, pd_state.t_plus, pd_state.t_minus, 0.0, 0.0
   em_update, pd_update = jax.jit(em.update), jax.jit(pd.update)
+  # The references jitted too (one program each rather than every primitive eagerly).
+  em_ref = jax.jit(functools.partial(losses.em_propensity_update, step_size=0.3))
+  pd_ref = jax.jit(functools.partial(losses.pairwise_debiasing_update, step_size=0.3))
   for t in range(3):
     em_state = em_update(em_state, s[t], c[t], positions=pos[t], where=w[t])
     pd_state = pd_update(pd_state, s[t], c[t], positions=pos[t], where=w[t])
     da_state = da.update(da_state, jnp.float32(0.05 * (t + 1)))
-    theta = losses.em_propensity_update(theta, s[t], c[t], pos[t], where=w[t], step_size=0.3)
-    t_plus, t_minus = losses.pairwise_debiasing_update(t_plus, t_minus, s[t], c[t], pos[t], where=w[t], step_size=0.3)
+    theta = em_ref(theta, s[t], c[t], pos[t], where=w[t])
+    t_plus, t_minus = pd_ref(t_plus, t_minus, s[t], c[t], pos[t], where=w[t])
     lam, ema = losses.dual_ascent_update(lam, ema, jnp.float32(0.05 * (t + 1)), budget=0.02, eta=2.0, first=t == 0)
   np.testing.assert_allclose(em_state.propensities, theta, rtol=1e-6)
   np.testing.assert_allclose(pd_state.t_plus, t_plus, rtol=1e-6)
@@ -818,18 +855,27 @@ def test_pairwise_click_losses_reference():
 
 def test_pairwise_click_losses_on_binary_clicks_are_rax_pairwise_logistic():
   """0/1 clicks: the mean over (clicked, unclicked) pairs, weighted by the clicked item's 1/theta."""
-  s, c, a, w = _data(jax.random.key(8), (4, 6), CASES[0])
-  got = losses.ips_pairwise_loss(s, c, propensities=a, where=w)
-  want = rax.pairwise_logistic_loss(s, c, where=w, weights=1.0 / a)
+  s, c, a, w = _data(8, SHAPE, CASES[0])
+
+  @jax.jit  # one program rather than every primitive eagerly
+  def pairs(s, c, a, w):
+    ips = losses.ips_pairwise_loss(s, c, propensities=a, where=w)
+    naive = losses.naive_pairwise_loss(s, c, where=w)
+    return (
+      ips,
+      rax.pairwise_logistic_loss(s, c, where=w, weights=1.0 / a),
+      naive,
+      rax.pairwise_logistic_loss(s, c, where=w),
+    )
+
+  got, want, naive, plain = pairs(s, c, a, w)
   np.testing.assert_allclose(got, want, rtol=1e-6)
-  np.testing.assert_allclose(
-    losses.naive_pairwise_loss(s, c, where=w), rax.pairwise_logistic_loss(s, c, where=w), rtol=1e-6
-  )
+  np.testing.assert_allclose(naive, plain, rtol=1e-6)
 
 
 def test_lambdarank_click_losses_on_binary_clicks_are_rax_lambdarank():
   """lambdarank_weights: rax's LambdaRank on clicks over its list-size factor; IPS weighs the clicked item's pairs."""
-  s, c, a, w = _data(jax.random.key(9), (4, 6), CASES[0])
+  s, c, a, w = _data(9, SHAPE, CASES[0])
   lam = rax.dcg_lambdaweight
   unweighted_lam = lambda s_, l_, *, where, segments, weights: lam(s_, l_, where=where)  # no IPS in the gains
   ours_lam = lambda *args, **kw: 6.0 * losses.lambdarank_weights(*args, **kw)  # rax scales by the list size, 6
@@ -845,12 +891,16 @@ def test_lambdarank_click_losses_on_binary_clicks_are_rax_lambdarank():
       ),
     ),
   ):
-    np.testing.assert_allclose(ours(s), theirs(s), rtol=1e-5)
-    np.testing.assert_allclose(jax.grad(ours)(s), jax.grad(theirs)(s), rtol=1e-5, atol=1e-7)
-  plain = losses.naive_pairwise_loss(s, c, where=w, reduce_fn=jnp.sum)
-  assert float(plain) != pytest.approx(
-    float(losses.naive_pairwise_loss(s, c, where=w, lambdaweight_fn=losses.lambdarank_weights, reduce_fn=jnp.sum))
-  )
+    (ours_value, ours_grad), (theirs_value, theirs_grad) = (jax.jit(jax.value_and_grad(g))(s) for g in (ours, theirs))
+    np.testing.assert_allclose(ours_value, theirs_value, rtol=1e-5)
+    np.testing.assert_allclose(ours_grad, theirs_grad, rtol=1e-5, atol=1e-7)
+  plain, lambdarank = jax.jit(
+    lambda s: [
+      losses.naive_pairwise_loss(s, c, where=w, lambdaweight_fn=fn, reduce_fn=jnp.sum)
+      for fn in (None, losses.lambdarank_weights)
+    ]
+  )(s)
+  assert float(plain) != pytest.approx(float(lambdarank))
 
 
 def test_pairwise_click_loss_on_ctrs_is_the_expected_session_loss():

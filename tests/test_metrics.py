@@ -99,12 +99,19 @@ def test_ndcg_err_mrr_ap_match_numpy(k):
   s, y, w = _lists()
   with jax.enable_x64(True):
     js, jy, jw = jnp.asarray(s), jnp.asarray(y), jnp.asarray(w)
-    nd = _jit(metrics.ndcg, topn=k, reduce_fn=None)(js, jy, where=jw)
-    er = _jit(metrics.err, topn=k if k else 11, reduce_fn=None)(js, jy, where=jw)
-    rr = _jit(metrics.mrr, topn=k, reduce_fn=None)(js, jy, where=jw)
-    ap = _jit(metrics.average_precision, reduce_fn=None)(js, jy, where=jw)
-    dc = _jit(metrics.dcg, topn=k, reduce_fn=None)(js, jy, where=jw)
-    pr = _jit(metrics.precision, topn=k, reduce_fn=None)(js, jy, where=jw)
+
+    @jax.jit  # the six metrics in one program
+    def six(js, jy, jw):
+      return (
+        metrics.ndcg(js, jy, where=jw, topn=k, reduce_fn=None),
+        metrics.err(js, jy, where=jw, topn=k if k else 11, reduce_fn=None),
+        metrics.mrr(js, jy, where=jw, topn=k, reduce_fn=None),
+        metrics.average_precision(js, jy, where=jw, reduce_fn=None),
+        metrics.dcg(js, jy, where=jw, topn=k, reduce_fn=None),
+        metrics.precision(js, jy, where=jw, topn=k, reduce_fn=None),
+      )
+
+    nd, er, rr, ap, dc, pr = six(js, jy, jw)
   for q in range(s.shape[0]):
     assert dc[q] == pytest.approx(np_dcg(s[q], y[q], w[q], k), abs=1e-12)
     assert pr[q] == pytest.approx(np_precision(s[q], y[q], w[q], k), abs=1e-12)
@@ -144,12 +151,18 @@ def test_no_relevant_convention():
 ALL_RANKING = [metrics.ndcg, metrics.dcg, metrics.err, metrics.mrr, metrics.average_precision, metrics.precision]
 
 
+@functools.cache
+def _per_list(fn):
+  """``fn`` per list (``reduce_fn=None``) under one ``jax.jit`` shared by the tests of ``fn``."""
+  return _jit(fn, reduce_fn=None)
+
+
 @pytest.mark.parametrize("fn", ALL_RANKING)
 def test_mask_equals_truncation(fn):
   s, y, _ = _lists(q=6, l=8, seed=3)
   w = np.ones_like(s, bool)
   w[:, 5:] = False
-  f = _jit(fn, reduce_fn=None)
+  f = _per_list(fn)
   long_ = f(jnp.asarray(s), jnp.asarray(y), where=jnp.asarray(w))
   short = f(jnp.asarray(s[:, :5]), jnp.asarray(y[:, :5]))
   np.testing.assert_allclose(long_, short, rtol=1e-6)
@@ -157,8 +170,8 @@ def test_mask_equals_truncation(fn):
 
 @pytest.mark.parametrize("fn", ALL_RANKING)
 def test_vmap_equals_batched(fn):
-  s, y, w = (jnp.asarray(a) for a in _lists(q=5, l=7, seed=4))
-  f = _jit(fn, reduce_fn=None)
+  s, y, w = (jnp.asarray(a) for a in _lists(q=6, l=8, seed=4))  # test_mask_equals_truncation's shapes and program
+  f = _per_list(fn)
   batched = f(s, y, where=w)
   vm = jax.jit(jax.vmap(lambda a, b, c: f(a, b, where=c)))(s, y, w)
   np.testing.assert_allclose(vm, batched, rtol=1e-6)
