@@ -21,6 +21,10 @@ FITTABLE = sim.click_models("fittable")
 LOSSES = sim.click_models("loss")
 L = 4
 
+# One program per (model, shapes) instead of an eager op-by-op dispatch (each op its own compile).
+_log_likelihood = jax.jit(sim.click_model_log_likelihood, static_argnums=0)
+_predict = jax.jit(sim.click_model_predict, static_argnums=0)
+
 
 def _random(name, seed, *, num_docs=L, list_size=L, scale=1.0):
   """The model and random parameters (probabilities) of its fitted parametrisation."""
@@ -53,13 +57,13 @@ def test_sampled_click_frequencies_and_session_frequencies_match_the_exact_proba
   n = 20000
   clicks = np.asarray(jax.jit(lambda k: m.sample(k, a, p, where=jnp.ones(L, bool), num_sessions=n))(jax.random.key(1)))
   assert clicks.shape == (n, L) and set(np.unique(clicks)) <= {0.0, 1.0}
-  pred = sim.click_model_predict(m, params, jnp.broadcast_to(ids, (n, L)), clicks)
+  pred = _predict(m, params, jnp.broadcast_to(ids, (n, L)), clicks)
   marginal = np.asarray(pred["marginal"][0], np.float64)
   bound = 5 * np.sqrt(marginal * (1 - marginal) / n) + 1e-9
   assert np.all(np.abs(clicks.mean(0) - marginal) <= bound), (clicks.mean(0), marginal)
   # Every click vector's frequency is its likelihood (the conditionals, multiplied).
   vectors = _all_click_vectors(L)
-  ll = np.asarray(sim.click_model_log_likelihood(m, params, jnp.broadcast_to(ids, vectors.shape), vectors))
+  ll = np.asarray(_log_likelihood(m, params, jnp.broadcast_to(ids, vectors.shape), vectors))
   codes = clicks.astype(int) @ (1 << np.arange(L))
   for code, row in enumerate(vectors.astype(int) @ (1 << np.arange(L))):
     want = np.exp(ll[code])
@@ -72,15 +76,16 @@ def test_conditionals_multiply_to_the_likelihood_which_sums_to_one_over_all_clic
   m, params, _ = _random(name, 1)
   vectors = jnp.asarray(_all_click_vectors(L))
   ids = jnp.broadcast_to(jnp.arange(L), vectors.shape)
-  ll = np.asarray(sim.click_model_log_likelihood(m, params, ids, vectors), np.float64)
+  ll = np.asarray(_log_likelihood(m, params, ids, vectors), np.float64)
   assert abs(np.exp(ll).sum() - 1.0) < 1e-5
-  q = np.asarray(sim.click_model_predict(m, params, ids, vectors)["conditional"], np.float64)
+  pred = _predict(m, params, ids, vectors)
+  q = np.asarray(pred["conditional"], np.float64)
   c = np.asarray(vectors)
   with np.errstate(divide="ignore"):
     product = np.sum(np.where(c > 0, np.log(q), np.log1p(-q)), axis=-1)
   np.testing.assert_allclose(np.exp(product), np.exp(ll), rtol=2e-5, atol=1e-7)
   # The marginal click probability is the likelihood-weighted mean click of each rank.
-  marginal = np.asarray(sim.click_model_predict(m, params, ids, vectors)["marginal"][0])
+  marginal = np.asarray(pred["marginal"][0])
   np.testing.assert_allclose(np.exp(ll) @ c, marginal, rtol=2e-5, atol=1e-7)
   # The first item's conditional does not depend on any click.
   np.testing.assert_allclose(q[:, 0], q[0, 0], rtol=1e-6)
@@ -95,14 +100,16 @@ def test_mask_equals_truncation_and_vmap_equals_loop(name):
   if name == "cascade":  # at most one click
     clicks = clicks * (np.cumsum(clicks, axis=1) <= 1)
   where = np.arange(L + 2) < L
-  full = sim.click_model_log_likelihood(m, params, ids, clicks, where=where)
+  full = _log_likelihood(m, params, ids, clicks, where=where)
   garbage = np.where(where, clicks, 1.0 - clicks)
-  np.testing.assert_allclose(sim.click_model_log_likelihood(m, params, ids, garbage, where=where), full, rtol=1e-6)
-  truncated = sim.click_model_log_likelihood(m, params, ids[:, :L], clicks[:, :L])
+  np.testing.assert_allclose(_log_likelihood(m, params, ids, garbage, where=where), full, rtol=1e-6)
+  truncated = _log_likelihood(m, params, ids[:, :L], clicks[:, :L])
   np.testing.assert_allclose(full, truncated, rtol=1e-5, atol=1e-6)
   one = lambda i, c: sim.click_model_log_likelihood(m, params, i, c)
   np.testing.assert_allclose(
-    jax.vmap(one)(jnp.asarray(ids), jnp.asarray(clicks)), [one(i, c) for i, c in zip(ids, clicks)], rtol=1e-6
+    jax.jit(jax.vmap(one))(jnp.asarray(ids), jnp.asarray(clicks)),
+    [jax.jit(one)(i, c) for i, c in zip(ids, clicks)],
+    rtol=1e-6,
   )
 
 
@@ -114,22 +121,26 @@ def test_a_fit_predicts_the_models_own_sessions_as_well_as_the_generating_parame
   q, length, n = 10, 5, 6000
   m, truth, _ = _random(name, 4, num_docs=q * length, list_size=length, scale=0.8)
   rng = np.random.default_rng(5)
+  sample = jax.jit(lambda key, ids: m.sample(key, *_per_session(m, truth, ids), where=jnp.ones(ids.shape, bool)))
 
   def log(seed):
     queries = rng.integers(0, q, size=n)
     ids = (queries[:, None] * length + np.stack([rng.permutation(length) for _ in range(n)])).astype(np.int32)
-    a, p = _per_session(m, truth, jnp.asarray(ids))
-    return ids, np.asarray(m.sample(jax.random.key(seed), a, p, where=jnp.ones(ids.shape, bool)))
+    return ids, np.asarray(sample(jax.random.key(seed), ids))
 
   (ids, clicks), (test_ids, test_clicks) = log(0), log(1)
   fit = sim.fit_click_model(
     m, {"doc_ids": ids, "clicks": clicks}, solver=sim.LBFGS(max_iters=300), num_docs=q * length, l2=0.1
   )
-  got = float(np.mean(sim.click_model_log_likelihood(m, fit.params, test_ids, test_clicks)))
-  want = float(np.mean(sim.click_model_log_likelihood(m, truth, test_ids, test_clicks)))
-  assert got > want - 0.01, (got, want)
-  mp = lambda p: np.asarray(sim.click_model_predict(m, p, test_ids, test_clicks)["marginal"])
-  assert np.mean(np.abs(mp(fit.params) - mp(truth))) < 0.02
+  score = jax.jit(  # the mean log-likelihood and the marginals on the fresh sessions: one program for both
+    lambda p: (
+      jnp.mean(sim.click_model_log_likelihood(m, p, test_ids, test_clicks)),
+      sim.click_model_predict(m, p, test_ids, test_clicks)["marginal"],
+    )
+  )
+  (got, fit_marginal), (want, true_marginal) = score(fit.params), score(truth)
+  assert float(got) > float(want) - 0.01, (got, want)
+  assert np.mean(np.abs(np.asarray(fit_marginal) - np.asarray(true_marginal))) < 0.02
 
 
 @pytest.mark.parametrize("name", LOSSES)
@@ -145,7 +156,7 @@ def test_the_likelihood_loss_is_the_fitted_models_likelihood(name):
   loss = losses.click_model_loss(
     logits["attraction"][ids], clicks, model=name, bias=bias, item_scores=items, reduce_fn=None
   )
-  ll = sim.click_model_log_likelihood(m, params, ids, clicks)
+  ll = _log_likelihood(m, params, ids, clicks)
   np.testing.assert_allclose(-np.asarray(loss), ll, rtol=2e-5, atol=1e-5)
   # Per-item weights of 1 change nothing, of 0 drop the items (as a mask does).
   w = np.ones((6, L), np.float32)
@@ -204,7 +215,7 @@ def test_a_mixture_of_one_model_twice_is_that_model():
   ids = np.stack([rng.permutation(5)[:L] for _ in range(8)])
   clicks = (rng.random((8, L)) < 0.4).astype(np.float32)
   np.testing.assert_allclose(
-    sim.click_model_log_likelihood(m, params, ids, clicks),
-    sim.click_model_log_likelihood("dcm", dcm, ids, clicks),
+    _log_likelihood(m, params, ids, clicks),
+    _log_likelihood("dcm", dcm, ids, clicks),
     rtol=1e-5,
   )

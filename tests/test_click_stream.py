@@ -2,6 +2,8 @@
 session log-likelihood, fits on them against the in-memory fit, streaming and minibatch fits, held-out scores
 over a stream against the in-memory scores."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -31,6 +33,15 @@ def _masked(log, seed=1):
   return {"doc_ids": ids, "clicks": clicks, "where": where}
 
 
+@functools.cache
+def _masked_log(model):
+  """``_masked(_log(model))``, simulated once per module (read-only: the tests copy before they change it)."""
+  log = _masked(_log(model))
+  for v in log.values():
+    v.flags.writeable = False
+  return log
+
+
 def _batches(log, size):
   n = log["clicks"].shape[0]
   return [{k: log[k][i : i + size] for k in ("doc_ids", "clicks", "where")} for i in range(0, n, size)]
@@ -41,7 +52,7 @@ def test_the_statistics_likelihood_is_the_sum_of_the_session_likelihoods(model):
   """At random logits, on a log with hidden items and empty sessions, gathered in uneven batches."""
   m = sim.get_click_model(model)
   r = sim.statistics_reduction(m)
-  log = _masked(_log(model))
+  log = _masked_log(model)
   stats = sim.gather_click_statistics(model, _batches(log, 37))
   whole = r.sufficient_statistics(log["doc_ids"], log["clicks"], log["where"])
   np.testing.assert_array_equal(stats.keys, whole.keys)  # the merge of the batches is the whole log's
@@ -49,19 +60,22 @@ def test_the_statistics_likelihood_is_the_sum_of_the_session_likelihoods(model):
   assert stats.num_sessions == whole.num_sessions == np.any(log["where"], -1).sum()
   assert stats.num_records < log["clicks"].size
   init = m.init(num_docs=NUM_DOCS, list_size=4)
-  keys = jax.random.split(jax.random.key(3), len(init))
-  logits = {k: 0.7 * jax.random.normal(kk, v.shape) for (k, v), kk in zip(sorted(init.items()), keys)}
+  rng = np.random.default_rng(3)  # NumPy draws: no eager jax.random program per parameter shape
+  logits = {k: 0.7 * rng.standard_normal(v.shape).astype(np.float32) for k, v in sorted(init.items())}
+  # Both likelihoods jitted (one program each, not an eager dispatch per op).
   expected = np.sum(
-    np.asarray(m.session_log_likelihood(logits, log["doc_ids"], log["clicks"], log["where"]), np.float64)
+    np.asarray(jax.jit(m.session_log_likelihood)(logits, log["doc_ids"], log["clicks"], log["where"]), np.float64)
   )
-  got = r.statistics_log_likelihood(logits, jnp.asarray(stats.keys, jnp.int32), jnp.asarray(stats.counts, jnp.float32))
+  got = jax.jit(r.statistics_log_likelihood)(
+    logits, jnp.asarray(stats.keys, jnp.int32), jnp.asarray(stats.counts, jnp.float32)
+  )
   assert float(got) == pytest.approx(expected, rel=1e-6)
 
 
 @pytest.mark.parametrize("model", sim.FITTABLE_CLICK_MODELS)
 def test_the_fit_on_statistics_equals_the_in_memory_fit(model):
   """Both run to a gradient norm of 1e-7 (the default 1e-5 leaves the optimum determined to a few 1e-6)."""
-  log = _masked(_log(model))
+  log = _masked_log(model)
   solve = {"tol": 1e-7, "max_iters": 300}
   data = {"doc_ids": log["doc_ids"], "clicks": log["clicks"], "where": log["where"]}
   full = sim.fit_click_model(model, data, solver=sim.LBFGS(**solve), num_docs=NUM_DOCS)
@@ -110,8 +124,8 @@ def test_held_out_scores_over_a_stream_equal_the_in_memory_scores(model):
   log = _masked(_log(model, seed=2))
   m = sim.get_click_model(model)
   logits = m.init(num_docs=NUM_DOCS, list_size=log["clicks"].shape[-1])
-  keys = jax.random.split(jax.random.key(3), len(logits))
-  params = m.to_probabilities({k: jax.random.normal(key, v.shape) for key, (k, v) in zip(keys, logits.items())})
+  rng = np.random.default_rng(3)  # NumPy draws: no eager jax.random program per parameter shape
+  params = m.to_probabilities({k: rng.standard_normal(v.shape).astype(np.float32) for k, v in logits.items()})
   test = {k: v[200:] for k, v in log.items()}
   want = sim.evaluate_click_model(model, params, test["doc_ids"], test["clicks"], where=test["where"])
   got = sim.evaluate_click_model_stream(model, params, _batches(test, 23))
@@ -212,7 +226,7 @@ def test_a_fit_on_statistics_over_sparse_document_ids_equals_the_full_table_fit(
   """Documents 5 apart among 300 ids (most never read): the fit over the read documents alone equals the
   in-memory fit over the whole table, an unread document stays at logit 0, and a start away from 0 on unread
   documents (a warm start) ends at the same optimum, where an unread document's logit is 0."""
-  log = _masked(_log(model))
+  log = dict(_masked_log(model))
   log["doc_ids"] = log["doc_ids"] * 5 + 3
   solve = {"tol": 1e-7, "max_iters": 300}
   data = {"doc_ids": log["doc_ids"], "clicks": log["clicks"], "where": log["where"]}

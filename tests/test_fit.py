@@ -28,12 +28,13 @@ def _perplexity(model, fit, test):
 @pytest.mark.parametrize("model", ("dbn",))
 def test_minibatch_reaches_in_memory_optimum(model, log):
   """Full-batch steps with Adam for long enough reach the exact optimum (the solver is approximate only in its
-  stopping, not in its objective)."""
+  stopping, not in its objective). 500 steps (one jitted call): the held-out perplexities then agree to float32
+  rounding (measured: a gap of 1e-5 after 300 steps, 4e-7 after 400, 0 after 500 and after 1500)."""
   train, test = log
   exact = sim.fit_click_model(model, train, solver=sim.LBFGS(tol=1e-6), num_docs=32, prior="zero")
-  solver = sim.Minibatch(optimizer=optax.adam(0.05), epochs=1500, sparse=False, steps_per_call=500)
+  solver = sim.Minibatch(optimizer=optax.adam(0.05), epochs=500, sparse=False, steps_per_call=500)
   fit = sim.fit_click_model(model, [train], solver=solver, num_docs=32, prior="zero")
-  assert fit.iterations == 1500 and "1500 epoch" in fit.stop_reason
+  assert fit.iterations == 500 and "500 epoch" in fit.stop_reason
   assert abs(_perplexity(model, fit, test) - _perplexity(model, exact, test)) < 1e-4
 
 
