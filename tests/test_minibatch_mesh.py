@@ -5,6 +5,7 @@ holds its share of every table, and a step moves the batch's rows between device
 The eight fake CPU devices come from tests/conftest.py.
 """
 
+import functools
 import json
 import os
 import re
@@ -34,12 +35,20 @@ OPTIMIZER = optax.adam(0.05, eps=1e-3)
 pytestmark = pytest.mark.skipif(jax.device_count() < 8, reason="needs the eight fake devices of tests/conftest.py")
 
 
-def _batches(model, batch_size=100, num_sessions=600):
+@functools.cache
+def _log(model, num_sessions):
+  """A simulated log's (doc_ids, clicks), read-only, simulated once per model and size."""
   rng = np.random.default_rng(0)
   a = rng.uniform(0.05, 0.9, size=(NUM_QUERIES, LIST_SIZE)).astype(np.float32)
   kw = {"satisfaction": rng.uniform(0.2, 0.8, size=a.shape).astype(np.float32)} if model == "dbn" else {}
   log = sim.simulate_session_log(jax.random.key(0), model, a, num_sessions=num_sessions, noise=1.0, **kw)
-  ids, clicks = np.asarray(log["doc_ids"]), np.asarray(log["clicks"])
+  ids, clicks = np.array(log["doc_ids"]), np.array(log["clicks"])
+  ids.flags.writeable = clicks.flags.writeable = False
+  return ids, clicks
+
+
+def _batches(model, batch_size=100, num_sessions=600):
+  ids, clicks = _log(model, num_sessions)
   return [
     {"doc_ids": ids[i : i + batch_size], "clicks": clicks[i : i + batch_size]} for i in range(0, len(ids), batch_size)
   ]

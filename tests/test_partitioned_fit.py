@@ -4,6 +4,8 @@ partition's reduced gradient and Hessian equal the Schur complement of the dense
 records' own cross derivatives), and on a long-tail log the passes reach the in-memory optimum in a few
 Newton-like passes."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -54,8 +56,8 @@ def test_bias_terms_are_the_schur_complement_of_the_dense_hessian(model, region)
     )
 
   x = jnp.concatenate([d_flat, b_flat])
-  g = np.asarray(jax.grad(objective)(x), np.float64)
-  h = np.asarray(jax.hessian(objective)(x), np.float64)
+  g, h = jax.jit(lambda x: (jax.grad(objective)(x), jax.hessian(objective)(x)))(x)  # one program, not eager ops
+  g, h = np.asarray(g, np.float64), np.asarray(h, np.float64)
   h_dd, h_db, h_bb = h[:nd, :nd], h[:nd, nd:], h[nd:, nd:]
   np.testing.assert_allclose(h_dd, np.diag(np.diag(h_dd)), atol=1e-6)  # documents are independent
   eliminated = np.diag(h_dd) > 2 * l2  # the data's own curvature above the prior's
@@ -78,10 +80,10 @@ def test_bias_terms_are_the_schur_complement_of_the_dense_hessian(model, region)
     np.testing.assert_allclose(np.asarray(s), schur, rtol=1e-4, atol=1e-3, err_msg=path)
 
 
-@pytest.mark.parametrize("model", ["pbm", "ubm"])
-def test_partitioned_fit_converges_in_a_few_passes(model):
-  m = sim.get_click_model(model)
-  batches = list(
+@functools.cache
+def _long_tail_batches():
+  """One UBM long-tail log, fitted by both models' tests."""
+  return list(
     sim.simulate_long_tail_log(
       jax.random.key(0),
       "ubm",
@@ -92,6 +94,12 @@ def test_partitioned_fit_converges_in_a_few_passes(model):
       batch_size=20_000,
     )
   )
+
+
+@pytest.mark.parametrize("model", ["pbm", "ubm"])
+def test_partitioned_fit_converges_in_a_few_passes(model):
+  m = sim.get_click_model(model)
+  batches = _long_tail_batches()
   num_docs = 40_000
   ref = sim.fit_click_model(
     model, sim.gather_click_statistics(model, batches), solver=sim.Statistics(tol=1e-7), num_docs=num_docs, l2=1.0

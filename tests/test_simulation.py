@@ -2,6 +2,8 @@
 and NumPy per-position references, invariants over every click model, and the
 logging policy."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -11,6 +13,8 @@ import pytest
 from ultr_jax import data as data_lib
 from ultr_jax import simulation as sim
 from ultr_jax.data import RankingDataset
+
+from conftest import check_compiles_once
 
 TABLE = np.array([0.68, 0.61, 0.48, 0.34, 0.28, 0.20, 0.11, 0.10, 0.08, 0.06])
 CTX_VECTORS = np.array([[0.3, -0.2], [-0.5, 0.4], [0.0, 0.0]], np.float32)
@@ -131,11 +135,33 @@ def _jbatch(batch):
   return jax.tree.map(jnp.asarray, batch)
 
 
+# The tests over every model share their compiled programs: one jitted click function per (model, extra config),
+# called on the same shapes by several tests (compiling dominates this file's time).
+
+
+@functools.cache
+def _jitted(name, **extra):
+  """``jax.jit`` of the model's click function, ``CONFIGS[name]`` updated with ``extra``: one per config."""
+  return jax.jit(sim.make_click_fn({**CONFIGS[name], **extra}))
+
+
+def _standard_args(i):
+  """Call ``i`` of the compile-once check: new keys and batches of the standard shape; call 3 repeats call 0."""
+  return (jax.random.key(i % 3), _jbatch(_batch(seed=i % 3))), {}
+
+
+@functools.cache
+def _standard(name):
+  """The model's click function jitted by :func:`check_compiles_once` over four calls of the standard batch shape
+  (it asserts one trace and no compilation after the first call); the outputs of the four calls. Call 0 (and 3, its
+  repeat) is ``fn(key(0), _batch())``."""
+  return check_compiles_once(sim.make_click_fn(CONFIGS[name]), _standard_args, calls=4)
+
+
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_probabilities_match_numpy_loop(name):
   batch = _batch()
-  fn = sim.make_click_fn(CONFIGS[name])
-  out = fn(jax.random.key(0), _jbatch(batch))
+  out = _standard(name)[0]  # fn(key(0), batch), jitted
   exam, prob = _np_click_prob(name, batch, CONFIGS[name])
   np.testing.assert_allclose(out["examination"], exam, rtol=2e-5, atol=1e-7)
   np.testing.assert_allclose(out["click_prob"], prob, rtol=2e-5, atol=1e-7)
@@ -146,8 +172,7 @@ def test_probabilities_match_numpy_loop(name):
 def test_empirical_click_rates_match_analytic(name):
   n = 6000
   batch = _batch()
-  fn = jax.jit(sim.make_click_fn({**CONFIGS[name], "num_sessions": n}))
-  out = fn(jax.random.key(1), _jbatch(batch))
+  out = _jitted(name, num_sessions=n)(jax.random.key(1), _jbatch(batch))
   clicks = np.asarray(out["clicks"])
   assert clicks.shape == (n,) + batch["labels"].shape
   assert set(np.unique(clicks)) <= {0.0, 1.0}
@@ -169,7 +194,7 @@ def test_conditional_click_probs_give_every_session_its_frequency(name):
   ``click_prob`` itself. Three items shown of four, so all 8 vectors occur."""
   n = 40000
   batch = _batch(num_lists=2, list_size=4, num_valid=(3, 3))
-  out = jax.jit(sim.make_click_fn({**CONFIGS[name], "num_sessions": n}))(jax.random.key(3), _jbatch(batch))
+  out = _jitted(name, num_sessions=n)(jax.random.key(3), _jbatch(batch))
   clicks = np.asarray(out["clicks"])
   q = np.asarray(out["conditional_click_prob"], np.float64)
   assert q.shape == clicks.shape
@@ -229,9 +254,10 @@ def test_table_beyond_ten_reuses_last():
 
 def test_zero_coupling_reduces_to_table_pbm():
   batch = _jbatch(_batch())
-  base = sim.make_click_fn(dict(name="pbm_table"))(jax.random.key(0), batch)
-  ind = sim.make_click_fn(dict(name="individual", crux_indices=CRUX, w=[0.0, 0.0]))(jax.random.key(0), batch)
-  ctx = sim.make_click_fn(dict(name="context_pbm", num_contexts=3, w=[0.0] * 10))(jax.random.key(0), batch)
+  assert sim.click_simulator(dict(name="pbm_table")) == sim.click_simulator(CONFIGS["pbm_table"])
+  base = _standard("pbm_table")[0]  # fn(key(0), batch), jitted
+  ind = jax.jit(sim.make_click_fn(dict(name="individual", crux_indices=CRUX, w=[0.0, 0.0])))(jax.random.key(0), batch)
+  ctx = jax.jit(sim.make_click_fn(dict(name="context_pbm", num_contexts=3, w=[0.0] * 10)))(jax.random.key(0), batch)
   for out in (ind, ctx):
     np.testing.assert_allclose(out["examination"], base["examination"], rtol=1e-6)
     np.testing.assert_array_equal(out["clicks"], base["clicks"])
@@ -427,9 +453,9 @@ def test_aggregated_ctr_mode():
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_mask_equals_truncation(name):
-  batch = _batch(num_lists=2, list_size=12, num_valid=(8, 8))
+  batch = _batch(num_lists=3, list_size=12, num_valid=(8, 8, 8))  # the standard shape: the program is shared
   short = {k: v[:, :8] for k, v in batch.items()}
-  fn = sim.make_click_fn({**CONFIGS[name], "num_sessions": 200})
+  fn = _jitted(name, num_sessions=50)
   long_out = fn(jax.random.key(0), _jbatch(batch))
   short_out = fn(jax.random.key(0), _jbatch(short))
   for k in ("examination", "click_prob"):
@@ -442,8 +468,7 @@ def test_mask_equals_truncation(name):
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_top_k_not_shown_never_clicked(name):
   batch = _batch()
-  fn = sim.make_click_fn({**CONFIGS[name], "top_k": 4, "num_sessions": 300})
-  out = fn(jax.random.key(0), _jbatch(batch))
+  out = _jitted(name, top_k=4, num_sessions=300)(jax.random.key(0), _jbatch(batch))
   shown = batch["where"] & (np.arange(12) < 4)
   np.testing.assert_array_equal(out["shown"], shown)
   np.testing.assert_array_equal(out["clicks"][..., 4:], 0.0)
@@ -459,22 +484,26 @@ def test_vmap_equals_loop(name):
   batch = _jbatch(_batch())
   fn = sim.make_click_fn(CONFIGS[name])
   keys = jax.random.split(jax.random.key(4), 3)
-  vmapped = jax.vmap(fn)(keys, batch)
-  for q in range(3):
-    one = fn(keys[q], jax.tree.map(lambda x: x[q], batch))
+
+  @jax.jit  # one program: the vmapped call and the three single-list calls
+  def both(keys, batch):
+    return jax.vmap(fn)(keys, batch), [fn(keys[q], jax.tree.map(lambda x: x[q], batch)) for q in range(3)]
+
+  vmapped, loop = both(keys, batch)
+  for q, one in enumerate(loop):
+    assert one["clicks"].shape == batch["labels"].shape[1:]
     for k in ("clicks", "examination", "click_prob"):
       np.testing.assert_allclose(vmapped[k][q], one[k], rtol=1e-6)
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_compiles_once_and_key_determinism(name, assert_compiles_once):
-  fn = sim.make_click_fn(CONFIGS[name])
-  # One trace for new keys and new batches of the same shape (labels, masks and inputs all change).
-  assert_compiles_once(fn, lambda i: ((jax.random.key(i), _jbatch(_batch(seed=i))), {}))
+def test_compiles_once_and_key_determinism(name):
+  # One trace for new keys and new batches of the same shape (labels, masks and inputs all change); the fourth
+  # call repeats the first's key and batch and gives its clicks.
+  outs = _standard(name)
+  np.testing.assert_array_equal(outs[0]["clicks"], outs[3]["clicks"])
   b0 = _jbatch(_batch(seed=0))
-  jitted = jax.jit(fn)
-  np.testing.assert_array_equal(jitted(jax.random.key(0), b0)["clicks"], jitted(jax.random.key(0), b0)["clicks"])
-  big = sim.make_click_fn({**CONFIGS[name], "num_sessions": 50})
+  big = _jitted(name, num_sessions=50)
   d0 = big(jax.random.key(0), b0)["clicks"]
   d1 = big(jax.random.key(1), b0)["clicks"]
   assert not np.array_equal(d0, d1)
@@ -482,11 +511,10 @@ def test_compiles_once_and_key_determinism(name, assert_compiles_once):
 
 def test_explicit_positions_default_arange():
   batch = _jbatch(_batch())
+  pos = np.broadcast_to(np.arange(12), batch["labels"].shape)
   for name in sorted(CONFIGS):
-    fn = sim.make_click_fn(CONFIGS[name])
-    pos = jnp.broadcast_to(jnp.arange(12), batch["labels"].shape)
-    a = fn(jax.random.key(0), batch)
-    b = fn(jax.random.key(0), {**batch, "positions": pos})
+    a = _standard(name)[0]  # fn(key(0), batch), jitted
+    b = _jitted(name)(jax.random.key(0), {**batch, "positions": pos})
     np.testing.assert_allclose(a["examination"], b["examination"], rtol=1e-6, err_msg=name)
     np.testing.assert_array_equal(a["clicks"], b["clicks"], err_msg=name)
 

@@ -1,6 +1,7 @@
 """Click statistics within a memory budget: spilled partitions equal in-memory counts, merges are order-free,
 device counting equals host counting, and the partition-by-partition fit reaches the in-memory optimum."""
 
+import functools
 import itertools
 
 import jax
@@ -11,8 +12,10 @@ from ultr_jax import simulation as sim
 from ultr_jax.simulation.click_models import statistics as S
 
 
-def _batches(model="pbm", n=3000, seed=0, batch_size=500):
-  return list(
+@functools.cache
+def _simulated(model, n, seed, batch_size):
+  """A long-tail log, simulated once per argument set (the tests read it, never write it)."""
+  return tuple(
     sim.simulate_long_tail_log(
       jax.random.key(seed),
       model,
@@ -23,6 +26,10 @@ def _batches(model="pbm", n=3000, seed=0, batch_size=500):
       batch_size=batch_size,
     )
   )
+
+
+def _batches(model="pbm", n=3000, seed=0, batch_size=500):
+  return list(_simulated(model, n, seed, batch_size))
 
 
 def _count(batches, **kw):
