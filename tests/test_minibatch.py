@@ -272,3 +272,14 @@ def test_scoring_a_model_on_longer_lists_than_it_was_fitted_on_is_an_error():
     sim.click_model_predict("pbm", fit.params, six["doc_ids"], six["clicks"])
   short = sim.evaluate_click_model("pbm", fit.params, four["doc_ids"][:, :3], four["clicks"][:, :3])
   assert np.isfinite(short["perplexity"])  # shorter lists read the first ranks of the tables
+
+
+def test_fits_with_the_default_optimizer_compile_once(assert_compiles_once):
+  """A second default fit of same-shaped batches compiles nothing: the default optimiser is one object, and it is a
+  static argument of the jitted steps (a fresh ``optax.adam`` per fit compiled them again every fit)."""
+  logs = [
+    next(iter(sim.simulate_long_tail_log(jax.random.key(i), "pbm", num_sessions=400, num_queries=40, batch_size=400)))
+    for i in range(3)
+  ]
+  fit = lambda log: sim.fit_click_model("pbm", [log], num_docs=4000, solver=sim.Minibatch(epochs=1, sparse=False))
+  assert_compiles_once(fit, lambda i: ((logs[i],), {}), jit=False)

@@ -803,6 +803,11 @@ def _held_out_perplexity(
   return score
 
 
+# The default optimiser, one object: it is a static argument of the jitted steps, so a fresh ``optax.adam`` per fit
+# would compile them again for every fit (a GradientTransformation holds only functions, no state).
+_DEFAULT_OPTIMIZER = optax.adam(0.05)
+
+
 def minibatch_fit(
   m: ClickModel, batches, solver, *, num_docs, l2: float, prior: str, init, validation=None
 ) -> ClickModelFit:
@@ -811,7 +816,7 @@ def minibatch_fit(
   batches, or a function returning them), more than one epoch and ``solver.patience`` not None, the fit stops
   early on their perplexity and returns its best epoch's parameters, its ``stop_reason`` saying so."""
   stopping = validation is not None and solver.patience is not None and solver.epochs > 1
-  optimizer = optax.adam(0.05) if solver.optimizer is None else solver.optimizer
+  optimizer = _DEFAULT_OPTIMIZER if solver.optimizer is None else solver.optimizer
   sparse, list_size, num_sessions = solver.sparse, solver.list_size, solver.num_sessions
   tables = _tables(m, solver.tables)
   features = {k: t for k, t in tables.items() if t.from_features}
