@@ -29,6 +29,15 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "experiments" / "online" / "configs" / "default.py"
 
 
+# The simulation functions are plain (unjitted) JAX: called eagerly, every op on a new shape compiles its own tiny
+# program. The tests call them jitted (as the learners do), one program per shape.
+_pl_sample = jax.jit(sim.plackett_luce_sample)
+_team_draft = jax.jit(sim.team_draft_multileave)
+_pm = jax.jit(sim.probabilistic_multileave, static_argnames=("tau",))
+_pm_assignment = jax.jit(sim.probabilistic_multileave_assignment, static_argnames=("tau",))
+_preferences = jax.jit(sim.multileave_preferences, static_argnames=("against",))
+
+
 # ----------------------------------------------------------------------------
 # NumPy references.
 
@@ -64,7 +73,7 @@ def _case(seed, size=7, num_valid=6, num_clicks=2):
   rng = np.random.default_rng(seed)
   scores = (2.0 * rng.standard_normal(size)).astype(np.float32)
   where = np.arange(size) < num_valid
-  positions = np.asarray(sim.plackett_luce_sample(jax.random.key(seed), scores, where=where))
+  positions = np.asarray(_pl_sample(jax.random.key(seed), scores, where=where))
   clicks = np.zeros(size, np.float32)
   shown = np.argsort(positions)[:num_valid]
   clicks[rng.choice(shown[:5], num_clicks, replace=False)] = 1.0
@@ -94,7 +103,9 @@ def test_plackett_luce_sample_follows_its_distribution_and_puts_masked_items_las
   scores = jnp.array([1.0, 0.0, -0.5, 3.0])
   where = jnp.array([True, True, True, False])
   positions = np.asarray(
-    jax.vmap(lambda k: sim.plackett_luce_sample(k, scores, where=where))(jax.random.split(jax.random.key(0), 40000))
+    jax.jit(jax.vmap(lambda k: sim.plackett_luce_sample(k, scores, where=where)))(
+      jax.random.split(jax.random.key(0), 40000)
+    )
   )
   assert (positions[:, 3] == 3).all()
   assert (np.sort(positions, axis=1) == np.arange(4)).all()
@@ -129,7 +140,7 @@ def test_team_draft_multileave_invariants(n):
   rng = np.random.default_rng(n)
   scores = rng.standard_normal((6, n, 9)).astype(np.float32)
   where = np.arange(9)[None, :] < rng.integers(1, 10, size=(6, 1))
-  positions, teams = sim.team_draft_multileave(jax.random.key(n), scores, where=where)
+  positions, teams = _team_draft(jax.random.key(n), scores, where=where)
   for q in range(6):
     _replay_ok(scores[q], where[q], np.asarray(positions[q]), np.asarray(teams[q]))
 
@@ -137,11 +148,11 @@ def test_team_draft_multileave_invariants(n):
 def test_team_draft_interleaving_is_fair_and_identical_rankings_pass_through():
   scores = jnp.array([[3.0, 2.0, 1.0, 0.0], [0.0, 1.0, 2.0, 3.0]])
   keys = jax.random.split(jax.random.key(1), 4000)
-  positions, teams = jax.vmap(lambda k: sim.team_draft_multileave(k, scores))(keys)
+  positions, teams = jax.jit(jax.vmap(lambda k: sim.team_draft_multileave(k, scores)))(keys)
   first_team = np.asarray(teams)[np.arange(4000), np.argmin(np.asarray(positions), axis=1)]
   assert np.mean(first_team == 0) == pytest.approx(0.5, abs=0.03)
   same = jnp.stack([jnp.array([0.1, 0.9, 0.5, 0.3])] * 3)
-  positions, _ = sim.team_draft_multileave(jax.random.key(0), same)
+  positions, _ = _team_draft(jax.random.key(0), same)
   assert positions.tolist() == [3, 0, 1, 2]
 
 
@@ -177,7 +188,9 @@ def test_probabilistic_multileave_follows_its_distribution_and_puts_masked_items
   scores = np.array([[3.0, 2.0, 1.0, 9.0], [0.0, 1.0, 3.0, 9.0], [1.0, 3.0, 2.0, 9.0]], np.float32)
   where = np.array([True, True, True, False])
   positions = np.asarray(
-    jax.vmap(lambda k: sim.probabilistic_multileave(k, scores, where=where))(jax.random.split(jax.random.key(0), 40000))
+    jax.jit(jax.vmap(lambda k: sim.probabilistic_multileave(k, scores, where=where)))(
+      jax.random.split(jax.random.key(0), 40000)
+    )
   )
   assert (positions[:, 3] == 3).all() and (np.sort(positions, axis=1) == np.arange(4)).all()
   for perm in itertools.permutations(range(3)):
@@ -191,15 +204,15 @@ def test_probabilistic_multileave_assignment_matches_numpy():
   rng = np.random.default_rng(3)
   scores = rng.standard_normal((4, 3, 7)).astype(np.float32)
   where = np.arange(7)[None, :] < np.array([[7], [5], [2], [1]])
-  positions = np.asarray(sim.probabilistic_multileave(jax.random.key(1), scores, where=where))
-  post = np.asarray(sim.probabilistic_multileave_assignment(scores, positions, where=where))
+  positions = np.asarray(_pm(jax.random.key(1), scores, where=where))
+  post = np.asarray(_pm_assignment(scores, positions, where=where))
   for q in range(4):
     shown = [i for i in np.argsort(positions[q]) if where[q, i]]
     slot = np_pm_slot_probs(scores[q], where[q], shown)
     np.testing.assert_allclose(post[q][:, shown].T, slot / slot.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
     assert (post[q][:, ~where[q]] == 0).all()
   # Rankers that agree on a ranking cannot be told apart; the last item shown could be anyone's.
-  same = np.asarray(sim.probabilistic_multileave_assignment(np.stack([scores[0, 0]] * 3), positions[0]))
+  same = np.asarray(_pm_assignment(np.stack([scores[0, 0]] * 3), positions[0]))
   np.testing.assert_allclose(same, 1.0 / 3.0, rtol=1e-6)
 
 
@@ -209,7 +222,7 @@ def test_multileave_preferences_equal_the_enumerated_expectation():
   assignment = rng.dirichlet(np.ones(n), size=(2, size)).transpose(0, 2, 1).astype(np.float32)  # [2, n, L]
   clicks = np.array([[1, 0, 1, 1, 0, 1], [0, 1, 1, 0, 0, 1]], np.float32)
   where = np.array([[True] * 6, [True] * 4 + [False] * 2])
-  pref = np.asarray(sim.multileave_preferences(clicks, assignment, where=where))
+  pref = np.asarray(_preferences(clicks, assignment, where=where))
   for q in range(2):
     clicked = [i for i in range(size) if clicks[q, i] and where[q, i]]
     ref = np.zeros((n, n))
@@ -221,16 +234,14 @@ def test_multileave_preferences_equal_the_enumerated_expectation():
     np.testing.assert_allclose(pref[q], -pref[q].T, atol=1e-7)
     for y in range(n):  # one column only
       np.testing.assert_allclose(
-        sim.multileave_preferences(clicks[q], assignment[q], where=where[q], against=y), pref[q][:, y], atol=1e-7
+        _preferences(clicks[q], assignment[q], where=where[q], against=y), pref[q][:, y], atol=1e-7
       )
   # One-hot assignments (team-draft's teams): the sign of the credit difference.
   teams = jnp.array([[0, 2, 1, 2, 0, 1]])
   credit = sim.multileave_credit(clicks[:1], teams, num_teams=3)
   one_hot = jax.nn.one_hot(teams, 3, axis=-2)
-  np.testing.assert_array_equal(
-    sim.multileave_preferences(clicks[:1], one_hot), np.sign(credit[..., :, None] - credit[..., None, :])
-  )
-  assert not np.asarray(sim.multileave_preferences(np.zeros(size), assignment[0])).any()  # no clicks: all ties
+  np.testing.assert_array_equal(_preferences(clicks[:1], one_hot), np.sign(credit[..., :, None] - credit[..., None, :]))
+  assert not np.asarray(_preferences(np.zeros(size), assignment[0])).any()  # no clicks: all ties
 
 
 @pytest.mark.parametrize("tau", [0.0, -1.0, 100.0])
@@ -271,7 +282,8 @@ def test_pdgd_with_every_switch_off_is_the_naive_pairwise_loss_on_the_displayed_
     surrogate="log_probability",
   )
   shown = where & (positions < 5)
-  want = jnp.sum(losses.naive_pairwise_loss(scores, clicks, where=shown, reduce_fn=None), axis=(-2, -1))
+  naive = jax.jit(lambda s, c, w: jnp.sum(losses.naive_pairwise_loss(s, c, where=w, reduce_fn=None), axis=(-2, -1)))
+  want = naive(scores, clicks, shown)
   np.testing.assert_allclose(got, want, rtol=1e-5)
   # Each switch alone changes the loss (the cases have unclicked items below the last click + 1).
   pdgd = losses.pdgd_loss(scores, clicks, positions=positions, where=where, top_k=5, reduce_fn=None)
@@ -363,7 +375,7 @@ def test_online_click_models_follow_their_tables():
   fn = online_click_model("navigational", top_k=3)
   labels = jnp.array([4.0, 4.0, 0.0, 4.0])
   clicks = np.asarray(
-    jax.vmap(lambda k: fn(k, labels, positions=jnp.arange(4), where=jnp.ones(4, bool)))(
+    jax.jit(jax.vmap(lambda k: fn(k, labels, positions=jnp.arange(4), where=jnp.ones(4, bool))))(
       jax.random.split(jax.random.key(0), 40000)
     )
   )
@@ -513,12 +525,13 @@ def test_nsgd_remembers_the_losers_the_authors_keep_in_a_ring():
   from ultr_jax.train import online
 
   mem = _empty_memory(history=6)
+  remember = jax.jit(online._nsgd_remember_losers)
   rng = np.random.default_rng(1)
   ring, margins, head = np.zeros((6, 8)), np.full(6, np.inf), 0
   for _ in range(30):
     margin = rng.integers(-4, 2, size=5).astype(np.float32)
     dirs = rng.normal(size=(5, 8)).astype(np.float32)
-    mem = online._nsgd_remember_losers(mem, jnp.asarray(dirs), jnp.asarray(margin))
+    mem = remember(mem, dirs, margin)
     kth = np.sort(np.concatenate([[0.0], margin]))[3]
     for i in range(5):
       if margin[i] < 0 and margin[i] <= kth:
@@ -536,15 +549,14 @@ def test_nsgd_keeps_the_most_difficult_recent_queries():
 
   rng = np.random.default_rng(2)
   mem = _empty_memory(tie_queries=3)
+  remember = jax.jit(online._nsgd_remember_query, static_argnums=5)
   slots = [None] * 3  # (rr, time)
   for t in range(60):
     clicks = (rng.uniform(size=5) < 0.25).astype(np.float32)
     positions = rng.permutation(5)
     where = np.array([True] * 4 + [bool(t % 2)])
     x = rng.normal(size=(5, 2)).astype(np.float32)
-    mem = online._nsgd_remember_query(
-      mem, jnp.asarray(x), jnp.asarray(where), jnp.asarray(clicks), jnp.asarray(positions), 4
-    )
+    mem = remember(mem, x, where, clicks, positions, 4)
     rr = float(np.sum((clicks > 0) * where / (positions + 1.0)))
     slot = None
     if rr > 0:
@@ -583,11 +595,13 @@ def test_nsgd_breaks_ties_on_the_difficult_queries_as_a_loop_does():
     query_clicked=jnp.asarray(clicked),
     query_rr=jnp.asarray([0.5, np.inf, 1.0], jnp.float32),
   )  # the second slot is empty
+  break_ties = jax.jit(online._nsgd_break_ties)
+  rax_ranks = jax.jit(lambda s, w: rax.utils.ranks(s, where=w))
   for trial in range(20):
     scores = rng.integers(0, 3, size=(4, 3, 5)).astype(np.float32)  # many ties
     wins = (rng.uniform(size=4) < 0.6).astype(np.float32)
-    got = np.asarray(online._nsgd_break_ties(jnp.asarray(wins), jnp.asarray(scores), mem))
-    ranks = np.asarray(rax.utils.ranks(jnp.asarray(scores), where=jnp.broadcast_to(jnp.asarray(where), scores.shape)))
+    got = np.asarray(break_ties(wins, scores, mem))
+    ranks = np.asarray(rax_ranks(scores, np.broadcast_to(where, scores.shape)))
     rr = [sum(1.0 / ranks[c, t][clicked[t]].astype(float)).sum() for c in range(4) for t in (0, 2)]
     rr = np.asarray(rr).reshape(4, 2).sum(1)
     want = wins
@@ -595,7 +609,7 @@ def test_nsgd_breaks_ties_on_the_difficult_queries_as_a_loop_does():
       want = np.eye(4, dtype=np.float32)[np.argmax(np.where(wins > 0, rr, -np.inf))]
     np.testing.assert_array_equal(got, want, err_msg=f"trial {trial}")
   empty = _empty_memory(tie_queries=3)
-  np.testing.assert_array_equal(online._nsgd_break_ties(jnp.ones(4), jnp.zeros((4, 3, 5)), empty), np.ones(4))
+  np.testing.assert_array_equal(break_ties(np.ones(4), np.zeros((4, 3, 5)), empty), np.ones(4))
 
 
 def test_nsgd_learns_from_perfect_clicks(small_data):

@@ -1,5 +1,6 @@
 """SIF (spec-sif 7.1 T1-T5, T9): estimator values, bounds, DR, reductions, dual ascent."""
 
+import functools
 import itertools
 
 import jax
@@ -37,10 +38,11 @@ def test_zero_for_constant_cells_and_nonnegative():
       0.0, abs=1e-7
     )
   rng = np.random.default_rng(0)
+  mi = jax.jit(lambda p, c: losses.conditional_mi_binary(p, c, num_cells=4, clamp=False))
   for _ in range(50):
-    p = jnp.asarray(rng.uniform(0.01, 0.99, 40))
-    c = jnp.asarray(rng.integers(0, 4, 40))
-    assert float(losses.conditional_mi_binary(p, c, num_cells=4, clamp=False)) >= -1e-7
+    p = rng.uniform(0.01, 0.99, 40).astype(np.float32)
+    c = rng.integers(0, 4, 40).astype(np.int32)
+    assert float(mi(p, c)) >= -1e-7
 
 
 def test_equals_enumerated_discrete_mi_float64():
@@ -99,7 +101,7 @@ def test_all_masked_is_zero_with_zero_grads():
     q = losses.project_within_cells(d, s, jnp.zeros(4, int), where=none, num_cells=1)
     return losses.conditional_mi_binary(q, jnp.zeros(4, int), where=none, num_cells=1)
 
-  v, g = jax.value_and_grad(f)(s)
+  v, g = jax.jit(jax.value_and_grad(f))(s)
   assert float(v) == 0.0 and np.all(np.isfinite(g)) and np.all(g == 0)
 
 
@@ -124,6 +126,7 @@ def test_projection_and_decision_gradient_finite_differences():
     d = jnp.asarray(rng.uniform(0.1, 0.6, (6, 3)))
     pos = jnp.broadcast_to(jnp.arange(3), (6, 3))
 
+    @functools.partial(jax.jit, static_argnums=1)
     def i_d(s, est):
       q = losses.project_within_cells(d, s, pos, num_cells=3)
       return losses.conditional_mi_binary(q, pos, num_cells=3, estimator=est)
@@ -162,16 +165,13 @@ def _scm(rng, position_only):
 def test_theorem1_and_corollary1_bounds():
   rng = np.random.default_rng(5)
   ratios = []
+  estimate = jax.jit(lambda e, k, m: losses.conditional_mi_binary(e, k, weights=m, num_cells=3))
   for _ in range(1000):
     gap, kl, pxk, e = _scm(rng, False)
     # I(E; X | K) by the estimator: items (x, k) with mass p(x, k), cells k.
     xs, ks = np.meshgrid(np.arange(4), np.arange(3), indexing="ij")
     with jax.enable_x64(True):
-      mi = float(
-        losses.conditional_mi_binary(
-          jnp.asarray(e.ravel()), jnp.asarray(ks.ravel()), weights=jnp.asarray(pxk.ravel()), num_cells=3
-        )
-      )
+      mi = float(estimate(e.ravel(), ks.ravel(), pxk.ravel()))
     assert mi == pytest.approx(kl, rel=1e-6, abs=1e-12)  # E[KL(p_obs || p_obs(E|K))] = I(E; X | K)
     bound = 2 * np.sqrt(0.5 * kl)
     assert gap <= bound + 1e-12
@@ -250,20 +250,21 @@ def test_reduction_to_ips_and_zero_exposure_penalty():
   ds, batch = _toy_batch()
   cfg = ml_collections.ConfigDict({"ranker": "linear", "trust_head": False, "exposure_slope": False, "channels": ()})
   m = get_method("sif_full", cfg, num_features=20, list_size=10)
+  cfg_e = ml_collections.ConfigDict({**cfg.to_dict(), "channels": ("E",), "lambda_E": 5.0})
+  m_e = get_method("sif_full", cfg_e, num_features=20, list_size=10)
   params, extra = m.init(jax.random.key(0), batch)
   params["bias"]["exposure_bias"] = jnp.log(
     jnp.array([0.68, 0.61, 0.48, 0.34, 0.28, 0.2, 0.11, 0.1, 0.08, 0.06])
     / (1 - jnp.array([0.68, 0.61, 0.48, 0.34, 0.28, 0.2, 0.11, 0.1, 0.08, 0.06]))
   )
-  _, (metrics, _) = m.loss(params, extra, batch, jax.random.key(1))
+  loss, loss_e = jax.jit(m.loss), jax.jit(m_e.loss)
+  _, (metrics, _) = loss(params, extra, batch, jax.random.key(1))
   s = m.score(params, batch)
   ips = losses.listwise_risk(s, losses.ips_targets(batch["clicks"], batch["examination"], tau=0.01))
   assert float(metrics["risk"]) == pytest.approx(float(ips), rel=1e-5)
   # Turning I_E on with u frozen at 0 adds exactly 0.
-  cfg_e = ml_collections.ConfigDict({**cfg.to_dict(), "channels": ("E",), "lambda_E": 5.0})
-  m_e = get_method("sif_full", cfg_e, num_features=20, list_size=10)
-  l0, _ = m.loss(params, extra, batch, jax.random.key(1))
-  l1, (met1, _) = m_e.loss(params, extra, batch, jax.random.key(1))
+  l0, _ = loss(params, extra, batch, jax.random.key(1))
+  l1, (met1, _) = loss_e(params, extra, batch, jax.random.key(1))
   assert float(met1["I_E"]) == 0.0 and float(l1) == float(l0)
 
 
@@ -272,23 +273,17 @@ def test_methods_gradient_routing(name):
   ds, batch = _toy_batch(n=16)
   m = get_method(name, {"ranker": "linear"}, num_features=20, list_size=10)
   params, extra = m.init(jax.random.key(0), batch)
-  (loss, (metrics, new_extra)), grads = jax.value_and_grad(m.loss, has_aux=True)(
-    params, extra, batch, jax.random.key(1)
-  )
+
+  def terms(p):  # the loss, I_D and I_E: their gradients in one batched backward pass, one compiled program
+    loss, (mm, _) = m.loss(p, extra, batch, jax.random.key(1))
+    return jnp.stack([loss, mm["I_D"], mm["I_E"]]), loss
+
+  jac, loss = jax.jit(jax.jacrev(terms, has_aux=True))(params)
+  grads, g_d, g_e = (jax.tree.map(lambda j, i=i: j[i], jac) for i in range(3))
   assert np.isfinite(float(loss))
   assert all(np.all(np.isfinite(g)) for g in jax.tree.leaves(grads))
-
   # I_D never reaches the bias tower; I_E never reaches the ranker.
-  def part(term):
-    def f(p):
-      _, (mm, _) = m.loss(p, extra, batch, jax.random.key(1))
-      return mm[term]
-
-    return jax.grad(f)(params)
-
-  g_d = part("I_D")
   assert all(float(jnp.abs(v).max()) == 0.0 for v in jax.tree.leaves(g_d["bias"]))
-  g_e = part("I_E")
   assert all(float(jnp.abs(v).max()) == 0.0 for v in jax.tree.leaves(g_e["relevance"]))
 
 
@@ -313,8 +308,11 @@ def test_dual_ascent_rises_and_settles():
   i0, budget = 0.02, 0.005
   lam, ema = jnp.float32(0.0), jnp.float32(0.0)
   lams = []
+  step = jax.jit(
+    lambda lam, ema, first: losses.dual_ascent_update(lam, ema, i0 / (1.0 + lam), budget=budget, eta=5.0, first=first)
+  )
   for t in range(3000):
-    lam, ema = losses.dual_ascent_update(lam, ema, i0 / (1.0 + lam), budget=budget, eta=5.0, first=jnp.asarray(t == 0))
+    lam, ema = step(lam, ema, np.bool_(t == 0))
     lams.append(float(lam))
   assert lams[10] > 0 and lams[500] > lams[10]
   assert float(ema) == pytest.approx(budget, rel=0.05)
@@ -330,6 +328,6 @@ def test_dual_ascent_in_method_state():
   )
   params, extra = m.init(jax.random.key(0), batch)
   assert float(extra["lambda_D"]) == 0.0
-  _, (metrics, extra) = m.loss(params, extra, batch, jax.random.key(1))
+  _, (metrics, extra) = jax.jit(m.loss)(params, extra, batch, jax.random.key(1))
   assert float(extra["lambda_D"]) == pytest.approx(10.0 * float(metrics["I_D"]), rel=1e-5)
   assert float(extra["ema_D"]) == pytest.approx(float(metrics["I_D"]), rel=1e-6)

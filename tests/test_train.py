@@ -379,14 +379,27 @@ def test_evaluate_clicks_equals_the_click_metrics_on_the_whole_set_in_any_chunks
   rng = np.random.default_rng(0)
   ds = dataclasses.replace(ds, extras={"clicks": ((rng.random(ds.where.shape) < 0.3) & ds.where).astype(np.float32)})
   m = get_method("click_model_ubm", {"ranker": "linear"}, num_features=3, list_size=5)
-  params, extra = jax.vmap(lambda k: m.init(k, None))(jax.random.split(jax.random.key(1), 2))
-  params = jax.tree.map(lambda p: p + 0.3 * jax.random.normal(jax.random.key(2), p.shape), params)
+  # The reference per seed in one jitted program (eagerly, every op would compile its own).
+  params, extra = jax.jit(
+    lambda keys: jax.tree.map(
+      lambda p: p + 0.3 * jax.random.normal(jax.random.key(2), p.shape), jax.vmap(lambda k: m.init(k, None))(keys)
+    ),
+  )(jax.random.split(jax.random.key(1), 2))
   batch = jax.tree.map(jnp.asarray, {k: v for k, v in ds.as_batch().items() if k != "qid"})
+
+  @jax.jit
+  def reference(params, s):
+    z = m.click_logits(jax.tree.map(lambda p: p[s], params), {}, batch)
+    return (
+      metrics.click_log_likelihood(z, batch["clicks"], where=batch["where"], logits=True),
+      metrics.click_perplexity(z, batch["clicks"], where=batch["where"], logits=True),
+    )
+
   want_ll, want_ppl = [], []
   for s in range(2):
-    z = m.click_logits(jax.tree.map(lambda p: p[s], params), {}, batch)
-    want_ll.append(float(metrics.click_log_likelihood(z, batch["clicks"], where=batch["where"], logits=True)))
-    want_ppl.append(float(metrics.click_perplexity(z, batch["clicks"], where=batch["where"], logits=True)))
+    ll, ppl = reference(params, s)
+    want_ll.append(float(ll))
+    want_ppl.append(float(ppl))
   for size in (3, 100):
     got = evaluate_clicks(m, params, extra, ds, batch_size=size)
     np.testing.assert_allclose(got["click_ll"], want_ll, rtol=1e-5)
@@ -403,13 +416,9 @@ def test_predict_is_the_score_of_every_list_in_any_chunks_and_writes_a_trec_run(
     num_train=11, num_valid=1, num_test=1, list_size=6, num_features=3, seed=4, min_list_size=2
   ).train
   m = get_method("naive", {"ranker": "mlp", "hidden_sizes": (4,)}, num_features=3, list_size=6)
-  params = jax.vmap(lambda k: m.init(k, None)[0])(jax.random.split(jax.random.key(0), 2))
-  want = np.stack(
-    [
-      np.asarray(m.score(jax.tree.map(lambda p: p[s], params), {"features": jnp.asarray(ds.features)}))
-      for s in range(2)
-    ]
-  )
+  params = jax.jit(jax.vmap(lambda k: m.init(k, None)[0]))(jax.random.split(jax.random.key(0), 2))
+  score = jax.jit(lambda params, s: m.score(jax.tree.map(lambda p: p[s], params), {"features": ds.features}))
+  want = np.stack([np.asarray(score(params, s)) for s in range(2)])
   for batch_size in (4, 512):  # a padded last chunk, and one chunk
     got = predict(m, params, ds, batch_size=batch_size)
     assert got.shape == (2, 11, 6) and got.dtype == np.float32
