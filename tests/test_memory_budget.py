@@ -57,8 +57,6 @@ def test_peak_rss_of_a_bounded_fit_stays_within_its_budget(tmp_path, subprocess_
   assert bounded["spilled"], bounded  # the counts outgrew the budget
   assert bounded["grow"] <= bound, (bounded, bound)
   unbounded = _grow(0, tmp_path, subprocess_env)
-  assert not unbounded["spilled"] and unbounded["grow"] > bound, (
-    unbounded,
-    bound,
-  )  # the same log without a budget needs more
+  # The same log without a budget needs more.
+  assert not unbounded["spilled"] and unbounded["grow"] > bound, (unbounded, bound)
   print(json.dumps({"bounded": bounded, "unbounded": unbounded, "bound": bound}))
