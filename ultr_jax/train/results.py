@@ -22,7 +22,7 @@ from typing import Any, Iterator, Mapping, NamedTuple, Optional, Sequence, TextI
 
 import jax
 import numpy as np
-from scipy import stats as scipy_stats
+import scipy.special
 
 from ultr_jax import _workdir as workdir_lock
 from ultr_jax._state_files import read_state_file
@@ -202,7 +202,7 @@ def summarize(values: Union[Sequence[float], np.ndarray], *, confidence: float =
   n = v.size
   mean = float(v.mean()) if n else float("nan")
   std = float(v.std(ddof=1)) if n > 1 else 0.0
-  half = float(scipy_stats.t.ppf(0.5 + confidence / 2, n - 1) * std / math.sqrt(n)) if n > 1 else 0.0
+  half = float(scipy.special.stdtrit(n - 1, 0.5 + confidence / 2) * std / math.sqrt(n)) if n > 1 else 0.0
   return {"mean": mean, "std": std, f"ci{int(round(confidence * 100))}": half}
 
 
